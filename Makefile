@@ -1,0 +1,91 @@
+# parity - build, test, sanitize, benchmark.
+#
+#   make            library, the `parity` program and the test binaries
+#   make check      run every test; ends with "N passed, N failed"
+#   make asan | tsan | ubsan   the same tests under a sanitizer
+#   make bench      benchmarks against memcpy, OpenMPI, PyTorch, OpenBLAS
+#
+# Sources are discovered, not listed: every ref/**/*.c goes into the
+# library except ref/cli/ (the program), every tests/test_*.c becomes one
+# test binary, every tests/bench/bench_*.c one benchmark binary. Extra rules live
+# in tests/*.mk and tests/bench/*.mk fragments.
+
+CC       ?= cc
+BUILD    ?= build
+OPT      ?= -O2
+SAN      ?=
+MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+# The pthread build of OpenBLAS, named by path so that Debian's
+# alternatives can never swap in the serial build (unsafe with threads).
+OPENBLAS_INC ?= /usr/include/$(MULTIARCH)/openblas-pthread
+OPENBLAS_LIB ?= /usr/lib/$(MULTIARCH)/openblas-pthread
+
+WARN     := -Wall -Wextra -Werror
+# -ffp-contract=off: no fused multiply-add behind our back (I5).
+CFLAGS   := -std=c11 $(OPT) -g $(WARN) -ffp-contract=off -fno-fast-math \
+            -D_GNU_SOURCE -Iinclude -I$(OPENBLAS_INC) -pthread $(EXTRA_CFLAGS)
+LDLIBS   := -L$(OPENBLAS_LIB) -Wl,-rpath,$(OPENBLAS_LIB) -lopenblas -lm -pthread
+
+ifneq ($(SAN),)
+CFLAGS   += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDLIBS   += -fsanitize=$(SAN)
+endif
+
+LIB_SRC   := $(shell find ref -name '*.c' -not -path 'ref/cli/*' | sort)
+CLI_SRC   := $(sort $(wildcard ref/cli/*.c))
+TEST_SRC  := $(sort $(wildcard tests/test_*.c))
+BENCH_SRC := $(sort $(wildcard tests/bench/bench_*.c))
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
+LIB       := $(BUILD)/libparity.a
+PARITY    := $(BUILD)/parity
+# Script tests: shell and Python checks that drive the parity program.
+SCRIPT_TESTS := $(sort $(wildcard tests/test_*.sh)) $(sort $(wildcard tests/torch/test_*.py))
+EXTRA_TEST_BIN :=
+
+.PHONY: all check asan tsan ubsan bench clean golden
+all: $(LIB) $(PARITY) $(TEST_BIN)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(PARITY): $(CLI_OBJ) $(LIB)
+	$(CC) $(CFLAGS) $(CLI_OBJ) $(LIB) $(LDLIBS) -o $@
+
+$(BUILD)/tests/%: tests/%.c tests/harness.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP $< $(LIB) $(LDLIBS) -o $@
+
+$(BUILD)/bench/%: tests/bench/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP $< $(LIB) $(LDLIBS) -o $@
+
+-include tests/*.mk tests/bench/*.mk
+
+check: all $(EXTRA_TEST_BIN)
+	PARITY=$(abspath $(PARITY)) BUILD=$(abspath $(BUILD)) \
+	  bash tests/run.sh $(TEST_BIN) $(EXTRA_TEST_BIN) $(SCRIPT_TESTS)
+
+asan:
+	$(MAKE) check BUILD=build-asan SAN=address
+ubsan:
+	$(MAKE) check BUILD=build-ubsan SAN=undefined
+# TSan needs -O1 or more and its own build of every object.
+tsan:
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	  $(MAKE) check BUILD=build-tsan SAN=thread
+
+bench: all $(BENCH_BIN)
+	BUILD=$(abspath $(BUILD)) PARITY=$(abspath $(PARITY)) bash tests/bench/run.sh
+
+clean:
+	rm -rf build build-asan build-tsan build-ubsan build-o0
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

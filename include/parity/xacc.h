@@ -1,0 +1,108 @@
+/* xacc.h - exact sums of fp32 values, rounded once (DESIGN.md I2).
+ *
+ * An xacc_t holds the exact value of any sum of fp32 terms as a signed
+ * fixed-point number with its least significant bit at 2^-149 (the
+ * smallest fp32 subnormal), split into 32-bit chunks kept in int64 words
+ * so that billions of additions need no carry propagation. This is
+ * Radford Neal's "small superaccumulator" (xsum) sized for fp32.
+ * Because the value is exact, the result does not depend on the order
+ * or the grouping of the additions: any parallel split of a reduction
+ * gives the same bits when it merges accumulators and rounds once.
+ *
+ * Rounding is to nearest, ties to even. Special values:
+ *   - an exact zero sum rounds to +0.0 (so skipping an all-zero partial,
+ *     e.g. a causally masked tile, never changes a result's sign);
+ *   - a finite sum whose rounded magnitude exceeds FLT_MAX rounds to ±inf;
+ *   - any +inf term makes the result +inf, any -inf term -inf;
+ *   - +inf together with -inf, or any NaN term, gives the quiet NaN
+ *     0x7fc00000 (one canonical NaN, so dumps compare with memcmp).
+ *
+ * The fast path (xsum_f32): when every term is a multiple of 2^q and
+ * sum|x| < 2^(q+53), a plain fp64 sum is exact in any order, so one
+ * conversion to fp32 gives the correctly rounded result. xsum_* checks
+ * that certificate and falls back to the accumulator when it fails; both
+ * paths give identical bits (tests/test_xacc.c).
+ */
+#ifndef PARITY_XACC_H
+#define PARITY_XACC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define XACC_CHUNK_BITS 32
+#define XACC_CHUNKS 9 /* 9 x 32 bits from 2^-149 reach 2^139 > FLT_MAX */
+
+typedef struct {
+    int64_t chunk[XACC_CHUNKS]; /* value = sum_i chunk[i] * 2^(32 i - 149) */
+    uint32_t adds_left;         /* additions before carries must be propagated */
+    uint8_t pos_inf, neg_inf, nan;
+    uint8_t pad_;
+} xacc_t;
+
+void  xacc_init(xacc_t *acc);
+void  xacc_add_f32(xacc_t *acc, float x);
+void  xacc_add_array_f32(xacc_t *acc, const float *x, size_t n);
+/* acc += other (exact). */
+void  xacc_merge(xacc_t *acc, const xacc_t *other);
+/* Round the exact value to fp32, nearest-even (acc is not changed). */
+float xacc_round_f32(const xacc_t *acc);
+/* Round to fp64 instead: used by diagnostics and tests. */
+double xacc_round_f64(const xacc_t *acc);
+/* Sign of the exact value: -1, 0 or +1 (finite part only). */
+int   xacc_sign(const xacc_t *acc);
+
+/* Exact sum of n fp32 values, rounded once; fast path with fallback. */
+float xsum_f32(const float *x, size_t n);
+/* Same, over x[0], x[stride], x[2*stride], ... */
+float xsum_f32_strided(const float *x, size_t n, size_t stride);
+/* Adds a double that is an exact sum of fp32 values (a multiple of
+ * 2^-149 with at most 53 significant bits): how the fast paths hand an
+ * exact fp64 partial over to the accumulator. */
+void  xacc_add_f64_exact(xacc_t *acc, double x);
+
+/* Fast path on or off for the whole process (tests compare both paths;
+ * off means every sum goes through xacc_t). Default on. */
+void  xacc_set_fast_path(int enabled);
+int   xacc_fast_path_enabled(void);
+/* Per-thread counters: sums (or xvec elements) finished on the fast path
+ * and on the fallback since the thread started. */
+void  xacc_path_counts(uint64_t *fast, uint64_t *slow);
+
+/* xvec_t: n independent exact accumulators, for sums that stay open
+ * across many additions (weight gradients across token tiles and
+ * microbatches, tile partials of a contraction).
+ *
+ * Each element keeps an fp64 running sum, an fp64 sum of magnitudes and
+ * the certificate bound 2^(q+53) (q = exponent of the smallest ulp seen).
+ * While sum|x| stays below the bound every partial sum is exact in fp64.
+ * An element whose certificate would fail moves, exactly, to its own
+ * xacc_t (allocated on demand, so a vector of millions of gradients pays
+ * only for the few elements that need it). Rounding gives the same bits
+ * on either path. */
+typedef struct {
+    size_t n;
+    double *sum;     /* [n] exact fp64 partial sums; for a slow element,
+                        the index of its accumulator in slow[]            */
+    double *mag;     /* [n] sum of |x|, the certificate's left side       */
+    double *bound;   /* [n] 2^(q+53); +inf while empty, -inf once slow    */
+    xacc_t *slow;    /* fallback accumulators, grown on demand            */
+    size_t n_slow, cap_slow;
+} xvec_t;
+
+/* 0 on success, -1 when memory is short. Not thread-safe: one owner. */
+int   xvec_init(xvec_t *v, size_t n);
+void  xvec_free(xvec_t *v);
+void  xvec_zero(xvec_t *v);
+/* v[offset + i] += x[i] for i < n, exactly. */
+void  xvec_add(xvec_t *v, size_t offset, const float *x, size_t n);
+/* v[offset + r*ld + c] += tile[r*ldt + c] for r < rows, c < cols. */
+void  xvec_add_tile(xvec_t *v, size_t offset, size_t ld, const float *tile,
+                    int rows, int cols, int ldt);
+/* dst += src elementwise (same n), exactly. */
+void  xvec_merge(xvec_t *dst, const xvec_t *src);
+/* out[i] = v[i] rounded once to fp32. */
+void  xvec_round(const xvec_t *v, float *out);
+/* One element as an accumulator (for collectives and tests). */
+void  xvec_get(const xvec_t *v, size_t i, xacc_t *out);
+
+#endif

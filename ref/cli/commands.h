@@ -1,0 +1,10 @@
+/* commands.h - the subcommands of the `parity` program, one file each. */
+#ifndef PARITY_CLI_COMMANDS_H
+#define PARITY_CLI_COMMANDS_H
+
+/* Each takes the arguments after the subcommand name (argv[0] is the
+ * subcommand) and returns the process exit status. */
+int cmd_diff(int argc, char **argv);   /* diff.c  */
+int cmd_train(int argc, char **argv);  /* train.c */
+
+#endif
