@@ -379,25 +379,30 @@ static void test_xvec_paths_agree(void) {
 
 static void test_xvec_certificate_boundary(void) {
     /* the "certificate boundary" case of test_hard_cases, fed to xvec one
-     * term at a time, and split over two vectors that are then merged */
-    const float terms[4] = {1.0f, 0x1.8p-23f, 0x1.fffffep-31f, -0x1p-30f};
-    xvec_t v, w;
-    CHECK(xvec_init(&v, 1) == 0 && xvec_init(&w, 1) == 0, "alloc");
-    for (int i = 0; i < 4; i++) xvec_add(&v, 0, &terms[i], 1);
-    float got;
-    xvec_round(&v, &got);
-    CHECK(got == 1.0f + 0x1p-23f, "xvec_add: got %a", got);
-    /* v = 1 + 1.5*2^-23; w = 2^-3 - 2^-54, exact in fp64 but not in fp32 */
-    const float w_terms[3] = {0x1.fffffep-31f, -0x1p-30f, 0x1p-3f};
-    xvec_zero(&v);
-    xvec_add(&v, 0, &terms[0], 1);
-    xvec_add(&v, 0, &terms[1], 1);
-    for (int i = 0; i < 3; i++) xvec_add(&w, 0, &w_terms[i], 1);
-    xvec_merge(&v, &w);
-    xvec_round(&v, &got);
-    CHECK(got == 1.125f + 0x1p-23f, "xvec_merge: got %a", got);
-    xvec_free(&v);
-    xvec_free(&w);
+     * term at a time, and split over two vectors that are then merged; at
+     * several scales, since an exactness check must not depend on size */
+    const float scales[3] = {1.0f, 0x1p-80f, 0x1p60f};
+    for (int k = 0; k < 3; k++) {
+        float sc = scales[k];
+        const float terms[4] = {1.0f * sc, 0x1.8p-23f * sc, 0x1.fffffep-31f * sc, -0x1p-30f * sc};
+        xvec_t v, w;
+        CHECK(xvec_init(&v, 1) == 0 && xvec_init(&w, 1) == 0, "alloc");
+        for (int i = 0; i < 4; i++) xvec_add(&v, 0, &terms[i], 1);
+        float got;
+        xvec_round(&v, &got);
+        CHECK(got == (1.0f + 0x1p-23f) * sc, "xvec_add at scale %a: got %a", sc, got);
+        /* v = 1 + 1.5*2^-23; w = 2^-3 - 2^-54, exact in fp64 but not in fp32 */
+        const float w_terms[3] = {0x1.fffffep-31f * sc, -0x1p-30f * sc, 0x1p-3f * sc};
+        xvec_zero(&v);
+        xvec_add(&v, 0, &terms[0], 1);
+        xvec_add(&v, 0, &terms[1], 1);
+        for (int i = 0; i < 3; i++) xvec_add(&w, 0, &w_terms[i], 1);
+        xvec_merge(&v, &w);
+        xvec_round(&v, &got);
+        CHECK(got == (1.125f + 0x1p-23f) * sc, "xvec_merge at scale %a: got %a", sc, got);
+        xvec_free(&v);
+        xvec_free(&w);
+    }
 }
 
 static void test_forced_carries(void) {

@@ -72,19 +72,18 @@ void  xacc_path_counts(uint64_t *fast, uint64_t *slow);
  * across many additions (weight gradients across token tiles and
  * microbatches, tile partials of a contraction).
  *
- * Each element keeps an fp64 running sum, an fp64 sum of magnitudes and
- * the certificate bound 2^(q+53) (q = exponent of the smallest ulp seen).
- * While sum|x| stays below the bound every partial sum is exact in fp64.
- * An element whose certificate would fail moves, exactly, to its own
- * xacc_t (allocated on demand, so a vector of millions of gradients pays
- * only for the few elements that need it). Rounding gives the same bits
- * on either path. */
+ * Each element is one fp64 running sum, kept exact: every addition is
+ * checked with TwoSum (Knuth), whose error term is zero exactly when the
+ * fp64 addition was exact. An element whose addition would round moves,
+ * with both the rounded sum and its error (together exact), to its own
+ * xacc_t, allocated on demand so a vector of millions of gradients pays
+ * only for the few elements that need it. 8 bytes per element; the fp64
+ * sums are also what devices exchange when they combine partials.
+ * Rounding gives the same bits on either path. */
 typedef struct {
     size_t n;
-    double *sum;     /* [n] exact fp64 partial sums; for a slow element,
-                        the index of its accumulator in slow[]            */
-    double *mag;     /* [n] sum of |x|, the certificate's left side       */
-    double *bound;   /* [n] 2^(q+53); +inf while empty, -inf once slow    */
+    double *sum;     /* [n] exact partial sums; a slow element holds a NaN
+                        whose payload is its index in slow[]              */
     xacc_t *slow;    /* fallback accumulators, grown on demand            */
     size_t n_slow, cap_slow;
 } xvec_t;
@@ -100,6 +99,11 @@ void  xvec_add_tile(xvec_t *v, size_t offset, size_t ld, const float *tile,
                     int rows, int cols, int ldt);
 /* dst += src elementwise (same n), exactly. */
 void  xvec_merge(xvec_t *dst, const xvec_t *src);
+/* dst[dst_off + i] += src[src_off + i] for i < n: how a device folds in a
+ * slice of a peer's open accumulators. */
+void  xvec_merge_range(xvec_t *dst, size_t dst_off, const xvec_t *src, size_t src_off, size_t n);
+/* 1 when element i has moved to its fallback accumulator. */
+int   xvec_is_slow(const xvec_t *v, size_t i);
 /* out[i] = v[i] rounded once to fp32. */
 void  xvec_round(const xvec_t *v, float *out);
 /* One element as an accumulator (for collectives and tests). */

@@ -1,0 +1,150 @@
+/* xvec.c - n exact accumulators as fp64 sums checked by TwoSum.
+ *
+ * For fp64 a and b, TwoSum computes s = fl(a + b) and, exactly, the
+ * rounding error e = (a + b) - s. e == 0 is therefore a proof that the
+ * fp64 sum is exact: a check, not a bound. The loop below computes it for
+ * a block of elements without branches (the compiler vectorises it) and
+ * commits only the exact ones; the rare others move to an xacc_t holding
+ * the old exact sum plus the new term. Infinities and NaNs make e a NaN,
+ * so they always take the accumulator, which knows their IEEE rules.
+ * A slow element's sum[] slot holds a quiet NaN whose payload is the
+ * accumulator's index, so no second array has to be kept or checked.
+ */
+#include "parity/xacc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SLOW_TAG 0x7ff8000000000000ULL
+#define XVEC_BLOCK 64
+
+static _Thread_local uint64_t rounded_fast, rounded_slow;
+
+void xvec_path_counts_add(uint64_t *fast, uint64_t *slow); /* used by xsum.c */
+void xvec_path_counts_add(uint64_t *fast, uint64_t *slow) {
+    *fast += rounded_fast;
+    *slow += rounded_slow;
+}
+
+int xvec_init(xvec_t *v, size_t n) {
+    memset(v, 0, sizeof *v);
+    v->n = n;
+    v->sum = malloc((n ? n : 1) * sizeof(double));
+    if (!v->sum) return -1;
+    xvec_zero(v);
+    return 0;
+}
+
+void xvec_free(xvec_t *v) {
+    free(v->sum);
+    free(v->slow);
+    memset(v, 0, sizeof *v);
+}
+
+void xvec_zero(xvec_t *v) {
+    memset(v->sum, 0, v->n * sizeof(double)); /* all-zero bits are +0.0 */
+    v->n_slow = 0;
+}
+
+int xvec_is_slow(const xvec_t *v, size_t i) { return v->sum[i] != v->sum[i]; }
+
+static size_t slow_slot(const xvec_t *v, size_t i) {
+    uint64_t u;
+    memcpy(&u, &v->sum[i], sizeof u);
+    return (size_t)(u & ~SLOW_TAG);
+}
+
+/* Moves element i, exactly, into an accumulator of its own and returns it. */
+static xacc_t *make_slow(xvec_t *v, size_t i) {
+    if (xvec_is_slow(v, i)) return &v->slow[slow_slot(v, i)];
+    if (v->n_slow == v->cap_slow) {
+        size_t cap = v->cap_slow ? 2 * v->cap_slow : 16;
+        xacc_t *grown = realloc(v->slow, cap * sizeof *grown);
+        if (!grown) abort(); /* a few kilobytes; nothing sane to do */
+        v->slow = grown;
+        v->cap_slow = cap;
+    }
+    size_t slot = v->n_slow++;
+    xacc_t *acc = &v->slow[slot];
+    xacc_init(acc);
+    xacc_add_f64_exact(acc, v->sum[i]);
+    uint64_t tag = SLOW_TAG | (uint64_t)slot;
+    memcpy(&v->sum[i], &tag, sizeof tag);
+    return acc;
+}
+
+/* sum[j] += b[j] where exact; ok[j] says which were. Returns failures. */
+static int twosum_block(double *sum, const double *b, size_t len, unsigned char *ok) {
+    int failures = 0, allow = xacc_fast_path_enabled();
+    for (size_t j = 0; j < len; j++) {
+        double a = sum[j], s = a + b[j];
+        double bb = s - a;
+        double err = (a - (s - bb)) + (b[j] - bb);
+        int good = (err == 0.0) & allow;
+        ok[j] = (unsigned char)good;
+        failures += !good;
+        sum[j] = good ? s : a;
+    }
+    return failures;
+}
+
+static void add_run(xvec_t *v, size_t dst, const float *x, size_t n) {
+    double b[XVEC_BLOCK];
+    unsigned char ok[XVEC_BLOCK];
+    for (size_t base = 0; base < n; base += XVEC_BLOCK) {
+        size_t len = n - base < XVEC_BLOCK ? n - base : XVEC_BLOCK;
+        for (size_t j = 0; j < len; j++) b[j] = (double)x[base + j];
+        if (twosum_block(v->sum + dst + base, b, len, ok))
+            for (size_t j = 0; j < len; j++)
+                if (!ok[j]) xacc_add_f32(make_slow(v, dst + base + j), x[base + j]);
+    }
+}
+
+void xvec_add(xvec_t *v, size_t offset, const float *x, size_t n) { add_run(v, offset, x, n); }
+
+void xvec_add_tile(xvec_t *v, size_t offset, size_t ld, const float *tile, int rows, int cols,
+                   int ldt) {
+    for (int r = 0; r < rows; r++)
+        add_run(v, offset + (size_t)r * ld, tile + (size_t)r * (size_t)ldt, (size_t)cols);
+}
+
+void xvec_get(const xvec_t *v, size_t i, xacc_t *out) {
+    if (xvec_is_slow(v, i)) {
+        *out = v->slow[slow_slot(v, i)];
+        return;
+    }
+    xacc_init(out);
+    xacc_add_f64_exact(out, v->sum[i]);
+}
+
+void xvec_merge_range(xvec_t *dst, size_t dst_off, const xvec_t *src, size_t src_off, size_t n) {
+    unsigned char ok[XVEC_BLOCK];
+    for (size_t base = 0; base < n; base += XVEC_BLOCK) {
+        size_t len = n - base < XVEC_BLOCK ? n - base : XVEC_BLOCK;
+        /* a slow source element is a NaN here, so it fails and is merged
+         * below from its accumulator */
+        if (!twosum_block(dst->sum + dst_off + base, src->sum + src_off + base, len, ok)) continue;
+        for (size_t j = 0; j < len; j++) {
+            if (ok[j]) continue;
+            xacc_t theirs;
+            xvec_get(src, src_off + base + j, &theirs);
+            xacc_merge(make_slow(dst, dst_off + base + j), &theirs);
+        }
+    }
+}
+
+void xvec_merge(xvec_t *dst, const xvec_t *src) { xvec_merge_range(dst, 0, src, 0, dst->n); }
+
+void xvec_round(const xvec_t *v, float *out) {
+    uint64_t slow = 0;
+    for (size_t i = 0; i < v->n; i++) {
+        if (xvec_is_slow(v, i)) {
+            out[i] = xacc_round_f32(&v->slow[slow_slot(v, i)]);
+            slow++;
+        } else {
+            out[i] = (float)v->sum[i]; /* exact value, rounded once */
+        }
+    }
+    rounded_slow += slow;
+    rounded_fast += v->n - slow;
+}
