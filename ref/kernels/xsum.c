@@ -40,9 +40,8 @@ static inline double term_bound(float x) {
     uint32_t e = u & 0x7f800000u;
     float pow2;
     memcpy(&pow2, &e, sizeof pow2);
-    double b = (double)pow2 * 0x1p30;
-    if (e == 0) b = (x == 0.0f) ? INFINITY : 0x1p-96;
-    return b;
+    double normal = (double)pow2 * 0x1p30, tiny = x == 0.0f ? INFINITY : 0x1p-96;
+    return e ? normal : tiny;
 }
 
 static float xsum_slow(const float *x, size_t n, size_t stride) {
@@ -53,20 +52,44 @@ static float xsum_slow(const float *x, size_t n, size_t stride) {
     return xacc_round_f32(&acc);
 }
 
-float xsum_f32_strided(const float *x, size_t n, size_t stride) {
-    if (fast_path_enabled) {
-        double sum = 0.0, mag = 0.0, bound = INFINITY;
-        for (size_t i = 0; i < n; i++) {
-            float xi = x[i * stride];
+/* The certificate's loop. While it holds, fp64 addition is exact in any
+ * order, so four independent lanes (which the compiler can keep in
+ * vector registers) give the same sum as one; if it fails, the lanes'
+ * values are thrown away. */
+#define LANES 4
+static int fast_sum(const float *x, size_t n, size_t stride, double *out) {
+    double sum[LANES] = {0}, mag[LANES] = {0}, bound[LANES];
+    for (int l = 0; l < LANES; l++) bound[l] = INFINITY;
+    size_t i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        for (int l = 0; l < LANES; l++) {
+            float xi = x[(i + (size_t)l) * stride];
             double b = term_bound(xi);
-            bound = b < bound ? b : bound;
-            sum += (double)xi;
-            mag += fabs((double)xi);
+            bound[l] = b < bound[l] ? b : bound[l];
+            sum[l] += (double)xi;
+            mag[l] += fabs((double)xi);
         }
-        if (mag < bound) {
-            count_fast++;
-            return (float)sum;
-        }
+    }
+    for (; i < n; i++) {
+        float xi = x[i * stride];
+        double b = term_bound(xi);
+        bound[0] = b < bound[0] ? b : bound[0];
+        sum[0] += (double)xi;
+        mag[0] += fabs((double)xi);
+    }
+    double total_mag = (mag[0] + mag[1]) + (mag[2] + mag[3]);
+    double min_bound = bound[0];
+    for (int l = 1; l < LANES; l++) min_bound = bound[l] < min_bound ? bound[l] : min_bound;
+    if (!(total_mag < min_bound)) return 0;
+    *out = (sum[0] + sum[1]) + (sum[2] + sum[3]);
+    return 1;
+}
+
+float xsum_f32_strided(const float *x, size_t n, size_t stride) {
+    double sum;
+    if (fast_path_enabled && fast_sum(x, n, stride, &sum)) {
+        count_fast++;
+        return (float)sum;
     }
     return xsum_slow(x, n, stride);
 }

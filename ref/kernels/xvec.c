@@ -73,30 +73,37 @@ static xacc_t *make_slow(xvec_t *v, size_t i) {
     return acc;
 }
 
-/* sum[j] += b[j] where exact; ok[j] says which were. Returns failures. */
-static int twosum_block(double *sum, const double *b, size_t len, unsigned char *ok) {
-    int failures = 0, allow = xacc_fast_path_enabled();
-    for (size_t j = 0; j < len; j++) {
-        double a = sum[j], s = a + b[j];
-        double bb = s - a;
-        double err = (a - (s - bb)) + (b[j] - bb);
-        int good = (err == 0.0) & allow;
-        ok[j] = (unsigned char)good;
-        failures += !good;
-        sum[j] = good ? s : a;
+/* sum[j] += b[j] where the fp64 addition is exact; err[j] is non-zero
+ * (NaN for inf/NaN inputs) where it is not, and there sum[j] was left
+ * alone. Returns whether any failed. Kept free of branches and integer
+ * flags so that GCC vectorises the main loop. */
+static int twosum_block(double *restrict sum, const double *restrict b, size_t len,
+                        double *restrict err) {
+    if (!xacc_fast_path_enabled()) {
+        for (size_t j = 0; j < len; j++) err[j] = 1.0;
+        return 1;
     }
-    return failures;
+    for (size_t j = 0; j < len; j++) {
+        double a = sum[j], bj = b[j], s = a + bj;
+        double bb = s - a;
+        double e = (a - (s - bb)) + (bj - bb);
+        err[j] = e;
+        sum[j] = e == 0.0 ? s : a; /* -0.0 == 0.0: exact too */
+    }
+    for (size_t j = 0; j < len; j++)
+        if (err[j] != 0.0) return 1; /* NaN != 0 as well */
+    return 0;
 }
 
 static void add_run(xvec_t *v, size_t dst, const float *x, size_t n) {
     double b[XVEC_BLOCK];
-    unsigned char ok[XVEC_BLOCK];
+    double err[XVEC_BLOCK];
     for (size_t base = 0; base < n; base += XVEC_BLOCK) {
         size_t len = n - base < XVEC_BLOCK ? n - base : XVEC_BLOCK;
         for (size_t j = 0; j < len; j++) b[j] = (double)x[base + j];
-        if (twosum_block(v->sum + dst + base, b, len, ok))
+        if (twosum_block(v->sum + dst + base, b, len, err))
             for (size_t j = 0; j < len; j++)
-                if (!ok[j]) xacc_add_f32(make_slow(v, dst + base + j), x[base + j]);
+                if (err[j] != 0.0) xacc_add_f32(make_slow(v, dst + base + j), x[base + j]);
     }
 }
 
@@ -118,14 +125,14 @@ void xvec_get(const xvec_t *v, size_t i, xacc_t *out) {
 }
 
 void xvec_merge_range(xvec_t *dst, size_t dst_off, const xvec_t *src, size_t src_off, size_t n) {
-    unsigned char ok[XVEC_BLOCK];
+    double err[XVEC_BLOCK];
     for (size_t base = 0; base < n; base += XVEC_BLOCK) {
         size_t len = n - base < XVEC_BLOCK ? n - base : XVEC_BLOCK;
         /* a slow source element is a NaN here, so it fails and is merged
          * below from its accumulator */
-        if (!twosum_block(dst->sum + dst_off + base, src->sum + src_off + base, len, ok)) continue;
+        if (!twosum_block(dst->sum + dst_off + base, src->sum + src_off + base, len, err)) continue;
         for (size_t j = 0; j < len; j++) {
-            if (ok[j]) continue;
+            if (err[j] == 0.0) continue;
             xacc_t theirs;
             xvec_get(src, src_off + base + j, &theirs);
             xacc_merge(make_slow(dst, dst_off + base + j), &theirs);
