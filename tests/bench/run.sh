@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# `make bench`: parity's figures next to the references they are judged
+# against, measured on this machine in this run (memcpy, OpenMPI's
+# shared-memory MPI_Allreduce, plain fp32 adds, PyTorch CPU). Figures are
+# reported, never asserted: timing never fails the build.
+set -u
+BUILD=${BUILD:-build}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+anchors="$root/../shared/anchors"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+echo "parity bench on $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)"
+
+section() { printf '\n== %s\n' "$*"; }
+
+section "memcpy bandwidth (the physical limit)"
+"$BUILD/bench/bench_memcpy" | tee "$out/memcpy.txt" | grep -v '^CSV'
+
+section "exact sums: cost per term against a plain fp32 add"
+"$BUILD/bench/bench_xacc" | grep -v '^CSV'
+
+if [ -x "$BUILD/bench/bench_tile" ]; then
+  section "tile GEMM: OpenBLAS and portable backends"
+  "$BUILD/bench/bench_tile" | grep -v '^CSV'
+fi
+
+if [ -x "$BUILD/bench/bench_coll" ]; then
+  section "collectives (nccl-tests conventions: algbw = bytes/time, busbw = algbw x factor)"
+  "$BUILD/bench/bench_coll" | tee "$out/coll.txt" | grep -v '^CSV'
+fi
+
+section "OpenMPI shared-memory MPI_Allreduce (the peer)"
+if command -v mpicc >/dev/null && [ -f "$anchors/mpi_allreduce.c" ]; then
+  mpicc -O2 "$anchors/mpi_allreduce.c" -o "$out/mpi_ar" 2>/dev/null
+  for np in 2 4 8; do
+    mpirun --allow-run-as-root --oversubscribe -np "$np" "$out/mpi_ar" 2>/dev/null | tee -a "$out/mpi.txt"
+  done
+else
+  echo "skipped: needs mpicc (Debian openmpi-bin libopenmpi-dev) and ../shared/anchors"
+fi
+
+if [ -s "$out/coll.txt" ] && [ -s "$out/mpi.txt" ]; then
+  section "parity fp32 all-reduce vs OpenMPI, same machine, same run"
+  printf '%-6s %-10s %-6s %12s %12s %9s %12s %12s %9s\n' devs bytes algo \
+    "parity GB/s" "mpi GB/s" "busbw x" "parity us" "mpi us" "time x"
+  awk -F, '$1=="CSV" && $2=="all_reduce" && $3 != "" {print $4, $5, $3, $6, $8}' "$out/coll.txt" \
+    > "$out/p.txt"
+  sed -nE 's/.*world=([0-9]+) bytes= *([0-9]+) time_us= *([0-9.]+) .*busbw= *([0-9.]+)GB.*/\1 \2 \3 \4/p' \
+    "$out/mpi.txt" > "$out/m.txt"
+  awk 'NR==FNR {mt[$1" "$2]=$3; mb[$1" "$2]=$4; next}
+       ($1" "$2) in mt {
+         printf "%-6s %-10s %-6s %12.2f %12.2f %9.2f %12.1f %12.1f %9.2f\n",
+           $1, $2, $3, $5, mb[$1" "$2], $5/mb[$1" "$2], $4, mt[$1" "$2], mt[$1" "$2]/$4 }' \
+    "$out/m.txt" "$out/p.txt"
+  echo "(busbw x > 1 and time x > 1 mean parity is faster; target: busbw x >= 1.5 at >= 1 MiB, time x >= 1 at 4 KiB)"
+fi
+
+if [ -f "$root/tests/bench/bench_gpt.sh" ]; then
+  section "golden GPT step against PyTorch CPU eager"
+  bash "$root/tests/bench/bench_gpt.sh"
+fi
