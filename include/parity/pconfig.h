@@ -1,0 +1,67 @@
+/* pconfig.h - the one validated description of a parallel layout.
+ *
+ * Every front end (Megatron-style flags today; the JSON "model parallel
+ * patterns" file and Colossal-AI's parallel dict later) fills this struct,
+ * and pconfig_validate checks it against the model before any device
+ * starts. A layout that cannot be run is a message naming the field and
+ * what was expected, never a crash, a hang or a silent fallback.
+ */
+#ifndef PARITY_PCONFIG_H
+#define PARITY_PCONFIG_H
+
+#include <stdio.h>
+
+#include "parity/error.h"
+
+typedef enum { PC_DTYPE_FP32 = 0, PC_DTYPE_BF16, PC_DTYPE_FP16 } pc_dtype_t;
+
+typedef struct {
+    /* degrees; 0 = not given (inferred or 1) */
+    int world_size;
+    int dp, tp, pp, cp, ep;
+    char order[32];            /* rank order, first varies fastest: "tp-cp-ep-dp-pp" */
+    /* batch: sequences per step and per microbatch; accumulation steps
+     * = global / (micro * dp), or set directly by --accum-degree */
+    int global_batch, micro_batch, accum_degree;
+    /* data parallelism and ZeRO */
+    int zero_stage;            /* 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters */
+    int use_distributed_optimizer;
+    int overlap_grad_reduce, overlap_param_gather;
+    double bucket_cap_mb;      /* gradient bucket size; Megatron's default 40 */
+    int contiguous_grad_buffer, contiguous_param_buffer;
+    pc_dtype_t dtype, grad_sync_dtype;
+    /* which flags were given, to tell "not set" from a value */
+    unsigned given;
+} pconfig_t;
+
+enum { /* bits of pconfig_t.given */
+    PC_GIVEN_WORLD = 1u << 0, PC_GIVEN_DP = 1u << 1, PC_GIVEN_GLOBAL = 1u << 2,
+    PC_GIVEN_MICRO = 1u << 3, PC_GIVEN_ACCUM = 1u << 4, PC_GIVEN_ZERO = 1u << 5,
+};
+
+/* Defaults: one device, DDP, buckets of 40 MB, fp32, Megatron's order. */
+void pconfig_defaults(pconfig_t *pc);
+
+/* Tries to consume argv[*i] (and its value) as a layout flag:
+ * returns 1 and advances *i if it was one, 0 if it is not a layout flag,
+ * -1 with a message naming the flag on a bad value. Flags:
+ *   --world-size N  --data-parallel-size N  --tensor-model-parallel-size N
+ *   --pipeline-model-parallel-size N  --context-parallel-size N
+ *   --expert-model-parallel-size N  --rank-order tp-cp-ep-dp-pp
+ *   --global-batch-size N  --micro-batch-size N  --accum-degree N
+ *   --zero-stage 0..3  --use-distributed-optimizer  --overlap-grad-reduce
+ *   --overlap-param-gather  --bucket-cap-mb X  --no-contiguous-grad-buffer
+ *   --no-contiguous-param-buffer  --dtype fp32|bf16|fp16  --grad-sync-dtype ... */
+int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err);
+
+/* Resolves inferred values against the model's global batch (sequences
+ * per step, used when --global-batch-size is absent) and checks every
+ * constraint; on success every degree, micro_batch and accum_degree is
+ * set. */
+int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err);
+
+/* One line, e.g. "dp=4 zero=2 accum=3 micro=2 overlap-grad". */
+void pconfig_describe(const pconfig_t *pc, char *buf, size_t len);
+void pconfig_print_help(FILE *f);
+
+#endif

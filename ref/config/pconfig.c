@@ -1,0 +1,193 @@
+/* pconfig.c - Megatron-style layout flags and their validation. */
+#include "parity/pconfig.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+void pconfig_defaults(pconfig_t *pc) {
+    memset(pc, 0, sizeof *pc);
+    strcpy(pc->order, "tp-cp-ep-dp-pp");
+    pc->bucket_cap_mb = 40.0; /* Megatron's DDP default */
+    pc->contiguous_grad_buffer = 1;
+    pc->contiguous_param_buffer = 1;
+}
+
+static int parse_int(const char *flag, const char *s, int lo, int hi, int *out, perr_t *err) {
+    char *end;
+    errno = 0;
+    long v = s ? strtol(s, &end, 10) : 0;
+    if (!s || errno || end == s || *end || v < lo || v > hi)
+        return perr_set(err, "%s: expected an integer in [%d, %d], got '%s'", flag, lo, hi,
+                        s ? s : "(nothing)");
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_dtype(const char *flag, const char *s, pc_dtype_t *out, perr_t *err) {
+    static const char *names[] = {"fp32", "bf16", "fp16"};
+    for (int k = 0; k < 3; k++)
+        if (s && !strcmp(s, names[k])) {
+            *out = (pc_dtype_t)k;
+            return 0;
+        }
+    return perr_set(err, "%s: expected fp32, bf16 or fp16, got '%s'", flag, s ? s : "(nothing)");
+}
+
+typedef struct {
+    const char *flag;
+    int *field;
+    int lo, hi;
+    unsigned given;
+} int_flag_t;
+
+int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err) {
+    const char *flag = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
+    const int_flag_t ints[] = {
+        {"--world-size", &pc->world_size, 1, 4096, PC_GIVEN_WORLD},
+        {"--data-parallel-size", &pc->dp, 1, 4096, PC_GIVEN_DP},
+        {"--tensor-model-parallel-size", &pc->tp, 1, 4096, 0},
+        {"--pipeline-model-parallel-size", &pc->pp, 1, 4096, 0},
+        {"--context-parallel-size", &pc->cp, 1, 4096, 0},
+        {"--expert-model-parallel-size", &pc->ep, 1, 4096, 0},
+        {"--global-batch-size", &pc->global_batch, 1, INT_MAX, PC_GIVEN_GLOBAL},
+        {"--micro-batch-size", &pc->micro_batch, 1, INT_MAX, PC_GIVEN_MICRO},
+        {"--accum-degree", &pc->accum_degree, 1, INT_MAX, PC_GIVEN_ACCUM},
+        {"--zero-stage", &pc->zero_stage, 0, 3, PC_GIVEN_ZERO},
+    };
+    for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
+        if (strcmp(flag, ints[k].flag)) continue;
+        if (!strcmp(flag, "--zero-stage") && val) {
+            /* a clearer message than the range for the common mistake */
+            char *end;
+            long z = strtol(val, &end, 10);
+            if (*end == 0 && end != val && (z < 0 || z > 3))
+                return perr_set(err, "--zero-stage: unknown ZeRO stage %ld (expected 0, 1, 2 or 3)", z);
+        }
+        if (parse_int(flag, val, ints[k].lo, ints[k].hi, ints[k].field, err)) return -1;
+        pc->given |= ints[k].given;
+        *i += 2;
+        return 1;
+    }
+    if (!strcmp(flag, "--rank-order")) {
+        if (!val || strlen(val) >= sizeof pc->order)
+            return perr_set(err, "--rank-order: expected an order such as tp-cp-ep-dp-pp");
+        strcpy(pc->order, val);
+        *i += 2;
+        return 1;
+    }
+    if (!strcmp(flag, "--bucket-cap-mb")) {
+        char *end;
+        double v = val ? strtod(val, &end) : 0.0;
+        if (!val || end == val || *end || !(v > 0.0) || v > 1e6)
+            return perr_set(err, "--bucket-cap-mb: expected a size in MB > 0, got '%s'",
+                            val ? val : "(nothing)");
+        pc->bucket_cap_mb = v;
+        *i += 2;
+        return 1;
+    }
+    if (!strcmp(flag, "--dtype") || !strcmp(flag, "--grad-sync-dtype")) {
+        if (parse_dtype(flag, val, flag[2] == 'd' ? &pc->dtype : &pc->grad_sync_dtype, err))
+            return -1;
+        *i += 2;
+        return 1;
+    }
+    struct { const char *flag; int *field; int value; } bools[] = {
+        {"--use-distributed-optimizer", &pc->use_distributed_optimizer, 1},
+        {"--overlap-grad-reduce", &pc->overlap_grad_reduce, 1},
+        {"--overlap-param-gather", &pc->overlap_param_gather, 1},
+        {"--no-contiguous-grad-buffer", &pc->contiguous_grad_buffer, 0},
+        {"--no-contiguous-param-buffer", &pc->contiguous_param_buffer, 0},
+    };
+    for (size_t k = 0; k < sizeof bools / sizeof bools[0]; k++) {
+        if (strcmp(flag, bools[k].flag)) continue;
+        *bools[k].field = bools[k].value;
+        *i += 1;
+        return 1;
+    }
+    return 0;
+}
+
+static const char *dtype_name(pc_dtype_t d) {
+    return d == PC_DTYPE_BF16 ? "bf16" : d == PC_DTYPE_FP16 ? "fp16" : "fp32";
+}
+
+int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
+    if (pc->dtype != PC_DTYPE_FP32)
+        return perr_set(err, "dtype: %s is not yet supported (mixed precision does not exist yet); "
+                             "use fp32", dtype_name(pc->dtype));
+    if (pc->grad_sync_dtype != PC_DTYPE_FP32)
+        return perr_set(err, "grad_sync_dtype: %s is not yet supported; use fp32",
+                        dtype_name(pc->grad_sync_dtype));
+    const struct { const char *name; int *v; } later[] = {
+        {"tensor-model-parallel-size", &pc->tp}, {"pipeline-model-parallel-size", &pc->pp},
+        {"context-parallel-size", &pc->cp}, {"expert-model-parallel-size", &pc->ep}};
+    for (int k = 0; k < 4; k++) {
+        if (*later[k].v == 0) *later[k].v = 1;
+        if (*later[k].v != 1)
+            return perr_set(err, "%s: %d is not supported yet (only data parallelism exists; "
+                                 "expected 1)", later[k].name, *later[k].v);
+    }
+    int model_par = pc->tp * pc->pp * pc->cp;
+    if (pc->dp == 0) { /* inferred from the world size, as Megatron does */
+        int world = pc->world_size ? pc->world_size : 1;
+        if (world % model_par)
+            return perr_set(err, "world-size: %d is not divisible by tp*pp*cp = %d", world, model_par);
+        pc->dp = world / model_par;
+    }
+    if (pc->world_size && pc->world_size != pc->dp * model_par)
+        return perr_set(err, "world-size: %d does not equal data-parallel-size %d x tp*pp*cp %d",
+                        pc->world_size, pc->dp, model_par);
+    pc->world_size = pc->dp * model_par;
+    if (pc->use_distributed_optimizer && !(pc->given & PC_GIVEN_ZERO)) pc->zero_stage = 1;
+    if (pc->use_distributed_optimizer && pc->zero_stage == 0)
+        return perr_set(err, "zero-stage: 0 contradicts --use-distributed-optimizer (stage >= 1)");
+    if (!(pc->bucket_cap_mb > 0.0))
+        return perr_set(err, "bucket-cap-mb: expected > 0, got %g", pc->bucket_cap_mb);
+    if (!pc->global_batch) pc->global_batch = model_global_batch;
+    int B = pc->global_batch, dp = pc->dp;
+    if (B % dp)
+        return perr_set(err, "data-parallel-size: %d does not divide the global batch of %d "
+                             "sequences (each rank needs whole sequences)", dp, B);
+    if (pc->given & PC_GIVEN_ACCUM) {
+        if ((B / dp) % pc->accum_degree)
+            return perr_set(err, "accum-degree: %d does not divide the %d sequences per "
+                                 "data-parallel rank (global batch %d / dp %d)",
+                            pc->accum_degree, B / dp, B, dp);
+        int micro = B / dp / pc->accum_degree;
+        if ((pc->given & PC_GIVEN_MICRO) && pc->micro_batch != micro)
+            return perr_set(err, "micro-batch-size: %d contradicts accum-degree %d "
+                                 "(global %d / (dp %d x accum %d) = %d)",
+                            pc->micro_batch, pc->accum_degree, B, dp, pc->accum_degree, micro);
+        pc->micro_batch = micro;
+    } else {
+        if (!pc->micro_batch) pc->micro_batch = B / dp;
+        if ((B / dp) % pc->micro_batch)
+            return perr_set(err, "micro-batch-size: %d does not divide the %d sequences per "
+                                 "data-parallel rank (global batch %d / dp %d)",
+                            pc->micro_batch, B / dp, B, dp);
+        pc->accum_degree = B / dp / pc->micro_batch;
+    }
+    return 0;
+}
+
+void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
+    snprintf(buf, len, "dp=%d zero=%d accum=%d micro=%d%s%s", pc->dp, pc->zero_stage,
+             pc->accum_degree, pc->micro_batch, pc->overlap_grad_reduce ? " overlap-grad" : "",
+             pc->overlap_param_gather ? " overlap-param" : "");
+}
+
+void pconfig_print_help(FILE *f) {
+    fputs("layout (Megatron-style):\n"
+          "  --data-parallel-size N | --world-size N   data-parallel degree (dp = world/(tp*pp*cp))\n"
+          "  --global-batch-size N --micro-batch-size N   accumulation = global/(micro*dp)\n"
+          "  --accum-degree N          accumulation steps, directly\n"
+          "  --zero-stage 0|1|2|3      0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters\n"
+          "  --use-distributed-optimizer   ZeRO-1 (NeMo/Megatron distributed optimizer)\n"
+          "  --overlap-grad-reduce     reduce gradient buckets on a communication thread\n"
+          "  --overlap-param-gather    gather parameters on a communication thread\n"
+          "  --bucket-cap-mb X         gradient bucket size (default 40)\n"
+          "  --dtype fp32 --grad-sync-dtype fp32   (bf16/fp16: not yet supported)\n",
+          f);
+}

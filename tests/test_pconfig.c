@@ -1,0 +1,78 @@
+/* test_pconfig.c - layout flags: values, inference, and errors that name
+ * the field. */
+#include <string.h>
+
+#include "harness.h"
+#include "parity/pconfig.h"
+
+/* Parses a space-separated flag string into pc; returns the parse or
+ * validation status and leaves the message in err. */
+static int parse(pconfig_t *pc, const char *flags, int model_batch, perr_t *err) {
+    char buf[512], *argv[32];
+    int argc = 0;
+    snprintf(buf, sizeof buf, "%s", flags);
+    for (char *t = strtok(buf, " "); t && argc < 32; t = strtok(NULL, " ")) argv[argc++] = t;
+    pconfig_defaults(pc);
+    for (int i = 0; i < argc;) {
+        int r = pconfig_parse_flag(pc, argc, argv, &i, err);
+        if (r < 0) return -1;
+        if (r == 0) {
+            perr_set(err, "not a layout flag: %s", argv[i]);
+            return -2;
+        }
+    }
+    return pconfig_validate(pc, model_batch, err);
+}
+
+static void test_megatron_arithmetic(void) {
+    pconfig_t pc;
+    perr_t err;
+    CHECK(parse(&pc, "--data-parallel-size 4 --micro-batch-size 2", 24, &err) == 0, "%s", err.msg);
+    CHECK(pc.accum_degree == 3 && pc.world_size == 4, "accum %d world %d", pc.accum_degree,
+          pc.world_size);
+    CHECK(parse(&pc, "--world-size 8", 24, &err) == 0, "%s", err.msg);
+    CHECK(pc.dp == 8 && pc.micro_batch == 3 && pc.accum_degree == 1, "dp %d micro %d", pc.dp,
+          pc.micro_batch);
+    CHECK(parse(&pc, "--data-parallel-size 2 --accum-degree 3", 24, &err) == 0, "%s", err.msg);
+    CHECK(pc.micro_batch == 4, "micro %d", pc.micro_batch);
+    CHECK(parse(&pc, "--use-distributed-optimizer", 24, &err) == 0 && pc.zero_stage == 1,
+          "distributed optimizer is ZeRO-1");
+    CHECK(parse(&pc, "--zero-stage 3 --overlap-grad-reduce --bucket-cap-mb 0.5", 24, &err) == 0 &&
+              pc.zero_stage == 3 && pc.overlap_grad_reduce && pc.bucket_cap_mb == 0.5,
+          "%s", err.msg);
+    CHECK(parse(&pc, "--global-batch-size 12 --data-parallel-size 3", 24, &err) == 0 &&
+              pc.global_batch == 12 && pc.micro_batch == 4,
+          "global batch flag overrides the model's");
+}
+
+static void expect_error(const char *flags, const char *needle) {
+    pconfig_t pc;
+    perr_t err = {{0}};
+    int r = parse(&pc, flags, 24, &err);
+    CHECK(r == -1, "'%s' should be rejected (got %d)", flags, r);
+    CHECK(strstr(err.msg, needle) != NULL, "'%s': message '%s' lacks '%s'", flags, err.msg, needle);
+}
+
+static void test_errors_name_the_field(void) {
+    expect_error("--data-parallel-size 5", "data-parallel-size: 5 does not divide");
+    expect_error("--data-parallel-size 0", "--data-parallel-size");
+    expect_error("--bucket-cap-mb 0", "--bucket-cap-mb");
+    expect_error("--bucket-cap-mb -3", "--bucket-cap-mb");
+    expect_error("--zero-stage 4", "unknown ZeRO stage 4");
+    expect_error("--zero-stage x", "--zero-stage");
+    expect_error("--data-parallel-size 2 --micro-batch-size 5", "micro-batch-size: 5");
+    expect_error("--data-parallel-size 4 --accum-degree 4", "accum-degree: 4");
+    expect_error("--dtype bf16", "not yet supported");
+    expect_error("--grad-sync-dtype fp16", "grad_sync_dtype");
+    expect_error("--dtype fp8", "--dtype");
+    expect_error("--world-size 4 --data-parallel-size 2", "world-size");
+    expect_error("--tensor-model-parallel-size 2", "tensor-model-parallel-size");
+    expect_error("--use-distributed-optimizer --zero-stage 0", "zero-stage");
+    expect_error("--micro-batch-size", "--micro-batch-size");
+}
+
+int main(void) {
+    RUN(test_megatron_arithmetic);
+    RUN(test_errors_name_the_field);
+    return harness_done();
+}
