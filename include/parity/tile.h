@@ -1,0 +1,113 @@
+/* tile.h - the one GEMM kernel every contraction is built from (DESIGN.md I1, I5).
+ *
+ * A tile call computes ONE canonical tile of a matrix product in fp32. The
+ * model fixes the tile shapes; a layout only decides where and when each
+ * tile runs, and tile partials along K are summed exactly elsewhere (xacc.h).
+ * So the only promise this kernel must keep is: the same tile shape, with
+ * the same transposition, gives the same bits whatever the leading
+ * dimensions, the buffer alignment or the calling thread.
+ *
+ * Two backends compute a tile:
+ *
+ *   TILE_BACKEND_OPENBLAS  cblas_sgemm from OpenBLAS's pthread build, pinned
+ *                          to one thread. Fast; its bits depend on the CPU
+ *                          kernel (Haswell vs SkylakeX give different bits),
+ *                          so they are reproducible on one machine only.
+ *                          tile_init checks at start-up that this machine's
+ *                          OpenBLAS is tile-invariant and refuses it if not.
+ *   TILE_BACKEND_PORTABLE  a strict-IEEE C loop with one fixed order: every
+ *                          element is
+ *                              acc = 0.0f; for k = 0..K-1: acc = acc + a_k*b_k
+ *                          in fp32, k ascending, each product rounded before
+ *                          the add (no FMA: -ffp-contract=off). This is fully
+ *                          specified by IEEE 754, so the bits are the same on
+ *                          every IEEE machine, compiler and optimisation
+ *                          level (except a NaN's sign and payload, which
+ *                          IEEE leaves open). golden/ is recorded with it.
+ *
+ * The two backends round differently, so they agree only within the usual
+ * forward-error bound of a length-K dot product. Each result c^ satisfies
+ * |c^ - c| <= gamma_K * S with S = sum_k |a_ik||b_kj| and
+ * gamma_K = K u / (1 - K u), u = 2^-24 (FMA and blocked sums only make it
+ * smaller), so two results differ by at most 2 gamma_K S, which is
+ * K 2^-23 S to first order. tile_backend_tolerance() returns twice that
+ * (covering the (1 - K u) term for any K < 2^22) plus K subnormal steps for
+ * gradual underflow; tests/test_tile.c checks it on random tiles.
+ *
+ * Thread safety: call tile_init() once per process before any device thread
+ * runs a kernel. After that the tile_gemm_* functions may be called from any
+ * number of threads at once. tile_set_backend() is global (an atomic): flip
+ * it only while no kernels are running, or some tiles use the old backend.
+ */
+#ifndef PARITY_TILE_H
+#define PARITY_TILE_H
+
+#include "parity/error.h"
+
+typedef enum { TILE_BACKEND_OPENBLAS = 0, TILE_BACKEND_PORTABLE = 1 } tile_backend_t;
+
+/* Once per process, before any device thread calls a kernel:
+ *   - pins OpenBLAS to one thread (openblas_set_num_threads(1)): each device
+ *     thread is one simulated device and owns its core's worth of work;
+ *   - checks that OpenBLAS is the pthread build (openblas_get_parallel() == 1),
+ *     because Debian's serial build corrupts results when several threads
+ *     call it at once;
+ *   - runs the tile-invariance self-check on this machine: the same tiles
+ *     with different leading dimensions and alignments must give the same
+ *     bits, for NN, NT and TN;
+ *   - selects the backend from the environment variable PARITY_BACKEND:
+ *     "openblas" (the default when unset or empty) or "portable".
+ * Fails (returns -1, message in err) on an unknown PARITY_BACKEND value, or
+ * when PARITY_BACKEND selects openblas and one of the OpenBLAS checks fails;
+ * the message then suggests PARITY_BACKEND=portable. When portable is
+ * selected, a failed OpenBLAS check only makes tile_set_backend(OPENBLAS)
+ * fatal later. Idempotent and thread-safe: after the first success, later
+ * calls return 0 at once (and do not re-read the environment); after a
+ * failure, the next call tries again. */
+int tile_init(perr_t *err);
+
+/* Reads PARITY_BACKEND and selects the backend it names, exactly as
+ * tile_init does (returns -1 naming the variable and the accepted values).
+ * tile_init must have succeeded first. For tests and tools that change the
+ * variable after start-up. */
+int tile_select_backend_from_env(perr_t *err);
+
+/* Global; tests switch it. Fatal if tile_init has not succeeded yet, or if
+ * b is OPENBLAS and OpenBLAS failed its start-up checks. */
+void tile_set_backend(tile_backend_t b);
+tile_backend_t tile_get_backend(void);
+/* "openblas" or "portable" (the PARITY_BACKEND spellings). */
+const char *tile_backend_name(tile_backend_t b);
+
+/* Row-major, C is overwritten (beta = 0); lda, ldb, ldc are row strides in
+ * floats:
+ *   nn: C[M,N] = A[M,K]   . B[K,N]     lda >= K, ldb >= N, ldc >= N
+ *   nt: C[M,N] = A[M,K]   . B[N,K]^T   lda >= K, ldb >= K, ldc >= N
+ *   tn: C[M,N] = A[K,M]^T . B[K,N]     lda >= M, ldb >= N, ldc >= N
+ * K == 0 gives C = +0. Negative sizes or a leading dimension below its
+ * minimum are caller bugs: fatal, with a message naming the argument.
+ * C must not overlap A or B. Dispatch to the selected backend; fatal if
+ * tile_init has not succeeded. */
+void tile_gemm_nn(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                  float *C, int ldc);
+void tile_gemm_nt(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                  float *C, int ldc);
+void tile_gemm_tn(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                  float *C, int ldc);
+
+/* The portable backend called directly (tests, the -O0/-O2 check): needs no
+ * tile_init and touches no global state. Same contract as above. */
+void tile_portable_nn(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                      float *C, int ldc);
+void tile_portable_nt(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                      float *C, int ldc);
+void tile_portable_tn(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                      float *C, int ldc);
+
+/* The largest |c_openblas - c_portable| the bound above allows for one
+ * element, given K and S = sum_k |a_ik||b_kj| (computed in fp64). */
+static inline double tile_backend_tolerance(int K, double sum_abs_products) {
+    return 2.0 * (double)K * 0x1p-23 * sum_abs_products + (double)K * 0x1p-149;
+}
+
+#endif
