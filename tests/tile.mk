@@ -6,7 +6,7 @@
 # same bits. The flags are this build's CFLAGS (sanitizers included) with
 # only the -O level swapped.
 #
-# tile-bench: GFLOP/s of both backends at tile sizes 16..128.
+# The backends' GFLOP/s: tests/bench/bench_tile.c, run by `make bench`.
 
 TILE_PORTABLE_SRC := ref/kernels/tile_portable.c
 TILE_OPT_CFLAGS   := $(filter-out -O%,$(CFLAGS))
@@ -37,11 +37,3 @@ $(BUILD)/tests/test_tile_opt: tests/tile/test_tile_opt.c tests/harness.h $(TILE_
 	$(CC) $(CFLAGS) $(TILE_OPT_DEFS) -MMD -MP $< $(TILE_OPT_OBJ) $(LIB) $(LDLIBS) -o $@
 
 EXTRA_TEST_BIN += $(BUILD)/tests/test_tile_opt
-
-$(BUILD)/tile/bench_tile: tests/tile/bench_tile.c $(LIB)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(LIB) $(LDLIBS) -o $@
-
-.PHONY: tile-bench
-tile-bench: $(BUILD)/tile/bench_tile
-	$(BUILD)/tile/bench_tile
