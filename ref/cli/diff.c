@@ -1,11 +1,373 @@
-/* diff.c - placeholder until the diff command lands. */
+/* diff.c - `parity diff A.safetensors B.safetensors`: compare two tensor
+ * dumps tensor by tensor, bit for bit.
+ *
+ * parity's promise is equal bits, so "bit-exact" is the verdict that
+ * matters; the other columns say how far off a tensor is when it is not:
+ *   max_abs  max |a - b|
+ *   max_rel  max |a - b| / max(|a|, |b|) (0 when both are 0; symmetric,
+ *            so it does not matter which file is the reference)
+ *   max_ulp  max distance in units in the last place: bit patterns mapped
+ *            to ordered integers (sign-magnitude -> signed), so adjacent
+ *            floats are 1 apart across zero and +0 / -0 are 0 apart
+ *            (though not bit-exact). Floats only.
+ * Elements where either side is NaN (with different bits) are counted
+ * as differing but kept out of the three maxima. A NaN with the same
+ * bits on both sides is equal.
+ *
+ * Exit status: 0 iff every tensor is present in both files and
+ * bit-exact; 1 if anything differs or is missing; 2 on bad input.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "commands.h"
+#include "parity/safetensors.h"
+
+typedef enum { ROW_EXACT, ROW_DIFFER, ROW_DTYPE, ROW_SHAPE, ROW_ONLY_A, ROW_ONLY_B } row_status_t;
+
+typedef struct {
+    const st_tensor_t *a, *b; /* either may be NULL (missing) */
+    row_status_t status;
+    uint64_t numel, ndiff, nnan;
+    double max_abs, max_rel;
+    uint64_t max_ulp;
+    uint64_t first;               /* first differing flat index */
+    uint64_t first_a, first_b;    /* its bit patterns */
+    uint64_t first_ulp;
+    int first_nan;                /* the first difference involves a NaN */
+} row_t;
+
+static void usage(FILE *f) {
+    fputs("usage: parity diff A.safetensors B.safetensors [--quiet] [--max-rows N]\n"
+          "  Compares every tensor (union of names) bit for bit and reports, per tensor,\n"
+          "  bit-exact or not, max abs / relative difference, max ULP distance and the\n"
+          "  first differing element with both values.\n"
+          "  --quiet       print only the summary line\n"
+          "  --max-rows N  print at most N tensor rows (differing and missing ones first)\n"
+          "exit status: 0 all tensors bit-exact and present in both, 1 otherwise, 2 bad input\n",
+          f);
+}
+
+/* ---- element decoding -------------------------------------------------- */
+
+static uint64_t load_bits(const uint8_t *p, size_t es, uint64_t i) {
+    p += i * es;
+    switch (es) {
+    case 1: return p[0];
+    case 2: { uint16_t v; memcpy(&v, p, 2); return v; }
+    case 4: { uint32_t v; memcpy(&v, p, 4); return v; }
+    default: { uint64_t v; memcpy(&v, p, 8); return v; }
+    }
+}
+
+/* A small IEEE-style float: sign, ebits exponent bits, mbits mantissa
+ * bits. `finite_nan` is the OCP FP8 E4M3 variant: no infinities, and
+ * only all-ones exponent and mantissa is NaN. */
+static double decode_minifloat(uint64_t bits, int ebits, int mbits, int finite_nan) {
+    int sign = (int)(bits >> (ebits + mbits)) & 1;
+    uint64_t e = (bits >> mbits) & ((1u << ebits) - 1), m = bits & ((1u << mbits) - 1);
+    uint64_t emax = (1u << ebits) - 1;
+    int bias = (1 << (ebits - 1)) - 1;
+    double v;
+    if (!finite_nan && e == emax) v = m ? NAN : INFINITY;
+    else if (finite_nan && e == emax && m == (1u << mbits) - 1) v = NAN;
+    else if (e == 0) v = ldexp((double)m, 1 - bias - mbits);
+    else v = ldexp((double)((1u << mbits) + m), (int)e - bias - mbits);
+    return sign ? -v : v;
+}
+
+static double float_value(st_dtype_t dt, uint64_t bits) {
+    switch (dt) {
+    case ST_F32: { uint32_t u = (uint32_t)bits; float f; memcpy(&f, &u, 4); return f; }
+    case ST_F64: { double d; memcpy(&d, &bits, 8); return d; }
+    case ST_F16: return decode_minifloat(bits, 5, 10, 0);
+    case ST_BF16: return decode_minifloat(bits, 8, 7, 0);
+    case ST_F8_E5M2: return decode_minifloat(bits, 5, 2, 0);
+    case ST_F8_E4M3: return decode_minifloat(bits, 4, 3, 1);
+    default: return NAN;
+    }
+}
+
+static int dtype_signed(st_dtype_t dt) {
+    return dt == ST_I8 || dt == ST_I16 || dt == ST_I32 || dt == ST_I64;
+}
+
+static int64_t sign_extend(uint64_t bits, size_t es) {
+    if (es == 8) return (int64_t)bits;
+    uint64_t sign = 1ull << (8 * es - 1);
+    return bits & sign ? (int64_t)(bits | ~((sign << 1) - 1)) : (int64_t)bits;
+}
+
+/* ULP distance: sign-magnitude patterns as ordered integers. */
+static uint64_t ulp_distance(uint64_t a, uint64_t b, size_t es) {
+    uint64_t sign = 1ull << (8 * es - 1);
+    uint64_t ma = a & ~sign, mb = b & ~sign;
+    if ((a & sign) == (b & sign)) return ma > mb ? ma - mb : mb - ma;
+    return ma + mb; /* < 2^64: each magnitude is below 2^63 */
+}
+
+static void format_value(st_dtype_t dt, uint64_t bits, char *buf, size_t cap) {
+    size_t es = st_dtype_size(dt);
+    if (st_dtype_is_float(dt))
+        snprintf(buf, cap, "%.*g (0x%0*llx)", dt == ST_F64 ? 17 : 9, float_value(dt, bits), (int)(2 * es),
+                 (unsigned long long)bits);
+    else if (dtype_signed(dt))
+        snprintf(buf, cap, "%lld", (long long)sign_extend(bits, es));
+    else
+        snprintf(buf, cap, "%llu", (unsigned long long)bits);
+}
+
+/* ---- comparing one tensor ---------------------------------------------- */
+
+static void compare(row_t *r, const uint8_t *a, const uint8_t *b) {
+    st_dtype_t dt = r->a->dtype;
+    size_t es = st_dtype_size(dt);
+    r->numel = st_numel(r->a);
+    if (r->numel == 0 || !memcmp(a, b, (size_t)(r->numel * es))) {
+        r->status = ROW_EXACT;
+        return;
+    }
+    r->status = ROW_DIFFER;
+    int is_float = st_dtype_is_float(dt), is_signed = dtype_signed(dt);
+    for (uint64_t i = 0; i < r->numel; i++) {
+        uint64_t ua = load_bits(a, es, i), ub = load_bits(b, es, i);
+        if (ua == ub) continue;
+        uint64_t ulp = 0;
+        if (is_float) ulp = ulp_distance(ua, ub, es);
+        if (r->ndiff++ == 0) r->first = i, r->first_a = ua, r->first_b = ub, r->first_ulp = ulp;
+        double d, scale;
+        if (is_float) {
+            double va = float_value(dt, ua), vb = float_value(dt, ub);
+            if (isnan(va) || isnan(vb)) {
+                if (r->nnan++ == 0 && r->ndiff == 1) r->first_nan = 1;
+                continue;
+            }
+            d = fabs(va - vb);
+            scale = fmax(fabs(va), fabs(vb));
+            if (ulp > r->max_ulp) r->max_ulp = ulp;
+        } else if (is_signed) {
+            int64_t va = sign_extend(ua, es), vb = sign_extend(ub, es);
+            /* |va - vb| exactly, in unsigned arithmetic (no overflow). */
+            uint64_t diff = va > vb ? (uint64_t)va - (uint64_t)vb : (uint64_t)vb - (uint64_t)va;
+            d = (double)diff;
+            scale = fmax(fabs((double)va), fabs((double)vb));
+        } else {
+            d = (double)(ua > ub ? ua - ub : ub - ua);
+            scale = (double)(ua > ub ? ua : ub);
+        }
+        double rel = isinf(d) ? INFINITY : scale > 0 ? d / scale : 0.0;
+        if (d > r->max_abs) r->max_abs = d;
+        if (rel > r->max_rel) r->max_rel = rel;
+    }
+}
+
+/* ---- printing ---------------------------------------------------------- */
+
+static void format_shape(const st_tensor_t *t, char *buf, size_t cap) {
+    size_t o = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < t->ndim && o < cap; d++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+}
+
+static void format_coords(const st_tensor_t *t, uint64_t flat, char *buf, size_t cap) {
+    int64_t c[ST_MAX_DIMS];
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        c[d] = (int64_t)(flat % (uint64_t)t->shape[d]);
+        flat /= (uint64_t)t->shape[d];
+    }
+    size_t o = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < t->ndim && o < cap; d++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%lld", d ? "," : "", (long long)c[d]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+}
+
+enum { CELL = 400 };
+
+static const char *row_name(const row_t *r) { return r->a ? r->a->name : r->b->name; }
+
+/* The dtype, shape and status cells of a row ("F32|F64" when they differ). */
+static void row_cells(const row_t *r, char dtype[CELL], char shape[CELL], char status[CELL]) {
+    const size_t cap = CELL;
+    const st_tensor_t *t = r->a ? r->a : r->b;
+    char sa[CELL / 2 - 1], sb[CELL / 2 - 1];
+    format_shape(t, sa, sizeof sa);
+    if (r->status == ROW_DTYPE) snprintf(dtype, cap, "%s|%s", st_dtype_name(r->a->dtype), st_dtype_name(r->b->dtype));
+    else snprintf(dtype, cap, "%s", st_dtype_name(t->dtype));
+    if (r->status == ROW_SHAPE || r->status == ROW_DTYPE) {
+        format_shape(r->b, sb, sizeof sb);
+        if (strcmp(sa, sb)) snprintf(shape, cap, "%s|%s", sa, sb);
+        else snprintf(shape, cap, "%s", sa);
+    } else {
+        snprintf(shape, cap, "%s", sa);
+    }
+    static const char *names[] = {"bit-exact", "differ", "dtype differs", "shape differs", "only in A", "only in B"};
+    snprintf(status, cap, "%s", names[r->status]);
+}
+
+static void print_row(const row_t *r, int wname, int wdtype, int wshape) {
+    char dtype[CELL], shape[CELL], status[CELL];
+    row_cells(r, dtype, shape, status);
+    printf("%-*s  %-*s  %-*s  ", wname, row_name(r), wdtype, dtype, wshape, shape);
+    if (r->status != ROW_EXACT && r->status != ROW_DIFFER) {
+        puts(status); /* no numbers to show: missing, or not comparable */
+        return;
+    }
+    char cnt[48], ulp[24];
+    snprintf(cnt, sizeof cnt, "%llu/%llu", (unsigned long long)r->ndiff, (unsigned long long)r->numel);
+    if (st_dtype_is_float(r->a->dtype)) snprintf(ulp, sizeof ulp, "%llu", (unsigned long long)r->max_ulp);
+    else snprintf(ulp, sizeof ulp, "-"); /* integers: max_abs already counts units */
+    printf("%-13s  %15s  %10.3g  %10.3g  %10s\n", status, cnt, r->max_abs, r->max_rel, ulp);
+    if (r->status == ROW_DIFFER) {
+        char coords[400], va[64], vb[64];
+        format_coords(r->a, r->first, coords, sizeof coords);
+        format_value(r->a->dtype, r->first_a, va, sizeof va);
+        format_value(r->a->dtype, r->first_b, vb, sizeof vb);
+        printf("    first diff at flat index %llu %s: A = %s, B = %s", (unsigned long long)r->first, coords, va, vb);
+        if (st_dtype_is_float(r->a->dtype) && !r->first_nan) printf(", %llu ulp", (unsigned long long)r->first_ulp);
+        putchar('\n');
+        if (r->nnan)
+            printf("    %llu differing element(s) involve NaN (not in max_abs/max_rel/max_ulp)\n",
+                   (unsigned long long)r->nnan);
+    }
+}
+
+static int column_width(const char *s, int w, int cap) {
+    int n = (int)strlen(s);
+    return n > w ? (n < cap ? n : cap) : w;
+}
+
+static void print_table(const row_t *rows, size_t n, long max_rows) {
+    /* With a row limit, problem rows get the budget first; the chosen
+     * rows still print in document order. */
+    char *show = calloc(n ? n : 1, 1);
+    if (!show) parity_fatal("out of memory");
+    size_t budget = max_rows < 0 ? n : (size_t)max_rows, shown = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < n && shown < budget; i++)
+            if (!show[i] && ((rows[i].status != ROW_EXACT) == (pass == 0))) show[i] = 1, shown++;
+    int wname = 6, wdtype = 5, wshape = 5;
+    for (size_t i = 0; i < n; i++) {
+        if (!show[i]) continue;
+        char dtype[CELL], shape[CELL], status[CELL];
+        row_cells(&rows[i], dtype, shape, status);
+        wname = column_width(row_name(&rows[i]), wname, 60);
+        wdtype = column_width(dtype, wdtype, 20);
+        wshape = column_width(shape, wshape, 40);
+    }
+    printf("%-*s  %-*s  %-*s  %-13s  %15s  %10s  %10s  %10s\n", wname, "tensor", wdtype, "dtype", wshape, "shape",
+           "status", "differing", "max_abs", "max_rel", "max_ulp");
+    for (size_t i = 0; i < n; i++)
+        if (show[i]) print_row(&rows[i], wname, wdtype, wshape);
+    if (shown < n) printf("... %zu more tensor row(s) not shown (--max-rows %ld)\n", n - shown, max_rows);
+    free(show);
+}
+
+/* ---- the command ------------------------------------------------------- */
+
+static int same_shape(const st_tensor_t *a, const st_tensor_t *b) {
+    if (a->ndim != b->ndim) return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d]) return 0;
+    return 1;
+}
+
+static int parse_max_rows(const char *s, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < 0) {
+        fprintf(stderr, "parity diff: --max-rows: expected a non-negative integer, got '%s'\n", s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
 
 int cmd_diff(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fputs("parity diff: not built yet\n", stderr);
-    return 2;
+    const char *path[2] = {NULL, NULL};
+    int npath = 0, quiet = 0;
+    long max_rows = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(arg, "--quiet") || !strcmp(arg, "-q")) {
+            quiet = 1;
+        } else if (!strcmp(arg, "--max-rows")) {
+            if (i + 1 >= argc) {
+                fputs("parity diff: --max-rows: missing value\n", stderr);
+                return 2;
+            }
+            if (parse_max_rows(argv[++i], &max_rows)) return 2;
+        } else if (!strncmp(arg, "--max-rows=", 11)) {
+            if (parse_max_rows(arg + 11, &max_rows)) return 2;
+        } else if (arg[0] == '-' && arg[1]) {
+            fprintf(stderr, "parity diff: unknown option '%s'\n", arg);
+            usage(stderr);
+            return 2;
+        } else if (npath < 2) {
+            path[npath++] = arg;
+        } else {
+            fprintf(stderr, "parity diff: expected two files, got a third: '%s'\n", arg);
+            return 2;
+        }
+    }
+    if (npath != 2) {
+        fprintf(stderr, "parity diff: expected two .safetensors files, got %d\n", npath);
+        usage(stderr);
+        return 2;
+    }
+
+    st_file_t *f[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        perr_t err;
+        f[k] = st_open(path[k], &err);
+        if (!f[k]) {
+            fprintf(stderr, "parity diff: %s\n", err.msg);
+            st_close(f[0]);
+            return 2;
+        }
+    }
+
+    /* Rows: A's tensors in header order, then those only in B. */
+    size_t na = st_count(f[0]), nb = st_count(f[1]), n = 0;
+    row_t *rows = calloc(na + nb ? na + nb : 1, sizeof *rows);
+    if (!rows) parity_fatal("out of memory");
+    size_t exact = 0, differ = 0, missing = 0;
+    for (size_t i = 0; i < na + nb; i++) {
+        row_t *r = &rows[n];
+        if (i < na) {
+            r->a = st_tensor(f[0], i);
+            r->b = st_find(f[1], r->a->name);
+        } else {
+            r->b = st_tensor(f[1], i - na);
+            if (st_find(f[0], r->b->name)) continue;
+        }
+        n++;
+        if (!r->b) r->status = ROW_ONLY_A;
+        else if (!r->a) r->status = ROW_ONLY_B;
+        else if (r->a->dtype != r->b->dtype) r->status = ROW_DTYPE;
+        else if (!same_shape(r->a, r->b)) r->status = ROW_SHAPE;
+        else compare(r, st_data(f[0], r->a), st_data(f[1], r->b));
+        if (r->status == ROW_EXACT) exact++;
+        else if (r->status == ROW_ONLY_A || r->status == ROW_ONLY_B) missing++;
+        else differ++;
+    }
+
+    if (!quiet) {
+        printf("A: %s (%zu tensors)\nB: %s (%zu tensors)\n\n", path[0], na, path[1], nb);
+        print_table(rows, n, max_rows);
+        putchar('\n');
+    }
+    printf("%zu tensors, %zu bit-exact, %zu differ, %zu missing\n", n, exact, differ, missing);
+    free(rows);
+    st_close(f[0]);
+    st_close(f[1]);
+    return exact == n ? 0 : 1;
 }

@@ -1,0 +1,666 @@
+/* safetensors.c - .safetensors reader and writer; see
+ * include/parity/safetensors.h for the format and the rules enforced.
+ *
+ * The reader trusts nothing: every length and offset is checked before
+ * use, in 64-bit arithmetic with explicit overflow tests, so a corrupt
+ * or hostile file yields a message, never an out-of-bounds access
+ * (tests/test_safetensors.c mutates files thousands of times under ASan
+ * and UBSan to hold us to that).
+ */
+#include "parity/safetensors.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "parity/json.h"
+
+/* ---- dtypes ------------------------------------------------------------ */
+
+static const struct {
+    const char *name;
+    size_t size;
+    int is_float;
+} dtype_info[ST_DTYPE_COUNT] = {
+    [ST_F32] = {"F32", 4, 1},         [ST_F64] = {"F64", 8, 1},
+    [ST_I32] = {"I32", 4, 0},         [ST_I64] = {"I64", 8, 0},
+    [ST_U8] = {"U8", 1, 0},           [ST_I8] = {"I8", 1, 0},
+    [ST_F16] = {"F16", 2, 1},         [ST_BF16] = {"BF16", 2, 1},
+    [ST_BOOL] = {"BOOL", 1, 0},       [ST_I16] = {"I16", 2, 0},
+    [ST_U16] = {"U16", 2, 0},         [ST_U32] = {"U32", 4, 0},
+    [ST_U64] = {"U64", 8, 0},         [ST_F8_E4M3] = {"F8_E4M3", 1, 1},
+    [ST_F8_E5M2] = {"F8_E5M2", 1, 1},
+};
+
+size_t st_dtype_size(st_dtype_t dt) { return (unsigned)dt < ST_DTYPE_COUNT ? dtype_info[dt].size : 0; }
+const char *st_dtype_name(st_dtype_t dt) { return (unsigned)dt < ST_DTYPE_COUNT ? dtype_info[dt].name : "?"; }
+int st_dtype_is_float(st_dtype_t dt) { return (unsigned)dt < ST_DTYPE_COUNT && dtype_info[dt].is_float; }
+
+int st_dtype_from_name(const char *name, st_dtype_t *out) {
+    for (int i = 0; name && i < ST_DTYPE_COUNT; i++) {
+        if (!strcmp(dtype_info[i].name, name)) {
+            *out = (st_dtype_t)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Elements of a shape, or -1 (as UINT64_MAX) on overflow. A zero dim
+ * makes the tensor empty whatever the other dims are. */
+static int shape_numel(int ndim, const int64_t *shape, uint64_t *out) {
+    uint64_t n = 1;
+    int overflow = 0;
+    for (int d = 0; d < ndim; d++) {
+        uint64_t s = (uint64_t)shape[d];
+        if (s == 0) {
+            *out = 0;
+            return 0;
+        }
+        if (n > UINT64_MAX / s) overflow = 1;
+        else n *= s;
+    }
+    if (overflow) return -1;
+    *out = n;
+    return 0;
+}
+
+uint64_t st_numel(const st_tensor_t *t) {
+    uint64_t n;
+    return t && shape_numel(t->ndim, t->shape, &n) == 0 ? n : 0;
+}
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+/* The format is little-endian; a big-endian host swaps each element. */
+static void swap_elements(uint8_t *p, uint64_t nbytes, size_t esize) {
+    for (uint64_t i = 0; esize > 1 && i + esize <= nbytes; i += esize)
+        for (size_t a = 0, b = esize - 1; a < b; a++, b--) {
+            uint8_t t = p[i + a];
+            p[i + a] = p[i + b];
+            p[i + b] = t;
+        }
+}
+#define ST_HOST_BIG_ENDIAN 1
+#else
+#define ST_HOST_BIG_ENDIAN 0
+#endif
+
+/* ---- reader ------------------------------------------------------------ */
+
+struct st_file {
+    char *path;
+    size_t n;
+    st_tensor_t *tensors;  /* [n] in header order; names owned here */
+    size_t *by_name;       /* [n] indices sorted by name, for st_find */
+    size_t nmeta;
+    char **meta_keys, **meta_vals;
+    uint8_t *data;         /* the data buffer, its own aligned block */
+    uint64_t data_len;
+};
+
+void st_close(st_file_t *f) {
+    if (!f) return;
+    for (size_t i = 0; i < f->n; i++) free((char *)f->tensors[i].name);
+    for (size_t i = 0; i < f->nmeta; i++) {
+        free(f->meta_keys[i]);
+        free(f->meta_vals[i]);
+    }
+    free(f->tensors);
+    free(f->by_name);
+    free(f->meta_keys);
+    free(f->meta_vals);
+    free(f->data);
+    free(f->path);
+    free(f);
+}
+
+size_t st_count(const st_file_t *f) { return f ? f->n : 0; }
+const st_tensor_t *st_tensor(const st_file_t *f, size_t i) { return f && i < f->n ? &f->tensors[i] : NULL; }
+const char *st_path(const st_file_t *f) { return f ? f->path : NULL; }
+size_t st_metadata_count(const st_file_t *f) { return f ? f->nmeta : 0; }
+const char *st_metadata_key_at(const st_file_t *f, size_t i) { return f && i < f->nmeta ? f->meta_keys[i] : NULL; }
+
+const void *st_data(const st_file_t *f, const st_tensor_t *t) {
+    if (!f || !t || t->end > f->data_len) return NULL;
+    return f->data + t->begin;
+}
+
+const char *st_metadata(const st_file_t *f, const char *key) {
+    for (size_t i = 0; f && key && i < f->nmeta; i++)
+        if (!strcmp(f->meta_keys[i], key)) return f->meta_vals[i];
+    return NULL;
+}
+
+/* For qsort: sorting needs the tensor table, and qsort has no context
+ * argument, so sort (pointer, index) pairs instead. */
+typedef struct {
+    const st_tensor_t *t;
+    size_t idx;
+} slot_t;
+
+static int slot_by_name(const void *a, const void *b) {
+    return strcmp(((const slot_t *)a)->t->name, ((const slot_t *)b)->t->name);
+}
+
+static int slot_by_offset(const void *a, const void *b) {
+    const st_tensor_t *x = ((const slot_t *)a)->t, *y = ((const slot_t *)b)->t;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+const st_tensor_t *st_find(const st_file_t *f, const char *name) {
+    if (!f || !name) return NULL;
+    size_t lo = 0, hi = f->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const st_tensor_t *t = &f->tensors[f->by_name[mid]];
+        int c = strcmp(t->name, name);
+        if (c == 0) return t;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+
+static int parse_metadata(st_file_t *f, const json_t *m, perr_t *err) {
+    if (json_type(m) == JSON_NULL) return 0; /* the reference reads null as "no metadata" */
+    if (json_type(m) != JSON_OBJECT)
+        return perr_set(err, "%s: \"__metadata__\": expected an object of strings, got %s", f->path,
+                        json_type_name(json_type(m)));
+    size_t n = json_len(m);
+    f->meta_keys = calloc(n ? n : 1, sizeof *f->meta_keys);
+    f->meta_vals = calloc(n ? n : 1, sizeof *f->meta_vals);
+    if (!f->meta_keys || !f->meta_vals) return perr_set(err, "%s: out of memory", f->path);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_at(m, i);
+        const char *k = json_key_at(m, i);
+        if (json_type(v) != JSON_STRING)
+            return perr_set(err, "%s: \"__metadata__\": key \"%s\": expected a string, got %s", f->path, k,
+                            json_type_name(json_type(v)));
+        if (strlen(json_string(v)) != json_string_len(v))
+            return perr_set(err, "%s: \"__metadata__\": key \"%s\": value contains \\u0000", f->path, k);
+        f->meta_keys[i] = strdup(k);
+        f->meta_vals[i] = strdup(json_string(v));
+        f->nmeta = i + 1;
+        if (!f->meta_keys[i] || !f->meta_vals[i]) return perr_set(err, "%s: out of memory", f->path);
+    }
+    return 0;
+}
+
+/* Reads one non-negative integer element of a JSON array. */
+static int array_uint(const st_file_t *f, const char *name, const char *field, const json_t *arr, size_t i,
+                      int64_t *out, perr_t *err) {
+    const json_t *v = json_at(arr, i);
+    if (json_type(v) != JSON_NUMBER)
+        return perr_set(err, "%s: tensor \"%s\": %s[%zu]: expected a non-negative integer, got %s", f->path,
+                        name, field, i, json_type_name(json_type(v)));
+    if (json_int64(v, out) || *out < 0)
+        return perr_set(err, "%s: tensor \"%s\": %s[%zu]: expected a non-negative integer, got %.17g", f->path,
+                        name, field, i, json_number(v));
+    return 0;
+}
+
+static int parse_tensor(st_file_t *f, const char *name, const json_t *e, st_tensor_t *t, perr_t *err) {
+    if (json_type(e) != JSON_OBJECT)
+        return perr_set(err, "%s: tensor \"%s\": expected an object {dtype, shape, data_offsets}, got %s",
+                        f->path, name, json_type_name(json_type(e)));
+    for (size_t i = 0; i < json_len(e); i++) {
+        const char *k = json_key_at(e, i);
+        if (strcmp(k, "dtype") && strcmp(k, "shape") && strcmp(k, "data_offsets"))
+            return perr_set(err, "%s: tensor \"%s\": unknown field \"%s\" (expected dtype, shape, data_offsets)",
+                            f->path, name, k);
+    }
+    const json_t *dt = json_get(e, "dtype"), *shape = json_get(e, "shape"), *offs = json_get(e, "data_offsets");
+    if (!dt) return perr_set(err, "%s: tensor \"%s\": missing field \"dtype\"", f->path, name);
+    if (!shape) return perr_set(err, "%s: tensor \"%s\": missing field \"shape\"", f->path, name);
+    if (!offs) return perr_set(err, "%s: tensor \"%s\": missing field \"data_offsets\"", f->path, name);
+
+    if (json_type(dt) != JSON_STRING)
+        return perr_set(err, "%s: tensor \"%s\": dtype: expected a string, got %s", f->path, name,
+                        json_type_name(json_type(dt)));
+    if (st_dtype_from_name(json_string(dt), &t->dtype) || strlen(json_string(dt)) != json_string_len(dt)) {
+        char known[256] = "";
+        for (int i = 0; i < ST_DTYPE_COUNT; i++) {
+            strcat(known, i ? ", " : "");
+            strcat(known, dtype_info[i].name);
+        }
+        return perr_set(err, "%s: tensor \"%s\": dtype: unknown \"%.40s\" (known: %s)", f->path, name,
+                        json_string(dt), known);
+    }
+
+    if (json_type(shape) != JSON_ARRAY)
+        return perr_set(err, "%s: tensor \"%s\": shape: expected an array of integers, got %s", f->path, name,
+                        json_type_name(json_type(shape)));
+    if (json_len(shape) > ST_MAX_DIMS)
+        return perr_set(err, "%s: tensor \"%s\": shape: %zu dims, parity supports at most %d", f->path, name,
+                        json_len(shape), ST_MAX_DIMS);
+    t->ndim = (int)json_len(shape);
+    for (int d = 0; d < t->ndim; d++)
+        if (array_uint(f, name, "shape", shape, (size_t)d, &t->shape[d], err)) return -1;
+
+    if (json_type(offs) != JSON_ARRAY || json_len(offs) != 2)
+        return perr_set(err, "%s: tensor \"%s\": data_offsets: expected [begin, end], got %s of length %zu",
+                        f->path, name, json_type_name(json_type(offs)), json_len(offs));
+    int64_t b, en;
+    if (array_uint(f, name, "data_offsets", offs, 0, &b, err)) return -1;
+    if (array_uint(f, name, "data_offsets", offs, 1, &en, err)) return -1;
+    t->begin = (uint64_t)b;
+    t->end = (uint64_t)en;
+    if (t->begin > t->end)
+        return perr_set(err, "%s: tensor \"%s\": data_offsets: begin %llu > end %llu", f->path, name,
+                        (unsigned long long)t->begin, (unsigned long long)t->end);
+    if (t->end > f->data_len)
+        return perr_set(err, "%s: tensor \"%s\": data_offsets: end %llu is past the data buffer (%llu bytes)",
+                        f->path, name, (unsigned long long)t->end, (unsigned long long)f->data_len);
+    uint64_t numel;
+    size_t es = st_dtype_size(t->dtype);
+    if (shape_numel(t->ndim, t->shape, &numel) || numel > UINT64_MAX / es)
+        return perr_set(err, "%s: tensor \"%s\": shape: element count overflows 64 bits", f->path, name);
+    if (t->end - t->begin != numel * es)
+        return perr_set(err,
+                        "%s: tensor \"%s\": data_offsets: [%llu, %llu) is %llu bytes, but shape and dtype %s "
+                        "need %llu elements x %zu bytes = %llu",
+                        f->path, name, (unsigned long long)t->begin, (unsigned long long)t->end,
+                        (unsigned long long)(t->end - t->begin), dtype_info[t->dtype].name,
+                        (unsigned long long)numel, es, (unsigned long long)(numel * es));
+    t->name = strdup(name);
+    if (!t->name) return perr_set(err, "%s: out of memory", f->path);
+    return 0;
+}
+
+/* Tensors sorted by offset must tile [0, data_len) exactly. */
+static int check_coverage(st_file_t *f, perr_t *err) {
+    slot_t *s = malloc((f->n ? f->n : 1) * sizeof *s);
+    if (!s) return perr_set(err, "%s: out of memory", f->path);
+    for (size_t i = 0; i < f->n; i++) s[i] = (slot_t){&f->tensors[i], i};
+    qsort(s, f->n, sizeof *s, slot_by_offset);
+    uint64_t pos = 0;
+    const st_tensor_t *prev = NULL;
+    int rc = 0;
+    for (size_t i = 0; i < f->n && !rc; i++) {
+        const st_tensor_t *t = s[i].t;
+        if (t->begin < pos)
+            rc = perr_set(err, "%s: tensors \"%s\" [%llu, %llu) and \"%s\" [%llu, %llu) overlap in the data buffer",
+                          f->path, prev->name, (unsigned long long)prev->begin, (unsigned long long)prev->end,
+                          t->name, (unsigned long long)t->begin, (unsigned long long)t->end);
+        else if (t->begin > pos)
+            rc = perr_set(err, "%s: bytes [%llu, %llu) of the data buffer belong to no tensor (gap before \"%s\")",
+                          f->path, (unsigned long long)pos, (unsigned long long)t->begin, t->name);
+        pos = t->end;
+        prev = t;
+    }
+    if (!rc && pos != f->data_len)
+        rc = perr_set(err, "%s: bytes [%llu, %llu) at the end of the data buffer belong to no tensor", f->path,
+                      (unsigned long long)pos, (unsigned long long)f->data_len);
+    free(s);
+    return rc;
+}
+
+static int build_name_index(st_file_t *f, perr_t *err) {
+    slot_t *s = malloc((f->n ? f->n : 1) * sizeof *s);
+    f->by_name = malloc((f->n ? f->n : 1) * sizeof *f->by_name);
+    if (!s || !f->by_name) {
+        free(s);
+        return perr_set(err, "%s: out of memory", f->path);
+    }
+    for (size_t i = 0; i < f->n; i++) s[i] = (slot_t){&f->tensors[i], i};
+    qsort(s, f->n, sizeof *s, slot_by_name);
+    for (size_t i = 0; i < f->n; i++) f->by_name[i] = s[i].idx;
+    free(s);
+    return 0; /* the JSON parser already rejected duplicate names */
+}
+
+static int read_exact(FILE *fp, void *buf, uint64_t n) {
+    return n == 0 || fread(buf, 1, (size_t)n, fp) == (size_t)n ? 0 : -1;
+}
+
+static int open_header(st_file_t *f, FILE *fp, json_t **root, perr_t *err) {
+    struct stat sb;
+    if (fstat(fileno(fp), &sb)) return perr_set(err, "%s: cannot stat: %s", f->path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return perr_set(err, "%s: not a regular file", f->path);
+    uint64_t size = (uint64_t)sb.st_size;
+    if (size < 8)
+        return perr_set(err, "%s: file is %llu bytes, too short for the 8-byte header length", f->path,
+                        (unsigned long long)size);
+    uint8_t len8[8];
+    if (read_exact(fp, len8, 8)) return perr_set(err, "%s: cannot read the header length", f->path);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = n << 8 | len8[i];
+    if (n > ST_MAX_HEADER)
+        return perr_set(err, "%s: header length %llu exceeds the limit of %llu bytes", f->path,
+                        (unsigned long long)n, ST_MAX_HEADER);
+    if (n > size - 8)
+        return perr_set(err, "%s: header length %llu exceeds the %llu bytes that follow it in the file", f->path,
+                        (unsigned long long)n, (unsigned long long)(size - 8));
+    if (n < 2) return perr_set(err, "%s: header length %llu is too short for a JSON object", f->path,
+                               (unsigned long long)n);
+    char *hdr = malloc((size_t)n);
+    if (!hdr) return perr_set(err, "%s: out of memory for a %llu-byte header", f->path, (unsigned long long)n);
+    if (read_exact(fp, hdr, n)) {
+        free(hdr);
+        return perr_set(err, "%s: cannot read the %llu-byte header", f->path, (unsigned long long)n);
+    }
+    if (hdr[0] != '{') {
+        free(hdr);
+        return perr_set(err, "%s: header: must be a JSON object starting with '{'", f->path);
+    }
+    perr_t jerr;
+    *root = json_parse(hdr, (size_t)n, &jerr);
+    free(hdr);
+    if (!*root) return perr_set(err, "%s: header: %s", f->path, jerr.msg);
+    f->data_len = size - 8 - n;
+    f->data = malloc(f->data_len ? (size_t)f->data_len : 1);
+    if (!f->data)
+        return perr_set(err, "%s: out of memory for a %llu-byte data buffer", f->path,
+                        (unsigned long long)f->data_len);
+    if (read_exact(fp, f->data, f->data_len))
+        return perr_set(err, "%s: cannot read the %llu-byte data buffer (file changed while reading?)", f->path,
+                        (unsigned long long)f->data_len);
+    return 0;
+}
+
+st_file_t *st_open(const char *path, perr_t *err) {
+    if (!path) {
+        perr_set(err, "st_open: path is NULL");
+        return NULL;
+    }
+    st_file_t *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(path))) {
+        free(f);
+        perr_set(err, "%s: out of memory", path);
+        return NULL;
+    }
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        perr_set(err, "%s: cannot open: %s", path, strerror(errno));
+        st_close(f);
+        return NULL;
+    }
+    json_t *root = NULL;
+    int rc = open_header(f, fp, &root, err);
+    fclose(fp);
+    if (rc) goto fail;
+
+    size_t members = json_len(root);
+    f->tensors = calloc(members ? members : 1, sizeof *f->tensors);
+    if (!f->tensors) {
+        perr_set(err, "%s: out of memory", path);
+        goto fail;
+    }
+    for (size_t i = 0; i < members; i++) {
+        const char *key = json_key_at(root, i);
+        const json_t *v = json_at(root, i);
+        if (!strcmp(key, "__metadata__")) {
+            if (parse_metadata(f, v, err)) goto fail;
+            continue;
+        }
+        if (parse_tensor(f, key, v, &f->tensors[f->n], err)) goto fail;
+        f->n++;
+    }
+    json_free(root);
+    root = NULL;
+    if (check_coverage(f, err) || build_name_index(f, err)) goto fail;
+#if ST_HOST_BIG_ENDIAN
+    for (size_t i = 0; i < f->n; i++)
+        swap_elements(f->data + f->tensors[i].begin, f->tensors[i].end - f->tensors[i].begin,
+                      st_dtype_size(f->tensors[i].dtype));
+#endif
+    return f;
+fail:
+    json_free(root);
+    st_close(f);
+    return NULL;
+}
+
+/* ---- writer ------------------------------------------------------------ */
+
+typedef struct {
+    char *name;
+    st_dtype_t dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    uint8_t *data;
+    uint64_t nbytes;
+} st_entry_t;
+
+struct st_writer {
+    st_entry_t *e;
+    size_t n, cap;
+    size_t *slots, nslots; /* open-addressing set of names: entry index + 1, 0 = empty */
+    char **meta_keys, **meta_vals;
+    size_t nmeta, metacap;
+};
+
+st_writer_t *st_writer_new(void) { return calloc(1, sizeof(st_writer_t)); }
+
+/* FNV-1a: names are short, and a model may add tens of thousands, so
+ * duplicate detection must not be quadratic. */
+static size_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return (size_t)h;
+}
+
+/* The slot holding `name`, or the empty slot where it would go. */
+static size_t *name_slot(const st_writer_t *w, const char *name) {
+    size_t mask = w->nslots - 1;
+    for (size_t i = name_hash(name) & mask;; i = (i + 1) & mask)
+        if (!w->slots[i] || !strcmp(w->e[w->slots[i] - 1].name, name)) return &w->slots[i];
+}
+
+/* Keeps the set at most half full. */
+static int grow_name_set(st_writer_t *w) {
+    if (2 * (w->n + 1) <= w->nslots) return 0;
+    size_t ns = w->nslots ? 2 * w->nslots : 64;
+    size_t *old = w->slots, oldn = w->nslots;
+    w->slots = calloc(ns, sizeof *w->slots);
+    if (!w->slots) {
+        w->slots = old;
+        return -1;
+    }
+    w->nslots = ns;
+    for (size_t i = 0; i < oldn; i++)
+        if (old[i]) *name_slot(w, w->e[old[i] - 1].name) = old[i];
+    free(old);
+    return 0;
+}
+
+void st_writer_free(st_writer_t *w) {
+    if (!w) return;
+    for (size_t i = 0; i < w->n; i++) {
+        free(w->e[i].name);
+        free(w->e[i].data);
+    }
+    for (size_t i = 0; i < w->nmeta; i++) {
+        free(w->meta_keys[i]);
+        free(w->meta_vals[i]);
+    }
+    free(w->e);
+    free(w->slots);
+    free(w->meta_keys);
+    free(w->meta_vals);
+    free(w);
+}
+
+/* A string can go into the header iff writing it as JSON and parsing it
+ * back gives it again: that rejects invalid UTF-8 with the very rules
+ * the reader applies. */
+static int json_representable(const char *s) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m) return 0;
+    json_write_string(m, s);
+    if (fclose(m)) {
+        free(buf);
+        return 0;
+    }
+    json_t *j = json_parse(buf, len, NULL);
+    int ok = j && json_string(j) && !strcmp(json_string(j), s);
+    json_free(j);
+    free(buf);
+    return ok;
+}
+
+int st_writer_add(st_writer_t *w, const char *name, st_dtype_t dt, int ndim, const int64_t *shape,
+                  const void *data, perr_t *err) {
+    if (!w) return perr_set(err, "st_writer_add: writer is NULL");
+    if (!name) return perr_set(err, "st_writer_add: tensor name is NULL");
+    if (!strcmp(name, "__metadata__"))
+        return perr_set(err, "st_writer_add: tensor name \"__metadata__\" is reserved by the format");
+    if (!json_representable(name))
+        return perr_set(err, "st_writer_add: tensor name \"%.80s\" is not valid UTF-8", name);
+    if ((unsigned)dt >= ST_DTYPE_COUNT) return perr_set(err, "st_writer_add: tensor \"%s\": invalid dtype %d", name, (int)dt);
+    if (ndim < 0 || ndim > ST_MAX_DIMS)
+        return perr_set(err, "st_writer_add: tensor \"%s\": ndim %d, expected 0..%d", name, ndim, ST_MAX_DIMS);
+    if (ndim > 0 && !shape) return perr_set(err, "st_writer_add: tensor \"%s\": shape is NULL", name);
+    for (int d = 0; d < ndim; d++)
+        if (shape[d] < 0)
+            return perr_set(err, "st_writer_add: tensor \"%s\": shape[%d] = %lld, expected >= 0", name, d,
+                            (long long)shape[d]);
+    if (grow_name_set(w)) return perr_set(err, "st_writer_add: out of memory");
+    size_t *slot = name_slot(w, name);
+    if (*slot) return perr_set(err, "st_writer_add: duplicate tensor name \"%s\"", name);
+    uint64_t numel;
+    size_t es = st_dtype_size(dt);
+    if (shape_numel(ndim, shape, &numel) || numel > (uint64_t)SIZE_MAX / es)
+        return perr_set(err, "st_writer_add: tensor \"%s\": byte count overflows", name);
+    uint64_t nbytes = numel * es;
+    if (nbytes && !data) return perr_set(err, "st_writer_add: tensor \"%s\": data is NULL", name);
+    if (w->n == w->cap) {
+        size_t nc = w->cap ? w->cap * 2 : 8;
+        st_entry_t *g = realloc(w->e, nc * sizeof *g);
+        if (!g) return perr_set(err, "st_writer_add: out of memory");
+        w->e = g;
+        w->cap = nc;
+    }
+    st_entry_t *e = &w->e[w->n];
+    memset(e, 0, sizeof *e);
+    e->name = strdup(name);
+    e->data = malloc(nbytes ? (size_t)nbytes : 1);
+    if (!e->name || !e->data) {
+        free(e->name);
+        free(e->data);
+        return perr_set(err, "st_writer_add: tensor \"%s\": out of memory for %llu bytes", name,
+                        (unsigned long long)nbytes);
+    }
+    if (nbytes) memcpy(e->data, data, (size_t)nbytes);
+#if ST_HOST_BIG_ENDIAN
+    swap_elements(e->data, nbytes, es);
+#endif
+    e->dtype = dt;
+    e->ndim = ndim;
+    for (int d = 0; d < ndim; d++) e->shape[d] = shape[d];
+    e->nbytes = nbytes;
+    w->n++;
+    *slot = w->n;
+    return 0;
+}
+
+int st_writer_set_metadata(st_writer_t *w, const char *key, const char *value, perr_t *err) {
+    if (!w || !key || !value) return perr_set(err, "st_writer_set_metadata: NULL writer, key or value");
+    if (!json_representable(key) || !json_representable(value))
+        return perr_set(err, "st_writer_set_metadata: key \"%.80s\": key or value is not valid UTF-8", key);
+    for (size_t i = 0; i < w->nmeta; i++) {
+        if (!strcmp(w->meta_keys[i], key)) {
+            char *v = strdup(value);
+            if (!v) return perr_set(err, "st_writer_set_metadata: out of memory");
+            free(w->meta_vals[i]);
+            w->meta_vals[i] = v;
+            return 0;
+        }
+    }
+    if (w->nmeta == w->metacap) {
+        size_t nc = w->metacap ? w->metacap * 2 : 4;
+        char **k = realloc(w->meta_keys, nc * sizeof *k);
+        if (k) w->meta_keys = k;
+        char **v = k ? realloc(w->meta_vals, nc * sizeof *v) : NULL;
+        if (v) w->meta_vals = v;
+        if (!k || !v) return perr_set(err, "st_writer_set_metadata: out of memory");
+        w->metacap = nc;
+    }
+    char *k = strdup(key), *v = strdup(value);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return perr_set(err, "st_writer_set_metadata: out of memory");
+    }
+    w->meta_keys[w->nmeta] = k;
+    w->meta_vals[w->nmeta] = v;
+    w->nmeta++;
+    return 0;
+}
+
+/* The JSON header, padded with spaces to a multiple of 8 bytes. */
+static char *build_header(const st_writer_t *w, size_t *len) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&buf, &n);
+    if (!m) return NULL;
+    fputc('{', m);
+    int first = 1;
+    if (w->nmeta) {
+        fputs("\"__metadata__\":{", m);
+        for (size_t i = 0; i < w->nmeta; i++) {
+            if (i) fputc(',', m);
+            json_write_string(m, w->meta_keys[i]);
+            fputc(':', m);
+            json_write_string(m, w->meta_vals[i]);
+        }
+        fputc('}', m);
+        first = 0;
+    }
+    uint64_t off = 0;
+    for (size_t i = 0; i < w->n; i++) {
+        const st_entry_t *e = &w->e[i];
+        if (!first) fputc(',', m);
+        first = 0;
+        json_write_string(m, e->name);
+        fprintf(m, ":{\"dtype\":\"%s\",\"shape\":[", dtype_info[e->dtype].name);
+        for (int d = 0; d < e->ndim; d++) fprintf(m, "%s%lld", d ? "," : "", (long long)e->shape[d]);
+        fprintf(m, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                (unsigned long long)(off + e->nbytes));
+        off += e->nbytes;
+    }
+    fputc('}', m);
+    while (ftell(m) % 8) fputc(' ', m);
+    if (fclose(m)) {
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+int st_writer_save(const st_writer_t *w, const char *path, perr_t *err) {
+    if (!w || !path) return perr_set(err, "st_writer_save: NULL writer or path");
+    size_t hlen;
+    char *hdr = build_header(w, &hlen);
+    if (!hdr) return perr_set(err, "%s: out of memory building the header", path);
+    if (hlen > ST_MAX_HEADER) {
+        free(hdr);
+        return perr_set(err, "%s: header would be %zu bytes, over the format's limit of %llu", path, hlen,
+                        ST_MAX_HEADER);
+    }
+    FILE *fp = fopen(path, "wb");
+    if (!fp) {
+        free(hdr);
+        return perr_set(err, "%s: cannot create: %s", path, strerror(errno));
+    }
+    uint8_t len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
+    int ok = fwrite(len8, 1, 8, fp) == 8 && fwrite(hdr, 1, hlen, fp) == hlen;
+    for (size_t i = 0; ok && i < w->n; i++)
+        ok = w->e[i].nbytes == 0 || fwrite(w->e[i].data, 1, (size_t)w->e[i].nbytes, fp) == w->e[i].nbytes;
+    int saved_errno = errno;
+    if (fclose(fp)) ok = 0, saved_errno = errno;
+    free(hdr);
+    if (!ok) {
+        remove(path); /* never leave a truncated file behind */
+        return perr_set(err, "%s: write failed: %s", path, strerror(saved_errno));
+    }
+    return 0;
+}

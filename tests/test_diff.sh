@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# test_diff.sh - drives `parity diff` on files written by an independent
+# writer (Python's struct + json, below), so the reader is checked against
+# the format itself and not against parity's own writer.
+#
+# Needs $PARITY (the built program; defaults to build/parity) and
+# /usr/bin/python3. Ends with "RESULT test_diff.sh: N passed, M failed".
+set -u
+PARITY=${PARITY:-build/parity}
+PY=/usr/bin/python3
+passed=0; failed=0
+tmp=$(mktemp -d /tmp/parity_diff_XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+ok()   { passed=$((passed + 1)); echo "ok      $1"; }
+fail() { failed=$((failed + 1)); echo "not ok  $1"; shift; for l in "$@"; do echo "  $l"; done; }
+
+# Runs parity diff; leaves stdout+stderr in $out and the status in $rc.
+run_diff() { out=$("$PARITY" diff "$@" 2>&1); rc=$?; }
+
+# expect NAME RC PATTERN... : last run's status is RC and its output
+# contains every fixed-string PATTERN.
+expect() {
+  local name=$1 want_rc=$2; shift 2
+  if [ "$rc" -ne "$want_rc" ]; then fail "$name" "exit $rc, expected $want_rc" "$out"; return; fi
+  local p
+  for p in "$@"; do
+    if ! grep -qF -- "$p" <<<"$out"; then fail "$name" "output lacks: $p" "$out"; return; fi
+  done
+  ok "$name"
+}
+
+# Fixture writer: gen.py DIR CASE... writes DIR/CASE.safetensors for each
+# case: the base set of tensors with one deliberate change, made at the
+# bit level with struct. base2 is base again, written separately.
+cat >"$tmp/gen.py" <<'EOF'
+import json, struct, sys
+
+def f32_bits(x): return struct.unpack("<I", struct.pack("<f", x))[0]
+def f64_bits(x): return struct.unpack("<Q", struct.pack("<d", x))[0]
+
+def base():
+    # name -> (dtype, shape, list of raw element bit patterns / ints)
+    return {
+        "w": ("F32", [3, 4], [f32_bits(0.1 * i - 0.5) for i in range(12)]),
+        "b": ("F64", [4], [f64_bits(x) for x in (1.0, -2.5, 5e-324, 1e300)]),
+        "i": ("I32", [5], [7, -3, 0, 2**31 - 1, -2**31]),
+        "h": ("BF16", [2, 2], [0x3F80, 0x4000, 0xBF80, 0x0000]),
+        "s": ("F32", [], [f32_bits(1.0)]),
+        "e": ("F32", [0, 3], []),
+        "n": ("F32", [2], [0x7FC00000, f32_bits(2.0)]),
+    }
+
+FMT = {"F32": "<I", "F64": "<Q", "I32": "<i", "I64": "<q", "BF16": "<H", "U8": "<B"}
+
+def save(path, tensors):
+    header, blobs, off = {"__metadata__": {"made_by": "test_diff.sh"}}, [], 0
+    for name, (dt, shape, vals) in tensors.items():
+        blob = b"".join(struct.pack(FMT[dt], v) for v in vals)
+        header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(blob)]}
+        blobs.append(blob)
+        off += len(blob)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+def make(case):
+    t = base()
+    if case == "ulp1":        # w[1,2] (flat 6) moves to the next float up
+        t["w"][2][6] += 1
+    elif case == "cross0":    # b[2]: +min subnormal -> -min subnormal, 2 ulp apart
+        t["b"][2][2] = f64_bits(-5e-324)
+    elif case == "signedzero":  # h[1,1]: +0 -> -0, bits differ but 0 ulp
+        t["h"][2][3] = 0x8000
+    elif case == "int":       # i[3] decreases by 5
+        t["i"][2][3] -= 5
+    elif case == "nanpayload":  # n[0]: another NaN payload
+        t["n"][2][0] = 0x7FC00001
+    elif case == "missing":   # drop i, add x
+        del t["i"]
+        t["x"] = ("U8", [3], [1, 2, 3])
+    elif case == "shape":     # w reshaped, i widened to I64
+        t["w"] = ("F32", [4, 3], t["w"][2])
+        t["i"] = ("I64", [5], t["i"][2])
+    elif case not in ("base", "base2"):
+        sys.exit("unknown case " + case)
+    return t
+
+for case in sys.argv[2:]:
+    save("%s/%s.safetensors" % (sys.argv[1], case), make(case))
+EOF
+
+if ! "$PY" "$tmp/gen.py" "$tmp" base base2 ulp1 cross0 signedzero int nanpayload missing shape; then
+  fail "generate fixtures" "python fixture writer failed"
+fi
+
+# Identical files (written twice, independently): exit 0, all bit-exact.
+run_diff "$tmp/base.safetensors" "$tmp/base2.safetensors"
+expect "identical files" 0 "bit-exact" "7 tensors, 7 bit-exact, 0 differ, 0 missing"
+if grep -qE '^(w|e|s|n) .* bit-exact' <<<"$out" && ! grep -q "differ  " <<<"$out"; then ok "identical: every row bit-exact"
+else fail "identical: every row bit-exact" "$out"; fi
+
+# One element one ULP up: exit 1, its index, coordinates and distance.
+run_diff "$tmp/base.safetensors" "$tmp/ulp1.safetensors"
+expect "one ulp" 1 "first diff at flat index 6 [1,2]" ", 1 ulp" "7 tensors, 6 bit-exact, 1 differ, 0 missing" \
+  "1/12"
+row=$(grep -E '^w ' <<<"$out")
+if [ "$(awk '{print $NF}' <<<"$row")" = "1" ] && grep -q "differ" <<<"$row"; then ok "one ulp: max_ulp column is 1"
+else fail "one ulp: max_ulp column is 1" "row: $row"; fi
+# A's and B's values: 0.1*6-0.5 in fp32 and its successor, independently.
+vals=$("$PY" -c 'import struct
+b = struct.unpack("<I", struct.pack("<f", 0.1 * 6 - 0.5))[0]
+f = lambda u: struct.unpack("<f", struct.pack("<I", u))[0]
+print("A = %.9g (0x%08x), B = %.9g (0x%08x)" % (f(b), b, f(b + 1), b + 1))')
+run_diff "$tmp/base.safetensors" "$tmp/ulp1.safetensors"
+expect "one ulp: both values and bits" 1 "$vals"
+
+run_diff "$tmp/base.safetensors" "$tmp/cross0.safetensors"
+expect "ulp across zero" 1 "first diff at flat index 2 [2]" "A = 4.9406564584124654e-324 (0x0000000000000001)" \
+  "B = -4.9406564584124654e-324 (0x8000000000000001), 2 ulp"
+
+run_diff "$tmp/base.safetensors" "$tmp/signedzero.safetensors"
+expect "signed zero differs by 0 ulp" 1 "first diff at flat index 3 [1,1]" "(0x0000), B = -0 (0x8000), 0 ulp"
+
+run_diff "$tmp/base.safetensors" "$tmp/int.safetensors"
+expect "integer difference" 1 "A = 2147483647, B = 2147483642" "7 tensors, 6 bit-exact, 1 differ, 0 missing"
+row=$(grep -E '^i ' <<<"$out")
+if [ "$(awk '{print $NF}' <<<"$row")" = "-" ] && grep -qE ' 5 ' <<<"$row"; then ok "integer: max_abs 5, no ulp"
+else fail "integer: max_abs 5, no ulp" "row: $row"; fi
+
+run_diff "$tmp/base.safetensors" "$tmp/nanpayload.safetensors"
+expect "NaN payloads differ" 1 "involve NaN" "A = nan (0x7fc00000)"
+
+run_diff "$tmp/base.safetensors" "$tmp/missing.safetensors"
+expect "missing tensors" 1 "only in A" "only in B" "8 tensors, 6 bit-exact, 0 differ, 2 missing"
+
+run_diff "$tmp/base.safetensors" "$tmp/shape.safetensors"
+expect "shape and dtype differ" 1 "shape differs" "[3,4]|[4,3]" "dtype differs" "I32|I64" \
+  "7 tensors, 5 bit-exact, 2 differ, 0 missing"
+
+# Options.
+run_diff --quiet "$tmp/base.safetensors" "$tmp/ulp1.safetensors"
+expect "--quiet" 1 "7 tensors, 6 bit-exact, 1 differ, 0 missing"
+if [ "$(wc -l <<<"$out")" -eq 1 ]; then ok "--quiet prints one line"; else fail "--quiet prints one line" "$out"; fi
+run_diff "$tmp/base.safetensors" "$tmp/ulp1.safetensors" --max-rows 1
+expect "--max-rows keeps the differing row" 1 "first diff at flat index 6" "6 more tensor row(s) not shown"
+run_diff --max-rows=x "$tmp/base.safetensors" "$tmp/base2.safetensors"
+expect "--max-rows validates" 2 "--max-rows: expected a non-negative integer, got 'x'"
+run_diff --help
+expect "--help" 0 "usage: parity diff"
+run_diff "$tmp/base.safetensors"
+expect "one file only" 2 "expected two .safetensors files, got 1"
+run_diff --bogus "$tmp/base.safetensors" "$tmp/base2.safetensors"
+expect "unknown option" 2 "unknown option '--bogus'"
+
+# Bad input: exit 2 with the file name and what was wrong.
+run_diff "$tmp/base.safetensors" "$tmp/nope.safetensors"
+expect "missing file" 2 "$tmp/nope.safetensors" "No such file or directory"
+head -c 100 "$tmp/base.safetensors" >"$tmp/trunc.safetensors"
+run_diff "$tmp/trunc.safetensors" "$tmp/base.safetensors"
+expect "truncated file" 2 "$tmp/trunc.safetensors" "exceeds the"
+printf 'garbage' >"$tmp/tiny.safetensors"
+run_diff "$tmp/base.safetensors" "$tmp/tiny.safetensors"
+expect "7-byte file" 2 "$tmp/tiny.safetensors: file is 7 bytes, too short"
+"$PY" - "$tmp/base.safetensors" "$tmp/badjson.safetensors" <<'EOF'
+import sys, struct
+blob = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", blob[:8])[0]
+hdr = blob[8:8 + n].replace(b'"dtype": "F32"', b'"dtype": "F33"', 1)
+open(sys.argv[2], "wb").write(blob[:8] + hdr + blob[8 + n:])
+EOF
+run_diff "$tmp/badjson.safetensors" "$tmp/base.safetensors"
+expect "unknown dtype" 2 "$tmp/badjson.safetensors: tensor \"w\": dtype: unknown \"F33\""
+
+echo "RESULT test_diff.sh: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
