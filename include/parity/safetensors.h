@@ -103,5 +103,13 @@ int st_writer_set_metadata(st_writer_t *w, const char *key, const char *value, p
  * Hugging Face's writer does. */
 int st_writer_save(const st_writer_t *w, const char *path, perr_t *err);
 void st_writer_free(st_writer_t *w);
+/* Reading back what was added, in insertion order, without a file: the
+ * equivalence checker compares two runs' dumps in memory. */
+size_t st_writer_count(const st_writer_t *w);
+/* Fills *t (t->name points into the writer; begin = 0, end = byte size)
+ * and returns the tensor's bytes; NULL if i is out of range. */
+const void *st_writer_tensor(const st_writer_t *w, size_t i, st_tensor_t *t);
+/* Index of the tensor named name, or -1. */
+long st_writer_find(const st_writer_t *w, const char *name);
 
 #endif

@@ -436,6 +436,21 @@ struct st_writer {
 
 st_writer_t *st_writer_new(void) { return calloc(1, sizeof(st_writer_t)); }
 
+size_t st_writer_count(const st_writer_t *w) { return w->n; }
+
+const void *st_writer_tensor(const st_writer_t *w, size_t i, st_tensor_t *t) {
+    if (i >= w->n) return NULL;
+    const st_entry_t *e = &w->e[i];
+    memset(t, 0, sizeof *t);
+    t->name = e->name;
+    t->dtype = e->dtype;
+    t->ndim = e->ndim;
+    memcpy(t->shape, e->shape, sizeof t->shape);
+    t->begin = 0;
+    t->end = e->nbytes;
+    return e->data;
+}
+
 /* FNV-1a: names are short, and a model may add tens of thousands, so
  * duplicate detection must not be quadratic. */
 static size_t name_hash(const char *s) {
@@ -449,6 +464,12 @@ static size_t *name_slot(const st_writer_t *w, const char *name) {
     size_t mask = w->nslots - 1;
     for (size_t i = name_hash(name) & mask;; i = (i + 1) & mask)
         if (!w->slots[i] || !strcmp(w->e[w->slots[i] - 1].name, name)) return &w->slots[i];
+}
+
+long st_writer_find(const st_writer_t *w, const char *name) {
+    if (!w->nslots) return -1;
+    size_t slot = *name_slot(w, name);
+    return slot ? (long)slot - 1 : -1;
 }
 
 /* Keeps the set at most half full. */
