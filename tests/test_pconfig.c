@@ -35,6 +35,8 @@ static void test_megatron_arithmetic(void) {
           pc.micro_batch);
     CHECK(parse(&pc, "--data-parallel-size 2 --accum-degree 3", 24, &err) == 0, "%s", err.msg);
     CHECK(pc.micro_batch == 4, "micro %d", pc.micro_batch);
+    CHECK(parse(&pc, "--data-parallel-size 3 --accum-degree 3", 24, &err) == 0, "%s", err.msg);
+    CHECK(pc.micro_batch == 3 && pc.accum_degree == 3, "uneven split: micro %d", pc.micro_batch);
     CHECK(parse(&pc, "--use-distributed-optimizer", 24, &err) == 0 && pc.zero_stage == 1,
           "distributed optimizer is ZeRO-1");
     CHECK(parse(&pc, "--zero-stage 3 --overlap-grad-reduce --bucket-cap-mb 0.5", 24, &err) == 0 &&
@@ -61,7 +63,7 @@ static void test_errors_name_the_field(void) {
     expect_error("--zero-stage 4", "unknown ZeRO stage 4");
     expect_error("--zero-stage x", "--zero-stage");
     expect_error("--data-parallel-size 2 --micro-batch-size 5", "micro-batch-size: 5");
-    expect_error("--data-parallel-size 4 --accum-degree 4", "accum-degree: 4");
+    expect_error("--data-parallel-size 8 --accum-degree 4", "accum-degree: 4");
     expect_error("--dtype bf16", "not yet supported");
     expect_error("--grad-sync-dtype fp16", "grad_sync_dtype");
     expect_error("--dtype fp8", "--dtype");

@@ -21,7 +21,11 @@ typedef struct {
     int dp, tp, pp, cp, ep;
     char order[32];            /* rank order, first varies fastest: "tp-cp-ep-dp-pp" */
     /* batch: sequences per step and per microbatch; accumulation steps
-     * = global / (micro * dp), or set directly by --accum-degree */
+     * = global / (micro * dp) as in Megatron (micro must divide), or set
+     * directly by --accum-degree, which splits a rank's sequences into
+     * that many microbatches of sizes differing by at most one (exact
+     * sums make any split give the golden bits); micro_batch is then the
+     * largest */
     int global_batch, micro_batch, accum_degree;
     /* data parallelism and ZeRO */
     int zero_stage;            /* 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters */

@@ -86,10 +86,14 @@ typedef struct {
                         whose payload is its index in slow[]              */
     xacc_t *slow;    /* fallback accumulators, grown on demand            */
     size_t n_slow, cap_slow;
+    int owns_sum;    /* 0 when the caller provided sum[] (xvec_init_with) */
 } xvec_t;
 
 /* 0 on success, -1 when memory is short. Not thread-safe: one owner. */
 int   xvec_init(xvec_t *v, size_t n);
+/* The same over caller memory of n doubles (e.g. from a device arena, so
+ * that accumulators count as the device's gradient memory). */
+void  xvec_init_with(xvec_t *v, size_t n, double *storage);
 void  xvec_free(xvec_t *v);
 void  xvec_zero(xvec_t *v);
 /* v[offset + i] += x[i] for i < n, exactly. */

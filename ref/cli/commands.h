@@ -6,5 +6,6 @@
  * subcommand) and returns the process exit status. */
 int cmd_diff(int argc, char **argv);   /* diff.c  */
 int cmd_train(int argc, char **argv);  /* train.c */
+int cmd_check(int argc, char **argv);  /* train.c: golden vs layout */
 
 #endif

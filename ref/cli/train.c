@@ -1,11 +1,480 @@
-/* train.c - placeholder until the train command lands. */
+/* train.c - `parity train`: the golden run, one device.
+ *
+ *   parity train --model gpt-tiny --steps 20
+ *   parity train --model gpt-micro --steps 3 --dump run.safetensors
+ *
+ * Prints one line per step and a summary. Flags follow Megatron-LM's
+ * names where Megatron has one; every flag overrides the model config,
+ * whatever its position on the command line.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "commands.h"
+#include "parity/corpus.h"
+#include "layout_cli.h"
+#include "parity/dump.h"
+#include "parity/model.h"
+#include "parity/pconfig.h"
+#include "parity/tile.h"
 
-int cmd_train(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fputs("parity train: not built yet\n", stderr);
-    return 2;
+static void usage(FILE *f) {
+    fputs(
+        "usage: parity train [options]\n"
+        "  --model NAME|FILE.json   built-in model (gpt-micro, gpt-tiny, gpt-small) or a JSON\n"
+        "                           config file (the \"config\" a dump stores); default gpt-tiny\n"
+        "  --steps N                training steps (default 10)\n"
+        "  --backend B              tile backend: openblas or portable (default: $PARITY_BACKEND,\n"
+        "                           else openblas)\n"
+        "  --data FILE              training text (default ref/data/corpus.txt)\n"
+        "  --dump FILE              write a .safetensors dump (see include/parity/dump.h)\n"
+        "  --dump-steps LIST        steps to dump, e.g. 0,1,2 (default: all when --steps <= 3,\n"
+        "                           else 0)\n"
+        "  --digest FILE            write SHA-256 digests of the dumped tensors (golden/ format)\n"
+        "  --quiet                  only the summary line\n"
+        "  --print-config           print the resolved config as JSON and exit\n"
+        "model and training overrides (Megatron-style):\n"
+        "  --num-layers N  --hidden-size N  --num-attention-heads N  --ffn-hidden-size N\n"
+        "  --seq-length N  --vocab-size N  --global-batch-size N  --micro-batch-size N\n"
+        "  --seed N  --untie-embeddings-and-output-weights\n"
+        "  --hidden-dropout P  --attention-dropout P\n"
+        "  --lr X  --min-lr X  --lr-warmup-iters N  --lr-decay-iters N\n"
+        "  --adam-beta1 X  --adam-beta2 X  --adam-eps X  --weight-decay X  --clip-grad X\n"
+        "  --tile-tokens N  --tile-features N  --tile-ffn N   canonical tiles (I1)\n",
+        f);
+    pconfig_print_help(f);
+    fputs("  --coll-algo direct|ring  collective algorithm of the layout (default direct)\n"
+          "  --arena-mb N             device memory of each simulated device (default unlimited)\n"
+          "`parity check` takes the same options, runs the golden run and the layout, and\n"
+          "compares every dumped tensor of every step with memcmp.\n",
+          f);
 }
+
+typedef enum { OPT_INT, OPT_FLOAT, OPT_U64, OPT_TRUE } opt_kind_t;
+
+typedef struct {
+    const char *flag;
+    opt_kind_t kind;
+    size_t offset; /* into model_config_t */
+} cfg_opt_t;
+
+#define OFF(f) offsetof(model_config_t, f)
+static const cfg_opt_t cfg_opts[] = {
+    {"--num-layers", OPT_INT, OFF(layers)},
+    {"--hidden-size", OPT_INT, OFF(hidden)},
+    {"--num-attention-heads", OPT_INT, OFF(heads)},
+    {"--ffn-hidden-size", OPT_INT, OFF(ffn)},
+    {"--seq-length", OPT_INT, OFF(seq_length)},
+    {"--vocab-size", OPT_INT, OFF(vocab)},
+    {"--global-batch-size", OPT_INT, OFF(global_batch)},
+    {"--micro-batch-size", OPT_INT, OFF(micro_batch)},
+    {"--seed", OPT_U64, OFF(seed)},
+    {"--untie-embeddings-and-output-weights", OPT_TRUE, OFF(tied)},
+    {"--hidden-dropout", OPT_FLOAT, OFF(hidden_dropout)},
+    {"--attention-dropout", OPT_FLOAT, OFF(attention_dropout)},
+    {"--lr", OPT_FLOAT, OFF(lr)},
+    {"--min-lr", OPT_FLOAT, OFF(min_lr)},
+    {"--lr-warmup-iters", OPT_INT, OFF(warmup)},
+    {"--lr-decay-iters", OPT_INT, OFF(decay_steps)},
+    {"--adam-beta1", OPT_FLOAT, OFF(beta1)},
+    {"--adam-beta2", OPT_FLOAT, OFF(beta2)},
+    {"--adam-eps", OPT_FLOAT, OFF(eps)},
+    {"--weight-decay", OPT_FLOAT, OFF(weight_decay)},
+    {"--clip-grad", OPT_FLOAT, OFF(clip_grad)},
+    {"--tile-tokens", OPT_INT, OFF(tile_tokens)},
+    {"--tile-features", OPT_INT, OFF(tile_features)},
+    {"--tile-ffn", OPT_INT, OFF(tile_ffn)},
+};
+#undef OFF
+
+static int parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "parity train: %s: expected an integer in [%lld, %lld], got '%s'\n", flag,
+                lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *flag, const char *s, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) {
+        fprintf(stderr, "parity train: %s: expected a finite number, got '%s'\n", flag, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int apply_cfg_opt(model_config_t *c, const cfg_opt_t *o, const char *val) {
+    char *field = (char *)c + o->offset;
+    long long v;
+    switch (o->kind) {
+    case OPT_INT:
+        if (parse_int(o->flag, val, -2147483647LL, 2147483647LL, &v)) return -1;
+        *(int *)field = (int)v;
+        return 0;
+    case OPT_U64:
+        if (parse_int(o->flag, val, 0, 9007199254740992LL, &v)) return -1;
+        *(uint64_t *)field = (uint64_t)v;
+        return 0;
+    case OPT_FLOAT:
+        return parse_float(o->flag, val, (float *)field);
+    case OPT_TRUE:
+        *(int *)field = 0; /* the only boolean flag unties */
+        return 0;
+    }
+    return -1;
+}
+
+/* "0,1,2" -> sorted flags in want[0..steps). */
+static int parse_steps_list(const char *s, int steps, unsigned char *want) {
+    const char *p = s;
+    if (!*p) goto bad;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || v < 0) goto bad;
+        if (v >= steps) {
+            fprintf(stderr, "parity train: --dump-steps: step %ld is not run (--steps %d runs 0..%d)\n",
+                    v, steps, steps - 1);
+            return -1;
+        }
+        want[v] = 1;
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) goto bad;
+    }
+    return 0;
+bad:
+    fprintf(stderr, "parity train: --dump-steps: expected a comma-separated list of steps, got '%s'\n",
+            s);
+    return -1;
+}
+
+static double clock_ms(clockid_t id) {
+    struct timespec t;
+    clock_gettime(id, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+static double now_ms(void) { return clock_ms(CLOCK_MONOTONIC); }
+/* CPU time of this thread: what a step costs, even on a machine that
+ * other processes share (wall time then includes their turns). */
+static double cpu_ms(void) { return clock_ms(CLOCK_THREAD_CPUTIME_ID); }
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static uint32_t bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* `parity train` (check == 0) and `parity check` (check == 1): one
+ * option parser, so a layout means the same in both. */
+static int train_main(int argc, char **argv, int check) {
+    const char *model = "gpt-tiny", *backend = NULL, *data_path = NULL, *dump_path = NULL;
+    const char *dump_steps = NULL, *digest_path = NULL;
+    long long steps = check ? 3 : 10;
+    int quiet = 0, print_config = 0, layout_given = 0;
+    perr_t err;
+    layout_opts_t lo;
+    layout_opts_defaults(&lo);
+
+    /* pass 1: the base config and the non-config options; the positions
+     * of config overrides are kept for pass 2 */
+    enum { MAX_CFG_OPTS = 256 };
+    int cfg_at[MAX_CFG_OPTS], n_cfg = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has_val = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+#define VAL(var)                                                                       \
+    do {                                                                               \
+        if (!has_val) {                                                                \
+            fprintf(stderr, "parity train: %s needs a value\n", a);                    \
+            return 2;                                                                  \
+        }                                                                              \
+        var = argv[++i];                                                               \
+    } while (0)
+        if (!strcmp(a, "--model") || !strcmp(a, "--config")) VAL(model);
+        else if (!strcmp(a, "--backend")) VAL(backend);
+        else if (!strcmp(a, "--data")) VAL(data_path);
+        else if (!strcmp(a, "--dump")) VAL(dump_path);
+        else if (!strcmp(a, "--dump-steps")) VAL(dump_steps);
+        else if (!strcmp(a, "--digest")) VAL(digest_path);
+        else if (!strcmp(a, "--steps")) {
+            const char *v;
+            VAL(v);
+            if (parse_int("--steps", v, 1, 1000000000LL, &steps)) return 2;
+        } else if (!strcmp(a, "--quiet")) quiet = 1;
+        else if (!strcmp(a, "--print-config")) print_config = 1;
+        else {
+            int j = i, r = strcmp(a, "--global-batch-size") && strcmp(a, "--micro-batch-size")
+                               ? layout_opts_parse(&lo, argc, argv, &j, &err)
+                               : 0;
+            if (r < 0) {
+                fprintf(stderr, "parity %s: %s\n", argv[0], err.msg);
+                return 2;
+            }
+            if (r == 1) {
+                layout_given = 1;
+                i = j - 1;
+                continue;
+            }
+            const cfg_opt_t *o = NULL;
+            for (size_t k = 0; k < sizeof cfg_opts / sizeof cfg_opts[0]; k++)
+                if (!strcmp(a, cfg_opts[k].flag)) o = &cfg_opts[k];
+            if (!o) {
+                fprintf(stderr, "parity train: unknown option '%s' (see parity train --help)\n", a);
+                return 2;
+            }
+            if (o->kind != OPT_TRUE && !has_val) {
+                fprintf(stderr, "parity train: %s needs a value\n", a);
+                return 2;
+            }
+            if (n_cfg == MAX_CFG_OPTS) {
+                fprintf(stderr, "parity train: more than %d config options\n", MAX_CFG_OPTS);
+                return 2;
+            }
+            cfg_at[n_cfg++] = i;
+            if (o->kind != OPT_TRUE) i++;
+        }
+#undef VAL
+    }
+
+    model_config_t cfg;
+    if (model_config_builtin(model, &cfg, &err)) {
+        /* not a built-in: a config file, starting from empty shape fields */
+        const char *ext = strrchr(model, '.');
+        FILE *probe = fopen(model, "rb");
+        if (!probe && !(ext && !strcmp(ext, ".json"))) {
+            fprintf(stderr, "parity train: --model: %s\n", err.msg);
+            return 2;
+        }
+        if (probe) fclose(probe);
+        model_config_builtin("gpt-tiny", &cfg, NULL);
+        model_config_t empty = cfg;
+        empty.vocab = empty.seq_length = empty.hidden = empty.heads = empty.layers = 0;
+        empty.ffn = empty.tile_tokens = empty.tile_features = empty.tile_ffn = 0;
+        empty.global_batch = empty.micro_batch = 0;
+        const char *base = strrchr(model, '/');
+        snprintf(empty.name, sizeof empty.name, "%s", base ? base + 1 : model);
+        char *dot = strrchr(empty.name, '.');
+        if (dot && !strcmp(dot, ".json")) *dot = 0;
+        cfg = empty;
+        if (model_config_load(model, &cfg, &err)) {
+            fprintf(stderr, "parity train: %s\n", err.msg);
+            return 2;
+        }
+    }
+    /* pass 2: overrides */
+    int micro_given = 0;
+    for (int j = 0; j < n_cfg; j++) {
+        int i = cfg_at[j];
+        for (size_t k = 0; k < sizeof cfg_opts / sizeof cfg_opts[0]; k++)
+            if (!strcmp(argv[i], cfg_opts[k].flag)) {
+                const char *val = cfg_opts[k].kind == OPT_TRUE ? NULL : argv[i + 1];
+                if (apply_cfg_opt(&cfg, &cfg_opts[k], val)) return 2;
+                if (cfg_opts[k].offset == offsetof(model_config_t, micro_batch)) micro_given = 1;
+            }
+    }
+    /* A smaller global batch than the built-in's micro batch: one microbatch. */
+    if (!micro_given && cfg.global_batch > 0 && cfg.micro_batch > cfg.global_batch)
+        cfg.micro_batch = cfg.global_batch;
+    if (model_config_validate(&cfg, &err)) {
+        fprintf(stderr, "parity train: invalid config: %s\n", err.msg);
+        return 2;
+    }
+    /* the layout divides the model's batch: Megatron's arithmetic */
+    if (micro_given) {
+        lo.pc.micro_batch = cfg.micro_batch;
+        lo.pc.given |= PC_GIVEN_MICRO;
+    }
+    if (pconfig_validate(&lo.pc, cfg.global_batch, &err)) {
+        fprintf(stderr, "parity %s: invalid layout: %s\n", argv[0], err.msg);
+        return 2;
+    }
+    if (print_config) {
+        char *j = model_config_json(&cfg);
+        printf("%s\n", j ? j : "");
+        free(j);
+        return 0;
+    }
+
+    /* output files: fail now, not after the training run */
+    const char *outs[2] = {dump_path, digest_path}, *out_flag[2] = {"--dump", "--digest"};
+    for (int k = 0; k < 2; k++) {
+        if (!outs[k]) continue;
+        FILE *f = fopen(outs[k], "ab");
+        if (!f) {
+            fprintf(stderr, "parity train: %s: %s: cannot create: %s\n", out_flag[k], outs[k],
+                    strerror(errno));
+            return 2;
+        }
+        fclose(f);
+    }
+
+    /* data */
+    char default_data[4200];
+    if (!data_path) {
+        if (corpus_default_path(default_data, sizeof default_data, &err)) {
+            fprintf(stderr, "parity train: %s\n", err.msg);
+            return 2;
+        }
+        data_path = default_data;
+    }
+    corpus_t data;
+    if (corpus_load(&data, data_path, &err) ||
+        corpus_check(&data, cfg.vocab, cfg.seq_length, &err)) {
+        fprintf(stderr, "parity train: %s\n", err.msg);
+        corpus_free(&data);
+        return 2;
+    }
+
+    /* backend: --backend goes through PARITY_BACKEND, so that tile_init
+     * does not refuse a portable run on a machine whose OpenBLAS fails
+     * its start-up checks */
+    if (backend && strcmp(backend, "portable") && strcmp(backend, "openblas")) {
+        fprintf(stderr, "parity train: --backend: expected openblas or portable, got '%s'\n",
+                backend);
+        corpus_free(&data);
+        return 2;
+    }
+    if (backend) setenv("PARITY_BACKEND", backend, 1);
+    if (tile_init(&err)) {
+        fprintf(stderr, "parity train: %s\n", err.msg);
+        corpus_free(&data);
+        return 2;
+    }
+
+    unsigned char *want = calloc((size_t)steps, 1);
+    if (!want) {
+        fprintf(stderr, "parity train: out of memory\n");
+        corpus_free(&data);
+        return 2;
+    }
+    if (dump_steps) {
+        if (parse_steps_list(dump_steps, (int)steps, want)) {
+            free(want);
+            corpus_free(&data);
+            return 2;
+        }
+    } else {
+        for (long long s = 0; s < (steps <= 3 ? steps : 1); s++) want[s] = 1;
+    }
+
+    if (check || layout_given) {
+        layout_job_t job = {&cfg, &lo, &data, (int)steps, want, dump_path, digest_path, quiet};
+        int code = check ? layout_check(&job) : layout_train(&job);
+        free(want);
+        corpus_free(&data);
+        return code;
+    }
+    gpt_t *g;
+    if (gpt_new(&g, &cfg, &err)) {
+        fprintf(stderr, "parity train: %s\n", err.msg);
+        free(want);
+        corpus_free(&data);
+        return 2;
+    }
+    dump_t *dump = NULL;
+    int rc = 0;
+    if (dump_path || digest_path) {
+        dump = dump_new(g, dump_path != NULL);
+        if (!dump || dump_set_metadata(dump, "backend", tile_backend_name(tile_get_backend()), &err) ||
+            dump_add_init(dump, g, &err)) {
+            fprintf(stderr, "parity train: dump: %s\n", dump ? err.msg : "out of memory");
+            rc = 2;
+            goto done;
+        }
+    }
+
+    if (!quiet)
+        printf("parity train: model %s (%zu parameters, %d layers, hidden %d, heads %d, "
+               "seq %d, batch %d x %d tokens, microbatch %d), backend %s%s\n",
+               cfg.name, g->table.total, cfg.layers, cfg.hidden, cfg.heads, cfg.seq_length,
+               cfg.global_batch, cfg.seq_length, cfg.micro_batch,
+               tile_backend_name(tile_get_backend()),
+               accum_plain_sums() ? ", PLAIN fp32 SUMS (diagnostic build, not golden)" : "");
+    double *ms = calloc((size_t)steps, sizeof(double)), *cpu = calloc((size_t)steps, sizeof(double));
+    float first_loss = 0, last_loss = 0;
+    for (long long s = 0; s < steps; s++) {
+        gpt_observer_t obs = {0};
+        int dumped = dump && want[s];
+        if (dumped) dump_begin_step(dump, s, &obs);
+        gpt_step_stats_t st;
+        double t0 = now_ms(), c0 = cpu_ms();
+        gpt_train_step(g, &data, s, dumped ? &obs : NULL, &st);
+        double dt = now_ms() - t0;
+        if (ms && cpu) ms[s] = dt, cpu[s] = cpu_ms() - c0;
+        if (dumped && dump_end_step(dump, g, &st, &err)) {
+            fprintf(stderr, "parity train: dump: %s\n", err.msg);
+            rc = 2;
+            break;
+        }
+        if (s == 0) first_loss = st.loss;
+        last_loss = st.loss;
+        if (!quiet)
+            printf("step %5lld | loss %.6f (0x%08x) | lr %.4e | grad norm %.6f | %8.1f ms\n", s,
+                   (double)st.loss, bits(st.loss), (double)st.lr, (double)st.grad_norm, dt);
+        fflush(stdout);
+        if (!isfinite(st.loss)) {
+            fprintf(stderr, "parity train: step %lld: loss is not finite\n", s);
+            rc = 1;
+            break;
+        }
+    }
+    if (rc == 0 && ms && cpu) {
+        double total = 0;
+        for (long long s = 0; s < steps; s++) total += ms[s];
+        qsort(ms, (size_t)steps, sizeof(double), cmp_double);
+        qsort(cpu, (size_t)steps, sizeof(double), cmp_double);
+        printf("summary: model %s | backend %s | %lld steps | loss %.6f -> %.6f (0x%08x) | "
+               "step median %.1f ms, min %.1f ms, cpu median %.1f ms, total %.2f s\n",
+               cfg.name, tile_backend_name(tile_get_backend()), steps, (double)first_loss,
+               (double)last_loss, bits(last_loss), ms[steps / 2], ms[0], cpu[steps / 2],
+               total * 1e-3);
+    }
+    free(ms);
+    free(cpu);
+    if (rc == 0 && dump_path && dump_save(dump, dump_path, &err)) {
+        fprintf(stderr, "parity train: --dump: %s\n", err.msg);
+        rc = 2;
+    }
+    if (rc == 0 && digest_path && dump_write_digests(dump, digest_path, &err)) {
+        fprintf(stderr, "parity train: --digest: %s\n", err.msg);
+        rc = 2;
+    }
+    if (rc == 0 && !quiet && dump)
+        printf("dump: %d tensors%s%s%s%s\n", dump_count(dump), dump_path ? " -> " : "",
+               dump_path ? dump_path : "", digest_path ? ", digests -> " : "",
+               digest_path ? digest_path : "");
+done:
+    dump_free(dump);
+    gpt_free(g);
+    free(want);
+    corpus_free(&data);
+    return rc;
+}
+
+int cmd_train(int argc, char **argv) { return train_main(argc, argv, 0); }
+int cmd_check(int argc, char **argv) { return train_main(argc, argv, 1); }

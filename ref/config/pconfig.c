@@ -151,11 +151,14 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
         return perr_set(err, "data-parallel-size: %d does not divide the global batch of %d "
                              "sequences (each rank needs whole sequences)", dp, B);
     if (pc->given & PC_GIVEN_ACCUM) {
-        if ((B / dp) % pc->accum_degree)
-            return perr_set(err, "accum-degree: %d does not divide the %d sequences per "
-                                 "data-parallel rank (global batch %d / dp %d)",
-                            pc->accum_degree, B / dp, B, dp);
-        int micro = B / dp / pc->accum_degree;
+        /* exact sums make any split of a rank's sequences into microbatches
+         * give the golden bits, so --accum-degree need not divide them: the
+         * sizes differ by at most one (micro_batch is the largest) */
+        if (pc->accum_degree > B / dp)
+            return perr_set(err, "accum-degree: %d microbatches need at least %d sequences per "
+                                 "data-parallel rank, but there are %d (global batch %d / dp %d)",
+                            pc->accum_degree, pc->accum_degree, B / dp, B, dp);
+        int micro = (B / dp + pc->accum_degree - 1) / pc->accum_degree;
         if ((pc->given & PC_GIVEN_MICRO) && pc->micro_batch != micro)
             return perr_set(err, "micro-batch-size: %d contradicts accum-degree %d "
                                  "(global %d / (dp %d x accum %d) = %d)",

@@ -31,12 +31,20 @@ int xvec_init(xvec_t *v, size_t n) {
     v->n = n;
     v->sum = malloc((n ? n : 1) * sizeof(double));
     if (!v->sum) return -1;
+    v->owns_sum = 1;
     xvec_zero(v);
     return 0;
 }
 
+void xvec_init_with(xvec_t *v, size_t n, double *storage) {
+    memset(v, 0, sizeof *v);
+    v->n = n;
+    v->sum = storage;
+    xvec_zero(v);
+}
+
 void xvec_free(xvec_t *v) {
-    free(v->sum);
+    if (v->owns_sum) free(v->sum);
     free(v->slow);
     memset(v, 0, sizeof *v);
 }

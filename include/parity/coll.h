@@ -1,0 +1,191 @@
+/* coll.h - collectives between device threads (layer 2 of DESIGN.md).
+ *
+ * Every call is made by all members of a group, NCCL/MPI style, from the
+ * member's own device thread; peer and root arguments are group indices.
+ * Buffers are the callers' own memory: each rank publishes its pointers
+ * and the others read (or write) them directly, so nothing is staged.
+ * A call returns when the caller's buffers are its own again.
+ *
+ * Correctness first:
+ *  - Every call records (kind, dtype, op, count, root, algorithm) with a
+ *    per-group sequence number, and all members must agree before any
+ *    data moves. A disagreement is fatal and names both calls:
+ *      collective mismatch in group 'dp0' call #7: rank 0 (world 0) called
+ *      all_reduce(f32, sum, count=1024) but rank 1 (world 2) called
+ *      all_reduce(f32, sum, count=512)
+ *    A call from a thread that is not a member is fatal too.
+ *  - A watchdog: a rank that waits longer than the timeout (env
+ *    PARITY_COLL_TIMEOUT seconds, default 120, or coll_set_timeout) prints
+ *    for EVERY device what it is doing (waiting in which collective of
+ *    which group, running, finished) and exits non-zero. A missing rank
+ *    gives that report, never a silent hang.
+ *  - Waiting spins briefly, then sleeps on a futex, so 32 devices on 2
+ *    cores do not melt down.
+ *
+ * Types and ops. COLL_XACC elements are xacc_t (parity/xacc.h); their sum
+ * is the exact xacc_merge, and the result is written in canonical form
+ * (carries propagated), so it has the same BITS for every algorithm, rank
+ * order and grouping; max/min on COLL_XACC are errors. Integer sums wrap
+ * modulo 2^32 / 2^64 (two's complement), so they are exact in any order
+ * as well. fp32 sums are plain fp32 additions in a fixed order per
+ * algorithm (documented at each algorithm below); they drift between
+ * algorithms by design: that drift is what the exact types remove.
+ * fp32 max/min order the values -inf < ... < -0 < +0 < ... < +inf, and
+ * any NaN makes the result the canonical quiet NaN 0x7fc00000, so max/min
+ * never depend on order either.
+ *
+ * Algorithms (per calling thread, coll_set_algo; default from env
+ * PARITY_COLL_ALGO=direct|ring, else direct; all members must agree):
+ *  - COLL_ALGO_DIRECT: shared memory. All-reduce: rank i reduces slice i
+ *    of the buffer from every peer's send buffer, in group order
+ *    ((x0 + x1) + x2) + ..., and writes the result into every peer's
+ *    receive buffer. Reduce-scatter and reduce use the same order. A small
+ *    call (a few KiB when every device has a core, up to 64 KiB of data
+ *    when devices outnumber cores; PARITY_COLL_WHOLE_BYTES overrides) is
+ *    done entirely by the last rank to arrive, in the same order, while
+ *    the others wait: one barrier instead of two and no wake-up round.
+ *  - COLL_ALGO_RING: the classic ring. Reduce-scatter runs n-1 steps of
+ *    neighbour hand-offs, then all-gather n-1 more; chunk c is summed
+ *    starting at rank c+1: ((x[c+1] + x[c+2]) + ...) + x[c] (indices mod
+ *    n). Reduce is a pipelined chain ending at the root (starting at
+ *    root+1, the same order as chunk `root`). Broadcast and all-gather are
+ *    ring pipelines. All-to-all(v) and barrier move data the same way
+ *    under both settings.
+ *
+ * In-place conventions (NCCL's, which the MPI_IN_PLACE forms map onto):
+ *  - all-reduce, reduce (at the root), broadcast: send == recv.
+ *  - reduce-scatter: recv == send + rank * recv_count (block `rank` is
+ *    reduced where it already lies).
+ *  - all-gather: send == recv + rank * send_count (this rank's block is
+ *    already in place).
+ * Any other overlap of send and recv is a fatal error, as is in-place
+ * all-to-all(v).
+ *
+ * Byte counters follow nccl-tests. For a call moving S bytes (S = count *
+ * element size for all-reduce, broadcast and reduce; the whole n-block
+ * buffer for reduce-scatter, all-gather and all-to-all), algbw = S / time
+ * and busbw = algbw * factor, with factor 2(n-1)/n for all-reduce,
+ * (n-1)/n for reduce-scatter, all-gather and all-to-all, 1 for broadcast
+ * and reduce. A rank's counters add S to `bytes` and S * factor to
+ * `bus_bytes`, and count as sent and received the bytes a bandwidth-
+ * optimal algorithm moves through that rank's link: S*factor each way
+ * for the symmetric collectives; for broadcast the root sends S and every
+ * other rank receives S; for reduce every non-root sends S and the root
+ * receives S; all-to-all-v and send/recv count their actual bytes to and
+ * from other ranks. With one rank nothing is sent.
+ */
+#ifndef PARITY_COLL_H
+#define PARITY_COLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "parity/runtime.h"
+#include "parity/xacc.h"
+
+typedef enum { COLL_F32, COLL_I32, COLL_I64, COLL_XACC, COLL_NDTYPES } coll_dtype_t;
+typedef enum { COLL_SUM, COLL_MAX, COLL_MIN, COLL_NOPS } coll_op_t;
+typedef enum { COLL_ALGO_DIRECT, COLL_ALGO_RING, COLL_NALGOS } coll_algo_t;
+
+typedef enum {
+    COLL_KIND_ALL_REDUCE,
+    COLL_KIND_REDUCE_SCATTER,
+    COLL_KIND_ALL_GATHER,
+    COLL_KIND_BROADCAST,
+    COLL_KIND_REDUCE,
+    COLL_KIND_ALL_TO_ALL,
+    COLL_KIND_ALL_TO_ALL_V,
+    COLL_KIND_BARRIER,
+    COLL_KIND_SEND,
+    COLL_KIND_RECV,
+    COLL_NKINDS
+} coll_kind_t;
+
+size_t      coll_dtype_size(coll_dtype_t dt); /* 4, 4, 8, sizeof(xacc_t) */
+const char *coll_dtype_name(coll_dtype_t dt); /* "f32", "i32", "i64", "xacc" */
+const char *coll_op_name(coll_op_t op);       /* "sum", "max", "min" */
+const char *coll_algo_name(coll_algo_t a);    /* "direct", "ring" */
+const char *coll_kind_name(coll_kind_t k);    /* "all_reduce", ... */
+
+/* ---- collectives (every member of g calls, in the same order) ---- */
+
+/* recv[k] = op over ranks of send[k], k < count. */
+void coll_all_reduce(group_t *g, const void *send, void *recv, size_t count, coll_dtype_t dt,
+                     coll_op_t op);
+/* send holds n blocks of recv_count; rank i receives op over ranks of block i. */
+void coll_reduce_scatter(group_t *g, const void *send, void *recv, size_t recv_count,
+                         coll_dtype_t dt, coll_op_t op);
+/* recv holds n blocks of send_count; block j is rank j's send. */
+void coll_all_gather(group_t *g, const void *send, void *recv, size_t send_count, coll_dtype_t dt);
+/* buf of every rank := buf of root. */
+void coll_broadcast(group_t *g, void *buf, size_t count, coll_dtype_t dt, int root);
+/* recv at root := op over ranks of send; recv is ignored (may be NULL)
+ * on other ranks. */
+void coll_reduce(group_t *g, const void *send, void *recv, size_t count, coll_dtype_t dt,
+                 coll_op_t op, int root);
+/* Block j of rank i's send goes to block i of rank j's recv; blocks hold
+ * count_per_peer elements. */
+void coll_all_to_all(group_t *g, const void *send, void *recv, size_t count_per_peer,
+                     coll_dtype_t dt);
+/* Rank i sends send_counts[j] elements from send + send_displs[j] to rank
+ * j, which receives them at recv + recv_displs[i] and must list the same
+ * number in recv_counts[i] (else fatal, naming both ranks). Counts and
+ * displacements are in elements; arrays have group_size entries. */
+void coll_all_to_all_v(group_t *g, const void *send, const size_t *send_counts,
+                       const size_t *send_displs, void *recv, const size_t *recv_counts,
+                       const size_t *recv_displs, coll_dtype_t dt);
+void coll_barrier(group_t *g);
+
+/* ---- point-to-point: peers are group indices; (sender, receiver, tag)
+ * messages match in the order they were posted, as in MPI. A send
+ * completes when the receiver has the data (synchronous, like MPI_Ssend),
+ * so an unsafe ordering deadlocks every time, not only for large
+ * messages; the watchdog then reports it. Count and dtype of matching
+ * send and receive must agree (else fatal, naming both). ---- */
+
+typedef struct coll_request coll_request_t;
+
+void coll_send(group_t *g, const void *buf, size_t count, coll_dtype_t dt, int peer, int tag);
+void coll_recv(group_t *g, void *buf, size_t count, coll_dtype_t dt, int peer, int tag);
+/* Non-blocking forms: the buffer must stay untouched until the request is
+ * waited. Every request must be waited exactly once; waiting frees it. */
+coll_request_t *coll_isend(group_t *g, const void *buf, size_t count, coll_dtype_t dt, int peer,
+                           int tag);
+coll_request_t *coll_irecv(group_t *g, void *buf, size_t count, coll_dtype_t dt, int peer, int tag);
+void coll_wait(coll_request_t *req);
+void coll_wait_all(int n, coll_request_t **reqs); /* NULL entries are skipped */
+
+/* ---- configuration ---- */
+
+/* Sets the calling thread's algorithm; returns the previous one. */
+coll_algo_t coll_set_algo(coll_algo_t algo);
+coll_algo_t coll_get_algo(void);
+/* Parses PARITY_COLL_ALGO: 0 with *out set (direct when unset), or -1
+ * with a message naming the bad value. The first collective a thread
+ * makes calls this and treats an error as fatal. */
+int coll_algo_from_env(coll_algo_t *out, perr_t *e);
+/* Watchdog timeout in seconds for every thread; returns the previous one.
+ * Before the first call, PARITY_COLL_TIMEOUT (a positive number) sets it. */
+double coll_set_timeout(double seconds);
+double coll_get_timeout(void);
+
+/* ---- byte counters (see the conventions above) ---- */
+
+typedef struct {
+    uint64_t calls[COLL_NKINDS];
+    uint64_t bytes[COLL_NKINDS];     /* S, the algbw numerator */
+    uint64_t bus_bytes[COLL_NKINDS]; /* S * busbw factor */
+    uint64_t sent[COLL_NKINDS], recv[COLL_NKINDS];
+} coll_counters_t;
+
+/* Counters of one world rank, accumulated over runs until reset. */
+void   coll_counters_get(int world_rank, coll_counters_t *out);
+void   coll_counters_reset(int world_rank); /* -1: every rank */
+/* Adds one call of `kind` moving S = bytes (busbw factor `factor`) to a
+ * rank's counters: for collectives built above this layer on the same
+ * shared memory (data parallelism's exact reduce-scatter of open sums). */
+void   coll_counters_add(int world_rank, coll_kind_t kind, uint64_t bytes, double factor);
+/* nccl-tests' busbw factor for a collective over n ranks. */
+double coll_busbw_factor(coll_kind_t kind, int n);
+
+#endif

@@ -1,0 +1,101 @@
+/* dp.h - data parallelism: DDP, ZeRO-1/2/3 and gradient accumulation.
+ *
+ * Data parallelism splits the token axis: rank r of dp trains on
+ * sequences [r*B/dp, (r+1)*B/dp) of every global batch, in microbatches.
+ * Every weight gradient is then a sum split across microbatches and
+ * ranks; the open exact accumulators (xacc.h) make that split invisible:
+ * each rank's accumulators stay open across its microbatches, the ranks'
+ * accumulators are merged exactly, bucket by bucket, and each element is
+ * rounded once, by the rank that owns it. The optimizer and clipping are
+ * the golden run's functions applied to each rank's shard.
+ *
+ * The plan (dp_plan_t) is pure arithmetic on the parameter table, shared
+ * by every rank:
+ *  - units: 0 the embeddings, 1..L the layers, L+1 the head (the model's
+ *    unit events, model.h); a unit's tensors are one contiguous range;
+ *  - buckets: contiguous ranges of the flat parameter vector, in backward
+ *    order. ZeRO 0-2: whole tensors up to bucket_cap_mb (Megatron's
+ *    grouping); ZeRO-3: one bucket per unit (FSDP's). A bucket is final
+ *    when the backward pass of its lowest tensor's unit ends in the last
+ *    microbatch;
+ *  - shards: bucket b is cut into dp pieces of piece = ceil(len/dp)
+ *    elements (the last ones shorter or empty: the "bucket padding");
+ *    rank k owns piece k of every bucket, and its shard is those pieces
+ *    back to back (shard_len elements, the same on every rank).
+ */
+#ifndef PARITY_DP_H
+#define PARITY_DP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "parity/coll.h"
+#include "parity/error.h"
+#include "parity/model.h"
+#include "parity/pconfig.h"
+
+typedef struct {
+    int first, last;       /* tensors [first, last) */
+    size_t lo, hi;         /* flat elements [lo, hi) */
+    size_t piece;          /* elements per rank piece: ceil((hi - lo) / dp) */
+    size_t shard_off;      /* where this bucket's piece sits in a shard */
+    int ready_unit;        /* final after this unit's backward */
+} dp_bucket_t;
+
+typedef struct {
+    int dp, stage, nunits;
+    int *unit_first, *unit_last; /* [nunits] tensor ranges */
+    int *unit_of_tensor;         /* [count] */
+    int nbuckets;
+    dp_bucket_t *buckets;        /* in backward (readiness) order */
+    int *bucket_of_unit;         /* ZeRO-3: [nunits] */
+    size_t shard_len;            /* sum of pieces */
+} dp_plan_t;
+
+int  dp_plan_build(dp_plan_t *p, const param_table_t *t, const model_config_t *cfg, int dp,
+                   int stage, double bucket_cap_mb, perr_t *err);
+void dp_plan_free(dp_plan_t *p);
+/* Rank k's piece of bucket b: flat elements [*lo, *hi) (possibly empty). */
+void dp_piece(const dp_plan_t *p, int b, int k, size_t *lo, size_t *hi);
+
+/* ---- running a layout --------------------------------------------------- */
+
+struct corpus;
+struct dump;
+
+typedef struct {
+    double predicted[MEM_NCAT];  /* bytes, from the ZeRO formulas (fp32) */
+    size_t peak[MEM_NCAT];       /* measured high-water marks */
+    size_t peak_total;
+    coll_counters_t comm;        /* this rank's collective traffic */
+    uint64_t exact_rs_elems;     /* elements this rank reduced exactly */
+    double seconds_compute, seconds_reduce, seconds_comm; /* wall time by phase */
+} dp_device_report_t;
+
+typedef struct {
+    model_config_t model;        /* the golden model (its global batch) */
+    pconfig_t pc;                /* validated layout */
+    int steps;
+    const struct corpus *data;
+    size_t arena_capacity;       /* per device, 0 = unlimited */
+    coll_algo_t algo;
+    /* Test-only: reduce gradients with plain fp32 ring sums of rounded
+     * local gradients, to prove that the checker catches a real bug. */
+    int broken_fp32_sums;
+    /* Collection: the reassembled global tensors of the dumped steps, in a
+     * dump_t made for this model (dump.h), or NULL. */
+    struct dump *dump;
+    const uint8_t *dump_step;    /* [steps] 1 = collect that step, or NULL = all */
+    /* results */
+    gpt_step_stats_t *stats;     /* [steps] or NULL */
+    dp_device_report_t *reports; /* [dp] or NULL */
+} dp_run_t;
+
+/* Trains run->steps steps of the layout; 0, or -1 with a message. */
+int dp_train(dp_run_t *run, perr_t *err);
+
+/* Prints the per-device memory next to the ZeRO formulas, and the
+ * communication volume next to 2Psi / 3Psi. */
+void dp_print_report(const dp_run_t *run, FILE *f);
+
+#endif

@@ -1,0 +1,122 @@
+/* layers.h - the GPT's layers, each a forward/backward pair.
+ *
+ * Every function works on whole canonical tiles (I1), sums exactly and
+ * rounds once (I2, accum.h), and uses only fixed-order elementwise math
+ * (pmath.h, I5). The formulas are MODEL.md's; the comment of each function
+ * names the tensors and their shapes. n is a token count (sequences x T),
+ * row-major [n, features] everywhere.
+ *
+ * Gradient outputs come in two kinds:
+ *   - activation gradients (dx) are written, rounded, into a buffer;
+ *   - parameter gradients (dw, db, dgamma, ...) are ADDED to open exact
+ *     accumulators, which stay open across token tiles and microbatches
+ *     and are rounded once per step by the caller.
+ */
+#ifndef PARITY_LAYERS_H
+#define PARITY_LAYERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "parity/accum.h"
+#include "parity/contract.h"
+
+/* ---- embedding.c ------------------------------------------------------- */
+
+/* x[s,t,:] = wte[tokens[s,t],:] + wpe[t,:]   tokens [n_seq,T], x [n_seq,T,C] */
+void embedding_forward(float *x, const int32_t *tokens, int n_seq, int T, int C,
+                       const float *wte, const float *wpe);
+/* dwte[tokens[s,t],:] += dx[s,t,:]; dwpe[t,:] += dx[s,t,:] (exact, open) */
+void embedding_backward(acc_t *dwte, acc_t *dwpe, const float *dx, const int32_t *tokens,
+                        int n_seq, int T, int C);
+
+/* ---- dropout.c --------------------------------------------------------- */
+
+/* 1/(1-p) in fp32: the scale a kept element gets. */
+float dropout_scale(float p);
+/* keep[i] = rng_uniform(seed, stream, first_index + i) >= p, i < n: the
+ * mask of n consecutive elements of a site, keyed by global flat index. */
+void  dropout_mask(uint8_t *keep, size_t n, uint64_t seed, uint64_t stream,
+                   uint64_t first_index, float p);
+/* y = keep ? x * (1/(1-p)) : +0   (y may be x) */
+void  dropout_forward(float *y, const float *x, const uint8_t *keep, size_t n, float p);
+/* dx = keep ? dy * (1/(1-p)) : +0 (dx may be dy) */
+void  dropout_backward(float *dx, const float *dy, const uint8_t *keep, size_t n, float p);
+
+/* ---- layernorm.c ------------------------------------------------------- */
+
+/* Per row of x [n,C]: mu = round(sum x)/C, d = x - mu,
+ * var = round(sum d*d)/C, r = rsqrt(var + eps), xhat = d*r,
+ * y = xhat*gamma + beta. Keeps xhat [n,C] and rstd = r [n] for backward.
+ * scratch: [C] floats. */
+void layernorm_forward(float *y, float *xhat, float *rstd, const float *x, const float *gamma,
+                       const float *beta, int n, int C, float eps, float *scratch);
+/* dxhat = dy*gamma; a = round(sum dxhat)/C; b = round(sum dxhat*xhat)/C;
+ * dx = ((dxhat - a) - xhat*b) * r; dgamma += dy*xhat; dbeta += dy.
+ * dx must not overlap dy or xhat. scratch: [2C] floats. */
+void layernorm_backward(float *dx, acc_t *dgamma, acc_t *dbeta, const float *dy,
+                        const float *xhat, const float *rstd, const float *gamma, int n, int C,
+                        float *scratch);
+
+/* ---- linear.c ---------------------------------------------------------- */
+
+/* Canonical tiles of one linear layer: tokens, input and output features. */
+typedef struct {
+    int tokens, in, out;
+} linear_tiles_t;
+
+/* y[n,out] = round(sum over input tiles of x.w^T) + b   (w [out,in], b [out] or NULL) */
+void linear_forward(float *y, const float *x, const float *w, const float *b, int n, int n_in,
+                    int n_out, linear_tiles_t t, contract_ws_t *ws);
+/* dx[n,in] = round(sum over output tiles of dy.w) (skipped when dx is NULL);
+ * dw += dy^T.x over token tiles; db += sum over tokens of dy (db may be NULL). */
+void linear_backward(float *dx, acc_t *dw, acc_t *db, const float *dy, const float *x,
+                     const float *w, int n, int n_in, int n_out, linear_tiles_t t,
+                     contract_ws_t *ws);
+
+/* ---- gelu.c ------------------------------------------------------------ */
+
+/* y = gelu_tanh(x); dx = dy * gelu_tanh'(x)   (n elements; y may be x) */
+void gelu_forward(float *y, const float *x, size_t n);
+void gelu_backward(float *dx, const float *dy, const float *x, size_t n);
+
+/* ---- attention.c ------------------------------------------------------- */
+
+/* Shape of one causal self-attention call: n_seq sequences of T tokens,
+ * C = H*D features, tile = the token tile (query and key tiles), p the
+ * attention dropout. */
+typedef struct {
+    int n_seq, T, C, H, tile;
+    float p;
+} attn_shape_t;
+
+/* Floats of scratch attention_backward needs. */
+size_t attention_scratch_floats(const attn_shape_t *s);
+/* keep [n_seq,H,T,T]: the attention dropout mask of sequences
+ * first_seq.. of the global batch (1 = kept; 0 above the diagonal, which
+ * is never drawn). Index of (g,h,i,j): ((g*H + h)*T + i)*T + j. */
+void attention_mask(uint8_t *keep, const attn_shape_t *s, int first_seq, uint64_t seed,
+                    uint64_t stream);
+/* qkv [n_seq,T,3C] -> ctx [n_seq,T,C] (head h in columns h*D..h*D+D-1).
+ * Keeps e and ehat [n_seq,H,T,T] (zero above the diagonal; ehat may be e
+ * when p = 0) and z [n_seq,H,T] for backward. keep is NULL when p = 0. */
+void attention_forward(float *ctx, float *e, float *ehat, float *z, const float *qkv,
+                       const uint8_t *keep, const attn_shape_t *s, contract_ws_t *ws);
+/* dctx [n_seq,T,C] -> dqkv [n_seq,T,3C], from the kept forward tensors. */
+void attention_backward(float *dqkv, const float *dctx, const float *ctx, const float *e,
+                        const float *ehat, const float *z, const float *qkv,
+                        const uint8_t *keep, const attn_shape_t *s, float *scratch,
+                        contract_ws_t *ws);
+
+/* ---- loss.c ------------------------------------------------------------ */
+
+/* Per token: m = max logits, Z = round(sum exp(logits - m)),
+ * loss[i] = (m + log Z) - logits[target].   logits [n,V] */
+void crossentropy_forward(float *loss, const float *logits, const int32_t *targets, int n,
+                          int V, float *scratch /* [V] */);
+/* dlogits = (p - onehot(target)) / (float)total_tokens, p = e/Z, where
+ * total_tokens is the GLOBAL token count of the step (I4). */
+void crossentropy_backward(float *dlogits, const float *logits, const int32_t *targets, int n,
+                           int V, int64_t total_tokens, float *scratch /* [V] */);
+
+#endif

@@ -1,0 +1,239 @@
+/* model.h - the golden GPT: config, parameters, and one training step.
+ *
+ * ref/model/MODEL.md is the mathematics; this header is how to drive it.
+ * A training step on one device (the golden run) is
+ *
+ *     gpt_step_begin(g);                          zero the open gradient sums
+ *     for each microbatch of the global batch:
+ *         gpt_microbatch(g, ...);                 forward + backward, grads stay open
+ *     loss = gpt_step_loss(g);                    round(sum of token losses) / (B*T)
+ *     norm = gpt_step_round_grads(g);             round every gradient once
+ *     gpt_step_update(g, lr, norm);               clip, then AdamW
+ *
+ * (gpt_train_step does exactly this, with the data of corpus.h.) Every
+ * sum is exact (accum.h), so the number of microbatches, and later the
+ * number of data-parallel ranks, cannot change a single bit.
+ */
+#ifndef PARITY_MODEL_H
+#define PARITY_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "parity/accum.h"
+#include "parity/contract.h"
+#include "parity/error.h"
+#include "parity/safetensors.h"
+
+/* ---- config ------------------------------------------------------------ */
+
+typedef struct {
+    char name[64];
+    /* shape */
+    int vocab;         /* V */
+    int seq_length;    /* T */
+    int hidden;        /* C */
+    int heads;         /* H; head size D = C / H */
+    int layers;        /* L */
+    int ffn;           /* F */
+    int tied;          /* 1: the LM head is the word embedding */
+    /* canonical tiles (I1): tokens | T, features | C and V (whole heads),
+     * ffn | F. They belong to the model: a layout may only cut at them. */
+    int tile_tokens, tile_features, tile_ffn;
+    float hidden_dropout, attention_dropout;
+    float ln_eps;
+    uint64_t seed;
+    /* training */
+    int global_batch;  /* B sequences per step */
+    int micro_batch;   /* sequences per microbatch; divides B */
+    float lr, min_lr;
+    int warmup, decay_steps;
+    float beta1, beta2, eps, weight_decay, clip_grad; /* clip_grad 0 = off */
+} model_config_t;
+
+/* NULL-terminated list of the built-in model names. */
+const char *const *model_builtin_names(void);
+/* Fills cfg with a built-in model; -1 (message lists the names) if unknown. */
+int model_config_builtin(const char *name, model_config_t *cfg, perr_t *err);
+/* Loads a JSON config file: the object the dumps store as their "config"
+ * metadata. Fields present override cfg (so start from a built-in, or
+ * name one with "base"); unknown keys and wrong types are errors naming
+ * the key. Does not validate: call model_config_validate. */
+int model_config_load(const char *path, model_config_t *cfg, perr_t *err);
+/* Every constraint of MODEL.md, with a message naming the field. */
+int model_config_validate(const model_config_t *cfg, perr_t *err);
+/* The config as one line of JSON (malloc'd; the caller frees). */
+char *model_config_json(const model_config_t *cfg);
+
+/* ---- parameters -------------------------------------------------------- */
+
+/* Per-layer parameter slots, in MODEL.md's table order. */
+enum {
+    P_LN1_W, P_LN1_B, P_QKV_W, P_QKV_B, P_DENSE_W, P_DENSE_B,
+    P_LN2_W, P_LN2_B, P_FC1_W, P_FC1_B, P_FC2_W, P_FC2_B, P_PER_LAYER
+};
+
+typedef enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS } param_init_t;
+
+typedef struct {
+    char name[96];       /* Megatron-style, e.g. layers.0.mlp.dense_h_to_4h.weight */
+    int ndim;            /* 1 or 2 */
+    int64_t shape[2];
+    size_t numel;
+    size_t offset;       /* into the contiguous parameter block */
+    param_init_t init;
+    float init_std;      /* INIT_NORMAL: sigma or sigma/sqrt(2L) */
+    int weight_decay;    /* 1 for 2-D weights (AdamW decays them) */
+} param_info_t;
+
+typedef struct {
+    int count;
+    param_info_t *info;  /* [count] */
+    size_t total;        /* elements in all tensors */
+    int wte, wpe, lnf_w, lnf_b, out; /* indices; out is -1 when tied */
+    int first_layer;     /* index of layers.0's first slot */
+} param_table_t;
+
+int  param_table_build(param_table_t *t, const model_config_t *cfg, perr_t *err);
+void param_table_free(param_table_t *t);
+/* Index of layer l's slot (P_*). */
+static inline int param_layer(const param_table_t *t, int l, int slot) {
+    return t->first_layer + l * P_PER_LAYER + slot;
+}
+/* Index of the tensor named name, or -1. */
+int  param_find(const param_table_t *t, const char *name);
+/* MODEL.md's initialisation, keyed by (seed, tensor name, flat index). */
+void params_init(const param_table_t *t, uint64_t seed, float *data);
+
+/* ---- the model --------------------------------------------------------- */
+
+/* Activations of one layer for one microbatch of n = micro_batch * T tokens,
+ * kept for the backward pass. */
+typedef struct {
+    float *ln1_xhat, *ln1_rstd, *ln1_out;  /* [n,C] [n] [n,C] */
+    float *qkv;                            /* [n,3C] (head, {q,k,v}, d) columns */
+    float *att_e, *att_ehat;               /* [b,H,T,T]: e, and e after dropout */
+    float *att_z;                          /* [b,H,T] softmax denominators */
+    uint8_t *att_keep;                     /* [b,H,T,T] or NULL (p = 0) */
+    float *ctx;                            /* [n,C] core attention output */
+    float *attn_out;                       /* [n,C] dense output, before dropout */
+    uint8_t *attn_keep;                    /* [n,C] or NULL */
+    float *resid1;                         /* [n,C] x after the attention residual */
+    float *ln2_xhat, *ln2_rstd, *ln2_out;  /* [n,C] [n] [n,C] */
+    float *fc1_out;                        /* [n,F] before GeLU */
+    float *gelu_out;                       /* [n,F] */
+    float *fc2_out;                        /* [n,C] before dropout */
+    uint8_t *mlp_keep;                     /* [n,C] or NULL */
+    float *out;                            /* [n,C] block output */
+} layer_acts_t;
+
+typedef struct {
+    int32_t *inputs, *targets;             /* [n] */
+    float *emb;                            /* [n,C] embedding output (after dropout) */
+    uint8_t *emb_keep;                     /* [n,C] or NULL */
+    layer_acts_t *layer;                   /* [L] */
+    float *lnf_xhat, *lnf_rstd, *lnf_out;  /* [n,C] [n] [n,C] */
+    float *logits;                         /* [n,V] */
+    float *token_loss;                     /* [n] */
+    /* backward scratch */
+    float *d_resid, *d_tmp, *d_tmp2;       /* [n,C] each */
+    float *d_wide;                         /* [n,max(3C,F)] */
+    float *d_logits;                       /* [n,V] */
+    float *att_scratch;                    /* attention_scratch_floats() */
+    float *row_scratch;                    /* [max(C,V,F) * 2] */
+    void *block;                           /* the one allocation behind all of it */
+} gpt_acts_t;
+
+/* Watches a step, for dumps and checkers. Both hooks may be NULL. */
+typedef struct gpt gpt_t;
+typedef struct {
+    void *ctx;
+    /* A batch-shaped tensor of one microbatch: n_seq sequences starting at
+     * index first_seq of the global batch, each of shape seq_shape
+     * [seq_ndim]. Names: "input_ids", "labels", "logits",
+     * "act.<checkpoint>", "mask.<site>" (MODEL.md, train dump format). */
+    void (*batch_tensor)(void *ctx, const char *name, st_dtype_t dtype, const void *data,
+                         int first_seq, int n_seq, int seq_ndim, const int64_t *seq_shape);
+    /* After gpt_step_round_grads: g->grads holds the rounded gradients,
+     * before clipping. */
+    void (*grads_ready)(void *ctx, const gpt_t *g);
+    /* Around each unit's forward and backward within gpt_microbatch:
+     * unit 0 is the embedding (word and position embeddings), units
+     * 1..L the layers, unit L+1 the head (final LayerNorm and LM head,
+     * whose weight is the word embedding when tied). After GPT_BWD_END
+     * the unit's gradient contributions of this microbatch are all in
+     * g->grad_acc. Parallel modes use it to gather sharded parameters
+     * just in time (ZeRO-3) and to reduce finished gradient buckets while
+     * the backward pass goes on. */
+    void (*unit)(void *ctx, gpt_t *g, int unit, int event);
+} gpt_observer_t;
+
+enum { GPT_FWD_BEGIN, GPT_FWD_END, GPT_BWD_BEGIN, GPT_BWD_END };
+
+struct gpt {
+    model_config_t cfg;
+    param_table_t table;
+    float *params;       /* [total], or NULL when a parallel mode owns them */
+    float **param_ptr;   /* [count] where each tensor's values are read:
+                            params + offset, or a gathered shard (ZeRO-3) */
+    float *grads;        /* [total] rounded gradients of the last step */
+    acc_t *grad_acc;     /* [count] open exact gradient sums */
+    float *adam_m, *adam_v; /* [total] */
+    int adam_t;          /* AdamW steps taken */
+    sacc_t loss_acc;     /* sum of token losses of this step */
+    gpt_acts_t acts;
+    contract_ws_t ws;
+    struct arena *arena; /* where the replica's memory came from, or NULL */
+    void **acc_storage;  /* [count] the memory behind grad_acc */
+};
+
+/* Allocates everything for cfg (validated first) and initialises the
+ * parameters (params_init) and the optimizer state (zeros). */
+int  gpt_new(gpt_t **out, const model_config_t *cfg, perr_t *err);
+
+/* What a replica leaves out (a sharded parallel mode keeps its own
+ * shards instead) and where its memory comes from. */
+enum { GPT_NO_PARAMS = 1, GPT_NO_GRADS = 2, GPT_NO_OPTIMIZER = 4 };
+struct arena;
+/* As gpt_new, with memory from `arena` (NULL: malloc) in the categories
+ * params, grads (rounded gradients and the open exact sums), optimizer
+ * and activations, so the device's memory report shows the model; an
+ * arena too small is an error carrying the arena's report. */
+int  gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, struct arena *arena,
+                perr_t *err);
+void gpt_free(gpt_t *g);
+
+void  gpt_step_begin(gpt_t *g);
+/* Forward and backward of n_seq sequences (n_seq <= micro_batch) that sit
+ * at index first_seq of step `step`'s global batch. inputs/targets are
+ * [n_seq, T]. Gradients and the loss sum stay open. */
+void  gpt_microbatch(gpt_t *g, const int32_t *inputs, const int32_t *targets, int n_seq,
+                     int first_seq, int64_t step, const gpt_observer_t *obs);
+/* round(sum of every token loss of the step) / (B*T). */
+float gpt_step_loss(const gpt_t *g);
+/* Rounds every gradient once into g->grads; returns the global norm
+ * pm_sqrtf(round(sum g*g)) before clipping. */
+float gpt_step_round_grads(gpt_t *g);
+/* Global-norm clipping with grad_norm, then one AdamW step at lr. */
+void  gpt_step_update(gpt_t *g, float lr, float grad_norm);
+
+/* Data (corpus.h) + the phases above, for step `step` (0-based). */
+struct corpus;
+typedef struct {
+    float loss, lr, grad_norm;
+} gpt_step_stats_t;
+void gpt_train_step(gpt_t *g, const struct corpus *data, int64_t step,
+                    const gpt_observer_t *obs, gpt_step_stats_t *stats);
+
+/* ---- optimizer --------------------------------------------------------- */
+
+/* MODEL.md's learning rate for 0-based step s (fp32, pm_cosf). */
+float lr_schedule(const model_config_t *cfg, int64_t s);
+/* pm_sqrtf's bits (IEEE sqrt is correctly rounded) from the hardware
+ * instruction, for AdamW's per-element root. */
+float adamw_sqrtf(float x);
+/* One AdamW update of n elements (step t counted from 1). */
+void  adamw_update(float *p, const float *g, float *m, float *v, size_t n, int t, float lr,
+                   float beta1, float beta2, float eps, float weight_decay);
+
+#endif

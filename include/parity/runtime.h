@@ -1,0 +1,191 @@
+/* runtime.h - simulated devices: threads, memory arenas, rank layouts and
+ * process groups (layer 1 of DESIGN.md).
+ *
+ * A device is a POSIX thread with its own memory arena. devices_run()
+ * launches one thread per rank, runs the same function on each (SPMD, like
+ * one process per GPU under torchrun) and joins them. Arenas model device
+ * memory: a fixed capacity, per-category accounting and high-water marks,
+ * and an out-of-memory report that says what filled the device.
+ *
+ * Ranks are arranged by a rank layout, written the way Megatron-LM writes
+ * it: an order string such as "tp-cp-ep-dp-pp" whose FIRST dimension
+ * varies fastest, and sizes such as "tp=2,dp=4". Process groups are built
+ * from any list of world ranks, so non-rectangular arrangements (an
+ * encoder grid beside a decoder grid) need nothing special; helpers make
+ * the rectangular ones from a layout.
+ *
+ *   rank_layout_t L;  perr_t e;
+ *   layout_init(&L, "tp-cp-ep-dp-pp", "tp=2,dp=2,pp=2", &e);   // world 8
+ *   group_t *tp[4]; group_create_all(&L, "tp", "tp", tp, &e); // [0,1] [2,3] ...
+ *   devices_run(L.world, 1 << 30, my_main, &args, &e);
+ */
+#ifndef PARITY_RUNTIME_H
+#define PARITY_RUNTIME_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "parity/error.h"
+
+/* The largest world devices_run accepts (and the size of per-rank tables
+ * in the collectives layer). */
+#define PARITY_MAX_DEVICES 4096
+
+/* ------------------------------------------------------------------ */
+/* Arenas: simulated device memory                                     */
+/* ------------------------------------------------------------------ */
+
+typedef enum {
+    MEM_PARAMS,
+    MEM_GRADS,
+    MEM_OPTIMIZER,
+    MEM_ACTIVATIONS,
+    MEM_COMM,
+    MEM_WORKSPACE,
+    MEM_NCAT
+} mem_cat_t;
+
+typedef struct arena arena_t;
+
+/* A snapshot of an arena's accounting, in requested bytes (alignment
+ * padding is not counted, so figures match tensor sizes exactly). */
+typedef struct {
+    int device;
+    size_t capacity;
+    size_t in_use[MEM_NCAT], high_water[MEM_NCAT];
+    size_t total_in_use, total_high_water; /* peak of the sum, not sum of peaks */
+    size_t live_allocations;
+} arena_stats_t;
+
+/* capacity 0 means unlimited. Returns NULL only if the host is out of
+ * memory for the bookkeeping itself. */
+arena_t *arena_create(int device, size_t capacity);
+void     arena_destroy(arena_t *a); /* frees every live allocation */
+
+/* 64-byte aligned, zero-filled. bytes may be 0 (a unique pointer). On
+ * exceeding the capacity returns NULL and keeps a report (arena_last_error)
+ * naming the device, the request (bytes, category, name), the capacity,
+ * the use per category and the largest live allocations. The name is
+ * copied (up to 39 characters). */
+void *arena_alloc(arena_t *a, size_t bytes, mem_cat_t cat, const char *name);
+/* The same, but an allocation failure prints the report and exits
+ * through parity_fatal: for internal buffers whose absence is unrecoverable. */
+void *arena_alloc_or_die(arena_t *a, size_t bytes, mem_cat_t cat, const char *name);
+/* Frees a pointer from arena_alloc on this arena; NULL is ignored. A
+ * pointer this arena did not hand out is a fatal error. */
+void  arena_free(arena_t *a, void *p);
+
+size_t arena_capacity(const arena_t *a);
+size_t arena_in_use(const arena_t *a, mem_cat_t cat);     /* MEM_NCAT: total */
+size_t arena_high_water(const arena_t *a, mem_cat_t cat); /* MEM_NCAT: peak total */
+void   arena_reset_high_water(arena_t *a); /* peaks := current use */
+void   arena_get_stats(const arena_t *a, arena_stats_t *out);
+/* Multi-line report of the last failed arena_alloc ("" if none). */
+const char *arena_last_error(const arena_t *a);
+/* Per-category current and high-water use, then the totals. */
+void arena_print_report(const arena_t *a, FILE *f);
+const char *mem_cat_name(mem_cat_t cat); /* "params", "grads", ... */
+
+/* ------------------------------------------------------------------ */
+/* Devices                                                             */
+/* ------------------------------------------------------------------ */
+
+typedef struct device {
+    int rank, world;
+    arena_t *arena; /* this device's memory; destroyed when the run ends */
+} device_t;
+
+typedef void (*device_main_fn)(device_t *dev, void *arg);
+
+/* Runs fn(dev, arg) on `world` device threads, each with a fresh arena of
+ * arena_capacity bytes (0: unlimited), and waits for all of them. Returns
+ * 0, or -1 with a message for world < 1 or > PARITY_MAX_DEVICES, a live
+ * group naming a rank >= world, a run already in progress (runs do not
+ * nest), or a thread that could not be started (then no fn runs at all).
+ * To keep figures past the run (arena peaks, results), copy them into arg
+ * before fn returns. When the world fits the CPUs this process may use,
+ * device r is pinned to the r-th of them (as MPI binds ranks to cores;
+ * see device.c for the measurement); PARITY_PIN=0 turns that off. */
+int devices_run(int world, size_t arena_capacity, device_main_fn fn, void *arg, perr_t *err);
+
+/* The calling device thread's device, or NULL outside device threads. */
+device_t *device_self(void);
+
+/* State of device `rank` in the current (or last) run, readable from any
+ * thread: what a hang report prints beside the collective a device waits in. */
+typedef enum { DEVICE_NOT_STARTED, DEVICE_RUNNING, DEVICE_FINISHED } device_state_t;
+device_state_t device_state(int rank);
+/* World size of the current run, 0 when no run is in progress. */
+int devices_world(void);
+/* CPUs the current run may use (the affinity of the thread that called
+ * devices_run, before devices were pinned); outside a run, the calling
+ * thread's. Collectives spin only when devices_world() <= this. */
+int devices_cpus(void);
+
+/* ------------------------------------------------------------------ */
+/* Rank layouts (Megatron order strings, first dimension fastest)      */
+/* ------------------------------------------------------------------ */
+
+#define LAYOUT_MAX_DIMS 8
+
+typedef struct {
+    int ndims;
+    char names[LAYOUT_MAX_DIMS][8]; /* in order, e.g. tp cp ep dp pp */
+    int sizes[LAYOUT_MAX_DIMS];
+    int world;                      /* product of sizes */
+} rank_layout_t;
+
+/* order: dimension names joined by '-', each one of tp, cp, ep, dp, pp at
+ * most once. sizes: "name=N" joined by ',' (NULL or "" = all 1); a
+ * dimension without a size has size 1. Errors name the field and value. */
+int  layout_init(rank_layout_t *L, const char *order, const char *sizes, perr_t *e);
+/* Coordinate of rank along dim; 0 for a known dimension the order does
+ * not name (size 1), -1 for an unknown name or a rank out of range. */
+int  layout_coord(const rank_layout_t *L, int rank, const char *dim);
+int  layout_size(const rank_layout_t *L, const char *dim); /* 1 if absent, -1 unknown */
+/* coords[i] is the coordinate along L->names[i]; -1 if out of range. */
+int  layout_rank_of(const rank_layout_t *L, const int *coords);
+/* The ranks that differ from `rank` only along `dims` ("dp", or several
+ * joined by '-': "dp-cp"), ordered by their combined index over those
+ * dimensions, the layout's order deciding which varies fastest (as in
+ * Megatron, "dp-cp" and "cp-dp" name the same group). Writes them to
+ * ranks_out (room for L->world) and returns how many, or -1 for an
+ * unknown dimension name or a rank out of range. */
+int  layout_group_ranks(const rank_layout_t *L, int rank, const char *dims, int *ranks_out);
+/* How many such groups there are, and which one `rank` belongs to
+ * (groups are numbered by the combined index of the other dimensions). */
+int  layout_num_groups(const rank_layout_t *L, const char *dims);
+int  layout_group_id(const rank_layout_t *L, int rank, const char *dims);
+/* "tp groups: [0,1] [2,3] ..." for every dimension, then rank -> coords. */
+void layout_print_map(const rank_layout_t *L, FILE *f);
+
+/* ------------------------------------------------------------------ */
+/* Process groups                                                      */
+/* ------------------------------------------------------------------ */
+
+typedef struct group group_t;
+
+/* A group of n devices given by world rank; group index i is
+ * world_ranks[i]. Usually created by the main thread before devices_run
+ * and shared by the member threads. Errors: n < 1, a negative, duplicate
+ * or too large rank (inside a run: >= the run's world). The name (copied,
+ * up to 63 characters) appears in every error and hang report. */
+group_t *group_create(const int *world_ranks, int n, const char *name, perr_t *e);
+void     group_destroy(group_t *g);
+int      group_size(const group_t *g);
+/* Index of the calling device thread in g, or -1 if it is not a member
+ * (or the caller is not a device thread). */
+int      group_rank(const group_t *g);
+int      group_world_rank(const group_t *g, int group_index);
+/* Index of world rank r in g, or -1. */
+int      group_index_of(const group_t *g, int world_rank);
+const char *group_name(const group_t *g);
+
+/* Creates every group of a layout along dims: out[layout_group_id(...)]
+ * for each of the layout_num_groups(L, dims) groups, named prefix0,
+ * prefix1, ... Returns 0, or -1 (nothing left allocated). */
+int  group_create_all(const rank_layout_t *L, const char *dims, const char *prefix,
+                      group_t **out, perr_t *e);
+void group_destroy_all(group_t **groups, int n);
+
+#endif

@@ -1,0 +1,163 @@
+/* check.c - compare a layout's dump with the golden dump (check.h). */
+#include "parity/check.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "parity/tensor_diff.h"
+
+/* Order of the checkpoints inside one layer, as the forward pass makes
+ * them (MODEL.md): a divergence is reported where it first appears. */
+static const char *const layer_order[] = {
+    "input_layernorm.output", "self_attention.query_key_value.output", "attention_dropout",
+    "self_attention.core_attention.output", "self_attention.dense.output",
+    "attention_output_dropout", "post_attention_layernorm.output", "mlp.dense_h_to_4h.output",
+    "mlp.dense_4h_to_h.output", "mlp_output_dropout", "output",
+};
+
+static long within_layer(const char *rest) {
+    for (size_t k = 0; k < sizeof layer_order / sizeof layer_order[0]; k++)
+        if (!strcmp(rest, layer_order[k])) return (long)k;
+    return 99;
+}
+
+/* Forward-pass position of "act.X" / "mask.X": embedding, layers, final. */
+static void forward_key(const char *what, long *a, long *b) {
+    if (!strncmp(what, "layers.", 7)) {
+        char *end;
+        long l = strtol(what + 7, &end, 10);
+        *a = 1 + l;
+        *b = *end == '.' ? within_layer(end + 1) : 99;
+    } else if (!strcmp(what, "dropout.embedding")) {
+        *a = 0, *b = 0;
+    } else if (!strcmp(what, "embedding.output")) {
+        *a = 0, *b = 1;
+    } else {
+        *a = 1L << 20, *b = 0; /* final_layernorm and anything after the layers */
+    }
+}
+
+/* Parameter position in a backward pass: layers in reverse, embeddings last. */
+static long backward_key(const char *param) {
+    if (!strncmp(param, "layers.", 7)) return 1000000 - strtol(param + 7, NULL, 10);
+    if (!strncmp(param, "embedding.", 10)) return 2000000;
+    return 0; /* final_layernorm, output_layer: first in backward */
+}
+
+void check_exec_key(const char *name, long key[4]) {
+    key[0] = key[1] = key[2] = key[3] = 0;
+    if (!strncmp(name, "init.", 5)) return;
+    if (strncmp(name, "step", 4)) {
+        key[0] = 1L << 40;
+        return;
+    }
+    char *dot;
+    key[0] = 1 + strtol(name + 4, &dot, 10);
+    const char *what = *dot == '.' ? dot + 1 : dot;
+    if (!strcmp(what, "input_ids") || !strcmp(what, "labels")) key[1] = 0;
+    else if (!strncmp(what, "act.", 4) || !strncmp(what, "mask.", 5)) {
+        key[1] = 1;
+        forward_key(strchr(what, '.') + 1, &key[2], &key[3]);
+        key[3] = key[3] * 2 + (what[0] == 'a'); /* a mask before the output it shapes */
+    } else if (!strcmp(what, "logits")) key[1] = 2;
+    else if (!strcmp(what, "loss")) key[1] = 3;
+    else if (!strncmp(what, "grad.", 5)) key[1] = 4, key[2] = backward_key(what + 5);
+    else if (!strcmp(what, "grad_norm")) key[1] = 5;
+    else if (!strcmp(what, "lr")) key[1] = 6;
+    else if (!strncmp(what, "param.", 6)) key[1] = 7;
+    else key[1] = 8;
+}
+
+typedef struct {
+    long key[4];
+    size_t index; /* insertion order breaks ties */
+} order_t;
+
+static int by_exec(const void *pa, const void *pb) {
+    const order_t *a = pa, *b = pb;
+    for (int k = 0; k < 4; k++)
+        if (a->key[k] != b->key[k]) return a->key[k] < b->key[k] ? -1 : 1;
+    return a->index < b->index ? -1 : a->index > b->index;
+}
+
+static int same_layout(const st_tensor_t *a, const st_tensor_t *b) {
+    if (a->dtype != b->dtype || a->ndim != b->ndim) return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d]) return 0;
+    return 1;
+}
+
+static void print_divergence(FILE *f, const st_tensor_t *t, const tensor_diff_t *d,
+                             const check_owner_t *owner) {
+    char coords[128], va[96], vb[96], who_layout[256] = "", who_golden[256] = "";
+    tensor_format_coords(t->ndim, t->shape, d->first, coords, sizeof coords);
+    tensor_format_value(t->dtype, d->first_a, va, sizeof va);
+    tensor_format_value(t->dtype, d->first_b, vb, sizeof vb);
+    long step = strncmp(t->name, "step", 4) ? -1 : strtol(t->name + 4, NULL, 10);
+    if (owner && owner->describe)
+        owner->describe(owner->ctx, t, d->first, who_layout, who_golden, sizeof who_layout);
+    fprintf(f, "FIRST DIVERGENCE (execution order)\n");
+    fprintf(f, "  tensor      %s\n", t->name);
+    if (step >= 0) fprintf(f, "  step        %ld\n", step);
+    fprintf(f, "  element     flat index %llu %s\n", (unsigned long long)d->first, coords);
+    if (who_layout[0]) fprintf(f, "  produced by %s\n", who_layout);
+    if (who_golden[0]) fprintf(f, "  golden      %s\n", who_golden);
+    fprintf(f, "  golden      %s\n  got         %s\n", va, vb);
+    if (st_dtype_is_float(t->dtype) && !d->first_nan)
+        fprintf(f, "  ulp         %llu\n", (unsigned long long)d->first_ulp);
+    fprintf(f, "  this tensor: %llu of %llu elements differ, max %llu ulp, max rel %.3g\n",
+            (unsigned long long)d->ndiff, (unsigned long long)d->numel,
+            (unsigned long long)d->max_ulp, d->max_rel);
+}
+
+int check_compare(const st_writer_t *golden, const st_writer_t *got, const check_owner_t *owner,
+                  FILE *report, check_result_t *res) {
+    memset(res, 0, sizeof *res);
+    size_t n = st_writer_count(golden);
+    order_t *ord = malloc((n ? n : 1) * sizeof *ord);
+    if (!ord) {
+        if (report) fputs("check: out of memory\n", report);
+        return 1;
+    }
+    st_tensor_t t;
+    for (size_t i = 0; i < n; i++) {
+        st_writer_tensor(golden, i, &t);
+        check_exec_key(t.name, ord[i].key);
+        ord[i].index = i;
+    }
+    qsort(ord, n, sizeof *ord, by_exec);
+    int bad = 0;
+    for (size_t k = 0; k < n; k++) {
+        const void *gd = st_writer_tensor(golden, ord[k].index, &t);
+        res->compared++;
+        long j = st_writer_find(got, t.name);
+        st_tensor_t u;
+        const void *ld = j >= 0 ? st_writer_tensor(got, (size_t)j, &u) : NULL;
+        if (!ld || !same_layout(&t, &u)) {
+            res->missing++;
+            if (!bad && report)
+                fprintf(report, "FIRST DIVERGENCE (execution order)\n  tensor      %s\n  %s\n",
+                        t.name, ld ? "has another dtype or shape in the layout run"
+                                   : "is missing from the layout run");
+            if (!bad) snprintf(res->first_bad, sizeof res->first_bad, "%s", t.name);
+            bad = 1;
+            continue;
+        }
+        tensor_diff_t d;
+        uint64_t numel = st_numel(&t);
+        if (tensor_diff(t.dtype, numel, gd, ld, &d)) {
+            res->exact++;
+            continue;
+        }
+        if (!bad) {
+            if (report) print_divergence(report, &t, &d, owner);
+            snprintf(res->first_bad, sizeof res->first_bad, "%s", t.name);
+        }
+        bad = 1;
+    }
+    if (bad && report)
+        fprintf(report, "  in all: %d of %d tensors bit-exact, %d missing\n", res->exact,
+                res->compared, res->missing);
+    free(ord);
+    return bad;
+}

@@ -1,0 +1,42 @@
+/* layout_cli.h - the parallel-layout side of `parity train` and
+ * `parity check` (train.c parses the model; this runs the layout). */
+#ifndef PARITY_LAYOUT_CLI_H
+#define PARITY_LAYOUT_CLI_H
+
+#include <stddef.h>
+
+#include "parity/coll.h"
+#include "parity/corpus.h"
+#include "parity/model.h"
+#include "parity/pconfig.h"
+
+typedef struct {
+    pconfig_t pc;
+    coll_algo_t algo;
+    size_t arena_bytes;      /* per device; 0 = unlimited */
+    int broken_fp32_sums;    /* --test-broken-fp32-sums: the checker's negative control */
+} layout_opts_t;
+
+void layout_opts_defaults(layout_opts_t *lo);
+/* pconfig flags plus --coll-algo, --arena-mb, --test-broken-fp32-sums:
+ * 1 consumed (and *i advanced), 0 not a layout flag, -1 bad value. */
+int  layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *err);
+
+typedef struct {
+    const model_config_t *cfg;
+    layout_opts_t *lo;
+    const corpus_t *data;
+    int steps;
+    const unsigned char *want; /* [steps] steps to dump */
+    const char *dump_path, *digest_path;
+    int quiet;
+} layout_job_t;
+
+/* Trains the layout, prints the steps, the memory and traffic report,
+ * and writes the reassembled dump: an exit status. */
+int layout_train(const layout_job_t *job);
+/* Golden run and layout, every step dumped in memory, compared with
+ * memcmp: exit 0 when bit-exact, 1 with a first-divergence report. */
+int layout_check(const layout_job_t *job);
+
+#endif

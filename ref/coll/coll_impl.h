@@ -1,0 +1,144 @@
+/* coll_impl.h - the collectives' shared internals (not public API).
+ *
+ * Per group, each member owns a slot where it publishes the call it is
+ * making (kind, dtype, op, count, root, algorithm, buffer pointers) and,
+ * for the ring, a progress counter its neighbours wait on. A group-wide
+ * arrival counter implements barriers. Publication is double-buffered by
+ * the parity of the call's sequence number: a member can only be one call
+ * ahead of the slowest reader (call k+1's arrival barrier cannot complete
+ * before everyone has left call k), so call k's record stays readable.
+ */
+#ifndef PARITY_COLL_IMPL_H
+#define PARITY_COLL_IMPL_H
+
+#include <pthread.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "../runtime/runtime_internal.h"
+#include "parity/coll.h"
+
+#define COLL_CACHE_LINE 64
+/* Ring pipelines (broadcast, reduce) move data in pieces of this size. */
+#define COLL_PIPE_BYTES ((size_t)256 * 1024)
+
+/* A 32-bit word threads can sleep on (a futex) until it reaches a value.
+ * Values wrap; "reached" means (int32_t)(value - target) >= 0. */
+typedef struct {
+    _Atomic uint32_t value;
+    _Atomic uint32_t waiters; /* sleepers: wakers skip the syscall when 0 */
+} wword_t;
+
+/* What a member publishes for one call. */
+typedef struct {
+    int kind, dtype, op, algo, root; /* op/root -1 where they do not apply */
+    size_t count;
+    uint64_t seq; /* the member's call number on this group */
+    const void *send;
+    void *recv;
+    const size_t *send_counts, *send_displs, *recv_counts, *recv_displs;
+    void *scratch;           /* ring partial sums (reduce-scatter, reduce) */
+    uint32_t progress_base;  /* the member's progress counter at entry */
+} coll_call_t;
+
+typedef struct p2p_channel p2p_channel_t;
+
+typedef struct {
+    alignas(COLL_CACHE_LINE) coll_call_t call[2]; /* by seq & 1 */
+    alignas(COLL_CACHE_LINE) wword_t progress;     /* ring hand-offs, owner writes */
+    /* Owner-only from here on. */
+    alignas(COLL_CACHE_LINE) uint64_t seq; /* calls made on this group */
+    uint64_t phase;                        /* barrier phases passed */
+    void *scratch;
+    size_t scratch_bytes;
+} coll_member_t;
+
+typedef struct {
+    int n;
+    coll_member_t *members; /* [n] */
+    p2p_channel_t *channels; /* [n * n], channel from s to d at s * n + d */
+    alignas(COLL_CACHE_LINE) _Atomic uint64_t arrivals; /* barrier arrivals, ever */
+    alignas(COLL_CACHE_LINE) wword_t gen;               /* last completed phase */
+} coll_state_t;
+
+/* Everything one call needs, on the caller's stack. */
+typedef struct {
+    group_t *g;
+    coll_state_t *cs;
+    int me, n, world_rank;
+    uint64_t seq;
+    coll_member_t *self;
+    coll_call_t *call; /* my published record */
+    size_t esize;      /* element size */
+    int whole;         /* small call: the last rank to arrive does all of it */
+} coll_ctx_t;
+
+static inline coll_call_t *peer_call(const coll_ctx_t *c, int j) {
+    return &c->cs->members[j].call[c->seq & 1];
+}
+
+/* ---- coll_wait.c: sleeping, waking, the watchdog ---- */
+void coll_wword_wait(wword_t *w, uint32_t target);
+void coll_wword_set(wword_t *w, uint32_t value);
+static inline uint32_t coll_wword_get(wword_t *w) {
+    return atomic_load_explicit(&w->value, memory_order_acquire);
+}
+/* The group barrier: returns when every member has arrived. */
+void coll_barrier_wait(coll_ctx_t *c);
+/* The same, but the last member to arrive runs hook(c) before it lets the
+ * others go: every member is then inside the barrier, so all published
+ * records and buffers are stable. */
+void coll_barrier_hook(coll_ctx_t *c, void (*hook)(coll_ctx_t *));
+/* What the watchdog prints for a device: set on entry, cleared on exit. */
+void coll_activity_enter(int world_rank, group_t *g, coll_kind_t kind, uint64_t seq, int peer,
+                         int tag);
+void coll_activity_exit(int world_rank);
+/* Reports once for the whole process and exits; any other thread that
+ * gets here meanwhile just waits for the exit. */
+_Noreturn void coll_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int64_t coll_timeout_ns(void);
+/* CPUs the run may use (devices_cpus: the mask before pinning). */
+int coll_cores(void);
+
+/* ---- coll.c ---- */
+coll_state_t *coll_state_of(group_t *g);
+/* Grows the calling member's ring scratch to at least bytes. */
+void *coll_scratch(coll_ctx_t *c, size_t bytes);
+void coll_count(int world_rank, coll_kind_t kind, uint64_t bytes, double factor, uint64_t sent,
+                uint64_t recvd);
+
+/* ---- coll_reduce.c: elementwise kernels ---- */
+/* dst[k] = ((src[0][k] op src[1][k]) op src[2][k]) ... for k < count.
+ * dst may be one of the sources element for element (never shifted).
+ * xacc results are written in canonical form. */
+void coll_reduce_into(void *dst, const void *const *src, int nsrc, size_t count, coll_dtype_t dt,
+                      coll_op_t op);
+/* Canonical copy (xacc) or plain copy (others), for one-rank groups. */
+void coll_copy_canonical(void *dst, const void *src, size_t count, coll_dtype_t dt);
+/* Elements per 64-byte line (at least 1): chunk boundaries align to it. */
+size_t coll_align_elems(coll_dtype_t dt);
+
+/* ---- coll_direct.c and coll_ring.c ---- */
+/* Whether a call is small enough for the last arriver to do it whole
+ * (a function of the agreed record only, so every member decides alike). */
+int  direct_whole_eligible(const coll_call_t *d, int n);
+void direct_whole(coll_ctx_t *c); /* the whole call, for every member */
+void direct_all_reduce(coll_ctx_t *c);
+void direct_reduce_scatter(coll_ctx_t *c);
+void direct_all_gather(coll_ctx_t *c);
+void direct_broadcast(coll_ctx_t *c);
+void direct_reduce(coll_ctx_t *c);
+void direct_all_to_all(coll_ctx_t *c);
+void direct_all_to_all_v(coll_ctx_t *c);
+void ring_all_reduce(coll_ctx_t *c);
+void ring_reduce_scatter(coll_ctx_t *c);
+void ring_all_gather(coll_ctx_t *c);
+void ring_broadcast(coll_ctx_t *c);
+void ring_reduce(coll_ctx_t *c);
+
+/* ---- coll_p2p.c ---- */
+p2p_channel_t *coll_p2p_channels_create(int n);
+void coll_p2p_channels_free(p2p_channel_t *ch, int n);
+
+#endif

@@ -1,0 +1,169 @@
+/* coll_p2p.c - point-to-point messages between group members.
+ *
+ * Each ordered pair (sender, receiver) has a channel: a lock and two FIFO
+ * queues of posted sends and posted receives. Whoever posts second finds
+ * the first matching request (same tag, oldest first: MPI's
+ * non-overtaking rule), copies the data straight from the send buffer to
+ * the receive buffer and completes both. So there is no intermediate
+ * copy and no buffering: a send completes when the receiver has the data.
+ */
+#include "coll_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct coll_request {
+    int is_send;
+    group_t *g;
+    int me, peer, tag, world_rank;
+    coll_dtype_t dt;
+    size_t count;
+    void *buf;               /* const for sends */
+    wword_t done;            /* 1 when the data has moved */
+    /* Two references: the owner's wait and the delivery. The deliverer
+     * still touches `done` (to wake sleepers) after the owner may have
+     * seen it set, so whoever lets go last frees the request. */
+    _Atomic int refs;
+    struct coll_request *next;
+};
+
+struct p2p_channel {
+    pthread_mutex_t mu;
+    coll_request_t *sends, *recvs; /* FIFO queues, oldest first */
+    char pad[COLL_CACHE_LINE];
+};
+
+p2p_channel_t *coll_p2p_channels_create(int n) {
+    size_t nn = (size_t)n * (size_t)n;
+    p2p_channel_t *ch = calloc(nn, sizeof *ch);
+    if (!ch) parity_fatal("collectives: out of host memory for %zu p2p channels", nn);
+    for (size_t i = 0; i < nn; i++) pthread_mutex_init(&ch[i].mu, NULL);
+    return ch;
+}
+
+void coll_p2p_channels_free(p2p_channel_t *ch, int n) {
+    if (!ch) return;
+    size_t nn = (size_t)n * (size_t)n;
+    for (size_t i = 0; i < nn; i++) {
+        pthread_mutex_destroy(&ch[i].mu);
+        /* requests still queued were never waited: free them with the group */
+        for (coll_request_t *r = ch[i].sends, *nx; r; r = nx) nx = r->next, free(r);
+        for (coll_request_t *r = ch[i].recvs, *nx; r; r = nx) nx = r->next, free(r);
+    }
+    free(ch);
+}
+
+/* Removes and returns the oldest request in *q with this tag. */
+static coll_request_t *take(coll_request_t **q, int tag) {
+    for (; *q; q = &(*q)->next) {
+        if ((*q)->tag == tag) {
+            coll_request_t *r = *q;
+            *q = r->next;
+            r->next = NULL;
+            return r;
+        }
+    }
+    return NULL;
+}
+
+static void append(coll_request_t **q, coll_request_t *r) {
+    while (*q) q = &(*q)->next;
+    *q = r;
+}
+
+static void release(coll_request_t *r) {
+    if (atomic_fetch_sub(&r->refs, 1) == 1) free(r);
+}
+
+/* Called with the channel locked, s a send and r a receive with one tag. */
+static void deliver(coll_request_t *s, coll_request_t *r) {
+    if (s->count != r->count || s->dt != r->dt)
+        coll_die("p2p mismatch in group '%s' (tag %d): rank %d (world %d) sends %zu %s to rank %d "
+                 "but rank %d (world %d) receives %zu %s from rank %d",
+                 s->g->name, s->tag, s->me, s->world_rank, s->count, coll_dtype_name(s->dt), r->me,
+                 r->me, r->world_rank, r->count, coll_dtype_name(r->dt), s->me);
+    size_t bytes = s->count * coll_dtype_size(s->dt);
+    if (bytes) memcpy(r->buf, s->buf, bytes);
+    coll_wword_set(&r->done, 1);
+    coll_wword_set(&s->done, 1);
+    release(r);
+    release(s);
+}
+
+static coll_request_t *post(group_t *g, int is_send, void *buf, size_t count, coll_dtype_t dt,
+                            int peer, int tag) {
+    const char *what = is_send ? "send" : "recv";
+    device_t *dev = device_self();
+    if (!g) coll_die("coll_%s: the group is NULL", what);
+    if (!dev) coll_die("coll_%s on group '%s': called outside a device thread", what, g->name);
+    int me = group_rank_of_world(g, dev->rank);
+    if (me < 0)
+        coll_die("coll_%s on group '%s': world rank %d is not a member of the group", what, g->name,
+                 dev->rank);
+    if (peer < 0 || peer >= g->n)
+        coll_die("coll_%s on group '%s', rank %d (world %d): peer %d is out of range (group size %d)",
+                 what, g->name, me, dev->rank, peer, g->n);
+    if ((unsigned)dt >= COLL_NDTYPES)
+        coll_die("coll_%s on group '%s', rank %d (world %d): dtype %d is not a coll_dtype_t", what,
+                 g->name, me, dev->rank, (int)dt);
+    size_t es = coll_dtype_size(dt);
+    if (count > SIZE_MAX / es)
+        coll_die("coll_%s on group '%s', rank %d: count %zu overflows", what, g->name, me, count);
+    if (count && !buf)
+        coll_die("coll_%s on group '%s', rank %d (world %d): buf is NULL for %zu elements", what,
+                 g->name, me, dev->rank, count);
+    coll_request_t *req = calloc(1, sizeof *req);
+    if (!req) parity_fatal("collectives: out of host memory for a p2p request");
+    *req = (coll_request_t){.is_send = is_send, .g = g, .me = me, .peer = peer, .tag = tag,
+                            .world_rank = dev->rank, .dt = dt, .count = count, .buf = buf};
+    atomic_init(&req->refs, 2);
+    coll_state_t *cs = coll_state_of(g);
+    int from = is_send ? me : peer, to = is_send ? peer : me;
+    p2p_channel_t *ch = &cs->channels[(size_t)from * (size_t)g->n + (size_t)to];
+    pthread_mutex_lock(&ch->mu);
+    coll_request_t *other = take(is_send ? &ch->recvs : &ch->sends, tag);
+    if (other) deliver(is_send ? req : other, is_send ? other : req);
+    else append(is_send ? &ch->sends : &ch->recvs, req);
+    pthread_mutex_unlock(&ch->mu);
+    uint64_t bytes = count * es, remote = peer != me ? bytes : 0;
+    if (is_send) coll_count(dev->rank, COLL_KIND_SEND, bytes, 1.0, remote, 0);
+    else coll_count(dev->rank, COLL_KIND_RECV, bytes, 1.0, 0, remote);
+    return req;
+}
+
+coll_request_t *coll_isend(group_t *g, const void *buf, size_t count, coll_dtype_t dt, int peer,
+                           int tag) {
+    return post(g, 1, (void *)buf, count, dt, peer, tag);
+}
+
+coll_request_t *coll_irecv(group_t *g, void *buf, size_t count, coll_dtype_t dt, int peer, int tag) {
+    return post(g, 0, buf, count, dt, peer, tag);
+}
+
+void coll_wait(coll_request_t *req) {
+    if (!req) return;
+    device_t *dev = device_self();
+    if (!dev || dev->rank != req->world_rank)
+        coll_die("coll_wait: a request of world rank %d waited by %s", req->world_rank,
+                 dev ? "another device" : "a thread that is not a device");
+    coll_activity_enter(req->world_rank, req->g, req->is_send ? COLL_KIND_SEND : COLL_KIND_RECV, 0,
+                        req->peer, req->tag);
+    coll_wword_wait(&req->done, 1);
+    coll_activity_exit(req->world_rank);
+    release(req);
+}
+
+void coll_wait_all(int n, coll_request_t **reqs) {
+    for (int i = 0; i < n; i++) {
+        coll_wait(reqs[i]);
+        reqs[i] = NULL;
+    }
+}
+
+void coll_send(group_t *g, const void *buf, size_t count, coll_dtype_t dt, int peer, int tag) {
+    coll_wait(coll_isend(g, buf, count, dt, peer, tag));
+}
+
+void coll_recv(group_t *g, void *buf, size_t count, coll_dtype_t dt, int peer, int tag) {
+    coll_wait(coll_irecv(g, buf, count, dt, peer, tag));
+}

@@ -1,0 +1,276 @@
+/* coll_wait.c - waiting without melting down, and the hang watchdog.
+ *
+ * A waiter first spins for a short while when every device has its own
+ * core: the peer is about to arrive, and a sleep/wake round trip through
+ * the kernel costs microseconds. When there are more devices than cores,
+ * the peer cannot run until we give up the core, so the waiter sleeps on
+ * a futex at once. Wakers only make the wake syscall when someone sleeps.
+ *
+ * Every sleep has a deadline: a wait longer than the timeout means a hang,
+ * and the watchdog prints, for every device of the run, what it is doing.
+ */
+#include "coll_impl.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+
+/* ---- the clock, spinning, futexes ---- */
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static void sleep_on(_Atomic uint32_t *addr, uint32_t seen, int64_t max_ns) {
+#ifdef __linux__
+    struct timespec ts = {.tv_sec = max_ns / 1000000000, .tv_nsec = max_ns % 1000000000};
+    syscall(SYS_futex, (void *)addr, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
+#else /* no futex: a short nap, re-checked by the caller */
+    (void)addr, (void)seen;
+    struct timespec ts = {0, max_ns < 50000 ? max_ns : 50000};
+    nanosleep(&ts, NULL);
+#endif
+}
+
+static void wake_all(_Atomic uint32_t *addr) {
+#ifdef __linux__
+    syscall(SYS_futex, (void *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+#else
+    (void)addr;
+#endif
+}
+
+int coll_cores(void) { return devices_cpus(); }
+
+/* How long to spin before sleeping: 100 us when every device can have a
+ * core (runtime pins each device to its own CPU then), not at all when
+ * devices outnumber cores, where any spinning made every collective
+ * slower (measured with 4, 8 and 32 devices on 2 cores). Spinning longer,
+ * or spinning with sched_yield, did not help on a busy machine either:
+ * the yield hands the core to the other process for a whole time slice.
+ * PARITY_COLL_SPIN_US overrides. */
+static _Atomic int64_t cfg_spin = -1;
+static _Atomic int cfg_world = -1;
+
+static int64_t spin_ns(void) {
+    int world = devices_world();
+    int64_t v = atomic_load_explicit(&cfg_spin, memory_order_relaxed);
+    if (v >= 0 && atomic_load_explicit(&cfg_world, memory_order_relaxed) == world) return v;
+    const char *env = getenv("PARITY_COLL_SPIN_US");
+    if (env && *env) v = atof(env) > 0 ? (int64_t)(atof(env) * 1000.0) : 0;
+    else v = world <= coll_cores() ? 100000 : 0;
+    atomic_store_explicit(&cfg_spin, v, memory_order_relaxed);
+    atomic_store_explicit(&cfg_world, world, memory_order_relaxed);
+    return v;
+}
+
+static inline int reached(uint32_t value, uint32_t target) { return (int32_t)(value - target) >= 0; }
+
+static _Noreturn void watchdog_fire(int64_t waited_ns);
+
+void coll_wword_wait(wword_t *w, uint32_t target) {
+    if (reached(atomic_load_explicit(&w->value, memory_order_acquire), target)) return;
+    int64_t start = now_ns(), spin = spin_ns();
+    for (unsigned i = 1; spin > 0; i++) {
+        if (reached(atomic_load_explicit(&w->value, memory_order_acquire), target)) return;
+        cpu_relax();
+        if ((i & 15) == 0 && now_ns() - start >= spin) break;
+    }
+    int64_t deadline = start + coll_timeout_ns();
+    for (;;) {
+        /* Dekker with the waker: either it sees waiters > 0 or we see the
+         * new value (both sides seq_cst). */
+        atomic_fetch_add(&w->waiters, 1);
+        uint32_t v = atomic_load(&w->value);
+        if (reached(v, target)) {
+            atomic_fetch_sub(&w->waiters, 1);
+            return;
+        }
+        int64_t left = deadline - now_ns();
+        if (left <= 0) {
+            atomic_fetch_sub(&w->waiters, 1);
+            watchdog_fire(now_ns() - start);
+        }
+        sleep_on(&w->value, v, left);
+        atomic_fetch_sub(&w->waiters, 1);
+        if (reached(atomic_load_explicit(&w->value, memory_order_acquire), target)) return;
+    }
+}
+
+void coll_wword_set(wword_t *w, uint32_t value) {
+    atomic_store(&w->value, value);
+    if (atomic_load(&w->waiters)) wake_all(&w->value);
+}
+
+/* Phase p of a group completes when its n-th arrival lands; that member
+ * publishes p in gen, which everyone else waits on. The fetch_add chain is
+ * a release sequence, so the last arriver has seen every member's writes
+ * and passes them on through gen. */
+void coll_barrier_hook(coll_ctx_t *c, void (*hook)(coll_ctx_t *)) {
+    uint64_t p = ++c->self->phase;
+    uint64_t old = atomic_fetch_add_explicit(&c->cs->arrivals, 1, memory_order_acq_rel);
+    if (old + 1 == p * (uint64_t)c->n) {
+        if (hook) hook(c);
+        coll_wword_set(&c->cs->gen, (uint32_t)p);
+    } else {
+        coll_wword_wait(&c->cs->gen, (uint32_t)p);
+    }
+}
+
+void coll_barrier_wait(coll_ctx_t *c) { coll_barrier_hook(c, NULL); }
+
+/* ---- the timeout ---- */
+
+static _Atomic int64_t timeout_ns = -1; /* -1: not yet read from the env */
+
+int64_t coll_timeout_ns(void) {
+    int64_t t = atomic_load_explicit(&timeout_ns, memory_order_relaxed);
+    if (t >= 0) return t;
+    const char *env = getenv("PARITY_COLL_TIMEOUT");
+    double s = 120.0;
+    if (env && *env) {
+        char *end;
+        s = strtod(env, &end);
+        if (*end || !(s > 0) || s > 1e9)
+            coll_die("PARITY_COLL_TIMEOUT='%s' is not a timeout: expected a positive number of seconds",
+                     env);
+    }
+    int64_t want = (int64_t)(s * 1e9);
+    int64_t expected = -1; /* coll_set_timeout wins over the environment */
+    if (!atomic_compare_exchange_strong(&timeout_ns, &expected, want)) return expected;
+    return want;
+}
+
+double coll_set_timeout(double seconds) {
+    double prev = (double)coll_timeout_ns() / 1e9;
+    if (!(seconds > 0) || seconds > 1e9)
+        parity_fatal("coll_set_timeout: %g is not a timeout: expected a positive number of seconds",
+                     seconds);
+    atomic_store(&timeout_ns, (int64_t)(seconds * 1e9));
+    return prev;
+}
+
+double coll_get_timeout(void) { return (double)coll_timeout_ns() / 1e9; }
+
+/* ---- activity: what each device is doing, for the report ---- */
+
+typedef struct {
+    alignas(COLL_CACHE_LINE) _Atomic(group_t *) group; /* NULL: not in a collective */
+    _Atomic int kind, peer, tag;
+    _Atomic uint64_t seq;
+} activity_t;
+
+static activity_t activity[PARITY_MAX_DEVICES];
+
+void coll_activity_enter(int world_rank, group_t *g, coll_kind_t kind, uint64_t seq, int peer,
+                         int tag) {
+    activity_t *a = &activity[world_rank];
+    atomic_store_explicit(&a->kind, (int)kind, memory_order_relaxed);
+    atomic_store_explicit(&a->seq, seq, memory_order_relaxed);
+    atomic_store_explicit(&a->peer, peer, memory_order_relaxed);
+    atomic_store_explicit(&a->tag, tag, memory_order_relaxed);
+    atomic_store_explicit(&a->group, g, memory_order_release);
+}
+
+void coll_activity_exit(int world_rank) {
+    atomic_store_explicit(&activity[world_rank].group, NULL, memory_order_relaxed);
+}
+
+static _Atomic int dying;
+
+static _Noreturn void wait_for_exit(void) {
+    for (;;) pause(); /* the thread that got in first is reporting and exiting */
+}
+
+_Noreturn void coll_die(const char *fmt, ...) {
+    if (atomic_exchange(&dying, 1)) wait_for_exit();
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    parity_fatal("%s", msg);
+}
+
+static void describe(int r, char *buf, size_t n) {
+    device_state_t st = device_state(r);
+    group_t *g = atomic_load_explicit(&activity[r].group, memory_order_acquire);
+    if (st == DEVICE_FINISHED) {
+        snprintf(buf, n, "finished");
+    } else if (st == DEVICE_NOT_STARTED) {
+        snprintf(buf, n, "not started");
+    } else if (!g) {
+        snprintf(buf, n, "running (not in a collective)");
+    } else {
+        activity_t *a = &activity[r];
+        coll_kind_t kind = (coll_kind_t)atomic_load_explicit(&a->kind, memory_order_relaxed);
+        int peer = atomic_load_explicit(&a->peer, memory_order_relaxed);
+        int tag = atomic_load_explicit(&a->tag, memory_order_relaxed);
+        unsigned long long seq = atomic_load_explicit(&a->seq, memory_order_relaxed);
+        int me = group_index_of(g, r);
+        if (kind == COLL_KIND_SEND || kind == COLL_KIND_RECV)
+            snprintf(buf, n, "waiting in %s %s rank %d (world %d) tag %d, group '%s' (rank %d of %d)",
+                     coll_kind_name(kind), kind == COLL_KIND_SEND ? "to" : "from", peer,
+                     group_world_rank(g, peer), tag, group_name(g), me, group_size(g));
+        else
+            snprintf(buf, n, "waiting in %s call #%llu of group '%s' (rank %d of %d)",
+                     coll_kind_name(kind), seq, group_name(g), me, group_size(g));
+    }
+}
+
+/* Members of the waiting thread's collective that are not in that same
+ * call: the likely culprits, named first. */
+static void print_missing(int me_world) {
+    activity_t *a = &activity[me_world];
+    group_t *g = atomic_load_explicit(&a->group, memory_order_acquire);
+    coll_kind_t kind = (coll_kind_t)atomic_load_explicit(&a->kind, memory_order_relaxed);
+    if (!g || kind == COLL_KIND_SEND || kind == COLL_KIND_RECV) return;
+    uint64_t seq = atomic_load_explicit(&a->seq, memory_order_relaxed);
+    for (int j = 0; j < group_size(g); j++) {
+        int w = group_world_rank(g, j);
+        activity_t *b = &activity[w];
+        if (atomic_load_explicit(&b->group, memory_order_acquire) == g &&
+            atomic_load_explicit(&b->seq, memory_order_relaxed) == seq)
+            continue;
+        char what[256];
+        describe(w, what, sizeof what);
+        fprintf(stderr, "parity: %s call #%llu of group '%s' has no rank %d (world %d), which is %s\n",
+                coll_kind_name(kind), (unsigned long long)seq, group_name(g), j, w, what);
+    }
+}
+
+static _Noreturn void watchdog_fire(int64_t waited_ns) {
+    if (atomic_exchange(&dying, 1)) wait_for_exit();
+    device_t *d = device_self();
+    int world = devices_world();
+    char what[256];
+    describe(d ? d->rank : 0, what, sizeof what);
+    fprintf(stderr, "parity: collective watchdog: device %d waited %.1f s (timeout %.1f s, "
+                    "PARITY_COLL_TIMEOUT): %s\n",
+            d ? d->rank : -1, (double)waited_ns / 1e9, (double)coll_timeout_ns() / 1e9, what);
+    if (d) print_missing(d->rank);
+    fprintf(stderr, "parity: what every device is doing:\n");
+    for (int r = 0; r < world; r++) {
+        describe(r, what, sizeof what);
+        fprintf(stderr, "  device %d: %s\n", r, what);
+    }
+    parity_fatal("collective hang (see the report above)");
+}

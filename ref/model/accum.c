@@ -1,0 +1,184 @@
+/* accum.c - the model's sums: exact (xacc.h) or, in the diagnostic
+ * -DPARITY_PLAIN_SUMS build, plain fp32 in arrival order. */
+#include "parity/accum.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fold.h"
+#include "parity/error.h"
+
+#ifdef PARITY_PLAIN_SUMS
+enum { PLAIN = 1 };
+#else
+enum { PLAIN = 0 };
+#endif
+
+int accum_plain_sums(void) { return PLAIN; }
+
+int acc_init(acc_t *a, size_t n) {
+    memset(a, 0, sizeof *a);
+    a->n = n;
+    if (PLAIN) {
+        a->plain = calloc(n ? n : 1, sizeof(float));
+        a->owns = 1;
+        return a->plain ? 0 : -1;
+    }
+    return xvec_init(&a->x, n);
+}
+
+size_t acc_storage_bytes(size_t n) { return (n ? n : 1) * (PLAIN ? sizeof(float) : sizeof(double)); }
+
+void acc_init_with(acc_t *a, size_t n, void *storage) {
+    memset(a, 0, sizeof *a);
+    a->n = n;
+    if (PLAIN) {
+        a->plain = storage;
+        a->owns = 0;
+        memset(a->plain, 0, n * sizeof(float));
+    } else {
+        xvec_init_with(&a->x, n, storage);
+    }
+}
+
+void acc_free(acc_t *a) {
+    if (PLAIN) {
+        if (a->owns) free(a->plain);
+    } else {
+        xvec_free(&a->x);
+    }
+    memset(a, 0, sizeof *a);
+}
+
+void acc_zero(acc_t *a) {
+    if (PLAIN)
+        memset(a->plain, 0, a->n * sizeof(float));
+    else
+        xvec_zero(&a->x);
+}
+
+void acc_add(acc_t *a, size_t offset, const float *x, size_t n) {
+    if (PLAIN) {
+        float *p = a->plain + offset;
+        for (size_t i = 0; i < n; i++) p[i] = p[i] + x[i];
+    } else {
+        xvec_add(&a->x, offset, x, n);
+    }
+}
+
+void acc_add_tile(acc_t *a, size_t offset, size_t ld, const float *tile, int rows, int cols,
+                  int ldt) {
+    if (PLAIN) {
+        for (int r = 0; r < rows; r++)
+            acc_add(a, offset + (size_t)r * ld, tile + (size_t)r * (size_t)ldt, (size_t)cols);
+    } else if (ld == (size_t)cols && ldt == cols) {
+        /* One contiguous run: fewer, longer vector loops. */
+        xvec_add(&a->x, offset, tile, (size_t)rows * (size_t)cols);
+    } else {
+        xvec_add_tile(&a->x, offset, ld, tile, rows, cols, ldt);
+    }
+}
+
+void acc_add_exact_f64(acc_t *a, size_t offset, const double *x, size_t n) {
+    if (PLAIN) {
+        float *p = a->plain + offset;
+        for (size_t i = 0; i < n; i++) p[i] = p[i] + (float)x[i];
+        return;
+    }
+    /* x, seen as an xvec whose elements are all on the fp64 path (finite
+     * exact sums, never the NaN tags of fallback elements), merged in: the
+     * merge only reads its source. */
+    xvec_t view;
+    memset(&view, 0, sizeof view);
+    view.n = n;
+    view.sum = (double *)(uintptr_t)x;
+    xvec_merge_range(&a->x, offset, &view, 0, n);
+}
+
+void acc_add_rows(acc_t *a, size_t offset, const float *rows, int nrows, int width, int ld) {
+    if (PLAIN || nrows <= 1) {
+        for (int r = 0; r < nrows; r++)
+            acc_add(a, offset, rows + (size_t)r * ld, (size_t)width);
+        return;
+    }
+    size_t w = (size_t)width;
+    double *sum = malloc(w * sizeof(double));
+    float *mx = malloc(w * sizeof(float)), *mn = malloc(w * sizeof(float));
+    if (!sum || !mx || !mn) parity_fatal("acc_add_rows: out of memory for %d columns", width);
+    fold_first(sum, mx, mn, rows, w);
+    for (int r = 1; r < nrows; r++) fold(sum, mx, mn, rows + (size_t)r * ld, w);
+    const double p2 = fold_p2((size_t)nrows);
+    int fast = xacc_fast_path_enabled(), n_slow = 0;
+    for (size_t c = 0; c < w; c++)
+        if (!fast || !fold_certified(sum[c], mx[c], mn[c], p2)) {
+            sum[c] = 0.0; /* this column goes in term by term below */
+            mn[c] = -1.0f;
+            n_slow++;
+        }
+    acc_add_exact_f64(a, offset, sum, w);
+    if (n_slow)
+        for (size_t c = 0; c < w; c++)
+            if (mn[c] == -1.0f)
+                for (int r = 0; r < nrows; r++) acc_add(a, offset + c, &rows[(size_t)r * ld + c], 1);
+    free(sum), free(mx), free(mn);
+}
+
+void acc_merge(acc_t *dst, const acc_t *src) {
+    if (PLAIN)
+        acc_add(dst, 0, src->plain, src->n);
+    else
+        xvec_merge(&dst->x, &src->x);
+}
+
+void acc_round(const acc_t *a, float *out) {
+    if (PLAIN)
+        memcpy(out, a->plain, a->n * sizeof(float));
+    else
+        xvec_round(&a->x, out);
+}
+
+void sacc_init(sacc_t *s) {
+    xacc_init(&s->x);
+    s->plain = 0.0f;
+}
+
+void sacc_add(sacc_t *s, const float *x, size_t n) {
+    if (PLAIN)
+        for (size_t i = 0; i < n; i++) s->plain = s->plain + x[i];
+    else
+        xacc_add_array_f32(&s->x, x, n);
+}
+
+float sacc_round(const sacc_t *s) { return PLAIN ? s->plain : xacc_round_f32(&s->x); }
+
+/* One-shot sums take a vectorised fast path first (fold.h): LANES fp64
+ * lane sums under the certificate; anything else (wide ranges, inf, NaN)
+ * goes to xsum_f32, which gives the same bits for what passes here. */
+enum { LANES = 16 };
+
+float sum_f32(const float *x, size_t n) {
+    if (PLAIN) {
+        float s = 0.0f;
+        for (size_t i = 0; i < n; i++) s = s + x[i];
+        return s;
+    }
+    if (!xacc_fast_path_enabled()) return xsum_f32(x, n);
+    double s[LANES];
+    float mx[LANES], mn[LANES];
+    for (int l = 0; l < LANES; l++) s[l] = 0.0, mx[l] = 0.0f, mn[l] = INFINITY;
+    size_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) fold_one(&s[l], &mx[l], &mn[l], x[i + l]);
+    for (; i < n; i++) fold_one(&s[0], &mx[0], &mn[0], x[i]);
+    double total = 0.0;
+    float big = 0.0f, small = INFINITY;
+    for (int l = 0; l < LANES; l++) {
+        total = total + s[l];
+        big = mx[l] > big ? mx[l] : big;
+        small = mn[l] < small ? mn[l] : small;
+    }
+    if (fold_certified(total, big, small, fold_p2(n))) return (float)total;
+    return xsum_f32(x, n);
+}

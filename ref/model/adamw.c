@@ -1,0 +1,36 @@
+/* adamw.c - AdamW in fp32, MODEL.md's formula in MODEL.md's order.
+ *
+ * The bias corrections 1 - beta^t come from repeated fp64 products of
+ * the fp32 betas, rounded once to fp32, so every rank that holds a shard
+ * of the optimizer state (ZeRO) computes the same two numbers. */
+#include "parity/model.h"
+
+#include "parity/pmath.h"
+
+/* sqrt of a non-negative v/bc2. IEEE 754 requires square root to be
+ * correctly rounded, so the hardware instruction gives exactly pm_sqrtf's
+ * bits (pmath.h: "0 ulp, as IEEE sqrt") at a fraction of the cost of
+ * pmath's portable Newton iteration; tests/test_model_config.c checks the
+ * two agree bit for bit. NaN (and negative) input goes to pm_sqrtf for
+ * its canonical NaN. */
+float adamw_sqrtf(float x) { return x >= 0.0f ? __builtin_sqrtf(x) : pm_sqrtf(x); }
+
+static float bias_correction(float beta, int t) {
+    double pw = 1.0;
+    for (int i = 0; i < t; i++) pw *= (double)beta;
+    return (float)(1.0 - pw);
+}
+
+void adamw_update(float *p, const float *g, float *m, float *v, size_t n, int t, float lr,
+                  float beta1, float beta2, float eps, float weight_decay) {
+    const float bc1 = bias_correction(beta1, t), bc2 = bias_correction(beta2, t);
+    const float om1 = 1.0f - beta1, om2 = 1.0f - beta2;
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        m[i] = beta1 * m[i] + om1 * gi;
+        v[i] = beta2 * v[i] + om2 * (gi * gi);
+        float upd = (m[i] / bc1) / (adamw_sqrtf(v[i] / bc2) + eps);
+        if (weight_decay != 0.0f) upd = upd + weight_decay * p[i];
+        p[i] = p[i] - lr * upd;
+    }
+}

@@ -1,0 +1,342 @@
+/* config.c - built-in models, JSON config files, validation.
+ *
+ * A config file is the same JSON object a dump stores as its "config"
+ * metadata, so any dump's config can be fed back in. Fields present
+ * override the starting config; "base" names a built-in to start from.
+ */
+#include "parity/model.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parity/json.h"
+
+/* Shared optimizer and dropout settings of the built-ins (the lead's
+ * issue #3 notes): AdamW 0.9/0.95, warm-up 2 then cosine to lr/10. */
+static void common_defaults(model_config_t *c) {
+    memset(c, 0, sizeof *c);
+    c->tied = 1;
+    c->hidden_dropout = 0.1f;
+    c->attention_dropout = 0.1f;
+    c->ln_eps = 1e-5f;
+    c->seed = 1234;
+    c->lr = 1e-3f;
+    c->min_lr = 1e-4f;
+    c->warmup = 2;
+    c->decay_steps = 100;
+    c->beta1 = 0.9f;
+    c->beta2 = 0.95f;
+    c->eps = 1e-8f;
+    c->weight_decay = 0.1f;
+    c->clip_grad = 1.0f;
+}
+
+static const char *const builtin_names[] = {"gpt-micro", "gpt-tiny", "gpt-small", NULL};
+
+const char *const *model_builtin_names(void) { return builtin_names; }
+
+int model_config_builtin(const char *name, model_config_t *c, perr_t *err) {
+    common_defaults(c);
+    if (!strcmp(name, "gpt-micro")) {
+        /* Small enough that a full 3-step dump (< 1 MB) lives in golden/. */
+        c->vocab = 256, c->seq_length = 16, c->hidden = 16, c->heads = 2, c->layers = 2;
+        c->ffn = 64;
+        c->tile_tokens = 4, c->tile_features = 8, c->tile_ffn = 16;
+        c->global_batch = 4, c->micro_batch = 2;
+    } else if (!strcmp(name, "gpt-tiny")) {
+        /* Every degree the layout tests use lands on tile boundaries:
+         * 8 token tiles per sequence, 8 feature tiles (one head each),
+         * 8 ffn tiles, 8 layers, and B = 24 divides by dp in 1,2,3,4,6,8. */
+        c->vocab = 256, c->seq_length = 32, c->hidden = 64, c->heads = 8, c->layers = 8;
+        c->ffn = 256;
+        c->tile_tokens = 4, c->tile_features = 8, c->tile_ffn = 32;
+        c->global_batch = 24, c->micro_batch = 24;
+    } else if (!strcmp(name, "gpt-small")) {
+        /* The benchmark model (3,257,856 parameters, 1024 tokens a step);
+         * large tiles for speed, no dropout (as the PyTorch anchor). */
+        c->vocab = 256, c->seq_length = 128, c->hidden = 256, c->heads = 8, c->layers = 4;
+        c->ffn = 1024;
+        c->tile_tokens = 128, c->tile_features = 128, c->tile_ffn = 256;
+        c->global_batch = 8, c->micro_batch = 8;
+        c->hidden_dropout = 0.0f, c->attention_dropout = 0.0f;
+    } else {
+        char list[256] = "";
+        for (const char *const *n = builtin_names; *n; n++) {
+            if (n != builtin_names) strncat(list, ", ", sizeof list - strlen(list) - 1);
+            strncat(list, *n, sizeof list - strlen(list) - 1);
+        }
+        return perr_set(err, "unknown model '%s' (built-in models: %s; or give a .json config file)",
+                        name, list);
+    }
+    snprintf(c->name, sizeof c->name, "%s", name);
+    return 0;
+}
+
+/* ---- JSON config files -------------------------------------------------- */
+
+static int get_int(const json_t *obj, const char *key, const char *path, int *out, perr_t *err) {
+    const json_t *v = json_get(obj, key);
+    if (!v) return 0;
+    int64_t x;
+    if (json_type(v) != JSON_NUMBER || json_int64(v, &x) || x < -2147483647 || x > 2147483647)
+        return perr_set(err, "%s: field '%s': expected an integer, got %s", path, key,
+                        json_type(v) == JSON_NUMBER ? "a non-integral or too large number"
+                                                    : json_type_name(json_type(v)));
+    *out = (int)x;
+    return 0;
+}
+
+static int get_float(const json_t *obj, const char *key, const char *path, float *out,
+                     perr_t *err) {
+    const json_t *v = json_get(obj, key);
+    if (!v) return 0;
+    if (json_type(v) != JSON_NUMBER)
+        return perr_set(err, "%s: field '%s': expected a number, got %s", path, key,
+                        json_type_name(json_type(v)));
+    *out = (float)json_number(v);
+    return 0;
+}
+
+static int check_keys(const json_t *obj, const char *const *allowed, const char *where,
+                      const char *path, perr_t *err) {
+    for (size_t i = 0; i < json_len(obj); i++) {
+        const char *k = json_key_at(obj, i);
+        int ok = 0;
+        for (const char *const *a = allowed; *a; a++) ok |= !strcmp(k, *a);
+        if (!ok) return perr_set(err, "%s: unknown field '%s%s'", path, where, k);
+    }
+    return 0;
+}
+
+static int apply_json(const json_t *j, const char *path, model_config_t *c, perr_t *err) {
+    static const char *const top[] = {
+        "name", "base", "vocab", "seq_length", "hidden", "heads", "layers", "ffn", "tied",
+        "tiles", "dropouts", "ln_eps", "seed", "global_batch", "micro_batch", "lr", "min_lr",
+        "warmup", "decay_steps", "beta1", "beta2", "eps", "weight_decay", "clip_grad", NULL};
+    static const char *const tiles[] = {"tokens", "features", "ffn", NULL};
+    static const char *const drops[] = {"hidden", "attention", NULL};
+    if (json_type(j) != JSON_OBJECT)
+        return perr_set(err, "%s: expected a JSON object, got %s", path,
+                        json_type_name(json_type(j)));
+    if (check_keys(j, top, "", path, err)) return -1;
+    const json_t *base = json_get(j, "base");
+    if (base) {
+        if (!json_string(base))
+            return perr_set(err, "%s: field 'base': expected a model name string", path);
+        perr_t e2;
+        if (model_config_builtin(json_string(base), c, &e2))
+            return perr_set(err, "%s: field 'base': %s", path, e2.msg);
+    }
+    const json_t *name = json_get(j, "name");
+    if (name) {
+        if (!json_string(name))
+            return perr_set(err, "%s: field 'name': expected a string, got %s", path,
+                            json_type_name(json_type(name)));
+        snprintf(c->name, sizeof c->name, "%s", json_string(name));
+    }
+    const json_t *tied = json_get(j, "tied");
+    if (tied) {
+        if (json_type(tied) != JSON_BOOL)
+            return perr_set(err, "%s: field 'tied': expected true or false, got %s", path,
+                            json_type_name(json_type(tied)));
+        c->tied = json_bool(tied);
+    }
+    const json_t *seed = json_get(j, "seed");
+    if (seed) {
+        int64_t s;
+        if (json_type(seed) != JSON_NUMBER || json_int64(seed, &s) || s < 0)
+            return perr_set(err, "%s: field 'seed': expected a non-negative integer", path);
+        c->seed = (uint64_t)s;
+    }
+    struct { const char *k; int *p; } ints[] = {
+        {"vocab", &c->vocab}, {"seq_length", &c->seq_length}, {"hidden", &c->hidden},
+        {"heads", &c->heads}, {"layers", &c->layers}, {"ffn", &c->ffn},
+        {"global_batch", &c->global_batch}, {"micro_batch", &c->micro_batch},
+        {"warmup", &c->warmup}, {"decay_steps", &c->decay_steps}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (get_int(j, ints[i].k, path, ints[i].p, err)) return -1;
+    struct { const char *k; float *p; } floats[] = {
+        {"ln_eps", &c->ln_eps}, {"lr", &c->lr}, {"min_lr", &c->min_lr}, {"beta1", &c->beta1},
+        {"beta2", &c->beta2}, {"eps", &c->eps}, {"weight_decay", &c->weight_decay},
+        {"clip_grad", &c->clip_grad}};
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
+        if (get_float(j, floats[i].k, path, floats[i].p, err)) return -1;
+    const json_t *t = json_get(j, "tiles");
+    if (t) {
+        if (json_type(t) != JSON_OBJECT)
+            return perr_set(err, "%s: field 'tiles': expected an object {tokens, features, ffn}",
+                            path);
+        if (check_keys(t, tiles, "tiles.", path, err)) return -1;
+        if (get_int(t, "tokens", path, &c->tile_tokens, err) ||
+            get_int(t, "features", path, &c->tile_features, err) ||
+            get_int(t, "ffn", path, &c->tile_ffn, err))
+            return -1;
+    }
+    const json_t *d = json_get(j, "dropouts");
+    if (d) {
+        if (json_type(d) != JSON_OBJECT)
+            return perr_set(err, "%s: field 'dropouts': expected an object {hidden, attention}",
+                            path);
+        if (check_keys(d, drops, "dropouts.", path, err)) return -1;
+        if (get_float(d, "hidden", path, &c->hidden_dropout, err) ||
+            get_float(d, "attention", path, &c->attention_dropout, err))
+            return -1;
+    }
+    return 0;
+}
+
+int model_config_load(const char *path, model_config_t *c, perr_t *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return perr_set(err, "model config '%s': cannot open: %s", path, strerror(errno));
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 > cap) {
+            cap = cap ? 2 * cap : 8192;
+            char *grown = realloc(text, cap);
+            if (!grown) {
+                free(text);
+                fclose(f);
+                return perr_set(err, "model config '%s': out of memory", path);
+            }
+            text = grown;
+        }
+        size_t got = fread(text + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(text);
+        return perr_set(err, "model config '%s': read error", path);
+    }
+    perr_t jerr;
+    json_t *j = json_parse(text, len, &jerr);
+    free(text);
+    if (!j) return perr_set(err, "model config '%s': malformed JSON: %s", path, jerr.msg);
+    int rc = apply_json(j, path, c, err);
+    json_free(j);
+    return rc;
+}
+
+/* ---- validation --------------------------------------------------------- */
+
+int model_config_validate(const model_config_t *c, perr_t *err) {
+    struct { const char *field, *flag; int v; } pos[] = {
+        {"vocab", "--vocab-size", c->vocab},
+        {"seq_length", "--seq-length", c->seq_length},
+        {"hidden", "--hidden-size", c->hidden},
+        {"heads", "--num-attention-heads", c->heads},
+        {"layers", "--num-layers", c->layers},
+        {"ffn", "--ffn-hidden-size", c->ffn},
+        {"tiles.tokens", "--tile-tokens", c->tile_tokens},
+        {"tiles.features", "--tile-features", c->tile_features},
+        {"tiles.ffn", "--tile-ffn", c->tile_ffn},
+        {"global_batch", "--global-batch-size", c->global_batch},
+        {"micro_batch", "--micro-batch-size", c->micro_batch}};
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+        if (pos[i].v <= 0)
+            return perr_set(err, "%s (%s) = %d: must be a positive integer", pos[i].field,
+                            pos[i].flag, pos[i].v);
+    if (c->hidden % c->heads)
+        return perr_set(err,
+                        "hidden (--hidden-size) = %d is not a multiple of heads "
+                        "(--num-attention-heads) = %d",
+                        c->hidden, c->heads);
+    int D = c->hidden / c->heads;
+    if (c->seq_length % c->tile_tokens)
+        return perr_set(err, "tiles.tokens (--tile-tokens) = %d does not divide seq_length = %d",
+                        c->tile_tokens, c->seq_length);
+    if (c->hidden % c->tile_features)
+        return perr_set(err, "tiles.features (--tile-features) = %d does not divide hidden = %d",
+                        c->tile_features, c->hidden);
+    if (c->vocab % c->tile_features)
+        return perr_set(err, "tiles.features (--tile-features) = %d does not divide vocab = %d",
+                        c->tile_features, c->vocab);
+    if (c->tile_features % D)
+        return perr_set(err,
+                        "tiles.features (--tile-features) = %d must hold whole heads: it is not "
+                        "a multiple of the head size hidden/heads = %d",
+                        c->tile_features, D);
+    if (c->ffn % c->tile_ffn)
+        return perr_set(err, "tiles.ffn (--tile-ffn) = %d does not divide ffn = %d", c->tile_ffn,
+                        c->ffn);
+    if (c->global_batch % c->micro_batch)
+        return perr_set(err,
+                        "micro_batch (--micro-batch-size) = %d does not divide global_batch "
+                        "(--global-batch-size) = %d",
+                        c->micro_batch, c->global_batch);
+    if (!(c->hidden_dropout >= 0.0f && c->hidden_dropout < 1.0f))
+        return perr_set(err, "dropouts.hidden (--hidden-dropout) = %g: expected 0 <= p < 1",
+                        (double)c->hidden_dropout);
+    if (!(c->attention_dropout >= 0.0f && c->attention_dropout < 1.0f))
+        return perr_set(err, "dropouts.attention (--attention-dropout) = %g: expected 0 <= p < 1",
+                        (double)c->attention_dropout);
+    if (!(c->ln_eps > 0.0f)) return perr_set(err, "ln_eps = %g: expected > 0", (double)c->ln_eps);
+    if (!(c->lr >= 0.0f)) return perr_set(err, "lr (--lr) = %g: expected >= 0", (double)c->lr);
+    if (!(c->min_lr >= 0.0f))
+        return perr_set(err, "min_lr (--min-lr) = %g: expected >= 0", (double)c->min_lr);
+    if (c->warmup < 0)
+        return perr_set(err, "warmup (--lr-warmup-iters) = %d: expected >= 0", c->warmup);
+    if (c->decay_steps < 0)
+        return perr_set(err, "decay_steps (--lr-decay-iters) = %d: expected >= 0",
+                        c->decay_steps);
+    if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f))
+        return perr_set(err, "beta1 (--adam-beta1) = %g: expected 0 <= beta1 < 1",
+                        (double)c->beta1);
+    if (!(c->beta2 >= 0.0f && c->beta2 < 1.0f))
+        return perr_set(err, "beta2 (--adam-beta2) = %g: expected 0 <= beta2 < 1",
+                        (double)c->beta2);
+    if (!(c->eps > 0.0f))
+        return perr_set(err, "eps (--adam-eps) = %g: expected > 0", (double)c->eps);
+    if (!(c->weight_decay >= 0.0f))
+        return perr_set(err, "weight_decay (--weight-decay) = %g: expected >= 0",
+                        (double)c->weight_decay);
+    if (!(c->clip_grad >= 0.0f))
+        return perr_set(err, "clip_grad (--clip-grad) = %g: expected >= 0 (0 turns clipping off)",
+                        (double)c->clip_grad);
+    /* Element counts are size_t, but tile calls take int extents. */
+    if ((int64_t)c->micro_batch * c->seq_length > (1 << 24) ||
+        (int64_t)c->vocab * c->hidden > (1 << 30) || (int64_t)c->ffn * c->hidden > (1 << 30))
+        return perr_set(err, "model too large for this reference implementation "
+                             "(micro_batch*seq_length <= 2^24, vocab*hidden and ffn*hidden <= 2^30)");
+    return 0;
+}
+
+/* A name as a JSON string body: quotes, backslashes and control bytes
+ * become '_' (names are labels, never parsed back for meaning). */
+static void json_safe_name(const char *in, char *out, size_t cap) {
+    size_t i = 0;
+    for (; in[i] && i + 1 < cap; i++) {
+        unsigned char ch = (unsigned char)in[i];
+        out[i] = (ch < 0x20 || ch == '"' || ch == '\\') ? '_' : (char)ch;
+    }
+    out[i] = 0;
+}
+
+char *model_config_json(const model_config_t *c) {
+    size_t cap = 2048;
+    char *s = malloc(cap);
+    if (!s) return NULL;
+    char name[sizeof c->name];
+    json_safe_name(c->name, name, sizeof name);
+    snprintf(s, cap,
+             "{\"name\": \"%s\", \"vocab\": %d, \"seq_length\": %d, \"hidden\": %d, "
+             "\"heads\": %d, \"layers\": %d, \"ffn\": %d, "
+             "\"tiles\": {\"tokens\": %d, \"features\": %d, \"ffn\": %d}, "
+             "\"tied\": %s, \"dropouts\": {\"hidden\": %.9g, \"attention\": %.9g}, "
+             "\"ln_eps\": %.9g, \"seed\": %llu, \"global_batch\": %d, \"micro_batch\": %d, "
+             "\"lr\": %.9g, \"min_lr\": %.9g, \"warmup\": %d, \"decay_steps\": %d, "
+             "\"beta1\": %.9g, \"beta2\": %.9g, \"eps\": %.9g, \"weight_decay\": %.9g, "
+             "\"clip_grad\": %.9g}",
+             name, c->vocab, c->seq_length, c->hidden, c->heads, c->layers, c->ffn,
+             c->tile_tokens, c->tile_features, c->tile_ffn, c->tied ? "true" : "false",
+             (double)c->hidden_dropout, (double)c->attention_dropout, (double)c->ln_eps,
+             (unsigned long long)c->seed, c->global_batch, c->micro_batch, (double)c->lr,
+             (double)c->min_lr, c->warmup, c->decay_steps, (double)c->beta1, (double)c->beta2,
+             (double)c->eps, (double)c->weight_decay, (double)c->clip_grad);
+    return s;
+}

@@ -1,0 +1,245 @@
+/* dump.c - collect a training step's tensors into a .safetensors dump
+ * and a digest list (dump.h).
+ *
+ * Batch-shaped tensors arrive one microbatch at a time through the model's
+ * observer and are assembled into whole [B, ...] tensors here, so a dump
+ * never depends on the microbatch count. */
+#include "parity/dump.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parity/sha256.h"
+
+typedef struct {
+    char *name;
+    st_dtype_t dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    size_t per_seq_bytes;
+    unsigned char *data; /* [B * per_seq_bytes] */
+} batch_entry_t;
+
+typedef struct {
+    char *name;
+    char hex[65];
+} digest_t;
+
+struct dump {
+    int keep_file;
+    int B;
+    st_writer_t *w;
+    digest_t *dig;
+    int n_dig, cap_dig;
+    /* the step being collected */
+    int64_t step;
+    batch_entry_t *batch;
+    int n_batch, cap_batch;
+    float *grads; /* [total] copy of the rounded gradients */
+    int have_grads;
+    size_t total;
+};
+
+static int emit(dump_t *d, const char *name, st_dtype_t dt, int ndim, const int64_t *shape,
+                const void *data, perr_t *err) {
+    size_t bytes = st_dtype_size(dt);
+    for (int i = 0; i < ndim; i++) bytes *= (size_t)shape[i];
+    if (d->n_dig == d->cap_dig) {
+        int cap = d->cap_dig ? 2 * d->cap_dig : 256;
+        digest_t *grown = realloc(d->dig, (size_t)cap * sizeof *grown);
+        if (!grown) return perr_set(err, "dump: out of memory");
+        d->dig = grown;
+        d->cap_dig = cap;
+    }
+    digest_t *g = &d->dig[d->n_dig];
+    g->name = strdup(name);
+    if (!g->name) return perr_set(err, "dump: out of memory");
+    sha256_hex(data, bytes, g->hex);
+    d->n_dig++;
+    if (d->keep_file && st_writer_add(d->w, name, dt, ndim, shape, data, err)) return -1;
+    return 0;
+}
+
+dump_t *dump_new(const gpt_t *g, int keep_file) {
+    dump_t *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    d->keep_file = keep_file;
+    d->B = g->cfg.global_batch;
+    d->total = g->table.total;
+    d->grads = malloc((d->total ? d->total : 1) * sizeof(float));
+    if (keep_file) d->w = st_writer_new();
+    if (!d->grads || (keep_file && !d->w)) {
+        dump_free(d);
+        return NULL;
+    }
+    char *cfg = model_config_json(&g->cfg);
+    if (!cfg) {
+        dump_free(d);
+        return NULL;
+    }
+    int bad = keep_file && (st_writer_set_metadata(d->w, "config", cfg, NULL) ||
+                            st_writer_set_metadata(d->w, "format", "parity-dump-1", NULL));
+    free(cfg);
+    if (bad) {
+        dump_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+static void clear_batch(dump_t *d) {
+    for (int i = 0; i < d->n_batch; i++) {
+        free(d->batch[i].name);
+        free(d->batch[i].data);
+    }
+    d->n_batch = 0;
+}
+
+void dump_free(dump_t *d) {
+    if (!d) return;
+    clear_batch(d);
+    free(d->batch);
+    for (int i = 0; i < d->n_dig; i++) free(d->dig[i].name);
+    free(d->dig);
+    free(d->grads);
+    if (d->w) st_writer_free(d->w);
+    free(d);
+}
+
+int dump_count(const dump_t *d) { return d->n_dig; }
+
+const st_writer_t *dump_writer(const dump_t *d) { return d->w; }
+
+int dump_set_metadata(dump_t *d, const char *key, const char *value, perr_t *err) {
+    return d->keep_file ? st_writer_set_metadata(d->w, key, value, err) : 0;
+}
+
+static int emit_params(dump_t *d, const gpt_t *g, const char *prefix, const float *base,
+                       perr_t *err) {
+    char name[160];
+    for (int i = 0; i < g->table.count; i++) {
+        const param_info_t *p = &g->table.info[i];
+        snprintf(name, sizeof name, "%s%s", prefix, p->name);
+        if (emit(d, name, ST_F32, p->ndim, p->shape, base + p->offset, err)) return -1;
+    }
+    return 0;
+}
+
+int dump_add_init(dump_t *d, const gpt_t *g, perr_t *err) {
+    return emit_params(d, g, "init.", g->params, err);
+}
+
+static void on_batch_tensor(void *ctx, const char *name, st_dtype_t dt, const void *data,
+                            int first_seq, int n_seq, int seq_ndim, const int64_t *seq_shape) {
+    dump_t *d = ctx;
+    batch_entry_t *e = NULL;
+    for (int i = 0; i < d->n_batch; i++)
+        if (!strcmp(d->batch[i].name, name)) e = &d->batch[i];
+    if (!e) {
+        if (d->n_batch == d->cap_batch) {
+            int cap = d->cap_batch ? 2 * d->cap_batch : 64;
+            batch_entry_t *grown = realloc(d->batch, (size_t)cap * sizeof *grown);
+            if (!grown) parity_fatal("dump: out of memory");
+            d->batch = grown;
+            d->cap_batch = cap;
+        }
+        e = &d->batch[d->n_batch++];
+        memset(e, 0, sizeof *e);
+        e->name = strdup(name);
+        e->dtype = dt;
+        e->ndim = seq_ndim + 1;
+        e->shape[0] = d->B;
+        e->per_seq_bytes = st_dtype_size(dt);
+        for (int i = 0; i < seq_ndim; i++) {
+            e->shape[i + 1] = seq_shape[i];
+            e->per_seq_bytes *= (size_t)seq_shape[i];
+        }
+        e->data = calloc((size_t)d->B, e->per_seq_bytes);
+        if (!e->name || !e->data) parity_fatal("dump: out of memory");
+    }
+    memcpy(e->data + (size_t)first_seq * e->per_seq_bytes, data, (size_t)n_seq * e->per_seq_bytes);
+}
+
+static void on_grads(void *ctx, const gpt_t *g) {
+    dump_t *d = ctx;
+    memcpy(d->grads, g->grads, d->total * sizeof(float));
+    d->have_grads = 1;
+}
+
+void dump_begin_step(dump_t *d, int64_t step, gpt_observer_t *obs) {
+    clear_batch(d);
+    d->step = step;
+    d->have_grads = 0;
+    obs->ctx = d;
+    obs->batch_tensor = on_batch_tensor;
+    obs->grads_ready = on_grads;
+}
+
+static int emit_batch(dump_t *d, const char *prefix, int want_prefix, perr_t *err) {
+    char name[256];
+    size_t plen = strlen(prefix);
+    for (int i = 0; i < d->n_batch; i++) {
+        batch_entry_t *e = &d->batch[i];
+        int has = !strncmp(e->name, prefix, plen);
+        if (has != want_prefix) continue;
+        snprintf(name, sizeof name, "step%lld.%s", (long long)d->step, e->name);
+        if (emit(d, name, e->dtype, e->ndim, e->shape, e->data, err)) return -1;
+    }
+    return 0;
+}
+
+int dump_end_step(dump_t *d, const gpt_t *g, const gpt_step_stats_t *st, perr_t *err) {
+    char name[160];
+    const int64_t one = 1;
+    if (!d->have_grads) return perr_set(err, "dump: step %lld finished without gradients",
+                                        (long long)d->step);
+    /* inputs, labels, logits first (in arrival order), then the scalars,
+     * then activations and masks, gradients and updated parameters */
+    static const char *const first[] = {"input_ids", "labels", "logits"};
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < d->n_batch; i++)
+            if (!strcmp(d->batch[i].name, first[k])) {
+                batch_entry_t *e = &d->batch[i];
+                snprintf(name, sizeof name, "step%lld.%s", (long long)d->step, e->name);
+                if (emit(d, name, e->dtype, e->ndim, e->shape, e->data, err)) return -1;
+            }
+    struct { const char *n; float v; } scalars[] = {
+        {"loss", st->loss}, {"lr", st->lr}, {"grad_norm", st->grad_norm}};
+    for (int k = 0; k < 3; k++) {
+        snprintf(name, sizeof name, "step%lld.%s", (long long)d->step, scalars[k].n);
+        if (emit(d, name, ST_F32, 1, &one, &scalars[k].v, err)) return -1;
+    }
+    if (emit_batch(d, "act.", 1, err) || emit_batch(d, "mask.", 1, err)) return -1;
+    snprintf(name, sizeof name, "step%lld.grad.", (long long)d->step);
+    if (emit_params(d, g, name, d->grads, err)) return -1;
+    snprintf(name, sizeof name, "step%lld.param.", (long long)d->step);
+    if (emit_params(d, g, name, g->params, err)) return -1;
+    clear_batch(d);
+    return 0;
+}
+
+int dump_save(const dump_t *d, const char *path, perr_t *err) {
+    if (!d->keep_file) return perr_set(err, "dump: created without a file to save");
+    return st_writer_save(d->w, path, err);
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(((const digest_t *)a)->name, ((const digest_t *)b)->name);
+}
+
+int dump_write_digests(const dump_t *d, const char *path, perr_t *err) {
+    digest_t *sorted = malloc(((size_t)d->n_dig + 1) * sizeof *sorted);
+    if (!sorted) return perr_set(err, "dump: out of memory");
+    memcpy(sorted, d->dig, (size_t)d->n_dig * sizeof *sorted);
+    qsort(sorted, (size_t)d->n_dig, sizeof *sorted, by_name);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        free(sorted);
+        return perr_set(err, "digest file '%s': cannot create", path);
+    }
+    for (int i = 0; i < d->n_dig; i++) fprintf(f, "%s  %s\n", sorted[i].hex, sorted[i].name);
+    free(sorted);
+    if (fclose(f)) return perr_set(err, "digest file '%s': write error", path);
+    return 0;
+}

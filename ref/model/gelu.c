@@ -1,0 +1,12 @@
+/* gelu.c - GPT-2's tanh GeLU, from pmath's fixed-order implementation. */
+#include "parity/layers.h"
+
+#include "parity/pmath.h"
+
+void gelu_forward(float *y, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = pm_gelu_tanh(x[i]);
+}
+
+void gelu_backward(float *dx, const float *dy, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) dx[i] = dy[i] * pm_gelu_tanh_grad(x[i]);
+}

@@ -1,0 +1,61 @@
+/* dp_internal.h - state shared by the data-parallel files (not public). */
+#ifndef PARITY_DP_INTERNAL_H
+#define PARITY_DP_INTERNAL_H
+
+#include <pthread.h>
+
+#include "parity/dp.h"
+#include "parity/runtime.h"
+
+typedef struct dp_shared dp_shared_t;
+
+/* One data-parallel rank. */
+typedef struct {
+    dp_shared_t *sh;
+    int rank, n;
+    gpt_t *g;              /* the replica: parameters (stages 0-2), open exact sums */
+    group_t *group;        /* the data-parallel group */
+    /* shards (stage >= 1: optimizer; stage >= 2: gradients; 3: parameters) */
+    float *shard_params, *shard_grads, *shard_m, *shard_v; /* [shard_len] */
+    xvec_t scratch[2];     /* piece-sized exact sums being reduced (ring: double buffer) */
+    double *scratch_mem[2];
+    float *gather_buf;     /* [max piece * n] */
+    float **unit_buf;      /* ZeRO-3: [nbuckets] gathered bucket, or NULL */
+    unsigned char *bucket_done; /* [nbuckets] reduced this step */
+    int last_micro;        /* inside the step's last microbatch */
+    int adam_t;
+    dp_device_report_t *report;
+    const gpt_observer_t *collect; /* forwards batch tensors to the dump */
+} dp_rank_t;
+
+struct dp_shared {
+    dp_run_t *run;
+    dp_plan_t plan;
+    model_config_t cfg;    /* replica config: micro_batch from the layout */
+    dp_rank_t *ranks;      /* [n] */
+    group_t *group;
+    pthread_mutex_t collect_lock;
+    float *params_full, *grads_full; /* reassembly for dumps */
+    gpt_observer_t dump_obs;         /* the dump's observer for the current step */
+    int failed;
+    perr_t err;
+};
+
+/* dp_reduce.c: the exact reduce-scatter of bucket b into the rank's piece
+ * (fp32, rounded once) at out[0 .. piece). */
+void dp_reduce_bucket(dp_rank_t *r, int b, float *out);
+/* Everything not yet reduced; called after the last microbatch. */
+void dp_reduce_pending(dp_rank_t *r);
+/* Where bucket b's rounded gradient piece goes for this stage. */
+float *dp_grad_piece(dp_rank_t *r, int b);
+
+/* dp_zero.c: parameters and the optimizer over shards. */
+void dp_unit_event(void *ctx, gpt_t *g, int unit, int event);
+float dp_grad_norm(dp_rank_t *r);
+/* DDP: every rank's rounded pieces to every rank (fp32 all-gather). */
+void dp_all_gather_grads(dp_rank_t *r);
+void dp_update(dp_rank_t *r, float lr, float grad_norm);
+
+double dp_now(void);
+
+#endif

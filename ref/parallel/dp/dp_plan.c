@@ -1,0 +1,88 @@
+/* dp_plan.c - units, buckets and shards of data parallelism (dp.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "parity/dp.h"
+
+void dp_plan_free(dp_plan_t *p) {
+    free(p->unit_first);
+    free(p->unit_last);
+    free(p->unit_of_tensor);
+    free(p->buckets);
+    free(p->bucket_of_unit);
+    memset(p, 0, sizeof *p);
+}
+
+void dp_piece(const dp_plan_t *p, int b, int k, size_t *lo, size_t *hi) {
+    const dp_bucket_t *bk = &p->buckets[b];
+    size_t a = bk->lo + (size_t)k * bk->piece, e = a + bk->piece;
+    *lo = a < bk->hi ? a : bk->hi;
+    *hi = e < bk->hi ? e : bk->hi;
+}
+
+static void add_bucket(dp_plan_t *p, const param_table_t *t, int first, int last) {
+    dp_bucket_t *b = &p->buckets[p->nbuckets++];
+    b->first = first;
+    b->last = last;
+    b->lo = t->info[first].offset;
+    b->hi = t->info[last - 1].offset + t->info[last - 1].numel;
+    b->piece = (b->hi - b->lo + (size_t)p->dp - 1) / (size_t)p->dp;
+    b->ready_unit = p->unit_of_tensor[first];
+}
+
+int dp_plan_build(dp_plan_t *p, const param_table_t *t, const model_config_t *cfg, int dp,
+                  int stage, double bucket_cap_mb, perr_t *err) {
+    memset(p, 0, sizeof *p);
+    p->dp = dp;
+    p->stage = stage;
+    p->nunits = cfg->layers + 2;
+    p->unit_first = calloc((size_t)p->nunits, sizeof(int));
+    p->unit_last = calloc((size_t)p->nunits, sizeof(int));
+    p->unit_of_tensor = calloc((size_t)t->count, sizeof(int));
+    p->buckets = calloc((size_t)t->count + 1, sizeof(dp_bucket_t));
+    p->bucket_of_unit = calloc((size_t)p->nunits, sizeof(int));
+    if (!p->unit_first || !p->unit_last || !p->unit_of_tensor || !p->buckets || !p->bucket_of_unit) {
+        dp_plan_free(p);
+        return perr_set(err, "dp plan: out of memory");
+    }
+    /* units: the model's order is embeddings, layers, final LayerNorm (+
+     * untied head), each contiguous (params.c) */
+    p->unit_first[0] = t->wte;
+    p->unit_last[0] = t->first_layer;
+    for (int l = 0; l < cfg->layers; l++) {
+        p->unit_first[l + 1] = param_layer(t, l, 0);
+        p->unit_last[l + 1] = param_layer(t, l, 0) + P_PER_LAYER;
+    }
+    p->unit_first[cfg->layers + 1] = t->lnf_w;
+    p->unit_last[cfg->layers + 1] = t->count;
+    for (int u = 0; u < p->nunits; u++)
+        for (int i = p->unit_first[u]; i < p->unit_last[u]; i++) p->unit_of_tensor[i] = u;
+    if (stage == 3) {
+        /* one bucket per unit, in backward order: head, layers down, embeddings */
+        for (int u = p->nunits - 1; u >= 0; u--) {
+            p->bucket_of_unit[u] = p->nbuckets;
+            add_bucket(p, t, p->unit_first[u], p->unit_last[u]);
+        }
+    } else {
+        /* whole tensors in backward order until the bucket holds
+         * bucket_cap_mb of fp32 gradients */
+        double cap = bucket_cap_mb * 1e6 / sizeof(float);
+        int last = t->count;
+        double have = 0;
+        for (int i = t->count - 1; i >= 0; i--) {
+            have += (double)t->info[i].numel;
+            if (have >= cap || i == 0) {
+                add_bucket(p, t, i, last);
+                last = i;
+                have = 0;
+            }
+        }
+    }
+    size_t off = 0;
+    for (int b = 0; b < p->nbuckets; b++) {
+        p->buckets[b].shard_off = off;
+        off += p->buckets[b].piece;
+    }
+    p->shard_len = off;
+    return 0;
+}

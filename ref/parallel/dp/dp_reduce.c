@@ -1,0 +1,133 @@
+/* dp_reduce.c - exact reduce-scatter of gradient buckets.
+ *
+ * Each rank's gradients are open exact sums (one fp64 per element, every
+ * addition proven exact, xacc.h). Reducing a bucket means: for the piece
+ * this rank owns, merge every rank's open sums exactly and round once.
+ * Because the merge is exact, the result has the golden bits whatever the
+ * number of ranks, the microbatch count, or the algorithm:
+ *  - direct: after a barrier (every rank's bucket is final), each rank
+ *    reads its piece of every peer's accumulators, in group order;
+ *  - ring: n-1 steps; at step s rank r merges its own part of chunk
+ *    (r - s - 2) mod n with the partial its left neighbour built at step
+ *    s-1, so chunk c starts at rank c+1 and ends, complete, at rank c.
+ * Devices are threads of one process, so "reading a peer" is reading its
+ * memory after a barrier, exactly as the direct collectives do. Traffic is
+ * counted as the fp64 partial sums a message-passing version would send.
+ *
+ * broken_fp32_sums (tests only) instead rounds each rank's local sums to
+ * fp32 and adds them with the plain fp32 ring reduce-scatter: the bug the
+ * equivalence checker must catch.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dp_internal.h"
+
+float *dp_grad_piece(dp_rank_t *r, int b) {
+    const dp_plan_t *p = &r->sh->plan;
+    if (p->stage >= 2) return r->shard_grads + p->buckets[b].shard_off;
+    size_t lo, hi;
+    dp_piece(p, b, r->rank, &lo, &hi);
+    return r->g->grads + lo;
+}
+
+/* dst[dst_off + (x - lo)] += src's open sum of flat element x, x in [lo, hi). */
+static void merge_flat(xvec_t *dst, size_t dst_off, const gpt_t *src, const dp_bucket_t *bk,
+                       size_t lo, size_t hi) {
+    for (int t = bk->first; t < bk->last; t++) {
+        const param_info_t *pi = &src->table.info[t];
+        size_t a = pi->offset > lo ? pi->offset : lo;
+        size_t e = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
+        if (a >= e) continue;
+        xvec_merge_range(dst, dst_off + (a - lo), &src->grad_acc[t].x, a - pi->offset, e - a);
+    }
+}
+
+/* Resets scratch buffer k to len zero elements. */
+static xvec_t *fresh(dp_rank_t *r, int k, size_t len) {
+    xvec_free(&r->scratch[k]); /* drops fallback accumulators; sum[] is ours */
+    xvec_init_with(&r->scratch[k], len, r->scratch_mem[k]);
+    return &r->scratch[k];
+}
+
+static void reduce_direct(dp_rank_t *r, int b, float *out) {
+    const dp_plan_t *p = &r->sh->plan;
+    size_t lo, hi;
+    dp_piece(p, b, r->rank, &lo, &hi);
+    coll_barrier(r->group); /* every rank's bucket b is final */
+    xvec_t *s = fresh(r, 0, hi - lo);
+    for (int q = 0; q < r->n; q++) merge_flat(s, 0, r->sh->ranks[q].g, &p->buckets[b], lo, hi);
+    xvec_round(s, out);
+}
+
+static void reduce_ring(dp_rank_t *r, int b, float *out) {
+    const dp_plan_t *p = &r->sh->plan;
+    const dp_bucket_t *bk = &p->buckets[b];
+    const int n = r->n, left = (r->rank + n - 1) % n;
+    const dp_rank_t *lr = &r->sh->ranks[left];
+    coll_barrier(r->group);
+    xvec_t *s = NULL;
+    for (int step = 0; step < n - 1; step++) {
+        int c = ((r->rank - step - 2) % n + n) % n;
+        size_t lo, hi;
+        dp_piece(p, b, c, &lo, &hi);
+        s = fresh(r, step & 1, hi - lo);
+        merge_flat(s, 0, r->g, bk, lo, hi);
+        if (step == 0)
+            merge_flat(s, 0, lr->g, bk, lo, hi);
+        else
+            xvec_merge_range(s, 0, &lr->scratch[(step - 1) & 1], 0, hi - lo);
+        coll_barrier(r->group); /* my partial is ready for my right neighbour */
+    }
+    if (n == 1) {
+        size_t lo, hi;
+        dp_piece(p, b, 0, &lo, &hi);
+        s = fresh(r, 0, hi - lo);
+        merge_flat(s, 0, r->g, bk, lo, hi);
+    }
+    xvec_round(s, out);
+}
+
+static void reduce_broken(dp_rank_t *r, int b, float *out) {
+    const dp_plan_t *p = &r->sh->plan;
+    const dp_bucket_t *bk = &p->buckets[b];
+    const size_t padded = bk->piece * (size_t)r->n;
+    float *local = calloc(padded ? padded : 1, sizeof(float));
+    float *mine = malloc((bk->piece ? bk->piece : 1) * sizeof(float));
+    if (!local || !mine) parity_fatal("dp: out of memory in the broken reduction");
+    for (int t = bk->first; t < bk->last; t++) {
+        const param_info_t *pi = &r->g->table.info[t];
+        acc_round(&r->g->grad_acc[t], local + (pi->offset - bk->lo));
+    }
+    coll_algo_t was = coll_set_algo(COLL_ALGO_RING);
+    coll_reduce_scatter(r->group, local, mine, bk->piece, COLL_F32, COLL_SUM);
+    coll_set_algo(was);
+    size_t lo, hi;
+    dp_piece(p, b, r->rank, &lo, &hi);
+    memcpy(out, mine, (hi - lo) * sizeof(float));
+    free(local);
+    free(mine);
+}
+
+void dp_reduce_bucket(dp_rank_t *r, int b, float *out) {
+    double t0 = dp_now();
+    const dp_bucket_t *bk = &r->sh->plan.buckets[b];
+    if (r->sh->run->broken_fp32_sums)
+        reduce_broken(r, b, out);
+    else if (r->sh->run->algo == COLL_ALGO_RING)
+        reduce_ring(r, b, out);
+    else
+        reduce_direct(r, b, out);
+    /* nccl-tests convention for a reduce-scatter of the fp64 partials */
+    uint64_t bytes = (uint64_t)bk->piece * (uint64_t)r->n * sizeof(double);
+    coll_counters_add(group_world_rank(r->group, r->rank), COLL_KIND_REDUCE_SCATTER, bytes,
+                      coll_busbw_factor(COLL_KIND_REDUCE_SCATTER, r->n));
+    r->report->exact_rs_elems += bk->piece;
+    r->bucket_done[b] = 1;
+    r->report->seconds_reduce += dp_now() - t0;
+}
+
+void dp_reduce_pending(dp_rank_t *r) {
+    for (int b = 0; b < r->sh->plan.nbuckets; b++)
+        if (!r->bucket_done[b]) dp_reduce_bucket(r, b, dp_grad_piece(r, b));
+}

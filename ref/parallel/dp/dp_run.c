@@ -1,0 +1,284 @@
+/* dp_run.c - one data-parallel training run: the per-device step.
+ *
+ *   for each microbatch of this rank's sequences:
+ *       forward + backward into open exact sums      (the model's code)
+ *       [ZeRO-3: each unit's parameters gathered before it runs, freed after]
+ *       [last microbatch, overlap: buckets reduced as units finish]
+ *   exact reduce-scatter of every remaining bucket    (dp_reduce.c)
+ *   DDP: all-gather the rounded gradients
+ *   loss and gradient norm: exact all-reduces of open sums
+ *   clip + AdamW on this rank's shard; ZeRO-1/2: all-gather the parameters
+ *
+ * For dumps and the checker, ranks also copy their batch slices, gradient
+ * pieces and parameter pieces into run-wide global tensors (the placement:
+ * batch tensors sharded by sequence over dp; gradients and ZeRO-3
+ * parameters sharded by bucket piece; the rest replicated, taken from
+ * rank 0). That copy is the checker's reassembly, outside the simulated
+ * devices: it uses no collective and no device memory.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dp_internal.h"
+#include "parity/corpus.h"
+#include "parity/dump.h"
+
+double dp_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void fail(dp_shared_t *sh, const char *msg) {
+    pthread_mutex_lock(&sh->collect_lock);
+    if (!sh->failed) {
+        size_t len = strlen(msg) < sizeof sh->err.msg - 1 ? strlen(msg) : sizeof sh->err.msg - 1;
+        memcpy(sh->err.msg, msg, len);
+        sh->err.msg[len] = 0;
+    }
+    sh->failed = 1;
+    pthread_mutex_unlock(&sh->collect_lock);
+}
+
+/* ---- collection for dumps ---------------------------------------------- */
+
+static void collect_batch(void *ctx, const char *name, st_dtype_t dt, const void *data,
+                          int first_seq, int n_seq, int seq_ndim, const int64_t *seq_shape) {
+    dp_rank_t *r = ctx;
+    pthread_mutex_lock(&r->sh->collect_lock);
+    r->sh->dump_obs.batch_tensor(r->sh->dump_obs.ctx, name, dt, data, first_seq, n_seq, seq_ndim, seq_shape);
+    pthread_mutex_unlock(&r->sh->collect_lock);
+}
+
+/* Writes this rank's pieces of a sharded vector into the global one. */
+static void collect_pieces(dp_rank_t *r, float *global, int grads) {
+    const dp_plan_t *p = &r->sh->plan;
+    for (int b = 0; b < p->nbuckets; b++) {
+        size_t lo, hi;
+        dp_piece(p, b, r->rank, &lo, &hi);
+        const float *src = grads ? dp_grad_piece(r, b) : r->shard_params + p->buckets[b].shard_off;
+        memcpy(global + lo, src, (hi - lo) * sizeof(float));
+    }
+}
+
+/* A read-only view of the model with global parameters/gradients. */
+static gpt_t global_view(const dp_shared_t *sh, const gpt_t *g) {
+    gpt_t v = *g;
+    v.params = sh->params_full;
+    v.grads = sh->grads_full;
+    return v;
+}
+
+/* ---- setup -------------------------------------------------------------- */
+
+static int setup_rank(dp_rank_t *r, device_t *dev) {
+    dp_shared_t *sh = r->sh;
+    const dp_plan_t *p = &sh->plan;
+    unsigned omit = 0;
+    if (p->stage >= 1) omit |= GPT_NO_OPTIMIZER;
+    if (p->stage >= 2) omit |= GPT_NO_GRADS;
+    if (p->stage >= 3) omit |= GPT_NO_PARAMS;
+    perr_t err;
+    if (gpt_new_ex(&r->g, &sh->cfg, omit, dev->arena, &err)) {
+        char msg[sizeof err.msg + 64];
+        snprintf(msg, sizeof msg, "device %d: %s", r->rank, err.msg);
+        fail(sh, msg);
+        return -1;
+    }
+    size_t piece_max = 0;
+    for (int b = 0; b < p->nbuckets; b++)
+        if (p->buckets[b].piece > piece_max) piece_max = p->buckets[b].piece;
+    const size_t S = p->shard_len ? p->shard_len : 1;
+    struct { void **ptr; size_t bytes; mem_cat_t cat; const char *name; int want; } bufs[] = {
+        {(void **)&r->shard_m, S * sizeof(float), MEM_OPTIMIZER, "AdamW m shard", p->stage >= 1},
+        {(void **)&r->shard_v, S * sizeof(float), MEM_OPTIMIZER, "AdamW v shard", p->stage >= 1},
+        {(void **)&r->shard_grads, S * sizeof(float), MEM_GRADS, "gradient shard", p->stage >= 2},
+        {(void **)&r->shard_params, S * sizeof(float), MEM_PARAMS, "parameter shard", p->stage >= 3},
+        {(void **)&r->scratch_mem[0], (piece_max + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1},
+        {(void **)&r->scratch_mem[1], (piece_max + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1},
+        {(void **)&r->gather_buf, (piece_max * (size_t)r->n + 1) * sizeof(float), MEM_COMM, "all-gather buffer", 1},
+    };
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) {
+        if (!bufs[k].want) continue;
+        *bufs[k].ptr = arena_alloc(dev->arena, bufs[k].bytes, bufs[k].cat, bufs[k].name);
+        if (!*bufs[k].ptr) {
+            char msg[4096];
+            snprintf(msg, sizeof msg, "device %d: %s", r->rank, arena_last_error(dev->arena));
+            fail(sh, msg);
+            return -1;
+        }
+    }
+    xvec_init_with(&r->scratch[0], 0, r->scratch_mem[0]);
+    xvec_init_with(&r->scratch[1], 0, r->scratch_mem[1]);
+    r->unit_buf = calloc((size_t)p->nbuckets, sizeof(float *));
+    r->bucket_done = calloc((size_t)p->nbuckets, 1);
+    if (!r->unit_buf || !r->bucket_done) {
+        fail(sh, "dp: out of memory");
+        return -1;
+    }
+    if (p->stage == 3) {
+        /* the golden initial values (position-keyed, I3; dp_train computed
+         * them once), cut to this shard */
+        for (int b = 0; b < p->nbuckets; b++) {
+            size_t lo, hi;
+            dp_piece(p, b, r->rank, &lo, &hi);
+            memcpy(r->shard_params + p->buckets[b].shard_off, sh->params_full + lo,
+                   (hi - lo) * sizeof(float));
+        }
+    }
+    return 0;
+}
+
+static void teardown_rank(dp_rank_t *r, device_t *dev) {
+    dp_device_report_t *rep = r->report;
+    for (int c = 0; c < MEM_NCAT; c++) rep->peak[c] = arena_high_water(dev->arena, (mem_cat_t)c);
+    rep->peak_total = arena_high_water(dev->arena, MEM_NCAT);
+    xvec_free(&r->scratch[0]);
+    xvec_free(&r->scratch[1]);
+    free(r->unit_buf);
+    free(r->bucket_done);
+    gpt_free(r->g);
+    r->g = NULL;
+}
+
+/* ---- one step ------------------------------------------------------------ */
+
+static void run_step(dp_rank_t *r, int64_t step, int collect) {
+    dp_shared_t *sh = r->sh;
+    dp_run_t *run = sh->run;
+    const model_config_t *c = &sh->cfg;
+    const int B = c->global_batch, T = c->seq_length, per_rank = B / r->n;
+    const int accum = run->pc.accum_degree;
+    gpt_observer_t obs = {r, collect ? collect_batch : NULL, NULL, dp_unit_event};
+    if (collect && r->rank == 0) dump_begin_step(run->dump, step, &sh->dump_obs);
+    coll_barrier(r->group); /* the dump is ready for everyone's slices */
+    memset(r->bucket_done, 0, (size_t)sh->plan.nbuckets);
+    gpt_step_begin(r->g);
+    double t0 = dp_now(), reduce0 = r->report->seconds_reduce, comm0 = r->report->seconds_comm;
+    for (int k = 0, first = r->rank * per_rank; k < accum; k++) {
+        /* microbatch sizes differ by at most one (pconfig.h) */
+        int micro = per_rank / accum + (k < per_rank % accum);
+        for (int b = 0; b < micro; b++)
+            corpus_sample(run->data, (uint64_t)step * (uint64_t)B + (uint64_t)(first + b), T,
+                          r->g->acts.inputs + (size_t)b * T, r->g->acts.targets + (size_t)b * T);
+        r->last_micro = k == accum - 1;
+        gpt_microbatch(r->g, r->g->acts.inputs, r->g->acts.targets, micro, first, step, &obs);
+        first += micro;
+    }
+    r->report->seconds_compute += dp_now() - t0 - (r->report->seconds_reduce - reduce0) -
+                                  (r->report->seconds_comm - comm0);
+    dp_reduce_pending(r);
+    if (sh->plan.stage == 0) dp_all_gather_grads(r);
+    xacc_t loss;
+    coll_all_reduce(r->group, &r->g->loss_acc.x, &loss, 1, COLL_XACC, COLL_SUM);
+    const float loss_value = xacc_round_f32(&loss) / (float)((int64_t)B * T);
+    const float norm = dp_grad_norm(r);
+    const float lr = lr_schedule(c, step);
+    if (collect) {
+        collect_pieces(r, sh->grads_full, 1);
+        coll_barrier(r->group);
+        if (r->rank == 0) {
+            gpt_t view = global_view(sh, r->g);
+            sh->dump_obs.grads_ready(sh->dump_obs.ctx, &view);
+        }
+    }
+    dp_update(r, lr, norm);
+    if (collect) {
+        if (sh->plan.stage == 3)
+            collect_pieces(r, sh->params_full, 0);
+        else if (r->rank == 0)
+            memcpy(sh->params_full, r->g->params, r->g->table.total * sizeof(float));
+        coll_barrier(r->group);
+        if (r->rank == 0) {
+            gpt_t view = global_view(sh, r->g);
+            gpt_step_stats_t st = {loss_value, lr, norm};
+            perr_t err;
+            if (dump_end_step(run->dump, &view, &st, &err)) fail(sh, err.msg);
+        }
+    }
+    if (r->rank == 0 && run->stats) run->stats[step] = (gpt_step_stats_t){loss_value, lr, norm};
+}
+
+static void device_main(device_t *dev, void *arg) {
+    dp_shared_t *sh = arg;
+    dp_rank_t *r = &sh->ranks[dev->rank];
+    coll_set_algo(sh->run->algo);
+    int32_t ok = setup_rank(r, dev) == 0, all_ok;
+    coll_all_reduce(r->group, &ok, &all_ok, 1, COLL_I32, COLL_MIN);
+    if (all_ok) {
+        dp_run_t *run = sh->run;
+        if (run->dump && r->rank == 0) {
+            if (sh->plan.stage < 3) memcpy(sh->params_full, r->g->params, r->g->table.total * sizeof(float));
+            gpt_t view = global_view(sh, r->g);
+            perr_t err;
+            if (dump_add_init(run->dump, &view, &err)) fail(sh, err.msg);
+        }
+        coll_counters_reset(dev->rank);
+        for (int64_t s = 0; s < run->steps; s++)
+            run_step(r, s, run->dump && (!run->dump_step || run->dump_step[s]));
+        coll_counters_get(dev->rank, &r->report->comm);
+    }
+    teardown_rank(r, dev);
+}
+
+/* ---- the run ---------------------------------------------------------------- */
+
+int dp_train(dp_run_t *run, perr_t *err) {
+    pconfig_t *pc = &run->pc;
+    if (pc->tp != 1 || pc->pp != 1 || pc->cp != 1)
+        return perr_set(err, "dp_train: only data parallelism is implemented");
+    dp_shared_t *sh = calloc(1, sizeof *sh);
+    if (!sh) return perr_set(err, "dp: out of memory");
+    sh->run = run;
+    sh->cfg = run->model;
+    sh->cfg.global_batch = pc->global_batch;
+    sh->cfg.micro_batch = pc->micro_batch;
+    int n = pc->dp, rc = -1;
+    param_table_t table;
+    int have_table = 0;
+    int *ranks = calloc((size_t)n, sizeof(int));
+    sh->ranks = calloc((size_t)n, sizeof(dp_rank_t));
+    dp_device_report_t *reports = run->reports ? run->reports : calloc((size_t)n, sizeof *reports);
+    pthread_mutex_init(&sh->collect_lock, NULL);
+    if (!ranks || !sh->ranks || !reports) {
+        perr_set(err, "dp: out of memory");
+        goto out;
+    }
+    if (model_config_validate(&sh->cfg, err) || param_table_build(&table, &sh->cfg, err)) goto out;
+    have_table = 1;
+    if (dp_plan_build(&sh->plan, &table, &sh->cfg, n, pc->zero_stage, pc->bucket_cap_mb, err)) goto out;
+    sh->params_full = calloc(table.total + 1, sizeof(float));
+    sh->grads_full = calloc(table.total + 1, sizeof(float));
+    if (!sh->params_full || !sh->grads_full) {
+        perr_set(err, "dp: out of memory");
+        goto out;
+    }
+    if (pc->zero_stage == 3) params_init(&table, sh->cfg.seed, sh->params_full);
+    for (int i = 0; i < n; i++) ranks[i] = i;
+    sh->group = group_create(ranks, n, "dp", err);
+    if (!sh->group) goto out;
+    for (int i = 0; i < n; i++) {
+        sh->ranks[i] = (dp_rank_t){.sh = sh, .rank = i, .n = n, .group = sh->group,
+                                   .report = &reports[i]};
+        memset(&reports[i], 0, sizeof reports[i]);
+    }
+    if (devices_run(n, run->arena_capacity, device_main, sh, err)) goto out;
+    if (sh->failed) {
+        perr_set(err, "%s", sh->err.msg);
+        goto out;
+    }
+    rc = 0;
+out:
+    if (sh->group) group_destroy(sh->group);
+    dp_plan_free(&sh->plan);
+    if (have_table) param_table_free(&table);
+    if (reports != run->reports) free(reports);
+    free(sh->params_full);
+    free(sh->grads_full);
+    free(sh->ranks);
+    free(ranks);
+    pthread_mutex_destroy(&sh->collect_lock);
+    free(sh);
+    return rc;
+}

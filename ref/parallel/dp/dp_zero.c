@@ -1,0 +1,147 @@
+/* dp_zero.c - ZeRO: parameters gathered just in time, the optimizer on
+ * shards, and the gradient norm over shards.
+ *
+ * The arithmetic is the golden run's: clipping multiplies each gradient by
+ * the same factor, adamw_update is the same function on a sub-range, and
+ * the norm's exact sum of squares is split across ranks and merged with
+ * an exact all-reduce (COLL_XACC), so it rounds to the golden bits.
+ */
+#include <string.h>
+
+#include "dp_internal.h"
+#include "parity/pmath.h"
+
+/* ---- ZeRO-3: a unit's parameters exist only while it runs ---------- */
+
+static void gather_bucket(dp_rank_t *r, int b) {
+    const dp_plan_t *p = &r->sh->plan;
+    const dp_bucket_t *bk = &p->buckets[b];
+    if (r->unit_buf[b]) return;
+    device_t *dev = device_self();
+    float *buf = arena_alloc(dev->arena, bk->piece * (size_t)r->n * sizeof(float), MEM_PARAMS,
+                             "gathered parameters (ZeRO-3)");
+    if (!buf) parity_fatal("dp rank %d: %s", r->rank, arena_last_error(dev->arena));
+    double t0 = dp_now();
+    coll_all_gather(r->group, r->shard_params + bk->shard_off, buf, bk->piece, COLL_F32);
+    r->report->seconds_comm += dp_now() - t0;
+    r->unit_buf[b] = buf;
+    for (int t = bk->first; t < bk->last; t++)
+        r->g->param_ptr[t] = buf + (r->g->table.info[t].offset - bk->lo);
+}
+
+static void release_bucket(dp_rank_t *r, int b) {
+    const dp_bucket_t *bk = &r->sh->plan.buckets[b];
+    if (!r->unit_buf[b]) return;
+    arena_free(device_self()->arena, r->unit_buf[b]);
+    r->unit_buf[b] = NULL;
+    for (int t = bk->first; t < bk->last; t++) r->g->param_ptr[t] = NULL;
+}
+
+/* The buckets a unit reads: its own, and for a tied head the embedding's. */
+static int unit_buckets(const dp_rank_t *r, int unit, int out[2]) {
+    const dp_plan_t *p = &r->sh->plan;
+    int k = 0;
+    out[k++] = p->bucket_of_unit[unit];
+    if (unit == p->nunits - 1 && r->sh->cfg.tied) out[k++] = p->bucket_of_unit[0];
+    return k;
+}
+
+void dp_unit_event(void *ctx, gpt_t *g, int unit, int event) {
+    (void)g;
+    dp_rank_t *r = ctx;
+    const dp_plan_t *p = &r->sh->plan;
+    if (p->stage == 3) {
+        int bs[2], k = unit_buckets(r, unit, bs);
+        for (int i = 0; i < k; i++) {
+            if (event == GPT_FWD_BEGIN || event == GPT_BWD_BEGIN)
+                gather_bucket(r, bs[i]);
+            else
+                release_bucket(r, bs[i]);
+        }
+    }
+    /* overlap: reduce every bucket this unit's backward finished, while
+     * the backward pass of the units below it is still to come */
+    if (event == GPT_BWD_END && r->last_micro && r->sh->run->pc.overlap_grad_reduce)
+        for (int b = 0; b < p->nbuckets; b++)
+            if (!r->bucket_done[b] && p->buckets[b].ready_unit >= unit)
+                dp_reduce_bucket(r, b, dp_grad_piece(r, b));
+}
+
+/* ---- the global norm over shards ------------------------------------ */
+
+float dp_grad_norm(dp_rank_t *r) {
+    enum { CHUNK = 1024 };
+    const dp_plan_t *p = &r->sh->plan;
+    float sq[CHUNK];
+    xacc_t mine, total;
+    xacc_init(&mine);
+    for (int b = 0; b < p->nbuckets; b++) {
+        size_t lo, hi;
+        dp_piece(p, b, r->rank, &lo, &hi);
+        const float *gp = dp_grad_piece(r, b);
+        for (size_t base = 0; base < hi - lo; base += CHUNK) {
+            size_t len = hi - lo - base < CHUNK ? hi - lo - base : CHUNK;
+            for (size_t k = 0; k < len; k++) sq[k] = gp[base + k] * gp[base + k];
+            xacc_add_array_f32(&mine, sq, len);
+        }
+    }
+    double t0 = dp_now();
+    coll_all_reduce(r->group, &mine, &total, 1, COLL_XACC, COLL_SUM);
+    r->report->seconds_comm += dp_now() - t0;
+    return pm_sqrtf(xacc_round_f32(&total));
+}
+
+/* ---- the optimizer on this rank's pieces ------------------------------ */
+
+/* Pads this rank's piece of bucket b to `piece` elements, all-gathers the
+ * bucket and writes it back to full[lo, hi) of every rank. */
+static void all_gather_bucket(dp_rank_t *r, int b, const float *my_piece, float *full) {
+    const dp_plan_t *p = &r->sh->plan;
+    const dp_bucket_t *bk = &p->buckets[b];
+    size_t lo, hi;
+    dp_piece(p, b, r->rank, &lo, &hi);
+    float *send = r->gather_buf + bk->piece * (size_t)r->rank; /* in-place form */
+    memmove(send, my_piece, (hi - lo) * sizeof(float));
+    memset(send + (hi - lo), 0, (bk->piece - (hi - lo)) * sizeof(float));
+    double t0 = dp_now();
+    coll_all_gather(r->group, send, r->gather_buf, bk->piece, COLL_F32);
+    r->report->seconds_comm += dp_now() - t0;
+    memcpy(full + bk->lo, r->gather_buf, (bk->hi - bk->lo) * sizeof(float));
+}
+
+void dp_all_gather_grads(dp_rank_t *r) {
+    for (int b = 0; b < r->sh->plan.nbuckets; b++)
+        all_gather_bucket(r, b, dp_grad_piece(r, b), r->g->grads);
+}
+
+void dp_update(dp_rank_t *r, float lr, float grad_norm) {
+    const dp_plan_t *p = &r->sh->plan;
+    const model_config_t *c = &r->sh->cfg;
+    if (p->stage == 0) { /* DDP: every rank holds every gradient and updates it all */
+        gpt_step_update(r->g, lr, grad_norm);
+        return;
+    }
+    const int clip = c->clip_grad > 0.0f && grad_norm > c->clip_grad;
+    const float factor = clip ? c->clip_grad / (grad_norm + 1e-6f) : 1.0f;
+    r->adam_t++;
+    for (int b = 0; b < p->nbuckets; b++) {
+        const dp_bucket_t *bk = &p->buckets[b];
+        size_t lo, hi;
+        dp_piece(p, b, r->rank, &lo, &hi);
+        float *gp = dp_grad_piece(r, b);
+        float *pp = p->stage == 3 ? r->shard_params + bk->shard_off : r->g->params + lo;
+        float *m = r->shard_m + bk->shard_off, *v = r->shard_v + bk->shard_off;
+        if (clip)
+            for (size_t k = 0; k < hi - lo; k++) gp[k] = gp[k] * factor;
+        for (int t = bk->first; t < bk->last; t++) {
+            const param_info_t *pi = &r->g->table.info[t];
+            size_t a = pi->offset > lo ? pi->offset : lo;
+            size_t e = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
+            if (a >= e) continue;
+            size_t x = a - lo;
+            adamw_update(pp + x, gp + x, m + x, v + x, e - a, r->adam_t, lr, c->beta1, c->beta2,
+                         c->eps, pi->weight_decay ? c->weight_decay : 0.0f);
+        }
+        if (p->stage < 3) all_gather_bucket(r, b, r->g->params + lo, r->g->params);
+    }
+}

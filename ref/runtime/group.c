@@ -1,0 +1,135 @@
+/* group.c - process groups from any list of world ranks (see runtime.h).
+ *
+ * Groups are created before a run by the main thread (or by one device
+ * thread and handed to the others), so a registry of live groups lets
+ * devices_run reject a group that names a rank the run will not have,
+ * instead of letting its collectives wait forever for that rank.
+ */
+#include "parity/runtime.h"
+#include "runtime_internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct group *registry; /* live groups, newest first */
+
+group_t *group_create(const int *world_ranks, int n, const char *name, perr_t *e) {
+    if (!name) name = "group";
+    if (n < 1) return perr_set(e, "group '%s': needs at least one rank, got n=%d", name, n), NULL;
+    if (!world_ranks) return perr_set(e, "group '%s': rank list is NULL", name), NULL;
+    int world = devices_world(); /* inside a run, ranks must exist now */
+    int limit = world ? world : PARITY_MAX_DEVICES;
+    int max_rank = 0;
+    for (int i = 0; i < n; i++) {
+        int r = world_ranks[i];
+        if (r < 0 || r >= limit)
+            return perr_set(e, "group '%s': rank %d (entry %d) is out of range: expected 0..%d%s",
+                            name, r, i, limit - 1, world ? " (the running world)" : ""),
+                   NULL;
+        if (r > max_rank) max_rank = r;
+    }
+    group_t *g = calloc(1, sizeof *g);
+    int *ranks = malloc((size_t)n * sizeof *ranks);
+    int *index_of = malloc(((size_t)max_rank + 1) * sizeof *index_of);
+    if (!g || !ranks || !index_of) {
+        free(g), free(ranks), free(index_of);
+        return perr_set(e, "group '%s': out of host memory", name), NULL;
+    }
+    for (int r = 0; r <= max_rank; r++) index_of[r] = -1;
+    for (int i = 0; i < n; i++) {
+        int r = world_ranks[i];
+        if (index_of[r] >= 0) {
+            perr_set(e, "group '%s': rank %d appears twice (entries %d and %d)", name, r,
+                     index_of[r], i);
+            free(g), free(ranks), free(index_of);
+            return NULL;
+        }
+        index_of[r] = i;
+        ranks[i] = r;
+    }
+    snprintf(g->name, sizeof g->name, "%s", name);
+    g->n = n;
+    g->ranks = ranks;
+    g->index_of = index_of;
+    g->max_rank = max_rank;
+    atomic_init(&g->coll, NULL);
+    pthread_mutex_lock(&registry_mu);
+    g->next_live = registry;
+    registry = g;
+    pthread_mutex_unlock(&registry_mu);
+    return g;
+}
+
+void group_destroy(group_t *g) {
+    if (!g) return;
+    pthread_mutex_lock(&registry_mu);
+    for (struct group **p = &registry; *p; p = &(*p)->next_live) {
+        if (*p == g) {
+            *p = g->next_live;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&registry_mu);
+    void *coll = atomic_load(&g->coll);
+    if (coll && g->coll_free) g->coll_free(coll);
+    free(g->ranks);
+    free(g->index_of);
+    free(g);
+}
+
+int group_registry_check(int world, perr_t *e) {
+    int rc = 0;
+    pthread_mutex_lock(&registry_mu);
+    for (struct group *g = registry; g && rc == 0; g = g->next_live)
+        if (g->max_rank >= world)
+            rc = perr_set(e, "devices_run: group '%s' names rank %d but the run has only %d devices",
+                          g->name, g->max_rank, world);
+    pthread_mutex_unlock(&registry_mu);
+    return rc;
+}
+
+int group_size(const group_t *g) { return g->n; }
+
+int group_rank(const group_t *g) {
+    device_t *d = device_self();
+    return d ? group_rank_of_world(g, d->rank) : -1;
+}
+
+int group_world_rank(const group_t *g, int group_index) {
+    return group_index >= 0 && group_index < g->n ? g->ranks[group_index] : -1;
+}
+
+int group_index_of(const group_t *g, int world_rank) { return group_rank_of_world(g, world_rank); }
+
+const char *group_name(const group_t *g) { return g->name; }
+
+int group_create_all(const rank_layout_t *L, const char *dims, const char *prefix, group_t **out,
+                     perr_t *e) {
+    int ng = layout_num_groups(L, dims);
+    if (ng < 0) return perr_set(e, "group_create_all: dims '%s' names an unknown dimension", dims);
+    int *ranks = malloc((size_t)L->world * sizeof *ranks);
+    if (!ranks) return perr_set(e, "group_create_all: out of host memory");
+    for (int i = 0; i < ng; i++) out[i] = NULL;
+    int rc = 0;
+    for (int r = 0; r < L->world && rc == 0; r++) {
+        int id = layout_group_id(L, r, dims);
+        if (out[id]) continue;
+        int n = layout_group_ranks(L, r, dims, ranks);
+        char name[64];
+        snprintf(name, sizeof name, "%s%d", prefix ? prefix : dims, id);
+        out[id] = group_create(ranks, n, name, e);
+        if (!out[id]) rc = -1;
+    }
+    free(ranks);
+    if (rc != 0) group_destroy_all(out, ng);
+    return rc;
+}
+
+void group_destroy_all(group_t **groups, int n) {
+    for (int i = 0; i < n; i++) {
+        group_destroy(groups[i]);
+        groups[i] = NULL;
+    }
+}

@@ -1,0 +1,236 @@
+/* layout.c - rank layouts from Megatron-style order strings (runtime.h).
+ *
+ * rank = c[0] + s[0] * (c[1] + s[1] * (c[2] + ...)) for the dimensions in
+ * the order string, so the first dimension varies fastest: with order
+ * "tp-cp-ep-dp-pp" and tp=2, ranks 0 and 1 share everything but tp.
+ */
+#include "parity/runtime.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Dimensions the order string may name; extend here for new modes. */
+static const char *const known_dims[] = {"tp", "cp", "ep", "dp", "pp"};
+#define NKNOWN ((int)(sizeof known_dims / sizeof known_dims[0]))
+#define KNOWN_LIST "tp, cp, ep, dp, pp"
+
+static int is_known(const char *name, size_t len) {
+    for (int i = 0; i < NKNOWN; i++)
+        if (strlen(known_dims[i]) == len && strncmp(known_dims[i], name, len) == 0) return 1;
+    return 0;
+}
+
+/* Index of a dimension in L, -1 if the order does not name it. */
+static int find_dim(const rank_layout_t *L, const char *name, size_t len) {
+    for (int i = 0; i < L->ndims; i++)
+        if (strlen(L->names[i]) == len && strncmp(L->names[i], name, len) == 0) return i;
+    return -1;
+}
+
+/* Trims spaces around [*s, *s + *len). */
+static void trim(const char **s, size_t *len) {
+    while (*len && isspace((unsigned char)**s)) (*s)++, (*len)--;
+    while (*len && isspace((unsigned char)(*s)[*len - 1])) (*len)--;
+}
+
+int layout_init(rank_layout_t *L, const char *order, const char *sizes, perr_t *e) {
+    memset(L, 0, sizeof *L);
+    if (!order || !*order) return perr_set(e, "layout order: empty (expected e.g. \"tp-cp-ep-dp-pp\")");
+    for (const char *p = order;;) {
+        const char *end = strchr(p, '-');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *tok = p;
+        trim(&tok, &len);
+        if (!is_known(tok, len))
+            return perr_set(e, "layout order '%s': unknown dimension '%.*s' (known: %s)", order,
+                            (int)len, tok, KNOWN_LIST);
+        if (find_dim(L, tok, len) >= 0)
+            return perr_set(e, "layout order '%s': dimension '%.*s' appears twice", order, (int)len, tok);
+        memcpy(L->names[L->ndims], tok, len);
+        L->sizes[L->ndims++] = 1;
+        if (!end) break;
+        p = end + 1;
+    }
+    if (sizes) {
+        int given[LAYOUT_MAX_DIMS] = {0};
+        for (const char *p = sizes; *p;) {
+            const char *end = strchr(p, ',');
+            size_t len = end ? (size_t)(end - p) : strlen(p);
+            const char *item = p;
+            trim(&item, &len);
+            if (len == 0 && !end) break; /* trailing comma or blank string */
+            const char *eq = memchr(item, '=', len);
+            if (!eq)
+                return perr_set(e, "layout sizes '%s': item '%.*s' is not name=N", sizes, (int)len, item);
+            const char *name = item;
+            size_t nlen = (size_t)(eq - item);
+            trim(&name, &nlen);
+            if (!is_known(name, nlen))
+                return perr_set(e, "layout sizes '%s': unknown dimension '%.*s' (known: %s)", sizes,
+                                (int)nlen, name, KNOWN_LIST);
+            int d = find_dim(L, name, nlen);
+            if (d < 0)
+                return perr_set(e, "layout sizes '%s': dimension '%.*s' is not in the order '%s'",
+                                sizes, (int)nlen, name, order);
+            if (given[d])
+                return perr_set(e, "layout sizes '%s': dimension '%s' is given twice", sizes, L->names[d]);
+            char num[32];
+            const char *val = eq + 1;
+            size_t vlen = (size_t)(item + len - val);
+            trim(&val, &vlen);
+            if (vlen == 0 || vlen >= sizeof num)
+                return perr_set(e, "layout sizes '%s': %s needs a size >= 1", sizes, L->names[d]);
+            memcpy(num, val, vlen);
+            num[vlen] = 0;
+            char *stop;
+            errno = 0;
+            long v = strtol(num, &stop, 10);
+            if (*stop || errno || v < 1 || v > PARITY_MAX_DEVICES)
+                return perr_set(e, "layout sizes '%s': %s=%s, expected an integer from 1 to %d", sizes,
+                                L->names[d], num, PARITY_MAX_DEVICES);
+            L->sizes[d] = (int)v;
+            given[d] = 1;
+            if (!end) break;
+            p = end + 1;
+        }
+    }
+    long world = 1;
+    for (int i = 0; i < L->ndims; i++) {
+        world *= L->sizes[i];
+        if (world > PARITY_MAX_DEVICES)
+            return perr_set(e, "layout sizes '%s': world would exceed %d devices", sizes,
+                            PARITY_MAX_DEVICES);
+    }
+    L->world = (int)world;
+    return 0;
+}
+
+/* Parses "dp-cp" into a mask over L's dimensions; -1 for an unknown name. */
+static int dims_mask(const rank_layout_t *L, const char *dims, int *mask) {
+    *mask = 0;
+    if (!dims || !*dims) return -1;
+    for (const char *p = dims;;) {
+        const char *end = strchr(p, '-');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *tok = p;
+        trim(&tok, &len);
+        if (!is_known(tok, len)) return -1;
+        int d = find_dim(L, tok, len);
+        if (d >= 0) *mask |= 1 << d; /* absent dims have size 1: nothing to add */
+        if (!end) return 0;
+        p = end + 1;
+    }
+}
+
+static void coords_of(const rank_layout_t *L, int rank, int *c) {
+    for (int i = 0; i < L->ndims; i++) {
+        c[i] = rank % L->sizes[i];
+        rank /= L->sizes[i];
+    }
+}
+
+int layout_rank_of(const rank_layout_t *L, const int *coords) {
+    int r = 0;
+    for (int i = L->ndims - 1; i >= 0; i--) {
+        if (coords[i] < 0 || coords[i] >= L->sizes[i]) return -1;
+        r = r * L->sizes[i] + coords[i];
+    }
+    return r;
+}
+
+int layout_coord(const rank_layout_t *L, int rank, const char *dim) {
+    if (rank < 0 || rank >= L->world || !dim || !is_known(dim, strlen(dim))) return -1;
+    int d = find_dim(L, dim, strlen(dim));
+    if (d < 0) return 0;
+    int c[LAYOUT_MAX_DIMS];
+    coords_of(L, rank, c);
+    return c[d];
+}
+
+int layout_size(const rank_layout_t *L, const char *dim) {
+    if (!dim || !is_known(dim, strlen(dim))) return -1;
+    int d = find_dim(L, dim, strlen(dim));
+    return d < 0 ? 1 : L->sizes[d];
+}
+
+/* Combined index of coords over the dimensions in (or, with invert, not
+ * in) mask, the layout's first dimension varying fastest. */
+static int combined_index(const rank_layout_t *L, const int *c, int mask, int invert) {
+    int idx = 0;
+    for (int i = L->ndims - 1; i >= 0; i--) {
+        int in = (mask >> i) & 1;
+        if (in != invert) idx = idx * L->sizes[i] + c[i];
+    }
+    return idx;
+}
+
+int layout_group_ranks(const rank_layout_t *L, int rank, const char *dims, int *ranks_out) {
+    int mask;
+    if (rank < 0 || rank >= L->world || dims_mask(L, dims, &mask) != 0) return -1;
+    int c[LAYOUT_MAX_DIMS];
+    coords_of(L, rank, c);
+    int n = 1;
+    for (int i = 0; i < L->ndims; i++)
+        if (mask >> i & 1) n *= L->sizes[i];
+    for (int k = 0; k < n; k++) {
+        int rest = k; /* decompose k over the masked dims, first fastest */
+        for (int i = 0; i < L->ndims; i++) {
+            if (!(mask >> i & 1)) continue;
+            c[i] = rest % L->sizes[i];
+            rest /= L->sizes[i];
+        }
+        ranks_out[k] = layout_rank_of(L, c);
+    }
+    return n;
+}
+
+int layout_num_groups(const rank_layout_t *L, const char *dims) {
+    int mask;
+    if (dims_mask(L, dims, &mask) != 0) return -1;
+    int n = 1;
+    for (int i = 0; i < L->ndims; i++)
+        if (!(mask >> i & 1)) n *= L->sizes[i];
+    return n;
+}
+
+int layout_group_id(const rank_layout_t *L, int rank, const char *dims) {
+    int mask;
+    if (rank < 0 || rank >= L->world || dims_mask(L, dims, &mask) != 0) return -1;
+    int c[LAYOUT_MAX_DIMS];
+    coords_of(L, rank, c);
+    return combined_index(L, c, mask, 1);
+}
+
+void layout_print_map(const rank_layout_t *L, FILE *f) {
+    fprintf(f, "layout:");
+    for (int i = 0; i < L->ndims; i++) fprintf(f, "%s%s=%d", i ? " x " : " ", L->names[i], L->sizes[i]);
+    fprintf(f, " = %d devices (first dimension varies fastest)\n", L->world);
+    int *ranks = malloc((size_t)L->world * sizeof *ranks);
+    if (!ranks) return;
+    for (int i = 0; i < L->ndims; i++) {
+        fprintf(f, "  %s groups:", L->names[i]);
+        int ng = layout_num_groups(L, L->names[i]);
+        for (int g = 0; g < ng; g++) {
+            int r = 0; /* the lowest rank of group g */
+            while (layout_group_id(L, r, L->names[i]) != g) r++;
+            int n = layout_group_ranks(L, r, L->names[i], ranks);
+            fputs(" [", f);
+            for (int k = 0; k < n; k++) fprintf(f, "%s%d", k ? "," : "", ranks[k]);
+            fputc(']', f);
+        }
+        fputc('\n', f);
+    }
+    free(ranks);
+    fprintf(f, "  %6s", "rank");
+    for (int i = 0; i < L->ndims; i++) fprintf(f, " %4s", L->names[i]);
+    fputc('\n', f);
+    for (int r = 0; r < L->world; r++) {
+        int c[LAYOUT_MAX_DIMS];
+        coords_of(L, r, c);
+        fprintf(f, "  %6d", r);
+        for (int i = 0; i < L->ndims; i++) fprintf(f, " %4d", c[i]);
+        fputc('\n', f);
+    }
+}

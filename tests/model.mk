@@ -1,0 +1,31 @@
+# model.mk - extra rules for the golden model (included by the Makefile).
+#
+#   make golden   regenerate golden/ from portable-backend runs (I5):
+#                 golden/<model>.sha256 for each run in golden/manifest.txt
+#                 and the full dump golden/gpt-micro.safetensors
+#   make check    also builds $(BUILD)/o0/parity, the whole program at -O0,
+#                 so tests/test_model_golden.sh can show that the digests
+#                 reproduce at -O0 as well as at -O2 (not under sanitizers,
+#                 whose builds already take long enough)
+#   $(BUILD)/plain/parity   the diagnostic build with plain fp32 sums instead
+#                 of exact ones (-DPARITY_PLAIN_SUMS), for the benchmark's
+#                 cost-of-exactness figure; never golden
+
+MODEL_O0_PARITY := $(BUILD)/o0/parity
+MODEL_PLAIN_PARITY := $(BUILD)/plain/parity
+MODEL_ALL_SRC := $(LIB_SRC) $(CLI_SRC) $(wildcard include/parity/*.h)
+
+# A nested make with its own build directory and optimisation level: the
+# same rules, the same CFLAGS otherwise.
+$(MODEL_O0_PARITY): $(MODEL_ALL_SRC)
+	$(MAKE) --no-print-directory BUILD=$(BUILD)/o0 OPT=-O0 $@
+
+$(MODEL_PLAIN_PARITY): $(MODEL_ALL_SRC)
+	$(MAKE) --no-print-directory BUILD=$(BUILD)/plain EXTRA_CFLAGS="$(EXTRA_CFLAGS) -DPARITY_PLAIN_SUMS" $@
+
+ifeq ($(SAN),)
+check: $(MODEL_O0_PARITY)
+endif
+
+golden: $(PARITY)
+	PARITY=$(abspath $(PARITY)) bash golden/regen.sh

@@ -1,0 +1,287 @@
+/* test_model_exact.c - the golden model's bits do not depend on how the
+ * work is cut (DESIGN.md I1-I2).
+ *
+ *   - a contraction split into pieces (as tensor parallelism will split K)
+ *     and merged through open accumulators gives the same bits as one
+ *     call, and the order of the K tiles does not matter;
+ *   - a training step with 1, 2 or 4 microbatches gives the same loss,
+ *     gradients and updated parameters, bit for bit;
+ *   - the exact sums' fp64 fast path and the superaccumulator give the
+ *     same bits;
+ *   - OpenBLAS gives the same bits twice, and agrees with the portable
+ *     backend within the fp32 forward-error bound.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "parity/contract.h"
+#include "parity/corpus.h"
+#include "parity/model.h"
+#include "parity/tile.h"
+#include "parity/xacc.h"
+
+static uint64_t st = 0x1234567887654321ull;
+static float frand(void) {
+    st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+    return (float)((double)(st >> 11) * 0x1p-53 * 2.0 - 1.0);
+}
+
+/* ---- contractions ------------------------------------------------------- */
+
+static void test_contract_split_and_order(void) {
+    enum { M = 8, N = 12, K = 32, TM = 4, TN = 4, TK = 8 };
+    float A[M * K], B[N * K], Ar[M * K], Br[N * K], C1[M * N], C2[M * N], C3[M * N];
+    /* wide dynamic range so fp32 sums in a different order would differ */
+    for (int i = 0; i < M * K; i++) A[i] = frand() * (i % 5 == 0 ? 1e4f : 1e-3f);
+    for (int i = 0; i < N * K; i++) B[i] = frand();
+    contract_ws_t ws;
+    contract_ws_init(&ws);
+    contract(CONTRACT_NT, M, N, K, TM, TN, TK, A, K, B, K, C1, N, &ws);
+    /* the same K tiles in reverse order */
+    for (int r = 0; r < M; r++)
+        for (int t = 0; t < K / TK; t++)
+            memcpy(&Ar[r * K + t * TK], &A[r * K + (K / TK - 1 - t) * TK], TK * 4);
+    for (int r = 0; r < N; r++)
+        for (int t = 0; t < K / TK; t++)
+            memcpy(&Br[r * K + t * TK], &B[r * K + (K / TK - 1 - t) * TK], TK * 4);
+    contract(CONTRACT_NT, M, N, K, TM, TN, TK, Ar, K, Br, K, C2, N, &ws);
+    CHECK(!memcmp(C1, C2, sizeof C1), "reversing the K tiles changed the bits");
+    /* K split in two "ranks", merged through open accumulators */
+    acc_t a0, a1;
+    acc_init(&a0, M * N), acc_init(&a1, M * N);
+    contract_acc(CONTRACT_NT, M, N, K / 4, TM, TN, TK, A, K, B, K, &a0, 0, N, &ws);
+    contract_acc(CONTRACT_NT, M, N, 3 * K / 4, TM, TN, TK, A + K / 4, K, B + K / 4, K, &a1, 0, N,
+                 &ws);
+    acc_merge(&a1, &a0);
+    acc_round(&a1, C3);
+    CHECK(!memcmp(C1, C3, sizeof C1), "a split K merged exactly differs from one contraction");
+    /* and it is the right number: fp64 sum of the same tile partials */
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                s += (double)A[i * K + k] * B[j * K + k];
+                mag += fabs((double)A[i * K + k] * B[j * K + k]);
+            }
+            CHECK(fabs(C1[i * N + j] - s) <= 2 * K * 0x1p-24 * mag + 1e-30, "C[%d,%d] %g vs %g", i,
+                  j, (double)C1[i * N + j], s);
+        }
+    acc_free(&a0), acc_free(&a1);
+    contract_ws_free(&ws);
+}
+
+/* contract() under the portable backend against an independent
+ * computation: each tile partial in tile.h's documented order (acc = 0;
+ * acc = acc + a*b for k ascending, fp32), summed in a superaccumulator.
+ * Magnitudes span 2^-60..2^60 so that some elements fail the fast path's
+ * certificate and take the superaccumulator path; signed zeros too. */
+static float wide(void) {
+    float r = frand();
+    if (r > 0.9f) return 0.0f;
+    if (r < -0.9f) return -0.0f;
+    return ldexpf(frand(), (int)(frand() * 60.0f));
+}
+
+static void check_contract_independent(int M, int N, int K, int TM, int TN, int TK, int reps) {
+    float *A = malloc((size_t)K * M * 4), *B = malloc((size_t)K * N * 4);
+    float *C = malloc((size_t)M * N * 4), *D = malloc((size_t)M * N * 4);
+    tile_backend_t saved = tile_get_backend();
+    tile_set_backend(TILE_BACKEND_PORTABLE);
+    contract_ws_t ws;
+    contract_ws_init(&ws);
+    int bad = 0;
+    for (int rep = 0; rep < reps; rep++) {
+        for (int i = 0; i < K * M; i++) A[i] = wide();
+        for (int i = 0; i < K * N; i++) B[i] = wide();
+        /* tn form: C = A^T B, A [K,M], B [K,N]: the weight-gradient shape */
+        contract(CONTRACT_TN, M, N, K, TM, TN, TK, A, M, B, N, C, N, &ws);
+        acc_t acc;
+        acc_init(&acc, (size_t)M * N);
+        contract_acc(CONTRACT_TN, M, N, K, TM, TN, TK, A, M, B, N, &acc, 0, N, &ws);
+        acc_round(&acc, D);
+        acc_free(&acc);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                xacc_t x;
+                xacc_init(&x);
+                for (int k0 = 0; k0 < K; k0 += TK) {
+                    float p = 0.0f;
+                    for (int k = k0; k < k0 + TK; k++) p = p + A[k * M + i] * B[k * N + j];
+                    xacc_add_f32(&x, p);
+                }
+                float want = xacc_round_f32(&x);
+                if (memcmp(&want, &C[i * N + j], 4) || memcmp(&want, &D[i * N + j], 4)) {
+                    if (bad++ < 3)
+                        CHECK(0, "%dx%dx%d rep %d C[%d,%d]: contract %a, contract_acc %a, "
+                              "independent %a", M, N, K, rep, i, j, (double)C[i * N + j],
+                              (double)D[i * N + j], (double)want);
+                }
+            }
+    }
+    contract_ws_free(&ws);
+    tile_set_backend(saved);
+    free(A), free(B), free(C), free(D);
+}
+
+static void test_contract_independent(void) {
+    check_contract_independent(8, 8, 48, 4, 4, 8, 20);
+    /* wider than one cache block: several column blocks per row strip */
+    check_contract_independent(64, 512, 16, 64, 64, 8, 1);
+}
+
+/* sum_f32's vectorised fast path gives xsum_f32's bits, on inputs that
+ * pass its certificate and on inputs that do not. */
+static void test_sum_f32(void) {
+    static float x[700];
+    int bad = 0;
+    for (int rep = 0; rep < 3000; rep++) {
+        int n = rep % 700, kind = rep % 6;
+        for (int i = 0; i < n; i++) {
+            switch (kind) {
+            case 0: x[i] = frand(); break;                              /* one scale */
+            case 1: x[i] = wide(); break;                               /* 2^-60..2^60 */
+            case 2: x[i] = (i & 1) ? -x[i - 1] : frand() * 1e3f; break; /* cancellation */
+            case 3: x[i] = frand() * 1e-40f; break;                     /* subnormals */
+            case 4: x[i] = frand() * 3e38f; break;                      /* overflow to inf */
+            default: x[i] = (i % 17 == 3) ? -0.0f : frand() * 1e-3f; break;
+            }
+        }
+        if (rep % 11 == 4 && n > 2) x[1] = INFINITY;
+        if (rep % 13 == 5 && n > 2) x[2] = NAN;
+        float a = sum_f32(x, (size_t)n), b = xsum_f32(x, (size_t)n);
+        if (memcmp(&a, &b, 4) && bad++ < 3)
+            CHECK(0, "rep %d (n %d kind %d): sum_f32 %a, xsum_f32 %a", rep, n, kind, (double)a,
+                  (double)b);
+    }
+}
+
+/* ---- whole steps -------------------------------------------------------- */
+
+static corpus_t synthetic_corpus(void) {
+    corpus_t c;
+    memset(&c, 0, sizeof c);
+    c.n = 5000;
+    c.bytes = malloc(c.n);
+    for (size_t i = 0; i < c.n; i++) c.bytes[i] = (uint8_t)("the quick brown fox "[i % 20] + (i / 20) % 3);
+    snprintf(c.path, sizeof c.path, "synthetic");
+    return c;
+}
+
+typedef struct {
+    float loss[2], norm[2];
+    float *params, *grads;
+    size_t n;
+} run_t;
+
+static run_t run_steps(const model_config_t *cfg, const corpus_t *data, int steps) {
+    run_t r;
+    memset(&r, 0, sizeof r);
+    gpt_t *g;
+    perr_t err;
+    if (gpt_new(&g, cfg, &err)) {
+        CHECK(0, "gpt_new: %s", err.msg);
+        return r;
+    }
+    for (int s = 0; s < steps; s++) {
+        gpt_step_stats_t stt;
+        gpt_train_step(g, data, s, NULL, &stt);
+        r.loss[s] = stt.loss, r.norm[s] = stt.grad_norm;
+    }
+    r.n = g->table.total;
+    r.params = malloc(r.n * 4), r.grads = malloc(r.n * 4);
+    memcpy(r.params, g->params, r.n * 4);
+    memcpy(r.grads, g->grads, r.n * 4);
+    gpt_free(g);
+    return r;
+}
+
+static int same_run(const run_t *a, const run_t *b, int steps) {
+    if (!a->params || !b->params || a->n != b->n) return 0;
+    return !memcmp(a->loss, b->loss, sizeof(float) * steps) &&
+           !memcmp(a->norm, b->norm, sizeof(float) * steps) &&
+           !memcmp(a->params, b->params, a->n * 4) && !memcmp(a->grads, b->grads, a->n * 4);
+}
+
+static void free_run(run_t *r) { free(r->params), free(r->grads); }
+
+static model_config_t micro_cfg(void) {
+    model_config_t c;
+    perr_t err;
+    model_config_builtin("gpt-micro", &c, &err);
+    c.hidden_dropout = 0.1f, c.attention_dropout = 0.1f;
+    return c;
+}
+
+static void test_microbatch_invariance(void) {
+    corpus_t data = synthetic_corpus();
+    model_config_t c = micro_cfg();
+    run_t r[3];
+    int mbs[3] = {4, 2, 1};
+    for (int i = 0; i < 3; i++) {
+        c.micro_batch = mbs[i];
+        r[i] = run_steps(&c, &data, 2);
+    }
+    CHECK(same_run(&r[0], &r[1], 2), "micro_batch 4 and 2 differ");
+    CHECK(same_run(&r[0], &r[2], 2), "micro_batch 4 and 1 differ");
+    CHECK(isfinite(r[0].loss[1]) && r[0].loss[1] < r[0].loss[0] + 0.5f, "loss %g -> %g",
+          (double)r[0].loss[0], (double)r[0].loss[1]);
+    for (int i = 0; i < 3; i++) free_run(&r[i]);
+    corpus_free(&data);
+}
+
+static void test_fast_path_vs_superaccumulator(void) {
+    corpus_t data = synthetic_corpus();
+    model_config_t c = micro_cfg();
+    run_t fast = run_steps(&c, &data, 2);
+    xacc_set_fast_path(0);
+    run_t slow = run_steps(&c, &data, 2);
+    xacc_set_fast_path(1);
+    CHECK(same_run(&fast, &slow, 2), "fp64 fast path and superaccumulator give different bits");
+    free_run(&fast), free_run(&slow);
+    corpus_free(&data);
+}
+
+static void test_backends(void) {
+    corpus_t data = synthetic_corpus();
+    model_config_t c = micro_cfg();
+    tile_backend_t saved = tile_get_backend();
+    tile_set_backend(TILE_BACKEND_OPENBLAS);
+    run_t b1 = run_steps(&c, &data, 1), b2 = run_steps(&c, &data, 1);
+    CHECK(same_run(&b1, &b2, 1), "two OpenBLAS runs differ");
+    tile_set_backend(TILE_BACKEND_PORTABLE);
+    run_t p = run_steps(&c, &data, 1);
+    tile_set_backend(saved);
+    /* one step: gradients agree to fp32 accuracy (relative to the largest) */
+    CHECK(fabsf(b1.loss[0] - p.loss[0]) <= 1e-5f * fabsf(p.loss[0]), "loss %.9g vs %.9g",
+          (double)b1.loss[0], (double)p.loss[0]);
+    double m = 0, worst = 0;
+    for (size_t i = 0; i < p.n; i++) m = fabs(p.grads[i]) > m ? fabs(p.grads[i]) : m;
+    for (size_t i = 0; i < p.n; i++) {
+        double e = fabs((double)b1.grads[i] - p.grads[i]);
+        worst = e > worst ? e : worst;
+    }
+    CHECK(worst <= 1e-4 * m, "gradients differ by %.3g (max gradient %.3g)", worst, m);
+    printf("    openblas vs portable: loss %.9g vs %.9g, worst gradient difference %.3g of max %.3g\n",
+           (double)b1.loss[0], (double)p.loss[0], worst, m);
+    free_run(&b1), free_run(&b2), free_run(&p);
+    corpus_free(&data);
+}
+
+int main(void) {
+    perr_t err;
+    if (tile_init(&err)) {
+        fprintf(stderr, "tile_init: %s\n", err.msg);
+        return 1;
+    }
+    RUN(test_contract_split_and_order);
+    RUN(test_contract_independent);
+    RUN(test_sum_f32);
+    RUN(test_microbatch_invariance);
+    RUN(test_fast_path_vs_superaccumulator);
+    RUN(test_backends);
+    return harness_done();
+}
