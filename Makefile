@@ -1,6 +1,7 @@
 # parity - build, test, sanitize, benchmark.
 #
 #   make            library, the `parity` program and the test binaries
+#   make demo       gpt-tiny on 4 devices (ZeRO-2), checked against the golden run
 #   make check      run every test; ends with "N passed, N failed"
 #   make asan | tsan | ubsan   the same tests under a sanitizer
 #   make bench      benchmarks against memcpy, OpenMPI, PyTorch, OpenBLAS
@@ -49,7 +50,7 @@ PARITY    := $(BUILD)/parity
 SCRIPT_TESTS := $(sort $(wildcard tests/test_*.sh)) $(sort $(wildcard tests/torch/test_*.py))
 EXTRA_TEST_BIN :=
 
-.PHONY: all check asan tsan ubsan bench clean golden
+.PHONY: all check asan tsan ubsan bench clean golden demo
 all: $(LIB) $(PARITY) $(TEST_BIN)
 
 $(BUILD)/%.o: %.c
@@ -87,6 +88,12 @@ ubsan:
 tsan:
 	PARITY_DP_MATRIX=small TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	  $(MAKE) check BUILD=build-tsan SAN=thread
+
+# The main demo: the golden run and a 4-device ZeRO-2 layout with gradient
+# accumulation, trained and then checked bit for bit.
+demo: all
+	$(PARITY) train --model gpt-tiny --steps 5 --data-parallel-size 4 --zero-stage 2 --accum-degree 2
+	$(PARITY) check --model gpt-tiny --steps 3 --data-parallel-size 4 --zero-stage 2 --accum-degree 2
 
 bench: all $(BENCH_BIN)
 	BUILD=$(abspath $(BUILD)) PARITY=$(abspath $(PARITY)) bash tests/bench/run.sh

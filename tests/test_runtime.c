@@ -6,6 +6,7 @@
  */
 #include "parity/runtime.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -165,6 +166,48 @@ static void test_devices_run(void) {
     CHECK(devices_run(PARITY_MAX_DEVICES + 1, 0, probe_main, &p, &e) == -1 && contains(e.msg, "world"),
           "world too large: %s", e.msg);
     CHECK(devices_run(2, 0, NULL, &p, &e) == -1, "NULL function refused");
+}
+
+/* ---- pinning: one CPU per device when the world fits ---- */
+
+typedef struct {
+    int cpus_seen[64], ncpu_in_mask[64], cpu_of[64];
+} pin_probe_t;
+
+static void pin_main(device_t *dev, void *arg) {
+    pin_probe_t *p = arg;
+    cpu_set_t set;
+    sched_getaffinity(0, sizeof set, &set);
+    p->ncpu_in_mask[dev->rank] = CPU_COUNT(&set);
+    p->cpus_seen[dev->rank] = devices_cpus();
+    p->cpu_of[dev->rank] = -1;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set)) p->cpu_of[dev->rank] = c;
+}
+
+static void test_pinning(void) {
+    cpu_set_t mine;
+    sched_getaffinity(0, sizeof mine, &mine);
+    int ncpu = CPU_COUNT(&mine);
+    perr_t e;
+    pin_probe_t p;
+    int world = ncpu < 64 ? ncpu : 64; /* fits: pinned, one CPU each, all different */
+    if (world < 2) return;             /* a single device is never pinned */
+    CHECK(devices_run(world, 0, pin_main, &p, &e) == 0, "%s", e.msg);
+    for (int r = 0; r < world; r++) {
+        CHECK(p.ncpu_in_mask[r] == 1, "device %d may run on %d CPUs, want 1", r, p.ncpu_in_mask[r]);
+        CHECK(p.cpus_seen[r] == ncpu, "devices_cpus() %d want %d (the mask before pinning)", p.cpus_seen[r], ncpu);
+        CHECK(CPU_ISSET(p.cpu_of[r], &mine), "device %d pinned to CPU %d outside the process mask", r, p.cpu_of[r]);
+        for (int q = 0; q < r; q++) CHECK(p.cpu_of[q] != p.cpu_of[r], "devices %d and %d share CPU %d", q, r, p.cpu_of[r]);
+    }
+    if (ncpu < 63) { /* more devices than CPUs: nobody is pinned */
+        CHECK(devices_run(ncpu + 1, 0, pin_main, &p, &e) == 0, "%s", e.msg);
+        for (int r = 0; r <= ncpu; r++) CHECK(p.ncpu_in_mask[r] == ncpu, "device %d: %d CPUs", r, p.ncpu_in_mask[r]);
+    }
+    setenv("PARITY_PIN", "0", 1);
+    CHECK(devices_run(world, 0, pin_main, &p, &e) == 0, "%s", e.msg);
+    for (int r = 0; r < world; r++) CHECK(p.ncpu_in_mask[r] == ncpu, "PARITY_PIN=0: device %d has %d CPUs", r, p.ncpu_in_mask[r]);
+    unsetenv("PARITY_PIN");
 }
 
 /* ---- layouts ---- */
@@ -366,6 +409,7 @@ int main(void) {
     RUN(test_arena_high_water);
     RUN(test_arena_oom_report);
     RUN(test_devices_run);
+    RUN(test_pinning);
     RUN(test_layout_megatron);
     RUN(test_layout_errors);
     RUN(test_groups);

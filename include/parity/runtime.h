@@ -103,13 +103,19 @@ typedef void (*device_main_fn)(device_t *dev, void *arg);
  * group naming a rank >= world, a run already in progress (runs do not
  * nest), or a thread that could not be started (then no fn runs at all).
  * To keep figures past the run (arena peaks, results), copy them into arg
- * before fn returns. When the world fits the CPUs this process may use,
- * device r is pinned to the r-th of them (as MPI binds ranks to cores;
- * see device.c for the measurement); PARITY_PIN=0 turns that off. */
+ * before fn returns. When 2 or more devices fit the CPUs this process may
+ * use, each device is pinned to a CPU of its own (as MPI binds ranks to
+ * cores; see device.c for the measurement); PARITY_PIN=0 turns that off. */
 int devices_run(int world, size_t arena_capacity, device_main_fn fn, void *arg, perr_t *err);
 
 /* The calling device thread's device, or NULL outside device threads. */
 device_t *device_self(void);
+/* Makes the calling thread act as `dev` (device_self() returns it): for a
+ * device's helper threads, such as a communication thread that reduces
+ * gradient buckets while the device computes. It must make its calls on
+ * groups of its own, never concurrently with the device's thread on the
+ * same group, since a group's calls are sequenced per member. */
+void device_bind_thread(device_t *dev);
 
 /* State of device `rank` in the current (or last) run, readable from any
  * thread: what a hang report prints beside the collective a device waits in. */

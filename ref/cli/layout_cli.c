@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "parity/check.h"
 #include "parity/dp.h"
@@ -83,6 +84,8 @@ int layout_train(const layout_job_t *job) {
                desc, pc->world_size, coll_algo_name(job->lo->algo));
     dp_run_t run;
     int rc = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     if (!stats || !reports || run_dp(job, dump, stats, reports, &run, &err)) {
         fprintf(stderr, "parity train: %s\n", stats && reports ? err.msg : "out of memory");
         rc = 2;
@@ -94,6 +97,10 @@ int layout_train(const layout_job_t *job) {
             printf("step %5d | loss %.6f (0x%08x) | lr %.4e | grad norm %.6f\n", s,
                    (double)stats[s].loss, u, (double)stats[s].lr, (double)stats[s].grad_norm);
     }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double wall = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (rc == 0) printf("summary: layout %s | %d steps | %.1f ms per step (wall, set-up included)\n",
+                        desc, job->steps, 1e3 * wall / job->steps);
     if (rc == 0 && !job->quiet) dp_print_report(&run, stdout);
     if (rc == 0 && job->dump_path && dump_save(dump, job->dump_path, &err)) {
         fprintf(stderr, "parity train: --dump: %s\n", err.msg);

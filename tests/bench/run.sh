@@ -55,6 +55,11 @@ if [ -s "$out/coll.txt" ] && [ -s "$out/mpi.txt" ]; then
   echo "(busbw x > 1 and time x > 1 mean parity is faster; target: busbw x >= 1.5 at >= 1 MiB, time x >= 1 at 4 KiB)"
 fi
 
+if [ -f "$root/tests/bench/bench_dp.sh" ]; then
+  section "data parallelism on gpt-small"
+  PARITY="$PARITY" bash "$root/tests/bench/bench_dp.sh"
+fi
+
 if [ -f "$root/tests/bench/bench_gpt.sh" ]; then
   section "golden GPT step against PyTorch CPU eager"
   bash "$root/tests/bench/bench_gpt.sh"

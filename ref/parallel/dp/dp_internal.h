@@ -15,13 +15,20 @@ typedef struct {
     int rank, n;
     gpt_t *g;              /* the replica: parameters (stages 0-2), open exact sums */
     group_t *group;        /* the data-parallel group */
+    group_t *grad_group;   /* the same ranks, for gradient reductions (they may
+                              run on the communication thread) */
+    /* overlap_grad_reduce: a communication thread reduces buckets
+     * 0 .. ready-1 in order while the device thread computes */
+    pthread_t comm;
+    pthread_mutex_t comm_lock;
+    pthread_cond_t comm_cond;
+    int comm_ready, comm_done, comm_stop, comm_started;
     /* shards (stage >= 1: optimizer; stage >= 2: gradients; 3: parameters) */
     float *shard_params, *shard_grads, *shard_m, *shard_v; /* [shard_len] */
     xvec_t scratch[2];     /* piece-sized exact sums being reduced (ring: double buffer) */
     double *scratch_mem[2];
     float *gather_buf;     /* [max piece * n] */
     float **unit_buf;      /* ZeRO-3: [nbuckets] gathered bucket, or NULL */
-    unsigned char *bucket_done; /* [nbuckets] reduced this step */
     int last_micro;        /* inside the step's last microbatch */
     int adam_t;
     dp_device_report_t *report;
@@ -33,7 +40,7 @@ struct dp_shared {
     dp_plan_t plan;
     model_config_t cfg;    /* replica config: micro_batch from the layout */
     dp_rank_t *ranks;      /* [n] */
-    group_t *group;
+    group_t *group, *grad_group;
     pthread_mutex_t collect_lock;
     float *params_full, *grads_full; /* reassembly for dumps */
     gpt_observer_t dump_obs;         /* the dump's observer for the current step */
@@ -46,6 +53,10 @@ struct dp_shared {
 void dp_reduce_bucket(dp_rank_t *r, int b, float *out);
 /* Everything not yet reduced; called after the last microbatch. */
 void dp_reduce_pending(dp_rank_t *r);
+/* Overlap: buckets up to (not including) `upto` are final. */
+void dp_buckets_ready(dp_rank_t *r, int upto);
+int  dp_comm_start(dp_rank_t *r, device_t *dev);
+void dp_comm_stop(dp_rank_t *r);
 /* Where bucket b's rounded gradient piece goes for this stage. */
 float *dp_grad_piece(dp_rank_t *r, int b);
 

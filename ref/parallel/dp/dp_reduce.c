@@ -23,6 +23,72 @@
 
 #include "dp_internal.h"
 
+/* ---- the communication thread (overlap_grad_reduce) ------------------ */
+
+typedef struct {
+    dp_rank_t *r;
+    device_t *dev;
+} comm_arg_t;
+
+static void *comm_main(void *p) {
+    comm_arg_t a = *(comm_arg_t *)p;
+    free(p);
+    dp_rank_t *r = a.r;
+    device_bind_thread(a.dev); /* collectives see the device; it uses grad_group */
+    coll_set_algo(r->sh->run->algo);
+    pthread_mutex_lock(&r->comm_lock);
+    for (;;) {
+        while (!r->comm_stop && r->comm_done >= r->comm_ready)
+            pthread_cond_wait(&r->comm_cond, &r->comm_lock);
+        if (r->comm_done >= r->comm_ready && r->comm_stop) break;
+        int b = r->comm_done;
+        pthread_mutex_unlock(&r->comm_lock);
+        dp_reduce_bucket(r, b, dp_grad_piece(r, b));
+        pthread_mutex_lock(&r->comm_lock);
+        r->comm_done = b + 1;
+        pthread_cond_broadcast(&r->comm_cond);
+    }
+    pthread_mutex_unlock(&r->comm_lock);
+    return NULL;
+}
+
+int dp_comm_start(dp_rank_t *r, device_t *dev) {
+    pthread_mutex_init(&r->comm_lock, NULL);
+    pthread_cond_init(&r->comm_cond, NULL);
+    comm_arg_t *a = malloc(sizeof *a);
+    if (!a) return -1;
+    *a = (comm_arg_t){r, dev};
+    if (pthread_create(&r->comm, NULL, comm_main, a)) {
+        free(a);
+        return -1;
+    }
+    r->comm_started = 1;
+    return 0;
+}
+
+void dp_comm_stop(dp_rank_t *r) {
+    if (!r->comm_started) return;
+    pthread_mutex_lock(&r->comm_lock);
+    r->comm_stop = 1;
+    pthread_cond_broadcast(&r->comm_cond);
+    pthread_mutex_unlock(&r->comm_lock);
+    pthread_join(r->comm, NULL);
+    pthread_mutex_destroy(&r->comm_lock);
+    pthread_cond_destroy(&r->comm_cond);
+    r->comm_started = 0;
+}
+
+void dp_buckets_ready(dp_rank_t *r, int upto) {
+    pthread_mutex_lock(&r->comm_lock);
+    if (upto > r->comm_ready) {
+        r->comm_ready = upto;
+        pthread_cond_broadcast(&r->comm_cond);
+    }
+    pthread_mutex_unlock(&r->comm_lock);
+}
+
+/* ---- reductions ---------------------------------------------------------- */
+
 float *dp_grad_piece(dp_rank_t *r, int b) {
     const dp_plan_t *p = &r->sh->plan;
     if (p->stage >= 2) return r->shard_grads + p->buckets[b].shard_off;
@@ -54,7 +120,7 @@ static void reduce_direct(dp_rank_t *r, int b, float *out) {
     const dp_plan_t *p = &r->sh->plan;
     size_t lo, hi;
     dp_piece(p, b, r->rank, &lo, &hi);
-    coll_barrier(r->group); /* every rank's bucket b is final */
+    coll_barrier(r->grad_group); /* every rank's bucket b is final */
     xvec_t *s = fresh(r, 0, hi - lo);
     for (int q = 0; q < r->n; q++) merge_flat(s, 0, r->sh->ranks[q].g, &p->buckets[b], lo, hi);
     xvec_round(s, out);
@@ -65,7 +131,7 @@ static void reduce_ring(dp_rank_t *r, int b, float *out) {
     const dp_bucket_t *bk = &p->buckets[b];
     const int n = r->n, left = (r->rank + n - 1) % n;
     const dp_rank_t *lr = &r->sh->ranks[left];
-    coll_barrier(r->group);
+    coll_barrier(r->grad_group);
     xvec_t *s = NULL;
     for (int step = 0; step < n - 1; step++) {
         int c = ((r->rank - step - 2) % n + n) % n;
@@ -77,7 +143,7 @@ static void reduce_ring(dp_rank_t *r, int b, float *out) {
             merge_flat(s, 0, lr->g, bk, lo, hi);
         else
             xvec_merge_range(s, 0, &lr->scratch[(step - 1) & 1], 0, hi - lo);
-        coll_barrier(r->group); /* my partial is ready for my right neighbour */
+        coll_barrier(r->grad_group); /* my partial is ready for my right neighbour */
     }
     if (n == 1) {
         size_t lo, hi;
@@ -100,7 +166,7 @@ static void reduce_broken(dp_rank_t *r, int b, float *out) {
         acc_round(&r->g->grad_acc[t], local + (pi->offset - bk->lo));
     }
     coll_algo_t was = coll_set_algo(COLL_ALGO_RING);
-    coll_reduce_scatter(r->group, local, mine, bk->piece, COLL_F32, COLL_SUM);
+    coll_reduce_scatter(r->grad_group, local, mine, bk->piece, COLL_F32, COLL_SUM);
     coll_set_algo(was);
     size_t lo, hi;
     dp_piece(p, b, r->rank, &lo, &hi);
@@ -120,14 +186,21 @@ void dp_reduce_bucket(dp_rank_t *r, int b, float *out) {
         reduce_direct(r, b, out);
     /* nccl-tests convention for a reduce-scatter of the fp64 partials */
     uint64_t bytes = (uint64_t)bk->piece * (uint64_t)r->n * sizeof(double);
-    coll_counters_add(group_world_rank(r->group, r->rank), COLL_KIND_REDUCE_SCATTER, bytes,
+    coll_counters_add(group_world_rank(r->grad_group, r->rank), COLL_KIND_REDUCE_SCATTER, bytes,
                       coll_busbw_factor(COLL_KIND_REDUCE_SCATTER, r->n));
     r->report->exact_rs_elems += bk->piece;
-    r->bucket_done[b] = 1;
     r->report->seconds_reduce += dp_now() - t0;
 }
 
 void dp_reduce_pending(dp_rank_t *r) {
-    for (int b = 0; b < r->sh->plan.nbuckets; b++)
-        if (!r->bucket_done[b]) dp_reduce_bucket(r, b, dp_grad_piece(r, b));
+    const int nb = r->sh->plan.nbuckets;
+    if (r->comm_started) { /* hand over the rest, then wait for the thread */
+        dp_buckets_ready(r, nb);
+        pthread_mutex_lock(&r->comm_lock);
+        while (r->comm_done < nb) pthread_cond_wait(&r->comm_cond, &r->comm_lock);
+        r->comm_done = r->comm_ready = 0; /* the thread idles until the next step */
+        pthread_mutex_unlock(&r->comm_lock);
+        return;
+    }
+    for (int b = 0; b < nb; b++) dp_reduce_bucket(r, b, dp_grad_piece(r, b));
 }

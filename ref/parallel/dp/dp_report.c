@@ -54,6 +54,14 @@ void dp_print_report(const dp_run_t *run, FILE *f) {
     fprintf(f, "  all-gather of fp32 values          %10.2f MB = %.3f Psi elements\n", ag / steps / MB,
             ag / steps / 4 / (per > 0 ? per : 1));
     fprintf(f, "  other (loss, norm, barriers)       %10.4f MB\n", other / steps / MB);
+    const dp_device_report_t *r0 = &run->reports[0];
+    double busy = r0->seconds_compute + r0->seconds_reduce + r0->seconds_comm;
+    if (busy > 0)
+        fprintf(f, "time of device 0: compute %.1f ms, exact reductions %.1f ms (%.1f%%), "
+                   "collectives %.1f ms (%.1f%%) per step\n",
+                1e3 * r0->seconds_compute / steps, 1e3 * r0->seconds_reduce / steps,
+                100 * r0->seconds_reduce / busy, 1e3 * r0->seconds_comm / steps,
+                100 * r0->seconds_comm / busy);
     int accum = pc->accum_degree;
     fprintf(f, "  formula: %s = %d Psi elements x (N-1)/N (all-gathers once per microbatch for ZeRO-3: "
                "accum %d)\n",

@@ -112,8 +112,7 @@ static int setup_rank(dp_rank_t *r, device_t *dev) {
     xvec_init_with(&r->scratch[0], 0, r->scratch_mem[0]);
     xvec_init_with(&r->scratch[1], 0, r->scratch_mem[1]);
     r->unit_buf = calloc((size_t)p->nbuckets, sizeof(float *));
-    r->bucket_done = calloc((size_t)p->nbuckets, 1);
-    if (!r->unit_buf || !r->bucket_done) {
+    if (!r->unit_buf) {
         fail(sh, "dp: out of memory");
         return -1;
     }
@@ -137,7 +136,6 @@ static void teardown_rank(dp_rank_t *r, device_t *dev) {
     xvec_free(&r->scratch[0]);
     xvec_free(&r->scratch[1]);
     free(r->unit_buf);
-    free(r->bucket_done);
     gpt_free(r->g);
     r->g = NULL;
 }
@@ -153,7 +151,6 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
     gpt_observer_t obs = {r, collect ? collect_batch : NULL, NULL, dp_unit_event};
     if (collect && r->rank == 0) dump_begin_step(run->dump, step, &sh->dump_obs);
     coll_barrier(r->group); /* the dump is ready for everyone's slices */
-    memset(r->bucket_done, 0, (size_t)sh->plan.nbuckets);
     gpt_step_begin(r->g);
     double t0 = dp_now(), reduce0 = r->report->seconds_reduce, comm0 = r->report->seconds_comm;
     for (int k = 0, first = r->rank * per_rank; k < accum; k++) {
@@ -205,6 +202,10 @@ static void device_main(device_t *dev, void *arg) {
     dp_rank_t *r = &sh->ranks[dev->rank];
     coll_set_algo(sh->run->algo);
     int32_t ok = setup_rank(r, dev) == 0, all_ok;
+    if (ok && sh->run->pc.overlap_grad_reduce && dp_comm_start(r, dev)) {
+        fail(sh, "dp: cannot start a communication thread");
+        ok = 0;
+    }
     coll_all_reduce(r->group, &ok, &all_ok, 1, COLL_I32, COLL_MIN);
     if (all_ok) {
         dp_run_t *run = sh->run;
@@ -219,6 +220,7 @@ static void device_main(device_t *dev, void *arg) {
             run_step(r, s, run->dump && (!run->dump_step || run->dump_step[s]));
         coll_counters_get(dev->rank, &r->report->comm);
     }
+    dp_comm_stop(r);
     teardown_rank(r, dev);
 }
 
@@ -258,9 +260,11 @@ int dp_train(dp_run_t *run, perr_t *err) {
     for (int i = 0; i < n; i++) ranks[i] = i;
     sh->group = group_create(ranks, n, "dp", err);
     if (!sh->group) goto out;
+    sh->grad_group = group_create(ranks, n, "dp-grads", err);
+    if (!sh->grad_group) goto out;
     for (int i = 0; i < n; i++) {
         sh->ranks[i] = (dp_rank_t){.sh = sh, .rank = i, .n = n, .group = sh->group,
-                                   .report = &reports[i]};
+                                   .grad_group = sh->grad_group, .report = &reports[i]};
         memset(&reports[i], 0, sizeof reports[i]);
     }
     if (devices_run(n, run->arena_capacity, device_main, sh, err)) goto out;
@@ -271,6 +275,7 @@ int dp_train(dp_run_t *run, perr_t *err) {
     rc = 0;
 out:
     if (sh->group) group_destroy(sh->group);
+    if (sh->grad_group) group_destroy(sh->grad_group);
     dp_plan_free(&sh->plan);
     if (have_table) param_table_free(&table);
     if (reports != run->reports) free(reports);

@@ -59,12 +59,13 @@ void dp_unit_event(void *ctx, gpt_t *g, int unit, int event) {
                 release_bucket(r, bs[i]);
         }
     }
-    /* overlap: reduce every bucket this unit's backward finished, while
-     * the backward pass of the units below it is still to come */
-    if (event == GPT_BWD_END && r->last_micro && r->sh->run->pc.overlap_grad_reduce)
-        for (int b = 0; b < p->nbuckets; b++)
-            if (!r->bucket_done[b] && p->buckets[b].ready_unit >= unit)
-                dp_reduce_bucket(r, b, dp_grad_piece(r, b));
+    /* overlap: every bucket this unit's backward finished goes to the
+     * communication thread, while the units below it still compute */
+    if (event == GPT_BWD_END && r->last_micro && r->comm_started) {
+        int upto = 0;
+        while (upto < p->nbuckets && p->buckets[upto].ready_unit >= unit) upto++;
+        dp_buckets_ready(r, upto);
+    }
 }
 
 /* ---- the global norm over shards ------------------------------------ */
