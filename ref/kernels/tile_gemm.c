@@ -52,9 +52,11 @@ static int parse_backend_env(tile_backend_t *out, perr_t *err) {
 
 /* ---- OpenBLAS backend ------------------------------------------------------ */
 
-static void check_args(const char *fn, int M, int N, int K, const float *A, int lda,
-                       int lda_min, const float *B, int ldb, int ldb_min, float *C,
-                       int ldc) {
+void tile_check_args(const char *fn, int M, int N, int K, const float *A, int lda, int lda_min,
+                     const float *B, int ldb, int ldb_min, float *C, int ldc);
+/* Fatal on sizes, strides or pointers no tile can have; both backends use it. */
+void tile_check_args(const char *fn, int M, int N, int K, const float *A, int lda, int lda_min,
+                     const float *B, int ldb, int ldb_min, float *C, int ldc) {
     if (M < 0 || N < 0 || K < 0)
         parity_fatal("%s: negative size M=%d N=%d K=%d", fn, M, N, K);
     if (lda < lda_min || lda < 1)
@@ -286,7 +288,7 @@ void tile_gemm_nn(int M, int N, int K, const float *A, int lda, const float *B, 
         tile_portable_nn(M, N, K, A, lda, B, ldb, C, ldc);
         return;
     }
-    check_args("tile_gemm_nn", M, N, K, A, lda, K, B, ldb, N, C, ldc);
+    tile_check_args("tile_gemm_nn", M, N, K, A, lda, K, B, ldb, N, C, ldc);
     blas_gemm(CblasNoTrans, CblasNoTrans, M, N, K, A, lda, B, ldb, C, ldc);
 }
 
@@ -296,7 +298,7 @@ void tile_gemm_nt(int M, int N, int K, const float *A, int lda, const float *B, 
         tile_portable_nt(M, N, K, A, lda, B, ldb, C, ldc);
         return;
     }
-    check_args("tile_gemm_nt", M, N, K, A, lda, K, B, ldb, K, C, ldc);
+    tile_check_args("tile_gemm_nt", M, N, K, A, lda, K, B, ldb, K, C, ldc);
     blas_gemm(CblasNoTrans, CblasTrans, M, N, K, A, lda, B, ldb, C, ldc);
 }
 
@@ -306,6 +308,6 @@ void tile_gemm_tn(int M, int N, int K, const float *A, int lda, const float *B, 
         tile_portable_tn(M, N, K, A, lda, B, ldb, C, ldc);
         return;
     }
-    check_args("tile_gemm_tn", M, N, K, A, lda, M, B, ldb, N, C, ldc);
+    tile_check_args("tile_gemm_tn", M, N, K, A, lda, M, B, ldb, N, C, ldc);
     blas_gemm(CblasTrans, CblasNoTrans, M, N, K, A, lda, B, ldb, C, ldc);
 }

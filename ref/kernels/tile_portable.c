@@ -42,24 +42,9 @@ enum {
     KC = 512, /* k per packed panel of B^T in the nt form (16 KiB on the stack) */
 };
 
-static void check_args(const char *fn, int M, int N, int K, const float *A, int lda,
-                       int lda_min, const float *B, int ldb, int ldb_min, float *C,
-                       int ldc) {
-    if (M < 0 || N < 0 || K < 0)
-        parity_fatal("%s: negative size M=%d N=%d K=%d", fn, M, N, K);
-    if (lda < lda_min || lda < 1)
-        parity_fatal("%s: lda=%d, expected >= %d (M=%d N=%d K=%d)", fn, lda,
-                     lda_min > 1 ? lda_min : 1, M, N, K);
-    if (ldb < ldb_min || ldb < 1)
-        parity_fatal("%s: ldb=%d, expected >= %d (M=%d N=%d K=%d)", fn, ldb,
-                     ldb_min > 1 ? ldb_min : 1, M, N, K);
-    if (ldc < N || ldc < 1)
-        parity_fatal("%s: ldc=%d, expected >= %d (M=%d N=%d K=%d)", fn, ldc,
-                     N > 1 ? N : 1, M, N, K);
-    if ((M > 0 && N > 0 && C == NULL) || (M > 0 && N > 0 && K > 0 && (A == NULL || B == NULL)))
-        parity_fatal("%s: NULL matrix pointer (A=%p B=%p C=%p)", fn, (const void *)A,
-                     (const void *)B, (void *)C);
-}
+/* Argument checks are shared with the dispatcher (tile_gemm.c). */
+void tile_check_args(const char *fn, int M, int N, int K, const float *A, int lda, int lda_min,
+                     const float *B, int ldb, int ldb_min, float *C, int ldc);
 
 /* One block of C: rows [0, mr), columns [0, nr), mr <= MR, nr <= NR.
  *   c[r, j] = (first ? +0 : c[r, j]) + sum_{k < kc, ascending} a(r, k) * b[k*ldb + j]
@@ -161,19 +146,19 @@ static void gemm_b_rows(int M, int N, int K, const float *A, ptrdiff_t a_rs, ptr
 
 void tile_portable_nn(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                       float *C, int ldc) {
-    check_args("tile_portable_nn", M, N, K, A, lda, K, B, ldb, N, C, ldc);
+    tile_check_args("tile_portable_nn", M, N, K, A, lda, K, B, ldb, N, C, ldc);
     gemm_b_rows(M, N, K, A, lda, 1, B, ldb, C, ldc);
 }
 
 void tile_portable_tn(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                       float *C, int ldc) {
-    check_args("tile_portable_tn", M, N, K, A, lda, M, B, ldb, N, C, ldc);
+    tile_check_args("tile_portable_tn", M, N, K, A, lda, M, B, ldb, N, C, ldc);
     gemm_b_rows(M, N, K, A, 1, lda, B, ldb, C, ldc);
 }
 
 void tile_portable_nt(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                       float *C, int ldc) {
-    check_args("tile_portable_nt", M, N, K, A, lda, K, B, ldb, K, C, ldc);
+    tile_check_args("tile_portable_nt", M, N, K, A, lda, K, B, ldb, K, C, ldc);
     if (M == 0 || N == 0) return;
     if (K == 0) {
         zero_c(M, N, C, ldc);
