@@ -125,6 +125,69 @@ static void test_small_buckets(void) {
     CHECK(ok, "many small buckets");
 }
 
+/* Measured device memory and traffic against the ZeRO formulas (fp32:
+ * params 4 Psi, grads 4 Psi + 8 Psi of open exact sums, optimizer 8 Psi,
+ * each divided by N from its stage on), computed here from Psi and N. */
+static void test_memory_and_traffic_follow_zero(void) {
+    enum { N = 4 };
+    param_table_t t;
+    perr_t err;
+    CHECK(param_table_build(&t, &cfg, &err) == 0, "%s", err.msg);
+    const double psi = (double)t.total;
+    /* a tied head reads the embedding bucket, so ZeRO-3 gathers it twice
+     * in each pass */
+    const double emb = cfg.tied ? (double)(t.info[t.wte].numel + t.info[t.wpe].numel) : 0;
+    param_table_free(&t);
+    double last_total = 1e300;
+    for (int z = 0; z <= 3; z++) {
+        pconfig_t pc;
+        pconfig_defaults(&pc);
+        pc.dp = N;
+        pc.zero_stage = z;
+        pc.given |= PC_GIVEN_DP | PC_GIVEN_ZERO;
+        CHECK(pconfig_validate(&pc, cfg.global_batch, &err) == 0, "%s", err.msg);
+        dp_device_report_t rep[N];
+        dp_run_t run = {.model = cfg, .pc = pc, .steps = 1, .data = &corpus,
+                        .algo = COLL_ALGO_DIRECT, .reports = rep};
+        CHECK(dp_train(&run, &err) == 0, "%s", err.msg);
+        /* bucket padding: at most N-1 elements per bucket, a few buckets */
+        const double pad = 4.0 * 64 * N * 4, div[4][3] = {{1, 1, 1}, {1, 1, N}, {1, N, N}, {N, N, N}};
+        const double want_params = 4 * psi / div[z][0], want_grads = 4 * psi / div[z][1] + 8 * psi;
+        const double want_opt = 8 * psi / div[z][2];
+        for (int d = 0; d < N; d++) {
+            double params = (double)rep[d].peak[MEM_PARAMS], grads = (double)rep[d].peak[MEM_GRADS];
+            double opt = (double)rep[d].peak[MEM_OPTIMIZER];
+            /* ZeRO-3 also holds the gathered units it is running (at most
+             * the embeddings plus one layer or the head) */
+            double extra = z == 3 ? 4.0 * psi / 2 : 0;
+            CHECK(params >= want_params - pad && params <= want_params + pad + extra,
+                  "stage %d device %d: params %.0f bytes, formula %.0f", z, d, params, want_params);
+            CHECK(grads >= want_grads - pad && grads <= want_grads + pad,
+                  "stage %d device %d: grads %.0f bytes, formula %.0f", z, d, grads, want_grads);
+            CHECK(opt >= want_opt - pad && opt <= want_opt + pad,
+                  "stage %d device %d: optimizer %.0f bytes, formula %.0f", z, d, opt, want_opt);
+        }
+        double total = want_params + want_grads + want_opt;
+        CHECK(total < last_total, "stage %d does not save memory", z);
+        last_total = total;
+        /* traffic in elements: 2 Psi (N-1)/N, or (1 + 2 accum) Psi (N-1)/N for ZeRO-3 */
+        const coll_counters_t *c = &rep[0].comm;
+        double rs = (double)c->bus_bytes[COLL_KIND_REDUCE_SCATTER] / 8;
+        double ag = (double)c->bus_bytes[COLL_KIND_ALL_GATHER] / 4;
+        double unit = psi * (N - 1) / N, padded = unit + (double)N * 400;
+        double want_ag = z == 3 ? 2 * pc.accum_degree * (psi + emb) * (N - 1) / N : unit;
+        double pad_ag = z == 3 ? 2 * pc.accum_degree * (double)N * 400 : padded - unit;
+        CHECK(rs >= unit && rs <= padded, "stage %d: reduce-scatter moved %.0f elements, formula %.0f",
+              z, rs, unit);
+        CHECK(ag >= want_ag && ag <= want_ag + pad_ag,
+              "stage %d: all-gathers moved %.0f elements, formula %.0f", z, ag, want_ag);
+        printf("ZeRO-%d dp=%d: params %.2f grads %.2f (exact sums incl.) optimizer %.2f MB; "
+               "traffic %.2f Psi\n",
+               z, N, rep[0].peak[MEM_PARAMS] / 1e6, rep[0].peak[MEM_GRADS] / 1e6,
+               rep[0].peak[MEM_OPTIMIZER] / 1e6, (rs + ag) / psi);
+    }
+}
+
 static void test_broken_variant_is_caught(void) {
     char *buf = NULL;
     size_t len = 0;
@@ -150,6 +213,7 @@ int main(void) {
     }
     golden = golden_run();
     if (!golden) return 1;
+    RUN(test_memory_and_traffic_follow_zero);
     RUN(test_broken_variant_is_caught);
     RUN(test_small_buckets);
     RUN(test_overlap_and_algorithms);

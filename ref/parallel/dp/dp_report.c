@@ -63,7 +63,9 @@ void dp_print_report(const dp_run_t *run, FILE *f) {
                 100 * r0->seconds_reduce / busy, 1e3 * r0->seconds_comm / steps,
                 100 * r0->seconds_comm / busy);
     int accum = pc->accum_degree;
-    fprintf(f, "  formula: %s = %d Psi elements x (N-1)/N (all-gathers once per microbatch for ZeRO-3: "
-               "accum %d)\n",
-            z == 3 ? "3 Psi" : "2 Psi", z == 3 ? 1 + 2 * accum : 2, accum);
+    if (z == 3)
+        fprintf(f, "  formula: 3 Psi for one microbatch; here (1 + 2 x %d microbatches) Psi x (N-1)/N, "
+                   "plus the tied embeddings gathered again for the head\n", accum);
+    else
+        fprintf(f, "  formula: 2 Psi x (N-1)/N\n");
 }
