@@ -319,6 +319,18 @@ static void test_f64_exact_handover(void) {
         xacc_add_array_f32(&a, x, (size_t)n);
         xacc_add_f64_exact(&b, d); /* kinds 0 and 2 keep fp64 exact */
         CHECK(bits(xacc_round_f32(&a)) == bits(xacc_round_f32(&b)), "trial %d", trial);
+        /* the same partial into an open xvec that already holds a wild
+         * value, so some additions must take the fallback */
+        xvec_t v;
+        CHECK(xvec_init(&v, 1) == 0, "alloc");
+        float wild = trial % 3 ? 0x1p100f : 1.0f;
+        xvec_add(&v, 0, &wild, 1);
+        xvec_add_f64_exact(&v, 0, &d, 1);
+        xacc_add_f32(&a, wild);
+        float got;
+        xvec_round(&v, &got);
+        CHECK(bits(got) == bits(xacc_round_f32(&a)), "xvec_add_f64_exact trial %d", trial);
+        xvec_free(&v);
     }
 }
 

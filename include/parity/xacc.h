@@ -101,6 +101,10 @@ void  xvec_add(xvec_t *v, size_t offset, const float *x, size_t n);
 /* v[offset + r*ld + c] += tile[r*ldt + c] for r < rows, c < cols. */
 void  xvec_add_tile(xvec_t *v, size_t offset, size_t ld, const float *tile,
                     int rows, int cols, int ldt);
+/* v[offset + i] += x[i], where each x[i] is already an EXACT sum of fp32
+ * values held in fp64 (finite, a multiple of 2^-149): one exact addition
+ * per element however many terms x[i] stands for. */
+void  xvec_add_f64_exact(xvec_t *v, size_t offset, const double *x, size_t n);
 /* dst += src elementwise (same n), exactly. */
 void  xvec_merge(xvec_t *dst, const xvec_t *src);
 /* dst[dst_off + i] += src[src_off + i] for i < n: how a device folds in a

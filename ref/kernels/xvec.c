@@ -123,6 +123,16 @@ void xvec_add_tile(xvec_t *v, size_t offset, size_t ld, const float *tile, int r
         add_run(v, offset + (size_t)r * ld, tile + (size_t)r * (size_t)ldt, (size_t)cols);
 }
 
+void xvec_add_f64_exact(xvec_t *v, size_t offset, const double *x, size_t n) {
+    double err[XVEC_BLOCK];
+    for (size_t base = 0; base < n; base += XVEC_BLOCK) {
+        size_t len = n - base < XVEC_BLOCK ? n - base : XVEC_BLOCK;
+        if (twosum_block(v->sum + offset + base, x + base, len, err))
+            for (size_t j = 0; j < len; j++)
+                if (err[j] != 0.0) xacc_add_f64_exact(make_slow(v, offset + base + j), x[base + j]);
+    }
+}
+
 void xvec_get(const xvec_t *v, size_t i, xacc_t *out) {
     if (xvec_is_slow(v, i)) {
         *out = v->slow[slow_slot(v, i)];

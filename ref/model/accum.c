@@ -87,14 +87,7 @@ void acc_add_exact_f64(acc_t *a, size_t offset, const double *x, size_t n) {
         for (size_t i = 0; i < n; i++) p[i] = p[i] + (float)x[i];
         return;
     }
-    /* x, seen as an xvec whose elements are all on the fp64 path (finite
-     * exact sums, never the NaN tags of fallback elements), merged in: the
-     * merge only reads its source. */
-    xvec_t view;
-    memset(&view, 0, sizeof view);
-    view.n = n;
-    view.sum = (double *)(uintptr_t)x;
-    xvec_merge_range(&a->x, offset, &view, 0, n);
+    xvec_add_f64_exact(&a->x, offset, x, n);
 }
 
 void acc_add_rows(acc_t *a, size_t offset, const float *rows, int nrows, int width, int ld) {

@@ -23,6 +23,10 @@ typedef struct {
     pthread_mutex_t comm_lock;
     pthread_cond_t comm_cond;
     int comm_ready, comm_done, comm_stop, comm_started;
+    /* written by whichever thread reduces; folded into the report by the
+     * device thread once the step's reductions are done (no race) */
+    double t_reduce;
+    uint64_t rs_elems;
     /* shards (stage >= 1: optimizer; stage >= 2: gradients; 3: parameters) */
     float *shard_params, *shard_grads, *shard_m, *shard_v; /* [shard_len] */
     xvec_t scratch[2];     /* piece-sized exact sums being reduced (ring: double buffer) */

@@ -188,8 +188,8 @@ void dp_reduce_bucket(dp_rank_t *r, int b, float *out) {
     uint64_t bytes = (uint64_t)bk->piece * (uint64_t)r->n * sizeof(double);
     coll_counters_add(group_world_rank(r->grad_group, r->rank), COLL_KIND_REDUCE_SCATTER, bytes,
                       coll_busbw_factor(COLL_KIND_REDUCE_SCATTER, r->n));
-    r->report->exact_rs_elems += bk->piece;
-    r->report->seconds_reduce += dp_now() - t0;
+    r->rs_elems += bk->piece;
+    r->t_reduce += dp_now() - t0;
 }
 
 void dp_reduce_pending(dp_rank_t *r) {
@@ -200,7 +200,11 @@ void dp_reduce_pending(dp_rank_t *r) {
         while (r->comm_done < nb) pthread_cond_wait(&r->comm_cond, &r->comm_lock);
         r->comm_done = r->comm_ready = 0; /* the thread idles until the next step */
         pthread_mutex_unlock(&r->comm_lock);
-        return;
+    } else {
+        for (int b = 0; b < nb; b++) dp_reduce_bucket(r, b, dp_grad_piece(r, b));
     }
-    for (int b = 0; b < nb; b++) dp_reduce_bucket(r, b, dp_grad_piece(r, b));
+    r->report->seconds_reduce += r->t_reduce;
+    r->report->exact_rs_elems += r->rs_elems;
+    r->t_reduce = 0;
+    r->rs_elems = 0;
 }
