@@ -64,6 +64,9 @@ typedef struct {
 
 void  sacc_init(sacc_t *s);
 void  sacc_add(sacc_t *s, const float *x, size_t n);
+/* s += x[i]*x[i] for i < n, each square rounded to fp32 first (MODEL.md's
+ * gradient norm): shared by the golden step and sharded optimizers. */
+void  sacc_add_squares(sacc_t *s, const float *x, size_t n);
 float sacc_round(const sacc_t *s);
 
 /* round(x[0] + ... + x[n-1]), exact and rounded once; +0 for n == 0. */

@@ -214,6 +214,9 @@ float gpt_step_loss(const gpt_t *g);
 /* Rounds every gradient once into g->grads; returns the global norm
  * pm_sqrtf(round(sum g*g)) before clipping. */
 float gpt_step_round_grads(gpt_t *g);
+/* MODEL.md's clipping: every gradient is multiplied by this factor
+ * (exactly 1.0f, and no multiply, when the norm is within clip_grad). */
+float clip_factor(const model_config_t *cfg, float grad_norm);
 /* Global-norm clipping with grad_norm, then one AdamW step at lr. */
 void  gpt_step_update(gpt_t *g, float lr, float grad_norm);
 

@@ -144,6 +144,16 @@ void sacc_add(sacc_t *s, const float *x, size_t n) {
         xacc_add_array_f32(&s->x, x, n);
 }
 
+void sacc_add_squares(sacc_t *s, const float *x, size_t n) {
+    enum { CHUNK = 1024 };
+    float sq[CHUNK];
+    for (size_t base = 0; base < n; base += CHUNK) {
+        size_t len = n - base < CHUNK ? n - base : CHUNK;
+        for (size_t k = 0; k < len; k++) sq[k] = x[base + k] * x[base + k];
+        sacc_add(s, sq, len);
+    }
+}
+
 float sacc_round(const sacc_t *s) { return PLAIN ? s->plain : xacc_round_f32(&s->x); }
 
 /* One-shot sums take a vectorised fast path first (fold.h): LANES fp64

@@ -395,29 +395,26 @@ float gpt_step_loss(const gpt_t *g) {
 }
 
 float gpt_step_round_grads(gpt_t *g) {
-    enum { CHUNK = 4096 };
-    float sq[CHUNK];
     sacc_t n2;
     sacc_init(&n2);
     for (int i = 0; i < g->table.count; i++) {
         const param_info_t *p = &g->table.info[i];
-        float *gr = g->grads + p->offset;
-        acc_round(&g->grad_acc[i], gr);
-        for (size_t base = 0; base < p->numel; base += CHUNK) {
-            size_t len = p->numel - base < CHUNK ? p->numel - base : CHUNK;
-            for (size_t k = 0; k < len; k++) sq[k] = gr[base + k] * gr[base + k];
-            sacc_add(&n2, sq, len);
-        }
+        acc_round(&g->grad_acc[i], g->grads + p->offset);
+        sacc_add_squares(&n2, g->grads + p->offset, p->numel);
     }
     return pm_sqrtf(sacc_round(&n2));
 }
 
+float clip_factor(const model_config_t *c, float grad_norm) {
+    if (c->clip_grad > 0.0f && grad_norm > c->clip_grad) return c->clip_grad / (grad_norm + 1e-6f);
+    return 1.0f;
+}
+
 void gpt_step_update(gpt_t *g, float lr, float grad_norm) {
     const model_config_t *c = &g->cfg;
-    if (c->clip_grad > 0.0f && grad_norm > c->clip_grad) {
-        const float factor = c->clip_grad / (grad_norm + 1e-6f);
+    const float factor = clip_factor(c, grad_norm);
+    if (factor != 1.0f)
         for (size_t i = 0; i < g->table.total; i++) g->grads[i] = g->grads[i] * factor;
-    }
     g->adam_t++;
     for (int i = 0; i < g->table.count; i++) {
         const param_info_t *p = &g->table.info[i];

@@ -71,23 +71,17 @@ void dp_unit_event(void *ctx, gpt_t *g, int unit, int event) {
 /* ---- the global norm over shards ------------------------------------ */
 
 float dp_grad_norm(dp_rank_t *r) {
-    enum { CHUNK = 1024 };
     const dp_plan_t *p = &r->sh->plan;
-    float sq[CHUNK];
-    xacc_t mine, total;
-    xacc_init(&mine);
+    sacc_t mine;
+    xacc_t total;
+    sacc_init(&mine);
     for (int b = 0; b < p->nbuckets; b++) {
         size_t lo, hi;
         dp_piece(p, b, r->rank, &lo, &hi);
-        const float *gp = dp_grad_piece(r, b);
-        for (size_t base = 0; base < hi - lo; base += CHUNK) {
-            size_t len = hi - lo - base < CHUNK ? hi - lo - base : CHUNK;
-            for (size_t k = 0; k < len; k++) sq[k] = gp[base + k] * gp[base + k];
-            xacc_add_array_f32(&mine, sq, len);
-        }
+        sacc_add_squares(&mine, dp_grad_piece(r, b), hi - lo);
     }
     double t0 = dp_now();
-    coll_all_reduce(r->group, &mine, &total, 1, COLL_XACC, COLL_SUM);
+    coll_all_reduce(r->group, &mine.x, &total, 1, COLL_XACC, COLL_SUM);
     r->report->seconds_comm += dp_now() - t0;
     return pm_sqrtf(xacc_round_f32(&total));
 }
@@ -122,8 +116,7 @@ void dp_update(dp_rank_t *r, float lr, float grad_norm) {
         gpt_step_update(r->g, lr, grad_norm);
         return;
     }
-    const int clip = c->clip_grad > 0.0f && grad_norm > c->clip_grad;
-    const float factor = clip ? c->clip_grad / (grad_norm + 1e-6f) : 1.0f;
+    const float factor = clip_factor(c, grad_norm);
     r->adam_t++;
     for (int b = 0; b < p->nbuckets; b++) {
         const dp_bucket_t *bk = &p->buckets[b];
@@ -132,7 +125,7 @@ void dp_update(dp_rank_t *r, float lr, float grad_norm) {
         float *gp = dp_grad_piece(r, b);
         float *pp = p->stage == 3 ? r->shard_params + bk->shard_off : r->g->params + lo;
         float *m = r->shard_m + bk->shard_off, *v = r->shard_v + bk->shard_off;
-        if (clip)
+        if (factor != 1.0f)
             for (size_t k = 0; k < hi - lo; k++) gp[k] = gp[k] * factor;
         for (int t = bk->first; t < bk->last; t++) {
             const param_info_t *pi = &r->g->table.info[t];
