@@ -88,17 +88,19 @@ static int small_matrix(void) {
 
 static void test_matrix(void) {
     static const int dps[] = {1, 2, 3, 4, 8};
-    printf("%-58s %7s %5s %8s %9s\n", "layout", "devices", "steps", "tensors", "bit-exact");
+    printf("%-80s %7s %5s %8s %9s\n", "layout", "devices", "steps", "tensors", "bit-exact");
     for (int i = 0; i < 5; i++)
         for (int z = 0; z < 4; z++)
             for (int a = 1; a <= 3; a++) {
                 if (small_matrix() && (dps[i] == 8 || dps[i] == 3)) continue;
                 char flags[160];
-                snprintf(flags, sizeof flags, "--data-parallel-size %d --zero-stage %d --accum-degree %d%s",
-                         dps[i], z, a, (i + z + a) % 2 ? " --overlap-grad-reduce" : "");
+                int ov = (i + z + a) % 2;
+                snprintf(flags, sizeof flags, "--data-parallel-size %d --zero-stage %d --accum-degree %d%s%s",
+                         dps[i], z, a, ov ? " --overlap-grad-reduce" : "",
+                         ov && (z == 1 || z == 2) ? " --overlap-param-gather" : "");
                 coll_algo_t algo = (i + z) % 2 ? COLL_ALGO_RING : COLL_ALGO_DIRECT;
                 int n = 0, ok = run_layout(flags, algo, 0, &n, stderr);
-                printf("%-52s %-5s %7d %5d %8d %9s\n", flags, algo == COLL_ALGO_RING ? "ring" : "direct",
+                printf("%-74s %-5s %7d %5d %8d %9s\n", flags, algo == COLL_ALGO_RING ? "ring" : "direct",
                        dps[i], STEPS, n, ok ? "yes" : "NO");
                 fflush(stdout);
                 CHECK(ok, "layout %s (%s) differs from the golden run", flags,
@@ -114,7 +116,8 @@ static void test_overlap_and_algorithms(void) {
         for (int ov = 0; ov < 2; ov++)
             for (int al = 0; al < 2; al++) {
                 char flags[200];
-                snprintf(flags, sizeof flags, "%s%s", layouts[k], ov ? " --overlap-grad-reduce" : "");
+                snprintf(flags, sizeof flags, "%s%s%s", layouts[k], ov ? " --overlap-grad-reduce" : "",
+                         ov && k == 0 ? " --overlap-param-gather" : "");
                 int n, ok = run_layout(flags, al ? COLL_ALGO_RING : COLL_ALGO_DIRECT, 0, &n, stderr);
                 CHECK(ok, "%s algo %d", flags, al);
             }

@@ -71,6 +71,9 @@ static void test_errors_name_the_field(void) {
     expect_error("--tensor-model-parallel-size 2", "tensor-model-parallel-size");
     expect_error("--use-distributed-optimizer --zero-stage 0", "zero-stage");
     expect_error("--micro-batch-size", "--micro-batch-size");
+    expect_error("--overlap-param-gather", "overlap-param-gather: needs the distributed optimizer");
+    expect_error("--zero-stage 3 --overlap-param-gather", "stage 3");
+    expect_error("--no-contiguous-grad-buffer", "contiguous-grad-buffer: not supported");
 }
 
 int main(void) {

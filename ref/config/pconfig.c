@@ -143,6 +143,17 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
     if (pc->use_distributed_optimizer && !(pc->given & PC_GIVEN_ZERO)) pc->zero_stage = 1;
     if (pc->use_distributed_optimizer && pc->zero_stage == 0)
         return perr_set(err, "zero-stage: 0 contradicts --use-distributed-optimizer (stage >= 1)");
+    if (pc->overlap_param_gather && pc->zero_stage != 1 && pc->zero_stage != 2)
+        return perr_set(err, "overlap-param-gather: needs the distributed optimizer (ZeRO stage 1 "
+                             "or 2) whose parameter all-gather it overlaps; stage %d %s",
+                        pc->zero_stage,
+                        pc->zero_stage == 0 ? "gathers no parameters"
+                                            : "gathers each unit just in time (not yet prefetched)");
+    if (!pc->contiguous_grad_buffer || !pc->contiguous_param_buffer)
+        return perr_set(err, "%s: not supported: parity always keeps a replica's %s in one "
+                             "contiguous buffer (and shards as back-to-back bucket pieces)",
+                        !pc->contiguous_grad_buffer ? "contiguous-grad-buffer" : "contiguous-param-buffer",
+                        !pc->contiguous_grad_buffer ? "rounded gradients" : "parameters");
     if (!(pc->bucket_cap_mb > 0.0))
         return perr_set(err, "bucket-cap-mb: expected > 0, got %g", pc->bucket_cap_mb);
     if (!pc->global_batch) pc->global_batch = model_global_batch;

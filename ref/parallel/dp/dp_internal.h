@@ -10,22 +10,25 @@
 typedef struct dp_shared dp_shared_t;
 
 /* One data-parallel rank. */
-typedef struct {
+typedef struct dp_rank {
     dp_shared_t *sh;
     int rank, n;
     gpt_t *g;              /* the replica: parameters (stages 0-2), open exact sums */
     group_t *group;        /* the data-parallel group */
     group_t *grad_group;   /* the same ranks, for gradient reductions (they may
                               run on the communication thread) */
-    /* overlap_grad_reduce: a communication thread reduces buckets
-     * 0 .. ready-1 in order while the device thread computes */
+    /* overlap_grad_reduce / overlap_param_gather: a communication thread
+     * runs comm_job on buckets 0 .. ready-1, in order, while the device
+     * thread computes (the backward pass, or the optimizer) */
+    void (*comm_job)(struct dp_rank *r, int bucket);
+    float *comm_gather_buf; /* the thread's own all-gather buffer */
     pthread_t comm;
     pthread_mutex_t comm_lock;
     pthread_cond_t comm_cond;
     int comm_ready, comm_done, comm_stop, comm_started;
     /* written by whichever thread reduces; folded into the report by the
      * device thread once the step's reductions are done (no race) */
-    double t_reduce;
+    double t_reduce, t_comm;
     uint64_t rs_elems;
     /* shards (stage >= 1: optimizer; stage >= 2: gradients; 3: parameters) */
     float *shard_params, *shard_grads, *shard_m, *shard_v; /* [shard_len] */
@@ -57,8 +60,14 @@ struct dp_shared {
 void dp_reduce_bucket(dp_rank_t *r, int b, float *out);
 /* Everything not yet reduced; called after the last microbatch. */
 void dp_reduce_pending(dp_rank_t *r);
-/* Overlap: buckets up to (not including) `upto` are final. */
+/* Overlap: buckets up to (not including) `upto` are ready for the job. */
 void dp_buckets_ready(dp_rank_t *r, int upto);
+/* Hands the remaining buckets to the thread and waits until it is done. */
+void dp_comm_finish(dp_rank_t *r);
+void dp_comm_use_for_reduce(dp_rank_t *r);
+void dp_comm_use_for_gather(dp_rank_t *r);
+/* The communication thread's job of gathering bucket b's parameters. */
+void dp_gather_params_job(dp_rank_t *r, int b);
 int  dp_comm_start(dp_rank_t *r, device_t *dev);
 void dp_comm_stop(dp_rank_t *r);
 /* Where bucket b's rounded gradient piece goes for this stage. */

@@ -23,7 +23,7 @@
 
 #include "dp_internal.h"
 
-/* ---- the communication thread (overlap_grad_reduce) ------------------ */
+/* ---- the communication thread (overlap_grad_reduce, overlap_param_gather) */
 
 typedef struct {
     dp_rank_t *r;
@@ -43,7 +43,7 @@ static void *comm_main(void *p) {
         if (r->comm_done >= r->comm_ready && r->comm_stop) break;
         int b = r->comm_done;
         pthread_mutex_unlock(&r->comm_lock);
-        dp_reduce_bucket(r, b, dp_grad_piece(r, b));
+        r->comm_job(r, b);
         pthread_mutex_lock(&r->comm_lock);
         r->comm_done = b + 1;
         pthread_cond_broadcast(&r->comm_cond);
@@ -51,6 +51,19 @@ static void *comm_main(void *p) {
     pthread_mutex_unlock(&r->comm_lock);
     return NULL;
 }
+
+static void reduce_job(dp_rank_t *r, int b) { dp_reduce_bucket(r, b, dp_grad_piece(r, b)); }
+
+/* Sets the job for the buckets handed over from now on; only while the
+ * thread is idle (between phases). */
+static void set_job(dp_rank_t *r, void (*job)(dp_rank_t *, int)) {
+    pthread_mutex_lock(&r->comm_lock);
+    r->comm_job = job;
+    pthread_mutex_unlock(&r->comm_lock);
+}
+
+void dp_comm_use_for_reduce(dp_rank_t *r) { set_job(r, reduce_job); }
+void dp_comm_use_for_gather(dp_rank_t *r) { set_job(r, dp_gather_params_job); }
 
 int dp_comm_start(dp_rank_t *r, device_t *dev) {
     pthread_mutex_init(&r->comm_lock, NULL);
@@ -63,6 +76,7 @@ int dp_comm_start(dp_rank_t *r, device_t *dev) {
         return -1;
     }
     r->comm_started = 1;
+    dp_comm_use_for_reduce(r);
     return 0;
 }
 
@@ -192,14 +206,19 @@ void dp_reduce_bucket(dp_rank_t *r, int b, float *out) {
     r->t_reduce += dp_now() - t0;
 }
 
+void dp_comm_finish(dp_rank_t *r) {
+    const int nb = r->sh->plan.nbuckets;
+    dp_buckets_ready(r, nb);
+    pthread_mutex_lock(&r->comm_lock);
+    while (r->comm_done < nb) pthread_cond_wait(&r->comm_cond, &r->comm_lock);
+    r->comm_done = r->comm_ready = 0; /* the thread idles until its next job */
+    pthread_mutex_unlock(&r->comm_lock);
+}
+
 void dp_reduce_pending(dp_rank_t *r) {
     const int nb = r->sh->plan.nbuckets;
-    if (r->comm_started) { /* hand over the rest, then wait for the thread */
-        dp_buckets_ready(r, nb);
-        pthread_mutex_lock(&r->comm_lock);
-        while (r->comm_done < nb) pthread_cond_wait(&r->comm_cond, &r->comm_lock);
-        r->comm_done = r->comm_ready = 0; /* the thread idles until the next step */
-        pthread_mutex_unlock(&r->comm_lock);
+    if (r->sh->run->pc.overlap_grad_reduce) {
+        dp_comm_finish(r);
     } else {
         for (int b = 0; b < nb; b++) dp_reduce_bucket(r, b, dp_grad_piece(r, b));
     }

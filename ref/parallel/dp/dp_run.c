@@ -98,6 +98,8 @@ static int setup_rank(dp_rank_t *r, device_t *dev) {
         {(void **)&r->scratch_mem[0], (piece_max + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1},
         {(void **)&r->scratch_mem[1], (piece_max + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1},
         {(void **)&r->gather_buf, (piece_max * (size_t)r->n + 1) * sizeof(float), MEM_COMM, "all-gather buffer", 1},
+        {(void **)&r->comm_gather_buf, (piece_max * (size_t)r->n + 1) * sizeof(float), MEM_COMM,
+         "all-gather buffer (communication thread)", sh->run->pc.overlap_param_gather},
     };
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) {
         if (!bufs[k].want) continue;
@@ -203,7 +205,8 @@ static void device_main(device_t *dev, void *arg) {
     dp_rank_t *r = &sh->ranks[dev->rank];
     coll_set_algo(sh->run->algo);
     int32_t ok = setup_rank(r, dev) == 0, all_ok;
-    if (ok && sh->run->pc.overlap_grad_reduce && dp_comm_start(r, dev)) {
+    const pconfig_t *pc = &sh->run->pc;
+    if (ok && (pc->overlap_grad_reduce || pc->overlap_param_gather) && dp_comm_start(r, dev)) {
         fail(sh, "dp: cannot start a communication thread");
         ok = 0;
     }

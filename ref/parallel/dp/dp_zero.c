@@ -61,7 +61,7 @@ void dp_unit_event(void *ctx, gpt_t *g, int unit, int event) {
     }
     /* overlap: every bucket this unit's backward finished goes to the
      * communication thread, while the units below it still compute */
-    if (event == GPT_BWD_END && r->last_micro && r->comm_started) {
+    if (event == GPT_BWD_END && r->last_micro && r->sh->run->pc.overlap_grad_reduce) {
         int upto = 0;
         while (upto < p->nbuckets && p->buckets[upto].ready_unit >= unit) upto++;
         dp_buckets_ready(r, upto);
@@ -89,24 +89,38 @@ float dp_grad_norm(dp_rank_t *r) {
 /* ---- the optimizer on this rank's pieces ------------------------------ */
 
 /* Pads this rank's piece of bucket b to `piece` elements, all-gathers the
- * bucket and writes it back to full[lo, hi) of every rank. */
-static void all_gather_bucket(dp_rank_t *r, int b, const float *my_piece, float *full) {
+ * bucket over `group` through buf ([piece * n]) and writes it back to
+ * full[lo, hi) of every rank. Returns the seconds spent communicating. */
+static double all_gather_bucket(dp_rank_t *r, group_t *group, float *buf, int b,
+                                const float *my_piece, float *full) {
     const dp_plan_t *p = &r->sh->plan;
     const dp_bucket_t *bk = &p->buckets[b];
     size_t lo, hi;
     dp_piece(p, b, r->rank, &lo, &hi);
-    float *send = r->gather_buf + bk->piece * (size_t)r->rank; /* in-place form */
+    float *send = buf + bk->piece * (size_t)r->rank; /* in-place form */
     memmove(send, my_piece, (hi - lo) * sizeof(float));
     memset(send + (hi - lo), 0, (bk->piece - (hi - lo)) * sizeof(float));
     double t0 = dp_now();
-    coll_all_gather(r->group, send, r->gather_buf, bk->piece, COLL_F32);
-    r->report->seconds_comm += dp_now() - t0;
-    memcpy(full + bk->lo, r->gather_buf, (bk->hi - bk->lo) * sizeof(float));
+    coll_all_gather(group, send, buf, bk->piece, COLL_F32);
+    double dt = dp_now() - t0;
+    memcpy(full + bk->lo, buf, (bk->hi - bk->lo) * sizeof(float));
+    return dt;
+}
+
+/* overlap_param_gather: bucket b's parameters, on the communication
+ * thread (its own group and buffer), while the device thread updates the
+ * next buckets. */
+void dp_gather_params_job(dp_rank_t *r, int b) {
+    size_t lo, hi;
+    dp_piece(&r->sh->plan, b, r->rank, &lo, &hi);
+    r->t_comm += all_gather_bucket(r, r->grad_group, r->comm_gather_buf, b, r->g->params + lo,
+                                   r->g->params);
 }
 
 void dp_all_gather_grads(dp_rank_t *r) {
     for (int b = 0; b < r->sh->plan.nbuckets; b++)
-        all_gather_bucket(r, b, dp_grad_piece(r, b), r->g->grads);
+        r->report->seconds_comm +=
+            all_gather_bucket(r, r->group, r->gather_buf, b, dp_grad_piece(r, b), r->g->grads);
 }
 
 void dp_update(dp_rank_t *r, float lr, float grad_norm) {
@@ -117,6 +131,8 @@ void dp_update(dp_rank_t *r, float lr, float grad_norm) {
         return;
     }
     const float factor = clip_factor(c, grad_norm);
+    const int overlap = p->stage < 3 && r->sh->run->pc.overlap_param_gather;
+    if (overlap) dp_comm_use_for_gather(r);
     r->adam_t++;
     for (int b = 0; b < p->nbuckets; b++) {
         const dp_bucket_t *bk = &p->buckets[b];
@@ -136,6 +152,16 @@ void dp_update(dp_rank_t *r, float lr, float grad_norm) {
             adamw_update(pp + x, gp + x, m + x, v + x, e - a, r->adam_t, lr, c->beta1, c->beta2,
                          c->eps, pi->weight_decay ? c->weight_decay : 0.0f);
         }
-        if (p->stage < 3) all_gather_bucket(r, b, r->g->params + lo, r->g->params);
+        if (overlap)
+            dp_buckets_ready(r, b + 1);
+        else if (p->stage < 3)
+            r->report->seconds_comm +=
+                all_gather_bucket(r, r->group, r->gather_buf, b, r->g->params + lo, r->g->params);
+    }
+    if (overlap) {
+        dp_comm_finish(r);
+        dp_comm_use_for_reduce(r);
+        r->report->seconds_comm += r->t_comm;
+        r->t_comm = 0;
     }
 }
