@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fold.h"
+#include "../kernels/fold.h"
 #include "parity/error.h"
 
 #ifdef PARITY_PLAIN_SUMS
@@ -156,32 +156,11 @@ void sacc_add_squares(sacc_t *s, const float *x, size_t n) {
 
 float sacc_round(const sacc_t *s) { return PLAIN ? s->plain : xacc_round_f32(&s->x); }
 
-/* One-shot sums take a vectorised fast path first (fold.h): LANES fp64
- * lane sums under the certificate; anything else (wide ranges, inf, NaN)
- * goes to xsum_f32, which gives the same bits for what passes here. */
-enum { LANES = 16 };
-
 float sum_f32(const float *x, size_t n) {
     if (PLAIN) {
         float s = 0.0f;
         for (size_t i = 0; i < n; i++) s = s + x[i];
         return s;
     }
-    if (!xacc_fast_path_enabled()) return xsum_f32(x, n);
-    double s[LANES];
-    float mx[LANES], mn[LANES];
-    for (int l = 0; l < LANES; l++) s[l] = 0.0, mx[l] = 0.0f, mn[l] = INFINITY;
-    size_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int l = 0; l < LANES; l++) fold_one(&s[l], &mx[l], &mn[l], x[i + l]);
-    for (; i < n; i++) fold_one(&s[0], &mx[0], &mn[0], x[i]);
-    double total = 0.0;
-    float big = 0.0f, small = INFINITY;
-    for (int l = 0; l < LANES; l++) {
-        total = total + s[l];
-        big = mx[l] > big ? mx[l] : big;
-        small = mn[l] < small ? mn[l] : small;
-    }
-    if (fold_certified(total, big, small, fold_p2(n))) return (float)total;
     return xsum_f32(x, n);
 }

@@ -30,7 +30,7 @@
 
 #include "parity/error.h"
 #include "parity/tile.h"
-#include "fold.h"
+#include "../kernels/fold.h"
 
 void contract_ws_init(contract_ws_t *ws) { memset(ws, 0, sizeof *ws); }
 

@@ -1,4 +1,4 @@
-/* fold.h - the model's vectorisable exact-sum fast path (internal).
+/* fold.h - the vectorisable exact-sum fast path (internal to ref/).
  *
  * Many fp32 terms per element are folded into an fp64 running sum, the
  * largest magnitude and the smallest non-zero magnitude. Every fp32 term
