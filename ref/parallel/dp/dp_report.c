@@ -29,13 +29,14 @@ void dp_print_report(const dp_run_t *run, FILE *f) {
     fprintf(f, "memory per device (MB): ZeRO-%d, dp=%d, Psi=%.0f parameters (fp32: 16 Psi = %.2f MB)\n",
             z, pc->dp, psi, 16 * psi / MB);
     fprintf(f, "  %-6s %14s %14s %14s %14s\n", "device", "params", "grads", "optimizer", "activations");
-    fprintf(f, "  %-6s %14.2f %14.2f %14.2f %14s   <- ZeRO formula (grads + 8 Psi exact sums: %.2f)\n",
-            "model", p_params / MB, p_grads / MB, p_opt / MB, "-", (p_grads + 8 * psi) / MB);
+    fprintf(f, "  %-6s %14.2f %14.2f %14.2f %14s   (ZeRO, fp32; grads + 8 Psi open exact sums = %.2f)\n",
+            "ZeRO", p_params / MB, p_grads / MB, p_opt / MB, "-", (p_grads + 8 * psi) / MB);
     for (int i = 0; i < pc->dp && run->reports; i++) {
         const dp_device_report_t *r = &run->reports[i];
-        fprintf(f, "  %-6d %14.2f %14.2f %14.2f %14.2f   (peak total %.2f)\n", i,
+        fprintf(f, "  %-6d %14.2f %14.2f %14.2f %14.2f   (peak total %.2f%s)\n", i,
                 r->peak[MEM_PARAMS] / MB, r->peak[MEM_GRADS] / MB, r->peak[MEM_OPTIMIZER] / MB,
-                r->peak[MEM_ACTIVATIONS] / MB, r->peak_total / MB);
+                r->peak[MEM_ACTIVATIONS] / MB, r->peak_total / MB,
+                z == 3 ? "; params include the units gathered while they run" : "");
     }
     if (!run->reports) return;
     const coll_counters_t *c = &run->reports[0].comm;
