@@ -209,6 +209,9 @@ void  gpt_step_begin(gpt_t *g);
  * [n_seq, T]. Gradients and the loss sum stay open. */
 void  gpt_microbatch(gpt_t *g, const int32_t *inputs, const int32_t *targets, int n_seq,
                      int first_seq, int64_t step, const gpt_observer_t *obs);
+/* The loss from the rounded exact sum of every token loss of the step:
+ * divided once by the global token count B*T (I4). */
+float mean_token_loss(const model_config_t *cfg, float loss_sum);
 /* round(sum of every token loss of the step) / (B*T). */
 float gpt_step_loss(const gpt_t *g);
 /* Rounds every gradient once into g->grads; returns the global norm

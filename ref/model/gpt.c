@@ -390,9 +390,11 @@ void gpt_microbatch(gpt_t *g, const int32_t *inputs, const int32_t *targets, int
 
 /* ---- end of step -------------------------------------------------------- */
 
-float gpt_step_loss(const gpt_t *g) {
-    return sacc_round(&g->loss_acc) / (float)((int64_t)g->cfg.global_batch * g->cfg.seq_length);
+float mean_token_loss(const model_config_t *c, float loss_sum) {
+    return loss_sum / (float)((int64_t)c->global_batch * c->seq_length);
 }
+
+float gpt_step_loss(const gpt_t *g) { return mean_token_loss(&g->cfg, sacc_round(&g->loss_acc)); }
 
 float gpt_step_round_grads(gpt_t *g) {
     sacc_t n2;

@@ -172,7 +172,7 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
     if (sh->plan.stage == 0) dp_all_gather_grads(r);
     xacc_t loss;
     coll_all_reduce(r->group, &r->g->loss_acc.x, &loss, 1, COLL_XACC, COLL_SUM);
-    const float loss_value = xacc_round_f32(&loss) / (float)((int64_t)B * T);
+    const float loss_value = mean_token_loss(c, xacc_round_f32(&loss));
     const float norm = dp_grad_norm(r);
     const float lr = lr_schedule(c, step);
     if (collect) {
