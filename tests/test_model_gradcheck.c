@@ -292,11 +292,11 @@ static void test_layernorm(void) {
 
 static void test_gelu(void) {
     enum { N = 81 };
-    float x[N], y[N], dx[N], ones[N];
+    float x[N], y[N], dydx[N], dx[N], ones[N];
     double y64[N], fd[N];
     for (int i = 0; i < N; i++) x[i] = -5.0f + 0.125f * (float)i + 0.01f, ones[i] = 1.0f;
-    gelu_forward(y, x, N);
-    gelu_backward(dx, ones, x, N);
+    gelu_forward(y, dydx, x, N);
+    gelu_backward(dx, ones, dydx, N);
     for (int i = 0; i < N; i++) {
         y64[i] = ref_gelu1(x[i]);
         fd[i] = (ref_gelu1((double)x[i] + FD_H) - ref_gelu1((double)x[i] - FD_H)) / (2 * FD_H);

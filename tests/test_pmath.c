@@ -385,6 +385,22 @@ static void test_speed(void) {
     (void)sink;
 }
 
+/* pm_gelu_tanh_and_grad must give exactly the bits of the two separate
+ * functions: every 97th bit pattern of the whole float range, specials
+ * included. */
+static void test_gelu_fused_matches(void) {
+    long bad = 0;
+    for (uint64_t b = 0; b <= 0xffffffffu; b += 97) {
+        uint32_t u = (uint32_t)b;
+        float x;
+        memcpy(&x, &u, sizeof x);
+        float g, y = pm_gelu_tanh_and_grad(x, &g);
+        float y1 = pm_gelu_tanh(x), g1 = pm_gelu_tanh_grad(x);
+        bad += memcmp(&y, &y1, sizeof y) != 0 || memcmp(&g, &g1, sizeof g) != 0;
+    }
+    CHECK(bad == 0, "%ld inputs differ between the fused and the separate GeLU", bad);
+}
+
 int main(void) {
     const char *d = getenv("PMATH_DENSE");
     if (d && *d && *d != '0') dense_div = 16;
@@ -393,6 +409,7 @@ int main(void) {
     RUN(test_log);
     RUN(test_tanh_erf);
     RUN(test_gelu);
+    RUN(test_gelu_fused_matches);
     RUN(test_sqrt_rsqrt);
     RUN(test_sin_cos);
     RUN(test_powf_int);

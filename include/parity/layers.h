@@ -76,9 +76,10 @@ void linear_backward(float *dx, acc_t *dw, acc_t *db, const float *dy, const flo
 
 /* ---- gelu.c ------------------------------------------------------------ */
 
-/* y = gelu_tanh(x); dx = dy * gelu_tanh'(x)   (n elements; y may be x) */
-void gelu_forward(float *y, const float *x, size_t n);
-void gelu_backward(float *dx, const float *dy, const float *x, size_t n);
+/* y = gelu_tanh(x) and dydx = gelu_tanh'(x), kept for the backward pass
+ * (one exp serves both); dx = dy * dydx.   (n elements; y may be x) */
+void gelu_forward(float *y, float *dydx, const float *x, size_t n);
+void gelu_backward(float *dx, const float *dy, const float *dydx, size_t n);
 
 /* ---- attention.c ------------------------------------------------------- */
 

@@ -122,6 +122,7 @@ typedef struct {
     float *ln2_xhat, *ln2_rstd, *ln2_out;  /* [n,C] [n] [n,C] */
     float *fc1_out;                        /* [n,F] before GeLU */
     float *gelu_out;                       /* [n,F] */
+    float *gelu_grad;                      /* [n,F] GeLU's derivative at fc1_out */
     float *fc2_out;                        /* [n,C] before dropout */
     uint8_t *mlp_keep;                     /* [n,C] or NULL */
     float *out;                            /* [n,C] block output */

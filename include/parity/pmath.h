@@ -102,6 +102,11 @@ float pm_gelu_tanh(float x);
  * in fp64 with 0.5(1 + tanh u) = 1/(1 + e^(-2u)) and 1 - tanh^2 u written
  * without cancellation. grad(+inf) = 1, grad(-inf) = -0 (the limits). */
 float pm_gelu_tanh_grad(float x);
+/* Both at once: returns pm_gelu_tanh(x) and stores pm_gelu_tanh_grad(x),
+ * the same bits as the two calls (the same fp64 operations), with one exp
+ * instead of two when u >= 0: what a training step's forward pass uses so
+ * its backward pass needs no transcendental at all. */
+float pm_gelu_tanh_and_grad(float x, float *grad);
 
 /* x^n for integer n by binary powering in fp64, rounded once. x^0 = 1 for
  * every x (NaN included, as C's pow); n < 0 gives 1 / x^|n| (so 0^-n is

@@ -409,18 +409,34 @@ float pm_gelu_tanh(float x) {
     return to_f32(xd / (1.0 + exp_clamped(-2.0 * gelu_u(xd))));
 }
 
-float pm_gelu_tanh_grad(float x) {
-    if (is_nan(x)) return pm_nan();
-    if (is_inf(x)) return sign_bit(x) ? -0.0f : 1.0f;
-    double xd = x, u = gelu_u(xd);
+/* The derivative from u, x and t = e^(-2|u|). */
+static double gelu_grad_from(double xd, double u, double t) {
     /* s = 0.5 (1 + tanh u) = sigmoid(2u) and sc = 1 - s, both from
-     * t = e^(-2|u|) <= 1 so neither cancels nor overflows. */
-    double t = exp_clamped(-2.0 * (u >= 0 ? u : -u));
+     * t <= 1 so neither cancels nor overflows. */
     double s = u >= 0 ? 1.0 / (1.0 + t) : t / (1.0 + t);
     double sc = u >= 0 ? t / (1.0 + t) : 1.0 / (1.0 + t);
     double du = GELU_C * (1.0 + 3.0 * GELU_A * (xd * xd));   /* du/dx */
     /* 0.5 x (1 - tanh^2 u) du = 0.5 x (4 s sc) du */
-    return to_f32(s + xd * (2.0 * s * sc) * du);
+    return s + xd * (2.0 * s * sc) * du;
+}
+
+float pm_gelu_tanh_grad(float x) {
+    if (is_nan(x)) return pm_nan();
+    if (is_inf(x)) return sign_bit(x) ? -0.0f : 1.0f;
+    double xd = x, u = gelu_u(xd);
+    return to_f32(gelu_grad_from(xd, u, exp_clamped(-2.0 * (u >= 0 ? u : -u))));
+}
+
+float pm_gelu_tanh_and_grad(float x, float *grad) {
+    if (is_nan(x) || is_inf(x)) {
+        *grad = pm_gelu_tanh_grad(x);
+        return pm_gelu_tanh(x);
+    }
+    double xd = x, u = gelu_u(xd);
+    double e = exp_clamped(-2.0 * u); /* pm_gelu_tanh's exp; for u >= 0 also the grad's */
+    double t = u >= 0 ? e : exp_clamped(-2.0 * -u);
+    *grad = to_f32(gelu_grad_from(xd, u, t));
+    return to_f32(xd / (1.0 + e));
 }
 
 /* ------------------------------------------------------------- powf_int */

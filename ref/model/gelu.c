@@ -3,10 +3,10 @@
 
 #include "parity/pmath.h"
 
-void gelu_forward(float *y, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] = pm_gelu_tanh(x[i]);
+void gelu_forward(float *y, float *dydx, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = pm_gelu_tanh_and_grad(x[i], &dydx[i]);
 }
 
-void gelu_backward(float *dx, const float *dy, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) dx[i] = dy[i] * pm_gelu_tanh_grad(x[i]);
+void gelu_backward(float *dx, const float *dy, const float *dydx, size_t n) {
+    for (size_t i = 0; i < n; i++) dx[i] = dy[i] * dydx[i];
 }

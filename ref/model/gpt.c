@@ -67,6 +67,7 @@ static void layout_acts(gpt_acts_t *A, const model_config_t *c, carver_t *cv) {
         L->ln2_out = CARVE_F(cv, n * C);
         L->fc1_out = CARVE_F(cv, n * F);
         L->gelu_out = CARVE_F(cv, n * F);
+        L->gelu_grad = CARVE_F(cv, n * F);
         L->fc2_out = CARVE_F(cv, n * C);
         L->mlp_keep = hdrop ? CARVE_U8(cv, n * C) : NULL;
         L->out = CARVE_F(cv, n * C);
@@ -302,7 +303,7 @@ void gpt_microbatch(gpt_t *g, const int32_t *inputs, const int32_t *targets, int
                           PL(g, l, P_LN2_B), n, C, eps, scratch);
         linear_forward(LA->fc1_out, LA->ln2_out, PL(g, l, P_FC1_W), PL(g, l, P_FC1_B), n, C, F,
                        t_cf, ws);
-        gelu_forward(LA->gelu_out, LA->fc1_out, (size_t)n * F);
+        gelu_forward(LA->gelu_out, LA->gelu_grad, LA->fc1_out, (size_t)n * F);
         linear_forward(LA->fc2_out, LA->gelu_out, PL(g, l, P_FC2_W), PL(g, l, P_FC2_B), n, F, C,
                        t_fc, ws);
         residual_dropout(LA->out, LA->resid1, LA->fc2_out, LA->mlp_keep, nC, ph, seed,
@@ -361,7 +362,7 @@ void gpt_microbatch(gpt_t *g, const int32_t *inputs, const int32_t *targets, int
         const float *d_fc2 = LA->mlp_keep ? d_a : d_res;
         linear_backward(d_w, GL(g, l, P_FC2_W), GL(g, l, P_FC2_B), d_fc2, LA->gelu_out,
                         PL(g, l, P_FC2_W), n, F, C, t_fc, ws);
-        gelu_backward(d_w, d_w, LA->fc1_out, (size_t)n * F);
+        gelu_backward(d_w, d_w, LA->gelu_grad, (size_t)n * F);
         linear_backward(d_b, GL(g, l, P_FC1_W), GL(g, l, P_FC1_B), d_w, LA->ln2_out,
                         PL(g, l, P_FC1_W), n, C, F, t_cf, ws);
         layernorm_backward(d_a, GL(g, l, P_LN2_W), GL(g, l, P_LN2_B), d_b, LA->ln2_xhat,
