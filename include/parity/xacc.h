@@ -51,6 +51,9 @@ double xacc_round_f64(const xacc_t *acc);
 /* Sign of the exact value: -1, 0 or +1 (finite part only). */
 int   xacc_sign(const xacc_t *acc);
 
+/* The fast path alone: 1 and *exact = the exact sum in fp64 when the
+ * certificate holds (then xacc_add_f64_exact can take it), else 0. */
+int   xsum_f64_exact(const float *x, size_t n, double *exact);
 /* Exact sum of n fp32 values, rounded once; fast path with fallback. */
 float xsum_f32(const float *x, size_t n);
 /* Same, over x[0], x[stride], x[2*stride], ... */

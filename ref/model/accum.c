@@ -138,10 +138,20 @@ void sacc_init(sacc_t *s) {
 }
 
 void sacc_add(sacc_t *s, const float *x, size_t n) {
-    if (PLAIN)
+    if (PLAIN) {
         for (size_t i = 0; i < n; i++) s->plain = s->plain + x[i];
-    else
-        xacc_add_array_f32(&s->x, x, n);
+        return;
+    }
+    /* chunks whose fp64 sum is certified exact enter as one term each */
+    enum { CHUNK = 1024 };
+    for (size_t base = 0; base < n; base += CHUNK) {
+        size_t len = n - base < CHUNK ? n - base : CHUNK;
+        double exact;
+        if (xsum_f64_exact(x + base, len, &exact))
+            xacc_add_f64_exact(&s->x, exact);
+        else
+            xacc_add_array_f32(&s->x, x + base, len);
+    }
 }
 
 void sacc_add_squares(sacc_t *s, const float *x, size_t n) {
