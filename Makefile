@@ -27,7 +27,14 @@ WARN     := -Wall -Wextra -Werror
 # of unknown length such as the exact-sum kernels; vectorising never
 # reorders a floating-point reduction without -ffast-math, so bits do not
 # change.
-CFLAGS   := -std=c11 $(OPT) -g $(WARN) -ffp-contract=off -fno-fast-math -fvect-cost-model=cheap \
+# -fno-trapping-math: nothing here reads floating-point exception flags;
+# it lets GCC turn selects (a < b ? x : y) into blends, so branch-free
+# lanes such as pmath's exp and GeLU vectorise. No value changes: it
+# implies no reassociation, no finite-math or signed-zero shortcuts.
+# -fno-math-errno: sqrt is one instruction, not a call that may set errno.
+CFLAGS   := -std=c11 $(OPT) -g $(WARN) -ffp-contract=off -fno-fast-math -fno-trapping-math \
+            -fno-math-errno \
+            -fvect-cost-model=cheap \
             -D_GNU_SOURCE -Iinclude -I$(OPENBLAS_INC) -pthread $(EXTRA_CFLAGS)
 LDLIBS   := -L$(OPENBLAS_LIB) -Wl,-rpath,$(OPENBLAS_LIB) -lopenblas -lm -pthread
 

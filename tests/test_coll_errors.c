@@ -93,10 +93,12 @@ static outcome_t run_case(int world, const int *ranks, int n, case_fn fn, const 
             break;
         }
         if (poll(&pf, 1, left_ms) <= 0) continue;
-        ssize_t k = read(p[0], o.err + len, sizeof o.err - 1 - len);
+        char chunk[1024];
+        ssize_t k = read(p[0], chunk, sizeof chunk);
         if (k <= 0) break; /* EOF: the child is gone (or closed stderr) */
+        if (len + (size_t)k >= sizeof o.err) len = 0; /* keep the tail */
+        memcpy(o.err + len, chunk, (size_t)k);
         len += (size_t)k;
-        if (len >= sizeof o.err - 1) len = 0; /* keep the tail */
     }
     o.err[len] = 0;
     close(p[0]);

@@ -368,6 +368,20 @@ static void test_speed(void) {
         if (t[k].libm) printf("  speed %-16s %6.1f ns/call   (glibc %5.1f ns)\n", t[k].name, ns[0], ns[1]);
         else printf("  speed %-16s %6.1f ns/call\n", t[k].name, ns[0]);
     }
+    /* the vectorised array forms the model calls */
+    static float y[N], g[N];
+    for (int which = 0; which < 2; which++) {
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        for (int r = 0; r < REPS; r++) {
+            if (which) pm_gelu_tanh_array(y, g, in, N);
+            else pm_expf_shifted(y, in, 1.0f, N);
+            sink += y[r];
+        }
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        double ns = ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / (N * REPS);
+        printf("  speed %-16s %6.1f ns/element\n", which ? "gelu_tanh_array" : "expf_shifted", ns);
+    }
     (void)sink;
 }
 
@@ -387,6 +401,31 @@ static void test_gelu_fused_matches(void) {
     CHECK(bad == 0, "%ld inputs differ between the fused and the separate GeLU", bad);
 }
 
+/* The vectorised array forms (pm_expf_shifted, pm_gelu_tanh_array; run
+ * in the widest clone this CPU has, see ref/kernels/simd.h) equal the
+ * scalar functions bit for bit, over a stride of every float pattern
+ * (NaNs, infinities, subnormals included) and at odd array lengths. */
+static void test_array_forms_match(void) {
+    enum { N = 4099 };
+    static float x[N], y[N], g[N];
+    long bad = 0, n = 0;
+    for (uint64_t b = 0; b <= 0xffffffffu; b += (uint64_t)N * 89) {
+        for (int i = 0; i < N; i++) x[i] = from_bits((uint32_t)(b + (uint64_t)i * 89));
+        int len = N - (int)(b % 7);
+        pm_gelu_tanh_array(y, g, x, (size_t)len);
+        for (int i = 0; i < len; i++) {
+            float gs, ys = pm_gelu_tanh_and_grad(x[i], &gs);
+            bad += bits_of(ys) != bits_of(y[i]) || bits_of(gs) != bits_of(g[i]);
+        }
+        const float m = from_bits((uint32_t)(b >> 3)); /* softmax's shift, also odd ones */
+        pm_expf_shifted(y, x, m, (size_t)len);
+        for (int i = 0; i < len; i++) bad += bits_of(pm_expf(x[i] - m)) != bits_of(y[i]);
+        n += len;
+    }
+    CHECK(n > 1000000, "only %ld inputs", n);
+    CHECK(bad == 0, "%ld of %ld array results differ from the scalar functions", bad, n);
+}
+
 int main(void) {
     const char *d = getenv("PMATH_DENSE");
     if (d && *d && *d != '0') dense_div = 16;
@@ -396,6 +435,7 @@ int main(void) {
     RUN(test_tanh_erf);
     RUN(test_gelu);
     RUN(test_gelu_fused_matches);
+    RUN(test_array_forms_match);
     RUN(test_sqrt_rsqrt);
     RUN(test_sin_cos);
     RUN(test_powf_int);

@@ -51,12 +51,16 @@
 #ifndef PARITY_PMATH_H
 #define PARITY_PMATH_H
 
+#include <stddef.h>
+
 /* The canonical NaN every pm_* function returns for NaN or invalid input. */
 #define PM_NAN_BITS 0x7fc00000u
 
 /* e^x. x > 88.7228... -> +inf; x < -103.972... -> +0; results below
  * FLT_MIN are correctly rounded subnormals; exp(-inf) = +0. */
 float pm_expf(float x);
+/* y[i] = pm_expf(x[i] - m) for i < n (softmax's exps), vectorised. */
+void pm_expf_shifted(float *y, const float *x, float m, size_t n);
 
 /* Natural log. x < 0 (and -inf) -> NaN; +-0 -> -inf; +inf -> +inf;
  * subnormal x handled exactly; log(1) = +0. */
@@ -91,22 +95,25 @@ float pm_cosf(float x);
 
 /* GELU, tanh approximation, as GPT-2 and torch's approximate='tanh':
  *   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
- * evaluated in fp64 as x / (1 + exp(-2u)), u = sqrt(2/pi)(x + 0.044715 x^3)
- * (the same function; this form does not cancel for negative x) and
- * rounded once. Limits at infinity: gelu(+inf) = +inf, gelu(-inf) = -0
+ * evaluated in fp64 as x s, s = 0.5 (1 + tanh u) = sigmoid(2u) computed
+ * from t = exp(-2|u|) as 1/(1+t) (u >= 0) or t/(1+t) (u < 0),
+ * u = sqrt(2/pi)(x + 0.044715 x^3) (the same function; this form does not
+ * cancel for negative x), and rounded once. Limits at infinity: gelu(+inf) = +inf, gelu(-inf) = -0
  * (torch returns NaN for -inf; -0 is the limit and matches gelu(-20)). */
 float pm_gelu_tanh(float x);
 
 /* d/dx of pm_gelu_tanh (accuracy: see the caveat above):
  *   0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
- * in fp64 with 0.5(1 + tanh u) = 1/(1 + e^(-2u)) and 1 - tanh^2 u written
+ * in fp64 from the same s and 1 - s (so 1 - tanh^2 u = 4 s (1-s)), written
  * without cancellation. grad(+inf) = 1, grad(-inf) = -0 (the limits). */
 float pm_gelu_tanh_grad(float x);
 /* Both at once: returns pm_gelu_tanh(x) and stores pm_gelu_tanh_grad(x),
- * the same bits as the two calls (the same fp64 operations), with one exp
- * instead of two when u >= 0: what a training step's forward pass uses so
- * its backward pass needs no transcendental at all. */
+ * the same bits as the two calls (the same fp64 operations, one exp):
+ * what a training step's forward pass uses so its backward pass needs no
+ * transcendental at all. */
 float pm_gelu_tanh_and_grad(float x, float *grad);
+/* y[i] = pm_gelu_tanh(x[i]) and grad[i] = pm_gelu_tanh_grad(x[i]), vectorised. */
+void pm_gelu_tanh_array(float *y, float *grad, const float *x, size_t n);
 
 /* x^n for integer n by binary powering in fp64, rounded once. x^0 = 1 for
  * every x (NaN included, as C's pow); n < 0 gives 1 / x^|n| (so 0^-n is

@@ -108,6 +108,8 @@ void  xvec_add_tile(xvec_t *v, size_t offset, size_t ld, const float *tile,
  * values held in fp64 (finite, a multiple of 2^-149): one exact addition
  * per element however many terms x[i] stands for. */
 void  xvec_add_f64_exact(xvec_t *v, size_t offset, const double *x, size_t n);
+/* v[i] += x, a whole exact sum at once (element i takes its accumulator). */
+void  xvec_add_xacc(xvec_t *v, size_t i, const xacc_t *x);
 /* dst += src elementwise (same n), exactly. */
 void  xvec_merge(xvec_t *dst, const xvec_t *src);
 /* dst[dst_off + i] += src[src_off + i] for i < n: how a device folds in a

@@ -88,7 +88,8 @@ static inline void fold_flags_block(double *restrict flag, const double *restric
         flag[i] = (big < lim ? 0.0 : 1.0) + (big < 0x1p100 ? 0.0 : 1.0) + (d == 0.0 ? 0.0 : 1.0);
     }
 }
-static inline size_t fold_check(unsigned char *bad, const double *sum, const float *mx,
+/* Always inlined, so that it runs in its caller's vector width (simd.h). */
+static inline __attribute__((always_inline)) size_t fold_check(unsigned char *bad, const double *sum, const float *mx,
                                 const float *mn, size_t n, double p2) {
     size_t i = 0, count = 0;
     double flag[FOLD_BLOCK];

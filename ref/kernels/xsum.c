@@ -13,6 +13,7 @@
 #include "parity/xacc.h"
 
 #include "fold.h"
+#include "simd.h"
 
 #include <math.h>
 
@@ -43,6 +44,7 @@ static float xsum_slow(const float *x, size_t n, size_t stride) {
  * holds, fp64 addition is exact in any order, so the lanes' sum is the sum;
  * if it fails, the lanes' values are thrown away. */
 #define LANES 16
+PARITY_SIMD_CLONES
 static int fast_sum(const float *x, size_t n, size_t stride, double *out) {
     double s[LANES];
     float mx[LANES], mn[LANES];

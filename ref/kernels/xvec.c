@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "simd.h"
+
 #define SLOW_TAG 0x7ff8000000000000ULL
 #define XVEC_BLOCK 64
 
@@ -85,6 +87,7 @@ static xacc_t *make_slow(xvec_t *v, size_t i) {
  * (NaN for inf/NaN inputs) where it is not, and there sum[j] was left
  * alone. Returns whether any failed. Kept free of branches and integer
  * flags so that GCC vectorises the main loop. */
+PARITY_SIMD_CLONES
 static int twosum_block(double *restrict sum, const double *restrict b, size_t len,
                         double *restrict err) {
     if (!xacc_fast_path_enabled()) {
@@ -133,6 +136,8 @@ void xvec_add_f64_exact(xvec_t *v, size_t offset, const double *x, size_t n) {
     }
 }
 
+void xvec_add_xacc(xvec_t *v, size_t i, const xacc_t *x) { xacc_merge(make_slow(v, i), x); }
+
 void xvec_get(const xvec_t *v, size_t i, xacc_t *out) {
     if (xvec_is_slow(v, i)) {
         *out = v->slow[slow_slot(v, i)];
@@ -160,16 +165,22 @@ void xvec_merge_range(xvec_t *dst, size_t dst_off, const xvec_t *src, size_t src
 
 void xvec_merge(xvec_t *dst, const xvec_t *src) { xvec_merge_range(dst, 0, src, 0, dst->n); }
 
+/* out[i] = (float)sum[i], the exact value rounded once (a slow
+ * element's NaN tag gives a NaN, replaced by xvec_round). */
+PARITY_SIMD_CLONES
+static void round_fast(const double *restrict sum, float *restrict out, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = (float)sum[i];
+}
+
 void xvec_round(const xvec_t *v, float *out) {
     uint64_t slow = 0;
-    for (size_t i = 0; i < v->n; i++) {
-        if (xvec_is_slow(v, i)) {
-            out[i] = xacc_round_f32(&v->slow[slow_slot(v, i)]);
-            slow++;
-        } else {
-            out[i] = (float)v->sum[i]; /* exact value, rounded once */
-        }
-    }
+    round_fast(v->sum, out, v->n);
+    if (v->n_slow)
+        for (size_t i = 0; i < v->n; i++)
+            if (xvec_is_slow(v, i)) {
+                out[i] = xacc_round_f32(&v->slow[slow_slot(v, i)]);
+                slow++;
+            }
     rounded_slow += slow;
     rounded_fast += v->n - slow;
 }

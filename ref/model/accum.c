@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../kernels/fold.h"
+#include "../kernels/simd.h"
 #include "parity/error.h"
 
 #ifdef PARITY_PLAIN_SUMS
@@ -90,6 +91,7 @@ void acc_add_exact_f64(acc_t *a, size_t offset, const double *x, size_t n) {
     xvec_add_f64_exact(&a->x, offset, x, n);
 }
 
+PARITY_SIMD_CLONES
 void acc_add_rows(acc_t *a, size_t offset, const float *rows, int nrows, int width, int ld) {
     if (PLAIN || nrows <= 1) {
         for (int r = 0; r < nrows; r++)
@@ -111,10 +113,14 @@ void acc_add_rows(acc_t *a, size_t offset, const float *rows, int nrows, int wid
             n_slow++;
         }
     acc_add_exact_f64(a, offset, sum, w);
-    if (n_slow)
+    if (n_slow) /* a failed column's terms go through a superaccumulator of its own */
         for (size_t c = 0; c < w; c++)
-            if (mn[c] == -1.0f)
-                for (int r = 0; r < nrows; r++) acc_add(a, offset + c, &rows[(size_t)r * ld + c], 1);
+            if (mn[c] == -1.0f) {
+                xacc_t column;
+                xacc_init(&column);
+                for (int r = 0; r < nrows; r++) xacc_add_f32(&column, rows[(size_t)r * ld + c]);
+                xvec_add_xacc(&a->x, offset + c, &column);
+            }
     free(sum), free(mx), free(mn);
 }
 

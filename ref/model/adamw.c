@@ -5,15 +5,28 @@
  * of the optimizer state (ZeRO) computes the same two numbers. */
 #include "parity/model.h"
 
+#include <stdint.h>
+#include <string.h>
+
 #include "parity/pmath.h"
+#include "../kernels/simd.h"
 
 /* sqrt of a non-negative v/bc2. IEEE 754 requires square root to be
  * correctly rounded, so the hardware instruction gives exactly pm_sqrtf's
  * bits (pmath.h: "0 ulp, as IEEE sqrt") at a fraction of the cost of
  * pmath's portable Newton iteration; tests/test_model_config.c checks the
- * two agree bit for bit. NaN (and negative) input goes to pm_sqrtf for
- * its canonical NaN. */
-float adamw_sqrtf(float x) { return x >= 0.0f ? __builtin_sqrtf(x) : pm_sqrtf(x); }
+ * two agree bit for bit. NaN and negative input give pm_sqrtf's canonical
+ * NaN. Branch-free (with -fno-math-errno, no libm call), so the update
+ * loop vectorises. */
+static inline float sqrt_lane(float x) {
+    float nan;
+    const uint32_t bits = PM_NAN_BITS;
+    memcpy(&nan, &bits, sizeof nan);
+    float s = __builtin_sqrtf(x >= 0.0f ? x : 0.0f);
+    return x >= 0.0f ? s : nan;
+}
+
+float adamw_sqrtf(float x) { return sqrt_lane(x); }
 
 static float bias_correction(float beta, int t) {
     double pw = 1.0;
@@ -21,6 +34,7 @@ static float bias_correction(float beta, int t) {
     return (float)(1.0 - pw);
 }
 
+PARITY_SIMD_CLONES
 void adamw_update(float *p, const float *g, float *m, float *v, size_t n, int t, float lr,
                   float beta1, float beta2, float eps, float weight_decay) {
     const float bc1 = bias_correction(beta1, t), bc2 = bias_correction(beta2, t);
@@ -29,7 +43,7 @@ void adamw_update(float *p, const float *g, float *m, float *v, size_t n, int t,
         float gi = g[i];
         m[i] = beta1 * m[i] + om1 * gi;
         v[i] = beta2 * v[i] + om2 * (gi * gi);
-        float upd = (m[i] / bc1) / (adamw_sqrtf(v[i] / bc2) + eps);
+        float upd = (m[i] / bc1) / (sqrt_lane(v[i] / bc2) + eps);
         if (weight_decay != 0.0f) upd = upd + weight_decay * p[i];
         p[i] = p[i] - lr * upd;
     }

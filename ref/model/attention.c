@@ -64,7 +64,7 @@ void attention_forward(float *ctx, float *e, float *ehat, float *z, const float 
                     row[j] = row[j] * scale;
                     m = row[j] > m ? row[j] : m;
                 }
-                for (int j = 0; j <= i; j++) row[j] = pm_expf(row[j] - m);
+                pm_expf_shifted(row, row, m, (size_t)i + 1);
                 memset(row + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
                 Z[i] = sum_f32(row, (size_t)i + 1);
                 if (keep) {

@@ -31,6 +31,7 @@
 #include "parity/error.h"
 #include "parity/tile.h"
 #include "../kernels/fold.h"
+#include "../kernels/simd.h"
 
 void contract_ws_init(contract_ws_t *ws) { memset(ws, 0, sizeof *ws); }
 
@@ -135,7 +136,9 @@ static void block_partials(const job_t *j, int i0, int j0, int w, int k0, float 
 }
 
 /* The running state of the block over all K tiles. Returns the number of
- * elements that failed the certificate; their indices are in slow_idx. */
+ * elements that failed the certificate; their indices are in slow_idx.
+ * Cloned per vector width (simd.h): the fold loops are most of its time. */
+PARITY_SIMD_CLONES
 static size_t block_sums(const job_t *j, int i0, int j0, int w, contract_ws_t *ws) {
     const size_t n = (size_t)j->tm * (size_t)w;
     const int nk = j->K / j->tk;

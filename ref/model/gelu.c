@@ -4,7 +4,7 @@
 #include "parity/pmath.h"
 
 void gelu_forward(float *y, float *dydx, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] = pm_gelu_tanh_and_grad(x[i], &dydx[i]);
+    pm_gelu_tanh_array(y, dydx, x, n);
 }
 
 void gelu_backward(float *dx, const float *dy, const float *dydx, size_t n) {

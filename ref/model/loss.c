@@ -12,7 +12,7 @@
 static float softmax_terms(const float *row, int V, float *e, float *m_out) {
     float m = row[0];
     for (int j = 1; j < V; j++) m = row[j] > m ? row[j] : m;
-    for (int j = 0; j < V; j++) e[j] = pm_expf(row[j] - m);
+    pm_expf_shifted(e, row, m, (size_t)V);
     *m_out = m;
     return sum_f32(e, (size_t)V);
 }

@@ -1,0 +1,27 @@
+/* simd.h - run-time choice of vector width for hot loops (internal to ref/).
+ *
+ * PARITY_SIMD_CLONES before a function definition makes GCC/Clang compile
+ * it several times, for plain x86-64 (SSE2), AVX2 and AVX-512, and pick
+ * one when the program loads, by what the CPU has. The build stays
+ * portable (no -march), and a loop of IEEE operations gives the same bits
+ * in every clone: vectorising never reorders a floating-point reduction
+ * without -ffast-math, and -ffp-contract=off keeps fused multiply-adds
+ * out even where the target has them (I5). The clone a CPU picks is
+ * checked against scalar code: tests/test_pmath.c (array forms against
+ * the scalar functions) and the golden digests reproduced at -O0, where
+ * nothing is vectorised (tests/test_model_golden.sh).
+ *
+ * Elsewhere (another architecture or compiler) it expands to nothing. */
+#ifndef PARITY_KERNELS_SIMD_H
+#define PARITY_KERNELS_SIMD_H
+
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(PARITY_NO_SIMD_CLONES)
+#if __has_attribute(target_clones)
+#define PARITY_SIMD_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
+#endif
+#endif
+#ifndef PARITY_SIMD_CLONES
+#define PARITY_SIMD_CLONES
+#endif
+
+#endif
