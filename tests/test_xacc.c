@@ -174,6 +174,40 @@ static void test_random_sums_are_correctly_rounded(void) {
     }
 }
 
+/* xacc_add_array_f32's banded fast path (xacc.c) against term-by-term
+ * addition and the big-integer oracle: long arrays (several 2^14-term
+ * chunks) at the worst case of each exponent band (every term at the
+ * band's top, so the bin's exactness bound is tight), mixed with the
+ * band's smallest terms and both signs, and a chunk holding an infinity. */
+static void test_array_bands(void) {
+    enum { N = 40000 };
+    static float x[N];
+    for (int band = 0; band < 16; band++) {
+        int top = band * 16 + 15 < 254 ? band * 16 + 15 : 254; /* biased exponent */
+        for (int i = 0; i < N; i++) {
+            uint32_t u = (uint32_t)top << 23 | 0x7fffffu; /* largest of the band */
+            if (i % 3 == 1) u = (uint32_t)(band ? band * 16 : 0) << 23 | 1u; /* its smallest */
+            if (i % 7 == 5) u |= 0x80000000u;
+            memcpy(&x[i], &u, sizeof u);
+        }
+        if (band == 15) x[N - 5] = INFINITY; /* the last chunk takes the slow path */
+        xacc_t banded, termwise;
+        xacc_init(&banded);
+        xacc_init(&termwise);
+        xacc_add_array_f32(&banded, x, N);
+        for (int i = 0; i < N; i++) xacc_add_f32(&termwise, x[i]);
+        big_t exact;
+        big_zero(&exact);
+        for (int i = 0; i < N && band < 15; i++) big_add_float(&exact, x[i]);
+        float a = xacc_round_f32(&banded), b = xacc_round_f32(&termwise);
+        double a64 = xacc_round_f64(&banded), b64 = xacc_round_f64(&termwise);
+        CHECK(bits(a) == bits(b) && memcmp(&a64, &b64, sizeof a64) == 0,
+              "band %d: banded %a / %a, term by term %a / %a", band, a, a64, b, b64);
+        CHECK(band == 15 || is_correct_rounding(&exact, a), "band %d: %a is not the rounded sum",
+              band, a);
+    }
+}
+
 static void shuffle(float *x, int n) {
     for (int i = n - 1; i > 0; i--) {
         int j = rand_below(i + 1);
@@ -454,5 +488,6 @@ int main(void) {
     RUN(test_xvec_paths_agree);
     RUN(test_xvec_certificate_boundary);
     RUN(test_forced_carries);
+    RUN(test_array_bands);
     return harness_done();
 }

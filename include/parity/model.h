@@ -228,6 +228,7 @@ void  gpt_step_update(gpt_t *g, float lr, float grad_norm);
 struct corpus;
 typedef struct {
     float loss, lr, grad_norm;
+    double seconds; /* layouts: the step's wall time, barrier to barrier */
 } gpt_step_stats_t;
 void gpt_train_step(gpt_t *g, const struct corpus *data, int64_t step,
                     const gpt_observer_t *obs, gpt_step_stats_t *stats);

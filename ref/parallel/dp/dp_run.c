@@ -153,6 +153,7 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
     gpt_observer_t obs = {r, collect ? collect_batch : NULL, NULL, dp_unit_event};
     if (collect && r->rank == 0) dump_begin_step(run->dump, step, &sh->dump_obs);
     coll_barrier(r->group); /* the dump is ready for everyone's slices */
+    const double step_start = dp_now();
     gpt_step_begin(r->g);
     double t0 = dp_now(), comm0 = r->report->seconds_comm;
     for (int k = 0, first = r->rank * per_rank; k < accum; k++) {
@@ -192,12 +193,15 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
         coll_barrier(r->group);
         if (r->rank == 0) {
             gpt_t view = global_view(sh, r->g);
-            gpt_step_stats_t st = {loss_value, lr, norm};
+            gpt_step_stats_t st = {loss_value, lr, norm, 0.0};
             perr_t err;
             if (dump_end_step(run->dump, &view, &st, &err)) fail(sh, err.msg);
         }
     }
-    if (r->rank == 0 && run->stats) run->stats[step] = (gpt_step_stats_t){loss_value, lr, norm};
+    /* as PyTorch's DDP anchor times a step: barrier to barrier */
+    coll_barrier(r->group);
+    if (r->rank == 0 && run->stats)
+        run->stats[step] = (gpt_step_stats_t){loss_value, lr, norm, dp_now() - step_start};
 }
 
 static void device_main(device_t *dev, void *arg) {
