@@ -113,14 +113,18 @@ void acc_add_rows(acc_t *a, size_t offset, const float *rows, int nrows, int wid
             n_slow++;
         }
     acc_add_exact_f64(a, offset, sum, w);
-    if (n_slow) /* a failed column's terms go through a superaccumulator of its own */
-        for (size_t c = 0; c < w; c++)
-            if (mn[c] == -1.0f) {
-                xacc_t column;
-                xacc_init(&column);
-                for (int r = 0; r < nrows; r++) xacc_add_f32(&column, rows[(size_t)r * ld + c]);
-                xvec_add_xacc(&a->x, offset + c, &column);
-            }
+    /* a failed column's terms go through a superaccumulator of its own */
+    float *column = n_slow ? malloc((size_t)nrows * sizeof(float)) : NULL;
+    if (n_slow && !column) parity_fatal("acc_add_rows: out of memory for %d rows", nrows);
+    for (size_t c = 0; n_slow && c < w; c++)
+        if (mn[c] == -1.0f) {
+            for (int r = 0; r < nrows; r++) column[r] = rows[(size_t)r * ld + c];
+            xacc_t exact;
+            xacc_init(&exact);
+            xacc_add_array_f32(&exact, column, (size_t)nrows);
+            xvec_add_xacc(&a->x, offset + c, &exact);
+        }
+    free(column);
     free(sum), free(mx), free(mn);
 }
 
