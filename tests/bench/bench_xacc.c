@@ -72,9 +72,9 @@ int main(void) {
     printf("%-34s %10s %12s\n", "exact sum, per term", "ns/term", "x plain add");
     printf("%-34s %10.3f %12.1f\n", "plain fp32 add (not exact)", plain * 1e9, 1.0);
     printf("%-34s %10.3f %12.1f\n", "xsum_f32, fast path (fp64+cert)", fast * 1e9, fast / plain);
-    printf("%-34s %10.3f %12.1f\n", "xsum_f32, fallback (superacc)", slow * 1e9, slow / plain);
+    printf("%-34s %10.3f %12.1f\n", "xsum_f32, fallback (banded bins)", slow * 1e9, slow / plain);
     printf("%-34s %10.3f %12.1f\n", "xvec_add (TwoSum-checked fp64)", vec * 1e9, vec / plain);
-    printf("%-34s %10.3f %12.1f\n", "xacc_add_f32 (superacc)", acc1 * 1e9, acc1 / plain);
+    printf("%-34s %10.3f %12.1f\n", "xacc_add_f32 (superacc, one term)", acc1 * 1e9, acc1 / plain);
     printf("CSV,xacc,plain,%.4f\nCSV,xacc,fast,%.4f\nCSV,xacc,fallback,%.4f\n", plain * 1e9,
            fast * 1e9, slow * 1e9);
     printf("CSV,xacc,xvec,%.4f\nCSV,xacc,xacc_add,%.4f\n", vec * 1e9, acc1 * 1e9);
