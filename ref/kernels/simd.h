@@ -11,9 +11,21 @@
  * the scalar functions) and the golden digests reproduced at -O0, where
  * nothing is vectorised (tests/test_model_golden.sh).
  *
- * Elsewhere (another architecture or compiler) it expands to nothing. */
+ * Elsewhere (another architecture or compiler, ThreadSanitizer builds) it
+ * expands to nothing. */
 #ifndef PARITY_KERNELS_SIMD_H
 #define PARITY_KERNELS_SIMD_H
+
+/* ThreadSanitizer: the clone resolvers run while the program is being
+ * relocated, before TSan's runtime is up, and its instrumentation of them
+ * crashes; TSan builds use the plain loops. */
+#if defined(__SANITIZE_THREAD__)
+#define PARITY_NO_SIMD_CLONES 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define PARITY_NO_SIMD_CLONES 1
+#endif
+#endif
 
 #if defined(__x86_64__) && defined(__has_attribute) && !defined(PARITY_NO_SIMD_CLONES)
 #if __has_attribute(target_clones)
