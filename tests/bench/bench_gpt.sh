@@ -52,7 +52,7 @@ torch_run() { # label file env...
 }
 if [ -f "$anchor" ] && /usr/bin/python3 -c "import torch" 2>/dev/null; then
   torch_run "PyTorch CPU eager fp32, 1 thread (BLAS pinned)" "$tmp/torch" OPENBLAS_NUM_THREADS=1
-  torch_run "PyTorch, anchor as shipped (BLAS not pinned)" "$tmp/torch_free" PARITY_BENCH=1
+  torch_run "PyTorch, anchor as shipped (BLAS not pinned)" "$tmp/torch_free"
   t=$(sed -nE 's/.*step median=([0-9.]+) ms.*/\1/p' "$tmp/torch")
   echo "($(cut -c1-24 "$tmp/torch"))"
 else
