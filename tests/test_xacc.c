@@ -423,6 +423,65 @@ static void test_xvec_paths_agree(void) {
     xvec_free(&z);
 }
 
+/* v (+)= x by the store (claimed) or the add into zeros, then more adds. */
+static void store_or_add(int store, int form, xvec_t *v, const float *x, const double *d,
+                         const xvec_t *src, int n) {
+    CHECK(xvec_claim_zero(v) == 1, "a zeroed vector can be claimed");
+    CHECK(xvec_claim_zero(v) == 0, "a claimed vector cannot be claimed again");
+    if (!store) xvec_zero(v); /* zeros again, for the adds */
+    switch (form) {
+    case 0: (store ? xvec_store : xvec_add)(v, 0, x, (size_t)n); break;
+    case 1: (store ? xvec_store_tile : xvec_add_tile)(v, 0, 8, x, n / 8, 8, 8); break;
+    case 2: (store ? xvec_store_f64_exact : xvec_add_f64_exact)(v, 0, d, (size_t)n); break;
+    default: (store ? xvec_store_range : xvec_merge_range)(v, 0, src, 0, (size_t)n); break;
+    }
+}
+
+static void test_xvec_store_equals_add_to_zero(void) {
+    /* the store forms give a claimed vector what adding to zeros gives it,
+     * in both paths, for -0, inf, NaN and slow (NaN-tagged) source
+     * elements, and later additions see the same state */
+    enum { N = 64 };
+    float x[N], more[N];
+    double d[N];
+    fill_case(x, N, 2);
+    fill_case(more, N, 1);
+    x[0] = -0.0f, x[1] = INFINITY, x[2] = NAN, x[3] = -INFINITY, x[4] = 0x1p-149f;
+    for (int i = 0; i < N; i++) d[i] = i == 1 || i == 2 || i == 3 ? -0.0 : (double)x[i];
+    xvec_t src;
+    CHECK(xvec_init(&src, N) == 0, "alloc");
+    xvec_add(&src, 0, x, N);
+    xvec_add(&src, 0, more, N); /* some elements go slow */
+    CHECK(src.n_slow > 0, "the source should have slow elements");
+    for (int fast = 0; fast < 2; fast++)
+        for (int form = 0; form < 4; form++) {
+            xacc_set_fast_path(fast);
+            float out[2][2][N]; /* [store][before, after more adds] */
+            for (int store = 0; store < 2; store++) {
+                xvec_t v;
+                CHECK(xvec_init(&v, N) == 0, "alloc");
+                store_or_add(store, form, &v, x, d, &src, N);
+                xvec_round(&v, out[store][0]);
+                xvec_add(&v, 0, more, N);
+                xvec_round(&v, out[store][1]);
+                xvec_free(&v);
+            }
+            CHECK(memcmp(out[0], out[1], sizeof out[0]) == 0, "form %d, fast path %d", form, fast);
+        }
+    xacc_set_fast_path(1);
+    /* a vector still marked zero reads as +0 everywhere */
+    xvec_t z;
+    CHECK(xvec_init(&z, 3) == 0, "alloc");
+    float out[3] = {1.0f, 1.0f, 1.0f};
+    xvec_round(&z, out);
+    xacc_t one;
+    xvec_get(&z, 2, &one);
+    CHECK(bits(out[0]) == 0 && bits(out[2]) == 0 && bits(xacc_round_f32(&one)) == 0 &&
+              !xvec_is_slow(&z, 1), "a pending-zero vector reads as +0");
+    xvec_free(&z);
+    xvec_free(&src);
+}
+
 static void test_xvec_certificate_boundary(void) {
     /* the "certificate boundary" case of test_hard_cases, fed to xvec one
      * term at a time, and split over two vectors that are then merged; at
@@ -486,6 +545,7 @@ int main(void) {
     RUN(test_f64_exact_handover);
     RUN(test_xvec_matches_scalar_accumulators);
     RUN(test_xvec_paths_agree);
+    RUN(test_xvec_store_equals_add_to_zero);
     RUN(test_xvec_certificate_boundary);
     RUN(test_forced_carries);
     RUN(test_array_bands);

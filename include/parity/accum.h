@@ -48,6 +48,16 @@ void  acc_add_tile(acc_t *a, size_t offset, size_t ld, const float *tile, int ro
  * bits: what an fp64 sum under an exactness certificate gives). One exact
  * addition per element however many terms x[i] stands for. */
 void  acc_add_exact_f64(acc_t *a, size_t offset, const double *x, size_t n);
+/* Stores into a zero accumulator, which is faster than adding to it
+ * (no pass clearing memory, none reading it back): acc_claim_zero(a)
+ * returns 1 when a is all zeros and not yet written since acc_zero, and
+ * hands it over; the caller must then set every element once through
+ * acc_store_* before anything else reads or adds to a. Returns 0 (add as
+ * usual) otherwise, and always in the plain-sums build. */
+int   acc_claim_zero(acc_t *a);
+void  acc_store_tile(acc_t *a, size_t offset, size_t ld, const float *tile, int rows, int cols,
+                     int ldt);
+void  acc_store_exact_f64(acc_t *a, size_t offset, const double *x, size_t n);
 /* a[offset + c] += sum over r < nrows of rows[r*ld + c], c < width: column
  * sums over tokens (bias, LayerNorm gamma/beta gradients), exact, with
  * one exact addition per column when the fast path certifies the sum. */

@@ -90,6 +90,7 @@ typedef struct {
     xacc_t *slow;    /* fallback accumulators, grown on demand            */
     size_t n_slow, cap_slow;
     int owns_sum;    /* 0 when the caller provided sum[] (xvec_init_with) */
+    int zero_pending; /* every element is +0 and sum[] is not cleared yet */
 } xvec_t;
 
 /* 0 on success, -1 when memory is short. Not thread-safe: one owner. */
@@ -98,7 +99,12 @@ int   xvec_init(xvec_t *v, size_t n);
  * that accumulators count as the device's gradient memory). */
 void  xvec_init_with(xvec_t *v, size_t n, double *storage);
 void  xvec_free(xvec_t *v);
+/* Every element to +0: O(1), the clearing is deferred (see xvec.c). */
 void  xvec_zero(xvec_t *v);
+/* 1 when v is all zeros not yet written, which then becomes the caller's
+ * to fill: it must set every element once with the xvec_store_*
+ * functions before any other use of v. 0 otherwise (use the adds). */
+int   xvec_claim_zero(xvec_t *v);
 /* v[offset + i] += x[i] for i < n, exactly. */
 void  xvec_add(xvec_t *v, size_t offset, const float *x, size_t n);
 /* v[offset + r*ld + c] += tile[r*ldt + c] for r < rows, c < cols. */
@@ -108,6 +114,13 @@ void  xvec_add_tile(xvec_t *v, size_t offset, size_t ld, const float *tile,
  * values held in fp64 (finite, a multiple of 2^-149): one exact addition
  * per element however many terms x[i] stands for. */
 void  xvec_add_f64_exact(xvec_t *v, size_t offset, const double *x, size_t n);
+/* The stores: v[...] = x[...] exactly, into a claimed vector; the same
+ * arguments and results as the adds into zeros. */
+void  xvec_store(xvec_t *v, size_t offset, const float *x, size_t n);
+void  xvec_store_tile(xvec_t *v, size_t offset, size_t ld, const float *tile,
+                      int rows, int cols, int ldt);
+void  xvec_store_f64_exact(xvec_t *v, size_t offset, const double *x, size_t n);
+void  xvec_store_range(xvec_t *dst, size_t dst_off, const xvec_t *src, size_t src_off, size_t n);
 /* v[i] += x, a whole exact sum at once (element i takes its accumulator). */
 void  xvec_add_xacc(xvec_t *v, size_t i, const xacc_t *x);
 /* dst += src elementwise (same n), exactly. */

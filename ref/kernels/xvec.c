@@ -9,6 +9,14 @@
  * so they always take the accumulator, which knows their IEEE rules.
  * A slow element's sum[] slot holds a quiet NaN whose payload is the
  * accumulator's index, so no second array has to be kept or checked.
+ *
+ * Zeroing is lazy: xvec_zero only marks the vector zero. The first writer
+ * may claim it (xvec_claim_zero) and store every element once instead of
+ * adding to zeros, which saves a pass that clears 8 bytes an element and
+ * a pass that reads them back: with one microbatch per device, that is
+ * all the accumulation a weight gradient gets. Anything else that touches
+ * a vector still marked zero clears it first (ready()); readers that
+ * cannot write see zeros.
  */
 #include "parity/xacc.h"
 
@@ -52,11 +60,24 @@ void xvec_free(xvec_t *v) {
 }
 
 void xvec_zero(xvec_t *v) {
-    memset(v->sum, 0, v->n * sizeof(double)); /* all-zero bits are +0.0 */
     v->n_slow = 0;
+    v->zero_pending = 1;
 }
 
-int xvec_is_slow(const xvec_t *v, size_t i) { return v->sum[i] != v->sum[i]; }
+/* Makes sum[] hold the zeros that zero_pending stands for. */
+static void ready(xvec_t *v) {
+    if (!v->zero_pending) return;
+    memset(v->sum, 0, v->n * sizeof(double)); /* all-zero bits are +0.0 */
+    v->zero_pending = 0;
+}
+
+int xvec_claim_zero(xvec_t *v) {
+    int claimed = v->zero_pending;
+    v->zero_pending = 0;
+    return claimed;
+}
+
+int xvec_is_slow(const xvec_t *v, size_t i) { return !v->zero_pending && v->sum[i] != v->sum[i]; }
 
 static size_t slow_slot(const xvec_t *v, size_t i) {
     uint64_t u;
@@ -106,37 +127,81 @@ static int twosum_block(double *restrict sum, const double *restrict b, size_t l
     return 0;
 }
 
-static void add_run(xvec_t *v, size_t dst, const float *x, size_t n) {
+/* sum[j] = b[j] where b[j] is finite (one exact term); err[j] is NaN and
+ * sum[j] = +0 where it is not, for the caller to add through the
+ * accumulator. The store counterpart of twosum_block: + 0.0 turns -0 into
+ * +0, as adding to a zero sum would. */
+PARITY_SIMD_CLONES
+static int store_block(double *restrict sum, const double *restrict b, size_t len,
+                       double *restrict err) {
+    const double off = xacc_fast_path_enabled() ? 0.0 : 1.0; /* off: every term to its xacc */
+    for (size_t j = 0; j < len; j++) {
+        double bj = b[j], e = (bj - bj) + off; /* 0 when finite, NaN for inf/NaN */
+        err[j] = e;
+        sum[j] = e == 0.0 ? bj + 0.0 : 0.0;
+    }
+    for (size_t j = 0; j < len; j++)
+        if (err[j] != 0.0) return 1;
+    return 0;
+}
+
+/* v[dst + j] (+)= x[j]: added when store is 0, stored into a claimed
+ * vector when 1. */
+static void put_run(xvec_t *v, size_t dst, const float *x, size_t n, int store) {
     double b[XVEC_BLOCK];
     double err[XVEC_BLOCK];
+    if (!store) ready(v);
     for (size_t base = 0; base < n; base += XVEC_BLOCK) {
         size_t len = n - base < XVEC_BLOCK ? n - base : XVEC_BLOCK;
+        double *sum = v->sum + dst + base;
         for (size_t j = 0; j < len; j++) b[j] = (double)x[base + j];
-        if (twosum_block(v->sum + dst + base, b, len, err))
+        if (store ? store_block(sum, b, len, err) : twosum_block(sum, b, len, err))
             for (size_t j = 0; j < len; j++)
                 if (err[j] != 0.0) xacc_add_f32(make_slow(v, dst + base + j), x[base + j]);
     }
 }
 
-void xvec_add(xvec_t *v, size_t offset, const float *x, size_t n) { add_run(v, offset, x, n); }
-
-void xvec_add_tile(xvec_t *v, size_t offset, size_t ld, const float *tile, int rows, int cols,
-                   int ldt) {
+static void put_tile(xvec_t *v, size_t offset, size_t ld, const float *tile, int rows, int cols,
+                     int ldt, int store) {
     for (int r = 0; r < rows; r++)
-        add_run(v, offset + (size_t)r * ld, tile + (size_t)r * (size_t)ldt, (size_t)cols);
+        put_run(v, offset + (size_t)r * ld, tile + (size_t)r * (size_t)ldt, (size_t)cols, store);
 }
 
-void xvec_add_f64_exact(xvec_t *v, size_t offset, const double *x, size_t n) {
+static void put_f64_exact(xvec_t *v, size_t offset, const double *x, size_t n, int store) {
     double err[XVEC_BLOCK];
+    if (!store) ready(v);
     for (size_t base = 0; base < n; base += XVEC_BLOCK) {
         size_t len = n - base < XVEC_BLOCK ? n - base : XVEC_BLOCK;
-        if (twosum_block(v->sum + offset + base, x + base, len, err))
+        double *sum = v->sum + offset + base;
+        if (store ? store_block(sum, x + base, len, err) : twosum_block(sum, x + base, len, err))
             for (size_t j = 0; j < len; j++)
                 if (err[j] != 0.0) xacc_add_f64_exact(make_slow(v, offset + base + j), x[base + j]);
     }
 }
 
-void xvec_add_xacc(xvec_t *v, size_t i, const xacc_t *x) { xacc_merge(make_slow(v, i), x); }
+void xvec_add(xvec_t *v, size_t offset, const float *x, size_t n) { put_run(v, offset, x, n, 0); }
+void xvec_store(xvec_t *v, size_t offset, const float *x, size_t n) { put_run(v, offset, x, n, 1); }
+
+void xvec_add_tile(xvec_t *v, size_t offset, size_t ld, const float *tile, int rows, int cols,
+                   int ldt) {
+    put_tile(v, offset, ld, tile, rows, cols, ldt, 0);
+}
+void xvec_store_tile(xvec_t *v, size_t offset, size_t ld, const float *tile, int rows, int cols,
+                     int ldt) {
+    put_tile(v, offset, ld, tile, rows, cols, ldt, 1);
+}
+
+void xvec_add_f64_exact(xvec_t *v, size_t offset, const double *x, size_t n) {
+    put_f64_exact(v, offset, x, n, 0);
+}
+void xvec_store_f64_exact(xvec_t *v, size_t offset, const double *x, size_t n) {
+    put_f64_exact(v, offset, x, n, 1);
+}
+
+void xvec_add_xacc(xvec_t *v, size_t i, const xacc_t *x) {
+    ready(v);
+    xacc_merge(make_slow(v, i), x);
+}
 
 void xvec_get(const xvec_t *v, size_t i, xacc_t *out) {
     if (xvec_is_slow(v, i)) {
@@ -144,16 +209,24 @@ void xvec_get(const xvec_t *v, size_t i, xacc_t *out) {
         return;
     }
     xacc_init(out);
-    xacc_add_f64_exact(out, v->sum[i]);
+    if (!v->zero_pending) xacc_add_f64_exact(out, v->sum[i]);
 }
 
-void xvec_merge_range(xvec_t *dst, size_t dst_off, const xvec_t *src, size_t src_off, size_t n) {
+static void put_range(xvec_t *dst, size_t dst_off, const xvec_t *src, size_t src_off, size_t n,
+                      int store) {
+    if (src->zero_pending) { /* adding zeros changes nothing; storing them does */
+        if (store) memset(dst->sum + dst_off, 0, n * sizeof(double));
+        return;
+    }
+    if (!store) ready(dst);
     double err[XVEC_BLOCK];
     for (size_t base = 0; base < n; base += XVEC_BLOCK) {
         size_t len = n - base < XVEC_BLOCK ? n - base : XVEC_BLOCK;
+        double *sum = dst->sum + dst_off + base;
+        const double *b = src->sum + src_off + base;
         /* a slow source element is a NaN here, so it fails and is merged
          * below from its accumulator */
-        if (!twosum_block(dst->sum + dst_off + base, src->sum + src_off + base, len, err)) continue;
+        if (!(store ? store_block(sum, b, len, err) : twosum_block(sum, b, len, err))) continue;
         for (size_t j = 0; j < len; j++) {
             if (err[j] == 0.0) continue;
             xacc_t theirs;
@@ -161,6 +234,13 @@ void xvec_merge_range(xvec_t *dst, size_t dst_off, const xvec_t *src, size_t src
             xacc_merge(make_slow(dst, dst_off + base + j), &theirs);
         }
     }
+}
+
+void xvec_merge_range(xvec_t *dst, size_t dst_off, const xvec_t *src, size_t src_off, size_t n) {
+    put_range(dst, dst_off, src, src_off, n, 0);
+}
+void xvec_store_range(xvec_t *dst, size_t dst_off, const xvec_t *src, size_t src_off, size_t n) {
+    put_range(dst, dst_off, src, src_off, n, 1);
 }
 
 void xvec_merge(xvec_t *dst, const xvec_t *src) { xvec_merge_range(dst, 0, src, 0, dst->n); }
@@ -174,7 +254,10 @@ static void round_fast(const double *restrict sum, float *restrict out, size_t n
 
 void xvec_round(const xvec_t *v, float *out) {
     uint64_t slow = 0;
-    round_fast(v->sum, out, v->n);
+    if (v->zero_pending)
+        memset(out, 0, v->n * sizeof(float)); /* +0.0f */
+    else
+        round_fast(v->sum, out, v->n);
     if (v->n_slow)
         for (size_t i = 0; i < v->n; i++)
             if (xvec_is_slow(v, i)) {

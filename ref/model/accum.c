@@ -69,26 +69,47 @@ void acc_add(acc_t *a, size_t offset, const float *x, size_t n) {
     }
 }
 
-void acc_add_tile(acc_t *a, size_t offset, size_t ld, const float *tile, int rows, int cols,
-                  int ldt) {
+int acc_claim_zero(acc_t *a) { return PLAIN ? 0 : xvec_claim_zero(&a->x); }
+
+static void put_tile(acc_t *a, size_t offset, size_t ld, const float *tile, int rows, int cols,
+                     int ldt, int store) {
     if (PLAIN) {
         for (int r = 0; r < rows; r++)
             acc_add(a, offset + (size_t)r * ld, tile + (size_t)r * (size_t)ldt, (size_t)cols);
     } else if (ld == (size_t)cols && ldt == cols) {
         /* One contiguous run: fewer, longer vector loops. */
-        xvec_add(&a->x, offset, tile, (size_t)rows * (size_t)cols);
+        size_t n = (size_t)rows * (size_t)cols;
+        (store ? xvec_store : xvec_add)(&a->x, offset, tile, n);
     } else {
-        xvec_add_tile(&a->x, offset, ld, tile, rows, cols, ldt);
+        (store ? xvec_store_tile : xvec_add_tile)(&a->x, offset, ld, tile, rows, cols, ldt);
     }
 }
 
-void acc_add_exact_f64(acc_t *a, size_t offset, const double *x, size_t n) {
+void acc_add_tile(acc_t *a, size_t offset, size_t ld, const float *tile, int rows, int cols,
+                  int ldt) {
+    put_tile(a, offset, ld, tile, rows, cols, ldt, 0);
+}
+
+void acc_store_tile(acc_t *a, size_t offset, size_t ld, const float *tile, int rows, int cols,
+                    int ldt) {
+    put_tile(a, offset, ld, tile, rows, cols, ldt, 1);
+}
+
+static void put_exact_f64(acc_t *a, size_t offset, const double *x, size_t n, int store) {
     if (PLAIN) {
         float *p = a->plain + offset;
         for (size_t i = 0; i < n; i++) p[i] = p[i] + (float)x[i];
         return;
     }
-    xvec_add_f64_exact(&a->x, offset, x, n);
+    (store ? xvec_store_f64_exact : xvec_add_f64_exact)(&a->x, offset, x, n);
+}
+
+void acc_add_exact_f64(acc_t *a, size_t offset, const double *x, size_t n) {
+    put_exact_f64(a, offset, x, n, 0);
+}
+
+void acc_store_exact_f64(acc_t *a, size_t offset, const double *x, size_t n) {
+    put_exact_f64(a, offset, x, n, 1);
 }
 
 PARITY_SIMD_CLONES
@@ -112,7 +133,9 @@ void acc_add_rows(acc_t *a, size_t offset, const float *rows, int nrows, int wid
             mn[c] = -1.0f;
             n_slow++;
         }
-    acc_add_exact_f64(a, offset, sum, w);
+    /* a whole zero accumulator (a bias or LayerNorm gradient's first
+     * microbatch) takes the sums as they are */
+    put_exact_f64(a, offset, sum, w, offset == 0 && w == a->n && acc_claim_zero(a));
     /* a failed column's terms go through a superaccumulator of its own */
     float *column = n_slow ? malloc((size_t)nrows * sizeof(float)) : NULL;
     if (n_slow && !column) parity_fatal("acc_add_rows: out of memory for %d rows", nrows);

@@ -18,7 +18,7 @@
  * sums: each certified fp64 sum is an exact sum of fp32 terms, so it goes
  * into the open accumulator as one exact addition (acc_add_exact_f64)
  * instead of one per K tile. With a single K tile the partials go in
- * directly.
+ * directly. Into a zero accumulator the first sums are stored, not added.
  *
  * In the -DPARITY_PLAIN_SUMS diagnostic build every sum is a plain fp32
  * sum in K-tile order (accum.h), to measure what exactness costs. */
@@ -231,6 +231,11 @@ void contract_acc(contract_form_t form, int M, int N, int K, int tm, int tn, int
     const int W = block_width(N, tm, tn);
     ws_reserve(ws, (size_t)tm * (size_t)W);
     const int direct = accum_plain_sums() || K == tk;
+    /* A call that covers all of a zero accumulator stores each element's
+     * first sum instead of adding it (accum.h: acc_claim_zero); every
+     * element below is in exactly one block. */
+    const int store = offset == 0 && ld == (size_t)N && (size_t)M * (size_t)N == acc->n &&
+                      acc_claim_zero(acc);
     for (int i0 = 0; i0 < M; i0 += tm)
         for (int j0 = 0; j0 < N; j0 += W) {
             const int w = N - j0 < W ? N - j0 : W;
@@ -239,18 +244,20 @@ void contract_acc(contract_form_t form, int M, int N, int K, int tm, int tn, int
             if (direct) {
                 for (int k0 = 0; k0 < K; k0 += tk) {
                     block_partials(&job, i0, j0, w, k0, ws->partial);
-                    acc_add_tile(acc, at, ld, ws->partial, tm, w, w);
+                    (store && k0 == 0 ? acc_store_tile : acc_add_tile)(acc, at, ld, ws->partial,
+                                                                        tm, w, w);
                 }
                 continue;
             }
             size_t n_slow = block_sums(&job, i0, j0, w, ws);
             for (size_t s = 0; s < n_slow; s++) ws->sum[ws->slow_idx[s]] = 0.0;
+            void (*put)(acc_t *, size_t, const double *, size_t) =
+                store ? acc_store_exact_f64 : acc_add_exact_f64;
             if (ld == (size_t)w)
-                acc_add_exact_f64(acc, at, ws->sum, n);
+                put(acc, at, ws->sum, n);
             else
                 for (int r = 0; r < tm; r++)
-                    acc_add_exact_f64(acc, at + (size_t)r * ld, ws->sum + (size_t)r * w,
-                                      (size_t)w);
+                    put(acc, at + (size_t)r * ld, ws->sum + (size_t)r * w, (size_t)w);
             if (n_slow) /* the failed elements' partials, one by one */
                 for (int k0 = 0; k0 < K; k0 += tk) {
                     block_partials(&job, i0, j0, w, k0, ws->partial);

@@ -111,22 +111,26 @@ float *dp_grad_piece(dp_rank_t *r, int b) {
     return r->g->grads + lo;
 }
 
-/* dst[dst_off + (x - lo)] += src's open sum of flat element x, x in [lo, hi). */
+/* dst[dst_off + (x - lo)] += src's open sum of flat element x, x in [lo, hi);
+ * = instead of += when store (dst claimed, xacc.h: xvec_claim_zero). */
 static void merge_flat(xvec_t *dst, size_t dst_off, const gpt_t *src, const dp_bucket_t *bk,
-                       size_t lo, size_t hi) {
+                       size_t lo, size_t hi, int store) {
     for (int t = bk->first; t < bk->last; t++) {
         const param_info_t *pi = &src->table.info[t];
         size_t a = pi->offset > lo ? pi->offset : lo;
         size_t e = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
         if (a >= e) continue;
-        xvec_merge_range(dst, dst_off + (a - lo), &src->grad_acc[t].x, a - pi->offset, e - a);
+        (store ? xvec_store_range : xvec_merge_range)(dst, dst_off + (a - lo), &src->grad_acc[t].x,
+                                                      a - pi->offset, e - a);
     }
 }
 
-/* Resets scratch buffer k to len zero elements. */
+/* Scratch buffer k as len elements, claimed: the caller's first
+ * merge_flat over [lo, hi) stores, so no pass clears it. */
 static xvec_t *fresh(dp_rank_t *r, int k, size_t len) {
     xvec_free(&r->scratch[k]); /* drops fallback accumulators; sum[] is ours */
     xvec_init_with(&r->scratch[k], len, r->scratch_mem[k]);
+    xvec_claim_zero(&r->scratch[k]);
     return &r->scratch[k];
 }
 
@@ -136,7 +140,8 @@ static void reduce_direct(dp_rank_t *r, int b, float *out) {
     dp_piece(p, b, r->rank, &lo, &hi);
     coll_barrier(r->grad_group); /* every rank's bucket b is final */
     xvec_t *s = fresh(r, 0, hi - lo);
-    for (int q = 0; q < r->n; q++) merge_flat(s, 0, r->sh->ranks[q].g, &p->buckets[b], lo, hi);
+    for (int q = 0; q < r->n; q++)
+        merge_flat(s, 0, r->sh->ranks[q].g, &p->buckets[b], lo, hi, q == 0);
     xvec_round(s, out);
 }
 
@@ -152,9 +157,9 @@ static void reduce_ring(dp_rank_t *r, int b, float *out) {
         size_t lo, hi;
         dp_piece(p, b, c, &lo, &hi);
         s = fresh(r, step & 1, hi - lo);
-        merge_flat(s, 0, r->g, bk, lo, hi);
+        merge_flat(s, 0, r->g, bk, lo, hi, 1);
         if (step == 0)
-            merge_flat(s, 0, lr->g, bk, lo, hi);
+            merge_flat(s, 0, lr->g, bk, lo, hi, 0);
         else
             xvec_merge_range(s, 0, &lr->scratch[(step - 1) & 1], 0, hi - lo);
         coll_barrier(r->grad_group); /* my partial is ready for my right neighbour */
@@ -163,7 +168,7 @@ static void reduce_ring(dp_rank_t *r, int b, float *out) {
         size_t lo, hi;
         dp_piece(p, b, 0, &lo, &hi);
         s = fresh(r, 0, hi - lo);
-        merge_flat(s, 0, r->g, bk, lo, hi);
+        merge_flat(s, 0, r->g, bk, lo, hi, 1);
     }
     xvec_round(s, out);
 }
