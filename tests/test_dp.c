@@ -34,7 +34,7 @@ static dump_t *golden_run(void) {
         fprintf(stderr, "%s\n", err.msg);
         return NULL;
     }
-    dump_t *d = dump_new(g, 1);
+    dump_t *d = dump_new(g, DUMP_TENSORS);
     dump_add_init(d, g, &err);
     for (int s = 0; s < STEPS; s++) {
         gpt_observer_t obs = {0};
@@ -68,7 +68,7 @@ static int run_layout(const char *flags, coll_algo_t algo, int broken, int *comp
     }
     gpt_t *g;
     gpt_new(&g, &cfg, &err);
-    dump_t *d = dump_new(g, 1);
+    dump_t *d = dump_new(g, DUMP_TENSORS);
     gpt_free(g);
     dp_run_t run = {.model = cfg, .pc = pc, .steps = STEPS, .data = &corpus, .algo = algo,
                     .broken_fp32_sums = broken, .dump = d};

@@ -25,8 +25,10 @@
 
 typedef struct dump dump_t;
 
-/* keep_file: 1 to keep tensor bytes for dump_save, 0 for digests only. */
-dump_t *dump_new(const gpt_t *g, int keep_file);
+/* What a dump keeps: the tensors' bytes (for dump_save and dump_writer),
+ * their SHA-256 digests (for dump_write_digests), or both. */
+enum { DUMP_TENSORS = 1, DUMP_DIGESTS = 2 };
+dump_t *dump_new(const gpt_t *g, unsigned what);
 void    dump_free(dump_t *d);
 /* init.<param> from the model's current parameters. */
 int     dump_add_init(dump_t *d, const gpt_t *g, perr_t *err);
@@ -40,7 +42,7 @@ int     dump_save(const dump_t *d, const char *path, perr_t *err);
 int     dump_write_digests(const dump_t *d, const char *path, perr_t *err);
 /* Tensors added so far. */
 int     dump_count(const dump_t *d);
-/* The collected tensors (a dump made with keep_file), for comparing two
+/* The collected tensors (a dump made with DUMP_TENSORS), for comparing two
  * runs in memory (check.h). */
 const st_writer_t *dump_writer(const dump_t *d);
 

@@ -49,11 +49,11 @@ static int cmp_ms(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static dump_t *new_dump(const model_config_t *cfg, int keep) {
+static dump_t *new_dump(const model_config_t *cfg, unsigned what) {
     gpt_t *g;
     perr_t err;
     if (gpt_new_ex(&g, cfg, GPT_NO_OPTIMIZER, NULL, &err)) return NULL;
-    dump_t *d = dump_new(g, keep);
+    dump_t *d = dump_new(g, what);
     gpt_free(g);
     return d;
 }
@@ -74,7 +74,8 @@ int layout_train(const layout_job_t *job) {
     perr_t err;
     dump_t *dump = NULL;
     if (job->dump_path || job->digest_path) {
-        dump = new_dump(job->cfg, job->dump_path != NULL);
+        dump = new_dump(job->cfg, (job->dump_path ? DUMP_TENSORS : 0u) |
+                                      (job->digest_path ? DUMP_DIGESTS : 0u));
         if (!dump) {
             fputs("parity train: dump: out of memory\n", stderr);
             return 2;
@@ -169,7 +170,7 @@ int layout_check(const layout_job_t *job) {
     const pconfig_t *pc = &job->lo->pc;
     perr_t err;
     unsigned char *all = malloc((size_t)job->steps);
-    dump_t *golden = new_dump(job->cfg, 1), *layout = new_dump(job->cfg, 1);
+    dump_t *golden = new_dump(job->cfg, DUMP_TENSORS), *layout = new_dump(job->cfg, DUMP_TENSORS);
     gpt_t *g = NULL;
     int rc = 2;
     if (!all || !golden || !layout || gpt_new(&g, job->cfg, &err)) {

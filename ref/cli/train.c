@@ -399,7 +399,7 @@ static int train_main(int argc, char **argv, int check) {
     dump_t *dump = NULL;
     int rc = 0;
     if (dump_path || digest_path) {
-        dump = dump_new(g, dump_path != NULL);
+        dump = dump_new(g, (dump_path ? DUMP_TENSORS : 0u) | (digest_path ? DUMP_DIGESTS : 0u));
         if (!dump || dump_set_metadata(dump, "backend", tile_backend_name(tile_get_backend()), &err) ||
             dump_add_init(dump, g, &err)) {
             fprintf(stderr, "parity train: dump: %s\n", dump ? err.msg : "out of memory");

@@ -27,7 +27,8 @@ typedef struct {
 } digest_t;
 
 struct dump {
-    int keep_file;
+    int keep_file, want_digests;
+    int n_tensors;
     int B;
     st_writer_t *w;
     digest_t *dig;
@@ -45,6 +46,9 @@ static int emit(dump_t *d, const char *name, st_dtype_t dt, int ndim, const int6
                 const void *data, perr_t *err) {
     size_t bytes = st_dtype_size(dt);
     for (int i = 0; i < ndim; i++) bytes *= (size_t)shape[i];
+    d->n_tensors++;
+    if (d->keep_file && st_writer_add(d->w, name, dt, ndim, shape, data, err)) return -1;
+    if (!d->want_digests) return 0; /* hashing is most of a dump's cost */
     if (d->n_dig == d->cap_dig) {
         int cap = d->cap_dig ? 2 * d->cap_dig : 256;
         digest_t *grown = realloc(d->dig, (size_t)cap * sizeof *grown);
@@ -57,14 +61,15 @@ static int emit(dump_t *d, const char *name, st_dtype_t dt, int ndim, const int6
     if (!g->name) return perr_set(err, "dump: out of memory");
     sha256_hex(data, bytes, g->hex);
     d->n_dig++;
-    if (d->keep_file && st_writer_add(d->w, name, dt, ndim, shape, data, err)) return -1;
     return 0;
 }
 
-dump_t *dump_new(const gpt_t *g, int keep_file) {
+dump_t *dump_new(const gpt_t *g, unsigned what) {
     dump_t *d = calloc(1, sizeof *d);
     if (!d) return NULL;
+    const int keep_file = (what & DUMP_TENSORS) != 0;
     d->keep_file = keep_file;
+    d->want_digests = (what & DUMP_DIGESTS) != 0;
     d->B = g->cfg.global_batch;
     d->total = g->table.total;
     d->grads = malloc((d->total ? d->total : 1) * sizeof(float));
@@ -107,7 +112,7 @@ void dump_free(dump_t *d) {
     free(d);
 }
 
-int dump_count(const dump_t *d) { return d->n_dig; }
+int dump_count(const dump_t *d) { return d->n_tensors; }
 
 const st_writer_t *dump_writer(const dump_t *d) { return d->w; }
 
@@ -229,6 +234,7 @@ static int by_name(const void *a, const void *b) {
 }
 
 int dump_write_digests(const dump_t *d, const char *path, perr_t *err) {
+    if (!d->want_digests) return perr_set(err, "dump: created without DUMP_DIGESTS");
     digest_t *sorted = malloc(((size_t)d->n_dig + 1) * sizeof *sorted);
     if (!sorted) return perr_set(err, "dump: out of memory");
     memcpy(sorted, d->dig, (size_t)d->n_dig * sizeof *sorted);
