@@ -193,8 +193,9 @@ struct gpt {
 int  gpt_new(gpt_t **out, const model_config_t *cfg, perr_t *err);
 
 /* What a replica leaves out (a sharded parallel mode keeps its own
- * shards instead) and where its memory comes from. */
-enum { GPT_NO_PARAMS = 1, GPT_NO_GRADS = 2, GPT_NO_OPTIMIZER = 4 };
+ * shards instead; GPT_NO_INIT: parameters allocated, the caller fills
+ * them) and where its memory comes from. */
+enum { GPT_NO_PARAMS = 1, GPT_NO_GRADS = 2, GPT_NO_OPTIMIZER = 4, GPT_NO_INIT = 8 };
 struct arena;
 /* As gpt_new, with memory from `arena` (NULL: malloc) in the categories
  * params, grads (rounded gradients and the open exact sums), optimizer

@@ -145,7 +145,7 @@ int gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, arena_t *a
     g->acts.block = cv.base;
     layout_acts(&g->acts, cfg, &cv);
     contract_ws_init(&g->ws);
-    if (g->params) params_init(&g->table, cfg->seed, g->params);
+    if (g->params && !(omit & GPT_NO_INIT)) params_init(&g->table, cfg->seed, g->params);
     sacc_init(&g->loss_acc);
     *out = g;
     return 0;

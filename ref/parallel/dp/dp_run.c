@@ -75,7 +75,7 @@ static gpt_t global_view(const dp_shared_t *sh, const gpt_t *g) {
 static int setup_rank(dp_rank_t *r, device_t *dev) {
     dp_shared_t *sh = r->sh;
     const dp_plan_t *p = &sh->plan;
-    unsigned omit = 0;
+    unsigned omit = GPT_NO_INIT; /* copied from params_full below */
     if (p->stage >= 1) omit |= GPT_NO_OPTIMIZER;
     if (p->stage >= 2) omit |= GPT_NO_GRADS;
     if (p->stage >= 3) omit |= GPT_NO_PARAMS;
@@ -118,9 +118,11 @@ static int setup_rank(dp_rank_t *r, device_t *dev) {
         fail(sh, "dp: out of memory");
         return -1;
     }
-    if (p->stage == 3) {
-        /* the golden initial values (position-keyed, I3; dp_train computed
-         * them once), cut to this shard */
+    /* The golden initial values (position-keyed, I3), computed once by
+     * dp_train as DDP broadcasts rank 0's: whole, or cut to this shard. */
+    if (p->stage < 3) {
+        memcpy(r->g->params, sh->params_full, r->g->table.total * sizeof(float));
+    } else {
         for (int b = 0; b < p->nbuckets; b++) {
             size_t lo, hi;
             dp_piece(p, b, r->rank, &lo, &hi);
@@ -218,7 +220,6 @@ static void device_main(device_t *dev, void *arg) {
     if (all_ok) {
         dp_run_t *run = sh->run;
         if (run->dump && r->rank == 0) {
-            if (sh->plan.stage < 3) memcpy(sh->params_full, r->g->params, r->g->table.total * sizeof(float));
             gpt_t view = global_view(sh, r->g);
             perr_t err;
             if (dump_add_init(run->dump, &view, &err)) fail(sh, err.msg);
@@ -264,7 +265,7 @@ int dp_train(dp_run_t *run, perr_t *err) {
         perr_set(err, "dp: out of memory");
         goto out;
     }
-    if (pc->zero_stage == 3) params_init(&table, sh->cfg.seed, sh->params_full);
+    params_init(&table, sh->cfg.seed, sh->params_full);
     for (int i = 0; i < n; i++) ranks[i] = i;
     sh->group = group_create(ranks, n, "dp", err);
     if (!sh->group) goto out;
