@@ -71,6 +71,13 @@ static void test_validation(void) {
     d = c, d.layers = 0, expect_invalid(d, "layers");
     d = c, d.beta2 = 1.0f, expect_invalid(d, "beta2");
     d = c, d.vocab = 250, expect_invalid(d, "vocab");
+    /* infinities pass a plain "> 0" test; found by make fuzz */
+    d = c, d.ln_eps = INFINITY, expect_invalid(d, "ln_eps");
+    d = c, d.lr = INFINITY, expect_invalid(d, "lr");
+    d = c, d.min_lr = INFINITY, expect_invalid(d, "min_lr");
+    d = c, d.eps = INFINITY, expect_invalid(d, "eps");
+    d = c, d.weight_decay = INFINITY, expect_invalid(d, "weight_decay");
+    d = c, d.clip_grad = INFINITY, expect_invalid(d, "clip_grad");
 }
 
 static void write_file(const char *path, const char *text) {
@@ -111,6 +118,8 @@ static void test_config_files(void) {
         {"{\"hiden\": 64}", "'hiden'"},
         {"{\"tiles\": {\"token\": 4}}", "'tiles.token'"},
         {"{\"tied\": 1}", "'tied'"},
+        {"{\"ln_eps\": 1e206}", "'ln_eps': 1e+206 is beyond fp32"}, /* was inf */
+        {"{\"dropouts\": {\"hidden\": -1e39}}", "'hidden'"},
         {"{\"base\": \"gpt-nope\"}", "'base'"},
         {"[1, 2]", "object"},
     };

@@ -7,6 +7,8 @@
 #include "parity/model.h"
 
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,7 +97,11 @@ static int get_float(const json_t *obj, const char *key, const char *path, float
     if (json_type(v) != JSON_NUMBER)
         return perr_set(err, "%s: field '%s': expected a number, got %s", path, key,
                         json_type_name(json_type(v)));
-    *out = (float)json_number(v);
+    const double x = json_number(v);
+    if (!(fabs(x) <= FLT_MAX)) /* the JSON parser already refused what overflows a double */
+        return perr_set(err, "%s: field '%s': %g is beyond fp32's range (largest %g)", path, key, x,
+                        (double)FLT_MAX);
+    *out = (float)x;
     return 0;
 }
 
@@ -275,10 +281,15 @@ int model_config_validate(const model_config_t *c, perr_t *err) {
     if (!(c->attention_dropout >= 0.0f && c->attention_dropout < 1.0f))
         return perr_set(err, "dropouts.attention (--attention-dropout) = %g: expected 0 <= p < 1",
                         (double)c->attention_dropout);
-    if (!(c->ln_eps > 0.0f)) return perr_set(err, "ln_eps = %g: expected > 0", (double)c->ln_eps);
-    if (!(c->lr >= 0.0f)) return perr_set(err, "lr (--lr) = %g: expected >= 0", (double)c->lr);
-    if (!(c->min_lr >= 0.0f))
-        return perr_set(err, "min_lr (--min-lr) = %g: expected >= 0", (double)c->min_lr);
+    /* ranges below are closed to infinity too: an inf hyperparameter turns
+     * every value into inf or NaN, and its config would not read back */
+    if (!(c->ln_eps > 0.0f && isfinite(c->ln_eps)))
+        return perr_set(err, "ln_eps = %g: expected a finite value > 0", (double)c->ln_eps);
+    if (!(c->lr >= 0.0f && isfinite(c->lr)))
+        return perr_set(err, "lr (--lr) = %g: expected a finite value >= 0", (double)c->lr);
+    if (!(c->min_lr >= 0.0f && isfinite(c->min_lr)))
+        return perr_set(err, "min_lr (--min-lr) = %g: expected a finite value >= 0",
+                        (double)c->min_lr);
     if (c->warmup < 0)
         return perr_set(err, "warmup (--lr-warmup-iters) = %d: expected >= 0", c->warmup);
     if (c->decay_steps < 0)
@@ -290,13 +301,15 @@ int model_config_validate(const model_config_t *c, perr_t *err) {
     if (!(c->beta2 >= 0.0f && c->beta2 < 1.0f))
         return perr_set(err, "beta2 (--adam-beta2) = %g: expected 0 <= beta2 < 1",
                         (double)c->beta2);
-    if (!(c->eps > 0.0f))
-        return perr_set(err, "eps (--adam-eps) = %g: expected > 0", (double)c->eps);
-    if (!(c->weight_decay >= 0.0f))
-        return perr_set(err, "weight_decay (--weight-decay) = %g: expected >= 0",
+    if (!(c->eps > 0.0f && isfinite(c->eps)))
+        return perr_set(err, "eps (--adam-eps) = %g: expected a finite value > 0", (double)c->eps);
+    if (!(c->weight_decay >= 0.0f && isfinite(c->weight_decay)))
+        return perr_set(err, "weight_decay (--weight-decay) = %g: expected a finite value >= 0",
                         (double)c->weight_decay);
-    if (!(c->clip_grad >= 0.0f))
-        return perr_set(err, "clip_grad (--clip-grad) = %g: expected >= 0 (0 turns clipping off)",
+    if (!(c->clip_grad >= 0.0f && isfinite(c->clip_grad)))
+        return perr_set(err,
+                        "clip_grad (--clip-grad) = %g: expected a finite value >= 0 (0 turns "
+                        "clipping off)",
                         (double)c->clip_grad);
     /* Element counts are size_t, but tile calls take int extents. */
     if ((int64_t)c->micro_batch * c->seq_length > (1 << 24) ||
