@@ -5,6 +5,7 @@
 #   make check      run every test; ends with "N passed, N failed"
 #   make asan | tsan | ubsan   the same tests under a sanitizer
 #   make bench      benchmarks against memcpy, OpenMPI, PyTorch, OpenBLAS
+#   make fuzz       libFuzzer on the readers of untrusted input (tests/fuzz.mk)
 #
 # Sources are discovered, not listed: every ref/**/*.c goes into the
 # library except ref/cli/ (the program), every tests/test_*.c becomes one
@@ -106,6 +107,6 @@ bench: all $(BENCH_BIN)
 	BUILD=$(abspath $(BUILD)) PARITY=$(abspath $(PARITY)) bash tests/bench/run.sh
 
 clean:
-	rm -rf build build-asan build-tsan build-ubsan build-o0
+	rm -rf build build-asan build-tsan build-ubsan build-o0 build-fuzz
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
