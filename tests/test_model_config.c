@@ -119,6 +119,10 @@ static void test_config_files(void) {
         {"{\"tiles\": {\"token\": 4}}", "'tiles.token'"},
         {"{\"tied\": 1}", "'tied'"},
         {"{\"ln_eps\": 1e206}", "'ln_eps': 1e+206 is beyond fp32"}, /* was inf */
+        /* was cut to 63 bytes, splitting the last character (make fuzz) */
+        {"{\"name\": \"\\u00e9123456789012345678901234567890123456789012345678901234567890123\"}",
+         "'name': expected at most 63 bytes"},
+        {"{\"name\": \"a\\u0000b\"}", "'name'"},
         {"{\"dropouts\": {\"hidden\": -1e39}}", "'hidden'"},
         {"{\"base\": \"gpt-nope\"}", "'base'"},
         {"[1, 2]", "object"},

@@ -140,7 +140,13 @@ static int apply_json(const json_t *j, const char *path, model_config_t *c, perr
         if (!json_string(name))
             return perr_set(err, "%s: field 'name': expected a string, got %s", path,
                             json_type_name(json_type(name)));
-        snprintf(c->name, sizeof c->name, "%s", json_string(name));
+        const size_t len = json_string_len(name);
+        /* cutting a longer name could split a UTF-8 sequence and make the
+         * config's own JSON unreadable: refuse it instead */
+        if (len >= sizeof c->name || strlen(json_string(name)) != len)
+            return perr_set(err, "%s: field 'name': expected at most %zu bytes without U+0000, got %zu",
+                            path, sizeof c->name - 1, len);
+        memcpy(c->name, json_string(name), len + 1);
     }
     const json_t *tied = json_get(j, "tied");
     if (tied) {
