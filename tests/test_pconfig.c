@@ -74,6 +74,12 @@ static void test_errors_name_the_field(void) {
     expect_error("--overlap-param-gather", "overlap-param-gather: needs the distributed optimizer");
     expect_error("--zero-stage 3 --overlap-param-gather", "stage 3");
     expect_error("--no-contiguous-grad-buffer", "contiguous-grad-buffer: not supported");
+    /* a model without sequences was a division by zero (found by make fuzz) */
+    pconfig_t pc;
+    perr_t err = {{0}};
+    CHECK(parse(&pc, "--data-parallel-size 2", 0, &err) == -1 &&
+              strstr(err.msg, "global-batch-size: 0") != NULL,
+          "model batch 0: '%s'", err.msg);
 }
 
 int main(void) {

@@ -157,6 +157,9 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
     if (!(pc->bucket_cap_mb > 0.0))
         return perr_set(err, "bucket-cap-mb: expected > 0, got %g", pc->bucket_cap_mb);
     if (!pc->global_batch) pc->global_batch = model_global_batch;
+    if (pc->global_batch < 1) /* only a model without sequences gets here (flags need >= 1) */
+        return perr_set(err, "global-batch-size: %d: expected at least 1 sequence per step",
+                        pc->global_batch);
     int B = pc->global_batch, dp = pc->dp;
     if (B % dp)
         return perr_set(err, "data-parallel-size: %d does not divide the global batch of %d "
