@@ -1,5 +1,5 @@
 # fuzz.mk - `make fuzz`: libFuzzer on the readers of untrusted input (the
-# JSON parser, safetensors files, model config files), built with clang
+# JSON parser, safetensors files, model config files, layout flags), built with clang
 # under ASan and UBSan. Each target runs FUZZ_SECONDS (default 60) from
 # the seeds in tests/fuzz/seeds/<name>/; a crash or a failed property
 # (tests/fuzz/*.c) stops it with a reproducer in $(FUZZ_BUILD)/. Not part
