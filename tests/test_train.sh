@@ -32,6 +32,8 @@ fi
 
 # --- bad input ---
 expect_error "missing data file" "/nonexistent/text.txt" --model gpt-micro --data /nonexistent/text.txt
+expect_error "a directory as the data file" "not a regular file" --model gpt-micro --data "$tmp"
+expect_error "a directory as the model config" "not a regular file" --model "$tmp"
 expect_error "missing model config file" "/nonexistent/model.json" --model /nonexistent/model.json
 printf '{"base": "gpt-micro", "layers": 2,' >"$tmp/trunc.json"
 expect_error "malformed config JSON" "malformed JSON" --model "$tmp/trunc.json"

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "parity/json.h"
 
@@ -202,6 +203,11 @@ static int apply_json(const json_t *j, const char *path, model_config_t *c, perr
 int model_config_load(const char *path, model_config_t *c, perr_t *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return perr_set(err, "model config '%s': cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return perr_set(err, "model config '%s': not a regular file", path);
+    }
     char *text = NULL;
     size_t len = 0, cap = 0;
     for (;;) {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int corpus_load(corpus_t *c, const char *path, perr_t *err) {
@@ -12,7 +13,9 @@ int corpus_load(corpus_t *c, const char *path, perr_t *err) {
     snprintf(c->path, sizeof c->path, "%s", path);
     FILE *f = fopen(path, "rb");
     if (!f) return perr_set(err, "data file '%s': cannot open: %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) || ftell(f) < 0) {
+    /* a directory opens and seeks "fine" on Linux, to a huge size */
+    struct stat sb;
+    if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode) || fseek(f, 0, SEEK_END) || ftell(f) < 0) {
         fclose(f);
         return perr_set(err, "data file '%s': not a regular file", path);
     }
