@@ -69,7 +69,9 @@ typedef struct {
     size_t peak_total;
     coll_counters_t comm;        /* this rank's collective traffic */
     uint64_t exact_rs_elems;     /* elements this rank reduced exactly */
-    double seconds_compute, seconds_reduce, seconds_comm; /* wall time by phase */
+    /* wall time by phase: forward/backward, exact gradient reductions,
+     * other collectives, and the optimizer (norm, clipping, AdamW) */
+    double seconds_compute, seconds_reduce, seconds_comm, seconds_optimizer;
 } dp_device_report_t;
 
 typedef struct {

@@ -56,13 +56,15 @@ void dp_print_report(const dp_run_t *run, FILE *f) {
             ag / steps / 4 / (per > 0 ? per : 1));
     fprintf(f, "  other (loss, norm, barriers)       %10.4f MB\n", other / steps / MB);
     const dp_device_report_t *r0 = &run->reports[0];
-    double busy = r0->seconds_compute + r0->seconds_reduce + r0->seconds_comm;
-    if (busy > 0)
+    double busy = r0->seconds_compute + r0->seconds_reduce + r0->seconds_comm +
+                  r0->seconds_optimizer;
+    if (busy > 0) /* waits at barriers count in the phase that waited */
         fprintf(f, "time of device 0: compute %.1f ms, exact reductions %.1f ms (%.1f%%), "
-                   "collectives %.1f ms (%.1f%%) per step\n",
+                   "collectives %.1f ms (%.1f%%), optimizer %.1f ms (%.1f%%) per step\n",
                 1e3 * r0->seconds_compute / steps, 1e3 * r0->seconds_reduce / steps,
                 100 * r0->seconds_reduce / busy, 1e3 * r0->seconds_comm / steps,
-                100 * r0->seconds_comm / busy);
+                100 * r0->seconds_comm / busy, 1e3 * r0->seconds_optimizer / steps,
+                100 * r0->seconds_optimizer / busy);
     int accum = pc->accum_degree;
     if (z == 3)
         fprintf(f, "  formula: 3 Psi for one microbatch; here (1 + 2 x %d microbatches) Psi x (N-1)/N, "

@@ -176,7 +176,9 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
     xacc_t loss;
     coll_all_reduce(r->group, &r->g->loss_acc.x, &loss, 1, COLL_XACC, COLL_SUM);
     const float loss_value = mean_token_loss(c, xacc_round_f32(&loss));
+    double o0 = dp_now(), oc0 = r->report->seconds_comm;
     const float norm = dp_grad_norm(r);
+    r->report->seconds_optimizer += dp_now() - o0 - (r->report->seconds_comm - oc0);
     const float lr = lr_schedule(c, step);
     if (collect) {
         collect_pieces(r, sh->grads_full, 1);
@@ -186,7 +188,9 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
             sh->dump_obs.grads_ready(sh->dump_obs.ctx, &view);
         }
     }
+    o0 = dp_now(), oc0 = r->report->seconds_comm;
     dp_update(r, lr, norm);
+    r->report->seconds_optimizer += dp_now() - o0 - (r->report->seconds_comm - oc0);
     if (collect) {
         if (sh->plan.stage == 3)
             collect_pieces(r, sh->params_full, 0);
