@@ -42,7 +42,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_REQUIRE(strstr(err.msg, path) != NULL);
         return 0;
     }
-    const size_t data_len = size - 8; /* at least; the header comes first */
+    uint64_t header_len = 0; /* accepted, so size >= 8 + header_len */
+    for (int i = 7; i >= 0; i--) header_len = header_len << 8 | data[i];
+    const uint64_t data_len = size - 8 - header_len; /* the data buffer */
     for (size_t i = 0; i < st_count(f); i++) {
         const st_tensor_t *t = st_tensor(f, i);
         FUZZ_REQUIRE(t->begin <= t->end && t->end <= data_len);
