@@ -9,6 +9,7 @@
 #include "parity/check.h"
 #include "parity/dp.h"
 #include "parity/dump.h"
+#include "parity/numparse.h"
 
 void layout_opts_defaults(layout_opts_t *lo) {
     memset(lo, 0, sizeof *lo);
@@ -19,6 +20,8 @@ void layout_opts_defaults(layout_opts_t *lo) {
 
 int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *err) {
     const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if ((!strcmp(a, "--coll-algo") || !strcmp(a, "--arena-mb")) && num_flag_value(a, v, err))
+        return -1;
     if (!strcmp(a, "--coll-algo")) {
         if (v && !strcmp(v, "direct")) lo->algo = COLL_ALGO_DIRECT;
         else if (v && !strcmp(v, "ring")) lo->algo = COLL_ALGO_RING;

@@ -1,8 +1,10 @@
 /* main.c - `parity <command> ...`: dispatch to one file per command. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "commands.h"
+#include "parity/fileio.h"
 
 static void usage(FILE *f) {
     fputs("usage: parity <command> [options]\n"
@@ -14,20 +16,39 @@ static void usage(FILE *f) {
           f);
 }
 
+/* What was printed must have reached stdout: a full disk or a closed
+ * pipe is an error (exit 2), never a silent success. */
+static int finish(const char *cmd, int rc) {
+    perr_t e;
+    if (pio_check_stdout(&e)) {
+        fprintf(stderr, "parity %s: %s\n", cmd, e.msg);
+        return rc ? rc : 2;
+    }
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
     }
+    /* A file-size limit (ulimit -f) must fail a write with EFBIG, which
+     * the writers report and clean up after, not kill the process and
+     * leave a temporary file behind. */
+    signal(SIGXFSZ, SIG_IGN);
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;
     }
-    if (!strcmp(cmd, "diff")) return cmd_diff(argc - 1, argv + 1);
-    if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
-    if (!strcmp(cmd, "check")) return cmd_check(argc - 1, argv + 1);
-    fprintf(stderr, "parity: unknown command '%s'\n", cmd);
-    usage(stderr);
-    return 2;
+    int rc;
+    if (!strcmp(cmd, "diff")) rc = cmd_diff(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "train")) rc = cmd_train(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "check")) rc = cmd_check(argc - 1, argv + 1);
+    else {
+        fprintf(stderr, "parity: unknown command '%s'\n", cmd);
+        usage(stderr);
+        return 2;
+    }
+    return finish(cmd, rc);
 }

@@ -14,12 +14,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "parity/corpus.h"
 #include "layout_cli.h"
 #include "parity/dump.h"
+#include "parity/fileio.h"
 #include "parity/model.h"
+#include "parity/numparse.h"
 #include "parity/pconfig.h"
 #include "parity/tile.h"
 
@@ -92,28 +95,22 @@ static const cfg_opt_t cfg_opts[] = {
 };
 #undef OFF
 
+/* numbers: strict, with the flag named (numparse.h) */
 static int parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "parity train: %s: expected an integer in [%lld, %lld], got '%s'\n", flag,
-                lo, hi, s);
+    perr_t e;
+    if (num_parse_int(flag, s, lo, hi, out, &e)) {
+        fprintf(stderr, "parity train: %s\n", e.msg);
         return -1;
     }
-    *out = v;
     return 0;
 }
 
 static int parse_float(const char *flag, const char *s, float *out) {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end || !isfinite(v)) {
-        fprintf(stderr, "parity train: %s: expected a finite number, got '%s'\n", flag, s);
+    perr_t e;
+    if (num_parse_f32(flag, s, out, &e)) {
+        fprintf(stderr, "parity train: %s\n", e.msg);
         return -1;
     }
-    *out = v;
     return 0;
 }
 
@@ -185,6 +182,35 @@ static uint32_t bits(float f) {
     return u;
 }
 
+/* --dump and --digest: writable regular files, not the same file, and
+ * --dump-steps only with something to dump. */
+static int check_outputs(const char *dump_path, const char *digest_path, const char *dump_steps,
+                         int check) {
+    perr_t e;
+    const char *outs[2] = {dump_path, digest_path}, *flag[2] = {"--dump", "--digest"};
+    for (int k = 0; k < 2; k++)
+        if (outs[k] && pio_check_output(outs[k], flag[k], &e)) {
+            fprintf(stderr, "parity %s: %s\n", check ? "check" : "train", e.msg);
+            return -1;
+        }
+    if (dump_path && digest_path && pio_same_output(dump_path, digest_path)) {
+        fprintf(stderr, "parity %s: --dump and --digest name the same file '%s'; each needs its "
+                        "own\n",
+                check ? "check" : "train", dump_path);
+        return -1;
+    }
+    if (dump_steps && check) {
+        fprintf(stderr, "parity check: --dump-steps: the checker compares (and dumps) every step; "
+                        "use --steps\n");
+        return -1;
+    }
+    if (dump_steps && !dump_path && !digest_path) {
+        fprintf(stderr, "parity train: --dump-steps: nothing is dumped without --dump or --digest\n");
+        return -1;
+    }
+    return 0;
+}
+
 /* `parity train` (check == 0) and `parity check` (check == 1): one
  * option parser, so a layout means the same in both. */
 static int train_main(int argc, char **argv, int check) {
@@ -209,8 +235,8 @@ static int train_main(int argc, char **argv, int check) {
         }
 #define VAL(var)                                                                       \
     do {                                                                               \
-        if (!has_val) {                                                                \
-            fprintf(stderr, "parity train: %s needs a value\n", a);                    \
+        if (num_flag_value(a, has_val ? argv[i + 1] : NULL, &err)) {                   \
+            fprintf(stderr, "parity %s: %s\n", argv[0], err.msg);                       \
             return 2;                                                                  \
         }                                                                              \
         var = argv[++i];                                                               \
@@ -247,8 +273,8 @@ static int train_main(int argc, char **argv, int check) {
                 fprintf(stderr, "parity train: unknown option '%s' (see parity train --help)\n", a);
                 return 2;
             }
-            if (o->kind != OPT_TRUE && !has_val) {
-                fprintf(stderr, "parity train: %s needs a value\n", a);
+            if (o->kind != OPT_TRUE && num_flag_value(a, has_val ? argv[i + 1] : NULL, &err)) {
+                fprintf(stderr, "parity %s: %s\n", argv[0], err.msg);
                 return 2;
             }
             if (n_cfg == MAX_CFG_OPTS) {
@@ -265,12 +291,10 @@ static int train_main(int argc, char **argv, int check) {
     if (model_config_builtin(model, &cfg, &err)) {
         /* not a built-in: a config file, starting from empty shape fields */
         const char *ext = strrchr(model, '.');
-        FILE *probe = fopen(model, "rb");
-        if (!probe && !(ext && !strcmp(ext, ".json"))) {
+        if (access(model, F_OK) && !(ext && !strcmp(ext, ".json"))) {
             fprintf(stderr, "parity train: --model: %s\n", err.msg);
             return 2;
         }
-        if (probe) fclose(probe);
         model_config_builtin("gpt-tiny", &cfg, NULL);
         model_config_t empty = cfg;
         empty.vocab = empty.seq_length = empty.hidden = empty.heads = empty.layers = 0;
@@ -313,6 +337,12 @@ static int train_main(int argc, char **argv, int check) {
         fprintf(stderr, "parity %s: invalid layout: %s\n", argv[0], err.msg);
         return 2;
     }
+    if (print_config && (dump_path || digest_path || dump_steps)) {
+        fprintf(stderr, "parity %s: --print-config prints the resolved config and exits; it runs "
+                        "nothing to --dump or --digest\n",
+                argv[0]);
+        return 2;
+    }
     if (print_config) {
         char *j = model_config_json(&cfg);
         printf("%s\n", j ? j : "");
@@ -320,18 +350,9 @@ static int train_main(int argc, char **argv, int check) {
         return 0;
     }
 
-    /* output files: fail now, not after the training run */
-    const char *outs[2] = {dump_path, digest_path}, *out_flag[2] = {"--dump", "--digest"};
-    for (int k = 0; k < 2; k++) {
-        if (!outs[k]) continue;
-        FILE *f = fopen(outs[k], "ab");
-        if (!f) {
-            fprintf(stderr, "parity train: %s: %s: cannot create: %s\n", out_flag[k], outs[k],
-                    strerror(errno));
-            return 2;
-        }
-        fclose(f);
-    }
+    /* output files: fail now, not after the training run, and create
+     * nothing until the run has succeeded (fileio.h) */
+    if (check_outputs(dump_path, digest_path, dump_steps, check)) return 2;
 
     /* data */
     char default_data[4200];

@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parity/numparse.h"
+#include "parity/runtime.h"
+
 void pconfig_defaults(pconfig_t *pc) {
     memset(pc, 0, sizeof *pc);
     strcpy(pc->order, "tp-cp-ep-dp-pp");
@@ -15,12 +18,8 @@ void pconfig_defaults(pconfig_t *pc) {
 }
 
 static int parse_int(const char *flag, const char *s, int lo, int hi, int *out, perr_t *err) {
-    char *end;
-    errno = 0;
-    long v = s ? strtol(s, &end, 10) : 0;
-    if (!s || errno || end == s || *end || v < lo || v > hi)
-        return perr_set(err, "%s: expected an integer in [%d, %d], got '%s'", flag, lo, hi,
-                        s ? s : "(nothing)");
+    long long v;
+    if (num_parse_int(flag, s, lo, hi, &v, err)) return -1;
     *out = (int)v;
     return 0;
 }
@@ -59,11 +58,13 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
     for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
         if (strcmp(flag, ints[k].flag)) continue;
         if (!strcmp(flag, "--zero-stage") && val) {
-            /* a clearer message than the range for the common mistake */
+            /* a clearer message than the range for the common mistake;
+             * the digits as given (a huge number saturates strtol) */
             char *end;
+            errno = 0;
             long z = strtol(val, &end, 10);
-            if (*end == 0 && end != val && (z < 0 || z > 3))
-                return perr_set(err, "--zero-stage: unknown ZeRO stage %ld (expected 0, 1, 2 or 3)", z);
+            if (*end == 0 && end != val && (errno == ERANGE || z < 0 || z > 3))
+                return perr_set(err, "--zero-stage: unknown ZeRO stage %s (expected 0, 1, 2 or 3)", val);
         }
         if (parse_int(flag, val, ints[k].lo, ints[k].hi, ints[k].field, err)) return -1;
         pc->given |= ints[k].given;
@@ -71,16 +72,25 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
         return 1;
     }
     if (!strcmp(flag, "--rank-order")) {
-        if (!val || strlen(val) >= sizeof pc->order)
-            return perr_set(err, "--rank-order: expected an order such as tp-cp-ep-dp-pp");
+        /* the runtime's own validator: each of tp, cp, ep, dp, pp at most
+         * once; a dimension the order leaves out has size 1 */
+        rank_layout_t L;
+        perr_t why;
+        if (num_flag_value(flag, val, err)) return -1;
+        if (strlen(val) >= sizeof pc->order || layout_init(&L, val, NULL, &why))
+            return perr_set(err, "--rank-order: expected an order such as tp-cp-ep-dp-pp, got "
+                                 "'%s'%s%s",
+                            val, strlen(val) >= sizeof pc->order ? "" : ": ",
+                            strlen(val) >= sizeof pc->order ? "" : why.msg);
         strcpy(pc->order, val);
         *i += 2;
         return 1;
     }
     if (!strcmp(flag, "--bucket-cap-mb")) {
+        if (num_flag_value(flag, val, err)) return -1;
         char *end;
-        double v = val ? strtod(val, &end) : 0.0;
-        if (!val || end == val || *end || !(v > 0.0) || v > 1e6)
+        double v = strtod(val, &end);
+        if (end == val || *end || !(v > 0.0) || v > 1e6)
             return perr_set(err, "--bucket-cap-mb: expected a size in MB > 0, got '%s'",
                             val ? val : "(nothing)");
         pc->bucket_cap_mb = v;
@@ -88,6 +98,7 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
         return 1;
     }
     if (!strcmp(flag, "--dtype") || !strcmp(flag, "--grad-sync-dtype")) {
+        if (num_flag_value(flag, val, err)) return -1;
         if (parse_dtype(flag, val, flag[2] == 'd' ? &pc->dtype : &pc->grad_sync_dtype, err))
             return -1;
         *i += 2;

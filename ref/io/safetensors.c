@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "parity/fileio.h"
 #include "parity/json.h"
 
 /* ---- dtypes ------------------------------------------------------------ */
@@ -373,9 +374,8 @@ st_file_t *st_open(const char *path, perr_t *err) {
         perr_set(err, "%s: out of memory", path);
         return NULL;
     }
-    FILE *fp = fopen(path, "rb");
+    FILE *fp = pio_open_input(path, "safetensors file", NULL, err);
     if (!fp) {
-        perr_set(err, "%s: cannot open: %s", path, strerror(errno));
         st_close(f);
         return NULL;
     }
@@ -666,22 +666,17 @@ int st_writer_save(const st_writer_t *w, const char *path, perr_t *err) {
         return perr_set(err, "%s: header would be %zu bytes, over the format's limit of %llu", path, hlen,
                         ST_MAX_HEADER);
     }
-    FILE *fp = fopen(path, "wb");
-    if (!fp) {
+    /* all or nothing: a temporary file renamed over the target (fileio.h) */
+    pio_out_t out;
+    if (pio_out_open(&out, path, "safetensors file", err)) {
         free(hdr);
-        return perr_set(err, "%s: cannot create: %s", path, strerror(errno));
+        return -1;
     }
     uint8_t len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
-    int ok = fwrite(len8, 1, 8, fp) == 8 && fwrite(hdr, 1, hlen, fp) == hlen;
+    int ok = fwrite(len8, 1, 8, out.f) == 8 && fwrite(hdr, 1, hlen, out.f) == hlen;
     for (size_t i = 0; ok && i < w->n; i++)
-        ok = w->e[i].nbytes == 0 || fwrite(w->e[i].data, 1, (size_t)w->e[i].nbytes, fp) == w->e[i].nbytes;
-    int saved_errno = errno;
-    if (fclose(fp)) ok = 0, saved_errno = errno;
+        ok = w->e[i].nbytes == 0 || fwrite(w->e[i].data, 1, (size_t)w->e[i].nbytes, out.f) == w->e[i].nbytes;
     free(hdr);
-    if (!ok) {
-        remove(path); /* never leave a truncated file behind */
-        return perr_set(err, "%s: write failed: %s", path, strerror(saved_errno));
-    }
-    return 0;
+    return pio_out_commit(&out, err); /* sees the stream's error flag */
 }

@@ -14,7 +14,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "parity/fileio.h"
 #include "parity/json.h"
+#include "parity/numparse.h"
 
 /* Shared optimizer and dropout settings of the built-ins (the lead's
  * issue #3 notes): AdamW 0.9/0.95, warm-up 2 then cosine to lr/10. */
@@ -98,12 +100,9 @@ static int get_float(const json_t *obj, const char *key, const char *path, float
     if (json_type(v) != JSON_NUMBER)
         return perr_set(err, "%s: field '%s': expected a number, got %s", path, key,
                         json_type_name(json_type(v)));
-    const double x = json_number(v);
-    if (!(fabs(x) <= FLT_MAX)) /* the JSON parser already refused what overflows a double */
-        return perr_set(err, "%s: field '%s': %g is beyond fp32's range (largest %g)", path, key, x,
-                        (double)FLT_MAX);
-    *out = (float)x;
-    return 0;
+    char what[300];
+    snprintf(what, sizeof what, "%s: field '%s'", path, key);
+    return num_to_f32(what, json_number(v), out, err);
 }
 
 static int check_keys(const json_t *obj, const char *const *allowed, const char *where,
@@ -201,13 +200,8 @@ static int apply_json(const json_t *j, const char *path, model_config_t *c, perr
 }
 
 int model_config_load(const char *path, model_config_t *c, perr_t *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return perr_set(err, "model config '%s': cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return perr_set(err, "model config '%s': not a regular file", path);
-    }
+    FILE *f = pio_open_input(path, "model config", NULL, err);
+    if (!f) return -1;
     char *text = NULL;
     size_t len = 0, cap = 0;
     for (;;) {
@@ -304,6 +298,12 @@ int model_config_validate(const model_config_t *c, perr_t *err) {
                         (double)c->min_lr);
     if (c->warmup < 0)
         return perr_set(err, "warmup (--lr-warmup-iters) = %d: expected >= 0", c->warmup);
+    /* the warm-up computes lr * (step + 1) in fp32 before dividing by
+     * the warm-up length (MODEL.md), so that product must stay finite */
+    if (c->warmup > 0 && !isfinite(c->lr * (float)c->warmup))
+        return perr_set(err, "lr (--lr) = %g: lr x warmup (--lr-warmup-iters %d) overflows fp32 in "
+                             "the warm-up schedule; expected lr <= %g",
+                        (double)c->lr, c->warmup, (double)(FLT_MAX / (float)c->warmup));
     if (c->decay_steps < 0)
         return perr_set(err, "decay_steps (--lr-decay-iters) = %d: expected >= 0",
                         c->decay_steps);

@@ -1,5 +1,6 @@
 /* data.c - byte-level samples of a text file (corpus.h). */
 #include "parity/corpus.h"
+#include "parity/fileio.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -11,20 +12,13 @@
 int corpus_load(corpus_t *c, const char *path, perr_t *err) {
     memset(c, 0, sizeof *c);
     snprintf(c->path, sizeof c->path, "%s", path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return perr_set(err, "data file '%s': cannot open: %s", path, strerror(errno));
-    /* a directory opens and seeks "fine" on Linux, to a huge size */
-    struct stat sb;
-    if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode) || fseek(f, 0, SEEK_END) || ftell(f) < 0) {
-        fclose(f);
-        return perr_set(err, "data file '%s': not a regular file", path);
-    }
-    long len = ftell(f);
-    rewind(f);
+    long long len;
+    FILE *f = pio_open_input(path, "data file", &len, err);
+    if (!f) return -1;
     c->bytes = malloc(len > 0 ? (size_t)len : 1);
     if (!c->bytes) {
         fclose(f);
-        return perr_set(err, "data file '%s': out of memory for %ld bytes", path, len);
+        return perr_set(err, "data file '%s': out of memory for %lld bytes", path, len);
     }
     c->n = fread(c->bytes, 1, (size_t)len, f);
     int bad = ferror(f) || c->n != (size_t)len;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parity/fileio.h"
 #include "parity/sha256.h"
 
 typedef struct {
@@ -239,13 +240,12 @@ int dump_write_digests(const dump_t *d, const char *path, perr_t *err) {
     if (!sorted) return perr_set(err, "dump: out of memory");
     memcpy(sorted, d->dig, (size_t)d->n_dig * sizeof *sorted);
     qsort(sorted, (size_t)d->n_dig, sizeof *sorted, by_name);
-    FILE *f = fopen(path, "w");
-    if (!f) {
+    pio_out_t out; /* all or nothing (fileio.h) */
+    if (pio_out_open(&out, path, "digest file", err)) {
         free(sorted);
-        return perr_set(err, "digest file '%s': cannot create", path);
+        return -1;
     }
-    for (int i = 0; i < d->n_dig; i++) fprintf(f, "%s  %s\n", sorted[i].hex, sorted[i].name);
+    for (int i = 0; i < d->n_dig; i++) fprintf(out.f, "%s  %s\n", sorted[i].hex, sorted[i].name);
     free(sorted);
-    if (fclose(f)) return perr_set(err, "digest file '%s': write error", path);
-    return 0;
+    return pio_out_commit(&out, err);
 }

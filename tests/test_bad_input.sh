@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# test_bad_input.sh - nothing lost, nothing hangs, nothing misreported.
+#
+# Every case runs the `parity` program on bad input in a private work
+# directory and requires: a non-zero exit that is not a signal, no hang
+# (each run has a time limit), a message naming the file, flag or field,
+# and a work directory exactly as it was (no partial or temporary file,
+# every pre-existing file byte-identical, device nodes and FIFOs still
+# there). A full disk is simulated with a file-size limit (ulimit -f),
+# and device nodes are private ones made in the temporary directory:
+# the test never touches a real device.
+# Ends with "RESULT test_bad_input.sh: N passed, M failed".
+set -u
+PARITY=${PARITY:-build/parity}
+PARITY=$(cd "$(dirname "$PARITY")" && pwd)/$(basename "$PARITY")
+cd "$(dirname "$0")/.."
+root=$(pwd)
+tmp=$(mktemp -d /tmp/parity-bad-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+w=$tmp/work
+mkdir -p "$w"
+passed=0; failed=0
+ok()   { passed=$((passed + 1)); echo "ok      $1"; }
+fail() { failed=$((failed + 1)); echo "not ok  $1"; shift; for l in "$@"; do echo "  $l"; done; }
+
+# The state of the work directory: every entry with its type, and the
+# SHA-256 of every regular file.
+snapshot() {
+  (cd "$w" && find . -mindepth 1 -printf '%y %p %l\n' | sort
+   cd "$w" && find . -type f -exec sha256sum {} + | sort -k2)
+}
+
+# refuse NAME PATTERN [FSIZE_KB] -- COMMAND...: run in $w with a 30 s limit
+# (and a file-size limit when FSIZE_KB is given).
+refuse() {
+  local name=$1 pat=$2 fsize=unlimited
+  shift 2
+  if [ "$1" != "--" ]; then fsize=$1; shift; fi
+  shift
+  local before; before=$(snapshot)
+  # stderr through a pipe: the file-size limit must not cut the message
+  (cd "$w" && ulimit -f "$fsize" && exec timeout 30 "$@" 2>&1 >"$tmp/out") | cat >"$tmp/err"
+  local rc=${PIPESTATUS[0]}
+  local after; after=$(snapshot)
+  if [ "$rc" -eq 0 ]; then fail "$name" "exit 0, expected a refusal" "$(tail -3 "$tmp/out")"; return; fi
+  if [ "$rc" -eq 124 ]; then fail "$name" "hung (killed after 30 s)"; return; fi
+  if [ "$rc" -ge 128 ]; then fail "$name" "killed by signal $((rc - 128))" "$(tail -3 "$tmp/err")"; return; fi
+  if ! grep -qE -- "$pat" "$tmp/err"; then fail "$name" "message does not match /$pat/:" "$(cat "$tmp/err")"; return; fi
+  if [ "$before" != "$after" ]; then
+    fail "$name" "the work directory changed:" "$(diff <(echo "$before") <(echo "$after") | head -8)"
+    return
+  fi
+  ok "$name  ($(head -1 "$tmp/err" | cut -c1-150))"
+}
+
+P="$PARITY"
+T="$P train --model gpt-micro --steps 1 --quiet"
+
+# --- fixtures: a good dump and digest list to protect, private nodes -------
+if ! $T --dump "$w/good.st" --digest "$w/good.sha256" >/dev/null 2>"$tmp/err"; then
+  fail "fixture: a good dump" "$(cat "$tmp/err")"
+fi
+mkfifo "$w/fifo"
+mknod "$w/full" c 1 7 2>/dev/null || mkfifo "$w/full" # /dev/full's numbers; a FIFO if mknod is refused
+ln -s full "$w/link-to-node"
+ln -s good.st "$w/link-to-good"
+mkdir "$w/dir"
+printf 'text' >"$w/plain"
+printf '{"base": "gpt-micro", "lr": 1e-300}' >"$w/tiny-lr.json"
+printf '{"base": "gpt-micro", "lr": 1e39}' >"$w/huge-lr.json"
+printf '{"base": "gpt-micro", "adam": ' >"$w/trunc.json"
+head -c 100 "$w/good.st" >"$w/trunc.st" 2>/dev/null
+
+# --- outputs: never a device node, never a partial file, never lose the old one
+refuse "--dump onto a device node is refused and the node stays" "not a regular file|character device|FIFO" -- $T --dump "$w/full"
+refuse "--digest onto a device node" "character device|FIFO" -- $T --digest "$w/full"
+refuse "--dump through a symlink to a device node" "links to .*(character device|FIFO)" -- $T --dump "$w/link-to-node"
+refuse "--dump onto a FIFO" "FIFO" -- $T --dump "$w/fifo"
+refuse "--dump onto a directory" "directory" -- $T --dump "$w/dir"
+refuse "--dump into a missing directory" "directory '$w/nodir' does not exist" -- $T --dump "$w/nodir/x.st"
+refuse "--dump under a regular file" "plain/x.st.*Not a directory" -- $T --dump "$w/plain/x.st"
+refuse "--dump with an empty name" "empty file name" -- $T --dump ""
+refuse "--dump naming a directory with a trailing slash" "names a directory" -- $T --dump "$w/dir/"
+refuse "a full disk keeps the previous dump intact" "--dump|safetensors file.*(File too large|write failed)" 16 -- $T --dump "$w/good.st"
+refuse "a full disk through a symlink keeps the linked dump" "write failed" 16 -- $T --dump "$w/link-to-good"
+refuse "a full disk leaves no new dump" "write failed" 16 -- $T --dump "$w/new.st"
+refuse "a full disk keeps the previous digest list" "digest file.*write failed" 1 -- $T --digest "$w/good.sha256"
+refuse "a full disk leaves no new digest list" "digest file.*write failed" 1 -- $T --digest "$w/new.sha256"
+refuse "a failed run (missing data) creates no dump" "missing.txt" -- $T --dump "$w/new.st" --data "$w/missing.txt"
+refuse "a failed run (bad config) creates no digest list" "num-layers" -- $T --digest "$w/new.sha256" --num-layers 0
+refuse "--dump and --digest naming one file" "same file" -- $T --dump "$w/x" --digest "$w/x"
+refuse "--dump and --digest naming one file two ways" "same file" -- $T --dump "$w/x" --digest "$w/./dir/../x"
+refuse "--dump and --digest, one through a symlink" "same file" -- $T --dump "$w/good.st" --digest "$w/link-to-good"
+refuse "--print-config to a full stdout" "standard output" 0 -- $T --print-config
+refuse "train's step lines to a full stdout" "standard output" 0 -- $P train --model gpt-micro --steps 2
+refuse "diff's table to a full stdout" "standard output" 0 -- $P diff "$w/good.st" "$w/good.st"
+if [ -c "$w/full" ]; then
+  refuse "--print-config into a private /dev/full node" "No space left" -- sh -c "exec $T --print-config > '$w/full'"
+fi
+refuse "--print-config with --dump" "print-config" -- $T --print-config --dump "$w/x.st"
+refuse "check --dump-steps" "dump-steps" -- $P check --model gpt-micro --steps 1 --dump-steps 0
+refuse "--dump-steps without --dump" "--dump-steps: nothing is dumped" -- $T --dump-steps 0
+refuse "check --dump onto a device node" "character device|FIFO" -- $P check --model gpt-micro --steps 1 --dump "$w/full"
+
+# --- flags: a flag is never a value, every value in range, every flag used
+refuse "--dump followed by a flag" "--dump needs a value, got the flag '--quiet'" -- $P train --model gpt-micro --steps 1 --dump --quiet
+refuse "--digest followed by a flag" "--digest needs a value" -- $P train --model gpt-micro --digest --steps 1
+refuse "--data followed by a flag" "--data needs a value" -- $P train --data --model gpt-micro
+refuse "--model followed by a flag" "--model needs a value" -- $P train --model --quiet
+refuse "--steps followed by a flag" "--steps needs a value" -- $P train --model gpt-micro --steps --quiet
+refuse "--num-layers followed by a flag" "--num-layers needs a value" -- $P train --model gpt-micro --num-layers --quiet
+refuse "--lr followed by a flag" "--lr needs a value" -- $P train --model gpt-micro --lr --quiet
+refuse "--data-parallel-size followed by a flag" "--data-parallel-size needs a value" -- $P train --model gpt-micro --data-parallel-size --zero-stage 1
+refuse "--coll-algo followed by a flag" "--coll-algo needs a value" -- $P check --model gpt-micro --coll-algo --quiet
+refuse "--arena-mb followed by a flag" "--arena-mb needs a value" -- $P check --model gpt-micro --arena-mb --quiet
+refuse "--rank-order followed by a flag" "--rank-order needs a value" -- $P train --model gpt-micro --rank-order --quiet
+refuse "--bucket-cap-mb followed by a flag" "--bucket-cap-mb needs a value" -- $P train --model gpt-micro --bucket-cap-mb --quiet
+refuse "--rank-order with an unknown dimension" "--rank-order.*'foo'.*unknown dimension" -- $T --rank-order foo
+refuse "--rank-order with a repeated dimension" "--rank-order.*appears twice" -- $T --rank-order tp-dp-tp
+refuse "--rank-order too long" "--rank-order" -- $T --rank-order tp-cp-ep-dp-pp-tp-cp-ep-dp-pp-tp
+refuse "--lr underflowing fp32" "--lr.*underflows fp32" -- $T --lr 1e-50
+refuse "--adam-eps subnormal in fp32" "--adam-eps.*underflows fp32" -- $T --adam-eps 1e-40
+refuse "--lr beyond fp32" "--lr.*beyond fp32" -- $T --lr 1e39
+refuse "--lr beyond a double" "--lr.*beyond fp32" -- $T --lr 1e400
+refuse "--lr that overflows the warm-up" "lr x warmup.*overflows fp32" -- $T --lr 3e38
+refuse "--hidden-dropout nan" "--hidden-dropout.*not a finite" -- $T --hidden-dropout nan
+refuse "--weight-decay inf" "--weight-decay.*not a finite" -- $T --weight-decay inf
+refuse "--zero-stage beyond int64" "unknown ZeRO stage 99999999999999999999 " -- $T --zero-stage 99999999999999999999
+refuse "--zero-stage 4" "unknown ZeRO stage 4" -- $T --zero-stage 4
+refuse "--num-layers beyond int32" "--num-layers: '99999999999' is out of range" -- $T --num-layers 99999999999
+refuse "--seed negative" "--seed: '-1' is out of range" -- $T --seed -1
+refuse "--seed beyond 2^53" "--seed.*out of range" -- $T --seed 99999999999999999999
+refuse "--steps 0" "--steps.*out of range" -- $P train --model gpt-micro --steps 0
+refuse "--steps with trailing junk" "--steps: expected an integer" -- $P train --model gpt-micro --steps 3x
+refuse "--data-parallel-size beyond int64" "--data-parallel-size.*out of range" -- $T --data-parallel-size 99999999999999999999
+refuse "--arena-mb negative" "--arena-mb" -- $P check --model gpt-micro --arena-mb -5
+refuse "--bucket-cap-mb zero" "--bucket-cap-mb" -- $T --data-parallel-size 2 --bucket-cap-mb 0
+refuse "--lr-warmup-iters negative" "lr-warmup-iters" -- $T --lr-warmup-iters -1
+refuse "--global-batch-size 0" "global_batch \(--global-batch-size\) = 0" -- $T --global-batch-size 0
+refuse "--data-parallel-size not dividing the batch" "data-parallel-size: 3 does not divide" -- $T --data-parallel-size 3
+refuse "--world-size not dividing into the degrees" "world-size" -- $T --world-size 3 --data-parallel-size 2
+refuse "--accum-degree above the sequences per rank" "accum-degree: 9" -- $T --accum-degree 9
+refuse "--micro-batch-size contradicting --accum-degree" "micro-batch-size: 1 contradicts" -- $T --accum-degree 2 --micro-batch-size 1
+refuse "--dtype bf16 (not yet)" "dtype: bf16 is not yet supported" -- $T --dtype bf16
+refuse "--overlap-param-gather at ZeRO-0" "overlap-param-gather" -- $T --data-parallel-size 2 --overlap-param-gather
+refuse "an unknown flag" "unknown option '--frobnicate'" -- $T --frobnicate
+refuse "diff --max-rows followed by a flag" "--max-rows" -- $P diff "$w/good.st" "$w/good.st" --max-rows --quiet
+refuse "diff with one operand" "usage|two files" -- $P diff "$w/good.st"
+
+# --- input files: checked before a byte is read, FIFOs never block
+refuse "--model a FIFO with no writer" "model config '$w/fifo': not a regular file \(a FIFO\)" -- $P train --model "$w/fifo"
+refuse "--data a FIFO with no writer" "data file '$w/fifo': not a regular file \(a FIFO\)" -- $P train --model gpt-micro --data "$w/fifo"
+refuse "diff operand a FIFO with no writer" "'$w/fifo': not a regular file \(a FIFO\)" -- $P diff "$w/fifo" "$w/good.st"
+refuse "diff second operand a FIFO" "'$w/fifo': not a regular file" -- $P diff "$w/good.st" "$w/fifo"
+refuse "--data a device node" "data file.*character device|FIFO" -- $P train --model gpt-micro --data "$w/full"
+refuse "--data a symlink to a device node" "data file.*(character device|FIFO)" -- $P train --model gpt-micro --data "$w/link-to-node"
+refuse "--model a device node" "model config.*(character device|FIFO)" -- $P train --model "$w/full"
+refuse "--model a directory" "not a regular file \(a directory\)" -- $P train --model "$w/dir"
+refuse "diff of a directory" "a directory" -- $P diff "$w/dir" "$w/good.st"
+refuse "diff of a truncated dump" "trunc.st" -- $P diff "$w/trunc.st" "$w/good.st"
+refuse "config lr underflowing fp32" "field 'lr'.*underflows fp32" -- $P train --model "$w/tiny-lr.json" --steps 1
+refuse "config lr beyond fp32" "field 'lr'.*beyond fp32" -- $P train --model "$w/huge-lr.json" --steps 1
+refuse "config JSON cut short" "malformed JSON" -- $P train --model "$w/trunc.json"
+
+# --- what must still work ---------------------------------------------------
+if (cd "$w" && $T --dump "$w/link-to-good" >/dev/null 2>"$tmp/err") && [ -L "$w/link-to-good" ] \
+   && "$P" diff --quiet "$w/good.st" "$w/link-to-good" >/dev/null; then
+  ok "--dump through a symlink replaces the linked file and keeps the link"
+else
+  fail "--dump through a symlink replaces the linked file and keeps the link" "$(cat "$tmp/err")"
+fi
+chmod 0640 "$w/good.st"
+if $T --dump "$w/good.st" >/dev/null 2>"$tmp/err" && [ "$(stat -c %a "$w/good.st")" = 640 ] \
+   && [ -z "$(find "$w" -name '.*tmp*')" ]; then
+  ok "a replaced dump keeps its permissions and no temporary file remains"
+else
+  fail "a replaced dump keeps its permissions and no temporary file remains" "$(ls -la "$w")" "$(cat "$tmp/err")"
+fi
+if [ -p "$w/fifo" ] && { [ -c "$w/full" ] || [ -p "$w/full" ]; }; then
+  ok "the private FIFO and device node survived every case"
+else
+  fail "the private FIFO and device node survived every case" "$(ls -la "$w")"
+fi
+
+echo "RESULT test_bad_input.sh: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
