@@ -1,0 +1,145 @@
+/* test_placement.c - the device grid (grid.h) and placements
+ * (placement.h): blocks, runs, reassembly, replicas, errors. */
+#include <stdint.h>
+
+#include "harness.h"
+#include "parity/coll.h"
+#include "parity/grid.h"
+#include "parity/placement.h"
+
+/* Every device of a tp=2 x dp=3 x pp=2 grid: its coordinates match the
+ * order (tp fastest), and an all-reduce of world ranks over each of its
+ * groups gives the sum over exactly the ranks that share the other axes. */
+typedef struct {
+    const grid_t *G;
+    int bad;
+} grid_run_t;
+
+static void grid_device_main(device_t *dev, void *arg) {
+    grid_run_t *r = arg;
+    grid_device_t d = grid_device(r->G, dev->rank);
+    int tp = d.coord[GRID_TP], dp = d.coord[GRID_DP], pp = d.coord[GRID_PP];
+    if (dev->rank != tp + 2 * dp + 6 * pp) __atomic_add_fetch(&r->bad, 1, __ATOMIC_RELAXED);
+    int64_t mine = dev->rank, sum;
+    coll_all_reduce(d.group[GRID_TP], &mine, &sum, 1, COLL_I64, COLL_SUM);
+    if (sum != (2 * dp + 6 * pp) * 2 + 1) __atomic_add_fetch(&r->bad, 1, __ATOMIC_RELAXED);
+    coll_all_reduce(d.group[GRID_DP], &mine, &sum, 1, COLL_I64, COLL_SUM);
+    if (sum != (tp + 6 * pp) * 3 + 2 * (0 + 1 + 2)) __atomic_add_fetch(&r->bad, 1, __ATOMIC_RELAXED);
+    coll_all_reduce(d.group[GRID_CP], &mine, &sum, 1, COLL_I64, COLL_SUM);
+    if (sum != mine) __atomic_add_fetch(&r->bad, 1, __ATOMIC_RELAXED);
+    coll_all_reduce(r->G->all, &mine, &sum, 1, COLL_I64, COLL_SUM);
+    if (sum != 66) __atomic_add_fetch(&r->bad, 1, __ATOMIC_RELAXED);
+    int want_prev = pp ? dev->rank - 6 : -1, want_next = pp ? -1 : dev->rank + 6;
+    if (d.pp_prev != want_prev || d.pp_next != want_next) __atomic_add_fetch(&r->bad, 1, __ATOMIC_RELAXED);
+}
+
+static void test_grid_groups(void) {
+    grid_t G;
+    perr_t e;
+    int sizes[GRID_NAXES] = {2, 1, 1, 3, 2};
+    CHECK(grid_init(&G, "tp-cp-ep-dp-pp", sizes, &e) == 0, "%s", e.msg);
+    CHECK(G.world == 12, "world %d", G.world);
+    grid_run_t r = {&G, 0};
+    CHECK(devices_run(G.world, 0, grid_device_main, &r, &e) == 0, "%s", e.msg);
+    CHECK(r.bad == 0, "%d wrong coordinates or group sums", r.bad);
+    grid_free(&G);
+}
+
+/* Another order puts dp first: rank 1 is then dp coordinate 1. */
+static void test_grid_order(void) {
+    grid_t G;
+    perr_t e;
+    int sizes[GRID_NAXES] = {2, 1, 1, 2, 1};
+    CHECK(grid_init(&G, "dp-tp", sizes, &e) == 0, "%s", e.msg);
+    grid_device_t d = grid_device(&G, 1);
+    CHECK(d.coord[GRID_DP] == 1 && d.coord[GRID_TP] == 0, "dp %d tp %d", d.coord[GRID_DP],
+          d.coord[GRID_TP]);
+    grid_free(&G);
+    int bad[GRID_NAXES] = {2, 1, 1, 1, 1};
+    CHECK(grid_init(&G, "dp-pp", bad, &e) != 0 && strstr(e.msg, "tp"),
+          "an axis > 1 the order leaves out: '%s'", e.msg);
+    bad[GRID_TP] = 0;
+    CHECK(grid_init(&G, "tp-dp", bad, &e) != 0 && strstr(e.msg, "tp"), "size 0: '%s'", e.msg);
+}
+
+static void test_block_and_runs(void) {
+    /* W [6, 8] cut along axis 1 over tp=2 (row-parallel), align 2 */
+    int64_t shape[2] = {6, 8};
+    placement_t p = placement_cut(placement_replicated(2, shape), 1, GRID_TP, 2);
+    int sizes[GRID_NAXES] = {2, 1, 1, 1, 1}, coord[GRID_NAXES] = {1, 0, 0, 0, 0};
+    perr_t e;
+    CHECK(placement_check(&p, sizes, "w", &e) == 0, "%s", e.msg);
+    int64_t lo[PL_MAX_DIMS], ext[PL_MAX_DIMS];
+    placement_block(&p, sizes, coord, lo, ext);
+    CHECK(lo[0] == 0 && lo[1] == 4 && ext[0] == 6 && ext[1] == 4, "block %lld,%lld +%lld,%lld",
+          (long long)lo[0], (long long)lo[1], (long long)ext[0], (long long)ext[1]);
+    CHECK(placement_local_numel(&p, sizes) == 24, "numel %zu", placement_local_numel(&p, sizes));
+    float global[48], local[24], back[48];
+    for (int i = 0; i < 48; i++) global[i] = (float)i;
+    placement_take(&p, sizes, coord, global, local);
+    CHECK(local[0] == 4.0f && local[3] == 7.0f && local[4] == 12.0f && local[23] == 47.0f,
+          "take: %g %g %g %g", (double)local[0], (double)local[3], (double)local[4],
+          (double)local[23]);
+    memset(back, 0, sizeof back);
+    for (int r = 0; r < 2; r++) {
+        int c2[GRID_NAXES] = {r, 0, 0, 0, 0};
+        float piece[24];
+        placement_take(&p, sizes, c2, global, piece);
+        placement_put(&p, sizes, c2, piece, back);
+    }
+    CHECK(!memcmp(back, global, sizeof back), "put of every block reassembles the tensor");
+    CHECK(placement_compare(&p, sizes, coord, local, global) == -1, "equal block");
+    local[5] = -1.0f; /* local (1,1) -> global (1,5) = 13 */
+    CHECK(placement_compare(&p, sizes, coord, local, global) == 13, "first difference at %lld",
+          (long long)placement_compare(&p, sizes, coord, local, global));
+}
+
+/* Two nested cuts (2D tensor parallelism): rows over tp, columns over cp. */
+static void test_nested_cuts(void) {
+    int64_t shape[2] = {4, 6};
+    placement_t p = placement_cut(placement_cut(placement_replicated(2, shape), 0, GRID_TP, 1), 1,
+                                  GRID_CP, 1);
+    int sizes[GRID_NAXES] = {2, 3, 1, 1, 1}, coord[GRID_NAXES] = {1, 2, 0, 0, 0};
+    int64_t lo[PL_MAX_DIMS], ext[PL_MAX_DIMS];
+    placement_block(&p, sizes, coord, lo, ext);
+    CHECK(lo[0] == 2 && lo[1] == 4 && ext[0] == 2 && ext[1] == 2, "block %lld,%lld", (long long)lo[0],
+          (long long)lo[1]);
+}
+
+static void test_replicas(void) {
+    int64_t shape[1] = {8};
+    placement_t rep = placement_replicated(1, shape);
+    placement_t col = placement_cut(rep, 0, GRID_TP, 1);
+    int sizes[GRID_NAXES] = {2, 1, 1, 2, 1};
+    int c00[GRID_NAXES] = {0}, c10[GRID_NAXES] = {1, 0, 0, 0, 0}, c01[GRID_NAXES] = {0, 0, 0, 1, 0};
+    CHECK(!placement_is_extra_replica(&rep, sizes, c00), "rank (0,0) holds the first copy");
+    CHECK(placement_is_extra_replica(&rep, sizes, c10), "a tp replica is extra");
+    CHECK(placement_is_extra_replica(&rep, sizes, c01), "a dp replica is extra");
+    CHECK(!placement_is_extra_replica(&col, sizes, c10), "a tp shard is not a replica");
+    CHECK(placement_is_extra_replica(&col, sizes, c01), "a tp shard replicated over dp");
+    placement_t part = rep;
+    part.partial = 1u << GRID_TP;
+    CHECK(!placement_is_extra_replica(&part, sizes, c10), "partial sums all count");
+}
+
+static void test_errors(void) {
+    int64_t shape[2] = {48, 16}; /* e.g. qkv rows of 4 heads x 3 x D=4 */
+    placement_t p = placement_cut(placement_replicated(2, shape), 0, GRID_TP, 12);
+    int sizes[GRID_NAXES] = {8, 1, 1, 1, 1};
+    perr_t e;
+    CHECK(placement_check(&p, sizes, "layers.0.qkv", &e) != 0 && strstr(e.msg, "tp=8") &&
+              strstr(e.msg, "layers.0.qkv") && strstr(e.msg, "4 blocks of 12"),
+          "message: '%s'", e.msg);
+    sizes[GRID_TP] = 4;
+    CHECK(placement_check(&p, sizes, "layers.0.qkv", &e) == 0, "%s", e.msg);
+}
+
+int main(void) {
+    RUN(test_grid_groups);
+    RUN(test_grid_order);
+    RUN(test_block_and_runs);
+    RUN(test_nested_cuts);
+    RUN(test_replicas);
+    RUN(test_errors);
+    return harness_done();
+}
