@@ -128,7 +128,12 @@ typedef struct {
     float *out;                            /* [n,C] block output */
 } layer_acts_t;
 
+/* One in-flight microbatch: what its forward pass keeps for its backward
+ * pass (an activation slot). The golden schedule uses one; a pipeline
+ * stage keeps as many as its schedule has microbatches in flight. */
 typedef struct {
+    int n_seq, first_seq;                  /* sequences of the global batch */
+    int64_t step;
     int32_t *inputs, *targets;             /* [n] */
     float *emb;                            /* [n,C] embedding output (after dropout) */
     uint8_t *emb_keep;                     /* [n,C] or NULL */
@@ -136,14 +141,20 @@ typedef struct {
     float *lnf_xhat, *lnf_rstd, *lnf_out;  /* [n,C] [n] [n,C] */
     float *logits;                         /* [n,V] */
     float *token_loss;                     /* [n] */
-    /* backward scratch */
-    float *d_resid, *d_tmp, *d_tmp2;       /* [n,C] each */
+    float *d_resid;                        /* [n,C] gradient of the residual stream at the
+                                              boundary of the unit whose backward runs */
+    void *block;                           /* the one allocation behind all of it */
+} gpt_slot_t;
+
+/* Backward scratch, shared by the slots (one unit pass runs at a time). */
+typedef struct {
+    float *d_tmp, *d_tmp2;                 /* [n,C] each */
     float *d_wide;                         /* [n,max(3C,F)] */
     float *d_logits;                       /* [n,V] */
     float *att_scratch;                    /* attention_scratch_floats() */
     float *row_scratch;                    /* [max(C,V,F) * 2] */
-    void *block;                           /* the one allocation behind all of it */
-} gpt_acts_t;
+    void *block;
+} gpt_scratch_t;
 
 /* Watches a step, for dumps and checkers. Both hooks may be NULL. */
 typedef struct gpt gpt_t;
@@ -182,7 +193,9 @@ struct gpt {
     float *adam_m, *adam_v; /* [total] */
     int adam_t;          /* AdamW steps taken */
     sacc_t loss_acc;     /* sum of token losses of this step */
-    gpt_acts_t acts;
+    gpt_slot_t *slot;    /* [n_slots] activation slots */
+    int n_slots;
+    gpt_scratch_t scratch;
     contract_ws_t ws;
     struct arena *arena; /* where the replica's memory came from, or NULL */
     void **acc_storage;  /* [count] the memory behind grad_acc */
@@ -205,12 +218,34 @@ int  gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, struct ar
                 perr_t *err);
 void gpt_free(gpt_t *g);
 
+/* Activation slots: n >= 1 (gpt_new makes one). Existing slots' contents
+ * are lost. Memory as gpt_new_ex's activations. */
+int   gpt_set_slots(gpt_t *g, int n, perr_t *err);
+
 void  gpt_step_begin(gpt_t *g);
-/* Forward and backward of n_seq sequences (n_seq <= micro_batch) that sit
- * at index first_seq of step `step`'s global batch. inputs/targets are
- * [n_seq, T]. Gradients and the loss sum stay open. */
+
+/* ---- units --------------------------------------------------------------
+ * The model is a list of units, each a forward/backward pair over one
+ * activation slot: unit 0 the embedding, units 1..L the layers, unit L+1
+ * the head (final LayerNorm, LM head, loss). A unit's forward reads the
+ * previous unit's output from the slot and its backward reads and writes
+ * the slot's residual-stream gradient, so a schedule may interleave
+ * units of different microbatches (different slots) freely. */
+static inline int gpt_num_units(const gpt_t *g) { return g->cfg.layers + 2; }
+/* Loads n_seq sequences (n_seq <= micro_batch) at index first_seq of step
+ * `step`'s global batch into slot s. inputs/targets are [n_seq, T]. */
+void  gpt_slot_begin(gpt_t *g, int s, const int32_t *inputs, const int32_t *targets, int n_seq,
+                     int first_seq, int64_t step, const gpt_observer_t *obs);
+void  gpt_unit_forward(gpt_t *g, int unit, int s, const gpt_observer_t *obs);
+/* Parameter gradients go into g->grad_acc, left open. */
+void  gpt_unit_backward(gpt_t *g, int unit, int s, const gpt_observer_t *obs);
+/* The golden schedule of one microbatch, in slot 0: gpt_slot_begin, every
+ * unit forward, every unit backward. Gradients and the loss sum stay open. */
 void  gpt_microbatch(gpt_t *g, const int32_t *inputs, const int32_t *targets, int n_seq,
                      int first_seq, int64_t step, const gpt_observer_t *obs);
+/* Reports the checkpoints a unit's forward pass left in slot s to the
+ * observer's batch_tensor hook (called by gpt_unit_forward). */
+void  gpt_report_unit(const gpt_t *g, int unit, int s, const gpt_observer_t *obs);
 /* The loss from the rounded exact sum of every token loss of the step:
  * divided once by the global token count B*T (I4). */
 float mean_token_loss(const model_config_t *cfg, float loss_sum);

@@ -39,7 +39,7 @@ static void *carve(carver_t *cv, size_t bytes) {
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
-static void layout_acts(gpt_acts_t *A, const model_config_t *c, carver_t *cv) {
+static void layout_slot(gpt_slot_t *A, const model_config_t *c, carver_t *cv) {
     const size_t mb = (size_t)c->micro_batch, T = (size_t)c->seq_length, n = mb * T;
     const size_t C = (size_t)c->hidden, H = (size_t)c->heads, F = (size_t)c->ffn;
     const size_t V = (size_t)c->vocab;
@@ -78,14 +78,19 @@ static void layout_acts(gpt_acts_t *A, const model_config_t *c, carver_t *cv) {
     A->logits = CARVE_F(cv, n * V);
     A->token_loss = CARVE_F(cv, n);
     A->d_resid = CARVE_F(cv, n * C);
-    A->d_tmp = CARVE_F(cv, n * C);
-    A->d_tmp2 = CARVE_F(cv, n * C);
-    A->d_wide = CARVE_F(cv, n * max3(3 * C, F, C));
-    A->d_logits = CARVE_F(cv, n * V);
+}
+
+static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, carver_t *cv) {
+    const size_t n = (size_t)c->micro_batch * (size_t)c->seq_length;
+    const size_t C = (size_t)c->hidden, F = (size_t)c->ffn, V = (size_t)c->vocab;
+    S->d_tmp = CARVE_F(cv, n * C);
+    S->d_tmp2 = CARVE_F(cv, n * C);
+    S->d_wide = CARVE_F(cv, n * max3(3 * C, F, C));
+    S->d_logits = CARVE_F(cv, n * V);
     attn_shape_t s = {c->micro_batch, c->seq_length, c->hidden, c->heads, c->tile_tokens,
                       c->attention_dropout};
-    A->att_scratch = CARVE_F(cv, attention_scratch_floats(&s));
-    A->row_scratch = CARVE_F(cv, 2 * max3(C, V, F));
+    S->att_scratch = CARVE_F(cv, attention_scratch_floats(&s));
+    S->row_scratch = CARVE_F(cv, 2 * max3(C, V, F));
 }
 
 /* Memory of one replica: from the device's arena when there is one, so
@@ -119,8 +124,7 @@ int gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, arena_t *a
     g->grad_acc = calloc((size_t)g->table.count, sizeof(acc_t));
     g->acc_storage = calloc((size_t)g->table.count, sizeof(void *));
     g->param_ptr = calloc((size_t)g->table.count, sizeof(float *));
-    g->acts.layer = calloc((size_t)cfg->layers, sizeof(layer_acts_t));
-    if (!g->grad_acc || !g->acc_storage || !g->param_ptr || !g->acts.layer) goto oom;
+    if (!g->grad_acc || !g->acc_storage || !g->param_ptr) goto oom;
     if (!(omit & GPT_NO_PARAMS) && !(g->params = model_alloc(arena, F4, MEM_PARAMS, what = "parameters")))
         goto oom;
     if (!(omit & GPT_NO_GRADS) && !(g->grads = model_alloc(arena, F4, MEM_GRADS, what = "gradients")))
@@ -139,11 +143,12 @@ int gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, arena_t *a
         g->param_ptr[i] = g->params ? g->params + g->table.info[i].offset : NULL;
     }
     carver_t measure = {NULL, 0};
-    layout_acts(&g->acts, cfg, &measure);
+    layout_scratch(&g->scratch, cfg, &measure);
     carver_t cv = {model_alloc(arena, measure.used + 64, MEM_ACTIVATIONS, what = "activations"), 0};
     if (!cv.base) goto oom;
-    g->acts.block = cv.base;
-    layout_acts(&g->acts, cfg, &cv);
+    g->scratch.block = cv.base;
+    layout_scratch(&g->scratch, cfg, &cv);
+    if (gpt_set_slots(g, 1, NULL)) goto oom;
     contract_ws_init(&g->ws);
     if (g->params && !(omit & GPT_NO_INIT)) params_init(&g->table, cfg->seed, g->params);
     sacc_init(&g->loss_acc);
@@ -159,6 +164,37 @@ oom:
     gpt_free(g);
     return perr_set(err, "out of memory for model '%s' (%zu parameters, micro_batch %d)",
                     cfg->name, P, cfg->micro_batch);
+}
+
+static void free_slots(gpt_t *g) {
+    for (int k = 0; k < g->n_slots; k++) {
+        model_release(g->arena, g->slot[k].block);
+        free(g->slot[k].layer);
+    }
+    free(g->slot);
+    g->slot = NULL;
+    g->n_slots = 0;
+}
+
+int gpt_set_slots(gpt_t *g, int n, perr_t *err) {
+    if (n < 1) return perr_set(err, "activation slots: %d, expected >= 1", n);
+    free_slots(g);
+    if (!(g->slot = calloc((size_t)n, sizeof *g->slot))) return perr_set(err, "out of memory");
+    g->n_slots = n;
+    for (int k = 0; k < n; k++) {
+        gpt_slot_t *A = &g->slot[k];
+        if (!(A->layer = calloc((size_t)g->cfg.layers + 1, sizeof *A->layer)))
+            return perr_set(err, "out of memory");
+        carver_t measure = {NULL, 0};
+        layout_slot(A, &g->cfg, &measure);
+        carver_t cv = {model_alloc(g->arena, measure.used + 64, MEM_ACTIVATIONS, "activations"), 0};
+        if (!cv.base)
+            return perr_set(err, "activation slot %d of %d does not fit the device%s%s", k, n,
+                            g->arena ? ":\n" : "", g->arena ? arena_last_error(g->arena) : "");
+        A->block = cv.base;
+        layout_slot(A, &g->cfg, &cv);
+    }
+    return 0;
 }
 
 int gpt_new(gpt_t **out, const model_config_t *cfg, perr_t *err) {
@@ -179,214 +215,11 @@ void gpt_free(gpt_t *g) {
     model_release(arena, g->grads);
     model_release(arena, g->adam_m);
     model_release(arena, g->adam_v);
-    model_release(arena, g->acts.block);
-    free(g->acts.layer);
+    free_slots(g);
+    model_release(arena, g->scratch.block);
     contract_ws_free(&g->ws);
     param_table_free(&g->table);
     free(g);
-}
-
-/* ---- one microbatch ----------------------------------------------------- */
-
-static float *P_(gpt_t *g, int idx) { return g->param_ptr[idx]; }
-static float *PL(gpt_t *g, int l, int slot) { return P_(g, param_layer(&g->table, l, slot)); }
-static acc_t *GL(gpt_t *g, int l, int slot) { return &g->grad_acc[param_layer(&g->table, l, slot)]; }
-
-static uint64_t site_stream(const char *site, int l, int64_t step) {
-    char name[96];
-    if (l >= 0)
-        snprintf(name, sizeof name, "layers.%d.%s", l, site);
-    else
-        snprintf(name, sizeof name, "%s", site);
-    return rng_stream_id(name, (uint64_t)step);
-}
-
-static void unit_event(gpt_t *g, const gpt_observer_t *obs, int unit, int event) {
-    if (obs && obs->unit) obs->unit(obs->ctx, g, unit, event);
-}
-
-/* Report a [n_seq, rest...] tensor to the observer. */
-static void observe(const gpt_observer_t *obs, const char *name, st_dtype_t dt, const void *data,
-                    int first_seq, int n_seq, int ndim, int64_t d0, int64_t d1, int64_t d2) {
-    if (!obs || !obs->batch_tensor) return;
-    int64_t shape[3] = {d0, d1, d2};
-    obs->batch_tensor(obs->ctx, name, dt, data, first_seq, n_seq, ndim, shape);
-}
-
-static void observe_layer(const gpt_observer_t *obs, const char *what, int l, const float *data,
-                          int first_seq, int n_seq, int64_t T, int64_t width) {
-    if (!obs || !obs->batch_tensor) return;
-    char name[128];
-    snprintf(name, sizeof name, "act.layers.%d.%s", l, what);
-    observe(obs, name, ST_F32, data, first_seq, n_seq, 2, T, width, 0);
-}
-
-/* x_out = x + drop(y): the dropout site's mask for sequences first_seq.. */
-static void residual_dropout(float *x_out, const float *x, const float *y, uint8_t *keep,
-                             size_t count, float p, uint64_t seed, uint64_t stream,
-                             uint64_t first_index) {
-    if (keep) {
-        dropout_mask(keep, count, seed, stream, first_index, p);
-        dropout_forward(x_out, y, keep, count, p);
-        for (size_t i = 0; i < count; i++) x_out[i] = x[i] + x_out[i];
-    } else {
-        for (size_t i = 0; i < count; i++) x_out[i] = x[i] + y[i];
-    }
-}
-
-void gpt_step_begin(gpt_t *g) {
-    for (int i = 0; i < g->table.count; i++) acc_zero(&g->grad_acc[i]);
-    sacc_init(&g->loss_acc);
-}
-
-void gpt_microbatch(gpt_t *g, const int32_t *inputs, const int32_t *targets, int n_seq,
-                    int first_seq, int64_t step, const gpt_observer_t *obs) {
-    const model_config_t *c = &g->cfg;
-    const int T = c->seq_length, C = c->hidden, F = c->ffn, V = c->vocab, L = c->layers;
-    const int n = n_seq * T;
-    const float ph = c->hidden_dropout, eps = c->ln_eps;
-    const uint64_t seed = c->seed;
-    const uint64_t first_tok = (uint64_t)first_seq * (uint64_t)T; /* global flat index base */
-    const size_t nC = (size_t)n * C;
-    const linear_tiles_t t_cc = {c->tile_tokens, c->tile_features, c->tile_features};
-    const linear_tiles_t t_cf = {c->tile_tokens, c->tile_features, c->tile_ffn};
-    const linear_tiles_t t_fc = {c->tile_tokens, c->tile_ffn, c->tile_features};
-    const attn_shape_t as = {n_seq, T, C, c->heads, c->tile_tokens, c->attention_dropout};
-    gpt_acts_t *A = &g->acts;
-    contract_ws_t *ws = &g->ws;
-    float *scratch = A->row_scratch;
-    if (n_seq <= 0 || n_seq > c->micro_batch || first_seq < 0 ||
-        first_seq + n_seq > c->global_batch)
-        parity_fatal("gpt_microbatch: sequences %d..%d do not fit micro_batch %d / batch %d",
-                     first_seq, first_seq + n_seq - 1, c->micro_batch, c->global_batch);
-    for (int i = 0; i < n; i++)
-        if (inputs[i] < 0 || inputs[i] >= V || targets[i] < 0 || targets[i] >= V)
-            parity_fatal("gpt_microbatch: token %d outside the vocabulary [0, %d)", i, V);
-    if (A->inputs != inputs) memcpy(A->inputs, inputs, (size_t)n * sizeof(int32_t));
-    if (A->targets != targets) memcpy(A->targets, targets, (size_t)n * sizeof(int32_t));
-    observe(obs, "input_ids", ST_I32, A->inputs, first_seq, n_seq, 1, T, 0, 0);
-    observe(obs, "labels", ST_I32, A->targets, first_seq, n_seq, 1, T, 0, 0);
-
-    /* ---- forward ---- */
-    unit_event(g, obs, 0, GPT_FWD_BEGIN);
-    embedding_forward(A->emb, A->inputs, n_seq, T, C, P_(g, g->table.wte), P_(g, g->table.wpe));
-    if (A->emb_keep) {
-        dropout_mask(A->emb_keep, nC, seed, site_stream("dropout.embedding", -1, step),
-                     first_tok * C, ph);
-        dropout_forward(A->emb, A->emb, A->emb_keep, nC, ph);
-        observe(obs, "mask.dropout.embedding", ST_U8, A->emb_keep, first_seq, n_seq, 2, T, C, 0);
-    }
-    observe(obs, "act.embedding.output", ST_F32, A->emb, first_seq, n_seq, 2, T, C, 0);
-    unit_event(g, obs, 0, GPT_FWD_END);
-    const float *x = A->emb;
-    for (int l = 0; l < L; l++) {
-        layer_acts_t *LA = &A->layer[l];
-        unit_event(g, obs, l + 1, GPT_FWD_BEGIN);
-        layernorm_forward(LA->ln1_out, LA->ln1_xhat, LA->ln1_rstd, x, PL(g, l, P_LN1_W),
-                          PL(g, l, P_LN1_B), n, C, eps, scratch);
-        linear_forward(LA->qkv, LA->ln1_out, PL(g, l, P_QKV_W), PL(g, l, P_QKV_B), n, C, 3 * C,
-                       t_cc, ws);
-        if (LA->att_keep) {
-            attention_mask(LA->att_keep, &as, first_seq, seed,
-                           site_stream("attention_dropout", l, step));
-            char nm[96];
-            snprintf(nm, sizeof nm, "mask.layers.%d.attention_dropout", l);
-            observe(obs, nm, ST_U8, LA->att_keep, first_seq, n_seq, 3, c->heads, T, T);
-        }
-        attention_forward(LA->ctx, LA->att_e, LA->att_ehat, LA->att_z, LA->qkv, LA->att_keep, &as,
-                          ws);
-        linear_forward(LA->attn_out, LA->ctx, PL(g, l, P_DENSE_W), PL(g, l, P_DENSE_B), n, C, C,
-                       t_cc, ws);
-        residual_dropout(LA->resid1, x, LA->attn_out, LA->attn_keep, nC, ph, seed,
-                         site_stream("attention_output_dropout", l, step), first_tok * C);
-        layernorm_forward(LA->ln2_out, LA->ln2_xhat, LA->ln2_rstd, LA->resid1, PL(g, l, P_LN2_W),
-                          PL(g, l, P_LN2_B), n, C, eps, scratch);
-        linear_forward(LA->fc1_out, LA->ln2_out, PL(g, l, P_FC1_W), PL(g, l, P_FC1_B), n, C, F,
-                       t_cf, ws);
-        gelu_forward(LA->gelu_out, LA->gelu_grad, LA->fc1_out, (size_t)n * F);
-        linear_forward(LA->fc2_out, LA->gelu_out, PL(g, l, P_FC2_W), PL(g, l, P_FC2_B), n, F, C,
-                       t_fc, ws);
-        residual_dropout(LA->out, LA->resid1, LA->fc2_out, LA->mlp_keep, nC, ph, seed,
-                         site_stream("mlp_output_dropout", l, step), first_tok * C);
-        x = LA->out;
-        unit_event(g, obs, l + 1, GPT_FWD_END);
-        if (obs && obs->batch_tensor) {
-            char nm[96];
-            if (LA->attn_keep) {
-                snprintf(nm, sizeof nm, "mask.layers.%d.attention_output_dropout", l);
-                observe(obs, nm, ST_U8, LA->attn_keep, first_seq, n_seq, 2, T, C, 0);
-                snprintf(nm, sizeof nm, "mask.layers.%d.mlp_output_dropout", l);
-                observe(obs, nm, ST_U8, LA->mlp_keep, first_seq, n_seq, 2, T, C, 0);
-            }
-            observe_layer(obs, "input_layernorm.output", l, LA->ln1_out, first_seq, n_seq, T, C);
-            observe_layer(obs, "self_attention.query_key_value.output", l, LA->qkv, first_seq,
-                          n_seq, T, 3 * C);
-            observe_layer(obs, "self_attention.core_attention.output", l, LA->ctx, first_seq,
-                          n_seq, T, C);
-            observe_layer(obs, "self_attention.dense.output", l, LA->attn_out, first_seq, n_seq,
-                          T, C);
-            observe_layer(obs, "post_attention_layernorm.output", l, LA->ln2_out, first_seq,
-                          n_seq, T, C);
-            observe_layer(obs, "mlp.dense_h_to_4h.output", l, LA->fc1_out, first_seq, n_seq, T, F);
-            observe_layer(obs, "mlp.dense_4h_to_h.output", l, LA->fc2_out, first_seq, n_seq, T, C);
-            observe_layer(obs, "output", l, LA->out, first_seq, n_seq, T, C);
-        }
-    }
-    unit_event(g, obs, L + 1, GPT_FWD_BEGIN);
-    const float *w_head = P_(g, c->tied ? g->table.wte : g->table.out);
-    layernorm_forward(A->lnf_out, A->lnf_xhat, A->lnf_rstd, x, P_(g, g->table.lnf_w),
-                      P_(g, g->table.lnf_b), n, C, eps, scratch);
-    observe(obs, "act.final_layernorm.output", ST_F32, A->lnf_out, first_seq, n_seq, 2, T, C, 0);
-    linear_forward(A->logits, A->lnf_out, w_head, NULL, n, C, V, t_cc, ws);
-    observe(obs, "logits", ST_F32, A->logits, first_seq, n_seq, 2, T, V, 0);
-    crossentropy_forward(A->token_loss, A->logits, A->targets, n, V, scratch);
-    sacc_add(&g->loss_acc, A->token_loss, (size_t)n);
-    unit_event(g, obs, L + 1, GPT_FWD_END);
-
-    /* ---- backward ---- */
-    unit_event(g, obs, L + 1, GPT_BWD_BEGIN);
-    w_head = P_(g, c->tied ? g->table.wte : g->table.out);
-    const int64_t total_tokens = (int64_t)c->global_batch * T;
-    crossentropy_backward(A->d_logits, A->logits, A->targets, n, V, total_tokens, scratch);
-    acc_t *g_head = &g->grad_acc[c->tied ? g->table.wte : g->table.out];
-    linear_backward(A->d_tmp, g_head, NULL, A->d_logits, A->lnf_out, w_head, n, C, V, t_cc, ws);
-    layernorm_backward(A->d_resid, &g->grad_acc[g->table.lnf_w], &g->grad_acc[g->table.lnf_b],
-                       A->d_tmp, A->lnf_xhat, A->lnf_rstd, P_(g, g->table.lnf_w), n, C, scratch);
-    unit_event(g, obs, L + 1, GPT_BWD_END);
-    float *d_res = A->d_resid, *d_a = A->d_tmp, *d_b = A->d_tmp2, *d_w = A->d_wide;
-    for (int l = L - 1; l >= 0; l--) {
-        layer_acts_t *LA = &A->layer[l];
-        unit_event(g, obs, l + 1, GPT_BWD_BEGIN);
-        /* out = resid1 + drop(fc2_out) */
-        if (LA->mlp_keep) dropout_backward(d_a, d_res, LA->mlp_keep, nC, ph);
-        const float *d_fc2 = LA->mlp_keep ? d_a : d_res;
-        linear_backward(d_w, GL(g, l, P_FC2_W), GL(g, l, P_FC2_B), d_fc2, LA->gelu_out,
-                        PL(g, l, P_FC2_W), n, F, C, t_fc, ws);
-        gelu_backward(d_w, d_w, LA->gelu_grad, (size_t)n * F);
-        linear_backward(d_b, GL(g, l, P_FC1_W), GL(g, l, P_FC1_B), d_w, LA->ln2_out,
-                        PL(g, l, P_FC1_W), n, C, F, t_cf, ws);
-        layernorm_backward(d_a, GL(g, l, P_LN2_W), GL(g, l, P_LN2_B), d_b, LA->ln2_xhat,
-                           LA->ln2_rstd, PL(g, l, P_LN2_W), n, C, scratch);
-        for (size_t i = 0; i < nC; i++) d_res[i] = d_res[i] + d_a[i];
-        /* resid1 = x_in + drop(attn_out) */
-        if (LA->attn_keep) dropout_backward(d_a, d_res, LA->attn_keep, nC, ph);
-        const float *d_dense = LA->attn_keep ? d_a : d_res;
-        linear_backward(d_b, GL(g, l, P_DENSE_W), GL(g, l, P_DENSE_B), d_dense, LA->ctx,
-                        PL(g, l, P_DENSE_W), n, C, C, t_cc, ws);
-        attention_backward(d_w, d_b, LA->ctx, LA->att_e, LA->att_ehat, LA->att_z, LA->qkv,
-                           LA->att_keep, &as, A->att_scratch, ws);
-        linear_backward(d_a, GL(g, l, P_QKV_W), GL(g, l, P_QKV_B), d_w, LA->ln1_out,
-                        PL(g, l, P_QKV_W), n, C, 3 * C, t_cc, ws);
-        layernorm_backward(d_b, GL(g, l, P_LN1_W), GL(g, l, P_LN1_B), d_a, LA->ln1_xhat,
-                           LA->ln1_rstd, PL(g, l, P_LN1_W), n, C, scratch);
-        for (size_t i = 0; i < nC; i++) d_res[i] = d_res[i] + d_b[i];
-        unit_event(g, obs, l + 1, GPT_BWD_END);
-    }
-    unit_event(g, obs, 0, GPT_BWD_BEGIN);
-    if (A->emb_keep) dropout_backward(d_a, d_res, A->emb_keep, nC, ph);
-    embedding_backward(&g->grad_acc[g->table.wte], &g->grad_acc[g->table.wpe],
-                       A->emb_keep ? d_a : d_res, A->inputs, n_seq, T, C);
-    unit_event(g, obs, 0, GPT_BWD_END);
 }
 
 /* ---- end of step -------------------------------------------------------- */
@@ -433,10 +266,11 @@ void gpt_train_step(gpt_t *g, const corpus_t *data, int64_t step, const gpt_obse
     const int B = c->global_batch, mb = c->micro_batch, T = c->seq_length;
     gpt_step_begin(g);
     for (int first = 0; first < B; first += mb) {
+        gpt_slot_t *A = &g->slot[0];
         for (int b = 0; b < mb; b++)
             corpus_sample(data, (uint64_t)step * (uint64_t)B + (uint64_t)(first + b), T,
-                          g->acts.inputs + (size_t)b * T, g->acts.targets + (size_t)b * T);
-        gpt_microbatch(g, g->acts.inputs, g->acts.targets, mb, first, step, obs);
+                          A->inputs + (size_t)b * T, A->targets + (size_t)b * T);
+        gpt_microbatch(g, A->inputs, A->targets, mb, first, step, obs);
     }
     stats->loss = gpt_step_loss(g);
     stats->lr = lr_schedule(c, step);

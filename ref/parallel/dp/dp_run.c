@@ -163,9 +163,9 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
         int micro = per_rank / accum + (k < per_rank % accum);
         for (int b = 0; b < micro; b++)
             corpus_sample(run->data, (uint64_t)step * (uint64_t)B + (uint64_t)(first + b), T,
-                          r->g->acts.inputs + (size_t)b * T, r->g->acts.targets + (size_t)b * T);
+                          r->g->slot[0].inputs + (size_t)b * T, r->g->slot[0].targets + (size_t)b * T);
         r->last_micro = k == accum - 1;
-        gpt_microbatch(r->g, r->g->acts.inputs, r->g->acts.targets, micro, first, step, &obs);
+        gpt_microbatch(r->g, r->g->slot[0].inputs, r->g->slot[0].targets, micro, first, step, &obs);
         first += micro;
     }
     /* reductions overlapped with these microbatches run on the
