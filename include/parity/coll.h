@@ -188,4 +188,15 @@ void   coll_counters_add(int world_rank, coll_kind_t kind, uint64_t bytes, doubl
 /* nccl-tests' busbw factor for a collective over n ranks. */
 double coll_busbw_factor(coll_kind_t kind, int n);
 
+/* ---- host memory of the collectives' own bookkeeping ----
+ * Group state, p2p channels, ring scratch and pending requests: what the
+ * layer costs beyond the devices' arenas, in bytes, now and at its peak.
+ * A group holds a slot per member (a few hundred bytes each) from its
+ * first collective until group_destroy, built once however many members
+ * arrive together; point-to-point adds a row of n pointers per member
+ * that talks and a channel per pair that talks, so groups that never use
+ * send/recv (data parallelism) pay nothing for it. */
+void coll_host_memory(size_t *in_use, size_t *peak); /* either may be NULL */
+void coll_host_memory_reset_peak(void);              /* peak := in use now */
+
 #endif

@@ -1,5 +1,6 @@
-/* coll_config.c - names, the per-thread algorithm choice, and the
- * per-group state the collectives keep (see coll_impl.h).
+/* coll_config.c - names, the per-thread algorithm choice, the per-group
+ * state the collectives keep (see coll_impl.h), and the count of host
+ * memory that state takes (coll_host_memory).
  */
 #include "coll_impl.h"
 
@@ -56,38 +57,76 @@ coll_algo_t coll_set_algo(coll_algo_t algo) {
     return prev;
 }
 
+/* ---- host memory of the layer's own bookkeeping (coll_host_memory) ---- */
+
+static _Atomic size_t host_in_use, host_peak;
+
+/* What an allocation of bytes really takes: whole cache lines. */
+static size_t line_bytes(size_t bytes) {
+    return (bytes + COLL_CACHE_LINE - 1) / COLL_CACHE_LINE * COLL_CACHE_LINE;
+}
+
+void *coll_alloc(size_t bytes) {
+    bytes = line_bytes(bytes);
+    void *p = aligned_alloc(COLL_CACHE_LINE, bytes ? bytes : COLL_CACHE_LINE);
+    if (!p) parity_fatal("collectives: out of host memory (%zu bytes)", bytes);
+    memset(p, 0, bytes);
+    size_t now = atomic_fetch_add(&host_in_use, bytes) + bytes;
+    size_t peak = atomic_load(&host_peak);
+    while (now > peak && !atomic_compare_exchange_weak(&host_peak, &peak, now)) {
+    }
+    return p;
+}
+
+void coll_free(void *p, size_t bytes) {
+    if (!p) return;
+    atomic_fetch_sub(&host_in_use, line_bytes(bytes));
+    free(p);
+}
+
+void coll_host_memory(size_t *in_use, size_t *peak) {
+    if (in_use) *in_use = atomic_load(&host_in_use);
+    if (peak) *peak = atomic_load(&host_peak);
+}
+
+void coll_host_memory_reset_peak(void) { atomic_store(&host_peak, atomic_load(&host_in_use)); }
+
 /* ---- per-group state ---- */
 
 static void state_free(void *p) {
     coll_state_t *cs = p;
-    for (int i = 0; i < cs->n; i++) free(cs->members[i].scratch);
-    coll_p2p_channels_free(cs->channels, cs->n);
-    free(cs->members);
-    free(cs);
+    for (int i = 0; i < cs->n; i++) coll_free(cs->members[i].scratch, cs->members[i].scratch_bytes);
+    coll_p2p_channels_free(cs->p2p);
+    coll_free(cs->members, (size_t)cs->n * sizeof *cs->members);
+    coll_free(cs, sizeof *cs);
 }
 
-static void *zalloc_aligned(size_t bytes) {
-    bytes = (bytes + COLL_CACHE_LINE - 1) / COLL_CACHE_LINE * COLL_CACHE_LINE;
-    void *p = aligned_alloc(COLL_CACHE_LINE, bytes);
-    if (!p) parity_fatal("collectives: out of host memory (%zu bytes)", bytes);
-    memset(p, 0, bytes);
-    return p;
+/* O(n) bytes: a slot per member and an empty p2p table (coll_p2p.c adds
+ * channels as pairs start talking). */
+static coll_state_t *state_create(int n) {
+    coll_state_t *cs = coll_alloc(sizeof *cs);
+    cs->n = n;
+    cs->members = coll_alloc((size_t)n * sizeof *cs->members);
+    cs->p2p = coll_p2p_channels_create(n);
+    return cs;
 }
 
+/* The first member to get here builds the state while the others wait on
+ * the group's lock, so a group has one copy, never one per thread (with a
+ * copy per racing thread, 1024 devices entering their first collective
+ * together ran the host out of memory). After that, one acquire load. */
 coll_state_t *coll_state_of(group_t *g) {
     coll_state_t *cs = atomic_load_explicit(&g->coll, memory_order_acquire);
     if (cs) return cs;
-    coll_state_t *mine = zalloc_aligned(sizeof *mine);
-    mine->n = g->n;
-    mine->members = zalloc_aligned((size_t)g->n * sizeof *mine->members);
-    mine->channels = coll_p2p_channels_create(g->n);
-    void *expected = NULL;
-    if (atomic_compare_exchange_strong(&g->coll, &expected, mine)) {
+    pthread_mutex_lock(&g->coll_mu);
+    cs = atomic_load_explicit(&g->coll, memory_order_relaxed);
+    if (!cs) {
+        cs = state_create(g->n);
         g->coll_free = state_free; /* read by group_destroy after the run */
-        return mine;
+        atomic_store_explicit(&g->coll, cs, memory_order_release);
     }
-    state_free(mine); /* another member won the race */
-    return expected;
+    pthread_mutex_unlock(&g->coll_mu);
+    return cs;
 }
 
 void *coll_scratch(coll_ctx_t *c, size_t bytes) {
@@ -95,8 +134,8 @@ void *coll_scratch(coll_ctx_t *c, size_t bytes) {
     if (m->scratch_bytes < bytes) {
         /* Safe to free: the only reader of my scratch (my ring successor)
          * finished with it before my previous call returned. */
-        free(m->scratch);
-        m->scratch = zalloc_aligned(bytes);
+        coll_free(m->scratch, m->scratch_bytes);
+        m->scratch = coll_alloc(bytes);
         m->scratch_bytes = bytes;
     }
     return m->scratch;

@@ -42,7 +42,7 @@ typedef struct {
     uint32_t progress_base;  /* the member's progress counter at entry */
 } coll_call_t;
 
-typedef struct p2p_channel p2p_channel_t;
+typedef struct p2p_channels p2p_channels_t;
 
 typedef struct {
     alignas(COLL_CACHE_LINE) coll_call_t call[2]; /* by seq & 1 */
@@ -57,7 +57,7 @@ typedef struct {
 typedef struct {
     int n;
     coll_member_t *members; /* [n] */
-    p2p_channel_t *channels; /* [n * n], channel from s to d at s * n + d */
+    p2p_channels_t *p2p;    /* channels of the pairs that have talked (coll_p2p.c) */
     alignas(COLL_CACHE_LINE) _Atomic uint64_t arrivals; /* barrier arrivals, ever */
     alignas(COLL_CACHE_LINE) wword_t gen;               /* last completed phase */
 } coll_state_t;
@@ -101,10 +101,17 @@ int64_t coll_timeout_ns(void);
 /* CPUs the run may use (devices_cpus: the mask before pinning). */
 int coll_cores(void);
 
-/* ---- coll.c ---- */
+/* ---- coll_config.c: the group's state, the layer's host memory ---- */
+/* The group's state, built once (by whichever member gets there first). */
 coll_state_t *coll_state_of(group_t *g);
 /* Grows the calling member's ring scratch to at least bytes. */
 void *coll_scratch(coll_ctx_t *c, size_t bytes);
+/* Zero-filled and cache-line aligned, counted in coll_host_memory; fatal
+ * when the host is out of memory. coll_free takes the size allocated. */
+void *coll_alloc(size_t bytes);
+void  coll_free(void *p, size_t bytes);
+
+/* ---- coll_counters.c ---- */
 void coll_count(int world_rank, coll_kind_t kind, uint64_t bytes, double factor, uint64_t sent,
                 uint64_t recvd);
 
@@ -138,7 +145,9 @@ void ring_broadcast(coll_ctx_t *c);
 void ring_reduce(coll_ctx_t *c);
 
 /* ---- coll_p2p.c ---- */
-p2p_channel_t *coll_p2p_channels_create(int n);
-void coll_p2p_channels_free(p2p_channel_t *ch, int n);
+/* An empty channel table for n members (O(n) bytes); channels appear
+ * as pairs first talk. Freeing also frees requests never waited. */
+p2p_channels_t *coll_p2p_channels_create(int n);
+void coll_p2p_channels_free(p2p_channels_t *t);
 
 #endif

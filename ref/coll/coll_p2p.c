@@ -1,11 +1,12 @@
 /* coll_p2p.c - point-to-point messages between group members.
  *
- * Each ordered pair (sender, receiver) has a channel: a lock and two FIFO
- * queues of posted sends and posted receives. Whoever posts second finds
- * the first matching request (same tag, oldest first: MPI's
- * non-overtaking rule), copies the data straight from the send buffer to
- * the receive buffer and completes both. So there is no intermediate
- * copy and no buffering: a send completes when the receiver has the data.
+ * Each ordered pair (sender, receiver) that talks has a channel, made
+ * when it first does: a lock and two FIFO queues of posted sends and
+ * posted receives. Whoever posts second finds the first matching request
+ * (same tag, oldest first: MPI's non-overtaking rule), copies the data
+ * straight from the send buffer to the receive buffer and completes both.
+ * So there is no intermediate copy and no buffering: a send completes
+ * when the receiver has the data.
  */
 #include "coll_impl.h"
 
@@ -27,30 +28,86 @@ struct coll_request {
     struct coll_request *next;
 };
 
-struct p2p_channel {
+/* Each channel has cache lines of its own (coll_alloc), so pairs never
+ * share a line. */
+typedef struct {
     pthread_mutex_t mu;
     coll_request_t *sends, *recvs; /* FIFO queues, oldest first */
-    char pad[COLL_CACHE_LINE];
+} p2p_channel_t;
+
+/* Channels exist only for pairs that have talked: data parallelism never
+ * sends point-to-point and a pipeline stage talks to two neighbours, so a
+ * full n x n table (128 MB at 1024 members) would be almost all waste.
+ * rows[s], made when sender s first talks, holds n channel pointers, and
+ * rows[s][d] is the channel from s to d. Both are built under mu and
+ * published with a release store, so every later lookup is two acquire
+ * loads and no lock. */
+typedef _Atomic(p2p_channel_t *) channel_ptr_t;
+
+struct p2p_channels {
+    int n;
+    pthread_mutex_t mu; /* creation only */
+    _Atomic(channel_ptr_t *) rows[];
 };
 
-p2p_channel_t *coll_p2p_channels_create(int n) {
-    size_t nn = (size_t)n * (size_t)n;
-    p2p_channel_t *ch = calloc(nn, sizeof *ch);
-    if (!ch) parity_fatal("collectives: out of host memory for %zu p2p channels", nn);
-    for (size_t i = 0; i < nn; i++) pthread_mutex_init(&ch[i].mu, NULL);
+p2p_channels_t *coll_p2p_channels_create(int n) {
+    p2p_channels_t *t = coll_alloc(sizeof *t + (size_t)n * sizeof t->rows[0]);
+    t->n = n;
+    pthread_mutex_init(&t->mu, NULL);
+    for (int s = 0; s < n; s++) atomic_init(&t->rows[s], NULL);
+    return t;
+}
+
+static void channel_free(p2p_channel_t *ch) {
+    pthread_mutex_destroy(&ch->mu);
+    /* requests still queued were never waited: free them with the group */
+    for (coll_request_t *r = ch->sends, *nx; r; r = nx) nx = r->next, coll_free(r, sizeof *r);
+    for (coll_request_t *r = ch->recvs, *nx; r; r = nx) nx = r->next, coll_free(r, sizeof *r);
+    coll_free(ch, sizeof *ch);
+}
+
+void coll_p2p_channels_free(p2p_channels_t *t) {
+    if (!t) return;
+    const size_t row_bytes = (size_t)t->n * sizeof(channel_ptr_t);
+    for (int s = 0; s < t->n; s++) {
+        channel_ptr_t *row = atomic_load(&t->rows[s]);
+        if (!row) continue;
+        for (int d = 0; d < t->n; d++) {
+            p2p_channel_t *ch = atomic_load(&row[d]);
+            if (ch) channel_free(ch);
+        }
+        coll_free(row, row_bytes);
+    }
+    pthread_mutex_destroy(&t->mu);
+    coll_free(t, sizeof *t + (size_t)t->n * sizeof t->rows[0]);
+}
+
+/* Under t->mu: the row and the channel, each made if missing. */
+static p2p_channel_t *channel_create(p2p_channels_t *t, int from, int to) {
+    channel_ptr_t *row = atomic_load_explicit(&t->rows[from], memory_order_relaxed);
+    if (!row) {
+        row = coll_alloc((size_t)t->n * sizeof *row);
+        for (int d = 0; d < t->n; d++) atomic_init(&row[d], NULL);
+        atomic_store_explicit(&t->rows[from], row, memory_order_release);
+    }
+    p2p_channel_t *ch = atomic_load_explicit(&row[to], memory_order_relaxed);
+    if (!ch) {
+        ch = coll_alloc(sizeof *ch);
+        pthread_mutex_init(&ch->mu, NULL);
+        atomic_store_explicit(&row[to], ch, memory_order_release);
+    }
     return ch;
 }
 
-void coll_p2p_channels_free(p2p_channel_t *ch, int n) {
-    if (!ch) return;
-    size_t nn = (size_t)n * (size_t)n;
-    for (size_t i = 0; i < nn; i++) {
-        pthread_mutex_destroy(&ch[i].mu);
-        /* requests still queued were never waited: free them with the group */
-        for (coll_request_t *r = ch[i].sends, *nx; r; r = nx) nx = r->next, free(r);
-        for (coll_request_t *r = ch[i].recvs, *nx; r; r = nx) nx = r->next, free(r);
-    }
-    free(ch);
+/* The channel from `from` to `to`, made on first use by either end. */
+static p2p_channel_t *channel_of(p2p_channels_t *t, int from, int to) {
+    channel_ptr_t *row = atomic_load_explicit(&t->rows[from], memory_order_acquire);
+    p2p_channel_t *ch = row ? atomic_load_explicit(&row[to], memory_order_acquire) : NULL;
+    if (ch) return ch;
+    pthread_mutex_lock(&t->mu);
+    ch = channel_create(t, from, to);
+    pthread_mutex_unlock(&t->mu);
+    return ch;
 }
 
 /* Removes and returns the oldest request in *q with this tag. */
@@ -72,7 +129,7 @@ static void append(coll_request_t **q, coll_request_t *r) {
 }
 
 static void release(coll_request_t *r) {
-    if (atomic_fetch_sub(&r->refs, 1) == 1) free(r);
+    if (atomic_fetch_sub(&r->refs, 1) == 1) coll_free(r, sizeof *r);
 }
 
 /* Called with the channel locked, s a send and r a receive with one tag. */
@@ -112,14 +169,12 @@ static coll_request_t *post(group_t *g, int is_send, void *buf, size_t count, co
     if (count && !buf)
         coll_die("coll_%s on group '%s', rank %d (world %d): buf is NULL for %zu elements", what,
                  g->name, me, dev->rank, count);
-    coll_request_t *req = calloc(1, sizeof *req);
-    if (!req) parity_fatal("collectives: out of host memory for a p2p request");
+    coll_request_t *req = coll_alloc(sizeof *req);
     *req = (coll_request_t){.is_send = is_send, .g = g, .me = me, .peer = peer, .tag = tag,
                             .world_rank = dev->rank, .dt = dt, .count = count, .buf = buf};
     atomic_init(&req->refs, 2);
-    coll_state_t *cs = coll_state_of(g);
     int from = is_send ? me : peer, to = is_send ? peer : me;
-    p2p_channel_t *ch = &cs->channels[(size_t)from * (size_t)g->n + (size_t)to];
+    p2p_channel_t *ch = channel_of(coll_state_of(g)->p2p, from, to);
     pthread_mutex_lock(&ch->mu);
     coll_request_t *other = take(is_send ? &ch->recvs : &ch->sends, tag);
     if (other) deliver(is_send ? req : other, is_send ? other : req);

@@ -14,6 +14,7 @@
 
 #include <cblas.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -73,6 +74,17 @@ void tile_check_args(const char *fn, int M, int N, int K, const float *A, int ld
                      (const void *)B, (void *)C);
 }
 
+/* OpenBLAS 0.3.21 (built with MAX_THREADS=64) keeps a fixed pool of call
+ * buffers; more threads inside it at once take its "auxiliary array"
+ * path, which crashed about one run in three at 1024 simulated devices
+ * (segfault in sgemm_incopy). So at most BLAS_MAX_CALLERS devices are
+ * inside OpenBLAS at a time; the rest wait their turn, which changes no
+ * bit and costs two uncontended atomics per tile with few devices. */
+#define BLAS_MAX_CALLERS 64
+static sem_t blas_slots;
+static pthread_once_t blas_slots_once = PTHREAD_ONCE_INIT;
+static void blas_slots_init(void) { sem_init(&blas_slots, 0, BLAS_MAX_CALLERS); }
+
 /* beta = 0 makes OpenBLAS overwrite C without reading it. K == 0 is done
  * here so that every backend returns +0 for an empty sum. */
 static void blas_gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K,
@@ -83,7 +95,11 @@ static void blas_gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, i
             for (int j = 0; j < N; j++) C[(ptrdiff_t)i * ldc + j] = 0.0f;
         return;
     }
+    pthread_once(&blas_slots_once, blas_slots_init);
+    while (sem_wait(&blas_slots) != 0) {
+    }
     cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+    sem_post(&blas_slots);
 }
 
 /* ---- start-up self-check -------------------------------------------------- */

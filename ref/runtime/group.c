@@ -15,6 +15,26 @@
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct group *registry; /* live groups, newest first */
 
+/* By world rank, then by entry, so that a repeated rank names its
+ * entries in order. */
+static int by_rank_order(const void *a, const void *b) {
+    const group_member_t *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* A repeated rank sorts next to itself: returns i > 0 where by_rank[i]
+ * repeats by_rank[i - 1], choosing the repeat that comes first in the
+ * caller's list (as a scan of that list would report it), or 0. */
+static int repeated_rank(const group_member_t *by_rank, int n) {
+    int found = 0;
+    for (int i = 1; i < n; i++)
+        if (by_rank[i].rank == by_rank[i - 1].rank &&
+            (!found || by_rank[i].index < by_rank[found].index))
+            found = i;
+    return found;
+}
+
 group_t *group_create(const int *world_ranks, int n, const char *name, perr_t *e) {
     if (!name) name = "group";
     if (n < 1) return perr_set(e, "group '%s': needs at least one rank, got n=%d", name, n), NULL;
@@ -32,29 +52,30 @@ group_t *group_create(const int *world_ranks, int n, const char *name, perr_t *e
     }
     group_t *g = calloc(1, sizeof *g);
     int *ranks = malloc((size_t)n * sizeof *ranks);
-    int *index_of = malloc(((size_t)max_rank + 1) * sizeof *index_of);
-    if (!g || !ranks || !index_of) {
-        free(g), free(ranks), free(index_of);
+    group_member_t *by_rank = malloc((size_t)n * sizeof *by_rank);
+    if (!g || !ranks || !by_rank) {
+        free(g), free(ranks), free(by_rank);
         return perr_set(e, "group '%s': out of host memory", name), NULL;
     }
-    for (int r = 0; r <= max_rank; r++) index_of[r] = -1;
     for (int i = 0; i < n; i++) {
-        int r = world_ranks[i];
-        if (index_of[r] >= 0) {
-            perr_set(e, "group '%s': rank %d appears twice (entries %d and %d)", name, r,
-                     index_of[r], i);
-            free(g), free(ranks), free(index_of);
-            return NULL;
-        }
-        index_of[r] = i;
-        ranks[i] = r;
+        ranks[i] = world_ranks[i];
+        by_rank[i] = (group_member_t){world_ranks[i], i};
+    }
+    qsort(by_rank, (size_t)n, sizeof *by_rank, by_rank_order);
+    int dup = repeated_rank(by_rank, n);
+    if (dup > 0) {
+        perr_set(e, "group '%s': rank %d appears twice (entries %d and %d)", name,
+                 by_rank[dup].rank, by_rank[dup - 1].index, by_rank[dup].index);
+        free(g), free(ranks), free(by_rank);
+        return NULL;
     }
     snprintf(g->name, sizeof g->name, "%s", name);
     g->n = n;
     g->ranks = ranks;
-    g->index_of = index_of;
+    g->by_rank = by_rank;
     g->max_rank = max_rank;
     atomic_init(&g->coll, NULL);
+    pthread_mutex_init(&g->coll_mu, NULL);
     pthread_mutex_lock(&registry_mu);
     g->next_live = registry;
     registry = g;
@@ -74,8 +95,9 @@ void group_destroy(group_t *g) {
     pthread_mutex_unlock(&registry_mu);
     void *coll = atomic_load(&g->coll);
     if (coll && g->coll_free) g->coll_free(coll);
+    pthread_mutex_destroy(&g->coll_mu);
     free(g->ranks);
-    free(g->index_of);
+    free(g->by_rank);
     free(g);
 }
 
