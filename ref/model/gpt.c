@@ -102,10 +102,47 @@ static void model_release(arena_t *arena, void *p) {
         free(p);
 }
 
+/* The activation block's bytes for cfg->micro_batch sequences: layout_acts
+ * measuring (it writes NULL pointers into `layers`, [cfg->layers]). */
+static size_t acts_bytes(const model_config_t *cfg, layer_acts_t *layers) {
+    gpt_acts_t A = {.layer = layers};
+    carver_t measure = {NULL, 0};
+    layout_acts(&A, cfg, &measure);
+    return measure.used + 64;
+}
+
+/* What gpt_new_ex takes from its arena: one table for the allocation and
+ * for the estimate (gpt_mem_bytes), so they cannot drift apart. */
+static void mem_of(const model_config_t *cfg, const param_table_t *t, unsigned omit,
+                   layer_acts_t *layers, gpt_mem_t *m) {
+    const size_t F4 = t->total * sizeof(float);
+    m->params = omit & GPT_NO_PARAMS ? 0 : F4;
+    m->grads = omit & GPT_NO_GRADS ? 0 : F4;
+    m->optimizer = omit & GPT_NO_OPTIMIZER ? 0 : 2 * F4; /* AdamW m and v */
+    m->open_sums = 0;
+    for (int i = 0; i < t->count; i++) m->open_sums += acc_storage_bytes(t->info[i].numel);
+    m->activations = acts_bytes(cfg, layers);
+}
+
+int gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, perr_t *err) {
+    memset(out, 0, sizeof *out);
+    param_table_t t;
+    if (model_config_validate_replica(cfg, err) || param_table_build(&t, cfg, err)) return -1;
+    layer_acts_t *layers = calloc((size_t)cfg->layers, sizeof *layers);
+    if (!layers) {
+        param_table_free(&t);
+        return perr_set(err, "out of memory");
+    }
+    mem_of(cfg, &t, omit, layers, out);
+    free(layers);
+    param_table_free(&t);
+    return 0;
+}
+
 int gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, arena_t *arena,
                perr_t *err) {
     *out = NULL;
-    if (model_config_validate(cfg, err)) return -1;
+    if (model_config_validate_replica(cfg, err)) return -1;
     gpt_t *g = calloc(1, sizeof *g);
     if (!g) return perr_set(err, "out of memory for the model");
     g->cfg = *cfg;
@@ -114,20 +151,23 @@ int gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, arena_t *a
         free(g);
         return -1;
     }
-    const size_t P = g->table.total, F4 = P * sizeof(float);
+    const size_t P = g->table.total;
     const char *what = "";
     g->grad_acc = calloc((size_t)g->table.count, sizeof(acc_t));
     g->acc_storage = calloc((size_t)g->table.count, sizeof(void *));
     g->param_ptr = calloc((size_t)g->table.count, sizeof(float *));
     g->acts.layer = calloc((size_t)cfg->layers, sizeof(layer_acts_t));
     if (!g->grad_acc || !g->acc_storage || !g->param_ptr || !g->acts.layer) goto oom;
-    if (!(omit & GPT_NO_PARAMS) && !(g->params = model_alloc(arena, F4, MEM_PARAMS, what = "parameters")))
+    gpt_mem_t mem;
+    mem_of(cfg, &g->table, omit, g->acts.layer, &mem);
+    if (mem.params && !(g->params = model_alloc(arena, mem.params, MEM_PARAMS, what = "parameters")))
         goto oom;
-    if (!(omit & GPT_NO_GRADS) && !(g->grads = model_alloc(arena, F4, MEM_GRADS, what = "gradients")))
+    if (mem.grads && !(g->grads = model_alloc(arena, mem.grads, MEM_GRADS, what = "gradients")))
         goto oom;
-    if (!(omit & GPT_NO_OPTIMIZER)) {
-        g->adam_m = model_alloc(arena, F4, MEM_OPTIMIZER, what = "AdamW m");
-        g->adam_v = g->adam_m ? model_alloc(arena, F4, MEM_OPTIMIZER, what = "AdamW v") : NULL;
+    if (mem.optimizer) {
+        g->adam_m = model_alloc(arena, mem.optimizer / 2, MEM_OPTIMIZER, what = "AdamW m");
+        g->adam_v = g->adam_m ? model_alloc(arena, mem.optimizer / 2, MEM_OPTIMIZER, what = "AdamW v")
+                              : NULL;
         if (!g->adam_v) goto oom;
     }
     for (int i = 0; i < g->table.count; i++) {
@@ -138,9 +178,7 @@ int gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, arena_t *a
         acc_init_with(&g->grad_acc[i], n, g->acc_storage[i]);
         g->param_ptr[i] = g->params ? g->params + g->table.info[i].offset : NULL;
     }
-    carver_t measure = {NULL, 0};
-    layout_acts(&g->acts, cfg, &measure);
-    carver_t cv = {model_alloc(arena, measure.used + 64, MEM_ACTIVATIONS, what = "activations"), 0};
+    carver_t cv = {model_alloc(arena, mem.activations, MEM_ACTIVATIONS, what = "activations"), 0};
     if (!cv.base) goto oom;
     g->acts.block = cv.base;
     layout_acts(&g->acts, cfg, &cv);
@@ -162,6 +200,8 @@ oom:
 }
 
 int gpt_new(gpt_t **out, const model_config_t *cfg, perr_t *err) {
+    *out = NULL;
+    if (model_config_validate(cfg, err)) return -1; /* the golden schedule's whole microbatches */
     return gpt_new_ex(out, cfg, 0, NULL, err);
 }
 
