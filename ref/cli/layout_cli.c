@@ -228,7 +228,10 @@ int layout_check(const layout_job_t *job) {
     dp_run_t run = {0};
     check_replica_t *reps = NULL;
     unsigned char *all = malloc((size_t)job->steps);
-    dump_t *golden = new_dump(job->cfg, DUMP_TENSORS), *layout = new_dump(job->cfg, DUMP_TENSORS);
+    /* --dump / --digest: the layout run's reassembled tensors, written
+     * whether or not they match (a mismatch is when one wants them) */
+    dump_t *golden = new_dump(job->cfg, DUMP_TENSORS),
+           *layout = new_dump(job->cfg, DUMP_TENSORS | (job->digest_path ? DUMP_DIGESTS : 0u));
     gpt_t *g = NULL;
     int rc = 2;
     if (!all || !golden || !layout || gpt_new(&g, job->cfg, &err)) {
@@ -268,8 +271,15 @@ int layout_check(const layout_job_t *job) {
     printf("%-44s | %7d | %5d | %16d | %s\n", desc, pc->world_size, job->steps, res.compared,
            bad ? "NO" : "yes");
     rc = bad ? 1 : 0;
+    if (job->dump_path && dump_save(layout, job->dump_path, &err)) goto fail;
+    if (job->digest_path && dump_write_digests(layout, job->digest_path, &err)) goto fail;
+    if (job->dump_path || job->digest_path)
+        printf("layout dump: %d tensors%s%s%s%s\n", dump_count(layout), job->dump_path ? " -> " : "",
+               job->dump_path ? job->dump_path : "", job->digest_path ? ", digests -> " : "",
+               job->digest_path ? job->digest_path : "");
     goto out;
 fail:
+    rc = 2;
     fprintf(stderr, "parity check: %s\n", err.msg);
 out:
     gpt_free(g);
