@@ -147,6 +147,13 @@ refuse "an unknown flag" "unknown option '--frobnicate'" -- $T --frobnicate
 refuse "diff --max-rows followed by a flag" "--max-rows" -- $P diff "$w/good.st" "$w/good.st" --max-rows --quiet
 refuse "diff with one operand" "usage|two files" -- $P diff "$w/good.st"
 
+# --- resources: estimated before anything is allocated
+refuse "a model twice the host's memory, refused up front" "needs an estimated .* GB.*available" -- env PARITY_MEM_AVAILABLE_MB=24000 $P train --hidden-size 1024 --num-attention-heads 128 --ffn-hidden-size 4096 --num-layers 168 --steps 1
+refuse "a layout beyond the available memory" "available" -- env PARITY_MEM_AVAILABLE_MB=1 $P check --model gpt-tiny --data-parallel-size 8 --steps 1
+refuse "--arena-mb below a device's estimate" "--arena-mb" -- $P check --model gpt-tiny --data-parallel-size 2 --arena-mb 0.5 --steps 1
+refuse "--print-layout with --dump" "print-layout" -- $T --print-layout --dump "$w/x.st"
+refuse "check --digest onto a FIFO" "FIFO" -- $P check --model gpt-micro --steps 1 --digest "$w/fifo"
+
 # --- input files: checked before a byte is read, FIFOs never block
 refuse "--model a FIFO with no writer" "model config '$w/fifo': not a regular file \(a FIFO\)" -- $P train --model "$w/fifo"
 refuse "--data a FIFO with no writer" "data file '$w/fifo': not a regular file \(a FIFO\)" -- $P train --model gpt-micro --data "$w/fifo"
@@ -168,6 +175,13 @@ if (cd "$w" && $T --dump "$w/link-to-good" >/dev/null 2>"$tmp/err") && [ -L "$w/
   ok "--dump through a symlink replaces the linked file and keeps the link"
 else
   fail "--dump through a symlink replaces the linked file and keeps the link" "$(cat "$tmp/err")"
+fi
+$P check --model gpt-micro --steps 2 --data-parallel-size 2 --dump "$tmp/layout.st" >/dev/null 2>"$tmp/err"
+$T --steps 2 --dump "$tmp/golden2.st" >/dev/null 2>&1
+if [ -s "$tmp/layout.st" ] && "$P" diff --quiet "$tmp/layout.st" "$tmp/golden2.st" >/dev/null; then
+  ok "check --dump writes the layout's reassembled tensors (bit-exact with the golden dump)"
+else
+  fail "check --dump writes the layout's reassembled tensors (bit-exact with the golden dump)" "$(cat "$tmp/err")"
 fi
 chmod 0640 "$w/good.st"
 if $T --dump "$w/good.st" >/dev/null 2>"$tmp/err" && [ "$(stat -c %a "$w/good.st")" = 640 ] \

@@ -15,6 +15,33 @@ out=$("$P" check --model gpt-micro --data-parallel-size 2 --zero-stage 3 --accum
 out=$("$P" check --model gpt-micro --data-parallel-size 4 --coll-algo ring --test-broken-fp32-sums 2>&1); rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q 'FIRST DIVERGENCE' && echo "$out" | grep -q 'ulp' && echo "$out" | grep -q '| NO'
 ok $? "check: fp32 ring sums are caught (exit 1, first-divergence report)"
+# gpt-micro is one bucket of 10944 elements, so dp=4 pieces are 2736 long:
+# final_layernorm.weight (the first gradient in backward order) lies in
+# piece 3, and the report must name device 3 as the one that rounds it
+echo "$out" | grep -q 'tensor      step0.grad.final_layernorm' &&
+echo "$out" | grep -q 'produced by device 3: the exact reduce-scatter over 4 devices rounds it there (piece 3 of bucket 0' &&
+! echo "$out" | grep -q 'replicated on every device for stage 0'
+ok $? "check: the fp32-sums divergence names the owner of the gradient's bucket piece (device 3)"
+
+# a drifting replica (one bit of device 2's parameters) is reported as such
+for z in 0 1 2; do
+  out=$("$P" check --model gpt-micro --data-parallel-size 4 --zero-stage $z --test-broken-replica 2 2>&1); rc=$?
+  [ $rc = 1 ] && echo "$out" | grep -q 'the replicas of a tensor disagree' &&
+  echo "$out" | grep -q "device 2's copy differs from device 0's"
+  ok $? "check: device 2's drifting parameter replica is caught and named (ZeRO-$z)"
+done
+out=$("$P" check --model gpt-micro --data-parallel-size 2 --zero-stage 3 --test-broken-replica 1 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q 'ZeRO-3 keeps no parameter replicas'; ok $? "--test-broken-replica at ZeRO-3 is an error"
+
+# uneven accumulation: microbatch sizes differ by one and the largest does
+# not divide the batch; exact sums still give the golden bits
+out=$("$P" check --model gpt-tiny --data-parallel-size 1 --accum-degree 5 2>&1); rc=$?
+[ $rc = 0 ] && echo "$out" | grep -q '| yes'; ok $? "check: gpt-tiny dp=1 accum=5 (5,5,5,5,4) is bit-exact"
+echo '{"base": "gpt-tiny", "global_batch": 35, "micro_batch": 35}' > "$tmp/b35.json"
+for l in "7 --accum-degree 2" "5 --accum-degree 4" "1 --accum-degree 4" "5 --zero-stage 3 --accum-degree 3"; do
+  out=$("$P" check --model "$tmp/b35.json" --data-parallel-size $l 2>&1); rc=$?
+  [ $rc = 0 ] && echo "$out" | grep -q '| yes'; ok $? "check: batch 35, --data-parallel-size $l is bit-exact"
+done
 
 expect_bad() { # flags... ; the message must contain $needle
   out=$("$P" check --model gpt-micro "$@" 2>&1); rc=$?
@@ -27,10 +54,26 @@ needle="not yet supported"; expect_bad --dtype bf16
 needle="--coll-algo"; expect_bad --coll-algo tree
 needle="accum-degree: 5"; expect_bad --data-parallel-size 2 --accum-degree 5
 
-# an arena too small: a clear report naming the device, not a crash
+# an arena too small: a clear report naming the device, not a crash;
+# refused up front from the estimate, before a step runs
 out=$("$P" train --model gpt-micro --steps 1 --data-parallel-size 2 --arena-mb 0.05 2>&1); rc=$?
 [ $rc = 2 ] && echo "$out" | grep -q "device" && echo "$out" | grep -qi "capacity"
 ok $? "an arena too small is reported (exit 2)"
+echo "$out" | grep -q "estimated .* (params .*open exact sums .*activations .*), more than its capacity --arena-mb 0.05" &&
+! echo "$out" | grep -q "^step"
+ok $? "--arena-mb: refused before the run, with the estimate by category"
+out=$("$P" check --model gpt-micro --data-parallel-size 2 --arena-mb 0.05 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "more than its capacity --arena-mb"; ok $? "check: --arena-mb refused up front"
+# the issue's model needs twice the host: refused at once, with both figures
+big="--hidden-size 1024 --num-attention-heads 128 --ffn-hidden-size 4096 --num-layers 168"
+start=$(date +%s%N)
+out=$(PARITY_MEM_AVAILABLE_MB=16000 "$P" train --model gpt-tiny $big --data-parallel-size 2 --steps 1 2>&1); rc=$?
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+[ $rc = 2 ] && echo "$out" | grep -q "host memory: the run needs an estimated .* GB .* but 16.00 GB is available" && [ $ms -lt 2000 ]
+ok $? "168 layers on a 16 GB host: refused in ${ms} ms with the estimate and the available memory"
+out=$("$P" train --model gpt-micro --steps 1 --data-parallel-size 2 --zero-stage 1 2>&1)
+echo "$out" | grep -q "memory estimate per device: params" && echo "$out" | grep -q "memory estimate of the run: 2 devices"
+ok $? "train: the layout header prints the memory estimate"
 
 # the layout's reassembled dump equals the golden dump, tensor for tensor
 "$P" train --model gpt-micro --steps 3 --dump "$tmp/golden.safetensors" --quiet >/dev/null 2>&1 &&

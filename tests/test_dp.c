@@ -6,8 +6,13 @@
  * algorithms. Each layout's reassembled global tensors (inputs, every
  * activation checkpoint, logits, loss, every gradient, every updated
  * parameter, at every step) are compared with the golden ones by memcmp
- * (check.h). A deliberately broken variant (plain fp32 ring sums) must be
- * caught. Prints: layout | devices | steps | tensors compared | bit-exact.
+ * (check.h), and every replica of a replicated tensor must agree. Uneven
+ * accumulation (microbatch sizes differing by one, the largest not
+ * dividing the batch) must give the golden bits too. Two deliberately
+ * broken variants must be caught, the report naming the right device:
+ * plain fp32 ring sums (the owner of the element's bucket piece) and one
+ * device's drifting parameter replica (that device).
+ * Prints: layout | devices | steps | tensors compared | bit-exact.
  *
  * PARITY_DP_MATRIX=small (the sanitizer builds) runs the same tests on
  * gpt-micro with a batch of 12, and a matrix without dp 3 and 8.
@@ -27,10 +32,10 @@ static model_config_t cfg;
 static corpus_t corpus;
 static dump_t *golden;
 
-static dump_t *golden_run(void) {
+static dump_t *golden_run(const model_config_t *c) {
     gpt_t *g;
     perr_t err;
-    if (gpt_new(&g, &cfg, &err)) {
+    if (gpt_new(&g, c, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return NULL;
     }
@@ -47,9 +52,17 @@ static dump_t *golden_run(void) {
     return d;
 }
 
-/* Runs one layout; returns 1 when every golden tensor matched. */
-static int run_layout(const char *flags, coll_algo_t algo, int broken, int *compared,
-                      FILE *report) {
+static void describe(void *ctx, const st_tensor_t *t, uint64_t flat, char *lay, char *gold,
+                     size_t cap) {
+    (void)gold;
+    dp_describe_element(ctx, t, flat, lay, cap);
+}
+
+/* Runs one layout of model m against golden dump gd; returns 1 when every
+ * golden tensor matched and every replica agreed. broken: the fp32-sums
+ * negative control; broken_replica: 1 + the device whose replica drifts. */
+static int run_layout_of(const model_config_t *m, dump_t *gd, const char *flags, coll_algo_t algo,
+                         int broken, int broken_replica, int *compared, FILE *report) {
     pconfig_t pc;
     pconfig_defaults(&pc);
     char buf[256], *argv[16];
@@ -62,23 +75,42 @@ static int run_layout(const char *flags, coll_algo_t algo, int broken, int *comp
             fprintf(stderr, "bad flags '%s'\n", flags);
             return 0;
         }
-    if (pconfig_validate(&pc, cfg.global_batch, &err)) {
+    if (pconfig_validate(&pc, m->global_batch, &err)) {
         fprintf(stderr, "%s: %s\n", flags, err.msg);
         return 0;
     }
     gpt_t *g;
-    gpt_new(&g, &cfg, &err);
+    gpt_new(&g, m, &err);
     dump_t *d = dump_new(g, DUMP_TENSORS);
     gpt_free(g);
-    dp_run_t run = {.model = cfg, .pc = pc, .steps = STEPS, .data = &corpus, .algo = algo,
-                    .broken_fp32_sums = broken, .dump = d};
+    dp_run_t run = {.model = *m, .pc = pc, .steps = STEPS, .data = &corpus, .algo = algo,
+                    .broken_fp32_sums = broken, .broken_replica = broken_replica, .dump = d};
     int ok = dp_train(&run, &err) == 0;
     if (!ok) fprintf(stderr, "%s: %s\n", flags, err.msg);
-    check_result_t res;
-    if (ok) ok = check_compare(dump_writer(golden), dump_writer(d), NULL, report, &res) == 0;
+    check_result_t res = {0};
+    dp_placement_t pl;
+    check_replica_t reps[64];
+    int nreps = run.n_replica_diffs < 64 ? run.n_replica_diffs : 64;
+    for (int i = 0; i < nreps; i++) {
+        const dp_replica_diff_t *x = &run.replica_diffs[i];
+        reps[i] = (check_replica_t){x->name, x->flat, x->device, x->taken, x->ndiffer, x->got, x->want};
+    }
+    if (ok && dp_placement_init(&pl, m, &pc, &err) == 0) {
+        check_owner_t owner = {&pl, describe, reps, nreps};
+        ok = check_compare(dump_writer(gd), dump_writer(d), &owner, report, &res) == 0;
+        dp_placement_free(&pl);
+    } else {
+        ok = 0;
+    }
+    free(run.replica_diffs);
     *compared = res.compared;
     dump_free(d);
     return ok;
+}
+
+static int run_layout(const char *flags, coll_algo_t algo, int broken, int *compared,
+                      FILE *report) {
+    return run_layout_of(&cfg, golden, flags, algo, broken, 0, compared, report);
 }
 
 static int small_matrix(void) {
@@ -192,17 +224,136 @@ static void test_memory_and_traffic_follow_zero(void) {
     }
 }
 
-static void test_broken_variant_is_caught(void) {
+/* Uneven accumulation (pconfig.h): a rank's sequences split into
+ * microbatches whose sizes differ by one, the largest not dividing the
+ * global batch, so the layout's microbatches are not the golden run's
+ * (which here takes the whole batch at once). Exact sums make every split
+ * give the golden bits. Batches of 24 and 35 sequences. */
+static void uneven_batch(int B, const char *const *layouts, int n) {
+    model_config_t m = cfg;
+    m.global_batch = m.micro_batch = B;
+    dump_t *gd = golden_run(&m);
+    CHECK(gd != NULL, "golden run of batch %d", B);
+    for (int k = 0; gd && k < n; k++) {
+        coll_algo_t algo = k % 2 ? COLL_ALGO_RING : COLL_ALGO_DIRECT;
+        int c = 0, ok = run_layout_of(&m, gd, layouts[k], algo, 0, 0, &c, stderr);
+        printf("batch %d: %-66s %-6s %5d tensors  %s\n", B, layouts[k],
+               algo == COLL_ALGO_RING ? "ring" : "direct", c, ok ? "yes" : "NO");
+        CHECK(ok, "batch %d, %s differs from the golden run", B, layouts[k]);
+    }
+    dump_free(gd);
+}
+
+static void test_uneven_accumulation(void) {
+    static const char *const b24[] = {
+        "--data-parallel-size 1 --accum-degree 5",                         /* 5,5,5,5,4 */
+        "--data-parallel-size 3 --zero-stage 2 --accum-degree 5 --overlap-grad-reduce", /* 2,2,2,1,1 */
+        "--data-parallel-size 2 --zero-stage 3 --accum-degree 5",          /* 3,3,2,2,2 */
+    };
+    static const char *const b35[] = {
+        "--data-parallel-size 7 --accum-degree 2",                         /* 3,2 */
+        "--data-parallel-size 5 --accum-degree 4",                         /* 2,2,2,1 */
+        "--data-parallel-size 1 --accum-degree 4",                         /* 9,9,9,8 */
+        "--data-parallel-size 5 --zero-stage 1 --accum-degree 3 --overlap-grad-reduce --overlap-param-gather",
+        "--data-parallel-size 7 --zero-stage 3 --accum-degree 2",
+    };
+    uneven_batch(24, b24, 3);
+    uneven_batch(35, b35, 5);
+}
+
+/* Runs a broken layout and returns its first-divergence report (malloc'd). */
+static char *broken_report(const char *flags, int broken, int broken_replica) {
     char *buf = NULL;
     size_t len = 0;
     FILE *rep = open_memstream(&buf, &len);
-    int n, ok = run_layout("--data-parallel-size 4", COLL_ALGO_RING, 1, &n, rep);
+    int n, ok = run_layout_of(&cfg, golden, flags, COLL_ALGO_RING, broken, broken_replica, &n, rep);
     fclose(rep);
-    CHECK(!ok, "fp32 ring sums must not match the golden run");
+    CHECK(!ok, "%s (broken %d, replica %d) must not match the golden run", flags, broken,
+          broken_replica);
     CHECK(buf && strstr(buf, "FIRST DIVERGENCE") && strstr(buf, "ulp"),
           "the checker must print a first-divergence report, got:\n%s", buf ? buf : "");
-    if (buf) printf("broken variant (fp32 ring sums), as reported:\n%s", buf);
+    return buf;
+}
+
+/* The owner of flat element x of the parameter vector under a layout,
+ * from the plan's buckets (dp.h: rank k owns piece k of every bucket). */
+static int owner_of(const char *flags, const char *param, uint64_t flat) {
+    pconfig_t pc;
+    pconfig_defaults(&pc);
+    char buf[256], *argv[16];
+    int argc = 0, i = 0;
+    snprintf(buf, sizeof buf, "%s", flags);
+    for (char *t = strtok(buf, " "); t && argc < 16; t = strtok(NULL, " ")) argv[argc++] = t;
+    perr_t err;
+    while (i < argc && pconfig_parse_flag(&pc, argc, argv, &i, &err) == 1) {}
+    pconfig_validate(&pc, cfg.global_batch, &err);
+    param_table_t t;
+    dp_plan_t p;
+    param_table_build(&t, &cfg, &err);
+    dp_plan_build(&p, &t, &cfg, pc.dp, pc.zero_stage, pc.bucket_cap_mb, &err);
+    int idx = param_find(&t, param), owner = -1;
+    size_t x = idx >= 0 ? t.info[idx].offset + flat : 0;
+    for (int b = 0; idx >= 0 && b < p.nbuckets; b++)
+        if (x >= p.buckets[b].lo && x < p.buckets[b].hi)
+            owner = (int)((x - p.buckets[b].lo) / p.buckets[b].piece);
+    dp_plan_free(&p);
+    param_table_free(&t);
+    return owner;
+}
+
+/* fp32 ring sums: the first divergence is a gradient, produced by the
+ * owner of its bucket piece, whatever the stage. */
+static void test_broken_variant_is_caught(void) {
+    const char *layouts[] = {"--data-parallel-size 4", "--data-parallel-size 4 --zero-stage 2",
+                             "--data-parallel-size 3 --zero-stage 1 --bucket-cap-mb 0.05"};
+    for (int k = 0; k < 3; k++) {
+        char *buf = broken_report(layouts[k], 1, 0);
+        if (!buf) continue;
+        char tensor[160] = "";
+        unsigned long long flat = 0;
+        const char *t = strstr(buf, "tensor      "), *e = strstr(buf, "flat index ");
+        if (t) sscanf(t, "tensor      %159s", tensor);
+        if (e) sscanf(e, "flat index %llu", &flat);
+        const char *param = strstr(tensor, ".grad.");
+        CHECK(param != NULL, "%s: the first divergence is a gradient, got %s", layouts[k], tensor);
+        int owner = param ? owner_of(layouts[k], param + 6, flat) : -1;
+        char want[64];
+        snprintf(want, sizeof want, "produced by device %d: the exact reduce-scatter", owner);
+        CHECK(owner >= 0 && strstr(buf, want), "%s: expected '%s' in:\n%s", layouts[k], want, buf);
+        if (k == 0) printf("broken variant (fp32 ring sums), as reported:\n%s", buf);
+        free(buf);
+    }
+}
+
+/* One device's parameter replica drifts by one bit: the report names it,
+ * at ZeRO 0, 1 and 2 (ZeRO-3 keeps no replicas and refuses the flag). */
+static void test_drifting_replica_is_caught(void) {
+    const char *layouts[] = {"--data-parallel-size 4", "--data-parallel-size 4 --zero-stage 1",
+                             "--data-parallel-size 3 --zero-stage 2 --overlap-grad-reduce"};
+    const int ranks[] = {2, 3, 1};
+    for (int k = 0; k < 3; k++) {
+        char *buf = broken_report(layouts[k], 0, ranks[k] + 1);
+        char want[64];
+        snprintf(want, sizeof want, "device %d's copy differs from device 0's", ranks[k]);
+        CHECK(buf && strstr(buf, "the replicas of a tensor disagree") && strstr(buf, want) &&
+                  strstr(buf, ".param."),
+              "%s: expected '%s' in:\n%s", layouts[k], want, buf ? buf : "");
+        if (k == 0 && buf) printf("drifting replica, as reported:\n%s", buf);
+        free(buf);
+    }
+    /* device 0 drifts: the dump holds its copy, so the golden comparison
+     * catches it, and the report adds that the other replicas differ */
+    char *buf = broken_report("--data-parallel-size 2", 0, 1);
+    CHECK(buf && strstr(buf, "device 1's copy differs from device 0's") && strstr(buf, ".param."),
+          "device 0 drifting:\n%s", buf ? buf : "");
     free(buf);
+    perr_t err;
+    pconfig_t pc;
+    pconfig_defaults(&pc);
+    pc.dp = 2, pc.zero_stage = 3, pc.given |= PC_GIVEN_DP | PC_GIVEN_ZERO;
+    pconfig_validate(&pc, cfg.global_batch, &err);
+    dp_run_t run = {.model = cfg, .pc = pc, .steps = 1, .data = &corpus, .broken_replica = 1};
+    CHECK(dp_train(&run, &err) != 0 && strstr(err.msg, "ZeRO-3"), "ZeRO-3: %s", err.msg);
 }
 
 int main(void) {
@@ -216,10 +367,12 @@ int main(void) {
         return 1;
     }
     if (small_matrix()) cfg.global_batch = cfg.micro_batch = 12;
-    golden = golden_run();
+    golden = golden_run(&cfg);
     if (!golden) return 1;
+    RUN(test_uneven_accumulation);
     RUN(test_memory_and_traffic_follow_zero);
     RUN(test_broken_variant_is_caught);
+    RUN(test_drifting_replica_is_caught);
     RUN(test_small_buckets);
     RUN(test_overlap_and_algorithms);
     RUN(test_matrix);

@@ -1,8 +1,9 @@
 /* test_xacc.c - the exact accumulator against an independent big integer.
  *
  * The oracle here shares no code with ref/kernels/xacc.c: it decomposes
- * floats with frexpf, keeps the exact sum as a 384-bit two's-complement
- * integer in units of 2^-149, and checks a result by the *definition* of
+ * floats and doubles with frexp, keeps the exact sum as a 1280-bit
+ * two's-complement integer in units of 2^-149 (room for sums of doubles
+ * up to 2^1130), and checks a result by the *definition* of
  * round-to-nearest-even (no neighbour float is closer; ties go to the even
  * significand) instead of by re-implementing the rounding.
  */
@@ -14,8 +15,8 @@
 #include "harness.h"
 #include "parity/xacc.h"
 
-/* ---- the oracle: 384-bit two's complement, units of 2^-149 ---------- */
-#define LIMBS 12
+/* ---- the oracle: 1280-bit two's complement, units of 2^-149 --------- */
+#define LIMBS 40
 typedef struct { uint32_t w[LIMBS]; } big_t;
 
 static void big_zero(big_t *a) { memset(a, 0, sizeof *a); }
@@ -66,6 +67,31 @@ static void big_from_float(big_t *out, float x) {
     if (x < 0) big_neg(out);
 }
 
+/* Exact value of a finite double that is a multiple of 2^-149 (the
+ * domain of xacc_add_f64_exact); returns 0 when it is not one. */
+static int big_from_double(big_t *out, double x) {
+    big_zero(out);
+    if (x == 0.0) return 1;
+    int e;
+    double fr = frexp(fabs(x), &e); /* |x| = fr * 2^e, fr in [0.5, 1) */
+    uint64_t m = (uint64_t)ldexp(fr, 53);
+    int p = e - 53 + 149;
+    for (; p < 0; p++) {
+        if (m & 1) return 0;
+        m >>= 1;
+    }
+    for (int b = 0; b < 53; b++)
+        if ((m >> b) & 1) out->w[(p + b) / 32] |= 1u << ((p + b) % 32);
+    if (x < 0) big_neg(out);
+    return 1;
+}
+
+static void big_add_double(big_t *a, double x) {
+    big_t t;
+    if (!big_from_double(&t, x)) abort(); /* a test bug: not in the domain */
+    big_add(a, &t);
+}
+
 static void big_add_float(big_t *a, float x) {
     big_t t;
     big_from_float(&t, x);
@@ -107,6 +133,42 @@ static int is_correct_rounding(const big_t *exact, float r) {
     big_t z;
     big_zero(&z);
     if (big_cmp_abs(exact, &z) == 0) return r == 0.0f && !signbit(r);
+    return 1;
+}
+
+/* The same for xacc_round_f64: r is the fp64 round-to-nearest-even of
+ * `exact` (for values whose fp64 neighbours are multiples of 2^-149, i.e.
+ * zero or of magnitude 2^-96 and more, which is what the tests use). */
+static int is_correct_rounding_f64(const big_t *exact, double r) {
+    /* overflow threshold: |exact| >= 2^1024 - 2^970, in units 2^1173 - 2^1119 */
+    big_t thr;
+    big_zero(&thr);
+    for (int b = 1119; b < 1173; b++) thr.w[b / 32] |= 1u << (b % 32);
+    int overflow = big_cmp_abs(exact, &thr) >= 0;
+    if (isinf(r)) return overflow && ((r > 0) == !big_is_neg(exact));
+    if (overflow || isnan(r)) return 0;
+    big_t d, dn, z0;
+    big_zero(&z0);
+    if (!big_from_double(&d, r)) return 0;
+    big_neg(&d);
+    big_add(&d, exact);
+    if (fabs(r) < 0x1p-96) /* a multiple of 2^-149 this small is a double: exact */
+        return big_cmp_abs(&d, &z0) == 0 && !(r == 0.0 && signbit(r));
+    double neighbours[2] = {nextafter(r, INFINITY), nextafter(r, -INFINITY)};
+    for (int k = 0; k < 2; k++) {
+        if (isinf(neighbours[k])) continue;
+        if (!big_from_double(&dn, neighbours[k])) return 0;
+        big_neg(&dn);
+        big_add(&dn, exact);
+        int c = big_cmp_abs(&d, &dn);
+        if (c > 0) return 0;
+        if (c == 0) { /* tie: r must have the even significand */
+            uint64_t u;
+            memcpy(&u, &r, sizeof u);
+            if (u & 1) return 0;
+        }
+    }
+    if (big_cmp_abs(exact, &z0) == 0) return r == 0.0 && !signbit(r);
     return 1;
 }
 
@@ -537,6 +599,246 @@ static void test_forced_carries(void) {
     CHECK(xacc_round_f32(&a) == 1.5f, "and cancels back exactly: %a", xacc_round_f32(&a));
 }
 
+/* ---- huge fp64 terms and the range (xacc.h, "Domain and range") ------ */
+
+static void canonical_of(xacc_t *out, const xacc_t *v) {
+    xacc_init(out);
+    xacc_merge(out, v); /* what the collectives send: coll_reduce.c */
+}
+
+/* Every path that takes exact fp64 terms must give the correctly rounded
+ * sum of d[0..n-1]: xacc_add_f64_exact forwards and backwards, two
+ * accumulators merged either way round (the same canonical bytes), and
+ * xvec with the fast path on and off, term by term and as two merged
+ * vectors (a huge fp64 sum that turns inexact moves to the accumulator). */
+static void expect_f64_sum(const double *d, int n, const char *what) {
+    big_t exact;
+    big_zero(&exact);
+    for (int i = 0; i < n; i++) big_add_double(&exact, d[i]);
+    xacc_t fwd, rev, part[2];
+    xacc_init(&fwd);
+    xacc_init(&rev);
+    xacc_init(&part[0]);
+    xacc_init(&part[1]);
+    for (int i = 0; i < n; i++) {
+        xacc_add_f64_exact(&fwd, d[i]);
+        xacc_add_f64_exact(&rev, d[n - 1 - i]);
+        xacc_add_f64_exact(&part[i % 2], d[i]);
+    }
+    float r = xacc_round_f32(&fwd);
+    double r64 = xacc_round_f64(&fwd);
+    CHECK(is_correct_rounding(&exact, r), "%s: xacc gave %a", what, r);
+    CHECK(is_correct_rounding_f64(&exact, r64), "%s: xacc_round_f64 gave %a", what, r64);
+    CHECK(bits(xacc_round_f32(&rev)) == bits(r), "%s: reversed, %a", what, xacc_round_f32(&rev));
+    xacc_t merged[2], canon[3];
+    for (int k = 0; k < 2; k++) {
+        merged[k] = part[k];
+        xacc_merge(&merged[k], &part[1 - k]);
+        canonical_of(&canon[k], &merged[k]);
+    }
+    canonical_of(&canon[2], &fwd);
+    CHECK(memcmp(&canon[0], &canon[1], sizeof canon[0]) == 0 &&
+              memcmp(&canon[0], &canon[2], sizeof canon[0]) == 0,
+          "%s: either grouping must give the same canonical bytes", what);
+    CHECK(bits(xacc_round_f32(&merged[0])) == bits(r), "%s: merged, %a", what,
+          xacc_round_f32(&merged[0]));
+    for (int fast = 1; fast >= 0; fast--) {
+        xacc_set_fast_path(fast);
+        xvec_t all, even, odd;
+        CHECK(xvec_init(&all, 1) == 0 && xvec_init(&even, 1) == 0 && xvec_init(&odd, 1) == 0,
+              "alloc");
+        for (int i = 0; i < n; i++) {
+            xvec_add_f64_exact(&all, 0, &d[i], 1);
+            xvec_add_f64_exact(i % 2 ? &odd : &even, 0, &d[i], 1);
+        }
+        xvec_merge(&even, &odd);
+        float a, b;
+        xvec_round(&all, &a);
+        xvec_round(&even, &b);
+        CHECK(bits(a) == bits(r) && bits(b) == bits(r),
+              "%s: xvec (fast path %d) gave %a, merged %a, want %a", what, fast, a, b, r);
+        xvec_free(&all);
+        xvec_free(&even);
+        xvec_free(&odd);
+    }
+    xacc_set_fast_path(1);
+}
+
+static void test_huge_f64_terms(void) {
+    const double c1[] = {0x1p169, 0x1p169};
+    expect_f64_sum(c1, 2, "2^169 + 2^169 (was -inf)");
+    const double c2[] = {0x1p200, -0x1p200, 0x1p-149};
+    expect_f64_sum(c2, 3, "2^200 - 2^200 + 2^-149");
+    const double c3[] = {0x1p200, 0x1p-149, -0x1p200};
+    expect_f64_sum(c3, 3, "2^200 + 2^-149 - 2^200");
+    const double c4[] = {DBL_MAX, -DBL_MAX, 1.5};
+    expect_f64_sum(c4, 3, "DBL_MAX - DBL_MAX + 1.5");
+    const double c5[] = {DBL_MAX, DBL_MAX};
+    expect_f64_sum(c5, 2, "DBL_MAX + DBL_MAX overflows fp64 too");
+    const double c6[] = {-DBL_MAX, -DBL_MAX, DBL_MAX};
+    expect_f64_sum(c6, 3, "-DBL_MAX twice, + DBL_MAX");
+    /* the largest doubles of 53 significant bits, cancelling to their ulp */
+    const double c7[] = {DBL_MAX, -0x1.ffffffffffffep1023, -0x1p971, 0x1p-149};
+    expect_f64_sum(c7, 4, "DBL_MAX - its predecessor - ulp + 2^-149");
+    /* around the old top word's reach: 2^139 (first term past chunk[8])
+     * and 2^169 (past its int64) */
+    const double c8[] = {0x1.fffffffffffffp138, 0x1p139, -0x1.fffffffffffffp139, 0x1p-149};
+    expect_f64_sum(c8, 4, "terms around 2^139, exact to 2^86 + 2^-149");
+    const double c9[] = {0x1.fffffffffffffp168, 0x1p116, -0x1p169};
+    expect_f64_sum(c9, 3, "largest 53-bit double below 2^169, + ulp - 2^169");
+    const double c10[] = {0x1.fffffffffffffp169, 0x1.fffffffffffffp169, -0x1p171, 0x1.8p-148};
+    expect_f64_sum(c10, 4, "terms just below 2^170");
+    /* the fp32 overflow threshold reached from above */
+    const double c11[] = {0x1p500, 0x1p128, -0x1p500, -0x1p103};
+    expect_f64_sum(c11, 4, "2^128 - 2^103 (a tie: +inf) via 2^500");
+    const double c12[] = {0x1p500, 0x1p128, -0x1p500, -0x1.0000000000001p103};
+    expect_f64_sum(c12, 4, "just below the tie: FLT_MAX, via 2^500");
+    /* an open xvec element holding 2^1000 whose next addition is inexact:
+     * it moves to its accumulator with the huge sum */
+    const double c13[] = {0x1p1000, 1.0, -0x1p1000};
+    expect_f64_sum(c13, 3, "xvec slow element from 2^1000");
+    const double c14[] = {0x1p1000, (double)FLT_MAX, -0x1p1000, 0x1.fffffffffffffp-97};
+    expect_f64_sum(c14, 4, "FLT_MAX between 2^1000s");
+    /* the explicit values, besides the oracle */
+    xacc_t a;
+    xacc_init(&a);
+    xacc_add_f64_exact(&a, 0x1p169);
+    xacc_add_f64_exact(&a, 0x1p169);
+    CHECK(xacc_round_f32(&a) == INFINITY && xacc_round_f64(&a) == 0x1p170 && xacc_sign(&a) == 1,
+          "2^169 + 2^169: %a, %a", xacc_round_f32(&a), xacc_round_f64(&a));
+}
+
+static double rand_double(int lo_exp, int hi_exp) {
+    int e = lo_exp + rand_below(hi_exp - lo_exp + 1);
+    double x = ldexp(1.0 + (double)(next_u64() >> 12) * 0x1p-52, e);
+    return (next_u64() & 1) ? -x : x;
+}
+
+static void test_huge_random(void) {
+    /* doubles over the whole domain (2^-97 is the lowest binade whose every
+     * double is a multiple of 2^-149), clustered or not, with exact
+     * cancellations and fp32 terms mixed in */
+    double d[48];
+    char what[64];
+    for (int trial = 0; trial < 400; trial++) {
+        int n = 1 + rand_below(48), kind = trial % 4;
+        int centre = -97 + rand_below(1024 + 97 - 60);
+        for (int i = 0; i < n; i++) {
+            switch (kind) {
+            case 0: d[i] = rand_double(-97, 1023); break;
+            case 1: d[i] = rand_double(centre, centre + 60); break;
+            case 2: /* mostly fp32 values */
+                d[i] = rand_below(3) ? (double)rand_float(-149, 127) : rand_double(128, 1023);
+                break;
+            default: d[i] = rand_double(100, 200); break;
+            }
+            if (i > 0 && rand_below(3) == 0) d[i] = -d[rand_below(i)]; /* cancel an earlier term */
+        }
+        snprintf(what, sizeof what, "random trial %d (kind %d, n %d)", trial, kind, n);
+        expect_f64_sum(d, n, what);
+    }
+}
+
+static void test_range_limit(void) {
+    /* doubling by merges (the only way there): 2^1023 * 2^73 = 2^1096 is in
+     * range and rounds to inf, and cancels exactly */
+    xacc_t pos, neg, t;
+    xacc_init(&pos);
+    xacc_init(&neg);
+    xacc_add_f64_exact(&pos, 0x1p1023);
+    xacc_add_f64_exact(&neg, -0x1p1023);
+    for (int k = 0; k < 73; k++) {
+        t = pos, xacc_merge(&pos, &t);
+        t = neg, xacc_merge(&neg, &t);
+    }
+    CHECK(xacc_round_f32(&pos) == INFINITY && xacc_round_f64(&pos) == INFINITY &&
+              xacc_sign(&pos) == 1, "2^1096: %a", xacc_round_f32(&pos));
+    CHECK(xacc_round_f32(&neg) == -INFINITY && xacc_sign(&neg) == -1, "-2^1096");
+    t = pos;
+    xacc_add_f32(&t, 0x1p-149f);
+    xacc_merge(&t, &neg);
+    CHECK(bits(xacc_round_f32(&t)) == bits(0x1p-149f), "2^1096 + 2^-149 - 2^1096: %a",
+          xacc_round_f32(&t));
+    /* the range is [-2^1097, 2^1097): out of it, the canonical NaN, sticky */
+    t = neg, xacc_merge(&neg, &t);
+    CHECK(xacc_round_f32(&neg) == -INFINITY && xacc_sign(&neg) == -1, "-2^1097 still fits");
+    t = pos, xacc_merge(&pos, &t);
+    CHECK(bits(xacc_round_f32(&pos)) == 0x7fc00000u && isnan(xacc_round_f64(&pos)),
+          "2^1097 is out of range: got %a", xacc_round_f32(&pos));
+    xacc_merge(&pos, &neg);
+    xacc_add_f32(&pos, 1.0f);
+    CHECK(bits(xacc_round_f32(&pos)) == 0x7fc00000u, "out of range stays NaN");
+}
+
+static void test_fp32_sums_past_2_170(void) {
+    /* fp32 terms alone, past what chunk[8] alone could hold (2^170, which
+     * overflowed its int64): 2^20 terms of FLT_MAX doubled 25 times by
+     * merges, then cancelled to 1.5 */
+    xacc_t a, b, t;
+    xacc_init(&a);
+    xacc_init(&b);
+    for (int i = 0; i < 1 << 20; i++) {
+        xacc_add_f32(&a, FLT_MAX);
+        xacc_add_f32(&b, -FLT_MAX);
+    }
+    big_t exact;
+    big_zero(&exact);
+    big_add_float(&exact, FLT_MAX);
+    for (int k = 0; k < 20 + 25; k++) big_add(&exact, &exact);
+    for (int k = 0; k < 25; k++) {
+        t = a, xacc_merge(&a, &t);
+        t = b, xacc_merge(&b, &t);
+    }
+    CHECK(is_correct_rounding(&exact, xacc_round_f32(&a)), "2^45 FLT_MAX: %a", xacc_round_f32(&a));
+    CHECK(xacc_round_f64(&a) == (double)FLT_MAX * 0x1p45, "2^45 FLT_MAX in fp64: %a",
+          xacc_round_f64(&a));
+    xacc_merge(&a, &b);
+    xacc_add_f32(&a, 1.5f);
+    CHECK(xacc_round_f32(&a) == 1.5f, "and cancels back exactly: %a", xacc_round_f32(&a));
+}
+
+static void test_xvec_huge(void) {
+    /* the open accumulators take the same huge values on both paths: an
+     * fp64 element that stays exact, and one that moves to its xacc_t */
+    const double twice[2] = {0x1p169, 0x1p169}, slow[3] = {0x1p1000, 1.0, -0x1p1000};
+    for (int fast = 1; fast >= 0; fast--) {
+        xacc_set_fast_path(fast);
+        xvec_t v;
+        CHECK(xvec_init(&v, 2) == 0, "alloc");
+        for (int i = 0; i < 3; i++) {
+            if (i < 2) xvec_add_f64_exact(&v, 0, &twice[i], 1);
+            xvec_add_f64_exact(&v, 1, &slow[i], 1);
+        }
+        CHECK(xvec_is_slow(&v, 1) || !fast, "2^1000 + 1 is inexact in fp64");
+        float out[2];
+        xvec_round(&v, out);
+        CHECK(out[0] == INFINITY && out[1] == 1.0f, "fast path %d: 2^169 + 2^169 gave %a, "
+              "2^1000 + 1 - 2^1000 gave %a", fast, out[0], out[1]);
+        xacc_t e;
+        xvec_get(&v, 0, &e);
+        CHECK(xacc_round_f64(&e) == 0x1p170, "fast path %d: xvec_get gave %a", fast,
+              xacc_round_f64(&e));
+        xvec_free(&v);
+    }
+    xacc_set_fast_path(1);
+}
+
+static void test_f64_out_of_domain(void) {
+    /* doubles with bits below 2^-149 are no sum of fp32 values: NaN, not a
+     * silently truncated term */
+    const double bad[] = {0x1p-150, 0x1.8p-149, 0x1.0000000000001p-100, -0x1p-1022, 0x1p-1074};
+    for (int k = 0; k < 5; k++) {
+        xacc_t a;
+        xacc_init(&a);
+        xacc_add_f32(&a, 1.0f);
+        xacc_add_f64_exact(&a, bad[k]);
+        CHECK(bits(xacc_round_f32(&a)) == 0x7fc00000u, "%a: got %a", bad[k], xacc_round_f32(&a));
+    }
+    /* the smallest ones that are multiples of 2^-149 stay exact */
+    const double good[] = {0x1p-149, -0x1.8p-148, 0x1.0000000000001p-97, 0x1.fffffffffffffp-97};
+    expect_f64_sum(good, 4, "smallest multiples of 2^-149");
+}
+
 int main(void) {
     RUN(test_random_sums_are_correctly_rounded);
     RUN(test_permutations_and_partitions);
@@ -549,5 +851,11 @@ int main(void) {
     RUN(test_xvec_certificate_boundary);
     RUN(test_forced_carries);
     RUN(test_array_bands);
+    RUN(test_huge_f64_terms);
+    RUN(test_huge_random);
+    RUN(test_range_limit);
+    RUN(test_fp32_sums_past_2_170);
+    RUN(test_xvec_huge);
+    RUN(test_f64_out_of_domain);
     return harness_done();
 }

@@ -10,13 +10,30 @@
  * the ULP distance, and which device and microbatch produced the element
  * (the layout answers that through check_owner_t, so the checker itself
  * knows no layout).
+ *
+ * A layout holds some tensors several times (replicas). Its collection
+ * memcmp's every replica against the copy it dumps and hands the
+ * disagreements over as check_replica_t: a replica that drifts is a
+ * divergence even when the dumped copy equals the golden one, reported
+ * in the same execution order and naming the device.
  */
 #ifndef PARITY_CHECK_H
 #define PARITY_CHECK_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "parity/safetensors.h"
+
+/* A replicated tensor whose copies disagree inside the layout run. */
+typedef struct {
+    const char *name;  /* the dump's tensor name */
+    uint64_t flat;     /* the first element at which a replica differs */
+    int device;        /* the (lowest) device whose replica differs there */
+    int taken;         /* the device whose copy the dump holds */
+    int ndiffer;       /* replicas that differ anywhere in the tensor */
+    float got, want;   /* the replica's value and the dumped copy's */
+} check_replica_t;
 
 typedef struct {
     void *ctx;
@@ -25,12 +42,16 @@ typedef struct {
      * run; may be NULL. */
     void (*describe)(void *ctx, const st_tensor_t *t, uint64_t flat, char *layout_buf,
                      char *golden_buf, size_t cap);
+    /* Replica disagreements found while collecting (may be NULL). */
+    const check_replica_t *replicas;
+    int nreplicas;
 } check_owner_t;
 
 typedef struct {
     int compared;   /* golden tensors looked at */
     int exact;      /* of which bit-exact */
     int missing;    /* absent from the layout run, or of another dtype/shape */
+    int replicas;   /* tensors whose replicas disagree in the layout run */
     char first_bad[160]; /* name of the first divergent tensor, "" if none */
 } check_result_t;
 

@@ -31,6 +31,7 @@
 
 #include "parity/coll.h"
 #include "parity/error.h"
+#include "parity/memest.h"
 #include "parity/model.h"
 #include "parity/pconfig.h"
 
@@ -44,6 +45,7 @@ typedef struct {
 
 typedef struct {
     int dp, stage, nunits;
+    int tied;                    /* the head reads the embedding's bucket too */
     int *unit_first, *unit_last; /* [nunits] tensor ranges */
     int *unit_of_tensor;         /* [count] */
     int nbuckets;
@@ -57,11 +59,42 @@ int  dp_plan_build(dp_plan_t *p, const param_table_t *t, const model_config_t *c
 void dp_plan_free(dp_plan_t *p);
 /* Rank k's piece of bucket b: flat elements [*lo, *hi) (possibly empty). */
 void dp_piece(const dp_plan_t *p, int b, int k, size_t *lo, size_t *hi);
+/* The bucket holding flat element x, and the rank owning its piece. */
+void dp_owner(const dp_plan_t *p, size_t x, int *bucket, int *rank);
+/* ZeRO-3: the buckets a unit's forward or backward reads (its own, and
+ * the embeddings' for a tied head), gathered together; returns 1 or 2. */
+int  dp_unit_buckets(const dp_plan_t *p, int unit, int out[2]);
+
+/* The config a layout's replicas run: the model with the layout's global
+ * batch and its largest microbatch (pconfig.h; it need not divide the
+ * batch: model_config_validate_replica). */
+void dp_replica_config(const model_config_t *model, const pconfig_t *pc, model_config_t *out);
+/* One rank's device memory (every rank's is alike) and the run's host
+ * buffers, before anything is allocated (memest.h): the replica
+ * (gpt_mem_bytes), the shards and collective buffers a rank allocates,
+ * and ZeRO-3's largest set of units gathered at once, from the tables the
+ * allocations use. */
+int  dp_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t *dev,
+               size_t *host, perr_t *err);
 
 /* ---- running a layout --------------------------------------------------- */
 
 struct corpus;
 struct dump;
+
+/* A replicated tensor whose copies disagree. Collecting a dump, every
+ * device's copy of a replicated tensor (ZeRO 0-2 parameters; DDP's
+ * all-gathered gradients; the loss, lr and norm) is memcmp'd against the
+ * one the dump takes: a replica that drifts is a divergence even when the
+ * dump's copy is right. */
+typedef struct {
+    char name[160];   /* the dump's name, e.g. step0.param.layers.0.mlp.dense_4h_to_h.weight */
+    uint64_t flat;    /* the first element at which some replica differs */
+    int device;       /* the lowest device whose replica differs there */
+    int taken;        /* the device whose copy the dump holds */
+    int ndiffer;      /* replicas that differ anywhere in the tensor */
+    float got, want;  /* device's value and the dump's at flat */
+} dp_replica_diff_t;
 
 typedef struct {
     double predicted[MEM_NCAT];  /* bytes, from the ZeRO formulas (fp32) */
@@ -84,6 +117,10 @@ typedef struct {
     /* Test-only: reduce gradients with plain fp32 ring sums of rounded
      * local gradients, to prove that the checker catches a real bug. */
     int broken_fp32_sums;
+    /* Test-only: 1 + the rank whose parameter replica drifts (one bit of
+     * one element flipped after every update; ZeRO 0-2), to prove that
+     * collection catches a replica that disagrees; 0 = off. */
+    int broken_replica;
     /* Collection: the reassembled global tensors of the dumped steps, in a
      * dump_t made for this model (dump.h), or NULL. */
     struct dump *dump;
@@ -91,6 +128,9 @@ typedef struct {
     /* results */
     gpt_step_stats_t *stats;     /* [steps] or NULL */
     dp_device_report_t *reports; /* [dp] or NULL */
+    dp_replica_diff_t *replica_diffs; /* collection: one per disagreeing tensor
+                                         (malloc'd, the caller frees), or NULL */
+    int n_replica_diffs;
 } dp_run_t;
 
 /* Trains run->steps steps of the layout; 0, or -1 with a message. */
@@ -99,5 +139,23 @@ int dp_train(dp_run_t *run, perr_t *err);
 /* Prints the per-device memory next to the ZeRO formulas, and the
  * communication volume next to 2Psi / 3Psi. */
 void dp_print_report(const dp_run_t *run, FILE *f);
+
+/* Where a layout placed each global tensor, for the divergence report. */
+typedef struct {
+    model_config_t cfg;   /* the replica config */
+    pconfig_t pc;
+    param_table_t table;
+    dp_plan_t plan;
+} dp_placement_t;
+int  dp_placement_init(dp_placement_t *pl, const model_config_t *model, const pconfig_t *pc,
+                       perr_t *err);
+void dp_placement_free(dp_placement_t *pl);
+/* Which device (and microbatch) produced element `flat` of dump tensor t
+ * in this layout, as check.h's describe wants it: batch tensors by
+ * sequence; gradients by the owner of the element's bucket piece (the
+ * exact reduce-scatter rounds it there); parameters by the device that
+ * updates them, for each ZeRO stage; all-reduced scalars. */
+void dp_describe_element(const dp_placement_t *pl, const st_tensor_t *t, uint64_t flat, char *buf,
+                         size_t cap);
 
 #endif

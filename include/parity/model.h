@@ -45,7 +45,8 @@ typedef struct {
     uint64_t seed;
     /* training */
     int global_batch;  /* B sequences per step */
-    int micro_batch;   /* sequences per microbatch; divides B */
+    int micro_batch;   /* sequences per microbatch; divides B (a replica's:
+                          its largest microbatch, model_config_validate_replica) */
     float lr, min_lr;
     int warmup, decay_steps;
     float beta1, beta2, eps, weight_decay, clip_grad; /* clip_grad 0 = off */
@@ -62,6 +63,12 @@ int model_config_builtin(const char *name, model_config_t *cfg, perr_t *err);
 int model_config_load(const char *path, model_config_t *cfg, perr_t *err);
 /* Every constraint of MODEL.md, with a message naming the field. */
 int model_config_validate(const model_config_t *cfg, perr_t *err);
+/* The same, except that micro_batch need only be <= global_batch: what a
+ * replica needs (gpt_new_ex sizes its activations for micro_batch
+ * sequences). Only the golden schedule, gpt_train_step, cuts the batch
+ * into equal microbatches; a layout's may differ by one (pconfig.h), and
+ * exact sums make any split give the golden bits. */
+int model_config_validate_replica(const model_config_t *cfg, perr_t *err);
 /* The config as one line of JSON (malloc'd; the caller frees). */
 char *model_config_json(const model_config_t *cfg);
 
@@ -213,9 +220,20 @@ struct arena;
 /* As gpt_new, with memory from `arena` (NULL: malloc) in the categories
  * params, grads (rounded gradients and the open exact sums), optimizer
  * and activations, so the device's memory report shows the model; an
- * arena too small is an error carrying the arena's report. */
+ * arena too small is an error carrying the arena's report. A replica's
+ * cfg->micro_batch need only be <= the batch (model_config_validate_replica). */
 int  gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, struct arena *arena,
                 perr_t *err);
+/* The bytes gpt_new_ex(cfg, omit) takes from its arena, by category, as the
+ * arena counts them (grads: rounded gradients; open_sums: the open exact
+ * sums, also in the arena's grads category), computed from the tables the
+ * allocation uses without allocating them: a memory estimate before a run
+ * (memest.h). Outside the arena a replica also mallocs its contraction
+ * workspace (contract.h, under a megabyte) and small bookkeeping. */
+typedef struct {
+    size_t params, grads, open_sums, optimizer, activations;
+} gpt_mem_t;
+int  gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, perr_t *err);
 void gpt_free(gpt_t *g);
 
 /* Activation slots: n >= 1 (gpt_new makes one). Existing slots' contents

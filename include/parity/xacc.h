@@ -9,6 +9,25 @@
  * or the grouping of the additions: any parallel split of a reduction
  * gives the same bits when it merges accumulators and rounds once.
  *
+ * Domain and range. The terms are fp32 values, and doubles that stand for
+ * exact sums of them (xacc_add_f64_exact): any finite multiple of 2^-149,
+ * up to DBL_MAX. The words hold every value in [-2^1097, 2^1097): every
+ * such term, and every sum of fewer than 2^73 of them. Within the range
+ * the value is exact whatever the size or order of the terms, so
+ * 2^200 - 2^200 + 2^-149 rounds to 2^-149, and a sum of magnitude
+ * 2^128 - 2^103 or more rounds to ±inf however it was reached. A value
+ * below 2^169 (any real sum of fp32 values: it takes 2^41 terms of
+ * FLT_MAX to pass it) keeps to the nine words that fp32 terms touch and
+ * costs what it always did; a larger one brings more words into use.
+ * Out of the domain the result is the canonical NaN (sticky, like a NaN
+ * term), never undefined behaviour:
+ *   - a double that is not a multiple of 2^-149 (2^-150, an fp64
+ *     subnormal), which no sum of fp32 values can be;
+ *   - a value outside the range when carries are propagated. Additions
+ *     alone cannot get there, merges can (DBL_MAX merged into itself 74
+ *     times), and whether an intermediate merge did can depend on the
+ *     grouping: keep sums well inside the range.
+ *
  * Rounding is to nearest, ties to even. Special values:
  *   - an exact zero sum rounds to +0.0 (so skipping an all-zero partial,
  *     e.g. a causally masked tile, never changes a result's sign);
@@ -30,13 +49,16 @@
 #include <stdint.h>
 
 #define XACC_CHUNK_BITS 32
-#define XACC_CHUNKS 9 /* 9 x 32 bits from 2^-149 reach 2^139 > FLT_MAX */
+/* 38 x 32 bits from 2^-149: chunk[36] holds DBL_MAX's leading bit and
+ * chunk[37] the sign (fp32 values need only chunk[0..8]). */
+#define XACC_CHUNKS 38
 
 typedef struct {
     int64_t chunk[XACC_CHUNKS]; /* value = sum_i chunk[i] * 2^(32 i - 149) */
     uint32_t adds_left;         /* additions before carries must be propagated */
     uint8_t pos_inf, neg_inf, nan;
-    uint8_t pad_;
+    uint8_t extra;              /* chunk[8 + extra] is the top word in use: it
+                                   holds the sign and every word above it is 0 */
 } xacc_t;
 
 void  xacc_init(xacc_t *acc);
@@ -59,8 +81,9 @@ float xsum_f32(const float *x, size_t n);
 /* Same, over x[0], x[stride], x[2*stride], ... */
 float xsum_f32_strided(const float *x, size_t n, size_t stride);
 /* Adds a double that is an exact sum of fp32 values (a multiple of
- * 2^-149 with at most 53 significant bits): how the fast paths hand an
- * exact fp64 partial over to the accumulator. */
+ * 2^-149 with at most 53 significant bits, of any magnitude up to DBL_MAX;
+ * anything else is out of the domain, see above): how the fast paths
+ * hand an exact fp64 partial over to the accumulator. */
 void  xacc_add_f64_exact(xacc_t *acc, double x);
 
 /* Fast path on or off for the whole process (tests compare both paths;
@@ -111,8 +134,11 @@ void  xvec_add(xvec_t *v, size_t offset, const float *x, size_t n);
 void  xvec_add_tile(xvec_t *v, size_t offset, size_t ld, const float *tile,
                     int rows, int cols, int ldt);
 /* v[offset + i] += x[i], where each x[i] is already an EXACT sum of fp32
- * values held in fp64 (finite, a multiple of 2^-149): one exact addition
- * per element however many terms x[i] stands for. */
+ * values held in fp64 (finite, a multiple of 2^-149, any magnitude: the
+ * domain of xacc_add_f64_exact): one exact addition per element however
+ * many terms x[i] stands for. Out of the domain, an element that takes
+ * its accumulator becomes NaN; one that stays on its fp64 path is not
+ * checked. */
 void  xvec_add_f64_exact(xvec_t *v, size_t offset, const double *x, size_t n);
 /* The stores: v[...] = x[...] exactly, into a claimed vector; the same
  * arguments and results as the adds into zeros. */

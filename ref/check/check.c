@@ -87,9 +87,47 @@ static int same_layout(const st_tensor_t *a, const st_tensor_t *b) {
     return 1;
 }
 
+static const check_replica_t *replica_of(const check_owner_t *owner, const char *name) {
+    for (int i = 0; owner && i < owner->nreplicas; i++)
+        if (!strcmp(owner->replicas[i].name, name)) return &owner->replicas[i];
+    return NULL;
+}
+
+static void print_replicas(FILE *f, const check_replica_t *r) {
+    fprintf(f, "  replicas    device %d's copy differs from device %d's, which the dump holds "
+               "(%d replica%s of this tensor differ%s)\n",
+            r->device, r->taken, r->ndiffer, r->ndiffer == 1 ? "" : "s", r->ndiffer == 1 ? "s" : "");
+}
+
+/* A tensor whose dumped copy matched the golden run but whose replicas
+ * disagree: the element, both values and the device. */
+static void print_replica_divergence(FILE *f, const st_tensor_t *t, const check_replica_t *r,
+                                     const check_owner_t *owner) {
+    char coords[128], va[96], vb[96], who[512] = "", gold[512] = "";
+    tensor_format_coords(t->ndim, t->shape, r->flat, coords, sizeof coords);
+    uint32_t want, got;
+    memcpy(&want, &r->want, sizeof want);
+    memcpy(&got, &r->got, sizeof got);
+    tensor_format_value(ST_F32, want, va, sizeof va);
+    tensor_format_value(ST_F32, got, vb, sizeof vb);
+    long step = strncmp(t->name, "step", 4) ? -1 : strtol(t->name + 4, NULL, 10);
+    if (owner->describe) owner->describe(owner->ctx, t, r->flat, who, gold, sizeof who);
+    fprintf(f, "FIRST DIVERGENCE (execution order): the replicas of a tensor disagree\n");
+    fprintf(f, "  tensor      %s\n", t->name);
+    if (step >= 0) fprintf(f, "  step        %ld\n", step);
+    fprintf(f, "  element     flat index %llu %s\n", (unsigned long long)r->flat, coords);
+    print_replicas(f, r);
+    if (who[0]) fprintf(f, "  produced by %s\n", who);
+    fprintf(f, "  device %-4d %s (dumped; equals the golden run)\n", r->taken, va);
+    fprintf(f, "  device %-4d %s\n", r->device, vb);
+    if (r->want == r->want && r->got == r->got)
+        fprintf(f, "  ulp         %llu\n",
+                (unsigned long long)tensor_ulp_distance(want, got, sizeof(float)));
+}
+
 static void print_divergence(FILE *f, const st_tensor_t *t, const tensor_diff_t *d,
                              const check_owner_t *owner) {
-    char coords[128], va[96], vb[96], who_layout[256] = "", who_golden[256] = "";
+    char coords[128], va[96], vb[96], who_layout[512] = "", who_golden[512] = "";
     tensor_format_coords(t->ndim, t->shape, d->first, coords, sizeof coords);
     tensor_format_value(t->dtype, d->first_a, va, sizeof va);
     tensor_format_value(t->dtype, d->first_b, vb, sizeof vb);
@@ -108,6 +146,8 @@ static void print_divergence(FILE *f, const st_tensor_t *t, const tensor_diff_t 
     fprintf(f, "  this tensor: %llu of %llu elements differ, max %llu ulp, max rel %.3g\n",
             (unsigned long long)d->ndiff, (unsigned long long)d->numel,
             (unsigned long long)d->max_ulp, d->max_rel);
+    const check_replica_t *r = replica_of(owner, t->name);
+    if (r) print_replicas(f, r);
 }
 
 int check_compare(const st_writer_t *golden, const st_writer_t *got, const check_owner_t *owner,
@@ -145,19 +185,22 @@ int check_compare(const st_writer_t *golden, const st_writer_t *got, const check
         }
         tensor_diff_t d;
         uint64_t numel = st_numel(&t);
+        const check_replica_t *rep = replica_of(owner, t.name);
+        res->replicas += rep != NULL;
         if (tensor_diff(t.dtype, numel, gd, ld, &d)) {
             res->exact++;
-            continue;
+            if (!rep) continue;
+            if (!bad && report) print_replica_divergence(report, &t, rep, owner);
+        } else if (!bad && report) {
+            print_divergence(report, &t, &d, owner);
         }
-        if (!bad) {
-            if (report) print_divergence(report, &t, &d, owner);
-            snprintf(res->first_bad, sizeof res->first_bad, "%s", t.name);
-        }
+        if (!bad) snprintf(res->first_bad, sizeof res->first_bad, "%s", t.name);
         bad = 1;
     }
     if (bad && report)
-        fprintf(report, "  in all: %d of %d tensors bit-exact, %d missing\n", res->exact,
-                res->compared, res->missing);
+        fprintf(report, "  in all: %d of %d tensors bit-exact, %d missing, %d with replicas that "
+                        "disagree\n",
+                res->exact, res->compared, res->missing, res->replicas);
     free(ord);
     return bad;
 }

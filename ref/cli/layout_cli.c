@@ -9,6 +9,7 @@
 #include "parity/check.h"
 #include "parity/dp.h"
 #include "parity/dump.h"
+#include "parity/memest.h"
 #include "parity/numparse.h"
 
 void layout_opts_defaults(layout_opts_t *lo) {
@@ -20,7 +21,8 @@ void layout_opts_defaults(layout_opts_t *lo) {
 
 int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *err) {
     const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    if ((!strcmp(a, "--coll-algo") || !strcmp(a, "--arena-mb")) && num_flag_value(a, v, err))
+    if ((!strcmp(a, "--coll-algo") || !strcmp(a, "--arena-mb") ||
+         !strcmp(a, "--test-broken-replica")) && num_flag_value(a, v, err))
         return -1;
     if (!strcmp(a, "--coll-algo")) {
         if (v && !strcmp(v, "direct")) lo->algo = COLL_ALGO_DIRECT;
@@ -44,7 +46,28 @@ int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *
         *i += 1;
         return 1;
     }
+    if (!strcmp(a, "--test-broken-replica")) {
+        long long rank;
+        if (num_parse_int(a, v, 0, PARITY_MAX_DEVICES - 1, &rank, err)) return -1;
+        lo->broken_replica = (int)rank + 1;
+        *i += 2;
+        return 1;
+    }
     return pconfig_parse_flag(&lo->pc, argc, argv, i, err);
+}
+
+void layout_opts_print_help(FILE *f) {
+    pconfig_print_help(f);
+    fputs("  --coll-algo direct|ring  collective algorithm of the layout (default direct)\n"
+          "  --arena-mb N             device memory of each simulated device (default unlimited);\n"
+          "                           a layout whose estimated memory exceeds it, or the host's\n"
+          "                           available memory (PARITY_MEM_AVAILABLE_MB overrides\n"
+          "                           /proc/meminfo), is refused before anything is allocated\n"
+          "checker negative controls (tests only: the checker must report these):\n"
+          "  --test-broken-fp32-sums  reduce gradients with plain fp32 ring sums\n"
+          "  --test-broken-replica R  flip one bit of device R's parameter replica after every\n"
+          "                           update (ZeRO 0-2)\n",
+          f);
 }
 
 static int cmp_ms(const void *a, const void *b) {
@@ -52,20 +75,41 @@ static int cmp_ms(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* A dump needs the model's config and parameter table, not its memory. */
 static dump_t *new_dump(const model_config_t *cfg, unsigned what) {
-    gpt_t *g;
-    perr_t err;
-    if (gpt_new_ex(&g, cfg, GPT_NO_OPTIMIZER, NULL, &err)) return NULL;
-    dump_t *d = dump_new(g, what);
-    gpt_free(g);
+    gpt_t shape = {.cfg = *cfg};
+    if (param_table_build(&shape.table, cfg, NULL)) return NULL;
+    dump_t *d = dump_new(&shape, what);
+    param_table_free(&shape.table);
     return d;
+}
+
+/* The layout's memory, before anything is allocated: the devices, the
+ * reassembly, the dump (train) or both dumps and the golden model kept
+ * beside the layout (check). Refuses what does not fit. */
+static int estimate(const layout_job_t *job, int check, memest_t *m, perr_t *err) {
+    if (memest_layout(job->cfg, &job->lo->pc, m, err)) return -1;
+    if (check) {
+        memest_t golden;
+        if (memest_layout(job->cfg, NULL, &golden, err)) return -1;
+        m->host_shared += golden.all_devices + golden.host_shared;
+        memest_add_dump(m, job->cfg, DUMP_TENSORS, job->steps);
+        memest_add_dump(m, job->cfg, DUMP_TENSORS, job->steps);
+    } else if (job->dump_path || job->digest_path) {
+        int dumped = 0;
+        for (int s = 0; s < job->steps; s++) dumped += job->want[s] != 0;
+        memest_add_dump(m, job->cfg, (job->dump_path ? DUMP_TENSORS : 0u) |
+                                         (job->digest_path ? DUMP_DIGESTS : 0u), dumped);
+    }
+    return memest_check(m, job->lo->arena_bytes, err);
 }
 
 static int run_dp(const layout_job_t *job, dump_t *dump, gpt_step_stats_t *stats,
                   dp_device_report_t *reports, dp_run_t *run_out, perr_t *err) {
     dp_run_t run = {.model = *job->cfg, .pc = job->lo->pc, .steps = job->steps, .data = job->data,
                     .arena_capacity = job->lo->arena_bytes, .algo = job->lo->algo,
-                    .broken_fp32_sums = job->lo->broken_fp32_sums, .dump = dump,
+                    .broken_fp32_sums = job->lo->broken_fp32_sums,
+                    .broken_replica = job->lo->broken_replica, .dump = dump,
                     .dump_step = job->want, .stats = stats, .reports = reports};
     int rc = dp_train(&run, err);
     *run_out = run;
@@ -75,6 +119,11 @@ static int run_dp(const layout_job_t *job, dump_t *dump, gpt_step_stats_t *stats
 int layout_train(const layout_job_t *job) {
     const pconfig_t *pc = &job->lo->pc;
     perr_t err;
+    memest_t mem;
+    if (estimate(job, 0, &mem, &err)) {
+        fprintf(stderr, "parity train: %s\n", err.msg);
+        return 2;
+    }
     dump_t *dump = NULL;
     if (job->dump_path || job->digest_path) {
         dump = new_dump(job->cfg, (job->dump_path ? DUMP_TENSORS : 0u) |
@@ -88,10 +137,12 @@ int layout_train(const layout_job_t *job) {
     dp_device_report_t *reports = calloc((size_t)pc->dp, sizeof *reports);
     char desc[160];
     pconfig_describe(pc, desc, sizeof desc);
-    if (!job->quiet)
+    if (!job->quiet) {
         printf("parity train: model %s, layout %s (%d devices, %s collectives)\n", job->cfg->name,
                desc, pc->world_size, coll_algo_name(job->lo->algo));
-    dp_run_t run;
+        memest_print(&mem, stdout);
+    }
+    dp_run_t run = {0};
     int rc = 0;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -119,6 +170,15 @@ int layout_train(const layout_job_t *job) {
         free(ms);
     }
     if (rc == 0 && !job->quiet) dp_print_report(&run, stdout);
+    if (rc == 0 && run.n_replica_diffs) { /* the dump holds device 0's copy: say so */
+        const dp_replica_diff_t *d = &run.replica_diffs[0];
+        fprintf(stderr, "parity train: the replicas of %s disagree: device %d's element %llu is "
+                        "%.9g, device %d's (dumped) %.9g; %d tensor%s with disagreeing replicas\n",
+                d->name, d->device, (unsigned long long)d->flat, (double)d->got, d->taken,
+                (double)d->want, run.n_replica_diffs, run.n_replica_diffs == 1 ? "" : "s");
+        rc = 1;
+    }
+    free(run.replica_diffs);
     if (rc == 0 && job->dump_path && dump_save(dump, job->dump_path, &err)) {
         fprintf(stderr, "parity train: --dump: %s\n", err.msg);
         rc = 2;
@@ -133,47 +193,45 @@ int layout_train(const layout_job_t *job) {
     return rc;
 }
 
-/* Who produced an element in the layout run, for the divergence report. */
+/* Who produced an element, for the divergence report: the layout's
+ * placement answers for the layout run; the golden run is one device
+ * cutting the batch into the model's own microbatches. */
 typedef struct {
-    const pconfig_t *pc;
-    int golden_micro, T;
+    const dp_placement_t *pl;
+    int golden_micro;
 } owner_ctx_t;
 
 static void describe(void *ctx, const st_tensor_t *t, uint64_t flat, char *lay, char *gold,
                      size_t cap) {
     const owner_ctx_t *o = ctx;
-    const char *what = strchr(t->name, '.');
-    what = what ? what + 1 : t->name;
-    int batch = t->ndim >= 2 && (strncmp(what, "act.", 4) == 0 || strncmp(what, "mask.", 5) == 0 ||
-                                 !strcmp(what, "logits") || !strcmp(what, "input_ids") ||
-                                 !strcmp(what, "labels"));
-    if (batch) {
-        uint64_t per_seq = st_numel(t) / (uint64_t)t->shape[0];
-        int seq = (int)(flat / per_seq), per_rank = o->pc->global_batch / o->pc->dp;
-        int rank = seq / per_rank, in_rank = seq % per_rank, accum = o->pc->accum_degree;
-        int k = 0, start = 0;
-        for (; k < accum; k++) { /* the uneven split of pconfig.h */
-            int size = per_rank / accum + (k < per_rank % accum);
-            if (in_rank < start + size) break;
-            start += size;
-        }
-        snprintf(lay, cap, "device %d (dp rank %d), microbatch %d of %d, sequence %d", rank, rank,
-                 k, accum, seq);
-        snprintf(gold, cap, "device 0, microbatch %d, sequence %d", seq / o->golden_micro, seq);
-    } else if (!strncmp(what, "grad.", 5) || !strncmp(what, "param.", 6)) {
-        snprintf(lay, cap, "the owner of that element's bucket piece (ZeRO-%d over %d devices; "
-                           "replicated on every device for stage 0)",
-                 o->pc->zero_stage, o->pc->dp);
-    } else {
-        snprintf(lay, cap, "every device (an exact all-reduce over %d devices)", o->pc->dp);
+    dp_describe_element(o->pl, t, flat, lay, cap);
+    if (!strncmp(lay, "device", 6) && strstr(lay, "microbatch")) { /* a batch tensor */
+        uint64_t seq = flat / (st_numel(t) / (uint64_t)t->shape[0]);
+        snprintf(gold, cap, "device 0, microbatch %llu, sequence %llu",
+                 (unsigned long long)(seq / (uint64_t)o->golden_micro), (unsigned long long)seq);
     }
 }
 
 int layout_check(const layout_job_t *job) {
     const pconfig_t *pc = &job->lo->pc;
     perr_t err;
+    memest_t mem;
+    if (estimate(job, 1, &mem, &err)) {
+        fprintf(stderr, "parity check: %s\n", err.msg);
+        return 2;
+    }
+    dp_placement_t pl;
+    if (dp_placement_init(&pl, job->cfg, pc, &err)) {
+        fprintf(stderr, "parity check: %s\n", err.msg);
+        return 2;
+    }
+    dp_run_t run = {0};
+    check_replica_t *reps = NULL;
     unsigned char *all = malloc((size_t)job->steps);
-    dump_t *golden = new_dump(job->cfg, DUMP_TENSORS), *layout = new_dump(job->cfg, DUMP_TENSORS);
+    /* --dump / --digest: the layout run's reassembled tensors, written
+     * whether or not they match (a mismatch is when one wants them) */
+    dump_t *golden = new_dump(job->cfg, DUMP_TENSORS),
+           *layout = new_dump(job->cfg, DUMP_TENSORS | (job->digest_path ? DUMP_DIGESTS : 0u));
     gpt_t *g = NULL;
     int rc = 2;
     if (!all || !golden || !layout || gpt_new(&g, job->cfg, &err)) {
@@ -192,10 +250,18 @@ int layout_check(const layout_job_t *job) {
     }
     layout_job_t lj = *job;
     lj.want = all;
-    dp_run_t run;
     if (run_dp(&lj, layout, NULL, NULL, &run, &err)) goto fail;
-    owner_ctx_t oc = {pc, job->cfg->micro_batch, job->cfg->seq_length};
-    check_owner_t owner = {&oc, describe};
+    reps = calloc((size_t)run.n_replica_diffs + 1, sizeof *reps);
+    if (!reps) {
+        fputs("parity check: out of memory\n", stderr);
+        goto out;
+    }
+    for (int i = 0; i < run.n_replica_diffs; i++) {
+        const dp_replica_diff_t *d = &run.replica_diffs[i];
+        reps[i] = (check_replica_t){d->name, d->flat, d->device, d->taken, d->ndiffer, d->got, d->want};
+    }
+    owner_ctx_t oc = {&pl, job->cfg->micro_batch};
+    check_owner_t owner = {&oc, describe, reps, run.n_replica_diffs};
     check_result_t res;
     char desc[160];
     pconfig_describe(pc, desc, sizeof desc);
@@ -205,13 +271,23 @@ int layout_check(const layout_job_t *job) {
     printf("%-44s | %7d | %5d | %16d | %s\n", desc, pc->world_size, job->steps, res.compared,
            bad ? "NO" : "yes");
     rc = bad ? 1 : 0;
+    if (job->dump_path && dump_save(layout, job->dump_path, &err)) goto fail;
+    if (job->digest_path && dump_write_digests(layout, job->digest_path, &err)) goto fail;
+    if (job->dump_path || job->digest_path)
+        printf("layout dump: %d tensors%s%s%s%s\n", dump_count(layout), job->dump_path ? " -> " : "",
+               job->dump_path ? job->dump_path : "", job->digest_path ? ", digests -> " : "",
+               job->digest_path ? job->digest_path : "");
     goto out;
 fail:
+    rc = 2;
     fprintf(stderr, "parity check: %s\n", err.msg);
 out:
     gpt_free(g);
     dump_free(golden);
     dump_free(layout);
     free(all);
+    free(reps);
+    free(run.replica_diffs);
+    dp_placement_free(&pl);
     return rc;
 }

@@ -4,6 +4,7 @@
 #define PARITY_LAYOUT_CLI_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "parity/coll.h"
 #include "parity/corpus.h"
@@ -15,12 +16,16 @@ typedef struct {
     coll_algo_t algo;
     size_t arena_bytes;      /* per device; 0 = unlimited */
     int broken_fp32_sums;    /* --test-broken-fp32-sums: the checker's negative control */
+    int broken_replica;      /* --test-broken-replica RANK: 1 + RANK, another one; 0 off */
 } layout_opts_t;
 
 void layout_opts_defaults(layout_opts_t *lo);
-/* pconfig flags plus --coll-algo, --arena-mb, --test-broken-fp32-sums:
- * 1 consumed (and *i advanced), 0 not a layout flag, -1 bad value. */
+/* pconfig flags plus --coll-algo, --arena-mb, --test-broken-fp32-sums,
+ * --test-broken-replica: 1 consumed (and *i advanced), 0 not a layout
+ * flag, -1 bad value. */
 int  layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *err);
+/* The help of the flags above (pconfig_print_help's, then these). */
+void layout_opts_print_help(FILE *f);
 
 typedef struct {
     const model_config_t *cfg;

@@ -21,6 +21,7 @@
 #include "layout_cli.h"
 #include "parity/dump.h"
 #include "parity/fileio.h"
+#include "parity/memest.h"
 #include "parity/model.h"
 #include "parity/numparse.h"
 #include "parity/pconfig.h"
@@ -50,11 +51,11 @@ static void usage(FILE *f) {
         "  --adam-beta1 X  --adam-beta2 X  --adam-eps X  --weight-decay X  --clip-grad X\n"
         "  --tile-tokens N  --tile-features N  --tile-ffn N   canonical tiles (I1)\n",
         f);
-    pconfig_print_help(f);
-    fputs("  --coll-algo direct|ring  collective algorithm of the layout (default direct)\n"
-          "  --arena-mb N             device memory of each simulated device (default unlimited)\n"
+    layout_opts_print_help(f);
+    fputs("  --print-layout           print the resolved layout and its memory estimate and exit\n"
           "`parity check` takes the same options, runs the golden run and the layout, and\n"
-          "compares every dumped tensor of every step with memcmp.\n",
+          "compares every tensor of every step with memcmp (every replica too); there,\n"
+          "--dump and --digest write the layout run's reassembled tensors, match or not.\n",
           f);
 }
 
@@ -217,7 +218,7 @@ static int train_main(int argc, char **argv, int check) {
     const char *model = "gpt-tiny", *backend = NULL, *data_path = NULL, *dump_path = NULL;
     const char *dump_steps = NULL, *digest_path = NULL;
     long long steps = check ? 3 : 10;
-    int quiet = 0, print_config = 0, layout_given = 0;
+    int quiet = 0, print_config = 0, print_layout = 0, layout_given = 0;
     perr_t err;
     layout_opts_t lo;
     layout_opts_defaults(&lo);
@@ -253,6 +254,7 @@ static int train_main(int argc, char **argv, int check) {
             if (parse_int("--steps", v, 1, 1000000000LL, &steps)) return 2;
         } else if (!strcmp(a, "--quiet")) quiet = 1;
         else if (!strcmp(a, "--print-config")) print_config = 1;
+        else if (!strcmp(a, "--print-layout")) print_layout = 1;
         else {
             int j = i, r = strcmp(a, "--global-batch-size") && strcmp(a, "--micro-batch-size")
                                ? layout_opts_parse(&lo, argc, argv, &j, &err)
@@ -321,8 +323,10 @@ static int train_main(int argc, char **argv, int check) {
                 if (cfg_opts[k].offset == offsetof(model_config_t, micro_batch)) micro_given = 1;
             }
     }
-    /* A smaller global batch than the built-in's micro batch: one microbatch. */
-    if (!micro_given && cfg.global_batch > 0 && cfg.micro_batch > cfg.global_batch)
+    /* A global batch the built-in's micro batch does not fit: one microbatch
+     * (the golden schedule's; a layout's come from --accum-degree). */
+    if (!micro_given && cfg.global_batch > 0 &&
+        (cfg.micro_batch > cfg.global_batch || cfg.global_batch % cfg.micro_batch))
         cfg.micro_batch = cfg.global_batch;
     if (model_config_validate(&cfg, &err)) {
         fprintf(stderr, "parity train: invalid config: %s\n", err.msg);
@@ -336,6 +340,25 @@ static int train_main(int argc, char **argv, int check) {
     if (pconfig_validate(&lo.pc, cfg.global_batch, &err)) {
         fprintf(stderr, "parity %s: invalid layout: %s\n", argv[0], err.msg);
         return 2;
+    }
+    if (print_layout) {
+        if (print_config || dump_path || digest_path || dump_steps) {
+            fprintf(stderr, "parity %s: --print-layout prints the layout and exits; it runs "
+                            "nothing to print a config of or to dump\n",
+                    argv[0]);
+            return 2;
+        }
+        char desc[160];
+        memest_t mem;
+        pconfig_describe(&lo.pc, desc, sizeof desc);
+        if (memest_layout(&cfg, layout_given ? &lo.pc : NULL, &mem, &err)) {
+            fprintf(stderr, "parity %s: %s\n", argv[0], err.msg);
+            return 2;
+        }
+        printf("model %s, layout %s (%d devices)\n", cfg.name, layout_given ? desc : "golden",
+               lo.pc.world_size);
+        memest_print(&mem, stdout);
+        return 0;
     }
     if (print_config && (dump_path || digest_path || dump_steps)) {
         fprintf(stderr, "parity %s: --print-config prints the resolved config and exits; it runs "
@@ -410,6 +433,21 @@ static int train_main(int argc, char **argv, int check) {
         corpus_free(&data);
         return code;
     }
+    /* the golden run's memory, before any of it is taken (memest.h) */
+    memest_t mem;
+    int dumped = 0;
+    for (long long s = 0; s < steps; s++) dumped += want[s] != 0;
+    int mem_bad = memest_layout(&cfg, NULL, &mem, &err);
+    if (!mem_bad && (dump_path || digest_path))
+        memest_add_dump(&mem, &cfg, (dump_path ? DUMP_TENSORS : 0u) | (digest_path ? DUMP_DIGESTS : 0u),
+                        dumped);
+    if (mem_bad || memest_check(&mem, 0, &err)) {
+        fprintf(stderr, "parity train: %s\n", err.msg);
+        free(want);
+        corpus_free(&data);
+        return 2;
+    }
+    if (!quiet) memest_print(&mem, stdout);
     gpt_t *g;
     if (gpt_new(&g, &cfg, &err)) {
         fprintf(stderr, "parity train: %s\n", err.msg);

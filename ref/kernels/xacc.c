@@ -2,17 +2,34 @@
  *
  * The value is a fixed-point integer in units of 2^-149 spread over
  * XACC_CHUNKS signed 64-bit words that each stand for 32 bits of weight.
- * An fp32 term's 24-bit significand, shifted into place, touches at most
- * two words and adds less than 2^32 to each, so a word can absorb 2^30
- * additions before its spare high bits could overflow; only then (or
- * before rounding or merging) do carries have to be propagated.
+ * A term's significand, shifted into place, adds less than 2^32 to each
+ * word it touches, so a word can absorb 2^30 additions before its spare
+ * high bits could overflow; only then (or before rounding or merging) do
+ * carries have to be propagated.
+ *
+ * The top word. fp32 terms, and fp64 terms below 2^139, touch only
+ * chunk[0..8]; larger fp64 terms (up to DBL_MAX) reach chunk[36]. The
+ * highest word in use, chunk[8 + extra], keeps the sign and every word
+ * above it is zero, so carries and rounding cost what nine words cost
+ * until a huge value arrives. Each carry propagation leaves the top word
+ * within ±2^62, room for the next 2^30 additions: it spills into the
+ * word above when it grows past that, and folds back into the word below
+ * when the value shrinks (the lowest top is part of the canonical form
+ * that collectives compare). Only chunk[37] has nowhere to spill: a value
+ * of 2^1097 or more is out of range and makes the accumulator NaN.
  */
 #include "parity/xacc.h"
 
+#include <math.h>
 #include <string.h>
 
 #define CHUNK_MASK 0xffffffffULL
-#define TOP (XACC_CHUNKS - 1)
+/* The lowest top word: what fp32 terms (and fp64 terms below 2^139) reach. */
+#define BASE_TOP 8
+#define MAX_TOP (XACC_CHUNKS - 1)
+/* |top word| after a carry propagation: below 2^62, so 2^30 additions of
+ * less than 2^32 each cannot overflow it before the next one. */
+#define TOP_LIMIT (1LL << 62)
 /* Additions a word absorbs before carries must be propagated. */
 #define ADDS_PER_CARRY (1u << 30)
 #define CANONICAL_NAN_BITS 0x7fc00000u
@@ -29,36 +46,66 @@ static inline float f32_from_bits(uint32_t u) {
     return x;
 }
 
+static inline int top_of(const xacc_t *acc) { return BASE_TOP + acc->extra; }
+
 void xacc_init(xacc_t *acc) {
     memset(acc, 0, sizeof *acc);
     acc->adds_left = ADDS_PER_CARRY;
 }
 
-/* Brings chunk[0..TOP-1] into [0, 2^32); the top word keeps the sign. */
-static void normalize(int64_t *chunk) {
-    for (int i = 0; i < TOP; i++) {
+/* Shifts left without the undefined behaviour of shifting a negative int64. */
+static inline int64_t shl32(int64_t x) { return (int64_t)((uint64_t)x << XACC_CHUNK_BITS); }
+
+/* Brings chunk[0..top-1] into [0, 2^32) and moves the top so that chunk[top]
+ * ends within [-2^62, 2^62), with top as low as that allows (>= BASE_TOP).
+ * Words above top are zero before and after. Returns the new top, or -1
+ * when the value is out of range, outside [-2^1097, 2^1097). */
+static int normalize(int64_t *chunk, int top) {
+    for (int i = 0; i < top; i++) {
         int64_t carry = chunk[i] >> XACC_CHUNK_BITS; /* floor division */
-        chunk[i] -= (int64_t)((uint64_t)carry << XACC_CHUNK_BITS);
+        chunk[i] -= shl32(carry);
         chunk[i + 1] += carry;
     }
+    /* too big for another 2^30 additions: spill into the word above */
+    while (chunk[top] < -TOP_LIMIT || chunk[top] >= TOP_LIMIT) {
+        if (top == MAX_TOP) return -1;
+        int64_t carry = chunk[top] >> XACC_CHUNK_BITS;
+        chunk[top] -= shl32(carry);
+        chunk[++top] += carry;
+    }
+    /* small enough to fit the word below within the limit: fold it back */
+    while (top > BASE_TOP && chunk[top] >= -(1LL << 30) && chunk[top] < (1LL << 30)) {
+        chunk[top - 1] += shl32(chunk[top]);
+        chunk[top--] = 0;
+    }
+    return top;
+}
+
+/* normalize() in place. Out of range the accumulator becomes NaN, with
+ * its words cleared so that later additions stay well-defined. */
+static void settle(xacc_t *acc) {
+    int top = normalize(acc->chunk, top_of(acc));
+    if (top < 0) {
+        memset(acc->chunk, 0, sizeof acc->chunk);
+        acc->nan = 1;
+        top = BASE_TOP;
+    }
+    acc->extra = (uint8_t)(top - BASE_TOP);
 }
 
 static void carry_if_due(xacc_t *acc, uint32_t adds) {
     if (acc->adds_left <= adds) {
-        normalize(acc->chunk);
+        settle(acc);
         acc->adds_left = ADDS_PER_CARRY - 2;
     }
     acc->adds_left -= adds;
 }
 
-/* Adds ±m * 2^p (units of 2^-149) with m < 2^32. */
+/* Adds ±m * 2^p (units of 2^-149) with m < 2^32: less than 2^32 each to
+ * chunk[p/32] and chunk[p/32 + 1]. Every finite double has p <= 1152, so
+ * both words exist; a word above the top gets only zero bits. */
 static inline void add_bits(xacc_t *acc, uint64_t m, int p, int negative) {
     int i = p >> 5;
-    if (i >= TOP) { /* only fp64 partials of huge sums reach here */
-        int64_t v = (int64_t)(m << (p - 32 * TOP));
-        acc->chunk[TOP] += negative ? -v : v;
-        return;
-    }
     uint64_t v = m << (p & 31);
     int64_t lo = (int64_t)(v & CHUNK_MASK), hi = (int64_t)(v >> 32);
     if (negative) {
@@ -81,7 +128,8 @@ void xacc_add_f32(xacc_t *acc, float x) {
         return;
     }
     if (biased == 0 && frac == 0) return; /* ±0 adds nothing */
-    /* Significand m and the position p of its last bit above 2^-149. */
+    /* Significand m and the position p of its last bit above 2^-149;
+     * p + 23 < 277, so only chunk[0..8] change. */
     uint64_t m = biased ? (frac | 0x800000u) : frac;
     int p = biased ? (int)biased - 1 : 0;
     carry_if_due(acc, 1);
@@ -130,41 +178,75 @@ void xacc_add_f64_exact(xacc_t *acc, double x) {
         else acc->pos_inf = 1;
         return;
     }
-    if (biased == 0) return; /* zero (an exact fp32 sum is never fp64-subnormal) */
+    if (biased == 0) { /* ±0 adds nothing; an fp64 subnormal (< 2^-1022) */
+        if (frac) acc->nan = 1; /* is no multiple of 2^-149: out of domain */
+        return;
+    }
     uint64_t m = frac | (1ULL << 52);
     int p = biased - 1075 + 149; /* position of m's last bit */
-    while (p < 0) { /* trailing zero bits below 2^-149: x is a multiple of it */
-        m >>= 1;
-        p++;
+    if (p < 0) { /* bits below 2^-149 must be zero (x a multiple of it) */
+        if (p < -52 || (m & ((1ULL << -p) - 1))) {
+            acc->nan = 1; /* out of domain: not an exact sum of fp32 values */
+            return;
+        }
+        m >>= -p;
+        p = 0;
     }
-    carry_if_due(acc, 2);
+    carry_if_due(acc, 2); /* may lower the top: raise it after */
+    int top = (p + 52) >> 5; /* the word of x's leading bit: up to 36 */
+    if (top > top_of(acc)) acc->extra = (uint8_t)(top - BASE_TOP);
     add_bits(acc, m & CHUNK_MASK, p, negative);
     add_bits(acc, m >> 32, p + 32, negative);
 }
 
 void xacc_merge(xacc_t *acc, const xacc_t *other) {
+    /* a copy of the words in use, and the zero word above them that
+     * normalize() may spill into */
     int64_t theirs[XACC_CHUNKS];
-    memcpy(theirs, other->chunk, sizeof theirs);
-    normalize(theirs);
-    normalize(acc->chunk);
-    for (int i = 0; i < XACC_CHUNKS; i++) acc->chunk[i] += theirs[i];
+    const int n = top_of(other) + 1;
+    memcpy(theirs, other->chunk, (size_t)n * sizeof *theirs);
+    if (n < XACC_CHUNKS) theirs[n] = 0;
+    int their_top = normalize(theirs, n - 1);
+    settle(acc);
+    if (their_top < 0) {
+        acc->nan = 1; /* other was out of range (and not yet marked) */
+    } else {
+        /* two top words within ±2^62 add without overflow; carrying again
+         * leaves the sum with the full 2^30 additions of headroom, in
+         * canonical form, and marked NaN if it left the range */
+        for (int i = 0; i <= their_top; i++) acc->chunk[i] += theirs[i];
+        if (their_top > top_of(acc)) acc->extra = (uint8_t)(their_top - BASE_TOP);
+        settle(acc);
+    }
     acc->adds_left = ADDS_PER_CARRY - 2;
     acc->pos_inf |= other->pos_inf;
     acc->neg_inf |= other->neg_inf;
     acc->nan |= other->nan;
 }
 
-/* The finite part as sign and normalized magnitude words; returns the
- * index of the most significant set bit, or -1 for an exact zero. */
+/* The finite part as sign and magnitude, in 32-bit digits mag[0..top+1]
+ * (mag has XACC_CHUNKS + 1 words: one more than the top word, whose 64
+ * bits spread over two digits). Returns the index of the most significant
+ * set bit, or -1 for an exact zero. */
 static int magnitude(const xacc_t *acc, int64_t *mag, int *negative) {
-    memcpy(mag, acc->chunk, sizeof acc->chunk);
-    normalize(mag);
-    *negative = mag[TOP] < 0;
-    if (*negative) {
-        for (int i = 0; i < XACC_CHUNKS; i++) mag[i] = -mag[i];
-        normalize(mag);
+    const int n = top_of(acc) + 1; /* digits 0..n */
+    memcpy(mag, acc->chunk, (size_t)n * sizeof *mag);
+    mag[n] = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t carry = mag[i] >> XACC_CHUNK_BITS;
+        mag[i] -= shl32(carry);
+        mag[i + 1] += carry;
     }
-    for (int i = TOP; i >= 0; i--) {
+    *negative = mag[n] < 0;
+    if (*negative) {
+        for (int i = 0; i <= n; i++) mag[i] = -mag[i];
+        for (int i = 0; i < n; i++) {
+            int64_t carry = mag[i] >> XACC_CHUNK_BITS;
+            mag[i] -= shl32(carry);
+            mag[i + 1] += carry;
+        }
+    }
+    for (int i = n; i >= 0; i--) {
         if (mag[i]) {
             int top = 63 - __builtin_clzll((uint64_t)mag[i]);
             return 32 * i + top;
@@ -174,9 +256,7 @@ static int magnitude(const xacc_t *acc, int64_t *mag, int *negative) {
 }
 
 static inline int bit_at(const int64_t *mag, int b) {
-    int i = b >> 5;
-    if (i >= TOP) return (int)(((uint64_t)mag[TOP] >> (b - 32 * TOP)) & 1);
-    return (int)(((uint64_t)mag[i] >> (b & 31)) & 1);
+    return (int)(((uint64_t)mag[b >> 5] >> (b & 31)) & 1);
 }
 
 /* Bits [lo, lo + count) of the magnitude as an integer (count <= 60). */
@@ -188,9 +268,8 @@ static uint64_t bits_at(const int64_t *mag, int lo, int count) {
 
 static int any_bit_below(const int64_t *mag, int b) {
     int i = b >> 5;
-    for (int j = 0; j < i && j < TOP; j++)
+    for (int j = 0; j < i; j++)
         if (mag[j]) return 1;
-    if (i >= TOP) return (uint64_t)mag[TOP] & ((1ULL << (b - 32 * TOP)) - 1) ? 1 : 0;
     return ((uint64_t)mag[i] & ((1ULL << (b & 31)) - 1)) != 0;
 }
 
@@ -220,7 +299,7 @@ float xacc_round_f32(const xacc_t *acc) {
         if (acc->nan || (acc->pos_inf && acc->neg_inf)) return f32_from_bits(CANONICAL_NAN_BITS);
         return f32_from_bits(acc->pos_inf ? 0x7f800000u : 0xff800000u);
     }
-    int64_t mag[XACC_CHUNKS];
+    int64_t mag[XACC_CHUNKS + 1];
     int negative;
     int msb = magnitude(acc, mag, &negative);
     if (msb < 0) return 0.0f; /* exact zero is +0 */
@@ -228,7 +307,8 @@ float xacc_round_f32(const xacc_t *acc) {
     uint64_t m = round_magnitude(mag, msb, 24, &shift);
     /* value = m * 2^(shift-149); for m in [2^23, 2^24] the fp32 encoding
      * is (shift << 23) + m, which also covers subnormals (shift 0) and a
-     * significand that rounded up into the next binade. */
+     * significand that rounded up into the next binade; anything at or
+     * past the encoding of inf (shift up to ~1100 here) is inf. */
     uint64_t bits = ((uint64_t)shift << 23) + m;
     if (bits >= 0x7f800000u) bits = 0x7f800000u;
     return f32_from_bits((uint32_t)bits | (negative ? 0x80000000u : 0));
@@ -236,12 +316,16 @@ float xacc_round_f32(const xacc_t *acc) {
 
 double xacc_round_f64(const xacc_t *acc) {
     if (special_result(acc)) return (double)xacc_round_f32(acc);
-    int64_t mag[XACC_CHUNKS];
+    int64_t mag[XACC_CHUNKS + 1];
     int negative;
     int msb = magnitude(acc, mag, &negative);
     if (msb < 0) return 0.0;
     int shift;
     uint64_t m = round_magnitude(mag, msb, 53, &shift);
+    /* value = m * 2^(shift-149); the range reaches past DBL_MAX, and a
+     * value whose leading bit is at 2^1024 or above rounds to ±inf */
+    if (shift - 149 + (63 - __builtin_clzll(m)) >= 1024)
+        return negative ? -INFINITY : INFINITY;
     /* Both factors are exact doubles and so is their product. */
     uint64_t pow2_bits = (uint64_t)(shift - 149 + 1023) << 52;
     double pow2;
@@ -251,7 +335,7 @@ double xacc_round_f64(const xacc_t *acc) {
 }
 
 int xacc_sign(const xacc_t *acc) {
-    int64_t mag[XACC_CHUNKS];
+    int64_t mag[XACC_CHUNKS + 1];
     int negative;
     if (magnitude(acc, mag, &negative) < 0) return 0;
     return negative ? -1 : 1;

@@ -236,7 +236,10 @@ int model_config_load(const char *path, model_config_t *c, perr_t *err) {
 
 /* ---- validation --------------------------------------------------------- */
 
-int model_config_validate(const model_config_t *c, perr_t *err) {
+/* whole_microbatches: micro_batch must divide global_batch (the golden
+ * schedule, gpt_train_step); else it need only not exceed it (a replica
+ * sized for a layout's largest microbatch, model.h). */
+static int validate(const model_config_t *c, int whole_microbatches, perr_t *err) {
     struct { const char *field, *flag; int v; } pos[] = {
         {"vocab", "--vocab-size", c->vocab},
         {"seq_length", "--seq-length", c->seq_length},
@@ -276,7 +279,12 @@ int model_config_validate(const model_config_t *c, perr_t *err) {
     if (c->ffn % c->tile_ffn)
         return perr_set(err, "tiles.ffn (--tile-ffn) = %d does not divide ffn = %d", c->tile_ffn,
                         c->ffn);
-    if (c->global_batch % c->micro_batch)
+    if (!whole_microbatches && c->micro_batch > c->global_batch)
+        return perr_set(err,
+                        "micro_batch (--micro-batch-size) = %d exceeds global_batch "
+                        "(--global-batch-size) = %d",
+                        c->micro_batch, c->global_batch);
+    if (whole_microbatches && c->global_batch % c->micro_batch)
         return perr_set(err,
                         "micro_batch (--micro-batch-size) = %d does not divide global_batch "
                         "(--global-batch-size) = %d",
@@ -329,6 +337,12 @@ int model_config_validate(const model_config_t *c, perr_t *err) {
         return perr_set(err, "model too large for this reference implementation "
                              "(micro_batch*seq_length <= 2^24, vocab*hidden and ffn*hidden <= 2^30)");
     return 0;
+}
+
+int model_config_validate(const model_config_t *c, perr_t *err) { return validate(c, 1, err); }
+
+int model_config_validate_replica(const model_config_t *c, perr_t *err) {
+    return validate(c, 0, err);
 }
 
 /* A name as a JSON string body: quotes, backslashes and control bytes

@@ -107,10 +107,52 @@ static void model_release(arena_t *arena, void *p) {
         free(p);
 }
 
+/* The bytes of one activation slot and of the backward scratch for
+ * cfg->micro_batch sequences: the layouts measuring themselves. */
+static size_t slot_bytes(const model_config_t *cfg) {
+    layer_acts_t *layers = calloc((size_t)cfg->layers + 1, sizeof *layers);
+    if (!layers) parity_fatal("out of memory measuring an activation slot");
+    gpt_slot_t A = {.layer = layers};
+    carver_t measure = {NULL, 0};
+    layout_slot(&A, cfg, &measure);
+    free(layers);
+    return measure.used + 64;
+}
+
+static size_t scratch_bytes(const model_config_t *cfg) {
+    gpt_scratch_t S;
+    carver_t measure = {NULL, 0};
+    layout_scratch(&S, cfg, &measure);
+    return measure.used + 64;
+}
+
+/* What gpt_new_ex takes from its arena: one table for the allocation and
+ * for the estimate (gpt_mem_bytes), so they cannot drift apart. One
+ * activation slot (gpt_set_slots adds slot_bytes for each more). */
+static void mem_of(const model_config_t *cfg, const param_table_t *t, unsigned omit,
+                   gpt_mem_t *m) {
+    const size_t F4 = t->total * sizeof(float);
+    m->params = omit & GPT_NO_PARAMS ? 0 : F4;
+    m->grads = omit & GPT_NO_GRADS ? 0 : F4;
+    m->optimizer = omit & GPT_NO_OPTIMIZER ? 0 : 2 * F4; /* AdamW m and v */
+    m->open_sums = 0;
+    for (int i = 0; i < t->count; i++) m->open_sums += acc_storage_bytes(t->info[i].numel);
+    m->activations = scratch_bytes(cfg) + slot_bytes(cfg);
+}
+
+int gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, perr_t *err) {
+    memset(out, 0, sizeof *out);
+    param_table_t t;
+    if (model_config_validate_replica(cfg, err) || param_table_build(&t, cfg, err)) return -1;
+    mem_of(cfg, &t, omit, out);
+    param_table_free(&t);
+    return 0;
+}
+
 int gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, arena_t *arena,
                perr_t *err) {
     *out = NULL;
-    if (model_config_validate(cfg, err)) return -1;
+    if (model_config_validate_replica(cfg, err)) return -1;
     gpt_t *g = calloc(1, sizeof *g);
     if (!g) return perr_set(err, "out of memory for the model");
     g->cfg = *cfg;
@@ -119,19 +161,22 @@ int gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, arena_t *a
         free(g);
         return -1;
     }
-    const size_t P = g->table.total, F4 = P * sizeof(float);
+    const size_t P = g->table.total;
     const char *what = "";
     g->grad_acc = calloc((size_t)g->table.count, sizeof(acc_t));
     g->acc_storage = calloc((size_t)g->table.count, sizeof(void *));
     g->param_ptr = calloc((size_t)g->table.count, sizeof(float *));
     if (!g->grad_acc || !g->acc_storage || !g->param_ptr) goto oom;
-    if (!(omit & GPT_NO_PARAMS) && !(g->params = model_alloc(arena, F4, MEM_PARAMS, what = "parameters")))
+    gpt_mem_t mem;
+    mem_of(cfg, &g->table, omit, &mem);
+    if (mem.params && !(g->params = model_alloc(arena, mem.params, MEM_PARAMS, what = "parameters")))
         goto oom;
-    if (!(omit & GPT_NO_GRADS) && !(g->grads = model_alloc(arena, F4, MEM_GRADS, what = "gradients")))
+    if (mem.grads && !(g->grads = model_alloc(arena, mem.grads, MEM_GRADS, what = "gradients")))
         goto oom;
-    if (!(omit & GPT_NO_OPTIMIZER)) {
-        g->adam_m = model_alloc(arena, F4, MEM_OPTIMIZER, what = "AdamW m");
-        g->adam_v = g->adam_m ? model_alloc(arena, F4, MEM_OPTIMIZER, what = "AdamW v") : NULL;
+    if (mem.optimizer) {
+        g->adam_m = model_alloc(arena, mem.optimizer / 2, MEM_OPTIMIZER, what = "AdamW m");
+        g->adam_v = g->adam_m ? model_alloc(arena, mem.optimizer / 2, MEM_OPTIMIZER, what = "AdamW v")
+                              : NULL;
         if (!g->adam_v) goto oom;
     }
     for (int i = 0; i < g->table.count; i++) {
@@ -142,9 +187,7 @@ int gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, arena_t *a
         acc_init_with(&g->grad_acc[i], n, g->acc_storage[i]);
         g->param_ptr[i] = g->params ? g->params + g->table.info[i].offset : NULL;
     }
-    carver_t measure = {NULL, 0};
-    layout_scratch(&g->scratch, cfg, &measure);
-    carver_t cv = {model_alloc(arena, measure.used + 64, MEM_ACTIVATIONS, what = "activations"), 0};
+    carver_t cv = {model_alloc(arena, scratch_bytes(cfg), MEM_ACTIVATIONS, what = "activations"), 0};
     if (!cv.base) goto oom;
     g->scratch.block = cv.base;
     layout_scratch(&g->scratch, cfg, &cv);
@@ -185,9 +228,7 @@ int gpt_set_slots(gpt_t *g, int n, perr_t *err) {
         gpt_slot_t *A = &g->slot[k];
         if (!(A->layer = calloc((size_t)g->cfg.layers + 1, sizeof *A->layer)))
             return perr_set(err, "out of memory");
-        carver_t measure = {NULL, 0};
-        layout_slot(A, &g->cfg, &measure);
-        carver_t cv = {model_alloc(g->arena, measure.used + 64, MEM_ACTIVATIONS, "activations"), 0};
+        carver_t cv = {model_alloc(g->arena, slot_bytes(&g->cfg), MEM_ACTIVATIONS, "activations"), 0};
         if (!cv.base)
             return perr_set(err, "activation slot %d of %d does not fit the device%s%s", k, n,
                             g->arena ? ":\n" : "", g->arena ? arena_last_error(g->arena) : "");
@@ -198,6 +239,8 @@ int gpt_set_slots(gpt_t *g, int n, perr_t *err) {
 }
 
 int gpt_new(gpt_t **out, const model_config_t *cfg, perr_t *err) {
+    *out = NULL;
+    if (model_config_validate(cfg, err)) return -1; /* the golden schedule's whole microbatches */
     return gpt_new_ex(out, cfg, 0, NULL, err);
 }
 

@@ -38,6 +38,7 @@ typedef struct dp_rank {
     float **unit_buf;      /* ZeRO-3: [nbuckets] gathered bucket, or NULL */
     int last_micro;        /* inside the step's last microbatch */
     int adam_t;
+    gpt_step_stats_t step_stats; /* this rank's loss, lr and norm (replicas) */
     dp_device_report_t *report;
     const gpt_observer_t *collect; /* forwards batch tensors to the dump */
 } dp_rank_t;
@@ -51,9 +52,49 @@ struct dp_shared {
     pthread_mutex_t collect_lock;
     float *params_full, *grads_full; /* reassembly for dumps */
     gpt_observer_t dump_obs;         /* the dump's observer for the current step */
+    dp_replica_diff_t *diffs;        /* replicas that disagree (collect_lock) */
+    int ndiffs, cap_diffs;
     int failed;
     perr_t err;
 };
+
+/* dp_run.c: the buffers a rank allocates beside its replica (shards, the
+ * exact sums being reduced, all-gather buffers), sized by the plan; one
+ * table for setup and for the estimate (dp_memest), so they cannot drift.
+ * With r, ptr is the field setup fills; without, NULL. */
+typedef struct {
+    void **ptr;
+    size_t bytes;
+    mem_cat_t cat;
+    const char *name;
+    int want;
+} dp_buf_t;
+enum { DP_NBUFS = 8 };
+void dp_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, dp_rank_t *r, dp_buf_t out[DP_NBUFS]);
+/* ZeRO-3: the bytes of bucket b gathered whole (every rank's piece). */
+static inline size_t dp_gathered_bytes(const dp_plan_t *p, int b) {
+    return p->buckets[b].piece * (size_t)p->dp * sizeof(float);
+}
+/* What a replica leaves to the stage's shards (gpt_new_ex's omit). */
+unsigned dp_replica_omits(int stage);
+void dp_fail(dp_shared_t *sh, const char *msg);
+
+/* dp_collect.c: the reassembly of global tensors for dumps and the
+ * checker, outside the simulated devices (no collective, no device memory). */
+void dp_collect_batch(void *ctx, const char *name, st_dtype_t dt, const void *data, int first_seq,
+                      int n_seq, int seq_ndim, const int64_t *seq_shape);
+/* This rank's pieces of a sharded vector (gradients, or ZeRO-3 parameters)
+ * into the global one. */
+void dp_collect_pieces(dp_rank_t *r, float *global, int grads);
+/* A read-only view of the model with the global parameters and gradients. */
+gpt_t dp_global_view(const dp_shared_t *sh, const gpt_t *g);
+/* This rank's replica of every parameter-shaped tensor (kind "grad" or
+ * "param") against the copy the dump took (taken: a device, or -1 for
+ * each element's bucket-piece owner); disagreements are recorded. */
+void dp_check_replica(dp_rank_t *r, int64_t step, const char *kind, const float *mine,
+                      const float *taken, int taken_device);
+/* Every rank's loss, lr and norm (step_stats) against device 0's. */
+void dp_check_scalars(dp_shared_t *sh, int64_t step);
 
 /* dp_reduce.c: the exact reduce-scatter of bucket b into the rank's piece
  * (fp32, rounded once) at out[0 .. piece). */

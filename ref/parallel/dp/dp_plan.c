@@ -20,6 +20,23 @@ void dp_piece(const dp_plan_t *p, int b, int k, size_t *lo, size_t *hi) {
     *hi = e < bk->hi ? e : bk->hi;
 }
 
+void dp_owner(const dp_plan_t *p, size_t x, int *bucket, int *rank) {
+    *bucket = -1, *rank = -1;
+    for (int b = 0; b < p->nbuckets; b++)
+        if (x >= p->buckets[b].lo && x < p->buckets[b].hi) {
+            *bucket = b;
+            *rank = (int)((x - p->buckets[b].lo) / p->buckets[b].piece);
+            return;
+        }
+}
+
+int dp_unit_buckets(const dp_plan_t *p, int unit, int out[2]) {
+    int k = 0;
+    out[k++] = p->bucket_of_unit[unit];
+    if (unit == p->nunits - 1 && p->tied) out[k++] = p->bucket_of_unit[0];
+    return k;
+}
+
 static void add_bucket(dp_plan_t *p, const param_table_t *t, int first, int last) {
     dp_bucket_t *b = &p->buckets[p->nbuckets++];
     b->first = first;
@@ -35,6 +52,7 @@ int dp_plan_build(dp_plan_t *p, const param_table_t *t, const model_config_t *cf
     memset(p, 0, sizeof *p);
     p->dp = dp;
     p->stage = stage;
+    p->tied = cfg->tied;
     p->nunits = cfg->layers + 2;
     p->unit_first = calloc((size_t)p->nunits, sizeof(int));
     p->unit_last = calloc((size_t)p->nunits, sizeof(int));

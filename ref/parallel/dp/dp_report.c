@@ -14,6 +14,7 @@
  * and the backward of every microbatch, and the reduce-scatter).
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "parity/dp.h"
 
@@ -71,4 +72,115 @@ void dp_print_report(const dp_run_t *run, FILE *f) {
                    "plus the tied embeddings gathered again for the head\n", accum);
     else
         fprintf(f, "  formula: 2 Psi x (N-1)/N\n");
+}
+
+/* ---- who produced an element: the divergence report -------------------- */
+
+int dp_placement_init(dp_placement_t *pl, const model_config_t *model, const pconfig_t *pc,
+                      perr_t *err) {
+    memset(pl, 0, sizeof *pl);
+    dp_replica_config(model, pc, &pl->cfg);
+    pl->pc = *pc;
+    if (param_table_build(&pl->table, &pl->cfg, err)) return -1;
+    if (dp_plan_build(&pl->plan, &pl->table, &pl->cfg, pc->dp, pc->zero_stage, pc->bucket_cap_mb,
+                      err)) {
+        param_table_free(&pl->table);
+        return -1;
+    }
+    return 0;
+}
+
+void dp_placement_free(dp_placement_t *pl) {
+    dp_plan_free(&pl->plan);
+    param_table_free(&pl->table);
+}
+
+static int is_batch(const st_tensor_t *t, const char *what) {
+    return t->ndim >= 2 && (!strncmp(what, "act.", 4) || !strncmp(what, "mask.", 5) ||
+                            !strcmp(what, "logits") || !strcmp(what, "input_ids") ||
+                            !strcmp(what, "labels"));
+}
+
+/* Sequences are sharded over dp, then split into microbatches of sizes
+ * differing by at most one (pconfig.h), as run_step feeds them. */
+static void describe_batch(const dp_placement_t *pl, const st_tensor_t *t, uint64_t flat,
+                           char *buf, size_t cap) {
+    const pconfig_t *pc = &pl->pc;
+    uint64_t per_seq = st_numel(t) / (uint64_t)t->shape[0];
+    int seq = (int)(flat / per_seq), per_rank = pc->global_batch / pc->dp;
+    int rank = seq / per_rank, in_rank = seq % per_rank, accum = pc->accum_degree;
+    int k = 0, start = 0, size = 0;
+    for (; k < accum; k++) {
+        size = per_rank / accum + (k < per_rank % accum);
+        if (in_rank < start + size) break;
+        start += size;
+    }
+    snprintf(buf, cap, "device %d (dp rank %d), microbatch %d of %d (%d sequences), sequence %d",
+             rank, rank, k, accum, size, seq);
+}
+
+static void describe_param(const dp_placement_t *pl, const char *pname, int grad, uint64_t flat,
+                           char *buf, size_t cap) {
+    const dp_plan_t *p = &pl->plan;
+    int i = param_find(&pl->table, pname), b, k;
+    if (i < 0) {
+        snprintf(buf, cap, "(no parameter named %s)", pname);
+        return;
+    }
+    dp_owner(p, pl->table.info[i].offset + flat, &b, &k);
+    size_t lo, hi;
+    dp_piece(p, b, k, &lo, &hi);
+    char piece[96];
+    snprintf(piece, sizeof piece, "piece %d of bucket %d, flat elements [%zu, %zu)", k, b, lo, hi);
+    const int N = p->dp;
+    if (grad) {
+        char tail[128];
+        if (p->stage == 0)
+            snprintf(tail, sizeof tail, "DDP's all-gather then copies it to every device, and "
+                                        "each copy is checked against it");
+        else if (p->stage == 1)
+            snprintf(tail, sizeof tail, "ZeRO-1: only device %d's optimizer shard reads it", k);
+        else
+            snprintf(tail, sizeof tail, "it stays in device %d's gradient shard", k);
+        snprintf(buf, cap, "device %d: the exact reduce-scatter over %d devices rounds it there (%s); %s",
+                 k, N, piece, tail);
+    } else if (p->stage == 0) {
+        snprintf(buf, cap, "every device: DDP's AdamW updates each of the %d replicas from the same "
+                           "gradients (the element's gradient is device %d's, %s); the dump holds "
+                           "device 0's replica, and every replica is checked against it",
+                 N, k, piece);
+    } else if (p->stage < 3) {
+        snprintf(buf, cap, "device %d: AdamW on its ZeRO-%d optimizer shard (%s); the all-gather then "
+                           "copies it to every device; the dump holds device 0's copy, and every "
+                           "copy is checked against it",
+                 k, p->stage, piece);
+    } else {
+        snprintf(buf, cap, "device %d: AdamW on its ZeRO-3 parameter shard (%s)", k, piece);
+    }
+}
+
+void dp_describe_element(const dp_placement_t *pl, const st_tensor_t *t, uint64_t flat, char *buf,
+                         size_t cap) {
+    const int N = pl->pc.dp;
+    buf[0] = 0;
+    if (!strncmp(t->name, "init.", 5)) {
+        snprintf(buf, cap, "the initial values: params_init once on the host (position-keyed, I3), "
+                           "copied to every device");
+        return;
+    }
+    const char *what = strchr(t->name, '.');
+    what = what ? what + 1 : t->name;
+    if (is_batch(t, what))
+        describe_batch(pl, t, flat, buf, cap);
+    else if (!strncmp(what, "grad.", 5))
+        describe_param(pl, what + 5, 1, flat, buf, cap);
+    else if (!strncmp(what, "param.", 6))
+        describe_param(pl, what + 6, 0, flat, buf, cap);
+    else if (!strcmp(what, "loss") || !strcmp(what, "grad_norm"))
+        snprintf(buf, cap, "every device: an exact all-reduce of the %d devices' open sums, rounded "
+                           "once; the dump holds device 0's, and every device's is checked against it",
+                 N);
+    else if (!strcmp(what, "lr"))
+        snprintf(buf, cap, "every device: lr_schedule of the step; the dump holds device 0's, and "
+                           "every device's is checked against it");
 }

@@ -10,11 +10,12 @@
  *   clip + AdamW on this rank's shard; ZeRO-1/2: all-gather the parameters
  *
  * For dumps and the checker, ranks also copy their batch slices, gradient
- * pieces and parameter pieces into run-wide global tensors (the placement:
- * batch tensors sharded by sequence over dp; gradients and ZeRO-3
- * parameters sharded by bucket piece; the rest replicated, taken from
- * rank 0). That copy is the checker's reassembly, outside the simulated
- * devices: it uses no collective and no device memory.
+ * pieces and parameter pieces into run-wide global tensors, and check
+ * that replicated tensors agree on every device (dp_collect.c).
+ *
+ * A rank's microbatches split its sequences as evenly as possible
+ * (pconfig.h): the replica is sized for the largest, which need not
+ * divide the batch, and need not be the golden run's microbatch.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,7 @@ double dp_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void fail(dp_shared_t *sh, const char *msg) {
+void dp_fail(dp_shared_t *sh, const char *msg) {
     pthread_mutex_lock(&sh->collect_lock);
     if (!sh->failed) {
         size_t len = strlen(msg) < sizeof sh->err.msg - 1 ? strlen(msg) : sizeof sh->err.msg - 1;
@@ -41,73 +42,56 @@ static void fail(dp_shared_t *sh, const char *msg) {
     pthread_mutex_unlock(&sh->collect_lock);
 }
 
-/* ---- collection for dumps ---------------------------------------------- */
-
-static void collect_batch(void *ctx, const char *name, st_dtype_t dt, const void *data,
-                          int first_seq, int n_seq, int seq_ndim, const int64_t *seq_shape) {
-    dp_rank_t *r = ctx;
-    pthread_mutex_lock(&r->sh->collect_lock);
-    r->sh->dump_obs.batch_tensor(r->sh->dump_obs.ctx, name, dt, data, first_seq, n_seq, seq_ndim, seq_shape);
-    pthread_mutex_unlock(&r->sh->collect_lock);
-}
-
-/* Writes this rank's pieces of a sharded vector into the global one. */
-static void collect_pieces(dp_rank_t *r, float *global, int grads) {
-    const dp_plan_t *p = &r->sh->plan;
-    for (int b = 0; b < p->nbuckets; b++) {
-        size_t lo, hi;
-        dp_piece(p, b, r->rank, &lo, &hi);
-        const float *src = grads ? dp_grad_piece(r, b) : r->shard_params + p->buckets[b].shard_off;
-        memcpy(global + lo, src, (hi - lo) * sizeof(float));
-    }
-}
-
-/* A read-only view of the model with global parameters/gradients. */
-static gpt_t global_view(const dp_shared_t *sh, const gpt_t *g) {
-    gpt_t v = *g;
-    v.params = sh->params_full;
-    v.grads = sh->grads_full;
-    return v;
-}
-
 /* ---- setup -------------------------------------------------------------- */
+
+unsigned dp_replica_omits(int stage) {
+    unsigned omit = GPT_NO_INIT; /* parameters copied from params_full */
+    if (stage >= 1) omit |= GPT_NO_OPTIMIZER;
+    if (stage >= 2) omit |= GPT_NO_GRADS;
+    if (stage >= 3) omit |= GPT_NO_PARAMS;
+    return omit;
+}
+
+void dp_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, dp_rank_t *r, dp_buf_t out[DP_NBUFS]) {
+    size_t piece_max = 0;
+    for (int b = 0; b < p->nbuckets; b++)
+        if (p->buckets[b].piece > piece_max) piece_max = p->buckets[b].piece;
+    const size_t S = p->shard_len ? p->shard_len : 1, n = (size_t)p->dp;
+#define F(field) (r ? (void **)&r->field : NULL)
+    const dp_buf_t bufs[DP_NBUFS] = {
+        {F(shard_m), S * sizeof(float), MEM_OPTIMIZER, "AdamW m shard", p->stage >= 1},
+        {F(shard_v), S * sizeof(float), MEM_OPTIMIZER, "AdamW v shard", p->stage >= 1},
+        {F(shard_grads), S * sizeof(float), MEM_GRADS, "gradient shard", p->stage >= 2},
+        {F(shard_params), S * sizeof(float), MEM_PARAMS, "parameter shard", p->stage >= 3},
+        {F(scratch_mem[0]), (piece_max + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1},
+        {F(scratch_mem[1]), (piece_max + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1},
+        {F(gather_buf), (piece_max * n + 1) * sizeof(float), MEM_COMM, "all-gather buffer", 1},
+        {F(comm_gather_buf), (piece_max * n + 1) * sizeof(float), MEM_COMM,
+         "all-gather buffer (communication thread)", pc->overlap_param_gather},
+    };
+#undef F
+    memcpy(out, bufs, sizeof bufs);
+}
 
 static int setup_rank(dp_rank_t *r, device_t *dev) {
     dp_shared_t *sh = r->sh;
     const dp_plan_t *p = &sh->plan;
-    unsigned omit = GPT_NO_INIT; /* copied from params_full below */
-    if (p->stage >= 1) omit |= GPT_NO_OPTIMIZER;
-    if (p->stage >= 2) omit |= GPT_NO_GRADS;
-    if (p->stage >= 3) omit |= GPT_NO_PARAMS;
     perr_t err;
-    if (gpt_new_ex(&r->g, &sh->cfg, omit, dev->arena, &err)) {
+    if (gpt_new_ex(&r->g, &sh->cfg, dp_replica_omits(p->stage), dev->arena, &err)) {
         char msg[sizeof err.msg + 64];
         snprintf(msg, sizeof msg, "device %d: %s", r->rank, err.msg);
-        fail(sh, msg);
+        dp_fail(sh, msg);
         return -1;
     }
-    size_t piece_max = 0;
-    for (int b = 0; b < p->nbuckets; b++)
-        if (p->buckets[b].piece > piece_max) piece_max = p->buckets[b].piece;
-    const size_t S = p->shard_len ? p->shard_len : 1;
-    struct { void **ptr; size_t bytes; mem_cat_t cat; const char *name; int want; } bufs[] = {
-        {(void **)&r->shard_m, S * sizeof(float), MEM_OPTIMIZER, "AdamW m shard", p->stage >= 1},
-        {(void **)&r->shard_v, S * sizeof(float), MEM_OPTIMIZER, "AdamW v shard", p->stage >= 1},
-        {(void **)&r->shard_grads, S * sizeof(float), MEM_GRADS, "gradient shard", p->stage >= 2},
-        {(void **)&r->shard_params, S * sizeof(float), MEM_PARAMS, "parameter shard", p->stage >= 3},
-        {(void **)&r->scratch_mem[0], (piece_max + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1},
-        {(void **)&r->scratch_mem[1], (piece_max + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1},
-        {(void **)&r->gather_buf, (piece_max * (size_t)r->n + 1) * sizeof(float), MEM_COMM, "all-gather buffer", 1},
-        {(void **)&r->comm_gather_buf, (piece_max * (size_t)r->n + 1) * sizeof(float), MEM_COMM,
-         "all-gather buffer (communication thread)", sh->run->pc.overlap_param_gather},
-    };
-    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) {
+    dp_buf_t bufs[DP_NBUFS];
+    dp_rank_buffers(p, &sh->run->pc, r, bufs);
+    for (int k = 0; k < DP_NBUFS; k++) {
         if (!bufs[k].want) continue;
         *bufs[k].ptr = arena_alloc(dev->arena, bufs[k].bytes, bufs[k].cat, bufs[k].name);
         if (!*bufs[k].ptr) {
             char msg[4096];
             snprintf(msg, sizeof msg, "device %d: %s", r->rank, arena_last_error(dev->arena));
-            fail(sh, msg);
+            dp_fail(sh, msg);
             return -1;
         }
     }
@@ -115,7 +99,7 @@ static int setup_rank(dp_rank_t *r, device_t *dev) {
     xvec_init_with(&r->scratch[1], 0, r->scratch_mem[1]);
     r->unit_buf = calloc((size_t)p->nbuckets, sizeof(float *));
     if (!r->unit_buf) {
-        fail(sh, "dp: out of memory");
+        dp_fail(sh, "dp: out of memory");
         return -1;
     }
     /* The golden initial values (position-keyed, I3), computed once by
@@ -152,7 +136,7 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
     const model_config_t *c = &sh->cfg;
     const int B = c->global_batch, T = c->seq_length, per_rank = B / r->n;
     const int accum = run->pc.accum_degree;
-    gpt_observer_t obs = {r, collect ? collect_batch : NULL, NULL, dp_unit_event};
+    gpt_observer_t obs = {r, collect ? dp_collect_batch : NULL, NULL, dp_unit_event};
     if (collect && r->rank == 0) dump_begin_step(run->dump, step, &sh->dump_obs);
     coll_barrier(r->group); /* the dump is ready for everyone's slices */
     const double step_start = dp_now();
@@ -180,28 +164,42 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
     const float norm = dp_grad_norm(r);
     r->report->seconds_optimizer += dp_now() - o0 - (r->report->seconds_comm - oc0);
     const float lr = lr_schedule(c, step);
+    const int stage = sh->plan.stage;
     if (collect) {
-        collect_pieces(r, sh->grads_full, 1);
+        dp_collect_pieces(r, sh->grads_full, 1);
         coll_barrier(r->group);
+        /* DDP: every device's all-gathered gradients replicate the owners' pieces */
+        if (stage == 0) dp_check_replica(r, step, "grad", r->g->grads, sh->grads_full, -1);
         if (r->rank == 0) {
-            gpt_t view = global_view(sh, r->g);
+            gpt_t view = dp_global_view(sh, r->g);
             sh->dump_obs.grads_ready(sh->dump_obs.ctx, &view);
         }
     }
     o0 = dp_now(), oc0 = r->report->seconds_comm;
     dp_update(r, lr, norm);
     r->report->seconds_optimizer += dp_now() - o0 - (r->report->seconds_comm - oc0);
+    if (run->broken_replica == r->rank + 1) { /* the negative control: one bit drifts */
+        float *x = r->g->params + r->g->table.total / 2;
+        uint32_t u;
+        memcpy(&u, x, sizeof u);
+        u ^= 1u;
+        memcpy(x, &u, sizeof u);
+    }
     if (collect) {
-        if (sh->plan.stage == 3)
-            collect_pieces(r, sh->params_full, 0);
+        r->step_stats = (gpt_step_stats_t){loss_value, lr, norm, 0.0};
+        if (stage == 3)
+            dp_collect_pieces(r, sh->params_full, 0);
         else if (r->rank == 0)
             memcpy(sh->params_full, r->g->params, r->g->table.total * sizeof(float));
         coll_barrier(r->group);
+        if (stage < 3 && r->rank != 0)
+            dp_check_replica(r, step, "param", r->g->params, sh->params_full, 0);
         if (r->rank == 0) {
-            gpt_t view = global_view(sh, r->g);
+            dp_check_scalars(sh, step);
+            gpt_t view = dp_global_view(sh, r->g);
             gpt_step_stats_t st = {loss_value, lr, norm, 0.0};
             perr_t err;
-            if (dump_end_step(run->dump, &view, &st, &err)) fail(sh, err.msg);
+            if (dump_end_step(run->dump, &view, &st, &err)) dp_fail(sh, err.msg);
         }
     }
     /* as PyTorch's DDP anchor times a step: barrier to barrier */
@@ -217,16 +215,16 @@ static void device_main(device_t *dev, void *arg) {
     int32_t ok = setup_rank(r, dev) == 0, all_ok;
     const pconfig_t *pc = &sh->run->pc;
     if (ok && (pc->overlap_grad_reduce || pc->overlap_param_gather) && dp_comm_start(r, dev)) {
-        fail(sh, "dp: cannot start a communication thread");
+        dp_fail(sh, "dp: cannot start a communication thread");
         ok = 0;
     }
     coll_all_reduce(r->group, &ok, &all_ok, 1, COLL_I32, COLL_MIN);
     if (all_ok) {
         dp_run_t *run = sh->run;
         if (run->dump && r->rank == 0) {
-            gpt_t view = global_view(sh, r->g);
+            gpt_t view = dp_global_view(sh, r->g);
             perr_t err;
-            if (dump_add_init(run->dump, &view, &err)) fail(sh, err.msg);
+            if (dump_add_init(run->dump, &view, &err)) dp_fail(sh, err.msg);
         }
         coll_counters_reset(dev->rank);
         for (int64_t s = 0; s < run->steps; s++)
@@ -239,16 +237,21 @@ static void device_main(device_t *dev, void *arg) {
 
 /* ---- the run ---------------------------------------------------------------- */
 
+void dp_replica_config(const model_config_t *model, const pconfig_t *pc, model_config_t *out) {
+    *out = *model;
+    out->global_batch = pc->global_batch;
+    out->micro_batch = pc->micro_batch;
+}
+
 int dp_train(dp_run_t *run, perr_t *err) {
     pconfig_t *pc = &run->pc;
     if (pc->tp != 1 || pc->pp != 1 || pc->cp != 1)
         return perr_set(err, "dp_train: only data parallelism is implemented");
+    run->replica_diffs = NULL, run->n_replica_diffs = 0;
     dp_shared_t *sh = calloc(1, sizeof *sh);
     if (!sh) return perr_set(err, "dp: out of memory");
     sh->run = run;
-    sh->cfg = run->model;
-    sh->cfg.global_batch = pc->global_batch;
-    sh->cfg.micro_batch = pc->micro_batch;
+    dp_replica_config(&run->model, pc, &sh->cfg);
     int n = pc->dp, rc = -1;
     param_table_t table;
     int have_table = 0;
@@ -260,7 +263,14 @@ int dp_train(dp_run_t *run, perr_t *err) {
         perr_set(err, "dp: out of memory");
         goto out;
     }
-    if (model_config_validate(&sh->cfg, err) || param_table_build(&table, &sh->cfg, err)) goto out;
+    if (run->broken_replica && (run->broken_replica > n || pc->zero_stage == 3)) {
+        perr_set(err, "--test-broken-replica: %s", pc->zero_stage == 3
+                     ? "ZeRO-3 keeps no parameter replicas to perturb"
+                     : "no such device (expected a rank below data-parallel-size)");
+        goto out;
+    }
+    if (model_config_validate_replica(&sh->cfg, err) || param_table_build(&table, &sh->cfg, err))
+        goto out;
     have_table = 1;
     if (dp_plan_build(&sh->plan, &table, &sh->cfg, n, pc->zero_stage, pc->bucket_cap_mb, err)) goto out;
     sh->params_full = calloc(table.total + 1, sizeof(float));
@@ -285,8 +295,11 @@ int dp_train(dp_run_t *run, perr_t *err) {
         perr_set(err, "%s", sh->err.msg);
         goto out;
     }
+    run->replica_diffs = sh->diffs, run->n_replica_diffs = sh->ndiffs;
+    sh->diffs = NULL;
     rc = 0;
 out:
+    free(sh->diffs);
     if (sh->group) group_destroy(sh->group);
     if (sh->grad_group) group_destroy(sh->grad_group);
     dp_plan_free(&sh->plan);

@@ -18,7 +18,7 @@ static void gather_bucket(dp_rank_t *r, int b) {
     const dp_bucket_t *bk = &p->buckets[b];
     if (r->unit_buf[b]) return;
     device_t *dev = device_self();
-    float *buf = arena_alloc(dev->arena, bk->piece * (size_t)r->n * sizeof(float), MEM_PARAMS,
+    float *buf = arena_alloc(dev->arena, dp_gathered_bytes(p, b), MEM_PARAMS,
                              "gathered parameters (ZeRO-3)");
     if (!buf) parity_fatal("dp rank %d: %s", r->rank, arena_last_error(dev->arena));
     double t0 = dp_now();
@@ -37,21 +37,12 @@ static void release_bucket(dp_rank_t *r, int b) {
     for (int t = bk->first; t < bk->last; t++) r->g->param_ptr[t] = NULL;
 }
 
-/* The buckets a unit reads: its own, and for a tied head the embedding's. */
-static int unit_buckets(const dp_rank_t *r, int unit, int out[2]) {
-    const dp_plan_t *p = &r->sh->plan;
-    int k = 0;
-    out[k++] = p->bucket_of_unit[unit];
-    if (unit == p->nunits - 1 && r->sh->cfg.tied) out[k++] = p->bucket_of_unit[0];
-    return k;
-}
-
 void dp_unit_event(void *ctx, gpt_t *g, int unit, int event) {
     (void)g;
     dp_rank_t *r = ctx;
     const dp_plan_t *p = &r->sh->plan;
     if (p->stage == 3) {
-        int bs[2], k = unit_buckets(r, unit, bs);
+        int bs[2], k = dp_unit_buckets(p, unit, bs);
         for (int i = 0; i < k; i++) {
             if (event == GPT_FWD_BEGIN || event == GPT_BWD_BEGIN)
                 gather_bucket(r, bs[i]);

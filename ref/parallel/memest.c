@@ -1,0 +1,149 @@
+/* memest.c - the memory estimate of a run, before allocation (memest.h).
+ *
+ * Each parallel mode estimates its own device (dp_memest); the golden run
+ * is one replica with nothing left out (gpt_mem_bytes). The host check
+ * adds the run-wide buffers: the reassembly of global tensors, dumps, and
+ * in `parity check` the golden model kept beside the layout. */
+#include "parity/memest.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "parity/dp.h"
+#include "parity/dump.h"
+
+static void sum_device(memest_dev_t *d) {
+    d->total = d->params + d->grads + d->open_sums + d->optimizer + d->activations + d->comm +
+               d->workspace;
+}
+
+int memest_layout(const model_config_t *cfg, const pconfig_t *pc, memest_t *out, perr_t *err) {
+    memset(out, 0, sizeof *out);
+    memest_dev_t d;
+    size_t host = 0;
+    if (!pc) { /* the golden run: one replica, nothing sharded */
+        gpt_mem_t g;
+        if (model_config_validate(cfg, err) || gpt_mem_bytes(cfg, 0, &g, err)) return -1;
+        d = (memest_dev_t){.params = g.params, .grads = g.grads, .open_sums = g.open_sums,
+                           .optimizer = g.optimizer, .activations = g.activations};
+        out->devices = 1;
+    } else {
+        if (pc->tp * pc->pp * pc->cp * pc->ep != 1)
+            return perr_set(err, "memory estimate: only data parallelism is implemented");
+        if (dp_memest(cfg, pc, &d, &host, err)) return -1;
+        out->devices = pc->dp;
+    }
+    sum_device(&d);
+    out->max_dev = d;
+    out->all_devices = d.total * (size_t)out->devices; /* every rank is alike */
+    out->host_shared = host;
+    return 0;
+}
+
+/* Bytes per step of the batch-shaped tensors a dump collects (dump.h):
+ * inputs, labels, logits, the activation checkpoints and the masks, as
+ * gpt_microbatch reports them. tests/test_memest.c holds this equal to a
+ * real dump's bytes, so a new checkpoint cannot make it drift unseen. */
+static size_t batch_bytes(const model_config_t *c) {
+    const size_t n = (size_t)c->global_batch * (size_t)c->seq_length;
+    const size_t C = (size_t)c->hidden, F = (size_t)c->ffn, V = (size_t)c->vocab;
+    const size_t L = (size_t)c->layers, f = sizeof(float);
+    const int hdrop = c->hidden_dropout > 0.0f, adrop = c->attention_dropout > 0.0f;
+    size_t per_token = 2 * sizeof(int32_t) + V * f /* ids, labels, logits */
+                       + C * f + C * f           /* embedding and final LayerNorm outputs */
+                       + L * (9 * C + F) * f;    /* per layer: ln1, qkv (3C), core attention,
+                                                    dense, ln2, fc1 (F), fc2, output */
+    if (hdrop) per_token += C + 2 * L * C;       /* u8 masks: embedding, attention output, mlp */
+    size_t bytes = n * per_token;
+    if (adrop) /* u8 [H, T, T] per sequence and layer */
+        bytes += (size_t)c->global_batch * (size_t)c->heads * (size_t)c->seq_length *
+                 (size_t)c->seq_length * L;
+    return bytes;
+}
+
+static size_t param_bytes(const model_config_t *cfg) {
+    param_table_t t;
+    if (param_table_build(&t, cfg, NULL)) return 0;
+    size_t bytes = t.total * sizeof(float);
+    param_table_free(&t);
+    return bytes;
+}
+
+size_t memest_dump_tensor_bytes(const model_config_t *cfg, int steps) {
+    const size_t P4 = param_bytes(cfg);
+    /* init.<param>, then per step: the batch tensors, loss, lr and
+     * grad_norm, every gradient and every updated parameter */
+    return P4 + (size_t)steps * (batch_bytes(cfg) + 3 * sizeof(float) + 2 * P4);
+}
+
+void memest_add_dump(memest_t *m, const model_config_t *cfg, unsigned what, int steps) {
+    /* while a step is collected: its batch tensors and a gradient copy */
+    m->host_shared += batch_bytes(cfg) + param_bytes(cfg);
+    if (what & DUMP_TENSORS) m->host_shared += memest_dump_tensor_bytes(cfg, steps);
+}
+
+size_t memest_available(void) {
+    const char *env = getenv("PARITY_MEM_AVAILABLE_MB");
+    if (env && *env) {
+        char *end;
+        double mb = strtod(env, &end);
+        if (end != env && !*end && mb >= 0) return (size_t)(mb * 1e6);
+    }
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}
+
+/* "12.35 MB" below 1 GB, else "52.60 GB" (decimal, as --arena-mb). */
+static const char *fmt(char *buf, size_t cap, size_t bytes) {
+    if (bytes < (size_t)1e9)
+        snprintf(buf, cap, "%.2f MB", (double)bytes / 1e6);
+    else
+        snprintf(buf, cap, "%.2f GB", (double)bytes / 1e9);
+    return buf;
+}
+
+static void categories(const memest_dev_t *d, char *buf, size_t cap) {
+    char a[7][32];
+    snprintf(buf, cap,
+             "params %s, grads %s, open exact sums %s, optimizer %s, activations %s, comm %s, "
+             "workspace %s",
+             fmt(a[0], 32, d->params), fmt(a[1], 32, d->grads), fmt(a[2], 32, d->open_sums),
+             fmt(a[3], 32, d->optimizer), fmt(a[4], 32, d->activations), fmt(a[5], 32, d->comm),
+             fmt(a[6], 32, d->workspace));
+}
+
+int memest_check(const memest_t *m, size_t arena_bytes, perr_t *err) {
+    char cats[512], a[32], b[32], c[32], d[32];
+    categories(&m->max_dev, cats, sizeof cats);
+    if (arena_bytes && m->max_dev.total > arena_bytes)
+        return perr_set(err, "device memory: a device needs an estimated %s (%s), more than its "
+                             "capacity --arena-mb %g",
+                        fmt(a, sizeof a, m->max_dev.total), cats, (double)arena_bytes / 1e6);
+    const size_t need = m->all_devices + m->host_shared, avail = memest_available();
+    if (avail && need > avail)
+        return perr_set(err, "host memory: the run needs an estimated %s (%d device%s x %s, plus "
+                             "%s of host buffers), but %s is available (%s); per device: %s",
+                        fmt(a, sizeof a, need), m->devices, m->devices == 1 ? "" : "s",
+                        fmt(b, sizeof b, m->max_dev.total), fmt(c, sizeof c, m->host_shared),
+                        fmt(d, sizeof d, avail),
+                        getenv("PARITY_MEM_AVAILABLE_MB") && *getenv("PARITY_MEM_AVAILABLE_MB")
+                            ? "PARITY_MEM_AVAILABLE_MB"
+                            : "MemAvailable in /proc/meminfo",
+                        cats);
+    return 0;
+}
+
+void memest_print(const memest_t *m, FILE *f) {
+    char cats[512], a[32], b[32], c[32];
+    categories(&m->max_dev, cats, sizeof cats);
+    fprintf(f, "memory estimate per device: %s = %s\n", cats, fmt(a, sizeof a, m->max_dev.total));
+    fprintf(f, "memory estimate of the run: %d device%s %s + host buffers %s = %s\n", m->devices,
+            m->devices == 1 ? "" : "s", fmt(a, sizeof a, m->all_devices),
+            fmt(b, sizeof b, m->host_shared), fmt(c, sizeof c, m->all_devices + m->host_shared));
+}

@@ -1,0 +1,242 @@
+/* test_memest.c - the memory estimate against the arenas' measured peaks.
+ *
+ * For layouts of gpt-micro and gpt-tiny (dp 1/2/4 x ZeRO 0-3 x
+ * accumulation, overlap on some) and the golden model, the estimate of
+ * every category must be at least the arena's high-water mark after a
+ * step, and the total at most 1.25x the measured peak (printed: the
+ * ratio reached). A device given exactly the estimate as its capacity
+ * must run; one byte less must be refused up front, naming --arena-mb.
+ * The 168-layer model of the issue must be refused in well under a
+ * second for lack of host memory, with a fake PARITY_MEM_AVAILABLE_MB so
+ * the test does not depend on this machine. The dump's estimate must be
+ * the bytes a real dump holds. PARITY_DP_MATRIX=small (sanitizer builds)
+ * keeps gpt-micro only.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "harness.h"
+#include "parity/corpus.h"
+#include "parity/dp.h"
+#include "parity/dump.h"
+#include "parity/memest.h"
+#include "parity/runtime.h"
+#include "parity/tile.h"
+
+static corpus_t corpus;
+static double worst_ratio = 0, best_ratio = 1e9;
+
+static int small(void) {
+    const char *m = getenv("PARITY_DP_MATRIX");
+    return m && !strcmp(m, "small");
+}
+
+static int make_layout(pconfig_t *pc, const model_config_t *m, int dp, int z, int accum,
+                       int overlap, double bucket_mb) {
+    pconfig_defaults(pc);
+    pc->dp = dp;
+    pc->zero_stage = z;
+    pc->accum_degree = accum;
+    pc->overlap_grad_reduce = overlap;
+    pc->overlap_param_gather = overlap && (z == 1 || z == 2);
+    if (bucket_mb > 0) pc->bucket_cap_mb = bucket_mb;
+    pc->given |= PC_GIVEN_DP | PC_GIVEN_ZERO | PC_GIVEN_ACCUM;
+    perr_t err;
+    return pconfig_validate(pc, m->global_batch, &err);
+}
+
+/* The estimate against measured peaks, category by category. */
+static void compare(const char *what, const memest_dev_t *e, const size_t peak[MEM_NCAT],
+                    size_t peak_total) {
+    const struct { const char *name; size_t est, got; } c[] = {
+        {"params", e->params, peak[MEM_PARAMS]},
+        {"grads + open sums", e->grads + e->open_sums, peak[MEM_GRADS]},
+        {"optimizer", e->optimizer, peak[MEM_OPTIMIZER]},
+        {"activations", e->activations, peak[MEM_ACTIVATIONS]},
+        {"comm", e->comm, peak[MEM_COMM]},
+        {"workspace", e->workspace, peak[MEM_WORKSPACE]},
+        {"total", e->total, peak_total},
+    };
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++)
+        CHECK(c[k].est >= c[k].got, "%s: %s estimated %zu bytes < measured %zu", what, c[k].name,
+              c[k].est, c[k].got);
+    double ratio = (double)e->total / (double)(peak_total ? peak_total : 1);
+    CHECK(ratio <= 1.25, "%s: estimate %zu is %.3fx the measured %zu", what, e->total, ratio,
+          peak_total);
+    if (ratio > worst_ratio) worst_ratio = ratio;
+    if (ratio < best_ratio) best_ratio = ratio;
+}
+
+static void check_layout(const model_config_t *m, const pconfig_t *pc) {
+    char desc[160], what[256];
+    pconfig_describe(pc, desc, sizeof desc);
+    snprintf(what, sizeof what, "%s B=%d %s", m->name, m->global_batch, desc);
+    memest_t est;
+    perr_t err;
+    CHECK(memest_layout(m, pc, &est, &err) == 0, "%s: %s", what, err.msg);
+    CHECK(est.devices == pc->dp && est.all_devices == est.max_dev.total * (size_t)pc->dp, "%s",
+          what);
+    dp_device_report_t rep[8];
+    dp_run_t run = {.model = *m, .pc = *pc, .steps = 1, .data = &corpus, .algo = COLL_ALGO_RING,
+                    .reports = rep};
+    CHECK(dp_train(&run, &err) == 0, "%s: %s", what, err.msg);
+    for (int d = 0; d < pc->dp; d++) compare(what, &est.max_dev, rep[d].peak, rep[d].peak_total);
+}
+
+static void test_layouts_within_estimate(void) {
+    const char *models[] = {"gpt-micro", "gpt-tiny"};
+    for (int mi = 0; mi < (small() ? 1 : 2); mi++) {
+        model_config_t m;
+        perr_t err;
+        model_config_builtin(models[mi], &m, &err);
+        if (mi == 0) m.global_batch = m.micro_batch = 12;
+        static const int dps[] = {1, 2, 4};
+        for (int i = 0; i < 3; i++)
+            for (int z = 0; z < 4; z++)
+                for (int a = 1; a <= 3; a += 2) {
+                    pconfig_t pc;
+                    CHECK(make_layout(&pc, &m, dps[i], z, a, (i + z + a) % 2, 0) == 0, "layout");
+                    check_layout(&m, &pc);
+                }
+    }
+    /* many small buckets, and an uneven split of a batch of 35 */
+    model_config_t m;
+    perr_t err;
+    model_config_builtin("gpt-micro", &m, &err);
+    pconfig_t pc;
+    CHECK(make_layout(&pc, &m, 2, 2, 1, 1, 0.01) == 0, "small buckets");
+    check_layout(&m, &pc);
+    m.global_batch = m.micro_batch = 35;
+    CHECK(make_layout(&pc, &m, 5, 3, 4, 0, 0) == 0, "batch 35");
+    check_layout(&m, &pc);
+    printf("estimate / measured peak, total per device: %.4f .. %.4f\n", best_ratio, worst_ratio);
+}
+
+/* The golden run (train.c: gpt_new) is estimated with pc = NULL; the same
+ * allocations from an arena show its peaks. */
+static void test_golden_within_estimate(void) {
+    const char *models[] = {"gpt-micro", "gpt-tiny", "gpt-small"};
+    for (int mi = 0; mi < (small() ? 1 : 3); mi++) {
+        model_config_t m;
+        perr_t err;
+        model_config_builtin(models[mi], &m, &err);
+        memest_t est;
+        CHECK(memest_layout(&m, NULL, &est, &err) == 0, "%s", err.msg);
+        CHECK(est.devices == 1 && est.host_shared == 0 && est.max_dev.comm == 0, "golden: one device");
+        arena_t *a = arena_create(0, 0);
+        gpt_t *g;
+        CHECK(gpt_new_ex(&g, &m, 0, a, &err) == 0, "%s", err.msg);
+        gpt_step_stats_t st;
+        gpt_train_step(g, &corpus, 0, NULL, &st);
+        size_t peak[MEM_NCAT];
+        for (int c = 0; c < MEM_NCAT; c++) peak[c] = arena_high_water(a, (mem_cat_t)c);
+        char what[96];
+        snprintf(what, sizeof what, "golden %s", m.name);
+        compare(what, &est.max_dev, peak, arena_high_water(a, MEM_NCAT));
+        gpt_free(g);
+        arena_destroy(a);
+    }
+}
+
+/* Exactly the estimate fits (the run completes in an arena of that
+ * capacity); a byte less is refused before any device starts. */
+static void test_arena_capacity_is_the_estimate(void) {
+    model_config_t m;
+    perr_t err;
+    model_config_builtin("gpt-micro", &m, &err);
+    for (int z = 0; z < 4; z++) {
+        pconfig_t pc;
+        make_layout(&pc, &m, 2, z, 2, z == 1, 0);
+        memest_t est;
+        CHECK(memest_layout(&m, &pc, &est, &err) == 0, "%s", err.msg);
+        CHECK(memest_check(&est, est.max_dev.total, &err) == 0, "stage %d: %s", z, err.msg);
+        CHECK(memest_check(&est, est.max_dev.total - 1, &err) == -1, "stage %d: must be refused", z);
+        CHECK(strstr(err.msg, "--arena-mb") && strstr(err.msg, "params") &&
+                  strstr(err.msg, "open exact sums") && strstr(err.msg, "activations"),
+              "the refusal names the flag and the categories: %s", err.msg);
+        dp_run_t run = {.model = m, .pc = pc, .steps = 1, .data = &corpus,
+                        .arena_capacity = est.max_dev.total, .algo = COLL_ALGO_DIRECT};
+        CHECK(dp_train(&run, &err) == 0, "stage %d in an arena of exactly the estimate: %s", z,
+              err.msg);
+    }
+}
+
+/* The issue's model: about 2.1e9 parameters, ~69 GB on one device. */
+static void test_huge_model_refused_fast(void) {
+    model_config_t m;
+    perr_t err;
+    model_config_builtin("gpt-tiny", &m, &err);
+    m.hidden = 1024, m.heads = 128, m.ffn = 4096, m.layers = 168;
+    setenv("PARITY_MEM_AVAILABLE_MB", "16000", 1);
+    CHECK(memest_available() == (size_t)16000e6, "PARITY_MEM_AVAILABLE_MB is read");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    memest_t est, golden;
+    pconfig_t pc;
+    CHECK(make_layout(&pc, &m, 4, 3, 1, 0, 0) == 0, "layout");
+    int rc_layout = memest_layout(&m, &pc, &est, &err) ? -2 : memest_check(&est, 0, &err);
+    char msg[sizeof err.msg];
+    memcpy(msg, err.msg, sizeof msg);
+    int rc_golden = memest_layout(&m, NULL, &golden, &err) ? -2 : memest_check(&golden, 0, &err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    CHECK(rc_layout == -1 && strstr(msg, "host memory") && strstr(msg, "16.00 GB is available"),
+          "dp=4 ZeRO-3: %s", msg);
+    CHECK(rc_golden == -1 && strstr(err.msg, "host memory"), "golden: %s", err.msg);
+    CHECK(golden.max_dev.total > (size_t)60e9, "golden estimate %zu bytes", golden.max_dev.total);
+    CHECK(secs < 0.5, "refusing took %.3f s", secs);
+    printf("168 layers refused in %.1f ms:\n  %s\n  %s\n", 1e3 * secs, msg, err.msg);
+    setenv("PARITY_MEM_AVAILABLE_MB", "1000000", 1);
+    CHECK(memest_check(&golden, 0, &err) == 0, "fits a host with 1 TB available: %s", err.msg);
+    unsetenv("PARITY_MEM_AVAILABLE_MB");
+}
+
+/* memest_dump_tensor_bytes against the bytes a real dump holds, with and
+ * without dropout masks. */
+static void test_dump_estimate_is_exact(void) {
+    for (int drop = 0; drop < 2; drop++) {
+        model_config_t m;
+        perr_t err;
+        model_config_builtin("gpt-micro", &m, &err);
+        if (!drop) m.hidden_dropout = m.attention_dropout = 0.0f;
+        gpt_t *g;
+        CHECK(gpt_new(&g, &m, &err) == 0, "%s", err.msg);
+        dump_t *d = dump_new(g, DUMP_TENSORS);
+        dump_add_init(d, g, &err);
+        for (int s = 0; s < 2; s++) {
+            gpt_observer_t obs = {0};
+            gpt_step_stats_t st;
+            dump_begin_step(d, s, &obs);
+            gpt_train_step(g, &corpus, s, &obs, &st);
+            dump_end_step(d, g, &st, &err);
+        }
+        const st_writer_t *w = dump_writer(d);
+        size_t bytes = 0;
+        for (size_t i = 0; i < st_writer_count(w); i++) {
+            st_tensor_t t;
+            st_writer_tensor(w, i, &t);
+            bytes += (size_t)st_numel(&t) * st_dtype_size(t.dtype);
+        }
+        CHECK(bytes == memest_dump_tensor_bytes(&m, 2), "dropout %d: dump holds %zu bytes, "
+              "estimate %zu", drop, bytes, memest_dump_tensor_bytes(&m, 2));
+        dump_free(d);
+        gpt_free(g);
+    }
+}
+
+int main(void) {
+    perr_t err;
+    if (!getenv("PARITY_BACKEND")) setenv("PARITY_BACKEND", "portable", 1);
+    if (tile_init(&err) || corpus_load(&corpus, "ref/data/corpus.txt", &err)) {
+        fprintf(stderr, "setup: %s\n", err.msg);
+        return 1;
+    }
+    RUN(test_huge_model_refused_fast);
+    RUN(test_dump_estimate_is_exact);
+    RUN(test_arena_capacity_is_the_estimate);
+    RUN(test_golden_within_estimate);
+    RUN(test_layouts_within_estimate);
+    corpus_free(&corpus);
+    return harness_done();
+}
