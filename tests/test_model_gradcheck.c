@@ -319,7 +319,7 @@ static double att_f(void *c_) {
 
 static void check_attention(int S, int T, int H, int D, int tile, float p) {
     const int C = H * D;
-    attn_shape_t s = {S, T, C, H, tile, p};
+    attn_shape_t s = {S, T, C, H, tile, p, H, 0};
     size_t nq = (size_t)S * T * 3 * C, nc = (size_t)S * T * C, ne = (size_t)S * H * T * T;
     float *qkv = malloc(nq * 4), *ctx = malloc(nc * 4), *r = malloc(nc * 4), *dq = malloc(nq * 4);
     float *e = malloc(ne * 4), *eh = malloc(ne * 4), *z = malloc((size_t)S * H * T * 4);
@@ -368,12 +368,16 @@ static void test_crossentropy(void) {
     float logits[N * V], loss[N], dl[N * V], scratch[V];
     int32_t tgt[N] = {0, 5, 15, 5, 9, 3};
     fill(logits, N * V, -4, 4);
-    crossentropy_forward(loss, logits, tgt, N, V, scratch);
+    float m[N], Z[N], l[N];
+    ce_row_max(m, logits, N, V);
+    ce_exp_sum(Z, NULL, logits, m, N, V, scratch);
+    ce_target_logit(l, logits, tgt, N, V, 0);
+    ce_loss(loss, m, Z, l, N);
     ce_ctx c = {N, V, (double)total, tgt, to_d(logits, N * V)};
     double l64[N];
     for (int i = 0; i < N; i++) l64[i] = ref_crossentropy(c.logits + i * V, tgt + i, 1, V, 1.0);
     check_fwd("crossentropy token loss", loss, l64, N);
-    crossentropy_backward(dl, logits, tgt, N, V, total, scratch);
+    crossentropy_backward(dl, logits, tgt, m, Z, N, V, 0, total, scratch);
     double fd[N * V];
     finite_diff(c.logits, N * V, ce_f, &c, fd);
     check_grad("crossentropy dlogits", dl, fd, N * V);
@@ -385,7 +389,8 @@ static void test_embedding(void) {
     int32_t tok[S * T] = {1, 4, 1, 0, 4, 4, 2, 1}; /* repeats: rows sum several tokens */
     float wte[V * C], wpe[T * C], x[S * T * C], r[S * T * C], dte[V * C], dpe[T * C];
     fill(wte, V * C, -1, 1), fill(wpe, T * C, -1, 1), fill(r, S * T * C, -1, 1);
-    embedding_forward(x, tok, S, T, C, wte, wpe);
+    embedding_lookup(x, tok, S * T, C, wte, 0, V);
+    embedding_add_positions(x, S, T, C, wpe);
     double x64[S * T * C], fdte[V * C], fdpe[T * C];
     for (int s = 0; s < S; s++)
         for (int t = 0; t < T; t++)
@@ -394,7 +399,7 @@ static void test_embedding(void) {
     check_fwd("embedding x", x, x64, S * T * C);
     acc_t ate, ape;
     acc_init(&ate, V * C), acc_init(&ape, T * C);
-    embedding_backward(&ate, &ape, r, tok, S, T, C);
+    embedding_backward(&ate, &ape, r, tok, S, T, C, 0, V);
     acc_round(&ate, dte), acc_round(&ape, dpe);
     /* the function is linear: its exact gradient is the scatter-sum of r */
     memset(fdte, 0, sizeof fdte), memset(fdpe, 0, sizeof fdpe);
@@ -513,11 +518,14 @@ typedef struct {
     int32_t *in, *tgt;
 } capture_t;
 
-static void capture(void *ctx, const char *name, st_dtype_t dt, const void *data, int first,
-                    int n_seq, int ndim, const int64_t *shape) {
+static void capture(void *ctx, const gpt_view_t *v) {
     capture_t *cp = ctx;
+    const char *name = v->name;
+    const void *data = v->data;
+    const st_dtype_t dt = v->dtype;
+    const int first = v->first_seq, n_seq = v->n_seq;
     size_t per = 1;
-    for (int i = 0; i < ndim; i++) per *= (size_t)shape[i];
+    for (int i = 0; i < v->ndim; i++) per *= (size_t)v->shape[i];
     if (!strcmp(name, "input_ids") || !strcmp(name, "labels")) {
         int32_t *dst = name[0] == 'i' ? cp->in : cp->tgt;
         memcpy(dst + (size_t)first * per, data, (size_t)n_seq * per * 4);

@@ -40,6 +40,10 @@ int     dump_end_step(dump_t *d, const gpt_t *g, const gpt_step_stats_t *st, per
 int     dump_set_metadata(dump_t *d, const char *key, const char *value, perr_t *err);
 int     dump_save(const dump_t *d, const char *path, perr_t *err);
 int     dump_write_digests(const dump_t *d, const char *path, perr_t *err);
+/* The first batch tensor ("step<s>.<name>") whose replicas disagreed
+ * (blocks reported by several replicas are compared, not overwritten),
+ * or NULL; *flat its first differing element. */
+const char *dump_replica_diff(const dump_t *d, int64_t *flat);
 /* Tensors added so far. */
 int     dump_count(const dump_t *d);
 /* The collected tensors (a dump made with DUMP_TENSORS), for comparing two

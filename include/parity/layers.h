@@ -23,12 +23,20 @@
 
 /* ---- embedding.c ------------------------------------------------------- */
 
-/* x[s,t,:] = wte[tokens[s,t],:] + wpe[t,:]   tokens [n_seq,T], x [n_seq,T,C] */
-void embedding_forward(float *x, const int32_t *tokens, int n_seq, int T, int C,
-                       const float *wte, const float *wpe);
-/* dwte[tokens[s,t],:] += dx[s,t,:]; dwpe[t,:] += dx[s,t,:] (exact, open) */
+/* The forward is x[s,t,:] = wte[tokens[s,t],:] + wpe[t,:], in two halves so
+ * that a vocabulary split across ranks can complete the lookup between
+ * them. wte holds rows v0 .. v0+nv-1 of the table (golden: all of it).
+ *   lookup: x[i,:] = wte[tokens[i]-v0,:], or -0 for a token outside the
+ *           rows held (-0 is the identity of IEEE addition: x + -0 == x
+ *           for every x, so a sum over ranks gives the owner's row bits)
+ *   add_positions: x[s,t,:] = x[s,t,:] + wpe[t,:]   (tokens [n_seq,T], x [n_seq,T,C]) */
+void embedding_lookup(float *x, const int32_t *tokens, int n, int C, const float *wte, int v0,
+                      int nv);
+void embedding_add_positions(float *x, int n_seq, int T, int C, const float *wpe);
+/* dwte[tokens[s,t]-v0,:] += dx[s,t,:] for the rows held; dwpe[t,:] += dx[s,t,:]
+ * (exact, open) */
 void embedding_backward(acc_t *dwte, acc_t *dwpe, const float *dx, const int32_t *tokens,
-                        int n_seq, int T, int C);
+                        int n_seq, int T, int C, int v0, int nv);
 
 /* ---- dropout.c --------------------------------------------------------- */
 
@@ -68,6 +76,8 @@ typedef struct {
 /* y[n,out] = round(sum over input tiles of x.w^T) + b   (w [out,in], b [out] or NULL) */
 void linear_forward(float *y, const float *x, const float *w, const float *b, int n, int n_in,
                     int n_out, linear_tiles_t t, contract_ws_t *ws);
+/* y[i,:] = y[i,:] + b, i < n: the bias, added after a reduction (I4). */
+void linear_add_bias(float *y, const float *b, int n, int n_out);
 /* dx[n,in] = round(sum over output tiles of dy.w) (skipped when dx is NULL);
  * dw += dy^T.x over token tiles; db += sum over tokens of dy (db may be NULL). */
 void linear_backward(float *dx, acc_t *dw, acc_t *db, const float *dy, const float *x,
@@ -87,15 +97,18 @@ void gelu_backward(float *dx, const float *dy, const float *dydx, size_t n);
  * C = H*D features, tile = the token tile (query and key tiles), p the
  * attention dropout. */
 typedef struct {
-    int n_seq, T, C, H, tile;
+    int n_seq, T, C, H, tile; /* C = H*D: the heads this call holds */
     float p;
+    int heads_total, head0;   /* the model's heads and the first one held: masks are
+                                 keyed by global head (I3); golden: H and 0 */
 } attn_shape_t;
 
 /* Floats of scratch attention_backward needs. */
 size_t attention_scratch_floats(const attn_shape_t *s);
 /* keep [n_seq,H,T,T]: the attention dropout mask of sequences
- * first_seq.. of the global batch (1 = kept; 0 above the diagonal, which
- * is never drawn). Index of (g,h,i,j): ((g*H + h)*T + i)*T + j. */
+ * first_seq.. of the global batch and heads head0.. (1 = kept; 0 above
+ * the diagonal, which is never drawn). Index of (g,h,i,j):
+ * ((g*H + h)*T + i)*T + j; drawn at ((g*heads_total + head0+h)*T + i)*T + j. */
 void attention_mask(uint8_t *keep, const attn_shape_t *s, int first_seq, uint64_t seed,
                     uint64_t stream);
 /* qkv [n_seq,T,3C] -> ctx [n_seq,T,C] (head h in columns h*D..h*D+D-1).
@@ -111,13 +124,26 @@ void attention_backward(float *dqkv, const float *dctx, const float *ctx, const 
 
 /* ---- loss.c ------------------------------------------------------------ */
 
-/* Per token: m = max logits, Z = round(sum exp(logits - m)),
- * loss[i] = (m + log Z) - logits[target].   logits [n,V] */
-void crossentropy_forward(float *loss, const float *logits, const int32_t *targets, int n,
-                          int V, float *scratch /* [V] */);
-/* dlogits = (p - onehot(target)) / (float)total_tokens, p = e/Z, where
- * total_tokens is the GLOBAL token count of the step (I4). */
-void crossentropy_backward(float *dlogits, const float *logits, const int32_t *targets, int n,
-                           int V, int64_t total_tokens, float *scratch /* [V] */);
+/* Cross-entropy in the three reductions of a vocabulary split across
+ * ranks (Megatron's vocab-parallel cross-entropy): per token i of logits
+ * [n,V] holding vocabulary columns v0 .. v0+V-1,
+ *   m_i = max_j logits[i,j]                  (ce_row_max; reduce: max)
+ *   Z_i = round(sum_j exp(logits[i,j] - m_i)) (ce_exp_sum; reduce: exact sum)
+ *   l_i = logits[i, target_i]                 (ce_target_logit, -0 when the
+ *                                              target is not held; reduce: sum)
+ *   loss_i = (m_i + log Z_i) - l_i            (ce_loss)
+ * Golden: V the whole vocabulary, v0 = 0, nothing to reduce. */
+void  ce_row_max(float *m, const float *logits, int n, int V);
+/* Z_i rounded once (whole vocabulary), or, with zacc != NULL, the exact
+ * sums left open in zacc[i] for the ranks to complete. scratch: [V]. */
+void  ce_exp_sum(float *Z, xacc_t *zacc, const float *logits, const float *m, int n, int V,
+                 float *scratch);
+void  ce_target_logit(float *l, const float *logits, const int32_t *targets, int n, int V, int v0);
+void  ce_loss(float *loss, const float *m, const float *Z, const float *l, int n);
+/* dlogits = (p - onehot(target)) / (float)total_tokens, p = exp(logits - m)/Z,
+ * where total_tokens is the GLOBAL token count of the step (I4). */
+void  crossentropy_backward(float *dlogits, const float *logits, const int32_t *targets,
+                            const float *m, const float *Z, int n, int V, int v0,
+                            int64_t total_tokens, float *scratch /* [V] */);
 
 #endif

@@ -23,6 +23,8 @@
 #include "parity/accum.h"
 #include "parity/contract.h"
 #include "parity/error.h"
+#include "parity/placement.h"
+#include "parity/runtime.h"
 #include "parity/safetensors.h"
 
 /* ---- config ------------------------------------------------------------ */
@@ -85,8 +87,9 @@ typedef enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS } param_init_t;
 typedef struct {
     char name[96];       /* Megatron-style, e.g. layers.0.mlp.dense_h_to_4h.weight */
     int ndim;            /* 1 or 2 */
-    int64_t shape[2];
-    size_t numel;
+    int64_t shape[2];    /* this replica's block (the global shape is pl.shape) */
+    size_t numel;        /* of the block */
+    placement_t pl;      /* the global tensor and how tensor parallelism cuts it */
     size_t offset;       /* into the contiguous parameter block */
     param_init_t init;
     float init_std;      /* INIT_NORMAL: sigma or sigma/sqrt(2L) */
@@ -102,6 +105,11 @@ typedef struct {
 } param_table_t;
 
 int  param_table_build(param_table_t *t, const model_config_t *cfg, perr_t *err);
+/* The table of tensor-parallel rank `tp_rank` of `tp`: every tensor's
+ * block (Megatron's column-, row- and vocabulary-parallel cuts; the rest
+ * replicated), offsets into the replica's own contiguous block. tp = 1 is
+ * param_table_build. Errors say what must divide what. */
+int  param_table_build_tp(param_table_t *t, const model_config_t *cfg, int tp, perr_t *err);
 void param_table_free(param_table_t *t);
 /* Index of layer l's slot (P_*). */
 static inline int param_layer(const param_table_t *t, int l, int slot) {
@@ -109,8 +117,11 @@ static inline int param_layer(const param_table_t *t, int l, int slot) {
 }
 /* Index of the tensor named name, or -1. */
 int  param_find(const param_table_t *t, const char *name);
-/* MODEL.md's initialisation, keyed by (seed, tensor name, flat index). */
+/* MODEL.md's initialisation, keyed by (seed, tensor name, GLOBAL flat
+ * index): a shard of tensor-parallel rank tp_rank equals the golden
+ * slice. */
 void params_init(const param_table_t *t, uint64_t seed, float *data);
+void params_init_tp(const param_table_t *t, int tp, int tp_rank, uint64_t seed, float *data);
 
 /* ---- the model --------------------------------------------------------- */
 
@@ -148,6 +159,8 @@ typedef struct {
     float *lnf_xhat, *lnf_rstd, *lnf_out;  /* [n,C] [n] [n,C] */
     float *logits;                         /* [n,V] */
     float *token_loss;                     /* [n] */
+    float *ce_max, *ce_z;                  /* [n] the softmax's max and denominator, kept
+                                              for the backward pass */
     float *d_resid;                        /* [n,C] gradient of the residual stream at the
                                               boundary of the unit whose backward runs */
     void *block;                           /* the one allocation behind all of it */
@@ -160,19 +173,60 @@ typedef struct {
     float *d_logits;                       /* [n,V] */
     float *att_scratch;                    /* attention_scratch_floats() */
     float *row_scratch;                    /* [max(C,V,F) * 2] */
+    /* tensor parallelism (tp > 1): open sums the group completes */
+    void *open;                            /* acc_storage_bytes(n*C) */
+    xacc_t *ce_zacc;                       /* [n] open softmax denominators */
+    float *ce_tl;                          /* [n] target logits */
     void *block;
 } gpt_scratch_t;
+
+/* ---- tensor parallelism -------------------------------------------------
+ * Which piece of the model a replica holds (Megatron's 1-D tensor
+ * parallelism) and the group it completes its sums with. The golden run
+ * is gpt_shard_none(): the whole model, no group. */
+typedef struct {
+    int tp, tp_rank;
+    group_t *tp_group;      /* NULL when tp == 1 */
+    unsigned broken;        /* GPT_BROKEN_*: deliberately broken variants (checker controls) */
+} gpt_shard_t;
+/* Modelled on real bugs: plain fp32 sums in the row-parallel all-reduce
+ * (the order-dependent reduction of Megatron-LM issue 1736 and its kin). */
+enum { GPT_BROKEN_TP_FP32_SUMS = 1u };
+static inline gpt_shard_t gpt_shard_none(void) { return (gpt_shard_t){1, 0, NULL, 0}; }
+
+/* A replica's extents of the tensor-parallel axes. */
+typedef struct {
+    int heads, head0;       /* attention heads held, and the first one's global index */
+    int attn;               /* heads * D: core attention width held */
+    int ffn, ffn0;          /* FFN columns held, and the first one */
+    int vocab, vocab0;      /* vocabulary rows held, and the first one */
+} gpt_local_t;
+
+/* One replica's block of a batch-shaped checkpoint: n_seq sequences at
+ * index first_seq of the global batch, each a tensor of global shape
+ * `shape` [ndim] of which this replica holds the block lo[d] ..
+ * lo[d]+ext[d]-1 along every axis (the whole tensor unless tensor
+ * parallelism cuts it: qkv, core attention and FFN columns, logits,
+ * attention masks by head). data is [n_seq][ext...] row-major. Blocks of
+ * several replicas that overlap must be equal: the collectors compare
+ * them. */
+typedef struct {
+    const char *name;
+    st_dtype_t dtype;
+    const void *data;
+    int first_seq, n_seq;
+    int ndim;
+    int64_t shape[3], lo[3], ext[3];
+} gpt_view_t;
 
 /* Watches a step, for dumps and checkers. Both hooks may be NULL. */
 typedef struct gpt gpt_t;
 typedef struct {
     void *ctx;
-    /* A batch-shaped tensor of one microbatch: n_seq sequences starting at
-     * index first_seq of the global batch, each of shape seq_shape
-     * [seq_ndim]. Names: "input_ids", "labels", "logits",
-     * "act.<checkpoint>", "mask.<site>" (MODEL.md, train dump format). */
-    void (*batch_tensor)(void *ctx, const char *name, st_dtype_t dtype, const void *data,
-                         int first_seq, int n_seq, int seq_ndim, const int64_t *seq_shape);
+    /* A batch-shaped tensor of one microbatch, as a shard (gpt_view_t).
+     * Names: "input_ids", "labels", "logits", "act.<checkpoint>",
+     * "mask.<site>" (MODEL.md, train dump format). */
+    void (*batch_tensor)(void *ctx, const gpt_view_t *v);
     /* After gpt_step_round_grads: g->grads holds the rounded gradients,
      * before clipping. */
     void (*grads_ready)(void *ctx, const gpt_t *g);
@@ -191,6 +245,8 @@ enum { GPT_FWD_BEGIN, GPT_FWD_END, GPT_BWD_BEGIN, GPT_BWD_END };
 
 struct gpt {
     model_config_t cfg;
+    gpt_shard_t shard;
+    gpt_local_t local;
     param_table_t table;
     float *params;       /* [total], or NULL when a parallel mode owns them */
     float **param_ptr;   /* [count] where each tensor's values are read:
@@ -224,6 +280,13 @@ struct arena;
  * cfg->micro_batch need only be <= the batch (model_config_validate_replica). */
 int  gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, struct arena *arena,
                 perr_t *err);
+/* As gpt_new_ex, for one tensor-parallel piece: its parameter blocks,
+ * activations and the open-sum buffers its collectives need. */
+int  gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard, unsigned omit,
+                struct arena *arena, perr_t *err);
+/* The tensor-parallel extents of rank tp_rank of tp (errors say what must
+ * divide what: heads, feature, FFN and vocabulary tiles). */
+int  gpt_local_dims(const model_config_t *cfg, int tp, int tp_rank, gpt_local_t *out, perr_t *err);
 /* The bytes gpt_new_ex(cfg, omit) takes from its arena, by category, as the
  * arena counts them (grads: rounded gradients; open_sums: the open exact
  * sums, also in the arena's grads category), computed from the tables the

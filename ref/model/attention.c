@@ -28,12 +28,14 @@ size_t attention_scratch_floats(const attn_shape_t *s) {
 
 void attention_mask(uint8_t *keep, const attn_shape_t *s, int first_seq, uint64_t seed,
                     uint64_t stream) {
-    const int T = s->T, H = s->H;
+    const int T = s->T, H = s->H, Hg = s->heads_total;
     for (int b = 0; b < s->n_seq; b++)
         for (int h = 0; h < H; h++)
             for (int i = 0; i < T; i++) {
                 uint8_t *row = keep + (((size_t)b * H + h) * T + i) * T;
-                uint64_t first = (((uint64_t)(first_seq + b) * H + h) * T + i) * T;
+                /* keyed by the GLOBAL head: a tensor-parallel rank holding
+                 * heads head0.. draws the golden mask's rows (I3) */
+                uint64_t first = (((uint64_t)(first_seq + b) * Hg + (s->head0 + h)) * T + i) * T;
                 dropout_mask(row, (size_t)i + 1, seed, stream, first, s->p);
                 memset(row + i + 1, 0, (size_t)(T - i - 1));
             }

@@ -10,11 +10,13 @@
 #include <stdio.h>
 
 typedef struct {
-    const char *name; /* after "act.layers.<l>." or as given for other units */
+    const char *name; /* after the prefix */
     st_dtype_t dtype;
     const void *data; /* NULL: not kept (dropout off) */
     int ndim;         /* per sequence */
-    int64_t shape[3];
+    int64_t shape[3]; /* global, per sequence */
+    int cut;          /* the axis tensor parallelism cuts (-1: none) */
+    int64_t lo, ext;  /* along it: the block held */
 } checkpoint_t;
 
 static void report(const gpt_observer_t *obs, const gpt_slot_t *A, const checkpoint_t *cp, int n,
@@ -23,8 +25,13 @@ static void report(const gpt_observer_t *obs, const gpt_slot_t *A, const checkpo
     for (int i = 0; i < n; i++) {
         if (!cp[i].data) continue;
         snprintf(name, sizeof name, "%s%s", prefix, cp[i].name);
-        obs->batch_tensor(obs->ctx, name, cp[i].dtype, cp[i].data, A->first_seq, A->n_seq,
-                          cp[i].ndim, cp[i].shape);
+        gpt_view_t v = {name, cp[i].dtype, cp[i].data, A->first_seq, A->n_seq, cp[i].ndim,
+                        {0}, {0}, {0}};
+        for (int d = 0; d < cp[i].ndim; d++) {
+            v.shape[d] = v.ext[d] = cp[i].shape[d];
+            if (d == cp[i].cut) v.lo[d] = cp[i].lo, v.ext[d] = cp[i].ext;
+        }
+        obs->batch_tensor(obs->ctx, &v);
     }
 }
 
@@ -34,10 +41,13 @@ void gpt_report_unit(const gpt_t *g, int unit, int s, const gpt_observer_t *obs)
     const gpt_slot_t *A = &g->slot[s];
     const int64_t T = c->seq_length, C = c->hidden, F = c->ffn, V = c->vocab, H = c->heads;
     const int L = c->layers;
+    const gpt_local_t *lc = &g->local;
+    const int64_t W = lc->attn, D = lc->heads ? W / lc->heads : 0;
+    const int64_t Fl = lc->ffn, Hl = lc->heads;
     if (unit == 0) {
         const checkpoint_t cp[] = {
-            {"mask.dropout.embedding", ST_U8, A->emb_keep, 2, {T, C}},
-            {"act.embedding.output", ST_F32, A->emb, 2, {T, C}},
+            {"mask.dropout.embedding", ST_U8, A->emb_keep, 2, {T, C}, -1, 0, 0},
+            {"act.embedding.output", ST_F32, A->emb, 2, {T, C}, -1, 0, 0},
         };
         report(obs, A, cp, 2, "");
     } else if (unit <= L) {
@@ -45,28 +55,30 @@ void gpt_report_unit(const gpt_t *g, int unit, int s, const gpt_observer_t *obs)
         const layer_acts_t *LA = &A->layer[l];
         char prefix[64];
         const checkpoint_t masks[] = {
-            {"attention_dropout", ST_U8, LA->att_keep, 3, {H, T, T}},
-            {"attention_output_dropout", ST_U8, LA->attn_keep, 2, {T, C}},
-            {"mlp_output_dropout", ST_U8, LA->mlp_keep, 2, {T, C}},
+            {"attention_dropout", ST_U8, LA->att_keep, 3, {H, T, T}, 0, lc->head0, Hl},
+            {"attention_output_dropout", ST_U8, LA->attn_keep, 2, {T, C}, -1, 0, 0},
+            {"mlp_output_dropout", ST_U8, LA->mlp_keep, 2, {T, C}, -1, 0, 0},
         };
         snprintf(prefix, sizeof prefix, "mask.layers.%d.", l);
         report(obs, A, masks, 3, prefix);
         const checkpoint_t acts[] = {
-            {"input_layernorm.output", ST_F32, LA->ln1_out, 2, {T, C}},
-            {"self_attention.query_key_value.output", ST_F32, LA->qkv, 2, {T, 3 * C}},
-            {"self_attention.core_attention.output", ST_F32, LA->ctx, 2, {T, C}},
-            {"self_attention.dense.output", ST_F32, LA->attn_out, 2, {T, C}},
-            {"post_attention_layernorm.output", ST_F32, LA->ln2_out, 2, {T, C}},
-            {"mlp.dense_h_to_4h.output", ST_F32, LA->fc1_out, 2, {T, F}},
-            {"mlp.dense_4h_to_h.output", ST_F32, LA->fc2_out, 2, {T, C}},
-            {"output", ST_F32, LA->out, 2, {T, C}},
+            {"input_layernorm.output", ST_F32, LA->ln1_out, 2, {T, C}, -1, 0, 0},
+            {"self_attention.query_key_value.output", ST_F32, LA->qkv, 2, {T, 3 * C}, 1,
+             3 * D * lc->head0, 3 * W},
+            {"self_attention.core_attention.output", ST_F32, LA->ctx, 2, {T, C}, 1,
+             D * lc->head0, W},
+            {"self_attention.dense.output", ST_F32, LA->attn_out, 2, {T, C}, -1, 0, 0},
+            {"post_attention_layernorm.output", ST_F32, LA->ln2_out, 2, {T, C}, -1, 0, 0},
+            {"mlp.dense_h_to_4h.output", ST_F32, LA->fc1_out, 2, {T, F}, 1, lc->ffn0, Fl},
+            {"mlp.dense_4h_to_h.output", ST_F32, LA->fc2_out, 2, {T, C}, -1, 0, 0},
+            {"output", ST_F32, LA->out, 2, {T, C}, -1, 0, 0},
         };
         snprintf(prefix, sizeof prefix, "act.layers.%d.", l);
         report(obs, A, acts, 8, prefix);
     } else {
         const checkpoint_t cp[] = {
-            {"act.final_layernorm.output", ST_F32, A->lnf_out, 2, {T, C}},
-            {"logits", ST_F32, A->logits, 2, {T, V}},
+            {"act.final_layernorm.output", ST_F32, A->lnf_out, 2, {T, C}, -1, 0, 0},
+            {"logits", ST_F32, A->logits, 2, {T, V}, 1, lc->vocab0, lc->vocab},
         };
         report(obs, A, cp, 2, "");
     }

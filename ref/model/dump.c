@@ -18,8 +18,9 @@ typedef struct {
     st_dtype_t dtype;
     int ndim;
     int64_t shape[ST_MAX_DIMS];
-    size_t per_seq_bytes;
-    unsigned char *data; /* [B * per_seq_bytes] */
+    size_t esize, per_seq_bytes;
+    unsigned char *data;   /* [B * per_seq_bytes] */
+    unsigned char *filled; /* [B * per_seq elements]: written by some replica */
 } batch_entry_t;
 
 typedef struct {
@@ -39,6 +40,8 @@ struct dump {
     batch_entry_t *batch;
     int n_batch, cap_batch;
     float *grads; /* [total] copy of the rounded gradients */
+    char replica_diff_name[200]; /* first batch tensor whose replicas disagreed ("" none) */
+    int64_t replica_diff_flat;
     int have_grads;
     size_t total;
 };
@@ -98,6 +101,7 @@ static void clear_batch(dump_t *d) {
     for (int i = 0; i < d->n_batch; i++) {
         free(d->batch[i].name);
         free(d->batch[i].data);
+        free(d->batch[i].filled);
     }
     d->n_batch = 0;
 }
@@ -136,35 +140,79 @@ int dump_add_init(dump_t *d, const gpt_t *g, perr_t *err) {
     return emit_params(d, g, "init.", g->params, err);
 }
 
-static void on_batch_tensor(void *ctx, const char *name, st_dtype_t dt, const void *data,
-                            int first_seq, int n_seq, int seq_ndim, const int64_t *seq_shape) {
-    dump_t *d = ctx;
-    batch_entry_t *e = NULL;
+static batch_entry_t *batch_entry(dump_t *d, const gpt_view_t *v) {
     for (int i = 0; i < d->n_batch; i++)
-        if (!strcmp(d->batch[i].name, name)) e = &d->batch[i];
-    if (!e) {
-        if (d->n_batch == d->cap_batch) {
-            int cap = d->cap_batch ? 2 * d->cap_batch : 64;
-            batch_entry_t *grown = realloc(d->batch, (size_t)cap * sizeof *grown);
-            if (!grown) parity_fatal("dump: out of memory");
-            d->batch = grown;
-            d->cap_batch = cap;
-        }
-        e = &d->batch[d->n_batch++];
-        memset(e, 0, sizeof *e);
-        e->name = strdup(name);
-        e->dtype = dt;
-        e->ndim = seq_ndim + 1;
-        e->shape[0] = d->B;
-        e->per_seq_bytes = st_dtype_size(dt);
-        for (int i = 0; i < seq_ndim; i++) {
-            e->shape[i + 1] = seq_shape[i];
-            e->per_seq_bytes *= (size_t)seq_shape[i];
-        }
-        e->data = calloc((size_t)d->B, e->per_seq_bytes);
-        if (!e->name || !e->data) parity_fatal("dump: out of memory");
+        if (!strcmp(d->batch[i].name, v->name)) return &d->batch[i];
+    if (d->n_batch == d->cap_batch) {
+        int cap = d->cap_batch ? 2 * d->cap_batch : 64;
+        batch_entry_t *grown = realloc(d->batch, (size_t)cap * sizeof *grown);
+        if (!grown) parity_fatal("dump: out of memory");
+        d->batch = grown;
+        d->cap_batch = cap;
     }
-    memcpy(e->data + (size_t)first_seq * e->per_seq_bytes, data, (size_t)n_seq * e->per_seq_bytes);
+    batch_entry_t *e = &d->batch[d->n_batch++];
+    memset(e, 0, sizeof *e);
+    e->name = strdup(v->name);
+    e->dtype = v->dtype;
+    e->ndim = v->ndim + 1;
+    e->shape[0] = d->B;
+    e->esize = st_dtype_size(v->dtype);
+    size_t per_seq = 1;
+    for (int i = 0; i < v->ndim; i++) {
+        e->shape[i + 1] = v->shape[i];
+        per_seq *= (size_t)v->shape[i];
+    }
+    e->per_seq_bytes = per_seq * e->esize;
+    e->data = calloc((size_t)d->B, e->per_seq_bytes);
+    e->filled = calloc((size_t)d->B, per_seq);
+    if (!e->name || !e->data || !e->filled) parity_fatal("dump: out of memory");
+    return e;
+}
+
+/* Copies one run of a replica's block into the global tensor; an element
+ * another replica wrote already is compared instead (the first
+ * disagreement is kept for the checker). */
+static void place_run(dump_t *d, batch_entry_t *e, size_t at, const unsigned char *src, size_t n) {
+    for (size_t k = 0; k < n; k++) {
+        unsigned char *dst = e->data + (at + k) * e->esize;
+        const unsigned char *from = src + k * e->esize;
+        if (!e->filled[at + k]) {
+            memcpy(dst, from, e->esize);
+            e->filled[at + k] = 1;
+        } else if (memcmp(dst, from, e->esize) && !d->replica_diff_name[0]) {
+            snprintf(d->replica_diff_name, sizeof d->replica_diff_name, "step%lld.%s",
+                     (long long)d->step, e->name);
+            d->replica_diff_flat = (int64_t)(at + k);
+        }
+    }
+}
+
+static void on_batch_tensor(void *ctx, const gpt_view_t *v) {
+    dump_t *d = ctx;
+    batch_entry_t *e = batch_entry(d, v);
+    /* runs along the last axis of each sequence's block, up to 3 axes */
+    int64_t shape[3] = {1, 1, 1}, lo[3] = {0, 0, 0}, ext[3] = {1, 1, 1};
+    for (int i = 0; i < v->ndim; i++) {
+        shape[3 - v->ndim + i] = v->shape[i];
+        lo[3 - v->ndim + i] = v->lo[i];
+        ext[3 - v->ndim + i] = v->ext[i];
+    }
+    const size_t per_seq = (size_t)(shape[0] * shape[1] * shape[2]);
+    const size_t block = (size_t)(ext[0] * ext[1] * ext[2]);
+    const unsigned char *src = v->data;
+    for (int s = 0; s < v->n_seq; s++)
+        for (int64_t a = 0; a < ext[0]; a++)
+            for (int64_t b = 0; b < ext[1]; b++) {
+                size_t at = (size_t)(v->first_seq + s) * per_seq +
+                            (size_t)(((lo[0] + a) * shape[1] + lo[1] + b) * shape[2] + lo[2]);
+                size_t from = (size_t)s * block + (size_t)((a * ext[1] + b) * ext[2]);
+                place_run(d, e, at, src + from * e->esize, (size_t)ext[2]);
+            }
+}
+
+const char *dump_replica_diff(const dump_t *d, int64_t *flat) {
+    if (flat) *flat = d->replica_diff_flat;
+    return d->replica_diff_name[0] ? d->replica_diff_name : NULL;
 }
 
 static void on_grads(void *ctx, const gpt_t *g) {

@@ -39,10 +39,13 @@ static void *carve(carver_t *cv, size_t bytes) {
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
-static void layout_slot(gpt_slot_t *A, const model_config_t *c, carver_t *cv) {
+/* A slot holds this replica's share of the tensor-parallel axes (lc):
+ * its heads, attention width, FFN columns and vocabulary rows. */
+static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_t *lc,
+                        carver_t *cv) {
     const size_t mb = (size_t)c->micro_batch, T = (size_t)c->seq_length, n = mb * T;
-    const size_t C = (size_t)c->hidden, H = (size_t)c->heads, F = (size_t)c->ffn;
-    const size_t V = (size_t)c->vocab;
+    const size_t C = (size_t)c->hidden, H = (size_t)lc->heads, A_ = (size_t)lc->attn;
+    const size_t F = (size_t)lc->ffn, V = (size_t)lc->vocab;
     const int hdrop = c->hidden_dropout > 0.0f, adrop = c->attention_dropout > 0.0f;
     A->inputs = (int32_t *)carve(cv, n * sizeof(int32_t));
     A->targets = (int32_t *)carve(cv, n * sizeof(int32_t));
@@ -53,12 +56,12 @@ static void layout_slot(gpt_slot_t *A, const model_config_t *c, carver_t *cv) {
         L->ln1_xhat = CARVE_F(cv, n * C);
         L->ln1_rstd = CARVE_F(cv, n);
         L->ln1_out = CARVE_F(cv, n * C);
-        L->qkv = CARVE_F(cv, n * 3 * C);
+        L->qkv = CARVE_F(cv, n * 3 * A_);
         L->att_e = CARVE_F(cv, mb * H * T * T);
         L->att_ehat = adrop ? CARVE_F(cv, mb * H * T * T) : L->att_e;
         L->att_z = CARVE_F(cv, mb * H * T);
         L->att_keep = adrop ? CARVE_U8(cv, mb * H * T * T) : NULL;
-        L->ctx = CARVE_F(cv, n * C);
+        L->ctx = CARVE_F(cv, n * A_);
         L->attn_out = CARVE_F(cv, n * C);
         L->attn_keep = hdrop ? CARVE_U8(cv, n * C) : NULL;
         L->resid1 = CARVE_F(cv, n * C);
@@ -77,20 +80,43 @@ static void layout_slot(gpt_slot_t *A, const model_config_t *c, carver_t *cv) {
     A->lnf_out = CARVE_F(cv, n * C);
     A->logits = CARVE_F(cv, n * V);
     A->token_loss = CARVE_F(cv, n);
+    A->ce_max = CARVE_F(cv, n);
+    A->ce_z = CARVE_F(cv, n);
     A->d_resid = CARVE_F(cv, n * C);
 }
 
-static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, carver_t *cv) {
+static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_local_t *lc,
+                           int tp, carver_t *cv) {
     const size_t n = (size_t)c->micro_batch * (size_t)c->seq_length;
-    const size_t C = (size_t)c->hidden, F = (size_t)c->ffn, V = (size_t)c->vocab;
+    const size_t C = (size_t)c->hidden, F = (size_t)lc->ffn, V = (size_t)lc->vocab;
     S->d_tmp = CARVE_F(cv, n * C);
     S->d_tmp2 = CARVE_F(cv, n * C);
-    S->d_wide = CARVE_F(cv, n * max3(3 * C, F, C));
+    S->d_wide = CARVE_F(cv, n * max3(3 * (size_t)lc->attn, F, C));
     S->d_logits = CARVE_F(cv, n * V);
-    attn_shape_t s = {c->micro_batch, c->seq_length, c->hidden, c->heads, c->tile_tokens,
-                      c->attention_dropout};
+    attn_shape_t s = {c->micro_batch, c->seq_length, lc->attn, lc->heads, c->tile_tokens,
+                      c->attention_dropout, c->heads, lc->head0};
     S->att_scratch = CARVE_F(cv, attention_scratch_floats(&s));
     S->row_scratch = CARVE_F(cv, 2 * max3(C, V, F));
+    S->open = tp > 1 ? carve(cv, acc_storage_bytes(n * C)) : NULL;
+    S->ce_zacc = tp > 1 ? (xacc_t *)carve(cv, n * sizeof(xacc_t)) : NULL;
+    S->ce_tl = CARVE_F(cv, n);
+}
+
+int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, gpt_local_t *out, perr_t *err) {
+    memset(out, 0, sizeof *out);
+    if (tp < 1 || tp_rank < 0 || tp_rank >= tp)
+        return perr_set(err, "tensor-parallel rank %d of %d", tp_rank, tp);
+    param_table_t t; /* the cuts' checks: heads, tiles (params.c) */
+    if (param_table_build_tp(&t, c, tp, err)) return -1;
+    param_table_free(&t);
+    out->heads = c->heads / tp;
+    out->head0 = tp_rank * out->heads;
+    out->attn = out->heads * (c->hidden / c->heads);
+    out->ffn = c->ffn / tp;
+    out->ffn0 = tp_rank * out->ffn;
+    out->vocab = c->vocab / tp;
+    out->vocab0 = tp_rank * out->vocab;
+    return 0;
 }
 
 /* Memory of one replica: from the device's arena when there is one, so
@@ -109,55 +135,67 @@ static void model_release(arena_t *arena, void *p) {
 
 /* The bytes of one activation slot and of the backward scratch for
  * cfg->micro_batch sequences: the layouts measuring themselves. */
-static size_t slot_bytes(const model_config_t *cfg) {
+static size_t slot_bytes(const model_config_t *cfg, const gpt_local_t *lc) {
     layer_acts_t *layers = calloc((size_t)cfg->layers + 1, sizeof *layers);
     if (!layers) parity_fatal("out of memory measuring an activation slot");
     gpt_slot_t A = {.layer = layers};
     carver_t measure = {NULL, 0};
-    layout_slot(&A, cfg, &measure);
+    layout_slot(&A, cfg, lc, &measure);
     free(layers);
     return measure.used + 64;
 }
 
-static size_t scratch_bytes(const model_config_t *cfg) {
+static size_t scratch_bytes(const model_config_t *cfg, const gpt_local_t *lc, int tp) {
     gpt_scratch_t S;
     carver_t measure = {NULL, 0};
-    layout_scratch(&S, cfg, &measure);
+    layout_scratch(&S, cfg, lc, tp, &measure);
     return measure.used + 64;
 }
 
-/* What gpt_new_ex takes from its arena: one table for the allocation and
+/* What gpt_new_tp takes from its arena: one table for the allocation and
  * for the estimate (gpt_mem_bytes), so they cannot drift apart. One
  * activation slot (gpt_set_slots adds slot_bytes for each more). */
 static void mem_of(const model_config_t *cfg, const param_table_t *t, unsigned omit,
-                   gpt_mem_t *m) {
+                   const gpt_local_t *lc, int tp, gpt_mem_t *m) {
     const size_t F4 = t->total * sizeof(float);
     m->params = omit & GPT_NO_PARAMS ? 0 : F4;
     m->grads = omit & GPT_NO_GRADS ? 0 : F4;
     m->optimizer = omit & GPT_NO_OPTIMIZER ? 0 : 2 * F4; /* AdamW m and v */
     m->open_sums = 0;
     for (int i = 0; i < t->count; i++) m->open_sums += acc_storage_bytes(t->info[i].numel);
-    m->activations = scratch_bytes(cfg) + slot_bytes(cfg);
+    m->activations = scratch_bytes(cfg, lc, tp) + slot_bytes(cfg, lc);
 }
 
 int gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, perr_t *err) {
     memset(out, 0, sizeof *out);
     param_table_t t;
     if (model_config_validate_replica(cfg, err) || param_table_build(&t, cfg, err)) return -1;
-    mem_of(cfg, &t, omit, out);
+    gpt_local_t lc;
+    gpt_local_dims(cfg, 1, 0, &lc, NULL);
+    mem_of(cfg, &t, omit, &lc, 1, out);
     param_table_free(&t);
     return 0;
 }
 
 int gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, arena_t *arena,
                perr_t *err) {
+    const gpt_shard_t whole = gpt_shard_none();
+    return gpt_new_tp(out, cfg, &whole, omit, arena, err);
+}
+
+int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard, unsigned omit,
+               arena_t *arena, perr_t *err) {
     *out = NULL;
     if (model_config_validate_replica(cfg, err)) return -1;
+    if (shard->tp > 1 && !shard->tp_group)
+        return perr_set(err, "tensor parallelism over %d ranks needs a group", shard->tp);
     gpt_t *g = calloc(1, sizeof *g);
     if (!g) return perr_set(err, "out of memory for the model");
     g->cfg = *cfg;
+    g->shard = *shard;
     g->arena = arena;
-    if (param_table_build(&g->table, cfg, err)) {
+    if (gpt_local_dims(cfg, shard->tp, shard->tp_rank, &g->local, err) ||
+        param_table_build_tp(&g->table, cfg, shard->tp, err)) {
         free(g);
         return -1;
     }
@@ -168,7 +206,7 @@ int gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, arena_t *a
     g->param_ptr = calloc((size_t)g->table.count, sizeof(float *));
     if (!g->grad_acc || !g->acc_storage || !g->param_ptr) goto oom;
     gpt_mem_t mem;
-    mem_of(cfg, &g->table, omit, &mem);
+    mem_of(cfg, &g->table, omit, &g->local, shard->tp, &mem);
     if (mem.params && !(g->params = model_alloc(arena, mem.params, MEM_PARAMS, what = "parameters")))
         goto oom;
     if (mem.grads && !(g->grads = model_alloc(arena, mem.grads, MEM_GRADS, what = "gradients")))
@@ -187,13 +225,16 @@ int gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, arena_t *a
         acc_init_with(&g->grad_acc[i], n, g->acc_storage[i]);
         g->param_ptr[i] = g->params ? g->params + g->table.info[i].offset : NULL;
     }
-    carver_t cv = {model_alloc(arena, scratch_bytes(cfg), MEM_ACTIVATIONS, what = "activations"), 0};
+    carver_t cv = {model_alloc(arena, scratch_bytes(cfg, &g->local, shard->tp), MEM_ACTIVATIONS,
+                               what = "activations"),
+                   0};
     if (!cv.base) goto oom;
     g->scratch.block = cv.base;
-    layout_scratch(&g->scratch, cfg, &cv);
+    layout_scratch(&g->scratch, cfg, &g->local, shard->tp, &cv);
     if (gpt_set_slots(g, 1, NULL)) goto oom;
     contract_ws_init(&g->ws);
-    if (g->params && !(omit & GPT_NO_INIT)) params_init(&g->table, cfg->seed, g->params);
+    if (g->params && !(omit & GPT_NO_INIT))
+        params_init_tp(&g->table, shard->tp, shard->tp_rank, cfg->seed, g->params);
     sacc_init(&g->loss_acc);
     *out = g;
     return 0;
@@ -228,12 +269,14 @@ int gpt_set_slots(gpt_t *g, int n, perr_t *err) {
         gpt_slot_t *A = &g->slot[k];
         if (!(A->layer = calloc((size_t)g->cfg.layers + 1, sizeof *A->layer)))
             return perr_set(err, "out of memory");
-        carver_t cv = {model_alloc(g->arena, slot_bytes(&g->cfg), MEM_ACTIVATIONS, "activations"), 0};
+        carver_t cv = {model_alloc(g->arena, slot_bytes(&g->cfg, &g->local), MEM_ACTIVATIONS,
+                                   "activations"),
+                       0};
         if (!cv.base)
             return perr_set(err, "activation slot %d of %d does not fit the device%s%s", k, n,
                             g->arena ? ":\n" : "", g->arena ? arena_last_error(g->arena) : "");
         A->block = cv.base;
-        layout_slot(A, &g->cfg, &cv);
+        layout_slot(A, &g->cfg, &g->local, &cv);
     }
     return 0;
 }

@@ -12,11 +12,14 @@ void linear_forward(float *y, const float *x, const float *w, const float *b, in
                     int n_out, linear_tiles_t t, contract_ws_t *ws) {
     /* y[n,out] = x[n,in] . w[out,in]^T */
     contract(CONTRACT_NT, n, n_out, n_in, t.tokens, t.out, t.in, x, n_in, w, n_in, y, n_out, ws);
-    if (b)
-        for (int i = 0; i < n; i++) {
-            float *yi = y + (size_t)i * n_out;
-            for (int o = 0; o < n_out; o++) yi[o] = yi[o] + b[o];
-        }
+    if (b) linear_add_bias(y, b, n, n_out);
+}
+
+void linear_add_bias(float *y, const float *b, int n, int n_out) {
+    for (int i = 0; i < n; i++) {
+        float *yi = y + (size_t)i * n_out;
+        for (int o = 0; o < n_out; o++) yi[o] = yi[o] + b[o];
+    }
 }
 
 void linear_backward(float *dx, acc_t *dw, acc_t *db, const float *dy, const float *x,

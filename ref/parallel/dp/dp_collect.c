@@ -18,12 +18,10 @@
 
 #include "dp_internal.h"
 
-void dp_collect_batch(void *ctx, const char *name, st_dtype_t dt, const void *data, int first_seq,
-                      int n_seq, int seq_ndim, const int64_t *seq_shape) {
+void dp_collect_batch(void *ctx, const gpt_view_t *v) {
     dp_rank_t *r = ctx;
     pthread_mutex_lock(&r->sh->collect_lock);
-    r->sh->dump_obs.batch_tensor(r->sh->dump_obs.ctx, name, dt, data, first_seq, n_seq, seq_ndim,
-                                 seq_shape);
+    r->sh->dump_obs.batch_tensor(r->sh->dump_obs.ctx, v);
     pthread_mutex_unlock(&r->sh->collect_lock);
 }
 

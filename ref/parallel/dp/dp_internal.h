@@ -81,8 +81,7 @@ void dp_fail(dp_shared_t *sh, const char *msg);
 
 /* dp_collect.c: the reassembly of global tensors for dumps and the
  * checker, outside the simulated devices (no collective, no device memory). */
-void dp_collect_batch(void *ctx, const char *name, st_dtype_t dt, const void *data, int first_seq,
-                      int n_seq, int seq_ndim, const int64_t *seq_shape);
+void dp_collect_batch(void *ctx, const gpt_view_t *v);
 /* This rank's pieces of a sharded vector (gradients, or ZeRO-3 parameters)
  * into the global one. */
 void dp_collect_pieces(dp_rank_t *r, float *global, int grads);
