@@ -88,10 +88,12 @@ static void test_block_and_runs(void) {
         placement_put(&p, sizes, c2, piece, back);
     }
     CHECK(!memcmp(back, global, sizeof back), "put of every block reassembles the tensor");
-    CHECK(placement_compare(&p, sizes, coord, local, global) == -1, "equal block");
+    CHECK(placement_compare(&p, sizes, coord, local, global, NULL) == -1, "equal block");
     local[5] = -1.0f; /* local (1,1) -> global (1,5) = 13 */
-    CHECK(placement_compare(&p, sizes, coord, local, global) == 13, "first difference at %lld",
-          (long long)placement_compare(&p, sizes, coord, local, global));
+    size_t li = 0;
+    CHECK(placement_compare(&p, sizes, coord, local, global, &li) == 13 && li == 5,
+          "first difference at %lld (local %zu)",
+          (long long)placement_compare(&p, sizes, coord, local, global, NULL), li);
 }
 
 /* Two nested cuts (2D tensor parallelism): rows over tp, columns over cp. */

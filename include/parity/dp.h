@@ -117,6 +117,7 @@ typedef struct {
     /* Test-only: reduce gradients with plain fp32 ring sums of rounded
      * local gradients, to prove that the checker catches a real bug. */
     int broken_fp32_sums;
+    int broken_tp_fp32_sums;  /* the row-parallel completions in fp32 (Megatron-LM 1736's kind) */
     /* Test-only: 1 + the rank whose parameter replica drifts (one bit of
      * one element flipped after every update; ZeRO 0-2), to prove that
      * collection catches a replica that disagrees; 0 = off. */

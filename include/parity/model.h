@@ -297,6 +297,9 @@ typedef struct {
     size_t params, grads, open_sums, optimizer, activations;
 } gpt_mem_t;
 int  gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, perr_t *err);
+/* The same for one rank of tensor parallelism over tp ranks. */
+int  gpt_mem_bytes_tp(const model_config_t *cfg, int tp, unsigned omit, gpt_mem_t *out,
+                      perr_t *err);
 void gpt_free(gpt_t *g);
 
 /* Activation slots: n >= 1 (gpt_new makes one). Existing slots' contents

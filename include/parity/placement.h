@@ -82,6 +82,9 @@ void placement_for_runs(const placement_t *p, const int sizes[GRID_NAXES],
                         void (*run)(void *ctx, size_t global_flat, size_t local_flat, size_t n),
                         void *ctx);
 
+/* The global flat index of element local_flat of the device's block. */
+size_t placement_global_index(const placement_t *p, const int sizes[GRID_NAXES],
+                              const int coord[GRID_NAXES], size_t local_flat);
 /* local block -> its place in the global tensor. */
 void placement_put(const placement_t *p, const int sizes[GRID_NAXES], const int coord[GRID_NAXES],
                    const float *local, float *global);
@@ -90,8 +93,10 @@ void placement_put(const placement_t *p, const int sizes[GRID_NAXES], const int 
 void placement_take(const placement_t *p, const int sizes[GRID_NAXES], const int coord[GRID_NAXES],
                     const float *global, float *local);
 /* memcmp of the device's block against the global tensor: -1 if equal,
- * else the global flat index of the first differing element. */
+ * else the global flat index of the first differing element (and, if
+ * local_index is not NULL, its index in the block). */
 int64_t placement_compare(const placement_t *p, const int sizes[GRID_NAXES],
-                          const int coord[GRID_NAXES], const float *local, const float *global);
+                          const int coord[GRID_NAXES], const float *local, const float *global,
+                          size_t *local_index);
 
 #endif

@@ -41,6 +41,11 @@ int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *
         *i += 2;
         return 1;
     }
+    if (!strcmp(a, "--test-broken-tp-fp32-sums")) {
+        lo->broken_tp_fp32_sums = 1;
+        *i += 1;
+        return 1;
+    }
     if (!strcmp(a, "--test-broken-fp32-sums")) {
         lo->broken_fp32_sums = 1;
         *i += 1;
@@ -65,6 +70,8 @@ void layout_opts_print_help(FILE *f) {
           "                           /proc/meminfo), is refused before anything is allocated\n"
           "checker negative controls (tests only: the checker must report these):\n"
           "  --test-broken-fp32-sums  reduce gradients with plain fp32 ring sums\n"
+          "  --test-broken-tp-fp32-sums  complete row-parallel sums in fp32 (each rank rounds\n"
+          "                           its partial, then adds): the reduction-order bug\n"
           "  --test-broken-replica R  flip one bit of device R's parameter replica after every\n"
           "                           update (ZeRO 0-2)\n",
           f);
@@ -109,6 +116,7 @@ static int run_dp(const layout_job_t *job, dump_t *dump, gpt_step_stats_t *stats
     dp_run_t run = {.model = *job->cfg, .pc = job->lo->pc, .steps = job->steps, .data = job->data,
                     .arena_capacity = job->lo->arena_bytes, .algo = job->lo->algo,
                     .broken_fp32_sums = job->lo->broken_fp32_sums,
+                    .broken_tp_fp32_sums = job->lo->broken_tp_fp32_sums,
                     .broken_replica = job->lo->broken_replica, .dump = dump,
                     .dump_step = job->want, .stats = stats, .reports = reports};
     int rc = dp_train(&run, err);
@@ -134,7 +142,7 @@ int layout_train(const layout_job_t *job) {
         }
     }
     gpt_step_stats_t *stats = calloc((size_t)job->steps, sizeof *stats);
-    dp_device_report_t *reports = calloc((size_t)pc->dp, sizeof *reports);
+    dp_device_report_t *reports = calloc((size_t)pc->world_size, sizeof *reports);
     char desc[160];
     pconfig_describe(pc, desc, sizeof desc);
     if (!job->quiet) {

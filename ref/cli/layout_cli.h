@@ -16,6 +16,7 @@ typedef struct {
     coll_algo_t algo;
     size_t arena_bytes;      /* per device; 0 = unlimited */
     int broken_fp32_sums;    /* --test-broken-fp32-sums: the checker's negative control */
+    int broken_tp_fp32_sums; /* --test-broken-tp-fp32-sums: the same, in tensor parallelism */
     int broken_replica;      /* --test-broken-replica RANK: 1 + RANK, another one; 0 off */
 } layout_opts_t;
 

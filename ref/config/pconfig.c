@@ -131,18 +131,19 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
     if (pc->grad_sync_dtype != PC_DTYPE_FP32)
         return perr_set(err, "grad_sync_dtype: %s is not yet supported; use fp32",
                         dtype_name(pc->grad_sync_dtype));
+    if (pc->tp == 0) pc->tp = 1;
     const struct { const char *name; int *v; } later[] = {
-        {"tensor-model-parallel-size", &pc->tp}, {"pipeline-model-parallel-size", &pc->pp},
+        {"pipeline-model-parallel-size", &pc->pp},
         {"context-parallel-size", &pc->cp}, {"expert-model-parallel-size", &pc->ep}};
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 3; k++) {
         if (*later[k].v == 0) *later[k].v = 1;
         if (*later[k].v != 1)
-            return perr_set(err, "%s: %d is not supported yet (only data parallelism exists; "
-                                 "expected 1)", later[k].name, *later[k].v);
+            return perr_set(err, "%s: %d is not supported yet (data and tensor parallelism "
+                                 "exist; expected 1)", later[k].name, *later[k].v);
     }
     int model_par = pc->tp * pc->pp * pc->cp;
     if (pc->dp == 0) { /* inferred from the world size, as Megatron does */
-        int world = pc->world_size ? pc->world_size : 1;
+        int world = pc->world_size ? pc->world_size : model_par; /* dp = 1 */
         if (world % model_par)
             return perr_set(err, "world-size: %d is not divisible by tp*pp*cp = %d", world, model_par);
         pc->dp = world / model_par;
@@ -201,7 +202,9 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
 }
 
 void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
-    snprintf(buf, len, "dp=%d zero=%d accum=%d micro=%d%s%s", pc->dp, pc->zero_stage,
+    char tp[24] = "";
+    if (pc->tp > 1) snprintf(tp, sizeof tp, "tp=%d ", pc->tp);
+    snprintf(buf, len, "%sdp=%d zero=%d accum=%d micro=%d%s%s", tp, pc->dp, pc->zero_stage,
              pc->accum_degree, pc->micro_batch, pc->overlap_grad_reduce ? " overlap-grad" : "",
              pc->overlap_param_gather ? " overlap-param" : "");
 }
@@ -209,6 +212,9 @@ void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
 void pconfig_print_help(FILE *f) {
     fputs("layout (Megatron-style):\n"
           "  --data-parallel-size N | --world-size N   data-parallel degree (dp = world/(tp*pp*cp))\n"
+          "  --tensor-model-parallel-size N   Megatron 1-D tensor parallelism (heads, FFN and\n"
+          "                            vocabulary tiles split; exact row-parallel sums)\n"
+          "  --rank-order ORDER        Megatron's rank order, first fastest (default tp-cp-ep-dp-pp)\n"
           "  --global-batch-size N --micro-batch-size N   accumulation = global/(micro*dp)\n"
           "  --accum-degree N          accumulation steps, directly\n"
           "  --zero-stage 0|1|2|3      0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters\n"

@@ -167,12 +167,18 @@ static void mem_of(const model_config_t *cfg, const param_table_t *t, unsigned o
 }
 
 int gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, perr_t *err) {
+    return gpt_mem_bytes_tp(cfg, 1, omit, out, err);
+}
+
+int gpt_mem_bytes_tp(const model_config_t *cfg, int tp, unsigned omit, gpt_mem_t *out,
+                     perr_t *err) {
     memset(out, 0, sizeof *out);
     param_table_t t;
-    if (model_config_validate_replica(cfg, err) || param_table_build(&t, cfg, err)) return -1;
     gpt_local_t lc;
-    gpt_local_dims(cfg, 1, 0, &lc, NULL);
-    mem_of(cfg, &t, omit, &lc, 1, out);
+    if (model_config_validate_replica(cfg, err) || gpt_local_dims(cfg, tp, 0, &lc, err) ||
+        param_table_build_tp(&t, cfg, tp, err))
+        return -1;
+    mem_of(cfg, &t, omit, &lc, tp, out);
     param_table_free(&t);
     return 0;
 }

@@ -28,10 +28,10 @@ int memest_layout(const model_config_t *cfg, const pconfig_t *pc, memest_t *out,
                            .optimizer = g.optimizer, .activations = g.activations};
         out->devices = 1;
     } else {
-        if (pc->tp * pc->pp * pc->cp * pc->ep != 1)
-            return perr_set(err, "memory estimate: only data parallelism is implemented");
+        if (pc->pp * pc->cp * pc->ep != 1)
+            return perr_set(err, "memory estimate: only data and tensor parallelism exist");
         if (dp_memest(cfg, pc, &d, &host, err)) return -1;
-        out->devices = pc->dp;
+        out->devices = pc->dp * (pc->tp > 0 ? pc->tp : 1);
     }
     sum_device(&d);
     out->max_dev = d;

@@ -106,6 +106,7 @@ typedef struct {
     const float *src;
     int to_global;
     int64_t first_diff;
+    size_t local_diff;
 } copy_ctx_t;
 
 static void copy_run(void *vctx, size_t g, size_t l, size_t n) {
@@ -118,13 +119,13 @@ static void copy_run(void *vctx, size_t g, size_t l, size_t n) {
 
 void placement_put(const placement_t *p, const int sizes[GRID_NAXES], const int coord[GRID_NAXES],
                    const float *local, float *global) {
-    copy_ctx_t c = {global, local, 1, -1};
+    copy_ctx_t c = {global, local, 1, -1, 0};
     placement_for_runs(p, sizes, coord, copy_run, &c);
 }
 
 void placement_take(const placement_t *p, const int sizes[GRID_NAXES], const int coord[GRID_NAXES],
                     const float *global, float *local) {
-    copy_ctx_t c = {local, global, 0, -1};
+    copy_ctx_t c = {local, global, 0, -1, 0};
     placement_for_runs(p, sizes, coord, copy_run, &c);
 }
 
@@ -134,13 +135,34 @@ static void compare_run(void *vctx, size_t g, size_t l, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (memcmp(c->src + l + i, c->dst + g + i, sizeof(float))) {
             c->first_diff = (int64_t)(g + i);
+            c->local_diff = l + i;
             return;
         }
 }
 
 int64_t placement_compare(const placement_t *p, const int sizes[GRID_NAXES],
-                          const int coord[GRID_NAXES], const float *local, const float *global) {
-    copy_ctx_t c = {(float *)global, local, 0, -1};
+                          const int coord[GRID_NAXES], const float *local, const float *global,
+                          size_t *local_index) {
+    copy_ctx_t c = {(float *)global, local, 0, -1, 0};
     placement_for_runs(p, sizes, coord, compare_run, &c);
+    if (local_index) *local_index = c.local_diff;
     return c.first_diff;
+}
+
+size_t placement_global_index(const placement_t *p, const int sizes[GRID_NAXES],
+                              const int coord[GRID_NAXES], size_t local_flat) {
+    int64_t lo[PL_MAX_DIMS], ext[PL_MAX_DIMS];
+    placement_block(p, sizes, coord, lo, ext);
+    size_t g = 0, rem = local_flat, stride = 1;
+    size_t gstride[PL_MAX_DIMS];
+    for (int d = p->ndim - 1; d >= 0; d--) {
+        gstride[d] = stride;
+        stride *= (size_t)p->shape[d];
+    }
+    for (int d = p->ndim - 1; d >= 0; d--) {
+        size_t i = rem % (size_t)ext[d];
+        rem /= (size_t)ext[d];
+        g += ((size_t)lo[d] + i) * gstride[d];
+    }
+    return g;
 }

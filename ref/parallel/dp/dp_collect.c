@@ -13,6 +13,7 @@
  *    as divergences naming the device (dp_replica_diff_t).
  * This runs outside the simulated devices: host memory, no collectives.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +38,7 @@ void dp_collect_pieces(dp_rank_t *r, float *global, int grads) {
 
 gpt_t dp_global_view(const dp_shared_t *sh, const gpt_t *g) {
     gpt_t v = *g;
+    v.table = sh->global; /* tensor parallelism: the whole tensors, not a rank's blocks */
     v.params = sh->params_full;
     v.grads = sh->grads_full;
     return v;
@@ -83,17 +85,22 @@ void dp_check_replica(dp_rank_t *r, int64_t step, const char *kind, const float 
         const param_info_t *pi = &t->info[i];
         size_t k = first_difference(mine + pi->offset, taken + pi->offset, pi->numel);
         if (k == pi->numel) continue;
-        int owner = taken_device, bucket;
+        int owner = taken_device, bucket; /* a data-parallel index, then a device */
         if (owner < 0) dp_owner(&r->sh->plan, pi->offset + k, &bucket, &owner);
+        owner = group_world_rank(r->group, owner);
+        /* the element's index in the global tensor (a tensor-parallel block) */
+        const int sizes[GRID_NAXES] = {r->sh->grid.size[GRID_TP], 1, 1, 1, 1};
+        const int coord[GRID_NAXES] = {r->tp_rank, 0, 0, 0, 0};
+        size_t flat = placement_global_index(&pi->pl, sizes, coord, k);
         char name[160];
         snprintf(name, sizeof name, "step%lld.%s.%s", (long long)step, kind, pi->name);
-        record(r->sh, name, k, r->rank, owner, mine[pi->offset + k], taken[pi->offset + k]);
+        record(r->sh, name, flat, r->device, owner, mine[pi->offset + k], taken[pi->offset + k]);
     }
 }
 
 void dp_check_scalars(dp_shared_t *sh, int64_t step) {
     const gpt_step_stats_t *s0 = &sh->ranks[0].step_stats;
-    for (int q = 1; q < sh->plan.dp; q++) {
+    for (int q = 1; q < sh->grid.world; q++) {
         const gpt_step_stats_t *s = &sh->ranks[q].step_stats;
         const struct { const char *name; float got, want; } v[] = {
             {"loss", s->loss, s0->loss}, {"lr", s->lr, s0->lr}, {"grad_norm", s->grad_norm, s0->grad_norm}};
@@ -102,6 +109,32 @@ void dp_check_scalars(dp_shared_t *sh, int64_t step) {
             char name[64];
             snprintf(name, sizeof name, "step%lld.%s", (long long)step, v[k].name);
             record(sh, name, 0, q, 0, v[k].got, v[k].want);
+        }
+    }
+}
+
+void dp_collect_tp(dp_shared_t *sh, int64_t step, const char *kind, float **local, float *global) {
+    const int tp = sh->grid.size[GRID_TP];
+    const int sizes[GRID_NAXES] = {tp, 1, 1, 1, 1};
+    for (int t = 0; t < tp; t++) {
+        const int coord[GRID_NAXES] = {t, 0, 0, 0, 0};
+        for (int i = 0; i < sh->local.count; i++) {
+            const param_info_t *pl = &sh->local.info[i], *pg = &sh->global.info[i];
+            const float *mine = local[t] + pl->offset;
+            float *g = global + pg->offset;
+            if (!placement_is_extra_replica(&pl->pl, sizes, coord)) {
+                placement_put(&pl->pl, sizes, coord, mine, g);
+                continue;
+            }
+            size_t li;
+            int64_t at = placement_compare(&pl->pl, sizes, coord, mine, g, &li);
+            if (at >= 0) {
+                char name[160];
+                snprintf(name, sizeof name, "step%lld.%s.%s", (long long)step, kind, pg->name);
+                int device = group_world_rank(sh->grid.groups[GRID_TP][0], t);
+                record(sh, name, (uint64_t)at, device, group_world_rank(sh->grid.groups[GRID_TP][0], 0),
+                       mine[li], g[at]);
+            }
         }
     }
 }

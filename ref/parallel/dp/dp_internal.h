@@ -5,6 +5,7 @@
 #include <pthread.h>
 
 #include "parity/dp.h"
+#include "parity/grid.h"
 #include "parity/runtime.h"
 
 typedef struct dp_shared dp_shared_t;
@@ -12,7 +13,11 @@ typedef struct dp_shared dp_shared_t;
 /* One data-parallel rank. */
 typedef struct dp_rank {
     dp_shared_t *sh;
-    int rank, n;
+    int rank, n;           /* data-parallel coordinate and degree */
+    int device;            /* world rank on the grid */
+    int tp_rank;           /* tensor-parallel coordinate */
+    group_t *tp_group;     /* the tensor-parallel group (NULL at tp = 1) */
+    group_t *world;        /* every device: the norm, barriers around collection */
     gpt_t *g;              /* the replica: parameters (stages 0-2), open exact sums */
     group_t *group;        /* the data-parallel group */
     group_t *grad_group;   /* the same ranks, for gradient reductions (they may
@@ -45,6 +50,11 @@ typedef struct dp_rank {
 
 struct dp_shared {
     dp_run_t *run;
+    grid_t grid;           /* tp x dp on the layout's order */
+    int have_grid;
+    param_table_t global;  /* the golden table: reassembled tensors */
+    param_table_t local;   /* a tensor-parallel rank's (same shapes on every rank) */
+    float **params_local, **grads_local; /* [tp] one tp rank's flat tensors, reassembled */
     dp_plan_t plan;
     model_config_t cfg;    /* replica config: micro_batch from the layout */
     dp_rank_t *ranks;      /* [n] */
@@ -78,6 +88,10 @@ static inline size_t dp_gathered_bytes(const dp_plan_t *p, int b) {
 /* What a replica leaves to the stage's shards (gpt_new_ex's omit). */
 unsigned dp_replica_omits(int stage);
 void dp_fail(dp_shared_t *sh, const char *msg);
+/* The rank of data-parallel index q in r's group. */
+static inline dp_rank_t *dp_peer(const dp_rank_t *r, int q) {
+    return &r->sh->ranks[group_world_rank(r->group, q)];
+}
 
 /* dp_collect.c: the reassembly of global tensors for dumps and the
  * checker, outside the simulated devices (no collective, no device memory). */
@@ -87,6 +101,10 @@ void dp_collect_batch(void *ctx, const gpt_view_t *v);
 void dp_collect_pieces(dp_rank_t *r, float *global, int grads);
 /* A read-only view of the model with the global parameters and gradients. */
 gpt_t dp_global_view(const dp_shared_t *sh, const gpt_t *g);
+/* Every tensor-parallel rank's flat tensors (params_local or grads_local)
+ * into the global ones through the placements; a block several ranks
+ * hold (a tensor replicated over tp) is compared, not copied. */
+void dp_collect_tp(dp_shared_t *sh, int64_t step, const char *kind, float **local, float *global);
 /* This rank's replica of every parameter-shaped tensor (kind "grad" or
  * "param") against the copy the dump took (taken: a device, or -1 for
  * each element's bucket-piece owner); disagreements are recorded. */

@@ -14,10 +14,11 @@ int dp_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t *de
     model_config_t cfg;
     dp_replica_config(model, pc, &cfg);
     gpt_mem_t g;
-    if (gpt_mem_bytes(&cfg, dp_replica_omits(pc->zero_stage), &g, err)) return -1;
+    const int tp = pc->tp > 0 ? pc->tp : 1;
+    if (gpt_mem_bytes_tp(&cfg, tp, dp_replica_omits(pc->zero_stage), &g, err)) return -1;
     param_table_t t;
     dp_plan_t p;
-    if (param_table_build(&t, &cfg, err)) return -1;
+    if (param_table_build_tp(&t, &cfg, tp, err)) return -1;
     if (dp_plan_build(&p, &t, &cfg, pc->dp, pc->zero_stage, pc->bucket_cap_mb, err)) {
         param_table_free(&t);
         return -1;
@@ -45,8 +46,16 @@ int dp_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t *de
         }
         dev->params += most;
     }
-    /* dp_train's reassembly of global parameters and gradients */
-    *host = 2 * (t.total + 1) * sizeof(float);
+    /* dp_train's reassembly of global parameters and gradients, and of
+     * every tensor-parallel rank's (t is one rank's table) */
+    param_table_t whole;
+    if (param_table_build(&whole, &cfg, err)) {
+        dp_plan_free(&p);
+        param_table_free(&t);
+        return -1;
+    }
+    *host = 2 * ((whole.total + 1) + (size_t)tp * (t.total + 1)) * sizeof(float);
+    param_table_free(&whole);
     dp_plan_free(&p);
     param_table_free(&t);
     return 0;

@@ -141,7 +141,7 @@ static void reduce_direct(dp_rank_t *r, int b, float *out) {
     coll_barrier(r->grad_group); /* every rank's bucket b is final */
     xvec_t *s = fresh(r, 0, hi - lo);
     for (int q = 0; q < r->n; q++)
-        merge_flat(s, 0, r->sh->ranks[q].g, &p->buckets[b], lo, hi, q == 0);
+        merge_flat(s, 0, dp_peer(r, q)->g, &p->buckets[b], lo, hi, q == 0);
     xvec_round(s, out);
 }
 
@@ -149,7 +149,7 @@ static void reduce_ring(dp_rank_t *r, int b, float *out) {
     const dp_plan_t *p = &r->sh->plan;
     const dp_bucket_t *bk = &p->buckets[b];
     const int n = r->n, left = (r->rank + n - 1) % n;
-    const dp_rank_t *lr = &r->sh->ranks[left];
+    const dp_rank_t *lr = dp_peer(r, left);
     coll_barrier(r->grad_group);
     xvec_t *s = NULL;
     for (int step = 0; step < n - 1; step++) {

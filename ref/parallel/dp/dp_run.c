@@ -77,7 +77,9 @@ static int setup_rank(dp_rank_t *r, device_t *dev) {
     dp_shared_t *sh = r->sh;
     const dp_plan_t *p = &sh->plan;
     perr_t err;
-    if (gpt_new_ex(&r->g, &sh->cfg, dp_replica_omits(p->stage), dev->arena, &err)) {
+    const gpt_shard_t shard = {sh->grid.size[GRID_TP], r->tp_rank, r->tp_group,
+                               sh->run->broken_tp_fp32_sums ? GPT_BROKEN_TP_FP32_SUMS : 0u};
+    if (gpt_new_tp(&r->g, &sh->cfg, &shard, dp_replica_omits(p->stage), dev->arena, &err)) {
         char msg[sizeof err.msg + 64];
         snprintf(msg, sizeof msg, "device %d: %s", r->rank, err.msg);
         dp_fail(sh, msg);
@@ -103,15 +105,16 @@ static int setup_rank(dp_rank_t *r, device_t *dev) {
         return -1;
     }
     /* The golden initial values (position-keyed, I3), computed once by
-     * dp_train as DDP broadcasts rank 0's: whole, or cut to this shard. */
+     * dp_train as DDP broadcasts rank 0's: this tensor-parallel rank's
+     * blocks, whole or cut to this data-parallel shard. */
+    const float *init = sh->params_local[r->tp_rank];
     if (p->stage < 3) {
-        memcpy(r->g->params, sh->params_full, r->g->table.total * sizeof(float));
+        memcpy(r->g->params, init, r->g->table.total * sizeof(float));
     } else {
         for (int b = 0; b < p->nbuckets; b++) {
             size_t lo, hi;
             dp_piece(p, b, r->rank, &lo, &hi);
-            memcpy(r->shard_params + p->buckets[b].shard_off, sh->params_full + lo,
-                   (hi - lo) * sizeof(float));
+            memcpy(r->shard_params + p->buckets[b].shard_off, init + lo, (hi - lo) * sizeof(float));
         }
     }
     return 0;
@@ -137,8 +140,8 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
     const int B = c->global_batch, T = c->seq_length, per_rank = B / r->n;
     const int accum = run->pc.accum_degree;
     gpt_observer_t obs = {r, collect ? dp_collect_batch : NULL, NULL, dp_unit_event};
-    if (collect && r->rank == 0) dump_begin_step(run->dump, step, &sh->dump_obs);
-    coll_barrier(r->group); /* the dump is ready for everyone's slices */
+    if (collect && r->device == 0) dump_begin_step(run->dump, step, &sh->dump_obs);
+    coll_barrier(r->world); /* the dump is ready for everyone's slices */
     const double step_start = dp_now();
     gpt_step_begin(r->g);
     double t0 = dp_now(), comm0 = r->report->seconds_comm;
@@ -166,11 +169,14 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
     const float lr = lr_schedule(c, step);
     const int stage = sh->plan.stage;
     if (collect) {
-        dp_collect_pieces(r, sh->grads_full, 1);
-        coll_barrier(r->group);
+        /* pieces -> this tensor-parallel rank's tensors -> the global ones */
+        float *grads_tp = sh->grads_local[r->tp_rank];
+        dp_collect_pieces(r, grads_tp, 1);
+        coll_barrier(r->world);
         /* DDP: every device's all-gathered gradients replicate the owners' pieces */
-        if (stage == 0) dp_check_replica(r, step, "grad", r->g->grads, sh->grads_full, -1);
-        if (r->rank == 0) {
+        if (stage == 0) dp_check_replica(r, step, "grad", r->g->grads, grads_tp, -1);
+        if (r->device == 0) {
+            dp_collect_tp(sh, step, "grad", sh->grads_local, sh->grads_full);
             gpt_t view = dp_global_view(sh, r->g);
             sh->dump_obs.grads_ready(sh->dump_obs.ctx, &view);
         }
@@ -178,7 +184,7 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
     o0 = dp_now(), oc0 = r->report->seconds_comm;
     dp_update(r, lr, norm);
     r->report->seconds_optimizer += dp_now() - o0 - (r->report->seconds_comm - oc0);
-    if (run->broken_replica == r->rank + 1) { /* the negative control: one bit drifts */
+    if (run->broken_replica == r->device + 1) { /* the negative control: one bit drifts */
         float *x = r->g->params + r->g->table.total / 2;
         uint32_t u;
         memcpy(&u, x, sizeof u);
@@ -187,14 +193,16 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
     }
     if (collect) {
         r->step_stats = (gpt_step_stats_t){loss_value, lr, norm, 0.0};
+        float *params_tp = sh->params_local[r->tp_rank];
         if (stage == 3)
-            dp_collect_pieces(r, sh->params_full, 0);
+            dp_collect_pieces(r, params_tp, 0);
         else if (r->rank == 0)
-            memcpy(sh->params_full, r->g->params, r->g->table.total * sizeof(float));
-        coll_barrier(r->group);
+            memcpy(params_tp, r->g->params, r->g->table.total * sizeof(float));
+        coll_barrier(r->world);
         if (stage < 3 && r->rank != 0)
-            dp_check_replica(r, step, "param", r->g->params, sh->params_full, 0);
-        if (r->rank == 0) {
+            dp_check_replica(r, step, "param", r->g->params, params_tp, 0);
+        if (r->device == 0) {
+            dp_collect_tp(sh, step, "param", sh->params_local, sh->params_full);
             dp_check_scalars(sh, step);
             gpt_t view = dp_global_view(sh, r->g);
             gpt_step_stats_t st = {loss_value, lr, norm, 0.0};
@@ -203,8 +211,8 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
         }
     }
     /* as PyTorch's DDP anchor times a step: barrier to barrier */
-    coll_barrier(r->group);
-    if (r->rank == 0 && run->stats)
+    coll_barrier(r->world);
+    if (r->device == 0 && run->stats)
         run->stats[step] = (gpt_step_stats_t){loss_value, lr, norm, dp_now() - step_start};
 }
 
@@ -218,10 +226,10 @@ static void device_main(device_t *dev, void *arg) {
         dp_fail(sh, "dp: cannot start a communication thread");
         ok = 0;
     }
-    coll_all_reduce(r->group, &ok, &all_ok, 1, COLL_I32, COLL_MIN);
+    coll_all_reduce(r->world, &ok, &all_ok, 1, COLL_I32, COLL_MIN);
     if (all_ok) {
         dp_run_t *run = sh->run;
-        if (run->dump && r->rank == 0) {
+        if (run->dump && r->device == 0) {
             gpt_t view = dp_global_view(sh, r->g);
             perr_t err;
             if (dump_add_init(run->dump, &view, &err)) dp_fail(sh, err.msg);
@@ -243,54 +251,99 @@ void dp_replica_config(const model_config_t *model, const pconfig_t *pc, model_c
     out->micro_batch = pc->micro_batch;
 }
 
+/* The tensor-parallel ranks' blocks of the golden initial parameters. */
+static int init_local(dp_shared_t *sh, perr_t *err) {
+    const int tp = sh->grid.size[GRID_TP];
+    const int sizes[GRID_NAXES] = {tp, 1, 1, 1, 1};
+    sh->params_local = calloc((size_t)tp, sizeof(float *));
+    sh->grads_local = calloc((size_t)tp, sizeof(float *));
+    if (!sh->params_local || !sh->grads_local) return perr_set(err, "dp: out of memory");
+    for (int t = 0; t < tp; t++) {
+        sh->params_local[t] = calloc(sh->local.total + 1, sizeof(float));
+        sh->grads_local[t] = calloc(sh->local.total + 1, sizeof(float));
+        if (!sh->params_local[t] || !sh->grads_local[t]) return perr_set(err, "dp: out of memory");
+        const int coord[GRID_NAXES] = {t, 0, 0, 0, 0};
+        for (int i = 0; i < sh->local.count; i++)
+            placement_take(&sh->local.info[i].pl, sizes, coord,
+                           sh->params_full + sh->global.info[i].offset,
+                           sh->params_local[t] + sh->local.info[i].offset);
+    }
+    return 0;
+}
+
+static void free_local(dp_shared_t *sh) {
+    for (int t = 0; sh->params_local && t < sh->grid.size[GRID_TP]; t++) free(sh->params_local[t]);
+    for (int t = 0; sh->grads_local && t < sh->grid.size[GRID_TP]; t++) free(sh->grads_local[t]);
+    free(sh->params_local);
+    free(sh->grads_local);
+}
+
 int dp_train(dp_run_t *run, perr_t *err) {
     pconfig_t *pc = &run->pc;
-    if (pc->tp != 1 || pc->pp != 1 || pc->cp != 1)
-        return perr_set(err, "dp_train: only data parallelism is implemented");
+    if (pc->pp != 1 || pc->cp != 1 || pc->ep != 1)
+        return perr_set(err, "dp_train: pipeline, context and expert parallelism are not implemented");
     run->replica_diffs = NULL, run->n_replica_diffs = 0;
     dp_shared_t *sh = calloc(1, sizeof *sh);
     if (!sh) return perr_set(err, "dp: out of memory");
     sh->run = run;
     dp_replica_config(&run->model, pc, &sh->cfg);
-    int n = pc->dp, rc = -1;
-    param_table_t table;
-    int have_table = 0;
-    int *ranks = calloc((size_t)n, sizeof(int));
-    sh->ranks = calloc((size_t)n, sizeof(dp_rank_t));
-    dp_device_report_t *reports = run->reports ? run->reports : calloc((size_t)n, sizeof *reports);
+    const int n = pc->dp, tp = pc->tp, world = n * tp;
+    int rc = -1, have_tables = 0;
+    group_t **grad_groups = NULL;
+    int ngrad = 0;
+    sh->ranks = calloc((size_t)world, sizeof(dp_rank_t));
+    dp_device_report_t *reports = run->reports ? run->reports : calloc((size_t)world, sizeof *reports);
     pthread_mutex_init(&sh->collect_lock, NULL);
-    if (!ranks || !sh->ranks || !reports) {
+    if (!sh->ranks || !reports) {
         perr_set(err, "dp: out of memory");
         goto out;
     }
-    if (run->broken_replica && (run->broken_replica > n || pc->zero_stage == 3)) {
+    if (run->broken_replica && (run->broken_replica > world || pc->zero_stage == 3)) {
         perr_set(err, "--test-broken-replica: %s", pc->zero_stage == 3
                      ? "ZeRO-3 keeps no parameter replicas to perturb"
-                     : "no such device (expected a rank below data-parallel-size)");
+                     : "no such device (expected a rank below the world size)");
         goto out;
     }
-    if (model_config_validate_replica(&sh->cfg, err) || param_table_build(&table, &sh->cfg, err))
+    const int sizes[GRID_NAXES] = {tp, 1, 1, n, 1};
+    if (grid_init(&sh->grid, pc->order, sizes, err)) goto out;
+    sh->have_grid = 1;
+    if (model_config_validate_replica(&sh->cfg, err) || param_table_build(&sh->global, &sh->cfg, err))
         goto out;
-    have_table = 1;
-    if (dp_plan_build(&sh->plan, &table, &sh->cfg, n, pc->zero_stage, pc->bucket_cap_mb, err)) goto out;
-    sh->params_full = calloc(table.total + 1, sizeof(float));
-    sh->grads_full = calloc(table.total + 1, sizeof(float));
+    if (param_table_build_tp(&sh->local, &sh->cfg, tp, err)) {
+        param_table_free(&sh->global);
+        goto out;
+    }
+    have_tables = 1;
+    if (dp_plan_build(&sh->plan, &sh->local, &sh->cfg, n, pc->zero_stage, pc->bucket_cap_mb, err))
+        goto out;
+    sh->params_full = calloc(sh->global.total + 1, sizeof(float));
+    sh->grads_full = calloc(sh->global.total + 1, sizeof(float));
     if (!sh->params_full || !sh->grads_full) {
         perr_set(err, "dp: out of memory");
         goto out;
     }
-    params_init(&table, sh->cfg.seed, sh->params_full);
-    for (int i = 0; i < n; i++) ranks[i] = i;
-    sh->group = group_create(ranks, n, "dp", err);
-    if (!sh->group) goto out;
-    sh->grad_group = group_create(ranks, n, "dp-grads", err);
-    if (!sh->grad_group) goto out;
-    for (int i = 0; i < n; i++) {
-        sh->ranks[i] = (dp_rank_t){.sh = sh, .rank = i, .n = n, .group = sh->group,
-                                   .grad_group = sh->grad_group, .report = &reports[i]};
-        memset(&reports[i], 0, sizeof reports[i]);
+    params_init(&sh->global, sh->cfg.seed, sh->params_full);
+    if (init_local(sh, err)) goto out;
+    /* gradient reductions may run on a communication thread: groups of their own */
+    ngrad = sh->grid.ngroups[GRID_DP];
+    grad_groups = calloc((size_t)ngrad, sizeof *grad_groups);
+    if (!grad_groups || group_create_all(&sh->grid.layout, "dp", "dp-grads", grad_groups, err)) {
+        if (!grad_groups) perr_set(err, "dp: out of memory");
+        free(grad_groups);
+        grad_groups = NULL;
+        goto out;
     }
-    if (devices_run(n, run->arena_capacity, device_main, sh, err)) goto out;
+    for (int d = 0; d < world; d++) {
+        grid_device_t gd = grid_device(&sh->grid, d);
+        int gid = layout_group_id(&sh->grid.layout, d, "dp");
+        sh->ranks[d] = (dp_rank_t){.sh = sh, .rank = gd.coord[GRID_DP], .n = n, .device = d,
+                                   .tp_rank = gd.coord[GRID_TP],
+                                   .tp_group = tp > 1 ? gd.group[GRID_TP] : NULL,
+                                   .world = sh->grid.all, .group = gd.group[GRID_DP],
+                                   .grad_group = grad_groups[gid], .report = &reports[d]};
+        memset(&reports[d], 0, sizeof reports[d]);
+    }
+    if (devices_run(world, run->arena_capacity, device_main, sh, err)) goto out;
     if (sh->failed) {
         perr_set(err, "%s", sh->err.msg);
         goto out;
@@ -300,15 +353,19 @@ int dp_train(dp_run_t *run, perr_t *err) {
     rc = 0;
 out:
     free(sh->diffs);
-    if (sh->group) group_destroy(sh->group);
-    if (sh->grad_group) group_destroy(sh->grad_group);
+    if (grad_groups) group_destroy_all(grad_groups, ngrad);
+    free(grad_groups);
+    if (sh->have_grid) grid_free(&sh->grid);
     dp_plan_free(&sh->plan);
-    if (have_table) param_table_free(&table);
+    if (have_tables) {
+        param_table_free(&sh->global);
+        param_table_free(&sh->local);
+    }
+    free_local(sh);
     if (reports != run->reports) free(reports);
     free(sh->params_full);
     free(sh->grads_full);
     free(sh->ranks);
-    free(ranks);
     pthread_mutex_destroy(&sh->collect_lock);
     free(sh);
     return rc;

@@ -66,13 +66,24 @@ float dp_grad_norm(dp_rank_t *r) {
     sacc_t mine;
     xacc_t total;
     sacc_init(&mine);
+    /* a tensor every tensor-parallel rank holds whole counts once: only
+     * tp rank 0's copy enters the sum (placement_is_extra_replica) */
+    const int sizes[GRID_NAXES] = {r->sh->grid.size[GRID_TP], 1, 1, 1, 1};
+    const int coord[GRID_NAXES] = {r->tp_rank, 0, 0, 0, 0};
     for (int b = 0; b < p->nbuckets; b++) {
         size_t lo, hi;
         dp_piece(p, b, r->rank, &lo, &hi);
-        sacc_add_squares(&mine, dp_grad_piece(r, b), hi - lo);
+        const float *g = dp_grad_piece(r, b);
+        for (int t = p->buckets[b].first; t < p->buckets[b].last; t++) {
+            const param_info_t *pi = &r->g->table.info[t];
+            size_t a = pi->offset > lo ? pi->offset : lo;
+            size_t e = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
+            if (a < e && !placement_is_extra_replica(&pi->pl, sizes, coord))
+                sacc_add_squares(&mine, g + (a - lo), e - a);
+        }
     }
     double t0 = dp_now();
-    coll_all_reduce(r->group, &mine.x, &total, 1, COLL_XACC, COLL_SUM);
+    coll_all_reduce(r->world, &mine.x, &total, 1, COLL_XACC, COLL_SUM);
     r->report->seconds_comm += dp_now() - t0;
     return pm_sqrtf(xacc_round_f32(&total));
 }
