@@ -60,7 +60,8 @@ static void describe(void *ctx, const st_tensor_t *t, uint64_t flat, char *lay, 
 
 /* Runs one layout of model m against golden dump gd; returns 1 when every
  * golden tensor matched and every replica agreed. broken: the fp32-sums
- * negative control; broken_replica: 1 + the device whose replica drifts. */
+ * negative controls (1: data-parallel gradient sums, 2: tensor-parallel
+ * row-parallel sums); broken_replica: 1 + the device whose replica drifts. */
 static int run_layout_of(const model_config_t *m, dump_t *gd, const char *flags, coll_algo_t algo,
                          int broken, int broken_replica, int *compared, FILE *report) {
     pconfig_t pc;
@@ -84,7 +85,8 @@ static int run_layout_of(const model_config_t *m, dump_t *gd, const char *flags,
     dump_t *d = dump_new(g, DUMP_TENSORS);
     gpt_free(g);
     dp_run_t run = {.model = *m, .pc = pc, .steps = STEPS, .data = &corpus, .algo = algo,
-                    .broken_fp32_sums = broken, .broken_replica = broken_replica, .dump = d};
+                    .broken_fp32_sums = broken & 1, .broken_tp_fp32_sums = (broken & 2) != 0,
+                    .broken_replica = broken_replica, .dump = d};
     int ok = dp_train(&run, &err) == 0;
     if (!ok) fprintf(stderr, "%s: %s\n", flags, err.msg);
     check_result_t res = {0};
@@ -356,6 +358,52 @@ static void test_drifting_replica_is_caught(void) {
     CHECK(dp_train(&run, &err) != 0 && strstr(err.msg, "ZeRO-3"), "ZeRO-3: %s", err.msg);
 }
 
+/* Megatron 1-D tensor parallelism on the same driver: tp alone, composed
+ * with dp, ZeRO 1 and 3 and accumulation, both algorithms, two rank
+ * orders. gpt-tiny (8 heads, 8 FFN tiles, 32 vocabulary tiles) admits tp
+ * up to 8; gpt-micro (the sanitizer builds: 2 heads) tp 2. */
+static void test_tensor_parallel(void) {
+    static const struct { const char *flags; coll_algo_t algo; int max_heads; } L[] = {
+        {"--tensor-model-parallel-size 2", COLL_ALGO_DIRECT, 2},
+        {"--tensor-model-parallel-size 2", COLL_ALGO_RING, 2},
+        {"--tensor-model-parallel-size 4", COLL_ALGO_DIRECT, 4},
+        {"--tensor-model-parallel-size 8", COLL_ALGO_RING, 8},
+        {"--tensor-model-parallel-size 2 --data-parallel-size 2 --zero-stage 1", COLL_ALGO_DIRECT, 2},
+        {"--tensor-model-parallel-size 2 --data-parallel-size 2 --zero-stage 3 --accum-degree 2",
+         COLL_ALGO_RING, 2},
+        {"--tensor-model-parallel-size 2 --data-parallel-size 2 --zero-stage 3 --rank-order dp-tp",
+         COLL_ALGO_DIRECT, 2},
+        {"--tensor-model-parallel-size 2 --data-parallel-size 3 --zero-stage 0 --accum-degree 2 "
+         "--overlap-grad-reduce",
+         COLL_ALGO_DIRECT, 2},
+        {"--tensor-model-parallel-size 4 --data-parallel-size 2 --zero-stage 1 --accum-degree 3",
+         COLL_ALGO_RING, 4},
+        {"--tensor-model-parallel-size 4 --data-parallel-size 2 --zero-stage 3 --rank-order dp-tp",
+         COLL_ALGO_DIRECT, 4},
+    };
+    for (size_t k = 0; k < sizeof L / sizeof L[0]; k++) {
+        if (L[k].max_heads > cfg.heads) continue;
+        if (small_matrix() && k % 2) continue;
+        int n = 0, ok = run_layout(L[k].flags, L[k].algo, 0, &n, stderr);
+        printf("%-74s %-5s %8d %9s\n", L[k].flags, L[k].algo == COLL_ALGO_RING ? "ring" : "direct",
+               n, ok ? "yes" : "NO");
+        fflush(stdout);
+        CHECK(ok, "layout %s differs from the golden run", L[k].flags);
+    }
+}
+
+/* fp32 sums in the row-parallel completion (each rank rounds its partial,
+ * then the partials are added: the reduction-order bug): the first
+ * divergence is the first row-parallel output, layer 0's attention dense. */
+static void test_broken_tp_variant_is_caught(void) {
+    char *buf = broken_report("--tensor-model-parallel-size 2", 2, 0);
+    if (!buf) return;
+    CHECK(strstr(buf, "tensor      step0.act.layers.0.self_attention.dense.output"),
+          "expected the first row-parallel output, got:\n%s", buf);
+    printf("broken variant (tensor-parallel fp32 sums), as reported:\n%s", buf);
+    free(buf);
+}
+
 int main(void) {
     perr_t err;
     /* The portable backend: the same bits on any machine, and on gpt-tiny's
@@ -372,6 +420,8 @@ int main(void) {
     RUN(test_uneven_accumulation);
     RUN(test_memory_and_traffic_follow_zero);
     RUN(test_broken_variant_is_caught);
+    RUN(test_broken_tp_variant_is_caught);
+    RUN(test_tensor_parallel);
     RUN(test_drifting_replica_is_caught);
     RUN(test_small_buckets);
     RUN(test_overlap_and_algorithms);
