@@ -42,6 +42,12 @@ static void test_megatron_arithmetic(void) {
     CHECK(parse(&pc, "--zero-stage 3 --overlap-grad-reduce --bucket-cap-mb 0.5", 24, &err) == 0 &&
               pc.zero_stage == 3 && pc.overlap_grad_reduce && pc.bucket_cap_mb == 0.5,
           "%s", err.msg);
+    CHECK(parse(&pc, "--world-size 8 --tensor-model-parallel-size 2", 24, &err) == 0 &&
+              pc.dp == 4 && pc.tp == 2,
+          "dp = world / tp, as Megatron infers it: %s", err.msg);
+    CHECK(parse(&pc, "--tensor-model-parallel-size 4", 24, &err) == 0 && pc.dp == 1 &&
+              pc.world_size == 4,
+          "tp alone: dp 1, world tp: %s", err.msg);
     CHECK(parse(&pc, "--global-batch-size 12 --data-parallel-size 3", 24, &err) == 0 &&
               pc.global_batch == 12 && pc.micro_batch == 4,
           "global batch flag overrides the model's");
@@ -68,7 +74,9 @@ static void test_errors_name_the_field(void) {
     expect_error("--grad-sync-dtype fp16", "grad_sync_dtype");
     expect_error("--dtype fp8", "--dtype");
     expect_error("--world-size 4 --data-parallel-size 2", "world-size");
-    expect_error("--tensor-model-parallel-size 2", "tensor-model-parallel-size");
+    expect_error("--pipeline-model-parallel-size 2", "pipeline-model-parallel-size");
+    expect_error("--world-size 6 --tensor-model-parallel-size 4", "world-size: 6 is not divisible by tp");
+    expect_error("--world-size 8 --tensor-model-parallel-size 2 --data-parallel-size 2", "world-size");
     expect_error("--use-distributed-optimizer --zero-stage 0", "zero-stage");
     expect_error("--micro-batch-size", "--micro-batch-size");
     expect_error("--overlap-param-gather", "overlap-param-gather: needs the distributed optimizer");
