@@ -32,7 +32,8 @@
  * algorithms by design: that drift is what the exact types remove.
  * fp32 max/min order the values -inf < ... < -0 < +0 < ... < +inf, and
  * any NaN makes the result the canonical quiet NaN 0x7fc00000, so max/min
- * never depend on order either.
+ * never depend on order either. COLL_XVEC, open exact sums (xvec_t), has
+ * entry points of its own (coll_*_open, below).
  *
  * Algorithms (per calling thread, coll_set_algo; default from env
  * PARITY_COLL_ALGO=direct|ring, else direct; all members must agree):
@@ -83,7 +84,7 @@
 #include "parity/runtime.h"
 #include "parity/xacc.h"
 
-typedef enum { COLL_F32, COLL_I32, COLL_I64, COLL_XACC, COLL_NDTYPES } coll_dtype_t;
+typedef enum { COLL_F32, COLL_I32, COLL_I64, COLL_XACC, COLL_XVEC, COLL_NDTYPES } coll_dtype_t;
 typedef enum { COLL_SUM, COLL_MAX, COLL_MIN, COLL_NOPS } coll_op_t;
 typedef enum { COLL_ALGO_DIRECT, COLL_ALGO_RING, COLL_NALGOS } coll_algo_t;
 
@@ -101,8 +102,10 @@ typedef enum {
     COLL_NKINDS
 } coll_kind_t;
 
-size_t      coll_dtype_size(coll_dtype_t dt); /* 4, 4, 8, sizeof(xacc_t) */
-const char *coll_dtype_name(coll_dtype_t dt); /* "f32", "i32", "i64", "xacc" */
+/* COLL_XVEC: 8, the fp64 sum an open element travels as (its exceptions
+ * come on top, see the open sums below). */
+size_t      coll_dtype_size(coll_dtype_t dt); /* 4, 4, 8, sizeof(xacc_t), 8 */
+const char *coll_dtype_name(coll_dtype_t dt); /* "f32", "i32", "i64", "xacc", "xvec" */
 const char *coll_op_name(coll_op_t op);       /* "sum", "max", "min" */
 const char *coll_algo_name(coll_algo_t a);    /* "direct", "ring" */
 const char *coll_kind_name(coll_kind_t k);    /* "all_reduce", ... */
@@ -154,6 +157,71 @@ coll_request_t *coll_isend(group_t *g, const void *buf, size_t count, coll_dtype
 coll_request_t *coll_irecv(group_t *g, void *buf, size_t count, coll_dtype_t dt, int peer, int tag);
 void coll_wait(coll_request_t *req);
 void coll_wait_all(int n, coll_request_t **reqs); /* NULL entries are skipped */
+
+/* ---- open exact sums (xvec_t, parity/xacc.h) as a collective type ----
+ *
+ * Every element of a result is the EXACT sum over ranks of the elements
+ * given, still open (unrounded), so any algorithm, rank order or grouping
+ * gives the same exact value, and rounding it once (xvec_round, or
+ * xvec_get and xacc_round_f32) gives the same bits as merging every
+ * rank's vector into one xvec in any order. inf and NaN terms follow
+ * xacc.h's rules whatever the order. This is how a layer leaves its
+ * output open and lets the reduction finish it (DESIGN.md §6): tensor
+ * parallelism all-reduces row-parallel outputs, sequence parallelism
+ * reduce-scatters along tokens, data parallelism reduces gradient
+ * buckets, a pipeline stage returns a gradient to its owner.
+ *
+ * Ranges are (xvec, offset, count) in elements. The collectives are
+ * checked like every other (dtype "xvec", so a rank calling the fp32
+ * all-reduce while another calls the open one is a mismatch naming both
+ * calls), are watched by the watchdog and take both algorithms
+ * (coll_set_algo), with the slices and chunks described above:
+ *  - direct: each rank sums its slice of every peer's vector into a
+ *    partial of its own; after a barrier every rank copies every slice
+ *    into its own vector (reduce-scatter: its block, straight into recv);
+ *  - ring: partial sums pass around the ring in chunks (reduce-scatter
+ *    steps), then finished chunks do (all-gather steps).
+ * COLL_XVEC given to the other entry points is an error.
+ *
+ * A vector given to a call belongs to the call until it returns (to the
+ * request's wait for the non-blocking forms): other threads read it, and
+ * results are stored by its owner's thread, or, for a small call, by the
+ * last rank to arrive while the owner waits. A lazily zeroed vector
+ * (xvec_zero) may be passed anywhere; it is cleared first when only part
+ * of it is written, claimed (never cleared) when all of it is.
+ *
+ * Wire format and counters: an element moves as its fp64 sum (8 bytes)
+ * plus, when it is slow (xvec_is_slow), its xacc_t: the exception
+ * payload. S counts 8 bytes an element (count for all-reduce, the n
+ * blocks for reduce-scatter) and bus_bytes S times the usual factor;
+ * sent/recv count the fp64 traffic by the same rules as the other types
+ * plus sizeof(xacc_t) for every slow element each rank actually sent or
+ * received, which depends on the data and on the algorithm. */
+
+/* v[offset + k] := the exact sum over ranks of v[offset + k], k < count,
+ * in place on every rank. */
+void coll_all_reduce_open(group_t *g, xvec_t *v, size_t offset, size_t count);
+/* send[send_offset ...] holds n blocks of recv_count elements; rank i's
+ * recv[recv_offset + k] := the exact sum over ranks of block i's element
+ * k. recv's elements are OVERWRITTEN (stored), not added to. In place:
+ * recv == send and recv_offset == send_offset + rank * recv_count; recv
+ * may otherwise be the send vector only outside send's range. */
+void coll_reduce_scatter_open(group_t *g, const xvec_t *send, size_t send_offset, xvec_t *recv,
+                              size_t recv_offset, size_t recv_count);
+/* Point-to-point, matched and synchronous like coll_send/coll_recv (dtype
+ * "xvec" in mismatch reports). A receive ADDS, exactly: v[offset + k] +=
+ * the sender's element k. So several messages received into one range
+ * (gradients returned to their owner by several stages, or by the same
+ * peer over time) sum to the same bits in any arrival order, and a
+ * receive into a freshly zeroed vector is a copy. Outstanding receives
+ * into one vector, and sends from a vector being received into, are safe:
+ * deliveries touching the same vector are serialised. */
+void coll_send_open(group_t *g, const xvec_t *v, size_t offset, size_t count, int peer, int tag);
+void coll_recv_open(group_t *g, xvec_t *v, size_t offset, size_t count, int peer, int tag);
+coll_request_t *coll_isend_open(group_t *g, const xvec_t *v, size_t offset, size_t count, int peer,
+                                int tag);
+coll_request_t *coll_irecv_open(group_t *g, xvec_t *v, size_t offset, size_t count, int peer,
+                                int tag);
 
 /* ---- configuration ---- */
 

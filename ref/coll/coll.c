@@ -10,6 +10,7 @@
  */
 #include "coll_impl.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,7 +89,7 @@ static void check_agreement(const coll_ctx_t *c) {
 
 /* ---- binding, validation, publication ---- */
 
-static void bind(coll_ctx_t *c, group_t *g, coll_kind_t kind) {
+void coll_bind(coll_ctx_t *c, group_t *g, coll_kind_t kind) {
     device_t *dev = device_self();
     if (!g) coll_die("coll_%s: the group is NULL", coll_kind_name(kind));
     if (!dev)
@@ -112,17 +113,18 @@ static void bind(coll_ctx_t *c, group_t *g, coll_kind_t kind) {
     c->self = &c->cs->members[me];
 }
 
-#define BAD(c, d, ...)                                                                   \
-    do {                                                                                 \
-        char call_[160], msg_[512];                                                      \
-        fmt_call(call_, sizeof call_, d, 0);                                             \
-        snprintf(msg_, sizeof msg_, __VA_ARGS__);                                        \
-        coll_die("coll_%s on group '%s', rank %d (world %d): %s; the call was %s",       \
-                 coll_kind_name((coll_kind_t)(d)->kind), (c)->g->name, (c)->me,          \
-                 (c)->world_rank, msg_, call_);                                          \
-    } while (0)
+void coll_bad_call(const coll_ctx_t *c, const coll_call_t *d, const char *fmt, ...) {
+    char call[160], msg[512];
+    fmt_call(call, sizeof call, d, 0);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    coll_die("coll_%s on group '%s', rank %d (world %d): %s; the call was %s",
+             coll_kind_name((coll_kind_t)d->kind), c->g->name, c->me, c->world_rank, msg, call);
+}
 
-static int overlap(const void *a, size_t an, const void *b, size_t bn) {
+int coll_overlap(const void *a, size_t an, const void *b, size_t bn) {
     const char *x = a, *y = b;
     return an && bn && x < y + bn && y < x + an;
 }
@@ -130,32 +132,35 @@ static int overlap(const void *a, size_t an, const void *b, size_t bn) {
 /* Bytes of n elements, fatal on overflow. */
 static size_t nbytes(coll_ctx_t *c, const coll_call_t *d, size_t n, size_t times) {
     size_t es = coll_dtype_size((coll_dtype_t)d->dtype);
-    if (times && n > SIZE_MAX / times / es) BAD(c, d, "the byte size overflows size_t");
+    if (times && n > SIZE_MAX / times / es) coll_bad_call(c, d, "the byte size overflows size_t");
     return n * times * es;
 }
 
 static void validate_common(coll_ctx_t *c, const coll_call_t *d) {
-    if ((unsigned)d->dtype >= COLL_NDTYPES) BAD(c, d, "dtype %d is not a coll_dtype_t", d->dtype);
-    if (d->op != -1 && (unsigned)d->op >= COLL_NOPS) BAD(c, d, "op %d is not a coll_op_t", d->op);
+    if ((unsigned)d->dtype >= COLL_NDTYPES) coll_bad_call(c, d, "dtype %d is not a coll_dtype_t", d->dtype);
+    if (d->dtype == COLL_XVEC) /* its buffers are xvec_t, not element arrays */
+        coll_bad_call(c, d, "xvec (open exact sums) has entry points of its own (coll_all_reduce_open, "
+                            "coll_reduce_scatter_open, coll_send_open, coll_recv_open)");
+    if (d->op != -1 && (unsigned)d->op >= COLL_NOPS) coll_bad_call(c, d, "op %d is not a coll_op_t", d->op);
     if (d->op != -1 && d->op != COLL_SUM && d->dtype == COLL_XACC)
-        BAD(c, d, "%s is not defined on xacc (exact sums only)", coll_op_name((coll_op_t)d->op));
+        coll_bad_call(c, d, "%s is not defined on xacc (exact sums only)", coll_op_name((coll_op_t)d->op));
     if (d->root != -1 && (d->root < 0 || d->root >= c->n))
-        BAD(c, d, "root %d is out of range (group size %d)", d->root, c->n);
+        coll_bad_call(c, d, "root %d is out of range (group size %d)", d->root, c->n);
 }
 
 static void need(coll_ctx_t *c, const coll_call_t *d, const void *p, size_t bytes, const char *what) {
-    if (bytes && !p) BAD(c, d, "%s is NULL but %zu bytes are needed", what, bytes);
+    if (bytes && !p) coll_bad_call(c, d, "%s is NULL but %zu bytes are needed", what, bytes);
 }
 
 static void completer(coll_ctx_t *c) {
     check_agreement(c);
-    if (c->whole) direct_whole(c);
+    if (c->whole) (c->call->dtype == COLL_XVEC ? open_whole : direct_whole)(c);
 }
 
 /* Publishes the record and waits for every member; the last to arrive
  * checks that all made the same call and, for a small call, does it all.
  * c->whole tells the caller that nothing is left to do. */
-static void arrive(coll_ctx_t *c, const coll_call_t *d) {
+void coll_arrive(coll_ctx_t *c, const coll_call_t *d) {
     c->seq = ++c->self->seq;
     c->call = &c->self->call[c->seq & 1];
     *c->call = *d;
@@ -167,14 +172,14 @@ static void arrive(coll_ctx_t *c, const coll_call_t *d) {
     coll_barrier_hook(c, completer);
 }
 
-static void leave(coll_ctx_t *c, uint64_t bytes, uint64_t sent, uint64_t recvd) {
+void coll_leave(coll_ctx_t *c, uint64_t bytes, uint64_t sent, uint64_t recvd) {
     coll_kind_t kind = (coll_kind_t)c->call->kind;
     coll_activity_exit(c->world_rank);
     coll_count(c->world_rank, kind, bytes, coll_busbw_factor(kind, c->n), sent, recvd);
 }
 
-static coll_call_t make_call(coll_kind_t kind, coll_dtype_t dt, int op, size_t count, int root,
-                             const void *send, void *recv) {
+coll_call_t coll_make_call(coll_kind_t kind, coll_dtype_t dt, int op, size_t count, int root,
+                           const void *send, void *recv) {
     coll_call_t d;
     memset(&d, 0, sizeof d);
     d.kind = (int)kind, d.dtype = (int)dt, d.op = op, d.count = count, d.root = root;
@@ -183,111 +188,109 @@ static coll_call_t make_call(coll_kind_t kind, coll_dtype_t dt, int op, size_t c
     return d;
 }
 
-static int use_ring(const coll_ctx_t *c) { return c->call->algo == COLL_ALGO_RING && c->n > 1; }
-
 /* ---- the collectives ---- */
 
 void coll_all_reduce(group_t *g, const void *send, void *recv, size_t count, coll_dtype_t dt,
                      coll_op_t op) {
     coll_ctx_t c;
-    bind(&c, g, COLL_KIND_ALL_REDUCE);
-    coll_call_t d = make_call(COLL_KIND_ALL_REDUCE, dt, (int)op, count, -1, send, recv);
+    coll_bind(&c, g, COLL_KIND_ALL_REDUCE);
+    coll_call_t d = coll_make_call(COLL_KIND_ALL_REDUCE, dt, (int)op, count, -1, send, recv);
     validate_common(&c, &d);
     size_t S = nbytes(&c, &d, count, 1);
     need(&c, &d, send, S, "send"), need(&c, &d, recv, S, "recv");
-    if (send != recv && overlap(send, S, recv, S))
-        BAD(&c, &d, "send and recv overlap (in-place all_reduce needs send == recv)");
-    arrive(&c, &d);
-    if (use_ring(&c)) ring_all_reduce(&c);
+    if (send != recv && coll_overlap(send, S, recv, S))
+        coll_bad_call(&c, &d, "send and recv overlap (in-place all_reduce needs send == recv)");
+    coll_arrive(&c, &d);
+    if (coll_use_ring(&c)) ring_all_reduce(&c);
     else if (!c.whole) direct_all_reduce(&c);
     uint64_t bus = (uint64_t)((double)S * coll_busbw_factor(COLL_KIND_ALL_REDUCE, c.n) + 0.5);
-    leave(&c, S, bus, bus);
+    coll_leave(&c, S, bus, bus);
 }
 
 void coll_reduce_scatter(group_t *g, const void *send, void *recv, size_t recv_count,
                          coll_dtype_t dt, coll_op_t op) {
     coll_ctx_t c;
-    bind(&c, g, COLL_KIND_REDUCE_SCATTER);
-    coll_call_t d = make_call(COLL_KIND_REDUCE_SCATTER, dt, (int)op, recv_count, -1, send, recv);
+    coll_bind(&c, g, COLL_KIND_REDUCE_SCATTER);
+    coll_call_t d = coll_make_call(COLL_KIND_REDUCE_SCATTER, dt, (int)op, recv_count, -1, send, recv);
     validate_common(&c, &d);
     size_t S = nbytes(&c, &d, recv_count, (size_t)c.n), R = nbytes(&c, &d, recv_count, 1);
     need(&c, &d, send, S, "send"), need(&c, &d, recv, R, "recv");
     int in_place = send && (const char *)recv == (const char *)send + (size_t)c.me * R;
-    if (!in_place && overlap(send, S, recv, R))
-        BAD(&c, &d, "send and recv overlap (in place needs recv == send + rank * recv_count)");
+    if (!in_place && coll_overlap(send, S, recv, R))
+        coll_bad_call(&c, &d, "send and recv overlap (in place needs recv == send + rank * recv_count)");
     if (d.algo == COLL_ALGO_RING && c.n > 1) d.scratch = coll_scratch(&c, 2 * R);
-    arrive(&c, &d);
-    if (use_ring(&c)) ring_reduce_scatter(&c);
+    coll_arrive(&c, &d);
+    if (coll_use_ring(&c)) ring_reduce_scatter(&c);
     else if (!c.whole) direct_reduce_scatter(&c);
     uint64_t bus = (uint64_t)((double)S * coll_busbw_factor(COLL_KIND_REDUCE_SCATTER, c.n) + 0.5);
-    leave(&c, S, bus, bus);
+    coll_leave(&c, S, bus, bus);
 }
 
 void coll_all_gather(group_t *g, const void *send, void *recv, size_t send_count, coll_dtype_t dt) {
     coll_ctx_t c;
-    bind(&c, g, COLL_KIND_ALL_GATHER);
-    coll_call_t d = make_call(COLL_KIND_ALL_GATHER, dt, -1, send_count, -1, send, recv);
+    coll_bind(&c, g, COLL_KIND_ALL_GATHER);
+    coll_call_t d = coll_make_call(COLL_KIND_ALL_GATHER, dt, -1, send_count, -1, send, recv);
     validate_common(&c, &d);
     size_t S = nbytes(&c, &d, send_count, (size_t)c.n), B = nbytes(&c, &d, send_count, 1);
     need(&c, &d, send, B, "send"), need(&c, &d, recv, S, "recv");
     int in_place = recv && (const char *)send == (const char *)recv + (size_t)c.me * B;
-    if (!in_place && overlap(send, B, recv, S))
-        BAD(&c, &d, "send and recv overlap (in place needs send == recv + rank * send_count)");
-    arrive(&c, &d);
-    if (use_ring(&c)) ring_all_gather(&c);
+    if (!in_place && coll_overlap(send, B, recv, S))
+        coll_bad_call(&c, &d, "send and recv overlap (in place needs send == recv + rank * send_count)");
+    coll_arrive(&c, &d);
+    if (coll_use_ring(&c)) ring_all_gather(&c);
     else if (!c.whole) direct_all_gather(&c);
     uint64_t bus = (uint64_t)((double)S * coll_busbw_factor(COLL_KIND_ALL_GATHER, c.n) + 0.5);
-    leave(&c, S, bus, bus);
+    coll_leave(&c, S, bus, bus);
 }
 
 void coll_broadcast(group_t *g, void *buf, size_t count, coll_dtype_t dt, int root) {
     coll_ctx_t c;
-    bind(&c, g, COLL_KIND_BROADCAST);
-    coll_call_t d = make_call(COLL_KIND_BROADCAST, dt, -1, count, root, buf, buf);
+    coll_bind(&c, g, COLL_KIND_BROADCAST);
+    coll_call_t d = coll_make_call(COLL_KIND_BROADCAST, dt, -1, count, root, buf, buf);
     validate_common(&c, &d);
     size_t S = nbytes(&c, &d, count, 1);
     need(&c, &d, buf, S, "buf");
-    arrive(&c, &d);
-    if (use_ring(&c)) ring_broadcast(&c);
+    coll_arrive(&c, &d);
+    if (coll_use_ring(&c)) ring_broadcast(&c);
     else if (!c.whole) direct_broadcast(&c);
     int one = c.n == 1;
-    leave(&c, S, c.me == root && !one ? S : 0, c.me != root ? S : 0);
+    coll_leave(&c, S, c.me == root && !one ? S : 0, c.me != root ? S : 0);
 }
 
 void coll_reduce(group_t *g, const void *send, void *recv, size_t count, coll_dtype_t dt,
                  coll_op_t op, int root) {
     coll_ctx_t c;
-    bind(&c, g, COLL_KIND_REDUCE);
-    coll_call_t d = make_call(COLL_KIND_REDUCE, dt, (int)op, count, root, send, recv);
+    coll_bind(&c, g, COLL_KIND_REDUCE);
+    coll_call_t d = coll_make_call(COLL_KIND_REDUCE, dt, (int)op, count, root, send, recv);
     validate_common(&c, &d);
     size_t S = nbytes(&c, &d, count, 1);
     need(&c, &d, send, S, "send");
     if (c.me == root) {
         need(&c, &d, recv, S, "recv (at the root)");
-        if (send != recv && overlap(send, S, recv, S))
-            BAD(&c, &d, "send and recv overlap (in-place reduce needs send == recv at the root)");
+        if (send != recv && coll_overlap(send, S, recv, S))
+            coll_bad_call(&c, &d, "send and recv overlap (in-place reduce needs send == recv at the root)");
     }
     if (d.algo == COLL_ALGO_RING && c.n > 1) d.scratch = coll_scratch(&c, 2 * COLL_PIPE_BYTES);
-    arrive(&c, &d);
-    if (use_ring(&c)) ring_reduce(&c);
+    coll_arrive(&c, &d);
+    if (coll_use_ring(&c)) ring_reduce(&c);
     else if (!c.whole) direct_reduce(&c);
     int one = c.n == 1;
-    leave(&c, S, c.me != root ? S : 0, c.me == root && !one ? S : 0);
+    coll_leave(&c, S, c.me != root ? S : 0, c.me == root && !one ? S : 0);
 }
 
 void coll_all_to_all(group_t *g, const void *send, void *recv, size_t count_per_peer,
                      coll_dtype_t dt) {
     coll_ctx_t c;
-    bind(&c, g, COLL_KIND_ALL_TO_ALL);
-    coll_call_t d = make_call(COLL_KIND_ALL_TO_ALL, dt, -1, count_per_peer, -1, send, recv);
+    coll_bind(&c, g, COLL_KIND_ALL_TO_ALL);
+    coll_call_t d = coll_make_call(COLL_KIND_ALL_TO_ALL, dt, -1, count_per_peer, -1, send, recv);
     validate_common(&c, &d);
     size_t S = nbytes(&c, &d, count_per_peer, (size_t)c.n);
     need(&c, &d, send, S, "send"), need(&c, &d, recv, S, "recv");
-    if (overlap(send, S, recv, S)) BAD(&c, &d, "send and recv overlap (in-place all_to_all is not supported)");
-    arrive(&c, &d);
+    if (coll_overlap(send, S, recv, S)) coll_bad_call(&c, &d, "send and recv overlap (in-place all_to_all is not supported)");
+    coll_arrive(&c, &d);
     if (!c.whole) direct_all_to_all(&c);
     uint64_t bus = (uint64_t)((double)S * coll_busbw_factor(COLL_KIND_ALL_TO_ALL, c.n) + 0.5);
-    leave(&c, S, bus, bus);
+    coll_leave(&c, S, bus, bus);
 }
 
 /* Bytes spanned by n (count, displacement) pairs. */
@@ -295,7 +298,7 @@ static size_t extent(coll_ctx_t *c, const coll_call_t *d, const size_t *counts, 
                      const char *what) {
     size_t end = 0;
     for (int j = 0; j < c->n; j++) {
-        if (counts[j] > SIZE_MAX - displs[j]) BAD(c, d, "%s[%d]: displacement + count overflows", what, j);
+        if (counts[j] > SIZE_MAX - displs[j]) coll_bad_call(c, d, "%s[%d]: displacement + count overflows", what, j);
         size_t e = displs[j] + counts[j];
         if (counts[j] && e > end) end = e;
     }
@@ -306,31 +309,31 @@ void coll_all_to_all_v(group_t *g, const void *send, const size_t *send_counts,
                        const size_t *send_displs, void *recv, const size_t *recv_counts,
                        const size_t *recv_displs, coll_dtype_t dt) {
     coll_ctx_t c;
-    bind(&c, g, COLL_KIND_ALL_TO_ALL_V);
-    coll_call_t d = make_call(COLL_KIND_ALL_TO_ALL_V, dt, -1, 0, -1, send, recv);
+    coll_bind(&c, g, COLL_KIND_ALL_TO_ALL_V);
+    coll_call_t d = coll_make_call(COLL_KIND_ALL_TO_ALL_V, dt, -1, 0, -1, send, recv);
     d.send_counts = send_counts, d.send_displs = send_displs;
     d.recv_counts = recv_counts, d.recv_displs = recv_displs;
     validate_common(&c, &d);
     if (!send_counts || !send_displs || !recv_counts || !recv_displs)
-        BAD(&c, &d, "a count or displacement array is NULL");
+        coll_bad_call(&c, &d, "a count or displacement array is NULL");
     size_t SE = extent(&c, &d, send_counts, send_displs, "send");
     size_t RE = extent(&c, &d, recv_counts, recv_displs, "recv");
     need(&c, &d, send, SE, "send"), need(&c, &d, recv, RE, "recv");
-    if (overlap(send, SE, recv, RE)) BAD(&c, &d, "send and recv overlap (in-place all_to_all_v is not supported)");
-    arrive(&c, &d);
+    if (coll_overlap(send, SE, recv, RE)) coll_bad_call(&c, &d, "send and recv overlap (in-place all_to_all_v is not supported)");
+    coll_arrive(&c, &d);
     if (!c.whole) direct_all_to_all_v(&c);
     uint64_t total = 0, sent = 0, recvd = 0;
     for (int j = 0; j < c.n; j++) {
         total += send_counts[j] * c.esize;
         if (j != c.me) sent += send_counts[j] * c.esize, recvd += recv_counts[j] * c.esize;
     }
-    leave(&c, total, sent, recvd);
+    coll_leave(&c, total, sent, recvd);
 }
 
 void coll_barrier(group_t *g) {
     coll_ctx_t c;
-    bind(&c, g, COLL_KIND_BARRIER);
-    coll_call_t d = make_call(COLL_KIND_BARRIER, COLL_I32, -1, 0, -1, NULL, NULL);
-    arrive(&c, &d);
-    leave(&c, 0, 0, 0);
+    coll_bind(&c, g, COLL_KIND_BARRIER);
+    coll_call_t d = coll_make_call(COLL_KIND_BARRIER, COLL_I32, -1, 0, -1, NULL, NULL);
+    coll_arrive(&c, &d);
+    coll_leave(&c, 0, 0, 0);
 }

@@ -10,7 +10,7 @@
 /* ---- names ---- */
 
 const char *coll_dtype_name(coll_dtype_t dt) {
-    static const char *const n[] = {"f32", "i32", "i64", "xacc"};
+    static const char *const n[] = {"f32", "i32", "i64", "xacc", "xvec"};
     return (unsigned)dt < COLL_NDTYPES ? n[dt] : "?dtype";
 }
 const char *coll_op_name(coll_op_t op) {
@@ -95,7 +95,10 @@ void coll_host_memory_reset_peak(void) { atomic_store(&host_peak, atomic_load(&h
 
 static void state_free(void *p) {
     coll_state_t *cs = p;
-    for (int i = 0; i < cs->n; i++) coll_free(cs->members[i].scratch, cs->members[i].scratch_bytes);
+    for (int i = 0; i < cs->n; i++) {
+        coll_free(cs->members[i].scratch, cs->members[i].scratch_bytes);
+        open_member_free(&cs->members[i]);
+    }
     coll_p2p_channels_free(cs->p2p);
     coll_free(cs->members, (size_t)cs->n * sizeof *cs->members);
     coll_free(cs, sizeof *cs);

@@ -53,6 +53,12 @@ void coll_count(int r, coll_kind_t kind, uint64_t bytes, double factor, uint64_t
     atomic_fetch_add_explicit(&k->recv[kind], recvd, memory_order_relaxed);
 }
 
+void coll_count_traffic(int r, coll_kind_t kind, uint64_t sent, uint64_t recvd) {
+    counters_t *k = counters_of(r);
+    if (sent) atomic_fetch_add_explicit(&k->sent[kind], sent, memory_order_relaxed);
+    if (recvd) atomic_fetch_add_explicit(&k->recv[kind], recvd, memory_order_relaxed);
+}
+
 void coll_counters_get(int world_rank, coll_counters_t *out) {
     memset(out, 0, sizeof *out);
     if (world_rank < 0 || world_rank >= PARITY_MAX_DEVICES) return;

@@ -51,15 +51,16 @@ static inline const char *at(const void *base, size_t elem, size_t es) {
     return (const char *)base + elem * es;
 }
 
+void coll_chunk(size_t count, int n, int i, size_t align, size_t *lo, size_t *hi) {
+    size_t len = (count + (size_t)n - 1) / (size_t)n;
+    len = (len + align - 1) / align * align;
+    *lo = (size_t)i * len < count ? (size_t)i * len : count;
+    *hi = count - *lo < len ? count : *lo + len;
+}
+
 /* Each rank's slice of a count-element buffer: equal, line-aligned. */
 static void my_slice(const coll_ctx_t *c, size_t count, size_t *lo, size_t *hi) {
-    size_t align = coll_align_elems((coll_dtype_t)c->call->dtype);
-    size_t len = (count + (size_t)c->n - 1) / (size_t)c->n;
-    len = (len + align - 1) / align * align;
-    *lo = (size_t)c->me * len;
-    *hi = *lo + len;
-    if (*lo > count) *lo = count;
-    if (*hi > count) *hi = count;
+    coll_chunk(count, c->n, c->me, coll_align_elems((coll_dtype_t)c->call->dtype), lo, hi);
 }
 
 /* out[0 .. hi-lo) = op over ranks j of src_j[lo .. hi), one block at a

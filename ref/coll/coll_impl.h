@@ -38,6 +38,8 @@ typedef struct {
     const void *send;
     void *recv;
     const size_t *send_counts, *send_displs, *recv_counts, *recv_displs;
+    size_t send_off, recv_off; /* open sums: send and recv are xvec_t, these
+                                  are element offsets into them */
     void *scratch;           /* ring partial sums (reduce-scatter, reduce) */
     uint32_t progress_base;  /* the member's progress counter at entry */
 } coll_call_t;
@@ -47,6 +49,12 @@ typedef struct p2p_channels p2p_channels_t;
 typedef struct {
     alignas(COLL_CACHE_LINE) coll_call_t call[2]; /* by seq & 1 */
     alignas(COLL_CACHE_LINE) wword_t progress;     /* ring hand-offs, owner writes */
+    /* Open-sum partials (coll_open_algo.c): the owner rebuilds them only
+     * after a call's arrival barrier, peers read them after a barrier or a
+     * ring hand-off of that call, so no reader outlives a call. */
+    alignas(COLL_CACHE_LINE) xvec_t open[2];
+    double *open_mem[2]; /* their sum[] storage, open_cap[k] doubles */
+    size_t open_cap[2];
     /* Owner-only from here on. */
     alignas(COLL_CACHE_LINE) uint64_t seq; /* calls made on this group */
     uint64_t phase;                        /* barrier phases passed */
@@ -78,11 +86,44 @@ static inline coll_call_t *peer_call(const coll_ctx_t *c, int j) {
     return &c->cs->members[j].call[c->seq & 1];
 }
 
+static inline int coll_use_ring(const coll_ctx_t *c) {
+    return c->call->algo == COLL_ALGO_RING && c->n > 1;
+}
+
+/* ---- coll.c: the steps of every collective entry point ---- */
+/* Who am I in g (fatal when not a member or not a device thread). */
+void coll_bind(coll_ctx_t *c, group_t *g, coll_kind_t kind);
+coll_call_t coll_make_call(coll_kind_t kind, coll_dtype_t dt, int op, size_t count, int root,
+                           const void *send, void *recv);
+/* Fatal: "coll_<kind> on group '...', rank r (world w): <msg>; the call was ...". */
+_Noreturn void coll_bad_call(const coll_ctx_t *c, const coll_call_t *d, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int coll_overlap(const void *a, size_t an, const void *b, size_t bn);
+/* Publishes the record, waits for every member and checks agreement; the
+ * last to arrive does a small call whole (c->whole: nothing left to do). */
+void coll_arrive(coll_ctx_t *c, const coll_call_t *d);
+/* Clears the watchdog's activity and counts the call. */
+void coll_leave(coll_ctx_t *c, uint64_t bytes, uint64_t sent, uint64_t recvd);
+
 /* ---- coll_wait.c: sleeping, waking, the watchdog ---- */
 void coll_wword_wait(wword_t *w, uint32_t target);
 void coll_wword_set(wword_t *w, uint32_t value);
 static inline uint32_t coll_wword_get(wword_t *w) {
     return atomic_load_explicit(&w->value, memory_order_acquire);
+}
+
+/* ---- ring hand-offs (coll_ring.c, coll_open_algo.c) ----
+ * A member counts the steps of the current call it has finished in its
+ * progress word, from the value it published on entry (progress_base). */
+static inline int coll_mod(int a, int n) { return ((a % n) + n) % n; }
+
+/* Waits until member j has finished `steps` steps of this call. */
+static inline void ring_wait_steps(const coll_ctx_t *c, int j, uint32_t steps) {
+    coll_wword_wait(&c->cs->members[j].progress, peer_call(c, j)->progress_base + steps);
+}
+
+static inline void ring_done_steps(const coll_ctx_t *c, uint32_t steps) {
+    coll_wword_set(&c->self->progress, c->call->progress_base + steps);
 }
 /* The group barrier: returns when every member has arrived. */
 void coll_barrier_wait(coll_ctx_t *c);
@@ -114,6 +155,9 @@ void  coll_free(void *p, size_t bytes);
 /* ---- coll_counters.c ---- */
 void coll_count(int world_rank, coll_kind_t kind, uint64_t bytes, double factor, uint64_t sent,
                 uint64_t recvd);
+/* Adds to sent and recv only (no call, no S): payload whose size only the
+ * data knows, such as an open sum's exceptions, counted where it moves. */
+void coll_count_traffic(int world_rank, coll_kind_t kind, uint64_t sent, uint64_t recvd);
 
 /* ---- coll_reduce.c: elementwise kernels ---- */
 /* dst[k] = ((src[0][k] op src[1][k]) op src[2][k]) ... for k < count.
@@ -127,6 +171,10 @@ void coll_copy_canonical(void *dst, const void *src, size_t count, coll_dtype_t 
 size_t coll_align_elems(coll_dtype_t dt);
 
 /* ---- coll_direct.c and coll_ring.c ---- */
+/* Chunk i of n over count elements: [i L, (i+1) L) clipped to count, with
+ * L = ceil(count / n) rounded up to `align` elements (a cache line): the
+ * direct algorithms' slices and the ring's chunks. */
+void coll_chunk(size_t count, int n, int i, size_t align, size_t *lo, size_t *hi);
 /* Whether a call is small enough for the last arriver to do it whole
  * (a function of the agreed record only, so every member decides alike). */
 int  direct_whole_eligible(const coll_call_t *d, int n);
@@ -144,10 +192,32 @@ void ring_all_gather(coll_ctx_t *c);
 void ring_broadcast(coll_ctx_t *c);
 void ring_reduce(coll_ctx_t *c);
 
+/* ---- coll_open.c, coll_open_algo.c: open exact sums (COLL_XVEC) ---- */
+void open_whole(coll_ctx_t *c); /* direct_whole for COLL_XVEC calls */
+void open_direct_all_reduce(coll_ctx_t *c);
+void open_direct_reduce_scatter(coll_ctx_t *c);
+void open_ring_all_reduce(coll_ctx_t *c);
+void open_ring_reduce_scatter(coll_ctx_t *c);
+/* dst[doff + i] = (store) or += (merge) src[soff + i] for i < len, exactly.
+ * Data crossing from member `from` to member `to` of c's group carries,
+ * besides its 8 bytes an element, one xacc_t per slow source element:
+ * that payload is counted as sent by `from` and received by `to`. */
+void open_move(const coll_ctx_t *c, xvec_t *dst, size_t doff, const xvec_t *src, size_t soff,
+               size_t len, int store, int from, int to);
+/* A point-to-point delivery: dst += src (ranges of count), serialised with
+ * every other delivery touching either vector, exceptions counted. */
+void open_deliver(const xvec_t *src, size_t soff, xvec_t *dst, size_t doff, size_t count,
+                  int from_world, int to_world);
+/* Frees a member's open partials (group teardown). */
+void open_member_free(coll_member_t *m);
+
 /* ---- coll_p2p.c ---- */
 /* An empty channel table for n members (O(n) bytes); channels appear
  * as pairs first talk. Freeing also frees requests never waited. */
 p2p_channels_t *coll_p2p_channels_create(int n);
 void coll_p2p_channels_free(p2p_channels_t *t);
+/* Posts a send or a receive; off is an element offset (xvec only). */
+coll_request_t *coll_p2p_post(group_t *g, int is_send, void *buf, size_t off, size_t count,
+                              coll_dtype_t dt, int peer, int tag);
 
 #endif

@@ -6,7 +6,8 @@
  * (same tag, oldest first: MPI's non-overtaking rule), copies the data
  * straight from the send buffer to the receive buffer and completes both.
  * So there is no intermediate copy and no buffering: a send completes
- * when the receiver has the data.
+ * when the receiver has the data. Open sums (COLL_XVEC) are delivered the
+ * same way, as an exact merge into the receiver's xvec (open_deliver).
  */
 #include "coll_impl.h"
 
@@ -19,7 +20,8 @@ struct coll_request {
     int me, peer, tag, world_rank;
     coll_dtype_t dt;
     size_t count;
-    void *buf;               /* const for sends */
+    void *buf;               /* const for sends; an xvec_t for COLL_XVEC */
+    size_t off;              /* COLL_XVEC: the first element in buf */
     wword_t done;            /* 1 when the data has moved */
     /* Two references: the owner's wait and the delivery. The deliverer
      * still touches `done` (to wake sleepers) after the owner may have
@@ -139,17 +141,27 @@ static void deliver(coll_request_t *s, coll_request_t *r) {
                  "but rank %d (world %d) receives %zu %s from rank %d",
                  s->g->name, s->tag, s->me, s->world_rank, s->count, coll_dtype_name(s->dt), r->me,
                  r->me, r->world_rank, r->count, coll_dtype_name(r->dt), s->me);
-    size_t bytes = s->count * coll_dtype_size(s->dt);
-    if (bytes) memcpy(r->buf, s->buf, bytes);
+    if (s->dt == COLL_XVEC) {
+        if (s->buf == r->buf && s->count && s->off < r->off + r->count && r->off < s->off + s->count)
+            coll_die("p2p in group '%s' (tag %d): rank %d (world %d) sends elements [%zu, %zu) of an "
+                     "xvec to itself and receives them into the overlapping [%zu, %zu) of the same xvec",
+                     s->g->name, s->tag, s->me, s->world_rank, s->off, s->off + s->count, r->off,
+                     r->off + r->count);
+        open_deliver(s->buf, s->off, r->buf, r->off, s->count, s->world_rank, r->world_rank);
+    } else {
+        size_t bytes = s->count * coll_dtype_size(s->dt);
+        if (bytes) memcpy(r->buf, s->buf, bytes);
+    }
     coll_wword_set(&r->done, 1);
     coll_wword_set(&s->done, 1);
     release(r);
     release(s);
 }
 
-static coll_request_t *post(group_t *g, int is_send, void *buf, size_t count, coll_dtype_t dt,
-                            int peer, int tag) {
-    const char *what = is_send ? "send" : "recv";
+coll_request_t *coll_p2p_post(group_t *g, int is_send, void *buf, size_t off, size_t count,
+                              coll_dtype_t dt, int peer, int tag) {
+    const char *what = is_send ? (dt == COLL_XVEC ? "send_open" : "send")
+                               : (dt == COLL_XVEC ? "recv_open" : "recv");
     device_t *dev = device_self();
     if (!g) coll_die("coll_%s: the group is NULL", what);
     if (!dev) coll_die("coll_%s on group '%s': called outside a device thread", what, g->name);
@@ -169,9 +181,15 @@ static coll_request_t *post(group_t *g, int is_send, void *buf, size_t count, co
     if (count && !buf)
         coll_die("coll_%s on group '%s', rank %d (world %d): buf is NULL for %zu elements", what,
                  g->name, me, dev->rank, count);
+    if (dt == COLL_XVEC && buf) {
+        size_t n = ((const xvec_t *)buf)->n;
+        if (count > n || off > n - count)
+            coll_die("coll_%s on group '%s', rank %d (world %d): elements [%zu, %zu) are outside the "
+                     "xvec of %zu elements", what, g->name, me, dev->rank, off, off + count, n);
+    }
     coll_request_t *req = coll_alloc(sizeof *req);
     *req = (coll_request_t){.is_send = is_send, .g = g, .me = me, .peer = peer, .tag = tag,
-                            .world_rank = dev->rank, .dt = dt, .count = count, .buf = buf};
+                            .world_rank = dev->rank, .dt = dt, .count = count, .buf = buf, .off = off};
     atomic_init(&req->refs, 2);
     int from = is_send ? me : peer, to = is_send ? peer : me;
     p2p_channel_t *ch = channel_of(coll_state_of(g)->p2p, from, to);
@@ -186,13 +204,20 @@ static coll_request_t *post(group_t *g, int is_send, void *buf, size_t count, co
     return req;
 }
 
+/* The plain forms move element arrays: an xvec_t is not one. */
+static coll_dtype_t plain(coll_dtype_t dt, const char *what) {
+    if (dt == COLL_XVEC)
+        coll_die("coll_%s: xvec (open exact sums) goes through coll_%s_open", what, what);
+    return dt;
+}
+
 coll_request_t *coll_isend(group_t *g, const void *buf, size_t count, coll_dtype_t dt, int peer,
                            int tag) {
-    return post(g, 1, (void *)buf, count, dt, peer, tag);
+    return coll_p2p_post(g, 1, (void *)buf, 0, count, plain(dt, "send"), peer, tag);
 }
 
 coll_request_t *coll_irecv(group_t *g, void *buf, size_t count, coll_dtype_t dt, int peer, int tag) {
-    return post(g, 0, buf, count, dt, peer, tag);
+    return coll_p2p_post(g, 0, buf, 0, count, plain(dt, "recv"), peer, tag);
 }
 
 void coll_wait(coll_request_t *req) {

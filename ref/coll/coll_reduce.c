@@ -16,6 +16,7 @@ size_t coll_dtype_size(coll_dtype_t dt) {
     case COLL_I32: return 4;
     case COLL_I64: return 8;
     case COLL_XACC: return sizeof(xacc_t);
+    case COLL_XVEC: return sizeof(double); /* the fp64 sum; exceptions travel on top */
     default: return 0;
     }
 }
