@@ -13,8 +13,6 @@
  */
 #include "tp.h"
 
-#include <stdlib.h>
-
 #include "parity/coll.h"
 #include "parity/runtime.h"
 
@@ -27,12 +25,8 @@ void tp_complete_open(gpt_t *g, acc_t *a, size_t n, float *out) {
         coll_all_reduce(grp, out, out, n, COLL_F32, COLL_SUM);
         return;
     }
-    xacc_t *x = malloc((n ? n : 1) * sizeof *x);
-    if (!x) parity_fatal("tensor parallelism: out of memory for %zu open sums", n);
-    for (size_t i = 0; i < n; i++) xvec_get(&a->x, i, &x[i]);
-    coll_all_reduce(grp, x, x, n, COLL_XACC, COLL_SUM);
-    for (size_t i = 0; i < n; i++) out[i] = xacc_round_f32(&x[i]);
-    free(x);
+    coll_all_reduce_open(grp, &a->x, 0, n);
+    acc_round(a, out);
 }
 
 void tp_sum_f32(gpt_t *g, float *x, size_t n) {
