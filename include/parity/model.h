@@ -186,13 +186,15 @@ typedef struct {
  * is gpt_shard_none(): the whole model, no group. */
 typedef struct {
     int tp, tp_rank;
+    int sp;                 /* sequence parallel: LayerNorm, dropout and residual regions
+                               hold positions tp_rank*T/tp .. of every sequence */
     group_t *tp_group;      /* NULL when tp == 1 */
     unsigned broken;        /* GPT_BROKEN_*: deliberately broken variants (checker controls) */
 } gpt_shard_t;
 /* Modelled on real bugs: plain fp32 sums in the row-parallel all-reduce
  * (the order-dependent reduction of Megatron-LM issue 1736 and its kin). */
 enum { GPT_BROKEN_TP_FP32_SUMS = 1u };
-static inline gpt_shard_t gpt_shard_none(void) { return (gpt_shard_t){1, 0, NULL, 0}; }
+static inline gpt_shard_t gpt_shard_none(void) { return (gpt_shard_t){1, 0, 0, NULL, 0}; }
 
 /* A replica's extents of the tensor-parallel axes. */
 typedef struct {

@@ -19,6 +19,7 @@ typedef struct {
     /* degrees; 0 = not given (inferred or 1) */
     int world_size;
     int dp, tp, pp, cp, ep;
+    int sequence_parallel;     /* --sequence-parallel: LayerNorm/dropout regions hold T/tp positions */
     char order[32];            /* rank order, first varies fastest: "tp-cp-ep-dp-pp" */
     /* batch: sequences per step and per microbatch; accumulation steps
      * = global / (micro * dp) as in Megatron (micro must divide), or set
@@ -51,7 +52,7 @@ void pconfig_defaults(pconfig_t *pc);
  * -1 with a message naming the flag on a bad value. Flags:
  *   --world-size N  --data-parallel-size N  --tensor-model-parallel-size N
  *   --pipeline-model-parallel-size N  --context-parallel-size N
- *   --expert-model-parallel-size N  --rank-order tp-cp-ep-dp-pp
+ *   --expert-model-parallel-size N  --rank-order tp-cp-ep-dp-pp  --sequence-parallel
  *   --global-batch-size N  --micro-batch-size N  --accum-degree N
  *   --zero-stage 0..3  --use-distributed-optimizer  --overlap-grad-reduce
  *   --overlap-param-gather  --bucket-cap-mb X  --no-contiguous-grad-buffer

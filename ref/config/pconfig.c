@@ -107,6 +107,7 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
     struct { const char *flag; int *field; int value; } bools[] = {
         {"--use-distributed-optimizer", &pc->use_distributed_optimizer, 1},
         {"--overlap-grad-reduce", &pc->overlap_grad_reduce, 1},
+        {"--sequence-parallel", &pc->sequence_parallel, 1},
         {"--overlap-param-gather", &pc->overlap_param_gather, 1},
         {"--no-contiguous-grad-buffer", &pc->contiguous_grad_buffer, 0},
         {"--no-contiguous-param-buffer", &pc->contiguous_param_buffer, 0},
@@ -141,6 +142,9 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
             return perr_set(err, "%s: %d is not supported yet (data and tensor parallelism "
                                  "exist; expected 1)", later[k].name, *later[k].v);
     }
+    if (pc->sequence_parallel && pc->tp == 1)
+        return perr_set(err, "sequence-parallel: needs tensor-model-parallel-size > 1 (it shards "
+                             "the regions tensor parallelism replicates)");
     int model_par = pc->tp * pc->pp * pc->cp;
     if (pc->dp == 0) { /* inferred from the world size, as Megatron does */
         int world = pc->world_size ? pc->world_size : model_par; /* dp = 1 */
@@ -203,7 +207,7 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
 
 void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
     char tp[24] = "";
-    if (pc->tp > 1) snprintf(tp, sizeof tp, "tp=%d ", pc->tp);
+    if (pc->tp > 1) snprintf(tp, sizeof tp, "tp=%d%s ", pc->tp, pc->sequence_parallel ? " sp" : "");
     snprintf(buf, len, "%sdp=%d zero=%d accum=%d micro=%d%s%s", tp, pc->dp, pc->zero_stage,
              pc->accum_degree, pc->micro_batch, pc->overlap_grad_reduce ? " overlap-grad" : "",
              pc->overlap_param_gather ? " overlap-param" : "");
@@ -214,6 +218,8 @@ void pconfig_print_help(FILE *f) {
           "  --data-parallel-size N | --world-size N   data-parallel degree (dp = world/(tp*pp*cp))\n"
           "  --tensor-model-parallel-size N   Megatron 1-D tensor parallelism (heads, FFN and\n"
           "                            vocabulary tiles split; exact row-parallel sums)\n"
+          "  --sequence-parallel       with tp: LayerNorm and dropout regions hold T/tp positions\n"
+          "                            (all-gather before column-, reduce-scatter after row-parallel)\n"
           "  --rank-order ORDER        Megatron's rank order, first fastest (default tp-cp-ep-dp-pp)\n"
           "  --global-batch-size N --micro-batch-size N   accumulation = global/(micro*dp)\n"
           "  --accum-degree N          accumulation steps, directly\n"
