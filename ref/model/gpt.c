@@ -195,6 +195,8 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
     if (model_config_validate_replica(cfg, err)) return -1;
     if (shard->tp > 1 && !shard->tp_group)
         return perr_set(err, "tensor parallelism over %d ranks needs a group", shard->tp);
+    if (shard->sp)
+        return perr_set(err, "sequence-parallel: not implemented yet in the model");
     gpt_t *g = calloc(1, sizeof *g);
     if (!g) return perr_set(err, "out of memory for the model");
     g->cfg = *cfg;
