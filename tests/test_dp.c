@@ -360,7 +360,7 @@ static void test_drifting_replica_is_caught(void) {
 
 /* Megatron 1-D tensor parallelism on the same driver: tp alone, composed
  * with dp, ZeRO 1 and 3 and accumulation, both algorithms, two rank
- * orders. gpt-tiny (8 heads, 8 FFN tiles, 32 vocabulary tiles) admits tp
+ * orders, with and without sequence parallelism. gpt-tiny (8 heads, 8 FFN tiles, 32 vocabulary tiles) admits tp
  * up to 8; gpt-micro (the sanitizer builds: 2 heads) tp 2. */
 static void test_tensor_parallel(void) {
     static const struct { const char *flags; coll_algo_t algo; int max_heads; } L[] = {
@@ -380,6 +380,18 @@ static void test_tensor_parallel(void) {
          COLL_ALGO_RING, 4},
         {"--tensor-model-parallel-size 4 --data-parallel-size 2 --zero-stage 3 --rank-order dp-tp",
          COLL_ALGO_DIRECT, 4},
+        /* sequence parallelism */
+        {"--tensor-model-parallel-size 2 --sequence-parallel", COLL_ALGO_DIRECT, 2},
+        {"--tensor-model-parallel-size 4 --sequence-parallel", COLL_ALGO_RING, 4},
+        {"--tensor-model-parallel-size 8 --sequence-parallel", COLL_ALGO_DIRECT, 8},
+        {"--tensor-model-parallel-size 2 --sequence-parallel --data-parallel-size 2 --zero-stage 1 "
+         "--accum-degree 2",
+         COLL_ALGO_RING, 2},
+        {"--tensor-model-parallel-size 4 --sequence-parallel --data-parallel-size 2 --zero-stage 3",
+         COLL_ALGO_DIRECT, 4},
+        {"--tensor-model-parallel-size 2 --sequence-parallel --data-parallel-size 2 --zero-stage 3 "
+         "--rank-order dp-tp --overlap-grad-reduce",
+         COLL_ALGO_DIRECT, 2},
     };
     for (size_t k = 0; k < sizeof L / sizeof L[0]; k++) {
         if (L[k].max_heads > cfg.heads) continue;
@@ -396,12 +408,16 @@ static void test_tensor_parallel(void) {
  * then the partials are added: the reduction-order bug): the first
  * divergence is the first row-parallel output, layer 0's attention dense. */
 static void test_broken_tp_variant_is_caught(void) {
-    char *buf = broken_report("--tensor-model-parallel-size 2", 2, 0);
-    if (!buf) return;
-    CHECK(strstr(buf, "tensor      step0.act.layers.0.self_attention.dense.output"),
-          "expected the first row-parallel output, got:\n%s", buf);
-    printf("broken variant (tensor-parallel fp32 sums), as reported:\n%s", buf);
-    free(buf);
+    const char *layouts[] = {"--tensor-model-parallel-size 2",
+                             "--tensor-model-parallel-size 2 --sequence-parallel"};
+    for (int k = 0; k < 2; k++) {
+        char *buf = broken_report(layouts[k], 2, 0);
+        if (!buf) continue;
+        CHECK(strstr(buf, "tensor      step0.act.layers.0.self_attention.dense.output"),
+              "%s: expected the first row-parallel output, got:\n%s", layouts[k], buf);
+        if (k == 0) printf("broken variant (tensor-parallel fp32 sums), as reported:\n%s", buf);
+        free(buf);
+    }
 }
 
 int main(void) {

@@ -390,7 +390,7 @@ static void test_embedding(void) {
     float wte[V * C], wpe[T * C], x[S * T * C], r[S * T * C], dte[V * C], dpe[T * C];
     fill(wte, V * C, -1, 1), fill(wpe, T * C, -1, 1), fill(r, S * T * C, -1, 1);
     embedding_lookup(x, tok, S * T, C, wte, 0, V);
-    embedding_add_positions(x, S, T, C, wpe);
+    embedding_add_positions(x, S, T, 0, C, wpe);
     double x64[S * T * C], fdte[V * C], fdpe[T * C];
     for (int s = 0; s < S; s++)
         for (int t = 0; t < T; t++)

@@ -32,7 +32,9 @@
  *   add_positions: x[s,t,:] = x[s,t,:] + wpe[t,:]   (tokens [n_seq,T], x [n_seq,T,C]) */
 void embedding_lookup(float *x, const int32_t *tokens, int n, int C, const float *wte, int v0,
                       int nv);
-void embedding_add_positions(float *x, int n_seq, int T, int C, const float *wpe);
+/* x [n_seq,Tl,C] holds positions t0 .. t0+Tl-1 of each sequence (golden:
+ * Tl = T, t0 = 0; sequence parallelism: a rank's part). */
+void embedding_add_positions(float *x, int n_seq, int Tl, int t0, int C, const float *wpe);
 /* dwte[tokens[s,t]-v0,:] += dx[s,t,:] for the rows held; dwpe[t,:] += dx[s,t,:]
  * (exact, open) */
 void embedding_backward(acc_t *dwte, acc_t *dwpe, const float *dx, const int32_t *tokens,

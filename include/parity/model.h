@@ -128,7 +128,10 @@ void params_init_tp(const param_table_t *t, int tp, int tp_rank, uint64_t seed, 
 /* Activations of one layer for one microbatch of n = micro_batch * T tokens,
  * kept for the backward pass. */
 typedef struct {
-    float *ln1_xhat, *ln1_rstd, *ln1_out;  /* [n,C] [n] [n,C] */
+    float *ln1_xhat, *ln1_rstd, *ln1_out;  /* [n,C] [n] [n,C] (sequence parallel: [ns,...],
+                                              the positions held; ns = n/tp) */
+    float *ln1_full;                       /* [n,C] ln1_out of every position (gathered under
+                                              sequence parallelism, else ln1_out) */
     float *qkv;                            /* [n,3C] (head, {q,k,v}, d) columns */
     float *att_e, *att_ehat;               /* [b,H,T,T]: e, and e after dropout */
     float *att_z;                          /* [b,H,T] softmax denominators */
@@ -138,6 +141,7 @@ typedef struct {
     uint8_t *attn_keep;                    /* [n,C] or NULL */
     float *resid1;                         /* [n,C] x after the attention residual */
     float *ln2_xhat, *ln2_rstd, *ln2_out;  /* [n,C] [n] [n,C] */
+    float *ln2_full;                       /* [n,C] as ln1_full */
     float *fc1_out;                        /* [n,F] before GeLU */
     float *gelu_out;                       /* [n,F] */
     float *gelu_grad;                      /* [n,F] GeLU's derivative at fc1_out */
@@ -157,6 +161,7 @@ typedef struct {
     uint8_t *emb_keep;                     /* [n,C] or NULL */
     layer_acts_t *layer;                   /* [L] */
     float *lnf_xhat, *lnf_rstd, *lnf_out;  /* [n,C] [n] [n,C] */
+    float *lnf_full;                       /* [n,C] as ln1_full */
     float *logits;                         /* [n,V] */
     float *token_loss;                     /* [n] */
     float *ce_max, *ce_z;                  /* [n] the softmax's max and denominator, kept
@@ -175,6 +180,11 @@ typedef struct {
     float *row_scratch;                    /* [max(C,V,F) * 2] */
     /* tensor parallelism (tp > 1): open sums the group completes */
     void *open;                            /* acc_storage_bytes(n*C) */
+    /* sequence parallelism */
+    void *open_local;                      /* acc_storage_bytes(ns*C): a reduce-scatter's share */
+    void *ln_part;                         /* 2 x acc_storage_bytes(C): LayerNorm gradients
+                                              over the positions held */
+    float *sp_buf, *d_tmp3;                /* [n*C] each */
     xacc_t *ce_zacc;                       /* [n] open softmax denominators */
     float *ce_tl;                          /* [n] target logits */
     void *block;
@@ -202,6 +212,8 @@ typedef struct {
     int attn;               /* heads * D: core attention width held */
     int ffn, ffn0;          /* FFN columns held, and the first one */
     int vocab, vocab0;      /* vocabulary rows held, and the first one */
+    int seq_parts, seq_part; /* sequence parallelism: positions seq_part*T/seq_parts ..
+                               of every sequence in the sharded regions (1, 0: all) */
 } gpt_local_t;
 
 /* One replica's block of a batch-shaped checkpoint: n_seq sequences at
@@ -288,7 +300,8 @@ int  gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard
                 struct arena *arena, perr_t *err);
 /* The tensor-parallel extents of rank tp_rank of tp (errors say what must
  * divide what: heads, feature, FFN and vocabulary tiles). */
-int  gpt_local_dims(const model_config_t *cfg, int tp, int tp_rank, gpt_local_t *out, perr_t *err);
+int  gpt_local_dims(const model_config_t *cfg, int tp, int tp_rank, int sp, gpt_local_t *out,
+                    perr_t *err);
 /* The bytes gpt_new_ex(cfg, omit) takes from its arena, by category, as the
  * arena counts them (grads: rounded gradients; open_sums: the open exact
  * sums, also in the arena's grads category), computed from the tables the
@@ -299,8 +312,9 @@ typedef struct {
     size_t params, grads, open_sums, optimizer, activations;
 } gpt_mem_t;
 int  gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, perr_t *err);
-/* The same for one rank of tensor parallelism over tp ranks. */
-int  gpt_mem_bytes_tp(const model_config_t *cfg, int tp, unsigned omit, gpt_mem_t *out,
+/* The same for one rank of tensor parallelism over tp ranks (sp: with
+ * sequence parallelism). */
+int  gpt_mem_bytes_tp(const model_config_t *cfg, int tp, int sp, unsigned omit, gpt_mem_t *out,
                       perr_t *err);
 void gpt_free(gpt_t *g);
 

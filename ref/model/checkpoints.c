@@ -42,12 +42,18 @@ void gpt_report_unit(const gpt_t *g, int unit, int s, const gpt_observer_t *obs)
     const int64_t T = c->seq_length, C = c->hidden, F = c->ffn, V = c->vocab, H = c->heads;
     const int L = c->layers;
     const gpt_local_t *lc = &g->local;
+    /* sequence parallelism: the residual-stream tensors hold positions
+     * t0 .. t0+Tl-1 (axis 0 of [T, C]); LayerNorm outputs are reported
+     * gathered */
+    const int sp = lc->seq_parts > 1;
+    const int64_t Tl = T / lc->seq_parts, t0 = lc->seq_part * Tl;
+    const int pos = sp ? 0 : -1;
     const int64_t W = lc->attn, D = lc->heads ? W / lc->heads : 0;
     const int64_t Fl = lc->ffn, Hl = lc->heads;
     if (unit == 0) {
         const checkpoint_t cp[] = {
-            {"mask.dropout.embedding", ST_U8, A->emb_keep, 2, {T, C}, -1, 0, 0},
-            {"act.embedding.output", ST_F32, A->emb, 2, {T, C}, -1, 0, 0},
+            {"mask.dropout.embedding", ST_U8, A->emb_keep, 2, {T, C}, pos, t0, Tl},
+            {"act.embedding.output", ST_F32, A->emb, 2, {T, C}, pos, t0, Tl},
         };
         report(obs, A, cp, 2, "");
     } else if (unit <= L) {
@@ -56,28 +62,28 @@ void gpt_report_unit(const gpt_t *g, int unit, int s, const gpt_observer_t *obs)
         char prefix[64];
         const checkpoint_t masks[] = {
             {"attention_dropout", ST_U8, LA->att_keep, 3, {H, T, T}, 0, lc->head0, Hl},
-            {"attention_output_dropout", ST_U8, LA->attn_keep, 2, {T, C}, -1, 0, 0},
-            {"mlp_output_dropout", ST_U8, LA->mlp_keep, 2, {T, C}, -1, 0, 0},
+            {"attention_output_dropout", ST_U8, LA->attn_keep, 2, {T, C}, pos, t0, Tl},
+            {"mlp_output_dropout", ST_U8, LA->mlp_keep, 2, {T, C}, pos, t0, Tl},
         };
         snprintf(prefix, sizeof prefix, "mask.layers.%d.", l);
         report(obs, A, masks, 3, prefix);
         const checkpoint_t acts[] = {
-            {"input_layernorm.output", ST_F32, LA->ln1_out, 2, {T, C}, -1, 0, 0},
+            {"input_layernorm.output", ST_F32, LA->ln1_full, 2, {T, C}, -1, 0, 0},
             {"self_attention.query_key_value.output", ST_F32, LA->qkv, 2, {T, 3 * C}, 1,
              3 * D * lc->head0, 3 * W},
             {"self_attention.core_attention.output", ST_F32, LA->ctx, 2, {T, C}, 1,
              D * lc->head0, W},
-            {"self_attention.dense.output", ST_F32, LA->attn_out, 2, {T, C}, -1, 0, 0},
-            {"post_attention_layernorm.output", ST_F32, LA->ln2_out, 2, {T, C}, -1, 0, 0},
+            {"self_attention.dense.output", ST_F32, LA->attn_out, 2, {T, C}, pos, t0, Tl},
+            {"post_attention_layernorm.output", ST_F32, LA->ln2_full, 2, {T, C}, -1, 0, 0},
             {"mlp.dense_h_to_4h.output", ST_F32, LA->fc1_out, 2, {T, F}, 1, lc->ffn0, Fl},
-            {"mlp.dense_4h_to_h.output", ST_F32, LA->fc2_out, 2, {T, C}, -1, 0, 0},
-            {"output", ST_F32, LA->out, 2, {T, C}, -1, 0, 0},
+            {"mlp.dense_4h_to_h.output", ST_F32, LA->fc2_out, 2, {T, C}, pos, t0, Tl},
+            {"output", ST_F32, LA->out, 2, {T, C}, pos, t0, Tl},
         };
         snprintf(prefix, sizeof prefix, "act.layers.%d.", l);
         report(obs, A, acts, 8, prefix);
     } else {
         const checkpoint_t cp[] = {
-            {"act.final_layernorm.output", ST_F32, A->lnf_out, 2, {T, C}, -1, 0, 0},
+            {"act.final_layernorm.output", ST_F32, A->lnf_full, 2, {T, C}, -1, 0, 0},
             {"logits", ST_F32, A->logits, 2, {T, V}, 1, lc->vocab0, lc->vocab},
         };
         report(obs, A, cp, 2, "");

@@ -26,11 +26,11 @@ void embedding_lookup(float *x, const int32_t *tokens, int n, int C, const float
     }
 }
 
-void embedding_add_positions(float *x, int n_seq, int T, int C, const float *wpe) {
+void embedding_add_positions(float *x, int n_seq, int Tl, int t0, int C, const float *wpe) {
     for (int s = 0; s < n_seq; s++)
-        for (int t = 0; t < T; t++) {
-            float *xi = x + ((size_t)s * T + t) * C;
-            const float *pe = wpe + (size_t)t * C;
+        for (int t = 0; t < Tl; t++) {
+            float *xi = x + ((size_t)s * Tl + t) * C;
+            const float *pe = wpe + (size_t)(t0 + t) * C;
             for (int c = 0; c < C; c++) xi[c] = xi[c] + pe[c];
         }
 }

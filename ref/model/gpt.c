@@ -44,51 +44,57 @@ static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c
 static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_t *lc,
                         carver_t *cv) {
     const size_t mb = (size_t)c->micro_batch, T = (size_t)c->seq_length, n = mb * T;
+    const size_t ns = n / (size_t)lc->seq_parts; /* the sharded regions' tokens */
     const size_t C = (size_t)c->hidden, H = (size_t)lc->heads, A_ = (size_t)lc->attn;
     const size_t F = (size_t)lc->ffn, V = (size_t)lc->vocab;
     const int hdrop = c->hidden_dropout > 0.0f, adrop = c->attention_dropout > 0.0f;
+    const int sp = lc->seq_parts > 1;
     A->inputs = (int32_t *)carve(cv, n * sizeof(int32_t));
     A->targets = (int32_t *)carve(cv, n * sizeof(int32_t));
-    A->emb = CARVE_F(cv, n * C);
-    A->emb_keep = hdrop ? CARVE_U8(cv, n * C) : NULL;
+    A->emb = CARVE_F(cv, ns * C);
+    A->emb_keep = hdrop ? CARVE_U8(cv, ns * C) : NULL;
     for (int l = 0; l < c->layers; l++) {
         layer_acts_t *L = &A->layer[l];
-        L->ln1_xhat = CARVE_F(cv, n * C);
-        L->ln1_rstd = CARVE_F(cv, n);
-        L->ln1_out = CARVE_F(cv, n * C);
+        L->ln1_xhat = CARVE_F(cv, ns * C);
+        L->ln1_rstd = CARVE_F(cv, ns);
+        L->ln1_out = CARVE_F(cv, ns * C);
+        L->ln1_full = sp ? CARVE_F(cv, n * C) : L->ln1_out;
         L->qkv = CARVE_F(cv, n * 3 * A_);
         L->att_e = CARVE_F(cv, mb * H * T * T);
         L->att_ehat = adrop ? CARVE_F(cv, mb * H * T * T) : L->att_e;
         L->att_z = CARVE_F(cv, mb * H * T);
         L->att_keep = adrop ? CARVE_U8(cv, mb * H * T * T) : NULL;
         L->ctx = CARVE_F(cv, n * A_);
-        L->attn_out = CARVE_F(cv, n * C);
-        L->attn_keep = hdrop ? CARVE_U8(cv, n * C) : NULL;
-        L->resid1 = CARVE_F(cv, n * C);
-        L->ln2_xhat = CARVE_F(cv, n * C);
-        L->ln2_rstd = CARVE_F(cv, n);
-        L->ln2_out = CARVE_F(cv, n * C);
+        L->attn_out = CARVE_F(cv, ns * C);
+        L->attn_keep = hdrop ? CARVE_U8(cv, ns * C) : NULL;
+        L->resid1 = CARVE_F(cv, ns * C);
+        L->ln2_xhat = CARVE_F(cv, ns * C);
+        L->ln2_rstd = CARVE_F(cv, ns);
+        L->ln2_out = CARVE_F(cv, ns * C);
+        L->ln2_full = sp ? CARVE_F(cv, n * C) : L->ln2_out;
         L->fc1_out = CARVE_F(cv, n * F);
         L->gelu_out = CARVE_F(cv, n * F);
         L->gelu_grad = CARVE_F(cv, n * F);
-        L->fc2_out = CARVE_F(cv, n * C);
-        L->mlp_keep = hdrop ? CARVE_U8(cv, n * C) : NULL;
-        L->out = CARVE_F(cv, n * C);
+        L->fc2_out = CARVE_F(cv, ns * C);
+        L->mlp_keep = hdrop ? CARVE_U8(cv, ns * C) : NULL;
+        L->out = CARVE_F(cv, ns * C);
     }
-    A->lnf_xhat = CARVE_F(cv, n * C);
-    A->lnf_rstd = CARVE_F(cv, n);
-    A->lnf_out = CARVE_F(cv, n * C);
+    A->lnf_xhat = CARVE_F(cv, ns * C);
+    A->lnf_rstd = CARVE_F(cv, ns);
+    A->lnf_out = CARVE_F(cv, ns * C);
+    A->lnf_full = sp ? CARVE_F(cv, n * C) : A->lnf_out;
     A->logits = CARVE_F(cv, n * V);
     A->token_loss = CARVE_F(cv, n);
     A->ce_max = CARVE_F(cv, n);
     A->ce_z = CARVE_F(cv, n);
-    A->d_resid = CARVE_F(cv, n * C);
+    A->d_resid = CARVE_F(cv, ns * C);
 }
 
 static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_local_t *lc,
                            int tp, carver_t *cv) {
     const size_t n = (size_t)c->micro_batch * (size_t)c->seq_length;
     const size_t C = (size_t)c->hidden, F = (size_t)lc->ffn, V = (size_t)lc->vocab;
+    const int sp = lc->seq_parts > 1;
     S->d_tmp = CARVE_F(cv, n * C);
     S->d_tmp2 = CARVE_F(cv, n * C);
     S->d_wide = CARVE_F(cv, n * max3(3 * (size_t)lc->attn, F, C));
@@ -100,12 +106,24 @@ static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_
     S->open = tp > 1 ? carve(cv, acc_storage_bytes(n * C)) : NULL;
     S->ce_zacc = tp > 1 ? (xacc_t *)carve(cv, n * sizeof(xacc_t)) : NULL;
     S->ce_tl = CARVE_F(cv, n);
+    S->open_local = sp ? carve(cv, acc_storage_bytes(n / (size_t)lc->seq_parts * C)) : NULL;
+    S->ln_part = sp ? carve(cv, 2 * acc_storage_bytes(C)) : NULL;
+    S->sp_buf = sp ? CARVE_F(cv, n * C) : NULL;
+    S->d_tmp3 = sp ? CARVE_F(cv, n * C) : NULL;
 }
 
-int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, gpt_local_t *out, perr_t *err) {
+int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int sp, gpt_local_t *out,
+                   perr_t *err) {
     memset(out, 0, sizeof *out);
     if (tp < 1 || tp_rank < 0 || tp_rank >= tp)
         return perr_set(err, "tensor-parallel rank %d of %d", tp_rank, tp);
+    if (sp && (c->seq_length / c->tile_tokens) % tp)
+        return perr_set(err, "sequence-parallel: tensor-model-parallel-size %d must divide the %d "
+                             "token tiles of a sequence (seq_length %d / tile_tokens %d): a rank "
+                             "holds whole canonical tiles (I1)",
+                        tp, c->seq_length / c->tile_tokens, c->seq_length, c->tile_tokens);
+    out->seq_parts = sp ? tp : 1;
+    out->seq_part = sp ? tp_rank : 0;
     param_table_t t; /* the cuts' checks: heads, tiles (params.c) */
     if (param_table_build_tp(&t, c, tp, err)) return -1;
     param_table_free(&t);
@@ -167,15 +185,15 @@ static void mem_of(const model_config_t *cfg, const param_table_t *t, unsigned o
 }
 
 int gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, perr_t *err) {
-    return gpt_mem_bytes_tp(cfg, 1, omit, out, err);
+    return gpt_mem_bytes_tp(cfg, 1, 0, omit, out, err);
 }
 
-int gpt_mem_bytes_tp(const model_config_t *cfg, int tp, unsigned omit, gpt_mem_t *out,
+int gpt_mem_bytes_tp(const model_config_t *cfg, int tp, int sp, unsigned omit, gpt_mem_t *out,
                      perr_t *err) {
     memset(out, 0, sizeof *out);
     param_table_t t;
     gpt_local_t lc;
-    if (model_config_validate_replica(cfg, err) || gpt_local_dims(cfg, tp, 0, &lc, err) ||
+    if (model_config_validate_replica(cfg, err) || gpt_local_dims(cfg, tp, 0, sp, &lc, err) ||
         param_table_build_tp(&t, cfg, tp, err))
         return -1;
     mem_of(cfg, &t, omit, &lc, tp, out);
@@ -195,14 +213,12 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
     if (model_config_validate_replica(cfg, err)) return -1;
     if (shard->tp > 1 && !shard->tp_group)
         return perr_set(err, "tensor parallelism over %d ranks needs a group", shard->tp);
-    if (shard->sp)
-        return perr_set(err, "sequence-parallel: not implemented yet in the model");
     gpt_t *g = calloc(1, sizeof *g);
     if (!g) return perr_set(err, "out of memory for the model");
     g->cfg = *cfg;
     g->shard = *shard;
     g->arena = arena;
-    if (gpt_local_dims(cfg, shard->tp, shard->tp_rank, &g->local, err) ||
+    if (gpt_local_dims(cfg, shard->tp, shard->tp_rank, shard->sp, &g->local, err) ||
         param_table_build_tp(&g->table, cfg, shard->tp, err)) {
         free(g);
         return -1;

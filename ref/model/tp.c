@@ -13,6 +13,8 @@
  */
 #include "tp.h"
 
+#include <string.h>
+
 #include "parity/coll.h"
 #include "parity/runtime.h"
 
@@ -39,4 +41,77 @@ void tp_max_f32(gpt_t *g, float *x, size_t n) {
 
 void tp_sum_xacc(gpt_t *g, xacc_t *x, size_t n) {
     coll_all_reduce(g->shard.tp_group, x, x, n, COLL_XACC, COLL_SUM);
+}
+
+/* ---- sequence parallelism -------------------------------------------------
+ * A rank holds positions p*Tl .. p*Tl+Tl-1 (Tl = T/tp, p its part) of
+ * every sequence of the slot, as [n_seq][Tl][w]. Collectives move
+ * contiguous blocks, one per rank, so the full layout [n_seq][T][w] is
+ * permuted to and from "parts order" [tp][n_seq][Tl][w] around them. */
+
+static void to_parts(float *parts, const float *full, int tp, int n_seq, int Tl, int w) {
+    const size_t run = (size_t)Tl * w;
+    for (int r = 0; r < tp; r++)
+        for (int s = 0; s < n_seq; s++)
+            memcpy(parts + ((size_t)r * n_seq + s) * run, full + ((size_t)s * tp + r) * run,
+                   run * sizeof(float));
+}
+
+static void from_parts(float *full, const float *parts, int tp, int n_seq, int Tl, int w) {
+    const size_t run = (size_t)Tl * w;
+    for (int r = 0; r < tp; r++)
+        for (int s = 0; s < n_seq; s++)
+            memcpy(full + ((size_t)s * tp + r) * run, parts + ((size_t)r * n_seq + s) * run,
+                   run * sizeof(float));
+}
+
+void sp_gather(gpt_t *g, float *full, const float *local, int n_seq, int w) {
+    const int tp = g->shard.tp, Tl = g->cfg.seq_length / tp;
+    const size_t count = (size_t)n_seq * Tl * w;
+    float *parts = g->scratch.sp_buf;
+    memcpy(parts + (size_t)g->shard.tp_rank * count, local, count * sizeof(float));
+    coll_all_gather(g->shard.tp_group, parts + (size_t)g->shard.tp_rank * count, parts, count,
+                    COLL_F32);
+    from_parts(full, parts, tp, n_seq, Tl, w);
+}
+
+void sp_reduce_scatter_f32(gpt_t *g, float *local, const float *full, int n_seq, int w) {
+    const int tp = g->shard.tp, Tl = g->cfg.seq_length / tp;
+    float *parts = g->scratch.sp_buf;
+    to_parts(parts, full, tp, n_seq, Tl, w);
+    coll_reduce_scatter(g->shard.tp_group, parts, local, (size_t)n_seq * Tl * w, COLL_F32,
+                        COLL_SUM);
+}
+
+void sp_contract_parts(gpt_t *g, contract_form_t form, int n_seq, int N, int K, int tn, int tk,
+                       const float *A, int lda, const float *B, int ldb, acc_t *open) {
+    const int tp = g->shard.tp, T = g->cfg.seq_length, Tl = T / tp;
+    for (int r = 0; r < tp; r++)
+        for (int s = 0; s < n_seq; s++)
+            contract_acc(form, Tl, N, K, g->cfg.tile_tokens, tn, tk,
+                         A + ((size_t)s * T + (size_t)r * Tl) * lda, lda, B, ldb, open,
+                         ((size_t)r * n_seq + s) * Tl * (size_t)N, (size_t)N, &g->ws);
+}
+
+void sp_complete_open(gpt_t *g, acc_t *open, size_t count, float *out) {
+    group_t *grp = g->shard.tp_group;
+    if (accum_plain_sums() || (g->shard.broken & GPT_BROKEN_TP_FP32_SUMS)) {
+        float *parts = g->scratch.sp_buf; /* rounded per rank, then fp32 sums */
+        acc_round(open, parts);
+        coll_reduce_scatter(grp, parts, out, count, COLL_F32, COLL_SUM);
+        return;
+    }
+    acc_t mine;
+    acc_init_with(&mine, count, g->scratch.open_local);
+    acc_zero(&mine);
+    coll_reduce_scatter_open(grp, &open->x, 0, &mine.x, 0, count);
+    acc_round(&mine, out);
+}
+
+void tp_all_reduce_acc(gpt_t *g, acc_t *a) {
+    if (accum_plain_sums()) {
+        coll_all_reduce(g->shard.tp_group, a->plain, a->plain, a->n, COLL_F32, COLL_SUM);
+        return;
+    }
+    coll_all_reduce_open(g->shard.tp_group, &a->x, 0, a->n);
 }

@@ -17,4 +17,22 @@ void tp_sum_f32(gpt_t *g, float *x, size_t n);
 void tp_max_f32(gpt_t *g, float *x, size_t n);
 void tp_sum_xacc(gpt_t *g, xacc_t *x, size_t n);
 
+/* Sequence parallelism (g->shard.sp): full = [n_seq][T][w], local = the
+ * positions this rank holds, [n_seq][T/tp][w].
+ *   sp_gather: full <- every rank's local (an fp32 all-gather: copies)
+ *   sp_reduce_scatter_f32: local <- the fp32 sum over ranks of full's rows
+ *     held (exact where all addends but one are -0: the embedding lookup)
+ *   sp_contract_parts: open += A.B with A's token rows visited in parts
+ *     order (each tile call the canonical one), for sp_complete_open
+ *   sp_complete_open: out[local] <- the exact sum over ranks of this
+ *     rank's part of open, rounded once (the reduce-scatter of open sums)
+ *   tp_all_reduce_acc: a <- the exact sum over ranks (LayerNorm gradients
+ *     over the positions each rank holds) */
+void sp_gather(gpt_t *g, float *full, const float *local, int n_seq, int w);
+void sp_reduce_scatter_f32(gpt_t *g, float *local, const float *full, int n_seq, int w);
+void sp_contract_parts(gpt_t *g, contract_form_t form, int n_seq, int N, int K, int tn, int tk,
+                       const float *A, int lda, const float *B, int ldb, acc_t *open);
+void sp_complete_open(gpt_t *g, acc_t *open, size_t count, float *out);
+void tp_all_reduce_acc(gpt_t *g, acc_t *a);
+
 #endif

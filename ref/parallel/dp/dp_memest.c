@@ -15,7 +15,8 @@ int dp_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t *de
     dp_replica_config(model, pc, &cfg);
     gpt_mem_t g;
     const int tp = pc->tp > 0 ? pc->tp : 1;
-    if (gpt_mem_bytes_tp(&cfg, tp, dp_replica_omits(pc->zero_stage), &g, err)) return -1;
+    if (gpt_mem_bytes_tp(&cfg, tp, pc->sequence_parallel, dp_replica_omits(pc->zero_stage), &g, err))
+        return -1;
     param_table_t t;
     dp_plan_t p;
     if (param_table_build_tp(&t, &cfg, tp, err)) return -1;

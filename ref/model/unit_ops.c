@@ -1,0 +1,135 @@
+/* unit_ops.c - the operations units are made of, in their tensor- and
+ * sequence-parallel forms (units_internal.h). With one rank each is the
+ * golden layer function itself; with more, each completes its sums
+ * exactly across the group (tp.c), so every form rounds where the golden
+ * run rounds. */
+#include <stdio.h>
+#include <string.h>
+
+#include "parity/rng.h"
+#include "tp.h"
+#include "units_internal.h"
+
+pass_t unit_pass(const gpt_t *g, const gpt_slot_t *A) {
+    const model_config_t *c = &g->cfg;
+    pass_t p;
+    p.n_seq = A->n_seq;
+    p.T = c->seq_length;
+    p.n = A->n_seq * p.T;
+    p.sp = g->local.seq_parts > 1;
+    p.Tl = p.T / g->local.seq_parts;
+    p.t0 = g->local.seq_part * p.Tl;
+    p.ns = p.n_seq * p.Tl;
+    p.nC = (size_t)p.n * c->hidden;
+    p.nsC = (size_t)p.ns * c->hidden;
+    p.t_cc = (linear_tiles_t){c->tile_tokens, c->tile_features, c->tile_features};
+    p.t_cf = (linear_tiles_t){c->tile_tokens, c->tile_features, c->tile_ffn};
+    p.t_fc = (linear_tiles_t){c->tile_tokens, c->tile_ffn, c->tile_features};
+    p.as = (attn_shape_t){A->n_seq,         c->seq_length, g->local.attn, g->local.heads,
+                          c->tile_tokens,   c->attention_dropout, c->heads, g->local.head0};
+    return p;
+}
+
+uint64_t site_stream(const char *site, int l, int64_t step) {
+    char name[96];
+    if (l >= 0)
+        snprintf(name, sizeof name, "layers.%d.%s", l, site);
+    else
+        snprintf(name, sizeof name, "%s", site);
+    return rng_stream_id(name, (uint64_t)step);
+}
+
+void site_mask(const gpt_t *g, const gpt_slot_t *A, const pass_t *p, uint8_t *keep,
+               uint64_t stream) {
+    const uint64_t C = (uint64_t)g->cfg.hidden, run = (uint64_t)p->Tl * C;
+    for (int s = 0; s < p->n_seq; s++) {
+        uint64_t first = ((uint64_t)(A->first_seq + s) * (uint64_t)p->T + (uint64_t)p->t0) * C;
+        dropout_mask(keep + (size_t)s * run, (size_t)run, g->cfg.seed, stream, first,
+                     g->cfg.hidden_dropout);
+    }
+}
+
+void residual_dropout(float *x_out, const float *x, const float *y, const uint8_t *keep,
+                      size_t count, float prob) {
+    if (keep) {
+        dropout_forward(x_out, y, keep, count, prob);
+        for (size_t i = 0; i < count; i++) x_out[i] = x[i] + x_out[i];
+    } else {
+        for (size_t i = 0; i < count; i++) x_out[i] = x[i] + y[i];
+    }
+}
+
+/* An open-sum accumulator over the tp buffer, cleared lazily. */
+static acc_t open_acc(gpt_t *g, size_t count) {
+    acc_t a;
+    acc_init_with(&a, count, g->scratch.open);
+    acc_zero(&a);
+    return a;
+}
+
+void rowpar_forward(gpt_t *g, const pass_t *p, float *y, const float *x, const float *w,
+                    const float *b, int n_in, int n_out, linear_tiles_t t) {
+    if (g->shard.tp == 1) {
+        linear_forward(y, x, w, b, p->n, n_in, n_out, t, &g->ws);
+        return;
+    }
+    acc_t open = open_acc(g, (size_t)p->n * n_out);
+    if (p->sp) { /* reduce-scatter: each rank completes the positions it holds */
+        sp_contract_parts(g, CONTRACT_NT, p->n_seq, n_out, n_in, t.out, t.in, x, n_in, w, n_in,
+                          &open);
+        sp_complete_open(g, &open, (size_t)p->ns * n_out, y);
+    } else { /* all-reduce */
+        contract_acc(CONTRACT_NT, p->n, n_out, n_in, t.tokens, t.out, t.in, x, n_in, w, n_in,
+                     &open, 0, (size_t)n_out, &g->ws);
+        tp_complete_open(g, &open, (size_t)p->n * n_out, y);
+    }
+    if (b) linear_add_bias(y, b, p->ns, n_out);
+}
+
+void colpar_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db, const float *dy,
+                     const float *x, const float *w, int n_in, int n_out, linear_tiles_t t) {
+    if (g->shard.tp == 1) {
+        linear_backward(dx, dw, db, dy, x, w, p->n, n_in, n_out, t, &g->ws);
+        return;
+    }
+    linear_backward(NULL, dw, db, dy, x, w, p->n, n_in, n_out, t, &g->ws);
+    acc_t open = open_acc(g, (size_t)p->n * n_in);
+    if (p->sp) {
+        sp_contract_parts(g, CONTRACT_NN, p->n_seq, n_in, n_out, t.in, t.out, dy, n_out, w, n_in,
+                          &open);
+        sp_complete_open(g, &open, (size_t)p->ns * n_in, dx);
+    } else {
+        contract_acc(CONTRACT_NN, p->n, n_in, n_out, t.tokens, t.in, t.out, dy, n_out, w, n_in,
+                     &open, 0, (size_t)n_in, &g->ws);
+        tp_complete_open(g, &open, (size_t)p->n * n_in, dx);
+    }
+}
+
+const float *tokens_full(gpt_t *g, const pass_t *p, float *buf, const float *held, int w) {
+    if (!p->sp) return held;
+    sp_gather(g, buf, held, p->n_seq, w);
+    return buf;
+}
+
+void ln_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dgamma, acc_t *dbeta,
+                 const float *dy, const float *xhat, const float *rstd, const float *gamma) {
+    const int C = g->cfg.hidden;
+    float *scratch = g->scratch.row_scratch;
+    if (!p->sp) {
+        layernorm_backward(dx, dgamma, dbeta, dy, xhat, rstd, gamma, p->n, C, scratch);
+        return;
+    }
+    /* this microbatch's sums over the positions held, completed across tp
+     * before they join the step's open sums (exact: any grouping) */
+    acc_t pg, pb;
+    char *part = g->scratch.ln_part;
+    acc_init_with(&pg, (size_t)C, part);
+    acc_init_with(&pb, (size_t)C, part + acc_storage_bytes((size_t)C));
+    acc_zero(&pg);
+    acc_zero(&pb);
+    layernorm_backward(dx, &pg, &pb, dy, xhat, rstd, gamma, p->ns, C, scratch);
+    tp_all_reduce_acc(g, &pg);
+    tp_all_reduce_acc(g, &pb);
+    acc_merge(dgamma, &pg);
+    acc_merge(dbeta, &pb);
+}

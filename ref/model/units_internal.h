@@ -1,0 +1,65 @@
+/* units_internal.h - what the unit files share (units.c, unit_layer.c,
+ * unit_ops.c): a unit pass's view of its slot, and the tensor- and
+ * sequence-parallel forms of the operations the units are made of. */
+#ifndef PARITY_UNITS_INTERNAL_H
+#define PARITY_UNITS_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "parity/layers.h"
+#include "parity/model.h"
+
+static inline float *P_(gpt_t *g, int idx) { return g->param_ptr[idx]; }
+static inline float *PL(gpt_t *g, int l, int slot) { return P_(g, param_layer(&g->table, l, slot)); }
+static inline acc_t *GL(gpt_t *g, int l, int slot) {
+    return &g->grad_acc[param_layer(&g->table, l, slot)];
+}
+
+/* What one unit pass needs to know about its slot's tokens. The sharded
+ * regions (LayerNorm, dropout, residual stream) hold `ns` tokens: all n,
+ * or under sequence parallelism positions t0 .. t0+Tl-1 of each sequence. */
+typedef struct {
+    int n_seq, n;        /* sequences, tokens */
+    int T, Tl, t0, ns;   /* positions per sequence; held; first held; tokens held */
+    size_t nC, nsC;      /* n*C, ns*C */
+    int sp;              /* sequence parallel */
+    linear_tiles_t t_cc, t_cf, t_fc;
+    attn_shape_t as;
+} pass_t;
+
+pass_t unit_pass(const gpt_t *g, const gpt_slot_t *A);
+
+/* The dropout stream of a site: keyed by site name and step, never by
+ * rank (I3); l < 0 for a site outside the layers. */
+uint64_t site_stream(const char *site, int l, int64_t step);
+/* keep [ns,C]: the site's mask for the tokens held, keyed by their global
+ * flat index (sequence, position, feature). */
+void site_mask(const gpt_t *g, const gpt_slot_t *A, const pass_t *p, uint8_t *keep,
+               uint64_t stream);
+/* x_out = x + drop(y) over the tokens held (keep: an already drawn mask, or NULL). */
+void residual_dropout(float *x_out, const float *x, const float *y, const uint8_t *keep,
+                      size_t count, float prob);
+
+/* Row-parallel linear forward: y [ns,out] (the tokens held) =
+ * round(sum over ALL input tiles of x.w^T) + b, x [n,in_local]. */
+void rowpar_forward(gpt_t *g, const pass_t *p, float *y, const float *x, const float *w,
+                    const float *b, int n_in, int n_out, linear_tiles_t t);
+/* Column-parallel linear backward: weight and bias gradients of the rows
+ * held, whole; dx [ns,in] (the tokens held) = round(sum over ALL output
+ * tiles of dy.w), dy [n,out_local]. */
+void colpar_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db, const float *dy,
+                     const float *x, const float *w, int n_in, int n_out, linear_tiles_t t);
+/* full [n,w] from the tokens held [ns,w]: the same pointer without
+ * sequence parallelism, else gathered into `buf`. */
+const float *tokens_full(gpt_t *g, const pass_t *p, float *buf, const float *held, int w);
+/* LayerNorm backward over the tokens held; under sequence parallelism
+ * gamma/beta gradients of the positions held are completed across tp. */
+void ln_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dgamma, acc_t *dbeta,
+                 const float *dy, const float *xhat, const float *rstd, const float *gamma);
+
+/* unit_layer.c: units 1..L */
+void layer_unit_forward(gpt_t *g, int l, gpt_slot_t *A, const float *x, const pass_t *p);
+void layer_unit_backward(gpt_t *g, int l, gpt_slot_t *A, const pass_t *p);
+
+#endif
