@@ -81,6 +81,7 @@ int  dp_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t *d
 
 struct corpus;
 struct dump;
+struct ckpt_state;
 
 /* A replicated tensor whose copies disagree. Collecting a dump, every
  * device's copy of a replicated tensor (ZeRO 0-2 parameters; DDP's
@@ -100,7 +101,9 @@ typedef struct {
     double predicted[MEM_NCAT];  /* bytes, from the ZeRO formulas (fp32) */
     size_t peak[MEM_NCAT];       /* measured high-water marks */
     size_t peak_total;
-    coll_counters_t comm;        /* this rank's collective traffic */
+    coll_counters_t comm;        /* this rank's collective traffic; by family (coll.h),
+                                    "tp" is tensor parallelism's, the rest data
+                                    parallelism's (its exact reduce-scatter is family "") */
     uint64_t exact_rs_elems;     /* elements this rank reduced exactly */
     /* wall time by phase: forward/backward, exact gradient reductions,
      * other collectives, and the optimizer (norm, clipping, AdamW) */
@@ -118,6 +121,7 @@ typedef struct {
      * local gradients, to prove that the checker catches a real bug. */
     int broken_fp32_sums;
     int broken_tp_fp32_sums;  /* the row-parallel completions in fp32 (Megatron-LM 1736's kind) */
+    int broken_tp_vocab_pad;  /* a vocabulary padding that depends on tp (Megatron-LM 1754) */
     /* Test-only: 1 + the rank whose parameter replica drifts (one bit of
      * one element flipped after every update; ZeRO 0-2), to prove that
      * collection catches a replica that disagrees; 0 = off. */
@@ -126,6 +130,15 @@ typedef struct {
      * dump_t made for this model (dump.h), or NULL. */
     struct dump *dump;
     const uint8_t *dump_step;    /* [steps] 1 = collect that step, or NULL = all */
+    /* Layout-free checkpoints (ckpt.h). resume: start from these global
+     * tensors, cut onto the layout's blocks and shards; the run's steps
+     * are then resume->step .. resume->step + steps - 1 (data, masks, the
+     * learning rate and dump names follow the global step; stats[] and
+     * dump_step[] stay indexed from 0). save: after the last step, the
+     * state reassembled into global tensors (vectors allocated by the
+     * caller, ckpt_state_alloc). NULL: neither. */
+    const struct ckpt_state *resume;
+    struct ckpt_state *save;
     /* results */
     gpt_step_stats_t *stats;     /* [steps] or NULL */
     dp_device_report_t *reports; /* [dp] or NULL */
@@ -136,9 +149,17 @@ typedef struct {
 
 /* Trains run->steps steps of the layout; 0, or -1 with a message. */
 int dp_train(dp_run_t *run, perr_t *err);
+/* The global index of the run's first step: 0, or the checkpoint's. */
+int64_t dp_first_step(const dp_run_t *run);
+/* Host bytes a layout adds to load or save a checkpoint, beside the
+ * global state (ckpt_host_bytes): every tp rank's AdamW blocks. */
+size_t dp_ckpt_host_bytes(const model_config_t *model, const pconfig_t *pc);
 
 /* Prints the per-device memory next to the ZeRO formulas, and the
- * communication volume next to 2Psi / 3Psi. */
+ * communication volume next to 2Psi / 3Psi; with tp > 1 also the
+ * tensor-parallel traffic next to Megatron's formulas and the activation
+ * memory next to the slot's formula, with and without sequence
+ * parallelism (dp_report_tp.c). */
 void dp_print_report(const dp_run_t *run, FILE *f);
 
 /* Where a layout placed each global tensor, for the divergence report. */

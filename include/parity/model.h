@@ -202,8 +202,10 @@ typedef struct {
     unsigned broken;        /* GPT_BROKEN_*: deliberately broken variants (checker controls) */
 } gpt_shard_t;
 /* Modelled on real bugs: plain fp32 sums in the row-parallel all-reduce
- * (the order-dependent reduction of Megatron-LM issue 1736 and its kin). */
-enum { GPT_BROKEN_TP_FP32_SUMS = 1u };
+ * (the order-dependent reduction of Megatron-LM issue 1736 and its kin);
+ * a vocabulary padded to a multiple of 128 x tp whose padded columns
+ * enter the softmax (Megatron-LM issue 1754: the padding depends on tp). */
+enum { GPT_BROKEN_TP_FP32_SUMS = 1u, GPT_BROKEN_TP_VOCAB_PAD = 2u };
 static inline gpt_shard_t gpt_shard_none(void) { return (gpt_shard_t){1, 0, 0, NULL, 0}; }
 
 /* A replica's extents of the tensor-parallel axes. */

@@ -15,6 +15,7 @@
  */
 #include <string.h>
 
+#include "parity/pmath.h"
 #include "parity/runtime.h"
 #include "tp.h"
 #include "units_internal.h"
@@ -98,6 +99,18 @@ static void embedding_unit_backward(gpt_t *g, gpt_slot_t *A, const pass_t *p) {
 
 static int head_weight(const gpt_t *g) { return g->cfg.tied ? g->table.wte : g->table.out; }
 
+/* The deliberately broken variant GPT_BROKEN_TP_VOCAB_PAD: Megatron
+ * pads the vocabulary to a multiple of 128 x tp, so at tp = 4 a 256-word
+ * vocabulary becomes 512, and the padded rows' logits enter the softmax.
+ * Emulated with zero rows held by tensor-parallel rank 0: each padded
+ * column has logit +0, so it joins the max and adds exp(0 - m) to Z. */
+static int padded_columns(const gpt_t *g) {
+    if (!(g->shard.broken & GPT_BROKEN_TP_VOCAB_PAD) || g->shard.tp == 1 || g->shard.tp_rank)
+        return 0;
+    const int unit = 128 * g->shard.tp, V = g->cfg.vocab;
+    return (V + unit - 1) / unit * unit - V;
+}
+
 static void head_unit_forward(gpt_t *g, gpt_slot_t *A, const float *x, const pass_t *p) {
     const model_config_t *c = &g->cfg;
     const int n = p->n, C = c->hidden, V = g->local.vocab, v0 = g->local.vocab0;
@@ -110,8 +123,12 @@ static void head_unit_forward(gpt_t *g, gpt_slot_t *A, const float *x, const pas
     linear_forward(A->logits, A->lnf_full, P_(g, head_weight(g)), NULL, n, C, V, p->t_cc, &g->ws);
     /* cross-entropy's three reductions: max, exact sum of exps, target logit */
     ce_row_max(m, A->logits, n, V);
+    const int pad = padded_columns(g);
+    for (int i = 0; pad && i < n; i++) m[i] = m[i] > 0.0f ? m[i] : 0.0f;
     if (split) tp_max_f32(g, m, (size_t)n);
     ce_exp_sum(Z, split ? g->scratch.ce_zacc : NULL, A->logits, m, n, V, scratch);
+    for (int i = 0; pad && i < n; i++)
+        for (int k = 0; k < pad; k++) xacc_add_f32(&g->scratch.ce_zacc[i], pm_expf(0.0f - m[i]));
     if (split) {
         tp_sum_xacc(g, g->scratch.ce_zacc, (size_t)n);
         for (int i = 0; i < n; i++) Z[i] = xacc_round_f32(&g->scratch.ce_zacc[i]);
