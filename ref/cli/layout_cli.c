@@ -41,6 +41,11 @@ int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *
         *i += 2;
         return 1;
     }
+    if (!strcmp(a, "--test-broken-tp-vocab-padding")) {
+        lo->broken_tp_vocab_pad = 1;
+        *i += 1;
+        return 1;
+    }
     if (!strcmp(a, "--test-broken-tp-fp32-sums")) {
         lo->broken_tp_fp32_sums = 1;
         *i += 1;
@@ -72,6 +77,8 @@ void layout_opts_print_help(FILE *f) {
           "  --test-broken-fp32-sums  reduce gradients with plain fp32 ring sums\n"
           "  --test-broken-tp-fp32-sums  complete row-parallel sums in fp32 (each rank rounds\n"
           "                           its partial, then adds): the reduction-order bug\n"
+          "  --test-broken-tp-vocab-padding  pad the vocabulary to a multiple of 128 x tp and let\n"
+          "                           the padded columns into the softmax (Megatron-LM 1754)\n"
           "  --test-broken-replica R  flip one bit of device R's parameter replica after every\n"
           "                           update (ZeRO 0-2)\n",
           f);
@@ -117,6 +124,7 @@ static int run_dp(const layout_job_t *job, dump_t *dump, gpt_step_stats_t *stats
                     .arena_capacity = job->lo->arena_bytes, .algo = job->lo->algo,
                     .broken_fp32_sums = job->lo->broken_fp32_sums,
                     .broken_tp_fp32_sums = job->lo->broken_tp_fp32_sums,
+                    .broken_tp_vocab_pad = job->lo->broken_tp_vocab_pad,
                     .broken_replica = job->lo->broken_replica, .dump = dump,
                     .dump_step = job->want, .stats = stats, .reports = reports};
     int rc = dp_train(&run, err);

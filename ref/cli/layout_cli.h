@@ -17,6 +17,7 @@ typedef struct {
     size_t arena_bytes;      /* per device; 0 = unlimited */
     int broken_fp32_sums;    /* --test-broken-fp32-sums: the checker's negative control */
     int broken_tp_fp32_sums; /* --test-broken-tp-fp32-sums: the same, in tensor parallelism */
+    int broken_tp_vocab_pad; /* --test-broken-tp-vocab-padding: Megatron-LM 1754 */
     int broken_replica;      /* --test-broken-replica RANK: 1 + RANK, another one; 0 off */
 } layout_opts_t;
 

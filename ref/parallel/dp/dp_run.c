@@ -79,7 +79,8 @@ static int setup_rank(dp_rank_t *r, device_t *dev) {
     perr_t err;
     const gpt_shard_t shard = {sh->grid.size[GRID_TP], r->tp_rank, sh->run->pc.sequence_parallel,
                                r->tp_group,
-                               sh->run->broken_tp_fp32_sums ? GPT_BROKEN_TP_FP32_SUMS : 0u};
+                               (sh->run->broken_tp_fp32_sums ? GPT_BROKEN_TP_FP32_SUMS : 0u) |
+                                   (sh->run->broken_tp_vocab_pad ? GPT_BROKEN_TP_VOCAB_PAD : 0u)};
     if (gpt_new_tp(&r->g, &sh->cfg, &shard, dp_replica_omits(p->stage), dev->arena, &err)) {
         char msg[sizeof err.msg + 64];
         snprintf(msg, sizeof msg, "device %d: %s", r->rank, err.msg);
