@@ -106,6 +106,7 @@ void sp_complete_open(gpt_t *g, acc_t *open, size_t count, float *out) {
     acc_zero(&mine);
     coll_reduce_scatter_open(grp, &open->x, 0, &mine.x, 0, count);
     acc_round(&mine, out);
+    acc_free(&mine); /* its exception accumulators; the buffer stays */
 }
 
 void tp_all_reduce_acc(gpt_t *g, acc_t *a) {

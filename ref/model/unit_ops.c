@@ -59,7 +59,9 @@ void residual_dropout(float *x_out, const float *x, const float *y, const uint8_
     }
 }
 
-/* An open-sum accumulator over the tp buffer, cleared lazily. */
+/* An open-sum accumulator over the tp buffer, cleared lazily. Its
+ * exception accumulators (xvec's slow elements) are its own: the caller
+ * releases them with acc_free, which leaves the buffer alone. */
 static acc_t open_acc(gpt_t *g, size_t count) {
     acc_t a;
     acc_init_with(&a, count, g->scratch.open);
@@ -83,6 +85,7 @@ void rowpar_forward(gpt_t *g, const pass_t *p, float *y, const float *x, const f
                      &open, 0, (size_t)n_out, &g->ws);
         tp_complete_open(g, &open, (size_t)p->n * n_out, y);
     }
+    acc_free(&open);
     if (b) linear_add_bias(y, b, p->ns, n_out);
 }
 
@@ -103,6 +106,7 @@ void colpar_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db,
                      &open, 0, (size_t)n_in, &g->ws);
         tp_complete_open(g, &open, (size_t)p->n * n_in, dx);
     }
+    acc_free(&open);
 }
 
 const float *tokens_full(gpt_t *g, const pass_t *p, float *buf, const float *held, int w) {
@@ -132,4 +136,6 @@ void ln_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dgamma, acc_t *dbe
     tp_all_reduce_acc(g, &pb);
     acc_merge(dgamma, &pg);
     acc_merge(dbeta, &pb);
+    acc_free(&pg); /* their exception accumulators; the buffer stays */
+    acc_free(&pb);
 }
