@@ -237,21 +237,50 @@ int coll_algo_from_env(coll_algo_t *out, perr_t *e);
 double coll_set_timeout(double seconds);
 double coll_get_timeout(void);
 
-/* ---- byte counters (see the conventions above) ---- */
+/* ---- byte counters (see the conventions above) ----
+ *
+ * Besides the totals by kind, a rank's calls are tallied by family and
+ * dtype, so that traffic of different parallel axes on one device can be
+ * told apart (tensor parallelism's all-reduces of open sums from data
+ * parallelism's loss and norm, which are all-reduces too). A call's
+ * family is its group's name without the trailing index: "tp" for tp0,
+ * tp1, ...; "dp", "dp-grads", "world" (the grid names its groups so,
+ * grid.h); the first COLL_FAMILY_NAME - 1 characters. A rank keeps
+ * COLL_MAX_FAMILIES families from its last reset on; calls of any further
+ * one are tallied under the last, named "*". coll_counters_add names no
+ * group: family "". */
+
+typedef struct {
+    uint64_t calls, bytes, bus_bytes, sent, recv; /* as the totals below */
+} coll_tally_t;
+
+enum { COLL_MAX_FAMILIES = 8, COLL_FAMILY_NAME = 16 };
+
+typedef struct {
+    char name[COLL_FAMILY_NAME];
+    coll_tally_t by[COLL_NKINDS][COLL_NDTYPES];
+} coll_family_t;
 
 typedef struct {
     uint64_t calls[COLL_NKINDS];
     uint64_t bytes[COLL_NKINDS];     /* S, the algbw numerator */
     uint64_t bus_bytes[COLL_NKINDS]; /* S * busbw factor */
     uint64_t sent[COLL_NKINDS], recv[COLL_NKINDS];
+    int nfamilies;                   /* in order of first use */
+    coll_family_t family[COLL_MAX_FAMILIES];
 } coll_counters_t;
 
 /* Counters of one world rank, accumulated over runs until reset. */
 void   coll_counters_get(int world_rank, coll_counters_t *out);
-void   coll_counters_reset(int world_rank); /* -1: every rank */
-/* Adds one call of `kind` moving S = bytes (busbw factor `factor`) to a
- * rank's counters: for collectives built above this layer on the same
- * shared memory (data parallelism's exact reduce-scatter of open sums). */
+/* -1: every rank. Zeroes the tallies and forgets the families; call it
+ * while the rank has no call in flight (at the start of a run). */
+void   coll_counters_reset(int world_rank);
+/* A family's tallies in a snapshot, or NULL when the rank made no call in it. */
+const coll_family_t *coll_counters_family(const coll_counters_t *c, const char *family);
+/* Adds one call of `kind` moving S = bytes of open sums (COLL_XVEC, busbw
+ * factor `factor`) to a rank's counters: for data movement built by hand
+ * above this layer. The open-sum collectives (coll_*_open) count
+ * themselves; nothing in parity calls this today. */
 void   coll_counters_add(int world_rank, coll_kind_t kind, uint64_t bytes, double factor);
 /* nccl-tests' busbw factor for a collective over n ranks. */
 double coll_busbw_factor(coll_kind_t kind, int n);

@@ -175,7 +175,8 @@ void coll_arrive(coll_ctx_t *c, const coll_call_t *d) {
 void coll_leave(coll_ctx_t *c, uint64_t bytes, uint64_t sent, uint64_t recvd) {
     coll_kind_t kind = (coll_kind_t)c->call->kind;
     coll_activity_exit(c->world_rank);
-    coll_count(c->world_rank, kind, bytes, coll_busbw_factor(kind, c->n), sent, recvd);
+    coll_count(c->world_rank, c->g, kind, (coll_dtype_t)c->call->dtype, bytes,
+               coll_busbw_factor(kind, c->n), sent, recvd);
 }
 
 coll_call_t coll_make_call(coll_kind_t kind, coll_dtype_t dt, int op, size_t count, int root,

@@ -153,11 +153,14 @@ void *coll_alloc(size_t bytes);
 void  coll_free(void *p, size_t bytes);
 
 /* ---- coll_counters.c ---- */
-void coll_count(int world_rank, coll_kind_t kind, uint64_t bytes, double factor, uint64_t sent,
-                uint64_t recvd);
+/* One call of `kind` on `dt` over g, by world rank (g names the family
+ * the call is also tallied under, coll.h; NULL: family ""). */
+void coll_count(int world_rank, const group_t *g, coll_kind_t kind, coll_dtype_t dt,
+                uint64_t bytes, double factor, uint64_t sent, uint64_t recvd);
 /* Adds to sent and recv only (no call, no S): payload whose size only the
  * data knows, such as an open sum's exceptions, counted where it moves. */
-void coll_count_traffic(int world_rank, coll_kind_t kind, uint64_t sent, uint64_t recvd);
+void coll_count_traffic(int world_rank, const group_t *g, coll_kind_t kind, coll_dtype_t dt,
+                        uint64_t sent, uint64_t recvd);
 
 /* ---- coll_reduce.c: elementwise kernels ---- */
 /* dst[k] = ((src[0][k] op src[1][k]) op src[2][k]) ... for k < count.
@@ -206,8 +209,8 @@ void open_move(const coll_ctx_t *c, xvec_t *dst, size_t doff, const xvec_t *src,
                size_t len, int store, int from, int to);
 /* A point-to-point delivery: dst += src (ranges of count), serialised with
  * every other delivery touching either vector, exceptions counted. */
-void open_deliver(const xvec_t *src, size_t soff, xvec_t *dst, size_t doff, size_t count,
-                  int from_world, int to_world);
+void open_deliver(const group_t *g, const xvec_t *src, size_t soff, xvec_t *dst, size_t doff,
+                  size_t count, int from_world, int to_world);
 /* Frees a member's open partials (group teardown). */
 void open_member_free(coll_member_t *m);
 

@@ -41,8 +41,8 @@ void open_move(const coll_ctx_t *c, xvec_t *dst, size_t doff, const xvec_t *src,
         uint64_t x = exception_bytes(src, soff, len);
         coll_kind_t kind = (coll_kind_t)c->call->kind;
         if (x) {
-            coll_count_traffic(c->g->ranks[from], kind, x, 0);
-            coll_count_traffic(c->g->ranks[to], kind, 0, x);
+            coll_count_traffic(c->g->ranks[from], c->g, kind, COLL_XVEC, x, 0);
+            coll_count_traffic(c->g->ranks[to], c->g, kind, COLL_XVEC, 0, x);
         }
     }
     (store ? xvec_store_range : xvec_merge_range)(dst, doff, src, soff, len);
@@ -66,8 +66,8 @@ static unsigned stripe(const void *p) {
     return (unsigned)((((uintptr_t)p >> 4) * 0x9e3779b97f4a7c15ULL) >> 58); /* 6 bits */
 }
 
-void open_deliver(const xvec_t *src, size_t soff, xvec_t *dst, size_t doff, size_t count,
-                  int from_world, int to_world) {
+void open_deliver(const group_t *g, const xvec_t *src, size_t soff, xvec_t *dst, size_t doff,
+                  size_t count, int from_world, int to_world) {
     if (count == 0) return;
     unsigned a = stripe(src), b = stripe(dst);
     unsigned lo = a < b ? a : b, hi = a < b ? b : a;
@@ -78,8 +78,8 @@ void open_deliver(const xvec_t *src, size_t soff, xvec_t *dst, size_t doff, size
     if (hi != lo) pthread_mutex_unlock(&stripe_mu[hi]);
     pthread_mutex_unlock(&stripe_mu[lo]);
     if (x) {
-        coll_count_traffic(from_world, COLL_KIND_SEND, x, 0);
-        coll_count_traffic(to_world, COLL_KIND_RECV, 0, x);
+        coll_count_traffic(from_world, g, COLL_KIND_SEND, COLL_XVEC, x, 0);
+        coll_count_traffic(to_world, g, COLL_KIND_RECV, COLL_XVEC, 0, x);
     }
 }
 

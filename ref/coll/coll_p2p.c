@@ -147,7 +147,7 @@ static void deliver(coll_request_t *s, coll_request_t *r) {
                      "xvec to itself and receives them into the overlapping [%zu, %zu) of the same xvec",
                      s->g->name, s->tag, s->me, s->world_rank, s->off, s->off + s->count, r->off,
                      r->off + r->count);
-        open_deliver(s->buf, s->off, r->buf, r->off, s->count, s->world_rank, r->world_rank);
+        open_deliver(s->g, s->buf, s->off, r->buf, r->off, s->count, s->world_rank, r->world_rank);
     } else {
         size_t bytes = s->count * coll_dtype_size(s->dt);
         if (bytes) memcpy(r->buf, s->buf, bytes);
@@ -199,8 +199,8 @@ coll_request_t *coll_p2p_post(group_t *g, int is_send, void *buf, size_t off, si
     else append(is_send ? &ch->sends : &ch->recvs, req);
     pthread_mutex_unlock(&ch->mu);
     uint64_t bytes = count * es, remote = peer != me ? bytes : 0;
-    if (is_send) coll_count(dev->rank, COLL_KIND_SEND, bytes, 1.0, remote, 0);
-    else coll_count(dev->rank, COLL_KIND_RECV, bytes, 1.0, 0, remote);
+    if (is_send) coll_count(dev->rank, g, COLL_KIND_SEND, dt, bytes, 1.0, remote, 0);
+    else coll_count(dev->rank, g, COLL_KIND_RECV, dt, bytes, 1.0, 0, remote);
     return req;
 }
 
