@@ -101,9 +101,9 @@ typedef struct {
     double predicted[MEM_NCAT];  /* bytes, from the ZeRO formulas (fp32) */
     size_t peak[MEM_NCAT];       /* measured high-water marks */
     size_t peak_total;
-    coll_counters_t comm;        /* this rank's collective traffic; by family (coll.h),
-                                    "tp" is tensor parallelism's, the rest data
-                                    parallelism's (its exact reduce-scatter is family "") */
+    coll_counters_t comm;        /* this rank's collective traffic; by group family
+                                    (coll.h) "tp" is tensor parallelism's, the rest
+                                    data parallelism's ("dp", "dp-grads", "world") */
     uint64_t exact_rs_elems;     /* elements this rank reduced exactly */
     /* wall time by phase: forward/backward, exact gradient reductions,
      * other collectives, and the optimizer (norm, clipping, AdamW) */

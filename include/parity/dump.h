@@ -40,10 +40,18 @@ int     dump_end_step(dump_t *d, const gpt_t *g, const gpt_step_stats_t *st, per
 int     dump_set_metadata(dump_t *d, const char *key, const char *value, perr_t *err);
 int     dump_save(const dump_t *d, const char *path, perr_t *err);
 int     dump_write_digests(const dump_t *d, const char *path, perr_t *err);
-/* The first batch tensor ("step<s>.<name>") whose replicas disagreed
- * (blocks reported by several replicas are compared, not overwritten),
- * or NULL; *flat its first differing element. */
-const char *dump_replica_diff(const dump_t *d, int64_t *flat);
+/* Blocks that several replicas report (an activation every tensor-parallel
+ * rank holds whole) are compared, not overwritten. A collector names the
+ * device whose views arrive next with dump_set_writer; dump_replica_diff
+ * gives the first disagreement: 1 and *out, or 0. */
+typedef struct {
+    const char *name;   /* "step<s>.<tensor>" (valid while the dump lives) */
+    int64_t flat;       /* element of the global tensor */
+    int device, taken;  /* the device whose copy differs; the one the dump holds */
+    float got, want;    /* their values (bytes and integers as numbers) */
+} dump_replica_t;
+void dump_set_writer(dump_t *d, int device);
+int  dump_replica_diff(const dump_t *d, dump_replica_t *out);
 /* Tensors added so far. */
 int     dump_count(const dump_t *d);
 /* The collected tensors (a dump made with DUMP_TENSORS), for comparing two

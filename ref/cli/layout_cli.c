@@ -7,10 +7,12 @@
 #include <time.h>
 
 #include "parity/check.h"
+#include "parity/ckpt.h"
 #include "parity/dp.h"
 #include "parity/dump.h"
 #include "parity/memest.h"
 #include "parity/numparse.h"
+#include "parity/tile.h"
 
 void layout_opts_defaults(layout_opts_t *lo) {
     memset(lo, 0, sizeof *lo);
@@ -115,18 +117,23 @@ static int estimate(const layout_job_t *job, int check, memest_t *m, perr_t *err
         memest_add_dump(m, job->cfg, (job->dump_path ? DUMP_TENSORS : 0u) |
                                          (job->digest_path ? DUMP_DIGESTS : 0u), dumped);
     }
+    if (job->resume || job->save_dir)
+        m->host_shared += ckpt_host_bytes(job->cfg, job->resume != NULL, job->save_dir != NULL) +
+                          dp_ckpt_host_bytes(job->cfg, &job->lo->pc);
     return memest_check(m, job->lo->arena_bytes, err);
 }
 
 static int run_dp(const layout_job_t *job, dump_t *dump, gpt_step_stats_t *stats,
-                  dp_device_report_t *reports, dp_run_t *run_out, perr_t *err) {
+                  dp_device_report_t *reports, ckpt_state_t *save, dp_run_t *run_out,
+                  perr_t *err) {
     dp_run_t run = {.model = *job->cfg, .pc = job->lo->pc, .steps = job->steps, .data = job->data,
                     .arena_capacity = job->lo->arena_bytes, .algo = job->lo->algo,
                     .broken_fp32_sums = job->lo->broken_fp32_sums,
                     .broken_tp_fp32_sums = job->lo->broken_tp_fp32_sums,
                     .broken_tp_vocab_pad = job->lo->broken_tp_vocab_pad,
                     .broken_replica = job->lo->broken_replica, .dump = dump,
-                    .dump_step = job->want, .stats = stats, .reports = reports};
+                    .dump_step = job->want, .stats = stats, .reports = reports,
+                    .resume = job->resume, .save = save};
     int rc = dp_train(&run, err);
     *run_out = run;
     return rc;
@@ -160,18 +167,26 @@ int layout_train(const layout_job_t *job) {
     }
     dp_run_t run = {0};
     int rc = 0;
+    ckpt_state_t save = {0};
+    if (job->save_dir && ckpt_state_alloc(&save, job->cfg, &err)) {
+        fprintf(stderr, "parity train: --save: %s\n", err.msg);
+        rc = 2;
+    }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (!stats || !reports || run_dp(job, dump, stats, reports, &run, &err)) {
+    if (rc == 0 && (!stats || !reports ||
+                    run_dp(job, dump, stats, reports, job->save_dir ? &save : NULL, &run, &err))) {
         fprintf(stderr, "parity train: %s\n", stats && reports ? err.msg : "out of memory");
         rc = 2;
     }
+    const int64_t first = job->resume ? job->resume->step : 0;
     for (int s = 0; rc == 0 && s < job->steps; s++) {
         uint32_t u;
         memcpy(&u, &stats[s].loss, sizeof u);
         if (!job->quiet || s == job->steps - 1)
-            printf("step %5d | loss %.6f (0x%08x) | lr %.4e | grad norm %.6f\n", s,
-                   (double)stats[s].loss, u, (double)stats[s].lr, (double)stats[s].grad_norm);
+            printf("step %5lld | loss %.6f (0x%08x) | lr %.4e | grad norm %.6f\n",
+                   (long long)(first + s), (double)stats[s].loss, u, (double)stats[s].lr,
+                   (double)stats[s].grad_norm);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double wall = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
@@ -203,6 +218,15 @@ int layout_train(const layout_job_t *job) {
         fprintf(stderr, "parity train: --digest: %s\n", err.msg);
         rc = 2;
     }
+    if (rc == 0 && job->save_dir) {
+        if (ckpt_save(job->save_dir, &save, tile_backend_name(tile_get_backend()), &err)) {
+            fprintf(stderr, "parity train: --save: %s\n", err.msg);
+            rc = 2;
+        } else if (!job->quiet) {
+            printf("checkpoint: step %lld -> %s\n", (long long)save.step, job->save_dir);
+        }
+    }
+    ckpt_state_free(&save);
     dump_free(dump);
     free(stats);
     free(reports);
@@ -255,9 +279,12 @@ int layout_check(const layout_job_t *job) {
         goto out;
     }
     memset(all, 1, (size_t)job->steps);
-    /* the golden run: one device, the model's own microbatches */
+    /* the golden run: one device, the model's own microbatches; with
+     * --load, both runs start from the checkpoint */
+    if (job->resume) ckpt_state_to_gpt(job->resume, g);
+    const int64_t first = job->resume ? job->resume->step : 0;
     if (dump_add_init(golden, g, &err)) goto fail;
-    for (int s = 0; s < job->steps; s++) {
+    for (int64_t s = first; s < first + job->steps; s++) {
         gpt_observer_t obs = {0};
         gpt_step_stats_t st;
         dump_begin_step(golden, s, &obs);
@@ -266,7 +293,7 @@ int layout_check(const layout_job_t *job) {
     }
     layout_job_t lj = *job;
     lj.want = all;
-    if (run_dp(&lj, layout, NULL, NULL, &run, &err)) goto fail;
+    if (run_dp(&lj, layout, NULL, NULL, NULL, &run, &err)) goto fail;
     reps = calloc((size_t)run.n_replica_diffs + 1, sizeof *reps);
     if (!reps) {
         fputs("parity check: out of memory\n", stderr);
@@ -276,8 +303,13 @@ int layout_check(const layout_job_t *job) {
         const dp_replica_diff_t *d = &run.replica_diffs[i];
         reps[i] = (check_replica_t){d->name, d->flat, d->device, d->taken, d->ndiffer, d->got, d->want};
     }
+    int nreps = run.n_replica_diffs;
+    dump_replica_t act; /* activations every tensor-parallel rank holds, compared by the dump */
+    if (dump_replica_diff(layout, &act))
+        reps[nreps++] = (check_replica_t){act.name, (uint64_t)act.flat, act.device, act.taken, 1,
+                                          act.got, act.want};
     owner_ctx_t oc = {&pl, job->cfg->micro_batch};
-    check_owner_t owner = {&oc, describe, reps, run.n_replica_diffs};
+    check_owner_t owner = {&oc, describe, reps, nreps};
     check_result_t res;
     char desc[160];
     pconfig_describe(pc, desc, sizeof desc);

@@ -37,6 +37,8 @@ typedef struct {
     const unsigned char *want; /* [steps] steps to dump */
     const char *dump_path, *digest_path;
     int quiet;
+    const struct ckpt_state *resume; /* --load: start from it (ckpt.h), or NULL */
+    const char *save_dir;            /* --save: checkpoint after the last step, or NULL */
 } layout_job_t;
 
 /* Trains the layout, prints the steps, the memory and traffic report,

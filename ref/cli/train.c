@@ -2,6 +2,8 @@
  *
  *   parity train --model gpt-tiny --steps 20
  *   parity train --model gpt-micro --steps 3 --dump run.safetensors
+ *   parity train --model gpt-tiny --steps 2 --save ckpt
+ *   parity train --model gpt-tiny --steps 2 --load ckpt --tensor-model-parallel-size 4
  *
  * Prints one line per step and a summary. Flags follow Megatron-LM's
  * names where Megatron has one; every flag overrides the model config,
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "parity/ckpt.h"
 #include "parity/corpus.h"
 #include "layout_cli.h"
 #include "parity/dump.h"
@@ -40,6 +43,13 @@ static void usage(FILE *f) {
         "  --dump-steps LIST        steps to dump, e.g. 0,1,2 (default: all when --steps <= 3,\n"
         "                           else 0)\n"
         "  --digest FILE            write SHA-256 digests of the dumped tensors (golden/ format)\n"
+        "  --save DIR               after the last step, write a layout-free checkpoint to DIR\n"
+        "                           (created if missing): DIR/model.safetensors, the global\n"
+        "                           parameters and AdamW state, replaced all or nothing\n"
+        "  --load DIR               continue from the checkpoint in DIR, on any layout: runs\n"
+        "                           steps S .. S+N-1 (S its next step, N --steps; --dump-steps\n"
+        "                           names these global steps); its config must equal this\n"
+        "                           run's (except name and micro_batch)\n"
         "  --quiet                  only the summary line\n"
         "  --print-config           print the resolved config as JSON and exit\n"
         "model and training overrides (Megatron-style):\n"
@@ -55,7 +65,8 @@ static void usage(FILE *f) {
     fputs("  --print-layout           print the resolved layout and its memory estimate and exit\n"
           "`parity check` takes the same options, runs the golden run and the layout, and\n"
           "compares every tensor of every step with memcmp (every replica too); there,\n"
-          "--dump and --digest write the layout run's reassembled tensors, match or not.\n",
+          "--dump and --digest write the layout run's reassembled tensors, match or not,\n"
+          "and --load DIR starts both runs from the checkpoint (--save is refused).\n",
           f);
 }
 
@@ -136,8 +147,9 @@ static int apply_cfg_opt(model_config_t *c, const cfg_opt_t *o, const char *val)
     return -1;
 }
 
-/* "0,1,2" -> sorted flags in want[0..steps). */
-static int parse_steps_list(const char *s, int steps, unsigned char *want) {
+/* "0,1,2" -> flags in want[0..steps), for the run's global steps
+ * first .. first+steps-1 (first > 0 resumes a checkpoint). */
+static int parse_steps_list(const char *s, long long first, int steps, unsigned char *want) {
     const char *p = s;
     if (!*p) goto bad;
     while (*p) {
@@ -145,12 +157,13 @@ static int parse_steps_list(const char *s, int steps, unsigned char *want) {
         errno = 0;
         long v = strtol(p, &end, 10);
         if (errno || end == p || v < 0) goto bad;
-        if (v >= steps) {
-            fprintf(stderr, "parity train: --dump-steps: step %ld is not run (--steps %d runs 0..%d)\n",
-                    v, steps, steps - 1);
+        if (v < first || v - first >= steps) {
+            fprintf(stderr, "parity train: --dump-steps: step %ld is not run (--steps %d runs "
+                            "%lld..%lld%s)\n",
+                    v, steps, first, first + steps - 1, first ? ", from the checkpoint's step" : "");
             return -1;
         }
-        want[v] = 1;
+        want[v - first] = 1;
         p = end;
         if (*p == ',') p++;
         else if (*p) goto bad;
@@ -184,9 +197,10 @@ static uint32_t bits(float f) {
 }
 
 /* --dump and --digest: writable regular files, not the same file, and
- * --dump-steps only with something to dump. */
+ * --dump-steps only with something to dump; --save: a directory that can
+ * take the checkpoint, whose file is neither of the others. */
 static int check_outputs(const char *dump_path, const char *digest_path, const char *dump_steps,
-                         int check) {
+                         const char *save_dir, int check) {
     perr_t e;
     const char *outs[2] = {dump_path, digest_path}, *flag[2] = {"--dump", "--digest"};
     for (int k = 0; k < 2; k++)
@@ -209,6 +223,30 @@ static int check_outputs(const char *dump_path, const char *digest_path, const c
         fprintf(stderr, "parity train: --dump-steps: nothing is dumped without --dump or --digest\n");
         return -1;
     }
+    if (!save_dir) return 0;
+    if (check) {
+        fprintf(stderr, "parity check: --save: the checker compares runs and saves nothing; use "
+                        "parity train --save (a checkpoint is the same from any layout)\n");
+        return -1;
+    }
+    if (ckpt_check_save_dir(save_dir, "--save", &e)) {
+        fprintf(stderr, "parity train: %s\n", e.msg);
+        return -1;
+    }
+    char *file = ckpt_file_path(save_dir);
+    if (!file) {
+        fprintf(stderr, "parity train: out of memory\n");
+        return -1;
+    }
+    for (int k = 0; k < 2; k++)
+        if (outs[k] && pio_same_output(outs[k], file)) {
+            fprintf(stderr, "parity train: %s '%s' is the checkpoint file of --save '%s'; each "
+                            "needs its own\n",
+                    flag[k], outs[k], save_dir);
+            free(file);
+            return -1;
+        }
+    free(file);
     return 0;
 }
 
@@ -216,7 +254,7 @@ static int check_outputs(const char *dump_path, const char *digest_path, const c
  * option parser, so a layout means the same in both. */
 static int train_main(int argc, char **argv, int check) {
     const char *model = "gpt-tiny", *backend = NULL, *data_path = NULL, *dump_path = NULL;
-    const char *dump_steps = NULL, *digest_path = NULL;
+    const char *dump_steps = NULL, *digest_path = NULL, *save_dir = NULL, *load_dir = NULL;
     long long steps = check ? 3 : 10;
     int quiet = 0, print_config = 0, print_layout = 0, layout_given = 0;
     perr_t err;
@@ -248,6 +286,8 @@ static int train_main(int argc, char **argv, int check) {
         else if (!strcmp(a, "--dump")) VAL(dump_path);
         else if (!strcmp(a, "--dump-steps")) VAL(dump_steps);
         else if (!strcmp(a, "--digest")) VAL(digest_path);
+        else if (!strcmp(a, "--save")) VAL(save_dir);
+        else if (!strcmp(a, "--load")) VAL(load_dir);
         else if (!strcmp(a, "--steps")) {
             const char *v;
             VAL(v);
@@ -342,9 +382,9 @@ static int train_main(int argc, char **argv, int check) {
         return 2;
     }
     if (print_layout) {
-        if (print_config || dump_path || digest_path || dump_steps) {
+        if (print_config || dump_path || digest_path || dump_steps || save_dir || load_dir) {
             fprintf(stderr, "parity %s: --print-layout prints the layout and exits; it runs "
-                            "nothing to print a config of or to dump\n",
+                            "nothing to print a config of, dump, load or save\n",
                     argv[0]);
             return 2;
         }
@@ -360,9 +400,9 @@ static int train_main(int argc, char **argv, int check) {
         memest_print(&mem, stdout);
         return 0;
     }
-    if (print_config && (dump_path || digest_path || dump_steps)) {
+    if (print_config && (dump_path || digest_path || dump_steps || save_dir || load_dir)) {
         fprintf(stderr, "parity %s: --print-config prints the resolved config and exits; it runs "
-                        "nothing to --dump or --digest\n",
+                        "nothing to --dump, --digest, --load or --save\n",
                 argv[0]);
         return 2;
     }
@@ -375,7 +415,7 @@ static int train_main(int argc, char **argv, int check) {
 
     /* output files: fail now, not after the training run, and create
      * nothing until the run has succeeded (fileio.h) */
-    if (check_outputs(dump_path, digest_path, dump_steps, check)) return 2;
+    if (check_outputs(dump_path, digest_path, dump_steps, save_dir, check)) return 2;
 
     /* data */
     char default_data[4200];
@@ -410,15 +450,35 @@ static int train_main(int argc, char **argv, int check) {
         return 2;
     }
 
+    /* --load: the state to start from, and the step it starts at */
+    ckpt_state_t resume = {0};
+    if (load_dir) {
+        char *saved_backend = NULL;
+        if (ckpt_load(load_dir, &cfg, &resume, &saved_backend, &err)) {
+            fprintf(stderr, "parity %s: %s\n", argv[0], err.msg);
+            corpus_free(&data);
+            return 2;
+        }
+        const char *mine = tile_backend_name(tile_get_backend());
+        if (saved_backend && strcmp(saved_backend, mine))
+            fprintf(stderr, "parity %s: note: the checkpoint was computed with the %s backend; "
+                            "this run continues it with %s's bits\n",
+                    argv[0], saved_backend, mine);
+        free(saved_backend);
+    }
+    const long long first = resume.step;
+
     unsigned char *want = calloc((size_t)steps, 1);
     if (!want) {
         fprintf(stderr, "parity train: out of memory\n");
+        ckpt_state_free(&resume);
         corpus_free(&data);
         return 2;
     }
     if (dump_steps) {
-        if (parse_steps_list(dump_steps, (int)steps, want)) {
+        if (parse_steps_list(dump_steps, first, (int)steps, want)) {
             free(want);
+            ckpt_state_free(&resume);
             corpus_free(&data);
             return 2;
         }
@@ -427,9 +487,11 @@ static int train_main(int argc, char **argv, int check) {
     }
 
     if (check || layout_given) {
-        layout_job_t job = {&cfg, &lo, &data, (int)steps, want, dump_path, digest_path, quiet};
+        layout_job_t job = {&cfg, &lo, &data, (int)steps, want, dump_path, digest_path, quiet,
+                            load_dir ? &resume : NULL, save_dir};
         int code = check ? layout_check(&job) : layout_train(&job);
         free(want);
+        ckpt_state_free(&resume);
         corpus_free(&data);
         return code;
     }
@@ -441,20 +503,18 @@ static int train_main(int argc, char **argv, int check) {
     if (!mem_bad && (dump_path || digest_path))
         memest_add_dump(&mem, &cfg, (dump_path ? DUMP_TENSORS : 0u) | (digest_path ? DUMP_DIGESTS : 0u),
                         dumped);
-    if (mem_bad || memest_check(&mem, 0, &err)) {
+    if (!mem_bad) mem.host_shared += ckpt_host_bytes(&cfg, load_dir != NULL, save_dir != NULL);
+    gpt_t *g = NULL;
+    if (mem_bad || memest_check(&mem, 0, &err) || gpt_new(&g, &cfg, &err)) {
         fprintf(stderr, "parity train: %s\n", err.msg);
         free(want);
+        ckpt_state_free(&resume);
         corpus_free(&data);
         return 2;
     }
     if (!quiet) memest_print(&mem, stdout);
-    gpt_t *g;
-    if (gpt_new(&g, &cfg, &err)) {
-        fprintf(stderr, "parity train: %s\n", err.msg);
-        free(want);
-        corpus_free(&data);
-        return 2;
-    }
+    if (load_dir) ckpt_state_to_gpt(&resume, g); /* the golden table is the checkpoint's */
+    ckpt_state_free(&resume);
     dump_t *dump = NULL;
     int rc = 0;
     if (dump_path || digest_path) {
@@ -477,12 +537,13 @@ static int train_main(int argc, char **argv, int check) {
     double *ms = calloc((size_t)steps, sizeof(double)), *cpu = calloc((size_t)steps, sizeof(double));
     float first_loss = 0, last_loss = 0;
     for (long long s = 0; s < steps; s++) {
+        const long long gs = first + s; /* the global step: data, masks, lr, names */
         gpt_observer_t obs = {0};
         int dumped = dump && want[s];
-        if (dumped) dump_begin_step(dump, s, &obs);
+        if (dumped) dump_begin_step(dump, gs, &obs);
         gpt_step_stats_t st;
         double t0 = now_ms(), c0 = cpu_ms();
-        gpt_train_step(g, &data, s, dumped ? &obs : NULL, &st);
+        gpt_train_step(g, &data, gs, dumped ? &obs : NULL, &st);
         double dt = now_ms() - t0;
         if (ms && cpu) ms[s] = dt, cpu[s] = cpu_ms() - c0;
         if (dumped && dump_end_step(dump, g, &st, &err)) {
@@ -493,11 +554,11 @@ static int train_main(int argc, char **argv, int check) {
         if (s == 0) first_loss = st.loss;
         last_loss = st.loss;
         if (!quiet)
-            printf("step %5lld | loss %.6f (0x%08x) | lr %.4e | grad norm %.6f | %8.1f ms\n", s,
+            printf("step %5lld | loss %.6f (0x%08x) | lr %.4e | grad norm %.6f | %8.1f ms\n", gs,
                    (double)st.loss, bits(st.loss), (double)st.lr, (double)st.grad_norm, dt);
         fflush(stdout);
         if (!isfinite(st.loss)) {
-            fprintf(stderr, "parity train: step %lld: loss is not finite\n", s);
+            fprintf(stderr, "parity train: step %lld: loss is not finite\n", gs);
             rc = 1;
             break;
         }
@@ -527,6 +588,15 @@ static int train_main(int argc, char **argv, int check) {
         printf("dump: %d tensors%s%s%s%s\n", dump_count(dump), dump_path ? " -> " : "",
                dump_path ? dump_path : "", digest_path ? ", digests -> " : "",
                digest_path ? digest_path : "");
+    if (rc == 0 && save_dir) {
+        const ckpt_state_t now = ckpt_state_view_gpt(g, first + steps);
+        if (ckpt_save(save_dir, &now, tile_backend_name(tile_get_backend()), &err)) {
+            fprintf(stderr, "parity train: --save: %s\n", err.msg);
+            rc = 2;
+        } else if (!quiet) {
+            printf("checkpoint: step %lld -> %s\n", first + steps, save_dir);
+        }
+    }
 done:
     dump_free(dump);
     gpt_free(g);

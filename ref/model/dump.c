@@ -21,6 +21,7 @@ typedef struct {
     size_t esize, per_seq_bytes;
     unsigned char *data;   /* [B * per_seq_bytes] */
     unsigned char *filled; /* [B * per_seq elements]: written by some replica */
+    int first_writer;      /* the device that reported it first */
 } batch_entry_t;
 
 typedef struct {
@@ -40,8 +41,9 @@ struct dump {
     batch_entry_t *batch;
     int n_batch, cap_batch;
     float *grads; /* [total] copy of the rounded gradients */
-    char replica_diff_name[200]; /* first batch tensor whose replicas disagreed ("" none) */
-    int64_t replica_diff_flat;
+    int writer;                  /* the device whose views arrive now (dump_set_writer) */
+    dump_replica_t diff;         /* the first batch tensor whose replicas disagreed */
+    char diff_name[200];         /* "" none */
     int have_grads;
     size_t total;
 };
@@ -154,6 +156,7 @@ static batch_entry_t *batch_entry(dump_t *d, const gpt_view_t *v) {
     memset(e, 0, sizeof *e);
     e->name = strdup(v->name);
     e->dtype = v->dtype;
+    e->first_writer = d->writer;
     e->ndim = v->ndim + 1;
     e->shape[0] = d->B;
     e->esize = st_dtype_size(v->dtype);
@@ -169,6 +172,22 @@ static batch_entry_t *batch_entry(dump_t *d, const gpt_view_t *v) {
     return e;
 }
 
+/* An element's value for a report: fp32 bits as they are, bytes and
+ * integers as numbers. */
+static float as_float(st_dtype_t dt, const unsigned char *x) {
+    float f;
+    int32_t i;
+    if (dt == ST_F32) {
+        memcpy(&f, x, sizeof f);
+        return f;
+    }
+    if (dt == ST_I32) {
+        memcpy(&i, x, sizeof i);
+        return (float)i;
+    }
+    return (float)x[0];
+}
+
 /* Copies one run of a replica's block into the global tensor; an element
  * another replica wrote already is compared instead (the first
  * disagreement is kept for the checker). */
@@ -179,10 +198,10 @@ static void place_run(dump_t *d, batch_entry_t *e, size_t at, const unsigned cha
         if (!e->filled[at + k]) {
             memcpy(dst, from, e->esize);
             e->filled[at + k] = 1;
-        } else if (memcmp(dst, from, e->esize) && !d->replica_diff_name[0]) {
-            snprintf(d->replica_diff_name, sizeof d->replica_diff_name, "step%lld.%s",
-                     (long long)d->step, e->name);
-            d->replica_diff_flat = (int64_t)(at + k);
+        } else if (memcmp(dst, from, e->esize) && !d->diff_name[0]) {
+            snprintf(d->diff_name, sizeof d->diff_name, "step%lld.%s", (long long)d->step, e->name);
+            d->diff = (dump_replica_t){d->diff_name, (int64_t)(at + k), d->writer, e->first_writer,
+                                       as_float(e->dtype, from), as_float(e->dtype, dst)};
         }
     }
 }
@@ -210,9 +229,12 @@ static void on_batch_tensor(void *ctx, const gpt_view_t *v) {
             }
 }
 
-const char *dump_replica_diff(const dump_t *d, int64_t *flat) {
-    if (flat) *flat = d->replica_diff_flat;
-    return d->replica_diff_name[0] ? d->replica_diff_name : NULL;
+void dump_set_writer(dump_t *d, int device) { d->writer = device; }
+
+int dump_replica_diff(const dump_t *d, dump_replica_t *out) {
+    if (!d->diff_name[0]) return 0;
+    *out = d->diff;
+    return 1;
 }
 
 static void on_grads(void *ctx, const gpt_t *g) {

@@ -18,10 +18,12 @@
 #include <string.h>
 
 #include "dp_internal.h"
+#include "parity/dump.h"
 
 void dp_collect_batch(void *ctx, const gpt_view_t *v) {
     dp_rank_t *r = ctx;
     pthread_mutex_lock(&r->sh->collect_lock);
+    dump_set_writer(r->sh->run->dump, r->device);
     r->sh->dump_obs.batch_tensor(r->sh->dump_obs.ctx, v);
     pthread_mutex_unlock(&r->sh->collect_lock);
 }

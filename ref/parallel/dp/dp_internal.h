@@ -37,7 +37,10 @@ typedef struct dp_rank {
     uint64_t rs_elems;
     /* shards (stage >= 1: optimizer; stage >= 2: gradients; 3: parameters) */
     float *shard_params, *shard_grads, *shard_m, *shard_v; /* [shard_len] */
-    xvec_t scratch[2];     /* piece-sized exact sums being reduced (ring: double buffer) */
+    /* the exact reduce-scatter's vectors (dp_reduce.c): [0] the send, a
+     * round of n blocks of the bucket's open sums; [1] the receive, this
+     * rank's block; over scratch_mem, sized by dp_rank_buffers */
+    xvec_t scratch[2];
     double *scratch_mem[2];
     float *gather_buf;     /* [max piece * n] */
     float **unit_buf;      /* ZeRO-3: [nbuckets] gathered bucket, or NULL */
@@ -61,6 +64,8 @@ struct dp_shared {
     group_t *group, *grad_group;
     pthread_mutex_t collect_lock;
     float *params_full, *grads_full; /* reassembly for dumps */
+    float **m_local, **v_local;      /* [tp] checkpoints: AdamW state of one tp rank
+                                        (dp_ckpt.c), or NULL */
     gpt_observer_t dump_obs;         /* the dump's observer for the current step */
     dp_replica_diff_t *diffs;        /* replicas that disagree (collect_lock) */
     int ndiffs, cap_diffs;
@@ -85,13 +90,20 @@ void dp_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, dp_rank_t *r, dp_b
 static inline size_t dp_gathered_bytes(const dp_plan_t *p, int b) {
     return p->buckets[b].piece * (size_t)p->dp * sizeof(float);
 }
+/* dp_reduce.c: the exact reduce-scatter moves a bucket in rounds whose
+ * send (n blocks of open sums) stays near DP_ROUND_BYTES, so that it is
+ * still in cache when the peers read it; a round's block length for
+ * pieces of `piece` elements over n ranks (scratch_mem[0] holds n blocks,
+ * scratch_mem[1] one; smaller buffers make the rounds smaller). */
+enum { DP_ROUND_BYTES = 256 << 10 };
+static inline size_t dp_round_elems(size_t piece, int n) {
+    size_t c = DP_ROUND_BYTES / sizeof(double) / (size_t)n;
+    c = c >= 8 ? c & ~(size_t)7 : 1; /* blocks on 64-byte lines */
+    return c < piece ? c : piece;
+}
 /* What a replica leaves to the stage's shards (gpt_new_ex's omit). */
 unsigned dp_replica_omits(int stage);
 void dp_fail(dp_shared_t *sh, const char *msg);
-/* The rank of data-parallel index q in r's group. */
-static inline dp_rank_t *dp_peer(const dp_rank_t *r, int q) {
-    return &r->sh->ranks[group_world_rank(r->group, q)];
-}
 
 /* dp_collect.c: the reassembly of global tensors for dumps and the
  * checker, outside the simulated devices (no collective, no device memory). */
@@ -130,6 +142,17 @@ int  dp_comm_start(dp_rank_t *r, device_t *dev);
 void dp_comm_stop(dp_rank_t *r);
 /* Where bucket b's rounded gradient piece goes for this stage. */
 float *dp_grad_piece(dp_rank_t *r, int b);
+
+/* dp_ckpt.c: layout-free checkpoints (ckpt.h). prepare: before the tp
+ * blocks are cut (dp_train), the resumed parameters replace the initial
+ * ones and the AdamW state is cut to tp blocks; setup_rank: the rank's
+ * optimizer state (replica or ZeRO shard) and step count; collect: after
+ * the last step, every rank's parameters and AdamW state into run->save
+ * (a collective over the world: every device calls it). */
+int  dp_ckpt_prepare(dp_shared_t *sh, perr_t *err);
+void dp_ckpt_setup_rank(dp_rank_t *r);
+void dp_ckpt_collect(dp_rank_t *r);
+void dp_ckpt_free(dp_shared_t *sh);
 
 /* dp_zero.c: parameters and the optimizer over shards. */
 void dp_unit_event(void *ctx, gpt_t *g, int unit, int event);

@@ -4,15 +4,18 @@
  * addition proven exact, xacc.h). Reducing a bucket means: for the piece
  * this rank owns, merge every rank's open sums exactly and round once.
  * Because the merge is exact, the result has the golden bits whatever the
- * number of ranks, the microbatch count, or the algorithm:
- *  - direct: after a barrier (every rank's bucket is final), each rank
- *    reads its piece of every peer's accumulators, in group order;
- *  - ring: n-1 steps; at step s rank r merges its own part of chunk
- *    (r - s - 2) mod n with the partial its left neighbour built at step
- *    s-1, so chunk c starts at rank c+1 and ends, complete, at rank c.
- * Devices are threads of one process, so "reading a peer" is reading its
- * memory after a barrier, exactly as the direct collectives do. Traffic is
- * counted as the fp64 partial sums a message-passing version would send.
+ * number of ranks, the microbatch count, or the algorithm.
+ *
+ * The data movement is the collective layer's reduce-scatter of open sums
+ * (coll_reduce_scatter_open, COLL_XVEC) over the rank's grad_group: it
+ * checks that every rank makes the same call, runs the thread's algorithm
+ * (direct or ring, coll_set_algo: the run's), is watched by the watchdog
+ * and counts its own traffic (8 bytes an element plus the exceptions'
+ * accumulators, family "dp-grads"). No rank reads another's model. A
+ * bucket's sums lie in several tensors' accumulators and the collective
+ * takes one vector, so each rank first stores its bucket (exactly) into
+ * its send scratch, n blocks of a piece each, in cache-sized rounds
+ * (reduce_exact).
  *
  * broken_fp32_sums (tests only) instead rounds each rank's local sums to
  * fp32 and adds them with the plain fp32 ring reduce-scatter: the bug the
@@ -111,66 +114,101 @@ float *dp_grad_piece(dp_rank_t *r, int b) {
     return r->g->grads + lo;
 }
 
-/* dst[dst_off + (x - lo)] += src's open sum of flat element x, x in [lo, hi);
- * = instead of += when store (dst claimed, xacc.h: xvec_claim_zero). */
-static void merge_flat(xvec_t *dst, size_t dst_off, const gpt_t *src, const dp_bucket_t *bk,
-                       size_t lo, size_t hi, int store) {
-    for (int t = bk->first; t < bk->last; t++) {
-        const param_info_t *pi = &src->table.info[t];
-        size_t a = pi->offset > lo ? pi->offset : lo;
-        size_t e = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
-        if (a >= e) continue;
-        (store ? xvec_store_range : xvec_merge_range)(dst, dst_off + (a - lo), &src->grad_acc[t].x,
-                                                      a - pi->offset, e - a);
-    }
+/* Capacity, in elements, of scratch buffer k as dp_rank_buffers sized it
+ * (the one table for setup and the estimate). */
+static size_t scratch_cap(dp_rank_t *r, int k) {
+    dp_buf_t bufs[DP_NBUFS];
+    dp_rank_buffers(&r->sh->plan, &r->sh->run->pc, r, bufs);
+    for (int i = 0; i < DP_NBUFS; i++)
+        if (bufs[i].ptr == (void **)&r->scratch_mem[k]) return bufs[i].bytes / sizeof(double);
+    parity_fatal("dp: scratch buffer %d is missing from dp_rank_buffers", k);
+    return 0;
 }
 
-/* Scratch buffer k as len elements, claimed: the caller's first
- * merge_flat over [lo, hi) stores, so no pass clears it. */
+/* Scratch buffer k as a lazily zeroed vector of len elements over the
+ * rank's arena memory; a vector given to a collective before is the
+ * rank's again once the call returned. */
 static xvec_t *fresh(dp_rank_t *r, int k, size_t len) {
-    xvec_free(&r->scratch[k]); /* drops fallback accumulators; sum[] is ours */
+    xvec_free(&r->scratch[k]); /* drops the last round's accumulators; sum[] is ours */
     xvec_init_with(&r->scratch[k], len, r->scratch_mem[k]);
-    xvec_claim_zero(&r->scratch[k]);
     return &r->scratch[k];
 }
 
-static void reduce_direct(dp_rank_t *r, int b, float *out) {
-    const dp_plan_t *p = &r->sh->plan;
-    size_t lo, hi;
-    dp_piece(p, b, r->rank, &lo, &hi);
-    coll_barrier(r->grad_group); /* every rank's bucket b is final */
-    xvec_t *s = fresh(r, 0, hi - lo);
-    for (int q = 0; q < r->n; q++)
-        merge_flat(s, 0, dp_peer(r, q)->g, &p->buckets[b], lo, hi, q == 0);
-    xvec_round(s, out);
+/* dst[dst_off ...] := this rank's open sums of flat elements [lo, hi) of
+ * bucket bk, stored exactly (dst claimed, xacc.h), and +0 for the
+ * elements of [hi, hi + pad): the padding past the bucket's end. */
+static void store_flat(xvec_t *dst, size_t dst_off, const gpt_t *g, const dp_bucket_t *bk,
+                       size_t lo, size_t hi, size_t pad) {
+    static const double zeros[64];
+    for (int t = bk->first; t < bk->last && lo < hi; t++) {
+        const param_info_t *pi = &g->table.info[t];
+        size_t a = pi->offset > lo ? pi->offset : lo;
+        size_t e = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
+        if (a >= e) continue;
+        xvec_store_range(dst, dst_off + (a - lo), &g->grad_acc[t].x, a - pi->offset, e - a);
+    }
+    for (size_t i = 0; i < pad; i += 64)
+        xvec_store_f64_exact(dst, dst_off + (hi - lo) + i, zeros, pad - i < 64 ? pad - i : 64);
 }
 
-static void reduce_ring(dp_rank_t *r, int b, float *out) {
+/* out[0 .. count) = v[off .. off + count) rounded once: a range of an
+ * open vector is one (the same sums; a slow element's NaN tag names its
+ * accumulator in the same list, xacc.h). */
+static void round_range(const xvec_t *v, size_t off, size_t count, float *out) {
+    xvec_t range = *v;
+    range.sum += off;
+    range.n = count;
+    xvec_round(&range, out);
+}
+
+/* The exact reduce-scatter, on the collective layer's open sums. Bucket b
+ * is n pieces of P elements (the last ones padded); the collective takes
+ * one vector of n blocks, so the bucket's open sums, which lie in several
+ * tensors' accumulators, are first stored (exactly) into the rank's send
+ * scratch. A round moves the elements [off, off + c) of every piece at
+ * once (block k of the send: piece k's), c = dp_round_elems (a send of
+ * about DP_ROUND_BYTES, still in cache when the peers read it: on
+ * gpt-small about half the CPU time of whole-piece rounds), or less if
+ * the scratch is smaller. Each round's block lands, still open, in the receive
+ * scratch and is rounded once into out[off ...]: the elements of this
+ * rank's piece, whose own padding is dropped. */
+static void reduce_exact(dp_rank_t *r, int b, float *out) {
     const dp_plan_t *p = &r->sh->plan;
     const dp_bucket_t *bk = &p->buckets[b];
-    const int n = r->n, left = (r->rank + n - 1) % n;
-    const dp_rank_t *lr = dp_peer(r, left);
-    coll_barrier(r->grad_group);
-    xvec_t *s = NULL;
-    for (int step = 0; step < n - 1; step++) {
-        int c = ((r->rank - step - 2) % n + n) % n;
-        size_t lo, hi;
-        dp_piece(p, b, c, &lo, &hi);
-        s = fresh(r, step & 1, hi - lo);
-        merge_flat(s, 0, r->g, bk, lo, hi, 1);
-        if (step == 0)
-            merge_flat(s, 0, lr->g, bk, lo, hi, 0);
-        else
-            xvec_merge_range(s, 0, &lr->scratch[(step - 1) & 1], 0, hi - lo);
-        coll_barrier(r->grad_group); /* my partial is ready for my right neighbour */
+    const size_t n = (size_t)r->n, P = bk->piece;
+    size_t my_lo, my_hi;
+    dp_piece(p, b, r->rank, &my_lo, &my_hi);
+    const size_t mine = my_hi - my_lo;
+    size_t c = dp_round_elems(P, r->n), cap0 = scratch_cap(r, 0) / n, cap1 = scratch_cap(r, 1);
+    if (c > cap0) c = cap0;
+    if (c > cap1) c = cap1;
+    /* scratch below n elements (every bucket tiny): rounds of one element
+     * per piece in a heap vector of n, in place */
+    xvec_t tiny = {0};
+    if (c == 0 && P > 0) {
+        if (xvec_init(&tiny, n)) parity_fatal("dp: out of memory in the exact reduce-scatter");
+        c = 1;
     }
-    if (n == 1) {
-        size_t lo, hi;
-        dp_piece(p, b, 0, &lo, &hi);
-        s = fresh(r, 0, hi - lo);
-        merge_flat(s, 0, r->g, bk, lo, hi, 1);
+    for (size_t off = 0; off < P; off += c) {
+        const size_t cj = P - off < c ? P - off : c;
+        xvec_t *send;
+        if (tiny.sum) xvec_zero(send = &tiny);
+        else send = fresh(r, 0, n * cj);
+        xvec_claim_zero(send); /* every element is stored below */
+        for (size_t k = 0; k < n; k++) {
+            size_t lo = bk->lo + k * P + off, hi = lo + cj;
+            size_t e = hi < bk->hi ? hi : bk->hi, a = lo < e ? lo : e;
+            store_flat(send, k * cj, r->g, bk, a, e, cj - (e - a));
+        }
+        /* my block into scratch 1; in place for one rank (nothing moves)
+         * or a tiny send */
+        const int in_place = n == 1 || tiny.sum;
+        xvec_t *recv = in_place ? send : fresh(r, 1, cj);
+        const size_t at = in_place ? (size_t)r->rank * cj : 0;
+        coll_reduce_scatter_open(r->grad_group, send, 0, recv, at, cj);
+        if (off < mine) round_range(recv, at, mine - off < cj ? mine - off : cj, out + off);
     }
-    xvec_round(s, out);
+    xvec_free(&tiny);
 }
 
 static void reduce_broken(dp_rank_t *r, int b, float *out) {
@@ -194,20 +232,14 @@ static void reduce_broken(dp_rank_t *r, int b, float *out) {
     free(mine);
 }
 
+/* The collectives count their own traffic (family "dp-grads"). */
 void dp_reduce_bucket(dp_rank_t *r, int b, float *out) {
     double t0 = dp_now();
-    const dp_bucket_t *bk = &r->sh->plan.buckets[b];
     if (r->sh->run->broken_fp32_sums)
         reduce_broken(r, b, out);
-    else if (r->sh->run->algo == COLL_ALGO_RING)
-        reduce_ring(r, b, out);
     else
-        reduce_direct(r, b, out);
-    /* nccl-tests convention for a reduce-scatter of the fp64 partials */
-    uint64_t bytes = (uint64_t)bk->piece * (uint64_t)r->n * sizeof(double);
-    coll_counters_add(group_world_rank(r->grad_group, r->rank), COLL_KIND_REDUCE_SCATTER, bytes,
-                      coll_busbw_factor(COLL_KIND_REDUCE_SCATTER, r->n));
-    r->rs_elems += bk->piece;
+        reduce_exact(r, b, out);
+    r->rs_elems += r->sh->plan.buckets[b].piece;
     r->t_reduce += dp_now() - t0;
 }
 

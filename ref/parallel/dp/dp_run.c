@@ -57,14 +57,16 @@ void dp_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, dp_rank_t *r, dp_b
     for (int b = 0; b < p->nbuckets; b++)
         if (p->buckets[b].piece > piece_max) piece_max = p->buckets[b].piece;
     const size_t S = p->shard_len ? p->shard_len : 1, n = (size_t)p->dp;
+    /* the exact reduce-scatter's rounds (dp_reduce.c): n blocks of at most `round` */
+    const size_t round = dp_round_elems(piece_max, p->dp);
 #define F(field) (r ? (void **)&r->field : NULL)
     const dp_buf_t bufs[DP_NBUFS] = {
         {F(shard_m), S * sizeof(float), MEM_OPTIMIZER, "AdamW m shard", p->stage >= 1},
         {F(shard_v), S * sizeof(float), MEM_OPTIMIZER, "AdamW v shard", p->stage >= 1},
         {F(shard_grads), S * sizeof(float), MEM_GRADS, "gradient shard", p->stage >= 2},
         {F(shard_params), S * sizeof(float), MEM_PARAMS, "parameter shard", p->stage >= 3},
-        {F(scratch_mem[0]), (piece_max + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1},
-        {F(scratch_mem[1]), (piece_max + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1},
+        {F(scratch_mem[0]), (round * n + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1},
+        {F(scratch_mem[1]), (round + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1},
         {F(gather_buf), (piece_max * n + 1) * sizeof(float), MEM_COMM, "all-gather buffer", 1},
         {F(comm_gather_buf), (piece_max * n + 1) * sizeof(float), MEM_COMM,
          "all-gather buffer (communication thread)", pc->overlap_param_gather},
@@ -119,6 +121,7 @@ static int setup_rank(dp_rank_t *r, device_t *dev) {
             memcpy(r->shard_params + p->buckets[b].shard_off, init + lo, (hi - lo) * sizeof(float));
         }
     }
+    dp_ckpt_setup_rank(r); /* a resumed run: the checkpoint's AdamW state */
     return 0;
 }
 
@@ -215,7 +218,8 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
     /* as PyTorch's DDP anchor times a step: barrier to barrier */
     coll_barrier(r->world);
     if (r->device == 0 && run->stats)
-        run->stats[step] = (gpt_step_stats_t){loss_value, lr, norm, dp_now() - step_start};
+        run->stats[step - dp_first_step(run)] =
+            (gpt_step_stats_t){loss_value, lr, norm, dp_now() - step_start};
 }
 
 static void device_main(device_t *dev, void *arg) {
@@ -238,8 +242,10 @@ static void device_main(device_t *dev, void *arg) {
         }
         coll_counters_reset(dev->rank);
         for (int64_t s = 0; s < run->steps; s++)
-            run_step(r, s, run->dump && (!run->dump_step || run->dump_step[s]));
+            run_step(r, dp_first_step(run) + s,
+                     run->dump && (!run->dump_step || run->dump_step[s]));
         coll_counters_get(dev->rank, &r->report->comm);
+        dp_ckpt_collect(r); /* --save: the final state, reassembled */
     }
     dp_comm_stop(r);
     teardown_rank(r, dev);
@@ -325,6 +331,7 @@ int dp_train(dp_run_t *run, perr_t *err) {
         goto out;
     }
     params_init(&sh->global, sh->cfg.seed, sh->params_full);
+    if (dp_ckpt_prepare(sh, err)) goto out; /* --load: the checkpoint's state instead */
     if (init_local(sh, err)) goto out;
     /* gradient reductions may run on a communication thread: groups of their own */
     ngrad = sh->grid.ngroups[GRID_DP];
@@ -364,6 +371,7 @@ out:
         param_table_free(&sh->local);
     }
     free_local(sh);
+    dp_ckpt_free(sh);
     if (reports != run->reports) free(reports);
     free(sh->params_full);
     free(sh->grads_full);

@@ -1,0 +1,90 @@
+/* ckpt.h - layout-free checkpoints: `parity train --save DIR`, `--load DIR`.
+ *
+ * A checkpoint holds the GLOBAL tensors, whole, named and ordered as the
+ * golden run's parameter table names them, whatever layout wrote it; a
+ * layout that loads it cuts its own blocks and shards from them through
+ * the placements (DESIGN.md §2, §6). So a checkpoint written at
+ * tp=4 x dp=2 under ZeRO-1 holds the golden run's tensors at the same
+ * step (the whole file is byte for byte the golden one when the config
+ * and backend are the same: tests/test_ckpt.sh), and any layout can
+ * continue from it with the golden bits: data, dropout masks and the
+ * learning rate are keyed by the global step (I3), which the checkpoint
+ * carries.
+ *
+ * On disk: a directory DIR holding one file, DIR/model.safetensors
+ * (safetensors.h), written all or nothing (fileio.h), so a failed save
+ * leaves the previous checkpoint intact and saving into the DIR one
+ * loaded from is safe:
+ *   param.<name>    F32 [global shape]  parameters after the last step run
+ *   adam_m.<name>   F32 [global shape]  AdamW first moments
+ *   adam_v.<name>   F32 [global shape]  AdamW second moments
+ * in that order, each group in table order, and __metadata__:
+ *   format   "parity-ckpt-1"
+ *   config   the model and training config JSON (as dumps store it)
+ *   step     the next step to run (decimal): a run of N steps from step 0
+ *            saves N
+ *   adam_t   AdamW steps taken (decimal), for the bias correction
+ *   backend  the tile backend that computed it (information: another
+ *            backend continues the run, with that backend's bits)
+ *   sha256   SHA-256 of every tensor's bytes in the order above: a bit
+ *            flipped in the data, which the format's own checks cannot
+ *            see, is refused on load
+ * Loading refuses a config that differs from the run's in any field but
+ * "name" and "micro_batch" (both leave the bits alone: exact sums make
+ * any microbatch split give the same ones), naming the field.
+ */
+#ifndef PARITY_CKPT_H
+#define PARITY_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "parity/error.h"
+#include "parity/model.h"
+
+#define CKPT_FORMAT "parity-ckpt-1"
+#define CKPT_FILE "model.safetensors"
+
+/* A training state in global tensors: what a checkpoint holds. */
+typedef struct ckpt_state {
+    model_config_t cfg;
+    int64_t step;         /* the next step to run */
+    int adam_t;           /* AdamW steps taken */
+    size_t total;         /* elements per vector: the golden table's total */
+    float *params, *adam_m, *adam_v; /* [total] each, at the golden table's offsets */
+} ckpt_state_t;
+
+/* Zeroed vectors for cfg's golden table. */
+int  ckpt_state_alloc(ckpt_state_t *s, const model_config_t *cfg, perr_t *err);
+void ckpt_state_free(ckpt_state_t *s);
+
+/* Before a run, creating nothing: `dir` exists as a directory whose
+ * model.safetensors may be replaced, or does not exist and its parent
+ * is a writable directory. `flag` names it in messages ("--save"). */
+int  ckpt_check_save_dir(const char *dir, const char *flag, perr_t *err);
+/* The path of the checkpoint file in dir (malloc'd; NULL when out of memory). */
+char *ckpt_file_path(const char *dir);
+/* Writes s into dir (created if missing; removed again if this call
+ * created it and the write failed). */
+int  ckpt_save(const char *dir, const ckpt_state_t *s, const char *backend, perr_t *err);
+/* Reads dir into s (allocated here; ckpt_state_free) for a run of cfg:
+ * refuses a missing or corrupt file, another format, a config that
+ * differs (naming the field), a missing, extra or misshapen tensor, a
+ * digest that does not match. *backend (if not NULL) gets the saving
+ * run's backend, malloc'd. */
+int  ckpt_load(const char *dir, const model_config_t *cfg, ckpt_state_t *s, char **backend,
+               perr_t *err);
+/* The same for the checkpoint file itself; `who` starts every message
+ * (ckpt_load's is "--load 'DIR'"). */
+int  ckpt_load_file(const char *file, const char *who, const model_config_t *cfg,
+                    ckpt_state_t *s, char **backend, perr_t *err);
+/* The golden model (gpt_new: the whole table, with optimizer state) from
+ * a state (the same config), and a state that views the model's own
+ * vectors, for saving (nothing copied: do not ckpt_state_free it). */
+void ckpt_state_to_gpt(const ckpt_state_t *s, gpt_t *g);
+ckpt_state_t ckpt_state_view_gpt(const gpt_t *g, int64_t next_step);
+/* Host bytes a save (the state and the file built in memory) or a load
+ * (the file read whole, and the state) holds: for memest.h's host line. */
+size_t ckpt_host_bytes(const model_config_t *cfg, int load, int save);
+
+#endif

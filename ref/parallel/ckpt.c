@@ -1,0 +1,382 @@
+/* ckpt.c - layout-free checkpoints: global tensors in one safetensors
+ * file (ckpt.h). A layout reassembles into, and cuts from, the state here;
+ * this file knows nothing of layouts. */
+#include "parity/ckpt.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "parity/fileio.h"
+#include "parity/json.h"
+#include "parity/safetensors.h"
+#include "parity/sha256.h"
+
+enum { NKINDS = 3 };
+static const char *const kind_prefix[NKINDS] = {"param.", "adam_m.", "adam_v."};
+
+static float **vec(ckpt_state_t *s, int k) {
+    return k == 0 ? &s->params : k == 1 ? &s->adam_m : &s->adam_v;
+}
+static const float *cvec(const ckpt_state_t *s, int k) {
+    return k == 0 ? s->params : k == 1 ? s->adam_m : s->adam_v;
+}
+
+int ckpt_state_alloc(ckpt_state_t *s, const model_config_t *cfg, perr_t *err) {
+    memset(s, 0, sizeof *s);
+    param_table_t t;
+    if (param_table_build(&t, cfg, err)) return -1;
+    s->cfg = *cfg;
+    s->total = t.total;
+    param_table_free(&t);
+    for (int k = 0; k < NKINDS; k++)
+        if (!(*vec(s, k) = calloc(s->total + 1, sizeof(float)))) {
+            ckpt_state_free(s);
+            return perr_set(err, "checkpoint: out of memory");
+        }
+    return 0;
+}
+
+void ckpt_state_free(ckpt_state_t *s) {
+    for (int k = 0; k < NKINDS; k++) {
+        free(*vec(s, k));
+        *vec(s, k) = NULL;
+    }
+}
+
+void ckpt_state_to_gpt(const ckpt_state_t *s, gpt_t *g) {
+    memcpy(g->params, s->params, s->total * sizeof(float));
+    memcpy(g->adam_m, s->adam_m, s->total * sizeof(float));
+    memcpy(g->adam_v, s->adam_v, s->total * sizeof(float));
+    g->adam_t = s->adam_t;
+}
+
+ckpt_state_t ckpt_state_view_gpt(const gpt_t *g, int64_t next_step) {
+    return (ckpt_state_t){g->cfg, next_step, g->adam_t, g->table.total, g->params, g->adam_m,
+                          g->adam_v};
+}
+
+size_t ckpt_host_bytes(const model_config_t *cfg, int load, int save) {
+    param_table_t t;
+    if ((!load && !save) || param_table_build(&t, cfg, NULL)) return 0;
+    const size_t state = NKINDS * (t.total + 1) * sizeof(float);
+    param_table_free(&t);
+    /* the state, plus the file in memory: st_open reads it whole, and
+     * st_writer copies what it is given */
+    return state + state;
+}
+
+/* Covers every tensor's bytes in file order: the three vectors, whole,
+ * because the table's offsets tile each one in table order. */
+static void state_digest(const ckpt_state_t *s, char hex[65]) {
+    sha256_ctx_t c;
+    uint8_t d[32];
+    sha256_init(&c);
+    for (int k = 0; k < NKINDS; k++) sha256_update(&c, cvec(s, k), s->total * sizeof(float));
+    sha256_final(&c, d);
+    sha256_to_hex(d, hex);
+}
+
+char *ckpt_file_path(const char *dir) {
+    size_t n = strlen(dir) + sizeof CKPT_FILE + 2;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%s", dir, CKPT_FILE);
+    return p;
+}
+
+/* ---- saving --------------------------------------------------------------- */
+
+int ckpt_check_save_dir(const char *dir, const char *flag, perr_t *err) {
+    struct stat sb;
+    if (!*dir) return perr_set(err, "%s: expected a directory, got an empty path", flag);
+    if (stat(dir, &sb) == 0) {
+        if (!S_ISDIR(sb.st_mode))
+            return perr_set(err, "%s '%s': not a directory (a checkpoint is a directory holding %s)",
+                            flag, dir, CKPT_FILE);
+        char *file = ckpt_file_path(dir);
+        if (!file) return perr_set(err, "%s: out of memory", flag);
+        int rc = pio_check_output(file, flag, err);
+        free(file);
+        return rc;
+    }
+    if (errno != ENOENT)
+        return perr_set(err, "%s '%s': cannot stat: %s", flag, dir, strerror(errno));
+    /* created after the run: its parent must take it */
+    char *parent = strdup(dir);
+    if (!parent) return perr_set(err, "%s: out of memory", flag);
+    char *slash = strrchr(parent, '/');
+    while (slash && slash > parent && slash[1] == 0) { /* "a/b/" names b */
+        *slash = 0;
+        slash = strrchr(parent, '/');
+    }
+    const char *p = !slash ? "." : slash == parent ? "/" : (*slash = 0, parent);
+    int ok = stat(p, &sb) == 0 && S_ISDIR(sb.st_mode) && access(p, W_OK | X_OK) == 0;
+    int rc = ok ? 0
+                : perr_set(err, "%s '%s': cannot create the directory: '%s' is not a writable "
+                                "directory",
+                           flag, dir, p);
+    free(parent);
+    return rc;
+}
+
+static int add_tensors(st_writer_t *w, const param_table_t *t, const ckpt_state_t *s,
+                       perr_t *err) {
+    char name[160];
+    for (int k = 0; k < NKINDS; k++)
+        for (int i = 0; i < t->count; i++) {
+            const param_info_t *p = &t->info[i];
+            snprintf(name, sizeof name, "%s%s", kind_prefix[k], p->name);
+            if (st_writer_add(w, name, ST_F32, p->ndim, p->shape, cvec(s, k) + p->offset, err))
+                return -1;
+        }
+    return 0;
+}
+
+static int set_metadata(st_writer_t *w, const ckpt_state_t *s, const char *backend, perr_t *err) {
+    char step[32], adam_t[32], hex[65];
+    char *cfg = model_config_json(&s->cfg);
+    if (!cfg) return perr_set(err, "checkpoint: out of memory");
+    snprintf(step, sizeof step, "%" PRId64, s->step);
+    snprintf(adam_t, sizeof adam_t, "%d", s->adam_t);
+    state_digest(s, hex);
+    int rc = st_writer_set_metadata(w, "format", CKPT_FORMAT, err) ||
+             st_writer_set_metadata(w, "config", cfg, err) ||
+             st_writer_set_metadata(w, "step", step, err) ||
+             st_writer_set_metadata(w, "adam_t", adam_t, err) ||
+             st_writer_set_metadata(w, "backend", backend ? backend : "unknown", err) ||
+             st_writer_set_metadata(w, "sha256", hex, err);
+    free(cfg);
+    return rc ? -1 : 0;
+}
+
+int ckpt_save(const char *dir, const ckpt_state_t *s, const char *backend, perr_t *err) {
+    param_table_t t;
+    if (param_table_build(&t, &s->cfg, err)) return -1;
+    if (t.total != s->total) {
+        param_table_free(&t);
+        return perr_set(err, "checkpoint: state of %zu elements for a table of %zu", s->total,
+                        t.total);
+    }
+    st_writer_t *w = st_writer_new();
+    char *file = ckpt_file_path(dir);
+    int rc = -1, made_dir = 0;
+    if (!w || !file) {
+        perr_set(err, "checkpoint: out of memory");
+        goto out;
+    }
+    if (add_tensors(w, &t, s, err) || set_metadata(w, s, backend, err)) goto out;
+    if (mkdir(dir, 0777) == 0) made_dir = 1;
+    else if (errno != EEXIST) {
+        perr_set(err, "--save '%s': cannot create the directory: %s", dir, strerror(errno));
+        goto out;
+    }
+    if (st_writer_save(w, file, err)) {
+        if (made_dir) rmdir(dir); /* ours, and empty: the temporary file is gone */
+        goto out;
+    }
+    rc = 0;
+out:
+    free(file);
+    if (w) st_writer_free(w);
+    param_table_free(&t);
+    return rc;
+}
+
+/* ---- loading --------------------------------------------------------------- */
+
+/* Keys whose values cannot change a bit of the run (ckpt.h). */
+static int ignored_key(const char *path) {
+    return !strcmp(path, "name") || !strcmp(path, "micro_batch");
+}
+
+static void value_text(const json_t *v, char *out, size_t cap) {
+    switch (json_type(v)) {
+    case JSON_NUMBER: snprintf(out, cap, "%.9g", json_number(v)); break;
+    case JSON_BOOL: snprintf(out, cap, "%s", json_bool(v) ? "true" : "false"); break;
+    case JSON_STRING: snprintf(out, cap, "\"%s\"", json_string(v)); break;
+    default: snprintf(out, cap, "%s", json_type_name(json_type(v))); break;
+    }
+}
+
+/* The first field (dotted path: "tiles.tokens") where the checkpoint's
+ * config `a` and the run's `b` differ, in b's order, then a's extras. */
+static int config_diff(const json_t *a, const json_t *b, const char *prefix, const char *who,
+                       perr_t *err) {
+    char path[128], va[96], vb[96];
+    for (size_t i = 0; i < json_len(b); i++) {
+        const char *key = json_key_at(b, i);
+        const json_t *x = json_get(a, key), *y = json_at(b, i);
+        snprintf(path, sizeof path, "%s%s", prefix, key);
+        if (ignored_key(path)) continue;
+        if (!x)
+            return perr_set(err, "%s: the checkpoint's config has no field '%s' (this "
+                                 "run's is not the model it saved)",
+                            who, path);
+        if (json_type(y) == JSON_OBJECT && json_type(x) == JSON_OBJECT) {
+            char sub[130];
+            snprintf(sub, sizeof sub, "%s.", path);
+            if (config_diff(x, y, sub, who, err)) return -1;
+            continue;
+        }
+        int same = json_type(x) == json_type(y);
+        if (same && json_type(y) == JSON_NUMBER) same = json_number(x) == json_number(y);
+        if (same && json_type(y) == JSON_BOOL) same = json_bool(x) == json_bool(y);
+        if (same && json_type(y) == JSON_STRING) same = !strcmp(json_string(x), json_string(y));
+        if (!same) {
+            value_text(x, va, sizeof va);
+            value_text(y, vb, sizeof vb);
+            return perr_set(err, "%s: the checkpoint's model differs from this run's: "
+                                 "field '%s' is %s in the checkpoint, %s here",
+                            who, path, va, vb);
+        }
+    }
+    for (size_t i = 0; i < json_len(a); i++)
+        if (!json_get(b, json_key_at(a, i)))
+            return perr_set(err, "%s: the checkpoint's config has a field '%s%s' this "
+                                 "version does not know",
+                            who, prefix, json_key_at(a, i));
+    return 0;
+}
+
+static int check_config(const st_file_t *f, const model_config_t *cfg, const char *who,
+                        perr_t *err) {
+    const char *saved = st_metadata(f, "config");
+    if (!saved) return perr_set(err, "%s: %s has no \"config\" metadata", who, CKPT_FILE);
+    perr_t jerr;
+    json_t *a = json_parse(saved, strlen(saved), &jerr);
+    if (!a)
+        return perr_set(err, "%s: the \"config\" metadata is malformed JSON: %s", who,
+                        jerr.msg);
+    char *mine = model_config_json(cfg);
+    json_t *b = mine ? json_parse(mine, strlen(mine), &jerr) : NULL;
+    free(mine);
+    int rc = !b ? perr_set(err, "checkpoint: out of memory")
+             : json_type(a) != JSON_OBJECT
+                 ? perr_set(err, "%s: the \"config\" metadata is not a JSON object", who)
+                 : config_diff(a, b, "", who, err);
+    json_free(a);
+    json_free(b);
+    return rc;
+}
+
+/* A decimal metadata value in [0, max]. */
+static int meta_int(const st_file_t *f, const char *key, int64_t max, int64_t *out, const char *who,
+                    perr_t *err) {
+    const char *v = st_metadata(f, key);
+    if (!v) return perr_set(err, "%s: %s has no \"%s\" metadata", who, CKPT_FILE, key);
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < 0 || x > max || *v < '0' || *v > '9')
+        return perr_set(err, "%s: metadata \"%s\": expected an integer in [0, %" PRId64
+                             "], got '%s'",
+                        who, key, max, v);
+    *out = x;
+    return 0;
+}
+
+static int load_tensors(const st_file_t *f, const param_table_t *t, ckpt_state_t *s,
+                        const char *who, perr_t *err) {
+    char name[160];
+    for (int k = 0; k < NKINDS; k++)
+        for (int i = 0; i < t->count; i++) {
+            const param_info_t *p = &t->info[i];
+            snprintf(name, sizeof name, "%s%s", kind_prefix[k], p->name);
+            const st_tensor_t *x = st_find(f, name);
+            if (!x) return perr_set(err, "%s: tensor '%s' is missing", who, name);
+            int ok = x->dtype == ST_F32 && x->ndim == p->ndim;
+            for (int d = 0; ok && d < p->ndim; d++) ok = x->shape[d] == p->shape[d];
+            if (!ok)
+                return perr_set(err, "%s: tensor '%s': expected F32 of %d dims "
+                                     "[%lld%s%lld], got %s of %d dims",
+                                who, name, p->ndim, (long long)p->shape[0],
+                                p->ndim > 1 ? ", " : "", p->ndim > 1 ? (long long)p->shape[1] : 0LL,
+                                st_dtype_name(x->dtype), x->ndim);
+            memcpy(*vec(s, k) + p->offset, st_data(f, x), p->numel * sizeof(float));
+        }
+    if (st_count(f) != (size_t)(NKINDS * t->count))
+        for (size_t i = 0; i < st_count(f); i++) {
+            const char *n = st_tensor(f, i)->name;
+            int known = 0;
+            for (int k = 0; k < NKINDS && !known; k++) {
+                size_t len = strlen(kind_prefix[k]);
+                known = !strncmp(n, kind_prefix[k], len) && param_find(t, n + len) >= 0;
+            }
+            if (!known)
+                return perr_set(err, "%s: unexpected tensor '%s' (not a parameter or "
+                                     "AdamW state of this model)",
+                                who, n);
+        }
+    return 0;
+}
+
+int ckpt_load_file(const char *file, const char *who, const model_config_t *cfg, ckpt_state_t *s,
+                   char **backend, perr_t *err) {
+    memset(s, 0, sizeof *s);
+    if (backend) *backend = NULL;
+    perr_t serr;
+    st_file_t *f = st_open(file, &serr);
+    if (!f) return perr_set(err, "%s: %s", who, serr.msg);
+    param_table_t t;
+    int have_table = 0, rc = -1;
+    int64_t step, adam_t;
+    char hex[65];
+    const char *fmt = st_metadata(f, "format"), *digest = st_metadata(f, "sha256");
+    if (!fmt || strcmp(fmt, CKPT_FORMAT)) {
+        perr_set(err, "%s: %s is not a parity checkpoint (format '%s', expected '%s')", who,
+                 CKPT_FILE, fmt ? fmt : "(none)", CKPT_FORMAT);
+        goto out;
+    }
+    if (check_config(f, cfg, who, err) || meta_int(f, "step", INT64_MAX / 2, &step, who, err) ||
+        meta_int(f, "adam_t", INT_MAX - 1, &adam_t, who, err))
+        goto out;
+    if (ckpt_state_alloc(s, cfg, err) || param_table_build(&t, cfg, err)) goto out;
+    have_table = 1;
+    if (load_tensors(f, &t, s, who, err)) goto out;
+    state_digest(s, hex);
+    if (!digest || strcmp(digest, hex)) {
+        perr_set(err, "%s: %s is corrupt: its tensors' SHA-256 is %s, the metadata says %s", who,
+                 CKPT_FILE, hex, digest ? digest : "(none)");
+        goto out;
+    }
+    s->step = step;
+    s->adam_t = (int)adam_t;
+    if (backend && st_metadata(f, "backend") && !(*backend = strdup(st_metadata(f, "backend")))) {
+        perr_set(err, "checkpoint: out of memory");
+        goto out;
+    }
+    rc = 0;
+out:
+    if (rc) ckpt_state_free(s);
+    if (have_table) param_table_free(&t);
+    st_close(f);
+    return rc;
+}
+
+int ckpt_load(const char *dir, const model_config_t *cfg, ckpt_state_t *s, char **backend,
+              perr_t *err) {
+    memset(s, 0, sizeof *s);
+    if (backend) *backend = NULL;
+    size_t n = strlen(dir) + 16;
+    char *who = malloc(n), *file = ckpt_file_path(dir);
+    int rc = -1;
+    struct stat sb;
+    if (who) snprintf(who, n, "--load '%s'", dir);
+    if (!who || !file)
+        perr_set(err, "checkpoint: out of memory");
+    else if (stat(dir, &sb))
+        perr_set(err, "%s: cannot open the checkpoint: %s", who, strerror(errno));
+    else if (!S_ISDIR(sb.st_mode))
+        perr_set(err, "%s: not a directory (a checkpoint is a directory holding %s)", who,
+                 CKPT_FILE);
+    else
+        rc = ckpt_load_file(file, who, cfg, s, backend, err);
+    free(who);
+    free(file);
+    return rc;
+}

@@ -1,0 +1,142 @@
+/* dp_ckpt.c - layout-free checkpoints on a data- and tensor-parallel
+ * layout (ckpt.h): a checkpoint holds global tensors, and a layout takes
+ * its blocks and shards from them, and gives them back, through the same
+ * cuts that initialisation and dumps use:
+ *  - tensor parallelism: every tensor through its placement
+ *    (placement_take / placement_put), parameters and AdamW m and v alike;
+ *  - data parallelism: parameters as dp_train hands out the initial ones
+ *    (whole replicas at ZeRO 0-2, bucket pieces at ZeRO-3); AdamW state as
+ *    the stage keeps it: DDP's replicas hold it whole, ZeRO >= 1 shards
+ *    hold piece k of every bucket (dp_plan.c);
+ *  - the AdamW step count, which bias correction reads.
+ * Saving takes one copy of what is replicated (data-parallel rank 0, and
+ * tensor-parallel rank 0 of a tensor every tp rank holds): dumps and the
+ * checker already compare replicas, and a checkpoint is not a checker.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dp_internal.h"
+#include "parity/ckpt.h"
+
+int64_t dp_first_step(const dp_run_t *run) { return run->resume ? run->resume->step : 0; }
+
+size_t dp_ckpt_host_bytes(const model_config_t *model, const pconfig_t *pc) {
+    param_table_t t;
+    if (param_table_build_tp(&t, model, pc->tp, NULL)) return 0;
+    const size_t bytes = 2 * (size_t)pc->tp * (t.total + 1) * sizeof(float);
+    param_table_free(&t);
+    return bytes;
+}
+
+/* Global vector -> every tp rank's flat blocks. */
+static void cut_tp(const dp_shared_t *sh, const float *global, float **local) {
+    const int tp = sh->grid.size[GRID_TP];
+    const int sizes[GRID_NAXES] = {tp, 1, 1, 1, 1};
+    for (int t = 0; t < tp; t++) {
+        const int coord[GRID_NAXES] = {t, 0, 0, 0, 0};
+        for (int i = 0; i < sh->local.count; i++)
+            placement_take(&sh->local.info[i].pl, sizes, coord, global + sh->global.info[i].offset,
+                           local[t] + sh->local.info[i].offset);
+    }
+}
+
+/* Every tp rank's flat blocks -> the global vector (one copy of each
+ * element: a block several tp ranks hold is taken from the first). */
+static void join_tp(const dp_shared_t *sh, float **local, float *global) {
+    const int tp = sh->grid.size[GRID_TP];
+    const int sizes[GRID_NAXES] = {tp, 1, 1, 1, 1};
+    for (int t = 0; t < tp; t++) {
+        const int coord[GRID_NAXES] = {t, 0, 0, 0, 0};
+        for (int i = 0; i < sh->local.count; i++)
+            if (!placement_is_extra_replica(&sh->local.info[i].pl, sizes, coord))
+                placement_put(&sh->local.info[i].pl, sizes, coord,
+                              local[t] + sh->local.info[i].offset,
+                              global + sh->global.info[i].offset);
+    }
+}
+
+int dp_ckpt_prepare(dp_shared_t *sh, perr_t *err) {
+    const dp_run_t *run = sh->run;
+    const ckpt_state_t *in = run->resume;
+    if (!in && !run->save) return 0;
+    const size_t total = sh->global.total;
+    if ((in && in->total != total) || (run->save && run->save->total != total))
+        return perr_set(err, "dp: a checkpoint state of %zu elements for a model of %zu",
+                        in && in->total != total ? in->total : run->save->total, total);
+    const int tp = sh->grid.size[GRID_TP];
+    sh->m_local = calloc((size_t)tp, sizeof(float *));
+    sh->v_local = calloc((size_t)tp, sizeof(float *));
+    if (!sh->m_local || !sh->v_local) return perr_set(err, "dp: out of memory");
+    for (int t = 0; t < tp; t++) {
+        sh->m_local[t] = calloc(sh->local.total + 1, sizeof(float));
+        sh->v_local[t] = calloc(sh->local.total + 1, sizeof(float));
+        if (!sh->m_local[t] || !sh->v_local[t]) return perr_set(err, "dp: out of memory");
+    }
+    if (!in) return 0;
+    /* dp_train cuts params_full into the tp blocks that every replica or
+     * shard starts from: the checkpoint's values instead of the initial ones */
+    memcpy(sh->params_full, in->params, total * sizeof(float));
+    cut_tp(sh, in->adam_m, sh->m_local);
+    cut_tp(sh, in->adam_v, sh->v_local);
+    return 0;
+}
+
+void dp_ckpt_setup_rank(dp_rank_t *r) {
+    const dp_shared_t *sh = r->sh;
+    const ckpt_state_t *in = sh->run->resume;
+    if (!in) return;
+    const dp_plan_t *p = &sh->plan;
+    const float *m = sh->m_local[r->tp_rank], *v = sh->v_local[r->tp_rank];
+    if (p->stage == 0) { /* DDP: every replica holds the whole state */
+        memcpy(r->g->adam_m, m, r->g->table.total * sizeof(float));
+        memcpy(r->g->adam_v, v, r->g->table.total * sizeof(float));
+        r->g->adam_t = in->adam_t;
+        return;
+    }
+    for (int b = 0; b < p->nbuckets; b++) {
+        size_t lo, hi;
+        dp_piece(p, b, r->rank, &lo, &hi);
+        memcpy(r->shard_m + p->buckets[b].shard_off, m + lo, (hi - lo) * sizeof(float));
+        memcpy(r->shard_v + p->buckets[b].shard_off, v + lo, (hi - lo) * sizeof(float));
+    }
+    r->adam_t = in->adam_t;
+}
+
+void dp_ckpt_collect(dp_rank_t *r) {
+    dp_shared_t *sh = r->sh;
+    dp_run_t *run = sh->run;
+    if (!run->save) return;
+    const dp_plan_t *p = &sh->plan;
+    float *pl = sh->params_local[r->tp_rank], *ml = sh->m_local[r->tp_rank],
+          *vl = sh->v_local[r->tp_rank];
+    const size_t total = r->g->table.total;
+    if (p->stage == 3) dp_collect_pieces(r, pl, 0);
+    else if (r->rank == 0) memcpy(pl, r->g->params, total * sizeof(float));
+    if (p->stage == 0 && r->rank == 0) {
+        memcpy(ml, r->g->adam_m, total * sizeof(float));
+        memcpy(vl, r->g->adam_v, total * sizeof(float));
+    } else if (p->stage >= 1) {
+        for (int b = 0; b < p->nbuckets; b++) {
+            size_t lo, hi;
+            dp_piece(p, b, r->rank, &lo, &hi);
+            memcpy(ml + lo, r->shard_m + p->buckets[b].shard_off, (hi - lo) * sizeof(float));
+            memcpy(vl + lo, r->shard_v + p->buckets[b].shard_off, (hi - lo) * sizeof(float));
+        }
+    }
+    coll_barrier(r->world); /* every rank's pieces are in */
+    if (r->device != 0) return;
+    join_tp(sh, sh->params_local, run->save->params);
+    join_tp(sh, sh->m_local, run->save->adam_m);
+    join_tp(sh, sh->v_local, run->save->adam_v);
+    run->save->step = dp_first_step(run) + run->steps;
+    run->save->adam_t = p->stage == 0 ? r->g->adam_t : r->adam_t;
+}
+
+void dp_ckpt_free(dp_shared_t *sh) {
+    for (int t = 0; sh->m_local && t < sh->grid.size[GRID_TP]; t++) free(sh->m_local[t]);
+    for (int t = 0; sh->v_local && t < sh->grid.size[GRID_TP]; t++) free(sh->v_local[t]);
+    free(sh->m_local);
+    free(sh->v_local);
+    sh->m_local = sh->v_local = NULL;
+}
