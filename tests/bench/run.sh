@@ -60,6 +60,11 @@ if [ -f "$root/tests/bench/bench_dp.sh" ]; then
   PARITY="$PARITY" bash "$root/tests/bench/bench_dp.sh"
 fi
 
+if [ -f "$root/tests/bench/bench_tp.sh" ]; then
+  section "tensor parallelism on gpt-small (traffic against Megatron's formulas)"
+  PARITY="$PARITY" bash "$root/tests/bench/bench_tp.sh"
+fi
+
 if [ -f "$root/tests/bench/bench_gpt.sh" ]; then
   section "golden GPT step against PyTorch CPU eager"
   bash "$root/tests/bench/bench_gpt.sh"

@@ -12,51 +12,104 @@
  * reduce-scatter of gradients and an all-gather of gradients or
  * parameters), stage 3 3 Psi (all-gathers of parameters in the forward
  * and the backward of every microbatch, and the reduce-scatter).
+ * With tensor parallelism Psi is what one tensor-parallel rank holds (its
+ * blocks and the replicated tensors), the device rows name their grid
+ * coordinates, and the tensor-parallel group's traffic (collective family
+ * "tp", coll.h) is left out here and reported against Megatron's formulas
+ * by dp_report_tp.c.
  */
+#include "dp_report.h"
+
 #include <stdio.h>
 #include <string.h>
 
 #include "parity/dp.h"
 
-void dp_print_report(const dp_run_t *run, FILE *f) {
-    const pconfig_t *pc = &run->pc;
+coll_tally_t dp_family_kind(const coll_counters_t *c, const char *family, coll_kind_t kind) {
+    coll_tally_t t = {0, 0, 0, 0, 0};
+    const coll_family_t *fam = coll_counters_family(c, family);
+    for (int d = 0; fam && d < COLL_NDTYPES; d++) {
+        const coll_tally_t *x = &fam->by[kind][d];
+        t.calls += x->calls, t.bytes += x->bytes, t.bus_bytes += x->bus_bytes;
+        t.sent += x->sent, t.recv += x->recv;
+    }
+    return t;
+}
+
+/* Parameters one device's replica holds: a tensor-parallel rank's table
+ * (every rank's has the same shapes). */
+static double device_psi(const dp_run_t *run) {
+    model_config_t cfg;
+    dp_replica_config(&run->model, &run->pc, &cfg);
     param_table_t t;
-    if (param_table_build(&t, &run->model, NULL)) return;
-    const double psi = (double)t.total, N = pc->dp, MB = 1e6;
+    if (param_table_build_tp(&t, &cfg, run->pc.tp > 1 ? run->pc.tp : 1, NULL)) return 0;
+    const double psi = (double)t.total;
     param_table_free(&t);
-    const int z = pc->zero_stage;
+    return psi;
+}
+
+/* "0" with data parallelism alone; "0 (tp 1, dp 0)" on a tp x dp grid. */
+static void device_label(const rank_layout_t *L, int rank, char *buf, size_t cap) {
+    if (!L)
+        snprintf(buf, cap, "%d", rank);
+    else
+        snprintf(buf, cap, "%d (tp %d, dp %d)", rank, layout_coord(L, rank, "tp"),
+                 layout_coord(L, rank, "dp"));
+}
+
+static void print_memory(const dp_run_t *run, double psi, FILE *f) {
+    const pconfig_t *pc = &run->pc;
+    const double N = pc->dp, MB = 1e6;
+    const int z = pc->zero_stage, tp = pc->tp > 1 ? pc->tp : 1, world = tp * pc->dp;
     const double p_params = 4 * psi / (z >= 3 ? N : 1), p_grads = 4 * psi / (z >= 2 ? N : 1);
     const double p_opt = 8 * psi / (z >= 1 ? N : 1);
-    fprintf(f, "memory per device (MB): ZeRO-%d, dp=%d, Psi=%.0f parameters (fp32: 16 Psi = %.2f MB)\n",
-            z, pc->dp, psi, 16 * psi / MB);
-    fprintf(f, "  %-6s %14s %14s %14s %14s\n", "device", "params", "grads", "optimizer", "activations");
-    fprintf(f, "  %-6s %14.2f %14.2f %14.2f %14s   (ZeRO, fp32; grads + 8 Psi open exact sums = %.2f)\n",
+    fprintf(f, "memory per device (MB): ZeRO-%d, dp=%d, Psi=%.0f parameters%s (fp32: 16 Psi = %.2f MB)\n",
+            z, pc->dp, psi, tp > 1 ? " per tensor-parallel rank" : "", 16 * psi / MB);
+    fprintf(f, "  %-16s %12s %12s %12s %12s\n", "device", "params", "grads", "optimizer", "activations");
+    fprintf(f, "  %-16s %12.2f %12.2f %12.2f %12s   (ZeRO, fp32; grads + 8 Psi open exact sums = %.2f)\n",
             "ZeRO", p_params / MB, p_grads / MB, p_opt / MB, "-", (p_grads + 8 * psi) / MB);
-    for (int i = 0; i < pc->dp && run->reports; i++) {
+    rank_layout_t L;
+    char sizes[64], label[48];
+    snprintf(sizes, sizeof sizes, "tp=%d,dp=%d", tp, pc->dp);
+    const int grid = tp > 1 && layout_init(&L, pc->order, sizes, NULL) == 0;
+    for (int i = 0; i < world && run->reports; i++) {
         const dp_device_report_t *r = &run->reports[i];
-        fprintf(f, "  %-6d %14.2f %14.2f %14.2f %14.2f   (peak total %.2f%s)\n", i,
+        device_label(grid ? &L : NULL, i, label, sizeof label);
+        fprintf(f, "  %-16s %12.2f %12.2f %12.2f %12.2f   (peak total %.2f%s)\n", label,
                 r->peak[MEM_PARAMS] / MB, r->peak[MEM_GRADS] / MB, r->peak[MEM_OPTIMIZER] / MB,
                 r->peak[MEM_ACTIVATIONS] / MB, r->peak_total / MB,
                 z == 3 ? "; params include the units gathered while they run" : "");
     }
-    if (!run->reports) return;
+}
+
+/* Data parallelism's traffic: every family but the tensor-parallel one. */
+static void print_traffic(const dp_run_t *run, double psi, FILE *f) {
+    const pconfig_t *pc = &run->pc;
+    const double N = pc->dp, MB = 1e6;
     const coll_counters_t *c = &run->reports[0].comm;
     double rs = 0, ag = 0, other = 0;
     for (int k = 0; k < COLL_NKINDS; k++) {
-        double b = (double)c->bus_bytes[k];
+        double b = (double)c->bus_bytes[k] - (double)dp_family_kind(c, "tp", (coll_kind_t)k).bus_bytes;
         if (k == COLL_KIND_REDUCE_SCATTER) rs += b;
         else if (k == COLL_KIND_ALL_GATHER) ag += b;
         else other += b;
     }
     const double steps = run->steps > 0 ? run->steps : 1;
     const double per = (N - 1) / N * psi; /* elements a ring moves per rank for one pass over Psi */
-    fprintf(f, "traffic of device 0 per step (bus bytes, nccl-tests convention):\n");
-    fprintf(f, "  reduce-scatter of exact fp64 sums %10.2f MB = %.3f Psi elements\n", rs / steps / MB,
-            rs / steps / 8 / (per > 0 ? per : 1));
-    fprintf(f, "  all-gather of fp32 values          %10.2f MB = %.3f Psi elements\n", ag / steps / MB,
-            ag / steps / 4 / (per > 0 ? per : 1));
+    fprintf(f, "traffic of device 0 per step (bus bytes, nccl-tests convention)%s:\n",
+            pc->tp > 1 ? ", data-parallel groups" : "");
+    if (per > 0) {
+        fprintf(f, "  reduce-scatter of exact fp64 sums %10.2f MB = %.3f Psi elements\n",
+                rs / steps / MB, rs / steps / 8 / per);
+        fprintf(f, "  all-gather of fp32 values          %10.2f MB = %.3f Psi elements\n",
+                ag / steps / MB, ag / steps / 4 / per);
+    }
     fprintf(f, "  other (loss, norm, barriers)       %10.4f MB\n", other / steps / MB);
+}
+
+static void print_time(const dp_run_t *run, FILE *f) {
     const dp_device_report_t *r0 = &run->reports[0];
+    const double steps = run->steps > 0 ? run->steps : 1;
     double busy = r0->seconds_compute + r0->seconds_reduce + r0->seconds_comm +
                   r0->seconds_optimizer;
     if (busy > 0) /* waits at barriers count in the phase that waited */
@@ -66,12 +119,22 @@ void dp_print_report(const dp_run_t *run, FILE *f) {
                 100 * r0->seconds_reduce / busy, 1e3 * r0->seconds_comm / steps,
                 100 * r0->seconds_comm / busy, 1e3 * r0->seconds_optimizer / steps,
                 100 * r0->seconds_optimizer / busy);
-    int accum = pc->accum_degree;
-    if (z == 3)
+}
+
+void dp_print_report(const dp_run_t *run, FILE *f) {
+    const pconfig_t *pc = &run->pc;
+    const double psi = device_psi(run);
+    if (psi <= 0) return;
+    print_memory(run, psi, f);
+    if (!run->reports) return;
+    print_traffic(run, psi, f);
+    print_time(run, f);
+    if (pc->dp > 1 && pc->zero_stage == 3)
         fprintf(f, "  formula: 3 Psi for one microbatch; here (1 + 2 x %d microbatches) Psi x (N-1)/N, "
-                   "plus the tied embeddings gathered again for the head\n", accum);
-    else
+                   "plus the tied embeddings gathered again for the head\n", pc->accum_degree);
+    else if (pc->dp > 1)
         fprintf(f, "  formula: 2 Psi x (N-1)/N\n");
+    if (pc->tp > 1) dp_print_tp_report(run, f);
 }
 
 /* ---- who produced an element: the divergence report -------------------- */

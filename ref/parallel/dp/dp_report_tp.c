@@ -1,0 +1,271 @@
+/* dp_report_tp.c - tensor parallelism's traffic and activation memory
+ * next to Megatron's formulas (Shoeybi et al. 2019; Korthikanti et al.
+ * 2022), as dp_report.c does for ZeRO.
+ *
+ * Traffic. Megatron's 1-D tensor parallelism all-reduces [b·s, h] four
+ * times per layer and microbatch: forward after the attention dense and
+ * the MLP fc2 (row-parallel outputs), backward for the qkv and fc1 input
+ * gradients (column-parallel inputs); the vocabulary-parallel embedding
+ * adds one forward, the LM head's input gradient one backward, and the
+ * vocabulary-parallel cross-entropy three of [b·s] (max, sum of exps,
+ * target logit). Sequence parallelism replaces each all-reduce by an
+ * all-gather / reduce-scatter pair of the same volume. parity moves the
+ * same tensors, but what is a sum travels open (COLL_XVEC: one fp64 an
+ * element, plus an xacc_t for each element whose sum would round) and the
+ * softmax denominators as xacc_t: those bytes are the price of exactness
+ * and are printed on their own line. The counters tell tensor-parallel
+ * traffic from data-parallel traffic by group family (coll.h): "tp".
+ *
+ * Memory. An activation slot (gpt.c's layout_slot) holds per layer and
+ * token 4-byte values and 1-byte dropout masks; the formula below is that
+ * table written out in h, ffn/t, heads/t, T and the dropout switches, and
+ * is checked against the allocation table (gpt_mem_bytes_tp) per layer.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "dp_report.h"
+
+enum { MAX_TERMS = 8 };
+
+/* One row of the formula: a collective on a dtype, per microbatch. */
+typedef struct {
+    coll_kind_t kind;
+    coll_dtype_t dt;
+    long calls;        /* per microbatch */
+    long nh, n, h;     /* elements per microbatch: nh [b·s, h] + n [b·s] + h [h] */
+    const char *what;
+} tp_term_t;
+
+/* What device 0's tensor-parallel group carries per microbatch, L layers.
+ * Elements count the whole tensor (S / element size, coll.h): an
+ * all-gather or reduce-scatter of [b·s, h] counts b·s·h. */
+static int tp_terms(int L, int sp, tp_term_t *t) {
+    const long l4 = 4L * L;
+    if (!sp) {
+        t[0] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XVEC, l4 + 1, l4 + 1, 0, 0,
+                           "4 a layer + LM-head input grad [b·s,h]"};
+        t[1] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_F32, 3, 1, 2, 0,
+                           "embedding [b·s,h]; CE max, target logit [b·s]"};
+        t[2] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XACC, 1, 0, 1, 0, "CE sum of exps [b·s]"};
+        return 3;
+    }
+    t[0] = (tp_term_t){COLL_KIND_ALL_GATHER, COLL_F32, l4 + 2, l4 + 2, 0, 0,
+                       "4 a layer + LNf out, embedding grad [b·s,h]"};
+    t[1] = (tp_term_t){COLL_KIND_REDUCE_SCATTER, COLL_XVEC, l4 + 1, l4 + 1, 0, 0,
+                       "4 a layer + LM-head input grad [b·s,h]"};
+    t[2] = (tp_term_t){COLL_KIND_REDUCE_SCATTER, COLL_F32, 1, 1, 0, 0, "embedding [b·s,h]"};
+    t[3] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XVEC, l4 + 2, 0, 0, l4 + 2,
+                       "LayerNorm weight, bias grads [h]"};
+    t[4] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_F32, 2, 0, 2, 0, "CE max, target logit [b·s]"};
+    t[5] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XACC, 1, 0, 1, 0, "CE sum of exps [b·s]"};
+    return 6;
+}
+
+/* The step of device 0: m microbatches over `tokens` tokens in all. */
+typedef struct {
+    int tp, sp, L, h, m;
+    double tokens;
+    const coll_family_t *fam; /* device 0's "tp" tallies, or NULL */
+    double steps;
+} tp_step_t;
+
+static double term_elements(const tp_term_t *t, const tp_step_t *s) {
+    return (double)t->nh * s->tokens * s->h + (double)t->n * s->tokens + (double)t->h * s->m * s->h;
+}
+
+static coll_tally_t measured(const tp_step_t *s, coll_kind_t k, coll_dtype_t d) {
+    coll_tally_t z = {0, 0, 0, 0, 0};
+    return s->fam ? s->fam->by[k][d] : z;
+}
+
+static int find_term(const tp_term_t *t, int nt, int k, int d) {
+    for (int i = 0; i < nt; i++)
+        if ((int)t[i].kind == k && (int)t[i].dt == d) return i;
+    return -1;
+}
+
+/* One table row, per step; returns 1 when measured and formula differ. */
+static int print_row(const tp_step_t *s, int k, int d, const tp_term_t *t, FILE *f) {
+    const coll_tally_t x = measured(s, (coll_kind_t)k, (coll_dtype_t)d);
+    const double es = (double)coll_dtype_size((coll_dtype_t)d), st = s->steps;
+    const double calls = (double)x.calls / st, elems = (double)x.bytes / es / st;
+    const double want_calls = t ? (double)t->calls * s->m : 0, want = t ? term_elements(t, s) : 0;
+    const int differs = calls != want_calls || elems != want;
+    fprintf(f, "  %-14s %-5s %6.0f %11.0f %12.0f %12.0f | %6.0f %11.0f %12.0f  %s%s\n",
+            coll_kind_name((coll_kind_t)k), coll_dtype_name((coll_dtype_t)d), calls, elems,
+            (double)x.bytes / st, (double)x.bus_bytes / st, want_calls, want, want * es,
+            t ? t->what : "not in the formula", differs ? "  <- DIFFERS" : "");
+    return differs;
+}
+
+/* Every measured collective of the family and every term of the formula. */
+static int print_table(const tp_step_t *s, FILE *f) {
+    tp_term_t t[MAX_TERMS];
+    const int nt = tp_terms(s->L, s->sp, t);
+    fprintf(f, "  %-20s %-44s | %s\n", "per step", "measured", "formula");
+    fprintf(f, "  %-14s %-5s %6s %11s %12s %12s | %6s %11s %12s\n", "collective", "dtype", "calls",
+            "elements", "bytes", "bus bytes", "calls", "elements", "bytes");
+    int bad = 0;
+    for (int k = 0; k < COLL_NKINDS; k++)
+        for (int d = 0; d < COLL_NDTYPES; d++) {
+            int i = find_term(t, nt, k, d);
+            if (i >= 0 || measured(s, (coll_kind_t)k, (coll_dtype_t)d).calls)
+                bad |= print_row(s, k, d, i >= 0 ? &t[i] : NULL, f);
+        }
+    return bad;
+}
+
+static void print_megatron(const tp_step_t *s, double bs, FILE *f) {
+    const double per = 4 * bs * s->h, KB = 1e3;
+    if (!s->sp)
+        fprintf(f, "  Megatron per layer per microbatch: 4 all-reduces of [b·s, h] (forward: attention "
+                   "dense and fc2 outputs; backward: qkv and fc1 input gradients)\n");
+    else
+        fprintf(f, "  Megatron per layer per microbatch (sequence parallel): 4 all-gathers and 4 "
+                   "reduce-scatters of [b·s, h], the all-reduces' volume (all-gather before qkv and "
+                   "fc1, reduce-scatter after dense and fc2, and their conjugates backward; Megatron "
+                   "also gathers the qkv and fc1 inputs again for the weight gradients, parity keeps "
+                   "them)\n");
+    if (!s->sp)
+        fprintf(f, "    = %.0f elements (bytes S): %.1f KB in fp32, %.1f KB in bf16; parity's sums "
+                   "travel open, in fp64: %.1f KB\n",
+                per, 4 * per / KB, 2 * per / KB, 8 * per / KB);
+    else
+        fprintf(f, "    = %.0f elements gathered and %.0f reduce-scattered (bytes S): %.1f + %.1f KB "
+                   "in fp32, %.1f + %.1f KB in bf16; parity gathers rounded fp32 values and "
+                   "reduce-scatters open sums in fp64: %.1f + %.1f KB\n",
+                per, per, 4 * per / KB, 4 * per / KB, 2 * per / KB, 2 * per / KB, 4 * per / KB,
+                8 * per / KB);
+    fprintf(f, "  per microbatch besides: the embedding [b·s, h] (%s), the LM-head input gradient "
+               "[b·s, h], cross-entropy's max, sum of exps and target logit [b·s]%s\n",
+            s->sp ? "reduce-scatter forward, all-gather backward" : "all-reduce forward",
+            s->sp ? "; parity all-reduces LayerNorm weight and bias gradients per microbatch "
+                    "(Megatron once a step)" : "");
+}
+
+/* What exactness adds, in bus bytes per step: open sums as fp64 (+ the
+ * exceptions that moved) instead of fp32 or bf16, xacc_t denominators. */
+static void print_exactness(const tp_step_t *s, FILE *f) {
+    double xbus = 0, exc_sent = 0, exc_recv = 0;
+    for (int k = 0; k < COLL_NKINDS; k++) {
+        const coll_tally_t x = measured(s, (coll_kind_t)k, COLL_XVEC);
+        xbus += (double)x.bus_bytes;
+        exc_sent += (double)x.sent - (double)x.bus_bytes;
+        exc_recv += (double)x.recv - (double)x.bus_bytes;
+    }
+    const double xa = (double)measured(s, COLL_KIND_ALL_REDUCE, COLL_XACC).bus_bytes;
+    const double st = s->steps, MB = 1e6, xs = (double)sizeof(xacc_t);
+    fprintf(f, "  exactness adds per step (bus bytes): open sums as fp64 +%.3f MB over fp32 "
+               "(+%.3f MB over bf16), softmax denominators as xacc_t (%.0f B) +%.3f MB over fp32;\n"
+               "    and the exception accumulators that moved (data-dependent): %.0f B sent, %.0f B "
+               "received\n",
+            xbus / 2 / st / MB, xbus * 3 / 4 / st / MB, xs, xa * (1 - 4 / xs) / st / MB,
+            exc_sent / st, exc_recv / st);
+}
+
+static void print_traffic(const dp_run_t *run, FILE *f) {
+    const pconfig_t *pc = &run->pc;
+    const model_config_t *c = &run->model;
+    const int T = c->seq_length, per_rank = pc->global_batch / pc->dp;
+    tp_step_t s = {pc->tp, pc->sequence_parallel, c->layers, c->hidden, pc->accum_degree,
+                   (double)per_rank * T, coll_counters_family(&run->reports[0].comm, "tp"),
+                   run->steps > 0 ? run->steps : 1};
+    const int even = per_rank % pc->accum_degree == 0;
+    fprintf(f, "tensor parallelism: tp=%d%s; device 0's tensor-parallel group per step: %d "
+               "microbatch%s of b·s = %d x %d = %d tokens%s, h = %d, L = %d\n",
+            pc->tp, s.sp ? " with sequence parallelism" : "", s.m, s.m > 1 ? "es" : "",
+            pc->micro_batch, T, pc->micro_batch * T, even ? "" : " (the largest)", s.h, s.L);
+    print_megatron(&s, (double)pc->micro_batch * T, f);
+    const int bad = print_table(&s, f);
+    fprintf(f, "  %s\n", bad ? "measured and formula DIFFER (a collective added or dropped?)"
+                             : "measured = formula: calls, elements and bytes");
+    print_exactness(&s, f);
+}
+
+/* ---- activation memory -------------------------------------------------- */
+
+/* Bytes per token of one layer's slot (layout_slot): 4-byte values, 1-byte
+ * masks. Replicated over tp (sharded along tokens under SP): LayerNorm
+ * x-hat and output twice, the attention and MLP outputs, resid1 and out
+ * (8 x 4h), their dropout masks (2h), LayerNorm 1/std (2 x 4). Split over
+ * tp: qkv and context (16h), fc1 out, GeLU out and derivative (12 ffn),
+ * attention probabilities (4T), after dropout (4T) with its mask (T) and
+ * the denominators (4), per head. SP keeps both LayerNorm outputs
+ * gathered (8h) for the column-parallel weight gradients. */
+static double layer_per_token(const model_config_t *c, int t, int sp) {
+    const double h = c->hidden, hd = c->hidden_dropout > 0, ad = c->attention_dropout > 0;
+    const double rep = 32 * h + 2 * h * hd + 8;
+    const double split = (16 * h + 12.0 * c->ffn + c->heads * (c->seq_length * (4 + 5 * ad) + 4)) / t;
+    return sp ? rep / t + 8 * h + split : rep + split;
+}
+
+/* The slot outside the layers: input and target ids, the losses, the
+ * softmax max and denominator (20), logits (4V/t); sharded under SP: the
+ * embedding output and mask, LayerNorm-f x-hat, output and 1/std, the
+ * residual gradient (16h + h + 4); SP keeps LNf's output gathered (4h). */
+static double outer_per_token(const model_config_t *c, int t, int sp) {
+    const double h = c->hidden, hd = c->hidden_dropout > 0;
+    const double fixed = 20 + 4.0 * c->vocab / t, rep = 16 * h + h * hd + 4;
+    return sp ? fixed + rep / t + 4 * h : fixed + rep;
+}
+
+/* The allocation table's activations (slot and backward scratch) for the
+ * replica with `layers` layers, or -1 when the layout is not admitted. */
+static double table_bytes(const model_config_t *cfg, int layers, int tp, int sp) {
+    model_config_t c = *cfg;
+    c.layers = layers;
+    gpt_mem_t m;
+    if (gpt_mem_bytes_tp(&c, tp, sp, 0, &m, NULL)) return -1;
+    return (double)m.activations;
+}
+
+static void print_memory_column(const model_config_t *cfg, int tp, int sp, FILE *f) {
+    const double n = (double)cfg->micro_batch * cfg->seq_length, L = cfg->layers, MB = 1e6;
+    const double layer = layer_per_token(cfg, tp, sp) * n, outer = outer_per_token(cfg, tp, sp) * n;
+    /* the table's bytes of one layer: one more layer's worth */
+    const double all = table_bytes(cfg, cfg->layers, tp, sp);
+    const double more = all < 0 ? -1 : table_bytes(cfg, cfg->layers + 1, tp, sp);
+    fprintf(f, "  %-8s %8.0f B %10.3f MB %14.3f MB", sp ? "with SP" : "no SP",
+            layer_per_token(cfg, tp, sp), layer / MB, L * layer / MB);
+    if (all < 0 || more < 0) {
+        fprintf(f, "   (the layout is not admitted)\n");
+        return;
+    }
+    fprintf(f, " %12.3f MB %10.3f MB %12.3f MB\n", (more - all) / MB, outer / MB,
+            (all - L * (more - all) - outer) / MB);
+}
+
+static void print_memory(const dp_run_t *run, FILE *f) {
+    model_config_t cfg;
+    dp_replica_config(&run->model, &run->pc, &cfg);
+    const int t = run->pc.tp, sp = run->pc.sequence_parallel;
+    const double h = cfg.hidden, a = cfg.heads, T = cfg.seq_length, MB = 1e6;
+    fprintf(f, "activation memory per device: one slot of b·s = %d x %d tokens, tp=%d; hidden dropout "
+               "%s, attention dropout %s\n",
+            cfg.micro_batch, cfg.seq_length, t, cfg.hidden_dropout > 0 ? "on" : "off",
+            cfg.attention_dropout > 0 ? "on" : "off");
+    fprintf(f, "  per layer per token (bytes): 32h + 2h[hidden dropout] + 8 + (16h + 12 ffn + heads "
+               "(T (4 + 5[attention dropout]) + 4)) / t\n"
+               "    with SP: (32h + 2h[hidden dropout] + 8) / t + 8h (the gathered LayerNorm outputs) "
+               "+ the same split part\n");
+    fprintf(f, "  Megatron's (16-bit values, 1-byte masks, dropout on): 10h + 24h/t + 5 heads T/t = "
+               "%.0f B, with SP 34h/t + 5 heads T/t = %.0f B\n",
+            10 * h + 24 * h / t + 5 * a * T / t, 34 * h / t + 5 * a * T / t);
+    fprintf(f, "  %-8s %10s %13s %17s %15s %13s %15s\n", "formula:", "per token", "per layer",
+            "L layers", "table: layer", "emb., head", "rest: scratch");
+    print_memory_column(&cfg, t, 0, f);
+    print_memory_column(&cfg, t, 1, f);
+    const double all = table_bytes(&cfg, cfg.layers, t, sp);
+    fprintf(f, "  (table: the allocation's own sizes, gpt_mem_bytes_tp, 64-byte aligned buffers; rest: "
+               "its backward scratch and tp buffers, and the alignment)\n");
+    fprintf(f, "  measured high-water, device 0: %.3f MB (this run, %s SP); the allocation table: "
+               "%.3f MB\n",
+            (double)run->reports[0].peak[MEM_ACTIVATIONS] / MB, sp ? "with" : "without", all / MB);
+}
+
+void dp_print_tp_report(const dp_run_t *run, FILE *f) {
+    if (!run->reports || run->pc.tp < 2) return;
+    print_traffic(run, f);
+    print_memory(run, f);
+}
