@@ -98,10 +98,13 @@ tsan:
 	  $(MAKE) check BUILD=build-tsan SAN=thread
 
 # The main demo: the golden run and a 4-device ZeRO-2 layout with gradient
-# accumulation, trained and then checked bit for bit.
+# accumulation, trained and then checked bit for bit; then Megatron tensor
+# + sequence parallelism composed with ZeRO-1, checked the same way.
 demo: all
 	$(PARITY) train --model gpt-tiny --steps 5 --data-parallel-size 4 --zero-stage 2 --accum-degree 2
 	$(PARITY) check --model gpt-tiny --steps 3 --data-parallel-size 4 --zero-stage 2 --accum-degree 2
+	$(PARITY) check --model gpt-tiny --steps 3 --tensor-model-parallel-size 2 --sequence-parallel \
+	  --data-parallel-size 2 --zero-stage 1
 
 bench: all $(BENCH_BIN)
 	BUILD=$(abspath $(BUILD)) PARITY=$(abspath $(PARITY)) bash tests/bench/run.sh
