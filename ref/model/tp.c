@@ -49,20 +49,17 @@ void tp_sum_xacc(gpt_t *g, xacc_t *x, size_t n) {
  * contiguous blocks, one per rank, so the full layout [n_seq][T][w] is
  * permuted to and from "parts order" [tp][n_seq][Tl][w] around them. */
 
-static void to_parts(float *parts, const float *full, int tp, int n_seq, int Tl, int w) {
+/* full [n_seq][tp*Tl][w] <-> parts [tp][n_seq][Tl][w], run by run
+ * (into_parts: src is full, dst parts; else the reverse). */
+static void permute_parts(float *dst, const float *src, int tp, int n_seq, int Tl, int w,
+                          int into_parts) {
     const size_t run = (size_t)Tl * w;
     for (int r = 0; r < tp; r++)
-        for (int s = 0; s < n_seq; s++)
-            memcpy(parts + ((size_t)r * n_seq + s) * run, full + ((size_t)s * tp + r) * run,
+        for (int s = 0; s < n_seq; s++) {
+            const size_t in_parts = ((size_t)r * n_seq + s) * run, in_full = ((size_t)s * tp + r) * run;
+            memcpy(dst + (into_parts ? in_parts : in_full), src + (into_parts ? in_full : in_parts),
                    run * sizeof(float));
-}
-
-static void from_parts(float *full, const float *parts, int tp, int n_seq, int Tl, int w) {
-    const size_t run = (size_t)Tl * w;
-    for (int r = 0; r < tp; r++)
-        for (int s = 0; s < n_seq; s++)
-            memcpy(full + ((size_t)s * tp + r) * run, parts + ((size_t)r * n_seq + s) * run,
-                   run * sizeof(float));
+        }
 }
 
 void sp_gather(gpt_t *g, float *full, const float *local, int n_seq, int w) {
@@ -72,13 +69,13 @@ void sp_gather(gpt_t *g, float *full, const float *local, int n_seq, int w) {
     memcpy(parts + (size_t)g->shard.tp_rank * count, local, count * sizeof(float));
     coll_all_gather(g->shard.tp_group, parts + (size_t)g->shard.tp_rank * count, parts, count,
                     COLL_F32);
-    from_parts(full, parts, tp, n_seq, Tl, w);
+    permute_parts(full, parts, tp, n_seq, Tl, w, 0);
 }
 
 void sp_reduce_scatter_f32(gpt_t *g, float *local, const float *full, int n_seq, int w) {
     const int tp = g->shard.tp, Tl = g->cfg.seq_length / tp;
     float *parts = g->scratch.sp_buf;
-    to_parts(parts, full, tp, n_seq, Tl, w);
+    permute_parts(parts, full, tp, n_seq, Tl, w, 1);
     coll_reduce_scatter(g->shard.tp_group, parts, local, (size_t)n_seq * Tl * w, COLL_F32,
                         COLL_SUM);
 }
