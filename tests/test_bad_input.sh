@@ -151,6 +151,18 @@ refuse "an unknown flag" "unknown option '--frobnicate'" -- $T --frobnicate
 refuse "diff --max-rows followed by a flag" "--max-rows" -- $P diff "$w/good.st" "$w/good.st" --max-rows --quiet
 refuse "diff with one operand" "usage|two files" -- $P diff "$w/good.st"
 
+# --- degrees that cannot work: what must divide what (tensor parallelism)
+refuse "tp not dividing the heads" "tensor-model-parallel-size: 3 must divide the 8 attention heads" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 3
+refuse "tp beyond the heads" "16 must divide the 8 attention heads" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 16
+refuse "tp splitting a vocabulary tile" "embedding.word_embeddings.weight: tp=4 must divide its 2 blocks" -- $P check --model gpt-small --steps 1 --tensor-model-parallel-size 4
+refuse "tp splitting an FFN tile" "dense_h_to_4h.weight: tp=4 must divide its 2 blocks" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 4 --tile-ffn 128
+refuse "tp splitting a feature tile" "tp=8 must divide its 4 blocks" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 8 --tile-features 16
+refuse "sequence parallel splitting a token tile" "sequence-parallel: tensor-model-parallel-size 8 must divide the 4 token tiles" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 8 --sequence-parallel --tile-tokens 8
+refuse "sequence parallel without tp" "sequence-parallel: needs tensor-model-parallel-size > 1" -- $P check --model gpt-tiny --steps 1 --sequence-parallel
+refuse "world size not a multiple of tp" "world-size: 6 is not divisible by tp" -- $P check --model gpt-tiny --steps 1 --world-size 6 --tensor-model-parallel-size 4
+refuse "world size contradicting tp x dp" "world-size: 8 does not equal data-parallel-size 2" -- $P check --model gpt-tiny --steps 1 --world-size 8 --tensor-model-parallel-size 2 --data-parallel-size 2
+refuse "pipeline parallelism (not yet)" "pipeline-model-parallel-size: 2 is not supported yet" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2
+
 # --- resources: estimated before anything is allocated
 refuse "a model twice the host's memory, refused up front" "needs an estimated .* GB.*available" -- env PARITY_MEM_AVAILABLE_MB=24000 $P train --hidden-size 1024 --num-attention-heads 128 --ffn-hidden-size 4096 --num-layers 168 --steps 1
 refuse "a layout beyond the available memory" "available" -- env PARITY_MEM_AVAILABLE_MB=1 $P check --model gpt-tiny --data-parallel-size 8 --steps 1
