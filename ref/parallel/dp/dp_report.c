@@ -164,6 +164,19 @@ static int is_batch(const st_tensor_t *t, const char *what) {
                             !strcmp(what, "labels"));
 }
 
+/* The world rank of (tensor-parallel rank, data-parallel rank) on the
+ * layout's order string (the driver's grid). */
+static int device_of(const pconfig_t *pc, int tp_rank, int dp_rank) {
+    rank_layout_t L;
+    char sizes[64];
+    snprintf(sizes, sizeof sizes, "tp=%d,dp=%d", pc->tp > 1 ? pc->tp : 1, pc->dp);
+    if (layout_init(&L, pc->order, sizes, NULL)) return dp_rank;
+    int coords[LAYOUT_MAX_DIMS] = {0};
+    for (int i = 0; i < L.ndims; i++)
+        coords[i] = !strcmp(L.names[i], "tp") ? tp_rank : !strcmp(L.names[i], "dp") ? dp_rank : 0;
+    return layout_rank_of(&L, coords);
+}
+
 /* Sequences are sharded over dp, then split into microbatches of sizes
  * differing by at most one (pconfig.h), as run_step feeds them. */
 static void describe_batch(const dp_placement_t *pl, const st_tensor_t *t, uint64_t flat,
@@ -178,8 +191,11 @@ static void describe_batch(const dp_placement_t *pl, const st_tensor_t *t, uint6
         if (in_rank < start + size) break;
         start += size;
     }
-    snprintf(buf, cap, "device %d (dp rank %d), microbatch %d of %d (%d sequences), sequence %d",
-             rank, rank, k, accum, size, seq);
+    const int tp = pc->tp > 1 ? pc->tp : 1;
+    char peers[64] = "";
+    if (tp > 1) snprintf(peers, sizeof peers, " and its %d tensor-parallel peers", tp - 1);
+    snprintf(buf, cap, "device %d (dp rank %d)%s, microbatch %d of %d (%d sequences), sequence %d",
+             device_of(pc, 0, rank), rank, peers, k, accum, size, seq);
 }
 
 static void describe_param(const dp_placement_t *pl, const char *pname, int grad, uint64_t flat,
