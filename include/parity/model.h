@@ -300,8 +300,9 @@ int  gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, struct ar
  * activations and the open-sum buffers its collectives need. */
 int  gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard, unsigned omit,
                 struct arena *arena, perr_t *err);
-/* The tensor-parallel extents of rank tp_rank of tp (errors say what must
- * divide what: heads, feature, FFN and vocabulary tiles). */
+/* The tensor-parallel extents of rank tp_rank of tp (the error says what
+ * must divide what under sequence parallelism; param_table_build_tp checks
+ * the cuts of heads, feature, FFN and vocabulary tiles). */
 int  gpt_local_dims(const model_config_t *cfg, int tp, int tp_rank, int sp, gpt_local_t *out,
                     perr_t *err);
 /* The bytes gpt_new_ex(cfg, omit) takes from its arena, by category, as the

@@ -192,6 +192,11 @@ static float as_float(st_dtype_t dt, const unsigned char *x) {
  * another replica wrote already is compared instead (the first
  * disagreement is kept for the checker). */
 static void place_run(dump_t *d, batch_entry_t *e, size_t at, const unsigned char *src, size_t n) {
+    if (!memchr(e->filled + at, 1, n)) { /* the first copy of the whole run */
+        memcpy(e->data + at * e->esize, src, n * e->esize);
+        memset(e->filled + at, 1, n);
+        return;
+    }
     for (size_t k = 0; k < n; k++) {
         unsigned char *dst = e->data + (at + k) * e->esize;
         const unsigned char *from = src + k * e->esize;

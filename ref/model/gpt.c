@@ -124,9 +124,8 @@ int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int sp, gpt_loc
                         tp, c->seq_length / c->tile_tokens, c->seq_length, c->tile_tokens);
     out->seq_parts = sp ? tp : 1;
     out->seq_part = sp ? tp_rank : 0;
-    param_table_t t; /* the cuts' checks: heads, tiles (params.c) */
-    if (param_table_build_tp(&t, c, tp, err)) return -1;
-    param_table_free(&t);
+    /* the cuts (heads, tiles) are checked where the table is built
+     * (param_table_build_tp), which every caller does next */
     out->heads = c->heads / tp;
     out->head0 = tp_rank * out->heads;
     out->attn = out->heads * (c->hidden / c->heads);

@@ -64,15 +64,9 @@ int dp_ckpt_prepare(dp_shared_t *sh, perr_t *err) {
     if ((in && in->total != total) || (run->save && run->save->total != total))
         return perr_set(err, "dp: a checkpoint state of %zu elements for a model of %zu",
                         in && in->total != total ? in->total : run->save->total, total);
-    const int tp = sh->grid.size[GRID_TP];
-    sh->m_local = calloc((size_t)tp, sizeof(float *));
-    sh->v_local = calloc((size_t)tp, sizeof(float *));
+    sh->m_local = dp_tp_buffers(sh);
+    sh->v_local = dp_tp_buffers(sh);
     if (!sh->m_local || !sh->v_local) return perr_set(err, "dp: out of memory");
-    for (int t = 0; t < tp; t++) {
-        sh->m_local[t] = calloc(sh->local.total + 1, sizeof(float));
-        sh->v_local[t] = calloc(sh->local.total + 1, sizeof(float));
-        if (!sh->m_local[t] || !sh->v_local[t]) return perr_set(err, "dp: out of memory");
-    }
     if (!in) return 0;
     /* dp_train cuts params_full into the tp blocks that every replica or
      * shard starts from: the checkpoint's values instead of the initial ones */
@@ -134,9 +128,7 @@ void dp_ckpt_collect(dp_rank_t *r) {
 }
 
 void dp_ckpt_free(dp_shared_t *sh) {
-    for (int t = 0; sh->m_local && t < sh->grid.size[GRID_TP]; t++) free(sh->m_local[t]);
-    for (int t = 0; sh->v_local && t < sh->grid.size[GRID_TP]; t++) free(sh->v_local[t]);
-    free(sh->m_local);
-    free(sh->v_local);
+    dp_tp_buffers_free(sh, sh->m_local);
+    dp_tp_buffers_free(sh, sh->v_local);
     sh->m_local = sh->v_local = NULL;
 }

@@ -101,6 +101,11 @@ static inline size_t dp_round_elems(size_t piece, int n) {
     c = c >= 8 ? c & ~(size_t)7 : 1; /* blocks on 64-byte lines */
     return c < piece ? c : piece;
 }
+/* One flat buffer per tensor-parallel rank, each of the local table's
+ * size (zeroed): reassembly and checkpoint state. NULL when memory is
+ * short; dp_tp_buffers_free takes NULL too. */
+float **dp_tp_buffers(const dp_shared_t *sh);
+void    dp_tp_buffers_free(const dp_shared_t *sh, float **b);
 /* What a replica leaves to the stage's shards (gpt_new_ex's omit). */
 unsigned dp_replica_omits(int stage);
 void dp_fail(dp_shared_t *sh, const char *msg);

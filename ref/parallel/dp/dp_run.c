@@ -259,17 +259,30 @@ void dp_replica_config(const model_config_t *model, const pconfig_t *pc, model_c
     out->micro_batch = pc->micro_batch;
 }
 
+float **dp_tp_buffers(const dp_shared_t *sh) {
+    const int tp = sh->grid.size[GRID_TP];
+    float **b = calloc((size_t)tp, sizeof *b);
+    for (int t = 0; b && t < tp; t++)
+        if (!(b[t] = calloc(sh->local.total + 1, sizeof(float)))) {
+            dp_tp_buffers_free(sh, b);
+            return NULL;
+        }
+    return b;
+}
+
+void dp_tp_buffers_free(const dp_shared_t *sh, float **b) {
+    for (int t = 0; b && t < sh->grid.size[GRID_TP]; t++) free(b[t]);
+    free(b);
+}
+
 /* The tensor-parallel ranks' blocks of the golden initial parameters. */
 static int init_local(dp_shared_t *sh, perr_t *err) {
     const int tp = sh->grid.size[GRID_TP];
     const int sizes[GRID_NAXES] = {tp, 1, 1, 1, 1};
-    sh->params_local = calloc((size_t)tp, sizeof(float *));
-    sh->grads_local = calloc((size_t)tp, sizeof(float *));
+    sh->params_local = dp_tp_buffers(sh);
+    sh->grads_local = dp_tp_buffers(sh);
     if (!sh->params_local || !sh->grads_local) return perr_set(err, "dp: out of memory");
     for (int t = 0; t < tp; t++) {
-        sh->params_local[t] = calloc(sh->local.total + 1, sizeof(float));
-        sh->grads_local[t] = calloc(sh->local.total + 1, sizeof(float));
-        if (!sh->params_local[t] || !sh->grads_local[t]) return perr_set(err, "dp: out of memory");
         const int coord[GRID_NAXES] = {t, 0, 0, 0, 0};
         for (int i = 0; i < sh->local.count; i++)
             placement_take(&sh->local.info[i].pl, sizes, coord,
@@ -280,10 +293,8 @@ static int init_local(dp_shared_t *sh, perr_t *err) {
 }
 
 static void free_local(dp_shared_t *sh) {
-    for (int t = 0; sh->params_local && t < sh->grid.size[GRID_TP]; t++) free(sh->params_local[t]);
-    for (int t = 0; sh->grads_local && t < sh->grid.size[GRID_TP]; t++) free(sh->grads_local[t]);
-    free(sh->params_local);
-    free(sh->grads_local);
+    dp_tp_buffers_free(sh, sh->params_local);
+    dp_tp_buffers_free(sh, sh->grads_local);
 }
 
 int dp_train(dp_run_t *run, perr_t *err) {
