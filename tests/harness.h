@@ -46,6 +46,20 @@ static const char *harness_cur_name = "";
         fflush(stdout);                                                         \
     } while (0)
 
+/* A test's scratch directory: made from tmpl (mkdtemp's XXXXXX) before
+ * the tests run, removed with everything in it after. */
+static inline int harness_mkdtemp(char *tmpl) {
+    if (mkdtemp(tmpl)) return 0;
+    perror("mkdtemp");
+    return -1;
+}
+
+static inline void harness_rmtree(const char *dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);
+}
+
 static inline int harness_done_named(const char *argv0) {
     const char *base = strrchr(argv0, '/');
     printf("RESULT %s: %d passed, %d failed\n", base ? base + 1 : argv0,

@@ -161,7 +161,21 @@ refuse "sequence parallel splitting a token tile" "sequence-parallel: tensor-mod
 refuse "sequence parallel without tp" "sequence-parallel: needs tensor-model-parallel-size > 1" -- $P check --model gpt-tiny --steps 1 --sequence-parallel
 refuse "world size not a multiple of tp" "world-size: 6 is not divisible by tp" -- $P check --model gpt-tiny --steps 1 --world-size 6 --tensor-model-parallel-size 4
 refuse "world size contradicting tp x dp" "world-size: 8 does not equal data-parallel-size 2" -- $P check --model gpt-tiny --steps 1 --world-size 8 --tensor-model-parallel-size 2 --data-parallel-size 2
-refuse "pipeline parallelism (not yet)" "pipeline-model-parallel-size: 2 is not supported yet" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2
+# pipeline layouts (gpt-tiny: 8 layers, gpt-micro: 2)
+refuse "more stages than layers" "pipeline-model-parallel-size: 3 stages for a model of 2 layers" -- $P check --model gpt-micro --steps 1 --pipeline-model-parallel-size 3
+refuse "stages that do not divide the layers" "pipeline-model-parallel-size: 3 does not divide the 8 layers; give --pipeline-layer-split" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 3
+refuse "a layer split that does not sum to the layers" "pipeline-layer-split: the stages' layers sum to 7, expected the model's 8" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 3 --pipeline-layer-split 3,2,2
+refuse "a layer split with the wrong number of stages" "pipeline-layer-split: 2 entries for pipeline-model-parallel-size 3" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 3 --pipeline-layer-split 4,4
+refuse "a layer split with a zero" "pipeline-layer-split: expected layers per stage such as 3,3,2 .each >= 1., got '4,0,4'" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 3 --pipeline-layer-split 4,0,4
+refuse "m not a multiple of pp under interleaving" "num-microbatches: 3 is not a multiple of pipeline-model-parallel-size 2" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --num-microbatches 3
+refuse "virtual stages that do not divide a stage's layers" "virtual-pipeline-model-parallel-size: 3 chunks do not divide stage 0's 4 layers" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 3 --num-microbatches 2
+refuse "layers per virtual stage that do not divide a stage" "num-layers-per-virtual-pipeline-stage: 3 must cut every stage's layers" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3 --num-microbatches 2
+refuse "interleaved without virtual stages" "pipeline-schedule: interleaved needs" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --pipeline-schedule interleaved --num-microbatches 2
+refuse "virtual stages with 1F1B" "pipeline-schedule: 1f1b has one model chunk per stage" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --pipeline-schedule 1f1b --virtual-pipeline-model-parallel-size 2
+refuse "an unknown schedule" "--pipeline-schedule: expected gpipe, 1f1b or interleaved, got 'zb'" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --pipeline-schedule zb
+refuse "a world size that tp x pp x dp does not match" "world-size: 12 does not equal data-parallel-size 2 x tp\\*pp\\*cp 4" -- $P check --model gpt-tiny --steps 1 --world-size 12 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --data-parallel-size 2
+refuse "a world size that tp x pp does not divide" "world-size: 6 is not divisible by tp\\*pp\\*cp = 4" -- $P check --model gpt-tiny --steps 1 --world-size 6 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
+refuse "--trace into a missing directory" "--trace.*directory '$w/nodir' does not exist" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --trace "$w/nodir/t.json"
 
 # --- resources: estimated before anything is allocated
 refuse "a model twice the host's memory, refused up front" "needs an estimated .* GB.*available" -- env PARITY_MEM_AVAILABLE_MB=24000 $P train --hidden-size 1024 --num-attention-heads 128 --ffn-hidden-size 4096 --num-layers 168 --steps 1

@@ -100,6 +100,16 @@ train "tp=2 x dp=3 ZeRO-2 save" --steps 2 --tensor-model-parallel-size 2 --data-
   --zero-stage 2 --save "$tmp/E" &&
   same_file "tp=2 x dp=3 ZeRO-2 (uneven bucket pieces) writes the golden checkpoint" "$tmp/E" "$tmp/A"
 
+# --- (e) pipeline stages: a 3-D layout saves and resumes ---
+PP3D=(--pipeline-model-parallel-size 2 --tensor-model-parallel-size 2 --data-parallel-size 2 --num-microbatches 2)
+train "pp=2 x tp=2 x dp=2 ZeRO-1 save" --steps 2 "${PP3D[@]}" --zero-stage 1 --save "$tmp/P" &&
+  same_file "(e) pp=2 x tp=2 x dp=2 ZeRO-1 writes the golden checkpoint" "$tmp/P" "$tmp/A"
+resume "(e) pp=2 x tp=2 x dp=2 save, golden resume" "$tmp/P"
+resume "(e) golden save, pp=4 interleaved x dp=2 ZeRO-3 resume" "$tmp/A" --pipeline-model-parallel-size 4 \
+  --virtual-pipeline-model-parallel-size 2 --num-microbatches 4 --data-parallel-size 2 --zero-stage 3 \
+  --save "$tmp/P4"
+same_file "(e) the pp=4 interleaved ZeRO-3 resumed run saves the uninterrupted checkpoint" "$tmp/P4" "$tmp/full4"
+
 # --- saving into the directory loaded from ---
 cp -r "$tmp/A" "$tmp/S"
 train "load and save one directory" --steps 2 --load "$tmp/S" --save "$tmp/S" "${TP4DP2[@]}" &&

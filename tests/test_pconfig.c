@@ -74,7 +74,12 @@ static void test_errors_name_the_field(void) {
     expect_error("--grad-sync-dtype fp16", "grad_sync_dtype");
     expect_error("--dtype fp8", "--dtype");
     expect_error("--world-size 4 --data-parallel-size 2", "world-size");
-    expect_error("--pipeline-model-parallel-size 2", "pipeline-model-parallel-size");
+    expect_error("--pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 "
+                 "--accum-degree 3", "num-microbatches: 3 is not a multiple of pipeline-model-parallel-size 2");
+    expect_error("--pipeline-model-parallel-size 3 --pipeline-layer-split 4,4",
+                 "pipeline-layer-split: 2 entries");
+    expect_error("--pipeline-schedule gpipe --virtual-pipeline-model-parallel-size 2",
+                 "pipeline-schedule: gpipe has one model chunk per stage");
     expect_error("--world-size 6 --tensor-model-parallel-size 4", "world-size: 6 is not divisible by tp");
     expect_error("--world-size 8 --tensor-model-parallel-size 2 --data-parallel-size 2", "world-size");
     expect_error("--use-distributed-optimizer --zero-stage 0", "zero-stage");

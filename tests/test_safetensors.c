@@ -509,18 +509,13 @@ static void test_mutation_fuzz(void) {
 }
 
 int main(void) {
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (harness_mkdtemp(tmpdir)) return 1;
     RUN(test_round_trip_all_dtypes);
     RUN(test_hand_built);
     RUN(test_corrupt_files);
     RUN(test_writer_errors);
     RUN(test_python_reads_our_file);
     RUN(test_mutation_fuzz);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
+    harness_rmtree(tmpdir);
     return harness_done();
 }

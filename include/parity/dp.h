@@ -34,6 +34,7 @@
 #include "parity/memest.h"
 #include "parity/model.h"
 #include "parity/pconfig.h"
+#include "parity/pp.h"
 
 typedef struct {
     int first, last;       /* tensors [first, last) */
@@ -50,7 +51,7 @@ typedef struct {
     int *unit_of_tensor;         /* [count] */
     int nbuckets;
     dp_bucket_t *buckets;        /* in backward (readiness) order */
-    int *bucket_of_unit;         /* ZeRO-3: [nunits] */
+    int *bucket_of_unit;         /* ZeRO-3: [nunits], -1 for a unit with no tensors held */
     size_t shard_len;            /* sum of pieces */
 } dp_plan_t;
 
@@ -62,19 +63,26 @@ void dp_piece(const dp_plan_t *p, int b, int k, size_t *lo, size_t *hi);
 /* The bucket holding flat element x, and the rank owning its piece. */
 void dp_owner(const dp_plan_t *p, size_t x, int *bucket, int *rank);
 /* ZeRO-3: the buckets a unit's forward or backward reads (its own, and
- * the embeddings' for a tied head), gathered together; returns 1 or 2. */
+ * the embeddings' for a tied head), gathered together; returns 0 to 2
+ * (a pipeline stage has no bucket for a unit whose tensors it does not
+ * hold: empty tensors make no bucket). */
 int  dp_unit_buckets(const dp_plan_t *p, int unit, int out[2]);
+/* Pipeline with a tied head: the word embedding's gradient is complete
+ * only after the embedding group's reduction, so its bucket is never
+ * ready during the backward pass (dp_reduce_pending reduces it). */
+void dp_plan_hold_embedding(dp_plan_t *p, const param_table_t *t);
 
 /* The config a layout's replicas run: the model with the layout's global
  * batch and its largest microbatch (pconfig.h; it need not divide the
  * batch: model_config_validate_replica). */
 void dp_replica_config(const model_config_t *model, const pconfig_t *pc, model_config_t *out);
-/* One rank's device memory (every rank's is alike) and the run's host
- * buffers, before anything is allocated (memest.h): the replica
+/* The largest rank's device memory (the ranks of a pipeline stage are
+ * alike), the sum over every rank (*all) and the run's host buffers,
+ * before anything is allocated (memest.h): the replica
  * (gpt_mem_bytes), the shards and collective buffers a rank allocates,
  * and ZeRO-3's largest set of units gathered at once, from the tables the
  * allocations use. */
-int  dp_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t *dev,
+int  dp_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t *dev, size_t *all,
                size_t *host, perr_t *err);
 
 /* ---- running a layout --------------------------------------------------- */
@@ -108,6 +116,13 @@ typedef struct {
     /* wall time by phase: forward/backward, exact gradient reductions,
      * other collectives, and the optimizer (norm, clipping, AdamW) */
     double seconds_compute, seconds_reduce, seconds_comm, seconds_optimizer;
+    /* pipeline: this device's stage, the slots each chunk has, the most
+     * (microbatch, chunk) pairs it held at once, and over the steps the
+     * seconds of forward and backward passes within the schedule's span
+     * (first forward to last backward): the bubble is 1 - busy / span */
+    int pp_stage, pp_in_flight_peak;
+    int pp_slots[GPT_MAX_CHUNKS];
+    double pp_busy, pp_span;
 } dp_device_report_t;
 
 typedef struct {
@@ -122,6 +137,9 @@ typedef struct {
     int broken_fp32_sums;
     int broken_tp_fp32_sums;  /* the row-parallel completions in fp32 (Megatron-LM 1736's kind) */
     int broken_tp_vocab_pad;  /* a vocabulary padding that depends on tp (Megatron-LM 1754) */
+    int broken_pp_mask_key;   /* dropout masks keyed by a stage's microbatch count (PyTorch 55036) */
+    int broken_pp_tied_grad;  /* the tied embedding's gradient skips the embedding group */
+    const char *trace_path;   /* --trace: a Chrome trace-event file of the run, or NULL */
     /* Test-only: 1 + the rank whose parameter replica drifts (one bit of
      * one element flipped after every update; ZeRO 0-2), to prove that
      * collection catches a replica that disagrees; 0 = off. */
@@ -168,6 +186,7 @@ typedef struct {
     pconfig_t pc;
     param_table_t table;
     dp_plan_t plan;
+    pp_plan_t pp;         /* which stage holds which units */
 } dp_placement_t;
 int  dp_placement_init(dp_placement_t *pl, const model_config_t *model, const pconfig_t *pc,
                        perr_t *err);

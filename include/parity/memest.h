@@ -43,7 +43,7 @@ typedef struct {
 
 typedef struct {
     int devices;
-    memest_dev_t max_dev;  /* the largest device (today every rank is alike) */
+    memest_dev_t max_dev;  /* the largest device (pipeline stages differ) */
     size_t all_devices;    /* the sum over devices of their totals */
     size_t host_shared;    /* run-wide host buffers outside the devices: the
                               reassembly of global tensors, dumps, a golden
@@ -54,6 +54,8 @@ typedef struct {
  * run (one device, gpt_new: the model's own micro_batch, no collective
  * buffers). 0, or -1 with a message. Fast: nothing is allocated but
  * tables. */
+/* d->total := the sum of d's categories. */
+void memest_sum(memest_dev_t *d);
 int  memest_layout(const model_config_t *cfg, const pconfig_t *pc, memest_t *out, perr_t *err);
 
 /* Adds what a dump (dump.h) holds on the host while it collects `steps`

@@ -94,6 +94,7 @@ typedef struct {
     param_init_t init;
     float init_std;      /* INIT_NORMAL: sigma or sigma/sqrt(2L) */
     int weight_decay;    /* 1 for 2-D weights (AdamW decays them) */
+    int held;            /* 0: another pipeline stage holds it (shape 0 x 0, numel 0) */
 } param_info_t;
 
 typedef struct {
@@ -110,6 +111,23 @@ int  param_table_build(param_table_t *t, const model_config_t *cfg, perr_t *err)
  * replicated), offsets into the replica's own contiguous block. tp = 1 is
  * param_table_build. Errors say what must divide what. */
 int  param_table_build_tp(param_table_t *t, const model_config_t *cfg, int tp, perr_t *err);
+/* Pipeline parallelism: the units a replica holds, as chunks of
+ * consecutive units [lo[c], hi[c]) (one chunk per stage, v under
+ * interleaving). n = 0: every unit (no pipeline). */
+enum { GPT_MAX_CHUNKS = 16 };
+typedef struct {
+    int n;
+    int lo[GPT_MAX_CHUNKS], hi[GPT_MAX_CHUNKS];
+} gpt_units_t;
+/* Whether u holds unit `unit`. */
+int  gpt_units_hold(const gpt_units_t *u, int unit);
+/* The table of a replica that holds the units `units` of tensor-parallel
+ * rank blocks of tp: the tensors of other units keep their index and
+ * name but are empty (held = 0), so every index (wte, param_layer) means
+ * the same tensor on every stage. The tied word embedding is held by the
+ * stages holding unit 0 or the head. */
+int  param_table_build_mp(param_table_t *t, const model_config_t *cfg, int tp,
+                          const gpt_units_t *units, perr_t *err);
 void param_table_free(param_table_t *t);
 /* Index of layer l's slot (P_*). */
 static inline int param_layer(const param_table_t *t, int l, int slot) {
@@ -155,6 +173,9 @@ typedef struct {
  * stage keeps as many as its schedule has microbatches in flight. */
 typedef struct {
     int n_seq, first_seq;                  /* sequences of the global batch */
+    int mask_seq;                          /* the sequence index dropout masks are keyed by:
+                                              first_seq (I3; a broken variant changes it) */
+    int chunk;                             /* the chunk of units the slot holds (-1: all) */
     int64_t step;
     int32_t *inputs, *targets;             /* [n] */
     float *emb;                            /* [n,C] embedding output (after dropout) */
@@ -200,13 +221,14 @@ typedef struct {
                                hold positions tp_rank*T/tp .. of every sequence */
     group_t *tp_group;      /* NULL when tp == 1 */
     unsigned broken;        /* GPT_BROKEN_*: deliberately broken variants (checker controls) */
+    gpt_units_t units;      /* pipeline parallelism: the units held (n = 0: all) */
 } gpt_shard_t;
 /* Modelled on real bugs: plain fp32 sums in the row-parallel all-reduce
  * (the order-dependent reduction of Megatron-LM issue 1736 and its kin);
  * a vocabulary padded to a multiple of 128 x tp whose padded columns
  * enter the softmax (Megatron-LM issue 1754: the padding depends on tp). */
 enum { GPT_BROKEN_TP_FP32_SUMS = 1u, GPT_BROKEN_TP_VOCAB_PAD = 2u };
-static inline gpt_shard_t gpt_shard_none(void) { return (gpt_shard_t){1, 0, 0, NULL, 0}; }
+static inline gpt_shard_t gpt_shard_none(void) { return (gpt_shard_t){1, 0, 0, NULL, 0, {0, {0}, {0}}}; }
 
 /* A replica's extents of the tensor-parallel axes. */
 typedef struct {
@@ -319,11 +341,20 @@ int  gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, per
  * sequence parallelism). */
 int  gpt_mem_bytes_tp(const model_config_t *cfg, int tp, int sp, unsigned omit, gpt_mem_t *out,
                       perr_t *err);
+/* The same for a replica holding `units` (pipeline parallelism) with
+ * slots[c] activation slots for chunk c (slots NULL: one slot of every
+ * unit held, as gpt_new_tp makes). */
+int  gpt_mem_bytes_mp(const model_config_t *cfg, int tp, int sp, const gpt_units_t *units,
+                      const int *slots, unsigned omit, gpt_mem_t *out, perr_t *err);
 void gpt_free(gpt_t *g);
 
 /* Activation slots: n >= 1 (gpt_new makes one). Existing slots' contents
  * are lost. Memory as gpt_new_ex's activations. */
 int   gpt_set_slots(gpt_t *g, int n, perr_t *err);
+/* Pipeline stages: slots[c] slots for chunk c of the units held, each
+ * holding only that chunk's activations (and the buffer its input
+ * arrives in); chunk-major order (chunk 0's first). */
+int   gpt_set_chunk_slots(gpt_t *g, const int *slots, perr_t *err);
 
 void  gpt_step_begin(gpt_t *g);
 

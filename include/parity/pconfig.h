@@ -14,6 +14,10 @@
 #include "parity/error.h"
 
 typedef enum { PC_DTYPE_FP32 = 0, PC_DTYPE_BF16, PC_DTYPE_FP16 } pc_dtype_t;
+/* Pipeline schedules (pp.h): 1F1B is Megatron's default; interleaved
+ * 1F1B when virtual stages are given. */
+typedef enum { PC_PP_DEFAULT = 0, PC_PP_1F1B, PC_PP_GPIPE, PC_PP_INTERLEAVED } pc_pp_schedule_t;
+enum { PC_MAX_SPLIT = 64, PC_MAX_CHUNKS = 16 /* = GPT_MAX_CHUNKS */ };
 
 typedef struct {
     /* degrees; 0 = not given (inferred or 1) */
@@ -28,6 +32,12 @@ typedef struct {
      * sums make any split give the golden bits); micro_batch is then the
      * largest */
     int global_batch, micro_batch, accum_degree;
+    /* pipeline parallelism (pp.h) */
+    pc_pp_schedule_t pp_schedule;   /* --pipeline-schedule gpipe|1f1b|interleaved */
+    int vpp;                        /* --virtual-pipeline-model-parallel-size: chunks per stage */
+    int layers_per_vstage;          /* --num-layers-per-virtual-pipeline-stage (0: not given) */
+    int layer_split[PC_MAX_SPLIT];  /* --pipeline-layer-split 3,3,2: layers per stage */
+    int n_layer_split;              /* 0: uniform */
     /* data parallelism and ZeRO */
     int zero_stage;            /* 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters */
     int use_distributed_optimizer;
@@ -53,7 +63,9 @@ void pconfig_defaults(pconfig_t *pc);
  *   --world-size N  --data-parallel-size N  --tensor-model-parallel-size N
  *   --pipeline-model-parallel-size N  --context-parallel-size N
  *   --expert-model-parallel-size N  --rank-order tp-cp-ep-dp-pp  --sequence-parallel
- *   --global-batch-size N  --micro-batch-size N  --accum-degree N
+ *   --pipeline-schedule gpipe|1f1b|interleaved  --pipeline-layer-split A,B,..
+ *   --virtual-pipeline-model-parallel-size V  --num-layers-per-virtual-pipeline-stage N
+ *   --global-batch-size N  --micro-batch-size N  --accum-degree N  --num-microbatches N
  *   --zero-stage 0..3  --use-distributed-optimizer  --overlap-grad-reduce
  *   --overlap-param-gather  --bucket-cap-mb X  --no-contiguous-grad-buffer
  *   --no-contiguous-param-buffer  --dtype fp32|bf16|fp16  --grad-sync-dtype ... */

@@ -10,6 +10,7 @@
 #include "parity/ckpt.h"
 #include "parity/dp.h"
 #include "parity/dump.h"
+#include "parity/fileio.h"
 #include "parity/memest.h"
 #include "parity/numparse.h"
 #include "parity/tile.h"
@@ -23,9 +24,15 @@ void layout_opts_defaults(layout_opts_t *lo) {
 
 int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *err) {
     const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    if ((!strcmp(a, "--coll-algo") || !strcmp(a, "--arena-mb") ||
+    if ((!strcmp(a, "--coll-algo") || !strcmp(a, "--arena-mb") || !strcmp(a, "--trace") ||
          !strcmp(a, "--test-broken-replica")) && num_flag_value(a, v, err))
         return -1;
+    if (!strcmp(a, "--trace")) {
+        if (pio_check_output(v, "--trace", err)) return -1;
+        lo->trace_path = v;
+        *i += 2;
+        return 1;
+    }
     if (!strcmp(a, "--coll-algo")) {
         if (v && !strcmp(v, "direct")) lo->algo = COLL_ALGO_DIRECT;
         else if (v && !strcmp(v, "ring")) lo->algo = COLL_ALGO_RING;
@@ -48,11 +55,17 @@ int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *
         *i += 1;
         return 1;
     }
-    if (!strcmp(a, "--test-broken-tp-fp32-sums")) {
-        lo->broken_tp_fp32_sums = 1;
-        *i += 1;
-        return 1;
-    }
+    const struct { const char *flag; int *field; } broken[] = {
+        {"--test-broken-tp-fp32-sums", &lo->broken_tp_fp32_sums},
+        {"--test-broken-pp-mask-key", &lo->broken_pp_mask_key},
+        {"--test-broken-pp-tied-embedding", &lo->broken_pp_tied_grad},
+    };
+    for (size_t k = 0; k < sizeof broken / sizeof broken[0]; k++)
+        if (!strcmp(a, broken[k].flag)) {
+            *broken[k].field = 1;
+            *i += 1;
+            return 1;
+        }
     if (!strcmp(a, "--test-broken-fp32-sums")) {
         lo->broken_fp32_sums = 1;
         *i += 1;
@@ -71,6 +84,9 @@ int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *
 void layout_opts_print_help(FILE *f) {
     pconfig_print_help(f);
     fputs("  --coll-algo direct|ring  collective algorithm of the layout (default direct)\n"
+          "  --trace FILE             write a Chrome trace-event file (Perfetto, chrome://tracing):\n"
+          "                           one track per device, forward/backward spans per\n"
+          "                           (microbatch, chunk), receives, exact sums, optimizer\n"
           "  --arena-mb N             device memory of each simulated device (default unlimited);\n"
           "                           a layout whose estimated memory exceeds it, or the host's\n"
           "                           available memory (PARITY_MEM_AVAILABLE_MB overrides\n"
@@ -81,6 +97,10 @@ void layout_opts_print_help(FILE *f) {
           "                           its partial, then adds): the reduction-order bug\n"
           "  --test-broken-tp-vocab-padding  pad the vocabulary to a multiple of 128 x tp and let\n"
           "                           the padded columns into the softmax (Megatron-LM 1754)\n"
+          "  --test-broken-pp-mask-key  key a stage's dropout masks by its own microbatch count,\n"
+          "                           not the sequences' place in the batch (PyTorch 55036)\n"
+          "  --test-broken-pp-tied-embedding  skip the embedding group's reduction of the tied\n"
+          "                           word embedding's gradient (first and last stage)\n"
           "  --test-broken-replica R  flip one bit of device R's parameter replica after every\n"
           "                           update (ZeRO 0-2)\n",
           f);
@@ -131,6 +151,9 @@ static int run_dp(const layout_job_t *job, dump_t *dump, gpt_step_stats_t *stats
                     .broken_fp32_sums = job->lo->broken_fp32_sums,
                     .broken_tp_fp32_sums = job->lo->broken_tp_fp32_sums,
                     .broken_tp_vocab_pad = job->lo->broken_tp_vocab_pad,
+                    .broken_pp_mask_key = job->lo->broken_pp_mask_key,
+                    .broken_pp_tied_grad = job->lo->broken_pp_tied_grad,
+                    .trace_path = job->lo->trace_path,
                     .broken_replica = job->lo->broken_replica, .dump = dump,
                     .dump_step = job->want, .stats = stats, .reports = reports,
                     .resume = job->resume, .save = save};

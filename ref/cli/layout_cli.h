@@ -19,6 +19,9 @@ typedef struct {
     int broken_tp_fp32_sums; /* --test-broken-tp-fp32-sums: the same, in tensor parallelism */
     int broken_tp_vocab_pad; /* --test-broken-tp-vocab-padding: Megatron-LM 1754 */
     int broken_replica;      /* --test-broken-replica RANK: 1 + RANK, another one; 0 off */
+    int broken_pp_mask_key;  /* --test-broken-pp-mask-key: PyTorch 55036's kind */
+    int broken_pp_tied_grad; /* --test-broken-pp-tied-embedding: no embedding-group reduction */
+    const char *trace_path;  /* --trace FILE: Chrome trace events of the layout run */
 } layout_opts_t;
 
 void layout_opts_defaults(layout_opts_t *lo);

@@ -53,6 +53,9 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
         {"--global-batch-size", &pc->global_batch, 1, INT_MAX, PC_GIVEN_GLOBAL},
         {"--micro-batch-size", &pc->micro_batch, 1, INT_MAX, PC_GIVEN_MICRO},
         {"--accum-degree", &pc->accum_degree, 1, INT_MAX, PC_GIVEN_ACCUM},
+        {"--num-microbatches", &pc->accum_degree, 1, INT_MAX, PC_GIVEN_ACCUM},
+        {"--virtual-pipeline-model-parallel-size", &pc->vpp, 1, PC_MAX_CHUNKS, 0},
+        {"--num-layers-per-virtual-pipeline-stage", &pc->layers_per_vstage, 1, 4096, 0},
         {"--zero-stage", &pc->zero_stage, 0, 3, PC_GIVEN_ZERO},
     };
     for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
@@ -83,6 +86,35 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
                             val, strlen(val) >= sizeof pc->order ? "" : ": ",
                             strlen(val) >= sizeof pc->order ? "" : why.msg);
         strcpy(pc->order, val);
+        *i += 2;
+        return 1;
+    }
+    if (!strcmp(flag, "--pipeline-schedule")) {
+        static const char *names[] = {"1f1b", "gpipe", "interleaved"};
+        if (num_flag_value(flag, val, err)) return -1;
+        for (int k = 0; k < 3; k++)
+            if (!strcmp(val, names[k])) pc->pp_schedule = (pc_pp_schedule_t)(PC_PP_1F1B + k);
+        if (!pc->pp_schedule || strcmp(val, names[pc->pp_schedule - PC_PP_1F1B]))
+            return perr_set(err, "--pipeline-schedule: expected gpipe, 1f1b or interleaved, got '%s'", val);
+        *i += 2;
+        return 1;
+    }
+    if (!strcmp(flag, "--pipeline-layer-split")) {
+        if (num_flag_value(flag, val, err)) return -1;
+        pc->n_layer_split = 0;
+        for (const char *at = val;;) {
+            char *end;
+            errno = 0;
+            long n = strtol(at, &end, 10);
+            if (end == at || errno == ERANGE || n < 1 || n > 4096 || (*end && *end != ','))
+                return perr_set(err, "--pipeline-layer-split: expected layers per stage such as "
+                                     "3,3,2 (each >= 1), got '%s'", val);
+            if (pc->n_layer_split == PC_MAX_SPLIT)
+                return perr_set(err, "--pipeline-layer-split: more than %d stages", PC_MAX_SPLIT);
+            pc->layer_split[pc->n_layer_split++] = (int)n;
+            if (!*end) break;
+            at = end + 1;
+        }
         *i += 2;
         return 1;
     }
@@ -125,6 +157,35 @@ static const char *dtype_name(pc_dtype_t d) {
     return d == PC_DTYPE_BF16 ? "bf16" : d == PC_DTYPE_FP16 ? "fp16" : "fp32";
 }
 
+/* The pipeline flags among themselves (pp.h checks them against the
+ * model's layers): a schedule, and virtual stages only when interleaved. */
+static int pipeline_validate(pconfig_t *pc, perr_t *err) {
+    if (pc->n_layer_split && pc->n_layer_split != pc->pp)
+        return perr_set(err, "pipeline-layer-split: %d entries for pipeline-model-parallel-size %d "
+                             "(one per stage)", pc->n_layer_split, pc->pp);
+    if (pc->vpp && pc->layers_per_vstage)
+        return perr_set(err, "virtual-pipeline-model-parallel-size and "
+                             "num-layers-per-virtual-pipeline-stage: give one of them");
+    const int virtual = pc->vpp > 1 || pc->layers_per_vstage;
+    if (pc->pp_schedule == PC_PP_DEFAULT)
+        pc->pp_schedule = virtual ? PC_PP_INTERLEAVED : PC_PP_1F1B;
+    if (pc->pp_schedule == PC_PP_INTERLEAVED) {
+        if (!virtual)
+            return perr_set(err, "pipeline-schedule: interleaved needs "
+                                 "--virtual-pipeline-model-parallel-size V > 1 or "
+                                 "--num-layers-per-virtual-pipeline-stage N");
+        if (pc->pp < 2)
+            return perr_set(err, "pipeline-schedule: interleaved needs pipeline-model-parallel-size "
+                                 ">= 2, got %d", pc->pp);
+    } else if (virtual) {
+        return perr_set(err, "pipeline-schedule: %s has one model chunk per stage; virtual stages "
+                             "need --pipeline-schedule interleaved",
+                        pc->pp_schedule == PC_PP_GPIPE ? "gpipe" : "1f1b");
+    }
+    if (!pc->vpp) pc->vpp = 1; /* num-layers-per-virtual-pipeline-stage: pp.h derives it */
+    return 0;
+}
+
 int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
     if (pc->dtype != PC_DTYPE_FP32)
         return perr_set(err, "dtype: %s is not yet supported (mixed precision does not exist yet); "
@@ -133,15 +194,16 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
         return perr_set(err, "grad_sync_dtype: %s is not yet supported; use fp32",
                         dtype_name(pc->grad_sync_dtype));
     if (pc->tp == 0) pc->tp = 1;
+    if (pc->pp == 0) pc->pp = 1;
     const struct { const char *name; int *v; } later[] = {
-        {"pipeline-model-parallel-size", &pc->pp},
         {"context-parallel-size", &pc->cp}, {"expert-model-parallel-size", &pc->ep}};
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 2; k++) {
         if (*later[k].v == 0) *later[k].v = 1;
         if (*later[k].v != 1)
-            return perr_set(err, "%s: %d is not supported yet (data and tensor parallelism "
-                                 "exist; expected 1)", later[k].name, *later[k].v);
+            return perr_set(err, "%s: %d is not supported yet (data, tensor and pipeline "
+                                 "parallelism exist; expected 1)", later[k].name, *later[k].v);
     }
+    if (pipeline_validate(pc, err)) return -1;
     if (pc->sequence_parallel && pc->tp == 1)
         return perr_set(err, "sequence-parallel: needs tensor-model-parallel-size > 1 (it shards "
                              "the regions tensor parallelism replicates)");
@@ -202,13 +264,19 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
                             pc->micro_batch, B / dp, B, dp);
         pc->accum_degree = B / dp / pc->micro_batch;
     }
+    if (pc->pp_schedule == PC_PP_INTERLEAVED && pc->accum_degree % pc->pp)
+        return perr_set(err, "num-microbatches: %d is not a multiple of pipeline-model-parallel-size "
+                             "%d, which the interleaved schedule needs (microbatches go round the "
+                             "stages in groups of pp)", pc->accum_degree, pc->pp);
     return 0;
 }
 
 void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
-    char tp[24] = "";
+    static const char *sched[] = {"", "1f1b", "gpipe", "interleaved"};
+    char tp[24] = "", pp[48] = "";
     if (pc->tp > 1) snprintf(tp, sizeof tp, "tp=%d%s ", pc->tp, pc->sequence_parallel ? " sp" : "");
-    snprintf(buf, len, "%sdp=%d zero=%d accum=%d micro=%d%s%s", tp, pc->dp, pc->zero_stage,
+    if (pc->pp > 1) snprintf(pp, sizeof pp, "pp=%d %s ", pc->pp, sched[pc->pp_schedule]);
+    snprintf(buf, len, "%s%sdp=%d zero=%d accum=%d micro=%d%s%s", tp, pp, pc->dp, pc->zero_stage,
              pc->accum_degree, pc->micro_batch, pc->overlap_grad_reduce ? " overlap-grad" : "",
              pc->overlap_param_gather ? " overlap-param" : "");
 }
@@ -220,6 +288,12 @@ void pconfig_print_help(FILE *f) {
           "                            vocabulary tiles split; exact row-parallel sums)\n"
           "  --sequence-parallel       with tp: LayerNorm and dropout regions hold T/tp positions\n"
           "                            (all-gather before column-, reduce-scatter after row-parallel)\n"
+          "  --pipeline-model-parallel-size N   pipeline stages (layers split uniformly)\n"
+          "  --pipeline-layer-split A,B,..  layers per stage instead (one entry per stage)\n"
+          "  --pipeline-schedule gpipe|1f1b|interleaved   (default 1f1b; interleaved with virtual stages)\n"
+          "  --virtual-pipeline-model-parallel-size V | --num-layers-per-virtual-pipeline-stage N\n"
+          "                            interleaving: V model chunks per stage\n"
+          "  --num-microbatches N      microbatches per step and data-parallel rank (= --accum-degree)\n"
           "  --rank-order ORDER        Megatron's rank order, first fastest (default tp-cp-ep-dp-pp)\n"
           "  --global-batch-size N --micro-batch-size N   accumulation = global/(micro*dp)\n"
           "  --accum-degree N          accumulation steps, directly\n"

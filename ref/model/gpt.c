@@ -39,22 +39,41 @@ static void *carve(carver_t *cv, size_t bytes) {
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
+/* Which units a slot keeps activations for: every unit the replica
+ * holds, or one chunk of a pipeline stage's. */
+typedef struct {
+    const gpt_units_t *units;
+    int chunk; /* -1: all */
+} slot_units_t;
+
+static int slot_has(const slot_units_t *su, int unit) {
+    if (su->chunk < 0) return gpt_units_hold(su->units, unit);
+    return unit >= su->units->lo[su->chunk] && unit < su->units->hi[su->chunk];
+}
+
 /* A slot holds this replica's share of the tensor-parallel axes (lc):
- * its heads, attention width, FFN columns and vocabulary rows. */
+ * its heads, attention width, FFN columns and vocabulary rows; and of the
+ * pipeline's units (su): a unit's activations, plus the residual stream
+ * entering the slot's first unit where another stage sends it. */
 static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_t *lc,
-                        carver_t *cv) {
+                        const slot_units_t *su, carver_t *cv) {
     const size_t mb = (size_t)c->micro_batch, T = (size_t)c->seq_length, n = mb * T;
     const size_t ns = n / (size_t)lc->seq_parts; /* the sharded regions' tokens */
     const size_t C = (size_t)c->hidden, H = (size_t)lc->heads, A_ = (size_t)lc->attn;
     const size_t F = (size_t)lc->ffn, V = (size_t)lc->vocab;
     const int hdrop = c->hidden_dropout > 0.0f, adrop = c->attention_dropout > 0.0f;
-    const int sp = lc->seq_parts > 1;
+    const int sp = lc->seq_parts > 1, head = c->layers + 1;
     A->inputs = (int32_t *)carve(cv, n * sizeof(int32_t));
     A->targets = (int32_t *)carve(cv, n * sizeof(int32_t));
-    A->emb = CARVE_F(cv, ns * C);
-    A->emb_keep = hdrop ? CARVE_U8(cv, ns * C) : NULL;
+    if (slot_has(su, 0) || slot_has(su, 1)) A->emb = CARVE_F(cv, ns * C);
+    A->emb_keep = hdrop && slot_has(su, 0) ? CARVE_U8(cv, ns * C) : NULL;
     for (int l = 0; l < c->layers; l++) {
         layer_acts_t *L = &A->layer[l];
+        if (!slot_has(su, l + 1)) {
+            /* the output of a layer another stage runs: where it arrives */
+            if (slot_has(su, l + 2)) L->out = CARVE_F(cv, ns * C);
+            continue;
+        }
         L->ln1_xhat = CARVE_F(cv, ns * C);
         L->ln1_rstd = CARVE_F(cv, ns);
         L->ln1_out = CARVE_F(cv, ns * C);
@@ -79,14 +98,16 @@ static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_
         L->mlp_keep = hdrop ? CARVE_U8(cv, ns * C) : NULL;
         L->out = CARVE_F(cv, ns * C);
     }
-    A->lnf_xhat = CARVE_F(cv, ns * C);
-    A->lnf_rstd = CARVE_F(cv, ns);
-    A->lnf_out = CARVE_F(cv, ns * C);
-    A->lnf_full = sp ? CARVE_F(cv, n * C) : A->lnf_out;
-    A->logits = CARVE_F(cv, n * V);
-    A->token_loss = CARVE_F(cv, n);
-    A->ce_max = CARVE_F(cv, n);
-    A->ce_z = CARVE_F(cv, n);
+    if (slot_has(su, head)) {
+        A->lnf_xhat = CARVE_F(cv, ns * C);
+        A->lnf_rstd = CARVE_F(cv, ns);
+        A->lnf_out = CARVE_F(cv, ns * C);
+        A->lnf_full = sp ? CARVE_F(cv, n * C) : A->lnf_out;
+        A->logits = CARVE_F(cv, n * V);
+        A->token_loss = CARVE_F(cv, n);
+        A->ce_max = CARVE_F(cv, n);
+        A->ce_z = CARVE_F(cv, n);
+    }
     A->d_resid = CARVE_F(cv, ns * C);
 }
 
@@ -152,12 +173,12 @@ static void model_release(arena_t *arena, void *p) {
 
 /* The bytes of one activation slot and of the backward scratch for
  * cfg->micro_batch sequences: the layouts measuring themselves. */
-static size_t slot_bytes(const model_config_t *cfg, const gpt_local_t *lc) {
+static size_t slot_bytes(const model_config_t *cfg, const gpt_local_t *lc, const slot_units_t *su) {
     layer_acts_t *layers = calloc((size_t)cfg->layers + 1, sizeof *layers);
     if (!layers) parity_fatal("out of memory measuring an activation slot");
     gpt_slot_t A = {.layer = layers};
     carver_t measure = {NULL, 0};
-    layout_slot(&A, cfg, lc, &measure);
+    layout_slot(&A, cfg, lc, su, &measure);
     free(layers);
     return measure.used + 64;
 }
@@ -171,16 +192,25 @@ static size_t scratch_bytes(const model_config_t *cfg, const gpt_local_t *lc, in
 
 /* What gpt_new_tp takes from its arena: one table for the allocation and
  * for the estimate (gpt_mem_bytes), so they cannot drift apart. One
- * activation slot (gpt_set_slots adds slot_bytes for each more). */
+ * activation slot of every unit held, or slots[c] of each chunk c. */
 static void mem_of(const model_config_t *cfg, const param_table_t *t, unsigned omit,
-                   const gpt_local_t *lc, int tp, gpt_mem_t *m) {
+                   const gpt_local_t *lc, int tp, const gpt_units_t *units, const int *slots,
+                   gpt_mem_t *m) {
     const size_t F4 = t->total * sizeof(float);
     m->params = omit & GPT_NO_PARAMS ? 0 : F4;
     m->grads = omit & GPT_NO_GRADS ? 0 : F4;
     m->optimizer = omit & GPT_NO_OPTIMIZER ? 0 : 2 * F4; /* AdamW m and v */
     m->open_sums = 0;
     for (int i = 0; i < t->count; i++) m->open_sums += acc_storage_bytes(t->info[i].numel);
-    m->activations = scratch_bytes(cfg, lc, tp) + slot_bytes(cfg, lc);
+    m->activations = scratch_bytes(cfg, lc, tp);
+    if (!slots) {
+        const slot_units_t all = {units, -1};
+        m->activations += slot_bytes(cfg, lc, &all);
+    }
+    for (int c = 0; slots && c < units->n; c++) {
+        const slot_units_t one = {units, c};
+        m->activations += (size_t)slots[c] * slot_bytes(cfg, lc, &one);
+    }
 }
 
 int gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, perr_t *err) {
@@ -189,13 +219,19 @@ int gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, perr
 
 int gpt_mem_bytes_tp(const model_config_t *cfg, int tp, int sp, unsigned omit, gpt_mem_t *out,
                      perr_t *err) {
+    const gpt_units_t all = {0, {0}, {0}};
+    return gpt_mem_bytes_mp(cfg, tp, sp, &all, NULL, omit, out, err);
+}
+
+int gpt_mem_bytes_mp(const model_config_t *cfg, int tp, int sp, const gpt_units_t *units,
+                     const int *slots, unsigned omit, gpt_mem_t *out, perr_t *err) {
     memset(out, 0, sizeof *out);
     param_table_t t;
     gpt_local_t lc;
     if (model_config_validate_replica(cfg, err) || gpt_local_dims(cfg, tp, 0, sp, &lc, err) ||
-        param_table_build_tp(&t, cfg, tp, err))
+        param_table_build_mp(&t, cfg, tp, units, err))
         return -1;
-    mem_of(cfg, &t, omit, &lc, tp, out);
+    mem_of(cfg, &t, omit, &lc, tp, units, units->n ? slots : NULL, out);
     param_table_free(&t);
     return 0;
 }
@@ -218,7 +254,7 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
     g->shard = *shard;
     g->arena = arena;
     if (gpt_local_dims(cfg, shard->tp, shard->tp_rank, shard->sp, &g->local, err) ||
-        param_table_build_tp(&g->table, cfg, shard->tp, err)) {
+        param_table_build_mp(&g->table, cfg, shard->tp, &shard->units, err)) {
         free(g);
         return -1;
     }
@@ -229,7 +265,7 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
     g->param_ptr = calloc((size_t)g->table.count, sizeof(float *));
     if (!g->grad_acc || !g->acc_storage || !g->param_ptr) goto oom;
     gpt_mem_t mem;
-    mem_of(cfg, &g->table, omit, &g->local, shard->tp, &mem);
+    mem_of(cfg, &g->table, omit, &g->local, shard->tp, &shard->units, NULL, &mem);
     if (mem.params && !(g->params = model_alloc(arena, mem.params, MEM_PARAMS, what = "parameters")))
         goto oom;
     if (mem.grads && !(g->grads = model_alloc(arena, mem.grads, MEM_GRADS, what = "gradients")))
@@ -283,25 +319,49 @@ static void free_slots(gpt_t *g) {
     g->n_slots = 0;
 }
 
-int gpt_set_slots(gpt_t *g, int n, perr_t *err) {
-    if (n < 1) return perr_set(err, "activation slots: %d, expected >= 1", n);
+/* n slots; chunk_of[k] the chunk slot k holds (NULL: every unit held). */
+static int make_slots(gpt_t *g, int n, const int *chunk_of, perr_t *err) {
     free_slots(g);
     if (!(g->slot = calloc((size_t)n, sizeof *g->slot))) return perr_set(err, "out of memory");
     g->n_slots = n;
     for (int k = 0; k < n; k++) {
         gpt_slot_t *A = &g->slot[k];
+        const slot_units_t su = {&g->shard.units, chunk_of ? chunk_of[k] : -1};
+        A->chunk = su.chunk;
         if (!(A->layer = calloc((size_t)g->cfg.layers + 1, sizeof *A->layer)))
             return perr_set(err, "out of memory");
-        carver_t cv = {model_alloc(g->arena, slot_bytes(&g->cfg, &g->local), MEM_ACTIVATIONS,
+        carver_t cv = {model_alloc(g->arena, slot_bytes(&g->cfg, &g->local, &su), MEM_ACTIVATIONS,
                                    "activations"),
                        0};
         if (!cv.base)
             return perr_set(err, "activation slot %d of %d does not fit the device%s%s", k, n,
                             g->arena ? ":\n" : "", g->arena ? arena_last_error(g->arena) : "");
         A->block = cv.base;
-        layout_slot(A, &g->cfg, &g->local, &cv);
+        layout_slot(A, &g->cfg, &g->local, &su, &cv);
     }
     return 0;
+}
+
+int gpt_set_slots(gpt_t *g, int n, perr_t *err) {
+    if (n < 1) return perr_set(err, "activation slots: %d, expected >= 1", n);
+    return make_slots(g, n, NULL, err);
+}
+
+int gpt_set_chunk_slots(gpt_t *g, const int *slots, perr_t *err) {
+    const int nc = g->shard.units.n;
+    int n = 0;
+    for (int c = 0; c < nc; c++) {
+        if (slots[c] < 1) return perr_set(err, "activation slots of chunk %d: %d, expected >= 1", c, slots[c]);
+        n += slots[c];
+    }
+    if (nc == 0) return perr_set(err, "chunk slots: the replica holds no pipeline chunks");
+    int *chunk_of = calloc((size_t)n, sizeof *chunk_of);
+    if (!chunk_of) return perr_set(err, "out of memory");
+    for (int c = 0, k = 0; c < nc; c++)
+        for (int i = 0; i < slots[c]; i++) chunk_of[k++] = c;
+    int rc = make_slots(g, n, chunk_of, err);
+    free(chunk_of);
+    return rc;
 }
 
 int gpt_new(gpt_t **out, const model_config_t *cfg, perr_t *err) {

@@ -46,6 +46,7 @@ static int add(param_table_t *t, int tp, const char *name, int ndim, int64_t d0,
     /* Megatron's rule, shared with tests/torch: decay every 2-D weight
      * (embeddings and the LM head included), never biases or LayerNorm. */
     p->weight_decay = ndim == 2;
+    p->held = 1;
     t->total += p->numel;
     return 0;
 }
@@ -124,6 +125,38 @@ int param_table_build_tp(param_table_t *t, const model_config_t *c, int tp, perr
     return 0;
 }
 
+int gpt_units_hold(const gpt_units_t *u, int unit) {
+    if (u->n == 0) return 1;
+    for (int c = 0; c < u->n; c++)
+        if (unit >= u->lo[c] && unit < u->hi[c]) return 1;
+    return 0;
+}
+
+/* The unit whose forward and backward read tensor i (params.c's order:
+ * embeddings, layers, final LayerNorm and untied head). */
+static int unit_of_tensor(const param_table_t *t, const model_config_t *c, int i) {
+    if (i < t->first_layer) return 0;
+    if (i < t->lnf_w) return 1 + (i - t->first_layer) / P_PER_LAYER;
+    return c->layers + 1;
+}
+
+int param_table_build_mp(param_table_t *t, const model_config_t *c, int tp,
+                         const gpt_units_t *units, perr_t *err) {
+    if (param_table_build_tp(t, c, tp, err)) return -1;
+    if (units->n == 0) return 0;
+    /* empty the tensors of other stages, then lay the rest out again */
+    t->total = 0;
+    for (int i = 0; i < t->count; i++) {
+        param_info_t *p = &t->info[i];
+        p->held = gpt_units_hold(units, unit_of_tensor(t, c, i)) ||
+                  (i == t->wte && c->tied && gpt_units_hold(units, c->layers + 1));
+        if (!p->held) p->shape[0] = p->shape[1] = 0, p->numel = 0;
+        p->offset = t->total;
+        t->total += p->numel;
+    }
+    return 0;
+}
+
 void param_table_free(param_table_t *t) {
     free(t->info);
     memset(t, 0, sizeof *t);
@@ -154,6 +187,7 @@ void params_init_tp(const param_table_t *t, int tp, int tp_rank, uint64_t seed, 
     for (int i = 0; i < t->count; i++) {
         const param_info_t *p = &t->info[i];
         float *x = data + p->offset;
+        if (!p->held) continue;
         switch (p->init) {
         case INIT_ONES:
             for (size_t k = 0; k < p->numel; k++) x[k] = 1.0f;

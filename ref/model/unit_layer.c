@@ -29,7 +29,7 @@ void layer_unit_forward(gpt_t *g, int l, gpt_slot_t *A, const float *x, const pa
     linear_forward(LA->qkv, LA->ln1_full, PL(g, l, P_QKV_W), PL(g, l, P_QKV_B), n, C, 3 * W,
                    p->t_cc, ws);
     if (LA->att_keep)
-        attention_mask(LA->att_keep, &p->as, A->first_seq, c->seed,
+        attention_mask(LA->att_keep, &p->as, A->mask_seq, c->seed,
                        site_stream("attention_dropout", l, A->step));
     attention_forward(LA->ctx, LA->att_e, LA->att_ehat, LA->att_z, LA->qkv, LA->att_keep, &p->as,
                       ws);

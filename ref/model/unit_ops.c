@@ -43,7 +43,7 @@ void site_mask(const gpt_t *g, const gpt_slot_t *A, const pass_t *p, uint8_t *ke
                uint64_t stream) {
     const uint64_t C = (uint64_t)g->cfg.hidden, run = (uint64_t)p->Tl * C;
     for (int s = 0; s < p->n_seq; s++) {
-        uint64_t first = ((uint64_t)(A->first_seq + s) * (uint64_t)p->T + (uint64_t)p->t0) * C;
+        uint64_t first = ((uint64_t)(A->mask_seq + s) * (uint64_t)p->T + (uint64_t)p->t0) * C;
         dropout_mask(keep + (size_t)s * run, (size_t)run, g->cfg.seed, stream, first,
                      g->cfg.hidden_dropout);
     }

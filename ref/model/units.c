@@ -50,6 +50,7 @@ void gpt_slot_begin(gpt_t *g, int s, const int32_t *inputs, const int32_t *targe
     if (A->targets != targets) memcpy(A->targets, targets, (size_t)n * sizeof(int32_t));
     A->n_seq = n_seq;
     A->first_seq = first_seq;
+    A->mask_seq = first_seq;
     A->step = step;
     if (obs && obs->batch_tensor) {
         gpt_view_t v = {"input_ids", ST_I32, A->inputs, first_seq, n_seq, 1, {T}, {0}, {T}};

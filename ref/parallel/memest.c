@@ -12,7 +12,7 @@
 #include "parity/dp.h"
 #include "parity/dump.h"
 
-static void sum_device(memest_dev_t *d) {
+void memest_sum(memest_dev_t *d) {
     d->total = d->params + d->grads + d->open_sums + d->optimizer + d->activations + d->comm +
                d->workspace;
 }
@@ -20,7 +20,7 @@ static void sum_device(memest_dev_t *d) {
 int memest_layout(const model_config_t *cfg, const pconfig_t *pc, memest_t *out, perr_t *err) {
     memset(out, 0, sizeof *out);
     memest_dev_t d;
-    size_t host = 0;
+    size_t host = 0, all = 0;
     if (!pc) { /* the golden run: one replica, nothing sharded */
         gpt_mem_t g;
         if (model_config_validate(cfg, err) || gpt_mem_bytes(cfg, 0, &g, err)) return -1;
@@ -28,14 +28,14 @@ int memest_layout(const model_config_t *cfg, const pconfig_t *pc, memest_t *out,
                            .optimizer = g.optimizer, .activations = g.activations};
         out->devices = 1;
     } else {
-        if (pc->pp * pc->cp * pc->ep != 1)
-            return perr_set(err, "memory estimate: only data and tensor parallelism exist");
-        if (dp_memest(cfg, pc, &d, &host, err)) return -1;
-        out->devices = pc->dp * (pc->tp > 0 ? pc->tp : 1);
+        if (pc->cp * pc->ep != 1)
+            return perr_set(err, "memory estimate: context and expert parallelism do not exist yet");
+        if (dp_memest(cfg, pc, &d, &all, &host, err)) return -1;
+        out->devices = pc->dp * (pc->tp > 0 ? pc->tp : 1) * (pc->pp > 0 ? pc->pp : 1);
     }
-    sum_device(&d);
+    memest_sum(&d);
     out->max_dev = d;
-    out->all_devices = d.total * (size_t)out->devices; /* every rank is alike */
+    out->all_devices = pc ? all : d.total;
     out->host_shared = host;
     return 0;
 }

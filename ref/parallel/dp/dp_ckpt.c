@@ -29,33 +29,6 @@ size_t dp_ckpt_host_bytes(const model_config_t *model, const pconfig_t *pc) {
     return bytes;
 }
 
-/* Global vector -> every tp rank's flat blocks. */
-static void cut_tp(const dp_shared_t *sh, const float *global, float **local) {
-    const int tp = sh->grid.size[GRID_TP];
-    const int sizes[GRID_NAXES] = {tp, 1, 1, 1, 1};
-    for (int t = 0; t < tp; t++) {
-        const int coord[GRID_NAXES] = {t, 0, 0, 0, 0};
-        for (int i = 0; i < sh->local.count; i++)
-            placement_take(&sh->local.info[i].pl, sizes, coord, global + sh->global.info[i].offset,
-                           local[t] + sh->local.info[i].offset);
-    }
-}
-
-/* Every tp rank's flat blocks -> the global vector (one copy of each
- * element: a block several tp ranks hold is taken from the first). */
-static void join_tp(const dp_shared_t *sh, float **local, float *global) {
-    const int tp = sh->grid.size[GRID_TP];
-    const int sizes[GRID_NAXES] = {tp, 1, 1, 1, 1};
-    for (int t = 0; t < tp; t++) {
-        const int coord[GRID_NAXES] = {t, 0, 0, 0, 0};
-        for (int i = 0; i < sh->local.count; i++)
-            if (!placement_is_extra_replica(&sh->local.info[i].pl, sizes, coord))
-                placement_put(&sh->local.info[i].pl, sizes, coord,
-                              local[t] + sh->local.info[i].offset,
-                              global + sh->global.info[i].offset);
-    }
-}
-
 int dp_ckpt_prepare(dp_shared_t *sh, perr_t *err) {
     const dp_run_t *run = sh->run;
     const ckpt_state_t *in = run->resume;
@@ -64,15 +37,15 @@ int dp_ckpt_prepare(dp_shared_t *sh, perr_t *err) {
     if ((in && in->total != total) || (run->save && run->save->total != total))
         return perr_set(err, "dp: a checkpoint state of %zu elements for a model of %zu",
                         in && in->total != total ? in->total : run->save->total, total);
-    sh->m_local = dp_tp_buffers(sh);
-    sh->v_local = dp_tp_buffers(sh);
+    sh->m_local = dp_part_buffers(sh);
+    sh->v_local = dp_part_buffers(sh);
     if (!sh->m_local || !sh->v_local) return perr_set(err, "dp: out of memory");
     if (!in) return 0;
     /* dp_train cuts params_full into the tp blocks that every replica or
      * shard starts from: the checkpoint's values instead of the initial ones */
     memcpy(sh->params_full, in->params, total * sizeof(float));
-    cut_tp(sh, in->adam_m, sh->m_local);
-    cut_tp(sh, in->adam_v, sh->v_local);
+    dp_cut_parts(sh, in->adam_m, sh->m_local);
+    dp_cut_parts(sh, in->adam_v, sh->v_local);
     return 0;
 }
 
@@ -80,8 +53,8 @@ void dp_ckpt_setup_rank(dp_rank_t *r) {
     const dp_shared_t *sh = r->sh;
     const ckpt_state_t *in = sh->run->resume;
     if (!in) return;
-    const dp_plan_t *p = &sh->plan;
-    const float *m = sh->m_local[r->tp_rank], *v = sh->v_local[r->tp_rank];
+    const dp_plan_t *p = r->plan;
+    const float *m = sh->m_local[r->part], *v = sh->v_local[r->part];
     if (p->stage == 0) { /* DDP: every replica holds the whole state */
         memcpy(r->g->adam_m, m, r->g->table.total * sizeof(float));
         memcpy(r->g->adam_v, v, r->g->table.total * sizeof(float));
@@ -101,9 +74,8 @@ void dp_ckpt_collect(dp_rank_t *r) {
     dp_shared_t *sh = r->sh;
     dp_run_t *run = sh->run;
     if (!run->save) return;
-    const dp_plan_t *p = &sh->plan;
-    float *pl = sh->params_local[r->tp_rank], *ml = sh->m_local[r->tp_rank],
-          *vl = sh->v_local[r->tp_rank];
+    const dp_plan_t *p = r->plan;
+    float *pl = sh->params_local[r->part], *ml = sh->m_local[r->part], *vl = sh->v_local[r->part];
     const size_t total = r->g->table.total;
     if (p->stage == 3) dp_collect_pieces(r, pl, 0);
     else if (r->rank == 0) memcpy(pl, r->g->params, total * sizeof(float));
@@ -120,15 +92,15 @@ void dp_ckpt_collect(dp_rank_t *r) {
     }
     coll_barrier(r->world); /* every rank's pieces are in */
     if (r->device != 0) return;
-    join_tp(sh, sh->params_local, run->save->params);
-    join_tp(sh, sh->m_local, run->save->adam_m);
-    join_tp(sh, sh->v_local, run->save->adam_v);
+    dp_join_parts(sh, sh->params_local, run->save->params);
+    dp_join_parts(sh, sh->m_local, run->save->adam_m);
+    dp_join_parts(sh, sh->v_local, run->save->adam_v);
     run->save->step = dp_first_step(run) + run->steps;
     run->save->adam_t = p->stage == 0 ? r->g->adam_t : r->adam_t;
 }
 
 void dp_ckpt_free(dp_shared_t *sh) {
-    dp_tp_buffers_free(sh, sh->m_local);
-    dp_tp_buffers_free(sh, sh->v_local);
+    dp_part_buffers_free(sh, sh->m_local);
+    dp_part_buffers_free(sh, sh->v_local);
     sh->m_local = sh->v_local = NULL;
 }

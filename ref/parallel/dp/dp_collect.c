@@ -29,7 +29,7 @@ void dp_collect_batch(void *ctx, const gpt_view_t *v) {
 }
 
 void dp_collect_pieces(dp_rank_t *r, float *global, int grads) {
-    const dp_plan_t *p = &r->sh->plan;
+    const dp_plan_t *p = r->plan;
     for (int b = 0; b < p->nbuckets; b++) {
         size_t lo, hi;
         dp_piece(p, b, r->rank, &lo, &hi);
@@ -72,6 +72,13 @@ static void record(dp_shared_t *sh, const char *name, uint64_t flat, int device,
     pthread_mutex_unlock(&sh->collect_lock);
 }
 
+/* The device of data-parallel rank 0 holding model part k. */
+static int part_device(const dp_shared_t *sh, int k) {
+    for (int d = 0; d < sh->grid.world; d++)
+        if (sh->ranks[d].part == k && sh->ranks[d].rank == 0) return d;
+    return -1;
+}
+
 /* Index of the first element whose bits differ; n when none. */
 static size_t first_difference(const float *a, const float *b, size_t n) {
     if (!memcmp(a, b, n * sizeof(float))) return n;
@@ -88,12 +95,11 @@ void dp_check_replica(dp_rank_t *r, int64_t step, const char *kind, const float 
         size_t k = first_difference(mine + pi->offset, taken + pi->offset, pi->numel);
         if (k == pi->numel) continue;
         int owner = taken_device, bucket; /* a data-parallel index, then a device */
-        if (owner < 0) dp_owner(&r->sh->plan, pi->offset + k, &bucket, &owner);
+        if (owner < 0) dp_owner(r->plan, pi->offset + k, &bucket, &owner);
         owner = group_world_rank(r->group, owner);
         /* the element's index in the global tensor (a tensor-parallel block) */
-        const int sizes[GRID_NAXES] = {r->sh->grid.size[GRID_TP], 1, 1, 1, 1};
-        const int coord[GRID_NAXES] = {r->tp_rank, 0, 0, 0, 0};
-        size_t flat = placement_global_index(&pi->pl, sizes, coord, k);
+        const dp_part_t part = dp_part(r->sh, r->part);
+        size_t flat = placement_global_index(&pi->pl, part.sizes, part.coord, k);
         char name[160];
         snprintf(name, sizeof name, "step%lld.%s.%s", (long long)step, kind, pi->name);
         record(r->sh, name, flat, r->device, owner, mine[pi->offset + k], taken[pi->offset + k]);
@@ -116,26 +122,27 @@ void dp_check_scalars(dp_shared_t *sh, int64_t step) {
 }
 
 void dp_collect_tp(dp_shared_t *sh, int64_t step, const char *kind, float **local, float *global) {
-    const int tp = sh->grid.size[GRID_TP];
-    const int sizes[GRID_NAXES] = {tp, 1, 1, 1, 1};
-    for (int t = 0; t < tp; t++) {
-        const int coord[GRID_NAXES] = {t, 0, 0, 0, 0};
-        for (int i = 0; i < sh->local.count; i++) {
-            const param_info_t *pl = &sh->local.info[i], *pg = &sh->global.info[i];
-            const float *mine = local[t] + pl->offset;
+    for (int k = 0; k < sh->nparts; k++) {
+        const dp_part_t p = dp_part(sh, k);
+        for (int i = 0; i < p.table->count; i++) {
+            const param_info_t *pl = &p.table->info[i], *pg = &sh->global.info[i];
+            if (!pl->held) continue;
+            const float *mine = local[k] + pl->offset;
             float *g = global + pg->offset;
-            if (!placement_is_extra_replica(&pl->pl, sizes, coord)) {
-                placement_put(&pl->pl, sizes, coord, mine, g);
+            if (!dp_part_extra(sh, &p, i)) {
+                placement_put(&pl->pl, p.sizes, p.coord, mine, g);
                 continue;
             }
             size_t li;
-            int64_t at = placement_compare(&pl->pl, sizes, coord, mine, g, &li);
+            int64_t at = placement_compare(&pl->pl, p.sizes, p.coord, mine, g, &li);
             if (at >= 0) {
+                /* the copy taken: tp rank 0's, or the first stage's embedding */
+                const int taken = placement_is_extra_replica(&pl->pl, p.sizes, p.coord)
+                                      ? p.stage * p.sizes[GRID_TP] : p.tp_rank;
                 char name[160];
                 snprintf(name, sizeof name, "step%lld.%s.%s", (long long)step, kind, pg->name);
-                int device = group_world_rank(sh->grid.groups[GRID_TP][0], t);
-                record(sh, name, (uint64_t)at, device, group_world_rank(sh->grid.groups[GRID_TP][0], 0),
-                       mine[li], g[at]);
+                record(sh, name, (uint64_t)at, part_device(sh, k), part_device(sh, taken), mine[li],
+                       g[at]);
             }
         }
     }

@@ -6,7 +6,9 @@
 
 #include "parity/dp.h"
 #include "parity/grid.h"
+#include "parity/pp.h"
 #include "parity/runtime.h"
+#include "parity/trace.h"
 
 typedef struct dp_shared dp_shared_t;
 
@@ -17,6 +19,17 @@ typedef struct dp_rank {
     int device;            /* world rank on the grid */
     int tp_rank;           /* tensor-parallel coordinate */
     group_t *tp_group;     /* the tensor-parallel group (NULL at tp = 1) */
+    int stage;             /* pipeline coordinate */
+    int part;              /* the model part held: stage * tp + tp_rank (dp_part) */
+    const dp_plan_t *plan; /* this stage's buckets and shards */
+    group_t *pp_group;     /* the stages of this (tp, dp) coordinate */
+    group_t *emb_group;    /* tied head, pp > 1: the first and last stage (else NULL) */
+    pp_op_t *ops;          /* this stage's schedule (pp.h) */
+    int nops;
+    coll_request_t **slot_send; /* [slots] a send still reading the slot, or NULL */
+    int *slot_of;          /* [m * v] the slot of (microbatch, chunk) in flight */
+    trace_buf_t *trace;    /* --trace: this device's spans, or NULL */
+    double busy, span;     /* this step's forward/backward seconds, first F to last B */
     group_t *world;        /* every device: the norm, barriers around collection */
     gpt_t *g;              /* the replica: parameters (stages 0-2), open exact sums */
     group_t *group;        /* the data-parallel group */
@@ -53,18 +66,23 @@ typedef struct dp_rank {
 
 struct dp_shared {
     dp_run_t *run;
-    grid_t grid;           /* tp x dp on the layout's order */
+    grid_t grid;           /* tp x dp x pp on the layout's order */
     int have_grid;
     param_table_t global;  /* the golden table: reassembled tensors */
-    param_table_t local;   /* a tensor-parallel rank's (same shapes on every rank) */
-    float **params_local, **grads_local; /* [tp] one tp rank's flat tensors, reassembled */
-    dp_plan_t plan;
+    pp_plan_t pp;          /* stages, chunks and schedule */
+    param_table_t *tables; /* [pp] a stage's table of tensor-parallel blocks (the same
+                              shapes on every tp rank; other stages' tensors empty) */
+    dp_plan_t *plans;      /* [pp] a stage's buckets and shards */
+    int nparts;            /* pp * tp model parts (dp_part) */
+    float **params_local, **grads_local; /* [nparts] one part's flat tensors, reassembled */
+    group_t **emb_groups;  /* tied head, pp > 1: [tp * dp] embedding groups */
+    int n_emb_groups;
     model_config_t cfg;    /* replica config: micro_batch from the layout */
     dp_rank_t *ranks;      /* [n] */
     group_t *group, *grad_group;
     pthread_mutex_t collect_lock;
     float *params_full, *grads_full; /* reassembly for dumps */
-    float **m_local, **v_local;      /* [tp] checkpoints: AdamW state of one tp rank
+    float **m_local, **v_local;      /* [nparts] checkpoints: AdamW state of one part
                                         (dp_ckpt.c), or NULL */
     gpt_observer_t dump_obs;         /* the dump's observer for the current step */
     dp_replica_diff_t *diffs;        /* replicas that disagree (collect_lock) */
@@ -101,11 +119,36 @@ static inline size_t dp_round_elems(size_t piece, int n) {
     c = c >= 8 ? c & ~(size_t)7 : 1; /* blocks on 64-byte lines */
     return c < piece ? c : piece;
 }
-/* One flat buffer per tensor-parallel rank, each of the local table's
- * size (zeroed): reassembly and checkpoint state. NULL when memory is
- * short; dp_tp_buffers_free takes NULL too. */
-float **dp_tp_buffers(const dp_shared_t *sh);
-void    dp_tp_buffers_free(const dp_shared_t *sh, float **b);
+/* A model part: what one (pipeline stage, tensor-parallel rank) holds,
+ * which the data-parallel ranks replicate; its table and its coordinates
+ * for the placements. */
+typedef struct {
+    const param_table_t *table;
+    int stage, tp_rank;
+    int sizes[GRID_NAXES], coord[GRID_NAXES];
+} dp_part_t;
+dp_part_t dp_part(const dp_shared_t *sh, int part);
+/* Tensor i of a part is a copy that another part holds too and that
+ * counts once: replicated over tp (ranks > 0), or the tied word
+ * embedding on the last stage (the first stage's counts). Empty tensors
+ * (another stage's) are not extra: callers skip them. */
+int dp_part_extra(const dp_shared_t *sh, const dp_part_t *p, int i);
+/* One flat buffer per model part, each of its table's size (zeroed):
+ * reassembly and checkpoint state. NULL when memory is short;
+ * dp_part_buffers_free takes NULL too. */
+float **dp_part_buffers(const dp_shared_t *sh);
+void    dp_part_buffers_free(const dp_shared_t *sh, float **b);
+/* dp_parts.c: the stages' tables and plans (sh->tables, sh->plans) and,
+ * with a tied head over stages, the embedding groups (the first and last
+ * stage of every tp x dp coordinate); freed by dp_free_stages. */
+int  dp_build_stages(dp_shared_t *sh, perr_t *err);
+void dp_free_stages(dp_shared_t *sh);
+/* The embedding group of a device, or NULL (not on either end, untied, pp = 1). */
+group_t *dp_emb_group_of(const dp_shared_t *sh, int device);
+/* Global vector <-> every part's flat blocks through the placements
+ * (join: one copy of each element, dp_part_extra's skipped). */
+void dp_cut_parts(const dp_shared_t *sh, const float *global, float **local);
+void dp_join_parts(const dp_shared_t *sh, float **local, float *global);
 /* What a replica leaves to the stage's shards (gpt_new_ex's omit). */
 unsigned dp_replica_omits(int stage);
 void dp_fail(dp_shared_t *sh, const char *msg);
@@ -114,13 +157,14 @@ void dp_fail(dp_shared_t *sh, const char *msg);
  * checker, outside the simulated devices (no collective, no device memory). */
 void dp_collect_batch(void *ctx, const gpt_view_t *v);
 /* This rank's pieces of a sharded vector (gradients, or ZeRO-3 parameters)
- * into the global one. */
+ * into its part's flat vector. */
 void dp_collect_pieces(dp_rank_t *r, float *global, int grads);
 /* A read-only view of the model with the global parameters and gradients. */
 gpt_t dp_global_view(const dp_shared_t *sh, const gpt_t *g);
-/* Every tensor-parallel rank's flat tensors (params_local or grads_local)
- * into the global ones through the placements; a block several ranks
- * hold (a tensor replicated over tp) is compared, not copied. */
+/* Every part's flat tensors (params_local or grads_local) into the
+ * global ones through the placements; a block several parts hold (a
+ * tensor replicated over tp, the tied embedding on the last stage) is
+ * compared, not copied. */
 void dp_collect_tp(dp_shared_t *sh, int64_t step, const char *kind, float **local, float *global);
 /* This rank's replica of every parameter-shaped tensor (kind "grad" or
  * "param") against the copy the dump took (taken: a device, or -1 for
@@ -167,5 +211,15 @@ void dp_all_gather_grads(dp_rank_t *r);
 void dp_update(dp_rank_t *r, float lr, float grad_norm);
 
 double dp_now(void);
+
+/* dp_pipeline.c: one step's forward and backward passes on this rank: the
+ * stage's schedule over its microbatches (pp = 1: one at a time, the
+ * golden order), activations and gradients to and from the neighbouring
+ * stages; then the tied embedding's gradient over the embedding group. */
+void dp_run_schedule(dp_rank_t *r, int64_t step, const gpt_observer_t *obs);
+/* The slots each chunk of this stage needs (pp_max_in_flight). */
+int  dp_stage_slots(const pp_plan_t *pp, int stage, int *slots);
+/* --trace: a span on this device's track (no-op without a trace). */
+void dp_span(dp_rank_t *r, const char *name, const char *cat, double t0, int mb, int chunk);
 
 #endif

@@ -1,42 +1,48 @@
-/* dp_memest.c - a data-parallel rank's memory before it is allocated
- * (memest.h), from the tables the allocations use: the replica's
- * (gpt_mem_bytes, omitting what the ZeRO stage shards), the rank's own
- * buffers (dp_rank_buffers), and for ZeRO-3 the largest set of units
- * gathered at once (dp_unit_buckets, as dp_zero.c gathers them). */
+/* dp_memest.c - a rank's memory before it is allocated (memest.h), from
+ * the tables the allocations use: the replica's (gpt_mem_bytes_mp: its
+ * stage's tensors, omitting what the ZeRO stage shards, and the
+ * activation slots its schedule needs), the rank's own buffers
+ * (dp_rank_buffers), and for ZeRO-3 the largest set of units gathered at
+ * once (dp_unit_buckets, as dp_zero.c gathers them). Pipeline stages
+ * differ; the ranks of one stage are alike. */
 #include <string.h>
 
 #include "dp_internal.h"
 
-int dp_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t *dev, size_t *host,
-              perr_t *err) {
-    memset(dev, 0, sizeof *dev);
-    *host = 0;
-    model_config_t cfg;
-    dp_replica_config(model, pc, &cfg);
-    gpt_mem_t g;
+static void add(memest_dev_t *dev, mem_cat_t c, size_t bytes) {
+    size_t *cat = c == MEM_PARAMS      ? &dev->params
+                  : c == MEM_GRADS     ? &dev->grads
+                  : c == MEM_OPTIMIZER ? &dev->optimizer
+                  : c == MEM_COMM      ? &dev->comm
+                                       : &dev->workspace;
+    *cat += bytes;
+}
+
+/* One rank of stage s; *part: its table's elements (for the host's
+ * reassembly buffers). */
+static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp_plan_t *pp, int s,
+                        memest_dev_t *dev, size_t *part, perr_t *err) {
     const int tp = pc->tp > 0 ? pc->tp : 1;
-    if (gpt_mem_bytes_tp(&cfg, tp, pc->sequence_parallel, dp_replica_omits(pc->zero_stage), &g, err))
+    int slots[GPT_MAX_CHUNKS];
+    dp_stage_slots(pp, s, slots);
+    gpt_mem_t g;
+    if (gpt_mem_bytes_mp(cfg, tp, pc->sequence_parallel, &pp->units[s], slots,
+                         dp_replica_omits(pc->zero_stage), &g, err))
         return -1;
     param_table_t t;
     dp_plan_t p;
-    if (param_table_build_tp(&t, &cfg, tp, err)) return -1;
-    if (dp_plan_build(&p, &t, &cfg, pc->dp, pc->zero_stage, pc->bucket_cap_mb, err)) {
+    if (param_table_build_mp(&t, cfg, tp, &pp->units[s], err)) return -1;
+    if (dp_plan_build(&p, &t, cfg, pc->dp, pc->zero_stage, pc->bucket_cap_mb, err)) {
         param_table_free(&t);
         return -1;
     }
+    *part = t.total + 1;
     *dev = (memest_dev_t){.params = g.params, .grads = g.grads, .open_sums = g.open_sums,
                           .optimizer = g.optimizer, .activations = g.activations};
     dp_buf_t bufs[DP_NBUFS];
     dp_rank_buffers(&p, pc, NULL, bufs);
-    for (int k = 0; k < DP_NBUFS; k++) {
-        if (!bufs[k].want) continue;
-        size_t *cat = bufs[k].cat == MEM_PARAMS      ? &dev->params
-                      : bufs[k].cat == MEM_GRADS     ? &dev->grads
-                      : bufs[k].cat == MEM_OPTIMIZER ? &dev->optimizer
-                      : bufs[k].cat == MEM_COMM      ? &dev->comm
-                                                     : &dev->workspace;
-        *cat += bufs[k].bytes;
-    }
+    for (int k = 0; k < DP_NBUFS; k++)
+        if (bufs[k].want) add(dev, bufs[k].cat, bufs[k].bytes);
     if (p.stage == 3) { /* a unit's buckets live from its begin event to its end */
         size_t most = 0;
         for (int u = 0; u < p.nunits; u++) {
@@ -47,17 +53,39 @@ int dp_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t *de
         }
         dev->params += most;
     }
-    /* dp_train's reassembly of global parameters and gradients, and of
-     * every tensor-parallel rank's (t is one rank's table) */
-    param_table_t whole;
-    if (param_table_build(&whole, &cfg, err)) {
-        dp_plan_free(&p);
-        param_table_free(&t);
-        return -1;
-    }
-    *host = 2 * ((whole.total + 1) + (size_t)tp * (t.total + 1)) * sizeof(float);
-    param_table_free(&whole);
     dp_plan_free(&p);
     param_table_free(&t);
+    return 0;
+}
+
+int dp_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t *dev, size_t *all,
+              size_t *host, perr_t *err) {
+    memset(dev, 0, sizeof *dev);
+    *host = *all = 0;
+    model_config_t cfg;
+    dp_replica_config(model, pc, &cfg);
+    pp_plan_t pp;
+    param_table_t whole;
+    if (model_config_validate_replica(&cfg, err) || pp_plan_build(&pp, &cfg, pc, err) ||
+        param_table_build(&whole, &cfg, err))
+        return -1;
+    const size_t ranks_per_stage = (size_t)pc->dp * (size_t)(pc->tp > 0 ? pc->tp : 1);
+    size_t parts = 0;
+    for (int s = 0; s < pp.pp; s++) {
+        memest_dev_t d;
+        size_t part;
+        if (stage_memest(&cfg, pc, &pp, s, &d, &part, err)) {
+            param_table_free(&whole);
+            return -1;
+        }
+        memest_sum(&d);
+        if (d.total > dev->total) *dev = d;
+        *all += d.total * ranks_per_stage;
+        parts += part * (size_t)(pc->tp > 0 ? pc->tp : 1);
+    }
+    /* dp_train's reassembly of global parameters and gradients, and of
+     * every model part's (stage x tp rank) */
+    *host = 2 * ((whole.total + 1) + parts) * sizeof(float);
+    param_table_free(&whole);
     return 0;
 }

@@ -32,12 +32,20 @@ void dp_owner(const dp_plan_t *p, size_t x, int *bucket, int *rank) {
 
 int dp_unit_buckets(const dp_plan_t *p, int unit, int out[2]) {
     int k = 0;
-    out[k++] = p->bucket_of_unit[unit];
-    if (unit == p->nunits - 1 && p->tied) out[k++] = p->bucket_of_unit[0];
+    if (p->bucket_of_unit[unit] >= 0) out[k++] = p->bucket_of_unit[unit];
+    if (unit == p->nunits - 1 && p->tied && p->bucket_of_unit[0] >= 0) out[k++] = p->bucket_of_unit[0];
     return k;
 }
 
-static void add_bucket(dp_plan_t *p, const param_table_t *t, int first, int last) {
+void dp_plan_hold_embedding(dp_plan_t *p, const param_table_t *t) {
+    for (int b = 0; b < p->nbuckets; b++)
+        if (p->buckets[b].first <= t->wte && t->wte < p->buckets[b].last) p->buckets[b].ready_unit = -1;
+}
+
+/* Returns the bucket's index, or -1 when its tensors are all empty
+ * (another pipeline stage's): no bucket. */
+static int add_bucket(dp_plan_t *p, const param_table_t *t, int first, int last) {
+    if (t->info[first].offset == t->info[last - 1].offset + t->info[last - 1].numel) return -1;
     dp_bucket_t *b = &p->buckets[p->nbuckets++];
     b->first = first;
     b->last = last;
@@ -45,6 +53,7 @@ static void add_bucket(dp_plan_t *p, const param_table_t *t, int first, int last
     b->hi = t->info[last - 1].offset + t->info[last - 1].numel;
     b->piece = (b->hi - b->lo + (size_t)p->dp - 1) / (size_t)p->dp;
     b->ready_unit = p->unit_of_tensor[first];
+    return p->nbuckets - 1;
 }
 
 int dp_plan_build(dp_plan_t *p, const param_table_t *t, const model_config_t *cfg, int dp,
@@ -78,8 +87,7 @@ int dp_plan_build(dp_plan_t *p, const param_table_t *t, const model_config_t *cf
     if (stage == 3) {
         /* one bucket per unit, in backward order: head, layers down, embeddings */
         for (int u = p->nunits - 1; u >= 0; u--) {
-            p->bucket_of_unit[u] = p->nbuckets;
-            add_bucket(p, t, p->unit_first[u], p->unit_last[u]);
+            p->bucket_of_unit[u] = add_bucket(p, t, p->unit_first[u], p->unit_last[u]);
         }
     } else {
         /* whole tensors in backward order until the bucket holds

@@ -107,7 +107,7 @@ void dp_buckets_ready(dp_rank_t *r, int upto) {
 /* ---- reductions ---------------------------------------------------------- */
 
 float *dp_grad_piece(dp_rank_t *r, int b) {
-    const dp_plan_t *p = &r->sh->plan;
+    const dp_plan_t *p = r->plan;
     if (p->stage >= 2) return r->shard_grads + p->buckets[b].shard_off;
     size_t lo, hi;
     dp_piece(p, b, r->rank, &lo, &hi);
@@ -118,7 +118,7 @@ float *dp_grad_piece(dp_rank_t *r, int b) {
  * (the one table for setup and the estimate). */
 static size_t scratch_cap(dp_rank_t *r, int k) {
     dp_buf_t bufs[DP_NBUFS];
-    dp_rank_buffers(&r->sh->plan, &r->sh->run->pc, r, bufs);
+    dp_rank_buffers(r->plan, &r->sh->run->pc, r, bufs);
     for (int i = 0; i < DP_NBUFS; i++)
         if (bufs[i].ptr == (void **)&r->scratch_mem[k]) return bufs[i].bytes / sizeof(double);
     parity_fatal("dp: scratch buffer %d is missing from dp_rank_buffers", k);
@@ -173,7 +173,7 @@ static void round_range(const xvec_t *v, size_t off, size_t count, float *out) {
  * scratch and is rounded once into out[off ...]: the elements of this
  * rank's piece, whose own padding is dropped. */
 static void reduce_exact(dp_rank_t *r, int b, float *out) {
-    const dp_plan_t *p = &r->sh->plan;
+    const dp_plan_t *p = r->plan;
     const dp_bucket_t *bk = &p->buckets[b];
     const size_t n = (size_t)r->n, P = bk->piece;
     size_t my_lo, my_hi;
@@ -212,7 +212,7 @@ static void reduce_exact(dp_rank_t *r, int b, float *out) {
 }
 
 static void reduce_broken(dp_rank_t *r, int b, float *out) {
-    const dp_plan_t *p = &r->sh->plan;
+    const dp_plan_t *p = r->plan;
     const dp_bucket_t *bk = &p->buckets[b];
     const size_t padded = bk->piece * (size_t)r->n;
     float *local = calloc(padded ? padded : 1, sizeof(float));
@@ -239,12 +239,12 @@ void dp_reduce_bucket(dp_rank_t *r, int b, float *out) {
         reduce_broken(r, b, out);
     else
         reduce_exact(r, b, out);
-    r->rs_elems += r->sh->plan.buckets[b].piece;
+    r->rs_elems += r->plan->buckets[b].piece;
     r->t_reduce += dp_now() - t0;
 }
 
 void dp_comm_finish(dp_rank_t *r) {
-    const int nb = r->sh->plan.nbuckets;
+    const int nb = r->plan->nbuckets;
     dp_buckets_ready(r, nb);
     pthread_mutex_lock(&r->comm_lock);
     while (r->comm_done < nb) pthread_cond_wait(&r->comm_cond, &r->comm_lock);
@@ -253,7 +253,7 @@ void dp_comm_finish(dp_rank_t *r) {
 }
 
 void dp_reduce_pending(dp_rank_t *r) {
-    const int nb = r->sh->plan.nbuckets;
+    const int nb = r->plan->nbuckets;
     if (r->sh->run->pc.overlap_grad_reduce) {
         dp_comm_finish(r);
     } else {

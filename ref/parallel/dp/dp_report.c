@@ -21,6 +21,7 @@
 #include "dp_report.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "parity/dp.h"
@@ -144,7 +145,8 @@ int dp_placement_init(dp_placement_t *pl, const model_config_t *model, const pco
     memset(pl, 0, sizeof *pl);
     dp_replica_config(model, pc, &pl->cfg);
     pl->pc = *pc;
-    if (param_table_build(&pl->table, &pl->cfg, err)) return -1;
+    if (pp_plan_build(&pl->pp, &pl->cfg, pc, err) || param_table_build(&pl->table, &pl->cfg, err))
+        return -1;
     if (dp_plan_build(&pl->plan, &pl->table, &pl->cfg, pc->dp, pc->zero_stage, pc->bucket_cap_mb,
                       err)) {
         param_table_free(&pl->table);
@@ -164,17 +166,44 @@ static int is_batch(const st_tensor_t *t, const char *what) {
                             !strcmp(what, "labels"));
 }
 
-/* The world rank of (tensor-parallel rank, data-parallel rank) on the
- * layout's order string (the driver's grid). */
-static int device_of(const pconfig_t *pc, int tp_rank, int dp_rank) {
+/* The world rank of (tensor-parallel rank, data-parallel rank, stage)
+ * on the layout's order string (the driver's grid). */
+static int device_of(const pconfig_t *pc, int tp_rank, int dp_rank, int stage) {
     rank_layout_t L;
     char sizes[64];
-    snprintf(sizes, sizeof sizes, "tp=%d,dp=%d", pc->tp > 1 ? pc->tp : 1, pc->dp);
+    snprintf(sizes, sizeof sizes, "tp=%d,dp=%d,pp=%d", pc->tp > 1 ? pc->tp : 1, pc->dp,
+             pc->pp > 1 ? pc->pp : 1);
     if (layout_init(&L, pc->order, sizes, NULL)) return dp_rank;
     int coords[LAYOUT_MAX_DIMS] = {0};
     for (int i = 0; i < L.ndims; i++)
-        coords[i] = !strcmp(L.names[i], "tp") ? tp_rank : !strcmp(L.names[i], "dp") ? dp_rank : 0;
+        coords[i] = !strcmp(L.names[i], "tp")   ? tp_rank
+                    : !strcmp(L.names[i], "dp") ? dp_rank
+                    : !strcmp(L.names[i], "pp") ? stage
+                                                : 0;
     return layout_rank_of(&L, coords);
+}
+
+/* The pipeline stage running unit u. */
+static int stage_of_unit(const pp_plan_t *pp, int u) {
+    for (int s = 0; s < pp->pp; s++)
+        if (gpt_units_hold(&pp->units[s], u)) return s;
+    return 0;
+}
+
+/* The unit a batch tensor's name belongs to: the embedding's, layer N's,
+ * the head's (inputs and labels: the first stage's, though every stage loads them). */
+static int unit_of_batch(const model_config_t *c, const char *what) {
+    const char *l = strstr(what, "layers.");
+    if (l) return 1 + atoi(l + 7);
+    if (!strcmp(what, "logits") || strstr(what, "final_layernorm")) return c->layers + 1;
+    return 0;
+}
+
+/* The unit whose tensors include table entry i (params.c's order). */
+static int unit_of_param(const param_table_t *t, const model_config_t *c, int i) {
+    if (i < t->first_layer) return 0;
+    if (i < t->lnf_w) return 1 + (i - t->first_layer) / P_PER_LAYER;
+    return c->layers + 1;
 }
 
 /* Sequences are sharded over dp, then split into microbatches of sizes
@@ -191,22 +220,57 @@ static void describe_batch(const dp_placement_t *pl, const st_tensor_t *t, uint6
         if (in_rank < start + size) break;
         start += size;
     }
-    const int tp = pc->tp > 1 ? pc->tp : 1;
-    char peers[64] = "";
+    const int tp = pc->tp > 1 ? pc->tp : 1, stage = stage_of_unit(&pl->pp, unit_of_batch(&pl->cfg, t->name));
+    char peers[64] = "", where[48] = "";
     if (tp > 1) snprintf(peers, sizeof peers, " and its %d tensor-parallel peers", tp - 1);
-    snprintf(buf, cap, "device %d (dp rank %d)%s, microbatch %d of %d (%d sequences), sequence %d",
-             device_of(pc, 0, rank), rank, peers, k, accum, size, seq);
+    if (pl->pp.pp > 1) snprintf(where, sizeof where, ", pipeline stage %d", stage);
+    snprintf(buf, cap, "device %d (dp rank %d%s)%s, microbatch %d of %d (%d sequences), sequence %d",
+             device_of(pc, 0, rank, stage), rank, where, peers, k, accum, size, seq);
 }
 
+static void describe_in_stage(const dp_placement_t *pl, const param_table_t *t, const dp_plan_t *p,
+                              int i, int grad, uint64_t flat, char *buf, size_t cap);
+
+/* The stage's own table and plan (the golden shapes: tensor parallelism's
+ * blocks are not told apart here) locate the element's bucket piece. */
 static void describe_param(const dp_placement_t *pl, const char *pname, int grad, uint64_t flat,
                            char *buf, size_t cap) {
-    const dp_plan_t *p = &pl->plan;
-    int i = param_find(&pl->table, pname), b, k;
+    int i = param_find(&pl->table, pname);
     if (i < 0) {
         snprintf(buf, cap, "(no parameter named %s)", pname);
         return;
     }
-    dp_owner(p, pl->table.info[i].offset + flat, &b, &k);
+    if (pl->pp.pp == 1) {
+        describe_in_stage(pl, &pl->table, &pl->plan, i, grad, flat, buf, cap);
+        return;
+    }
+    const int stage = stage_of_unit(&pl->pp, unit_of_param(&pl->table, &pl->cfg, i));
+    param_table_t t;
+    dp_plan_t p;
+    if (param_table_build_mp(&t, &pl->cfg, 1, &pl->pp.units[stage], NULL)) return;
+    if (dp_plan_build(&p, &t, &pl->cfg, pl->pc.dp, pl->pc.zero_stage, pl->pc.bucket_cap_mb, NULL)) {
+        param_table_free(&t);
+        return;
+    }
+    char inner[640];
+    describe_in_stage(pl, &t, &p, i, grad, flat, inner, sizeof inner);
+    const int tied_emb = pl->cfg.tied && i == t.wte;
+    snprintf(buf, cap, "pipeline stage %d (world rank %d is its data-parallel rank 0; 'device k' "
+                       "below is its data-parallel rank k): %s%s", stage,
+             device_of(&pl->pc, 0, 0, stage), inner,
+             tied_emb && grad ? "; the tied word embedding: the first stage's (embedding) and the "
+                                "last stage's (head) open sums are all-reduced exactly over the "
+                                "embedding group before this rounding, so both copies are equal"
+                              : "");
+    dp_plan_free(&p);
+    param_table_free(&t);
+}
+
+static void describe_in_stage(const dp_placement_t *pl, const param_table_t *t, const dp_plan_t *p,
+                              int i, int grad, uint64_t flat, char *buf, size_t cap) {
+    (void)pl;
+    int b, k;
+    dp_owner(p, t->info[i].offset + flat, &b, &k);
     size_t lo, hi;
     dp_piece(p, b, k, &lo, &hi);
     char piece[96];

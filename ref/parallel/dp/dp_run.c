@@ -77,18 +77,32 @@ void dp_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, dp_rank_t *r, dp_b
 
 static int setup_rank(dp_rank_t *r, device_t *dev) {
     dp_shared_t *sh = r->sh;
-    const dp_plan_t *p = &sh->plan;
+    const dp_plan_t *p = r->plan;
     perr_t err;
     const gpt_shard_t shard = {sh->grid.size[GRID_TP], r->tp_rank, sh->run->pc.sequence_parallel,
                                r->tp_group,
                                (sh->run->broken_tp_fp32_sums ? GPT_BROKEN_TP_FP32_SUMS : 0u) |
-                                   (sh->run->broken_tp_vocab_pad ? GPT_BROKEN_TP_VOCAB_PAD : 0u)};
-    if (gpt_new_tp(&r->g, &sh->cfg, &shard, dp_replica_omits(p->stage), dev->arena, &err)) {
+                                   (sh->run->broken_tp_vocab_pad ? GPT_BROKEN_TP_VOCAB_PAD : 0u),
+                               sh->pp.units[r->stage]};
+    int *slots = r->report->pp_slots;
+    const size_t nmb = (size_t)sh->pp.m * (size_t)sh->pp.v;
+    r->report->pp_stage = r->stage;
+    dp_stage_slots(&sh->pp, r->stage, slots);
+    if (gpt_new_tp(&r->g, &sh->cfg, &shard, dp_replica_omits(p->stage), dev->arena, &err) ||
+        gpt_set_chunk_slots(r->g, slots, &err)) {
         char msg[sizeof err.msg + 64];
-        snprintf(msg, sizeof msg, "device %d: %s", r->rank, err.msg);
+        snprintf(msg, sizeof msg, "device %d: %s", r->device, err.msg);
         dp_fail(sh, msg);
         return -1;
     }
+    r->ops = calloc(2 * nmb, sizeof *r->ops);
+    r->slot_of = calloc(nmb, sizeof *r->slot_of);
+    r->slot_send = calloc((size_t)r->g->n_slots, sizeof *r->slot_send);
+    if (!r->ops || !r->slot_of || !r->slot_send) {
+        dp_fail(sh, "dp: out of memory for the schedule");
+        return -1;
+    }
+    r->nops = pp_schedule(&sh->pp, r->stage, r->ops);
     dp_buf_t bufs[DP_NBUFS];
     dp_rank_buffers(p, &sh->run->pc, r, bufs);
     for (int k = 0; k < DP_NBUFS; k++) {
@@ -111,7 +125,7 @@ static int setup_rank(dp_rank_t *r, device_t *dev) {
     /* The golden initial values (position-keyed, I3), computed once by
      * dp_train as DDP broadcasts rank 0's: this tensor-parallel rank's
      * blocks, whole or cut to this data-parallel shard. */
-    const float *init = sh->params_local[r->tp_rank];
+    const float *init = sh->params_local[r->part];
     if (p->stage < 3) {
         memcpy(r->g->params, init, r->g->table.total * sizeof(float));
     } else {
@@ -132,6 +146,9 @@ static void teardown_rank(dp_rank_t *r, device_t *dev) {
     xvec_free(&r->scratch[0]);
     xvec_free(&r->scratch[1]);
     free(r->unit_buf);
+    free(r->ops);
+    free(r->slot_of);
+    free(r->slot_send);
     gpt_free(r->g);
     r->g = NULL;
 }
@@ -142,40 +159,41 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
     dp_shared_t *sh = r->sh;
     dp_run_t *run = sh->run;
     const model_config_t *c = &sh->cfg;
-    const int B = c->global_batch, T = c->seq_length, per_rank = B / r->n;
-    const int accum = run->pc.accum_degree;
     gpt_observer_t obs = {r, collect ? dp_collect_batch : NULL, NULL, dp_unit_event};
     if (collect && r->device == 0) dump_begin_step(run->dump, step, &sh->dump_obs);
     coll_barrier(r->world); /* the dump is ready for everyone's slices */
     const double step_start = dp_now();
     gpt_step_begin(r->g);
     double t0 = dp_now(), comm0 = r->report->seconds_comm;
-    for (int k = 0, first = r->rank * per_rank; k < accum; k++) {
-        /* microbatch sizes differ by at most one (pconfig.h) */
-        int micro = per_rank / accum + (k < per_rank % accum);
-        for (int b = 0; b < micro; b++)
-            corpus_sample(run->data, (uint64_t)step * (uint64_t)B + (uint64_t)(first + b), T,
-                          r->g->slot[0].inputs + (size_t)b * T, r->g->slot[0].targets + (size_t)b * T);
-        r->last_micro = k == accum - 1;
-        gpt_microbatch(r->g, r->g->slot[0].inputs, r->g->slot[0].targets, micro, first, step, &obs);
-        first += micro;
-    }
+    dp_run_schedule(r, step, &obs);
+    r->report->pp_busy += r->busy;
+    r->report->pp_span += r->span;
     /* reductions overlapped with these microbatches run on the
      * communication thread and are not part of this wall time's work */
     r->report->seconds_compute += dp_now() - t0 - (r->report->seconds_comm - comm0);
+    t0 = dp_now();
     dp_reduce_pending(r);
-    if (sh->plan.stage == 0) dp_all_gather_grads(r);
+    if (r->plan->stage == 0) dp_all_gather_grads(r);
+    dp_span(r, "gradient reduction", "exact-sum", t0, -1, -1);
     xacc_t loss;
-    coll_all_reduce(r->group, &r->g->loss_acc.x, &loss, 1, COLL_XACC, COLL_SUM);
+    if (sh->pp.pp == 1) {
+        coll_all_reduce(r->group, &r->g->loss_acc.x, &loss, 1, COLL_XACC, COLL_SUM);
+    } else { /* the last stage's tokens, once per tp group: over every device */
+        xacc_t mine;
+        xacc_init(&mine);
+        if (r->tp_rank == 0) mine = r->g->loss_acc.x;
+        coll_all_reduce(r->world, &mine, &loss, 1, COLL_XACC, COLL_SUM);
+    }
     const float loss_value = mean_token_loss(c, xacc_round_f32(&loss));
     double o0 = dp_now(), oc0 = r->report->seconds_comm;
     const float norm = dp_grad_norm(r);
     r->report->seconds_optimizer += dp_now() - o0 - (r->report->seconds_comm - oc0);
+    dp_span(r, "gradient norm", "collective", o0, -1, -1);
     const float lr = lr_schedule(c, step);
-    const int stage = sh->plan.stage;
+    const int stage = r->plan->stage;
     if (collect) {
         /* pieces -> this tensor-parallel rank's tensors -> the global ones */
-        float *grads_tp = sh->grads_local[r->tp_rank];
+        float *grads_tp = sh->grads_local[r->part];
         dp_collect_pieces(r, grads_tp, 1);
         coll_barrier(r->world);
         /* DDP: every device's all-gathered gradients replicate the owners' pieces */
@@ -189,6 +207,7 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
     o0 = dp_now(), oc0 = r->report->seconds_comm;
     dp_update(r, lr, norm);
     r->report->seconds_optimizer += dp_now() - o0 - (r->report->seconds_comm - oc0);
+    dp_span(r, "optimizer", "optimizer", o0, -1, -1);
     if (run->broken_replica == r->device + 1) { /* the negative control: one bit drifts */
         float *x = r->g->params + r->g->table.total / 2;
         uint32_t u;
@@ -198,7 +217,7 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
     }
     if (collect) {
         r->step_stats = (gpt_step_stats_t){loss_value, lr, norm, 0.0};
-        float *params_tp = sh->params_local[r->tp_rank];
+        float *params_tp = sh->params_local[r->part];
         if (stage == 3)
             dp_collect_pieces(r, params_tp, 0);
         else if (r->rank == 0)
@@ -259,56 +278,33 @@ void dp_replica_config(const model_config_t *model, const pconfig_t *pc, model_c
     out->micro_batch = pc->micro_batch;
 }
 
-float **dp_tp_buffers(const dp_shared_t *sh) {
-    const int tp = sh->grid.size[GRID_TP];
-    float **b = calloc((size_t)tp, sizeof *b);
-    for (int t = 0; b && t < tp; t++)
-        if (!(b[t] = calloc(sh->local.total + 1, sizeof(float)))) {
-            dp_tp_buffers_free(sh, b);
-            return NULL;
-        }
-    return b;
-}
-
-void dp_tp_buffers_free(const dp_shared_t *sh, float **b) {
-    for (int t = 0; b && t < sh->grid.size[GRID_TP]; t++) free(b[t]);
-    free(b);
-}
-
-/* The tensor-parallel ranks' blocks of the golden initial parameters. */
+/* The parts' blocks of the golden initial parameters. */
 static int init_local(dp_shared_t *sh, perr_t *err) {
-    const int tp = sh->grid.size[GRID_TP];
-    const int sizes[GRID_NAXES] = {tp, 1, 1, 1, 1};
-    sh->params_local = dp_tp_buffers(sh);
-    sh->grads_local = dp_tp_buffers(sh);
+    sh->params_local = dp_part_buffers(sh);
+    sh->grads_local = dp_part_buffers(sh);
     if (!sh->params_local || !sh->grads_local) return perr_set(err, "dp: out of memory");
-    for (int t = 0; t < tp; t++) {
-        const int coord[GRID_NAXES] = {t, 0, 0, 0, 0};
-        for (int i = 0; i < sh->local.count; i++)
-            placement_take(&sh->local.info[i].pl, sizes, coord,
-                           sh->params_full + sh->global.info[i].offset,
-                           sh->params_local[t] + sh->local.info[i].offset);
-    }
+    dp_cut_parts(sh, sh->params_full, sh->params_local);
     return 0;
 }
 
 static void free_local(dp_shared_t *sh) {
-    dp_tp_buffers_free(sh, sh->params_local);
-    dp_tp_buffers_free(sh, sh->grads_local);
+    dp_part_buffers_free(sh, sh->params_local);
+    dp_part_buffers_free(sh, sh->grads_local);
 }
 
 int dp_train(dp_run_t *run, perr_t *err) {
     pconfig_t *pc = &run->pc;
-    if (pc->pp != 1 || pc->cp != 1 || pc->ep != 1)
-        return perr_set(err, "dp_train: pipeline, context and expert parallelism are not implemented");
+    if (pc->cp != 1 || pc->ep != 1)
+        return perr_set(err, "dp_train: context and expert parallelism are not implemented");
     run->replica_diffs = NULL, run->n_replica_diffs = 0;
     dp_shared_t *sh = calloc(1, sizeof *sh);
     if (!sh) return perr_set(err, "dp: out of memory");
     sh->run = run;
     dp_replica_config(&run->model, pc, &sh->cfg);
-    const int n = pc->dp, tp = pc->tp, world = n * tp;
-    int rc = -1, have_tables = 0;
+    const int n = pc->dp, tp = pc->tp, pp = pc->pp, world = n * tp * pp;
+    int rc = -1, have_global = 0;
     group_t **grad_groups = NULL;
+    trace_buf_t *traces = NULL;
     int ngrad = 0;
     sh->ranks = calloc((size_t)world, sizeof(dp_rank_t));
     dp_device_report_t *reports = run->reports ? run->reports : calloc((size_t)world, sizeof *reports);
@@ -323,18 +319,15 @@ int dp_train(dp_run_t *run, perr_t *err) {
                      : "no such device (expected a rank below the world size)");
         goto out;
     }
-    const int sizes[GRID_NAXES] = {tp, 1, 1, n, 1};
+    const int sizes[GRID_NAXES] = {tp, 1, 1, n, pp};
     if (grid_init(&sh->grid, pc->order, sizes, err)) goto out;
     sh->have_grid = 1;
-    if (model_config_validate_replica(&sh->cfg, err) || param_table_build(&sh->global, &sh->cfg, err))
+    if (model_config_validate_replica(&sh->cfg, err) || pp_plan_build(&sh->pp, &sh->cfg, pc, err) ||
+        param_table_build(&sh->global, &sh->cfg, err))
         goto out;
-    if (param_table_build_tp(&sh->local, &sh->cfg, tp, err)) {
-        param_table_free(&sh->global);
-        goto out;
-    }
-    have_tables = 1;
-    if (dp_plan_build(&sh->plan, &sh->local, &sh->cfg, n, pc->zero_stage, pc->bucket_cap_mb, err))
-        goto out;
+    have_global = 1;
+    sh->nparts = pp * tp;
+    if (dp_build_stages(sh, err)) goto out;
     sh->params_full = calloc(sh->global.total + 1, sizeof(float));
     sh->grads_full = calloc(sh->global.total + 1, sizeof(float));
     if (!sh->params_full || !sh->grads_full) {
@@ -353,12 +346,23 @@ int dp_train(dp_run_t *run, perr_t *err) {
         grad_groups = NULL;
         goto out;
     }
+    if (run->trace_path && !(traces = calloc((size_t)world, sizeof *traces))) {
+        perr_set(err, "dp: out of memory for the trace");
+        goto out;
+    }
+    const double origin = dp_now();
     for (int d = 0; d < world; d++) {
         grid_device_t gd = grid_device(&sh->grid, d);
         int gid = layout_group_id(&sh->grid.layout, d, "dp");
+        const int stage = gd.coord[GRID_PP];
+        if (traces) trace_buf_init(&traces[d], origin);
         sh->ranks[d] = (dp_rank_t){.sh = sh, .rank = gd.coord[GRID_DP], .n = n, .device = d,
                                    .tp_rank = gd.coord[GRID_TP],
                                    .tp_group = tp > 1 ? gd.group[GRID_TP] : NULL,
+                                   .stage = stage, .part = stage * tp + gd.coord[GRID_TP],
+                                   .plan = &sh->plans[stage], .pp_group = gd.group[GRID_PP],
+                                   .emb_group = dp_emb_group_of(sh, d),
+                                   .trace = traces ? &traces[d] : NULL,
                                    .world = sh->grid.all, .group = gd.group[GRID_DP],
                                    .grad_group = grad_groups[gid], .report = &reports[d]};
         memset(&reports[d], 0, sizeof reports[d]);
@@ -368,19 +372,19 @@ int dp_train(dp_run_t *run, perr_t *err) {
         perr_set(err, "%s", sh->err.msg);
         goto out;
     }
+    if (traces && trace_write(run->trace_path, traces, world, err)) goto out;
     run->replica_diffs = sh->diffs, run->n_replica_diffs = sh->ndiffs;
     sh->diffs = NULL;
     rc = 0;
 out:
+    for (int d = 0; traces && d < world; d++) trace_buf_free(&traces[d]);
+    free(traces);
     free(sh->diffs);
     if (grad_groups) group_destroy_all(grad_groups, ngrad);
     free(grad_groups);
+    dp_free_stages(sh);
     if (sh->have_grid) grid_free(&sh->grid);
-    dp_plan_free(&sh->plan);
-    if (have_tables) {
-        param_table_free(&sh->global);
-        param_table_free(&sh->local);
-    }
+    if (have_global) param_table_free(&sh->global);
     free_local(sh);
     dp_ckpt_free(sh);
     if (reports != run->reports) free(reports);

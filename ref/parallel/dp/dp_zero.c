@@ -14,7 +14,7 @@
 /* ---- ZeRO-3: a unit's parameters exist only while it runs ---------- */
 
 static void gather_bucket(dp_rank_t *r, int b) {
-    const dp_plan_t *p = &r->sh->plan;
+    const dp_plan_t *p = r->plan;
     const dp_bucket_t *bk = &p->buckets[b];
     if (r->unit_buf[b]) return;
     device_t *dev = device_self();
@@ -30,7 +30,7 @@ static void gather_bucket(dp_rank_t *r, int b) {
 }
 
 static void release_bucket(dp_rank_t *r, int b) {
-    const dp_bucket_t *bk = &r->sh->plan.buckets[b];
+    const dp_bucket_t *bk = &r->plan->buckets[b];
     if (!r->unit_buf[b]) return;
     arena_free(device_self()->arena, r->unit_buf[b]);
     r->unit_buf[b] = NULL;
@@ -40,7 +40,7 @@ static void release_bucket(dp_rank_t *r, int b) {
 void dp_unit_event(void *ctx, gpt_t *g, int unit, int event) {
     (void)g;
     dp_rank_t *r = ctx;
-    const dp_plan_t *p = &r->sh->plan;
+    const dp_plan_t *p = r->plan;
     if (p->stage == 3) {
         int bs[2], k = dp_unit_buckets(p, unit, bs);
         for (int i = 0; i < k; i++) {
@@ -62,14 +62,14 @@ void dp_unit_event(void *ctx, gpt_t *g, int unit, int event) {
 /* ---- the global norm over shards ------------------------------------ */
 
 float dp_grad_norm(dp_rank_t *r) {
-    const dp_plan_t *p = &r->sh->plan;
+    const dp_plan_t *p = r->plan;
     sacc_t mine;
     xacc_t total;
     sacc_init(&mine);
-    /* a tensor every tensor-parallel rank holds whole counts once: only
-     * tp rank 0's copy enters the sum (placement_is_extra_replica) */
-    const int sizes[GRID_NAXES] = {r->sh->grid.size[GRID_TP], 1, 1, 1, 1};
-    const int coord[GRID_NAXES] = {r->tp_rank, 0, 0, 0, 0};
+    /* a tensor several parts hold counts once: tp rank 0's copy of one
+     * every tensor-parallel rank holds whole, the first stage's tied
+     * embedding (dp_part_extra) */
+    const dp_part_t part = dp_part(r->sh, r->part);
     for (int b = 0; b < p->nbuckets; b++) {
         size_t lo, hi;
         dp_piece(p, b, r->rank, &lo, &hi);
@@ -78,7 +78,7 @@ float dp_grad_norm(dp_rank_t *r) {
             const param_info_t *pi = &r->g->table.info[t];
             size_t a = pi->offset > lo ? pi->offset : lo;
             size_t e = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
-            if (a < e && !placement_is_extra_replica(&pi->pl, sizes, coord))
+            if (a < e && !dp_part_extra(r->sh, &part, t))
                 sacc_add_squares(&mine, g + (a - lo), e - a);
         }
     }
@@ -95,7 +95,7 @@ float dp_grad_norm(dp_rank_t *r) {
  * full[lo, hi) of every rank. Returns the seconds spent communicating. */
 static double all_gather_bucket(dp_rank_t *r, group_t *group, float *buf, int b,
                                 const float *my_piece, float *full) {
-    const dp_plan_t *p = &r->sh->plan;
+    const dp_plan_t *p = r->plan;
     const dp_bucket_t *bk = &p->buckets[b];
     size_t lo, hi;
     dp_piece(p, b, r->rank, &lo, &hi);
@@ -114,19 +114,19 @@ static double all_gather_bucket(dp_rank_t *r, group_t *group, float *buf, int b,
  * next buckets. */
 void dp_gather_params_job(dp_rank_t *r, int b) {
     size_t lo, hi;
-    dp_piece(&r->sh->plan, b, r->rank, &lo, &hi);
+    dp_piece(r->plan, b, r->rank, &lo, &hi);
     r->t_comm += all_gather_bucket(r, r->grad_group, r->comm_gather_buf, b, r->g->params + lo,
                                    r->g->params);
 }
 
 void dp_all_gather_grads(dp_rank_t *r) {
-    for (int b = 0; b < r->sh->plan.nbuckets; b++)
+    for (int b = 0; b < r->plan->nbuckets; b++)
         r->report->seconds_comm +=
             all_gather_bucket(r, r->group, r->gather_buf, b, dp_grad_piece(r, b), r->g->grads);
 }
 
 void dp_update(dp_rank_t *r, float lr, float grad_norm) {
-    const dp_plan_t *p = &r->sh->plan;
+    const dp_plan_t *p = r->plan;
     const model_config_t *c = &r->sh->cfg;
     if (p->stage == 0) { /* DDP: every rank holds every gradient and updates it all */
         gpt_step_update(r->g, lr, grad_norm);

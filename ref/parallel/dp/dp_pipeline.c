@@ -1,0 +1,176 @@
+/* dp_pipeline.c - one step's forward and backward passes on a rank: its
+ * pipeline stage's schedule (pp.h) over its microbatches.
+ *
+ *   for each (forward|backward, microbatch, chunk) of the schedule:
+ *     forward:  take a free slot of the chunk, load the microbatch,
+ *               receive the residual stream from the previous virtual stage
+ *               (unless the chunk starts with the embedding), run the
+ *               chunk's units, send the stream on (unless it ends with the
+ *               head: the loss stays here)
+ *     backward: receive the stream's gradient from the next virtual stage
+ *               (unless the chunk ends with the head, which starts it),
+ *               run the units down, send the gradient of the chunk's input
+ *               back (unless it starts with the embedding), free the slot
+ *   tied head: the word embedding's open gradient sum, which the first
+ *   stage (embedding) and the last (head) each hold a part of, is
+ *   all-reduced over the two, exactly (I2), before any bucket is reduced
+ *
+ * Sends are non-blocking (a send completes when its receiver has the
+ * data, coll.h) and are waited for before their slot is reused;
+ * receives block. With pp = 1 the schedule is forward, backward, one
+ * microbatch at a time: the golden order.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dp_internal.h"
+#include "parity/corpus.h"
+
+int dp_stage_slots(const pp_plan_t *pp, int stage, int *slots) {
+    int total = 0;
+    for (int c = 0; c < pp->v; c++) total += slots[c] = pp_max_in_flight(pp, stage, c);
+    return total;
+}
+
+void dp_span(dp_rank_t *r, const char *name, const char *cat, double t0, int mb, int chunk) {
+    if (r->trace && trace_add(r->trace, r->device, name, cat, t0, dp_now(), mb, chunk))
+        return; /* trace_write reports the dropped span */
+}
+
+/* The residual stream entering unit u (u >= 1) in slot A: where a chunk's
+ * input arrives and its output leaves from. */
+static float *stream(gpt_slot_t *A, int u) { return u == 1 ? A->emb : A->layer[u - 2].out; }
+
+/* Floats of the residual stream a slot of n_seq sequences holds. */
+static size_t stream_len(const gpt_t *g, int n_seq) {
+    return (size_t)n_seq * (size_t)g->cfg.seq_length / (size_t)g->local.seq_parts *
+           (size_t)g->cfg.hidden;
+}
+
+/* Tags name a boundary: direction, microbatch and the lower virtual stage. */
+static int tag_of(const pp_plan_t *p, int backward, int mb, int vs) {
+    return ((backward * p->m + mb) * p->pp * p->v) + vs;
+}
+
+/* This rank's microbatch mb: its sequences (sizes differ by at most one). */
+static void microbatch(const dp_rank_t *r, int mb, int *first, int *n_seq) {
+    const int per_rank = r->sh->cfg.global_batch / r->n, m = r->sh->pp.m;
+    *first = r->rank * per_rank;
+    for (int k = 0; k < mb; k++) *first += per_rank / m + (k < per_rank % m);
+    *n_seq = per_rank / m + (mb < per_rank % m);
+}
+
+static void wait_send(dp_rank_t *r, int s) {
+    if (!r->slot_send[s]) return;
+    coll_wait(r->slot_send[s]);
+    r->slot_send[s] = NULL;
+}
+
+/* A free slot of chunk c (slots are chunk-major, gpt_set_chunk_slots). */
+static int take_slot(dp_rank_t *r, int c, uint8_t *busy) {
+    int s0 = 0;
+    for (int k = 0; k < c; k++) s0 += r->report->pp_slots[k];
+    for (int s = s0; s < s0 + r->report->pp_slots[c]; s++)
+        if (!busy[s]) {
+            busy[s] = 1;
+            wait_send(r, s);
+            return s;
+        }
+    parity_fatal("device %d: chunk %d has no free activation slot (the schedule needs more than "
+                 "pp_max_in_flight counted)", r->device, c);
+    return -1;
+}
+
+static void forward(dp_rank_t *r, int64_t step, int mb, int c, int s, const gpt_observer_t *obs) {
+    gpt_t *g = r->g;
+    const pp_plan_t *p = &r->sh->pp;
+    const int T = g->cfg.seq_length, B = g->cfg.global_batch, vs = pp_vstage(p, r->stage, c);
+    const int lo = g->shard.units.lo[c], hi = g->shard.units.hi[c], head = g->cfg.layers + 1;
+    gpt_slot_t *A = &g->slot[s];
+    int first, n_seq;
+    microbatch(r, mb, &first, &n_seq);
+    for (int b = 0; b < n_seq; b++)
+        corpus_sample(r->sh->run->data, (uint64_t)step * (uint64_t)B + (uint64_t)(first + b), T,
+                      A->inputs + (size_t)b * T, A->targets + (size_t)b * T);
+    gpt_slot_begin(g, s, A->inputs, A->targets, n_seq, first, step, obs);
+    /* the broken variant: masks keyed by the stage's own count of its
+     * microbatches, not by where the sequences sit in the global batch */
+    if (r->sh->run->broken_pp_mask_key) A->mask_seq = mb;
+    const size_t len = stream_len(g, n_seq);
+    double t0 = dp_now();
+    if (lo > 0) {
+        coll_recv(r->pp_group, stream(A, lo), len, COLL_F32, pp_stage_of(p, vs - 1),
+                  tag_of(p, 0, mb, vs - 1));
+        dp_span(r, "recv activation", "recv", t0, mb, c);
+    }
+    t0 = dp_now();
+    for (int u = lo; u < hi; u++) gpt_unit_forward(g, u, s, obs);
+    r->busy += dp_now() - t0;
+    dp_span(r, "F", "forward", t0, mb, c);
+    if (hi <= head)
+        r->slot_send[s] = coll_isend(r->pp_group, stream(A, hi), len, COLL_F32,
+                                     pp_stage_of(p, vs + 1), tag_of(p, 0, mb, vs));
+}
+
+static void backward(dp_rank_t *r, int mb, int c, int s, const gpt_observer_t *obs) {
+    gpt_t *g = r->g;
+    const pp_plan_t *p = &r->sh->pp;
+    const int vs = pp_vstage(p, r->stage, c), lo = g->shard.units.lo[c], hi = g->shard.units.hi[c];
+    gpt_slot_t *A = &g->slot[s];
+    const size_t len = stream_len(g, A->n_seq);
+    double t0 = dp_now();
+    if (hi <= g->cfg.layers + 1) {
+        wait_send(r, s); /* the forward's output has long arrived; d_resid is received into */
+        coll_recv(r->pp_group, A->d_resid, len, COLL_F32, pp_stage_of(p, vs + 1),
+                  tag_of(p, 1, mb, vs));
+        dp_span(r, "recv gradient", "recv", t0, mb, c);
+    }
+    r->last_micro = mb == p->m - 1; /* the chunk's gradients are final after this one */
+    t0 = dp_now();
+    for (int u = hi - 1; u >= lo; u--) gpt_unit_backward(g, u, s, obs);
+    r->busy += dp_now() - t0;
+    dp_span(r, "B", "backward", t0, mb, c);
+    if (lo > 0) {
+        wait_send(r, s);
+        r->slot_send[s] = coll_isend(r->pp_group, A->d_resid, len, COLL_F32,
+                                     pp_stage_of(p, vs - 1), tag_of(p, 1, mb, vs - 1));
+    }
+}
+
+/* Tied head over stages: both copies of the word embedding's gradient
+ * become the exact sum of the embedding's and the head's contributions. */
+static void reduce_tied_embedding(dp_rank_t *r) {
+    if (!r->emb_group || r->sh->run->broken_pp_tied_grad) return;
+    acc_t *a = &r->g->grad_acc[r->g->table.wte];
+    const double t0 = dp_now();
+    coll_all_reduce_open(r->emb_group, &a->x, 0, a->n);
+    r->report->seconds_comm += dp_now() - t0;
+    dp_span(r, "embedding all-reduce", "exact-sum", t0, -1, -1);
+}
+
+void dp_run_schedule(dp_rank_t *r, int64_t step, const gpt_observer_t *obs) {
+    const pp_plan_t *p = &r->sh->pp;
+    uint8_t *busy = calloc((size_t)r->g->n_slots, 1);
+    if (!busy) parity_fatal("device %d: out of memory for the schedule", r->device);
+    int in_flight = 0;
+    r->busy = 0;
+    const double start = dp_now();
+    for (int i = 0; i < r->nops; i++) {
+        const pp_op_t *op = &r->ops[i];
+        int *slot = &r->slot_of[op->mb * p->v + op->chunk];
+        if (op->fwd) {
+            *slot = take_slot(r, op->chunk, busy);
+            if (++in_flight > r->report->pp_in_flight_peak) r->report->pp_in_flight_peak = in_flight;
+            forward(r, step, op->mb, op->chunk, *slot, obs);
+        } else {
+            backward(r, op->mb, op->chunk, *slot, obs);
+            busy[*slot] = 0;
+            in_flight--;
+        }
+    }
+    r->span = dp_now() - start;
+    for (int s = 0; s < r->g->n_slots; s++) wait_send(r, s);
+    free(busy);
+    r->last_micro = 0;
+    reduce_tied_embedding(r);
+}

@@ -1,0 +1,76 @@
+/* pp_plan.c - which layers each pipeline stage and model chunk holds (pp.h). */
+#include <string.h>
+
+#include "parity/pp.h"
+
+_Static_assert((int)PC_MAX_CHUNKS == (int)GPT_MAX_CHUNKS, "pconfig's chunk bound is the model's");
+
+/* Layers per stage: the custom split, or uniform. */
+static int split_layers(pp_plan_t *p, const pconfig_t *pc, perr_t *err) {
+    const int pp = p->pp, L = p->layers;
+    if (pp > L)
+        return perr_set(err, "pipeline-model-parallel-size: %d stages for a model of %d layers "
+                             "(each stage needs at least one layer)", pp, L);
+    if (pc->n_layer_split) {
+        int sum = 0;
+        for (int r = 0; r < pp; r++) sum += p->stage_layers[r] = pc->layer_split[r];
+        if (sum != L)
+            return perr_set(err, "pipeline-layer-split: the stages' layers sum to %d, expected the "
+                                 "model's %d layers", sum, L);
+        return 0;
+    }
+    if (L % pp)
+        return perr_set(err, "pipeline-model-parallel-size: %d does not divide the %d layers; "
+                             "give --pipeline-layer-split (layers per stage, e.g. %d,...)",
+                        pp, L, L / pp + 1);
+    for (int r = 0; r < pp; r++) p->stage_layers[r] = L / pp;
+    return 0;
+}
+
+/* Chunks per stage: given, or from the layers per virtual stage. */
+static int chunks(pp_plan_t *p, const pconfig_t *pc, perr_t *err) {
+    p->v = pc->vpp ? pc->vpp : 1;
+    if (pc->layers_per_vstage) {
+        const int n = pc->layers_per_vstage;
+        for (int r = 0; r < p->pp; r++)
+            if (p->stage_layers[r] % n || p->stage_layers[r] / n != p->stage_layers[0] / n)
+                return perr_set(err, "num-layers-per-virtual-pipeline-stage: %d must cut every "
+                                     "stage's layers into the same number of chunks; stage %d holds "
+                                     "%d (stage 0: %d)", n, r, p->stage_layers[r], p->stage_layers[0]);
+        p->v = p->stage_layers[0] / n;
+        if (p->v < 2)
+            return perr_set(err, "num-layers-per-virtual-pipeline-stage: %d leaves one chunk per "
+                                 "stage (%d layers each); interleaving needs at least two",
+                            n, p->stage_layers[0]);
+        if (p->v > GPT_MAX_CHUNKS)
+            return perr_set(err, "num-layers-per-virtual-pipeline-stage: %d gives %d chunks per "
+                                 "stage, at most %d", n, p->v, GPT_MAX_CHUNKS);
+    }
+    for (int r = 0; r < p->pp; r++)
+        if (p->stage_layers[r] % p->v)
+            return perr_set(err, "virtual-pipeline-model-parallel-size: %d chunks do not divide "
+                                 "stage %d's %d layers", p->v, r, p->stage_layers[r]);
+    return 0;
+}
+
+int pp_plan_build(pp_plan_t *p, const model_config_t *cfg, const pconfig_t *pc, perr_t *err) {
+    memset(p, 0, sizeof *p);
+    p->pp = pc->pp > 0 ? pc->pp : 1;
+    p->m = pc->accum_degree > 0 ? pc->accum_degree : 1;
+    p->layers = cfg->layers;
+    p->sched = pc->pp_schedule ? pc->pp_schedule : PC_PP_1F1B;
+    if (p->pp > PC_MAX_SPLIT)
+        return perr_set(err, "pipeline-model-parallel-size: %d, at most %d stages", p->pp, PC_MAX_SPLIT);
+    if (split_layers(p, pc, err) || chunks(p, pc, err)) return -1;
+    /* virtual stages in model order: chunk 0 of every stage, then chunk 1, ... */
+    const int V = p->pp * p->v, L = p->layers;
+    for (int vs = 0, layer = 0; vs < V; vs++) {
+        const int r = pp_stage_of(p, vs), c = vs / p->pp, n = p->stage_layers[r] / p->v;
+        gpt_units_t *u = &p->units[r];
+        u->n = p->v;
+        u->lo[c] = vs == 0 ? 0 : 1 + layer;
+        u->hi[c] = vs == V - 1 ? L + 2 : 1 + layer + n;
+        layer += n;
+    }
+    return 0;
+}

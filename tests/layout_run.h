@@ -1,0 +1,153 @@
+/* layout_run.h - what the layout tests share (test_dp.c, test_pp.c): one
+ * golden run, a layout run through dp_train compared with it by the
+ * checker (memcmp, check.h), and a broken layout's first-divergence
+ * report. Static: each test is one translation unit. */
+#ifndef PARITY_TESTS_LAYOUT_RUN_H
+#define PARITY_TESTS_LAYOUT_RUN_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "parity/check.h"
+#include "parity/corpus.h"
+#include "parity/dp.h"
+#include "parity/dump.h"
+#include "parity/tile.h"
+
+/* broken: the negative controls' bits */
+enum { BROKEN_FP32_SUMS = 1, BROKEN_TP_FP32_SUMS = 2, BROKEN_TP_VOCAB_PAD = 4,
+       BROKEN_PP_MASK_KEY = 8, BROKEN_PP_TIED_GRAD = 16 };
+
+enum { STEPS = 3 };
+static model_config_t cfg;
+static corpus_t corpus;
+static dump_t *golden;
+
+static dump_t *golden_run(const model_config_t *c) {
+    gpt_t *g;
+    perr_t err;
+    if (gpt_new(&g, c, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return NULL;
+    }
+    dump_t *d = dump_new(g, DUMP_TENSORS);
+    dump_add_init(d, g, &err);
+    for (int s = 0; s < STEPS; s++) {
+        gpt_observer_t obs = {0};
+        gpt_step_stats_t st;
+        dump_begin_step(d, s, &obs);
+        gpt_train_step(g, &corpus, s, &obs, &st);
+        if (dump_end_step(d, g, &st, &err)) fprintf(stderr, "%s\n", err.msg);
+    }
+    gpt_free(g);
+    return d;
+}
+
+static void describe(void *ctx, const st_tensor_t *t, uint64_t flat, char *lay, char *gold,
+                     size_t cap) {
+    (void)gold;
+    dp_describe_element(ctx, t, flat, lay, cap);
+}
+
+/* Runs one layout of model m against golden dump gd; returns 1 when every
+ * golden tensor matched and every replica agreed. broken: BROKEN_* bits;
+ * broken_replica: 1 + the device whose replica drifts. */
+/* The layout of space-separated layout flags for a batch of B
+ * sequences; 0, or -1 with the reason on stderr. */
+static int parse_layout(const char *flags, int B, pconfig_t *pc) {
+    pconfig_defaults(pc);
+    char buf[512], *argv[32];
+    int argc = 0;
+    snprintf(buf, sizeof buf, "%s", flags);
+    for (char *t = strtok(buf, " "); t && argc < 32; t = strtok(NULL, " ")) argv[argc++] = t;
+    perr_t err;
+    for (int i = 0; i < argc;)
+        if (pconfig_parse_flag(pc, argc, argv, &i, &err) != 1) {
+            fprintf(stderr, "bad flags '%s'\n", flags);
+            return -1;
+        }
+    if (pconfig_validate(pc, B, &err)) {
+        fprintf(stderr, "%s: %s\n", flags, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int run_layout_of(const model_config_t *m, dump_t *gd, const char *flags, coll_algo_t algo,
+                         int broken, int broken_replica, int *compared, FILE *report) {
+    pconfig_t pc;
+    perr_t err;
+    if (parse_layout(flags, m->global_batch, &pc)) return 0;
+    gpt_t *g;
+    gpt_new(&g, m, &err);
+    dump_t *d = dump_new(g, DUMP_TENSORS);
+    gpt_free(g);
+    dp_run_t run = {.model = *m, .pc = pc, .steps = STEPS, .data = &corpus, .algo = algo,
+                    .broken_fp32_sums = broken & 1, .broken_tp_fp32_sums = (broken & 2) != 0,
+                    .broken_tp_vocab_pad = (broken & 4) != 0,
+                    .broken_pp_mask_key = (broken & BROKEN_PP_MASK_KEY) != 0,
+                    .broken_pp_tied_grad = (broken & BROKEN_PP_TIED_GRAD) != 0,
+                    .broken_replica = broken_replica, .dump = d};
+    int ok = dp_train(&run, &err) == 0;
+    if (!ok) fprintf(stderr, "%s: %s\n", flags, err.msg);
+    check_result_t res = {0};
+    dp_placement_t pl;
+    check_replica_t reps[64];
+    int nreps = run.n_replica_diffs < 64 ? run.n_replica_diffs : 64;
+    for (int i = 0; i < nreps; i++) {
+        const dp_replica_diff_t *x = &run.replica_diffs[i];
+        reps[i] = (check_replica_t){x->name, x->flat, x->device, x->taken, x->ndiffer, x->got, x->want};
+    }
+    if (ok && dp_placement_init(&pl, m, &pc, &err) == 0) {
+        check_owner_t owner = {&pl, describe, reps, nreps};
+        ok = check_compare(dump_writer(gd), dump_writer(d), &owner, report, &res) == 0;
+        dp_placement_free(&pl);
+    } else {
+        ok = 0;
+    }
+    free(run.replica_diffs);
+    *compared = res.compared;
+    dump_free(d);
+    return ok;
+}
+
+
+/* Runs a broken layout and returns its first-divergence report (malloc'd). */
+static char *broken_report(const char *flags, int broken, int broken_replica) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *rep = open_memstream(&buf, &len);
+    int n, ok = run_layout_of(&cfg, golden, flags, COLL_ALGO_RING, broken, broken_replica, &n, rep);
+    fclose(rep);
+    CHECK(!ok, "%s (broken %d, replica %d) must not match the golden run", flags, broken,
+          broken_replica);
+    CHECK(buf && strstr(buf, "FIRST DIVERGENCE") && strstr(buf, "ulp"),
+          "the checker must print a first-divergence report, got:\n%s", buf ? buf : "");
+    return buf;
+}
+
+/* PARITY_DP_MATRIX=small: the sanitizer builds' smaller matrices. */
+static int small_matrix(void) {
+    const char *m = getenv("PARITY_DP_MATRIX");
+    return m && !strcmp(m, "small");
+}
+
+/* The layout tests' model (gpt-tiny; small: gpt-micro with a batch of 12),
+ * corpus and golden run, on the portable backend: the same bits on any
+ * machine, and on these small tiles faster than OpenBLAS's per-call
+ * overhead. */
+static int layout_test_setup(void) {
+    perr_t err;
+    if (!getenv("PARITY_BACKEND")) setenv("PARITY_BACKEND", "portable", 1);
+    if (tile_init(&err) || model_config_builtin(small_matrix() ? "gpt-micro" : "gpt-tiny", &cfg, &err) ||
+        corpus_load(&corpus, "ref/data/corpus.txt", &err)) {
+        fprintf(stderr, "setup: %s\n", err.msg);
+        return -1;
+    }
+    if (small_matrix()) cfg.global_batch = cfg.micro_batch = 12;
+    golden = golden_run(&cfg);
+    return golden ? 0 : -1;
+}
+
+#endif
