@@ -43,7 +43,8 @@ typedef struct {
 
 typedef struct {
     int devices;
-    memest_dev_t max_dev;  /* the largest device (pipeline stages differ) */
+    memest_dev_t max_dev;  /* the largest device; pipeline stages differ: each
+                              category's largest over the stages */
     size_t all_devices;    /* the sum over devices of their totals */
     size_t host_shared;    /* run-wide host buffers outside the devices: the
                               reassembly of global tensors, dumps, a golden

@@ -25,6 +25,8 @@
 #ifndef PARITY_PP_H
 #define PARITY_PP_H
 
+#include <stdio.h>
+
 #include "parity/error.h"
 #include "parity/model.h"
 #include "parity/pconfig.h"
@@ -67,6 +69,9 @@ double pp_bubble_theory(const pp_plan_t *p);
  * virtual stage vs. */
 static inline int pp_vstage(const pp_plan_t *p, int r, int c) { return c * p->pp + r; }
 static inline int pp_stage_of(const pp_plan_t *p, int vs) { return vs % p->pp; }
+/* Each stage's units, slots and passes in order (e.g. "F0 F1 B0 F2 B1 ..."):
+ * --print-layout. */
+void pp_print(const pp_plan_t *p, FILE *f);
 /* "gpipe", "1f1b", "interleaved" */
 const char *pp_schedule_name(pc_pp_schedule_t s);
 

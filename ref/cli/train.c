@@ -28,6 +28,7 @@
 #include "parity/model.h"
 #include "parity/numparse.h"
 #include "parity/pconfig.h"
+#include "parity/pp.h"
 #include "parity/tile.h"
 
 static void usage(FILE *f) {
@@ -398,6 +399,8 @@ static int train_main(int argc, char **argv, int check) {
         printf("model %s, layout %s (%d devices)\n", cfg.name, layout_given ? desc : "golden",
                lo.pc.world_size);
         memest_print(&mem, stdout);
+        pp_plan_t pp;
+        if (lo.pc.pp > 1 && pp_plan_build(&pp, &cfg, &lo.pc, &err) == 0) pp_print(&pp, stdout);
         return 0;
     }
     if (print_config && (dump_path || digest_path || dump_steps || save_dir || load_dir)) {

@@ -4,7 +4,8 @@
  * activation slots its schedule needs), the rank's own buffers
  * (dp_rank_buffers), and for ZeRO-3 the largest set of units gathered at
  * once (dp_unit_buckets, as dp_zero.c gathers them). Pipeline stages
- * differ; the ranks of one stage are alike. */
+ * differ (the ranks of one stage are alike): a device's estimate is then
+ * each category's largest over the stages, a bound for every device. */
 #include <string.h>
 
 #include "dp_internal.h"
@@ -79,8 +80,15 @@ int dp_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t *de
             return -1;
         }
         memest_sum(&d);
-        if (d.total > dev->total) *dev = d;
         *all += d.total * ranks_per_stage;
+        /* stages differ by category (the first holds the most activations,
+         * the last the head): the bound of every device, category by category */
+        size_t *mine[] = {&dev->params, &dev->grads, &dev->open_sums, &dev->optimizer,
+                          &dev->activations, &dev->comm, &dev->workspace};
+        const size_t theirs[] = {d.params, d.grads, d.open_sums, d.optimizer, d.activations, d.comm,
+                                 d.workspace};
+        for (int c = 0; c < 7; c++)
+            if (theirs[c] > *mine[c]) *mine[c] = theirs[c];
         parts += part * (size_t)(pc->tp > 0 ? pc->tp : 1);
     }
     /* dp_train's reassembly of global parameters and gradients, and of

@@ -38,21 +38,31 @@ coll_tally_t dp_family_kind(const coll_counters_t *c, const char *family, coll_k
 }
 
 /* Parameters one device's replica holds: a tensor-parallel rank's table
- * (every rank's has the same shapes). */
+ * (every rank's has the same shapes) of the largest pipeline stage. */
 static double device_psi(const dp_run_t *run) {
     model_config_t cfg;
     dp_replica_config(&run->model, &run->pc, &cfg);
-    param_table_t t;
-    if (param_table_build_tp(&t, &cfg, run->pc.tp > 1 ? run->pc.tp : 1, NULL)) return 0;
-    const double psi = (double)t.total;
-    param_table_free(&t);
+    pp_plan_t pp;
+    if (pp_plan_build(&pp, &cfg, &run->pc, NULL)) return 0;
+    double psi = 0;
+    for (int s = 0; s < pp.pp; s++) {
+        param_table_t t;
+        if (param_table_build_mp(&t, &cfg, run->pc.tp > 1 ? run->pc.tp : 1, &pp.units[s], NULL))
+            return 0;
+        if ((double)t.total > psi) psi = (double)t.total;
+        param_table_free(&t);
+    }
     return psi;
 }
 
-/* "0" with data parallelism alone; "0 (tp 1, dp 0)" on a tp x dp grid. */
-static void device_label(const rank_layout_t *L, int rank, char *buf, size_t cap) {
+/* "0" with data parallelism alone; "0 (tp 1, dp 0)" on a grid, with the
+ * stage when there is a pipeline. */
+static void device_label(const rank_layout_t *L, int pp, int rank, char *buf, size_t cap) {
     if (!L)
         snprintf(buf, cap, "%d", rank);
+    else if (pp > 1)
+        snprintf(buf, cap, "%d (tp %d, dp %d, pp %d)", rank, layout_coord(L, rank, "tp"),
+                 layout_coord(L, rank, "dp"), layout_coord(L, rank, "pp"));
     else
         snprintf(buf, cap, "%d (tp %d, dp %d)", rank, layout_coord(L, rank, "tp"),
                  layout_coord(L, rank, "dp"));
@@ -61,36 +71,41 @@ static void device_label(const rank_layout_t *L, int rank, char *buf, size_t cap
 static void print_memory(const dp_run_t *run, double psi, FILE *f) {
     const pconfig_t *pc = &run->pc;
     const double N = pc->dp, MB = 1e6;
-    const int z = pc->zero_stage, tp = pc->tp > 1 ? pc->tp : 1, world = tp * pc->dp;
+    const int z = pc->zero_stage, tp = pc->tp > 1 ? pc->tp : 1, pp = pc->pp > 1 ? pc->pp : 1;
+    const int world = tp * pc->dp * pp;
     const double p_params = 4 * psi / (z >= 3 ? N : 1), p_grads = 4 * psi / (z >= 2 ? N : 1);
     const double p_opt = 8 * psi / (z >= 1 ? N : 1);
-    fprintf(f, "memory per device (MB): ZeRO-%d, dp=%d, Psi=%.0f parameters%s (fp32: 16 Psi = %.2f MB)\n",
-            z, pc->dp, psi, tp > 1 ? " per tensor-parallel rank" : "", 16 * psi / MB);
-    fprintf(f, "  %-16s %12s %12s %12s %12s\n", "device", "params", "grads", "optimizer", "activations");
-    fprintf(f, "  %-16s %12.2f %12.2f %12.2f %12s   (ZeRO, fp32; grads + 8 Psi open exact sums = %.2f)\n",
+    fprintf(f, "memory per device (MB): ZeRO-%d, dp=%d, Psi=%.0f parameters%s%s (fp32: 16 Psi = %.2f MB)\n",
+            z, pc->dp, psi, tp > 1 ? " per tensor-parallel rank" : "",
+            pp > 1 ? " of the largest pipeline stage" : "", 16 * psi / MB);
+    fprintf(f, "  %-22s %12s %12s %12s %12s\n", "device", "params", "grads", "optimizer", "activations");
+    fprintf(f, "  %-22s %12.2f %12.2f %12.2f %12s   (ZeRO, fp32; grads + 8 Psi open exact sums = %.2f)\n",
             "ZeRO", p_params / MB, p_grads / MB, p_opt / MB, "-", (p_grads + 8 * psi) / MB);
     rank_layout_t L;
     char sizes[64], label[48];
-    snprintf(sizes, sizeof sizes, "tp=%d,dp=%d", tp, pc->dp);
-    const int grid = tp > 1 && layout_init(&L, pc->order, sizes, NULL) == 0;
+    snprintf(sizes, sizeof sizes, "tp=%d,dp=%d,pp=%d", tp, pc->dp, pp);
+    const int grid = (tp > 1 || pp > 1) && layout_init(&L, pc->order, sizes, NULL) == 0;
     for (int i = 0; i < world && run->reports; i++) {
         const dp_device_report_t *r = &run->reports[i];
-        device_label(grid ? &L : NULL, i, label, sizeof label);
-        fprintf(f, "  %-16s %12.2f %12.2f %12.2f %12.2f   (peak total %.2f%s)\n", label,
+        device_label(grid ? &L : NULL, pp, i, label, sizeof label);
+        fprintf(f, "  %-22s %12.2f %12.2f %12.2f %12.2f   (peak total %.2f%s)\n", label,
                 r->peak[MEM_PARAMS] / MB, r->peak[MEM_GRADS] / MB, r->peak[MEM_OPTIMIZER] / MB,
                 r->peak[MEM_ACTIVATIONS] / MB, r->peak_total / MB,
                 z == 3 ? "; params include the units gathered while they run" : "");
     }
 }
 
-/* Data parallelism's traffic: every family but the tensor-parallel one. */
+/* Data parallelism's traffic: every family but tensor parallelism's and
+ * the pipeline's (point to point, and the embedding group). */
 static void print_traffic(const dp_run_t *run, double psi, FILE *f) {
     const pconfig_t *pc = &run->pc;
     const double N = pc->dp, MB = 1e6;
     const coll_counters_t *c = &run->reports[0].comm;
     double rs = 0, ag = 0, other = 0;
     for (int k = 0; k < COLL_NKINDS; k++) {
-        double b = (double)c->bus_bytes[k] - (double)dp_family_kind(c, "tp", (coll_kind_t)k).bus_bytes;
+        double b = (double)c->bus_bytes[k] - (double)dp_family_kind(c, "tp", (coll_kind_t)k).bus_bytes -
+                   (double)dp_family_kind(c, "pp", (coll_kind_t)k).bus_bytes -
+                   (double)dp_family_kind(c, "emb", (coll_kind_t)k).bus_bytes;
         if (k == COLL_KIND_REDUCE_SCATTER) rs += b;
         else if (k == COLL_KIND_ALL_GATHER) ag += b;
         else other += b;
@@ -98,7 +113,7 @@ static void print_traffic(const dp_run_t *run, double psi, FILE *f) {
     const double steps = run->steps > 0 ? run->steps : 1;
     const double per = (N - 1) / N * psi; /* elements a ring moves per rank for one pass over Psi */
     fprintf(f, "traffic of device 0 per step (bus bytes, nccl-tests convention)%s:\n",
-            pc->tp > 1 ? ", data-parallel groups" : "");
+            pc->tp > 1 || pc->pp > 1 ? ", data-parallel groups" : "");
     if (per > 0) {
         fprintf(f, "  reduce-scatter of exact fp64 sums %10.2f MB = %.3f Psi elements\n",
                 rs / steps / MB, rs / steps / 8 / per);
@@ -136,6 +151,7 @@ void dp_print_report(const dp_run_t *run, FILE *f) {
     else if (pc->dp > 1)
         fprintf(f, "  formula: 2 Psi x (N-1)/N\n");
     if (pc->tp > 1) dp_print_tp_report(run, f);
+    if (pc->pp > 1) dp_print_pp_report(run, run->trace_path, f);
 }
 
 /* ---- who produced an element: the divergence report -------------------- */

@@ -14,6 +14,12 @@
  * without sequence parallelism. */
 void dp_print_tp_report(const dp_run_t *run, FILE *f);
 
+/* A pipeline run (pp > 1): per stage the units, activation slots against
+ * the schedule's formula, activation memory and the measured bubble
+ * against the theory; point-to-point traffic against the boundaries; the
+ * trace file when there is one. */
+void dp_print_pp_report(const dp_run_t *run, const char *trace_path, FILE *f);
+
 /* The traffic a collective family ("tp") carries in a snapshot, by kind
  * (every dtype): zero when the rank made no call in it. */
 coll_tally_t dp_family_kind(const coll_counters_t *c, const char *family, coll_kind_t kind);

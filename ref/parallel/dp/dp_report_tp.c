@@ -37,34 +37,44 @@ typedef struct {
     const char *what;
 } tp_term_t;
 
-/* What device 0's tensor-parallel group carries per microbatch, L layers.
- * Elements count the whole tensor (S / element size, coll.h): an
- * all-gather or reduce-scatter of [b·s, h] counts b·s·h. */
-static int tp_terms(int L, int sp, tp_term_t *t) {
+/* What device 0's tensor-parallel group carries per microbatch: its L
+ * layers, the embedding (e = 1 when it holds it) and the head (hd = 1);
+ * without a pipeline every device holds all three. Elements count the
+ * whole tensor (S / element size, coll.h): an all-gather or
+ * reduce-scatter of [b·s, h] counts b·s·h. Terms with no call are left
+ * out. */
+static int tp_terms(int L, int e, int hd, int sp, tp_term_t *t) {
     const long l4 = 4L * L;
+    tp_term_t all[6];
+    int n = 0;
     if (!sp) {
-        t[0] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XVEC, l4 + 1, l4 + 1, 0, 0,
-                           "4 a layer + LM-head input grad [b·s,h]"};
-        t[1] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_F32, 3, 1, 2, 0,
-                           "embedding [b·s,h]; CE max, target logit [b·s]"};
-        t[2] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XACC, 1, 0, 1, 0, "CE sum of exps [b·s]"};
-        return 3;
+        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XVEC, l4 + hd, l4 + hd, 0, 0,
+                               "4 a layer + LM-head input grad [b·s,h]"};
+        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_F32, e + 2 * hd, e, 2 * hd, 0,
+                               "embedding [b·s,h]; CE max, target logit [b·s]"};
+        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XACC, hd, 0, hd, 0, "CE sum of exps [b·s]"};
+    } else {
+        all[n++] = (tp_term_t){COLL_KIND_ALL_GATHER, COLL_F32, l4 + hd + e, l4 + hd + e, 0, 0,
+                               "4 a layer + LNf out, embedding grad [b·s,h]"};
+        all[n++] = (tp_term_t){COLL_KIND_REDUCE_SCATTER, COLL_XVEC, l4 + hd, l4 + hd, 0, 0,
+                               "4 a layer + LM-head input grad [b·s,h]"};
+        all[n++] = (tp_term_t){COLL_KIND_REDUCE_SCATTER, COLL_F32, e, e, 0, 0, "embedding [b·s,h]"};
+        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XVEC, l4 + 2 * hd, 0, 0, l4 + 2 * hd,
+                               "LayerNorm weight, bias grads [h]"};
+        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_F32, 2 * hd, 0, 2 * hd, 0,
+                               "CE max, target logit [b·s]"};
+        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XACC, hd, 0, hd, 0, "CE sum of exps [b·s]"};
     }
-    t[0] = (tp_term_t){COLL_KIND_ALL_GATHER, COLL_F32, l4 + 2, l4 + 2, 0, 0,
-                       "4 a layer + LNf out, embedding grad [b·s,h]"};
-    t[1] = (tp_term_t){COLL_KIND_REDUCE_SCATTER, COLL_XVEC, l4 + 1, l4 + 1, 0, 0,
-                       "4 a layer + LM-head input grad [b·s,h]"};
-    t[2] = (tp_term_t){COLL_KIND_REDUCE_SCATTER, COLL_F32, 1, 1, 0, 0, "embedding [b·s,h]"};
-    t[3] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XVEC, l4 + 2, 0, 0, l4 + 2,
-                       "LayerNorm weight, bias grads [h]"};
-    t[4] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_F32, 2, 0, 2, 0, "CE max, target logit [b·s]"};
-    t[5] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XACC, 1, 0, 1, 0, "CE sum of exps [b·s]"};
-    return 6;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (all[i].calls) t[k++] = all[i];
+    return k;
 }
 
-/* The step of device 0: m microbatches over `tokens` tokens in all. */
+/* The step of device 0: m microbatches over `tokens` tokens in all, its
+ * L layers, whether it holds the embedding (e) and the head (hd). */
 typedef struct {
-    int tp, sp, L, h, m;
+    int tp, sp, L, e, hd, h, m;
     double tokens;
     const coll_family_t *fam; /* device 0's "tp" tallies, or NULL */
     double steps;
@@ -102,7 +112,7 @@ static int print_row(const tp_step_t *s, int k, int d, const tp_term_t *t, FILE 
 /* Every measured collective of the family and every term of the formula. */
 static int print_table(const tp_step_t *s, FILE *f) {
     tp_term_t t[MAX_TERMS];
-    const int nt = tp_terms(s->L, s->sp, t);
+    const int nt = tp_terms(s->L, s->e, s->hd, s->sp, t);
     fprintf(f, "  %-20s %-44s | %s\n", "per step", "measured", "formula");
     fprintf(f, "  %-14s %-5s %6s %11s %12s %12s | %6s %11s %12s\n", "collective", "dtype", "calls",
             "elements", "bytes", "bus bytes", "calls", "elements", "bytes");
@@ -164,18 +174,35 @@ static void print_exactness(const tp_step_t *s, FILE *f) {
             exc_sent / st, exc_recv / st);
 }
 
+/* Device 0's units: its pipeline stage's (every unit without a pipeline). */
+static gpt_units_t device0_units(const dp_run_t *run) {
+    model_config_t cfg;
+    dp_replica_config(&run->model, &run->pc, &cfg);
+    pp_plan_t pp;
+    const gpt_units_t all = {0, {0}, {0}};
+    if (run->pc.pp < 2 || pp_plan_build(&pp, &cfg, &run->pc, NULL)) return all;
+    return pp.units[run->reports[0].pp_stage];
+}
+
 static void print_traffic(const dp_run_t *run, FILE *f) {
     const pconfig_t *pc = &run->pc;
     const model_config_t *c = &run->model;
-    const int T = c->seq_length, per_rank = pc->global_batch / pc->dp;
-    tp_step_t s = {pc->tp, pc->sequence_parallel, c->layers, c->hidden, pc->accum_degree,
-                   (double)per_rank * T, coll_counters_family(&run->reports[0].comm, "tp"),
-                   run->steps > 0 ? run->steps : 1};
+    const int T = c->seq_length, per_rank = pc->global_batch / pc->dp, head = c->layers + 1;
+    const gpt_units_t u = device0_units(run);
+    int L = 0;
+    for (int l = 0; l < c->layers; l++) L += gpt_units_hold(&u, l + 1);
+    tp_step_t s = {pc->tp, pc->sequence_parallel, L, gpt_units_hold(&u, 0), gpt_units_hold(&u, head),
+                   c->hidden, pc->accum_degree, (double)per_rank * T,
+                   coll_counters_family(&run->reports[0].comm, "tp"), run->steps > 0 ? run->steps : 1};
     const int even = per_rank % pc->accum_degree == 0;
     fprintf(f, "tensor parallelism: tp=%d%s; device 0's tensor-parallel group per step: %d "
-               "microbatch%s of b·s = %d x %d = %d tokens%s, h = %d, L = %d\n",
+               "microbatch%s of b·s = %d x %d = %d tokens%s, h = %d, L = %d%s%s\n",
             pc->tp, s.sp ? " with sequence parallelism" : "", s.m, s.m > 1 ? "es" : "",
-            pc->micro_batch, T, pc->micro_batch * T, even ? "" : " (the largest)", s.h, s.L);
+            pc->micro_batch, T, pc->micro_batch * T, even ? "" : " (the largest)", s.h, s.L,
+            pc->pp > 1 ? " layers of its pipeline stage" : "",
+            pc->pp > 1 ? (s.e && s.hd ? ", the embedding and the head"
+                          : s.e ? ", the embedding" : s.hd ? ", the head" : ", no embedding or head")
+                       : "");
     print_megatron(&s, (double)pc->micro_batch * T, f);
     const int bad = print_table(&s, f);
     fprintf(f, "  %s\n", bad ? "measured and formula DIFFER (a collective added or dropped?)"
@@ -256,12 +283,17 @@ static void print_memory(const dp_run_t *run, FILE *f) {
             "L layers", "table: layer", "emb., head", "rest: scratch");
     print_memory_column(&cfg, t, 0, f);
     print_memory_column(&cfg, t, 1, f);
-    const double all = table_bytes(&cfg, cfg.layers, t, sp);
+    /* device 0's own table: its stage's units and its schedule's slots */
+    const gpt_units_t u = device0_units(run);
+    gpt_mem_t m0;
+    const double all = gpt_mem_bytes_mp(&cfg, t, sp, &u, u.n ? run->reports[0].pp_slots : NULL, 0,
+                                        &m0, NULL) ? -1 : (double)m0.activations;
     fprintf(f, "  (table: the allocation's own sizes, gpt_mem_bytes_tp, 64-byte aligned buffers; rest: "
                "its backward scratch and tp buffers, and the alignment)\n");
-    fprintf(f, "  measured high-water, device 0: %.3f MB (this run, %s SP); the allocation table: "
+    fprintf(f, "  measured high-water, device 0: %.3f MB (this run, %s SP%s); the allocation table: "
                "%.3f MB\n",
-            (double)run->reports[0].peak[MEM_ACTIVATIONS] / MB, sp ? "with" : "without", all / MB);
+            (double)run->reports[0].peak[MEM_ACTIVATIONS] / MB, sp ? "with" : "without",
+            u.n ? ", its stage's units and slots" : "", all / MB);
 }
 
 void dp_print_tp_report(const dp_run_t *run, FILE *f) {

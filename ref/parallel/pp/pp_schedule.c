@@ -122,3 +122,24 @@ double pp_bubble_theory(const pp_plan_t *p) {
 const char *pp_schedule_name(pc_pp_schedule_t s) {
     return s == PC_PP_GPIPE ? "gpipe" : s == PC_PP_INTERLEAVED ? "interleaved" : "1f1b";
 }
+
+void pp_print(const pp_plan_t *p, FILE *f) {
+    pp_op_t *ops = malloc(2 * (size_t)p->m * (size_t)p->v * sizeof *ops);
+    if (!ops) return;
+    fprintf(f, "pipeline: %d stages x %d chunk%s, %s, m = %d; bubble (theory) %.1f%%\n", p->pp, p->v,
+            p->v > 1 ? "s" : "", pp_schedule_name(p->sched), p->m, 100 * pp_bubble_theory(p));
+    for (int r = 0; r < p->pp; r++) {
+        fprintf(f, "  stage %d: units", r);
+        for (int c = 0; c < p->v; c++) fprintf(f, " [%d, %d)", p->units[r].lo[c], p->units[r].hi[c]);
+        fprintf(f, "; slots %d; passes:", pp_in_flight_formula(p, r));
+        const int n = pp_schedule(p, r, ops), show = n < 48 ? n : 48;
+        for (int i = 0; i < show; i++) {
+            fprintf(f, " %c%d", ops[i].fwd ? 'F' : 'B', ops[i].mb);
+            if (p->v > 1) fprintf(f, ".%d", ops[i].chunk);
+        }
+        fprintf(f, "%s\n", n > show ? " ..." : "");
+    }
+    fprintf(f, "  (units: 0 the embedding, 1..L the layers, L+1 the head; F3.1: forward of "
+               "microbatch 3 through chunk 1)\n");
+    free(ops);
+}

@@ -1,0 +1,93 @@
+/* dp_report_pp.c - a pipeline run next to its schedule's formulas
+ * (pp.h): per stage the units it holds, the activation slots its
+ * schedule needs (GPipe m, 1F1B min(pp - r, m), interleaved
+ * min(warm-up + 1, m v)) against the most microbatches it held at once
+ * and the activation memory it measured; the bubble each device measured
+ * (1 - forward/backward seconds over the span from its first forward to
+ * its last backward) against (p - 1)/(m + p - 1) (/ v interleaved); and
+ * the point-to-point traffic against one message per microbatch and
+ * stage boundary, a sequence's residual stream each.
+ *
+ * The theory assumes equal stages and devices that never wait for a
+ * core; the embedding and head make the end stages heavier, and on a
+ * machine with fewer cores than devices a stage also waits for the CPU:
+ * both show as a larger measured bubble. */
+#include <stdio.h>
+
+#include "dp_report.h"
+
+/* The first device (dp and tp rank 0 in report order) of each stage. */
+static int stage_device(const dp_run_t *run, int s) {
+    for (int d = 0; d < run->pc.world_size; d++)
+        if (run->reports[d].pp_stage == s) return d;
+    return -1;
+}
+
+static void units_label(const gpt_units_t *u, int L, char *buf, size_t cap) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int c = 0; c < u->n && at < cap; c++) {
+        const int lo = u->lo[c], hi = u->hi[c];
+        at += (size_t)snprintf(buf + at, cap - at, "%s%s", c ? " | " : "", lo == 0 ? "emb " : "");
+        const int l0 = lo == 0 ? 0 : lo - 1, l1 = hi == L + 2 ? L : hi - 1; /* layers [l0, l1) */
+        if (at < cap && l1 > l0) at += (size_t)snprintf(buf + at, cap - at, "L%d-%d", l0, l1 - 1);
+        if (at < cap && hi == L + 2) at += (size_t)snprintf(buf + at, cap - at, " head");
+    }
+}
+
+void dp_print_pp_report(const dp_run_t *run, const char *trace_path, FILE *f) {
+    const pconfig_t *pc = &run->pc;
+    model_config_t cfg;
+    dp_replica_config(&run->model, pc, &cfg);
+    pp_plan_t pp;
+    if (!run->reports || pc->pp < 2 || pp_plan_build(&pp, &cfg, pc, NULL)) return;
+    const double steps = run->steps > 0 ? run->steps : 1, MB = 1e6;
+    fprintf(f, "pipeline: pp=%d, %s, m=%d microbatches per step and data-parallel rank, v=%d "
+               "chunk%s per stage\n",
+            pp.pp, pp_schedule_name(pp.sched), pp.m, pp.v, pp.v > 1 ? "s" : "");
+    fprintf(f, "  %-5s %-6s %-26s %14s %9s %9s %10s %10s %8s\n", "stage", "device", "units",
+            "slots: formula", "held max", "allocated", "act. MB", "busy ms", "bubble");
+    double bubble = 0;
+    int n = 0;
+    for (int d = 0; d < pc->world_size; d++) {
+        const dp_device_report_t *r = &run->reports[d];
+        if (r->pp_span > 0) bubble += 1 - r->pp_busy / r->pp_span, n++;
+    }
+    for (int s = 0; s < pp.pp; s++) {
+        const int d = stage_device(run, s);
+        if (d < 0) continue;
+        const dp_device_report_t *r = &run->reports[d];
+        int slots = 0;
+        for (int c = 0; c < pp.v; c++) slots += r->pp_slots[c];
+        char units[96];
+        units_label(&pp.units[s], cfg.layers, units, sizeof units);
+        fprintf(f, "  %-5d %-6d %-26s %14d %9d %9d %10.3f %10.1f %7.1f%%\n", s, d, units,
+                pp_in_flight_formula(&pp, s), r->pp_in_flight_peak, slots,
+                (double)r->peak[MEM_ACTIVATIONS] / MB, 1e3 * r->pp_busy / steps,
+                r->pp_span > 0 ? 100 * (1 - r->pp_busy / r->pp_span) : 0.0);
+    }
+    fprintf(f, "  (slots in (microbatch, chunk) pairs: GPipe m, 1F1B min(pp - r, m), interleaved "
+               "min(warm-up + 1, m v); act. MB: the device's activation high-water, slots and "
+               "backward scratch)\n");
+    fprintf(f, "  bubble: measured %.1f%% (mean over the %d devices), theory %s = %.1f%%\n",
+            n ? 100 * bubble / n : 0.0, n,
+            pp.sched == PC_PP_INTERLEAVED ? "(p-1)/(m+p-1)/v" : "(p-1)/(m+p-1)",
+            100 * pp_bubble_theory(&pp));
+    /* point to point: device 0's messages against its stage's boundaries */
+    const dp_device_report_t *r0 = &run->reports[0];
+    const coll_family_t *fam = coll_counters_family(&r0->comm, "pp");
+    const coll_tally_t x = fam ? fam->by[COLL_KIND_SEND][COLL_F32] : (coll_tally_t){0, 0, 0, 0, 0};
+    int boundaries = 0;
+    for (int c = 0; c < pp.v; c++) {
+        const int vs = pp_vstage(&pp, r0->pp_stage, c);
+        boundaries += (vs < pp.pp * pp.v - 1) + (vs > 0);
+    }
+    const double seq = (double)cfg.seq_length / (pc->sequence_parallel ? pc->tp : 1) * cfg.hidden * 4;
+    fprintf(f, "  point to point, device 0 (stage %d) per step: %.0f messages, %.3f MB sent; formula: "
+               "%d boundaries x m = %d messages, %d sequences x T%s x h x 4 B each boundary = %.3f MB\n",
+            r0->pp_stage, (double)x.calls / steps, (double)x.sent / steps / MB, boundaries,
+            boundaries * pp.m, pc->global_batch / pc->dp, pc->sequence_parallel ? "/tp" : "",
+            boundaries * (pc->global_batch / pc->dp) * seq / MB);
+    if (trace_path)
+        fprintf(f, "  trace: %s (Perfetto or chrome://tracing: one track per device)\n", trace_path);
+}
