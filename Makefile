@@ -97,14 +97,20 @@ tsan:
 	PARITY_DP_MATRIX=small TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	  $(MAKE) check BUILD=build-tsan SAN=thread
 
-# The main demo: the golden run and a 4-device ZeRO-2 layout with gradient
-# accumulation, trained and then checked bit for bit; then Megatron tensor
-# + sequence parallelism composed with ZeRO-1, checked the same way.
+# The main demo: 3-D parallelism on gpt-tiny (dp 2 x tp 2 with sequence
+# parallelism x pp 2, 1F1B over 4 microbatches, ZeRO-1: 8 devices) next to
+# the golden run. The golden run's losses, then the layout's with its
+# memory, traffic and pipeline report and a Chrome trace of the run, then
+# the checker's equivalence table: every tensor of 3 steps, bit for bit.
+DEMO_3D := --data-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel \
+  --pipeline-model-parallel-size 2 --pipeline-schedule 1f1b --num-microbatches 4 --zero-stage 1
 demo: all
-	$(PARITY) train --model gpt-tiny --steps 5 --data-parallel-size 4 --zero-stage 2 --accum-degree 2
-	$(PARITY) check --model gpt-tiny --steps 3 --data-parallel-size 4 --zero-stage 2 --accum-degree 2
-	$(PARITY) check --model gpt-tiny --steps 3 --tensor-model-parallel-size 2 --sequence-parallel \
-	  --data-parallel-size 2 --zero-stage 1
+	@echo "== the golden run: one device"
+	$(PARITY) train --model gpt-tiny --steps 5
+	@echo "== the same 5 steps on 8 devices: $(DEMO_3D)"
+	$(PARITY) train --model gpt-tiny --steps 5 $(DEMO_3D) --trace $(BUILD)/demo-trace.json
+	@echo "== the checker: every activation, gradient and updated parameter of 3 steps, memcmp"
+	$(PARITY) check --model gpt-tiny --steps 3 $(DEMO_3D)
 
 bench: all $(BENCH_BIN)
 	BUILD=$(abspath $(BUILD)) PARITY=$(abspath $(PARITY)) bash tests/bench/run.sh

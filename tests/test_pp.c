@@ -269,6 +269,16 @@ static void test_trace_follows_the_schedule(void) {
             CHECK(rep[d].pp_in_flight_peak == want, "%s: stage %d held %d microbatches at once, "
                   "the schedule's formula says %d", L[k], r, rep[d].pp_in_flight_peak, want);
         }
+        /* and the rest of a step is on the tracks too */
+        static const char *const cats[] = {"send", "recv", "exact-sum", "collective", "optimizer"};
+        for (int c = 0; c < 5; c++) {
+            int seen = 0;
+            for (size_t i = 0; i < json_len(events) && !seen; i++) {
+                const char *cat = json_string(json_get(json_at(events, i), "cat"));
+                seen = cat && !strcmp(cat, cats[c]);
+            }
+            CHECK(seen, "%s: no '%s' span in the trace", L[k], cats[c]);
+        }
         printf("trace: %s: every device's spans follow its schedule\n", L[k]);
         json_free(j);
     }

@@ -118,8 +118,9 @@ typedef struct {
     double seconds_compute, seconds_reduce, seconds_comm, seconds_optimizer;
     /* pipeline: this device's stage, the slots each chunk has, the most
      * (microbatch, chunk) pairs it held at once, and over the steps the
-     * seconds of forward and backward passes within the schedule's span
-     * (first forward to last backward): the bubble is 1 - busy / span */
+     * seconds of its forward and backward passes and the pipeline's span
+     * (the step's start to the last backward of any stage: Megatron's
+     * flush): the bubble is 1 - busy / span */
     int pp_stage, pp_in_flight_peak;
     int pp_slots[GPT_MAX_CHUNKS];
     double pp_busy, pp_span;

@@ -337,9 +337,9 @@ int layout_check(const layout_job_t *job) {
     char desc[160];
     pconfig_describe(pc, desc, sizeof desc);
     int bad = check_compare(dump_writer(golden), dump_writer(layout), &owner, stdout, &res);
-    printf("%-44s | %7s | %5s | %16s | %s\n", "layout", "devices", "steps", "tensors compared",
+    printf("%-48s | %7s | %5s | %16s | %s\n", "layout", "devices", "steps", "tensors compared",
            "bit-exact");
-    printf("%-44s | %7d | %5d | %16d | %s\n", desc, pc->world_size, job->steps, res.compared,
+    printf("%-48s | %7d | %5d | %16d | %s\n", desc, pc->world_size, job->steps, res.compared,
            bad ? "NO" : "yes");
     rc = bad ? 1 : 0;
     if (job->dump_path && dump_save(layout, job->dump_path, &err)) goto fail;

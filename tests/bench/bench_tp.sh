@@ -26,13 +26,8 @@ readme_ms=${BENCH_TP_README_MS:-306}
 tiles="--tile-features 64"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
-cpu=$(lscpu 2>/dev/null | sed -nE 's/^Model name: *//p' | head -1)
-# Debian's OpenBLAS picks its kernels at load time; OPENBLAS_CORETYPE overrides
-core=${OPENBLAS_CORETYPE:-$(/usr/bin/python3 -c "import ctypes
-l = ctypes.CDLL('/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0')
-l.openblas_get_corename.restype = ctypes.c_char_p
-print(l.openblas_get_corename().decode())" 2>/dev/null || echo unknown)}
-echo "CPU: ${cpu:-unknown}, $(nproc) cores; OpenBLAS core type: $core"
+. "$root/tests/bench/machine.sh"
+bench_machine
 echo "gpt-small $tiles, $steps steps each, fwd + bwd + AdamW, 8 x 128 tokens a step"
 
 median() { sed -nE 's/.*step median ([0-9.]+) ms.*/\1/p' "$1" | head -1; }

@@ -65,6 +65,11 @@ if [ -f "$root/tests/bench/bench_tp.sh" ]; then
   PARITY="$PARITY" bash "$root/tests/bench/bench_tp.sh"
 fi
 
+if [ -f "$root/tests/bench/bench_pp.sh" ]; then
+  section "pipeline parallelism: bubble against theory, activation slots, 3-D against golden"
+  PARITY="$PARITY" bash "$root/tests/bench/bench_pp.sh"
+fi
+
 if [ -f "$root/tests/bench/bench_gpt.sh" ]; then
   section "golden GPT step against PyTorch CPU eager"
   bash "$root/tests/bench/bench_gpt.sh"

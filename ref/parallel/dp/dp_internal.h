@@ -29,7 +29,8 @@ typedef struct dp_rank {
     coll_request_t **slot_send; /* [slots] a send still reading the slot, or NULL */
     int *slot_of;          /* [m * v] the slot of (microbatch, chunk) in flight */
     trace_buf_t *trace;    /* --trace: this device's spans, or NULL */
-    double busy, span;     /* this step's forward/backward seconds, first F to last B */
+    double busy;           /* this step's forward/backward seconds */
+    double sched_start;    /* when this step's schedule began (after the step's barrier) */
     group_t *world;        /* every device: the norm, barriers around collection */
     gpt_t *g;              /* the replica: parameters (stages 0-2), open exact sums */
     group_t *group;        /* the data-parallel group */
@@ -85,6 +86,8 @@ struct dp_shared {
     float **m_local, **v_local;      /* [nparts] checkpoints: AdamW state of one part
                                         (dp_ckpt.c), or NULL */
     gpt_observer_t dump_obs;         /* the dump's observer for the current step */
+    double *sched_end;               /* [world] when each device's schedule of the
+                                        current step ended: the pipeline's flush */
     dp_replica_diff_t *diffs;        /* replicas that disagree (collect_lock) */
     int ndiffs, cap_diffs;
     int failed;

@@ -37,6 +37,15 @@ void dp_span(dp_rank_t *r, const char *name, const char *cat, double t0, int mb,
         return; /* trace_write reports the dropped span */
 }
 
+/* A pass's span name: "F3" or "B3" (microbatch 3), "F3.1" for chunk 1 of several. */
+static void pass_span(dp_rank_t *r, int fwd, double t0, int mb, int c) {
+    if (!r->trace) return;
+    char name[24];
+    if (r->sh->pp.v > 1) snprintf(name, sizeof name, "%c%d.%d", fwd ? 'F' : 'B', mb, c);
+    else snprintf(name, sizeof name, "%c%d", fwd ? 'F' : 'B', mb);
+    dp_span(r, name, fwd ? "forward" : "backward", t0, mb, c);
+}
+
 /* The residual stream entering unit u (u >= 1) in slot A: where a chunk's
  * input arrives and its output leaves from. */
 static float *stream(gpt_slot_t *A, int u) { return u == 1 ? A->emb : A->layer[u - 2].out; }
@@ -106,10 +115,13 @@ static void forward(dp_rank_t *r, int64_t step, int mb, int c, int s, const gpt_
     t0 = dp_now();
     for (int u = lo; u < hi; u++) gpt_unit_forward(g, u, s, obs);
     r->busy += dp_now() - t0;
-    dp_span(r, "F", "forward", t0, mb, c);
-    if (hi <= head)
+    pass_span(r, 1, t0, mb, c);
+    if (hi <= head) { /* the span marks the send's posting; the data moves when the peer receives */
+        t0 = dp_now();
         r->slot_send[s] = coll_isend(r->pp_group, stream(A, hi), len, COLL_F32,
                                      pp_stage_of(p, vs + 1), tag_of(p, 0, mb, vs));
+        dp_span(r, "send activation", "send", t0, mb, c);
+    }
 }
 
 static void backward(dp_rank_t *r, int mb, int c, int s, const gpt_observer_t *obs) {
@@ -129,11 +141,13 @@ static void backward(dp_rank_t *r, int mb, int c, int s, const gpt_observer_t *o
     t0 = dp_now();
     for (int u = hi - 1; u >= lo; u--) gpt_unit_backward(g, u, s, obs);
     r->busy += dp_now() - t0;
-    dp_span(r, "B", "backward", t0, mb, c);
+    pass_span(r, 0, t0, mb, c);
     if (lo > 0) {
         wait_send(r, s);
+        t0 = dp_now();
         r->slot_send[s] = coll_isend(r->pp_group, A->d_resid, len, COLL_F32,
                                      pp_stage_of(p, vs - 1), tag_of(p, 1, mb, vs - 1));
+        dp_span(r, "send gradient", "send", t0, mb, c);
     }
 }
 
@@ -154,7 +168,7 @@ void dp_run_schedule(dp_rank_t *r, int64_t step, const gpt_observer_t *obs) {
     if (!busy) parity_fatal("device %d: out of memory for the schedule", r->device);
     int in_flight = 0;
     r->busy = 0;
-    const double start = dp_now();
+    r->sched_start = dp_now();
     for (int i = 0; i < r->nops; i++) {
         const pp_op_t *op = &r->ops[i];
         int *slot = &r->slot_of[op->mb * p->v + op->chunk];
@@ -168,7 +182,7 @@ void dp_run_schedule(dp_rank_t *r, int64_t step, const gpt_observer_t *obs) {
             in_flight--;
         }
     }
-    r->span = dp_now() - start;
+    r->sh->sched_end[r->device] = dp_now();
     for (int s = 0; s < r->g->n_slots; s++) wait_send(r, s);
     free(busy);
     r->last_micro = 0;

@@ -167,7 +167,6 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
     double t0 = dp_now(), comm0 = r->report->seconds_comm;
     dp_run_schedule(r, step, &obs);
     r->report->pp_busy += r->busy;
-    r->report->pp_span += r->span;
     /* reductions overlapped with these microbatches run on the
      * communication thread and are not part of this wall time's work */
     r->report->seconds_compute += dp_now() - t0 - (r->report->seconds_comm - comm0);
@@ -236,6 +235,13 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
     }
     /* as PyTorch's DDP anchor times a step: barrier to barrier */
     coll_barrier(r->world);
+    /* the pipeline's span: from this device's start (all start together,
+     * after the step's barrier) to the last device's last backward; the
+     * next step's barrier keeps sched_end until everyone has read it */
+    double flush = 0;
+    for (int d = 0; d < sh->grid.world; d++)
+        if (sh->sched_end[d] > flush) flush = sh->sched_end[d];
+    r->report->pp_span += flush - r->sched_start;
     if (r->device == 0 && run->stats)
         run->stats[step - dp_first_step(run)] =
             (gpt_step_stats_t){loss_value, lr, norm, dp_now() - step_start};
@@ -307,9 +313,10 @@ int dp_train(dp_run_t *run, perr_t *err) {
     trace_buf_t *traces = NULL;
     int ngrad = 0;
     sh->ranks = calloc((size_t)world, sizeof(dp_rank_t));
+    sh->sched_end = calloc((size_t)world, sizeof(double));
     dp_device_report_t *reports = run->reports ? run->reports : calloc((size_t)world, sizeof *reports);
     pthread_mutex_init(&sh->collect_lock, NULL);
-    if (!sh->ranks || !reports) {
+    if (!sh->ranks || !reports || !sh->sched_end) {
         perr_set(err, "dp: out of memory");
         goto out;
     }
@@ -391,6 +398,7 @@ out:
     free(sh->params_full);
     free(sh->grads_full);
     free(sh->ranks);
+    free(sh->sched_end);
     pthread_mutex_destroy(&sh->collect_lock);
     free(sh);
     return rc;
