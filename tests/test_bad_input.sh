@@ -175,6 +175,7 @@ refuse "virtual stages with 1F1B" "pipeline-schedule: 1f1b has one model chunk p
 refuse "an unknown schedule" "--pipeline-schedule: expected gpipe, 1f1b or interleaved, got 'zb'" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --pipeline-schedule zb
 refuse "a world size that tp x pp x dp does not match" "world-size: 12 does not equal data-parallel-size 2 x tp\\*pp\\*cp 4" -- $P check --model gpt-tiny --steps 1 --world-size 12 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --data-parallel-size 2
 refuse "a world size that tp x pp does not divide" "world-size: 6 is not divisible by tp\\*pp\\*cp = 4" -- $P check --model gpt-tiny --steps 1 --world-size 6 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
+refuse "degrees whose product exceeds the devices parity runs" "world-size: tp 64 x pp 128 x cp 1 x dp 1 devices exceeds the 4096" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 64 --pipeline-model-parallel-size 128
 refuse "--trace into a missing directory" "--trace.*directory '$w/nodir' does not exist" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --trace "$w/nodir/t.json"
 
 # --- resources: estimated before anything is allocated

@@ -207,7 +207,14 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
     if (pc->sequence_parallel && pc->tp == 1)
         return perr_set(err, "sequence-parallel: needs tensor-model-parallel-size > 1 (it shards "
                              "the regions tensor parallelism replicates)");
-    int model_par = pc->tp * pc->pp * pc->cp;
+    /* degrees are <= 4096 each: their products in 64 bits, the world at most
+     * PARITY_MAX_DEVICES simulated devices */
+    const long long mp = (long long)pc->tp * pc->pp * pc->cp;
+    if (mp > PARITY_MAX_DEVICES || (long long)(pc->dp ? pc->dp : 1) * mp > PARITY_MAX_DEVICES)
+        return perr_set(err, "world-size: tp %d x pp %d x cp %d x dp %d devices exceeds the %d "
+                             "simulated devices parity runs", pc->tp, pc->pp, pc->cp,
+                        pc->dp ? pc->dp : 1, PARITY_MAX_DEVICES);
+    int model_par = (int)mp;
     if (pc->dp == 0) { /* inferred from the world size, as Megatron does */
         int world = pc->world_size ? pc->world_size : model_par; /* dp = 1 */
         if (world % model_par)
