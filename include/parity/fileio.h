@@ -25,6 +25,11 @@
  * *size (if not NULL) is its size in bytes. */
 FILE *pio_open_input(const char *path, const char *what, long long *size, perr_t *err);
 
+/* A whole input file (pio_open_input's checks) as malloc'd bytes with a
+ * NUL after them (*len does not count it); NULL with a message naming
+ * `what` and the path. Refuses files over max_bytes. */
+char *pio_read_text(const char *path, const char *what, size_t max_bytes, size_t *len, perr_t *err);
+
 /* Checks, without creating anything, that `path` can become an output:
  * an existing target is a regular file (after symbolic links) and its
  * directory exists and is writable. For failing early, before a run. */

@@ -15,8 +15,9 @@
 
 typedef enum { PC_DTYPE_FP32 = 0, PC_DTYPE_BF16, PC_DTYPE_FP16 } pc_dtype_t;
 /* Pipeline schedules (pp.h): 1F1B is Megatron's default; interleaved
- * 1F1B when virtual stages are given. */
-typedef enum { PC_PP_DEFAULT = 0, PC_PP_1F1B, PC_PP_GPIPE, PC_PP_INTERLEAVED } pc_pp_schedule_t;
+ * 1F1B when virtual stages are given; naive: one microbatch at a time
+ * through every stage (model parallelism without pipelining). */
+typedef enum { PC_PP_DEFAULT = 0, PC_PP_1F1B, PC_PP_GPIPE, PC_PP_INTERLEAVED, PC_PP_NAIVE } pc_pp_schedule_t;
 enum { PC_MAX_SPLIT = 64, PC_MAX_CHUNKS = 16 /* = GPT_MAX_CHUNKS */ };
 
 typedef struct {

@@ -15,6 +15,8 @@
  *   gpipe        every forward, then every backward;
  *   1f1b         warm-up min(pp - r - 1, m) forwards, then one forward and
  *                one backward at a time, then the remaining backwards;
+ *   naive        forward and backward of one microbatch through every
+ *                stage before the next (model parallelism, no pipelining);
  *   interleaved  over m * v virtual microbatches: warm-up
  *                (pp - r - 1) * 2 + (v - 1) * pp (all of them when
  *                m == pp), chunk of virtual microbatch k: (k mod pp*v) / pp,
@@ -24,8 +26,6 @@
  */
 #ifndef PARITY_PP_H
 #define PARITY_PP_H
-
-#include <stdio.h>
 
 #include "parity/error.h"
 #include "parity/model.h"
@@ -60,18 +60,15 @@ int pp_warmup(const pp_plan_t *p, int r);
  * backward: the activation slots chunk c needs, counted on the schedule. */
 int pp_max_in_flight(const pp_plan_t *p, int r, int c);
 /* The schedule's formula for the same, over all chunks: GPipe m, 1F1B
- * min(pp - r, m), interleaved min(warm-up + 1, m * v). */
+ * min(pp - r, m), interleaved min(warm-up + 1, m * v), naive 1. */
 int pp_in_flight_formula(const pp_plan_t *p, int r);
 /* The theoretical bubble fraction: (p - 1) / (m + p - 1), divided by v
- * when interleaved. */
+ * when interleaved; (p - 1) / p naive. */
 double pp_bubble_theory(const pp_plan_t *p);
 /* Virtual stage of chunk c on stage r, and where it sends: the stage of
  * virtual stage vs. */
 static inline int pp_vstage(const pp_plan_t *p, int r, int c) { return c * p->pp + r; }
 static inline int pp_stage_of(const pp_plan_t *p, int vs) { return vs % p->pp; }
-/* Each stage's units, slots and passes in order (e.g. "F0 F1 B0 F2 B1 ..."):
- * --print-layout. */
-void pp_print(const pp_plan_t *p, FILE *f);
 /* "gpipe", "1f1b", "interleaved" */
 const char *pp_schedule_name(pc_pp_schedule_t s);
 

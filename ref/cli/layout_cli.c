@@ -25,8 +25,23 @@ void layout_opts_defaults(layout_opts_t *lo) {
 int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *err) {
     const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     if ((!strcmp(a, "--coll-algo") || !strcmp(a, "--arena-mb") || !strcmp(a, "--trace") ||
+         !strcmp(a, "--parallel-config") || !strcmp(a, "--optim") ||
          !strcmp(a, "--test-broken-replica")) && num_flag_value(a, v, err))
         return -1;
+    if (!strcmp(a, "--parallel-config")) {
+        if (lo->parallel_config)
+            return perr_set(err, "--parallel-config: given twice ('%s' and '%s')", lo->parallel_config, v);
+        lo->parallel_config = v;
+        *i += 2;
+        return 1;
+    }
+    if (!strcmp(a, "--optim")) {
+        if (lo->n_optim == LAYOUT_MAX_OPTIM)
+            return perr_set(err, "--optim: more than %d options", LAYOUT_MAX_OPTIM);
+        lo->optim[lo->n_optim++] = v;
+        *i += 2;
+        return 1;
+    }
     if (!strcmp(a, "--trace")) {
         if (pio_check_output(v, "--trace", err)) return -1;
         lo->trace_path = v;
@@ -84,6 +99,12 @@ int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *
 void layout_opts_print_help(FILE *f) {
     pconfig_print_help(f);
     fputs("  --coll-algo direct|ring  collective algorithm of the layout (default direct)\n"
+          "  --parallel-config FILE   the layout from a JSON \"model parallel patterns\" file\n"
+          "                           (mode, sharding_size, sharding_dim, stage_cnt, accum_degree,\n"
+          "                           device_mapping) or a Colossal-AI config (parallel = dict(...))\n"
+          "  --optim model.optim.KEY=VALUE   NeMo's optimizer options (name, dtype, grad_sync_dtype,\n"
+          "                           overlap_grad_sync, overlap_param_sync, bucket_cap_mb,\n"
+          "                           contiguous_param_buffer, contiguous_grad_buffer); repeatable\n"
           "  --trace FILE             write a Chrome trace-event file (Perfetto, chrome://tracing):\n"
           "                           one track per device, forward/backward spans per\n"
           "                           (microbatch, chunk), receives, exact sums, optimizer\n"

@@ -9,8 +9,10 @@
 #include "parity/coll.h"
 #include "parity/corpus.h"
 #include "parity/model.h"
+#include "parity/memest.h"
 #include "parity/pconfig.h"
 
+enum { LAYOUT_MAX_OPTIM = 32 };
 typedef struct {
     pconfig_t pc;
     coll_algo_t algo;
@@ -22,6 +24,9 @@ typedef struct {
     int broken_pp_mask_key;  /* --test-broken-pp-mask-key: PyTorch 55036's kind */
     int broken_pp_tied_grad; /* --test-broken-pp-tied-embedding: no embedding-group reduction */
     const char *trace_path;  /* --trace FILE: Chrome trace events of the layout run */
+    const char *parallel_config; /* --parallel-config FILE: a patterns or Colossal-AI file */
+    const char *optim[LAYOUT_MAX_OPTIM]; /* --optim model.optim.KEY=VALUE (NeMo), in order */
+    int n_optim;
 } layout_opts_t;
 
 void layout_opts_defaults(layout_opts_t *lo);
@@ -31,6 +36,13 @@ void layout_opts_defaults(layout_opts_t *lo);
 int  layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *err);
 /* The help of the flags above (pconfig_print_help's, then these). */
 void layout_opts_print_help(FILE *f);
+/* frontends.c: --parallel-config and --optim into lo->pc, before
+ * pconfig_validate; 0, or -1 with a message naming the key. */
+int  layout_opts_resolve(layout_opts_t *lo, perr_t *err);
+/* print_layout.c: --print-layout's JSON (the resolved layout, the rank
+ * grid, each stage's passes, the memory estimate) of a validated pc. */
+int  layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t *mem, FILE *f,
+                  perr_t *err);
 
 typedef struct {
     const model_config_t *cfg;

@@ -378,7 +378,7 @@ static int train_main(int argc, char **argv, int check) {
         lo.pc.micro_batch = cfg.micro_batch;
         lo.pc.given |= PC_GIVEN_MICRO;
     }
-    if (pconfig_validate(&lo.pc, cfg.global_batch, &err)) {
+    if (layout_opts_resolve(&lo, &err) || pconfig_validate(&lo.pc, cfg.global_batch, &err)) {
         fprintf(stderr, "parity %s: invalid layout: %s\n", argv[0], err.msg);
         return 2;
     }
@@ -389,18 +389,12 @@ static int train_main(int argc, char **argv, int check) {
                     argv[0]);
             return 2;
         }
-        char desc[160];
         memest_t mem;
-        pconfig_describe(&lo.pc, desc, sizeof desc);
-        if (memest_layout(&cfg, layout_given ? &lo.pc : NULL, &mem, &err)) {
+        if (memest_layout(&cfg, layout_given ? &lo.pc : NULL, &mem, &err) ||
+            layout_print(&cfg, &lo.pc, &mem, stdout, &err)) {
             fprintf(stderr, "parity %s: %s\n", argv[0], err.msg);
             return 2;
         }
-        printf("model %s, layout %s (%d devices)\n", cfg.name, layout_given ? desc : "golden",
-               lo.pc.world_size);
-        memest_print(&mem, stdout);
-        pp_plan_t pp;
-        if (lo.pc.pp > 1 && pp_plan_build(&pp, &cfg, &lo.pc, &err) == 0) pp_print(&pp, stdout);
         return 0;
     }
     if (print_config && (dump_path || digest_path || dump_steps || save_dir || load_dir)) {

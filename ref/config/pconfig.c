@@ -90,12 +90,15 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
         return 1;
     }
     if (!strcmp(flag, "--pipeline-schedule")) {
-        static const char *names[] = {"1f1b", "gpipe", "interleaved"};
+        static const char *names[] = {"1f1b", "gpipe", "interleaved", "naive"};
         if (num_flag_value(flag, val, err)) return -1;
-        for (int k = 0; k < 3; k++)
-            if (!strcmp(val, names[k])) pc->pp_schedule = (pc_pp_schedule_t)(PC_PP_1F1B + k);
-        if (!pc->pp_schedule || strcmp(val, names[pc->pp_schedule - PC_PP_1F1B]))
-            return perr_set(err, "--pipeline-schedule: expected gpipe, 1f1b or interleaved, got '%s'", val);
+        int found = -1;
+        for (int k = 0; k < 4; k++)
+            if (!strcmp(val, names[k])) found = k;
+        if (found < 0)
+            return perr_set(err, "--pipeline-schedule: expected gpipe, 1f1b, interleaved or naive, "
+                                 "got '%s'", val);
+        pc->pp_schedule = (pc_pp_schedule_t)(PC_PP_1F1B + found);
         *i += 2;
         return 1;
     }
@@ -180,7 +183,9 @@ static int pipeline_validate(pconfig_t *pc, perr_t *err) {
     } else if (virtual) {
         return perr_set(err, "pipeline-schedule: %s has one model chunk per stage; virtual stages "
                              "need --pipeline-schedule interleaved",
-                        pc->pp_schedule == PC_PP_GPIPE ? "gpipe" : "1f1b");
+                        pc->pp_schedule == PC_PP_GPIPE   ? "gpipe"
+                        : pc->pp_schedule == PC_PP_NAIVE ? "naive"
+                                                         : "1f1b");
     }
     if (!pc->vpp) pc->vpp = 1; /* num-layers-per-virtual-pipeline-stage: pp.h derives it */
     return 0;
@@ -279,7 +284,7 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
 }
 
 void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
-    static const char *sched[] = {"", "1f1b", "gpipe", "interleaved"};
+    static const char *sched[] = {"", "1f1b", "gpipe", "interleaved", "naive"};
     char tp[24] = "", pp[48] = "";
     if (pc->tp > 1) snprintf(tp, sizeof tp, "tp=%d%s ", pc->tp, pc->sequence_parallel ? " sp" : "");
     if (pc->pp > 1) snprintf(pp, sizeof pp, "pp=%d %s ", pc->pp, sched[pc->pp_schedule]);
@@ -297,7 +302,8 @@ void pconfig_print_help(FILE *f) {
           "                            (all-gather before column-, reduce-scatter after row-parallel)\n"
           "  --pipeline-model-parallel-size N   pipeline stages (layers split uniformly)\n"
           "  --pipeline-layer-split A,B,..  layers per stage instead (one entry per stage)\n"
-          "  --pipeline-schedule gpipe|1f1b|interleaved   (default 1f1b; interleaved with virtual stages)\n"
+          "  --pipeline-schedule gpipe|1f1b|interleaved|naive   (default 1f1b; interleaved with virtual\n"
+          "                            stages; naive: one microbatch at a time, no pipelining)\n"
           "  --virtual-pipeline-model-parallel-size V | --num-layers-per-virtual-pipeline-stage N\n"
           "                            interleaving: V model chunks per stage\n"
           "  --num-microbatches N      microbatches per step and data-parallel rank (= --accum-degree)\n"

@@ -49,6 +49,45 @@ FILE *pio_open_input(const char *path, const char *what, long long *size, perr_t
     return f;
 }
 
+char *pio_read_text(const char *path, const char *what, size_t max_bytes, size_t *len, perr_t *err) {
+    FILE *f = pio_open_input(path, what, NULL, err);
+    if (!f) return NULL;
+    char *text = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? 2 * cap : 8192;
+            char *grown = realloc(text, cap);
+            if (!grown) {
+                free(text);
+                fclose(f);
+                perr_set(err, "%s '%s': out of memory", what, path);
+                return NULL;
+            }
+            text = grown;
+        }
+        size_t got = fread(text + n, 1, cap - n - 1, f);
+        n += got;
+        if (n > max_bytes) {
+            free(text);
+            fclose(f);
+            perr_set(err, "%s '%s': larger than %zu bytes", what, path, max_bytes);
+            return NULL;
+        }
+        if (got == 0) break;
+    }
+    const int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(text);
+        perr_set(err, "%s '%s': read error", what, path);
+        return NULL;
+    }
+    text[n] = 0;
+    *len = n;
+    return text;
+}
+
 /* ---- outputs ------------------------------------------------------------- */
 
 /* The directory part of path ("." when it has none) and the last name. */

@@ -200,31 +200,9 @@ static int apply_json(const json_t *j, const char *path, model_config_t *c, perr
 }
 
 int model_config_load(const char *path, model_config_t *c, perr_t *err) {
-    FILE *f = pio_open_input(path, "model config", NULL, err);
-    if (!f) return -1;
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 > cap) {
-            cap = cap ? 2 * cap : 8192;
-            char *grown = realloc(text, cap);
-            if (!grown) {
-                free(text);
-                fclose(f);
-                return perr_set(err, "model config '%s': out of memory", path);
-            }
-            text = grown;
-        }
-        size_t got = fread(text + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(text);
-        return perr_set(err, "model config '%s': read error", path);
-    }
+    size_t len;
+    char *text = pio_read_text(path, "model config", (size_t)64 << 20, &len, err);
+    if (!text) return -1;
     perr_t jerr;
     json_t *j = json_parse(text, len, &jerr);
     free(text);

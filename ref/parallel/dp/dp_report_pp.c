@@ -71,7 +71,9 @@ void dp_print_pp_report(const dp_run_t *run, const char *trace_path, FILE *f) {
                "backward scratch)\n");
     fprintf(f, "  bubble: measured %.1f%% (mean over the %d devices), theory %s = %.1f%%\n",
             n ? 100 * bubble / n : 0.0, n,
-            pp.sched == PC_PP_INTERLEAVED ? "(p-1)/(m+p-1)/v" : "(p-1)/(m+p-1)",
+            pp.sched == PC_PP_INTERLEAVED ? "(p-1)/(m+p-1)/v"
+            : pp.sched == PC_PP_NAIVE     ? "(p-1)/p"
+                                          : "(p-1)/(m+p-1)",
             100 * pp_bubble_theory(&pp));
     /* point to point: device 0's messages against its stage's boundaries */
     const dp_device_report_t *r0 = &run->reports[0];

@@ -33,6 +33,18 @@ static int one_f_one_b(const pp_plan_t *p, int r, pp_op_t *ops) {
     return n;
 }
 
+/* Naive model parallelism: each microbatch's forward and backward
+ * through every stage before the next one starts (one slot; the bubble
+ * is (p - 1) / p). */
+static int naive(const pp_plan_t *p, pp_op_t *ops) {
+    int n = 0;
+    for (int mb = 0; mb < p->m; mb++) {
+        n = put(ops, n, 1, mb, 0);
+        n = put(ops, n, 0, mb, 0);
+    }
+    return n;
+}
+
 /* Interleaved 1F1B over m * v virtual microbatches. Virtual microbatch k
  * is microbatch (k / (pp*v)) * pp + k mod pp of chunk (k mod pp*v) / pp
  * (forward) or v - 1 minus that (backward): groups of pp microbatches
@@ -73,6 +85,7 @@ static int interleaved(const pp_plan_t *p, int r, pp_op_t *ops) {
 int pp_schedule(const pp_plan_t *p, int r, pp_op_t *ops) {
     switch (p->sched) {
     case PC_PP_GPIPE: return gpipe(p, ops);
+    case PC_PP_NAIVE: return naive(p, ops);
     case PC_PP_INTERLEAVED: return interleaved(p, r, ops);
     default: return one_f_one_b(p, r, ops);
     }
@@ -81,6 +94,7 @@ int pp_schedule(const pp_plan_t *p, int r, pp_op_t *ops) {
 int pp_warmup(const pp_plan_t *p, int r) {
     switch (p->sched) {
     case PC_PP_GPIPE: return p->m;
+    case PC_PP_NAIVE: return 1;
     case PC_PP_INTERLEAVED: {
         const int w = interleaved_warmup(p, r);
         return w < p->m * p->v ? w + 1 : w;
@@ -109,37 +123,21 @@ int pp_max_in_flight(const pp_plan_t *p, int r, int c) {
 int pp_in_flight_formula(const pp_plan_t *p, int r) {
     switch (p->sched) {
     case PC_PP_GPIPE: return p->m;
+    case PC_PP_NAIVE: return 1;
     case PC_PP_INTERLEAVED: return min_i(interleaved_warmup(p, r) + 1, p->m * p->v);
     default: return min_i(p->pp - r, p->m);
     }
 }
 
 double pp_bubble_theory(const pp_plan_t *p) {
+    if (p->sched == PC_PP_NAIVE) return (double)(p->pp - 1) / p->pp;
     const double b = (double)(p->pp - 1) / (double)(p->m + p->pp - 1);
     return p->sched == PC_PP_INTERLEAVED ? b / p->v : b;
 }
 
 const char *pp_schedule_name(pc_pp_schedule_t s) {
-    return s == PC_PP_GPIPE ? "gpipe" : s == PC_PP_INTERLEAVED ? "interleaved" : "1f1b";
-}
-
-void pp_print(const pp_plan_t *p, FILE *f) {
-    pp_op_t *ops = malloc(2 * (size_t)p->m * (size_t)p->v * sizeof *ops);
-    if (!ops) return;
-    fprintf(f, "pipeline: %d stages x %d chunk%s, %s, m = %d; bubble (theory) %.1f%%\n", p->pp, p->v,
-            p->v > 1 ? "s" : "", pp_schedule_name(p->sched), p->m, 100 * pp_bubble_theory(p));
-    for (int r = 0; r < p->pp; r++) {
-        fprintf(f, "  stage %d: units", r);
-        for (int c = 0; c < p->v; c++) fprintf(f, " [%d, %d)", p->units[r].lo[c], p->units[r].hi[c]);
-        fprintf(f, "; slots %d; passes:", pp_in_flight_formula(p, r));
-        const int n = pp_schedule(p, r, ops), show = n < 48 ? n : 48;
-        for (int i = 0; i < show; i++) {
-            fprintf(f, " %c%d", ops[i].fwd ? 'F' : 'B', ops[i].mb);
-            if (p->v > 1) fprintf(f, ".%d", ops[i].chunk);
-        }
-        fprintf(f, "%s\n", n > show ? " ..." : "");
-    }
-    fprintf(f, "  (units: 0 the embedding, 1..L the layers, L+1 the head; F3.1: forward of "
-               "microbatch 3 through chunk 1)\n");
-    free(ops);
+    return s == PC_PP_GPIPE         ? "gpipe"
+           : s == PC_PP_INTERLEAVED ? "interleaved"
+           : s == PC_PP_NAIVE       ? "naive"
+                                    : "1f1b";
 }

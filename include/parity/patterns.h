@@ -1,0 +1,45 @@
+/* patterns.h - the JSON "model parallel patterns" file (the TF-XLA / DTU
+ * dialect) read into a layout (pconfig.h).
+ *
+ *   {"mode": "hybrid", "sharding_size": 2, "sharding_dim": -1, "stage_cnt": 2,
+ *    "accum_degree": 4,
+ *    "device_mapping": {"stage_0": {"shard_0": "/device:XLA_DTU:0", "shard_1": "/device:XLA_DTU:1"},
+ *                       "stage_1": {"shard_0": "/device:XLA_DTU:2", "shard_1": "/device:XLA_DTU:3"}}}
+ *
+ * How it maps (written down in CONTRIBUTING.md too):
+ *  - mode "sharding": tensor parallelism of sharding_size; stage_cnt > 1
+ *    stages run one after another, one microbatch at a time through all
+ *    of them (naive model parallelism: the "naive" schedule, pp.h);
+ *    "pipeline": stage_cnt stages pipelined (1F1B), nothing sharded;
+ *    "hybrid": both, pipelined.
+ *  - sharding_dim -1 shards the output dimension of the first linear of
+ *    each pair (qkv, fc1: column-parallel, whole heads), whose partner
+ *    (dense, fc2) then shards its reduction dimension: Megatron's
+ *    column-then-row pairing, the vocabulary-parallel embedding and head
+ *    with it. 0 (every linear sharding its reduction dimension) is parsed
+ *    and refused: not implemented yet.
+ *  - accum_degree: microbatches per step (per data-parallel rank).
+ *  - device_mapping (optional): stage_<i> -> shard_<j> -> "/device:TYPE:ID"
+ *    for i < stage_cnt, j < sharding_size, every one present once. IDs
+ *    name simulated devices and need not be contiguous: parity numbers
+ *    the named devices 0..n-1 in increasing id order, and the mapping
+ *    must then be a rank order (shards fastest, "tp-pp", or stages
+ *    fastest, "pp-tp"); data-parallel replicas follow as the slowest
+ *    axis. With --world-size W, ids must be below W.
+ *  - data parallelism is inferred: dp = world / (sharding_size x stage_cnt).
+ */
+#ifndef PARITY_PATTERNS_H
+#define PARITY_PATTERNS_H
+
+#include <stddef.h>
+
+#include "parity/error.h"
+#include "parity/pconfig.h"
+
+/* Reads text[0..len) (`path` only for messages) into pc: tp, pp, the
+ * schedule, accum_degree and the rank order. Layout fields already set
+ * by flags (pc->tp, pc->pp, --rank-order, --accum-degree, a schedule)
+ * are a conflict. 0, or -1 with err naming the key and what was expected. */
+int patterns_parse(const char *text, size_t len, const char *path, pconfig_t *pc, perr_t *err);
+
+#endif

@@ -1,0 +1,42 @@
+/* frontends.c - the configuration front ends of `parity train|check`:
+ * a `--parallel-config FILE` in one of the dialects users arrive with
+ * (the JSON "model parallel patterns" file, patterns.h; Colossal-AI's
+ * `parallel = dict(...)`, colossal.h) and NeMo's `--optim
+ * model.optim.KEY=VALUE` overrides (nemo.h), all resolved into the one
+ * pconfig before it is validated, as the Megatron-style flags are. A
+ * field that both a front end and a flag set is an error naming both. */
+#include "layout_cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "parity/fileio.h"
+#include "parity/patterns.h"
+
+static int ends_with(const char *s, const char *tail) {
+    const size_t n = strlen(s), t = strlen(tail);
+    return n >= t && !strcmp(s + n - t, tail);
+}
+
+/* The dialect: by extension (.json, .py), else by the first character
+ * that is not white space ('{': JSON). */
+static int is_json(const char *path, const char *text) {
+    if (ends_with(path, ".json")) return 1;
+    if (ends_with(path, ".py")) return 0;
+    while (*text == ' ' || *text == '\t' || *text == '\n' || *text == '\r') text++;
+    return *text == '{';
+}
+
+int layout_opts_resolve(layout_opts_t *lo, perr_t *err) {
+    if (lo->parallel_config) {
+        size_t len;
+        char *text = pio_read_text(lo->parallel_config, "--parallel-config", (size_t)1 << 20, &len, err);
+        if (!text) return -1;
+        const int json = is_json(lo->parallel_config, text);
+        int rc = json ? patterns_parse(text, len, lo->parallel_config, &lo->pc, err)
+                      : perr_set(err, "--parallel-config '%s': not JSON", lo->parallel_config);
+        free(text);
+        if (rc) return -1;
+    }
+    return 0;
+}

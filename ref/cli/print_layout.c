@@ -1,0 +1,96 @@
+/* print_layout.c - `--print-layout`: the resolved layout as one JSON
+ * object, whatever front end described it (Megatron flags, a patterns
+ * file, a Colossal-AI dict, NeMo options): the degrees and options
+ * pconfig resolved, the rank grid (which device holds which tensor shard,
+ * pipeline stage and data-parallel rank), each stage's units, slots and
+ * passes, and the memory estimate. Two descriptions of one layout print
+ * the same bytes: the order is printed without its size-1 axes, which
+ * place no device differently. */
+#include "layout_cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "parity/grid.h"
+#include "parity/json.h"
+#include "parity/memest.h"
+#include "parity/pp.h"
+
+static const char *dtype_name(pc_dtype_t d) {
+    return d == PC_DTYPE_BF16 ? "bf16" : d == PC_DTYPE_FP16 ? "fp16" : "fp32";
+}
+
+/* The order string without the axes of size 1. */
+static void effective_order(const pconfig_t *pc, char *buf, size_t cap) {
+    const struct { const char *name; int size; } ax[] = {
+        {"tp", pc->tp}, {"cp", pc->cp}, {"ep", pc->ep}, {"dp", pc->dp}, {"pp", pc->pp}};
+    size_t used = 0;
+    buf[0] = 0;
+    for (const char *at = pc->order; *at && used < cap;) {
+        for (int a = 0; a < 5; a++)
+            if (!strncmp(at, ax[a].name, 2) && ax[a].size > 1)
+                used += (size_t)snprintf(buf + used, cap - used, "%s%s", used ? "-" : "", ax[a].name);
+        at += at[2] == '-' ? 3 : 2;
+        if (at > pc->order + strlen(pc->order)) break;
+    }
+}
+
+static void print_stages(const pp_plan_t *pp, FILE *f) {
+    pp_op_t ops[2 * 4096];
+    fprintf(f, "  \"stages\": [");
+    for (int r = 0; r < pp->pp; r++) {
+        fprintf(f, "%s\n    {\"stage\": %d, \"layers\": %d, \"units\": [", r ? "," : "", r,
+                pp->stage_layers[r]);
+        for (int c = 0; c < pp->v; c++)
+            fprintf(f, "%s[%d, %d]", c ? ", " : "", pp->units[r].lo[c], pp->units[r].hi[c]);
+        fprintf(f, "], \"slots\": %d, \"passes\": \"", pp_in_flight_formula(pp, r));
+        const int total = 2 * pp->m * pp->v;
+        const int n = total <= (int)(sizeof ops / sizeof ops[0]) ? pp_schedule(pp, r, ops) : 0;
+        for (int i = 0; i < n; i++) {
+            fprintf(f, "%s%c%d", i ? " " : "", ops[i].fwd ? 'F' : 'B', ops[i].mb);
+            if (pp->v > 1) fprintf(f, ".%d", ops[i].chunk);
+        }
+        fprintf(f, "\"}");
+    }
+    fprintf(f, "\n  ],\n");
+}
+
+int layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t *mem, FILE *f,
+                 perr_t *err) {
+    pp_plan_t pp;
+    grid_t G;
+    const int sizes[GRID_NAXES] = {pc->tp, pc->cp, pc->ep, pc->dp, pc->pp};
+    model_config_t rc = *cfg;
+    rc.micro_batch = pc->micro_batch, rc.global_batch = pc->global_batch;
+    if (pp_plan_build(&pp, &rc, pc, err) || grid_init(&G, pc->order, sizes, err)) return -1;
+    char order[32];
+    effective_order(pc, order, sizeof order);
+    fprintf(f, "{\n  \"model\": ");
+    json_write_string(f, cfg->name);
+    fprintf(f, ",\n  \"layout\": {\"world_size\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, "
+               "\"ep\": %d, \"order\": \"%s\", \"sequence_parallel\": %s,\n",
+            pc->world_size, pc->dp, pc->tp, pc->pp, pc->cp, pc->ep, order[0] ? order : "none",
+            pc->sequence_parallel ? "true" : "false");
+    fprintf(f, "    \"pipeline_schedule\": \"%s\", \"virtual_stages\": %d, \"layer_split\": [",
+            pc->pp > 1 ? pp_schedule_name(pp.sched) : "none", pp.v);
+    for (int r = 0; r < pp.pp; r++) fprintf(f, "%s%d", r ? ", " : "", pp.stage_layers[r]);
+    fprintf(f, "],\n    \"global_batch\": %d, \"micro_batch\": %d, \"microbatches\": %d,\n",
+            pc->global_batch, pc->micro_batch, pc->accum_degree);
+    fprintf(f, "    \"zero_stage\": %d, \"overlap_grad_reduce\": %s, \"overlap_param_gather\": %s, "
+               "\"bucket_cap_mb\": %.17g, \"dtype\": \"%s\", \"grad_sync_dtype\": \"%s\"},\n",
+            pc->zero_stage, pc->overlap_grad_reduce ? "true" : "false",
+            pc->overlap_param_gather ? "true" : "false", pc->bucket_cap_mb, dtype_name(pc->dtype),
+            dtype_name(pc->grad_sync_dtype));
+    fprintf(f, "  \"devices\": [");
+    for (int d = 0; d < G.world; d++) {
+        const grid_device_t gd = grid_device(&G, d);
+        fprintf(f, "%s\n    {\"rank\": %d, \"tp\": %d, \"pp\": %d, \"dp\": %d}", d ? "," : "", d,
+                gd.coord[GRID_TP], gd.coord[GRID_PP], gd.coord[GRID_DP]);
+    }
+    fprintf(f, "\n  ],\n");
+    grid_free(&G);
+    print_stages(&pp, f);
+    fprintf(f, "  \"memory\": {\"device_bytes\": %zu, \"all_devices_bytes\": %zu, \"host_bytes\": %zu}\n}\n",
+            mem->max_dev.total, mem->all_devices, mem->host_shared);
+    return 0;
+}
