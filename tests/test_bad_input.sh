@@ -15,43 +15,7 @@ PARITY=${PARITY:-build/parity}
 PARITY=$(cd "$(dirname "$PARITY")" && pwd)/$(basename "$PARITY")
 cd "$(dirname "$0")/.."
 root=$(pwd)
-tmp=$(mktemp -d /tmp/parity-bad-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-w=$tmp/work
-mkdir -p "$w"
-passed=0; failed=0
-ok()   { passed=$((passed + 1)); echo "ok      $1"; }
-fail() { failed=$((failed + 1)); echo "not ok  $1"; shift; for l in "$@"; do echo "  $l"; done; }
-
-# The state of the work directory: every entry with its type, and the
-# SHA-256 of every regular file.
-snapshot() {
-  (cd "$w" && find . -mindepth 1 -printf '%y %p %l\n' | sort
-   cd "$w" && find . -type f -exec sha256sum {} + | sort -k2)
-}
-
-# refuse NAME PATTERN [FSIZE_KB] -- COMMAND...: run in $w with a 30 s limit
-# (and a file-size limit when FSIZE_KB is given).
-refuse() {
-  local name=$1 pat=$2 fsize=unlimited
-  shift 2
-  if [ "$1" != "--" ]; then fsize=$1; shift; fi
-  shift
-  local before; before=$(snapshot)
-  # stderr through a pipe: the file-size limit must not cut the message
-  (cd "$w" && ulimit -f "$fsize" && exec timeout 30 "$@" 2>&1 >"$tmp/out") | cat >"$tmp/err"
-  local rc=${PIPESTATUS[0]}
-  local after; after=$(snapshot)
-  if [ "$rc" -eq 0 ]; then fail "$name" "exit 0, expected a refusal" "$(tail -3 "$tmp/out")"; return; fi
-  if [ "$rc" -eq 124 ]; then fail "$name" "hung (killed after 30 s)"; return; fi
-  if [ "$rc" -ge 128 ]; then fail "$name" "killed by signal $((rc - 128))" "$(tail -3 "$tmp/err")"; return; fi
-  if ! grep -qE -- "$pat" "$tmp/err"; then fail "$name" "message does not match /$pat/:" "$(cat "$tmp/err")"; return; fi
-  if [ "$before" != "$after" ]; then
-    fail "$name" "the work directory changed:" "$(diff <(echo "$before") <(echo "$after") | head -8)"
-    return
-  fi
-  ok "$name  ($(head -1 "$tmp/err" | cut -c1-150))"
-}
+. tests/refuse.sh parity-bad
 
 P="$PARITY"
 T="$P train --model gpt-micro --steps 1 --quiet"
@@ -172,7 +136,7 @@ refuse "virtual stages that do not divide a stage's layers" "virtual-pipeline-mo
 refuse "layers per virtual stage that do not divide a stage" "num-layers-per-virtual-pipeline-stage: 3 must cut every stage's layers" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3 --num-microbatches 2
 refuse "interleaved without virtual stages" "pipeline-schedule: interleaved needs" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --pipeline-schedule interleaved --num-microbatches 2
 refuse "virtual stages with 1F1B" "pipeline-schedule: 1f1b has one model chunk per stage" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --pipeline-schedule 1f1b --virtual-pipeline-model-parallel-size 2
-refuse "an unknown schedule" "--pipeline-schedule: expected gpipe, 1f1b or interleaved, got 'zb'" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --pipeline-schedule zb
+refuse "an unknown schedule" "--pipeline-schedule: expected gpipe, 1f1b, interleaved or naive, got 'zb'" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --pipeline-schedule zb
 refuse "a world size that tp x pp x dp does not match" "world-size: 12 does not equal data-parallel-size 2 x tp\\*pp\\*cp 4" -- $P check --model gpt-tiny --steps 1 --world-size 12 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --data-parallel-size 2
 refuse "a world size that tp x pp does not divide" "world-size: 6 is not divisible by tp\\*pp\\*cp = 4" -- $P check --model gpt-tiny --steps 1 --world-size 6 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
 refuse "degrees whose product exceeds the devices parity runs" "world-size: tp 64 x pp 128 x cp 1 x dp 1 devices exceeds the 4096" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 64 --pipeline-model-parallel-size 128

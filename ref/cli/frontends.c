@@ -7,6 +7,7 @@
  * field that both a front end and a flag set is an error naming both. */
 #include "layout_cli.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,12 +28,30 @@ static int is_json(const char *path, const char *text) {
     return *text == '{';
 }
 
+const char *layout_opts_origin(const layout_opts_t *lo, char *buf, size_t cap) {
+    buf[0] = 0;
+    if (lo->parallel_config)
+        snprintf(buf, cap, " (from --parallel-config %s: %s)", lo->parallel_config,
+                 lo->config_json ? "sharding_size = tensor-model-parallel-size, stage_cnt = "
+                                   "pipeline-model-parallel-size, accum_degree = num-microbatches"
+                                 : "parallel.tensor.size = tensor-model-parallel-size, "
+                                   "parallel.pipeline = pipeline-model-parallel-size");
+    return buf;
+}
+
+int layout_opts_blame(const layout_opts_t *lo, perr_t *err) {
+    char origin[512];
+    if (!lo->parallel_config) return -1;
+    perr_t why = *err;
+    return perr_set(err, "the layout%s: %s", layout_opts_origin(lo, origin, sizeof origin), why.msg);
+}
+
 int layout_opts_resolve(layout_opts_t *lo, perr_t *err) {
     if (lo->parallel_config) {
         size_t len;
         char *text = pio_read_text(lo->parallel_config, "--parallel-config", (size_t)1 << 20, &len, err);
         if (!text) return -1;
-        const int json = is_json(lo->parallel_config, text);
+        const int json = lo->config_json = is_json(lo->parallel_config, text);
         int rc = json ? patterns_parse(text, len, lo->parallel_config, &lo->pc, err)
                       : perr_set(err, "--parallel-config '%s': not JSON", lo->parallel_config);
         free(text);

@@ -145,7 +145,7 @@ static dump_t *new_dump(const model_config_t *cfg, unsigned what) {
  * reassembly, the dump (train) or both dumps and the golden model kept
  * beside the layout (check). Refuses what does not fit. */
 static int estimate(const layout_job_t *job, int check, memest_t *m, perr_t *err) {
-    if (memest_layout(job->cfg, &job->lo->pc, m, err)) return -1;
+    if (memest_layout(job->cfg, &job->lo->pc, m, err)) return layout_opts_blame(job->lo, err);
     if (check) {
         memest_t golden;
         if (memest_layout(job->cfg, NULL, &golden, err)) return -1;

@@ -25,6 +25,7 @@ typedef struct {
     int broken_pp_tied_grad; /* --test-broken-pp-tied-embedding: no embedding-group reduction */
     const char *trace_path;  /* --trace FILE: Chrome trace events of the layout run */
     const char *parallel_config; /* --parallel-config FILE: a patterns or Colossal-AI file */
+    int config_json;             /* the file is a patterns file (else Colossal-AI's) */
     const char *optim[LAYOUT_MAX_OPTIM]; /* --optim model.optim.KEY=VALUE (NeMo), in order */
     int n_optim;
 } layout_opts_t;
@@ -39,6 +40,12 @@ void layout_opts_print_help(FILE *f);
 /* frontends.c: --parallel-config and --optim into lo->pc, before
  * pconfig_validate; 0, or -1 with a message naming the key. */
 int  layout_opts_resolve(layout_opts_t *lo, perr_t *err);
+/* "" or " (from --parallel-config FILE: its keys = the flags named in
+ * messages)": appended to a layout error so that it names the key the
+ * user wrote. buf is returned. */
+const char *layout_opts_origin(const layout_opts_t *lo, char *buf, size_t cap);
+/* -1, with the origin put before err's message when there is one. */
+int layout_opts_blame(const layout_opts_t *lo, perr_t *err);
 /* print_layout.c: --print-layout's JSON (the resolved layout, the rank
  * grid, each stage's passes, the memory estimate) of a validated pc. */
 int  layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t *mem, FILE *f,

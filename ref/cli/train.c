@@ -379,7 +379,9 @@ static int train_main(int argc, char **argv, int check) {
         lo.pc.given |= PC_GIVEN_MICRO;
     }
     if (layout_opts_resolve(&lo, &err) || pconfig_validate(&lo.pc, cfg.global_batch, &err)) {
-        fprintf(stderr, "parity %s: invalid layout: %s\n", argv[0], err.msg);
+        char origin[512];
+        fprintf(stderr, "parity %s: invalid layout%s: %s\n", argv[0],
+                layout_opts_origin(&lo, origin, sizeof origin), err.msg);
         return 2;
     }
     if (print_layout) {
@@ -392,6 +394,7 @@ static int train_main(int argc, char **argv, int check) {
         memest_t mem;
         if (memest_layout(&cfg, layout_given ? &lo.pc : NULL, &mem, &err) ||
             layout_print(&cfg, &lo.pc, &mem, stdout, &err)) {
+            layout_opts_blame(&lo, &err);
             fprintf(stderr, "parity %s: %s\n", argv[0], err.msg);
             return 2;
         }

