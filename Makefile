@@ -1,7 +1,7 @@
 # parity - build, test, sanitize, benchmark.
 #
 #   make            library, the `parity` program and the test binaries
-#   make demo       gpt-tiny on 4 devices (ZeRO-2), checked against the golden run
+#   make demo       3-D gpt-tiny (dp 2 x tp 2 + SP x pp 2, 1F1B, ZeRO-1) beside the golden run
 #   make check      run every test; ends with "N passed, N failed"
 #   make asan | tsan | ubsan   the same tests under a sanitizer
 #   make bench      benchmarks against memcpy, OpenMPI, PyTorch, OpenBLAS

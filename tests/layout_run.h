@@ -50,17 +50,23 @@ static void describe(void *ctx, const st_tensor_t *t, uint64_t flat, char *lay, 
     dp_describe_element(ctx, t, flat, lay, cap);
 }
 
-/* Runs one layout of model m against golden dump gd; returns 1 when every
- * golden tensor matched and every replica agreed. broken: BROKEN_* bits;
- * broken_replica: 1 + the device whose replica drifts. */
 /* The layout of space-separated layout flags for a batch of B
- * sequences; 0, or -1 with the reason on stderr. */
+ * sequences; 0, or -1 with the reason on stderr (flags too long for the
+ * buffers are such a reason, never silently cut). */
 static int parse_layout(const char *flags, int B, pconfig_t *pc) {
     pconfig_defaults(pc);
     char buf[512], *argv[32];
     int argc = 0;
-    snprintf(buf, sizeof buf, "%s", flags);
-    for (char *t = strtok(buf, " "); t && argc < 32; t = strtok(NULL, " ")) argv[argc++] = t;
+    if (snprintf(buf, sizeof buf, "%s", flags) >= (int)sizeof buf) {
+        fprintf(stderr, "flags too long: '%s'\n", flags);
+        return -1;
+    }
+    char *t = strtok(buf, " ");
+    for (; t && argc < 32; t = strtok(NULL, " ")) argv[argc++] = t;
+    if (t) {
+        fprintf(stderr, "more than 32 flags: '%s'\n", flags);
+        return -1;
+    }
     perr_t err;
     for (int i = 0; i < argc;)
         if (pconfig_parse_flag(pc, argc, argv, &i, &err) != 1) {
@@ -74,6 +80,9 @@ static int parse_layout(const char *flags, int B, pconfig_t *pc) {
     return 0;
 }
 
+/* Runs one layout of model m against golden dump gd; returns 1 when every
+ * golden tensor matched and every replica agreed. broken: BROKEN_* bits;
+ * broken_replica: 1 + the device whose replica drifts. */
 static int run_layout_of(const model_config_t *m, dump_t *gd, const char *flags, coll_algo_t algo,
                          int broken, int broken_replica, int *compared, FILE *report) {
     pconfig_t pc;

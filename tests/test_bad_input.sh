@@ -140,6 +140,12 @@ refuse "an unknown schedule" "--pipeline-schedule: expected gpipe, 1f1b, interle
 refuse "a world size that tp x pp x dp does not match" "world-size: 12 does not equal data-parallel-size 2 x tp\\*pp\\*cp 4" -- $P check --model gpt-tiny --steps 1 --world-size 12 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --data-parallel-size 2
 refuse "a world size that tp x pp does not divide" "world-size: 6 is not divisible by tp\\*pp\\*cp = 4" -- $P check --model gpt-tiny --steps 1 --world-size 6 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
 refuse "degrees whose product exceeds the devices parity runs" "world-size: tp 64 x pp 128 x cp 1 x dp 1 devices exceeds the 4096" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 64 --pipeline-model-parallel-size 128
+refuse "a layer split with spaces" "--pipeline-layer-split: expected layers per stage" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --pipeline-layer-split "3, 5"
+refuse "--num-microbatches and --accum-degree" "--num-microbatches and --accum-degree are one setting" -- $P check --model gpt-tiny --steps 1 --num-microbatches 2 --accum-degree 3
+refuse "virtual stages without a pipeline" "virtual-pipeline-model-parallel-size: virtual stages need pipeline-model-parallel-size >= 2" -- $P check --model gpt-tiny --steps 1 --virtual-pipeline-model-parallel-size 2
+refuse "a rank order without pp" "rank-order: 'tp-dp' leaves out pp, whose size is 2" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --rank-order tp-dp
+refuse "a pipeline negative control without a pipeline" "--test-broken-pp-tied-embedding: needs pipeline-model-parallel-size > 1" -- $P check --model gpt-tiny --steps 1 --test-broken-pp-tied-embedding
+refuse "--num-microbatches beyond the batch names the flag" "num-microbatches: 25 microbatches need at least 25 sequences" -- $P check --model gpt-tiny --steps 1 --num-microbatches 25
 refuse "--trace into a missing directory" "--trace.*directory '$w/nodir' does not exist" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --trace "$w/nodir/t.json"
 
 # --- resources: estimated before anything is allocated

@@ -35,6 +35,14 @@ exact "the seed's patterns file as written (sharding, 8 stages x 4 shards, ids 0
 exact "a hybrid patterns file (2 stages x 2 shards, pipelined)" --parallel-config "$cfgs/patterns_hybrid.json"
 exact "a hybrid patterns file with data parallelism inferred from --world-size 8" \
   --parallel-config "$cfgs/patterns_hybrid.json" --world-size 8 --zero-stage 1
+exact "a Colossal-AI file: pipeline=2, tensor=dict(size=2, mode='1d'), dp inferred (world 8)" \
+  --parallel-config "$cfgs/colossal_pp_tp.py" --num-microbatches 4 --world-size 8
+NEMO=(--optim model.optim.name=distributed_fused_adam --optim model.optim.overlap_grad_sync=true
+      --optim model.optim.overlap_param_sync=true --optim model.optim.bucket_cap_mb=0.05
+      --optim model.optim.dtype=fp32 --optim model.optim.grad_sync_dtype=float32
+      --optim model.optim.contiguous_grad_buffer=true --optim model.optim.contiguous_param_buffer=true)
+exact "NeMo's distributed_fused_adam options on dp=4 (ZeRO-2, overlapped, small buckets)" \
+  --data-parallel-size 4 "${NEMO[@]}"
 
 # --- one resolved view --------------------------------------------------------
 L="$P train --model gpt-tiny --print-layout"
@@ -49,6 +57,12 @@ $L --tensor-model-parallel-size 4 --pipeline-model-parallel-size 8 --pipeline-sc
    --num-microbatches 4 >"$tmp/megatron8.json" 2>&1
 $L --parallel-config "$cfgs/patterns_seed.json" >"$tmp/seed.json" 2>&1
 same "the seed's sharding file = Megatron flags with the naive schedule" "$tmp/megatron8.json" "$tmp/seed.json"
+$L --parallel-config "$cfgs/colossal_pp_tp.py" --num-microbatches 4 >"$tmp/colossal.json" 2>&1
+same "Colossal-AI file = patterns file = Megatron flags" "$tmp/patterns.json" "$tmp/colossal.json"
+$L --data-parallel-size 4 --zero-stage 2 --use-distributed-optimizer --overlap-grad-reduce \
+   --overlap-param-gather --bucket-cap-mb 0.052428800000000004 >"$tmp/megatron_zero.json" 2>&1
+$L --data-parallel-size 4 "${NEMO[@]}" >"$tmp/nemo.json" 2>&1
+same "NeMo options = Megatron flags (ZeRO-2, overlap, buckets of 0.05 MiB)" "$tmp/megatron_zero.json" "$tmp/nemo.json"
 if grep -q '"rank": 31, "tp": 3, "pp": 7, "dp": 0' "$tmp/seed.json"; then
   ok "the seed's device XLA_DTU:38 (stage_7.shard_3) is world rank 31"
 else fail "the seed's last device" "$(grep '"rank": 31' "$tmp/seed.json")"; fi
@@ -104,6 +118,48 @@ refuse "patterns: a directory" "--parallel-config '$w': not a regular file" -- $
 : >"$tmp/empty.json"
 refuse "patterns: an empty file" "malformed JSON" -- $T --parallel-config "$tmp/empty.json"
 refuse "--parallel-config twice" "--parallel-config: given twice" -- $T --parallel-config a.json --parallel-config b.json
+
+# --- bad Colossal-AI files --------------------------------------------------------
+col() { # NAME PATTERN TEXT [FLAGS...]
+  local name=$1 pattern=$2 text=$3; shift 3
+  printf '%s\n' "$text" >"$tmp/c.py"
+  refuse "colossal: $name" "$pattern" -- $T --parallel-config "$tmp/c.py" "$@"
+}
+col "tensor=4 without a mode" "parallel.tensor: .*mode" "parallel = dict(tensor=4)"
+col "mode 2d with size 8" "parallel.tensor.*2d needs a square size, got 8" "parallel = dict(tensor=dict(size=8, mode='2d'))"
+col "mode 2d, valid, not implemented" "parallel.tensor.mode: '2d'.*not implemented yet" "parallel = dict(tensor=dict(size=4, mode='2d'))"
+col "mode 2.5d without depth" "parallel.tensor.depth" "parallel = dict(tensor=dict(size=8, mode='2.5d'))"
+col "mode 3d with size 9" "parallel.tensor.*3d needs a cube" "parallel = dict(tensor=dict(size=9, mode='3d'))"
+col "an unknown key" "parallel.zero" "parallel = dict(zero=2)"
+col "a float size" "parallel.pipeline.*float" "parallel = dict(pipeline=2.0)"
+col "a zero size" "parallel.pipeline" "parallel = dict(pipeline=0)"
+col "unbalanced parentheses" "c.py:2: parallel: expected ',' or '.'" "parallel = dict(pipeline=2"
+col "an unterminated string" "c.py:1" "parallel = dict(tensor=dict(size=2, mode='1d))"
+col "no parallel" "parallel: not found" "BATCH_SIZE = 4"
+col "parallel twice" "parallel" $'parallel = dict(pipeline=2)\nparallel = dict(pipeline=4)'
+col "a function call" "c.py:1" "parallel = make(pipeline=2)"
+col "__import__" "c.py:1" "parallel = __import__('os')"
+col "a size 3 tensor (8 heads)" "parallel.tensor.size = tensor-model-parallel-size.*3 must divide the 8 attention heads" "parallel = dict(tensor=dict(size=3, mode='1d'))"
+col "the file and --pipeline-model-parallel-size" "parallel.pipeline: the layout also comes from --pipeline-model-parallel-size" "parallel = dict(pipeline=2)" --pipeline-model-parallel-size 2
+
+# --- bad NeMo options ------------------------------------------------------------
+nemo() { # NAME PATTERN KV [FLAGS...]
+  local name=$1 pattern=$2 kv=$3; shift 3
+  refuse "nemo: $name" "$pattern" -- $T --optim "$kv" "$@"
+}
+nemo "an unknown key" "model.optim.foo" model.optim.foo=1
+nemo "no =" "model.optim.name" model.optim.name
+nemo "no prefix" "name" name=distributed_fused_adam
+nemo "bf16" "model.optim.dtype: bf16 is not supported yet" model.optim.dtype=bf16 --optim model.optim.name=distributed_fused_adam
+nemo "fp16 gradient sync" "model.optim.grad_sync_dtype" model.optim.grad_sync_dtype=fp16 --optim model.optim.name=distributed_fused_adam
+nemo "bucket_cap_mb 0" "model.optim.bucket_cap_mb" model.optim.bucket_cap_mb=0 --optim model.optim.name=distributed_fused_adam
+nemo "bucket_cap_mb nan" "model.optim.bucket_cap_mb" model.optim.bucket_cap_mb=nan --optim model.optim.name=distributed_fused_adam
+nemo "a boolean 'yes'" "model.optim.overlap_grad_sync" model.optim.overlap_grad_sync=yes --optim model.optim.name=distributed_fused_adam
+nemo "sgd" "model.optim.name: 'sgd' is not supported" model.optim.name=sgd
+nemo "a non-contiguous gradient buffer" "model.optim.contiguous_grad_buffer" model.optim.contiguous_grad_buffer=false --optim model.optim.name=distributed_fused_adam
+nemo "lr is parity's --lr" "model.optim.lr.*--lr" model.optim.lr=0.1
+nemo "a key given twice" "model.optim.name" model.optim.name=adamw --optim model.optim.name=adamw
+nemo "ZeRO-2 against --zero-stage 1" "model.optim.name=distributed_fused_adam .ZeRO-2. contradicts --zero-stage 1" model.optim.name=distributed_fused_adam --zero-stage 1
 
 echo "RESULT test_frontends.sh: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

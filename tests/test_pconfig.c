@@ -78,7 +78,7 @@ static void test_errors_name_the_field(void) {
                  "--accum-degree 3", "num-microbatches: 3 is not a multiple of pipeline-model-parallel-size 2");
     expect_error("--pipeline-model-parallel-size 3 --pipeline-layer-split 4,4",
                  "pipeline-layer-split: 2 entries");
-    expect_error("--pipeline-schedule gpipe --virtual-pipeline-model-parallel-size 2",
+    expect_error("--pipeline-model-parallel-size 2 --pipeline-schedule gpipe --virtual-pipeline-model-parallel-size 2",
                  "pipeline-schedule: gpipe has one model chunk per stage");
     expect_error("--world-size 6 --tensor-model-parallel-size 4", "world-size: 6 is not divisible by tp");
     expect_error("--world-size 8 --tensor-model-parallel-size 2 --data-parallel-size 2", "world-size");

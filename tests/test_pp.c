@@ -227,15 +227,24 @@ static void check_1f1b(const pass_t *p, int n, int m, int pp, int r, const char 
 }
 
 /* Interleaved: the k-th forward of stage r runs chunk (k mod pp*v) / pp,
- * the k-th backward v - 1 minus that (Megatron's get_model_chunk_id). */
-static void check_interleaved(const pass_t *p, int n, int pp, int v, int r, const char *what) {
-    int kf = 0, kb = 0;
+ * the k-th backward v - 1 minus that (Megatron's get_model_chunk_id), on
+ * microbatch (k / (pp*v)) * pp + k mod pp; the warm-up runs
+ * (pp - r - 1) * 2 + (v - 1) * pp forwards (all of them when m = pp)
+ * before the first backward. */
+static void check_interleaved(const pass_t *p, int n, int pp, int v, int m, int r, const char *what) {
+    int kf = 0, kb = 0, first_b = -1;
     for (int i = 0; i < n; i++) {
-        int k = p[i].fwd ? kf++ : kb++, c = (k % (pp * v)) / pp;
+        int k = p[i].fwd ? kf++ : kb++, c = (k % (pp * v)) / pp, mb = k / (pp * v) * pp + k % pp;
         if (!p[i].fwd) c = v - 1 - c;
-        CHECK(p[i].chunk == c, "%s: stage %d's %s %d runs chunk %d, expected %d", what, r,
-              p[i].fwd ? "forward" : "backward", k, p[i].chunk, c);
+        if (!p[i].fwd && first_b < 0) first_b = i;
+        CHECK(p[i].chunk == c && p[i].mb == mb, "%s: stage %d's %s %d runs microbatch %d chunk %d, "
+              "expected %d, %d", what, r, p[i].fwd ? "forward" : "backward", k, p[i].mb, p[i].chunk,
+              mb, c);
     }
+    int warm = m == pp ? m * v : (pp - r - 1) * 2 + (v - 1) * pp;
+    if (warm > m * v) warm = m * v;
+    CHECK(first_b == (warm < m * v ? warm + 1 : warm), "%s: stage %d runs %d forwards before its "
+          "first backward, expected %d", what, r, first_b, warm < m * v ? warm + 1 : warm);
 }
 
 static void test_trace_follows_the_schedule(void) {
@@ -262,7 +271,7 @@ static void test_trace_follows_the_schedule(void) {
                   2 * m * v);
             if (pc.pp_schedule == PC_PP_GPIPE) check_gpipe(p, n, m, L[k]);
             else if (pc.pp_schedule == PC_PP_1F1B) check_1f1b(p, n, m, pc.pp, r, L[k]);
-            else check_interleaved(p, n, pc.pp, v, r, L[k]);
+            else check_interleaved(p, n, pc.pp, v, m, r, L[k]);
             /* activation slots: what the schedule holds at once, counted while it ran */
             const int total = m * v, warm_i = m == pc.pp ? total : (pc.pp - r - 1) * 2 + (v - 1) * pc.pp;
             const int want = pc.pp_schedule == PC_PP_GPIPE ? m
@@ -290,8 +299,8 @@ static void test_trace_follows_the_schedule(void) {
 
 static void test_broken_variants_are_caught(void) {
     /* masks keyed by a stage's microbatch count: microbatch 1 holds
-     * sequences 2-3 but draws the masks of sequences 1-2; the first mask
-     * drawn is the embedding dropout's */
+     * sequences B/3 .. 2B/3 - 1 but draws the masks of sequences 1 ..
+     * B/3; the first mask drawn is the embedding dropout's */
     char *buf = broken_report("--pipeline-model-parallel-size 2 --num-microbatches 3",
                               BROKEN_PP_MASK_KEY, 0);
     if (buf)

@@ -116,13 +116,13 @@ typedef struct {
     /* wall time by phase: forward/backward, exact gradient reductions,
      * other collectives, and the optimizer (norm, clipping, AdamW) */
     double seconds_compute, seconds_reduce, seconds_comm, seconds_optimizer;
-    /* pipeline: this device's stage, the slots each chunk has, the most
+    /* pipeline: this device's stage, the activation slots it has, the most
      * (microbatch, chunk) pairs it held at once, and over the steps the
      * seconds of its forward and backward passes and the pipeline's span
      * (the step's start to the last backward of any stage: Megatron's
      * flush): the bubble is 1 - busy / span */
     int pp_stage, pp_in_flight_peak;
-    int pp_slots[GPT_MAX_CHUNKS];
+    int pp_slots;
     double pp_busy, pp_span;
 } dp_device_report_t;
 

@@ -175,7 +175,8 @@ typedef struct {
     int n_seq, first_seq;                  /* sequences of the global batch */
     int mask_seq;                          /* the sequence index dropout masks are keyed by:
                                               first_seq (I3; a broken variant changes it) */
-    int chunk;                             /* the chunk of units the slot holds (-1: all) */
+    int chunk;                             /* the chunk of units the slot is laid out for
+                                              (-1: every unit held) */
     int64_t step;
     int32_t *inputs, *targets;             /* [n] */
     float *emb;                            /* [n,C] embedding output (after dropout) */
@@ -342,19 +343,22 @@ int  gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, per
 int  gpt_mem_bytes_tp(const model_config_t *cfg, int tp, int sp, unsigned omit, gpt_mem_t *out,
                       perr_t *err);
 /* The same for a replica holding `units` (pipeline parallelism) with
- * slots[c] activation slots for chunk c (slots NULL: one slot of every
+ * n_slots activation slots of its largest chunk (0: one slot of every
  * unit held, as gpt_new_tp makes). */
 int  gpt_mem_bytes_mp(const model_config_t *cfg, int tp, int sp, const gpt_units_t *units,
-                      const int *slots, unsigned omit, gpt_mem_t *out, perr_t *err);
+                      int n_slots, unsigned omit, gpt_mem_t *out, perr_t *err);
 void gpt_free(gpt_t *g);
 
 /* Activation slots: n >= 1 (gpt_new makes one). Existing slots' contents
  * are lost. Memory as gpt_new_ex's activations. */
 int   gpt_set_slots(gpt_t *g, int n, perr_t *err);
-/* Pipeline stages: slots[c] slots for chunk c of the units held, each
- * holding only that chunk's activations (and the buffer its input
- * arrives in); chunk-major order (chunk 0's first). */
-int   gpt_set_chunk_slots(gpt_t *g, const int *slots, perr_t *err);
+/* Pipeline stages: n slots, each able to hold any one chunk of the units
+ * held (sized for the largest), laid out for chunk 0. */
+int   gpt_set_stage_slots(gpt_t *g, int n, perr_t *err);
+/* Lays slot s out for chunk c: that chunk's activations and the buffer
+ * its input arrives in. Whatever the slot held is dropped; a no-op when
+ * it already holds chunk c. */
+void  gpt_slot_use_chunk(gpt_t *g, int s, int c);
 
 void  gpt_step_begin(gpt_t *g);
 

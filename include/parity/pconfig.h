@@ -53,6 +53,8 @@ typedef struct {
 enum { /* bits of pconfig_t.given */
     PC_GIVEN_WORLD = 1u << 0, PC_GIVEN_DP = 1u << 1, PC_GIVEN_GLOBAL = 1u << 2,
     PC_GIVEN_MICRO = 1u << 3, PC_GIVEN_ACCUM = 1u << 4, PC_GIVEN_ZERO = 1u << 5,
+    PC_GIVEN_NUM_MB = 1u << 6, /* the microbatches came as --num-microbatches (messages name it) */
+    PC_GIVEN_BUCKET = 1u << 7,
 };
 
 /* Defaults: one device, DDP, buckets of 40 MB, fp32, Megatron's order. */

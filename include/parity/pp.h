@@ -53,17 +53,20 @@ typedef struct {
 
 /* Stage r's 2 * m * v passes, in order, into ops; returns their count. */
 int pp_schedule(const pp_plan_t *p, int r, pp_op_t *ops);
-/* Forwards stage r runs before its first backward (the warm-up, plus the
- * steady state's first forward when there is one). */
-int pp_warmup(const pp_plan_t *p, int r);
-/* The most (microbatch, chunk c) pairs stage r holds between forward and
- * backward: the activation slots chunk c needs, counted on the schedule. */
+/* The most (microbatch, chunk c) pairs stage r holds between forward
+ * and backward, counted on the schedule; c < 0: of any chunk. A stage
+ * keeps a pool of slots per chunk (the sum over c): a slot is reused
+ * only after its last send was received, and within one chunk the
+ * schedules above make that wait one the schedule has anyway, while a
+ * pool shared by the chunks can wait on a send whose receiver waits on
+ * this stage (a deadlock). */
 int pp_max_in_flight(const pp_plan_t *p, int r, int c);
 /* The schedule's formula for the same, over all chunks: GPipe m, 1F1B
  * min(pp - r, m), interleaved min(warm-up + 1, m * v), naive 1. */
 int pp_in_flight_formula(const pp_plan_t *p, int r);
-/* The theoretical bubble fraction: (p - 1) / (m + p - 1), divided by v
- * when interleaved; (p - 1) / p naive. */
+/* The theoretical bubble, as a fraction of the step: (p - 1) / (m + p - 1);
+ * interleaved (p - 1) / (v m + p - 1), Megatron's bubble (p - 1)/m shrunk
+ * v times; naive (p - 1) / p. */
 double pp_bubble_theory(const pp_plan_t *p);
 /* Virtual stage of chunk c on stage r, and where it sends: the stage of
  * virtual stage vs. */

@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parity/colossal.h"
 #include "parity/fileio.h"
+#include "parity/nemo.h"
 #include "parity/patterns.h"
 
 static int ends_with(const char *s, const char *tail) {
@@ -53,9 +55,16 @@ int layout_opts_resolve(layout_opts_t *lo, perr_t *err) {
         if (!text) return -1;
         const int json = lo->config_json = is_json(lo->parallel_config, text);
         int rc = json ? patterns_parse(text, len, lo->parallel_config, &lo->pc, err)
-                      : perr_set(err, "--parallel-config '%s': not JSON", lo->parallel_config);
+                      : colossal_parse(text, len, lo->parallel_config, &lo->pc, err);
         free(text);
         if (rc) return -1;
+    }
+    if (lo->n_optim) {
+        nemo_optim_t o;
+        nemo_optim_init(&o);
+        for (int k = 0; k < lo->n_optim; k++)
+            if (nemo_optim_set(&o, lo->optim[k], err)) return -1;
+        if (nemo_optim_apply(&o, &lo->pc, err)) return -1;
     }
     return 0;
 }

@@ -77,7 +77,7 @@ int layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t 
     fprintf(f, "],\n    \"global_batch\": %d, \"micro_batch\": %d, \"microbatches\": %d,\n",
             pc->global_batch, pc->micro_batch, pc->accum_degree);
     fprintf(f, "    \"zero_stage\": %d, \"overlap_grad_reduce\": %s, \"overlap_param_gather\": %s, "
-               "\"bucket_cap_mb\": %.17g, \"dtype\": \"%s\", \"grad_sync_dtype\": \"%s\"},\n",
+               "\"bucket_cap_mb\": %.9g, \"dtype\": \"%s\", \"grad_sync_dtype\": \"%s\"},\n",
             pc->zero_stage, pc->overlap_grad_reduce ? "true" : "false",
             pc->overlap_param_gather ? "true" : "false", pc->bucket_cap_mb, dtype_name(pc->dtype),
             dtype_name(pc->grad_sync_dtype));

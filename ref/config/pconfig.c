@@ -53,13 +53,18 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
         {"--global-batch-size", &pc->global_batch, 1, INT_MAX, PC_GIVEN_GLOBAL},
         {"--micro-batch-size", &pc->micro_batch, 1, INT_MAX, PC_GIVEN_MICRO},
         {"--accum-degree", &pc->accum_degree, 1, INT_MAX, PC_GIVEN_ACCUM},
-        {"--num-microbatches", &pc->accum_degree, 1, INT_MAX, PC_GIVEN_ACCUM},
+        {"--num-microbatches", &pc->accum_degree, 1, INT_MAX, PC_GIVEN_ACCUM | PC_GIVEN_NUM_MB},
         {"--virtual-pipeline-model-parallel-size", &pc->vpp, 1, PC_MAX_CHUNKS, 0},
         {"--num-layers-per-virtual-pipeline-stage", &pc->layers_per_vstage, 1, 4096, 0},
         {"--zero-stage", &pc->zero_stage, 0, 3, PC_GIVEN_ZERO},
     };
     for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
         if (strcmp(flag, ints[k].flag)) continue;
+        /* one field, two names: given both, which would win is a guess */
+        if ((ints[k].given & PC_GIVEN_ACCUM) && (pc->given & PC_GIVEN_ACCUM) &&
+            !(pc->given & PC_GIVEN_NUM_MB) != !(ints[k].given & PC_GIVEN_NUM_MB))
+            return perr_set(err, "%s: --num-microbatches and --accum-degree are one setting; give one",
+                            flag);
         if (!strcmp(flag, "--zero-stage") && val) {
             /* a clearer message than the range for the common mistake;
              * the digits as given (a huge number saturates strtol) */
@@ -109,7 +114,8 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
             char *end;
             errno = 0;
             long n = strtol(at, &end, 10);
-            if (end == at || errno == ERANGE || n < 1 || n > 4096 || (*end && *end != ','))
+            if (*at < '0' || *at > '9' || end == at || errno == ERANGE || n < 1 || n > 4096 ||
+                (*end && *end != ','))
                 return perr_set(err, "--pipeline-layer-split: expected layers per stage such as "
                                      "3,3,2 (each >= 1), got '%s'", val);
             if (pc->n_layer_split == PC_MAX_SPLIT)
@@ -129,6 +135,7 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
             return perr_set(err, "--bucket-cap-mb: expected a size in MB > 0, got '%s'",
                             val ? val : "(nothing)");
         pc->bucket_cap_mb = v;
+        pc->given |= PC_GIVEN_BUCKET;
         *i += 2;
         return 1;
     }
@@ -170,6 +177,10 @@ static int pipeline_validate(pconfig_t *pc, perr_t *err) {
         return perr_set(err, "virtual-pipeline-model-parallel-size and "
                              "num-layers-per-virtual-pipeline-stage: give one of them");
     const int virtual = pc->vpp > 1 || pc->layers_per_vstage;
+    if (virtual && pc->pp < 2)
+        return perr_set(err, "%s: virtual stages need pipeline-model-parallel-size >= 2, got %d",
+                        pc->vpp > 1 ? "virtual-pipeline-model-parallel-size"
+                                    : "num-layers-per-virtual-pipeline-stage", pc->pp);
     if (pc->pp_schedule == PC_PP_DEFAULT)
         pc->pp_schedule = virtual ? PC_PP_INTERLEAVED : PC_PP_1F1B;
     if (pc->pp_schedule == PC_PP_INTERLEAVED) {
@@ -220,6 +231,12 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
                              "simulated devices parity runs", pc->tp, pc->pp, pc->cp,
                         pc->dp ? pc->dp : 1, PARITY_MAX_DEVICES);
     int model_par = (int)mp;
+    const struct { const char *name; int size; } axes[] = {
+        {"tp", pc->tp}, {"pp", pc->pp}, {"cp", pc->cp}, {"ep", pc->ep}, {"dp", pc->dp}};
+    for (int a = 0; a < 5; a++)
+        if (axes[a].size > 1 && !strstr(pc->order, axes[a].name))
+            return perr_set(err, "rank-order: '%s' leaves out %s, whose size is %d", pc->order,
+                            axes[a].name, axes[a].size);
     if (pc->dp == 0) { /* inferred from the world size, as Megatron does */
         int world = pc->world_size ? pc->world_size : model_par; /* dp = 1 */
         if (world % model_par)
@@ -258,15 +275,16 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
         /* exact sums make any split of a rank's sequences into microbatches
          * give the golden bits, so --accum-degree need not divide them: the
          * sizes differ by at most one (micro_batch is the largest) */
+        const char *accum = pc->given & PC_GIVEN_NUM_MB ? "num-microbatches" : "accum-degree";
         if (pc->accum_degree > B / dp)
-            return perr_set(err, "accum-degree: %d microbatches need at least %d sequences per "
+            return perr_set(err, "%s: %d microbatches need at least %d sequences per "
                                  "data-parallel rank, but there are %d (global batch %d / dp %d)",
-                            pc->accum_degree, pc->accum_degree, B / dp, B, dp);
+                            accum, pc->accum_degree, pc->accum_degree, B / dp, B, dp);
         int micro = (B / dp + pc->accum_degree - 1) / pc->accum_degree;
         if ((pc->given & PC_GIVEN_MICRO) && pc->micro_batch != micro)
-            return perr_set(err, "micro-batch-size: %d contradicts accum-degree %d "
+            return perr_set(err, "micro-batch-size: %d contradicts %s %d "
                                  "(global %d / (dp %d x accum %d) = %d)",
-                            pc->micro_batch, pc->accum_degree, B, dp, pc->accum_degree, micro);
+                            pc->micro_batch, accum, pc->accum_degree, B, dp, pc->accum_degree, micro);
         pc->micro_batch = micro;
     } else {
         if (!pc->micro_batch) pc->micro_batch = B / dp;

@@ -190,11 +190,25 @@ static size_t scratch_bytes(const model_config_t *cfg, const gpt_local_t *lc, in
     return measure.used + 64;
 }
 
+/* The bytes of a slot that can hold any one chunk of `units` (every unit
+ * held when there are no chunks): the largest chunk's. */
+static size_t stage_slot_bytes(const model_config_t *cfg, const gpt_local_t *lc,
+                               const gpt_units_t *units) {
+    const slot_units_t all = {units, -1};
+    size_t most = units->n ? 0 : slot_bytes(cfg, lc, &all);
+    for (int c = 0; c < units->n; c++) {
+        const slot_units_t one = {units, c};
+        const size_t b = slot_bytes(cfg, lc, &one);
+        if (b > most) most = b;
+    }
+    return most;
+}
+
 /* What gpt_new_tp takes from its arena: one table for the allocation and
  * for the estimate (gpt_mem_bytes), so they cannot drift apart. One
- * activation slot of every unit held, or slots[c] of each chunk c. */
+ * activation slot of every unit held, or n_slots of the largest chunk. */
 static void mem_of(const model_config_t *cfg, const param_table_t *t, unsigned omit,
-                   const gpt_local_t *lc, int tp, const gpt_units_t *units, const int *slots,
+                   const gpt_local_t *lc, int tp, const gpt_units_t *units, int n_slots,
                    gpt_mem_t *m) {
     const size_t F4 = t->total * sizeof(float);
     m->params = omit & GPT_NO_PARAMS ? 0 : F4;
@@ -202,15 +216,10 @@ static void mem_of(const model_config_t *cfg, const param_table_t *t, unsigned o
     m->optimizer = omit & GPT_NO_OPTIMIZER ? 0 : 2 * F4; /* AdamW m and v */
     m->open_sums = 0;
     for (int i = 0; i < t->count; i++) m->open_sums += acc_storage_bytes(t->info[i].numel);
-    m->activations = scratch_bytes(cfg, lc, tp);
-    if (!slots) {
-        const slot_units_t all = {units, -1};
-        m->activations += slot_bytes(cfg, lc, &all);
-    }
-    for (int c = 0; slots && c < units->n; c++) {
-        const slot_units_t one = {units, c};
-        m->activations += (size_t)slots[c] * slot_bytes(cfg, lc, &one);
-    }
+    const slot_units_t all = {units, -1};
+    m->activations = scratch_bytes(cfg, lc, tp) +
+                     (n_slots ? (size_t)n_slots * stage_slot_bytes(cfg, lc, units)
+                              : slot_bytes(cfg, lc, &all));
 }
 
 int gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, perr_t *err) {
@@ -220,18 +229,18 @@ int gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, perr
 int gpt_mem_bytes_tp(const model_config_t *cfg, int tp, int sp, unsigned omit, gpt_mem_t *out,
                      perr_t *err) {
     const gpt_units_t all = {0, {0}, {0}};
-    return gpt_mem_bytes_mp(cfg, tp, sp, &all, NULL, omit, out, err);
+    return gpt_mem_bytes_mp(cfg, tp, sp, &all, 0, omit, out, err);
 }
 
 int gpt_mem_bytes_mp(const model_config_t *cfg, int tp, int sp, const gpt_units_t *units,
-                     const int *slots, unsigned omit, gpt_mem_t *out, perr_t *err) {
+                     int n_slots, unsigned omit, gpt_mem_t *out, perr_t *err) {
     memset(out, 0, sizeof *out);
     param_table_t t;
     gpt_local_t lc;
     if (model_config_validate_replica(cfg, err) || gpt_local_dims(cfg, tp, 0, sp, &lc, err) ||
         param_table_build_mp(&t, cfg, tp, units, err))
         return -1;
-    mem_of(cfg, &t, omit, &lc, tp, units, units->n ? slots : NULL, out);
+    mem_of(cfg, &t, omit, &lc, tp, units, units->n ? n_slots : 0, out);
     param_table_free(&t);
     return 0;
 }
@@ -265,7 +274,7 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
     g->param_ptr = calloc((size_t)g->table.count, sizeof(float *));
     if (!g->grad_acc || !g->acc_storage || !g->param_ptr) goto oom;
     gpt_mem_t mem;
-    mem_of(cfg, &g->table, omit, &g->local, shard->tp, &shard->units, NULL, &mem);
+    mem_of(cfg, &g->table, omit, &g->local, shard->tp, &shard->units, 0, &mem);
     if (mem.params && !(g->params = model_alloc(arena, mem.params, MEM_PARAMS, what = "parameters")))
         goto oom;
     if (mem.grads && !(g->grads = model_alloc(arena, mem.grads, MEM_GRADS, what = "gradients")))
@@ -319,49 +328,61 @@ static void free_slots(gpt_t *g) {
     g->n_slots = 0;
 }
 
-/* n slots; chunk_of[k] the chunk slot k holds (NULL: every unit held). */
-static int make_slots(gpt_t *g, int n, const int *chunk_of, perr_t *err) {
+/* n slots: of every unit held (chunked = 0), or each sized for the
+ * largest chunk and laid out for chunk 0 until gpt_slot_use_chunk. */
+static int make_slots(gpt_t *g, int n, int chunked, perr_t *err) {
     free_slots(g);
     if (!(g->slot = calloc((size_t)n, sizeof *g->slot))) return perr_set(err, "out of memory");
     g->n_slots = n;
+    const slot_units_t all = {&g->shard.units, -1};
+    const size_t bytes = chunked ? stage_slot_bytes(&g->cfg, &g->local, &g->shard.units)
+                                 : slot_bytes(&g->cfg, &g->local, &all);
     for (int k = 0; k < n; k++) {
         gpt_slot_t *A = &g->slot[k];
-        const slot_units_t su = {&g->shard.units, chunk_of ? chunk_of[k] : -1};
-        A->chunk = su.chunk;
         if (!(A->layer = calloc((size_t)g->cfg.layers + 1, sizeof *A->layer)))
             return perr_set(err, "out of memory");
-        carver_t cv = {model_alloc(g->arena, slot_bytes(&g->cfg, &g->local, &su), MEM_ACTIVATIONS,
-                                   "activations"),
-                       0};
-        if (!cv.base)
+        A->block = model_alloc(g->arena, bytes, MEM_ACTIVATIONS, "activations");
+        if (!A->block)
             return perr_set(err, "activation slot %d of %d does not fit the device%s%s", k, n,
                             g->arena ? ":\n" : "", g->arena ? arena_last_error(g->arena) : "");
-        A->block = cv.base;
-        layout_slot(A, &g->cfg, &g->local, &su, &cv);
+        A->chunk = -1;
+        if (chunked)
+            gpt_slot_use_chunk(g, k, 0);
+        else {
+            carver_t cv = {A->block, 0};
+            layout_slot(A, &g->cfg, &g->local, &all, &cv);
+        }
     }
     return 0;
 }
 
 int gpt_set_slots(gpt_t *g, int n, perr_t *err) {
     if (n < 1) return perr_set(err, "activation slots: %d, expected >= 1", n);
-    return make_slots(g, n, NULL, err);
+    return make_slots(g, n, 0, err);
 }
 
-int gpt_set_chunk_slots(gpt_t *g, const int *slots, perr_t *err) {
-    const int nc = g->shard.units.n;
-    int n = 0;
-    for (int c = 0; c < nc; c++) {
-        if (slots[c] < 1) return perr_set(err, "activation slots of chunk %d: %d, expected >= 1", c, slots[c]);
-        n += slots[c];
-    }
-    if (nc == 0) return perr_set(err, "chunk slots: the replica holds no pipeline chunks");
-    int *chunk_of = calloc((size_t)n, sizeof *chunk_of);
-    if (!chunk_of) return perr_set(err, "out of memory");
-    for (int c = 0, k = 0; c < nc; c++)
-        for (int i = 0; i < slots[c]; i++) chunk_of[k++] = c;
-    int rc = make_slots(g, n, chunk_of, err);
-    free(chunk_of);
-    return rc;
+int gpt_set_stage_slots(gpt_t *g, int n, perr_t *err) {
+    if (n < 1) return perr_set(err, "activation slots: %d, expected >= 1", n);
+    if (g->shard.units.n == 0) return perr_set(err, "stage slots: the replica holds no pipeline chunks");
+    return make_slots(g, n, 1, err);
+}
+
+void gpt_slot_use_chunk(gpt_t *g, int s, int c) {
+    if (s < 0 || s >= g->n_slots || c < 0 || c >= g->shard.units.n)
+        parity_fatal("gpt_slot_use_chunk: slot %d of %d, chunk %d of %d", s, g->n_slots, c,
+                     g->shard.units.n);
+    gpt_slot_t *A = &g->slot[s];
+    if (A->chunk == c) return;
+    /* a chunk's activations over the block: the previous chunk's are dead
+     * (its backward has run), and no pointer to them may survive */
+    layer_acts_t *layers = A->layer;
+    void *block = A->block;
+    memset(A, 0, sizeof *A);
+    memset(layers, 0, ((size_t)g->cfg.layers + 1) * sizeof *layers);
+    A->layer = layers, A->block = block, A->chunk = c;
+    const slot_units_t one = {&g->shard.units, c};
+    carver_t cv = {block, 0};
+    layout_slot(A, &g->cfg, &g->local, &one, &cv);
 }
 
 int gpt_new(gpt_t **out, const model_config_t *cfg, perr_t *err) {

@@ -28,6 +28,7 @@ typedef struct dp_rank {
     int nops;
     coll_request_t **slot_send; /* [slots] a send still reading the slot, or NULL */
     int *slot_of;          /* [m * v] the slot of (microbatch, chunk) in flight */
+    int slot_first[GPT_MAX_CHUNKS + 1]; /* chunk c's pool of slots (dp_stage_slots) */
     trace_buf_t *trace;    /* --trace: this device's spans, or NULL */
     double busy;           /* this step's forward/backward seconds */
     double sched_start;    /* when this step's schedule began (after the step's barrier) */
@@ -220,8 +221,9 @@ double dp_now(void);
  * golden order), activations and gradients to and from the neighbouring
  * stages; then the tied embedding's gradient over the embedding group. */
 void dp_run_schedule(dp_rank_t *r, int64_t step, const gpt_observer_t *obs);
-/* The slots each chunk of this stage needs (pp_max_in_flight). */
-int  dp_stage_slots(const pp_plan_t *pp, int stage, int *slots);
+/* The slots of this stage: a pool per chunk, chunk c's at first[c] ..
+ * first[c + 1] - 1 (first may be NULL); returns their number. */
+int  dp_stage_slots(const pp_plan_t *pp, int stage, int *first);
 /* --trace: a span on this device's track (no-op without a trace). */
 void dp_span(dp_rank_t *r, const char *name, const char *cat, double t0, int mb, int chunk);
 

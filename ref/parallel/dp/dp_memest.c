@@ -24,10 +24,8 @@ static void add(memest_dev_t *dev, mem_cat_t c, size_t bytes) {
 static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp_plan_t *pp, int s,
                         memest_dev_t *dev, size_t *part, perr_t *err) {
     const int tp = pc->tp > 0 ? pc->tp : 1;
-    int slots[GPT_MAX_CHUNKS];
-    dp_stage_slots(pp, s, slots);
     gpt_mem_t g;
-    if (gpt_mem_bytes_mp(cfg, tp, pc->sequence_parallel, &pp->units[s], slots,
+    if (gpt_mem_bytes_mp(cfg, tp, pc->sequence_parallel, &pp->units[s], dp_stage_slots(pp, s, NULL),
                          dp_replica_omits(pc->zero_stage), &g, err))
         return -1;
     param_table_t t;

@@ -26,11 +26,6 @@
 #include "dp_internal.h"
 #include "parity/corpus.h"
 
-int dp_stage_slots(const pp_plan_t *pp, int stage, int *slots) {
-    int total = 0;
-    for (int c = 0; c < pp->v; c++) total += slots[c] = pp_max_in_flight(pp, stage, c);
-    return total;
-}
 
 void dp_span(dp_rank_t *r, const char *name, const char *cat, double t0, int mb, int chunk) {
     if (r->trace && trace_add(r->trace, r->device, name, cat, t0, dp_now(), mb, chunk))
@@ -75,18 +70,29 @@ static void wait_send(dp_rank_t *r, int s) {
     r->slot_send[s] = NULL;
 }
 
-/* A free slot of chunk c (slots are chunk-major, gpt_set_chunk_slots). */
+int dp_stage_slots(const pp_plan_t *pp, int stage, int *first) {
+    int n = 0;
+    for (int c = 0; c < pp->v; c++) {
+        if (first) first[c] = n;
+        n += pp_max_in_flight(pp, stage, c);
+    }
+    if (first) first[pp->v] = n;
+    return n;
+}
+
+/* A free slot of chunk c's pool (pp_max_in_flight), laid out for it. Its
+ * last send must have been received first: within one chunk the
+ * schedules make that wait one they have anyway (pp.h). */
 static int take_slot(dp_rank_t *r, int c, uint8_t *busy) {
-    int s0 = 0;
-    for (int k = 0; k < c; k++) s0 += r->report->pp_slots[k];
-    for (int s = s0; s < s0 + r->report->pp_slots[c]; s++)
+    for (int s = r->slot_first[c]; s < r->slot_first[c + 1]; s++)
         if (!busy[s]) {
             busy[s] = 1;
             wait_send(r, s);
+            gpt_slot_use_chunk(r->g, s, c);
             return s;
         }
-    parity_fatal("device %d: chunk %d has no free activation slot (the schedule needs more than "
-                 "pp_max_in_flight counted)", r->device, c);
+    parity_fatal("device %d: no free activation slot (the schedule holds more than "
+                 "pp_max_in_flight counted)", r->device);
     return -1;
 }
 

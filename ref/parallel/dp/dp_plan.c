@@ -52,7 +52,11 @@ static int add_bucket(dp_plan_t *p, const param_table_t *t, int first, int last)
     b->lo = t->info[first].offset;
     b->hi = t->info[last - 1].offset + t->info[last - 1].numel;
     b->piece = (b->hi - b->lo + (size_t)p->dp - 1) / (size_t)p->dp;
-    b->ready_unit = p->unit_of_tensor[first];
+    /* final after the backward of its lowest tensor's unit: the lowest one
+     * this stage holds (a pipeline stage's table has empty tensors) */
+    int lowest = first;
+    while (lowest + 1 < last && t->info[lowest].numel == 0) lowest++;
+    b->ready_unit = p->unit_of_tensor[lowest];
     return p->nbuckets - 1;
 }
 

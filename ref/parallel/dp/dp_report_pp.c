@@ -3,8 +3,9 @@
  * schedule needs (GPipe m, 1F1B min(pp - r, m), interleaved
  * min(warm-up + 1, m v)) against the most microbatches it held at once
  * and the activation memory it measured; the bubble each device measured
- * (1 - forward/backward seconds over the span from its first forward to
- * its last backward) against (p - 1)/(m + p - 1) (/ v interleaved); and
+ * (1 - its forward/backward seconds over the step's span, from the
+ * step's start to the last backward on any stage: the pipeline's flush)
+ * against (p - 1)/(m + p - 1) ((p - 1)/(v m + p - 1) interleaved); and
  * the point-to-point traffic against one message per microbatch and
  * stage boundary, a sequence's residual stream each.
  *
@@ -57,8 +58,7 @@ void dp_print_pp_report(const dp_run_t *run, const char *trace_path, FILE *f) {
         const int d = stage_device(run, s);
         if (d < 0) continue;
         const dp_device_report_t *r = &run->reports[d];
-        int slots = 0;
-        for (int c = 0; c < pp.v; c++) slots += r->pp_slots[c];
+        const int slots = r->pp_slots;
         char units[96];
         units_label(&pp.units[s], cfg.layers, units, sizeof units);
         fprintf(f, "  %-5d %-6d %-26s %14d %9d %9d %10.3f %10.1f %7.1f%%\n", s, d, units,
@@ -71,7 +71,7 @@ void dp_print_pp_report(const dp_run_t *run, const char *trace_path, FILE *f) {
                "backward scratch)\n");
     fprintf(f, "  bubble: measured %.1f%% (mean over the %d devices), theory %s = %.1f%%\n",
             n ? 100 * bubble / n : 0.0, n,
-            pp.sched == PC_PP_INTERLEAVED ? "(p-1)/(m+p-1)/v"
+            pp.sched == PC_PP_INTERLEAVED ? "(p-1)/(v m+p-1)"
             : pp.sched == PC_PP_NAIVE     ? "(p-1)/p"
                                           : "(p-1)/(m+p-1)",
             100 * pp_bubble_theory(&pp));

@@ -286,7 +286,7 @@ static void print_memory(const dp_run_t *run, FILE *f) {
     /* device 0's own table: its stage's units and its schedule's slots */
     const gpt_units_t u = device0_units(run);
     gpt_mem_t m0;
-    const double all = gpt_mem_bytes_mp(&cfg, t, sp, &u, u.n ? run->reports[0].pp_slots : NULL, 0,
+    const double all = gpt_mem_bytes_mp(&cfg, t, sp, &u, u.n ? run->reports[0].pp_slots : 0, 0,
                                         &m0, NULL) ? -1 : (double)m0.activations;
     fprintf(f, "  (table: the allocation's own sizes, gpt_mem_bytes_tp, 64-byte aligned buffers; rest: "
                "its backward scratch and tp buffers, and the alignment)\n");

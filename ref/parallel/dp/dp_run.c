@@ -84,12 +84,11 @@ static int setup_rank(dp_rank_t *r, device_t *dev) {
                                (sh->run->broken_tp_fp32_sums ? GPT_BROKEN_TP_FP32_SUMS : 0u) |
                                    (sh->run->broken_tp_vocab_pad ? GPT_BROKEN_TP_VOCAB_PAD : 0u),
                                sh->pp.units[r->stage]};
-    int *slots = r->report->pp_slots;
     const size_t nmb = (size_t)sh->pp.m * (size_t)sh->pp.v;
     r->report->pp_stage = r->stage;
-    dp_stage_slots(&sh->pp, r->stage, slots);
+    r->report->pp_slots = dp_stage_slots(&sh->pp, r->stage, r->slot_first);
     if (gpt_new_tp(&r->g, &sh->cfg, &shard, dp_replica_omits(p->stage), dev->arena, &err) ||
-        gpt_set_chunk_slots(r->g, slots, &err)) {
+        gpt_set_stage_slots(r->g, r->report->pp_slots, &err)) {
         char msg[sizeof err.msg + 64];
         snprintf(msg, sizeof msg, "device %d: %s", r->device, err.msg);
         dp_fail(sh, msg);
@@ -324,6 +323,15 @@ int dp_train(dp_run_t *run, perr_t *err) {
         perr_set(err, "--test-broken-replica: %s", pc->zero_stage == 3
                      ? "ZeRO-3 keeps no parameter replicas to perturb"
                      : "no such device (expected a rank below the world size)");
+        goto out;
+    }
+    if ((run->broken_pp_mask_key || run->broken_pp_tied_grad) && pp == 1) {
+        perr_set(err, "--test-broken-pp-%s: needs pipeline-model-parallel-size > 1",
+                 run->broken_pp_mask_key ? "mask-key" : "tied-embedding");
+        goto out;
+    }
+    if (run->broken_pp_tied_grad && !run->model.tied) {
+        perr_set(err, "--test-broken-pp-tied-embedding: the model's head is not tied to the embedding");
         goto out;
     }
     const int sizes[GRID_NAXES] = {tp, 1, 1, n, pp};

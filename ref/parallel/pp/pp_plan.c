@@ -62,6 +62,10 @@ int pp_plan_build(pp_plan_t *p, const model_config_t *cfg, const pconfig_t *pc, 
     if (p->pp > PC_MAX_SPLIT)
         return perr_set(err, "pipeline-model-parallel-size: %d, at most %d stages", p->pp, PC_MAX_SPLIT);
     if (split_layers(p, pc, err) || chunks(p, pc, err)) return -1;
+    /* p2p tags name (direction, microbatch, boundary): 2 m pp v of them */
+    if (2LL * p->m * p->pp * p->v > (1LL << 30))
+        return perr_set(err, "num-microbatches: %d microbatches x %d stages x %d chunks are more "
+                             "messages than a step's tags can name", p->m, p->pp, p->v);
     /* virtual stages in model order: chunk 0 of every stage, then chunk 1, ... */
     const int V = p->pp * p->v, L = p->layers;
     for (int vs = 0, layer = 0; vs < V; vs++) {

@@ -91,28 +91,13 @@ int pp_schedule(const pp_plan_t *p, int r, pp_op_t *ops) {
     }
 }
 
-int pp_warmup(const pp_plan_t *p, int r) {
-    switch (p->sched) {
-    case PC_PP_GPIPE: return p->m;
-    case PC_PP_NAIVE: return 1;
-    case PC_PP_INTERLEAVED: {
-        const int w = interleaved_warmup(p, r);
-        return w < p->m * p->v ? w + 1 : w;
-    }
-    default: {
-        const int w = min_i(p->pp - r - 1, p->m);
-        return w < p->m ? w + 1 : w;
-    }
-    }
-}
-
 int pp_max_in_flight(const pp_plan_t *p, int r, int c) {
     pp_op_t *ops = malloc(2 * (size_t)p->m * (size_t)p->v * sizeof *ops);
     if (!ops) parity_fatal("pipeline schedule: out of memory for %d microbatches", p->m);
     int have = 0, most = 0;
     const int n = pp_schedule(p, r, ops);
     for (int i = 0; i < n; i++) {
-        if (ops[i].chunk != c) continue;
+        if (c >= 0 && ops[i].chunk != c) continue;
         have += ops[i].fwd ? 1 : -1;
         if (have > most) most = have;
     }
@@ -131,8 +116,11 @@ int pp_in_flight_formula(const pp_plan_t *p, int r) {
 
 double pp_bubble_theory(const pp_plan_t *p) {
     if (p->sched == PC_PP_NAIVE) return (double)(p->pp - 1) / p->pp;
-    const double b = (double)(p->pp - 1) / (double)(p->m + p->pp - 1);
-    return p->sched == PC_PP_INTERLEAVED ? b / p->v : b;
+    /* the flush costs (p - 1) chunk passes, a chunk being 1/v of a stage:
+     * (p - 1)/v over m + (p - 1)/v, Megatron's (p - 1)/m / v as a
+     * fraction of the step (v = 1: (p - 1)/(m + p - 1)) */
+    const double v = p->sched == PC_PP_INTERLEAVED ? p->v : 1;
+    return (double)(p->pp - 1) / (v * p->m + p->pp - 1);
 }
 
 const char *pp_schedule_name(pc_pp_schedule_t s) {

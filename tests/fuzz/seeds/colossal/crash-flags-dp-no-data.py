@@ -1,0 +1,3 @@
+dep=3
+parallel =dict(
+)

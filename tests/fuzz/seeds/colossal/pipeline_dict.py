@@ -1,0 +1,2 @@
+# pipeline only, dict form
+parallel = dict(pipeline=dict(size=4))
