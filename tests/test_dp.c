@@ -274,6 +274,10 @@ static void test_tensor_parallel(void) {
          COLL_ALGO_RING, 4},
         {"--tensor-model-parallel-size 4 --data-parallel-size 2 --zero-stage 3 --rank-order dp-tp",
          COLL_ALGO_DIRECT, 4},
+        /* every linear row-parallel (the patterns file's sharding_dim 0) */
+        {"--tensor-model-parallel-size 2 --tensor-parallel-row-linears", COLL_ALGO_DIRECT, 2},
+        {"--tensor-model-parallel-size 4 --tensor-parallel-row-linears --data-parallel-size 2 "
+         "--zero-stage 3 --accum-degree 2", COLL_ALGO_RING, 4},
         /* sequence parallelism */
         {"--tensor-model-parallel-size 2 --sequence-parallel", COLL_ALGO_DIRECT, 2},
         {"--tensor-model-parallel-size 4 --sequence-parallel", COLL_ALGO_RING, 4},

@@ -35,6 +35,8 @@ exact "the seed's patterns file as written (sharding, 8 stages x 4 shards, ids 0
 exact "a hybrid patterns file (2 stages x 2 shards, pipelined)" --parallel-config "$cfgs/patterns_hybrid.json"
 exact "a hybrid patterns file with data parallelism inferred from --world-size 8" \
   --parallel-config "$cfgs/patterns_hybrid.json" --world-size 8 --zero-stage 1
+exact "a hybrid patterns file with sharding_dim 0 (every linear row-parallel)" \
+  --parallel-config "$cfgs/patterns_rows.json"
 exact "a Colossal-AI file: pipeline=2, tensor=dict(size=2, mode='1d'), dp inferred (world 8)" \
   --parallel-config "$cfgs/colossal_pp_tp.py" --num-microbatches 4 --world-size 8
 NEMO=(--optim model.optim.name=distributed_fused_adam --optim model.optim.overlap_grad_sync=true
@@ -63,6 +65,12 @@ $L --data-parallel-size 4 --zero-stage 2 --use-distributed-optimizer --overlap-g
    --overlap-param-gather --bucket-cap-mb 0.052428800000000004 >"$tmp/megatron_zero.json" 2>&1
 $L --data-parallel-size 4 "${NEMO[@]}" >"$tmp/nemo.json" 2>&1
 same "NeMo options = Megatron flags (ZeRO-2, overlap, buckets of 0.05 MiB)" "$tmp/megatron_zero.json" "$tmp/nemo.json"
+$L --tensor-model-parallel-size 2 --tensor-parallel-row-linears --pipeline-model-parallel-size 2 \
+   --num-microbatches 4 >"$tmp/megatron_rows.json" 2>&1
+$L --parallel-config "$cfgs/patterns_rows.json" >"$tmp/rows.json" 2>&1
+same "patterns sharding_dim 0 = --tensor-parallel-row-linears" "$tmp/megatron_rows.json" "$tmp/rows.json"
+if cmp -s "$tmp/rows.json" "$tmp/patterns.json"; then fail "sharding_dim 0 and -1 must print different layouts"
+else ok "sharding_dim 0 and -1 print different layouts (tp_linears)"; fi
 if grep -q '"rank": 31, "tp": 3, "pp": 7, "dp": 0' "$tmp/seed.json"; then
   ok "the seed's device XLA_DTU:38 (stage_7.shard_3) is world rank 31"
 else fail "the seed's last device" "$(grep '"rank": 31' "$tmp/seed.json")"; fi
@@ -87,7 +95,7 @@ pat "sharding_size 0" "sharding_size: 0 is out of range \[1, 4096\]" '{"mode": "
 pat "sharding_size 2.5" "sharding_size: expected an integer, got a fraction" '{"mode": "sharding", "sharding_size": 2.5}'
 pat "sharding_size 3 (8 heads)" "sharding_size = tensor-model-parallel-size.*3 must divide the 8 attention heads" '{"mode": "sharding", "sharding_size": 3}'
 pat "sharding_dim 1" "sharding_dim: 1 is out of range \[-1, 0\]" '{"mode": "sharding", "sharding_size": 2, "sharding_dim": 1}'
-pat "sharding_dim 0" "sharding_dim: 0 .* not implemented yet" '{"mode": "sharding", "sharding_size": 2, "sharding_dim": 0}'
+pat "sharding_dim 0 with sequence parallelism" "sequence-parallel: not with every linear row-parallel" '{"mode": "sharding", "sharding_size": 2, "sharding_dim": 0}' --sequence-parallel
 pat "stage_cnt -1" "stage_cnt: -1 is out of range" '{"mode": "pipeline", "stage_cnt": -1}'
 pat "stage_cnt 3 (8 layers)" "stage_cnt = pipeline-model-parallel-size.*3 does not divide the 8 layers" '{"mode": "pipeline", "stage_cnt": 3}'
 pat "stage_cnt 9 (8 layers)" "9 stages for a model of 8 layers" '{"mode": "pipeline", "stage_cnt": 9}'

@@ -127,7 +127,13 @@ int  gpt_units_hold(const gpt_units_t *u, int unit);
  * the same tensor on every stage. The tied word embedding is held by the
  * stages holding unit 0 or the head. */
 int  param_table_build_mp(param_table_t *t, const model_config_t *cfg, int tp,
-                          const gpt_units_t *units, perr_t *err);
+                          const gpt_units_t *units, unsigned opts, perr_t *err);
+/* Tensor-parallel options (opts of param_table_build_mp, gpt_local_dims,
+ * gpt_mem_bytes_*): sequence parallelism; every linear row-parallel
+ * (qkv, dense, fc1, fc2 each split on its reduction dimension, its output
+ * an open sum completed across tp; attention and the MLP's GeLU on every
+ * rank whole), the patterns file's sharding_dim 0. */
+enum { GPT_TP_SP = 1u, GPT_TP_ROW_LINEARS = 2u };
 void param_table_free(param_table_t *t);
 /* Index of layer l's slot (P_*). */
 static inline int param_layer(const param_table_t *t, int l, int slot) {
@@ -207,6 +213,9 @@ typedef struct {
     void *ln_part;                         /* 2 x acc_storage_bytes(C): LayerNorm gradients
                                               over the positions held */
     float *sp_buf, *d_tmp3;                /* [n*C] each */
+    /* every linear row-parallel: a linear's input columns held
+     * [n, max(C,F)/tp], their gradient, and a gather's parts [n, max(C,F)] */
+    float *row_in, *row_dx, *row_parts;
     xacc_t *ce_zacc;                       /* [n] open softmax denominators */
     float *ce_tl;                          /* [n] target logits */
     void *block;
@@ -223,13 +232,14 @@ typedef struct {
     group_t *tp_group;      /* NULL when tp == 1 */
     unsigned broken;        /* GPT_BROKEN_*: deliberately broken variants (checker controls) */
     gpt_units_t units;      /* pipeline parallelism: the units held (n = 0: all) */
+    int row_linears;        /* every linear row-parallel (GPT_TP_ROW_LINEARS) */
 } gpt_shard_t;
 /* Modelled on real bugs: plain fp32 sums in the row-parallel all-reduce
  * (the order-dependent reduction of Megatron-LM issue 1736 and its kin);
  * a vocabulary padded to a multiple of 128 x tp whose padded columns
  * enter the softmax (Megatron-LM issue 1754: the padding depends on tp). */
 enum { GPT_BROKEN_TP_FP32_SUMS = 1u, GPT_BROKEN_TP_VOCAB_PAD = 2u };
-static inline gpt_shard_t gpt_shard_none(void) { return (gpt_shard_t){1, 0, 0, NULL, 0, {0, {0}, {0}}}; }
+static inline gpt_shard_t gpt_shard_none(void) { return (gpt_shard_t){1, 0, 0, NULL, 0, {0, {0}, {0}}, 0}; }
 
 /* A replica's extents of the tensor-parallel axes. */
 typedef struct {
@@ -239,6 +249,9 @@ typedef struct {
     int vocab, vocab0;      /* vocabulary rows held, and the first one */
     int seq_parts, seq_part; /* sequence parallelism: positions seq_part*T/seq_parts ..
                                of every sequence in the sharded regions (1, 0: all) */
+    int row_linears;        /* every linear row-parallel: heads, attn, ffn are whole, and */
+    int cin, cin0;          /* the hidden features this rank contracts (qkv, dense, fc1) */
+    int fin, fin0;          /* the FFN features it contracts (fc2); 0 without row_linears */
 } gpt_local_t;
 
 /* One replica's block of a batch-shaped checkpoint: n_seq sequences at
@@ -326,8 +339,8 @@ int  gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard
 /* The tensor-parallel extents of rank tp_rank of tp (the error says what
  * must divide what under sequence parallelism; param_table_build_tp checks
  * the cuts of heads, feature, FFN and vocabulary tiles). */
-int  gpt_local_dims(const model_config_t *cfg, int tp, int tp_rank, int sp, gpt_local_t *out,
-                    perr_t *err);
+int  gpt_local_dims(const model_config_t *cfg, int tp, int tp_rank, unsigned opts,
+                    gpt_local_t *out, perr_t *err);
 /* The bytes gpt_new_ex(cfg, omit) takes from its arena, by category, as the
  * arena counts them (grads: rounded gradients; open_sums: the open exact
  * sums, also in the arena's grads category), computed from the tables the
@@ -340,12 +353,12 @@ typedef struct {
 int  gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, perr_t *err);
 /* The same for one rank of tensor parallelism over tp ranks (sp: with
  * sequence parallelism). */
-int  gpt_mem_bytes_tp(const model_config_t *cfg, int tp, int sp, unsigned omit, gpt_mem_t *out,
-                      perr_t *err);
+int  gpt_mem_bytes_tp(const model_config_t *cfg, int tp, unsigned opts, unsigned omit,
+                      gpt_mem_t *out, perr_t *err);
 /* The same for a replica holding `units` (pipeline parallelism) with
  * n_slots activation slots of its largest chunk (0: one slot of every
  * unit held, as gpt_new_tp makes). */
-int  gpt_mem_bytes_mp(const model_config_t *cfg, int tp, int sp, const gpt_units_t *units,
+int  gpt_mem_bytes_mp(const model_config_t *cfg, int tp, unsigned opts, const gpt_units_t *units,
                       int n_slots, unsigned omit, gpt_mem_t *out, perr_t *err);
 void gpt_free(gpt_t *g);
 

@@ -16,8 +16,12 @@
  *    each pair (qkv, fc1: column-parallel, whole heads), whose partner
  *    (dense, fc2) then shards its reduction dimension: Megatron's
  *    column-then-row pairing, the vocabulary-parallel embedding and head
- *    with it. 0 (every linear sharding its reduction dimension) is parsed
- *    and refused: not implemented yet.
+ *    with it. 0 shards the reduction dimension of every linear (qkv,
+ *    dense, fc1, fc2 row-parallel: each contracts the rank's slice of its
+ *    input features and its output is an open sum completed across the
+ *    group; attention and GeLU run whole on every rank; input gradients
+ *    are gathered by columns): --tensor-parallel-row-linears. The
+ *    vocabulary-parallel embedding and head are the same in both.
  *  - accum_degree: microbatches per step (per data-parallel rank).
  *  - device_mapping (optional): stage_<i> -> shard_<j> -> "/device:TYPE:ID"
  *    for i < stage_cnt, j < sharding_size, every one present once. IDs

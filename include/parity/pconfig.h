@@ -25,6 +25,8 @@ typedef struct {
     int world_size;
     int dp, tp, pp, cp, ep;
     int sequence_parallel;     /* --sequence-parallel: LayerNorm/dropout regions hold T/tp positions */
+    int tp_row_linears;        /* --tensor-parallel-row-linears: every linear row-parallel (the
+                                  patterns file's sharding_dim 0) instead of Megatron's pairing */
     char order[32];            /* rank order, first varies fastest: "tp-cp-ep-dp-pp" */
     /* batch: sequences per step and per microbatch; accumulation steps
      * = global / (micro * dp) as in Megatron (micro must divide), or set
@@ -49,6 +51,11 @@ typedef struct {
     /* which flags were given, to tell "not set" from a value */
     unsigned given;
 } pconfig_t;
+
+/* The model's tensor-parallel options (model.h's GPT_TP_*) of a layout. */
+static inline unsigned pconfig_tp_opts(const pconfig_t *pc) {
+    return (pc->sequence_parallel ? 1u : 0u) | (pc->tp_row_linears ? 2u : 0u);
+}
 
 enum { /* bits of pconfig_t.given */
     PC_GIVEN_WORLD = 1u << 0, PC_GIVEN_DP = 1u << 1, PC_GIVEN_GLOBAL = 1u << 2,

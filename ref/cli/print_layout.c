@@ -68,9 +68,10 @@ int layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t 
     fprintf(f, "{\n  \"model\": ");
     json_write_string(f, cfg->name);
     fprintf(f, ",\n  \"layout\": {\"world_size\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, "
-               "\"ep\": %d, \"order\": \"%s\", \"sequence_parallel\": %s,\n",
+               "\"ep\": %d, \"order\": \"%s\", \"sequence_parallel\": %s, \"tp_linears\": \"%s\",\n",
             pc->world_size, pc->dp, pc->tp, pc->pp, pc->cp, pc->ep, order[0] ? order : "none",
-            pc->sequence_parallel ? "true" : "false");
+            pc->sequence_parallel ? "true" : "false",
+            pc->tp < 2 ? "none" : pc->tp_row_linears ? "row" : "column-then-row");
     fprintf(f, "    \"pipeline_schedule\": \"%s\", \"virtual_stages\": %d, \"layer_split\": [",
             pc->pp > 1 ? pp_schedule_name(pp.sched) : "none", pp.v);
     for (int r = 0; r < pp.pp; r++) fprintf(f, "%s%d", r ? ", " : "", pp.stage_layers[r]);

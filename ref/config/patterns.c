@@ -199,11 +199,7 @@ int patterns_parse(const char *text, size_t len, const char *path, pconfig_t *pc
                       "shards and pipelines)", path, tp);
         goto out;
     }
-    if (dim == 0 && tp > 1) {
-        perr_set(err, "%s: sharding_dim: 0 (every linear sharding its reduction dimension) is not "
-                      "implemented yet; -1 (Megatron's column-then-row pairing) is", path);
-        goto out;
-    }
+
     /* the file is the layout: the same fields from flags too would be two answers */
     const struct { int set; const char *key, *flag; } clash[] = {
         {pc->tp != 0, "sharding_size", "--tensor-model-parallel-size"},
@@ -225,6 +221,7 @@ int patterns_parse(const char *text, size_t len, const char *path, pconfig_t *pc
     if (map && read_mapping(map, (int)pp, (int)tp, pc, order, sizeof order, path, err)) goto out;
     pc->tp = (int)tp;
     pc->pp = (int)pp;
+    if (dim == 0 && tp > 1) pc->tp_row_linears = 1;
     if (json_get(j, "accum_degree")) {
         pc->accum_degree = (int)accum;
         pc->given |= PC_GIVEN_ACCUM;

@@ -150,6 +150,7 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
         {"--use-distributed-optimizer", &pc->use_distributed_optimizer, 1},
         {"--overlap-grad-reduce", &pc->overlap_grad_reduce, 1},
         {"--sequence-parallel", &pc->sequence_parallel, 1},
+        {"--tensor-parallel-row-linears", &pc->tp_row_linears, 1},
         {"--overlap-param-gather", &pc->overlap_param_gather, 1},
         {"--no-contiguous-grad-buffer", &pc->contiguous_grad_buffer, 0},
         {"--no-contiguous-param-buffer", &pc->contiguous_param_buffer, 0},
@@ -220,6 +221,11 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
                                  "parallelism exist; expected 1)", later[k].name, *later[k].v);
     }
     if (pipeline_validate(pc, err)) return -1;
+    if (pc->tp_row_linears && pc->tp == 1)
+        return perr_set(err, "tensor-parallel-row-linears: needs tensor-model-parallel-size > 1");
+    if (pc->tp_row_linears && pc->sequence_parallel)
+        return perr_set(err, "sequence-parallel: not with every linear row-parallel "
+                             "(--tensor-parallel-row-linears, sharding_dim 0)");
     if (pc->sequence_parallel && pc->tp == 1)
         return perr_set(err, "sequence-parallel: needs tensor-model-parallel-size > 1 (it shards "
                              "the regions tensor parallelism replicates)");
@@ -304,7 +310,9 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
 void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
     static const char *sched[] = {"", "1f1b", "gpipe", "interleaved", "naive"};
     char tp[24] = "", pp[48] = "";
-    if (pc->tp > 1) snprintf(tp, sizeof tp, "tp=%d%s ", pc->tp, pc->sequence_parallel ? " sp" : "");
+    if (pc->tp > 1)
+        snprintf(tp, sizeof tp, "tp=%d%s%s ", pc->tp, pc->sequence_parallel ? " sp" : "",
+                 pc->tp_row_linears ? " row" : "");
     if (pc->pp > 1) snprintf(pp, sizeof pp, "pp=%d %s ", pc->pp, sched[pc->pp_schedule]);
     snprintf(buf, len, "%s%sdp=%d zero=%d accum=%d micro=%d%s%s", tp, pp, pc->dp, pc->zero_stage,
              pc->accum_degree, pc->micro_batch, pc->overlap_grad_reduce ? " overlap-grad" : "",
@@ -317,6 +325,8 @@ void pconfig_print_help(FILE *f) {
           "  --tensor-model-parallel-size N   Megatron 1-D tensor parallelism (heads, FFN and\n"
           "                            vocabulary tiles split; exact row-parallel sums)\n"
           "  --sequence-parallel       with tp: LayerNorm and dropout regions hold T/tp positions\n"
+          "  --tensor-parallel-row-linears   with tp: every linear split on its input features (row-\n"
+          "                            parallel, outputs completed across tp), attention and GeLU whole\n"
           "                            (all-gather before column-, reduce-scatter after row-parallel)\n"
           "  --pipeline-model-parallel-size N   pipeline stages (layers split uniformly)\n"
           "  --pipeline-layer-split A,B,..  layers per stage instead (one entry per stage)\n"

@@ -124,18 +124,29 @@ static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_
                       c->attention_dropout, c->heads, lc->head0};
     S->att_scratch = CARVE_F(cv, attention_scratch_floats(&s));
     S->row_scratch = CARVE_F(cv, 2 * max3(C, V, F));
-    S->open = tp > 1 ? carve(cv, acc_storage_bytes(n * C)) : NULL;
+    /* the open outputs of row-parallel linears: [n, C], or with every
+     * linear row-parallel up to [n, max(3C, F)] */
+    const size_t widest = lc->row_linears ? max3(3 * C, F, C) : C;
+    S->open = tp > 1 ? carve(cv, acc_storage_bytes(n * widest)) : NULL;
     S->ce_zacc = tp > 1 ? (xacc_t *)carve(cv, n * sizeof(xacc_t)) : NULL;
     S->ce_tl = CARVE_F(cv, n);
     S->open_local = sp ? carve(cv, acc_storage_bytes(n / (size_t)lc->seq_parts * C)) : NULL;
     S->ln_part = sp ? carve(cv, 2 * acc_storage_bytes(C)) : NULL;
     S->sp_buf = sp ? CARVE_F(cv, n * C) : NULL;
     S->d_tmp3 = sp ? CARVE_F(cv, n * C) : NULL;
+    const size_t part = lc->row_linears ? n * (C > F ? C : F) : 0;
+    S->row_in = lc->row_linears ? CARVE_F(cv, part / (size_t)tp) : NULL;
+    S->row_dx = lc->row_linears ? CARVE_F(cv, part / (size_t)tp) : NULL;
+    S->row_parts = lc->row_linears ? CARVE_F(cv, part) : NULL;
 }
 
-int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int sp, gpt_local_t *out,
+int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, unsigned opts, gpt_local_t *out,
                    perr_t *err) {
+    const int sp = (opts & GPT_TP_SP) != 0, row = (opts & GPT_TP_ROW_LINEARS) && tp > 1;
     memset(out, 0, sizeof *out);
+    if (row && sp)
+        return perr_set(err, "sequence-parallel: not with every linear row-parallel (sharding_dim "
+                             "0): it shards the regions Megatron's pairing replicates");
     if (tp < 1 || tp_rank < 0 || tp_rank >= tp)
         return perr_set(err, "tensor-parallel rank %d of %d", tp_rank, tp);
     if (sp && (c->seq_length / c->tile_tokens) % tp)
@@ -154,6 +165,13 @@ int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int sp, gpt_loc
     out->ffn0 = tp_rank * out->ffn;
     out->vocab = c->vocab / tp;
     out->vocab0 = tp_rank * out->vocab;
+    if (row) { /* attention and GeLU whole; each linear contracts its slice of features */
+        out->row_linears = 1;
+        out->heads = c->heads, out->head0 = 0, out->attn = c->hidden;
+        out->ffn = c->ffn, out->ffn0 = 0;
+        out->cin = c->hidden / tp, out->cin0 = tp_rank * out->cin;
+        out->fin = c->ffn / tp, out->fin0 = tp_rank * out->fin;
+    }
     return 0;
 }
 
@@ -226,19 +244,19 @@ int gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, perr
     return gpt_mem_bytes_tp(cfg, 1, 0, omit, out, err);
 }
 
-int gpt_mem_bytes_tp(const model_config_t *cfg, int tp, int sp, unsigned omit, gpt_mem_t *out,
-                     perr_t *err) {
+int gpt_mem_bytes_tp(const model_config_t *cfg, int tp, unsigned opts, unsigned omit,
+                     gpt_mem_t *out, perr_t *err) {
     const gpt_units_t all = {0, {0}, {0}};
-    return gpt_mem_bytes_mp(cfg, tp, sp, &all, 0, omit, out, err);
+    return gpt_mem_bytes_mp(cfg, tp, opts, &all, 0, omit, out, err);
 }
 
-int gpt_mem_bytes_mp(const model_config_t *cfg, int tp, int sp, const gpt_units_t *units,
+int gpt_mem_bytes_mp(const model_config_t *cfg, int tp, unsigned opts, const gpt_units_t *units,
                      int n_slots, unsigned omit, gpt_mem_t *out, perr_t *err) {
     memset(out, 0, sizeof *out);
     param_table_t t;
     gpt_local_t lc;
-    if (model_config_validate_replica(cfg, err) || gpt_local_dims(cfg, tp, 0, sp, &lc, err) ||
-        param_table_build_mp(&t, cfg, tp, units, err))
+    if (model_config_validate_replica(cfg, err) || gpt_local_dims(cfg, tp, 0, opts, &lc, err) ||
+        param_table_build_mp(&t, cfg, tp, units, opts, err))
         return -1;
     mem_of(cfg, &t, omit, &lc, tp, units, units->n ? n_slots : 0, out);
     param_table_free(&t);
@@ -262,8 +280,9 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
     g->cfg = *cfg;
     g->shard = *shard;
     g->arena = arena;
-    if (gpt_local_dims(cfg, shard->tp, shard->tp_rank, shard->sp, &g->local, err) ||
-        param_table_build_mp(&g->table, cfg, shard->tp, &shard->units, err)) {
+    const unsigned opts = (shard->sp ? GPT_TP_SP : 0u) | (shard->row_linears ? GPT_TP_ROW_LINEARS : 0u);
+    if (gpt_local_dims(cfg, shard->tp, shard->tp_rank, opts, &g->local, err) ||
+        param_table_build_mp(&g->table, cfg, shard->tp, &shard->units, opts, err)) {
         free(g);
         return -1;
     }

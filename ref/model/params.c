@@ -65,7 +65,13 @@ int param_table_build(param_table_t *t, const model_config_t *c, perr_t *err) {
     return param_table_build_tp(t, c, 1, err);
 }
 
+static int build(param_table_t *t, const model_config_t *c, int tp, int row_linears, perr_t *err);
+
 int param_table_build_tp(param_table_t *t, const model_config_t *c, int tp, perr_t *err) {
+    return build(t, c, tp, 0, err);
+}
+
+static int build(param_table_t *t, const model_config_t *c, int tp, int row_linears, perr_t *err) {
     memset(t, 0, sizeof *t);
     if (tp < 1) return perr_set(err, "tensor-model-parallel-size: %d, expected >= 1", tp);
     if (c->heads % tp)
@@ -79,9 +85,16 @@ int param_table_build_tp(param_table_t *t, const model_config_t *c, int tp, perr
     const int D = c->hidden / c->heads, tf = c->tile_features;
     /* column-parallel: rows of whole heads (qkv rows are head-ordered) on
      * the output tile grid; row-parallel: input columns likewise */
-    const tp_cut_t qkv_rows = {0, lcm(3 * D, tf)}, head_cols = {1, lcm(D, tf)};
-    const tp_cut_t ffn_rows = {0, c->tile_ffn}, ffn_cols = {1, c->tile_ffn};
-    const tp_cut_t vocab_rows = {0, tf}, qkv_bias = {0, lcm(3 * D, tf)}, ffn_bias = {0, c->tile_ffn};
+    tp_cut_t qkv_rows = {0, lcm(3 * D, tf)}, head_cols = {1, lcm(D, tf)};
+    tp_cut_t ffn_rows = {0, c->tile_ffn};
+    const tp_cut_t ffn_cols = {1, c->tile_ffn};
+    tp_cut_t qkv_bias = {0, lcm(3 * D, tf)}, ffn_bias = {0, c->tile_ffn};
+    const tp_cut_t vocab_rows = {0, tf};
+    if (row_linears) { /* every linear split on its input features (whole tiles); biases whole */
+        const tp_cut_t feature_cols = {1, tf};
+        qkv_rows = head_cols = ffn_rows = feature_cols;
+        qkv_bias = ffn_bias = REPL;
+    }
     /* residual-branch output projections: sigma / sqrt(2L) */
     const float out_std = SIGMA * pm_rsqrtf(2.0f * (float)c->layers);
     char nm[96];
@@ -141,8 +154,8 @@ static int unit_of_tensor(const param_table_t *t, const model_config_t *c, int i
 }
 
 int param_table_build_mp(param_table_t *t, const model_config_t *c, int tp,
-                         const gpt_units_t *units, perr_t *err) {
-    if (param_table_build_tp(t, c, tp, err)) return -1;
+                         const gpt_units_t *units, unsigned opts, perr_t *err) {
+    if (build(t, c, tp, (opts & GPT_TP_ROW_LINEARS) != 0, err)) return -1;
     if (units->n == 0) return 0;
     /* empty the tensors of other stages, then lay the rest out again */
     t->total = 0;

@@ -72,6 +72,15 @@ void sp_gather(gpt_t *g, float *full, const float *local, int n_seq, int w) {
     permute_parts(full, parts, tp, n_seq, Tl, w, 0);
 }
 
+void tp_gather_cols(gpt_t *g, float *full, const float *local, int n, int w) {
+    const size_t count = (size_t)n * w;
+    float *parts = g->scratch.row_parts;
+    memcpy(parts + (size_t)g->shard.tp_rank * count, local, count * sizeof(float));
+    coll_all_gather(g->shard.tp_group, parts + (size_t)g->shard.tp_rank * count, parts, count,
+                    COLL_F32);
+    permute_parts(full, parts, g->shard.tp, n, 1, w, 0); /* [tp][n][w] -> [n][tp*w] */
+}
+
 void sp_reduce_scatter_f32(gpt_t *g, float *local, const float *full, int n_seq, int w) {
     const int tp = g->shard.tp, Tl = g->cfg.seq_length / tp;
     float *parts = g->scratch.sp_buf;

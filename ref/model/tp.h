@@ -17,6 +17,10 @@ void tp_sum_f32(gpt_t *g, float *x, size_t n);
 void tp_max_f32(gpt_t *g, float *x, size_t n);
 void tp_sum_xacc(gpt_t *g, xacc_t *x, size_t n);
 
+/* Every linear row-parallel: full [n][tp*w] from every rank's columns
+ * [n][w] (a copy: an all-gather and a permutation). */
+void tp_gather_cols(gpt_t *g, float *full, const float *local, int n, int w);
+
 /* Sequence parallelism (g->shard.sp): full = [n_seq][T][w], local = the
  * positions this rank holds, [n_seq][T/tp][w].
  *   sp_gather: full <- every rank's local (an fp32 all-gather: copies)

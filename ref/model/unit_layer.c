@@ -16,6 +16,8 @@
 void layer_unit_forward(gpt_t *g, int l, gpt_slot_t *A, const float *x, const pass_t *p) {
     const model_config_t *c = &g->cfg;
     const int n = p->n, ns = p->ns, C = c->hidden, F = g->local.ffn, W = g->local.attn;
+    const gpt_local_t *lc = &g->local;
+    const int rl = lc->row_linears; /* the seconds contract a slice of whole inputs */
     layer_acts_t *LA = &A->layer[l];
     contract_ws_t *ws = &g->ws;
     float *scratch = g->scratch.row_scratch;
@@ -26,25 +28,25 @@ void layer_unit_forward(gpt_t *g, int l, gpt_slot_t *A, const float *x, const pa
                       PL(g, l, P_LN1_B), ns, C, c->ln_eps, scratch);
     tokens_full(g, p, LA->ln1_full, LA->ln1_out, C);
     /* column-parallel: this rank's heads (qkv rows are head-ordered) */
-    linear_forward(LA->qkv, LA->ln1_full, PL(g, l, P_QKV_W), PL(g, l, P_QKV_B), n, C, 3 * W,
-                   p->t_cc, ws);
+    pair_first_forward(g, p, LA->qkv, LA->ln1_full, PL(g, l, P_QKV_W), PL(g, l, P_QKV_B), C, 3 * W,
+                       p->t_cc);
     if (LA->att_keep)
         attention_mask(LA->att_keep, &p->as, A->mask_seq, c->seed,
                        site_stream("attention_dropout", l, A->step));
     attention_forward(LA->ctx, LA->att_e, LA->att_ehat, LA->att_z, LA->qkv, LA->att_keep, &p->as,
                       ws);
-    rowpar_forward(g, p, LA->attn_out, LA->ctx, PL(g, l, P_DENSE_W), PL(g, l, P_DENSE_B), W, C,
-                   p->t_cc);
+    pair_second_forward(g, p, LA->attn_out, LA->ctx, W, rl ? lc->cin0 : 0, rl ? lc->cin : W,
+                        PL(g, l, P_DENSE_W), PL(g, l, P_DENSE_B), C, p->t_cc);
     residual_dropout(LA->resid1, x, LA->attn_out, LA->attn_keep, p->nsC, c->hidden_dropout);
     /* MLP block */
     layernorm_forward(LA->ln2_out, LA->ln2_xhat, LA->ln2_rstd, LA->resid1, PL(g, l, P_LN2_W),
                       PL(g, l, P_LN2_B), ns, C, c->ln_eps, scratch);
     tokens_full(g, p, LA->ln2_full, LA->ln2_out, C);
-    linear_forward(LA->fc1_out, LA->ln2_full, PL(g, l, P_FC1_W), PL(g, l, P_FC1_B), n, C, F,
-                   p->t_cf, ws);
+    pair_first_forward(g, p, LA->fc1_out, LA->ln2_full, PL(g, l, P_FC1_W), PL(g, l, P_FC1_B), C, F,
+                       p->t_cf);
     gelu_forward(LA->gelu_out, LA->gelu_grad, LA->fc1_out, (size_t)n * F);
-    rowpar_forward(g, p, LA->fc2_out, LA->gelu_out, PL(g, l, P_FC2_W), PL(g, l, P_FC2_B), F, C,
-                   p->t_fc);
+    pair_second_forward(g, p, LA->fc2_out, LA->gelu_out, F, rl ? lc->fin0 : 0, rl ? lc->fin : F,
+                        PL(g, l, P_FC2_W), PL(g, l, P_FC2_B), C, p->t_fc);
     residual_dropout(LA->out, LA->resid1, LA->fc2_out, LA->mlp_keep, p->nsC, c->hidden_dropout);
 }
 
@@ -63,6 +65,8 @@ static const float *branch_grad(gpt_t *g, const pass_t *p, float *held, float *f
 void layer_unit_backward(gpt_t *g, int l, gpt_slot_t *A, const pass_t *p) {
     const model_config_t *c = &g->cfg;
     const int C = c->hidden, F = g->local.ffn, W = g->local.attn;
+    const gpt_local_t *lc = &g->local;
+    const int rl = lc->row_linears;
     const size_t nsC = p->nsC;
     layer_acts_t *LA = &A->layer[l];
     contract_ws_t *ws = &g->ws;
@@ -71,22 +75,22 @@ void layer_unit_backward(gpt_t *g, int l, gpt_slot_t *A, const pass_t *p) {
     /* out = resid1 + drop(fc2_out); the row-parallel backward needs every
      * token's gradient (its bias gradient is then whole on every rank) */
     const float *d_fc2 = branch_grad(g, p, d_a, S->d_tmp3, d_res, LA->mlp_keep);
-    linear_backward(d_w, GL(g, l, P_FC2_W), GL(g, l, P_FC2_B), d_fc2, LA->gelu_out,
-                    PL(g, l, P_FC2_W), p->n, F, C, p->t_fc, ws);
+    pair_second_backward(g, p, d_w, GL(g, l, P_FC2_W), GL(g, l, P_FC2_B), d_fc2, LA->gelu_out, F,
+                         rl ? lc->fin0 : 0, rl ? lc->fin : F, PL(g, l, P_FC2_W), C, p->t_fc);
     gelu_backward(d_w, d_w, LA->gelu_grad, (size_t)p->n * F);
-    colpar_backward(g, p, d_b, GL(g, l, P_FC1_W), GL(g, l, P_FC1_B), d_w, LA->ln2_full,
-                    PL(g, l, P_FC1_W), C, F, p->t_cf);
+    pair_first_backward(g, p, d_b, GL(g, l, P_FC1_W), GL(g, l, P_FC1_B), d_w, LA->ln2_full,
+                        PL(g, l, P_FC1_W), C, F, p->t_cf);
     ln_backward(g, p, d_a, GL(g, l, P_LN2_W), GL(g, l, P_LN2_B), d_b, LA->ln2_xhat, LA->ln2_rstd,
                 PL(g, l, P_LN2_W));
     for (size_t i = 0; i < nsC; i++) d_res[i] = d_res[i] + d_a[i];
     /* resid1 = x_in + drop(attn_out) */
     const float *d_dense = branch_grad(g, p, d_a, S->d_tmp3, d_res, LA->attn_keep);
-    linear_backward(d_b, GL(g, l, P_DENSE_W), GL(g, l, P_DENSE_B), d_dense, LA->ctx,
-                    PL(g, l, P_DENSE_W), p->n, W, C, p->t_cc, ws);
+    pair_second_backward(g, p, d_b, GL(g, l, P_DENSE_W), GL(g, l, P_DENSE_B), d_dense, LA->ctx, W,
+                         rl ? lc->cin0 : 0, rl ? lc->cin : W, PL(g, l, P_DENSE_W), C, p->t_cc);
     attention_backward(d_w, d_b, LA->ctx, LA->att_e, LA->att_ehat, LA->att_z, LA->qkv, LA->att_keep,
                        &p->as, S->att_scratch, ws);
-    colpar_backward(g, p, d_a, GL(g, l, P_QKV_W), GL(g, l, P_QKV_B), d_w, LA->ln1_full,
-                    PL(g, l, P_QKV_W), C, 3 * W, p->t_cc);
+    pair_first_backward(g, p, d_a, GL(g, l, P_QKV_W), GL(g, l, P_QKV_B), d_w, LA->ln1_full,
+                        PL(g, l, P_QKV_W), C, 3 * W, p->t_cc);
     ln_backward(g, p, d_b, GL(g, l, P_LN1_W), GL(g, l, P_LN1_B), d_a, LA->ln1_xhat, LA->ln1_rstd,
                 PL(g, l, P_LN1_W));
     for (size_t i = 0; i < nsC; i++) d_res[i] = d_res[i] + d_b[i];

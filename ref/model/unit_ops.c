@@ -109,6 +109,56 @@ void colpar_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db,
     acc_free(&open);
 }
 
+/* x [n, wx] -> its columns [c0, c0 + cl) as [n, cl] in buf (x itself
+ * when that is all of it). */
+static const float *columns(float *buf, const float *x, int n, int wx, int c0, int cl) {
+    if (c0 == 0 && cl == wx) return x;
+    for (int i = 0; i < n; i++)
+        memcpy(buf + (size_t)i * cl, x + (size_t)i * wx + c0, (size_t)cl * sizeof(float));
+    return buf;
+}
+
+void pair_first_forward(gpt_t *g, const pass_t *p, float *y, const float *x, const float *w,
+                        const float *b, int n_in, int n_out, linear_tiles_t t) {
+    const gpt_local_t *lc = &g->local;
+    if (!lc->row_linears) { /* column-parallel: the rank's output rows, whole */
+        linear_forward(y, x, w, b, p->n, n_in, n_out, t, &g->ws);
+        return;
+    }
+    rowpar_forward(g, p, y, columns(g->scratch.row_in, x, p->n, n_in, lc->cin0, lc->cin), w, b,
+                   lc->cin, n_out, t);
+}
+
+void pair_first_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db,
+                         const float *dy, const float *x, const float *w, int n_in, int n_out,
+                         linear_tiles_t t) {
+    const gpt_local_t *lc = &g->local;
+    if (!lc->row_linears) {
+        colpar_backward(g, p, dx, dw, db, dy, x, w, n_in, n_out, t);
+        return;
+    }
+    /* the weight's columns held, whole; the input gradient's columns held,
+     * gathered: a copy, no sum */
+    linear_backward(g->scratch.row_dx, dw, db, dy,
+                    columns(g->scratch.row_in, x, p->n, n_in, lc->cin0, lc->cin), w, p->n, lc->cin,
+                    n_out, t, &g->ws);
+    tp_gather_cols(g, dx, g->scratch.row_dx, p->n, lc->cin);
+}
+
+void pair_second_forward(gpt_t *g, const pass_t *p, float *y, const float *x, int wx, int c0,
+                         int cl, const float *w, const float *b, int n_out, linear_tiles_t t) {
+    rowpar_forward(g, p, y, columns(g->scratch.row_in, x, p->n, wx, c0, cl), w, b, cl, n_out, t);
+}
+
+void pair_second_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db,
+                          const float *dy, const float *x, int wx, int c0, int cl, const float *w,
+                          int n_out, linear_tiles_t t) {
+    const int gather = cl < wx;
+    linear_backward(gather ? g->scratch.row_dx : dx, dw, db, dy,
+                    columns(g->scratch.row_in, x, p->n, wx, c0, cl), w, p->n, cl, n_out, t, &g->ws);
+    if (gather) tp_gather_cols(g, dx, g->scratch.row_dx, p->n, cl);
+}
+
 const float *tokens_full(gpt_t *g, const pass_t *p, float *buf, const float *held, int w) {
     if (!p->sp) return held;
     sp_gather(g, buf, held, p->n_seq, w);

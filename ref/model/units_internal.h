@@ -50,6 +50,25 @@ void rowpar_forward(gpt_t *g, const pass_t *p, float *y, const float *x, const f
  * tiles of dy.w), dy [n,out_local]. */
 void colpar_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db, const float *dy,
                      const float *x, const float *w, int n_in, int n_out, linear_tiles_t t);
+/* The linears of a pair (qkv then dense, fc1 then fc2), in Megatron's
+ * form (the first column-parallel: the rank's output rows whole; the
+ * second row-parallel over the rank's columns, completed across tp) or
+ * with every linear row-parallel (g->local.row_linears: each contracts
+ * the rank's slice of its input features, its output an open sum
+ * completed across tp; input gradients of the slice gathered).
+ * First: x [n, n_in] whole, y [n, n_out] (Megatron: the rank's rows).
+ * Second: x [n, wx], of which the rank contracts columns [c0, c0 + cl). */
+void pair_first_forward(gpt_t *g, const pass_t *p, float *y, const float *x, const float *w,
+                        const float *b, int n_in, int n_out, linear_tiles_t t);
+void pair_first_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db,
+                         const float *dy, const float *x, const float *w, int n_in, int n_out,
+                         linear_tiles_t t);
+void pair_second_forward(gpt_t *g, const pass_t *p, float *y, const float *x, int wx, int c0,
+                         int cl, const float *w, const float *b, int n_out, linear_tiles_t t);
+/* dx [n, wx]: whole when the rank contracts all of x, else gathered. */
+void pair_second_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db,
+                          const float *dy, const float *x, int wx, int c0, int cl, const float *w,
+                          int n_out, linear_tiles_t t);
 /* full [n,w] from the tokens held [ns,w]: the same pointer without
  * sequence parallelism, else gathered into `buf`. */
 const float *tokens_full(gpt_t *g, const pass_t *p, float *buf, const float *held, int w);

@@ -25,12 +25,12 @@ static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp
                         memest_dev_t *dev, size_t *part, perr_t *err) {
     const int tp = pc->tp > 0 ? pc->tp : 1;
     gpt_mem_t g;
-    if (gpt_mem_bytes_mp(cfg, tp, pc->sequence_parallel, &pp->units[s], dp_stage_slots(pp, s, NULL),
+    if (gpt_mem_bytes_mp(cfg, tp, pconfig_tp_opts(pc), &pp->units[s], dp_stage_slots(pp, s, NULL),
                          dp_replica_omits(pc->zero_stage), &g, err))
         return -1;
     param_table_t t;
     dp_plan_t p;
-    if (param_table_build_mp(&t, cfg, tp, &pp->units[s], err)) return -1;
+    if (param_table_build_mp(&t, cfg, tp, &pp->units[s], pconfig_tp_opts(pc), err)) return -1;
     if (dp_plan_build(&p, &t, cfg, pc->dp, pc->zero_stage, pc->bucket_cap_mb, err)) {
         param_table_free(&t);
         return -1;

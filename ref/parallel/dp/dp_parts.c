@@ -64,7 +64,8 @@ int dp_build_stages(dp_shared_t *sh, perr_t *err) {
     sh->plans = calloc((size_t)pp, sizeof *sh->plans);
     if (!sh->tables || !sh->plans) return perr_set(err, "dp: out of memory");
     for (int s = 0; s < pp; s++) {
-        if (param_table_build_mp(&sh->tables[s], &sh->cfg, pc->tp, &sh->pp.units[s], err) ||
+        if (param_table_build_mp(&sh->tables[s], &sh->cfg, pc->tp, &sh->pp.units[s],
+                                 pconfig_tp_opts(pc), err) ||
             dp_plan_build(&sh->plans[s], &sh->tables[s], &sh->cfg, pc->dp, pc->zero_stage,
                           pc->bucket_cap_mb, err))
             return -1;

@@ -47,7 +47,8 @@ static double device_psi(const dp_run_t *run) {
     double psi = 0;
     for (int s = 0; s < pp.pp; s++) {
         param_table_t t;
-        if (param_table_build_mp(&t, &cfg, run->pc.tp > 1 ? run->pc.tp : 1, &pp.units[s], NULL))
+        if (param_table_build_mp(&t, &cfg, run->pc.tp > 1 ? run->pc.tp : 1, &pp.units[s],
+                                 pconfig_tp_opts(&run->pc), NULL))
             return 0;
         if ((double)t.total > psi) psi = (double)t.total;
         param_table_free(&t);
@@ -263,7 +264,7 @@ static void describe_param(const dp_placement_t *pl, const char *pname, int grad
     const int stage = stage_of_unit(&pl->pp, unit_of_param(&pl->table, &pl->cfg, i));
     param_table_t t;
     dp_plan_t p;
-    if (param_table_build_mp(&t, &pl->cfg, 1, &pl->pp.units[stage], NULL)) return;
+    if (param_table_build_mp(&t, &pl->cfg, 1, &pl->pp.units[stage], 0, NULL)) return;
     if (dp_plan_build(&p, &t, &pl->cfg, pl->pc.dp, pl->pc.zero_stage, pl->pc.bucket_cap_mb, NULL)) {
         param_table_free(&t);
         return;

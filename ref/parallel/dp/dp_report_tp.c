@@ -35,6 +35,7 @@ typedef struct {
     long calls;        /* per microbatch */
     long nh, n, h;     /* elements per microbatch: nh [b·s, h] + n [b·s] + h [h] */
     const char *what;
+    long nf;           /* + nf [b·s, ffn] */
 } tp_term_t;
 
 /* What device 0's tensor-parallel group carries per microbatch: its L
@@ -43,27 +44,35 @@ typedef struct {
  * whole tensor (S / element size, coll.h): an all-gather or
  * reduce-scatter of [b·s, h] counts b·s·h. Terms with no call are left
  * out. */
-static int tp_terms(int L, int e, int hd, int sp, tp_term_t *t) {
+static int tp_terms(int L, int e, int hd, int sp, int rows, tp_term_t *t) {
     const long l4 = 4L * L;
     tp_term_t all[6];
     int n = 0;
-    if (!sp) {
-        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XVEC, l4 + hd, l4 + hd, 0, 0,
-                               "4 a layer + LM-head input grad [b·s,h]"};
+    if (rows) { /* every linear row-parallel: 4 open outputs forward, 4 input-gradient gathers */
+        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XVEC, l4 + hd, 5L * L + hd, 0, 0,
+                               "qkv, dense, fc1, fc2 outputs + LM-head input grad", L};
+        all[n++] = (tp_term_t){COLL_KIND_ALL_GATHER, COLL_F32, l4, 3L * L, 0, 0,
+                               "input grads of qkv, dense, fc1 [b·s,h], fc2 [b·s,ffn]", L};
         all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_F32, e + 2 * hd, e, 2 * hd, 0,
-                               "embedding [b·s,h]; CE max, target logit [b·s]"};
-        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XACC, hd, 0, hd, 0, "CE sum of exps [b·s]"};
+                               "embedding [b·s,h]; CE max, target logit [b·s]", 0};
+        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XACC, hd, 0, hd, 0, "CE sum of exps [b·s]", 0};
+    } else if (!sp) {
+        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XVEC, l4 + hd, l4 + hd, 0, 0,
+                               "4 a layer + LM-head input grad [b·s,h]", 0};
+        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_F32, e + 2 * hd, e, 2 * hd, 0,
+                               "embedding [b·s,h]; CE max, target logit [b·s]", 0};
+        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XACC, hd, 0, hd, 0, "CE sum of exps [b·s]", 0};
     } else {
         all[n++] = (tp_term_t){COLL_KIND_ALL_GATHER, COLL_F32, l4 + hd + e, l4 + hd + e, 0, 0,
-                               "4 a layer + LNf out, embedding grad [b·s,h]"};
+                               "4 a layer + LNf out, embedding grad [b·s,h]", 0};
         all[n++] = (tp_term_t){COLL_KIND_REDUCE_SCATTER, COLL_XVEC, l4 + hd, l4 + hd, 0, 0,
-                               "4 a layer + LM-head input grad [b·s,h]"};
-        all[n++] = (tp_term_t){COLL_KIND_REDUCE_SCATTER, COLL_F32, e, e, 0, 0, "embedding [b·s,h]"};
+                               "4 a layer + LM-head input grad [b·s,h]", 0};
+        all[n++] = (tp_term_t){COLL_KIND_REDUCE_SCATTER, COLL_F32, e, e, 0, 0, "embedding [b·s,h]", 0};
         all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XVEC, l4 + 2 * hd, 0, 0, l4 + 2 * hd,
-                               "LayerNorm weight, bias grads [h]"};
+                               "LayerNorm weight, bias grads [h]", 0};
         all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_F32, 2 * hd, 0, 2 * hd, 0,
-                               "CE max, target logit [b·s]"};
-        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XACC, hd, 0, hd, 0, "CE sum of exps [b·s]"};
+                               "CE max, target logit [b·s]", 0};
+        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XACC, hd, 0, hd, 0, "CE sum of exps [b·s]", 0};
     }
     int k = 0;
     for (int i = 0; i < n; i++)
@@ -74,14 +83,15 @@ static int tp_terms(int L, int e, int hd, int sp, tp_term_t *t) {
 /* The step of device 0: m microbatches over `tokens` tokens in all, its
  * L layers, whether it holds the embedding (e) and the head (hd). */
 typedef struct {
-    int tp, sp, L, e, hd, h, m;
+    int tp, sp, rows, L, e, hd, h, ffn, m;
     double tokens;
     const coll_family_t *fam; /* device 0's "tp" tallies, or NULL */
     double steps;
 } tp_step_t;
 
 static double term_elements(const tp_term_t *t, const tp_step_t *s) {
-    return (double)t->nh * s->tokens * s->h + (double)t->n * s->tokens + (double)t->h * s->m * s->h;
+    return (double)t->nh * s->tokens * s->h + (double)t->nf * s->tokens * s->ffn +
+           (double)t->n * s->tokens + (double)t->h * s->m * s->h;
 }
 
 static coll_tally_t measured(const tp_step_t *s, coll_kind_t k, coll_dtype_t d) {
@@ -112,7 +122,7 @@ static int print_row(const tp_step_t *s, int k, int d, const tp_term_t *t, FILE 
 /* Every measured collective of the family and every term of the formula. */
 static int print_table(const tp_step_t *s, FILE *f) {
     tp_term_t t[MAX_TERMS];
-    const int nt = tp_terms(s->L, s->e, s->hd, s->sp, t);
+    const int nt = tp_terms(s->L, s->e, s->hd, s->sp, s->rows, t);
     fprintf(f, "  %-20s %-44s | %s\n", "per step", "measured", "formula");
     fprintf(f, "  %-14s %-5s %6s %11s %12s %12s | %6s %11s %12s\n", "collective", "dtype", "calls",
             "elements", "bytes", "bus bytes", "calls", "elements", "bytes");
@@ -191,19 +201,26 @@ static void print_traffic(const dp_run_t *run, FILE *f) {
     const gpt_units_t u = device0_units(run);
     int L = 0;
     for (int l = 0; l < c->layers; l++) L += gpt_units_hold(&u, l + 1);
-    tp_step_t s = {pc->tp, pc->sequence_parallel, L, gpt_units_hold(&u, 0), gpt_units_hold(&u, head),
-                   c->hidden, pc->accum_degree, (double)per_rank * T,
+    tp_step_t s = {pc->tp, pc->sequence_parallel, pc->tp_row_linears, L, gpt_units_hold(&u, 0),
+                   gpt_units_hold(&u, head), c->hidden, c->ffn, pc->accum_degree, (double)per_rank * T,
                    coll_counters_family(&run->reports[0].comm, "tp"), run->steps > 0 ? run->steps : 1};
     const int even = per_rank % pc->accum_degree == 0;
-    fprintf(f, "tensor parallelism: tp=%d%s; device 0's tensor-parallel group per step: %d "
+    fprintf(f, "tensor parallelism: tp=%d%s%s; device 0's tensor-parallel group per step: %d "
                "microbatch%s of b·s = %d x %d = %d tokens%s, h = %d, L = %d%s%s\n",
-            pc->tp, s.sp ? " with sequence parallelism" : "", s.m, s.m > 1 ? "es" : "",
+            pc->tp, s.sp ? " with sequence parallelism" : "",
+            s.rows ? ", every linear row-parallel (sharding_dim 0)" : "", s.m, s.m > 1 ? "es" : "",
             pc->micro_batch, T, pc->micro_batch * T, even ? "" : " (the largest)", s.h, s.L,
             pc->pp > 1 ? " layers of its pipeline stage" : "",
             pc->pp > 1 ? (s.e && s.hd ? ", the embedding and the head"
                           : s.e ? ", the embedding" : s.hd ? ", the head" : ", no embedding or head")
                        : "");
-    print_megatron(&s, (double)pc->micro_batch * T, f);
+    if (s.rows)
+        fprintf(f, "  per layer per microbatch: 4 all-reduces of open sums (the qkv [b·s, 3h], dense "
+                   "[b·s, h], fc1 [b·s, ffn] and fc2 [b·s, h] outputs) and, backward, 4 all-gathers "
+                   "of the input gradients' columns (qkv, dense, fc1 [b·s, h], fc2 [b·s, ffn]); "
+                   "attention and GeLU run whole on every rank\n");
+    else
+        print_megatron(&s, (double)pc->micro_batch * T, f);
     const int bad = print_table(&s, f);
     fprintf(f, "  %s\n", bad ? "measured and formula DIFFER (a collective added or dropped?)"
                              : "measured = formula: calls, elements and bytes");
@@ -281,12 +298,20 @@ static void print_memory(const dp_run_t *run, FILE *f) {
             10 * h + 24 * h / t + 5 * a * T / t, 34 * h / t + 5 * a * T / t);
     fprintf(f, "  %-8s %10s %13s %17s %15s %13s %15s\n", "formula:", "per token", "per layer",
             "L layers", "table: layer", "emb., head", "rest: scratch");
-    print_memory_column(&cfg, t, 0, f);
-    print_memory_column(&cfg, t, 1, f);
+    if (run->pc.tp_row_linears) {
+        /* the split part is whole on every rank: tp = 1's layer */
+        fprintf(f, "  every linear row-parallel: qkv, attention, FFN activations whole (t = 1 in "
+                   "the split part):\n");
+        print_memory_column(&cfg, 1, 0, f);
+    } else {
+        print_memory_column(&cfg, t, 0, f);
+        print_memory_column(&cfg, t, 1, f);
+    }
     /* device 0's own table: its stage's units and its schedule's slots */
     const gpt_units_t u = device0_units(run);
     gpt_mem_t m0;
-    const double all = gpt_mem_bytes_mp(&cfg, t, sp, &u, u.n ? run->reports[0].pp_slots : 0, 0,
+    const double all = gpt_mem_bytes_mp(&cfg, t, pconfig_tp_opts(&run->pc), &u,
+                                        u.n ? run->reports[0].pp_slots : 0, 0,
                                         &m0, NULL) ? -1 : (double)m0.activations;
     fprintf(f, "  (table: the allocation's own sizes, gpt_mem_bytes_tp, 64-byte aligned buffers; rest: "
                "its backward scratch and tp buffers, and the alignment)\n");

@@ -83,7 +83,7 @@ static int setup_rank(dp_rank_t *r, device_t *dev) {
                                r->tp_group,
                                (sh->run->broken_tp_fp32_sums ? GPT_BROKEN_TP_FP32_SUMS : 0u) |
                                    (sh->run->broken_tp_vocab_pad ? GPT_BROKEN_TP_VOCAB_PAD : 0u),
-                               sh->pp.units[r->stage]};
+                               sh->pp.units[r->stage], sh->run->pc.tp_row_linears};
     const size_t nmb = (size_t)sh->pp.m * (size_t)sh->pp.v;
     r->report->pp_stage = r->stage;
     r->report->pp_slots = dp_stage_slots(&sh->pp, r->stage, r->slot_first);
