@@ -115,8 +115,12 @@ pat "a device type with a space" "device_mapping.stage_0.shard_1: expected a dev
 pat "a device as a number" "device_mapping.stage_0.shard_1: expected a device string .*got number" "{$H, ${M2/\"\/device:XLA_DTU:1\"/1}}"
 pat "a duplicated device" "device_mapping.stage_0.shard_1 and stage_1.shard_0 both name device 1" "{$H, ${M2/XLA_DTU:2/XLA_DTU:1}}"
 pat "mixed device types" "device_mapping.stage_1.shard_1: device type 'GPU', but stage_0.shard_0's is 'XLA_DTU'" "{$H, ${M2/XLA_DTU:3/GPU:3}}"
-pat "a device beyond --world-size" "device_mapping.stage_1.shard_1: device 9 is beyond the world .4 devices, --world-size." "{$H, ${M2/XLA_DTU:3/XLA_DTU:9}}" --world-size 4
-pat "a mapping that is no rank order" "device_mapping: in increasing id order the devices hold neither" "{$H, ${M2/XLA_DTU:1\"/XLA_DTU:5\"}}"
+pat "a device id beyond the devices parity simulates" "device_mapping.stage_1.shard_1: device 5000 is beyond the 4096 devices" "{$H, ${M2/XLA_DTU:3/XLA_DTU:5000}}"
+pat "a mode with a NUL inside" "mode: expected" '{"mode": "hybrid\u0000x", "stage_cnt": 2}'
+pat "a device string with a NUL inside" "device_mapping.stage_1.shard_1: expected a device string" "{$H, ${M2/XLA_DTU:3/XLA_DTU:3\\u0000zz}}"
+pat "sharding_dim 0 with sharding_size 1" "sharding_dim: 0 shards nothing" '{"mode": "pipeline", "stage_cnt": 2, "sharding_dim": 0}'
+pat "the file and --tensor-parallel-row-linears" "sharding_dim: the layout also comes from --tensor-parallel-row-linears" "{$H, \"sharding_dim\": -1}" --tensor-parallel-row-linears
+pat "a mapping that is no rank order" "device_mapping: in increasing id order the devices hold neither.*device 3 .at 2 in id order. holds stage_1.shard_1" "{$H, ${M2/XLA_DTU:1\"/XLA_DTU:5\"}}"
 pat "the file and --tensor-model-parallel-size" "sharding_size: the layout also comes from --tensor-model-parallel-size; give one" "{$H}" --tensor-model-parallel-size 2
 pat "the file and --rank-order" "device_mapping: the layout also comes from --rank-order" "{$H, $M2}" --rank-order pp-tp-dp
 pat "sharding stages and --pipeline-schedule" "mode: the layout also comes from --pipeline-schedule" '{"mode": "sharding", "stage_cnt": 2}' --pipeline-schedule 1f1b

@@ -35,8 +35,8 @@
  * NeMo's defaults (overlap_grad_sync true, overlap_param_sync false,
  * bucket_cap_mb 100, fp32) fill keys not given, but never replace a value a
  * Megatron-style flag set: such a flag and a key that disagree are an error
- * naming both. A flag that is indistinguishable from its default (e.g.
- * --bucket-cap-mb 40, which pconfig_t does not mark as given) reads as not given.
+ * naming both (a flag given with its default value, e.g. --bucket-cap-mb 40,
+ * counts as given: pconfig_t marks it).
  */
 #ifndef PARITY_NEMO_H
 #define PARITY_NEMO_H
@@ -74,7 +74,7 @@ int nemo_optim_set(nemo_optim_t *o, const char *kv, perr_t *err);
  * fields already set by Megatron-style flags (PC_GIVEN_ZERO, or a non-default value) are
  * errors naming both. pc is unchanged on failure; nothing given changes nothing. */
 int nemo_optim_apply(const nemo_optim_t *o, pconfig_t *pc, perr_t *err);
-/* One line describing the options applied, for --print-layout. */
+/* One line describing the options and which were defaults (tests). */
 void nemo_optim_describe(const nemo_optim_t *o, char *buf, size_t cap);
 
 #endif

@@ -29,7 +29,11 @@
  *    the named devices 0..n-1 in increasing id order, and the mapping
  *    must then be a rank order (shards fastest, "tp-pp", or stages
  *    fastest, "pp-tp"); data-parallel replicas follow as the slowest
- *    axis. With --world-size W, ids must be below W.
+ *    axis (--world-size W gives dp = W / (tp pp) replicas; ids stay names,
+ *    below the 4096 devices parity simulates). Without a mapping the order
+ *    is the flags' (Megatron's tp-cp-ep-dp-pp). A --pipeline-schedule
+ *    flag may choose how "pipeline"/"hybrid" stages are pipelined; with
+ *    "sharding" stages (naive) it is a conflict.
  *  - data parallelism is inferred: dp = world / (sharding_size x stage_cnt).
  */
 #ifndef PARITY_PATTERNS_H

@@ -50,6 +50,7 @@ int layout_opts_blame(const layout_opts_t *lo, perr_t *err) {
 
 int layout_opts_resolve(layout_opts_t *lo, perr_t *err) {
     if (lo->parallel_config) {
+        lo->config_json = ends_with(lo->parallel_config, ".json");
         size_t len;
         char *text = pio_read_text(lo->parallel_config, "--parallel-config", (size_t)1 << 20, &len, err);
         if (!text) return -1;

@@ -9,6 +9,7 @@
 #include "layout_cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "parity/grid.h"
@@ -36,7 +37,7 @@ static void effective_order(const pconfig_t *pc, char *buf, size_t cap) {
 }
 
 static void print_stages(const pp_plan_t *pp, FILE *f) {
-    pp_op_t ops[2 * 4096];
+    pp_op_t *ops = malloc(2 * (size_t)pp->m * (size_t)pp->v * sizeof *ops);
     fprintf(f, "  \"stages\": [");
     for (int r = 0; r < pp->pp; r++) {
         fprintf(f, "%s\n    {\"stage\": %d, \"layers\": %d, \"units\": [", r ? "," : "", r,
@@ -44,8 +45,7 @@ static void print_stages(const pp_plan_t *pp, FILE *f) {
         for (int c = 0; c < pp->v; c++)
             fprintf(f, "%s[%d, %d]", c ? ", " : "", pp->units[r].lo[c], pp->units[r].hi[c]);
         fprintf(f, "], \"slots\": %d, \"passes\": \"", pp_in_flight_formula(pp, r));
-        const int total = 2 * pp->m * pp->v;
-        const int n = total <= (int)(sizeof ops / sizeof ops[0]) ? pp_schedule(pp, r, ops) : 0;
+        const int n = ops ? pp_schedule(pp, r, ops) : 0;
         for (int i = 0; i < n; i++) {
             fprintf(f, "%s%c%d", i ? " " : "", ops[i].fwd ? 'F' : 'B', ops[i].mb);
             if (pp->v > 1) fprintf(f, ".%d", ops[i].chunk);
@@ -53,6 +53,7 @@ static void print_stages(const pp_plan_t *pp, FILE *f) {
         fprintf(f, "\"}");
     }
     fprintf(f, "\n  ],\n");
+    free(ops);
 }
 
 int layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t *mem, FILE *f,

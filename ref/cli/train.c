@@ -378,7 +378,13 @@ static int train_main(int argc, char **argv, int check) {
         lo.pc.micro_batch = cfg.micro_batch;
         lo.pc.given |= PC_GIVEN_MICRO;
     }
-    if (layout_opts_resolve(&lo, &err) || pconfig_validate(&lo.pc, cfg.global_batch, &err)) {
+    /* a front end's own errors name its keys; later ones name the flags,
+     * so they carry the glossary of the file's keys */
+    if (layout_opts_resolve(&lo, &err)) {
+        fprintf(stderr, "parity %s: invalid layout: %s\n", argv[0], err.msg);
+        return 2;
+    }
+    if (pconfig_validate(&lo.pc, cfg.global_batch, &err)) {
         char origin[512];
         fprintf(stderr, "parity %s: invalid layout%s: %s\n", argv[0],
                 layout_opts_origin(&lo, origin, sizeof origin), err.msg);

@@ -351,6 +351,11 @@ static int parse_value(rd_t *r, ctx_t ctx, int depth, val_t *out) {
 }
 
 static int bind(rd_t *r, const char *s, size_t n, const val_t *v) {
+    /* lookups scan the names: a bound keeps a hostile file linear enough */
+    enum { MAX_NAMES = 4096 };
+    if (r->n_names == MAX_NAMES)
+        return fail(r, v->line, NULL, "more than %d assignments (a parallel config needs a few)",
+                    (int)MAX_NAMES);
     if (r->n_names == r->cap) {
         size_t cap = r->cap ? 2 * r->cap : 16;
         binding_t *nb = realloc(r->names, cap * sizeof *nb);

@@ -32,6 +32,12 @@ static int get_int(const json_t *obj, const char *key, long lo, long hi, long de
     return 0;
 }
 
+/* A JSON string with no NUL inside (a C string would silently cut it), or NULL. */
+static const char *whole_string(const json_t *v) {
+    const char *s = json_string(v);
+    return s && strlen(s) == json_string_len(v) ? s : NULL;
+}
+
 /* "/device:TYPE:ID" -> TYPE (into type) and ID; -1 when malformed. */
 static int device_id(const char *s, char *type, size_t cap, long *id) {
     static const char prefix[] = "/device:";
@@ -92,8 +98,8 @@ static int by_id(const void *a, const void *b) {
 }
 
 /* device_mapping -> the rank order it describes (into order). */
-static int read_mapping(const json_t *map, int stages, int shards, const pconfig_t *pc,
-                        char *order, size_t cap, const char *path, perr_t *err) {
+static int read_mapping(const json_t *map, int stages, int shards, char *order, size_t cap,
+                        const char *path, perr_t *err) {
     if (check_keys(map, "stage_", stages, "device_mapping", "stage_cnt", path, err)) return -1;
     const int n = stages * shards;
     mapped_t *m = calloc((size_t)n, sizeof *m);
@@ -110,7 +116,7 @@ static int read_mapping(const json_t *map, int stages, int shards, const pconfig
             char hk[32], type[64];
             snprintf(hk, sizeof hk, "shard_%d", j);
             snprintf(key, sizeof key, "device_mapping.%s.%s", sk, hk);
-            const char *s = json_string(json_get(st, hk));
+            const char *s = whole_string(json_get(st, hk));
             long id;
             if (!s || device_id(s, type, sizeof type, &id)) {
                 perr_set(err, "%s: %s: expected a device string such as \"/device:XLA_DTU:5\", got %s",
@@ -123,10 +129,9 @@ static int read_mapping(const json_t *map, int stages, int shards, const pconfig
                               "device)", path, key, type, type0);
                 goto out;
             }
-            const long world = pc->world_size ? pc->world_size : MAX_MAPPED;
-            if (id >= world) {
-                perr_set(err, "%s: %s: device %ld is beyond the world (%ld devices%s)", path, key, id,
-                         world, pc->world_size ? ", --world-size" : ": parity's limit");
+            if (id >= MAX_MAPPED) {
+                perr_set(err, "%s: %s: device %ld is beyond the %d devices parity simulates", path,
+                         key, id, MAX_MAPPED);
                 goto out;
             }
             m[i * shards + j] = (mapped_t){id, i, j};
@@ -140,17 +145,18 @@ static int read_mapping(const json_t *map, int stages, int shards, const pconfig
             goto out;
         }
     /* device r (in id order) holds (stage, shard): shards fastest, or stages */
-    int tp_fast = 1, pp_fast = 1;
-    for (int r = 0; r < n; r++) {
-        tp_fast &= m[r].stage * shards + m[r].shard == r;
-        pp_fast &= m[r].shard * stages + m[r].stage == r;
+    int tp_bad = -1, pp_bad = -1; /* the first device out of each order's place */
+    for (int r = n - 1; r >= 0; r--) {
+        if (m[r].stage * shards + m[r].shard != r) tp_bad = r;
+        if (m[r].shard * stages + m[r].stage != r) pp_bad = r;
     }
+    const int tp_fast = tp_bad < 0, pp_fast = pp_bad < 0;
     if (!tp_fast && !pp_fast) {
+        const int b = tp_bad > pp_bad ? tp_bad : pp_bad;
         perr_set(err, "%s: device_mapping: in increasing id order the devices hold neither "
                       "shard_0, shard_1, ... of stage_0, then stage_1 (order tp-pp) nor stage_0, "
-                      "stage_1, ... of shard_0, then shard_1 (order pp-tp); device %ld holds "
-                      "stage_%d.shard_%d", path, m[1 < n ? 1 : 0].id, m[1 < n ? 1 : 0].stage,
-                 m[1 < n ? 1 : 0].shard);
+                      "stage_1, ... of shard_0, then shard_1 (order pp-tp); device %ld (at %d in id "
+                      "order) holds stage_%d.shard_%d", path, m[b].id, b, m[b].stage, m[b].shard);
         goto out;
     }
     snprintf(order, cap, "%s", tp_fast ? "tp-pp-dp" : "pp-tp-dp");
@@ -182,7 +188,7 @@ int patterns_parse(const char *text, size_t len, const char *path, pconfig_t *pc
             goto out;
         }
     }
-    const char *mode = json_string(json_get(j, "mode"));
+    const char *mode = whole_string(json_get(j, "mode"));
     if (!mode || (strcmp(mode, "sharding") && strcmp(mode, "pipeline") && strcmp(mode, "hybrid"))) {
         perr_set(err, "%s: mode: expected \"sharding\", \"pipeline\" or \"hybrid\", got %s", path,
                  mode ? mode : json_get(j, "mode") ? json_type_name(json_type(json_get(j, "mode"))) : "nothing");
@@ -194,6 +200,10 @@ int patterns_parse(const char *text, size_t len, const char *path, pconfig_t *pc
         get_int(j, "stage_cnt", 1, 4096, 1, &pp, path, err) ||
         get_int(j, "accum_degree", 1, 1 << 30, 1, &accum, path, err))
         goto out;
+    if (dim == 0 && tp == 1 && json_get(j, "sharding_dim")) {
+        perr_set(err, "%s: sharding_dim: 0 shards nothing with sharding_size 1", path);
+        goto out;
+    }
     if (!strcmp(mode, "pipeline") && tp > 1) {
         perr_set(err, "%s: sharding_size: %ld, but mode \"pipeline\" shards nothing (mode \"hybrid\" "
                       "shards and pipelines)", path, tp);
@@ -204,7 +214,10 @@ int patterns_parse(const char *text, size_t len, const char *path, pconfig_t *pc
     const struct { int set; const char *key, *flag; } clash[] = {
         {pc->tp != 0, "sharding_size", "--tensor-model-parallel-size"},
         {pc->pp != 0, "stage_cnt", "--pipeline-model-parallel-size"},
-        {(pc->given & PC_GIVEN_ACCUM) && json_get(j, "accum_degree"), "accum_degree", "--accum-degree"},
+        {(pc->given & PC_GIVEN_ACCUM) && json_get(j, "accum_degree"), "accum_degree",
+         pc->given & PC_GIVEN_NUM_MB ? "--num-microbatches" : "--accum-degree"},
+        {pc->tp_row_linears && json_get(j, "sharding_dim"), "sharding_dim",
+         "--tensor-parallel-row-linears"},
         {pc->pp_schedule != PC_PP_DEFAULT && !strcmp(mode, "sharding") && pp > 1, "mode",
          "--pipeline-schedule"},
         {strcmp(pc->order, "tp-cp-ep-dp-pp") && json_get(j, "device_mapping"), "device_mapping",
@@ -218,7 +231,7 @@ int patterns_parse(const char *text, size_t len, const char *path, pconfig_t *pc
         }
     const json_t *map = json_get(j, "device_mapping");
     char order[32] = "";
-    if (map && read_mapping(map, (int)pp, (int)tp, pc, order, sizeof order, path, err)) goto out;
+    if (map && read_mapping(map, (int)pp, (int)tp, order, sizeof order, path, err)) goto out;
     pc->tp = (int)tp;
     pc->pp = (int)pp;
     if (dim == 0 && tp > 1) pc->tp_row_linears = 1;

@@ -300,9 +300,11 @@ static void print_memory(const dp_run_t *run, FILE *f) {
             "L layers", "table: layer", "emb., head", "rest: scratch");
     if (run->pc.tp_row_linears) {
         /* the split part is whole on every rank: tp = 1's layer */
-        fprintf(f, "  every linear row-parallel: qkv, attention, FFN activations whole (t = 1 in "
-                   "the split part):\n");
-        print_memory_column(&cfg, 1, 0, f);
+        /* the split part is tp = 1's; the embedding, head and scratch
+         * columns of the table are not written out for this form */
+        fprintf(f, "  every linear row-parallel: qkv, attention and FFN activations whole, %.0f B per "
+                   "token and layer (t = 1 in the split part)\n",
+                layer_per_token(&cfg, 1, 0));
     } else {
         print_memory_column(&cfg, t, 0, f);
         print_memory_column(&cfg, t, 1, f);
