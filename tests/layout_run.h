@@ -17,7 +17,7 @@
 
 /* broken: the negative controls' bits */
 enum { BROKEN_FP32_SUMS = 1, BROKEN_TP_FP32_SUMS = 2, BROKEN_TP_VOCAB_PAD = 4,
-       BROKEN_PP_MASK_KEY = 8, BROKEN_PP_TIED_GRAD = 16 };
+       BROKEN_PP_MASK_KEY = 8, BROKEN_PP_TIED_GRAD = 16, BROKEN_CP_ONLINE_SOFTMAX = 32 };
 
 enum { STEPS = 3 };
 static model_config_t cfg;
@@ -97,6 +97,7 @@ static int run_layout_of(const model_config_t *m, dump_t *gd, const char *flags,
                     .broken_tp_vocab_pad = (broken & 4) != 0,
                     .broken_pp_mask_key = (broken & BROKEN_PP_MASK_KEY) != 0,
                     .broken_pp_tied_grad = (broken & BROKEN_PP_TIED_GRAD) != 0,
+                    .broken_cp_online_softmax = (broken & BROKEN_CP_ONLINE_SOFTMAX) != 0,
                     .broken_replica = broken_replica, .dump = d};
     int ok = dp_train(&run, &err) == 0;
     if (!ok) fprintf(stderr, "%s: %s\n", flags, err.msg);

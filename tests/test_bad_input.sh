@@ -146,6 +146,15 @@ refuse "virtual stages without a pipeline" "virtual-pipeline-model-parallel-size
 refuse "a rank order without pp" "rank-order: 'tp-dp' leaves out pp, whose size is 2" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --rank-order tp-dp
 refuse "a pipeline negative control without a pipeline" "--test-broken-pp-tied-embedding: needs pipeline-model-parallel-size > 1" -- $P check --model gpt-tiny --steps 1 --test-broken-pp-tied-embedding
 refuse "--num-microbatches beyond the batch names the flag" "num-microbatches: 25 microbatches need at least 25 sequences" -- $P check --model gpt-tiny --steps 1 --num-microbatches 25
+# context parallelism (gpt-tiny: T 32 in 8 token tiles, 8 heads): the ring
+# cuts 2cp chunks of whole tiles, Ulysses cp pieces and heads/tp heads
+refuse "a ring whose 2cp chunks do not cut the token tiles" "context-parallel-size" -- $P check --model gpt-tiny --steps 1 --context-parallel-size 3
+refuse "a ring of more chunks than token tiles" "context-parallel-size" -- $P check --model gpt-tiny --steps 1 --context-parallel-size 16 --cp-comm-type p2p
+refuse "Ulysses over more ranks than a tp rank's heads" "context-parallel-size" -- $P check --model gpt-tiny --steps 1 --cp-comm-type a2a --context-parallel-size 4 --tensor-model-parallel-size 4
+refuse "--cp-comm-type all_gather (not implemented)" "cp-comm-type" -- $P check --model gpt-tiny --steps 1 --context-parallel-size 2 --cp-comm-type all_gather
+refuse "an unknown --cp-comm-type" "cp-comm-type" -- $P check --model gpt-tiny --steps 1 --context-parallel-size 2 --cp-comm-type bogus
+refuse "--cp-comm-type followed by a flag" "cp-comm-type" -- $P check --model gpt-tiny --steps 1 --cp-comm-type --context-parallel-size 2
+refuse "a world size that cp does not divide" "world-size" -- $P check --model gpt-tiny --steps 1 --world-size 6 --context-parallel-size 4
 refuse "--trace into a missing directory" "--trace.*directory '$w/nodir' does not exist" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --trace "$w/nodir/t.json"
 
 # --- resources: estimated before anything is allocated

@@ -319,7 +319,7 @@ static double att_f(void *c_) {
 
 static void check_attention(int S, int T, int H, int D, int tile, float p) {
     const int C = H * D;
-    attn_shape_t s = {S, T, C, H, tile, p, H, 0};
+    attn_shape_t s = {S, T, C, H, tile, p, H, 0, NULL};
     size_t nq = (size_t)S * T * 3 * C, nc = (size_t)S * T * C, ne = (size_t)S * H * T * T;
     float *qkv = malloc(nq * 4), *ctx = malloc(nc * 4), *r = malloc(nc * 4), *dq = malloc(nq * 4);
     float *e = malloc(ne * 4), *eh = malloc(ne * 4), *z = malloc((size_t)S * H * T * 4);
@@ -399,7 +399,7 @@ static void test_embedding(void) {
     check_fwd("embedding x", x, x64, S * T * C);
     acc_t ate, ape;
     acc_init(&ate, V * C), acc_init(&ape, T * C);
-    embedding_backward(&ate, &ape, r, tok, S, T, C, 0, V);
+    embedding_backward(&ate, &ape, r, tok, S, T, 0, C, 0, V);
     acc_round(&ate, dte), acc_round(&ape, dpe);
     /* the function is linear: its exact gradient is the scatter-sum of r */
     memset(fdte, 0, sizeof fdte), memset(fdpe, 0, sizeof fdpe);

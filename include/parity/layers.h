@@ -20,6 +20,7 @@
 
 #include "parity/accum.h"
 #include "parity/contract.h"
+#include "parity/cp.h"
 
 /* ---- embedding.c ------------------------------------------------------- */
 
@@ -35,10 +36,10 @@ void embedding_lookup(float *x, const int32_t *tokens, int n, int C, const float
 /* x [n_seq,Tl,C] holds positions t0 .. t0+Tl-1 of each sequence (golden:
  * Tl = T, t0 = 0; sequence parallelism: a rank's part). */
 void embedding_add_positions(float *x, int n_seq, int Tl, int t0, int C, const float *wpe);
-/* dwte[tokens[s,t]-v0,:] += dx[s,t,:] for the rows held; dwpe[t,:] += dx[s,t,:]
- * (exact, open) */
+/* dwte[tokens[s,t]-v0,:] += dx[s,t,:] for the rows held; dwpe[t0+t,:] +=
+ * dx[s,t,:] (exact, open); dx holds positions t0 .. t0+T-1 of each sequence */
 void embedding_backward(acc_t *dwte, acc_t *dwpe, const float *dx, const int32_t *tokens,
-                        int n_seq, int T, int C, int v0, int nv);
+                        int n_seq, int T, int t0, int C, int v0, int nv);
 
 /* ---- dropout.c --------------------------------------------------------- */
 
@@ -103,11 +104,13 @@ typedef struct {
     float p;
     int heads_total, head0;   /* the model's heads and the first one held: masks are
                                  keyed by global head (I3); golden: H and 0 */
+    const cp_runs_t *q_runs;  /* the query rows held (context parallelism's positions), or
+                                 NULL: all T (attention_mask) */
 } attn_shape_t;
 
 /* Floats of scratch attention_backward needs. */
 size_t attention_scratch_floats(const attn_shape_t *s);
-/* keep [n_seq,H,T,T]: the attention dropout mask of sequences
+/* keep [n_seq,H,Tq,T] (Tq: the query rows held, q_runs): the attention dropout mask of sequences
  * first_seq.. of the global batch and heads head0.. (1 = kept; 0 above
  * the diagonal, which is never drawn). Index of (g,h,i,j):
  * ((g*H + h)*T + i)*T + j; drawn at ((g*heads_total + head0+h)*T + i)*T + j. */
@@ -118,6 +121,19 @@ void attention_mask(uint8_t *keep, const attn_shape_t *s, int first_seq, uint64_
  * when p = 0) and z [n_seq,H,T] for backward. keep is NULL when p = 0. */
 void attention_forward(float *ctx, float *e, float *ehat, float *z, const float *qkv,
                        const uint8_t *keep, const attn_shape_t *s, contract_ws_t *ws);
+/* The row operations both the whole-sequence attention above and the
+ * context-parallel one (attention_cp.c) are made of, for query row i
+ * (a global position) of a score row over global key positions [0, T):
+ *   row_softmax: s = row*scale for j <= i, e = exp(s - max), zeros after i,
+ *     returns Z = round(sum e); hrow = e*keep*inv (when krow)
+ *   row_dz: du = dout/z, returns dZ = -round(sum_d dout*out)/z (prod: [D] scratch)
+ *   grad_span: g[j] = ((g[j]*keep*inv + dz)*e[j])*scale, j < n (the key
+ *     positions <= i of a span; the caller zeroes the rest) */
+float attention_row_softmax(float *row, float *hrow, const uint8_t *krow, int i, int T,
+                            float scale, float inv);
+float attention_row_dz(float *du, float *prod, const float *dout, const float *out, int D, float z);
+void  attention_grad_span(float *g, const float *e, const uint8_t *krow, int n, float dz,
+                          float scale, float inv);
 /* dctx [n_seq,T,C] -> dqkv [n_seq,T,3C], from the kept forward tensors. */
 void attention_backward(float *dqkv, const float *dctx, const float *ctx, const float *e,
                         const float *ehat, const float *z, const float *qkv,

@@ -22,6 +22,7 @@
 
 #include "parity/accum.h"
 #include "parity/contract.h"
+#include "parity/cp.h"
 #include "parity/error.h"
 #include "parity/placement.h"
 #include "parity/runtime.h"
@@ -134,6 +135,15 @@ int  param_table_build_mp(param_table_t *t, const model_config_t *cfg, int tp,
  * an open sum completed across tp; attention and the MLP's GeLU on every
  * rank whole), the patterns file's sharding_dim 0. */
 enum { GPT_TP_SP = 1u, GPT_TP_ROW_LINEARS = 2u };
+/* Context parallelism in the same options: the degree in the bits from
+ * GPT_CP_SHIFT up, and Ulysses (all-to-all) instead of the ring. */
+enum { GPT_CP_ULYSSES = 4u, GPT_CP_SHIFT = 16 };
+static inline unsigned gpt_cp_opts(int cp, cp_comm_t comm) {
+    return ((unsigned)cp << GPT_CP_SHIFT) | (comm == CP_ULYSSES ? GPT_CP_ULYSSES : 0u);
+}
+static inline int gpt_opts_cp(unsigned opts) {
+    return (opts >> GPT_CP_SHIFT) ? (int)(opts >> GPT_CP_SHIFT) : 1;
+}
 void param_table_free(param_table_t *t);
 /* Index of layer l's slot (P_*). */
 static inline int param_layer(const param_table_t *t, int l, int slot) {
@@ -161,6 +171,8 @@ typedef struct {
     float *att_z;                          /* [b,H,T] softmax denominators */
     uint8_t *att_keep;                     /* [b,H,T,T] or NULL (p = 0) */
     float *ctx;                            /* [n,C] core attention output */
+    float *qkv_h, *ctx_h;                  /* Ulysses: qkv and ctx re-sharded to every
+                                              position of heads/cp heads (else qkv, ctx) */
     float *attn_out;                       /* [n,C] dense output, before dropout */
     uint8_t *attn_keep;                    /* [n,C] or NULL */
     float *resid1;                         /* [n,C] x after the attention residual */
@@ -217,6 +229,14 @@ typedef struct {
      * [n, max(C,F)/tp], their gradient, and a gather's parts [n, max(C,F)] */
     float *row_in, *row_dx, *row_parts;
     xacc_t *ce_zacc;                       /* [n] open softmax denominators */
+    /* context parallelism (attention_cp.c): the ring's key/value blocks
+     * [n, 2A] (own, and two being received), the open sums of a block's
+     * dK/dV sent to its owner (two in flight) and of this rank's own, of
+     * U and dQ [n, A]; dU [n, A] and dZ [n/T.. per head], and rounding
+     * room [n, 2A]. Ulysses: the all-to-all's two buffers [n, 3A]. */
+    float *cp_kv[3], *cp_du, *cp_dz, *cp_round, *cp_tile;
+    void *cp_send[2], *cp_own, *cp_open;
+    float *ul_send, *ul_recv, *ul_dctx, *ul_dqkv;
     float *ce_tl;                          /* [n] target logits */
     void *block;
 } gpt_scratch_t;
@@ -233,13 +253,22 @@ typedef struct {
     unsigned broken;        /* GPT_BROKEN_*: deliberately broken variants (checker controls) */
     gpt_units_t units;      /* pipeline parallelism: the units held (n = 0: all) */
     int row_linears;        /* every linear row-parallel (GPT_TP_ROW_LINEARS) */
+    int cp, cp_rank;        /* context parallelism: the positions held (cp.h) */
+    cp_comm_t cp_comm;      /* ring (p2p) or Ulysses (all-to-all) */
+    group_t *cp_group;      /* NULL when cp == 1 */
 } gpt_shard_t;
 /* Modelled on real bugs: plain fp32 sums in the row-parallel all-reduce
  * (the order-dependent reduction of Megatron-LM issue 1736 and its kin);
  * a vocabulary padded to a multiple of 128 x tp whose padded columns
  * enter the softmax (Megatron-LM issue 1754: the padding depends on tp). */
 enum { GPT_BROKEN_TP_FP32_SUMS = 1u, GPT_BROKEN_TP_VOCAB_PAD = 2u };
-static inline gpt_shard_t gpt_shard_none(void) { return (gpt_shard_t){1, 0, 0, NULL, 0, {0, {0}, {0}}, 0}; }
+/* Modelled on flash-attention-style ring kernels: the ring merges each
+ * arriving block's partial softmax with online rescaling in arrival
+ * order (fp32 running max, sum and output), which is not layout-free. */
+enum { GPT_BROKEN_CP_ONLINE_SOFTMAX = 4u };
+static inline gpt_shard_t gpt_shard_none(void) {
+    return (gpt_shard_t){.tp = 1, .cp = 1};
+}
 
 /* A replica's extents of the tensor-parallel axes. */
 typedef struct {
@@ -252,6 +281,14 @@ typedef struct {
     int row_linears;        /* every linear row-parallel: heads, attn, ffn are whole, and */
     int cin, cin0;          /* the hidden features this rank contracts (qkv, dense, fc1) */
     int fin, fin0;          /* the FFN features it contracts (fc2); 0 without row_linears */
+    /* context parallelism: every token tensor of a slot holds seq_held
+     * positions of each sequence, the runs `runs` in order (cp.h; T and
+     * [0, T) without it); Ulysses attends heads/cp of the heads held over
+     * every position, from head att_head0 */
+    int cp, cp_rank, ulysses;
+    int seq_held;
+    cp_runs_t runs;
+    int att_heads, att_head0;
 } gpt_local_t;
 
 /* One replica's block of a batch-shaped checkpoint: n_seq sequences at
@@ -336,10 +373,11 @@ int  gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, struct ar
  * activations and the open-sum buffers its collectives need. */
 int  gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard, unsigned omit,
                 struct arena *arena, perr_t *err);
-/* The tensor-parallel extents of rank tp_rank of tp (the error says what
- * must divide what under sequence parallelism; param_table_build_tp checks
- * the cuts of heads, feature, FFN and vocabulary tiles). */
-int  gpt_local_dims(const model_config_t *cfg, int tp, int tp_rank, unsigned opts,
+/* The tensor-parallel extents of rank tp_rank of tp, and the positions
+ * context-parallel rank cp_rank holds (opts' cp; the error says what must
+ * divide what under sequence or context parallelism; param_table_build_tp
+ * checks the cuts of heads, feature, FFN and vocabulary tiles). */
+int  gpt_local_dims(const model_config_t *cfg, int tp, int tp_rank, int cp_rank, unsigned opts,
                     gpt_local_t *out, perr_t *err);
 /* The bytes gpt_new_ex(cfg, omit) takes from its arena, by category, as the
  * arena counts them (grads: rounded gradients; open_sums: the open exact

@@ -27,6 +27,7 @@ typedef struct {
     int sequence_parallel;     /* --sequence-parallel: LayerNorm/dropout regions hold T/tp positions */
     int tp_row_linears;        /* --tensor-parallel-row-linears: every linear row-parallel (the
                                   patterns file's sharding_dim 0) instead of Megatron's pairing */
+    int cp_comm;               /* --cp-comm-type: 0 p2p (the ring), 1 a2a (Ulysses): cp.h's cp_comm_t */
     char order[32];            /* rank order, first varies fastest: "tp-cp-ep-dp-pp" */
     /* batch: sequences per step and per microbatch; accumulation steps
      * = global / (micro * dp) as in Megatron (micro must divide), or set
@@ -52,9 +53,18 @@ typedef struct {
     unsigned given;
 } pconfig_t;
 
-/* The model's tensor-parallel options (model.h's GPT_TP_*) of a layout. */
+/* The model's tensor- and context-parallel options (model.h's GPT_TP_*,
+ * gpt_cp_opts) of a layout. */
 static inline unsigned pconfig_tp_opts(const pconfig_t *pc) {
-    return (pc->sequence_parallel ? 1u : 0u) | (pc->tp_row_linears ? 2u : 0u);
+    const unsigned cp = pc->cp > 1 ? (unsigned)pc->cp : 1u;
+    return (pc->sequence_parallel ? 1u : 0u) | (pc->tp_row_linears ? 2u : 0u) |
+           (pc->cp_comm ? 4u : 0u) | (cp << 16);
+}
+/* The ranks that split the tokens of a step and so sum every weight
+ * gradient: data parallelism times context parallelism (Megatron's
+ * data-parallel group with context parallelism); ZeRO shards over them. */
+static inline int pconfig_grad_ranks(const pconfig_t *pc) {
+    return (pc->dp > 0 ? pc->dp : 1) * (pc->cp > 0 ? pc->cp : 1);
 }
 
 enum { /* bits of pconfig_t.given */
@@ -72,6 +82,7 @@ void pconfig_defaults(pconfig_t *pc);
  * -1 with a message naming the flag on a bad value. Flags:
  *   --world-size N  --data-parallel-size N  --tensor-model-parallel-size N
  *   --pipeline-model-parallel-size N  --context-parallel-size N
+ *   --cp-comm-type p2p|a2a
  *   --expert-model-parallel-size N  --rank-order tp-cp-ep-dp-pp  --sequence-parallel
  *   --pipeline-schedule gpipe|1f1b|interleaved  --pipeline-layer-split A,B,..
  *   --virtual-pipeline-model-parallel-size V  --num-layers-per-virtual-pipeline-stage N

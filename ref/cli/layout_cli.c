@@ -74,6 +74,7 @@ int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *
         {"--test-broken-tp-fp32-sums", &lo->broken_tp_fp32_sums},
         {"--test-broken-pp-mask-key", &lo->broken_pp_mask_key},
         {"--test-broken-pp-tied-embedding", &lo->broken_pp_tied_grad},
+        {"--test-broken-cp-online-softmax", &lo->broken_cp_online_softmax},
     };
     for (size_t k = 0; k < sizeof broken / sizeof broken[0]; k++)
         if (!strcmp(a, broken[k].flag)) {
@@ -122,6 +123,8 @@ void layout_opts_print_help(FILE *f) {
           "                           not the sequences' place in the batch (PyTorch 55036)\n"
           "  --test-broken-pp-tied-embedding  skip the embedding group's reduction of the tied\n"
           "                           word embedding's gradient (first and last stage)\n"
+          "  --test-broken-cp-online-softmax  merge the ring's blocks with flash-style online\n"
+          "                           softmax rescaling in arrival order (cp > 1, p2p)\n"
           "  --test-broken-replica R  flip one bit of device R's parameter replica after every\n"
           "                           update (ZeRO 0-2)\n",
           f);
@@ -174,6 +177,7 @@ static int run_dp(const layout_job_t *job, dump_t *dump, gpt_step_stats_t *stats
                     .broken_tp_vocab_pad = job->lo->broken_tp_vocab_pad,
                     .broken_pp_mask_key = job->lo->broken_pp_mask_key,
                     .broken_pp_tied_grad = job->lo->broken_pp_tied_grad,
+                    .broken_cp_online_softmax = job->lo->broken_cp_online_softmax,
                     .trace_path = job->lo->trace_path,
                     .broken_replica = job->lo->broken_replica, .dump = dump,
                     .dump_step = job->want, .stats = stats, .reports = reports,

@@ -23,6 +23,7 @@ typedef struct {
     int broken_replica;      /* --test-broken-replica RANK: 1 + RANK, another one; 0 off */
     int broken_pp_mask_key;  /* --test-broken-pp-mask-key: PyTorch 55036's kind */
     int broken_pp_tied_grad; /* --test-broken-pp-tied-embedding: no embedding-group reduction */
+    int broken_cp_online_softmax; /* --test-broken-cp-online-softmax: flash-style ring merge */
     const char *trace_path;  /* --trace FILE: Chrome trace events of the layout run */
     const char *parallel_config; /* --parallel-config FILE: a patterns or Colossal-AI file */
     int config_json;             /* the file is a patterns file (else Colossal-AI's) */

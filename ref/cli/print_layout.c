@@ -73,6 +73,10 @@ int layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t 
             pc->world_size, pc->dp, pc->tp, pc->pp, pc->cp, pc->ep, order[0] ? order : "none",
             pc->sequence_parallel ? "true" : "false",
             pc->tp < 2 ? "none" : pc->tp_row_linears ? "row" : "column-then-row");
+    if (pc->cp > 1) /* only then: the other dialects have no context parallelism to print */
+        fprintf(f, "    \"cp_comm_type\": \"%s\", \"cp_positions\": \"%s\",\n", pc->cp_comm ? "a2a" : "p2p",
+                pc->cp_comm ? "rank r: the r-th of cp contiguous pieces"
+                            : "rank r: chunks r and 2cp-1-r of 2cp");
     fprintf(f, "    \"pipeline_schedule\": \"%s\", \"virtual_stages\": %d, \"layer_split\": [",
             pc->pp > 1 ? pp_schedule_name(pp.sched) : "none", pp.v);
     for (int r = 0; r < pp.pp; r++) fprintf(f, "%s%d", r ? ", " : "", pp.stage_layers[r]);
@@ -86,8 +90,9 @@ int layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t 
     fprintf(f, "  \"devices\": [");
     for (int d = 0; d < G.world; d++) {
         const grid_device_t gd = grid_device(&G, d);
-        fprintf(f, "%s\n    {\"rank\": %d, \"tp\": %d, \"pp\": %d, \"dp\": %d}", d ? "," : "", d,
-                gd.coord[GRID_TP], gd.coord[GRID_PP], gd.coord[GRID_DP]);
+        fprintf(f, "%s\n    {\"rank\": %d, \"tp\": %d, ", d ? "," : "", d, gd.coord[GRID_TP]);
+        if (pc->cp > 1) fprintf(f, "\"cp\": %d, ", gd.coord[GRID_CP]);
+        fprintf(f, "\"pp\": %d, \"dp\": %d}", gd.coord[GRID_PP], gd.coord[GRID_DP]);
     }
     fprintf(f, "\n  ],\n");
     grid_free(&G);

@@ -94,6 +94,18 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
         *i += 2;
         return 1;
     }
+    if (!strcmp(flag, "--cp-comm-type")) {
+        if (num_flag_value(flag, val, err)) return -1;
+        if (!strcmp(val, "p2p") || !strcmp(val, "a2a"))
+            pc->cp_comm = val[0] == 'a';
+        else if (!strcmp(val, "all_gather") || !strcmp(val, "a2a+p2p"))
+            return perr_set(err, "--cp-comm-type: '%s' is Megatron's, but parity implements p2p "
+                                 "(the ring) and a2a (Ulysses) only", val);
+        else
+            return perr_set(err, "--cp-comm-type: expected p2p or a2a, got '%s'", val);
+        *i += 2;
+        return 1;
+    }
     if (!strcmp(flag, "--pipeline-schedule")) {
         static const char *names[] = {"1f1b", "gpipe", "interleaved", "naive"};
         if (num_flag_value(flag, val, err)) return -1;
@@ -212,14 +224,18 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
                         dtype_name(pc->grad_sync_dtype));
     if (pc->tp == 0) pc->tp = 1;
     if (pc->pp == 0) pc->pp = 1;
-    const struct { const char *name; int *v; } later[] = {
-        {"context-parallel-size", &pc->cp}, {"expert-model-parallel-size", &pc->ep}};
-    for (int k = 0; k < 2; k++) {
-        if (*later[k].v == 0) *later[k].v = 1;
-        if (*later[k].v != 1)
-            return perr_set(err, "%s: %d is not supported yet (data, tensor and pipeline "
-                                 "parallelism exist; expected 1)", later[k].name, *later[k].v);
-    }
+    if (pc->cp == 0) pc->cp = 1;
+    if (pc->ep == 0) pc->ep = 1;
+    if (pc->ep != 1)
+        return perr_set(err, "expert-model-parallel-size: %d is not supported yet (data, tensor, "
+                             "pipeline and context parallelism exist; expected 1)", pc->ep);
+    if (pc->cp_comm && pc->cp == 1)
+        return perr_set(err, "cp-comm-type: a2a (Ulysses) needs context-parallel-size > 1");
+    if (pc->cp > 1 && pc->sequence_parallel)
+        return perr_set(err, "context-parallel-size: not with --sequence-parallel yet (each would "
+                             "split the positions the other holds)");
+    if (pc->cp > 1 && pc->tp_row_linears)
+        return perr_set(err, "context-parallel-size: not with --tensor-parallel-row-linears");
     if (pipeline_validate(pc, err)) return -1;
     if (pc->tp_row_linears && pc->tp == 1)
         return perr_set(err, "tensor-parallel-row-linears: needs tensor-model-parallel-size > 1");
@@ -314,7 +330,9 @@ void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
         snprintf(tp, sizeof tp, "tp=%d%s%s ", pc->tp, pc->sequence_parallel ? " sp" : "",
                  pc->tp_row_linears ? " row" : "");
     if (pc->pp > 1) snprintf(pp, sizeof pp, "pp=%d %s ", pc->pp, sched[pc->pp_schedule]);
-    snprintf(buf, len, "%s%sdp=%d zero=%d accum=%d micro=%d%s%s", tp, pp, pc->dp, pc->zero_stage,
+    char cp[32] = "";
+    if (pc->cp > 1) snprintf(cp, sizeof cp, "cp=%d %s ", pc->cp, pc->cp_comm ? "a2a" : "p2p");
+    snprintf(buf, len, "%s%s%sdp=%d zero=%d accum=%d micro=%d%s%s", tp, cp, pp, pc->dp, pc->zero_stage,
              pc->accum_degree, pc->micro_batch, pc->overlap_grad_reduce ? " overlap-grad" : "",
              pc->overlap_param_gather ? " overlap-param" : "");
 }
@@ -335,6 +353,10 @@ void pconfig_print_help(FILE *f) {
           "  --virtual-pipeline-model-parallel-size V | --num-layers-per-virtual-pipeline-stage N\n"
           "                            interleaving: V model chunks per stage\n"
           "  --num-microbatches N      microbatches per step and data-parallel rank (= --accum-degree)\n"
+          "  --context-parallel-size N  split every sequence over N ranks (weight gradients summed\n"
+          "                            over dp x cp)\n"
+          "  --cp-comm-type p2p|a2a    p2p: ring attention, rank r keeps chunks r and 2N-1-r of 2N;\n"
+          "                            a2a: DeepSpeed-Ulysses, all-to-all sequence <-> heads\n"
           "  --rank-order ORDER        Megatron's rank order, first fastest (default tp-cp-ep-dp-pp)\n"
           "  --global-batch-size N --micro-batch-size N   accumulation = global/(micro*dp)\n"
           "  --accum-degree N          accumulation steps, directly\n"

@@ -29,16 +29,54 @@ size_t attention_scratch_floats(const attn_shape_t *s) {
 void attention_mask(uint8_t *keep, const attn_shape_t *s, int first_seq, uint64_t seed,
                     uint64_t stream) {
     const int T = s->T, H = s->H, Hg = s->heads_total;
+    const cp_runs_t all = {1, {0, 0}, {T, 0}}, *q = s->q_runs ? s->q_runs : &all;
+    int Tq = 0;
+    for (int k = 0; k < q->n; k++) Tq += q->len[k];
     for (int b = 0; b < s->n_seq; b++)
         for (int h = 0; h < H; h++)
-            for (int i = 0; i < T; i++) {
-                uint8_t *row = keep + (((size_t)b * H + h) * T + i) * T;
-                /* keyed by the GLOBAL head: a tensor-parallel rank holding
-                 * heads head0.. draws the golden mask's rows (I3) */
-                uint64_t first = (((uint64_t)(first_seq + b) * Hg + (s->head0 + h)) * T + i) * T;
-                dropout_mask(row, (size_t)i + 1, seed, stream, first, s->p);
-                memset(row + i + 1, 0, (size_t)(T - i - 1));
-            }
+            for (int k = 0, li = 0; k < q->n; k++)
+                for (int i = q->t0[k]; i < q->t0[k] + q->len[k]; i++, li++) {
+                    uint8_t *row = keep + (((size_t)b * H + h) * Tq + li) * T;
+                    /* keyed by the GLOBAL head and position: a tensor- or
+                     * context-parallel rank draws the golden mask's rows (I3) */
+                    uint64_t first = (((uint64_t)(first_seq + b) * Hg + (s->head0 + h)) * T + i) * T;
+                    dropout_mask(row, (size_t)i + 1, seed, stream, first, s->p);
+                    memset(row + i + 1, 0, (size_t)(T - i - 1));
+                }
+}
+
+float attention_row_softmax(float *row, float *hrow, const uint8_t *krow, int i, int T,
+                            float scale, float inv) {
+    float m = row[0] * scale;
+    for (int j = 0; j <= i; j++) {
+        row[j] = row[j] * scale;
+        m = row[j] > m ? row[j] : m;
+    }
+    pm_expf_shifted(row, row, m, (size_t)i + 1);
+    memset(row + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
+    const float z = sum_f32(row, (size_t)i + 1);
+    if (krow) {
+        for (int j = 0; j <= i; j++) hrow[j] = row[j] * (float)krow[j] * inv;
+        memset(hrow + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
+    }
+    return z;
+}
+
+float attention_row_dz(float *du, float *prod, const float *dout, const float *out, int D, float z) {
+    for (int d = 0; d < D; d++) {
+        du[d] = dout[d] / z;
+        prod[d] = dout[d] * out[d];
+    }
+    return -sum_f32(prod, (size_t)D) / z;
+}
+
+void attention_grad_span(float *g, const float *e, const uint8_t *krow, int n, float dz,
+                         float scale, float inv) {
+    if (krow) {
+        for (int j = 0; j < n; j++) g[j] = ((g[j] * (float)krow[j] * inv + dz) * e[j]) * scale;
+    } else {
+        for (int j = 0; j < n; j++) g[j] = ((g[j] + dz) * e[j]) * scale;
+    }
 }
 
 void attention_forward(float *ctx, float *e, float *ehat, float *z, const float *qkv,
@@ -59,23 +97,10 @@ void attention_forward(float *ctx, float *e, float *ehat, float *z, const float 
             for (int qi = 0; qi < nT; qi++)
                 contract(CONTRACT_NT, Tt, (qi + 1) * Tt, D, Tt, Tt, D, q + (size_t)qi * Tt * ld,
                          ld, k, ld, E + (size_t)qi * Tt * T, T, ws);
-            for (int i = 0; i < T; i++) {
-                float *row = E + (size_t)i * T;
-                float m = row[0] * scale;
-                for (int j = 0; j <= i; j++) {
-                    row[j] = row[j] * scale;
-                    m = row[j] > m ? row[j] : m;
-                }
-                pm_expf_shifted(row, row, m, (size_t)i + 1);
-                memset(row + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
-                Z[i] = sum_f32(row, (size_t)i + 1);
-                if (keep) {
-                    const uint8_t *kr = keep + bh * T * T + (size_t)i * T;
-                    float *hr = Eh + (size_t)i * T;
-                    for (int j = 0; j <= i; j++) hr[j] = row[j] * (float)kr[j] * inv;
-                    memset(hr + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
-                }
-            }
+            for (int i = 0; i < T; i++)
+                Z[i] = attention_row_softmax(E + (size_t)i * T, Eh + (size_t)i * T,
+                                             keep ? keep + bh * T * T + (size_t)i * T : NULL, i, T,
+                                             scale, inv);
             /* U = round(sum over key tiles of ehat.v), then o = U / Z */
             for (int qi = 0; qi < nT; qi++)
                 contract(CONTRACT_NN, Tt, D, (qi + 1) * Tt, Tt, D, Tt, Eh + (size_t)qi * Tt * T, T,
@@ -106,14 +131,9 @@ void attention_backward(float *dqkv, const float *dctx, const float *ctx, const 
             const float *dO = dctx + (size_t)b * T * C + (size_t)h * D;
             const float *O = ctx + (size_t)b * T * C + (size_t)h * D;
             /* dU = dO / Z;  dZ = -round(sum_d dO*O) / Z */
-            for (int i = 0; i < T; i++) {
-                const float *doi = dO + (size_t)i * C, *oi = O + (size_t)i * C;
-                for (int d = 0; d < D; d++) {
-                    dU[(size_t)i * D + d] = doi[d] / Z[i];
-                    prod[d] = doi[d] * oi[d];
-                }
-                dZ[i] = -sum_f32(prod, (size_t)D) / Z[i];
-            }
+            for (int i = 0; i < T; i++)
+                dZ[i] = attention_row_dz(dU + (size_t)i * D, prod, dO + (size_t)i * C,
+                                         O + (size_t)i * C, D, Z[i]);
             /* dV[kj] = round(sum over query tiles qi >= kj of ehat^T.dU) */
             for (int kj = 0; kj < nT; kj++)
                 contract(CONTRACT_TN, Tt, D, (nT - kj) * Tt, Tt, D, Tt,
@@ -126,14 +146,9 @@ void attention_backward(float *dqkv, const float *dctx, const float *ctx, const 
                          v, ld, G + (size_t)qi * Tt * T, T, ws);
             for (int i = 0; i < T; i++) {
                 float *gr = G + (size_t)i * T;
-                const float *er = E + (size_t)i * T;
-                if (keep) {
-                    const uint8_t *kr = keep + bh * T * T + (size_t)i * T;
-                    for (int j = 0; j <= i; j++)
-                        gr[j] = ((gr[j] * (float)kr[j] * inv + dZ[i]) * er[j]) * scale;
-                } else {
-                    for (int j = 0; j <= i; j++) gr[j] = ((gr[j] + dZ[i]) * er[j]) * scale;
-                }
+                attention_grad_span(gr, E + (size_t)i * T,
+                                    keep ? keep + bh * T * T + (size_t)i * T : NULL, i + 1, dZ[i],
+                                    scale, inv);
                 memset(gr + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
             }
             /* dQ[qi] = round(sum_kj<=qi g.k);  dK[kj] = round(sum_qi>=kj g^T.q) */

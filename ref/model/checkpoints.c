@@ -9,6 +9,8 @@
 
 #include <stdio.h>
 
+#include "units_internal.h"
+
 typedef struct {
     const char *name; /* after the prefix */
     st_dtype_t dtype;
@@ -17,7 +19,55 @@ typedef struct {
     int64_t shape[3]; /* global, per sequence */
     int cut;          /* the axis tensor parallelism cuts (-1: none) */
     int64_t lo, ext;  /* along it: the block held */
+    const cp_runs_t *runs; /* the positions held along axis `rows`, or NULL: all */
+    int rows;
 } checkpoint_t;
+
+/* One view per block the slot holds contiguously: the whole tensor when
+ * the positions held are one run starting the per-sequence shape (the
+ * golden run, sequence parallelism, Ulysses); else (the ring's two runs,
+ * or positions on an inner axis) one per sequence, index of the axes
+ * before `rows`, and run. */
+void report_rows(const gpt_observer_t *obs, const gpt_slot_t *A, const char *name,
+                 st_dtype_t dtype, const void *data, int ndim, const int64_t *shape, int cut,
+                 int64_t lo, int64_t ext, const cp_runs_t *runs, int rows) {
+    if (runs && runs->n == 1 && runs->t0[0] == 0 && runs->len[0] == shape[rows]) runs = NULL;
+    int64_t le[3], stride[3];
+    for (int d = 0; d < ndim; d++) le[d] = d == cut ? ext : shape[d];
+    int held = 0;
+    for (int k = 0; runs && k < runs->n; k++) held += runs->len[k];
+    if (runs) le[rows] = held;
+    for (int d = ndim - 1; d >= 0; d--) stride[d] = d == ndim - 1 ? 1 : stride[d + 1] * le[d + 1];
+    const size_t esize = dtype == ST_U8 ? 1 : 4, per_seq = (size_t)(stride[0] * le[0]) * esize;
+    gpt_view_t v = {name, dtype, data, A->first_seq, A->n_seq, ndim, {0}, {0}, {0}};
+    for (int d = 0; d < ndim; d++) {
+        v.shape[d] = shape[d], v.lo[d] = d == cut ? lo : 0, v.ext[d] = le[d];
+    }
+    if (!runs || (runs->n == 1 && rows == 0)) {
+        if (runs) v.lo[0] = runs->t0[0];
+        obs->batch_tensor(obs->ctx, &v);
+        return;
+    }
+    int64_t lead = 1;
+    for (int d = 0; d < rows; d++) lead *= le[d];
+    for (int b = 0; b < A->n_seq; b++)
+        for (int64_t i = 0; i < lead; i++) {
+            int64_t rest = i, at = 0;
+            for (int d = rows - 1; d >= 0; d--) { /* index i over the leading axes */
+                const int64_t x = rest % le[d];
+                rest /= le[d];
+                v.lo[d] = (d == cut ? lo : 0) + x, v.ext[d] = 1;
+                at += x * stride[d];
+            }
+            for (int k = 0, off = 0; k < runs->n; off += runs->len[k++]) {
+                v.first_seq = A->first_seq + b, v.n_seq = 1;
+                v.lo[rows] = runs->t0[k], v.ext[rows] = runs->len[k];
+                v.data = (const char *)data + (size_t)b * per_seq +
+                         (size_t)(at + off * stride[rows]) * esize;
+                obs->batch_tensor(obs->ctx, &v);
+            }
+        }
+}
 
 static void report(const gpt_observer_t *obs, const gpt_slot_t *A, const checkpoint_t *cp, int n,
                    const char *prefix) {
@@ -25,13 +75,8 @@ static void report(const gpt_observer_t *obs, const gpt_slot_t *A, const checkpo
     for (int i = 0; i < n; i++) {
         if (!cp[i].data) continue;
         snprintf(name, sizeof name, "%s%s", prefix, cp[i].name);
-        gpt_view_t v = {name, cp[i].dtype, cp[i].data, A->first_seq, A->n_seq, cp[i].ndim,
-                        {0}, {0}, {0}};
-        for (int d = 0; d < cp[i].ndim; d++) {
-            v.shape[d] = v.ext[d] = cp[i].shape[d];
-            if (d == cp[i].cut) v.lo[d] = cp[i].lo, v.ext[d] = cp[i].ext;
-        }
-        obs->batch_tensor(obs->ctx, &v);
+        report_rows(obs, A, name, cp[i].dtype, cp[i].data, cp[i].ndim, cp[i].shape, cp[i].cut,
+                    cp[i].lo, cp[i].ext, cp[i].runs, cp[i].rows);
     }
 }
 
@@ -42,18 +87,20 @@ void gpt_report_unit(const gpt_t *g, int unit, int s, const gpt_observer_t *obs)
     const int64_t T = c->seq_length, C = c->hidden, F = c->ffn, V = c->vocab, H = c->heads;
     const int L = c->layers;
     const gpt_local_t *lc = &g->local;
-    /* sequence parallelism: the residual-stream tensors hold positions
-     * t0 .. t0+Tl-1 (axis 0 of [T, C]); LayerNorm outputs are reported
-     * gathered */
+    /* The residual-stream tensors hold the sharded regions' positions
+     * (sequence parallelism: t0 .. t0+Tl-1), LayerNorm outputs are
+     * reported gathered; every token tensor holds the slot's positions
+     * (context parallelism: its runs). Axis 0 of [T, ...] is the position. */
     const int sp = lc->seq_parts > 1;
-    const int64_t Tl = T / lc->seq_parts, t0 = lc->seq_part * Tl;
-    const int pos = sp ? 0 : -1;
+    const int64_t Tl = lc->seq_held / lc->seq_parts;
+    const cp_runs_t sp_run = {1, {(int)(lc->seq_part * Tl), 0}, {(int)Tl, 0}};
+    const cp_runs_t *pos = sp ? &sp_run : &lc->runs, *all = &lc->runs;
     const int64_t W = lc->attn, D = lc->heads ? W / lc->heads : 0;
-    const int64_t Fl = lc->ffn, Hl = lc->heads;
+    const int64_t Fl = lc->ffn;
     if (unit == 0) {
         const checkpoint_t cp[] = {
-            {"mask.dropout.embedding", ST_U8, A->emb_keep, 2, {T, C}, pos, t0, Tl},
-            {"act.embedding.output", ST_F32, A->emb, 2, {T, C}, pos, t0, Tl},
+            {"mask.dropout.embedding", ST_U8, A->emb_keep, 2, {T, C}, -1, 0, 0, pos, 0},
+            {"act.embedding.output", ST_F32, A->emb, 2, {T, C}, -1, 0, 0, pos, 0},
         };
         report(obs, A, cp, 2, "");
     } else if (unit <= L) {
@@ -61,30 +108,33 @@ void gpt_report_unit(const gpt_t *g, int unit, int s, const gpt_observer_t *obs)
         const layer_acts_t *LA = &A->layer[l];
         char prefix[64];
         const checkpoint_t masks[] = {
-            {"attention_dropout", ST_U8, LA->att_keep, 3, {H, T, T}, 0, lc->head0, Hl},
-            {"attention_output_dropout", ST_U8, LA->attn_keep, 2, {T, C}, pos, t0, Tl},
-            {"mlp_output_dropout", ST_U8, LA->mlp_keep, 2, {T, C}, pos, t0, Tl},
+            /* ring: the rank's query rows (axis 1) of its heads; Ulysses:
+             * every row of the heads it attends */
+            {"attention_dropout", ST_U8, LA->att_keep, 3, {H, T, T}, 0, lc->att_head0,
+             lc->att_heads, lc->ulysses ? NULL : all, 1},
+            {"attention_output_dropout", ST_U8, LA->attn_keep, 2, {T, C}, -1, 0, 0, pos, 0},
+            {"mlp_output_dropout", ST_U8, LA->mlp_keep, 2, {T, C}, -1, 0, 0, pos, 0},
         };
         snprintf(prefix, sizeof prefix, "mask.layers.%d.", l);
         report(obs, A, masks, 3, prefix);
         const checkpoint_t acts[] = {
-            {"input_layernorm.output", ST_F32, LA->ln1_full, 2, {T, C}, -1, 0, 0},
+            {"input_layernorm.output", ST_F32, LA->ln1_full, 2, {T, C}, -1, 0, 0, all, 0},
             {"self_attention.query_key_value.output", ST_F32, LA->qkv, 2, {T, 3 * C}, 1,
-             3 * D * lc->head0, 3 * W},
+             3 * D * lc->head0, 3 * W, all, 0},
             {"self_attention.core_attention.output", ST_F32, LA->ctx, 2, {T, C}, 1,
-             D * lc->head0, W},
-            {"self_attention.dense.output", ST_F32, LA->attn_out, 2, {T, C}, pos, t0, Tl},
-            {"post_attention_layernorm.output", ST_F32, LA->ln2_full, 2, {T, C}, -1, 0, 0},
-            {"mlp.dense_h_to_4h.output", ST_F32, LA->fc1_out, 2, {T, F}, 1, lc->ffn0, Fl},
-            {"mlp.dense_4h_to_h.output", ST_F32, LA->fc2_out, 2, {T, C}, pos, t0, Tl},
-            {"output", ST_F32, LA->out, 2, {T, C}, pos, t0, Tl},
+             D * lc->head0, W, all, 0},
+            {"self_attention.dense.output", ST_F32, LA->attn_out, 2, {T, C}, -1, 0, 0, pos, 0},
+            {"post_attention_layernorm.output", ST_F32, LA->ln2_full, 2, {T, C}, -1, 0, 0, all, 0},
+            {"mlp.dense_h_to_4h.output", ST_F32, LA->fc1_out, 2, {T, F}, 1, lc->ffn0, Fl, all, 0},
+            {"mlp.dense_4h_to_h.output", ST_F32, LA->fc2_out, 2, {T, C}, -1, 0, 0, pos, 0},
+            {"output", ST_F32, LA->out, 2, {T, C}, -1, 0, 0, pos, 0},
         };
         snprintf(prefix, sizeof prefix, "act.layers.%d.", l);
         report(obs, A, acts, 8, prefix);
     } else {
         const checkpoint_t cp[] = {
-            {"act.final_layernorm.output", ST_F32, A->lnf_full, 2, {T, C}, -1, 0, 0},
-            {"logits", ST_F32, A->logits, 2, {T, V}, 1, lc->vocab0, lc->vocab},
+            {"act.final_layernorm.output", ST_F32, A->lnf_full, 2, {T, C}, -1, 0, 0, all, 0},
+            {"logits", ST_F32, A->logits, 2, {T, V}, 1, lc->vocab0, lc->vocab, all, 0},
         };
         report(obs, A, cp, 2, "");
     }

@@ -36,12 +36,12 @@ void embedding_add_positions(float *x, int n_seq, int Tl, int t0, int C, const f
 }
 
 void embedding_backward(acc_t *dwte, acc_t *dwpe, const float *dx, const int32_t *tokens,
-                        int n_seq, int T, int C, int v0, int nv) {
+                        int n_seq, int T, int t0, int C, int v0, int nv) {
     for (int s = 0; s < n_seq; s++)
         for (int t = 0; t < T; t++) {
             size_t i = (size_t)s * T + t;
             int r = tokens[i] - v0;
             if (r >= 0 && r < nv) acc_add(dwte, (size_t)r * C, dx + i * C, (size_t)C);
-            acc_add(dwpe, (size_t)t * C, dx + i * C, (size_t)C);
+            acc_add(dwpe, (size_t)(t0 + t) * C, dx + i * C, (size_t)C);
         }
 }

@@ -57,14 +57,17 @@ static int slot_has(const slot_units_t *su, int unit) {
  * entering the slot's first unit where another stage sends it. */
 static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_t *lc,
                         const slot_units_t *su, carver_t *cv) {
-    const size_t mb = (size_t)c->micro_batch, T = (size_t)c->seq_length, n = mb * T;
+    /* context parallelism: Tc positions of each sequence, attending to all T */
+    const size_t mb = (size_t)c->micro_batch, T = (size_t)c->seq_length;
+    const size_t Tc = (size_t)lc->seq_held, n = mb * Tc;
     const size_t ns = n / (size_t)lc->seq_parts; /* the sharded regions' tokens */
     const size_t C = (size_t)c->hidden, H = (size_t)lc->heads, A_ = (size_t)lc->attn;
     const size_t F = (size_t)lc->ffn, V = (size_t)lc->vocab;
     const int hdrop = c->hidden_dropout > 0.0f, adrop = c->attention_dropout > 0.0f;
     const int sp = lc->seq_parts > 1, head = c->layers + 1;
-    A->inputs = (int32_t *)carve(cv, n * sizeof(int32_t));
-    A->targets = (int32_t *)carve(cv, n * sizeof(int32_t));
+    /* whole sequences arrive; gpt_slot_begin keeps the positions held */
+    A->inputs = (int32_t *)carve(cv, mb * T * sizeof(int32_t));
+    A->targets = (int32_t *)carve(cv, mb * T * sizeof(int32_t));
     if (slot_has(su, 0) || slot_has(su, 1)) A->emb = CARVE_F(cv, ns * C);
     A->emb_keep = hdrop && slot_has(su, 0) ? CARVE_U8(cv, ns * C) : NULL;
     for (int l = 0; l < c->layers; l++) {
@@ -79,11 +82,15 @@ static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_
         L->ln1_out = CARVE_F(cv, ns * C);
         L->ln1_full = sp ? CARVE_F(cv, n * C) : L->ln1_out;
         L->qkv = CARVE_F(cv, n * 3 * A_);
-        L->att_e = CARVE_F(cv, mb * H * T * T);
-        L->att_ehat = adrop ? CARVE_F(cv, mb * H * T * T) : L->att_e;
-        L->att_z = CARVE_F(cv, mb * H * T);
-        L->att_keep = adrop ? CARVE_U8(cv, mb * H * T * T) : NULL;
+        /* ring: [mb,H,Tc,T], the rank's queries against every key;
+         * Ulysses: [mb,H/cp,T,T], every query of its heads: as many */
+        L->att_e = CARVE_F(cv, mb * H * Tc * T);
+        L->att_ehat = adrop ? CARVE_F(cv, mb * H * Tc * T) : L->att_e;
+        L->att_z = CARVE_F(cv, mb * H * Tc);
+        L->att_keep = adrop ? CARVE_U8(cv, mb * H * Tc * T) : NULL;
         L->ctx = CARVE_F(cv, n * A_);
+        L->qkv_h = lc->ulysses ? CARVE_F(cv, n * 3 * A_) : L->qkv;
+        L->ctx_h = lc->ulysses ? CARVE_F(cv, n * A_) : L->ctx;
         L->attn_out = CARVE_F(cv, ns * C);
         L->attn_keep = hdrop ? CARVE_U8(cv, ns * C) : NULL;
         L->resid1 = CARVE_F(cv, ns * C);
@@ -113,15 +120,16 @@ static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_
 
 static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_local_t *lc,
                            int tp, carver_t *cv) {
-    const size_t n = (size_t)c->micro_batch * (size_t)c->seq_length;
+    const size_t n = (size_t)c->micro_batch * (size_t)lc->seq_held;
     const size_t C = (size_t)c->hidden, F = (size_t)lc->ffn, V = (size_t)lc->vocab;
-    const int sp = lc->seq_parts > 1;
+    const size_t A_ = (size_t)lc->attn, Tt = (size_t)c->tile_tokens;
+    const int sp = lc->seq_parts > 1, ring = lc->cp > 1 && !lc->ulysses;
     S->d_tmp = CARVE_F(cv, n * C);
     S->d_tmp2 = CARVE_F(cv, n * C);
     S->d_wide = CARVE_F(cv, n * max3(3 * (size_t)lc->attn, F, C));
     S->d_logits = CARVE_F(cv, n * V);
     attn_shape_t s = {c->micro_batch, c->seq_length, lc->attn, lc->heads, c->tile_tokens,
-                      c->attention_dropout, c->heads, lc->head0};
+                      c->attention_dropout, c->heads, lc->head0, NULL};
     S->att_scratch = CARVE_F(cv, attention_scratch_floats(&s));
     S->row_scratch = CARVE_F(cv, 2 * max3(C, V, F));
     /* the open outputs of row-parallel linears: [n, C], or with every
@@ -138,10 +146,46 @@ static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_
     S->row_in = lc->row_linears ? CARVE_F(cv, part / (size_t)tp) : NULL;
     S->row_dx = lc->row_linears ? CARVE_F(cv, part / (size_t)tp) : NULL;
     S->row_parts = lc->row_linears ? CARVE_F(cv, part) : NULL;
+    for (int k = 0; k < 3; k++) S->cp_kv[k] = ring ? CARVE_F(cv, n * 2 * A_) : NULL;
+    for (int k = 0; k < 2; k++) S->cp_send[k] = ring ? carve(cv, acc_storage_bytes(n * 2 * A_)) : NULL;
+    S->cp_own = ring ? carve(cv, acc_storage_bytes(n * 2 * A_)) : NULL;
+    S->cp_open = ring ? carve(cv, acc_storage_bytes(n * A_)) : NULL;
+    S->cp_du = ring ? CARVE_F(cv, n * A_) : NULL;
+    S->cp_dz = ring ? CARVE_F(cv, n * (size_t)lc->heads) : NULL;
+    S->cp_round = ring ? CARVE_F(cv, n * 2 * A_) : NULL;
+    S->cp_tile = ring ? CARVE_F(cv, Tt * Tt) : NULL;
+    S->ul_send = lc->ulysses ? CARVE_F(cv, n * 3 * A_) : NULL;
+    S->ul_recv = lc->ulysses ? CARVE_F(cv, n * 3 * A_) : NULL;
+    S->ul_dctx = lc->ulysses ? CARVE_F(cv, n * A_) : NULL;
+    S->ul_dqkv = lc->ulysses ? CARVE_F(cv, n * 3 * A_) : NULL;
 }
 
-int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, unsigned opts, gpt_local_t *out,
-                   perr_t *err) {
+/* Context parallelism's part of gpt_local_dims: the positions held. */
+static int cp_local_dims(const model_config_t *c, int tp, int cp_rank, unsigned opts,
+                         gpt_local_t *out, perr_t *err) {
+    const int cp = gpt_opts_cp(opts);
+    const cp_comm_t comm = opts & GPT_CP_ULYSSES ? CP_ULYSSES : CP_RING;
+    if (cp_rank < 0 || cp_rank >= cp) return perr_set(err, "context-parallel rank %d of %d", cp_rank, cp);
+    if (cp_check(cp, comm, c->seq_length, c->tile_tokens, c->heads, tp, err)) return -1;
+    if (cp > 1 && (opts & GPT_TP_SP))
+        return perr_set(err, "context-parallel-size: not with --sequence-parallel yet (each would "
+                             "split the positions the other holds)");
+    if (cp > 1 && (opts & GPT_TP_ROW_LINEARS))
+        return perr_set(err, "context-parallel-size: not with every linear row-parallel "
+                             "(sharding_dim 0)");
+    if (cp > 1 && accum_plain_sums())
+        return perr_set(err, "context-parallel-size: the plain-sums diagnostic build cannot send "
+                             "open sums; use the exact build");
+    out->cp = cp, out->cp_rank = cp_rank, out->ulysses = cp > 1 && comm == CP_ULYSSES;
+    out->runs = cp_runs(cp, cp_rank, c->seq_length, comm);
+    out->seq_held = c->seq_length / cp;
+    out->att_heads = out->ulysses ? out->heads / cp : out->heads;
+    out->att_head0 = out->head0 + (out->ulysses ? cp_rank * out->att_heads : 0);
+    return 0;
+}
+
+int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int cp_rank, unsigned opts,
+                   gpt_local_t *out, perr_t *err) {
     const int sp = (opts & GPT_TP_SP) != 0, row = (opts & GPT_TP_ROW_LINEARS) && tp > 1;
     memset(out, 0, sizeof *out);
     if (row && sp)
@@ -172,7 +216,7 @@ int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, unsigned opts, 
         out->cin = c->hidden / tp, out->cin0 = tp_rank * out->cin;
         out->fin = c->ffn / tp, out->fin0 = tp_rank * out->fin;
     }
-    return 0;
+    return cp_local_dims(c, tp, cp_rank, opts, out, err);
 }
 
 /* Memory of one replica: from the device's arena when there is one, so
@@ -255,7 +299,7 @@ int gpt_mem_bytes_mp(const model_config_t *cfg, int tp, unsigned opts, const gpt
     memset(out, 0, sizeof *out);
     param_table_t t;
     gpt_local_t lc;
-    if (model_config_validate_replica(cfg, err) || gpt_local_dims(cfg, tp, 0, opts, &lc, err) ||
+    if (model_config_validate_replica(cfg, err) || gpt_local_dims(cfg, tp, 0, 0, opts, &lc, err) ||
         param_table_build_mp(&t, cfg, tp, units, opts, err))
         return -1;
     mem_of(cfg, &t, omit, &lc, tp, units, units->n ? n_slots : 0, out);
@@ -275,13 +319,17 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
     if (model_config_validate_replica(cfg, err)) return -1;
     if (shard->tp > 1 && !shard->tp_group)
         return perr_set(err, "tensor parallelism over %d ranks needs a group", shard->tp);
+    if (shard->cp > 1 && !shard->cp_group)
+        return perr_set(err, "context parallelism over %d ranks needs a group", shard->cp);
     gpt_t *g = calloc(1, sizeof *g);
     if (!g) return perr_set(err, "out of memory for the model");
     g->cfg = *cfg;
     g->shard = *shard;
     g->arena = arena;
-    const unsigned opts = (shard->sp ? GPT_TP_SP : 0u) | (shard->row_linears ? GPT_TP_ROW_LINEARS : 0u);
-    if (gpt_local_dims(cfg, shard->tp, shard->tp_rank, opts, &g->local, err) ||
+    const unsigned opts = (shard->sp ? GPT_TP_SP : 0u) |
+                          (shard->row_linears ? GPT_TP_ROW_LINEARS : 0u) |
+                          (shard->cp > 1 ? gpt_cp_opts(shard->cp, shard->cp_comm) : 0u);
+    if (gpt_local_dims(cfg, shard->tp, shard->tp_rank, shard->cp_rank, opts, &g->local, err) ||
         param_table_build_mp(&g->table, cfg, shard->tp, &shard->units, opts, err)) {
         free(g);
         return -1;

@@ -19,7 +19,6 @@ void layer_unit_forward(gpt_t *g, int l, gpt_slot_t *A, const float *x, const pa
     const gpt_local_t *lc = &g->local;
     const int rl = lc->row_linears; /* the seconds contract a slice of whole inputs */
     layer_acts_t *LA = &A->layer[l];
-    contract_ws_t *ws = &g->ws;
     float *scratch = g->scratch.row_scratch;
     if (LA->attn_keep) site_mask(g, A, p, LA->attn_keep, site_stream("attention_output_dropout", l, A->step));
     if (LA->mlp_keep) site_mask(g, A, p, LA->mlp_keep, site_stream("mlp_output_dropout", l, A->step));
@@ -30,11 +29,7 @@ void layer_unit_forward(gpt_t *g, int l, gpt_slot_t *A, const float *x, const pa
     /* column-parallel: this rank's heads (qkv rows are head-ordered) */
     pair_first_forward(g, p, LA->qkv, LA->ln1_full, PL(g, l, P_QKV_W), PL(g, l, P_QKV_B), C, 3 * W,
                        p->t_cc);
-    if (LA->att_keep)
-        attention_mask(LA->att_keep, &p->as, A->mask_seq, c->seed,
-                       site_stream("attention_dropout", l, A->step));
-    attention_forward(LA->ctx, LA->att_e, LA->att_ehat, LA->att_z, LA->qkv, LA->att_keep, &p->as,
-                      ws);
+    attention_unit_forward(g, p, LA, site_stream("attention_dropout", l, A->step), A->mask_seq);
     pair_second_forward(g, p, LA->attn_out, LA->ctx, W, rl ? lc->cin0 : 0, rl ? lc->cin : W,
                         PL(g, l, P_DENSE_W), PL(g, l, P_DENSE_B), C, p->t_cc);
     residual_dropout(LA->resid1, x, LA->attn_out, LA->attn_keep, p->nsC, c->hidden_dropout);
@@ -69,7 +64,6 @@ void layer_unit_backward(gpt_t *g, int l, gpt_slot_t *A, const pass_t *p) {
     const int rl = lc->row_linears;
     const size_t nsC = p->nsC;
     layer_acts_t *LA = &A->layer[l];
-    contract_ws_t *ws = &g->ws;
     gpt_scratch_t *S = &g->scratch;
     float *d_res = A->d_resid, *d_a = S->d_tmp, *d_b = S->d_tmp2, *d_w = S->d_wide;
     /* out = resid1 + drop(fc2_out); the row-parallel backward needs every
@@ -87,8 +81,7 @@ void layer_unit_backward(gpt_t *g, int l, gpt_slot_t *A, const pass_t *p) {
     const float *d_dense = branch_grad(g, p, d_a, S->d_tmp3, d_res, LA->attn_keep);
     pair_second_backward(g, p, d_b, GL(g, l, P_DENSE_W), GL(g, l, P_DENSE_B), d_dense, LA->ctx, W,
                          rl ? lc->cin0 : 0, rl ? lc->cin : W, PL(g, l, P_DENSE_W), C, p->t_cc);
-    attention_backward(d_w, d_b, LA->ctx, LA->att_e, LA->att_ehat, LA->att_z, LA->qkv, LA->att_keep,
-                       &p->as, S->att_scratch, ws);
+    attention_unit_backward(g, p, LA, d_w, d_b);
     pair_first_backward(g, p, d_a, GL(g, l, P_QKV_W), GL(g, l, P_QKV_B), d_w, LA->ln1_full,
                         PL(g, l, P_QKV_W), C, 3 * W, p->t_cc);
     ln_backward(g, p, d_b, GL(g, l, P_LN1_W), GL(g, l, P_LN1_B), d_a, LA->ln1_xhat, LA->ln1_rstd,

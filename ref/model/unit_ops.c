@@ -15,10 +15,12 @@ pass_t unit_pass(const gpt_t *g, const gpt_slot_t *A) {
     pass_t p;
     p.n_seq = A->n_seq;
     p.T = c->seq_length;
-    p.n = A->n_seq * p.T;
+    p.Tc = g->local.seq_held;
+    p.n = A->n_seq * p.Tc;
     p.sp = g->local.seq_parts > 1;
-    p.Tl = p.T / g->local.seq_parts;
+    p.Tl = p.Tc / g->local.seq_parts;
     p.t0 = g->local.seq_part * p.Tl;
+    p.runs = p.sp ? (cp_runs_t){1, {p.t0, 0}, {p.Tl, 0}} : g->local.runs;
     p.ns = p.n_seq * p.Tl;
     p.nC = (size_t)p.n * c->hidden;
     p.nsC = (size_t)p.ns * c->hidden;
@@ -26,7 +28,7 @@ pass_t unit_pass(const gpt_t *g, const gpt_slot_t *A) {
     p.t_cf = (linear_tiles_t){c->tile_tokens, c->tile_features, c->tile_ffn};
     p.t_fc = (linear_tiles_t){c->tile_tokens, c->tile_ffn, c->tile_features};
     p.as = (attn_shape_t){A->n_seq,         c->seq_length, g->local.attn, g->local.heads,
-                          c->tile_tokens,   c->attention_dropout, c->heads, g->local.head0};
+                          c->tile_tokens,   c->attention_dropout, c->heads, g->local.head0, NULL};
     return p;
 }
 
@@ -41,12 +43,16 @@ uint64_t site_stream(const char *site, int l, int64_t step) {
 
 void site_mask(const gpt_t *g, const gpt_slot_t *A, const pass_t *p, uint8_t *keep,
                uint64_t stream) {
-    const uint64_t C = (uint64_t)g->cfg.hidden, run = (uint64_t)p->Tl * C;
-    for (int s = 0; s < p->n_seq; s++) {
-        uint64_t first = ((uint64_t)(A->mask_seq + s) * (uint64_t)p->T + (uint64_t)p->t0) * C;
-        dropout_mask(keep + (size_t)s * run, (size_t)run, g->cfg.seed, stream, first,
-                     g->cfg.hidden_dropout);
-    }
+    const uint64_t C = (uint64_t)g->cfg.hidden;
+    size_t at = 0;
+    for (int s = 0; s < p->n_seq; s++)
+        for (int k = 0; k < p->runs.n; k++) {
+            const uint64_t run = (uint64_t)p->runs.len[k] * C;
+            const uint64_t first =
+                ((uint64_t)(A->mask_seq + s) * (uint64_t)p->T + (uint64_t)p->runs.t0[k]) * C;
+            dropout_mask(keep + at, (size_t)run, g->cfg.seed, stream, first, g->cfg.hidden_dropout);
+            at += run;
+        }
 }
 
 void residual_dropout(float *x_out, const float *x, const float *y, const uint8_t *keep,

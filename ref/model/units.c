@@ -48,15 +48,23 @@ void gpt_slot_begin(gpt_t *g, int s, const int32_t *inputs, const int32_t *targe
             parity_fatal("gpt_slot_begin: token %d outside the vocabulary [0, %d)", i, V);
     if (A->inputs != inputs) memcpy(A->inputs, inputs, (size_t)n * sizeof(int32_t));
     if (A->targets != targets) memcpy(A->targets, targets, (size_t)n * sizeof(int32_t));
+    /* context parallelism: keep the positions held, in the runs' order
+     * (in place: a kept token never moves later) */
+    const cp_runs_t *r = &g->local.runs;
+    for (int b = 0, at = 0; r->len[0] < T && b < n_seq; b++)
+        for (int k = 0; k < r->n; at += r->len[k++]) {
+            const size_t from = (size_t)b * T + (size_t)r->t0[k], bytes = (size_t)r->len[k] * 4;
+            memmove(A->inputs + at, A->inputs + from, bytes);
+            memmove(A->targets + at, A->targets + from, bytes);
+        }
     A->n_seq = n_seq;
     A->first_seq = first_seq;
     A->mask_seq = first_seq;
     A->step = step;
     if (obs && obs->batch_tensor) {
-        gpt_view_t v = {"input_ids", ST_I32, A->inputs, first_seq, n_seq, 1, {T}, {0}, {T}};
-        obs->batch_tensor(obs->ctx, &v);
-        v.name = "labels", v.data = A->targets;
-        obs->batch_tensor(obs->ctx, &v);
+        const int64_t shape[1] = {T};
+        report_rows(obs, A, "input_ids", ST_I32, A->inputs, 1, shape, -1, 0, 0, r, 0);
+        report_rows(obs, A, "labels", ST_I32, A->targets, 1, shape, -1, 0, 0, r, 0);
     }
 }
 
@@ -76,7 +84,10 @@ static void embedding_unit_forward(gpt_t *g, gpt_slot_t *A, const pass_t *p) {
         sp_reduce_scatter_f32(g, A->emb, rows, p->n_seq, C);
     else if (g->shard.tp > 1)
         tp_sum_f32(g, A->emb, p->nC);
-    embedding_add_positions(A->emb, p->n_seq, p->Tl, p->t0, C, P_(g, g->table.wpe));
+    for (int s = 0, at = 0; s < p->n_seq; s++)
+        for (int k = 0; k < p->runs.n; at += p->runs.len[k++])
+            embedding_add_positions(A->emb + (size_t)at * C, 1, p->runs.len[k], p->runs.t0[k], C,
+                                    P_(g, g->table.wpe));
     if (A->emb_keep) {
         site_mask(g, A, p, A->emb_keep, site_stream("dropout.embedding", -1, A->step));
         dropout_forward(A->emb, A->emb, A->emb_keep, p->nsC, c->hidden_dropout);
@@ -92,8 +103,12 @@ static void embedding_unit_backward(gpt_t *g, gpt_slot_t *A, const pass_t *p) {
     }
     /* every token's gradient: the word rows held and every position row */
     d = tokens_full(g, p, g->scratch.d_tmp3, d, c->hidden);
-    embedding_backward(&g->grad_acc[g->table.wte], &g->grad_acc[g->table.wpe], d, A->inputs,
-                       p->n_seq, c->seq_length, c->hidden, g->local.vocab0, g->local.vocab);
+    const cp_runs_t *r = &g->local.runs; /* every position the slot holds */
+    for (int s = 0, at = 0; s < p->n_seq; s++)
+        for (int k = 0; k < r->n; at += r->len[k++])
+            embedding_backward(&g->grad_acc[g->table.wte], &g->grad_acc[g->table.wpe],
+                               d + (size_t)at * c->hidden, A->inputs + at, 1, r->len[k], r->t0[k],
+                               c->hidden, g->local.vocab0, g->local.vocab);
 }
 
 /* ---- unit L+1: the head ------------------------------------------------- */

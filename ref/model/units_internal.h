@@ -16,12 +16,17 @@ static inline acc_t *GL(gpt_t *g, int l, int slot) {
     return &g->grad_acc[param_layer(&g->table, l, slot)];
 }
 
-/* What one unit pass needs to know about its slot's tokens. The sharded
- * regions (LayerNorm, dropout, residual stream) hold `ns` tokens: all n,
- * or under sequence parallelism positions t0 .. t0+Tl-1 of each sequence. */
+/* What one unit pass needs to know about its slot's tokens. The slot
+ * holds Tc positions of each sequence (T; context parallelism: its runs),
+ * n tokens. The sharded regions (LayerNorm, dropout, residual stream)
+ * hold `ns` tokens: all n, or under sequence parallelism positions
+ * t0 .. t0+Tl-1 of each sequence. `runs` are the sharded regions'
+ * positions, in the order they are stored. */
 typedef struct {
     int n_seq, n;        /* sequences, tokens */
-    int T, Tl, t0, ns;   /* positions per sequence; held; first held; tokens held */
+    int T, Tc, Tl, t0, ns; /* positions per sequence; held by the slot; by the sharded regions;
+                              first held (sequence parallelism); tokens held */
+    cp_runs_t runs;
     size_t nC, nsC;      /* n*C, ns*C */
     int sp;              /* sequence parallel */
     linear_tiles_t t_cc, t_cf, t_fc;
@@ -29,6 +34,14 @@ typedef struct {
 } pass_t;
 
 pass_t unit_pass(const gpt_t *g, const gpt_slot_t *A);
+
+/* checkpoints.c: a batch tensor of the slot to the observer, as the views
+ * of the blocks it holds: global per-sequence shape [ndim]; tensor
+ * parallelism's cut (axis `cut`, block lo .. lo+ext-1, or cut -1); the
+ * positions held along axis `rows` (runs, in storage order; NULL: all). */
+void report_rows(const gpt_observer_t *obs, const gpt_slot_t *A, const char *name,
+                 st_dtype_t dtype, const void *data, int ndim, const int64_t *shape, int cut,
+                 int64_t lo, int64_t ext, const cp_runs_t *runs, int rows);
 
 /* The dropout stream of a site: keyed by site name and step, never by
  * rank (I3); l < 0 for a site outside the layers. */
@@ -76,6 +89,15 @@ const float *tokens_full(gpt_t *g, const pass_t *p, float *buf, const float *hel
  * gamma/beta gradients of the positions held are completed across tp. */
 void ln_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dgamma, acc_t *dbeta,
                  const float *dy, const float *xhat, const float *rstd, const float *gamma);
+
+/* attention_cp.c: core attention of a layer, whole (cp = 1), around the
+ * context-parallel ring, or between Ulysses' all-to-alls; the mask drawn
+ * first (site stream, sequences keyed from mask_seq). Backward: dctx
+ * [n, attn] -> dqkv [n, 3 attn]. */
+void attention_unit_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, uint64_t mask_stream,
+                            int mask_seq);
+void attention_unit_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dqkv,
+                             const float *dctx);
 
 /* unit_layer.c: units 1..L */
 void layer_unit_forward(gpt_t *g, int l, gpt_slot_t *A, const float *x, const pass_t *p);

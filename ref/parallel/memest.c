@@ -28,10 +28,10 @@ int memest_layout(const model_config_t *cfg, const pconfig_t *pc, memest_t *out,
                            .optimizer = g.optimizer, .activations = g.activations};
         out->devices = 1;
     } else {
-        if (pc->cp * pc->ep != 1)
-            return perr_set(err, "memory estimate: context and expert parallelism do not exist yet");
+        if (pc->ep > 1)
+            return perr_set(err, "memory estimate: expert parallelism does not exist yet");
         if (dp_memest(cfg, pc, &d, &all, &host, err)) return -1;
-        out->devices = pc->dp * (pc->tp > 0 ? pc->tp : 1) * (pc->pp > 0 ? pc->pp : 1);
+        out->devices = pconfig_grad_ranks(pc) * (pc->tp > 0 ? pc->tp : 1) * (pc->pp > 0 ? pc->pp : 1);
     }
     memest_sum(&d);
     out->max_dev = d;

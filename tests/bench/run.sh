@@ -70,6 +70,11 @@ if [ -f "$root/tests/bench/bench_pp.sh" ]; then
   PARITY="$PARITY" bash "$root/tests/bench/bench_pp.sh"
 fi
 
+if [ -f "$root/tests/bench/bench_cp.sh" ]; then
+  section "context parallelism: ring and Ulysses on gpt-small with T = 1024 against golden"
+  PARITY="$PARITY" bash "$root/tests/bench/bench_cp.sh"
+fi
+
 if [ -f "$root/tests/bench/bench_gpt.sh" ]; then
   section "golden GPT step against PyTorch CPU eager"
   bash "$root/tests/bench/bench_gpt.sh"

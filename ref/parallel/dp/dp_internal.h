@@ -15,7 +15,11 @@ typedef struct dp_shared dp_shared_t;
 /* One data-parallel rank. */
 typedef struct dp_rank {
     dp_shared_t *sh;
-    int rank, n;           /* data-parallel coordinate and degree */
+    int rank, n;           /* index and size of the gradient group: the data-parallel
+                              ranks times the context-parallel ones (they split tokens) */
+    int data_rank, data_n; /* data-parallel coordinate and degree: which sequences */
+    int cp_rank;           /* context-parallel coordinate: which positions */
+    group_t *cp_group;     /* the context-parallel group (NULL at cp = 1) */
     int device;            /* world rank on the grid */
     int tp_rank;           /* tensor-parallel coordinate */
     group_t *tp_group;     /* the tensor-parallel group (NULL at tp = 1) */
@@ -34,7 +38,7 @@ typedef struct dp_rank {
     double sched_start;    /* when this step's schedule began (after the step's barrier) */
     group_t *world;        /* every device: the norm, barriers around collection */
     gpt_t *g;              /* the replica: parameters (stages 0-2), open exact sums */
-    group_t *group;        /* the data-parallel group */
+    group_t *group;        /* the gradient group (data x context parallel ranks) */
     group_t *grad_group;   /* the same ranks, for gradient reductions (they may
                               run on the communication thread) */
     /* overlap_grad_reduce / overlap_param_gather: a communication thread

@@ -31,7 +31,7 @@ static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp
     param_table_t t;
     dp_plan_t p;
     if (param_table_build_mp(&t, cfg, tp, &pp->units[s], pconfig_tp_opts(pc), err)) return -1;
-    if (dp_plan_build(&p, &t, cfg, pc->dp, pc->zero_stage, pc->bucket_cap_mb, err)) {
+    if (dp_plan_build(&p, &t, cfg, pconfig_grad_ranks(pc), pc->zero_stage, pc->bucket_cap_mb, err)) {
         param_table_free(&t);
         return -1;
     }
@@ -68,7 +68,7 @@ int dp_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t *de
     if (model_config_validate_replica(&cfg, err) || pp_plan_build(&pp, &cfg, pc, err) ||
         param_table_build(&whole, &cfg, err))
         return -1;
-    const size_t ranks_per_stage = (size_t)pc->dp * (size_t)(pc->tp > 0 ? pc->tp : 1);
+    const size_t ranks_per_stage = (size_t)pconfig_grad_ranks(pc) * (size_t)(pc->tp > 0 ? pc->tp : 1);
     size_t parts = 0;
     for (int s = 0; s < pp.pp; s++) {
         memest_dev_t d;

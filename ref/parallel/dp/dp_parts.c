@@ -66,7 +66,7 @@ int dp_build_stages(dp_shared_t *sh, perr_t *err) {
     for (int s = 0; s < pp; s++) {
         if (param_table_build_mp(&sh->tables[s], &sh->cfg, pc->tp, &sh->pp.units[s],
                                  pconfig_tp_opts(pc), err) ||
-            dp_plan_build(&sh->plans[s], &sh->tables[s], &sh->cfg, pc->dp, pc->zero_stage,
+            dp_plan_build(&sh->plans[s], &sh->tables[s], &sh->cfg, pconfig_grad_ranks(pc), pc->zero_stage,
                           pc->bucket_cap_mb, err))
             return -1;
         if (pp > 1 && sh->cfg.tied) dp_plan_hold_embedding(&sh->plans[s], &sh->tables[s]);

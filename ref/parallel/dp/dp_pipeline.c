@@ -47,7 +47,7 @@ static float *stream(gpt_slot_t *A, int u) { return u == 1 ? A->emb : A->layer[u
 
 /* Floats of the residual stream a slot of n_seq sequences holds. */
 static size_t stream_len(const gpt_t *g, int n_seq) {
-    return (size_t)n_seq * (size_t)g->cfg.seq_length / (size_t)g->local.seq_parts *
+    return (size_t)n_seq * (size_t)g->local.seq_held / (size_t)g->local.seq_parts *
            (size_t)g->cfg.hidden;
 }
 
@@ -58,8 +58,8 @@ static int tag_of(const pp_plan_t *p, int backward, int mb, int vs) {
 
 /* This rank's microbatch mb: its sequences (sizes differ by at most one). */
 static void microbatch(const dp_rank_t *r, int mb, int *first, int *n_seq) {
-    const int per_rank = r->sh->cfg.global_batch / r->n, m = r->sh->pp.m;
-    *first = r->rank * per_rank;
+    const int per_rank = r->sh->cfg.global_batch / r->data_n, m = r->sh->pp.m;
+    *first = r->data_rank * per_rank;
     for (int k = 0; k < mb; k++) *first += per_rank / m + (k < per_rank % m);
     *n_seq = per_rank / m + (mb < per_rank % m);
 }

@@ -57,38 +57,47 @@ static double device_psi(const dp_run_t *run) {
 }
 
 /* "0" with data parallelism alone; "0 (tp 1, dp 0)" on a grid, with the
- * stage when there is a pipeline. */
-static void device_label(const rank_layout_t *L, int pp, int rank, char *buf, size_t cap) {
-    if (!L)
+ * context-parallel rank and the stage when there are some. */
+static void device_label(const rank_layout_t *L, int rank, char *buf, size_t cap) {
+    if (!L) {
         snprintf(buf, cap, "%d", rank);
-    else if (pp > 1)
-        snprintf(buf, cap, "%d (tp %d, dp %d, pp %d)", rank, layout_coord(L, rank, "tp"),
-                 layout_coord(L, rank, "dp"), layout_coord(L, rank, "pp"));
-    else
-        snprintf(buf, cap, "%d (tp %d, dp %d)", rank, layout_coord(L, rank, "tp"),
-                 layout_coord(L, rank, "dp"));
+        return;
+    }
+    int at = snprintf(buf, cap, "%d (tp %d", rank, layout_coord(L, rank, "tp"));
+    if (layout_size(L, "cp") > 1 && at < (int)cap)
+        at += snprintf(buf + at, cap - (size_t)at, ", cp %d", layout_coord(L, rank, "cp"));
+    if (at < (int)cap) at += snprintf(buf + at, cap - (size_t)at, ", dp %d", layout_coord(L, rank, "dp"));
+    if (layout_size(L, "pp") > 1 && at < (int)cap)
+        at += snprintf(buf + at, cap - (size_t)at, ", pp %d", layout_coord(L, rank, "pp"));
+    if (at < (int)cap) snprintf(buf + at, cap - (size_t)at, ")");
+}
+
+/* The grid's sizes as layout_init reads them. */
+static void grid_sizes(const pconfig_t *pc, char *buf, size_t cap) {
+    snprintf(buf, cap, "tp=%d,cp=%d,dp=%d,pp=%d", pc->tp > 1 ? pc->tp : 1, pc->cp > 1 ? pc->cp : 1,
+             pc->dp, pc->pp > 1 ? pc->pp : 1);
 }
 
 static void print_memory(const dp_run_t *run, double psi, FILE *f) {
     const pconfig_t *pc = &run->pc;
-    const double N = pc->dp, MB = 1e6;
+    const double N = pconfig_grad_ranks(pc), MB = 1e6;
     const int z = pc->zero_stage, tp = pc->tp > 1 ? pc->tp : 1, pp = pc->pp > 1 ? pc->pp : 1;
-    const int world = tp * pc->dp * pp;
+    const int cp = pc->cp > 1 ? pc->cp : 1, world = tp * cp * pc->dp * pp;
     const double p_params = 4 * psi / (z >= 3 ? N : 1), p_grads = 4 * psi / (z >= 2 ? N : 1);
     const double p_opt = 8 * psi / (z >= 1 ? N : 1);
-    fprintf(f, "memory per device (MB): ZeRO-%d, dp=%d, Psi=%.0f parameters%s%s (fp32: 16 Psi = %.2f MB)\n",
-            z, pc->dp, psi, tp > 1 ? " per tensor-parallel rank" : "",
+    fprintf(f, "memory per device (MB): ZeRO-%d, dp=%d%s, Psi=%.0f parameters%s%s (fp32: 16 Psi = %.2f MB)\n",
+            z, (int)N, cp > 1 ? " (data x context parallel)" : "", psi, tp > 1 ? " per tensor-parallel rank" : "",
             pp > 1 ? " of the largest pipeline stage" : "", 16 * psi / MB);
     fprintf(f, "  %-22s %12s %12s %12s %12s\n", "device", "params", "grads", "optimizer", "activations");
     fprintf(f, "  %-22s %12.2f %12.2f %12.2f %12s   (ZeRO, fp32; grads + 8 Psi open exact sums = %.2f)\n",
             "ZeRO", p_params / MB, p_grads / MB, p_opt / MB, "-", (p_grads + 8 * psi) / MB);
     rank_layout_t L;
     char sizes[64], label[48];
-    snprintf(sizes, sizeof sizes, "tp=%d,dp=%d,pp=%d", tp, pc->dp, pp);
-    const int grid = (tp > 1 || pp > 1) && layout_init(&L, pc->order, sizes, NULL) == 0;
+    grid_sizes(pc, sizes, sizeof sizes);
+    const int grid = (tp > 1 || pp > 1 || cp > 1) && layout_init(&L, pc->order, sizes, NULL) == 0;
     for (int i = 0; i < world && run->reports; i++) {
         const dp_device_report_t *r = &run->reports[i];
-        device_label(grid ? &L : NULL, pp, i, label, sizeof label);
+        device_label(grid ? &L : NULL, i, label, sizeof label);
         fprintf(f, "  %-22s %12.2f %12.2f %12.2f %12.2f   (peak total %.2f%s)\n", label,
                 r->peak[MEM_PARAMS] / MB, r->peak[MEM_GRADS] / MB, r->peak[MEM_OPTIMIZER] / MB,
                 r->peak[MEM_ACTIVATIONS] / MB, r->peak_total / MB,
@@ -100,13 +109,14 @@ static void print_memory(const dp_run_t *run, double psi, FILE *f) {
  * the pipeline's (point to point, and the embedding group). */
 static void print_traffic(const dp_run_t *run, double psi, FILE *f) {
     const pconfig_t *pc = &run->pc;
-    const double N = pc->dp, MB = 1e6;
+    const double N = pconfig_grad_ranks(pc), MB = 1e6;
     const coll_counters_t *c = &run->reports[0].comm;
     double rs = 0, ag = 0, other = 0;
     for (int k = 0; k < COLL_NKINDS; k++) {
         double b = (double)c->bus_bytes[k] - (double)dp_family_kind(c, "tp", (coll_kind_t)k).bus_bytes -
                    (double)dp_family_kind(c, "pp", (coll_kind_t)k).bus_bytes -
-                   (double)dp_family_kind(c, "emb", (coll_kind_t)k).bus_bytes;
+                   (double)dp_family_kind(c, "emb", (coll_kind_t)k).bus_bytes -
+                   (double)dp_family_kind(c, "cp", (coll_kind_t)k).bus_bytes;
         if (k == COLL_KIND_REDUCE_SCATTER) rs += b;
         else if (k == COLL_KIND_ALL_GATHER) ag += b;
         else other += b;
@@ -114,7 +124,7 @@ static void print_traffic(const dp_run_t *run, double psi, FILE *f) {
     const double steps = run->steps > 0 ? run->steps : 1;
     const double per = (N - 1) / N * psi; /* elements a ring moves per rank for one pass over Psi */
     fprintf(f, "traffic of device 0 per step (bus bytes, nccl-tests convention)%s:\n",
-            pc->tp > 1 || pc->pp > 1 ? ", data-parallel groups" : "");
+            pc->tp > 1 || pc->pp > 1 || pc->cp > 1 ? ", data-parallel groups" : "");
     if (per > 0) {
         fprintf(f, "  reduce-scatter of exact fp64 sums %10.2f MB = %.3f Psi elements\n",
                 rs / steps / MB, rs / steps / 8 / per);
@@ -146,12 +156,13 @@ void dp_print_report(const dp_run_t *run, FILE *f) {
     if (!run->reports) return;
     print_traffic(run, psi, f);
     print_time(run, f);
-    if (pc->dp > 1 && pc->zero_stage == 3)
+    if (pconfig_grad_ranks(pc) > 1 && pc->zero_stage == 3)
         fprintf(f, "  formula: 3 Psi for one microbatch; here (1 + 2 x %d microbatches) Psi x (N-1)/N, "
                    "plus the tied embeddings gathered again for the head\n", pc->accum_degree);
-    else if (pc->dp > 1)
+    else if (pconfig_grad_ranks(pc) > 1)
         fprintf(f, "  formula: 2 Psi x (N-1)/N\n");
     if (pc->tp > 1) dp_print_tp_report(run, f);
+    if (pc->cp > 1) dp_print_cp_report(run, f);
     if (pc->pp > 1) dp_print_pp_report(run, run->trace_path, f);
 }
 
@@ -164,7 +175,7 @@ int dp_placement_init(dp_placement_t *pl, const model_config_t *model, const pco
     pl->pc = *pc;
     if (pp_plan_build(&pl->pp, &pl->cfg, pc, err) || param_table_build(&pl->table, &pl->cfg, err))
         return -1;
-    if (dp_plan_build(&pl->plan, &pl->table, &pl->cfg, pc->dp, pc->zero_stage, pc->bucket_cap_mb,
+    if (dp_plan_build(&pl->plan, &pl->table, &pl->cfg, pconfig_grad_ranks(pc), pc->zero_stage, pc->bucket_cap_mb,
                       err)) {
         param_table_free(&pl->table);
         return -1;
@@ -183,21 +194,19 @@ static int is_batch(const st_tensor_t *t, const char *what) {
                             !strcmp(what, "labels"));
 }
 
-/* The world rank of (tensor-parallel rank, data-parallel rank, stage)
- * on the layout's order string (the driver's grid). */
-static int device_of(const pconfig_t *pc, int tp_rank, int dp_rank, int stage) {
+/* The world rank of (tensor-parallel rank, rank k of the gradient group
+ * (data x context parallel ranks), stage) on the layout's order string
+ * (the driver's grid and its "dp-cp" groups). */
+static int device_of(const pconfig_t *pc, int tp_rank, int k, int stage) {
     rank_layout_t L;
     char sizes[64];
-    snprintf(sizes, sizeof sizes, "tp=%d,dp=%d,pp=%d", pc->tp > 1 ? pc->tp : 1, pc->dp,
-             pc->pp > 1 ? pc->pp : 1);
-    if (layout_init(&L, pc->order, sizes, NULL)) return dp_rank;
-    int coords[LAYOUT_MAX_DIMS] = {0};
+    grid_sizes(pc, sizes, sizeof sizes);
+    if (layout_init(&L, pc->order, sizes, NULL)) return k;
+    int coords[LAYOUT_MAX_DIMS] = {0}, ranks[PARITY_MAX_DEVICES];
     for (int i = 0; i < L.ndims; i++)
-        coords[i] = !strcmp(L.names[i], "tp")   ? tp_rank
-                    : !strcmp(L.names[i], "dp") ? dp_rank
-                    : !strcmp(L.names[i], "pp") ? stage
-                                                : 0;
-    return layout_rank_of(&L, coords);
+        coords[i] = !strcmp(L.names[i], "tp") ? tp_rank : !strcmp(L.names[i], "pp") ? stage : 0;
+    const int n = layout_group_ranks(&L, layout_rank_of(&L, coords), "dp-cp", ranks);
+    return k >= 0 && k < n ? ranks[k] : k;
 }
 
 /* The pipeline stage running unit u. */
@@ -223,6 +232,21 @@ static int unit_of_param(const param_table_t *t, const model_config_t *c, int i)
     return c->layers + 1;
 }
 
+/* The world rank of tensor-parallel rank 0 at (cp, dp, stage). */
+static int grid_device_of(const pconfig_t *pc, int cp_rank, int dp_rank, int stage) {
+    rank_layout_t L;
+    char sizes[64];
+    grid_sizes(pc, sizes, sizeof sizes);
+    if (layout_init(&L, pc->order, sizes, NULL)) return dp_rank;
+    int coords[LAYOUT_MAX_DIMS] = {0};
+    for (int i = 0; i < L.ndims; i++)
+        coords[i] = !strcmp(L.names[i], "cp")   ? cp_rank
+                    : !strcmp(L.names[i], "dp") ? dp_rank
+                    : !strcmp(L.names[i], "pp") ? stage
+                                                : 0;
+    return layout_rank_of(&L, coords);
+}
+
 /* Sequences are sharded over dp, then split into microbatches of sizes
  * differing by at most one (pconfig.h), as run_step feeds them. */
 static void describe_batch(const dp_placement_t *pl, const st_tensor_t *t, uint64_t flat,
@@ -230,7 +254,22 @@ static void describe_batch(const dp_placement_t *pl, const st_tensor_t *t, uint6
     const pconfig_t *pc = &pl->pc;
     uint64_t per_seq = st_numel(t) / (uint64_t)t->shape[0];
     int seq = (int)(flat / per_seq), per_rank = pc->global_batch / pc->dp;
-    int rank = seq / per_rank, in_rank = seq % per_rank, accum = pc->accum_degree;
+    int dp_rank = seq / per_rank, in_rank = seq % per_rank, accum = pc->accum_degree;
+    /* context parallelism: the rank holding the element's position (axis
+     * 1 of [B, T, ...]; the query row, axis 2, of [B, H, T, T]) */
+    const int cp = pc->cp > 1 ? pc->cp : 1, T = pl->cfg.seq_length;
+    int cp_rank = 0;
+    const int pos_axis = t->ndim == 4 ? 2 : 1;
+    if (cp > 1 && t->ndim > pos_axis && t->shape[pos_axis] == (int64_t)T) {
+        uint64_t inner = 1;
+        for (int d = pos_axis + 1; d < t->ndim; d++) inner *= t->shape[d];
+        const int pos = (int)((flat / inner) % (uint64_t)T);
+        for (int r = 0; r < cp; r++) {
+            const cp_runs_t runs = cp_runs(cp, r, T, pc->cp_comm ? CP_ULYSSES : CP_RING);
+            for (int k = 0; k < runs.n; k++)
+                if (pos >= runs.t0[k] && pos < runs.t0[k] + runs.len[k]) cp_rank = r;
+        }
+    }
     int k = 0, start = 0, size = 0;
     for (; k < accum; k++) {
         size = per_rank / accum + (k < per_rank % accum);
@@ -238,11 +277,13 @@ static void describe_batch(const dp_placement_t *pl, const st_tensor_t *t, uint6
         start += size;
     }
     const int tp = pc->tp > 1 ? pc->tp : 1, stage = stage_of_unit(&pl->pp, unit_of_batch(&pl->cfg, t->name));
-    char peers[64] = "", where[48] = "";
+    char peers[64] = "", where[48] = "", ctx[48] = "";
     if (tp > 1) snprintf(peers, sizeof peers, " and its %d tensor-parallel peers", tp - 1);
     if (pl->pp.pp > 1) snprintf(where, sizeof where, ", pipeline stage %d", stage);
-    snprintf(buf, cap, "device %d (dp rank %d%s)%s, microbatch %d of %d (%d sequences), sequence %d",
-             device_of(pc, 0, rank, stage), rank, where, peers, k, accum, size, seq);
+    if (cp > 1) snprintf(ctx, sizeof ctx, ", context-parallel rank %d", cp_rank);
+    snprintf(buf, cap, "device %d (dp rank %d%s%s)%s, microbatch %d of %d (%d sequences), sequence %d",
+             grid_device_of(pc, cp_rank, dp_rank, stage), dp_rank, ctx, where, peers, k, accum, size,
+             seq);
 }
 
 static void describe_in_stage(const dp_placement_t *pl, const param_table_t *t, const dp_plan_t *p,
@@ -265,7 +306,7 @@ static void describe_param(const dp_placement_t *pl, const char *pname, int grad
     param_table_t t;
     dp_plan_t p;
     if (param_table_build_mp(&t, &pl->cfg, 1, &pl->pp.units[stage], 0, NULL)) return;
-    if (dp_plan_build(&p, &t, &pl->cfg, pl->pc.dp, pl->pc.zero_stage, pl->pc.bucket_cap_mb, NULL)) {
+    if (dp_plan_build(&p, &t, &pl->cfg, pconfig_grad_ranks(&pl->pc), pl->pc.zero_stage, pl->pc.bucket_cap_mb, NULL)) {
         param_table_free(&t);
         return;
     }
@@ -321,7 +362,7 @@ static void describe_in_stage(const dp_placement_t *pl, const param_table_t *t, 
 
 void dp_describe_element(const dp_placement_t *pl, const st_tensor_t *t, uint64_t flat, char *buf,
                          size_t cap) {
-    const int N = pl->pc.dp;
+    const int N = pconfig_grad_ranks(&pl->pc);
     buf[0] = 0;
     if (!strncmp(t->name, "init.", 5)) {
         snprintf(buf, cap, "the initial values: params_init once on the host (position-keyed, I3), "

@@ -20,6 +20,12 @@ void dp_print_tp_report(const dp_run_t *run, FILE *f);
  * trace file when there is one. */
 void dp_print_pp_report(const dp_run_t *run, const char *trace_path, FILE *f);
 
+/* A context-parallel run (cp > 1): the context-parallel group's traffic
+ * of device 0 per layer next to the ring's or Ulysses' formula, the bytes
+ * exactness adds, and activation memory per device next to the golden
+ * run's and the slot's formula for T / cp positions. */
+void dp_print_cp_report(const dp_run_t *run, FILE *f);
+
 /* The traffic a collective family ("tp") carries in a snapshot, by kind
  * (every dtype): zero when the rank made no call in it. */
 coll_tally_t dp_family_kind(const coll_counters_t *c, const char *family, coll_kind_t kind);

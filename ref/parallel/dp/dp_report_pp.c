@@ -84,11 +84,13 @@ void dp_print_pp_report(const dp_run_t *run, const char *trace_path, FILE *f) {
         const int vs = pp_vstage(&pp, r0->pp_stage, c);
         boundaries += (vs < pp.pp * pp.v - 1) + (vs > 0);
     }
-    const double seq = (double)cfg.seq_length / (pc->sequence_parallel ? pc->tp : 1) * cfg.hidden * 4;
+    const double seq = (double)cfg.seq_length / (pc->sequence_parallel ? pc->tp : 1) /
+                       (pc->cp > 1 ? pc->cp : 1) * cfg.hidden * 4;
     fprintf(f, "  point to point, device 0 (stage %d) per step: %.0f messages, %.3f MB sent; formula: "
-               "%d boundaries x m = %d messages, %d sequences x T%s x h x 4 B each boundary = %.3f MB\n",
+               "%d boundaries x m = %d messages, %d sequences x T%s%s x h x 4 B each boundary = %.3f MB\n",
             r0->pp_stage, (double)x.calls / steps, (double)x.sent / steps / MB, boundaries,
             boundaries * pp.m, pc->global_batch / pc->dp, pc->sequence_parallel ? "/tp" : "",
+            pc->cp > 1 ? "/cp" : "",
             boundaries * (pc->global_batch / pc->dp) * seq / MB);
     if (trace_path)
         fprintf(f, "  trace: %s (Perfetto or chrome://tracing: one track per device)\n", trace_path);

@@ -79,11 +79,15 @@ static int setup_rank(dp_rank_t *r, device_t *dev) {
     dp_shared_t *sh = r->sh;
     const dp_plan_t *p = r->plan;
     perr_t err;
-    const gpt_shard_t shard = {sh->grid.size[GRID_TP], r->tp_rank, sh->run->pc.sequence_parallel,
-                               r->tp_group,
-                               (sh->run->broken_tp_fp32_sums ? GPT_BROKEN_TP_FP32_SUMS : 0u) |
-                                   (sh->run->broken_tp_vocab_pad ? GPT_BROKEN_TP_VOCAB_PAD : 0u),
-                               sh->pp.units[r->stage], sh->run->pc.tp_row_linears};
+    const gpt_shard_t shard = {
+        .tp = sh->grid.size[GRID_TP], .tp_rank = r->tp_rank, .sp = sh->run->pc.sequence_parallel,
+        .tp_group = r->tp_group,
+        .broken = (sh->run->broken_tp_fp32_sums ? GPT_BROKEN_TP_FP32_SUMS : 0u) |
+                  (sh->run->broken_tp_vocab_pad ? GPT_BROKEN_TP_VOCAB_PAD : 0u) |
+                  (sh->run->broken_cp_online_softmax ? GPT_BROKEN_CP_ONLINE_SOFTMAX : 0u),
+        .units = sh->pp.units[r->stage], .row_linears = sh->run->pc.tp_row_linears,
+        .cp = sh->grid.size[GRID_CP], .cp_rank = r->cp_rank,
+        .cp_comm = sh->run->pc.cp_comm ? CP_ULYSSES : CP_RING, .cp_group = r->cp_group};
     const size_t nmb = (size_t)sh->pp.m * (size_t)sh->pp.v;
     r->report->pp_stage = r->stage;
     r->report->pp_slots = dp_stage_slots(&sh->pp, r->stage, r->slot_first);
@@ -299,16 +303,15 @@ static void free_local(dp_shared_t *sh) {
 
 int dp_train(dp_run_t *run, perr_t *err) {
     pconfig_t *pc = &run->pc;
-    if (pc->cp != 1 || pc->ep != 1)
-        return perr_set(err, "dp_train: context and expert parallelism are not implemented");
+    if (pc->ep != 1) return perr_set(err, "dp_train: expert parallelism is not implemented");
     run->replica_diffs = NULL, run->n_replica_diffs = 0;
     dp_shared_t *sh = calloc(1, sizeof *sh);
     if (!sh) return perr_set(err, "dp: out of memory");
     sh->run = run;
     dp_replica_config(&run->model, pc, &sh->cfg);
-    const int n = pc->dp, tp = pc->tp, pp = pc->pp, world = n * tp * pp;
+    const int n = pc->dp, tp = pc->tp, pp = pc->pp, cp = pc->cp, world = n * tp * pp * cp;
     int rc = -1, have_global = 0;
-    group_t **grad_groups = NULL;
+    group_t **grad_groups = NULL, **main_groups = NULL;
     trace_buf_t *traces = NULL;
     int ngrad = 0;
     sh->ranks = calloc((size_t)world, sizeof(dp_rank_t));
@@ -330,11 +333,16 @@ int dp_train(dp_run_t *run, perr_t *err) {
                  run->broken_pp_mask_key ? "mask-key" : "tied-embedding");
         goto out;
     }
+    if (run->broken_cp_online_softmax && (cp == 1 || pc->cp_comm)) {
+        perr_set(err, "--test-broken-cp-online-softmax: needs the ring (context-parallel-size > 1, "
+                      "--cp-comm-type p2p)");
+        goto out;
+    }
     if (run->broken_pp_tied_grad && !run->model.tied) {
         perr_set(err, "--test-broken-pp-tied-embedding: the model's head is not tied to the embedding");
         goto out;
     }
-    const int sizes[GRID_NAXES] = {tp, 1, 1, n, pp};
+    const int sizes[GRID_NAXES] = {tp, cp, 1, n, pp};
     if (grid_init(&sh->grid, pc->order, sizes, err)) goto out;
     sh->have_grid = 1;
     if (model_config_validate_replica(&sh->cfg, err) || pp_plan_build(&sh->pp, &sh->cfg, pc, err) ||
@@ -352,11 +360,21 @@ int dp_train(dp_run_t *run, perr_t *err) {
     params_init(&sh->global, sh->cfg.seed, sh->params_full);
     if (dp_ckpt_prepare(sh, err)) goto out; /* --load: the checkpoint's state instead */
     if (init_local(sh, err)) goto out;
-    /* gradient reductions may run on a communication thread: groups of their own */
-    ngrad = sh->grid.ngroups[GRID_DP];
+    /* the ranks that split a step's tokens sum every weight gradient: data
+     * times context parallel (Megatron's data-parallel group with context
+     * parallelism); gradient reductions may run on a communication
+     * thread, so they get groups of their own */
+    ngrad = layout_num_groups(&sh->grid.layout, "dp-cp");
     grad_groups = calloc((size_t)ngrad, sizeof *grad_groups);
-    if (!grad_groups || group_create_all(&sh->grid.layout, "dp", "dp-grads", grad_groups, err)) {
-        if (!grad_groups) perr_set(err, "dp: out of memory");
+    main_groups = calloc((size_t)ngrad, sizeof *main_groups);
+    if (!grad_groups || !main_groups ||
+        group_create_all(&sh->grid.layout, "dp-cp", "dp", main_groups, err)) {
+        if (!grad_groups || !main_groups) perr_set(err, "dp: out of memory");
+        free(main_groups);
+        main_groups = NULL;
+        goto out;
+    }
+    if (group_create_all(&sh->grid.layout, "dp-cp", "dp-grads", grad_groups, err)) {
         free(grad_groups);
         grad_groups = NULL;
         goto out;
@@ -368,17 +386,20 @@ int dp_train(dp_run_t *run, perr_t *err) {
     const double origin = dp_now();
     for (int d = 0; d < world; d++) {
         grid_device_t gd = grid_device(&sh->grid, d);
-        int gid = layout_group_id(&sh->grid.layout, d, "dp");
+        int gid = layout_group_id(&sh->grid.layout, d, "dp-cp");
         const int stage = gd.coord[GRID_PP];
         if (traces) trace_buf_init(&traces[d], origin);
-        sh->ranks[d] = (dp_rank_t){.sh = sh, .rank = gd.coord[GRID_DP], .n = n, .device = d,
+        sh->ranks[d] = (dp_rank_t){.sh = sh, .rank = group_index_of(main_groups[gid], d),
+                                   .n = n * cp, .data_rank = gd.coord[GRID_DP], .data_n = n,
+                                   .cp_rank = gd.coord[GRID_CP],
+                                   .cp_group = cp > 1 ? gd.group[GRID_CP] : NULL, .device = d,
                                    .tp_rank = gd.coord[GRID_TP],
                                    .tp_group = tp > 1 ? gd.group[GRID_TP] : NULL,
                                    .stage = stage, .part = stage * tp + gd.coord[GRID_TP],
                                    .plan = &sh->plans[stage], .pp_group = gd.group[GRID_PP],
                                    .emb_group = dp_emb_group_of(sh, d),
                                    .trace = traces ? &traces[d] : NULL,
-                                   .world = sh->grid.all, .group = gd.group[GRID_DP],
+                                   .world = sh->grid.all, .group = main_groups[gid],
                                    .grad_group = grad_groups[gid], .report = &reports[d]};
         memset(&reports[d], 0, sizeof reports[d]);
     }
@@ -396,7 +417,9 @@ out:
     free(traces);
     free(sh->diffs);
     if (grad_groups) group_destroy_all(grad_groups, ngrad);
+    if (main_groups) group_destroy_all(main_groups, ngrad);
     free(grad_groups);
+    free(main_groups);
     dp_free_stages(sh);
     if (sh->have_grid) grid_free(&sh->grid);
     if (have_global) param_table_free(&sh->global);

@@ -1,0 +1,477 @@
+/* attention_cp.c - causal attention over a context-parallel group, with
+ * the golden bits (MODEL.md, Attention; DESIGN.md §5, split-key attention).
+ *
+ * Ring (Megatron's --cp-comm-type p2p). A rank keeps its query tiles
+ * (chunks r and 2cp-1-r) and sees every key and value tile once as the
+ * blocks of the cp ranks go around the ring. Everything is named by
+ * GLOBAL tile indices, so a (query tile, key tile) pair is the golden
+ * run's tile product whichever rank computes it and whenever its block
+ * arrives:
+ *   pass K: score tiles s[qi, kj] for kj <= qi into the rank's rows of e
+ *           [Tc, T]; then each row's max, exp and Z exactly as golden (the
+ *           whole row is there: the max is global, no rescaling);
+ *   pass V: U[qi] = round(sum over kj of ehat.v), an open exact sum over
+ *           the blocks in any arrival order; o = U / Z.
+ *   backward, one pass over K and V together: the g tiles, dQ open over
+ *           blocks; each block's dK/dV partials go back to their owner as
+ *           open sums (point-to-point, the receive adds exactly).
+ * A tile product that is the only term of its sum (query tile 0 against
+ * key tile 0; key tile nT-1 against query tile nT-1) is the result
+ * itself in golden (contract.h), keeping a -0; both lie on the rank that
+ * holds tile 0 or nT-1 as query and key, which stores them directly.
+ *
+ * Ulysses (DeepSpeed-Ulysses, --cp-comm-type a2a): an all-to-all turns
+ * [n_seq, Tc, 3A] (every head, the rank's positions) into [n_seq, T, 3A/cp]
+ * (every position, heads/cp heads), the golden attention runs, and
+ * another all-to-all turns the output back. Copies only.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "parity/coll.h"
+#include "parity/pmath.h"
+#include "parity/runtime.h"
+#include "units_internal.h"
+
+enum { TAG_K = 1, TAG_V = 2, TAG_KV = 3, TAG_DKV = 4 };
+
+/* The geometry of one call. */
+typedef struct {
+    int nb, T, Tc, Tt, nT, H, D, A, ld; /* sequences, positions, held, tile, tiles, heads, head
+                                           size, heads*D, qkv row */
+    int cp, rank;
+    int qt[64];                          /* global tile of each local tile (<= T/Tt) */
+    float scale, inv;
+} ring_t;
+
+static void tiles_of(const cp_runs_t *r, int Tt, int *out) {
+    for (int k = 0, a = 0; k < r->n; k++)
+        for (int t = r->t0[k]; t < r->t0[k] + r->len[k]; t += Tt) out[a++] = t / Tt;
+}
+
+static ring_t ring_of(const gpt_t *g, const pass_t *p) {
+    const gpt_local_t *lc = &g->local;
+    ring_t R = {p->n_seq, p->T, p->Tc, g->cfg.tile_tokens, p->T / g->cfg.tile_tokens, lc->heads,
+                lc->attn / lc->heads, lc->attn, 3 * lc->attn, lc->cp, lc->cp_rank, {0},
+                pm_rsqrtf((float)(g->cfg.hidden / g->cfg.heads)),
+                p->as.p > 0.0f ? dropout_scale(p->as.p) : 1.0f};
+    if (R.Tc / R.Tt > 64) parity_fatal("context parallelism: more than 64 token tiles per rank");
+    tiles_of(&lc->runs, R.Tt, R.qt);
+    return R;
+}
+
+/* The global tiles of owner o's block. */
+static void block_tiles(const ring_t *R, int o, int *kt) {
+    const cp_runs_t r = cp_runs(R->cp, o, R->T, CP_RING);
+    tiles_of(&r, R->Tt, kt);
+}
+
+/* Packs columns [col, col + w) of every head's (q, k, v) group of qkv
+ * [n, 3A] into out [n, w_out] at column out_col, per head: the block a
+ * rank sends (K: col D; V: col 2D). */
+static void pack_heads(float *out, int w_out, int out_col, const float *qkv, const ring_t *R,
+                       int col) {
+    const size_t n = (size_t)R->nb * R->Tc;
+    for (size_t i = 0; i < n; i++)
+        for (int h = 0; h < R->H; h++)
+            memcpy(out + i * w_out + out_col + (size_t)h * R->D,
+                   qkv + i * R->ld + (size_t)h * 3 * R->D + col, (size_t)R->D * sizeof(float));
+}
+
+/* One ring pass: blocks of `count` floats [n, w] start at own, and at
+ * step s the block of rank (rank - s) mod cp is handed to visit while the
+ * next one arrives (non-blocking send to the next rank, receive from the
+ * previous, two receive buffers). */
+typedef void (*visit_fn)(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t *LA,
+                         const float *blk, int owner, int step, void *ctx);
+
+static void ring_pass(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t *LA, size_t count,
+                      int tag, visit_fn visit, void *ctx) {
+    group_t *grp = g->shard.cp_group;
+    float **kv = g->scratch.cp_kv;
+    const float *cur = kv[0];
+    for (int s = 0; s < R->cp; s++) {
+        coll_request_t *req[2] = {NULL, NULL};
+        float *next = kv[1 + s % 2];
+        if (s < R->cp - 1) {
+            req[0] = coll_isend(grp, cur, count, COLL_F32, (R->rank + 1) % R->cp, tag);
+            req[1] = coll_irecv(grp, next, count, COLL_F32, (R->rank + R->cp - 1) % R->cp, tag);
+        }
+        visit(g, p, R, LA, cur, (R->rank - s + R->cp) % R->cp, s, ctx);
+        coll_wait_all(2, req);
+        cur = next;
+    }
+}
+
+/* ---- forward ------------------------------------------------------------ */
+
+static void visit_scores(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t *LA,
+                         const float *blk, int owner, int step, void *ctx) {
+    (void)p, (void)step, (void)ctx;
+    int kt[64];
+    block_tiles(R, owner, kt);
+    const int Tt = R->Tt, nq = R->Tc / Tt;
+    for (int b = 0; b < R->nb; b++)
+        for (int h = 0; h < R->H; h++) {
+            const float *q = LA->qkv + (size_t)b * R->Tc * R->ld + (size_t)h * 3 * R->D;
+            const float *k = blk + (size_t)b * R->Tc * R->A + (size_t)h * R->D;
+            float *E = LA->att_e + ((size_t)b * R->H + h) * R->Tc * R->T;
+            for (int a = 0; a < nq; a++)
+                for (int t = 0; t < nq; t++)
+                    if (kt[t] <= R->qt[a])
+                        contract(CONTRACT_NT, Tt, Tt, R->D, Tt, Tt, R->D, q + (size_t)a * Tt * R->ld,
+                                 R->ld, k + (size_t)t * Tt * R->A, R->A,
+                                 E + (size_t)a * Tt * R->T + (size_t)kt[t] * Tt, R->T, &g->ws);
+        }
+}
+
+static void softmax_rows(layer_acts_t *LA, const ring_t *R) {
+    const uint8_t *keep = LA->att_keep;
+    for (size_t bh = 0; bh < (size_t)R->nb * R->H; bh++)
+        for (int li = 0; li < R->Tc; li++) {
+            const size_t row = (bh * R->Tc + li) * R->T;
+            const int i = R->qt[li / R->Tt] * R->Tt + li % R->Tt;
+            LA->att_z[bh * R->Tc + li] = attention_row_softmax(
+                LA->att_e + row, LA->att_ehat + row, keep ? keep + row : NULL, i, R->T, R->scale,
+                R->inv);
+        }
+}
+
+/* U[qi] += ehat[qi, kj].v[kj] for the block's key tiles, open; query tile
+ * 0's only term stored as the result. */
+static void visit_values(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t *LA,
+                         const float *blk, int owner, int step, void *ctx) {
+    (void)p, (void)step;
+    acc_t *U = ctx;
+    int kt[64];
+    block_tiles(R, owner, kt);
+    const int Tt = R->Tt, nq = R->Tc / Tt;
+    for (int b = 0; b < R->nb; b++)
+        for (int h = 0; h < R->H; h++) {
+            const float *Eh = LA->att_ehat + ((size_t)b * R->H + h) * R->Tc * R->T;
+            const float *v = blk + (size_t)b * R->Tc * R->A + (size_t)h * R->D;
+            const size_t out = (size_t)b * R->Tc * R->A + (size_t)h * R->D;
+            for (int a = 0; a < nq; a++)
+                for (int t = 0; t < nq; t++) {
+                    if (kt[t] > R->qt[a]) continue;
+                    const float *e = Eh + (size_t)a * Tt * R->T + (size_t)kt[t] * Tt;
+                    const float *vt = v + (size_t)t * Tt * R->A;
+                    const size_t at = out + (size_t)a * Tt * R->A;
+                    if (R->qt[a] == 0)
+                        contract(CONTRACT_NN, Tt, R->D, Tt, Tt, R->D, Tt, e, R->T, vt, R->A,
+                                 LA->ctx + at, R->A, &g->ws);
+                    else
+                        contract_acc(CONTRACT_NN, Tt, R->D, Tt, Tt, R->D, Tt, e, R->T, vt, R->A, U,
+                                     at, (size_t)R->A, &g->ws);
+                }
+        }
+}
+
+/* The deliberately broken merge (GPT_BROKEN_CP_ONLINE_SOFTMAX): each
+ * arriving block's scores (still raw) rescale a running fp32 max, sum and
+ * output in ring order, as flash-attention-style ring kernels do. */
+static void visit_online(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t *LA,
+                         const float *blk, int owner, int step, void *ctx) {
+    (void)g, (void)p;
+    float *run = ctx; /* [nb*H*Tc][2]: running max and sum */
+    int kt[64];
+    block_tiles(R, owner, kt);
+    const int Tt = R->Tt, nq = R->Tc / Tt;
+    for (int b = 0; b < R->nb; b++)
+        for (int h = 0; h < R->H; h++)
+            for (int li = 0; li < R->Tc; li++) {
+                const size_t bh = (size_t)b * R->H + h, row = (bh * R->Tc + li) * R->T;
+                const int i = R->qt[li / Tt] * Tt + li % Tt;
+                float *m = run + 2 * (bh * R->Tc + li), *l = m + 1;
+                float *o = LA->ctx + ((size_t)b * R->Tc + li) * R->A + (size_t)h * R->D;
+                if (step == 0) {
+                    *m = -INFINITY, *l = 0.0f;
+                    memset(o, 0, (size_t)R->D * sizeof(float));
+                }
+                float mb = -INFINITY;
+                for (int t = 0; t < nq; t++)
+                    for (int j = kt[t] * Tt; j < kt[t] * Tt + Tt && j <= i; j++)
+                        mb = LA->att_e[row + j] * R->scale > mb ? LA->att_e[row + j] * R->scale : mb;
+                if (mb == -INFINITY) continue;
+                const float mn = *m > mb ? *m : mb, alpha = *m == -INFINITY ? 0.0f : pm_expf(*m - mn);
+                *l = *l * alpha;
+                for (int d = 0; d < R->D; d++) o[d] = o[d] * alpha;
+                for (int t = 0; t < nq; t++)
+                    for (int j = kt[t] * Tt, c = 0; c < Tt && j <= i; j++, c++) {
+                        float e = pm_expf(LA->att_e[row + j] * R->scale - mn);
+                        *l = *l + e;
+                        if (LA->att_keep) e = e * (float)LA->att_keep[row + j] * R->inv;
+                        const float *vj = blk + ((size_t)b * R->Tc + t * Tt + c) * R->A +
+                                          (size_t)h * R->D;
+                        for (int d = 0; d < R->D; d++) o[d] = o[d] + e * vj[d];
+                    }
+                *m = mn;
+            }
+}
+
+static void ring_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA) {
+    const ring_t R = ring_of(g, p);
+    gpt_scratch_t *S = &g->scratch;
+    const size_t n = (size_t)R.nb * R.Tc, count = n * R.A;
+    pack_heads(S->cp_kv[0], R.A, 0, LA->qkv, &R, R.D);
+    ring_pass(g, p, &R, LA, count, TAG_K, visit_scores, NULL);
+    pack_heads(S->cp_kv[0], R.A, 0, LA->qkv, &R, 2 * R.D);
+    if (g->shard.broken & GPT_BROKEN_CP_ONLINE_SOFTMAX) {
+        ring_pass(g, p, &R, LA, count, TAG_V, visit_online, S->cp_round);
+        for (int b = 0; b < R.nb; b++)
+            for (int h = 0; h < R.H; h++)
+                for (int li = 0; li < R.Tc; li++) {
+                    const float l = S->cp_round[2 * (((size_t)b * R.H + h) * R.Tc + li) + 1];
+                    float *o = LA->ctx + ((size_t)b * R.Tc + li) * R.A + (size_t)h * R.D;
+                    for (int d = 0; d < R.D; d++) o[d] = o[d] / l;
+                }
+        softmax_rows(LA, &R); /* e, ehat and Z for the backward pass */
+        return;
+    }
+    softmax_rows(LA, &R);
+    acc_t U;
+    acc_init_with(&U, count, S->cp_open);
+    acc_zero(&U);
+    ring_pass(g, p, &R, LA, count, TAG_V, visit_values, &U);
+    acc_round(&U, S->cp_round);
+    acc_free(&U);
+    for (int b = 0; b < R.nb; b++)
+        for (int li = 0; li < R.Tc; li++) {
+            float *o = LA->ctx + ((size_t)b * R.Tc + li) * R.A;
+            if (R.qt[li / R.Tt] != 0) /* query tile 0 holds its only term already */
+                memcpy(o, S->cp_round + ((size_t)b * R.Tc + li) * R.A, (size_t)R.A * sizeof(float));
+            for (int h = 0; h < R.H; h++) {
+                const float z = LA->att_z[((size_t)b * R.H + h) * R.Tc + li];
+                for (int d = 0; d < R.D; d++) o[h * R.D + d] = o[h * R.D + d] / z;
+            }
+        }
+}
+
+/* ---- backward ----------------------------------------------------------- */
+
+typedef struct {
+    float *dqkv;
+    acc_t dq, own, send[2];
+    coll_request_t *sent[2];
+} ring_grads_t;
+
+/* The block's g tiles, then dQ (open over blocks), and dK/dV partials of
+ * the block's keys: into this rank's own sums, or a buffer sent to the
+ * owner. */
+static void visit_grads(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t *LA,
+                        const float *blk, int owner, int step, void *ctx) {
+    (void)p;
+    ring_grads_t *G = ctx;
+    acc_t *dkv = &G->own;
+    if (owner != R->rank) {
+        const int k = step % 2;
+        if (G->sent[k]) coll_wait(G->sent[k]);
+        G->sent[k] = NULL;
+        dkv = &G->send[k];
+        acc_zero(dkv);
+    }
+    int kt[64];
+    block_tiles(R, owner, kt);
+    const int Tt = R->Tt, nq = R->Tc / Tt, D = R->D, A2 = 2 * R->A;
+    float *gt = g->scratch.cp_tile;
+    for (int b = 0; b < R->nb; b++)
+        for (int h = 0; h < R->H; h++) {
+            const size_t bh = (size_t)b * R->H + h;
+            const float *q = LA->qkv + (size_t)b * R->Tc * R->ld + (size_t)h * 3 * D;
+            float *dq = G->dqkv + (size_t)b * R->Tc * R->ld + (size_t)h * 3 * D;
+            const float *k = blk + (size_t)b * R->Tc * A2 + (size_t)h * D, *v = k + R->A;
+            const float *E = LA->att_e + bh * R->Tc * R->T, *Eh = LA->att_ehat + bh * R->Tc * R->T;
+            const uint8_t *keep = LA->att_keep ? LA->att_keep + bh * R->Tc * R->T : NULL;
+            const float *dU = g->scratch.cp_du + bh * R->Tc * D, *dZ = g->scratch.cp_dz + bh * R->Tc;
+            for (int a = 0; a < nq; a++)
+                for (int t = 0; t < nq; t++) {
+                    const int qi = R->qt[a], kj = kt[t];
+                    if (kj > qi) continue;
+                    /* dehat = dU.v^T, then the elementwise chain to g */
+                    contract(CONTRACT_NT, Tt, Tt, D, Tt, Tt, D, dU + (size_t)a * Tt * D, D,
+                             v + (size_t)t * Tt * A2, A2, gt, Tt, &g->ws);
+                    for (int r = 0; r < Tt; r++) {
+                        const size_t li = (size_t)a * Tt + r, col = (size_t)kj * Tt;
+                        const int i = qi * Tt + r, span = i - kj * Tt + 1 < Tt ? i - kj * Tt + 1 : Tt;
+                        attention_grad_span(gt + (size_t)r * Tt, E + li * R->T + col,
+                                            keep ? keep + li * R->T + col : NULL, span, dZ[li],
+                                            R->scale, R->inv);
+                        memset(gt + (size_t)r * Tt + span, 0, (size_t)(Tt - span) * sizeof(float));
+                    }
+                    const size_t qrow = (size_t)a * Tt, krow = (size_t)t * Tt;
+                    const size_t kat = ((size_t)b * R->Tc + krow) * A2 + (size_t)h * D;
+                    /* dQ[qi] += g.k */
+                    if (qi == 0)
+                        contract(CONTRACT_NN, Tt, D, Tt, Tt, D, Tt, gt, Tt, k + krow * A2, A2,
+                                 dq + qrow * R->ld, R->ld, &g->ws);
+                    else
+                        contract_acc(CONTRACT_NN, Tt, D, Tt, Tt, D, Tt, gt, Tt, k + krow * A2, A2,
+                                     &G->dq, ((size_t)b * R->Tc + qrow) * R->A + (size_t)h * D,
+                                     (size_t)R->A, &g->ws);
+                    /* dK[kj] += g^T.q, dV[kj] += ehat^T.dU */
+                    const float *eh = Eh + qrow * R->T + (size_t)kj * Tt;
+                    if (kj == R->nT - 1) { /* the only term: this rank's own key tile */
+                        contract(CONTRACT_TN, Tt, D, Tt, Tt, D, Tt, gt, Tt, q + qrow * R->ld, R->ld,
+                                 dq + krow * R->ld + D, R->ld, &g->ws);
+                        contract(CONTRACT_TN, Tt, D, Tt, Tt, D, Tt, eh, R->T, dU + qrow * D, D,
+                                 dq + krow * R->ld + 2 * D, R->ld, &g->ws);
+                    } else {
+                        contract_acc(CONTRACT_TN, Tt, D, Tt, Tt, D, Tt, gt, Tt, q + qrow * R->ld,
+                                     R->ld, dkv, kat, (size_t)A2, &g->ws);
+                        contract_acc(CONTRACT_TN, Tt, D, Tt, Tt, D, Tt, eh, R->T, dU + qrow * D, D,
+                                     dkv, kat + (size_t)R->A, (size_t)A2, &g->ws);
+                    }
+                }
+        }
+    if (owner != R->rank)
+        G->sent[step % 2] = coll_isend_open(g->shard.cp_group, &dkv->x, 0, dkv->n, owner, TAG_DKV);
+}
+
+static void ring_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dqkv,
+                          const float *dctx) {
+    const ring_t R = ring_of(g, p);
+    gpt_scratch_t *S = &g->scratch;
+    const size_t n = (size_t)R.nb * R.Tc;
+    float prod[256];
+    if (R.D > 256) parity_fatal("context parallelism: head size %d above 256", R.D);
+    for (int b = 0; b < R.nb; b++)
+        for (int h = 0; h < R.H; h++)
+            for (int li = 0; li < R.Tc; li++) {
+                const size_t bh = (size_t)b * R.H + h, tok = ((size_t)b * R.Tc + li) * R.A + h * R.D;
+                S->cp_dz[bh * R.Tc + li] =
+                    attention_row_dz(S->cp_du + (bh * R.Tc + li) * R.D, prod, dctx + tok,
+                                     LA->ctx + tok, R.D, LA->att_z[bh * R.Tc + li]);
+            }
+    pack_heads(S->cp_kv[0], 2 * R.A, 0, LA->qkv, &R, R.D);
+    pack_heads(S->cp_kv[0], 2 * R.A, R.A, LA->qkv, &R, 2 * R.D);
+    ring_grads_t G = {.dqkv = dqkv};
+    acc_init_with(&G.dq, n * R.A, S->cp_open);
+    acc_init_with(&G.own, n * 2 * R.A, S->cp_own);
+    for (int k = 0; k < 2; k++) acc_init_with(&G.send[k], n * 2 * R.A, S->cp_send[k]);
+    acc_zero(&G.dq);
+    acc_zero(&G.own);
+    /* this rank's own block first (step 0), then the peers' partials of
+     * its keys may be added into the same sums: posted only now, so that
+     * no delivery races the rank's own additions */
+    coll_request_t *recv[64] = {NULL};
+    if (R.cp > 64) parity_fatal("context parallelism: more than 64 ranks");
+    group_t *grp = g->shard.cp_group;
+    float **kv = S->cp_kv;
+    const float *cur = kv[0];
+    for (int s = 0; s < R.cp; s++) {
+        coll_request_t *req[2] = {NULL, NULL};
+        float *next = kv[1 + s % 2];
+        if (s < R.cp - 1) {
+            req[0] = coll_isend(grp, cur, n * 2 * R.A, COLL_F32, (R.rank + 1) % R.cp, TAG_KV);
+            req[1] = coll_irecv(grp, next, n * 2 * R.A, COLL_F32, (R.rank + R.cp - 1) % R.cp, TAG_KV);
+        }
+        visit_grads(g, p, &R, LA, cur, (R.rank - s + R.cp) % R.cp, s, &G);
+        if (s == 0)
+            for (int o = 0; o < R.cp; o++)
+                if (o != R.rank) recv[o] = coll_irecv_open(grp, &G.own.x, 0, G.own.n, o, TAG_DKV);
+        coll_wait_all(2, req);
+        cur = next;
+    }
+    coll_wait_all(R.cp, recv);
+    coll_wait_all(2, G.sent);
+    /* round once: dQ (but query tile 0's), dK and dV (but key tile nT-1's) */
+    acc_round(&G.dq, S->cp_round);
+    for (size_t i = 0; i < n; i++)
+        if (R.qt[(i % R.Tc) / R.Tt] != 0)
+            for (int h = 0; h < R.H; h++)
+                memcpy(dqkv + i * R.ld + (size_t)h * 3 * R.D, S->cp_round + i * R.A + (size_t)h * R.D,
+                       (size_t)R.D * sizeof(float));
+    acc_round(&G.own, S->cp_round);
+    for (size_t i = 0; i < n; i++)
+        if (R.qt[(i % R.Tc) / R.Tt] != R.nT - 1)
+            for (int h = 0; h < R.H; h++)
+                for (int w = 0; w < 2; w++)
+                    memcpy(dqkv + i * R.ld + (size_t)h * 3 * R.D + (size_t)(1 + w) * R.D,
+                           S->cp_round + i * 2 * R.A + (size_t)w * R.A + (size_t)h * R.D,
+                           (size_t)R.D * sizeof(float));
+    acc_free(&G.dq);
+    acc_free(&G.own);
+    for (int k = 0; k < 2; k++) acc_free(&G.send[k]);
+}
+
+/* ---- Ulysses ---------------------------------------------------------------- */
+
+/* src [nb][Tc][W] (every head, this rank's positions) -> dst [nb][T][W/cp]
+ * (every position, head group `rank`): block j of the all-to-all is head
+ * group j of this rank's positions; what arrives from rank j is head
+ * group `rank` of rank j's positions. */
+static void seq_to_heads(gpt_t *g, const pass_t *p, float *dst, const float *src, int W) {
+    const int cp = g->local.cp, nb = p->n_seq, Tc = p->Tc, w = W / cp;
+    const size_t blk = (size_t)nb * Tc * w;
+    float *send = g->scratch.ul_send, *recv = g->scratch.ul_recv;
+    for (int j = 0; j < cp; j++)
+        for (size_t i = 0; i < (size_t)nb * Tc; i++)
+            memcpy(send + j * blk + i * w, src + i * W + (size_t)j * w, (size_t)w * sizeof(float));
+    coll_all_to_all(g->shard.cp_group, send, recv, blk, COLL_F32);
+    for (int j = 0; j < cp; j++)
+        for (int b = 0; b < nb; b++)
+            memcpy(dst + ((size_t)b * p->T + (size_t)j * Tc) * w, recv + j * blk + (size_t)b * Tc * w,
+                   (size_t)Tc * w * sizeof(float));
+}
+
+/* The inverse: src [nb][T][W/cp] -> dst [nb][Tc][W]. */
+static void heads_to_seq(gpt_t *g, const pass_t *p, float *dst, const float *src, int W) {
+    const int cp = g->local.cp, nb = p->n_seq, Tc = p->Tc, w = W / cp;
+    const size_t blk = (size_t)nb * Tc * w;
+    float *send = g->scratch.ul_send, *recv = g->scratch.ul_recv;
+    for (int j = 0; j < cp; j++)
+        for (int b = 0; b < nb; b++)
+            memcpy(send + j * blk + (size_t)b * Tc * w, src + ((size_t)b * p->T + (size_t)j * Tc) * w,
+                   (size_t)Tc * w * sizeof(float));
+    coll_all_to_all(g->shard.cp_group, send, recv, blk, COLL_F32);
+    for (int j = 0; j < cp; j++)
+        for (size_t i = 0; i < (size_t)nb * Tc; i++)
+            memcpy(dst + i * W + (size_t)j * w, recv + j * blk + i * w, (size_t)w * sizeof(float));
+}
+
+/* The golden attention's shape for the heads Ulysses attends. */
+static attn_shape_t ulysses_shape(const gpt_t *g, const pass_t *p) {
+    attn_shape_t s = p->as;
+    s.H = g->local.att_heads, s.C = p->as.C / g->local.cp, s.head0 = g->local.att_head0;
+    s.q_runs = NULL;
+    return s;
+}
+
+/* ---- the unit's entry points -------------------------------------------- */
+
+void attention_unit_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, uint64_t mask_stream,
+                            int mask_seq) {
+    const gpt_local_t *lc = &g->local;
+    attn_shape_t s = lc->ulysses ? ulysses_shape(g, p) : p->as;
+    if (lc->cp > 1 && !lc->ulysses) s.q_runs = &lc->runs;
+    if (LA->att_keep) attention_mask(LA->att_keep, &s, mask_seq, g->cfg.seed, mask_stream);
+    if (lc->cp == 1) {
+        attention_forward(LA->ctx, LA->att_e, LA->att_ehat, LA->att_z, LA->qkv, LA->att_keep, &s,
+                          &g->ws);
+    } else if (lc->ulysses) {
+        seq_to_heads(g, p, LA->qkv_h, LA->qkv, 3 * lc->attn);
+        attention_forward(LA->ctx_h, LA->att_e, LA->att_ehat, LA->att_z, LA->qkv_h, LA->att_keep,
+                          &s, &g->ws);
+        heads_to_seq(g, p, LA->ctx, LA->ctx_h, lc->attn);
+    } else {
+        ring_forward(g, p, LA);
+    }
+}
+
+void attention_unit_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dqkv,
+                             const float *dctx) {
+    const gpt_local_t *lc = &g->local;
+    gpt_scratch_t *S = &g->scratch;
+    if (lc->cp == 1) {
+        attention_backward(dqkv, dctx, LA->ctx, LA->att_e, LA->att_ehat, LA->att_z, LA->qkv,
+                           LA->att_keep, &p->as, S->att_scratch, &g->ws);
+    } else if (lc->ulysses) {
+        const attn_shape_t s = ulysses_shape(g, p);
+        seq_to_heads(g, p, S->ul_dctx, dctx, lc->attn);
+        attention_backward(S->ul_dqkv, S->ul_dctx, LA->ctx_h, LA->att_e, LA->att_ehat, LA->att_z,
+                           LA->qkv_h, LA->att_keep, &s, S->att_scratch, &g->ws);
+        heads_to_seq(g, p, dqkv, S->ul_dqkv, 3 * lc->attn);
+    } else {
+        ring_backward(g, p, LA, dqkv, dctx);
+    }
+}
