@@ -110,6 +110,13 @@ resume "(e) golden save, pp=4 interleaved x dp=2 ZeRO-3 resume" "$tmp/A" --pipel
   --save "$tmp/P4"
 same_file "(e) the pp=4 interleaved ZeRO-3 resumed run saves the uninterrupted checkpoint" "$tmp/P4" "$tmp/full4"
 
+# --- (f) context parallelism: ZeRO shards over dp x cp, positions split ---
+train "cp=2 ring x dp=2 ZeRO-2 save" --steps 2 --context-parallel-size 2 --data-parallel-size 2 \
+  --zero-stage 2 --save "$tmp/CP" &&
+  same_file "(f) cp=2 x dp=2 ZeRO-2 writes the golden checkpoint" "$tmp/CP" "$tmp/A"
+resume "(f) golden save, Ulysses cp=2 x tp=2 ZeRO-1 resume" "$tmp/A" --context-parallel-size 2 \
+  --cp-comm-type a2a --tensor-model-parallel-size 2 --zero-stage 1
+
 # --- saving into the directory loaded from ---
 cp -r "$tmp/A" "$tmp/S"
 train "load and save one directory" --steps 2 --load "$tmp/S" --save "$tmp/S" "${TP4DP2[@]}" &&

@@ -77,7 +77,7 @@ static void check_layout(const model_config_t *m, const pconfig_t *pc) {
     perr_t err;
     CHECK(memest_layout(m, pc, &est, &err) == 0, "%s: %s", what, err.msg);
     CHECK(est.devices == pc->world_size, "%s", what);
-    CHECK(pc->pp > 1 || est.all_devices == est.max_dev.total * (size_t)pc->dp, "%s", what);
+    CHECK(pc->pp > 1 || est.all_devices == est.max_dev.total * (size_t)pc->world_size, "%s", what);
     dp_device_report_t rep[16];
     dp_run_t run = {.model = *m, .pc = *pc, .steps = 1, .data = &corpus, .algo = COLL_ALGO_RING,
                     .reports = rep};
@@ -108,6 +108,29 @@ static void test_pipeline_within_estimate(void) {
         pc.pp = L[k].pp, pc.pp_schedule = (pc_pp_schedule_t)L[k].sched, pc.vpp = L[k].v;
         pc.dp = L[k].dp, pc.zero_stage = L[k].z, pc.accum_degree = L[k].accum;
         pc.given |= PC_GIVEN_DP | PC_GIVEN_ZERO | PC_GIVEN_ACCUM;
+        if (pconfig_validate(&pc, m.global_batch, &err)) {
+            CHECK(0, "%s", err.msg);
+            continue;
+        }
+        check_layout(&m, &pc);
+    }
+}
+
+/* Context parallelism: the slots hold T/cp positions and the ring's or
+ * Ulysses' buffers; ZeRO shards over dp x cp. */
+static void test_context_parallel_within_estimate(void) {
+    model_config_t m;
+    perr_t err;
+    model_config_builtin("gpt-tiny", &m, &err);
+    static const struct { int cp, comm, tp, dp, z; } L[] = {
+        {2, 0, 1, 1, 0}, {4, 0, 1, 1, 1}, {2, 0, 2, 2, 3}, {2, 1, 2, 1, 2}, {4, 1, 1, 2, 0},
+    };
+    for (size_t k = 0; k < (small() ? 2 : sizeof L / sizeof L[0]); k++) {
+        pconfig_t pc;
+        pconfig_defaults(&pc);
+        pc.cp = L[k].cp, pc.cp_comm = L[k].comm, pc.tp = L[k].tp;
+        pc.dp = L[k].dp, pc.zero_stage = L[k].z;
+        pc.given |= PC_GIVEN_DP | PC_GIVEN_ZERO;
         if (pconfig_validate(&pc, m.global_batch, &err)) {
             CHECK(0, "%s", err.msg);
             continue;
@@ -270,6 +293,7 @@ int main(void) {
     RUN(test_golden_within_estimate);
     RUN(test_layouts_within_estimate);
     RUN(test_pipeline_within_estimate);
+    RUN(test_context_parallel_within_estimate);
     corpus_free(&corpus);
     return harness_done();
 }
