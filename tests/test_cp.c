@@ -53,6 +53,10 @@ static void test_ring_layouts(void) {
         "--context-parallel-size 2 --data-parallel-size 2 --zero-stage 1",
         /* a stage hands the next one a chunked residual stream */
         "--context-parallel-size 2 --pipeline-model-parallel-size 2 --num-microbatches 2",
+        /* sequence parallelism splits the positions a cp rank holds; unequal
+         * microbatches (24 sequences in 5); every linear row-parallel */
+        "--context-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel --num-microbatches 5",
+        "--context-parallel-size 2 --tensor-model-parallel-size 2 --tensor-parallel-row-linears",
     };
     const char *const micro[] = {
         "--context-parallel-size 2",
@@ -60,7 +64,7 @@ static void test_ring_layouts(void) {
         "--context-parallel-size 2 --data-parallel-size 2 --zero-stage 1",
         "--context-parallel-size 2 --pipeline-model-parallel-size 2 --num-microbatches 2",
     };
-    const int n = small_matrix() ? 4 : 5;
+    const int n = small_matrix() ? 4 : 7;
     for (int k = 0; k < n; k++) expect_golden(&cfg, golden, small_matrix() ? micro[k] : tiny[k]);
 }
 
@@ -73,10 +77,12 @@ static void test_ulysses_layouts(void) {
         "--cp-comm-type a2a --context-parallel-size 4",
         "--cp-comm-type a2a --context-parallel-size 8",
         "--cp-comm-type a2a --context-parallel-size 2 --tensor-model-parallel-size 2",
+        "--cp-comm-type a2a --context-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel "
+        "--data-parallel-size 2 --zero-stage 3",
     };
     /* gpt-micro's 2 heads: cp 2 only, and no room for tp beside it */
     const char *const micro[] = {"--cp-comm-type a2a --context-parallel-size 2"};
-    const int n = small_matrix() ? 1 : 4;
+    const int n = small_matrix() ? 1 : 5;
     for (int k = 0; k < n; k++) expect_golden(&cfg, golden, small_matrix() ? micro[k] : tiny[k]);
 }
 

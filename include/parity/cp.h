@@ -44,6 +44,10 @@ const char *cp_comm_name(cp_comm_t c);
 /* The positions rank `rank` of cp holds of a sequence of T positions. */
 cp_runs_t cp_runs(int cp, int rank, int T, cp_comm_t comm);
 
+/* Positions [from, from + len) of the order r stores them in, as runs
+ * (sequence parallelism's part of a context-parallel rank's positions). */
+cp_runs_t cp_runs_slice(const cp_runs_t *r, int from, int len);
+
 /* Whether the split is possible for a model of seq_length T with token
  * tiles of `tile`, `heads` attention heads and tensor-parallel degree tp;
  * -1 with a message naming the flag and what must divide what:

@@ -231,11 +231,6 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
                              "pipeline and context parallelism exist; expected 1)", pc->ep);
     if (pc->cp_comm && pc->cp == 1)
         return perr_set(err, "cp-comm-type: a2a (Ulysses) needs context-parallel-size > 1");
-    if (pc->cp > 1 && pc->sequence_parallel)
-        return perr_set(err, "context-parallel-size: not with --sequence-parallel yet (each would "
-                             "split the positions the other holds)");
-    if (pc->cp > 1 && pc->tp_row_linears)
-        return perr_set(err, "context-parallel-size: not with --tensor-parallel-row-linears");
     if (pipeline_validate(pc, err)) return -1;
     if (pc->tp_row_linears && pc->tp == 1)
         return perr_set(err, "tensor-parallel-row-linears: needs tensor-model-parallel-size > 1");

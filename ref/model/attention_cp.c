@@ -26,6 +26,7 @@
  * another all-to-all turns the output back. Copies only.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "parity/coll.h"
@@ -40,7 +41,9 @@ typedef struct {
     int nb, T, Tc, Tt, nT, H, D, A, ld; /* sequences, positions, held, tile, tiles, heads, head
                                            size, heads*D, qkv row */
     int cp, rank;
-    int qt[64];                          /* global tile of each local tile (<= T/Tt) */
+    int *tiles;                          /* [cp][Tc/Tt]: the global tile of each of owner o's
+                                            local tiles (ring_of allocates, ring_free frees) */
+    const int *qt;                       /* this rank's: tiles + rank * Tc/Tt */
     float scale, inv;
 } ring_t;
 
@@ -52,18 +55,25 @@ static void tiles_of(const cp_runs_t *r, int Tt, int *out) {
 static ring_t ring_of(const gpt_t *g, const pass_t *p) {
     const gpt_local_t *lc = &g->local;
     ring_t R = {p->n_seq, p->T, p->Tc, g->cfg.tile_tokens, p->T / g->cfg.tile_tokens, lc->heads,
-                lc->attn / lc->heads, lc->attn, 3 * lc->attn, lc->cp, lc->cp_rank, {0},
+                lc->attn / lc->heads, lc->attn, 3 * lc->attn, lc->cp, lc->cp_rank, NULL, NULL,
                 pm_rsqrtf((float)(g->cfg.hidden / g->cfg.heads)),
                 p->as.p > 0.0f ? dropout_scale(p->as.p) : 1.0f};
-    if (R.Tc / R.Tt > 64) parity_fatal("context parallelism: more than 64 token tiles per rank");
-    tiles_of(&lc->runs, R.Tt, R.qt);
+    const int nq = R.Tc / R.Tt;
+    R.tiles = malloc((size_t)R.cp * (size_t)nq * sizeof *R.tiles);
+    if (!R.tiles) parity_fatal("context parallelism: out of memory for %d x %d tile indices", R.cp, nq);
+    for (int o = 0; o < R.cp; o++) {
+        const cp_runs_t r = cp_runs(R.cp, o, R.T, CP_RING);
+        tiles_of(&r, R.Tt, R.tiles + (size_t)o * nq);
+    }
+    R.qt = R.tiles + (size_t)R.rank * nq;
     return R;
 }
 
+static void ring_free(ring_t *R) { free(R->tiles); }
+
 /* The global tiles of owner o's block. */
-static void block_tiles(const ring_t *R, int o, int *kt) {
-    const cp_runs_t r = cp_runs(R->cp, o, R->T, CP_RING);
-    tiles_of(&r, R->Tt, kt);
+static const int *block_tiles(const ring_t *R, int o) {
+    return R->tiles + (size_t)o * (R->Tc / R->Tt);
 }
 
 /* Packs columns [col, col + w) of every head's (q, k, v) group of qkv
@@ -108,8 +118,7 @@ static void ring_pass(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t *
 static void visit_scores(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t *LA,
                          const float *blk, int owner, int step, void *ctx) {
     (void)p, (void)step, (void)ctx;
-    int kt[64];
-    block_tiles(R, owner, kt);
+    const int *kt = block_tiles(R, owner);
     const int Tt = R->Tt, nq = R->Tc / Tt;
     for (int b = 0; b < R->nb; b++)
         for (int h = 0; h < R->H; h++) {
@@ -143,8 +152,7 @@ static void visit_values(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_
                          const float *blk, int owner, int step, void *ctx) {
     (void)p, (void)step;
     acc_t *U = ctx;
-    int kt[64];
-    block_tiles(R, owner, kt);
+    const int *kt = block_tiles(R, owner);
     const int Tt = R->Tt, nq = R->Tc / Tt;
     for (int b = 0; b < R->nb; b++)
         for (int h = 0; h < R->H; h++) {
@@ -174,8 +182,7 @@ static void visit_online(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_
                          const float *blk, int owner, int step, void *ctx) {
     (void)g, (void)p;
     float *run = ctx; /* [nb*H*Tc][2]: running max and sum */
-    int kt[64];
-    block_tiles(R, owner, kt);
+    const int *kt = block_tiles(R, owner);
     const int Tt = R->Tt, nq = R->Tc / Tt;
     for (int b = 0; b < R->nb; b++)
         for (int h = 0; h < R->H; h++)
@@ -210,7 +217,7 @@ static void visit_online(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_
 }
 
 static void ring_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA) {
-    const ring_t R = ring_of(g, p);
+    ring_t R = ring_of(g, p);
     gpt_scratch_t *S = &g->scratch;
     const size_t n = (size_t)R.nb * R.Tc, count = n * R.A;
     pack_heads(S->cp_kv[0], R.A, 0, LA->qkv, &R, R.D);
@@ -226,6 +233,7 @@ static void ring_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA) {
                     for (int d = 0; d < R.D; d++) o[d] = o[d] / l;
                 }
         softmax_rows(LA, &R); /* e, ehat and Z for the backward pass */
+        ring_free(&R);
         return;
     }
     softmax_rows(LA, &R);
@@ -245,6 +253,7 @@ static void ring_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA) {
                 for (int d = 0; d < R.D; d++) o[h * R.D + d] = o[h * R.D + d] / z;
             }
         }
+    ring_free(&R);
 }
 
 /* ---- backward ----------------------------------------------------------- */
@@ -270,8 +279,7 @@ static void visit_grads(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t
         dkv = &G->send[k];
         acc_zero(dkv);
     }
-    int kt[64];
-    block_tiles(R, owner, kt);
+    const int *kt = block_tiles(R, owner);
     const int Tt = R->Tt, nq = R->Tc / Tt, D = R->D, A2 = 2 * R->A;
     float *gt = g->scratch.cp_tile;
     for (int b = 0; b < R->nb; b++)
@@ -329,11 +337,10 @@ static void visit_grads(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t
 
 static void ring_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dqkv,
                           const float *dctx) {
-    const ring_t R = ring_of(g, p);
+    ring_t R = ring_of(g, p);
     gpt_scratch_t *S = &g->scratch;
     const size_t n = (size_t)R.nb * R.Tc;
-    float prod[256];
-    if (R.D > 256) parity_fatal("context parallelism: head size %d above 256", R.D);
+    float *prod = S->att_scratch; /* [D]: the ring does not use the whole-sequence scratch */
     for (int b = 0; b < R.nb; b++)
         for (int h = 0; h < R.H; h++)
             for (int li = 0; li < R.Tc; li++) {
@@ -353,8 +360,8 @@ static void ring_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dq
     /* this rank's own block first (step 0), then the peers' partials of
      * its keys may be added into the same sums: posted only now, so that
      * no delivery races the rank's own additions */
-    coll_request_t *recv[64] = {NULL};
-    if (R.cp > 64) parity_fatal("context parallelism: more than 64 ranks");
+    coll_request_t **recv = calloc((size_t)R.cp, sizeof *recv);
+    if (!recv) parity_fatal("context parallelism: out of memory for %d receives", R.cp);
     group_t *grp = g->shard.cp_group;
     float **kv = S->cp_kv;
     const float *cur = kv[0];
@@ -374,6 +381,7 @@ static void ring_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dq
     }
     coll_wait_all(R.cp, recv);
     coll_wait_all(2, G.sent);
+    free(recv);
     /* round once: dQ (but query tile 0's), dK and dV (but key tile nT-1's) */
     acc_round(&G.dq, S->cp_round);
     for (size_t i = 0; i < n; i++)
@@ -392,6 +400,7 @@ static void ring_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dq
     acc_free(&G.dq);
     acc_free(&G.own);
     for (int k = 0; k < 2; k++) acc_free(&G.send[k]);
+    ring_free(&R);
 }
 
 /* ---- Ulysses ---------------------------------------------------------------- */

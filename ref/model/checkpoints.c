@@ -93,7 +93,7 @@ void gpt_report_unit(const gpt_t *g, int unit, int s, const gpt_observer_t *obs)
      * (context parallelism: its runs). Axis 0 of [T, ...] is the position. */
     const int sp = lc->seq_parts > 1;
     const int64_t Tl = lc->seq_held / lc->seq_parts;
-    const cp_runs_t sp_run = {1, {(int)(lc->seq_part * Tl), 0}, {(int)Tl, 0}};
+    const cp_runs_t sp_run = cp_runs_slice(&lc->runs, (int)(lc->seq_part * Tl), (int)Tl);
     const cp_runs_t *pos = sp ? &sp_run : &lc->runs, *all = &lc->runs;
     const int64_t W = lc->attn, D = lc->heads ? W / lc->heads : 0;
     const int64_t Fl = lc->ffn;

@@ -24,6 +24,18 @@ cp_runs_t cp_runs(int cp, int rank, int T, cp_comm_t comm) {
     return r;
 }
 
+cp_runs_t cp_runs_slice(const cp_runs_t *r, int from, int len) {
+    cp_runs_t out = {0, {0, 0}, {0, 0}};
+    for (int k = 0, at = 0; k < r->n; at += r->len[k++]) {
+        const int lo = from > at ? from : at, hi = from + len < at + r->len[k] ? from + len : at + r->len[k];
+        if (lo < hi && out.n < CP_MAX_RUNS) {
+            out.t0[out.n] = r->t0[k] + (lo - at), out.len[out.n] = hi - lo;
+            out.n++;
+        }
+    }
+    return out;
+}
+
 int cp_check(int cp, cp_comm_t comm, int T, int tile, int heads, int tp, perr_t *err) {
     if (cp <= 1) return 0;
     const int tiles = T / tile;

@@ -166,13 +166,9 @@ static int cp_local_dims(const model_config_t *c, int tp, int cp_rank, unsigned 
     const int cp = gpt_opts_cp(opts);
     const cp_comm_t comm = opts & GPT_CP_ULYSSES ? CP_ULYSSES : CP_RING;
     if (cp_rank < 0 || cp_rank >= cp) return perr_set(err, "context-parallel rank %d of %d", cp_rank, cp);
-    if (cp_check(cp, comm, c->seq_length, c->tile_tokens, c->heads, tp, err)) return -1;
-    if (cp > 1 && (opts & GPT_TP_SP))
-        return perr_set(err, "context-parallel-size: not with --sequence-parallel yet (each would "
-                             "split the positions the other holds)");
-    if (cp > 1 && (opts & GPT_TP_ROW_LINEARS))
-        return perr_set(err, "context-parallel-size: not with every linear row-parallel "
-                             "(sharding_dim 0)");
+    /* every linear row-parallel keeps every head on every tp rank */
+    if (cp_check(cp, comm, c->seq_length, c->tile_tokens, c->heads, out->row_linears ? 1 : tp, err))
+        return -1;
     if (cp > 1 && accum_plain_sums())
         return perr_set(err, "context-parallel-size: the plain-sums diagnostic build cannot send "
                              "open sums; use the exact build");
@@ -181,6 +177,13 @@ static int cp_local_dims(const model_config_t *c, int tp, int cp_rank, unsigned 
     out->seq_held = c->seq_length / cp;
     out->att_heads = out->ulysses ? out->heads / cp : out->heads;
     out->att_head0 = out->head0 + (out->ulysses ? cp_rank * out->att_heads : 0);
+    /* sequence parallelism splits the positions this rank holds */
+    if (out->seq_parts > 1 && (out->seq_held / c->tile_tokens) % out->seq_parts)
+        return perr_set(err, "sequence-parallel: tensor-model-parallel-size %d must divide the %d "
+                             "token tiles a context-parallel rank holds of a sequence (seq_length %d "
+                             "/ cp %d / tile_tokens %d): a rank holds whole canonical tiles (I1)",
+                        out->seq_parts, out->seq_held / c->tile_tokens, c->seq_length, cp,
+                        c->tile_tokens);
     return 0;
 }
 

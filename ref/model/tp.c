@@ -45,7 +45,8 @@ void tp_sum_xacc(gpt_t *g, xacc_t *x, size_t n) {
 
 /* ---- sequence parallelism -------------------------------------------------
  * A rank holds positions p*Tl .. p*Tl+Tl-1 (Tl = T/tp, p its part) of
- * every sequence of the slot, as [n_seq][Tl][w]. Collectives move
+ * every sequence of the slot, as [n_seq][Tl][w] (with context parallelism
+ * T is the slot's Tc positions, and these are indices into them). Collectives move
  * contiguous blocks, one per rank, so the full layout [n_seq][T][w] is
  * permuted to and from "parts order" [tp][n_seq][Tl][w] around them. */
 
@@ -63,7 +64,7 @@ static void permute_parts(float *dst, const float *src, int tp, int n_seq, int T
 }
 
 void sp_gather(gpt_t *g, float *full, const float *local, int n_seq, int w) {
-    const int tp = g->shard.tp, Tl = g->cfg.seq_length / tp;
+    const int tp = g->shard.tp, Tl = g->local.seq_held / tp;
     const size_t count = (size_t)n_seq * Tl * w;
     float *parts = g->scratch.sp_buf;
     memcpy(parts + (size_t)g->shard.tp_rank * count, local, count * sizeof(float));
@@ -82,7 +83,7 @@ void tp_gather_cols(gpt_t *g, float *full, const float *local, int n, int w) {
 }
 
 void sp_reduce_scatter_f32(gpt_t *g, float *local, const float *full, int n_seq, int w) {
-    const int tp = g->shard.tp, Tl = g->cfg.seq_length / tp;
+    const int tp = g->shard.tp, Tl = g->local.seq_held / tp;
     float *parts = g->scratch.sp_buf;
     permute_parts(parts, full, tp, n_seq, Tl, w, 1);
     coll_reduce_scatter(g->shard.tp_group, parts, local, (size_t)n_seq * Tl * w, COLL_F32,
@@ -91,7 +92,7 @@ void sp_reduce_scatter_f32(gpt_t *g, float *local, const float *full, int n_seq,
 
 void sp_contract_parts(gpt_t *g, contract_form_t form, int n_seq, int N, int K, int tn, int tk,
                        const float *A, int lda, const float *B, int ldb, acc_t *open) {
-    const int tp = g->shard.tp, T = g->cfg.seq_length, Tl = T / tp;
+    const int tp = g->shard.tp, T = g->local.seq_held, Tl = T / tp;
     for (int r = 0; r < tp; r++)
         for (int s = 0; s < n_seq; s++)
             contract_acc(form, Tl, N, K, g->cfg.tile_tokens, tn, tk,

@@ -20,7 +20,7 @@ pass_t unit_pass(const gpt_t *g, const gpt_slot_t *A) {
     p.sp = g->local.seq_parts > 1;
     p.Tl = p.Tc / g->local.seq_parts;
     p.t0 = g->local.seq_part * p.Tl;
-    p.runs = p.sp ? (cp_runs_t){1, {p.t0, 0}, {p.Tl, 0}} : g->local.runs;
+    p.runs = p.sp ? cp_runs_slice(&g->local.runs, p.t0, p.Tl) : g->local.runs;
     p.ns = p.n_seq * p.Tl;
     p.nC = (size_t)p.n * c->hidden;
     p.nsC = (size_t)p.ns * c->hidden;

@@ -85,8 +85,13 @@ static void print_memory(const dp_run_t *run, double psi, FILE *f) {
     const int cp = pc->cp > 1 ? pc->cp : 1, world = tp * cp * pc->dp * pp;
     const double p_params = 4 * psi / (z >= 3 ? N : 1), p_grads = 4 * psi / (z >= 2 ? N : 1);
     const double p_opt = 8 * psi / (z >= 1 ? N : 1);
-    fprintf(f, "memory per device (MB): ZeRO-%d, dp=%d%s, Psi=%.0f parameters%s%s (fp32: 16 Psi = %.2f MB)\n",
-            z, (int)N, cp > 1 ? " (data x context parallel)" : "", psi, tp > 1 ? " per tensor-parallel rank" : "",
+    char ranks[48];
+    if (cp > 1)
+        snprintf(ranks, sizeof ranks, "dp x cp = %d x %d = %d", pc->dp, cp, (int)N);
+    else
+        snprintf(ranks, sizeof ranks, "dp=%d", pc->dp);
+    fprintf(f, "memory per device (MB): ZeRO-%d, %s, Psi=%.0f parameters%s%s (fp32: 16 Psi = %.2f MB)\n",
+            z, ranks, psi, tp > 1 ? " per tensor-parallel rank" : "",
             pp > 1 ? " of the largest pipeline stage" : "", 16 * psi / MB);
     fprintf(f, "  %-22s %12s %12s %12s %12s\n", "device", "params", "grads", "optimizer", "activations");
     fprintf(f, "  %-22s %12.2f %12.2f %12.2f %12s   (ZeRO, fp32; grads + 8 Psi open exact sums = %.2f)\n",
@@ -260,7 +265,13 @@ static void describe_batch(const dp_placement_t *pl, const st_tensor_t *t, uint6
     const int cp = pc->cp > 1 ? pc->cp : 1, T = pl->cfg.seq_length;
     int cp_rank = 0;
     const int pos_axis = t->ndim == 4 ? 2 : 1;
-    if (cp > 1 && t->ndim > pos_axis && t->shape[pos_axis] == (int64_t)T) {
+    if (cp > 1 && pc->cp_comm && t->ndim == 4) {
+        /* Ulysses: attention tensors [B, H, T, T] are cut by head, every
+         * rank holding all rows of heads/(tp cp) of its tp rank's heads */
+        const int H = (int)t->shape[1], ht = H / (pc->tp > 1 ? pc->tp : 1);
+        const int h = (int)((flat / ((uint64_t)T * (uint64_t)T)) % (uint64_t)H);
+        cp_rank = ht >= cp ? (h % ht) / (ht / cp) : 0;
+    } else if (cp > 1 && t->ndim > pos_axis && t->shape[pos_axis] == (int64_t)T) {
         uint64_t inner = 1;
         for (int d = pos_axis + 1; d < t->ndim; d++) inner *= t->shape[d];
         const int pos = (int)((flat / inner) % (uint64_t)T);

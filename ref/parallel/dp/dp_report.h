@@ -26,6 +26,9 @@ void dp_print_pp_report(const dp_run_t *run, const char *trace_path, FILE *f);
  * run's and the slot's formula for T / cp positions. */
 void dp_print_cp_report(const dp_run_t *run, FILE *f);
 
+/* The units device 0 holds (its pipeline stage's; n = 0: every unit). */
+gpt_units_t dp_device0_units(const dp_run_t *run);
+
 /* The traffic a collective family ("tp") carries in a snapshot, by kind
  * (every dtype): zero when the rank made no call in it. */
 coll_tally_t dp_family_kind(const coll_counters_t *c, const char *family, coll_kind_t kind);

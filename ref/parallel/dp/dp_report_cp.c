@@ -61,17 +61,22 @@ void dp_print_cp_report(const dp_run_t *run, FILE *f) {
                    "(exactness adds nothing: copies)\n",
                 "all-to-all of q,k,v, the output, gradients", (double)a2a.sent / steps / MB, vol / MB);
     }
-    /* activation memory: the slot for T/cp positions against the golden run's */
+    /* activation memory: device 0's allocation table (its stage's units
+     * and slots) for T/cp positions, against the golden run's */
+    const unsigned omit = GPT_NO_PARAMS | GPT_NO_GRADS | GPT_NO_OPTIMIZER;
+    const gpt_units_t u = dp_device0_units(run);
     gpt_mem_t whole, mine;
     perr_t err;
-    if (gpt_mem_bytes(&cfg, GPT_NO_PARAMS | GPT_NO_GRADS | GPT_NO_OPTIMIZER, &whole, &err) ||
-        gpt_mem_bytes_tp(&cfg, pc->tp > 1 ? pc->tp : 1, pconfig_tp_opts(pc),
-                         GPT_NO_PARAMS | GPT_NO_GRADS | GPT_NO_OPTIMIZER, &mine, &err))
+    if (gpt_mem_bytes(&cfg, omit, &whole, &err) ||
+        gpt_mem_bytes_mp(&cfg, pc->tp > 1 ? pc->tp : 1, pconfig_tp_opts(pc), &u,
+                         u.n ? r0->pp_slots : 0, omit, &mine, &err))
         return;
-    fprintf(f, "  activations per device: measured %.2f MB, slot formula %.2f MB, golden run (T = %d "
-               "on one device, micro-batch %d) %.2f MB: %.2fx; attention scores [b,H,T/cp,T] and every "
+    fprintf(f, "  activations per device: measured %.2f MB, allocation table %.2f MB%s, golden run "
+               "(T = %d on one device, micro-batch %d) %.2f MB: %.2fx; attention scores %s and every "
                "token tensor shrink by cp\n",
-            (double)r0->peak[MEM_ACTIVATIONS] / MB, (double)mine.activations / MB, cfg.seq_length,
-            cfg.micro_batch, (double)whole.activations / MB,
-            whole.activations ? (double)mine.activations / (double)whole.activations : 0.0);
+            (double)r0->peak[MEM_ACTIVATIONS] / MB, (double)mine.activations / MB,
+            u.n ? " (its stage's units and slots)" : "", cfg.seq_length, cfg.micro_batch,
+            (double)whole.activations / MB,
+            whole.activations ? (double)mine.activations / (double)whole.activations : 0.0,
+            pc->cp_comm ? "[b,H/cp,T,T]" : "[b,H,T/cp,T]");
 }

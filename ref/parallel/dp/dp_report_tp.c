@@ -185,7 +185,7 @@ static void print_exactness(const tp_step_t *s, FILE *f) {
 }
 
 /* Device 0's units: its pipeline stage's (every unit without a pipeline). */
-static gpt_units_t device0_units(const dp_run_t *run) {
+gpt_units_t dp_device0_units(const dp_run_t *run) {
     model_config_t cfg;
     dp_replica_config(&run->model, &run->pc, &cfg);
     pp_plan_t pp;
@@ -197,8 +197,10 @@ static gpt_units_t device0_units(const dp_run_t *run) {
 static void print_traffic(const dp_run_t *run, FILE *f) {
     const pconfig_t *pc = &run->pc;
     const model_config_t *c = &run->model;
-    const int T = c->seq_length, per_rank = pc->global_batch / pc->dp, head = c->layers + 1;
-    const gpt_units_t u = device0_units(run);
+    /* context parallelism: a rank holds T/cp positions of each sequence */
+    const int T = c->seq_length / (pc->cp > 1 ? pc->cp : 1), per_rank = pc->global_batch / pc->dp;
+    const int head = c->layers + 1;
+    const gpt_units_t u = dp_device0_units(run);
     int L = 0;
     for (int l = 0; l < c->layers; l++) L += gpt_units_hold(&u, l + 1);
     tp_step_t s = {pc->tp, pc->sequence_parallel, pc->tp_row_linears, L, gpt_units_hold(&u, 0),
@@ -256,20 +258,23 @@ static double outer_per_token(const model_config_t *c, int t, int sp) {
 
 /* The allocation table's activations (slot and backward scratch) for the
  * replica with `layers` layers, or -1 when the layout is not admitted. */
-static double table_bytes(const model_config_t *cfg, int layers, int tp, int sp) {
+static double table_bytes(const model_config_t *cfg, int layers, int tp, int sp, unsigned cpo) {
     model_config_t c = *cfg;
     c.layers = layers;
     gpt_mem_t m;
-    if (gpt_mem_bytes_tp(&c, tp, sp, 0, &m, NULL)) return -1;
+    if (gpt_mem_bytes_tp(&c, tp, (sp ? GPT_TP_SP : 0u) | cpo, 0, &m, NULL)) return -1;
     return (double)m.activations;
 }
 
-static void print_memory_column(const model_config_t *cfg, int tp, int sp, FILE *f) {
-    const double n = (double)cfg->micro_batch * cfg->seq_length, L = cfg->layers, MB = 1e6;
+/* cpo: context parallelism's options (gpt_cp_opts): a slot holds T/cp
+ * positions, each attending to all T */
+static void print_memory_column(const model_config_t *cfg, int tp, int sp, unsigned cpo, FILE *f) {
+    const double n = (double)cfg->micro_batch * cfg->seq_length / gpt_opts_cp(cpo), L = cfg->layers,
+                 MB = 1e6;
     const double layer = layer_per_token(cfg, tp, sp) * n, outer = outer_per_token(cfg, tp, sp) * n;
     /* the table's bytes of one layer: one more layer's worth */
-    const double all = table_bytes(cfg, cfg->layers, tp, sp);
-    const double more = all < 0 ? -1 : table_bytes(cfg, cfg->layers + 1, tp, sp);
+    const double all = table_bytes(cfg, cfg->layers, tp, sp, cpo);
+    const double more = all < 0 ? -1 : table_bytes(cfg, cfg->layers + 1, tp, sp, cpo);
     fprintf(f, "  %-8s %8.0f B %10.3f MB %14.3f MB", sp ? "with SP" : "no SP",
             layer_per_token(cfg, tp, sp), layer / MB, L * layer / MB);
     if (all < 0 || more < 0) {
@@ -285,9 +290,11 @@ static void print_memory(const dp_run_t *run, FILE *f) {
     dp_replica_config(&run->model, &run->pc, &cfg);
     const int t = run->pc.tp, sp = run->pc.sequence_parallel;
     const double h = cfg.hidden, a = cfg.heads, T = cfg.seq_length, MB = 1e6;
-    fprintf(f, "activation memory per device: one slot of b·s = %d x %d tokens, tp=%d; hidden dropout "
+    fprintf(f, "activation memory per device: one slot of b·s = %d x %d tokens, tp=%d%s; hidden dropout "
                "%s, attention dropout %s\n",
-            cfg.micro_batch, cfg.seq_length, t, cfg.hidden_dropout > 0 ? "on" : "off",
+            cfg.micro_batch, cfg.seq_length / (run->pc.cp > 1 ? run->pc.cp : 1), t,
+            run->pc.cp > 1 ? " (T/cp positions, attending to all T)" : "",
+            cfg.hidden_dropout > 0 ? "on" : "off",
             cfg.attention_dropout > 0 ? "on" : "off");
     fprintf(f, "  per layer per token (bytes): 32h + 2h[hidden dropout] + 8 + (16h + 12 ffn + heads "
                "(T (4 + 5[attention dropout]) + 4)) / t\n"
@@ -306,11 +313,12 @@ static void print_memory(const dp_run_t *run, FILE *f) {
                    "token and layer (t = 1 in the split part)\n",
                 layer_per_token(&cfg, 1, 0));
     } else {
-        print_memory_column(&cfg, t, 0, f);
-        print_memory_column(&cfg, t, 1, f);
+        const unsigned cpo = pconfig_tp_opts(&run->pc) & ~(unsigned)(GPT_TP_SP | GPT_TP_ROW_LINEARS);
+        print_memory_column(&cfg, t, 0, cpo, f);
+        print_memory_column(&cfg, t, 1, cpo, f);
     }
     /* device 0's own table: its stage's units and its schedule's slots */
-    const gpt_units_t u = device0_units(run);
+    const gpt_units_t u = dp_device0_units(run);
     gpt_mem_t m0;
     const double all = gpt_mem_bytes_mp(&cfg, t, pconfig_tp_opts(&run->pc), &u,
                                         u.n ? run->reports[0].pp_slots : 0, 0,

@@ -113,7 +113,7 @@ static int setup_rank(dp_rank_t *r, device_t *dev) {
         *bufs[k].ptr = arena_alloc(dev->arena, bufs[k].bytes, bufs[k].cat, bufs[k].name);
         if (!*bufs[k].ptr) {
             char msg[4096];
-            snprintf(msg, sizeof msg, "device %d: %s", r->rank, arena_last_error(dev->arena));
+            snprintf(msg, sizeof msg, "device %d: %s", r->device, arena_last_error(dev->arena));
             dp_fail(sh, msg);
             return -1;
         }

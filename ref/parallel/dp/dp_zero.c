@@ -20,7 +20,7 @@ static void gather_bucket(dp_rank_t *r, int b) {
     device_t *dev = device_self();
     float *buf = arena_alloc(dev->arena, dp_gathered_bytes(p, b), MEM_PARAMS,
                              "gathered parameters (ZeRO-3)");
-    if (!buf) parity_fatal("dp rank %d: %s", r->rank, arena_last_error(dev->arena));
+    if (!buf) parity_fatal("device %d: %s", r->device, arena_last_error(dev->arena));
     double t0 = dp_now();
     coll_all_gather(r->group, r->shard_params + bk->shard_off, buf, bk->piece, COLL_F32);
     r->report->seconds_comm += dp_now() - t0;
