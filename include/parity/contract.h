@@ -35,11 +35,10 @@ typedef enum { CONTRACT_NN, CONTRACT_NT, CONTRACT_TN } contract_form_t;
 typedef struct {
     size_t cap;           /* elements per strip the arrays below hold */
     float *partial;       /* [cap] one K tile's partials */
-    double *sum;          /* [cap] running fp64 sums (exact under the certificate) */
-    float *maxabs, *minabs; /* [cap] the certificate's two magnitudes */
+    double *sum;          /* [cap] running fp64 sums (exact while every addition is) */
+    double *err;          /* [cap / 64 + 1] the additions' |TwoSum errors| by group (fold.h) */
     float *result;        /* [cap] a rounded strip */
     size_t *slow_idx;     /* [cap] elements that need the superaccumulator */
-    unsigned char *bad;   /* [cap] 1 where the certificate failed */
     xacc_t *slow;         /* [slow_cap] their accumulators */
     size_t slow_cap;
     acc_t strip;          /* the -DPARITY_PLAIN_SUMS build's strip */

@@ -116,4 +116,54 @@ static inline __attribute__((always_inline)) size_t fold_check(unsigned char *ba
     return count;
 }
 
+/* ---- TwoSum-checked folding (contract.c's K-tile sums) -------------------
+ *
+ * The same fp64 running sum, checked addition by addition instead of by
+ * the bound above: Knuth's TwoSum gives each addition's rounding error
+ * exactly, and the error is zero exactly when the addition was exact
+ * (finite values, round to nearest; an overflow or a NaN makes it NaN).
+ * So a sum whose errors were all zero is the exact sum, whatever the
+ * spread of its terms, and (float) of it rounds it once. No magnitudes are
+ * kept: a fold reads the partial and reads and writes the sum, 12 bytes
+ * an element against the certificate's 28. The errors are not kept per
+ * element either: their magnitudes are summed per group of FOLD_BLOCK
+ * elements (a sum of non-negative values is zero only when every one is,
+ * and a NaN stays NaN), and a group with a non-zero total takes the
+ * superaccumulator for all of its elements. */
+
+/* sum[i] = the first term (+0 for either zero, as a running sum gives). */
+static inline void fold2_first(double *restrict sum, const float *restrict p, size_t n) {
+    for (size_t i = 0; i < n; i++) sum[i] = 0.0 + (double)p[i];
+}
+
+/* sum[i] += p[i] for the FOLD_BLOCK elements of one group; returns the
+ * sum of the additions' |error|s. Eight lanes, so that it vectorises. */
+static inline double fold2_block(double *restrict sum, const float *restrict p) {
+    double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int k = 0; k < FOLD_BLOCK; k += 8)
+        for (int l = 0; l < 8; l++) {
+            const double a = sum[k + l], b = (double)p[k + l], s = a + b, bb = s - a;
+            const double e = (a - (s - bb)) + (b - bb);
+            sum[k + l] = s;
+            lane[l] = lane[l] + fabs(e);
+        }
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+/* sum[i] += p[i], i < n; err[g] += the |error|s of group g (elements
+ * g*FOLD_BLOCK ..; the last group may be short). */
+static inline __attribute__((always_inline)) void fold2(double *restrict sum, double *restrict err,
+                                                        const float *restrict p, size_t n) {
+    size_t i = 0, g = 0;
+    for (; i + FOLD_BLOCK <= n; i += FOLD_BLOCK, g++) err[g] = err[g] + fold2_block(sum + i, p + i);
+    for (; i < n; i++) {
+        const double a = sum[i], b = (double)p[i], s = a + b, bb = s - a;
+        sum[i] = s;
+        err[g] = err[g] + fabs((a - (s - bb)) + (b - bb));
+    }
+}
+
+/* Groups of n elements (the last may be short). */
+static inline size_t fold2_groups(size_t n) { return (n + FOLD_BLOCK - 1) / FOLD_BLOCK; }
+
 #endif

@@ -5,14 +5,14 @@
  * every (tm x tn) tile of the block is computed into a partial buffer,
  * then the block's partials are folded into per-element running state.
  *
- * The fast path (fold.h: DESIGN.md's certificate, applied to a whole
- * block): each element keeps an fp64 running sum of its partials and the
- * largest and smallest non-zero magnitudes, which certify that the fp64
- * sum is exact; one conversion then rounds the exact value once.
- * Elements that fail the certificate (a very wide range of magnitudes,
- * inf or NaN), and every element when xacc's fast path is switched off,
- * recompute their partials into a superaccumulator instead. Both give the
- * same bits (tests/test_model_exact.c).
+ * The fast path (fold.h's TwoSum-checked folding): each element keeps an
+ * fp64 running sum of its partials, every addition checked exact by its
+ * TwoSum error; one conversion then rounds the exact value once. A group
+ * of FOLD_BLOCK elements in which some addition was not exact (a very
+ * wide range of magnitudes, inf or NaN), and every element when xacc's
+ * fast path is switched off, recompute their partials into a
+ * superaccumulator instead. Both give the same bits
+ * (tests/test_model_exact.c).
  *
  * Open accumulation (contract_acc: weight gradients) uses the same block
  * sums: each certified fp64 sum is an exact sum of fp32 terms, so it goes
@@ -38,12 +38,10 @@ void contract_ws_init(contract_ws_t *ws) { memset(ws, 0, sizeof *ws); }
 void contract_ws_free(contract_ws_t *ws) {
     free(ws->partial);
     free(ws->sum);
-    free(ws->maxabs);
-    free(ws->minabs);
+    free(ws->err);
     free(ws->result);
     free(ws->slow);
     free(ws->slow_idx);
-    free(ws->bad);
     if (ws->has_strip) acc_free(&ws->strip);
     memset(ws, 0, sizeof *ws);
 }
@@ -59,11 +57,9 @@ static void ws_reserve(contract_ws_t *ws, size_t n) {
     if (n <= ws->cap) return;
     ws->partial = grow(ws->partial, n * sizeof(float));
     ws->sum = grow(ws->sum, n * sizeof(double));
-    ws->maxabs = grow(ws->maxabs, n * sizeof(float));
-    ws->minabs = grow(ws->minabs, n * sizeof(float));
+    ws->err = grow(ws->err, fold2_groups(n) * sizeof(double));
     ws->result = grow(ws->result, n * sizeof(float));
     ws->slow_idx = grow(ws->slow_idx, n * sizeof(size_t));
-    ws->bad = grow(ws->bad, n);
     ws->cap = n;
 }
 
@@ -140,26 +136,22 @@ static void block_partials(const job_t *j, int i0, int j0, int w, int k0, float 
  * Cloned per vector width (simd.h): the fold loops are most of its time. */
 PARITY_SIMD_CLONES
 static size_t block_sums(const job_t *j, int i0, int j0, int w, contract_ws_t *ws) {
-    const size_t n = (size_t)j->tm * (size_t)w;
-    const int nk = j->K / j->tk;
-    double *sum = ws->sum;
-    float *mx = ws->maxabs, *mn = ws->minabs;
+    const size_t n = (size_t)j->tm * (size_t)w, groups = fold2_groups(n);
+    double *sum = ws->sum, *err = ws->err;
+    for (size_t g = 0; g < groups; g++) err[g] = 0.0;
     for (int k0 = 0; k0 < j->K; k0 += j->tk) {
         block_partials(j, i0, j0, w, k0, ws->partial);
         if (k0 == 0)
-            fold_first(sum, mx, mn, ws->partial, n);
+            fold2_first(sum, ws->partial, n);
         else
-            fold(sum, mx, mn, ws->partial, n);
+            fold2(sum, err, ws->partial, n);
     }
     size_t n_slow = 0;
-    if (!xacc_fast_path_enabled()) {
-        for (size_t i = 0; i < n; i++) ws->slow_idx[n_slow++] = i;
-        return n_slow;
-    }
-    unsigned char *bad = ws->bad;
-    if (fold_check(bad, sum, mx, mn, n, fold_p2((size_t)nk)))
-        for (size_t i = 0; i < n; i++)
-            if (bad[i]) ws->slow_idx[n_slow++] = i;
+    const int all = !xacc_fast_path_enabled();
+    for (size_t g = 0; g < groups; g++)
+        if (all || err[g] != 0.0) /* an inexact addition (or inf, NaN) in the group */
+            for (size_t i = g * FOLD_BLOCK; i < n && i < (g + 1) * FOLD_BLOCK; i++)
+                ws->slow_idx[n_slow++] = i;
     return n_slow;
 }
 
