@@ -76,9 +76,9 @@ static const int *block_tiles(const ring_t *R, int o) {
     return R->tiles + (size_t)o * (R->Tc / R->Tt);
 }
 
-/* Packs columns [col, col + w) of every head's (q, k, v) group of qkv
- * [n, 3A] into out [n, w_out] at column out_col, per head: the block a
- * rank sends (K: col D; V: col 2D). */
+/* Packs the D columns at offset col of every head's (q, k, v) group of
+ * qkv [n, 3A] into out [n, w_out], head h at column out_col + h*D: the
+ * block a rank sends (K: col D; V: col 2D). */
 static void pack_heads(float *out, int w_out, int out_col, const float *qkv, const ring_t *R,
                        int col) {
     const size_t n = (size_t)R->nb * R->Tc;
@@ -262,6 +262,7 @@ typedef struct {
     float *dqkv;
     acc_t dq, own, send[2];
     coll_request_t *sent[2];
+    coll_request_t **recv; /* [cp] the peers' partials of this rank's keys */
 } ring_grads_t;
 
 /* The block's g tiles, then dQ (open over blocks), and dK/dV partials of
@@ -333,6 +334,13 @@ static void visit_grads(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t
         }
     if (owner != R->rank)
         G->sent[step % 2] = coll_isend_open(g->shard.cp_group, &dkv->x, 0, dkv->n, owner, TAG_DKV);
+    /* this rank's own block came first (step 0); the peers' partials of its
+     * keys may now be added into the same sums: posted only now, so that no
+     * delivery races the rank's own additions */
+    if (step == 0)
+        for (int o = 0; o < R->cp; o++)
+            if (o != R->rank)
+                G->recv[o] = coll_irecv_open(g->shard.cp_group, &G->own.x, 0, G->own.n, o, TAG_DKV);
 }
 
 static void ring_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dqkv,
@@ -351,37 +359,17 @@ static void ring_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dq
             }
     pack_heads(S->cp_kv[0], 2 * R.A, 0, LA->qkv, &R, R.D);
     pack_heads(S->cp_kv[0], 2 * R.A, R.A, LA->qkv, &R, 2 * R.D);
-    ring_grads_t G = {.dqkv = dqkv};
+    ring_grads_t G = {.dqkv = dqkv, .recv = calloc((size_t)R.cp, sizeof(coll_request_t *))};
+    if (!G.recv) parity_fatal("context parallelism: out of memory for %d receives", R.cp);
     acc_init_with(&G.dq, n * R.A, S->cp_open);
     acc_init_with(&G.own, n * 2 * R.A, S->cp_own);
     for (int k = 0; k < 2; k++) acc_init_with(&G.send[k], n * 2 * R.A, S->cp_send[k]);
     acc_zero(&G.dq);
     acc_zero(&G.own);
-    /* this rank's own block first (step 0), then the peers' partials of
-     * its keys may be added into the same sums: posted only now, so that
-     * no delivery races the rank's own additions */
-    coll_request_t **recv = calloc((size_t)R.cp, sizeof *recv);
-    if (!recv) parity_fatal("context parallelism: out of memory for %d receives", R.cp);
-    group_t *grp = g->shard.cp_group;
-    float **kv = S->cp_kv;
-    const float *cur = kv[0];
-    for (int s = 0; s < R.cp; s++) {
-        coll_request_t *req[2] = {NULL, NULL};
-        float *next = kv[1 + s % 2];
-        if (s < R.cp - 1) {
-            req[0] = coll_isend(grp, cur, n * 2 * R.A, COLL_F32, (R.rank + 1) % R.cp, TAG_KV);
-            req[1] = coll_irecv(grp, next, n * 2 * R.A, COLL_F32, (R.rank + R.cp - 1) % R.cp, TAG_KV);
-        }
-        visit_grads(g, p, &R, LA, cur, (R.rank - s + R.cp) % R.cp, s, &G);
-        if (s == 0)
-            for (int o = 0; o < R.cp; o++)
-                if (o != R.rank) recv[o] = coll_irecv_open(grp, &G.own.x, 0, G.own.n, o, TAG_DKV);
-        coll_wait_all(2, req);
-        cur = next;
-    }
-    coll_wait_all(R.cp, recv);
+    ring_pass(g, p, &R, LA, n * 2 * R.A, TAG_KV, visit_grads, &G);
+    coll_wait_all(R.cp, G.recv);
     coll_wait_all(2, G.sent);
-    free(recv);
+    free(G.recv);
     /* round once: dQ (but query tile 0's), dK and dV (but key tile nT-1's) */
     acc_round(&G.dq, S->cp_round);
     for (size_t i = 0; i < n; i++)
