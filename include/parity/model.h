@@ -196,7 +196,8 @@ typedef struct {
     int chunk;                             /* the chunk of units the slot is laid out for
                                               (-1: every unit held) */
     int64_t step;
-    int32_t *inputs, *targets;             /* [n] */
+    int32_t *inputs, *targets;             /* [n]: the positions held (room for whole
+                                              sequences, which gpt_slot_begin compacts) */
     float *emb;                            /* [n,C] embedding output (after dropout) */
     uint8_t *emb_keep;                     /* [n,C] or NULL */
     layer_acts_t *layer;                   /* [L] */
