@@ -3,8 +3,9 @@
  * A waiter first spins for a short while when every device has its own
  * core: the peer is about to arrive, and a sleep/wake round trip through
  * the kernel costs microseconds. When there are more devices than cores,
- * the peer cannot run until we give up the core, so the waiter sleeps on
- * a futex at once. Wakers only make the wake syscall when someone sleeps.
+ * the peer cannot run until we give up the core, so the waiter yields it
+ * for a short while (yield_poll), then sleeps on a futex. Wakers only
+ * make the wake syscall when someone sleeps.
  *
  * Every sleep has a deadline: a wait longer than the timeout means a hang,
  * and the watchdog prints, for every device of the run, what it is doing.
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <sched.h>
 #include <unistd.h>
 #ifdef __linux__
 #include <linux/futex.h>
@@ -84,6 +86,62 @@ static int64_t spin_ns(void) {
 
 static inline int reached(uint32_t value, uint32_t target) { return (int32_t)(value - target) >= 0; }
 
+/* When devices outnumber cores, a waiter first polls with sched_yield for
+ * up to 200 us before it sleeps: the peer it waits for is usually another
+ * device thread on the same core, and a yield hands the core to it at
+ * once, where a futex sleep and wake-up cost several microseconds and a
+ * round through the scheduler each. Measured on 2 cores, a 4 KiB
+ * all-reduce: 3.9 / 8 us at 4 / 8 devices, against 37 / 82 us sleeping at
+ * once (OpenMPI: 17 / 62 us). On a machine busy with other processes a
+ * yield hands the core to one of them for a whole time slice (4 KiB at 4
+ * devices then took 2 ms a call), so a yield that returns after more than
+ * 200 us turns polling off for every device for a while: 1 ms, doubled
+ * at each such yield up to 100 ms, halved back at each poll that
+ * succeeds. A wait for a peer that computes for milliseconds counts as
+ * such a yield too, harmlessly: it would have slept through it anyway.
+ * PARITY_COLL_YIELD_US sets the budget (0: never poll). */
+enum { YIELD_LONG_NS = 200000, YIELD_QUIET_MIN_NS = 1000000, YIELD_QUIET_MAX_NS = 100000000 };
+static _Atomic int64_t cfg_yield = -1;
+static _Atomic int64_t yield_quiet_until;                /* no polling before this time (ns) */
+static _Atomic int64_t yield_quiet_ns = YIELD_QUIET_MIN_NS; /* the next quiet period */
+
+static int64_t yield_budget_ns(void) {
+    int64_t v = atomic_load_explicit(&cfg_yield, memory_order_relaxed);
+    if (v >= 0) return v;
+    const char *env = getenv("PARITY_COLL_YIELD_US");
+    v = env && *env ? (atof(env) > 0 ? (int64_t)(atof(env) * 1000.0) : 0) : 200000;
+    atomic_store_explicit(&cfg_yield, v, memory_order_relaxed);
+    return v;
+}
+
+/* Polls w with sched_yield (devices outnumbering cores); 1 if it reached
+ * target within the budget, 0 to go to sleep. */
+static int yield_poll(wword_t *w, uint32_t target, int64_t start) {
+    const int64_t budget = yield_budget_ns();
+    if (budget <= 0 || devices_world() <= coll_cores() ||
+        start < atomic_load_explicit(&yield_quiet_until, memory_order_relaxed))
+        return 0;
+    for (;;) {
+        if (reached(atomic_load_explicit(&w->value, memory_order_acquire), target)) {
+            const int64_t q = atomic_load_explicit(&yield_quiet_ns, memory_order_relaxed);
+            if (q > YIELD_QUIET_MIN_NS)
+                atomic_store_explicit(&yield_quiet_ns, q / 2, memory_order_relaxed);
+            return 1;
+        }
+        const int64_t t0 = now_ns();
+        sched_yield();
+        const int64_t t1 = now_ns();
+        if (t1 - t0 > YIELD_LONG_NS) { /* the core went elsewhere for a slice */
+            const int64_t q = atomic_load_explicit(&yield_quiet_ns, memory_order_relaxed);
+            atomic_store_explicit(&yield_quiet_until, t1 + q, memory_order_relaxed);
+            atomic_store_explicit(&yield_quiet_ns, q < YIELD_QUIET_MAX_NS / 2 ? 2 * q : YIELD_QUIET_MAX_NS,
+                                  memory_order_relaxed);
+            return 0;
+        }
+        if (t1 - start >= budget) return 0;
+    }
+}
+
 static _Noreturn void watchdog_fire(int64_t waited_ns);
 
 void coll_wword_wait(wword_t *w, uint32_t target) {
@@ -94,6 +152,7 @@ void coll_wword_wait(wword_t *w, uint32_t target) {
         cpu_relax();
         if ((i & 15) == 0 && now_ns() - start >= spin) break;
     }
+    if (yield_poll(w, target, start)) return;
     int64_t deadline = start + coll_timeout_ns();
     for (;;) {
         /* Dekker with the waker: either it sees waiters > 0 or we see the
