@@ -137,6 +137,22 @@ static char *broken_report(const char *flags, int broken, int broken_replica) {
     return buf;
 }
 
+/* A broken layout's report must name `tensor` (the checker's "tensor"
+ * line) and contain `where` (the rank, stage or microbatch it blames);
+ * the report is printed under `what`. */
+static void expect_caught(const char *flags, int broken, const char *tensor, const char *where,
+                          const char *what) {
+    char line[192];
+    snprintf(line, sizeof line, "tensor      %s", tensor);
+    char *buf = broken_report(flags, broken, 0);
+    if (buf) {
+        CHECK(strstr(buf, line) && strstr(buf, where), "%s: expected %s (%s), got:\n%s", what,
+              tensor, where, buf);
+        printf("broken variant (%s), as reported:\n%s", what, buf);
+    }
+    free(buf);
+}
+
 /* PARITY_DP_MATRIX=small: the sanitizer builds' smaller matrices. */
 static int small_matrix(void) {
     const char *m = getenv("PARITY_DP_MATRIX");

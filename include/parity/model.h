@@ -236,6 +236,8 @@ typedef struct {
      * U and dQ [n, A]; dU [n, A] and dZ [n/T.. per head], and rounding
      * room [n, 2A]. Ulysses: the all-to-all's two buffers [n, 3A]. */
     float *cp_kv[3], *cp_du, *cp_dz, *cp_round, *cp_tile;
+    int *cp_tiles;                         /* [cp][T/cp/tile]: each rank's global token tiles */
+    void **cp_recv;                        /* [cp] the backward's receive requests */
     void *cp_send[2], *cp_own, *cp_open;
     float *ul_send, *ul_recv, *ul_dctx, *ul_dqkv;
     float *ce_tl;                          /* [n] target logits */

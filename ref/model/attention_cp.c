@@ -26,7 +26,6 @@
  * another all-to-all turns the output back. Copies only.
  */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "parity/coll.h"
@@ -42,7 +41,7 @@ typedef struct {
                                            size, heads*D, qkv row */
     int cp, rank;
     int *tiles;                          /* [cp][Tc/Tt]: the global tile of each of owner o's
-                                            local tiles (ring_of allocates, ring_free frees) */
+                                            local tiles (the scratch's cp_tiles) */
     const int *qt;                       /* this rank's: tiles + rank * Tc/Tt */
     float scale, inv;
 } ring_t;
@@ -59,8 +58,7 @@ static ring_t ring_of(const gpt_t *g, const pass_t *p) {
                 pm_rsqrtf((float)(g->cfg.hidden / g->cfg.heads)),
                 p->as.p > 0.0f ? dropout_scale(p->as.p) : 1.0f};
     const int nq = R.Tc / R.Tt;
-    R.tiles = malloc((size_t)R.cp * (size_t)nq * sizeof *R.tiles);
-    if (!R.tiles) parity_fatal("context parallelism: out of memory for %d x %d tile indices", R.cp, nq);
+    R.tiles = g->scratch.cp_tiles;
     for (int o = 0; o < R.cp; o++) {
         const cp_runs_t r = cp_runs(R.cp, o, R.T, CP_RING);
         tiles_of(&r, R.Tt, R.tiles + (size_t)o * nq);
@@ -68,8 +66,6 @@ static ring_t ring_of(const gpt_t *g, const pass_t *p) {
     R.qt = R.tiles + (size_t)R.rank * nq;
     return R;
 }
-
-static void ring_free(ring_t *R) { free(R->tiles); }
 
 /* The global tiles of owner o's block. */
 static const int *block_tiles(const ring_t *R, int o) {
@@ -217,7 +213,7 @@ static void visit_online(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_
 }
 
 static void ring_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA) {
-    ring_t R = ring_of(g, p);
+    const ring_t R = ring_of(g, p);
     gpt_scratch_t *S = &g->scratch;
     const size_t n = (size_t)R.nb * R.Tc, count = n * R.A;
     pack_heads(S->cp_kv[0], R.A, 0, LA->qkv, &R, R.D);
@@ -233,8 +229,7 @@ static void ring_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA) {
                     for (int d = 0; d < R.D; d++) o[d] = o[d] / l;
                 }
         softmax_rows(LA, &R); /* e, ehat and Z for the backward pass */
-        ring_free(&R);
-        return;
+            return;
     }
     softmax_rows(LA, &R);
     acc_t U;
@@ -253,7 +248,6 @@ static void ring_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA) {
                 for (int d = 0; d < R.D; d++) o[h * R.D + d] = o[h * R.D + d] / z;
             }
         }
-    ring_free(&R);
 }
 
 /* ---- backward ----------------------------------------------------------- */
@@ -345,7 +339,7 @@ static void visit_grads(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t
 
 static void ring_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dqkv,
                           const float *dctx) {
-    ring_t R = ring_of(g, p);
+    const ring_t R = ring_of(g, p);
     gpt_scratch_t *S = &g->scratch;
     const size_t n = (size_t)R.nb * R.Tc;
     float *prod = S->att_scratch; /* [D]: the ring does not use the whole-sequence scratch */
@@ -359,8 +353,8 @@ static void ring_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dq
             }
     pack_heads(S->cp_kv[0], 2 * R.A, 0, LA->qkv, &R, R.D);
     pack_heads(S->cp_kv[0], 2 * R.A, R.A, LA->qkv, &R, 2 * R.D);
-    ring_grads_t G = {.dqkv = dqkv, .recv = calloc((size_t)R.cp, sizeof(coll_request_t *))};
-    if (!G.recv) parity_fatal("context parallelism: out of memory for %d receives", R.cp);
+    ring_grads_t G = {.dqkv = dqkv, .recv = (coll_request_t **)S->cp_recv};
+    for (int o = 0; o < R.cp; o++) G.recv[o] = NULL;
     acc_init_with(&G.dq, n * R.A, S->cp_open);
     acc_init_with(&G.own, n * 2 * R.A, S->cp_own);
     for (int k = 0; k < 2; k++) acc_init_with(&G.send[k], n * 2 * R.A, S->cp_send[k]);
@@ -369,7 +363,6 @@ static void ring_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dq
     ring_pass(g, p, &R, LA, n * 2 * R.A, TAG_KV, visit_grads, &G);
     coll_wait_all(R.cp, G.recv);
     coll_wait_all(2, G.sent);
-    free(G.recv);
     /* round once: dQ (but query tile 0's), dK and dV (but key tile nT-1's) */
     acc_round(&G.dq, S->cp_round);
     for (size_t i = 0; i < n; i++)
@@ -388,7 +381,6 @@ static void ring_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dq
     acc_free(&G.dq);
     acc_free(&G.own);
     for (int k = 0; k < 2; k++) acc_free(&G.send[k]);
-    ring_free(&R);
 }
 
 /* ---- Ulysses ---------------------------------------------------------------- */

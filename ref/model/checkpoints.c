@@ -38,7 +38,7 @@ void report_rows(const gpt_observer_t *obs, const gpt_slot_t *A, const char *nam
     for (int k = 0; runs && k < runs->n; k++) held += runs->len[k];
     if (runs) le[rows] = held;
     for (int d = ndim - 1; d >= 0; d--) stride[d] = d == ndim - 1 ? 1 : stride[d + 1] * le[d + 1];
-    const size_t esize = dtype == ST_U8 ? 1 : 4, per_seq = (size_t)(stride[0] * le[0]) * esize;
+    const size_t esize = st_dtype_size(dtype), per_seq = (size_t)(stride[0] * le[0]) * esize;
     gpt_view_t v = {name, dtype, data, A->first_seq, A->n_seq, ndim, {0}, {0}, {0}};
     for (int d = 0; d < ndim; d++) {
         v.shape[d] = shape[d], v.lo[d] = d == cut ? lo : 0, v.ext[d] = le[d];

@@ -154,6 +154,8 @@ static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_
     S->cp_dz = ring ? CARVE_F(cv, n * (size_t)lc->heads) : NULL;
     S->cp_round = ring ? CARVE_F(cv, n * 2 * A_) : NULL;
     S->cp_tile = ring ? CARVE_F(cv, Tt * Tt) : NULL;
+    S->cp_tiles = ring ? (int *)carve(cv, (size_t)c->seq_length / Tt * sizeof(int)) : NULL;
+    S->cp_recv = ring ? (void **)carve(cv, (size_t)lc->cp * sizeof(void *)) : NULL;
     S->ul_send = lc->ulysses ? CARVE_F(cv, n * 3 * A_) : NULL;
     S->ul_recv = lc->ulysses ? CARVE_F(cv, n * 3 * A_) : NULL;
     S->ul_dctx = lc->ulysses ? CARVE_F(cv, n * A_) : NULL;

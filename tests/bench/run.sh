@@ -55,25 +55,16 @@ if [ -s "$out/coll.txt" ] && [ -s "$out/mpi.txt" ]; then
   echo "(busbw x > 1 and time x > 1 mean parity is faster; target: busbw x >= 1.5 at >= 1 MiB, time x >= 1 at 4 KiB)"
 fi
 
-if [ -f "$root/tests/bench/bench_dp.sh" ]; then
-  section "data parallelism on gpt-small"
-  PARITY="$PARITY" bash "$root/tests/bench/bench_dp.sh"
-fi
-
-if [ -f "$root/tests/bench/bench_tp.sh" ]; then
-  section "tensor parallelism on gpt-small (traffic against Megatron's formulas)"
-  PARITY="$PARITY" bash "$root/tests/bench/bench_tp.sh"
-fi
-
-if [ -f "$root/tests/bench/bench_pp.sh" ]; then
-  section "pipeline parallelism: bubble against theory, activation slots, 3-D against golden"
-  PARITY="$PARITY" bash "$root/tests/bench/bench_pp.sh"
-fi
-
-if [ -f "$root/tests/bench/bench_cp.sh" ]; then
-  section "context parallelism: ring and Ulysses on gpt-small with T = 1024 against golden"
-  PARITY="$PARITY" bash "$root/tests/bench/bench_cp.sh"
-fi
+# A parallel mode's bench script, when there is one: section title, then it runs.
+mode_bench() { # script title
+  [ -f "$root/tests/bench/$1" ] || return 0
+  section "$2"
+  PARITY="$PARITY" bash "$root/tests/bench/$1"
+}
+mode_bench bench_dp.sh "data parallelism on gpt-small"
+mode_bench bench_tp.sh "tensor parallelism on gpt-small (traffic against Megatron's formulas)"
+mode_bench bench_pp.sh "pipeline parallelism: bubble against theory, activation slots, 3-D against golden"
+mode_bench bench_cp.sh "context parallelism: ring and Ulysses on gpt-small with T = 1024 against golden"
 
 if [ -f "$root/tests/bench/bench_gpt.sh" ]; then
   section "golden GPT step against PyTorch CPU eager"

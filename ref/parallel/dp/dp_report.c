@@ -199,18 +199,33 @@ static int is_batch(const st_tensor_t *t, const char *what) {
                             !strcmp(what, "labels"));
 }
 
-/* The world rank of (tensor-parallel rank, rank k of the gradient group
- * (data x context parallel ranks), stage) on the layout's order string
- * (the driver's grid and its "dp-cp" groups). */
-static int device_of(const pconfig_t *pc, int tp_rank, int k, int stage) {
-    rank_layout_t L;
+/* The layout of the driver's grid; -1 if it cannot be built. */
+static int grid_layout(const pconfig_t *pc, rank_layout_t *L) {
     char sizes[64];
     grid_sizes(pc, sizes, sizeof sizes);
-    if (layout_init(&L, pc->order, sizes, NULL)) return k;
-    int coords[LAYOUT_MAX_DIMS] = {0}, ranks[PARITY_MAX_DEVICES];
+    return layout_init(L, pc->order, sizes, NULL);
+}
+
+/* The world rank of tensor-parallel rank 0 at (cp, dp, stage). */
+static int grid_device_of(const pconfig_t *pc, int cp_rank, int dp_rank, int stage) {
+    rank_layout_t L;
+    if (grid_layout(pc, &L)) return dp_rank;
+    int coords[LAYOUT_MAX_DIMS] = {0};
     for (int i = 0; i < L.ndims; i++)
-        coords[i] = !strcmp(L.names[i], "tp") ? tp_rank : !strcmp(L.names[i], "pp") ? stage : 0;
-    const int n = layout_group_ranks(&L, layout_rank_of(&L, coords), "dp-cp", ranks);
+        coords[i] = !strcmp(L.names[i], "cp")   ? cp_rank
+                    : !strcmp(L.names[i], "dp") ? dp_rank
+                    : !strcmp(L.names[i], "pp") ? stage
+                                                : 0;
+    return layout_rank_of(&L, coords);
+}
+
+/* The world rank of rank k of a stage's gradient group (data x context
+ * parallel ranks: the driver's "dp-cp" groups, as ZeRO numbers pieces). */
+static int device_of(const pconfig_t *pc, int k, int stage) {
+    rank_layout_t L;
+    int ranks[PARITY_MAX_DEVICES];
+    if (grid_layout(pc, &L)) return k;
+    const int n = layout_group_ranks(&L, grid_device_of(pc, 0, 0, stage), "dp-cp", ranks);
     return k >= 0 && k < n ? ranks[k] : k;
 }
 
@@ -235,21 +250,6 @@ static int unit_of_param(const param_table_t *t, const model_config_t *c, int i)
     if (i < t->first_layer) return 0;
     if (i < t->lnf_w) return 1 + (i - t->first_layer) / P_PER_LAYER;
     return c->layers + 1;
-}
-
-/* The world rank of tensor-parallel rank 0 at (cp, dp, stage). */
-static int grid_device_of(const pconfig_t *pc, int cp_rank, int dp_rank, int stage) {
-    rank_layout_t L;
-    char sizes[64];
-    grid_sizes(pc, sizes, sizeof sizes);
-    if (layout_init(&L, pc->order, sizes, NULL)) return dp_rank;
-    int coords[LAYOUT_MAX_DIMS] = {0};
-    for (int i = 0; i < L.ndims; i++)
-        coords[i] = !strcmp(L.names[i], "cp")   ? cp_rank
-                    : !strcmp(L.names[i], "dp") ? dp_rank
-                    : !strcmp(L.names[i], "pp") ? stage
-                                                : 0;
-    return layout_rank_of(&L, coords);
 }
 
 /* Sequences are sharded over dp, then split into microbatches of sizes
@@ -326,7 +326,7 @@ static void describe_param(const dp_placement_t *pl, const char *pname, int grad
     const int tied_emb = pl->cfg.tied && i == t.wte;
     snprintf(buf, cap, "pipeline stage %d (world rank %d is its data-parallel rank 0; 'device k' "
                        "below is its data-parallel rank k): %s%s", stage,
-             device_of(&pl->pc, 0, 0, stage), inner,
+             device_of(&pl->pc, 0, stage), inner,
              tied_emb && grad ? "; the tied word embedding: the first stage's (embedding) and the "
                                 "last stage's (head) open sums are all-reduced exactly over the "
                                 "embedding group before this rounding, so both copies are equal"
