@@ -13,7 +13,11 @@
 
 MODEL_O0_PARITY := $(BUILD)/o0/parity
 MODEL_PLAIN_PARITY := $(BUILD)/plain/parity
-MODEL_ALL_SRC := $(LIB_SRC) $(CLI_SRC) $(wildcard include/parity/*.h)
+# Every source and header, internal ones under ref/ included: a nested
+# build's own dependency files are not read by this make, so a changed
+# header must make the nested make run (it then rebuilds what changed).
+MODEL_ALL_SRC := $(LIB_SRC) $(CLI_SRC) $(wildcard include/parity/*.h) \
+                 $(shell find ref -name '*.h')
 
 # A nested make with its own build directory and optimisation level: the
 # same rules, the same CFLAGS otherwise.

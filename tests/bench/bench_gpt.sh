@@ -5,7 +5,7 @@
 # build that is never golden). Reports, never asserts.
 #
 # Uses $PARITY (the parity program) and $BUILD (its build directory);
-# builds $BUILD/plain/parity with `make` if it is missing.
+# brings $BUILD/plain/parity up to date with `make` first.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$root/build}
@@ -31,9 +31,9 @@ run "parity golden, OpenBLAS backend (1 thread)" "$tmp/ob" \
     "$PARITY" train --model gpt-small --steps "$STEPS" --backend openblas --quiet
 run "parity golden, portable backend" "$tmp/pt" \
     "$PARITY" train --model gpt-small --steps 3 --backend portable --quiet
-if [ ! -x "$BUILD/plain/parity" ]; then
-  make -s -C "$root" BUILD="$BUILD" "$BUILD/plain/parity" >"$tmp/make" 2>&1 || tail -5 "$tmp/make"
-fi
+# Always through make: a plain build older than the sources would measure
+# (or crash in) code that is no longer there.
+make -s -C "$root" BUILD="$BUILD" "$BUILD/plain/parity" >"$tmp/make" 2>&1 || tail -5 "$tmp/make"
 if [ -x "$BUILD/plain/parity" ]; then
   run "diagnostic: plain fp32 sums, OpenBLAS" "$tmp/pl" \
       "$BUILD/plain/parity" train --model gpt-small --steps "$STEPS" --backend openblas --quiet
