@@ -289,6 +289,80 @@ static void test_openblas_tile_invariance(void) {
         check_invariance(odd[s][0], odd[s][1], odd[s][2]);
 }
 
+/* ---- 2b. blocks of tiles in one call (tile_gemm_tiles) ---------------------- */
+
+/* Every tile of a tile_gemm_tiles block, in padded buffers, must be bit for
+ * bit the tile call of that tile alone: under OpenBLAS whether the block
+ * ran as one call (checked at first use) or tile by tile, and under the
+ * portable backend always. */
+static void check_block(tile_backend_t b, int form, int tm, int tn, int K, int M, int N) {
+    tile_set_backend(b);
+    int ar, ac, br, bc;
+    shapes_of(form, M, N, K, &ar, &ac, &br, &bc);
+    const int lda = ac + 3, ldb = bc + 5, ldc = N + 7;
+    float *A = alloc_floats((size_t)ar * lda), *B = alloc_floats((size_t)br * ldb);
+    float *C = alloc_floats((size_t)M * ldc), *T = alloc_floats((size_t)tm * tn);
+    fill(A, (size_t)ar * lda, 6);
+    fill(B, (size_t)br * ldb, 6);
+    for (size_t i = 0; i < (size_t)M * ldc; i++) C[i] = (i % ldc) < (size_t)N ? NAN : -7.0f;
+    tile_gemm_tiles((tile_form_t)form, tm, tn, M, N, K, A, lda, B, ldb, C, ldc);
+    int bad = 0, pad_hit = 0;
+    for (int r = 0; r < M; r += tm)
+        for (int c = 0; c < N; c += tn) {
+            const float *a = form == TN ? A + r : A + (size_t)r * lda;
+            const float *bb = form == NT ? B + (size_t)c * ldb : B + c;
+            gemm_dispatch[form](tm, tn, K, a, lda, bb, ldb, T, tn);
+            for (int i = 0; i < tm; i++)
+                bad += memcmp(C + (size_t)(r + i) * ldc + c, T + (size_t)i * tn, tn * 4) != 0;
+        }
+    for (int i = 0; i < M; i++)
+        for (int j = N; j < ldc; j++) pad_hit |= C[(size_t)i * ldc + j] != -7.0f;
+    CHECK(!bad, "%s tiles %s %dx%d (tile %dx%dx%d): %d tile rows differ from the tile calls",
+          tile_backend_name(b), form_name[form], M, N, tm, tn, K, bad);
+    CHECK(!pad_hit, "%s tiles %s %dx%d wrote into C's row padding", tile_backend_name(b),
+          form_name[form], M, N);
+    free(A); free(B); free(C); free(T);
+}
+
+static void test_tile_blocks(void) {
+    /* {tm, tn, K, M, N}: gpt-small's blocks, odd multiples, small tiles
+     * (where OpenBLAS's small-matrix kernels may take one shape and not the
+     * other), and one block too big to check, which runs tile by tile. */
+    static const int shp[][5] = {{128, 128, 128, 128, 512}, {128, 256, 128, 256, 256},
+                                 {128, 128, 256, 128, 384}, {128, 128, 32, 128, 256},
+                                 {16, 16, 16, 48, 80},      {4, 8, 8, 12, 64},
+                                 {8, 32, 16, 64, 32},       {7, 5, 3, 21, 10},
+                                 {8, 8, 8, 1024, 1032}};
+    for (size_t s = 0; s < sizeof shp / sizeof shp[0]; s++)
+        for (int form = NN; form <= TN; form++) {
+            check_block(TILE_BACKEND_OPENBLAS, form, shp[s][0], shp[s][1], shp[s][2], shp[s][3],
+                        shp[s][4]);
+            if (s < 4 || s == 7)
+                check_block(TILE_BACKEND_PORTABLE, form, shp[s][0], shp[s][1], shp[s][2],
+                            shp[s][3], shp[s][4]);
+        }
+    tile_set_backend(TILE_BACKEND_OPENBLAS);
+    int wide, narrow;
+    tile_wide_counts(&wide, &narrow);
+    /* Every shape above but the too-big one is recorded once (the portable
+     * backend never consults the table). */
+    CHECK(wide + narrow == 8 * 3, "%d + %d block shapes recorded, expected %d", wide, narrow,
+          8 * 3);
+    printf("  tile blocks on this machine: %d shapes as one OpenBLAS call, %d tile by tile\n",
+           wide, narrow);
+}
+
+static void call_tiles_ragged(void) {
+    tile_gemm_tiles(TILE_NN, 8, 8, 12, 16, 8, NULL, 8, NULL, 16, NULL, 16);
+}
+
+static void test_tile_blocks_ragged_is_fatal(void) {
+    char msg[512];
+    CHECK(run_in_child(call_tiles_ragged, msg, sizeof msg) != 0, "a 12 x 16 block of 8 x 8 "
+          "tiles was accepted");
+    CHECK(strstr(msg, "not whole 8 x 8 tiles") != NULL, "message: %s", msg);
+}
+
 /* ---- 3. concurrency ------------------------------------------------------- */
 
 enum { CONC_THREADS = 8 };
@@ -296,6 +370,7 @@ typedef struct {
     int calls;
     const float *A, *B, *A2, *B2; /* 64x64 NT tile; 24x40x56 NN tile */
     const float *ref, *ref2;
+    const float *ref3; /* the 64x64 NT product as two 32x64 tiles */
     int mismatches;
 } conc_arg_t;
 
@@ -309,6 +384,10 @@ static void *conc_worker(void *p) {
         if (it % 4 == 0) {
             tile_gemm_nn(24, 40, 56, arg->A2, 56, arg->B2, 40, C2, 40);
             arg->mismatches += memcmp(C2, arg->ref2, 24 * 40 * 4) != 0;
+        }
+        if (it % 8 == 0) { /* the first call checks the block shape, under a lock */
+            tile_gemm_tiles(TILE_NT, 32, 64, 64, 64, 64, arg->A, 64, arg->B, 64, c, 64);
+            arg->mismatches += memcmp(c, arg->ref3, 64 * 64 * 4) != 0;
         }
     }
     free(C);
@@ -326,10 +405,13 @@ static void run_concurrency(tile_backend_t b, int calls) {
     fill(B2, 56 * 40, 3);
     tile_gemm_nt(64, 64, 64, A, 64, B, 64, ref, 64); /* single-thread reference */
     tile_gemm_nn(24, 40, 56, A2, 56, B2, 40, ref2, 40);
+    float *ref3 = alloc_floats(64 * 64);
+    tile_gemm_nt(32, 64, 64, A, 64, B, 64, ref3, 64);
+    tile_gemm_nt(32, 64, 64, A + 32 * 64, 64, B, 64, ref3 + 32 * 64, 64);
     pthread_t th[CONC_THREADS];
     conc_arg_t args[CONC_THREADS];
     for (int t = 0; t < CONC_THREADS; t++) {
-        args[t] = (conc_arg_t){calls, A, B, A2, B2, ref, ref2, 0};
+        args[t] = (conc_arg_t){calls, A, B, A2, B2, ref, ref2, ref3, 0};
         CHECK(pthread_create(&th[t], NULL, conc_worker, &args[t]) == 0, "pthread_create");
     }
     for (int t = 0; t < CONC_THREADS; t++) {
@@ -337,7 +419,7 @@ static void run_concurrency(tile_backend_t b, int calls) {
         CHECK(args[t].mismatches == 0, "%s: thread %d saw %d results that differ from the "
               "single-thread reference", tile_backend_name(b), t, args[t].mismatches);
     }
-    free(A); free(B); free(ref); free(A2); free(B2); free(ref2);
+    free(A); free(B); free(ref); free(A2); free(B2); free(ref2); free(ref3);
 }
 
 static void test_concurrent_calls(void) {
@@ -488,6 +570,8 @@ int main(void) {
     RUN(test_env_selection);
     RUN(test_bad_arguments_are_fatal);
     RUN(test_openblas_tile_invariance);
+    RUN(test_tile_blocks);
+    RUN(test_tile_blocks_ragged_is_fatal);
     RUN(test_concurrent_calls);
     RUN(test_backends_agree_within_bound);
     RUN(test_portable_matches_spec_and_fp64);

@@ -30,19 +30,17 @@
 
 typedef enum { CONTRACT_NN, CONTRACT_NT, CONTRACT_TN } contract_form_t;
 
-/* Scratch for one thread's contractions: a strip of tile partials and the
- * strip's running exact sums, grown on demand and reused. */
+/* Scratch for one thread's contractions: a block of tile partials and the
+ * block's running exact sums, grown on demand and reused. */
 typedef struct {
     size_t cap;           /* elements per strip the arrays below hold */
-    float *partial;       /* [cap] one K tile's partials */
+    float *partial;       /* [FOLD_TERMS * cap] K tiles' partials (fold.h) */
     double *sum;          /* [cap] running fp64 sums (exact while every addition is) */
-    double *err;          /* [cap / 64 + 1] the additions' |TwoSum errors| by group (fold.h) */
-    float *result;        /* [cap] a rounded strip */
+    double *err;          /* [err_cap] the additions' |TwoSum errors| by group (fold.h) */
+    size_t err_cap;
     size_t *slow_idx;     /* [cap] elements that need the superaccumulator */
     xacc_t *slow;         /* [slow_cap] their accumulators */
     size_t slow_cap;
-    acc_t strip;          /* the -DPARITY_PLAIN_SUMS build's strip */
-    int has_strip;
 } contract_ws_t;
 
 void contract_ws_init(contract_ws_t *ws);

@@ -95,6 +95,32 @@ void tile_gemm_nt(int M, int N, int K, const float *A, int lda, const float *B, 
 void tile_gemm_tn(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                   float *C, int ldc);
 
+/* The forms of a product, for calls that name one (tile_gemm_tiles). */
+typedef enum { TILE_NN, TILE_NT, TILE_TN } tile_form_t;
+
+/* All the canonical tiles of one block of a product in one go: C[M,N],
+ * M a multiple of tm and N of tn, where every tm x tn tile is bit for bit
+ * what tile_gemm_<form>(tm, tn, K, ...) gives for that tile alone. A and
+ * B point at the block's origin, with the same shapes as
+ * tile_gemm_<form>(M, N, K, ...).
+ *
+ * Why: OpenBLAS packs both operands on every call, so a call per tile
+ * packs each row strip of A once per tile column and each column strip
+ * of B once per tile row. One call over the block packs each once. A
+ * wide call gives the tiles' bits when OpenBLAS runs the same kernel, in
+ * the same order along K, for the block as for one tile; it picks its
+ * kernels by size, so that is checked on this machine, on random data,
+ * the first time each (form, tm, tn, K, M, N) is used, and a shape whose
+ * wide call differs in any bit is computed tile by tile ever after. The
+ * portable backend's order does not depend on M or N, so its wide call
+ * is always the tiles' bits. Thread-safe like the tile_gemm_* calls. */
+void tile_gemm_tiles(tile_form_t form, int tm, int tn, int M, int N, int K, const float *A,
+                     int lda, const float *B, int ldb, float *C, int ldc);
+
+/* Block shapes checked so far: how many run as one call (*wide) and how
+ * many failed the check and run tile by tile (*narrow). */
+void tile_wide_counts(int *wide, int *narrow);
+
 /* The portable backend called directly (tests, the -O0/-O2 check): needs no
  * tile_init and touches no global state. Same contract as above. */
 void tile_portable_nn(int M, int N, int K, const float *A, int lda, const float *B, int ldb,

@@ -579,6 +579,12 @@ static int train_main(int argc, char **argv, int check) {
                cfg.name, tile_backend_name(tile_get_backend()), steps, (double)first_loss,
                (double)last_loss, bits(last_loss), ms[steps / 2], ms[0], cpu[steps / 2],
                total * 1e-3);
+        if (!quiet && tile_get_backend() == TILE_BACKEND_OPENBLAS) {
+            int wide, narrow;
+            tile_wide_counts(&wide, &narrow);
+            printf("tile blocks: %d shapes checked as one OpenBLAS call each, %d run tile by "
+                   "tile (tile.h: tile_gemm_tiles)\n", wide, narrow);
+        }
     }
     free(ms);
     free(cpu);

@@ -1,18 +1,28 @@
 /* fold.h - the vectorisable exact-sum fast path (internal to ref/).
  *
- * Many fp32 terms per element are folded into an fp64 running sum, the
- * largest magnitude and the smallest non-zero magnitude. Every fp32 term
- * is a multiple of its ulp, which exceeds |term| * 2^-24, and the term of
- * smallest magnitude has the smallest ulp 2^q. So when
- *     p2 * max|term| < 2^29 * min|term|     (p2 = a power of two >= #terms)
- * sum|term| < 2^(q+53): every partial sum, in any order, is a multiple of
- * 2^q that fits fp64's significand. The fp64 sum is then exact, and
- * (float) of it is the exact sum rounded once, the bits xacc.h gives.
- * Terms that break the certificate (a very wide range of magnitudes, inf,
- * NaN: a NaN makes the sum NaN) must take the superaccumulator instead.
+ * fp32 terms are added into fp64 running sums, and every addition is
+ * checked: Knuth's TwoSum gives an addition's rounding error exactly, and
+ * the error is zero exactly when the addition was exact (finite values,
+ * round to nearest; an overflow or a NaN makes it NaN). So a sum whose
+ * errors were all zero is the exact sum, whatever the spread of its terms
+ * and whatever the order, and (float) of it is the exact sum rounded
+ * once: the bits xacc.h gives. A sum with a non-zero error (one that needs
+ * more than fp64's 53 bits, an inf, a NaN) must take the superaccumulator
+ * instead.
  *
- * An exact zero sum is +0 (the running sum starts at +0.0, and
+ * The errors are not kept per sum: their magnitudes are added up per
+ * group (a sum of non-negative values is zero only when every one is, and
+ * a NaN stays NaN), and a group with a non-zero total takes the
+ * superaccumulator for all of its sums.
+ *
+ * An exact zero sum is +0 (a running sum starts at +0.0, and
  * +0 + -0 = +0), as xacc.h's rule requires.
+ *
+ * Users: contract.c (the K-tile sums of matrix products), accum.c (sums
+ * of rows, e.g. bias gradients), xsum.c (sums of one array). Each calls
+ * these always-inline kernels from a function cloned per vector width
+ * (simd.h), with the shape arguments constant, so that each instance
+ * vectorises without branches.
  */
 #ifndef PARITY_MODEL_FOLD_H
 #define PARITY_MODEL_FOLD_H
@@ -20,150 +30,119 @@
 #include <math.h>
 #include <stddef.h>
 
+/* Sums a group of errors covers in a row (fold_row). */
 enum { FOLD_BLOCK = 64 };
 
-static inline void fold_init(double *sum, float *mx, float *mn, size_t n) {
-    for (size_t i = 0; i < n; i++) sum[i] = 0.0, mx[i] = 0.0f, mn[i] = INFINITY;
+/* Terms one pass of fold_row adds to each sum. At most four: fold_terms
+ * is written out for up to four. */
+enum { FOLD_TERMS = 4 };
+
+#define FOLD_INLINE static inline __attribute__((always_inline))
+
+/* One TwoSum-checked addition: returns s + b, adds its |error| to *lane. */
+FOLD_INLINE double fold_add(double s, double b, double *lane) {
+    const double r = s + b, bb = r - s;
+    *lane = *lane + fabs((s - (r - bb)) + (b - bb));
+    return r;
 }
 
-/* The state of the first term alone: fold_init then fold, in one pass. */
-static inline void fold_first_one(double *sum, float *mx, float *mn, float p) {
-    float a = fabsf(p);
-    *sum = 0.0 + (double)p; /* +0 for either zero, as a running sum gives */
-    *mx = a;
-    *mn = a == 0.0f ? INFINITY : a;
-}
-static inline void fold_first_block(double *restrict sum, float *restrict mx,
-                                    float *restrict mn, const float *restrict p) {
-    for (int i = 0; i < FOLD_BLOCK; i++) fold_first_one(&sum[i], &mx[i], &mn[i], p[i]);
-}
-static inline void fold_first(double *sum, float *mx, float *mn, const float *p, size_t n) {
-    size_t i = 0;
-    for (; i + FOLD_BLOCK <= n; i += FOLD_BLOCK) fold_first_block(sum + i, mx + i, mn + i, p + i);
-    for (; i < n; i++) fold_first_one(&sum[i], &mx[i], &mn[i], p[i]);
+/* One sum: start + p[0] + ... + p[q-1] (term t at p + t * ps), each
+ * addition checked; from_first starts from +0 + p[0] instead of start.
+ * Written out rather than looped: GCC at -O2 does not unroll a loop of
+ * constant q completely, and an inner loop keeps the loop over sums
+ * around it from vectorising. */
+FOLD_INLINE double fold_terms(double start, const float *p, size_t ps, int q, int from_first,
+                              double *lane) {
+    double s = from_first ? 0.0 + (double)p[0] : fold_add(start, (double)p[0], lane);
+    if (q > 1) s = fold_add(s, (double)p[ps], lane);
+    if (q > 2) s = fold_add(s, (double)p[2 * ps], lane);
+    if (q > 3) s = fold_add(s, (double)p[3 * ps], lane);
+    return s;
 }
 
-static inline void fold_one(double *sum, float *mx, float *mn, float p) {
-    float a = fabsf(p);
-    float nz = a == 0.0f ? INFINITY : a;
-    *sum = *sum + (double)p;
-    *mx = a > *mx ? a : *mx;
-    *mn = nz < *mn ? nz : *mn;
-}
-
-/* Branch-free blocks of constant length, so that GCC vectorises at -O2. */
-static inline void fold_block(double *restrict sum, float *restrict mx, float *restrict mn,
-                              const float *restrict p) {
-    for (int i = 0; i < FOLD_BLOCK; i++) fold_one(&sum[i], &mx[i], &mn[i], p[i]);
-}
-
-/* sum[i] += p[i] etc. for i < n */
-static inline void fold(double *sum, float *mx, float *mn, const float *p, size_t n) {
-    size_t i = 0;
-    for (; i + FOLD_BLOCK <= n; i += FOLD_BLOCK) fold_block(sum + i, mx + i, mn + i, p + i);
-    for (; i < n; i++) fold_one(&sum[i], &mx[i], &mn[i], p[i]);
-}
-
-/* The smallest power of two >= terms. */
-static inline double fold_p2(size_t terms) {
-    double p2 = 1.0;
-    while (p2 < (double)terms) p2 *= 2.0;
-    return p2;
-}
-
-/* 1 when the fp64 sum of the folded terms is exact (and finite, < 2^100). */
-static inline int fold_certified(double sum, float mx, float mn, double p2) {
-    double big = (double)mx * p2;
-    return (big < (double)mn * 0x1p29) & (big < 0x1p100) & (sum - sum == 0.0);
-}
-
-/* bad[i] = !fold_certified(...) for i < n; returns how many are bad.
- * The certificate is evaluated as 0.0/1.0 flags in fp64, which GCC
- * vectorises; the common all-good block costs one vector pass. */
-static inline void fold_flags_block(double *restrict flag, const double *restrict sum,
-                                    const float *restrict mx, const float *restrict mn,
-                                    double p2) {
-    for (int i = 0; i < FOLD_BLOCK; i++) {
-        double big = (double)mx[i] * p2, lim = (double)mn[i] * 0x1p29, d = sum[i] - sum[i];
-        flag[i] = (big < lim ? 0.0 : 1.0) + (big < 0x1p100 ? 0.0 : 1.0) + (d == 0.0 ? 0.0 : 1.0);
-    }
-}
-/* Always inlined, so that it runs in its caller's vector width (simd.h). */
-static inline __attribute__((always_inline)) size_t fold_check(unsigned char *bad, const double *sum, const float *mx,
-                                const float *mn, size_t n, double p2) {
-    size_t i = 0, count = 0;
-    double flag[FOLD_BLOCK];
-    for (; i + FOLD_BLOCK <= n; i += FOLD_BLOCK) {
-        fold_flags_block(flag, sum + i, mx + i, mn + i, p2);
-        /* any flag set? Lane-wise sums of small integers (exact), so the
-         * loop vectorises instead of chaining one add after another. */
+/* A row of w sums: q terms each (term t of sum e at p[t * ps + e]) added
+ * into sum[0..w), or, when to_out (a last pass), rounded once into
+ * out[0..w) instead. err[g] += the |error|s of the row's group g (sums
+ * g*FOLD_BLOCK ..; the last group may be short). Eight lanes, so that the
+ * loop vectorises. */
+FOLD_INLINE void fold_row(double *restrict sum, double *restrict err, const float *restrict p,
+                          size_t ps, int q, int from_first, int to_out, float *restrict out,
+                          int w) {
+    int i = 0, g = 0;
+    for (; i + FOLD_BLOCK <= w; i += FOLD_BLOCK, g++) {
         double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         for (int k = 0; k < FOLD_BLOCK; k += 8)
-            for (int l = 0; l < 8; l++) lane[l] = lane[l] + flag[k + l];
-        double any = ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
-                     ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-        for (int k = 0; k < FOLD_BLOCK; k++) bad[i + k] = 0;
-        if (any != 0.0)
-            for (int k = 0; k < FOLD_BLOCK; k++) {
-                bad[i + k] = flag[k] != 0.0;
-                count += bad[i + k];
+            for (int l = 0; l < 8; l++) {
+                const int e = i + k + l;
+                const double s =
+                    fold_terms(from_first ? 0.0 : sum[e], p + e, ps, q, from_first, &lane[l]);
+                if (to_out)
+                    out[e] = (float)s;
+                else
+                    sum[e] = s;
             }
+        err[g] = err[g] + (((lane[0] + lane[1]) + (lane[2] + lane[3])) +
+                           ((lane[4] + lane[5]) + (lane[6] + lane[7])));
     }
-    for (; i < n; i++) {
-        bad[i] = (unsigned char)!fold_certified(sum[i], mx[i], mn[i], p2);
-        count += bad[i];
+    double lane = 0.0;
+    for (int e = i; e < w; e++) {
+        const double s = fold_terms(from_first ? 0.0 : sum[e], p + e, ps, q, from_first, &lane);
+        if (to_out)
+            out[e] = (float)s;
+        else
+            sum[e] = s;
     }
-    return count;
+    if (i < w) err[g] = err[g] + lane;
 }
 
-/* ---- TwoSum-checked folding (contract.c's K-tile sums) -------------------
- *
- * The same fp64 running sum, checked addition by addition instead of by
- * the bound above: Knuth's TwoSum gives each addition's rounding error
- * exactly, and the error is zero exactly when the addition was exact
- * (finite values, round to nearest; an overflow or a NaN makes it NaN).
- * So a sum whose errors were all zero is the exact sum, whatever the
- * spread of its terms, and (float) of it rounds it once. No magnitudes are
- * kept: a fold reads the partial and reads and writes the sum, 12 bytes
- * an element against the certificate's 28. The errors are not kept per
- * element either: their magnitudes are summed per group of FOLD_BLOCK
- * elements (a sum of non-negative values is zero only when every one is,
- * and a NaN stays NaN), and a group with a non-zero total takes the
- * superaccumulator for all of its elements. */
+/* Error groups in a row of w sums (the last may be short). */
+static inline int fold_groups(int w) { return (w + FOLD_BLOCK - 1) / FOLD_BLOCK; }
 
-/* sum[i] = the first term (+0 for either zero, as a running sum gives). */
-static inline void fold2_first(double *restrict sum, const float *restrict p, size_t n) {
-    for (size_t i = 0; i < n; i++) sum[i] = 0.0 + (double)p[i];
-}
-
-/* sum[i] += p[i] for the FOLD_BLOCK elements of one group; returns the
- * sum of the additions' |error|s. Eight lanes, so that it vectorises. */
-static inline double fold2_block(double *restrict sum, const float *restrict p) {
-    double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int k = 0; k < FOLD_BLOCK; k += 8)
-        for (int l = 0; l < 8; l++) {
-            const double a = sum[k + l], b = (double)p[k + l], s = a + b, bb = s - a;
-            const double e = (a - (s - bb)) + (b - bb);
-            sum[k + l] = s;
-            lane[l] = lane[l] + fabs(e);
+/* One pass over h rows of w sums: q terms each (1 <= q <= FOLD_TERMS),
+ * row r's term t at P + r * prow + t * pterm; sums at sum + r * w, error
+ * groups at err + r * fold_groups(w); from_first and into out (row
+ * stride ldo; NULL keeps the sums) as fold_row. Dispatches to a fold_row
+ * instance with q, from_first and to_out constant. Returns -1 for a q
+ * out of range, else 0. */
+FOLD_INLINE int fold_rows(double *sum, double *err, const float *P, size_t prow, size_t pterm,
+                          int h, int w, int q, int from_first, float *out, size_t ldo) {
+    const int gw = fold_groups(w), to_out = out != NULL;
+    for (int r = 0; r < h; r++) {
+        double *s = sum + (size_t)r * w, *e = err + (size_t)r * gw;
+        const float *p = P + (size_t)r * prow;
+        float *o = to_out ? out + (size_t)r * ldo : NULL;
+#define FOLD_CASE(Q, F, O) \
+    case (Q) * 4 + (F) * 2 + (O): fold_row(s, e, p, pterm, Q, F, O, o, w); break;
+#define FOLD_CASES(Q) FOLD_CASE(Q, 0, 0) FOLD_CASE(Q, 0, 1) FOLD_CASE(Q, 1, 0) FOLD_CASE(Q, 1, 1)
+        switch (q * 4 + from_first * 2 + to_out) {
+            FOLD_CASES(1) FOLD_CASES(2) FOLD_CASES(3) FOLD_CASES(4)
+        default: return -1;
         }
-    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-}
-
-/* sum[i] += p[i], i < n; err[g] += the |error|s of group g (elements
- * g*FOLD_BLOCK ..; the last group may be short). */
-static inline __attribute__((always_inline)) void fold2(double *restrict sum, double *restrict err,
-                                                        const float *restrict p, size_t n) {
-    size_t i = 0, g = 0;
-    for (; i + FOLD_BLOCK <= n; i += FOLD_BLOCK, g++) err[g] = err[g] + fold2_block(sum + i, p + i);
-    for (; i < n; i++) {
-        const double a = sum[i], b = (double)p[i], s = a + b, bb = s - a;
-        sum[i] = s;
-        err[g] = err[g] + fabs((a - (s - bb)) + (b - bb));
+#undef FOLD_CASES
+#undef FOLD_CASE
     }
+    return 0;
 }
 
-/* Groups of n elements (the last may be short). */
-static inline size_t fold2_groups(size_t n) { return (n + FOLD_BLOCK - 1) / FOLD_BLOCK; }
+/* The sum of n terms x[0], x[stride], ... in 16 lanes, every addition
+ * checked (the lanes are then added with checks too): 1 and *out = the
+ * exact sum when no addition had an error, else 0. Called with stride 1
+ * constant where it can be, so that the loop vectorises. */
+FOLD_INLINE int fold_array(const float *x, size_t n, size_t stride, double *out) {
+    enum { LANES = 16 };
+    double s[LANES], e[LANES];
+    for (int l = 0; l < LANES; l++) s[l] = 0.0, e[l] = 0.0;
+    size_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) s[l] = fold_add(s[l], (double)x[(i + l) * stride], &e[l]);
+    for (; i < n; i++) s[0] = fold_add(s[0], (double)x[i * stride], &e[0]);
+    double total = 0.0, err = 0.0;
+    for (int l = 0; l < LANES; l++) {
+        total = fold_add(total, s[l], &err);
+        err = err + e[l];
+    }
+    *out = total;
+    return err == 0.0;
+}
 
 #endif

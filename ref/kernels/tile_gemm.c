@@ -13,6 +13,7 @@
 #include "parity/tile.h"
 
 #include "parity/runtime.h"
+#include "tile_internal.h"
 
 #include <cblas.h>
 #include <pthread.h>
@@ -55,8 +56,6 @@ static int parse_backend_env(tile_backend_t *out, perr_t *err) {
 
 /* ---- OpenBLAS backend ------------------------------------------------------ */
 
-void tile_check_args(const char *fn, int M, int N, int K, const float *A, int lda, int lda_min,
-                     const float *B, int ldb, int ldb_min, float *C, int ldc);
 /* Fatal on sizes, strides or pointers no tile can have; both backends use it. */
 void tile_check_args(const char *fn, int M, int N, int K, const float *A, int lda, int lda_min,
                      const float *B, int ldb, int ldb_min, float *C, int ldc) {
@@ -131,13 +130,6 @@ static void operand_shapes(int form, int M, int N, int K, int *ar, int *ac, int 
     *bc = form == FORM_NT ? K : N;
 }
 
-/* Deterministic values in (-1, 1) with full 24-bit mantissas, so that
- * every product and sum rounds. */
-static float check_value(uint32_t *state) {
-    *state = *state * 1664525u + 1013904223u;
-    return (float)((int32_t)*state >> 7) * 0x1p-24f;
-}
-
 /* Copies a rows x cols matrix into buf at float offset off with row stride ld. */
 static float *place(float *buf, size_t off, int ld, const float *src, int rows, int cols) {
     float *dst = buf + off;
@@ -169,8 +161,8 @@ static int check_tile_invariance(char *why, size_t why_len) {
         for (int form = FORM_NN; form <= FORM_TN && rc == 0; form++) {
             int ar, ac, br, bc;
             operand_shapes(form, M, N, K, &ar, &ac, &br, &bc);
-            for (int i = 0; i < ar * ac; i++) a0[i] = check_value(&state);
-            for (int i = 0; i < br * bc; i++) b0[i] = check_value(&state);
+            for (int i = 0; i < ar * ac; i++) a0[i] = tile_check_value(&state);
+            for (int i = 0; i < br * bc; i++) b0[i] = tile_check_value(&state);
             blas_form(form, M, N, K, a0, ac, b0, bc, c0, N);
 
             static gemm_fn *const portable[] = {tile_portable_nn, tile_portable_nt,

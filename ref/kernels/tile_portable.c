@@ -32,6 +32,7 @@
  * several builds of it side by side with renamed entry points.
  */
 #include "parity/tile.h"
+#include "tile_internal.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -42,9 +43,6 @@ enum {
     KC = 512, /* k per packed panel of B^T in the nt form (16 KiB on the stack) */
 };
 
-/* Argument checks are shared with the dispatcher (tile_gemm.c). */
-void tile_check_args(const char *fn, int M, int N, int K, const float *A, int lda, int lda_min,
-                     const float *B, int ldb, int ldb_min, float *C, int ldc);
 
 /* One block of C: rows [0, mr), columns [0, nr), mr <= MR, nr <= NR.
  *   c[r, j] = (first ? +0 : c[r, j]) + sum_{k < kc, ascending} a(r, k) * b[k*ldb + j]

@@ -1,14 +1,11 @@
-/* xsum.c - exact sums on the fast path: fp64 under a certificate.
+/* xsum.c - exact sums on the fast path: fp64 with every addition checked.
  *
- * Every fp32 value is a multiple of its ulp. If all terms are multiples
- * of 2^q and sum|x| < 2^(q+53), then every partial sum, in any order, is
- * a multiple of 2^q smaller than 2^(q+53): it fits fp64's 53-bit
- * significand, so fp64 addition is exact and one conversion to fp32
- * rounds the true sum once, to nearest-even. fold.h checks a sufficient
- * form of it from the largest and smallest non-zero magnitude (the
- * smallest term has the smallest ulp). Terms that break it send the
- * whole sum to the superaccumulator. (xvec.c checks each addition with
- * TwoSum instead, which suits sums that stay open.)
+ * fold.h's fold_array adds the terms in 16 fp64 lanes and checks each
+ * addition with TwoSum; when none had an error, the fp64 total is the
+ * exact sum and one conversion to fp32 rounds it once, to nearest-even.
+ * Otherwise (a sum that needs more than 53 bits, inf, NaN) the whole sum
+ * goes to the superaccumulator. Both give the same bits
+ * (tests/test_xacc.c).
  */
 #include "parity/xacc.h"
 
@@ -42,30 +39,11 @@ static float xsum_slow(const float *x, size_t n, size_t stride) {
     return xacc_round_f32(&acc);
 }
 
-/* The certificate's loop (fold.h): 16 independent fp64 lanes, each with
- * its largest and smallest non-zero magnitude. While the certificate
- * holds, fp64 addition is exact in any order, so the lanes' sum is the sum;
- * if it fails, the lanes' values are thrown away. */
-#define LANES 16
+/* Cloned per vector width (simd.h); the contiguous case gets its own
+ * instance with stride 1 constant, which vectorises. */
 PARITY_SIMD_CLONES
 static int fast_sum(const float *x, size_t n, size_t stride, double *out) {
-    double s[LANES];
-    float mx[LANES], mn[LANES];
-    fold_init(s, mx, mn, LANES);
-    size_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int l = 0; l < LANES; l++) fold_one(&s[l], &mx[l], &mn[l], x[(i + (size_t)l) * stride]);
-    for (; i < n; i++) fold_one(&s[0], &mx[0], &mn[0], x[i * stride]);
-    double total = 0.0;
-    float big = 0.0f, small = INFINITY;
-    for (int l = 0; l < LANES; l++) {
-        total = total + s[l];
-        big = mx[l] > big ? mx[l] : big;
-        small = mn[l] < small ? mn[l] : small;
-    }
-    if (!fold_certified(total, big, small, fold_p2(n))) return 0;
-    *out = total;
-    return 1;
+    return stride == 1 ? fold_array(x, n, 1, out) : fold_array(x, n, stride, out);
 }
 
 float xsum_f32_strided(const float *x, size_t n, size_t stride) {

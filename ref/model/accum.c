@@ -112,7 +112,19 @@ void acc_store_exact_f64(acc_t *a, size_t offset, const double *x, size_t n) {
     put_exact_f64(a, offset, x, n, 1);
 }
 
+/* The column sums of the rows, FOLD_TERMS rows a pass (fold.h). Cloned
+ * per vector width (simd.h). Returns -1 only for a bad pass size. */
 PARITY_SIMD_CLONES
+static int column_sums(double *sum, double *err, const float *rows, int nrows, int w, int ld) {
+    for (int g = 0; g < fold_groups(w); g++) err[g] = 0.0;
+    for (int r = 0; r < nrows; r += FOLD_TERMS) {
+        const int q = nrows - r < FOLD_TERMS ? nrows - r : FOLD_TERMS;
+        if (fold_rows(sum, err, rows + (size_t)r * ld, 0, (size_t)ld, 1, w, q, r == 0, NULL, 0))
+            return -1;
+    }
+    return 0;
+}
+
 void acc_add_rows(acc_t *a, size_t offset, const float *rows, int nrows, int width, int ld) {
     if (PLAIN || nrows <= 1) {
         for (int r = 0; r < nrows; r++)
@@ -120,17 +132,20 @@ void acc_add_rows(acc_t *a, size_t offset, const float *rows, int nrows, int wid
         return;
     }
     size_t w = (size_t)width;
-    double *sum = malloc(w * sizeof(double));
-    float *mx = malloc(w * sizeof(float)), *mn = malloc(w * sizeof(float));
-    if (!sum || !mx || !mn) parity_fatal("acc_add_rows: out of memory for %d columns", width);
-    fold_first(sum, mx, mn, rows, w);
-    for (int r = 1; r < nrows; r++) fold(sum, mx, mn, rows + (size_t)r * ld, w);
-    const double p2 = fold_p2((size_t)nrows);
-    int fast = xacc_fast_path_enabled(), n_slow = 0;
-    for (size_t c = 0; c < w; c++)
-        if (!fast || !fold_certified(sum[c], mx[c], mn[c], p2)) {
-            sum[c] = 0.0; /* this column goes in term by term below */
-            mn[c] = -1.0f;
+    const int groups = fold_groups(width);
+    double *sum = malloc(w * sizeof(double)), *err = malloc((size_t)groups * sizeof(double));
+    if (!sum || !err) parity_fatal("acc_add_rows: out of memory for %d columns", width);
+    if (column_sums(sum, err, rows, nrows, width, ld))
+        parity_fatal("acc_add_rows: bad fold pass");
+    /* A group with an inexact addition (or inf, NaN) goes in term by term
+     * below; its columns' sums are zeroed so that the put adds nothing. */
+    const int fast = xacc_fast_path_enabled();
+    int n_slow = 0;
+    for (int g = 0; g < groups; g++)
+        if (!fast || err[g] != 0.0) {
+            err[g] = 1.0; /* marks the group slow, also when the fast path is off */
+            for (size_t c = (size_t)g * FOLD_BLOCK; c < w && c < (size_t)(g + 1) * FOLD_BLOCK; c++)
+                sum[c] = 0.0;
             n_slow++;
         }
     /* a whole zero accumulator (a bias or LayerNorm gradient's first
@@ -140,7 +155,7 @@ void acc_add_rows(acc_t *a, size_t offset, const float *rows, int nrows, int wid
     float *column = n_slow ? malloc((size_t)nrows * sizeof(float)) : NULL;
     if (n_slow && !column) parity_fatal("acc_add_rows: out of memory for %d rows", nrows);
     for (size_t c = 0; n_slow && c < w; c++)
-        if (mn[c] == -1.0f) {
+        if (err[c / FOLD_BLOCK] != 0.0) {
             for (int r = 0; r < nrows; r++) column[r] = rows[(size_t)r * ld + c];
             xacc_t exact;
             xacc_init(&exact);
@@ -148,7 +163,7 @@ void acc_add_rows(acc_t *a, size_t offset, const float *rows, int nrows, int wid
             xvec_add_xacc(&a->x, offset + c, &exact);
         }
     free(column);
-    free(sum), free(mx), free(mn);
+    free(sum), free(err);
 }
 
 void acc_merge(acc_t *dst, const acc_t *src) {

@@ -1,9 +1,12 @@
 /* contract.c - tiled matrix products with exact sums over K tiles.
  *
- * Work is done one block of C at a time: tm rows and as many tn-wide
- * tiles as keep the block's running state in cache. For each K tile,
- * every (tm x tn) tile of the block is computed into a partial buffer,
- * then the block's partials are folded into per-element running state.
+ * Work is done one block of C at a time: as many whole tiles as keep the
+ * block's running state in cache. For each K tile, every (tm x tn) tile
+ * of the block is computed into a partial buffer by one tile_gemm_tiles
+ * call (one OpenBLAS call where this machine gives the canonical tiles'
+ * bits that way, tile.h); the partials of up to FOLD_TERMS K tiles are
+ * then folded into per-element running state in one pass, and the last
+ * pass rounds straight into C.
  *
  * The fast path (fold.h's TwoSum-checked folding): each element keeps an
  * fp64 running sum of its partials, every addition checked exact by its
@@ -39,10 +42,8 @@ void contract_ws_free(contract_ws_t *ws) {
     free(ws->partial);
     free(ws->sum);
     free(ws->err);
-    free(ws->result);
     free(ws->slow);
     free(ws->slow_idx);
-    if (ws->has_strip) acc_free(&ws->strip);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -52,15 +53,19 @@ static void *grow(void *p, size_t bytes) {
     return q;
 }
 
-/* Workspace for blocks of n elements (kept, never shrunk). */
-static void ws_reserve(contract_ws_t *ws, size_t n) {
-    if (n <= ws->cap) return;
-    ws->partial = grow(ws->partial, n * sizeof(float));
-    ws->sum = grow(ws->sum, n * sizeof(double));
-    ws->err = grow(ws->err, fold2_groups(n) * sizeof(double));
-    ws->result = grow(ws->result, n * sizeof(float));
-    ws->slow_idx = grow(ws->slow_idx, n * sizeof(size_t));
-    ws->cap = n;
+/* Workspace for blocks of n elements with up to errs error groups (kept,
+ * never shrunk): FOLD_TERMS K tiles' partials and the running sums. */
+static void ws_reserve(contract_ws_t *ws, size_t n, size_t errs) {
+    if (n > ws->cap) {
+        ws->partial = grow(ws->partial, (size_t)FOLD_TERMS * n * sizeof(float));
+        ws->sum = grow(ws->sum, n * sizeof(double));
+        ws->slow_idx = grow(ws->slow_idx, n * sizeof(size_t));
+        ws->cap = n;
+    }
+    if (errs > ws->err_cap) {
+        ws->err = grow(ws->err, errs * sizeof(double));
+        ws->err_cap = errs;
+    }
 }
 
 static xacc_t *ws_slow(contract_ws_t *ws, size_t n) {
@@ -71,37 +76,31 @@ static xacc_t *ws_slow(contract_ws_t *ws, size_t n) {
     return ws->slow;
 }
 
-/* The plain-sums build keeps its block in an acc_t of exactly n elements. */
-static acc_t *ws_strip(contract_ws_t *ws, size_t n) {
-    if (ws->has_strip && ws->strip.n == n) {
-        acc_zero(&ws->strip);
-        return &ws->strip;
-    }
-    if (ws->has_strip) acc_free(&ws->strip);
-    if (acc_init(&ws->strip, n)) parity_fatal("contract: out of memory for %zu accumulators", n);
-    ws->has_strip = 1;
-    return &ws->strip;
-}
-
 static void check_grid(const char *what, int M, int N, int K, int tm, int tn, int tk) {
     if (tm <= 0 || tn <= 0 || tk <= 0 || M < 0 || N < 0 || K < 0 || M % tm || N % tn || K % tk)
         parity_fatal("%s: extents M=%d N=%d K=%d are not whole tiles of %d x %d x %d", what, M, N,
                      K, tm, tn, tk);
 }
 
-/* The tile product at (i0, j0, k0) into C. */
-static void tile_product(contract_form_t form, int tm, int tn, int tk, const float *A, int lda,
-                         const float *B, int ldb, int i0, int j0, int k0, float *C, int ldc) {
+/* The tile products of rows [i0, i0+h) and columns [j0, j0+w) of C for
+ * the K tile at k0, into C (row stride ldc): one tile_gemm_tiles call,
+ * whose tiles are the canonical tile calls' bits. */
+static void tiles_product(contract_form_t form, int tm, int tn, int tk, const float *A, int lda,
+                          const float *B, int ldb, int i0, int j0, int k0, int h, int w, float *C,
+                          int ldc) {
     size_t i = (size_t)i0, j = (size_t)j0, k = (size_t)k0;
     switch (form) {
     case CONTRACT_NN:
-        tile_gemm_nn(tm, tn, tk, A + i * lda + k, lda, B + k * ldb + j, ldb, C, ldc);
+        tile_gemm_tiles(TILE_NN, tm, tn, h, w, tk, A + i * lda + k, lda, B + k * ldb + j, ldb,
+                        C, ldc);
         break;
     case CONTRACT_NT:
-        tile_gemm_nt(tm, tn, tk, A + i * lda + k, lda, B + j * ldb + k, ldb, C, ldc);
+        tile_gemm_tiles(TILE_NT, tm, tn, h, w, tk, A + i * lda + k, lda, B + j * ldb + k, ldb,
+                        C, ldc);
         break;
     case CONTRACT_TN:
-        tile_gemm_tn(tm, tn, tk, A + k * lda + i, lda, B + k * ldb + j, ldb, C, ldc);
+        tile_gemm_tiles(TILE_TN, tm, tn, h, w, tk, A + k * lda + i, lda, B + k * ldb + j, ldb,
+                        C, ldc);
         break;
     }
 }
@@ -113,59 +112,96 @@ typedef struct {
     int lda, ldb;
 } job_t;
 
-/* A block of C: rows [i0, i0+tm), columns [j0, j0+w), w a multiple of tn.
- * Blocks are as wide as fits BLOCK_ELEMS, so the running state (16 bytes
- * an element) stays in cache while every K tile is folded in. */
-enum { BLOCK_ELEMS = 16384 };
+/* A block of C: rows [i0, i0+h), columns [j0, j0+w), h a multiple of tm
+ * and w of tn. Blocks hold up to BLOCK_ELEMS elements; they are as wide as
+ * that allows first (one OpenBLAS call covers the block, and the wider it
+ * is, the fewer times A's strip is packed), then as tall. Measured on
+ * gpt-small (2 MiB L2): 16384 elements 306-313 ms a step, 32768 279-294,
+ * 65536 268-288, 131072 270-293, 262144 298: the partials of a fold pass
+ * (16 bytes an element) and the sums (8) stay in L2 up to about here. */
+enum { BLOCK_ELEMS = 65536 };
 
-static int block_width(int N, int tm, int tn) {
+static void block_shape(int M, int N, int tm, int tn, int *h, int *w) {
     int tiles = BLOCK_ELEMS / (tm * tn);
     if (tiles < 1) tiles = 1;
-    return tiles * tn < N ? tiles * tn : N;
+    *w = tiles * tn < N ? tiles * tn : N;
+    int rows = BLOCK_ELEMS / (tm * *w);
+    if (rows < 1) rows = 1;
+    *h = rows * tm < M ? rows * tm : M;
 }
 
-/* Partials of the block for K tile k0: P[tm, w]. */
-static void block_partials(const job_t *j, int i0, int j0, int w, int k0, float *P) {
-    for (int c = 0; c < w; c += j->tn)
-        tile_product(j->form, j->tm, j->tn, j->tk, j->A, j->lda, j->B, j->ldb, i0, j0 + c, k0,
-                     P + c, w);
+/* Partials of the block for K tile k0: P[h, w]. */
+static void block_partials(const job_t *j, int i0, int j0, int h, int w, int k0, float *P) {
+    tiles_product(j->form, j->tm, j->tn, j->tk, j->A, j->lda, j->B, j->ldb, i0, j0, k0, h, w, P,
+                  w);
 }
 
-/* The running state of the block over all K tiles. Returns the number of
- * elements that failed the certificate; their indices are in slow_idx.
- * Cloned per vector width (simd.h): the fold loops are most of its time. */
+/* One fold pass over a block of h rows of w: q partials at P (partial t
+ * at P + t*h*w), starting from the first of them or from sum, ending in
+ * sum or (out != NULL) rounded into out (row stride ldo). Cloned per
+ * vector width (simd.h): the fold is most of the exact sums' time. */
 PARITY_SIMD_CLONES
-static size_t block_sums(const job_t *j, int i0, int j0, int w, contract_ws_t *ws) {
-    const size_t n = (size_t)j->tm * (size_t)w, groups = fold2_groups(n);
-    double *sum = ws->sum, *err = ws->err;
-    for (size_t g = 0; g < groups; g++) err[g] = 0.0;
-    for (int k0 = 0; k0 < j->K; k0 += j->tk) {
-        block_partials(j, i0, j0, w, k0, ws->partial);
-        if (k0 == 0)
-            fold2_first(sum, ws->partial, n);
-        else
-            fold2(sum, err, ws->partial, n);
+static void fold_pass(double *sum, double *err, const float *P, int h, int w, int q,
+                      int from_first, float *out, int ldo) {
+    if (fold_rows(sum, err, P, (size_t)w, (size_t)h * (size_t)w, h, w, q, from_first, out,
+                  (size_t)ldo))
+        parity_fatal("contract: a fold pass of %d K tiles (1 to %d)", q, FOLD_TERMS);
+}
+
+/* The block's exact sums over all K tiles, FOLD_TERMS K tiles a pass:
+ * rounded into out (row stride ldo), or left in ws->sum when out is NULL.
+ * Returns the number of elements whose sum was not certified exact;
+ * their indices (h x w, row-major) are in slow_idx. */
+static size_t block_sums(const job_t *j, int i0, int j0, int h, int w, float *out, int ldo,
+                         contract_ws_t *ws) {
+    const size_t n = (size_t)h * (size_t)w;
+    const int nk = j->K / j->tk, gw = fold_groups(w);
+    for (size_t g = 0; g < (size_t)h * gw; g++) ws->err[g] = 0.0;
+    for (int k = 0; k < nk; k += FOLD_TERMS) {
+        const int q = nk - k < FOLD_TERMS ? nk - k : FOLD_TERMS;
+        for (int t = 0; t < q; t++)
+            block_partials(j, i0, j0, h, w, (k + t) * j->tk, ws->partial + (size_t)t * n);
+        fold_pass(ws->sum, ws->err, ws->partial, h, w, q, k == 0, k + q == nk ? out : NULL,
+                  ldo);
     }
     size_t n_slow = 0;
     const int all = !xacc_fast_path_enabled();
-    for (size_t g = 0; g < groups; g++)
-        if (all || err[g] != 0.0) /* an inexact addition (or inf, NaN) in the group */
-            for (size_t i = g * FOLD_BLOCK; i < n && i < (g + 1) * FOLD_BLOCK; i++)
-                ws->slow_idx[n_slow++] = i;
+    for (int r = 0; r < h; r++)
+        for (int g = 0; g < gw; g++)
+            if (all || ws->err[(size_t)r * gw + g] != 0.0) /* an inexact addition, inf, NaN */
+                for (int c = g * FOLD_BLOCK; c < w && c < (g + 1) * FOLD_BLOCK; c++)
+                    ws->slow_idx[n_slow++] = (size_t)r * w + c;
     return n_slow;
 }
 
 /* Superaccumulators for the failed elements: recompute the partials (the
  * tile calls are deterministic) and add each failed element's terms. */
-static xacc_t *block_slow(const job_t *j, int i0, int j0, int w, size_t n_slow,
+static xacc_t *block_slow(const job_t *j, int i0, int j0, int h, int w, size_t n_slow,
                           contract_ws_t *ws) {
     xacc_t *acc = ws_slow(ws, n_slow);
     for (size_t s = 0; s < n_slow; s++) xacc_init(&acc[s]);
     for (int k0 = 0; k0 < j->K; k0 += j->tk) {
-        block_partials(j, i0, j0, w, k0, ws->partial);
+        block_partials(j, i0, j0, h, w, k0, ws->partial);
         for (size_t s = 0; s < n_slow; s++) xacc_add_f32(&acc[s], ws->partial[ws->slow_idx[s]]);
     }
     return acc;
+}
+
+/* The -DPARITY_PLAIN_SUMS diagnostic: fp32 sums in K-tile order, the
+ * first K tile's partials written straight into C. */
+static void block_plain(const job_t *j, int i0, int j0, int h, int w, float *C, int ldc,
+                        contract_ws_t *ws) {
+    block_partials(j, i0, j0, h, w, 0, ws->partial);
+    for (int r = 0; r < h; r++)
+        memcpy(C + (size_t)r * ldc, ws->partial + (size_t)r * w, (size_t)w * sizeof(float));
+    for (int k0 = j->tk; k0 < j->K; k0 += j->tk) {
+        block_partials(j, i0, j0, h, w, k0, ws->partial);
+        for (int r = 0; r < h; r++) {
+            float *c = C + (size_t)r * ldc;
+            const float *p = ws->partial + (size_t)r * w;
+            for (int i = 0; i < w; i++) c[i] = c[i] + p[i];
+        }
+    }
 }
 
 void contract(contract_form_t form, int M, int N, int K, int tm, int tn, int tk,
@@ -179,38 +215,30 @@ void contract(contract_form_t form, int M, int N, int K, int tm, int tn, int tk,
     }
     if (K == tk) { /* one tile: its partial is the result */
         for (int i0 = 0; i0 < M; i0 += tm)
-            for (int j0 = 0; j0 < N; j0 += tn)
-                tile_product(form, tm, tn, tk, A, lda, B, ldb, i0, j0, 0,
-                             C + (size_t)i0 * ldc + j0, ldc);
+            tiles_product(form, tm, tn, tk, A, lda, B, ldb, i0, 0, 0, tm, N,
+                          C + (size_t)i0 * ldc, ldc);
         return;
     }
     const job_t job = {form, K, tm, tn, tk, A, B, lda, ldb};
-    const int W = block_width(N, tm, tn);
-    ws_reserve(ws, (size_t)tm * (size_t)W);
-    for (int i0 = 0; i0 < M; i0 += tm)
+    int H, W;
+    block_shape(M, N, tm, tn, &H, &W);
+    ws_reserve(ws, (size_t)H * (size_t)W, (size_t)H * (size_t)fold_groups(W));
+    for (int i0 = 0; i0 < M; i0 += H)
         for (int j0 = 0; j0 < N; j0 += W) {
-            const int w = N - j0 < W ? N - j0 : W;
-            const size_t n = (size_t)tm * (size_t)w;
-            float *res = ws->result;
+            const int h = M - i0 < H ? M - i0 : H, w = N - j0 < W ? N - j0 : W;
+            float *c = C + (size_t)i0 * ldc + j0;
             if (accum_plain_sums()) {
-                acc_t *acc = ws_strip(ws, n);
-                for (int k0 = 0; k0 < K; k0 += tk) {
-                    block_partials(&job, i0, j0, w, k0, ws->partial);
-                    acc_add(acc, 0, ws->partial, n);
-                }
-                acc_round(acc, res);
-            } else {
-                size_t n_slow = block_sums(&job, i0, j0, w, ws);
-                for (size_t i = 0; i < n; i++) res[i] = (float)ws->sum[i];
-                if (n_slow) {
-                    xacc_t *acc = block_slow(&job, i0, j0, w, n_slow, ws);
-                    for (size_t s = 0; s < n_slow; s++)
-                        res[ws->slow_idx[s]] = xacc_round_f32(&acc[s]);
+                block_plain(&job, i0, j0, h, w, c, ldc, ws);
+                continue;
+            }
+            size_t n_slow = block_sums(&job, i0, j0, h, w, c, ldc, ws);
+            if (n_slow) {
+                xacc_t *acc = block_slow(&job, i0, j0, h, w, n_slow, ws);
+                for (size_t s = 0; s < n_slow; s++) {
+                    const size_t i = ws->slow_idx[s];
+                    c[(i / (size_t)w) * (size_t)ldc + i % (size_t)w] = xacc_round_f32(&acc[s]);
                 }
             }
-            for (int r = 0; r < tm; r++)
-                memcpy(C + (size_t)(i0 + r) * ldc + j0, res + (size_t)r * w,
-                       (size_t)w * sizeof(float));
         }
 }
 
@@ -220,39 +248,40 @@ void contract_acc(contract_form_t form, int M, int N, int K, int tm, int tn, int
     check_grid("contract_acc", M, N, K, tm, tn, tk);
     if (M == 0 || N == 0 || K == 0) return;
     const job_t job = {form, K, tm, tn, tk, A, B, lda, ldb};
-    const int W = block_width(N, tm, tn);
-    ws_reserve(ws, (size_t)tm * (size_t)W);
+    int H, W;
+    block_shape(M, N, tm, tn, &H, &W);
+    ws_reserve(ws, (size_t)H * (size_t)W, (size_t)H * (size_t)fold_groups(W));
     const int direct = accum_plain_sums() || K == tk;
     /* A call that covers all of a zero accumulator stores each element's
      * first sum instead of adding it (accum.h: acc_claim_zero); every
      * element below is in exactly one block. */
     const int store = offset == 0 && ld == (size_t)N && (size_t)M * (size_t)N == acc->n &&
                       acc_claim_zero(acc);
-    for (int i0 = 0; i0 < M; i0 += tm)
+    for (int i0 = 0; i0 < M; i0 += H)
         for (int j0 = 0; j0 < N; j0 += W) {
-            const int w = N - j0 < W ? N - j0 : W;
-            const size_t n = (size_t)tm * (size_t)w;
+            const int h = M - i0 < H ? M - i0 : H, w = N - j0 < W ? N - j0 : W;
+            const size_t n = (size_t)h * (size_t)w;
             const size_t at = offset + (size_t)i0 * ld + (size_t)j0;
             if (direct) {
                 for (int k0 = 0; k0 < K; k0 += tk) {
-                    block_partials(&job, i0, j0, w, k0, ws->partial);
+                    block_partials(&job, i0, j0, h, w, k0, ws->partial);
                     (store && k0 == 0 ? acc_store_tile : acc_add_tile)(acc, at, ld, ws->partial,
-                                                                        tm, w, w);
+                                                                        h, w, w);
                 }
                 continue;
             }
-            size_t n_slow = block_sums(&job, i0, j0, w, ws);
+            size_t n_slow = block_sums(&job, i0, j0, h, w, NULL, 0, ws);
             for (size_t s = 0; s < n_slow; s++) ws->sum[ws->slow_idx[s]] = 0.0;
             void (*put)(acc_t *, size_t, const double *, size_t) =
                 store ? acc_store_exact_f64 : acc_add_exact_f64;
             if (ld == (size_t)w)
                 put(acc, at, ws->sum, n);
             else
-                for (int r = 0; r < tm; r++)
+                for (int r = 0; r < h; r++)
                     put(acc, at + (size_t)r * ld, ws->sum + (size_t)r * w, (size_t)w);
             if (n_slow) /* the failed elements' partials, one by one */
                 for (int k0 = 0; k0 < K; k0 += tk) {
-                    block_partials(&job, i0, j0, w, k0, ws->partial);
+                    block_partials(&job, i0, j0, h, w, k0, ws->partial);
                     for (size_t s = 0; s < n_slow; s++) {
                         size_t i = ws->slow_idx[s];
                         acc_add(acc, at + (i / (size_t)w) * ld + i % (size_t)w, &ws->partial[i],
