@@ -133,30 +133,100 @@ static void test_contract_independent(void) {
     check_contract_independent(64, 512, 16, 64, 64, 8, 1);
 }
 
-/* sum_f32's vectorised fast path gives xsum_f32's bits, on inputs that
- * pass its certificate and on inputs that do not. */
+/* Test inputs for the sums: x[0..n) of one of KINDS kinds, with an inf or
+ * a NaN now and then (rep picks which). */
+enum { KINDS = 8 };
+static void fill_kind(float *x, int n, int kind, int rep) {
+    for (int i = 0; i < n; i++) {
+        switch (kind) {
+        case 0: x[i] = frand(); break;                              /* one scale */
+        case 1: x[i] = wide(); break;                               /* 2^-60..2^60 */
+        case 2: x[i] = (i & 1) ? -x[i - 1] : frand() * 1e3f; break; /* cancellation */
+        case 3: x[i] = frand() * 1e-40f; break;                     /* subnormals */
+        case 4: x[i] = frand() * 3e38f; break;                      /* overflow to inf */
+        case 5: x[i] = ldexpf(frand(), (int)(frand() * 20.0f)); break; /* 2^-20..2^20: */
+            /* too wide for one fp64 sum, narrow enough for a double-double pair */
+        case 6: /* giants that cancel, and dust whose low bits only a pair keeps */
+            x[i] = i % 3 == 0 ? ldexpf(frand(), 20 + i % 5)
+                   : i % 3 == 1 ? -x[i - 1] : ldexpf(frand(), -15);
+            break;
+        default: x[i] = (i % 17 == 3) ? -0.0f : frand() * 1e-3f; break;
+        }
+    }
+    if (rep % 11 == 4 && n > 2) x[1] = INFINITY;
+    if (rep % 13 == 5 && n > 2) x[2] = NAN;
+}
+
+/* The exact sum of x[0], x[stride], ... term by term, rounded once. */
+static float reference_sum(const float *x, int n, int stride) {
+    xacc_t acc;
+    xacc_init(&acc);
+    for (int i = 0; i < n; i++) xacc_add_f32(&acc, x[(size_t)i * stride]);
+    return xacc_round_f32(&acc);
+}
+
+/* sum_f32's vectorised fast path (TwoSum-checked fp64 lanes) and sacc's
+ * double-double chunks give the term-by-term superaccumulator's bits, on
+ * inputs that pass the checks and on inputs that do not. */
 static void test_sum_f32(void) {
-    static float x[700];
+    static float x[3000];
     int bad = 0;
     for (int rep = 0; rep < 3000; rep++) {
-        int n = rep % 700, kind = rep % 6;
-        for (int i = 0; i < n; i++) {
-            switch (kind) {
-            case 0: x[i] = frand(); break;                              /* one scale */
-            case 1: x[i] = wide(); break;                               /* 2^-60..2^60 */
-            case 2: x[i] = (i & 1) ? -x[i - 1] : frand() * 1e3f; break; /* cancellation */
-            case 3: x[i] = frand() * 1e-40f; break;                     /* subnormals */
-            case 4: x[i] = frand() * 3e38f; break;                      /* overflow to inf */
-            default: x[i] = (i % 17 == 3) ? -0.0f : frand() * 1e-3f; break;
-            }
-        }
-        if (rep % 11 == 4 && n > 2) x[1] = INFINITY;
-        if (rep % 13 == 5 && n > 2) x[2] = NAN;
-        float a = sum_f32(x, (size_t)n), b = xsum_f32(x, (size_t)n);
-        if (memcmp(&a, &b, 4) && bad++ < 3)
-            CHECK(0, "rep %d (n %d kind %d): sum_f32 %a, xsum_f32 %a", rep, n, kind, (double)a,
-                  (double)b);
+        int n = rep % 700, kind = rep % KINDS;
+        if (rep % 97 == 0) n = 1024 + rep % 1977; /* several sacc chunks */
+        fill_kind(x, n, kind, rep);
+        float want = reference_sum(x, n, 1), a = sum_f32(x, (size_t)n);
+        sacc_t sa;
+        sacc_init(&sa);
+        sacc_add(&sa, x, (size_t)n / 3);
+        sacc_add(&sa, x + n / 3, (size_t)(n - n / 3));
+        float b = sacc_round(&sa);
+        if ((memcmp(&a, &want, 4) || memcmp(&b, &want, 4)) && bad++ < 3)
+            CHECK(0, "rep %d (n %d kind %d): sum_f32 %a, sacc %a, reference %a", rep, n, kind,
+                  (double)a, (double)b, (double)want);
     }
+}
+
+/* acc_add_rows (column sums as double-double pairs, failed columns term by
+ * term) gives the term-by-term superaccumulator's bits, into an empty
+ * accumulator (the store) and into one that already holds sums. */
+static void test_row_sums(void) {
+    static const int shapes[][2] = {{2, 1}, {3, 31}, {37, 32}, {200, 33}, {1024, 100}, {5, 64}};
+    int bad = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int kind = 0; kind < KINDS; kind++)
+            for (int prior = 0; prior < 2; prior++) {
+                const int nrows = shapes[s][0], w = shapes[s][1], ld = w + 3;
+                float *rows = malloc((size_t)nrows * ld * 4), before[100], got[100];
+                for (int r = 0; r < nrows; r++) {
+                    float *row = rows + (size_t)r * ld;
+                    if (kind == 6 && r % 3 == 1) /* down each column: giants that cancel */
+                        for (int c = 0; c < ld; c++) row[c] = -row[c - ld];
+                    else if (kind == 6)
+                        for (int c = 0; c < ld; c++)
+                            row[c] = ldexpf(frand(), r % 3 == 0 ? 20 + c % 5 : -15);
+                    else /* a spread of cases across each column */
+                        fill_kind(row, ld, (kind + r % 2) % KINDS, kind * 7 + r);
+                }
+                fill_kind(before, w, 0, 1);
+                acc_t a;
+                CHECK(acc_init(&a, (size_t)w) == 0, "alloc");
+                if (prior) acc_add(&a, 0, before, (size_t)w);
+                acc_add_rows(&a, 0, rows, nrows, w, ld);
+                acc_round(&a, got);
+                acc_free(&a);
+                for (int c = 0; c < w; c++) {
+                    xacc_t x;
+                    xacc_init(&x);
+                    if (prior) xacc_add_f32(&x, before[c]);
+                    for (int r = 0; r < nrows; r++) xacc_add_f32(&x, rows[(size_t)r * ld + c]);
+                    const float want = xacc_round_f32(&x);
+                    if (memcmp(&want, &got[c], 4) && bad++ < 3)
+                        CHECK(0, "%d rows x %d, kind %d, prior %d, column %d: %a, reference %a",
+                              nrows, w, kind, prior, c, (double)got[c], (double)want);
+                }
+                free(rows);
+            }
 }
 
 /* ---- whole steps -------------------------------------------------------- */
@@ -280,6 +350,7 @@ int main(void) {
     RUN(test_contract_split_and_order);
     RUN(test_contract_independent);
     RUN(test_sum_f32);
+    RUN(test_row_sums);
     RUN(test_microbatch_invariance);
     RUN(test_fast_path_vs_superaccumulator);
     RUN(test_backends);

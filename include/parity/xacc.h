@@ -36,11 +36,11 @@
  *   - +inf together with -inf, or any NaN term, gives the quiet NaN
  *     0x7fc00000 (one canonical NaN, so dumps compare with memcmp).
  *
- * The fast path (xsum_f32): when every term is a multiple of 2^q and
- * sum|x| < 2^(q+53), a plain fp64 sum is exact in any order, so one
- * conversion to fp32 gives the correctly rounded result. xsum_* checks
- * that certificate and falls back to the accumulator when it fails; both
- * paths give identical bits (tests/test_xacc.c).
+ * The fast path (xsum_f32): a sum in fp64 whose every addition is
+ * checked exact by TwoSum (ref/kernels/fold.h) is the exact sum, so one
+ * conversion to fp32 gives the correctly rounded result. xsum_* falls
+ * back to the accumulator when a check fails; both paths give identical
+ * bits (tests/test_xacc.c).
  */
 #ifndef PARITY_XACC_H
 #define PARITY_XACC_H
@@ -73,9 +73,6 @@ double xacc_round_f64(const xacc_t *acc);
 /* Sign of the exact value: -1, 0 or +1 (finite part only). */
 int   xacc_sign(const xacc_t *acc);
 
-/* The fast path alone: 1 and *exact = the exact sum in fp64 when the
- * certificate holds (then xacc_add_f64_exact can take it), else 0. */
-int   xsum_f64_exact(const float *x, size_t n, double *exact);
 /* Exact sum of n fp32 values, rounded once; fast path with fallback. */
 float xsum_f32(const float *x, size_t n);
 /* Same, over x[0], x[stride], x[2*stride], ... */

@@ -124,6 +124,81 @@ FOLD_INLINE int fold_rows(double *sum, double *err, const float *P, size_t prow,
     return 0;
 }
 
+/* ---- double-double sums (sums of many terms of any spread) ----------------
+ *
+ * A sum of hundreds of terms of widely spread magnitudes (a bias
+ * gradient's column over every token, squares for a norm) rarely stays
+ * within fp64's 53 bits, so the checks above would fail it. Here each
+ * term's addition is a TwoSum whose error is kept: sum + comp, with comp
+ * the running sum of the errors, is then exactly the sum of the terms, as
+ * long as comp's own additions are exact (checked by TwoSum again; they
+ * add errors far smaller than the terms, so they almost always are). The
+ * pair goes into an open accumulator as two exact fp64 terms. */
+
+/* Returns s + b; *t = its rounding error (exactly: s + b = result + *t). */
+FOLD_INLINE double fold_two_sum(double s, double b, double *t) {
+    const double r = s + b, bb = r - s;
+    *t = (s - (r - bb)) + (b - bb);
+    return r;
+}
+
+/* One term into a pair: s + k += b, k's addition checked into *e. */
+FOLD_INLINE void fold_dd_add(double *s, double *k, double *e, double b) {
+    double t;
+    *s = fold_two_sum(*s, b, &t);
+    *k = fold_add(*k, t, e);
+}
+
+/* Column sums of nrows rows of w floats (row r at rows + r * ld) as pairs
+ * sum[c] + comp[c]; err[c] = the |error|s of comp[c]'s own additions
+ * (0: the pair is exact). The rows stream past in order, four at a time,
+ * while the three w-long arrays stay in L1: a column-by-column walk
+ * strides across pages and costs a cache and TLB miss a row. */
+FOLD_INLINE void fold_columns_dd(double *restrict sum, double *restrict comp,
+                                 double *restrict err, const float *restrict rows, size_t ld,
+                                 int nrows, int w) {
+    for (int c = 0; c < w; c++) sum[c] = 0.0, comp[c] = 0.0, err[c] = 0.0;
+    int r = 0;
+    for (; r + 4 <= nrows; r += 4) {
+        const float *x0 = rows + (size_t)r * ld, *x1 = x0 + ld, *x2 = x1 + ld, *x3 = x2 + ld;
+        for (int c = 0; c < w; c++) {
+            double s = sum[c], k = comp[c], e = err[c];
+            fold_dd_add(&s, &k, &e, (double)x0[c]);
+            fold_dd_add(&s, &k, &e, (double)x1[c]);
+            fold_dd_add(&s, &k, &e, (double)x2[c]);
+            fold_dd_add(&s, &k, &e, (double)x3[c]);
+            sum[c] = s, comp[c] = k, err[c] = e;
+        }
+    }
+    for (; r < nrows; r++) {
+        const float *x = rows + (size_t)r * ld;
+        for (int c = 0; c < w; c++) fold_dd_add(&sum[c], &comp[c], &err[c], (double)x[c]);
+    }
+}
+
+/* The sum of n floats as a pair *hi + *lo, in 16 lanes, as
+ * fold_columns_dd; 1 when the pair is exact, else 0. */
+FOLD_INLINE int fold_array_dd(const float *restrict x, size_t n, double *hi, double *lo) {
+    enum { LANES = 16 };
+    double s[LANES], k[LANES], e[LANES];
+    for (int l = 0; l < LANES; l++) s[l] = 0.0, k[l] = 0.0, e[l] = 0.0;
+    size_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) fold_dd_add(&s[l], &k[l], &e[l], (double)x[i + l]);
+    for (; i < n; i++) fold_dd_add(&s[0], &k[0], &e[0], (double)x[i]);
+    double S = 0.0, K = 0.0, E = 0.0;
+    for (int l = 0; l < LANES; l++) {
+        double t;
+        S = fold_two_sum(S, s[l], &t);
+        K = fold_add(K, t, &E);
+        K = fold_add(K, k[l], &E);
+        E = E + e[l];
+    }
+    *hi = S;
+    *lo = K;
+    return E == 0.0;
+}
+
 /* The sum of n terms x[0], x[stride], ... in 16 lanes, every addition
  * checked (the lanes are then added with checks too): 1 and *out = the
  * exact sum when no addition had an error, else 0. Called with stride 1

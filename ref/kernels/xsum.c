@@ -56,8 +56,3 @@ float xsum_f32_strided(const float *x, size_t n, size_t stride) {
 }
 
 float xsum_f32(const float *x, size_t n) { return xsum_f32_strided(x, n, 1); }
-
-int xsum_f64_exact(const float *x, size_t n, double *exact) {
-    return fast_path_enabled && fast_sum(x, n, 1, exact);
-}
-

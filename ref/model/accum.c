@@ -112,17 +112,11 @@ void acc_store_exact_f64(acc_t *a, size_t offset, const double *x, size_t n) {
     put_exact_f64(a, offset, x, n, 1);
 }
 
-/* The column sums of the rows, FOLD_TERMS rows a pass (fold.h). Cloned
- * per vector width (simd.h). Returns -1 only for a bad pass size. */
+/* Cloned per vector width (simd.h): fold.h's column sums. */
 PARITY_SIMD_CLONES
-static int column_sums(double *sum, double *err, const float *rows, int nrows, int w, int ld) {
-    for (int g = 0; g < fold_groups(w); g++) err[g] = 0.0;
-    for (int r = 0; r < nrows; r += FOLD_TERMS) {
-        const int q = nrows - r < FOLD_TERMS ? nrows - r : FOLD_TERMS;
-        if (fold_rows(sum, err, rows + (size_t)r * ld, 0, (size_t)ld, 1, w, q, r == 0, NULL, 0))
-            return -1;
-    }
-    return 0;
+static void column_sums(double *sum, double *comp, double *err, const float *rows, int nrows,
+                        int w, int ld) {
+    fold_columns_dd(sum, comp, err, rows, (size_t)ld, nrows, w);
 }
 
 void acc_add_rows(acc_t *a, size_t offset, const float *rows, int nrows, int width, int ld) {
@@ -132,30 +126,28 @@ void acc_add_rows(acc_t *a, size_t offset, const float *rows, int nrows, int wid
         return;
     }
     size_t w = (size_t)width;
-    const int groups = fold_groups(width);
-    double *sum = malloc(w * sizeof(double)), *err = malloc((size_t)groups * sizeof(double));
-    if (!sum || !err) parity_fatal("acc_add_rows: out of memory for %d columns", width);
-    if (column_sums(sum, err, rows, nrows, width, ld))
-        parity_fatal("acc_add_rows: bad fold pass");
-    /* A group with an inexact addition (or inf, NaN) goes in term by term
-     * below; its columns' sums are zeroed so that the put adds nothing. */
+    double *sum = malloc(3 * w * sizeof(double)), *comp = sum + w, *err = comp + w;
+    if (!sum) parity_fatal("acc_add_rows: out of memory for %d columns", width);
+    column_sums(sum, comp, err, rows, nrows, width, ld);
+    /* A column whose pair is not exact (or inf, NaN) goes in term by term
+     * below; its pair is zeroed so that the puts add nothing. */
     const int fast = xacc_fast_path_enabled();
     int n_slow = 0;
-    for (int g = 0; g < groups; g++)
-        if (!fast || err[g] != 0.0) {
-            err[g] = 1.0; /* marks the group slow, also when the fast path is off */
-            for (size_t c = (size_t)g * FOLD_BLOCK; c < w && c < (size_t)(g + 1) * FOLD_BLOCK; c++)
-                sum[c] = 0.0;
+    for (size_t c = 0; c < w; c++)
+        if (!fast || err[c] != 0.0 || sum[c] - sum[c] != 0.0) {
+            err[c] = 1.0; /* marks the column, also when the fast path is off */
+            sum[c] = comp[c] = 0.0;
             n_slow++;
         }
     /* a whole zero accumulator (a bias or LayerNorm gradient's first
-     * microbatch) takes the sums as they are */
+     * microbatch) takes the sums as they are, then adds the errors */
     put_exact_f64(a, offset, sum, w, offset == 0 && w == a->n && acc_claim_zero(a));
+    put_exact_f64(a, offset, comp, w, 0);
     /* a failed column's terms go through a superaccumulator of its own */
     float *column = n_slow ? malloc((size_t)nrows * sizeof(float)) : NULL;
     if (n_slow && !column) parity_fatal("acc_add_rows: out of memory for %d rows", nrows);
     for (size_t c = 0; n_slow && c < w; c++)
-        if (err[c / FOLD_BLOCK] != 0.0) {
+        if (err[c] != 0.0) {
             for (int r = 0; r < nrows; r++) column[r] = rows[(size_t)r * ld + c];
             xacc_t exact;
             xacc_init(&exact);
@@ -163,7 +155,7 @@ void acc_add_rows(acc_t *a, size_t offset, const float *rows, int nrows, int wid
             xvec_add_xacc(&a->x, offset + c, &exact);
         }
     free(column);
-    free(sum), free(err);
+    free(sum);
 }
 
 void acc_merge(acc_t *dst, const acc_t *src) {
@@ -185,20 +177,29 @@ void sacc_init(sacc_t *s) {
     s->plain = 0.0f;
 }
 
+/* Cloned per vector width (simd.h): fold.h's double-double array sum. */
+PARITY_SIMD_CLONES
+static int array_sum_dd(const float *x, size_t n, double *hi, double *lo) {
+    return fold_array_dd(x, n, hi, lo);
+}
+
 void sacc_add(sacc_t *s, const float *x, size_t n) {
     if (PLAIN) {
         for (size_t i = 0; i < n; i++) s->plain = s->plain + x[i];
         return;
     }
-    /* chunks whose fp64 sum is certified exact enter as one term each */
+    /* chunks whose double-double sum is exact enter as two terms each */
     enum { CHUNK = 1024 };
     for (size_t base = 0; base < n; base += CHUNK) {
         size_t len = n - base < CHUNK ? n - base : CHUNK;
-        double exact;
-        if (xsum_f64_exact(x + base, len, &exact))
-            xacc_add_f64_exact(&s->x, exact);
-        else
+        double hi, lo;
+        if (xacc_fast_path_enabled() && array_sum_dd(x + base, len, &hi, &lo) &&
+            hi - hi == 0.0) {
+            xacc_add_f64_exact(&s->x, hi);
+            xacc_add_f64_exact(&s->x, lo);
+        } else {
             xacc_add_array_f32(&s->x, x + base, len);
+        }
     }
 }
 
