@@ -185,18 +185,17 @@ FOLD_INLINE int fold_array_dd(const float *restrict x, size_t n, double *hi, dou
     size_t i = 0;
     for (; i + LANES <= n; i += LANES)
         for (int l = 0; l < LANES; l++) fold_dd_add(&s[l], &k[l], &e[l], (double)x[i + l]);
-    for (; i < n; i++) fold_dd_add(&s[0], &k[0], &e[0], (double)x[i]);
-    double S = 0.0, K = 0.0, E = 0.0;
-    for (int l = 0; l < LANES; l++) {
-        double t;
-        S = fold_two_sum(S, s[l], &t);
-        K = fold_add(K, t, &E);
-        K = fold_add(K, k[l], &E);
-        E = E + e[l];
-    }
-    *hi = S;
-    *lo = K;
-    return E == 0.0;
+    for (int l = 0; i + l < n; l++) fold_dd_add(&s[l], &k[l], &e[l], (double)x[i + l]);
+    /* the lanes' pairs in a tree, half onto half */
+    for (int h = LANES / 2; h >= 1; h /= 2)
+        for (int l = 0; l < h; l++) {
+            e[l] = e[l] + e[l + h];
+            fold_dd_add(&s[l], &k[l], &e[l], s[l + h]);
+            k[l] = fold_add(k[l], k[l + h], &e[l]);
+        }
+    *hi = s[0];
+    *lo = k[0];
+    return e[0] == 0.0;
 }
 
 /* The sum of n terms x[0], x[stride], ... in 16 lanes, every addition
@@ -210,14 +209,15 @@ FOLD_INLINE int fold_array(const float *x, size_t n, size_t stride, double *out)
     size_t i = 0;
     for (; i + LANES <= n; i += LANES)
         for (int l = 0; l < LANES; l++) s[l] = fold_add(s[l], (double)x[(i + l) * stride], &e[l]);
-    for (; i < n; i++) s[0] = fold_add(s[0], (double)x[i * stride], &e[0]);
-    double total = 0.0, err = 0.0;
-    for (int l = 0; l < LANES; l++) {
-        total = fold_add(total, s[l], &err);
-        err = err + e[l];
-    }
-    *out = total;
-    return err == 0.0;
+    for (int l = 0; i + l < n; l++) s[l] = fold_add(s[l], (double)x[(i + l) * stride], &e[l]);
+    /* the lanes in a tree, half onto half: four dependent steps, not 16 */
+    for (int h = LANES / 2; h >= 1; h /= 2)
+        for (int l = 0; l < h; l++) {
+            e[l] = e[l] + e[l + h];
+            s[l] = fold_add(s[l], s[l + h], &e[l]);
+        }
+    *out = s[0];
+    return e[0] == 0.0;
 }
 
 #endif
