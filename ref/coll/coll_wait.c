@@ -97,13 +97,18 @@ static inline int reached(uint32_t value, uint32_t target) { return (int32_t)(va
  * devices then took 2 ms a call), so a yield that returns after more than
  * 200 us turns polling off for every device for a while: 1 ms, doubled
  * at each such yield up to 100 ms, halved back at each poll that
- * succeeds. A wait for a peer that computes for milliseconds counts as
- * such a yield too, harmlessly: it would have slept through it anyway.
- * PARITY_COLL_YIELD_US sets the budget (0: never poll). */
+ * succeeds. A long yield while another of our devices is computing (not
+ * waiting) is explained by that device, which had the core, and does not
+ * turn polling off: otherwise the waits of a 64 MiB all-reduce, whose
+ * peers reduce chunks for milliseconds, left polling off for the small
+ * collectives after it (a 4 KiB all-reduce at 8 devices took 79 us after
+ * them, 8 us alone). PARITY_COLL_YIELD_US sets the budget (0: never
+ * poll). */
 enum { YIELD_LONG_NS = 200000, YIELD_QUIET_MIN_NS = 1000000, YIELD_QUIET_MAX_NS = 100000000 };
 static _Atomic int64_t cfg_yield = -1;
 static _Atomic int64_t yield_quiet_until;                /* no polling before this time (ns) */
 static _Atomic int64_t yield_quiet_ns = YIELD_QUIET_MIN_NS; /* the next quiet period */
+static _Atomic int waiting_devices; /* device threads inside coll_wword_wait's slow path */
 
 static int64_t yield_budget_ns(void) {
     int64_t v = atomic_load_explicit(&cfg_yield, memory_order_relaxed);
@@ -128,10 +133,16 @@ static int yield_poll(wword_t *w, uint32_t target, int64_t start) {
                 atomic_store_explicit(&yield_quiet_ns, q / 2, memory_order_relaxed);
             return 1;
         }
+        /* sampled before the yield: a computing peer that had the core
+         * gives it back by entering a wait, so afterwards it counts as
+         * waiting */
+        const int peer_computing =
+            devices_world() > atomic_load_explicit(&waiting_devices, memory_order_relaxed);
         const int64_t t0 = now_ns();
         sched_yield();
         const int64_t t1 = now_ns();
         if (t1 - t0 > YIELD_LONG_NS) { /* the core went elsewhere for a slice */
+            if (peer_computing) return 0; /* one of ours had it: not another process */
             const int64_t q = atomic_load_explicit(&yield_quiet_ns, memory_order_relaxed);
             atomic_store_explicit(&yield_quiet_until, t1 + q, memory_order_relaxed);
             atomic_store_explicit(&yield_quiet_ns, q < YIELD_QUIET_MAX_NS / 2 ? 2 * q : YIELD_QUIET_MAX_NS,
@@ -144,8 +155,16 @@ static int yield_poll(wword_t *w, uint32_t target, int64_t start) {
 
 static _Noreturn void watchdog_fire(int64_t waited_ns);
 
+static void wait_slow(wword_t *w, uint32_t target);
+
 void coll_wword_wait(wword_t *w, uint32_t target) {
     if (reached(atomic_load_explicit(&w->value, memory_order_acquire), target)) return;
+    atomic_fetch_add_explicit(&waiting_devices, 1, memory_order_relaxed);
+    wait_slow(w, target);
+    atomic_fetch_sub_explicit(&waiting_devices, 1, memory_order_relaxed);
+}
+
+static void wait_slow(wword_t *w, uint32_t target) {
     int64_t start = now_ns(), spin = spin_ns();
     for (unsigned i = 1; spin > 0; i++) {
         if (reached(atomic_load_explicit(&w->value, memory_order_acquire), target)) return;
