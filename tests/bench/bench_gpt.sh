@@ -24,6 +24,8 @@ run() { # label file args...
   else printf '%-50s failed: %s\n' "$label" "$(tail -1 "$f")"; fi
 }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. "$root/tests/bench/machine.sh"
+bench_machine
 
 echo "gpt-small: 3,257,856 params, 8 x 128 tokens a step, fwd + bwd + AdamW; medians over $STEPS steps"
 echo "(parity: CPU time of the step and wall time; PyTorch: its own wall-time median)"
@@ -68,4 +70,9 @@ echo "load average during the run: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) 
 [ -n "$ob" ] && [ -n "$pl" ] && awk -v a="$ob" -v b="$pl" 'BEGIN{printf "cost of exactness: exact / plain fp32 sums = %.3f (%+.1f ms a step)\n", a/b, a-b}'
 obw=$(wall "$tmp/ob")
 [ -n "$obw" ] && [ -n "${t:-}" ] && awk -v a="$t" -v b="$obw" 'BEGIN{printf "golden step vs PyTorch eager, one thread each (wall vs wall, same run): %.2fx %s (target: >= 1, no slower)\n", a/b, (a>=b ? "faster" : "SLOWER")}'
+tf=$(sed -nE 's/.*step median=([0-9.]+) ms.*/\1/p' "$tmp/torch_free" 2>/dev/null)
+[ -n "$obw" ] && [ -n "${tf:-}" ] && awk -v a="$tf" -v b="$obw" 'BEGIN{printf "golden step (one thread) vs PyTorch as shipped (its BLAS on every core): %.2fx (target: >= 0.85)\n", a/b}'
+echo
+echo "where the golden step's time goes (issue 14's phases):"
+PARITY="$PARITY" bash "$root/tests/bench/bench_phases.sh"
 exit 0

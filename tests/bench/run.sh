@@ -10,6 +10,8 @@ anchors="$root/../shared/anchors"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 echo "parity bench on $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)"
+. "$root/tests/bench/machine.sh"
+bench_machine
 
 section() { printf '\n== %s\n' "$*"; }
 
