@@ -21,6 +21,7 @@
 #include "parity/contract.h"
 #include "parity/corpus.h"
 #include "parity/model.h"
+#include "parity/pool.h"
 #include "parity/tile.h"
 #include "parity/xacc.h"
 
@@ -131,6 +132,51 @@ static void test_contract_independent(void) {
     check_contract_independent(8, 8, 48, 4, 4, 8, 20);
     /* wider than one cache block: several column blocks per row strip */
     check_contract_independent(64, 512, 16, 64, 64, 8, 1);
+}
+
+/* A contraction's blocks spread over compute threads (pool.h) give the
+ * one-thread bits: contract, contract_acc into an empty accumulator (the
+ * store) and into a full one, several blocks a call, one K tile and
+ * several, inputs whose sums fail the fast path, both backends. */
+static void test_contract_threads(void) {
+    static const int shp[][6] = {/* M, N, K, tm, tn, tk */
+                                 {512, 640, 512, 64, 64, 64},
+                                 {256, 96, 32, 32, 32, 32},
+                                 {96, 1200, 48, 32, 40, 8}};
+    perr_t err;
+    contract_ws_t ws;
+    contract_ws_init(&ws);
+    const tile_backend_t saved = tile_get_backend();
+    for (int backend = 0; backend < 2; backend++)
+        for (size_t s = 0; s < sizeof shp / sizeof shp[0]; s++) {
+            tile_set_backend(backend ? TILE_BACKEND_PORTABLE : TILE_BACKEND_OPENBLAS);
+            const int M = shp[s][0], N = shp[s][1], K = shp[s][2];
+            const int tm = shp[s][3], tn = shp[s][4], tk = shp[s][5];
+            float *A = malloc((size_t)M * K * 4), *B = malloc((size_t)N * K * 4);
+            float *C[2], *D[2];
+            for (int i = 0; i < M * K; i++) A[i] = (i % 5) ? frand() : wide();
+            for (int i = 0; i < N * K; i++) B[i] = (i % 7) ? frand() : wide();
+            for (int t = 0; t < 2; t++) {
+                CHECK(pool_set_threads(t ? 3 : 1, &err) == 0, "pool: %s", err.msg);
+                C[t] = malloc((size_t)M * N * 4), D[t] = malloc((size_t)M * N * 4 * 2);
+                contract(CONTRACT_NT, M, N, K, tm, tn, tk, A, K, B, K, C[t], N, &ws);
+                acc_t acc;
+                CHECK(acc_init(&acc, (size_t)M * N) == 0, "alloc");
+                contract_acc(CONTRACT_NT, M, N, K, tm, tn, tk, A, K, B, K, &acc, 0, N, &ws);
+                acc_round(&acc, D[t]);
+                contract_acc(CONTRACT_NT, M, N, tk, tm, tn, tk, A, K, B, K, &acc, 0, N, &ws);
+                acc_round(&acc, D[t] + (size_t)M * N);
+                acc_free(&acc);
+            }
+            CHECK(!memcmp(C[0], C[1], (size_t)M * N * 4), "%s %dx%dx%d: contract differs with "
+                  "3 threads", backend ? "portable" : "openblas", M, N, K);
+            CHECK(!memcmp(D[0], D[1], (size_t)M * N * 4 * 2), "%s %dx%dx%d: contract_acc "
+                  "differs with 3 threads", backend ? "portable" : "openblas", M, N, K);
+            free(A), free(B), free(C[0]), free(C[1]), free(D[0]), free(D[1]);
+        }
+    CHECK(pool_set_threads(1, &err) == 0, "pool: %s", err.msg);
+    tile_set_backend(saved);
+    contract_ws_free(&ws);
 }
 
 /* Test inputs for the sums: x[0..n) of one of KINDS kinds, with an inf or
@@ -349,6 +395,7 @@ int main(void) {
     }
     RUN(test_contract_split_and_order);
     RUN(test_contract_independent);
+    RUN(test_contract_threads);
     RUN(test_sum_f32);
     RUN(test_row_sums);
     RUN(test_microbatch_invariance);

@@ -4,8 +4,10 @@
  * (the way one would write out Megatron's rank grid by hand), never from
  * the implementation's own output.
  */
+#include "parity/pool.h"
 #include "parity/runtime.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -404,6 +406,72 @@ static void test_groups_from_layout(void) {
     CHECK(group_create_all(&L, "zz", "x", dp, &e) == -1 && contains(e.msg, "zz"), "%s", e.msg);
 }
 
+/* ---- compute threads (pool.h) ------------------------------------------ */
+
+enum { POOL_PIECES = 5000 };
+typedef struct {
+    atomic_int runs[POOL_PIECES];
+    atomic_int bad_worker, nested_ok;
+    int threads;
+} pool_job_t;
+
+static void nested_piece(void *arg, int piece, int worker) {
+    pool_job_t *j = arg;
+    (void)piece;
+    if (worker != 0) atomic_fetch_add(&j->bad_worker, 1); /* nested: the caller alone */
+}
+
+static void count_piece(void *arg, int piece, int worker) {
+    pool_job_t *j = arg;
+    atomic_fetch_add(&j->runs[piece], 1);
+    if (worker < 0 || worker >= j->threads) atomic_fetch_add(&j->bad_worker, 1);
+    if (piece % 1000 == 7) { /* a piece that calls pool_run runs that job itself */
+        pool_job_t inner;
+        memset(&inner, 0, sizeof inner);
+        pool_run(nested_piece, &inner, 3);
+        if (atomic_load(&inner.bad_worker) == 0) atomic_fetch_add(&j->nested_ok, 1);
+    }
+}
+
+static void check_pool_job(int threads) {
+    pool_job_t *j = calloc(1, sizeof *j);
+    CHECK(j != NULL, "alloc");
+    j->threads = threads;
+    pool_run(count_piece, j, POOL_PIECES);
+    int wrong = 0;
+    for (int i = 0; i < POOL_PIECES; i++) wrong += atomic_load(&j->runs[i]) != 1;
+    CHECK(wrong == 0, "%d threads: %d pieces did not run exactly once", threads, wrong);
+    CHECK(atomic_load(&j->bad_worker) == 0, "%d threads: a worker index out of range", threads);
+    CHECK(atomic_load(&j->nested_ok) == POOL_PIECES / 1000, "%d threads: nested pool_run",
+          threads);
+    free(j);
+}
+
+static void *second_caller(void *p) {
+    for (int k = 0; k < 20; k++) check_pool_job(*(int *)p);
+    return NULL;
+}
+
+static void test_pool(void) {
+    perr_t err;
+    CHECK(pool_threads() == 1, "a pool starts with the caller alone");
+    check_pool_job(1);
+    for (int n = 2; n <= 4; n++) {
+        CHECK(pool_set_threads(n, &err) == 0, "pool_set_threads(%d): %s", n, err.msg);
+        CHECK(pool_threads() == n, "pool_threads() = %d, expected %d", pool_threads(), n);
+        for (int k = 0; k < 50; k++) check_pool_job(n); /* many jobs: late helpers */
+    }
+    /* two callers at once: one gets the pool, the other runs its pieces */
+    int n = 4;
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, second_caller, &n) == 0, "pthread_create");
+    for (int k = 0; k < 20; k++) check_pool_job(n);
+    pthread_join(t, NULL);
+    CHECK(pool_set_threads(0, &err) != 0 && strstr(err.msg, "1..64"), "0 threads: %s", err.msg);
+    CHECK(pool_set_threads(65, &err) != 0, "65 threads accepted");
+    CHECK(pool_set_threads(1, &err) == 0 && pool_threads() == 1, "back to one thread");
+}
+
 int main(void) {
     RUN(test_arena_alloc_align_zero);
     RUN(test_arena_high_water);
@@ -414,5 +482,6 @@ int main(void) {
     RUN(test_layout_errors);
     RUN(test_groups);
     RUN(test_groups_from_layout);
+    RUN(test_pool);
     return harness_done();
 }

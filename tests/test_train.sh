@@ -110,6 +110,25 @@ if [ -s "$tmp/a.sha" ] && cmp -s "$tmp/a.sha" "$tmp/b.sha"; then
 else
   fail "micro batch 2 and 1 give identical digests" "$(diff "$tmp/a.sha" "$tmp/b.sha" | head -4)"
 fi
+for th in 2 3; do # compute threads (pool.h): the same bits, gpt-micro and gpt-tiny
+  "$PARITY" train --model gpt-micro --steps 2 --threads "$th" --digest "$tmp/t.sha" --quiet >/dev/null 2>&1
+  if [ -s "$tmp/t.sha" ] && cmp -s "$tmp/a.sha" "$tmp/t.sha"; then
+    ok "--threads $th gives the one-thread digests"
+  else
+    fail "--threads $th gives the one-thread digests" "$(diff "$tmp/a.sha" "$tmp/t.sha" | head -4)"
+  fi
+done
+"$PARITY" train --model gpt-tiny --steps 2 --digest "$tmp/t1.sha" --quiet >/dev/null 2>&1
+"$PARITY" train --model gpt-tiny --steps 2 --threads 2 --digest "$tmp/t2.sha" --quiet >/dev/null 2>&1
+if [ -s "$tmp/t1.sha" ] && cmp -s "$tmp/t1.sha" "$tmp/t2.sha"; then
+  ok "gpt-tiny: --threads 2 gives the one-thread digests ($(wc -l <"$tmp/t1.sha") tensors)"
+else
+  fail "gpt-tiny: --threads 2 gives the one-thread digests" "$(diff "$tmp/t1.sha" "$tmp/t2.sha" | head -4)"
+fi
+expect_error "--threads 0 is refused" "--threads.*out of range" --model gpt-micro --threads 0
+expect_error "--threads 65 is refused" "--threads.*out of range" --model gpt-micro --threads 65
+expect_error "--threads with a layout is refused" "compute threads are for the one-device golden run" \
+  --model gpt-micro --threads 2 --data-parallel-size 2
 "$PARITY" train --model gpt-micro --print-config >"$tmp/cfg.json" 2>&1
 "$PARITY" train --model "$tmp/cfg.json" --steps 2 --digest "$tmp/c.sha" --quiet >/dev/null 2>&1
 if [ -s "$tmp/c.sha" ] && cmp -s "$tmp/a.sha" "$tmp/c.sha"; then

@@ -28,6 +28,7 @@
 #include "parity/model.h"
 #include "parity/numparse.h"
 #include "parity/pconfig.h"
+#include "parity/pool.h"
 #include "parity/pp.h"
 #include "parity/tile.h"
 
@@ -51,6 +52,9 @@ static void usage(FILE *f) {
         "                           steps S .. S+N-1 (S its next step, N --steps; --dump-steps\n"
         "                           names these global steps); its config must equal this\n"
         "                           run's (except name and micro_batch)\n"
+        "  --threads N              compute threads for the one-device golden run (default 1):\n"
+        "                           a contraction's blocks spread over N threads, the same bits\n"
+        "                           (pool.h); a layout's devices already share the cores\n"
         "  --quiet                  only the summary line\n"
         "  --print-config           print the resolved config as JSON and exit\n"
         "model and training overrides (Megatron-style):\n"
@@ -258,6 +262,7 @@ static int train_main(int argc, char **argv, int check) {
     const char *dump_steps = NULL, *digest_path = NULL, *save_dir = NULL, *load_dir = NULL;
     long long steps = check ? 3 : 10;
     int quiet = 0, print_config = 0, print_layout = 0, layout_given = 0;
+    long long threads = 1;
     perr_t err;
     layout_opts_t lo;
     layout_opts_defaults(&lo);
@@ -293,6 +298,10 @@ static int train_main(int argc, char **argv, int check) {
             const char *v;
             VAL(v);
             if (parse_int("--steps", v, 1, 1000000000LL, &steps)) return 2;
+        } else if (!strcmp(a, "--threads")) {
+            const char *v;
+            VAL(v);
+            if (parse_int("--threads", v, 1, POOL_MAX_THREADS, &threads)) return 2;
         } else if (!strcmp(a, "--quiet")) quiet = 1;
         else if (!strcmp(a, "--print-config")) print_config = 1;
         else if (!strcmp(a, "--print-layout")) print_layout = 1;
@@ -490,6 +499,21 @@ static int train_main(int argc, char **argv, int check) {
         }
     } else {
         for (long long s = 0; s < (steps <= 3 ? steps : 1); s++) want[s] = 1;
+    }
+
+    if (threads > 1 && (check || layout_given)) {
+        fprintf(stderr, "parity %s: --threads %lld: compute threads are for the one-device golden "
+                        "run (parity train without layout options); a layout runs one thread per "
+                        "device\n", argv[0], threads);
+        free(want);
+        corpus_free(&data);
+        return 2;
+    }
+    if (threads > 1 && pool_set_threads((int)threads, &err)) {
+        fprintf(stderr, "parity %s: --threads: %s\n", argv[0], err.msg);
+        free(want);
+        corpus_free(&data);
+        return 2;
     }
 
     if (check || layout_given) {

@@ -28,10 +28,12 @@
 #include "parity/contract.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "parity/error.h"
+#include "parity/pool.h"
 #include "parity/tile.h"
 #include "../kernels/fold.h"
 #include "../kernels/simd.h"
@@ -204,6 +206,78 @@ static void block_plain(const job_t *j, int i0, int j0, int h, int w, float *C, 
     }
 }
 
+/* ---- one call's blocks, spread over the device's compute threads ---------
+ *
+ * Each block is a piece for pool.h: its tiles are canonical and its sums
+ * exact, so which thread computes it changes no bit. A helper thread uses
+ * a workspace of its own; the puts into an open accumulator (xvec keeps
+ * one list of slow elements) take the call's lock. */
+
+typedef struct {
+    job_t job;
+    int M, N, H, W, nbj; /* block grid: blocks of H x W, nbj to a row */
+    contract_ws_t *ws;   /* the calling thread's */
+    float *C;            /* contract */
+    int ldc;
+    acc_t *acc; /* contract_acc */
+    size_t offset, ld;
+    int store;
+    pthread_mutex_t lock;
+} plan_t;
+
+static contract_ws_t helper_ws[POOL_MAX_THREADS]; /* zeroed: contract_ws_init's state */
+
+static contract_ws_t *worker_ws(const plan_t *p, int worker) {
+    contract_ws_t *ws = worker == 0 ? p->ws : &helper_ws[worker];
+    ws_reserve(ws, (size_t)p->H * (size_t)p->W, (size_t)p->H * (size_t)fold_groups(p->W));
+    return ws;
+}
+
+static void block_at(const plan_t *p, int piece, int *i0, int *j0, int *h, int *w) {
+    *i0 = piece / p->nbj * p->H;
+    *j0 = piece % p->nbj * p->W;
+    *h = p->M - *i0 < p->H ? p->M - *i0 : p->H;
+    *w = p->N - *j0 < p->W ? p->N - *j0 : p->W;
+}
+
+static int plan_blocks(plan_t *p, int M, int N) {
+    p->M = M, p->N = N;
+    block_shape(M, N, p->job.tm, p->job.tn, &p->H, &p->W);
+    p->nbj = (N + p->W - 1) / p->W;
+    return (M + p->H - 1) / p->H * p->nbj;
+}
+
+/* contract's piece: block -> C. */
+static void contract_block(void *arg, int piece, int worker) {
+    const plan_t *p = arg;
+    contract_ws_t *ws = worker_ws(p, worker);
+    int i0, j0, h, w;
+    block_at(p, piece, &i0, &j0, &h, &w);
+    float *c = p->C + (size_t)i0 * p->ldc + j0;
+    if (accum_plain_sums()) {
+        block_plain(&p->job, i0, j0, h, w, c, p->ldc, ws);
+        return;
+    }
+    size_t n_slow = block_sums(&p->job, i0, j0, h, w, c, p->ldc, ws);
+    if (n_slow) {
+        xacc_t *acc = block_slow(&p->job, i0, j0, h, w, n_slow, ws);
+        for (size_t s = 0; s < n_slow; s++) {
+            const size_t i = ws->slow_idx[s];
+            c[(i / (size_t)w) * (size_t)p->ldc + i % (size_t)w] = xacc_round_f32(&acc[s]);
+        }
+    }
+}
+
+/* contract's one-K-tile piece: a band of tm rows, its partials are C. */
+static void contract_band(void *arg, int piece, int worker) {
+    (void)worker;
+    const plan_t *p = arg;
+    const job_t *j = &p->job;
+    const int i0 = piece * j->tm;
+    tiles_product(j->form, j->tm, j->tn, j->tk, j->A, j->lda, j->B, j->ldb, i0, 0, 0, j->tm,
+                  p->N, p->C + (size_t)i0 * p->ldc, p->ldc);
+}
+
 void contract(contract_form_t form, int M, int N, int K, int tm, int tn, int tk,
               const float *A, int lda, const float *B, int ldb, float *C, int ldc,
               contract_ws_t *ws) {
@@ -213,32 +287,54 @@ void contract(contract_form_t form, int M, int N, int K, int tm, int tn, int tk,
         for (int i = 0; i < M; i++) memset(C + (size_t)i * ldc, 0, (size_t)N * sizeof(float));
         return;
     }
+    plan_t p = {.job = {form, K, tm, tn, tk, A, B, lda, ldb}, .ws = ws, .C = C, .ldc = ldc};
     if (K == tk) { /* one tile: its partial is the result */
-        for (int i0 = 0; i0 < M; i0 += tm)
-            tiles_product(form, tm, tn, tk, A, lda, B, ldb, i0, 0, 0, tm, N,
-                          C + (size_t)i0 * ldc, ldc);
+        p.M = M, p.N = N;
+        pool_run(contract_band, &p, M / tm);
         return;
     }
-    const job_t job = {form, K, tm, tn, tk, A, B, lda, ldb};
-    int H, W;
-    block_shape(M, N, tm, tn, &H, &W);
-    ws_reserve(ws, (size_t)H * (size_t)W, (size_t)H * (size_t)fold_groups(W));
-    for (int i0 = 0; i0 < M; i0 += H)
-        for (int j0 = 0; j0 < N; j0 += W) {
-            const int h = M - i0 < H ? M - i0 : H, w = N - j0 < W ? N - j0 : W;
-            float *c = C + (size_t)i0 * ldc + j0;
-            if (accum_plain_sums()) {
-                block_plain(&job, i0, j0, h, w, c, ldc, ws);
-                continue;
+    pool_run(contract_block, &p, plan_blocks(&p, M, N));
+}
+
+/* contract_acc's piece: block -> the open accumulator. */
+static void acc_block(void *arg, int piece, int worker) {
+    plan_t *p = arg;
+    const job_t *j = &p->job;
+    contract_ws_t *ws = worker_ws(p, worker);
+    int i0, j0, h, w;
+    block_at(p, piece, &i0, &j0, &h, &w);
+    const size_t n = (size_t)h * (size_t)w, ld = p->ld;
+    const size_t at = p->offset + (size_t)i0 * ld + (size_t)j0;
+    if (accum_plain_sums() || j->K == j->tk) {
+        for (int k0 = 0; k0 < j->K; k0 += j->tk) {
+            block_partials(j, i0, j0, h, w, k0, ws->partial);
+            pthread_mutex_lock(&p->lock);
+            (p->store && k0 == 0 ? acc_store_tile : acc_add_tile)(p->acc, at, ld, ws->partial,
+                                                                   h, w, w);
+            pthread_mutex_unlock(&p->lock);
+        }
+        return;
+    }
+    size_t n_slow = block_sums(j, i0, j0, h, w, NULL, 0, ws);
+    for (size_t s = 0; s < n_slow; s++) ws->sum[ws->slow_idx[s]] = 0.0;
+    void (*put)(acc_t *, size_t, const double *, size_t) =
+        p->store ? acc_store_exact_f64 : acc_add_exact_f64;
+    pthread_mutex_lock(&p->lock);
+    if (ld == (size_t)w)
+        put(p->acc, at, ws->sum, n);
+    else
+        for (int r = 0; r < h; r++)
+            put(p->acc, at + (size_t)r * ld, ws->sum + (size_t)r * w, (size_t)w);
+    pthread_mutex_unlock(&p->lock);
+    if (n_slow) /* the failed elements' partials, one by one */
+        for (int k0 = 0; k0 < j->K; k0 += j->tk) {
+            block_partials(j, i0, j0, h, w, k0, ws->partial);
+            pthread_mutex_lock(&p->lock);
+            for (size_t s = 0; s < n_slow; s++) {
+                size_t i = ws->slow_idx[s];
+                acc_add(p->acc, at + (i / (size_t)w) * ld + i % (size_t)w, &ws->partial[i], 1);
             }
-            size_t n_slow = block_sums(&job, i0, j0, h, w, c, ldc, ws);
-            if (n_slow) {
-                xacc_t *acc = block_slow(&job, i0, j0, h, w, n_slow, ws);
-                for (size_t s = 0; s < n_slow; s++) {
-                    const size_t i = ws->slow_idx[s];
-                    c[(i / (size_t)w) * (size_t)ldc + i % (size_t)w] = xacc_round_f32(&acc[s]);
-                }
-            }
+            pthread_mutex_unlock(&p->lock);
         }
 }
 
@@ -247,46 +343,15 @@ void contract_acc(contract_form_t form, int M, int N, int K, int tm, int tn, int
                   size_t offset, size_t ld, contract_ws_t *ws) {
     check_grid("contract_acc", M, N, K, tm, tn, tk);
     if (M == 0 || N == 0 || K == 0) return;
-    const job_t job = {form, K, tm, tn, tk, A, B, lda, ldb};
-    int H, W;
-    block_shape(M, N, tm, tn, &H, &W);
-    ws_reserve(ws, (size_t)H * (size_t)W, (size_t)H * (size_t)fold_groups(W));
-    const int direct = accum_plain_sums() || K == tk;
+    plan_t p = {.job = {form, K, tm, tn, tk, A, B, lda, ldb},
+                .ws = ws, .acc = acc, .offset = offset, .ld = ld};
     /* A call that covers all of a zero accumulator stores each element's
      * first sum instead of adding it (accum.h: acc_claim_zero); every
-     * element below is in exactly one block. */
-    const int store = offset == 0 && ld == (size_t)N && (size_t)M * (size_t)N == acc->n &&
-                      acc_claim_zero(acc);
-    for (int i0 = 0; i0 < M; i0 += H)
-        for (int j0 = 0; j0 < N; j0 += W) {
-            const int h = M - i0 < H ? M - i0 : H, w = N - j0 < W ? N - j0 : W;
-            const size_t n = (size_t)h * (size_t)w;
-            const size_t at = offset + (size_t)i0 * ld + (size_t)j0;
-            if (direct) {
-                for (int k0 = 0; k0 < K; k0 += tk) {
-                    block_partials(&job, i0, j0, h, w, k0, ws->partial);
-                    (store && k0 == 0 ? acc_store_tile : acc_add_tile)(acc, at, ld, ws->partial,
-                                                                        h, w, w);
-                }
-                continue;
-            }
-            size_t n_slow = block_sums(&job, i0, j0, h, w, NULL, 0, ws);
-            for (size_t s = 0; s < n_slow; s++) ws->sum[ws->slow_idx[s]] = 0.0;
-            void (*put)(acc_t *, size_t, const double *, size_t) =
-                store ? acc_store_exact_f64 : acc_add_exact_f64;
-            if (ld == (size_t)w)
-                put(acc, at, ws->sum, n);
-            else
-                for (int r = 0; r < h; r++)
-                    put(acc, at + (size_t)r * ld, ws->sum + (size_t)r * w, (size_t)w);
-            if (n_slow) /* the failed elements' partials, one by one */
-                for (int k0 = 0; k0 < K; k0 += tk) {
-                    block_partials(&job, i0, j0, h, w, k0, ws->partial);
-                    for (size_t s = 0; s < n_slow; s++) {
-                        size_t i = ws->slow_idx[s];
-                        acc_add(acc, at + (i / (size_t)w) * ld + i % (size_t)w, &ws->partial[i],
-                                1);
-                    }
-                }
-        }
+     * element is in exactly one block. */
+    p.store = offset == 0 && ld == (size_t)N && (size_t)M * (size_t)N == acc->n &&
+              acc_claim_zero(acc);
+    const int pieces = plan_blocks(&p, M, N);
+    pthread_mutex_init(&p.lock, NULL);
+    pool_run(acc_block, &p, pieces);
+    pthread_mutex_destroy(&p.lock);
 }
