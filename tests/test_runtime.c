@@ -417,19 +417,22 @@ typedef struct {
 
 static void nested_piece(void *arg, int piece, int worker) {
     pool_job_t *j = arg;
-    (void)piece;
-    if (worker != 0) atomic_fetch_add(&j->bad_worker, 1); /* nested: the caller alone */
+    atomic_fetch_add(&j->runs[piece], 1);
+    if (worker < 0 || worker >= POOL_MAX_THREADS) atomic_fetch_add(&j->bad_worker, 1);
 }
 
 static void count_piece(void *arg, int piece, int worker) {
     pool_job_t *j = arg;
     atomic_fetch_add(&j->runs[piece], 1);
     if (worker < 0 || worker >= j->threads) atomic_fetch_add(&j->bad_worker, 1);
-    if (piece % 1000 == 7) { /* a piece that calls pool_run runs that job itself */
-        pool_job_t inner;
-        memset(&inner, 0, sizeof inner);
-        pool_run(nested_piece, &inner, 3);
-        if (atomic_load(&inner.bad_worker) == 0) atomic_fetch_add(&j->nested_ok, 1);
+    if (piece % 1000 == 7) { /* a piece that calls pool_run: no deadlock, every piece once */
+        pool_job_t *inner = calloc(1, sizeof *inner);
+        if (!inner) return;
+        pool_run(nested_piece, inner, 3);
+        int once = 1;
+        for (int i = 0; i < 3; i++) once &= atomic_load(&inner->runs[i]) == 1;
+        if (once && atomic_load(&inner->bad_worker) == 0) atomic_fetch_add(&j->nested_ok, 1);
+        free(inner);
     }
 }
 

@@ -6,9 +6,11 @@
  * thread that finishes the last piece wakes the caller. A second caller
  * that finds the pool busy runs its pieces itself, as does a piece that
  * calls pool_run: neither can deadlock, and neither changes a bit. The
- * caller also waits until every helper that joined the job has left it:
- * a helper that woke late must not take a piece of the next job with
- * this job's function and argument.
+ * caller also waits until every helper that joined the job has left it,
+ * then closes the job under the lock: a helper that wakes late finds no
+ * job to join, where it would otherwise run a piece of the next job with
+ * this job's function and (freed) argument. tests/test_runtime.c's
+ * test_pool found that race under ASan.
  */
 #include "parity/pool.h"
 
@@ -58,7 +60,10 @@ static void *helper_main(void *p) {
     pthread_mutex_lock(&lock);
     unsigned long seen = generation;
     for (;;) {
-        while (generation == seen && !stopping) pthread_cond_wait(&job_cv, &lock);
+        /* a job closed already (job_fn NULL) is not joined: its caller
+         * may have returned and freed its argument */
+        while ((generation == seen || job_fn == NULL) && !stopping)
+            pthread_cond_wait(&job_cv, &lock);
         if (stopping) break;
         seen = generation;
         pool_fn *fn = job_fn;
@@ -132,6 +137,7 @@ void pool_run(pool_fn *fn, void *arg, int pieces) {
     take_pieces(fn, arg, pieces, 0);
     pthread_mutex_lock(&lock);
     while (atomic_load(&pieces_done) < pieces || active > 0) pthread_cond_wait(&done_cv, &lock);
+    job_fn = NULL; /* closed: a helper that wakes only now must not join it */
     pthread_mutex_unlock(&lock);
     pthread_mutex_unlock(&busy);
 }
