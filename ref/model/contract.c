@@ -6,7 +6,8 @@
  * call (one OpenBLAS call where this machine gives the canonical tiles'
  * bits that way, tile.h); the partials of up to FOLD_TERMS K tiles are
  * then folded into per-element running state in one pass, and the last
- * pass rounds straight into C.
+ * pass rounds straight into C. A call's blocks are independent pieces for
+ * the device's compute threads (pool.h), which change no bit.
  *
  * The fast path (fold.h's TwoSum-checked folding): each element keeps an
  * fp64 running sum of its partials, every addition checked exact by its
