@@ -2,7 +2,7 @@
  *
  * Terms are fp32 values of mixed sign over eight binades, like gradient
  * partials, so the fast paths' exactness checks hold. Rows: plain fp32 sum (the baseline), xsum_f32 on its
- * fast path (fp64 + certificate), xsum_f32 forced onto the fallback
+ * fast path (TwoSum-checked fp64 lanes), xsum_f32 forced onto the fallback
  * (superaccumulator), xvec_add (TwoSum-checked fp64 per element, the
  * gradient accumulator), and xacc_add_f32 directly. */
 #include <stdio.h>
@@ -26,7 +26,7 @@ int main(void) {
     uint64_t s = 88172645463325252ULL;
     for (int i = 0; i < N; i++) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        /* sign * [1, 2) * 2^(0..7): eight binades, certificate holds */
+        /* sign * [1, 2) * 2^(0..7): eight binades, every fp64 addition exact */
         float m = 1.0f + (float)((s >> 40) & 0xffffff) * 0x1p-24f;
         x[i] = ((s >> 3) & 1 ? -m : m) * (float)(1 << (s % 8));
     }
@@ -71,7 +71,7 @@ int main(void) {
 
     printf("%-34s %10s %12s\n", "exact sum, per term", "ns/term", "x plain add");
     printf("%-34s %10.3f %12.1f\n", "plain fp32 add (not exact)", plain * 1e9, 1.0);
-    printf("%-34s %10.3f %12.1f\n", "xsum_f32, fast path (fp64+cert)", fast * 1e9, fast / plain);
+    printf("%-34s %10.3f %12.1f\n", "xsum_f32, fast path (TwoSum fp64)", fast * 1e9, fast / plain);
     printf("%-34s %10.3f %12.1f\n", "xsum_f32, fallback (banded bins)", slow * 1e9, slow / plain);
     printf("%-34s %10.3f %12.1f\n", "xvec_add (TwoSum-checked fp64)", vec * 1e9, vec / plain);
     printf("%-34s %10.3f %12.1f\n", "xacc_add_f32 (superacc, one term)", acc1 * 1e9, acc1 / plain);
