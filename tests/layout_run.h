@@ -123,6 +123,16 @@ static int run_layout_of(const model_config_t *m, dump_t *gd, const char *flags,
 }
 
 
+/* A layout of model m that must give golden run gd's bits: one table
+ * row (flags, tensors compared, match), and a failed check if not.
+ * Inline: not every test that includes this uses it. */
+static inline void expect_golden(const model_config_t *m, dump_t *gd, const char *flags) {
+    int n = 0, ok = run_layout_of(m, gd, flags, COLL_ALGO_DIRECT, 0, 0, &n, stderr);
+    printf("%-100s %6d %9s\n", flags, n, ok ? "yes" : "NO");
+    fflush(stdout);
+    CHECK(ok, "layout %s differs from the golden run", flags);
+}
+
 /* Runs a broken layout and returns its first-divergence report (malloc'd). */
 static char *broken_report(const char *flags, int broken, int broken_replica) {
     char *buf = NULL;

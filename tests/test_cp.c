@@ -34,13 +34,6 @@
 #include "layout_run.h"
 #include "parity/cp.h"
 
-static void expect_golden(const model_config_t *m, dump_t *gd, const char *flags) {
-    int n = 0, ok = run_layout_of(m, gd, flags, COLL_ALGO_DIRECT, 0, 0, &n, stderr);
-    printf("%-100s %6d %9s\n", flags, n, ok ? "yes" : "NO");
-    fflush(stdout);
-    CHECK(ok, "layout %s differs from the golden run", flags);
-}
-
 /* ---- bit-exact layouts -------------------------------------------------- */
 
 static void test_ring_layouts(void) {

@@ -33,14 +33,6 @@
 #include "parity/pp.h"
 #include "parity/tile.h"
 
-
-static void expect_golden(const model_config_t *m, dump_t *gd, const char *flags) {
-    int n = 0, ok = run_layout_of(m, gd, flags, COLL_ALGO_DIRECT, 0, 0, &n, stderr);
-    printf("%-100s %6d %9s\n", flags, n, ok ? "yes" : "NO");
-    fflush(stdout);
-    CHECK(ok, "layout %s differs from the golden run", flags);
-}
-
 /* pp x schedule x m, where the schedule allows m (gpt-tiny: 8 layers, a
  * batch of 24; pp = 3 needs a split: 3,3,2, or 2,2,4 for two chunks). */
 static void test_schedules(void) {

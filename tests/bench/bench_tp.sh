@@ -10,10 +10,9 @@
 # different tile grid is a different golden run (I1): the ratios compare
 # layouts of the same grid. "cpu x" is the run's CPU time over tp = 1's:
 # the cores a layout costs, which other processes' load changes far less
-# than the wall time. Also the golden gpt-small step at its own tiles
-# against the figure README records for this machine (306 ms) and, when
-# BENCH_TP_BASELINE names an earlier parity binary, against it in the same
-# run, e.g. the commit before tensor parallelism:
+# than the wall time. Also the golden gpt-small step at its own tiles and,
+# when BENCH_TP_BASELINE names an earlier parity binary, against it in the
+# same run, e.g. the commit before tensor parallelism:
 #   git archive 9b366b4 | tar -x -C /tmp/base && make -C /tmp/base build/parity
 #   BENCH_TP_BASELINE=/tmp/base/build/parity make bench
 # Reports, never asserts. On a 2-core machine tp = 4 runs four device
@@ -22,7 +21,6 @@ set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 PARITY=${PARITY:-$root/build/parity}
 steps=${BENCH_TP_STEPS:-8}
-readme_ms=${BENCH_TP_README_MS:-306}
 tiles="--tile-features 64"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
@@ -81,7 +79,5 @@ if [ -n "${BENCH_TP_BASELINE:-}" ] && [ -x "$BENCH_TP_BASELINE" ]; then
   b=$(cpu_of "golden gpt-small (BENCH_TP_BASELINE)")
   [ -n "$g" ] && [ -n "$b" ] && awk -v a="$g" -v b="$b" 'BEGIN{printf "golden step vs the baseline, same run (cpu): %.3fx (%s)\n", a/b, (a <= b*1.02 ? "no slower" : "SLOWER")}'
 fi
-# README's figure was taken on an idle machine, where wall = cpu
-[ -n "$g" ] && awk -v a="$g" -v b="$readme_ms" 'BEGIN{printf "golden step vs README'"'"'s %d ms (cpu): %.3fx\n", b, a/b}'
 echo "(load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores; tp > $(nproc) oversubscribes the cores)"
 exit 0
