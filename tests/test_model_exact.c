@@ -79,7 +79,8 @@ static void test_contract_split_and_order(void) {
  * computation: each tile partial in tile.h's documented order (acc = 0;
  * acc = acc + a*b for k ascending, fp32), summed in a superaccumulator.
  * Magnitudes span 2^-60..2^60 so that some elements fail the fast path's
- * certificate and take the superaccumulator path; signed zeros too. */
+ * certificate and take the superaccumulator path; signed zeros, and
+ * infinities and NaNs (their IEEE rules come from the superaccumulator). */
 static float wide(void) {
     float r = frand();
     if (r > 0.9f) return 0.0f;
@@ -98,6 +99,12 @@ static void check_contract_independent(int M, int N, int K, int TM, int TN, int 
     for (int rep = 0; rep < reps; rep++) {
         for (int i = 0; i < K * M; i++) A[i] = wide();
         for (int i = 0; i < K * N; i++) B[i] = wide();
+        if (rep % 4 == 1) { /* +inf and -inf partials of one sum in different K tiles */
+            A[rep % M] = INFINITY;
+            A[(K - 1) * M + rep % M] = -INFINITY;
+        }
+        if (rep % 8 == 3) B[(rep * 5) % (K * N)] = -INFINITY;
+        if (rep % 8 == 5) B[(rep * 3) % (K * N)] = NAN;
         /* tn form: C = A^T B, A [K,M], B [K,N]: the weight-gradient shape */
         contract(CONTRACT_TN, M, N, K, TM, TN, TK, A, M, B, N, C, N, &ws);
         acc_t acc;
@@ -132,6 +139,9 @@ static void test_contract_independent(void) {
     check_contract_independent(8, 8, 48, 4, 4, 8, 20);
     /* wider than one cache block: several column blocks per row strip */
     check_contract_independent(64, 512, 16, 64, 64, 8, 1);
+    /* two K tiles, many repetitions, infinities and NaNs across the K tiles */
+    check_contract_independent(16, 16, 16, 4, 4, 8, 300);
+    check_contract_independent(4, 128, 16, 4, 64, 8, 100); /* rows of whole error groups */
 }
 
 /* A contraction's blocks spread over compute threads (pool.h) give the

@@ -172,10 +172,27 @@ static void round_range(const xvec_t *v, size_t off, size_t count, float *out) {
  * the scratch is smaller. Each round's block lands, still open, in the receive
  * scratch and is rounded once into out[off ...]: the elements of this
  * rank's piece, whose own padding is dropped. */
+/* A group of one: the reduce-scatter's result is the rank's own open sums,
+ * so they are rounded where they lie, each once, as the golden run rounds
+ * them (gpt_step_round_grads), instead of being stored into the send
+ * scratch first (a pass that read and wrote 16 bytes an element). */
+static void reduce_alone(dp_rank_t *r, const dp_bucket_t *bk, float *out) {
+    for (int t = bk->first; t < bk->last; t++) {
+        const param_info_t *pi = &r->g->table.info[t];
+        size_t a = pi->offset > bk->lo ? pi->offset : bk->lo;
+        size_t e = pi->offset + pi->numel < bk->hi ? pi->offset + pi->numel : bk->hi;
+        if (a < e) round_range(&r->g->grad_acc[t].x, a - pi->offset, e - a, out + (a - bk->lo));
+    }
+}
+
 static void reduce_exact(dp_rank_t *r, int b, float *out) {
     const dp_plan_t *p = r->plan;
     const dp_bucket_t *bk = &p->buckets[b];
     const size_t n = (size_t)r->n, P = bk->piece;
+    if (n == 1) {
+        reduce_alone(r, bk, out);
+        return;
+    }
     size_t my_lo, my_hi;
     dp_piece(p, b, r->rank, &my_lo, &my_hi);
     const size_t mine = my_hi - my_lo;
