@@ -142,6 +142,86 @@ static void test_contract_independent(void) {
     /* two K tiles, many repetitions, infinities and NaNs across the K tiles */
     check_contract_independent(16, 16, 16, 4, 4, 8, 300);
     check_contract_independent(4, 128, 16, 4, 64, 8, 100); /* rows of whole error groups */
+    /* blocks narrower than C's rows, and two fold passes */
+    check_contract_independent(64, 2048, 48, 64, 64, 8, 2);
+}
+
+/* Two K tiles under OpenBLAS: contract sums them with tile_gemm_tiles_pair
+ * (two calls, the second adding with beta = 1) where the first-use check
+ * passes. Each element must be its two canonical tile partials (one
+ * tile_gemm call per tile and K tile) summed exactly and rounded once:
+ * also with partials far apart in magnitude, zeros of both signs in the
+ * inputs, and infinities and NaNs, whose sums take the superaccumulator's
+ * rules (a canonical NaN for inf - inf, not the hardware's). Every form,
+ * one block and several. */
+static void test_contract_pair(void) {
+    static const int shp[][6] = {/* M, N, K, tm, tn, tk */
+                                 {256, 256, 128, 64, 64, 64},
+                                 {512, 1024, 64, 64, 64, 32}};
+    const tile_backend_t saved = tile_get_backend();
+    tile_set_backend(TILE_BACKEND_OPENBLAS);
+    contract_ws_t ws;
+    contract_ws_init(&ws);
+    int pair_before, folded;
+    tile_pair_counts(&pair_before, &folded);
+    for (size_t s = 0; s < sizeof shp / sizeof shp[0]; s++)
+        for (int form = 0; form < 3; form++)
+            for (int rep = 0; rep < 3; rep++) {
+                const int M = shp[s][0], N = shp[s][1], K = shp[s][2];
+                const int tm = shp[s][3], tn = shp[s][4], tk = shp[s][5];
+                const contract_form_t cf = form == 0 ? CONTRACT_NN
+                                           : form == 1 ? CONTRACT_NT : CONTRACT_TN;
+                /* stored shapes: A is [M,K] (nn, nt) or [K,M] (tn); B is [K,N] or [N,K] (nt) */
+                const int lda = form == 2 ? M : K, ldb = form == 1 ? K : N;
+                float *A = malloc((size_t)M * K * 4), *B = malloc((size_t)N * K * 4);
+                float *C = malloc((size_t)M * N * 4), *P = malloc((size_t)2 * M * N * 4);
+                for (int i = 0; i < M * K; i++) A[i] = (i % 3) ? frand() : wide();
+                for (int i = 0; i < N * K; i++) B[i] = (i % 5) ? frand() : wide();
+                if (rep == 1) { /* row 1's sums over zeros of both signs */
+                    for (int k = 0; k < K; k++)
+                        A[form == 2 ? (size_t)k * lda + 1 : (size_t)lda + k] = k % 2 ? -0.0f : 0.0f;
+                }
+                if (rep == 2) { /* +inf in K tile 0 and -inf in K tile 1 of row 2, a NaN in row 3 */
+                    A[form == 2 ? (size_t)0 * lda + 2 : (size_t)2 * lda + 0] = INFINITY;
+                    A[form == 2 ? (size_t)(K - 1) * lda + 2 : (size_t)2 * lda + K - 1] = -INFINITY;
+                    A[form == 2 ? (size_t)5 * lda + 3 : (size_t)3 * lda + 5] = NAN;
+                }
+                contract(cf, M, N, K, tm, tn, tk, A, lda, B, ldb, C, N, &ws);
+                /* the canonical partials, one tile call each */
+                for (int t = 0; t < 2; t++)
+                    for (int r = 0; r < M; r += tm)
+                        for (int c = 0; c < N; c += tn) {
+                            const size_t k0 = (size_t)t * tk;
+                            float *out = P + (size_t)t * M * N + (size_t)r * N + c;
+                            if (form == 0)
+                                tile_gemm_nn(tm, tn, tk, A + (size_t)r * lda + k0, lda,
+                                             B + k0 * ldb + c, ldb, out, N);
+                            else if (form == 1)
+                                tile_gemm_nt(tm, tn, tk, A + (size_t)r * lda + k0, lda,
+                                             B + (size_t)c * ldb + k0, ldb, out, N);
+                            else
+                                tile_gemm_tn(tm, tn, tk, A + k0 * lda + r, lda,
+                                             B + k0 * ldb + c, ldb, out, N);
+                        }
+                int bad = 0;
+                for (size_t i = 0; i < (size_t)M * N; i++) {
+                    xacc_t x;
+                    xacc_init(&x);
+                    xacc_add_f32(&x, P[i]);
+                    xacc_add_f32(&x, P[(size_t)M * N + i]);
+                    const float want = xacc_round_f32(&x);
+                    if (memcmp(&want, &C[i], 4) && bad++ < 3)
+                        CHECK(0, "form %d %dx%dx%d rep %d C[%zu]: %a, want %a", form, M, N, K,
+                              rep, i, (double)C[i], (double)want);
+                }
+                free(A), free(B), free(C), free(P);
+            }
+    int pair_after;
+    tile_pair_counts(&pair_after, &folded);
+    CHECK(pair_after > pair_before, "no block took the two-call path (%d shapes, %d folded): "
+          "this test checked only the fold", pair_after, folded);
+    contract_ws_free(&ws);
+    tile_set_backend(saved);
 }
 
 /* A contraction's blocks spread over compute threads (pool.h) give the
@@ -405,6 +485,7 @@ int main(void) {
     }
     RUN(test_contract_split_and_order);
     RUN(test_contract_independent);
+    RUN(test_contract_pair);
     RUN(test_contract_threads);
     RUN(test_sum_f32);
     RUN(test_row_sums);

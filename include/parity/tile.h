@@ -121,6 +121,29 @@ void tile_gemm_tiles(tile_form_t form, int tm, int tn, int M, int N, int K, cons
  * many failed the check and run tile by tile (*narrow). */
 void tile_wide_counts(int *wide, int *narrow);
 
+/* A block's products over two K tiles, summed and rounded once, in two
+ * OpenBLAS calls: C = the block's tiles for K tile 0 (A0, B0), then
+ * C += those for K tile 1 (A1, B1) with beta = 1. IEEE's fp32 addition is
+ * the exact sum rounded once, so when the second call forms each tile's
+ * partial as the canonical call does and adds it to C with one rounding,
+ * every element has the bits of folding its two canonical partials
+ * (contract.h), without writing the second partials out and reading both
+ * back. That is checked like tile_gemm_tiles, on random data, the first
+ * time each (form, tm, tn, K, M, N) is used. Returns 0 when done; -1,
+ * with C untouched, where the check failed, for blocks above the check's
+ * size, and always on the portable backend: the caller then folds the
+ * partials itself. What fp32 addition does unlike the fold is the
+ * caller's to mend: -0 + -0 is -0 (an exact zero sum is +0), and
+ * infinities and NaNs follow the hardware's rules, not the
+ * superaccumulator's. Thread-safe like tile_gemm_tiles. */
+int tile_gemm_tiles_pair(tile_form_t form, int tm, int tn, int M, int N, int K,
+                         const float *A0, const float *A1, int lda, const float *B0,
+                         const float *B1, int ldb, float *C, int ldc);
+
+/* Block shapes checked for tile_gemm_tiles_pair: how many take its two
+ * calls (*pair) and how many failed and are folded (*folded). */
+void tile_pair_counts(int *pair, int *folded);
+
 /* The portable backend called directly (tests, the -O0/-O2 check): needs no
  * tile_init and touches no global state. Same contract as above. */
 void tile_portable_nn(int M, int N, int K, const float *A, int lda, const float *B, int ldb,

@@ -604,10 +604,12 @@ static int train_main(int argc, char **argv, int check) {
                (double)last_loss, bits(last_loss), ms[steps / 2], ms[0], cpu[steps / 2],
                total * 1e-3);
         if (!quiet && tile_get_backend() == TILE_BACKEND_OPENBLAS) {
-            int wide, narrow;
+            int wide, narrow, pair, folded;
             tile_wide_counts(&wide, &narrow);
+            tile_pair_counts(&pair, &folded);
             printf("tile blocks: %d shapes checked as one OpenBLAS call each, %d run tile by "
-                   "tile (tile.h: tile_gemm_tiles)\n", wide, narrow);
+                   "tile; %d two-K-tile shapes summed by two calls, %d folded (tile.h: "
+                   "tile_gemm_tiles, tile_gemm_tiles_pair)\n", wide, narrow, pair, folded);
         }
     }
     free(ms);

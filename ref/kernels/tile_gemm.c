@@ -87,25 +87,40 @@ static sem_t blas_slots;
 static pthread_once_t blas_slots_once = PTHREAD_ONCE_INIT;
 static void blas_slots_init(void) { sem_init(&blas_slots, 0, BLAS_MAX_CALLERS); }
 
-/* beta = 0 makes OpenBLAS overwrite C without reading it. K == 0 is done
- * here so that every backend returns +0 for an empty sum. */
-static void blas_gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K,
-                      const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
+/* beta = 0 makes OpenBLAS overwrite C without reading it; beta = 1 adds
+ * the products to C (tile_blas_gemm_add). K == 0 is done here so that
+ * every backend returns +0 for an empty sum. */
+static void blas_gemm_beta(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K,
+                           const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                           int ldc) {
     if (M == 0 || N == 0) return;
     if (K == 0) {
-        for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++) C[(ptrdiff_t)i * ldc + j] = 0.0f;
+        if (beta == 0.0f)
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) C[(ptrdiff_t)i * ldc + j] = 0.0f;
         return;
     }
     if (devices_world() <= BLAS_MAX_CALLERS) { /* the pool suffices: no gate */
-        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     pthread_once(&blas_slots_once, blas_slots_init);
     while (sem_wait(&blas_slots) != 0) {
     }
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
     sem_post(&blas_slots);
+}
+
+static void blas_gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K,
+                      const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
+    blas_gemm_beta(ta, tb, M, N, K, A, lda, B, ldb, 0.0f, C, ldc);
+}
+
+void tile_blas_gemm_add(tile_form_t form, int M, int N, int K, const float *A, int lda,
+                        const float *B, int ldb, float *C, int ldc) {
+    blas_gemm_beta(form == TILE_TN ? CblasTrans : CblasNoTrans,
+                   form == TILE_NT ? CblasTrans : CblasNoTrans, M, N, K, A, lda, B, ldb, 1.0f, C,
+                   ldc);
 }
 
 /* ---- start-up self-check -------------------------------------------------- */

@@ -6,8 +6,12 @@
  * call (one OpenBLAS call where this machine gives the canonical tiles'
  * bits that way, tile.h); the partials of up to FOLD_TERMS K tiles are
  * then folded into per-element running state in one pass, and the last
- * pass rounds straight into C. A call's blocks are independent pieces for
- * the device's compute threads (pool.h), which change no bit.
+ * pass rounds straight into C. Exactly two K tiles need no fold where
+ * tile_gemm_tiles_pair is available: the second tile's call adds onto the
+ * first's with one fp32 rounding, which is the exact sum rounded once
+ * (block_pair mends -0 and non-finite sums). A call's blocks are
+ * independent pieces for the device's compute threads (pool.h), which
+ * change no bit.
  *
  * The fast path (fold.h's TwoSum-checked folding): each element keeps an
  * fp64 running sum of its partials, every addition checked exact by its
@@ -30,6 +34,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,35 +90,37 @@ static void check_grid(const char *what, int M, int N, int K, int tm, int tn, in
                      K, tm, tn, tk);
 }
 
-/* The tile products of rows [i0, i0+h) and columns [j0, j0+w) of C for
- * the K tile at k0, into C (row stride ldc): one tile_gemm_tiles call,
- * whose tiles are the canonical tile calls' bits. */
-static void tiles_product(contract_form_t form, int tm, int tn, int tk, const float *A, int lda,
-                          const float *B, int ldb, int i0, int j0, int k0, int h, int w, float *C,
-                          int ldc) {
-    size_t i = (size_t)i0, j = (size_t)j0, k = (size_t)k0;
-    switch (form) {
-    case CONTRACT_NN:
-        tile_gemm_tiles(TILE_NN, tm, tn, h, w, tk, A + i * lda + k, lda, B + k * ldb + j, ldb,
-                        C, ldc);
-        break;
-    case CONTRACT_NT:
-        tile_gemm_tiles(TILE_NT, tm, tn, h, w, tk, A + i * lda + k, lda, B + j * ldb + k, ldb,
-                        C, ldc);
-        break;
-    case CONTRACT_TN:
-        tile_gemm_tiles(TILE_TN, tm, tn, h, w, tk, A + k * lda + i, lda, B + k * ldb + j, ldb,
-                        C, ldc);
-        break;
-    }
-}
-
 typedef struct {
     contract_form_t form;
     int K, tm, tn, tk;
     const float *A, *B;
     int lda, ldb;
 } job_t;
+
+static tile_form_t tile_form(contract_form_t form) {
+    return form == CONTRACT_NN ? TILE_NN : form == CONTRACT_NT ? TILE_NT : TILE_TN;
+}
+
+/* Where the operands of C's rows from i0, columns from j0, K from k0 start. */
+static void operands(const job_t *j, int i0, int j0, int k0, const float **a, const float **b) {
+    const size_t i = (size_t)i0, c = (size_t)j0, k = (size_t)k0;
+    const size_t lda = (size_t)j->lda, ldb = (size_t)j->ldb;
+    switch (j->form) {
+    case CONTRACT_NN: *a = j->A + i * lda + k, *b = j->B + k * ldb + c; return;
+    case CONTRACT_NT: *a = j->A + i * lda + k, *b = j->B + c * ldb + k; return;
+    case CONTRACT_TN: *a = j->A + k * lda + i, *b = j->B + k * ldb + c; return;
+    }
+}
+
+/* The tile products of rows [i0, i0+h) and columns [j0, j0+w) of C for
+ * the K tile at k0, into C (row stride ldc): one tile_gemm_tiles call,
+ * whose tiles are the canonical tile calls' bits. */
+static void tiles_product(const job_t *j, int i0, int j0, int k0, int h, int w, float *C,
+                          int ldc) {
+    const float *a, *b;
+    operands(j, i0, j0, k0, &a, &b);
+    tile_gemm_tiles(tile_form(j->form), j->tm, j->tn, h, w, j->tk, a, j->lda, b, j->ldb, C, ldc);
+}
 
 /* A block of C: rows [i0, i0+h), columns [j0, j0+w), h a multiple of tm
  * and w of tn. Blocks hold up to BLOCK_ELEMS elements; they are as wide as
@@ -135,8 +142,7 @@ static void block_shape(int M, int N, int tm, int tn, int *h, int *w) {
 
 /* Partials of the block for K tile k0: P[h, w]. */
 static void block_partials(const job_t *j, int i0, int j0, int h, int w, int k0, float *P) {
-    tiles_product(j->form, j->tm, j->tn, j->tk, j->A, j->lda, j->B, j->ldb, i0, j0, k0, h, w, P,
-                  w);
+    tiles_product(j, i0, j0, k0, h, w, P, w);
 }
 
 /* One fold pass over a block of h rows of w: q partials at P (partial t
@@ -248,6 +254,37 @@ static int plan_blocks(plan_t *p, int M, int N) {
     return (M + p->H - 1) / p->H * p->nbj;
 }
 
+/* Two K tiles: their sums straight into C by tile_gemm_tiles_pair, where
+ * this machine allows, then the fold's rules where fp32 addition differs
+ * (tile.h): -0 becomes +0, and a sum that is not finite is listed in
+ * slow_idx for the superaccumulator. Returns the number listed, or -1
+ * when the pair calls are not available (nothing written). */
+static long block_pair(const job_t *j, int i0, int j0, int h, int w, float *c, int ldc,
+                       contract_ws_t *ws) {
+    const float *a0, *b0, *a1, *b1;
+    operands(j, i0, j0, 0, &a0, &b0);
+    operands(j, i0, j0, j->tk, &a1, &b1);
+    if (tile_gemm_tiles_pair(tile_form(j->form), j->tm, j->tn, h, w, j->tk, a0, a1, j->lda, b0,
+                             b1, j->ldb, c, ldc))
+        return -1;
+    size_t n_slow = 0;
+    for (int r = 0; r < h; r++) {
+        float *row = c + (size_t)r * ldc;
+        uint32_t special = 0; /* exponent all ones (inf, NaN), or -0 */
+        for (int e = 0; e < w; e++) {
+            uint32_t u;
+            memcpy(&u, &row[e], sizeof u);
+            special |= ((u & 0x7f800000u) == 0x7f800000u) | (u == 0x80000000u);
+        }
+        if (special)
+            for (int e = 0; e < w; e++) {
+                if (row[e] == 0.0f) row[e] = 0.0f; /* -0 -> +0 */
+                else if (row[e] - row[e] != 0.0f) ws->slow_idx[n_slow++] = (size_t)r * w + e;
+            }
+    }
+    return (long)n_slow;
+}
+
 /* contract's piece: block -> C. */
 static void contract_block(void *arg, int piece, int worker) {
     const plan_t *p = arg;
@@ -259,7 +296,8 @@ static void contract_block(void *arg, int piece, int worker) {
         block_plain(&p->job, i0, j0, h, w, c, p->ldc, ws);
         return;
     }
-    size_t n_slow = block_sums(&p->job, i0, j0, h, w, c, p->ldc, ws);
+    long pair = p->job.K == 2 * p->job.tk ? block_pair(&p->job, i0, j0, h, w, c, p->ldc, ws) : -1;
+    size_t n_slow = pair >= 0 ? (size_t)pair : block_sums(&p->job, i0, j0, h, w, c, p->ldc, ws);
     if (n_slow) {
         xacc_t *acc = block_slow(&p->job, i0, j0, h, w, n_slow, ws);
         for (size_t s = 0; s < n_slow; s++) {
@@ -275,8 +313,7 @@ static void contract_band(void *arg, int piece, int worker) {
     const plan_t *p = arg;
     const job_t *j = &p->job;
     const int i0 = piece * j->tm;
-    tiles_product(j->form, j->tm, j->tn, j->tk, j->A, j->lda, j->B, j->ldb, i0, 0, 0, j->tm,
-                  p->N, p->C + (size_t)i0 * p->ldc, p->ldc);
+    tiles_product(j, i0, 0, 0, j->tm, p->N, p->C + (size_t)i0 * p->ldc, p->ldc);
 }
 
 void contract(contract_form_t form, int M, int N, int K, int tm, int tn, int tk,
