@@ -51,6 +51,13 @@ void contract(contract_form_t form, int M, int N, int K, int tm, int tn, int tk,
               const float *A, int lda, const float *B, int ldb, float *C, int ldc,
               contract_ws_t *ws);
 
+/* contract, then C[i,j] = C[i,j] + bias[j] in fp32: the bias added to
+ * the rounded sum (I4), as a pass of its own would, but block by block
+ * while each block of C is still in cache. */
+void contract_add_bias(contract_form_t form, int M, int N, int K, int tm, int tn, int tk,
+                       const float *A, int lda, const float *B, int ldb, const float *bias,
+                       float *C, int ldc, contract_ws_t *ws);
+
 /* acc[offset + i*ld + j] += every tile partial of (A.B)[i,j], i < M,
  * j < N, left open (not rounded): weight gradients summed over the token
  * tiles of every microbatch, partial sums a collective will merge. */

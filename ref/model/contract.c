@@ -226,6 +226,7 @@ typedef struct {
     contract_ws_t *ws;   /* the calling thread's */
     float *C;            /* contract */
     int ldc;
+    const float *bias;   /* contract_add_bias: [N], or NULL */
     acc_t *acc; /* contract_acc */
     size_t offset, ld;
     int store;
@@ -252,6 +253,14 @@ static int plan_blocks(plan_t *p, int M, int N) {
     block_shape(M, N, p->job.tm, p->job.tn, &p->H, &p->W);
     p->nbj = (N + p->W - 1) / p->W;
     return (M + p->H - 1) / p->H * p->nbj;
+}
+
+/* C's rows [0, h) of columns [j0, j0 + w) += bias[j0 ...], in fp32. */
+static void add_bias(float *c, int ldc, const float *bias, int j0, int h, int w) {
+    for (int r = 0; r < h; r++) {
+        float *row = c + (size_t)r * ldc;
+        for (int e = 0; e < w; e++) row[e] = row[e] + bias[j0 + e];
+    }
 }
 
 /* Two K tiles: their sums straight into C by tile_gemm_tiles_pair, where
@@ -294,6 +303,7 @@ static void contract_block(void *arg, int piece, int worker) {
     float *c = p->C + (size_t)i0 * p->ldc + j0;
     if (accum_plain_sums()) {
         block_plain(&p->job, i0, j0, h, w, c, p->ldc, ws);
+        if (p->bias) add_bias(c, p->ldc, p->bias, j0, h, w);
         return;
     }
     long pair = p->job.K == 2 * p->job.tk ? block_pair(&p->job, i0, j0, h, w, c, p->ldc, ws) : -1;
@@ -305,6 +315,7 @@ static void contract_block(void *arg, int piece, int worker) {
             c[(i / (size_t)w) * (size_t)p->ldc + i % (size_t)w] = xacc_round_f32(&acc[s]);
         }
     }
+    if (p->bias) add_bias(c, p->ldc, p->bias, j0, h, w);
 }
 
 /* contract's one-K-tile piece: a band of tm rows, its partials are C. */
@@ -313,25 +324,35 @@ static void contract_band(void *arg, int piece, int worker) {
     const plan_t *p = arg;
     const job_t *j = &p->job;
     const int i0 = piece * j->tm;
-    tiles_product(j, i0, 0, 0, j->tm, p->N, p->C + (size_t)i0 * p->ldc, p->ldc);
+    float *c = p->C + (size_t)i0 * p->ldc;
+    tiles_product(j, i0, 0, 0, j->tm, p->N, c, p->ldc);
+    if (p->bias) add_bias(c, p->ldc, p->bias, 0, j->tm, p->N);
 }
 
-void contract(contract_form_t form, int M, int N, int K, int tm, int tn, int tk,
-              const float *A, int lda, const float *B, int ldb, float *C, int ldc,
-              contract_ws_t *ws) {
+void contract_add_bias(contract_form_t form, int M, int N, int K, int tm, int tn, int tk,
+                       const float *A, int lda, const float *B, int ldb, const float *bias,
+                       float *C, int ldc, contract_ws_t *ws) {
     check_grid("contract", M, N, K, tm, tn, tk);
     if (M == 0 || N == 0) return;
     if (K == 0) {
         for (int i = 0; i < M; i++) memset(C + (size_t)i * ldc, 0, (size_t)N * sizeof(float));
+        if (bias) add_bias(C, ldc, bias, 0, M, N);
         return;
     }
-    plan_t p = {.job = {form, K, tm, tn, tk, A, B, lda, ldb}, .ws = ws, .C = C, .ldc = ldc};
+    plan_t p = {.job = {form, K, tm, tn, tk, A, B, lda, ldb},
+                .ws = ws, .C = C, .ldc = ldc, .bias = bias};
     if (K == tk) { /* one tile: its partial is the result */
         p.M = M, p.N = N;
         pool_run(contract_band, &p, M / tm);
         return;
     }
     pool_run(contract_block, &p, plan_blocks(&p, M, N));
+}
+
+void contract(contract_form_t form, int M, int N, int K, int tm, int tn, int tk,
+              const float *A, int lda, const float *B, int ldb, float *C, int ldc,
+              contract_ws_t *ws) {
+    contract_add_bias(form, M, N, K, tm, tn, tk, A, lda, B, ldb, NULL, C, ldc, ws);
 }
 
 /* contract_acc's piece: block -> the open accumulator. */

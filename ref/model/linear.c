@@ -10,9 +10,9 @@
 
 void linear_forward(float *y, const float *x, const float *w, const float *b, int n, int n_in,
                     int n_out, linear_tiles_t t, contract_ws_t *ws) {
-    /* y[n,out] = x[n,in] . w[out,in]^T */
-    contract(CONTRACT_NT, n, n_out, n_in, t.tokens, t.out, t.in, x, n_in, w, n_in, y, n_out, ws);
-    if (b) linear_add_bias(y, b, n, n_out);
+    /* y[n,out] = x[n,in] . w[out,in]^T (+ b, added to each block of y while it is in cache) */
+    contract_add_bias(CONTRACT_NT, n, n_out, n_in, t.tokens, t.out, t.in, x, n_in, w, n_in, b, y,
+                      n_out, ws);
 }
 
 void linear_add_bias(float *y, const float *b, int n, int n_out) {
