@@ -63,10 +63,20 @@ static void per_tile(tile_form_t form, int tm, int tn, int M, int N, int K, cons
 }
 
 /* 1 when one call over the block gives every tile's bits, on random data. */
+/* The stored operands of a form's block: A's and B's row strides (ac, bc)
+ * and element counts (na, nb). */
+static void operand_sizes(tile_form_t form, int M, int N, int K, int *ac, int *bc, size_t *na,
+                          size_t *nb) {
+    *ac = form == TILE_TN ? M : K;
+    *bc = form == TILE_NT ? K : N;
+    *na = (size_t)M * K;
+    *nb = (size_t)N * K;
+}
+
 static int check_wide(tile_form_t form, int tm, int tn, int M, int N, int K) {
-    const int ar = form == TILE_TN ? K : M, ac = form == TILE_TN ? M : K;
-    const int br = form == TILE_NT ? N : K, bc = form == TILE_NT ? K : N;
-    const size_t na = (size_t)ar * ac, nb = (size_t)br * bc, nc = (size_t)M * N;
+    int ac, bc;
+    size_t na, nb, nc = (size_t)M * N;
+    operand_sizes(form, M, N, K, &ac, &bc, &na, &nb);
     float *buf = malloc((na + nb + 2 * nc) * sizeof(float));
     if (buf == NULL) return 0; /* tile by tile is always right */
     float *a = buf, *b = a + na, *c_wide = b + nb, *c_tiles = c_wide + nc;
@@ -83,9 +93,9 @@ static int check_wide(tile_form_t form, int tm, int tn, int M, int N, int K) {
 /* 1 when the two calls of tile_gemm_tiles_pair give, on random data,
  * every element's two canonical tile partials added in fp32. */
 static int check_pair(tile_form_t form, int tm, int tn, int M, int N, int K) {
-    const int ar = form == TILE_TN ? K : M, ac = form == TILE_TN ? M : K;
-    const int br = form == TILE_NT ? N : K, bc = form == TILE_NT ? K : N;
-    const size_t na = (size_t)ar * ac, nb = (size_t)br * bc, nc = (size_t)M * N;
+    int ac, bc;
+    size_t na, nb, nc = (size_t)M * N;
+    operand_sizes(form, M, N, K, &ac, &bc, &na, &nb);
     float *buf = malloc((2 * na + 2 * nb + 3 * nc) * sizeof(float));
     if (buf == NULL) return 0; /* the fold is always right */
     float *a0 = buf, *a1 = a0 + na, *b0 = a1 + na, *b1 = b0 + nb;
@@ -163,20 +173,15 @@ int tile_gemm_tiles_pair(tile_form_t form, int tm, int tn, int M, int N, int K,
     return 0;
 }
 
-void tile_wide_counts(int *wide, int *narrow) {
+/* Shapes checked for kind: how many passed (*ok) and failed (*failed). */
+static void counts(check_kind_t kind, int *ok, int *failed) {
     const int n = atomic_load_explicit(&n_shapes, memory_order_acquire);
-    int w = 0, checked = 0;
+    int passed = 0, checked = 0;
     for (int i = 0; i < n; i++)
-        if (shapes[i].kind == CHECK_WIDE) w += shapes[i].wide, checked++;
-    *wide = w;
-    *narrow = checked - w;
+        if (shapes[i].kind == (int)kind) passed += shapes[i].wide, checked++;
+    *ok = passed;
+    *failed = checked - passed;
 }
 
-void tile_pair_counts(int *pair, int *folded) {
-    const int n = atomic_load_explicit(&n_shapes, memory_order_acquire);
-    int p = 0, checked = 0;
-    for (int i = 0; i < n; i++)
-        if (shapes[i].kind == CHECK_PAIR) p += shapes[i].wide, checked++;
-    *pair = p;
-    *folded = checked - p;
-}
+void tile_wide_counts(int *wide, int *narrow) { counts(CHECK_WIDE, wide, narrow); }
+void tile_pair_counts(int *pair, int *folded) { counts(CHECK_PAIR, pair, folded); }
