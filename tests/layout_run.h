@@ -9,15 +9,17 @@
 #include <string.h>
 
 #include "harness.h"
-#include "parity/check.h"
+#include "parity/check_layout.h"
 #include "parity/corpus.h"
 #include "parity/dp.h"
 #include "parity/dump.h"
 #include "parity/tile.h"
 
-/* broken: the negative controls' bits */
+/* broken: the negative controls' bits; BROKEN_CHECK(x): the checker's
+ * controls (dp.h's DP_BROKEN_* bits x) */
 enum { BROKEN_FP32_SUMS = 1, BROKEN_TP_FP32_SUMS = 2, BROKEN_TP_VOCAB_PAD = 4,
        BROKEN_PP_MASK_KEY = 8, BROKEN_PP_TIED_GRAD = 16, BROKEN_CP_ONLINE_SOFTMAX = 32 };
+#define BROKEN_CHECK(x) ((int)(x) << 8)
 
 enum { STEPS = 3 };
 static model_config_t cfg;
@@ -42,12 +44,6 @@ static dump_t *golden_run(const model_config_t *c) {
     }
     gpt_free(g);
     return d;
-}
-
-static void describe(void *ctx, const st_tensor_t *t, uint64_t flat, char *lay, char *gold,
-                     size_t cap) {
-    (void)gold;
-    dp_describe_element(ctx, t, flat, lay, cap);
 }
 
 /* The layout of space-separated layout flags for a batch of B
@@ -90,7 +86,7 @@ static int run_layout_of(const model_config_t *m, dump_t *gd, const char *flags,
     if (parse_layout(flags, m->global_batch, &pc)) return 0;
     gpt_t *g;
     gpt_new(&g, m, &err);
-    dump_t *d = dump_new(g, DUMP_TENSORS);
+    dump_t *d = dump_new(g, DUMP_TENSORS | DUMP_SOURCES);
     gpt_free(g);
     dp_run_t run = {.model = *m, .pc = pc, .steps = STEPS, .data = &corpus, .algo = algo,
                     .broken_fp32_sums = broken & 1, .broken_tp_fp32_sums = (broken & 2) != 0,
@@ -98,20 +94,18 @@ static int run_layout_of(const model_config_t *m, dump_t *gd, const char *flags,
                     .broken_pp_mask_key = (broken & BROKEN_PP_MASK_KEY) != 0,
                     .broken_pp_tied_grad = (broken & BROKEN_PP_TIED_GRAD) != 0,
                     .broken_cp_online_softmax = (broken & BROKEN_CP_ONLINE_SOFTMAX) != 0,
+                    .broken_check = (unsigned)broken >> 8,
                     .broken_replica = broken_replica, .dump = d};
     int ok = dp_train(&run, &err) == 0;
     if (!ok) fprintf(stderr, "%s: %s\n", flags, err.msg);
     check_result_t res = {0};
     dp_placement_t pl;
-    check_replica_t reps[64];
-    int nreps = run.n_replica_diffs < 64 ? run.n_replica_diffs : 64;
-    for (int i = 0; i < nreps; i++) {
-        const dp_replica_diff_t *x = &run.replica_diffs[i];
-        reps[i] = (check_replica_t){x->name, x->flat, x->device, x->taken, x->ndiffer, x->got, x->want};
-    }
     if (ok && dp_placement_init(&pl, m, &pc, &err) == 0) {
-        check_owner_t owner = {&pl, describe, reps, nreps};
-        ok = check_compare(dump_writer(gd), dump_writer(d), &owner, report, &res) == 0;
+        check_layout_t cl;
+        check_owner_t owner;
+        ok = check_layout_init(&cl, &pl, &run, d, m->micro_batch, &owner) == 0 &&
+             check_compare(dump_writer(gd), dump_writer(d), &owner, report, &res) == 0;
+        check_layout_free(&cl);
         dp_placement_free(&pl);
     } else {
         ok = 0;
@@ -150,7 +144,7 @@ static char *broken_report(const char *flags, int broken, int broken_replica) {
 /* A broken layout's report must name `tensor` (the checker's "tensor"
  * line) and contain `where` (the rank, stage or microbatch it blames);
  * the report is printed under `what`. */
-static void expect_caught(const char *flags, int broken, const char *tensor, const char *where,
+static inline void expect_caught(const char *flags, int broken, const char *tensor, const char *where,
                           const char *what) {
     char line[192];
     snprintf(line, sizeof line, "tensor      %s", tensor);

@@ -11,6 +11,10 @@
  * (the layout answers that through check_owner_t, so the checker itself
  * knows no layout).
  *
+ * Coverage: where the layout tells who wrote each element (sources), an
+ * element that no device wrote is a divergence even when its (zero)
+ * value happens to equal the golden one.
+ *
  * A layout holds some tensors several times (replicas). Its collection
  * memcmp's every replica against the copy it dumps and hands the
  * disagreements over as check_replica_t: a replica that drifts is a
@@ -45,6 +49,13 @@ typedef struct {
     /* Replica disagreements found while collecting (may be NULL). */
     const check_replica_t *replicas;
     int nreplicas;
+    /* The device that wrote each element of the layout run's tensor
+     * number `index` (in its writer's order), -1 where no device did; NULL
+     * when not tracked. An element no device wrote is a divergence
+     * (coverage), whatever its value. May be NULL. */
+    const int32_t *(*sources)(void *ctx, size_t index);
+    /* A world rank with its grid coordinates, "3 (tp 1, dp 1)" (may be NULL). */
+    void (*device_name)(void *ctx, int device, char *buf, size_t cap);
 } check_owner_t;
 
 typedef struct {
@@ -52,6 +63,7 @@ typedef struct {
     int exact;      /* of which bit-exact */
     int missing;    /* absent from the layout run, or of another dtype/shape */
     int replicas;   /* tensors whose replicas disagree in the layout run */
+    int unwritten;  /* tensors with an element no device wrote */
     char first_bad[160]; /* name of the first divergent tensor, "" if none */
 } check_result_t;
 

@@ -146,6 +146,10 @@ typedef struct {
      * one element flipped after every update; ZeRO 0-2), to prove that
      * collection catches a replica that disagrees; 0 = off. */
     int broken_replica;
+    /* Test-only checker controls, DP_BROKEN_* bits (all on device or
+     * rank 1): proofs that the checker sees optimizer state, coverage and
+     * activation gradients. */
+    unsigned broken_check;
     /* Collection: the reassembled global tensors of the dumped steps, in a
      * dump_t made for this model (dump.h), or NULL. */
     struct dump *dump;
@@ -167,6 +171,15 @@ typedef struct {
     int n_replica_diffs;
 } dp_run_t;
 
+/* DP_BROKEN_ADAM_REPLICA: DDP, device 1 flips one bit of its exp_avg
+ * replica after every update. DP_BROKEN_ZERO_SHARD: ZeRO >= 1, data-
+ * parallel rank 1 changes one element of its exp_avg_sq shard after the
+ * last update. DP_BROKEN_UNWRITTEN: device 1 leaves one element of its
+ * gradient piece out of the reassembly. DP_BROKEN_TP_INPUT_GRAD:
+ * tensor-parallel rank 1 flips one bit of the last layer's input
+ * gradient (GPT_BROKEN_TP_INPUT_GRAD). */
+enum { DP_BROKEN_ADAM_REPLICA = 1u, DP_BROKEN_ZERO_SHARD = 2u, DP_BROKEN_UNWRITTEN = 4u,
+       DP_BROKEN_TP_INPUT_GRAD = 8u };
 /* Trains run->steps steps of the layout; 0, or -1 with a message. */
 int dp_train(dp_run_t *run, perr_t *err);
 /* The global index of the run's first step: 0, or the checkpoint's. */
@@ -200,5 +213,7 @@ void dp_placement_free(dp_placement_t *pl);
  * updates them, for each ZeRO stage; all-reduced scalars. */
 void dp_describe_element(const dp_placement_t *pl, const st_tensor_t *t, uint64_t flat, char *buf,
                          size_t cap);
+/* World rank `rank` with its grid coordinates: "5 (tp 1, dp 0, pp 1)". */
+void dp_device_name(const pconfig_t *pc, int rank, char *buf, size_t cap);
 
 #endif

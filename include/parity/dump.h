@@ -7,8 +7,13 @@
  *   step{s}.loss, .lr, .grad_norm         F32 [1] (grad_norm before clipping)
  *   step{s}.act.<checkpoint>              F32 [B,T,...] (MODEL.md names)
  *   step{s}.mask.<site>                   U8, 1 = kept (only when p > 0)
+ *   step{s}.grad_input.<unit>             F32 [B,T,C] the gradient of the loss with
+ *                                         respect to a unit's input ("layers.<l>",
+ *                                         "head"): where a backward bug begins
  *   step{s}.grad.<param>                  F32, rounded, before clipping
  *   step{s}.param.<param>                 F32, after the update
+ *   step{s}.exp_avg.<param>, .exp_avg_sq.<param>   F32, AdamW's m and v after it
+ *   step{s}.adam_t                        I32 [1] AdamW's step count
  * and __metadata__ {config: the model+training config JSON, format}.
  *
  * The digest list is one line per tensor, "sha256-hex  name", sorted by
@@ -26,8 +31,12 @@
 typedef struct dump dump_t;
 
 /* What a dump keeps: the tensors' bytes (for dump_save and dump_writer),
- * their SHA-256 digests (for dump_write_digests), or both. */
-enum { DUMP_TENSORS = 1, DUMP_DIGESTS = 2 };
+ * their SHA-256 digests (for dump_write_digests), or both; with
+ * DUMP_SOURCES (and DUMP_TENSORS) also the device that wrote each
+ * element of a tensor (dump_sources_at), which the checker reads for
+ * coverage (an element nobody wrote) and to name the device that
+ * produced a divergent element. */
+enum { DUMP_TENSORS = 1, DUMP_DIGESTS = 2, DUMP_SOURCES = 4 };
 dump_t *dump_new(const gpt_t *g, unsigned what);
 void    dump_free(dump_t *d);
 /* init.<param> from the model's current parameters. */
@@ -42,8 +51,9 @@ int     dump_save(const dump_t *d, const char *path, perr_t *err);
 int     dump_write_digests(const dump_t *d, const char *path, perr_t *err);
 /* Blocks that several replicas report (an activation every tensor-parallel
  * rank holds whole) are compared, not overwritten. A collector names the
- * device whose views arrive next with dump_set_writer; dump_replica_diff
- * gives the first disagreement: 1 and *out, or 0. */
+ * device whose views arrive next with dump_set_writer (the writer the
+ * sources record; 0 by default); dump_replica_diffs gives one record per
+ * batch tensor whose replicas disagree (its lowest element), *n of them. */
 typedef struct {
     const char *name;   /* "step<s>.<tensor>" (valid while the dump lives) */
     int64_t flat;       /* element of the global tensor */
@@ -51,7 +61,18 @@ typedef struct {
     float got, want;    /* their values (bytes and integers as numbers) */
 } dump_replica_t;
 void dump_set_writer(dump_t *d, int device);
-int  dump_replica_diff(const dump_t *d, dump_replica_t *out);
+const dump_replica_t *dump_replica_diffs(const dump_t *d, int *n);
+/* The writers of the parameter-shaped tensors (gradients, parameters,
+ * AdamW's m and v) of the step the next dump_end_step emits: one int32 per
+ * element of the global parameter table each, -1 where no device wrote;
+ * NULL members: unknown. The pointers are read by that dump_end_step. */
+typedef struct {
+    const int32_t *grad, *param, *exp_avg, *exp_avg_sq;
+} dump_sources_t;
+void dump_set_sources(dump_t *d, const dump_sources_t *src);
+/* DUMP_SOURCES: the writer of each element of tensor number `index` (the
+ * dump_writer's order), or NULL when not known (init.*, or no sources). */
+const int32_t *dump_sources_at(const dump_t *d, size_t index);
 /* Tensors added so far. */
 int     dump_count(const dump_t *d);
 /* The collected tensors (a dump made with DUMP_TENSORS), for comparing two

@@ -269,6 +269,11 @@ enum { GPT_BROKEN_TP_FP32_SUMS = 1u, GPT_BROKEN_TP_VOCAB_PAD = 2u };
  * arriving block's partial softmax with online rescaling in arrival
  * order (fp32 running max, sum and output), which is not layout-free. */
 enum { GPT_BROKEN_CP_ONLINE_SOFTMAX = 4u };
+/* A checker control, not a model of one bug: tensor-parallel rank 1
+ * flips the lowest bit of the first element of the last layer's input
+ * gradient, as a rank with a stale or half-reduced backward buffer would;
+ * the checker must name that unit's grad_input, not a later parameter. */
+enum { GPT_BROKEN_TP_INPUT_GRAD = 8u };
 static inline gpt_shard_t gpt_shard_none(void) {
     return (gpt_shard_t){.tp = 1, .cp = 1};
 }
@@ -438,6 +443,11 @@ void  gpt_microbatch(gpt_t *g, const int32_t *inputs, const int32_t *targets, in
 /* Reports the checkpoints a unit's forward pass left in slot s to the
  * observer's batch_tensor hook (called by gpt_unit_forward). */
 void  gpt_report_unit(const gpt_t *g, int unit, int s, const gpt_observer_t *obs);
+/* Reports the gradient with respect to a unit's input (units 1..L+1),
+ * which its backward pass left in slot s's d_resid, as
+ * "grad_input.layers.<l>" or "grad_input.head" (called by
+ * gpt_unit_backward). */
+void  gpt_report_input_grad(const gpt_t *g, int unit, int s, const gpt_observer_t *obs);
 /* The loss from the rounded exact sum of every token loss of the step:
  * divided once by the global token count B*T (I4). */
 float mean_token_loss(const model_config_t *cfg, float loss_sum);

@@ -37,11 +37,13 @@ static void forward_key(const char *what, long *a, long *b) {
     }
 }
 
-/* Parameter position in a backward pass: layers in reverse, embeddings last. */
+/* Parameter position in a backward pass: layers in reverse, embeddings last.
+ * A unit's input gradient ("grad_input.layers.3", "grad_input.head")
+ * comes out of its backward pass after its weight gradients. */
 static long backward_key(const char *param) {
     if (!strncmp(param, "layers.", 7)) return 1000000 - strtol(param + 7, NULL, 10);
     if (!strncmp(param, "embedding.", 10)) return 2000000;
-    return 0; /* final_layernorm, output_layer: first in backward */
+    return 0; /* final_layernorm, output_layer, the head's input: first in backward */
 }
 
 void check_exec_key(const char *name, long key[4]) {
@@ -62,10 +64,15 @@ void check_exec_key(const char *name, long key[4]) {
     } else if (!strcmp(what, "logits")) key[1] = 2;
     else if (!strcmp(what, "loss")) key[1] = 3;
     else if (!strncmp(what, "grad.", 5)) key[1] = 4, key[2] = backward_key(what + 5);
+    else if (!strncmp(what, "grad_input.", 11))
+        key[1] = 4, key[2] = backward_key(what + 11), key[3] = 1;
     else if (!strcmp(what, "grad_norm")) key[1] = 5;
     else if (!strcmp(what, "lr")) key[1] = 6;
-    else if (!strncmp(what, "param.", 6)) key[1] = 7;
-    else key[1] = 8;
+    else if (!strcmp(what, "adam_t")) key[1] = 7; /* AdamW: the count, m, v, then the update */
+    else if (!strncmp(what, "exp_avg.", 8)) key[1] = 8;
+    else if (!strncmp(what, "exp_avg_sq.", 11)) key[1] = 9;
+    else if (!strncmp(what, "param.", 6)) key[1] = 10;
+    else key[1] = 11;
 }
 
 typedef struct {
@@ -93,10 +100,19 @@ static const check_replica_t *replica_of(const check_owner_t *owner, const char 
     return NULL;
 }
 
-static void print_replicas(FILE *f, const check_replica_t *r) {
-    fprintf(f, "  replicas    device %d's copy differs from device %d's, which the dump holds "
+/* "3 (tp 1, dp 1)", or just the rank when the layout gives no name. */
+static void name_device(const check_owner_t *owner, int device, char *buf, size_t cap) {
+    if (owner && owner->device_name) owner->device_name(owner->ctx, device, buf, cap);
+    else snprintf(buf, cap, "%d", device);
+}
+
+static void print_replicas(FILE *f, const check_replica_t *r, const check_owner_t *owner) {
+    char dev[96], taken[96];
+    name_device(owner, r->device, dev, sizeof dev);
+    name_device(owner, r->taken, taken, sizeof taken);
+    fprintf(f, "  replicas    device %s's copy differs from device %s's, which the dump holds "
                "(%d replica%s of this tensor differ%s)\n",
-            r->device, r->taken, r->ndiffer, r->ndiffer == 1 ? "" : "s", r->ndiffer == 1 ? "s" : "");
+            dev, taken, r->ndiffer, r->ndiffer == 1 ? "" : "s", r->ndiffer == 1 ? "s" : "");
 }
 
 /* A tensor whose dumped copy matched the golden run but whose replicas
@@ -116,8 +132,8 @@ static void print_replica_divergence(FILE *f, const st_tensor_t *t, const check_
     fprintf(f, "  tensor      %s\n", t->name);
     if (step >= 0) fprintf(f, "  step        %ld\n", step);
     fprintf(f, "  element     flat index %llu %s\n", (unsigned long long)r->flat, coords);
-    print_replicas(f, r);
-    if (who[0]) fprintf(f, "  produced by %s\n", who);
+    print_replicas(f, r, owner);
+    if (who[0]) fprintf(f, "  placement   %s\n", who);
     fprintf(f, "  device %-4d %s (dumped; equals the golden run)\n", r->taken, va);
     fprintf(f, "  device %-4d %s\n", r->device, vb);
     if (r->want == r->want && r->got == r->got)
@@ -125,8 +141,30 @@ static void print_replica_divergence(FILE *f, const st_tensor_t *t, const check_
                 (unsigned long long)tensor_ulp_distance(want, got, sizeof(float)));
 }
 
+/* The layout's tensor number j: who wrote each element, or NULL. */
+static const int32_t *sources_of(const check_owner_t *owner, long j) {
+    return owner && owner->sources && j >= 0 ? owner->sources(owner->ctx, (size_t)j) : NULL;
+}
+
+/* An element that no device wrote: the first, and how many. */
+static void print_unwritten(FILE *f, const st_tensor_t *t, uint64_t first, uint64_t count,
+                            const check_owner_t *owner) {
+    char coords[128], who[512] = "", gold[512] = "";
+    tensor_format_coords(t->ndim, t->shape, first, coords, sizeof coords);
+    long step = strncmp(t->name, "step", 4) ? -1 : strtol(t->name + 4, NULL, 10);
+    if (owner && owner->describe) owner->describe(owner->ctx, t, first, who, gold, sizeof who);
+    fprintf(f, "FIRST DIVERGENCE (execution order): an element that no device wrote\n");
+    fprintf(f, "  tensor      %s\n", t->name);
+    if (step >= 0) fprintf(f, "  step        %ld\n", step);
+    fprintf(f, "  element     flat index %llu %s\n", (unsigned long long)first, coords);
+    if (who[0]) fprintf(f, "  expected    from %s\n", who);
+    fprintf(f, "  this tensor: %llu of %llu elements unwritten (their values are whatever the "
+               "reassembly buffer held)\n",
+            (unsigned long long)count, (unsigned long long)st_numel(t));
+}
+
 static void print_divergence(FILE *f, const st_tensor_t *t, const tensor_diff_t *d,
-                             const check_owner_t *owner) {
+                             const check_owner_t *owner, const int32_t *src) {
     char coords[128], va[96], vb[96], who_layout[512] = "", who_golden[512] = "";
     tensor_format_coords(t->ndim, t->shape, d->first, coords, sizeof coords);
     tensor_format_value(t->dtype, d->first_a, va, sizeof va);
@@ -138,7 +176,14 @@ static void print_divergence(FILE *f, const st_tensor_t *t, const tensor_diff_t 
     fprintf(f, "  tensor      %s\n", t->name);
     if (step >= 0) fprintf(f, "  step        %ld\n", step);
     fprintf(f, "  element     flat index %llu %s\n", (unsigned long long)d->first, coords);
-    if (who_layout[0]) fprintf(f, "  produced by %s\n", who_layout);
+    if (src && src[d->first] >= 0) {
+        char dev[96];
+        name_device(owner, src[d->first], dev, sizeof dev);
+        fprintf(f, "  produced by device %s\n", dev);
+        if (who_layout[0]) fprintf(f, "  placement   %s\n", who_layout);
+    } else if (who_layout[0]) {
+        fprintf(f, "  produced by %s\n", who_layout);
+    }
     if (who_golden[0]) fprintf(f, "  golden      %s\n", who_golden);
     fprintf(f, "  golden      %s\n  got         %s\n", va, vb);
     if (st_dtype_is_float(t->dtype) && !d->first_nan)
@@ -147,7 +192,7 @@ static void print_divergence(FILE *f, const st_tensor_t *t, const tensor_diff_t 
             (unsigned long long)d->ndiff, (unsigned long long)d->numel,
             (unsigned long long)d->max_ulp, d->max_rel);
     const check_replica_t *r = replica_of(owner, t->name);
-    if (r) print_replicas(f, r);
+    if (r) print_replicas(f, r, owner);
 }
 
 int check_compare(const st_writer_t *golden, const st_writer_t *got, const check_owner_t *owner,
@@ -185,6 +230,17 @@ int check_compare(const st_writer_t *golden, const st_writer_t *got, const check
         }
         tensor_diff_t d;
         uint64_t numel = st_numel(&t);
+        const int32_t *src = sources_of(owner, j);
+        uint64_t unwritten = 0, first_unwritten = 0;
+        for (uint64_t e = numel; src && e-- > 0;)
+            if (src[e] < 0) unwritten++, first_unwritten = e;
+        if (unwritten) {
+            res->unwritten++;
+            if (!bad && report) print_unwritten(report, &t, first_unwritten, unwritten, owner);
+            if (!bad) snprintf(res->first_bad, sizeof res->first_bad, "%s", t.name);
+            bad = 1;
+            continue;
+        }
         const check_replica_t *rep = replica_of(owner, t.name);
         res->replicas += rep != NULL;
         if (tensor_diff(t.dtype, numel, gd, ld, &d)) {
@@ -192,15 +248,15 @@ int check_compare(const st_writer_t *golden, const st_writer_t *got, const check
             if (!rep) continue;
             if (!bad && report) print_replica_divergence(report, &t, rep, owner);
         } else if (!bad && report) {
-            print_divergence(report, &t, &d, owner);
+            print_divergence(report, &t, &d, owner, src);
         }
         if (!bad) snprintf(res->first_bad, sizeof res->first_bad, "%s", t.name);
         bad = 1;
     }
     if (bad && report)
         fprintf(report, "  in all: %d of %d tensors bit-exact, %d missing, %d with replicas that "
-                        "disagree\n",
-                res->exact, res->compared, res->missing, res->replicas);
+                        "disagree, %d with unwritten elements\n",
+                res->exact, res->compared, res->missing, res->replicas, res->unwritten);
     free(ord);
     return bad;
 }

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "parity/check.h"
+#include "parity/check_layout.h"
 #include "parity/ckpt.h"
 #include "parity/dp.h"
 #include "parity/dump.h"
@@ -281,25 +281,6 @@ int layout_train(const layout_job_t *job) {
     return rc;
 }
 
-/* Who produced an element, for the divergence report: the layout's
- * placement answers for the layout run; the golden run is one device
- * cutting the batch into the model's own microbatches. */
-typedef struct {
-    const dp_placement_t *pl;
-    int golden_micro;
-} owner_ctx_t;
-
-static void describe(void *ctx, const st_tensor_t *t, uint64_t flat, char *lay, char *gold,
-                     size_t cap) {
-    const owner_ctx_t *o = ctx;
-    dp_describe_element(o->pl, t, flat, lay, cap);
-    if (!strncmp(lay, "device", 6) && strstr(lay, "microbatch")) { /* a batch tensor */
-        uint64_t seq = flat / (st_numel(t) / (uint64_t)t->shape[0]);
-        snprintf(gold, cap, "device 0, microbatch %llu, sequence %llu",
-                 (unsigned long long)(seq / (uint64_t)o->golden_micro), (unsigned long long)seq);
-    }
-}
-
 int layout_check(const layout_job_t *job) {
     const pconfig_t *pc = &job->lo->pc;
     perr_t err;
@@ -314,12 +295,13 @@ int layout_check(const layout_job_t *job) {
         return 2;
     }
     dp_run_t run = {0};
-    check_replica_t *reps = NULL;
+    check_layout_t cl = {0};
     unsigned char *all = malloc((size_t)job->steps);
     /* --dump / --digest: the layout run's reassembled tensors, written
      * whether or not they match (a mismatch is when one wants them) */
     dump_t *golden = new_dump(job->cfg, DUMP_TENSORS),
-           *layout = new_dump(job->cfg, DUMP_TENSORS | (job->digest_path ? DUMP_DIGESTS : 0u));
+           *layout = new_dump(job->cfg, DUMP_TENSORS | DUMP_SOURCES |
+                                            (job->digest_path ? DUMP_DIGESTS : 0u));
     gpt_t *g = NULL;
     int rc = 2;
     if (!all || !golden || !layout || gpt_new(&g, job->cfg, &err)) {
@@ -342,22 +324,11 @@ int layout_check(const layout_job_t *job) {
     layout_job_t lj = *job;
     lj.want = all;
     if (run_dp(&lj, layout, NULL, NULL, NULL, &run, &err)) goto fail;
-    reps = calloc((size_t)run.n_replica_diffs + 1, sizeof *reps);
-    if (!reps) {
+    check_owner_t owner;
+    if (check_layout_init(&cl, &pl, &run, layout, job->cfg->micro_batch, &owner)) {
         fputs("parity check: out of memory\n", stderr);
         goto out;
     }
-    for (int i = 0; i < run.n_replica_diffs; i++) {
-        const dp_replica_diff_t *d = &run.replica_diffs[i];
-        reps[i] = (check_replica_t){d->name, d->flat, d->device, d->taken, d->ndiffer, d->got, d->want};
-    }
-    int nreps = run.n_replica_diffs;
-    dump_replica_t act; /* activations every tensor-parallel rank holds, compared by the dump */
-    if (dump_replica_diff(layout, &act))
-        reps[nreps++] = (check_replica_t){act.name, (uint64_t)act.flat, act.device, act.taken, 1,
-                                          act.got, act.want};
-    owner_ctx_t oc = {&pl, job->cfg->micro_batch};
-    check_owner_t owner = {&oc, describe, reps, nreps};
     check_result_t res;
     char desc[160];
     pconfig_describe(pc, desc, sizeof desc);
@@ -382,7 +353,7 @@ out:
     dump_free(golden);
     dump_free(layout);
     free(all);
-    free(reps);
+    check_layout_free(&cl);
     free(run.replica_diffs);
     dp_placement_free(&pl);
     return rc;

@@ -80,6 +80,29 @@ static void report(const gpt_observer_t *obs, const gpt_slot_t *A, const checkpo
     }
 }
 
+/* The positions the residual stream's tensors hold: the sharded regions'
+ * (sequence parallelism: t0 .. t0+Tl-1 of the slot's positions), else
+ * every position of the slot (context parallelism: its runs). */
+static cp_runs_t stream_positions(const gpt_local_t *lc) {
+    if (lc->seq_parts <= 1) return lc->runs;
+    const int64_t Tl = lc->seq_held / lc->seq_parts;
+    return cp_runs_slice(&lc->runs, (int)(lc->seq_part * Tl), (int)Tl);
+}
+
+void gpt_report_input_grad(const gpt_t *g, int unit, int s, const gpt_observer_t *obs) {
+    if (!obs || !obs->batch_tensor || unit < 1) return;
+    const model_config_t *c = &g->cfg;
+    const cp_runs_t pos = stream_positions(&g->local);
+    const checkpoint_t cp[] = {
+        {unit <= c->layers ? "" : "head", ST_F32, g->slot[s].d_resid, 2,
+         {c->seq_length, c->hidden}, -1, 0, 0, &pos, 0},
+    };
+    char prefix[64];
+    if (unit <= c->layers) snprintf(prefix, sizeof prefix, "grad_input.layers.%d", unit - 1);
+    else snprintf(prefix, sizeof prefix, "grad_input.");
+    report(obs, &g->slot[s], cp, 1, prefix);
+}
+
 void gpt_report_unit(const gpt_t *g, int unit, int s, const gpt_observer_t *obs) {
     if (!obs || !obs->batch_tensor) return;
     const model_config_t *c = &g->cfg;
@@ -87,14 +110,12 @@ void gpt_report_unit(const gpt_t *g, int unit, int s, const gpt_observer_t *obs)
     const int64_t T = c->seq_length, C = c->hidden, F = c->ffn, V = c->vocab, H = c->heads;
     const int L = c->layers;
     const gpt_local_t *lc = &g->local;
-    /* The residual-stream tensors hold the sharded regions' positions
-     * (sequence parallelism: t0 .. t0+Tl-1), LayerNorm outputs are
-     * reported gathered; every token tensor holds the slot's positions
-     * (context parallelism: its runs). Axis 0 of [T, ...] is the position. */
-    const int sp = lc->seq_parts > 1;
-    const int64_t Tl = lc->seq_held / lc->seq_parts;
-    const cp_runs_t sp_run = cp_runs_slice(&lc->runs, (int)(lc->seq_part * Tl), (int)Tl);
-    const cp_runs_t *pos = sp ? &sp_run : &lc->runs, *all = &lc->runs;
+    /* The residual-stream tensors hold stream_positions(), LayerNorm
+     * outputs are reported gathered; every token tensor holds the slot's
+     * positions (context parallelism: its runs). Axis 0 of [T, ...] is
+     * the position. */
+    const cp_runs_t stream = stream_positions(lc);
+    const cp_runs_t *pos = &stream, *all = &lc->runs;
     const int64_t W = lc->attn, D = lc->heads ? W / lc->heads : 0;
     const int64_t Fl = lc->ffn;
     if (unit == 0) {

@@ -20,8 +20,7 @@ typedef struct {
     int64_t shape[ST_MAX_DIMS];
     size_t esize, per_seq_bytes;
     unsigned char *data;   /* [B * per_seq_bytes] */
-    unsigned char *filled; /* [B * per_seq elements]: written by some replica */
-    int first_writer;      /* the device that reported it first */
+    int32_t *src;          /* [B * per_seq elements]: the device that wrote each, -1: none */
 } batch_entry_t;
 
 typedef struct {
@@ -30,7 +29,7 @@ typedef struct {
 } digest_t;
 
 struct dump {
-    int keep_file, want_digests;
+    int keep_file, want_digests, keep_sources;
     int n_tensors;
     int B;
     st_writer_t *w;
@@ -42,18 +41,41 @@ struct dump {
     int n_batch, cap_batch;
     float *grads; /* [total] copy of the rounded gradients */
     int writer;                  /* the device whose views arrive now (dump_set_writer) */
-    dump_replica_t diff;         /* the first batch tensor whose replicas disagreed */
-    char diff_name[200];         /* "" none */
+    dump_replica_t *diffs;       /* one per batch tensor whose replicas disagreed */
+    int n_diffs, cap_diffs;
+    int32_t **sources;           /* DUMP_SOURCES: [tensor] the writer of each element, or NULL */
+    int cap_sources;
+    dump_sources_t next;         /* for the parameter-shaped tensors of dump_end_step */
     int have_grads;
     size_t total;
 };
 
+/* Keeps a copy of the writers of tensor number `index` (DUMP_SOURCES). */
+static int keep_sources(dump_t *d, int index, const int32_t *who, size_t n, perr_t *err) {
+    if (index >= d->cap_sources) {
+        int cap = d->cap_sources ? 2 * d->cap_sources : 256;
+        while (cap <= index) cap *= 2;
+        int32_t **grown = realloc(d->sources, (size_t)cap * sizeof *grown);
+        if (!grown) return perr_set(err, "dump: out of memory");
+        memset(grown + d->cap_sources, 0, (size_t)(cap - d->cap_sources) * sizeof *grown);
+        d->sources = grown, d->cap_sources = cap;
+    }
+    if (!(d->sources[index] = malloc((n ? n : 1) * sizeof(int32_t))))
+        return perr_set(err, "dump: out of memory");
+    memcpy(d->sources[index], who, n * sizeof(int32_t));
+    return 0;
+}
+
+/* Adds a tensor; who: the device that wrote each element (kept with
+ * DUMP_SOURCES), or NULL when unknown. */
 static int emit(dump_t *d, const char *name, st_dtype_t dt, int ndim, const int64_t *shape,
-                const void *data, perr_t *err) {
-    size_t bytes = st_dtype_size(dt);
-    for (int i = 0; i < ndim; i++) bytes *= (size_t)shape[i];
-    d->n_tensors++;
+                const void *data, const int32_t *who, perr_t *err) {
+    size_t bytes = st_dtype_size(dt), n = 1;
+    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+    bytes *= n;
+    const int index = d->n_tensors++;
     if (d->keep_file && st_writer_add(d->w, name, dt, ndim, shape, data, err)) return -1;
+    if (d->keep_sources && who && keep_sources(d, index, who, n, err)) return -1;
     if (!d->want_digests) return 0; /* hashing is most of a dump's cost */
     if (d->n_dig == d->cap_dig) {
         int cap = d->cap_dig ? 2 * d->cap_dig : 256;
@@ -76,6 +98,7 @@ dump_t *dump_new(const gpt_t *g, unsigned what) {
     const int keep_file = (what & DUMP_TENSORS) != 0;
     d->keep_file = keep_file;
     d->want_digests = (what & DUMP_DIGESTS) != 0;
+    d->keep_sources = keep_file && (what & DUMP_SOURCES) != 0;
     d->B = g->cfg.global_batch;
     d->total = g->table.total;
     d->grads = malloc((d->total ? d->total : 1) * sizeof(float));
@@ -103,7 +126,7 @@ static void clear_batch(dump_t *d) {
     for (int i = 0; i < d->n_batch; i++) {
         free(d->batch[i].name);
         free(d->batch[i].data);
-        free(d->batch[i].filled);
+        free(d->batch[i].src);
     }
     d->n_batch = 0;
 }
@@ -115,6 +138,10 @@ void dump_free(dump_t *d) {
     for (int i = 0; i < d->n_dig; i++) free(d->dig[i].name);
     free(d->dig);
     free(d->grads);
+    for (int i = 0; i < d->cap_sources; i++) free(d->sources[i]);
+    free(d->sources);
+    for (int i = 0; i < d->n_diffs; i++) free((char *)d->diffs[i].name);
+    free(d->diffs);
     if (d->w) st_writer_free(d->w);
     free(d);
 }
@@ -128,18 +155,20 @@ int dump_set_metadata(dump_t *d, const char *key, const char *value, perr_t *err
 }
 
 static int emit_params(dump_t *d, const gpt_t *g, const char *prefix, const float *base,
-                       perr_t *err) {
+                       const int32_t *who, perr_t *err) {
     char name[160];
     for (int i = 0; i < g->table.count; i++) {
         const param_info_t *p = &g->table.info[i];
         snprintf(name, sizeof name, "%s%s", prefix, p->name);
-        if (emit(d, name, ST_F32, p->ndim, p->shape, base + p->offset, err)) return -1;
+        if (emit(d, name, ST_F32, p->ndim, p->shape, base + p->offset, who ? who + p->offset : NULL,
+                 err))
+            return -1;
     }
     return 0;
 }
 
 int dump_add_init(dump_t *d, const gpt_t *g, perr_t *err) {
-    return emit_params(d, g, "init.", g->params, err);
+    return emit_params(d, g, "init.", g->params, NULL, err);
 }
 
 static batch_entry_t *batch_entry(dump_t *d, const gpt_view_t *v) {
@@ -156,7 +185,6 @@ static batch_entry_t *batch_entry(dump_t *d, const gpt_view_t *v) {
     memset(e, 0, sizeof *e);
     e->name = strdup(v->name);
     e->dtype = v->dtype;
-    e->first_writer = d->writer;
     e->ndim = v->ndim + 1;
     e->shape[0] = d->B;
     e->esize = st_dtype_size(v->dtype);
@@ -167,8 +195,9 @@ static batch_entry_t *batch_entry(dump_t *d, const gpt_view_t *v) {
     }
     e->per_seq_bytes = per_seq * e->esize;
     e->data = calloc((size_t)d->B, e->per_seq_bytes);
-    e->filled = calloc((size_t)d->B, per_seq);
-    if (!e->name || !e->data || !e->filled) parity_fatal("dump: out of memory");
+    e->src = malloc((size_t)d->B * per_seq * sizeof(int32_t));
+    if (!e->name || !e->data || !e->src) parity_fatal("dump: out of memory");
+    memset(e->src, 0xff, (size_t)d->B * per_seq * sizeof(int32_t)); /* -1: nobody yet */
     return e;
 }
 
@@ -188,25 +217,58 @@ static float as_float(st_dtype_t dt, const unsigned char *x) {
     return (float)x[0];
 }
 
-/* Copies one run of a replica's block into the global tensor; an element
- * another replica wrote already is compared instead (the first
- * disagreement is kept for the checker). */
-static void place_run(dump_t *d, batch_entry_t *e, size_t at, const unsigned char *src, size_t n) {
-    if (!memchr(e->filled + at, 1, n)) { /* the first copy of the whole run */
-        memcpy(e->data + at * e->esize, src, n * e->esize);
-        memset(e->filled + at, 1, n);
+/* Keeps one record per tensor: its lowest differing element (the lowest
+ * device on a tie). */
+static void record_diff(dump_t *d, const batch_entry_t *e, int64_t flat, int device, int taken,
+                        float got, float want) {
+    char name[200];
+    snprintf(name, sizeof name, "step%lld.%s", (long long)d->step, e->name);
+    dump_replica_t *r = NULL;
+    for (int i = 0; i < d->n_diffs && !r; i++)
+        if (!strcmp(d->diffs[i].name, name)) r = &d->diffs[i];
+    if (r) {
+        if (flat < r->flat || (flat == r->flat && device < r->device))
+            *r = (dump_replica_t){r->name, flat, device, taken, got, want};
         return;
     }
-    for (size_t k = 0; k < n; k++) {
+    if (d->n_diffs == d->cap_diffs) {
+        int cap = d->cap_diffs ? 2 * d->cap_diffs : 16;
+        dump_replica_t *grown = realloc(d->diffs, (size_t)cap * sizeof *grown);
+        if (!grown) parity_fatal("dump: out of memory");
+        d->diffs = grown, d->cap_diffs = cap;
+    }
+    char *copy = strdup(name);
+    if (!copy) parity_fatal("dump: out of memory");
+    d->diffs[d->n_diffs++] = (dump_replica_t){copy, flat, device, taken, got, want};
+}
+
+/* Copies one run of a replica's block into the global tensor, noting the
+ * writer of each element; an element another replica wrote already is
+ * compared instead (disagreements are kept for the checker), and the
+ * lowest device's copy is the one kept, whatever order devices report in. */
+static void place_run(dump_t *d, batch_entry_t *e, size_t at, const unsigned char *src, size_t n) {
+    int32_t *who = e->src + at;
+    size_t k = 0;
+    while (k < n && who[k] < 0) k++;
+    if (k == n) { /* the first copy of the whole run */
+        memcpy(e->data + at * e->esize, src, n * e->esize);
+        for (k = 0; k < n; k++) who[k] = d->writer;
+        return;
+    }
+    for (k = 0; k < n; k++) {
         unsigned char *dst = e->data + (at + k) * e->esize;
         const unsigned char *from = src + k * e->esize;
-        if (!e->filled[at + k]) {
+        if (who[k] < 0) {
             memcpy(dst, from, e->esize);
-            e->filled[at + k] = 1;
-        } else if (memcmp(dst, from, e->esize) && !d->diff_name[0]) {
-            snprintf(d->diff_name, sizeof d->diff_name, "step%lld.%s", (long long)d->step, e->name);
-            d->diff = (dump_replica_t){d->diff_name, (int64_t)(at + k), d->writer, e->first_writer,
-                                       as_float(e->dtype, from), as_float(e->dtype, dst)};
+            who[k] = d->writer;
+        } else if (memcmp(dst, from, e->esize) && d->writer > who[k]) {
+            record_diff(d, e, (int64_t)(at + k), d->writer, who[k], as_float(e->dtype, from),
+                        as_float(e->dtype, dst));
+        } else if (memcmp(dst, from, e->esize)) { /* the lowest device's copy is the one taken */
+            record_diff(d, e, (int64_t)(at + k), who[k], d->writer, as_float(e->dtype, dst),
+                        as_float(e->dtype, from));
+            memcpy(dst, from, e->esize);
+            who[k] = d->writer;
         }
     }
 }
@@ -236,10 +298,17 @@ static void on_batch_tensor(void *ctx, const gpt_view_t *v) {
 
 void dump_set_writer(dump_t *d, int device) { d->writer = device; }
 
-int dump_replica_diff(const dump_t *d, dump_replica_t *out) {
-    if (!d->diff_name[0]) return 0;
-    *out = d->diff;
-    return 1;
+const dump_replica_t *dump_replica_diffs(const dump_t *d, int *n) {
+    *n = d->n_diffs;
+    return d->diffs;
+}
+
+void dump_set_sources(dump_t *d, const dump_sources_t *src) {
+    d->next = src ? *src : (dump_sources_t){0};
+}
+
+const int32_t *dump_sources_at(const dump_t *d, size_t index) {
+    return (int)index < d->cap_sources ? d->sources[index] : NULL;
 }
 
 static void on_grads(void *ctx, const gpt_t *g) {
@@ -257,15 +326,15 @@ void dump_begin_step(dump_t *d, int64_t step, gpt_observer_t *obs) {
     obs->grads_ready = on_grads;
 }
 
-static int emit_batch(dump_t *d, const char *prefix, int want_prefix, perr_t *err) {
+/* The batch tensors whose names start with prefix (in arrival order). */
+static int emit_batch(dump_t *d, const char *prefix, perr_t *err) {
     char name[256];
     size_t plen = strlen(prefix);
     for (int i = 0; i < d->n_batch; i++) {
         batch_entry_t *e = &d->batch[i];
-        int has = !strncmp(e->name, prefix, plen);
-        if (has != want_prefix) continue;
+        if (strncmp(e->name, prefix, plen)) continue;
         snprintf(name, sizeof name, "step%lld.%s", (long long)d->step, e->name);
-        if (emit(d, name, e->dtype, e->ndim, e->shape, e->data, err)) return -1;
+        if (emit(d, name, e->dtype, e->ndim, e->shape, e->data, e->src, err)) return -1;
     }
     return 0;
 }
@@ -283,19 +352,35 @@ int dump_end_step(dump_t *d, const gpt_t *g, const gpt_step_stats_t *st, perr_t 
             if (!strcmp(d->batch[i].name, first[k])) {
                 batch_entry_t *e = &d->batch[i];
                 snprintf(name, sizeof name, "step%lld.%s", (long long)d->step, e->name);
-                if (emit(d, name, e->dtype, e->ndim, e->shape, e->data, err)) return -1;
+                if (emit(d, name, e->dtype, e->ndim, e->shape, e->data, e->src, err)) return -1;
             }
+    /* scalars: every device's copy is compared with the one taken, device 0's */
+    static const int32_t device0 = 0;
     struct { const char *n; float v; } scalars[] = {
         {"loss", st->loss}, {"lr", st->lr}, {"grad_norm", st->grad_norm}};
     for (int k = 0; k < 3; k++) {
         snprintf(name, sizeof name, "step%lld.%s", (long long)d->step, scalars[k].n);
-        if (emit(d, name, ST_F32, 1, &one, &scalars[k].v, err)) return -1;
+        if (emit(d, name, ST_F32, 1, &one, &scalars[k].v, &device0, err)) return -1;
     }
-    if (emit_batch(d, "act.", 1, err) || emit_batch(d, "mask.", 1, err)) return -1;
+    if (emit_batch(d, "act.", err) || emit_batch(d, "mask.", err) ||
+        emit_batch(d, "grad_input.", err))
+        return -1;
+    const dump_sources_t *src = &d->next;
     snprintf(name, sizeof name, "step%lld.grad.", (long long)d->step);
-    if (emit_params(d, g, name, d->grads, err)) return -1;
+    if (emit_params(d, g, name, d->grads, src->grad, err)) return -1;
     snprintf(name, sizeof name, "step%lld.param.", (long long)d->step);
-    if (emit_params(d, g, name, g->params, err)) return -1;
+    if (emit_params(d, g, name, g->params, src->param, err)) return -1;
+    /* AdamW's state after the update (the one-device run keeps it whole) */
+    if (g->adam_m && g->adam_v) {
+        snprintf(name, sizeof name, "step%lld.exp_avg.", (long long)d->step);
+        if (emit_params(d, g, name, g->adam_m, src->exp_avg, err)) return -1;
+        snprintf(name, sizeof name, "step%lld.exp_avg_sq.", (long long)d->step);
+        if (emit_params(d, g, name, g->adam_v, src->exp_avg_sq, err)) return -1;
+    }
+    const int32_t adam_t = g->adam_t;
+    snprintf(name, sizeof name, "step%lld.adam_t", (long long)d->step);
+    if (emit(d, name, ST_I32, 1, &one, &adam_t, &device0, err)) return -1;
+    d->next = (dump_sources_t){0};
     clear_batch(d);
     return 0;
 }

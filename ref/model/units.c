@@ -204,6 +204,13 @@ void gpt_unit_backward(gpt_t *g, int unit, int s, const gpt_observer_t *obs) {
         layer_unit_backward(g, unit - 1, A, &p);
     else
         head_unit_backward(g, A, &p);
+    if (unit == L && (g->shard.broken & GPT_BROKEN_TP_INPUT_GRAD) && g->shard.tp_rank == 1) {
+        uint32_t u; /* the checker control: one bit of the last layer's input gradient */
+        memcpy(&u, A->d_resid, sizeof u);
+        u ^= 1u;
+        memcpy(A->d_resid, &u, sizeof u);
+    }
+    if (obs && obs->batch_tensor) gpt_report_input_grad(g, unit, s, obs);
     unit_event(g, obs, unit, GPT_BWD_END);
 }
 

@@ -75,21 +75,7 @@ void dp_ckpt_collect(dp_rank_t *r) {
     dp_run_t *run = sh->run;
     if (!run->save) return;
     const dp_plan_t *p = r->plan;
-    float *pl = sh->params_local[r->part], *ml = sh->m_local[r->part], *vl = sh->v_local[r->part];
-    const size_t total = r->g->table.total;
-    if (p->stage == 3) dp_collect_pieces(r, pl, 0);
-    else if (r->rank == 0) memcpy(pl, r->g->params, total * sizeof(float));
-    if (p->stage == 0 && r->rank == 0) {
-        memcpy(ml, r->g->adam_m, total * sizeof(float));
-        memcpy(vl, r->g->adam_v, total * sizeof(float));
-    } else if (p->stage >= 1) {
-        for (int b = 0; b < p->nbuckets; b++) {
-            size_t lo, hi;
-            dp_piece(p, b, r->rank, &lo, &hi);
-            memcpy(ml + lo, r->shard_m + p->buckets[b].shard_off, (hi - lo) * sizeof(float));
-            memcpy(vl + lo, r->shard_v + p->buckets[b].shard_off, (hi - lo) * sizeof(float));
-        }
-    }
+    for (dp_kind_t k = DP_PARAM; k < DP_NKINDS; k++) dp_collect_part(r, k, sh->local[k][r->part], NULL);
     coll_barrier(r->world); /* every rank's pieces are in */
     if (r->device != 0) return;
     dp_join_parts(sh, sh->params_local, run->save->params);

@@ -28,14 +28,98 @@ void dp_collect_batch(void *ctx, const gpt_view_t *v) {
     pthread_mutex_unlock(&r->sh->collect_lock);
 }
 
-void dp_collect_pieces(dp_rank_t *r, float *global, int grads) {
+static const char *const kind_name[DP_NKINDS] = {"grad", "param", "exp_avg", "exp_avg_sq"};
+
+/* Bucket b's piece of kind k as this rank keeps it sharded. */
+static const float *piece_of(dp_rank_t *r, dp_kind_t k, int b) {
+    const size_t off = r->plan->buckets[b].shard_off;
+    switch (k) {
+    case DP_GRAD: return dp_grad_piece(r, b);
+    case DP_PARAM: return r->shard_params + off;
+    case DP_EXP_AVG: return r->shard_m + off;
+    default: return r->shard_v + off;
+    }
+}
+
+/* This rank's whole copy of kind k, or NULL where its ZeRO stage shards it. */
+static const float *replica_of(const dp_rank_t *r, dp_kind_t k) {
+    const int stage = r->plan->stage;
+    switch (k) {
+    case DP_GRAD: return stage == 0 ? r->g->grads : NULL; /* DDP's all-gathered copy */
+    case DP_PARAM: return stage < 3 ? r->g->params : NULL;
+    case DP_EXP_AVG: return stage == 0 ? r->g->adam_m : NULL;
+    default: return stage == 0 ? r->g->adam_v : NULL;
+    }
+}
+
+static void mark(int32_t *src, size_t lo, size_t hi, int device) {
+    for (size_t i = lo; src && i < hi; i++) src[i] = device;
+}
+
+void dp_collect_pieces(dp_rank_t *r, dp_kind_t k, float *out, int32_t *src) {
     const dp_plan_t *p = r->plan;
     for (int b = 0; b < p->nbuckets; b++) {
         size_t lo, hi;
         dp_piece(p, b, r->rank, &lo, &hi);
-        const float *src = grads ? dp_grad_piece(r, b) : r->shard_params + p->buckets[b].shard_off;
-        memcpy(global + lo, src, (hi - lo) * sizeof(float));
+        /* the checker control: device 1 leaves one gradient element unwritten */
+        const size_t skip = (r->sh->run->broken_check & DP_BROKEN_UNWRITTEN) && r->device == 1 &&
+                            k == DP_GRAD && b == 0 && hi > lo;
+        memcpy(out + lo + skip, piece_of(r, k, b) + skip, (hi - lo - skip) * sizeof(float));
+        mark(src, lo + skip, hi, r->device);
     }
+}
+
+void dp_collect_reset(dp_shared_t *sh) {
+    for (int k = 0; k < DP_NKINDS; k++) {
+        for (int part = 0; sh->src_local[k] && part < sh->nparts; part++)
+            memset(sh->src_local[k][part], 0xff, dp_part(sh, part).table->total * sizeof(int32_t));
+        if (sh->src_full[k]) memset(sh->src_full[k], 0xff, sh->global.total * sizeof(int32_t));
+    }
+}
+
+void dp_collect_sources(const dp_shared_t *sh, dump_sources_t *out) {
+    *out = (dump_sources_t){sh->src_full[DP_GRAD], sh->src_full[DP_PARAM], sh->src_full[DP_EXP_AVG],
+                            sh->src_full[DP_EXP_AVG_SQ]};
+}
+
+int32_t **dp_part_sources(const dp_shared_t *sh) {
+    int32_t **b = calloc((size_t)sh->nparts, sizeof *b);
+    for (int t = 0; b && t < sh->nparts; t++)
+        if (!(b[t] = calloc(dp_part(sh, t).table->total + 1, sizeof(int32_t)))) {
+            dp_part_sources_free(sh, b);
+            return NULL;
+        }
+    return b;
+}
+
+void dp_part_sources_free(const dp_shared_t *sh, int32_t **b) {
+    for (int t = 0; b && t < sh->nparts; t++) free(b[t]);
+    free(b);
+}
+
+void dp_collect_part(dp_rank_t *r, dp_kind_t k, float *out, int32_t *src) {
+    const float *mine = replica_of(r, k);
+    const size_t total = r->g->table.total;
+    if (k == DP_GRAD || !mine) {
+        dp_collect_pieces(r, k, out, src);
+    } else if (r->rank == 0) { /* the copy taken: data-parallel rank 0's */
+        memcpy(out, mine, total * sizeof(float));
+        mark(src, 0, total, r->device);
+    }
+}
+
+void dp_collect_kind(dp_rank_t *r, int64_t step, dp_kind_t k) {
+    dp_shared_t *sh = r->sh;
+    float *local = sh->local[k][r->part];
+    const float *mine = replica_of(r, k);
+    const int sharded = k == DP_GRAD || !mine;
+    dp_collect_part(r, k, local, sh->src_local[k] ? sh->src_local[k][r->part] : NULL);
+    coll_barrier(r->world); /* every rank's pieces are in */
+    /* every other replica against the copy taken (DDP's gradients: against
+     * each element's owner, whose piece the all-gather copied) */
+    if (mine && (sharded || r->rank != 0))
+        dp_check_replica(r, step, kind_name[k], mine, local, sharded ? -1 : 0);
+    if (r->device == 0) dp_collect_tp(sh, step, k);
 }
 
 gpt_t dp_global_view(const dp_shared_t *sh, const gpt_t *g) {
@@ -43,6 +127,8 @@ gpt_t dp_global_view(const dp_shared_t *sh, const gpt_t *g) {
     v.table = sh->global; /* tensor parallelism: the whole tensors, not a rank's blocks */
     v.params = sh->params_full;
     v.grads = sh->grads_full;
+    v.adam_m = sh->m_full; /* NULL unless collected */
+    v.adam_v = sh->v_full;
     return v;
 }
 
@@ -106,13 +192,18 @@ void dp_check_replica(dp_rank_t *r, int64_t step, const char *kind, const float 
     }
 }
 
+/* AdamW's step count as a device keeps it (DDP: in its replica). */
+int dp_adam_t(const dp_rank_t *r) { return r->plan->stage == 0 ? r->g->adam_t : r->adam_t; }
+
 void dp_check_scalars(dp_shared_t *sh, int64_t step) {
     const gpt_step_stats_t *s0 = &sh->ranks[0].step_stats;
+    const float t0 = (float)dp_adam_t(&sh->ranks[0]);
     for (int q = 1; q < sh->grid.world; q++) {
         const gpt_step_stats_t *s = &sh->ranks[q].step_stats;
         const struct { const char *name; float got, want; } v[] = {
-            {"loss", s->loss, s0->loss}, {"lr", s->lr, s0->lr}, {"grad_norm", s->grad_norm, s0->grad_norm}};
-        for (int k = 0; k < 3; k++) {
+            {"loss", s->loss, s0->loss}, {"lr", s->lr, s0->lr}, {"grad_norm", s->grad_norm, s0->grad_norm},
+            {"adam_t", (float)dp_adam_t(&sh->ranks[q]), t0}};
+        for (int k = 0; k < 4; k++) {
             if (!memcmp(&v[k].got, &v[k].want, sizeof(float))) continue;
             char name[64];
             snprintf(name, sizeof name, "step%lld.%s", (long long)step, v[k].name);
@@ -121,7 +212,18 @@ void dp_check_scalars(dp_shared_t *sh, int64_t step) {
     }
 }
 
-void dp_collect_tp(dp_shared_t *sh, int64_t step, const char *kind, float **local, float *global) {
+typedef struct {
+    const int32_t *from;
+    int32_t *to;
+} src_runs_t;
+
+static void put_sources(void *ctx, size_t global_flat, size_t local_flat, size_t n) {
+    const src_runs_t *s = ctx;
+    memcpy(s->to + global_flat, s->from + local_flat, n * sizeof(int32_t));
+}
+
+void dp_collect_tp(dp_shared_t *sh, int64_t step, dp_kind_t kind) {
+    float **local = sh->local[kind], *global = sh->full[kind];
     for (int k = 0; k < sh->nparts; k++) {
         const dp_part_t p = dp_part(sh, k);
         for (int i = 0; i < p.table->count; i++) {
@@ -131,6 +233,10 @@ void dp_collect_tp(dp_shared_t *sh, int64_t step, const char *kind, float **loca
             float *g = global + pg->offset;
             if (!dp_part_extra(sh, &p, i)) {
                 placement_put(&pl->pl, p.sizes, p.coord, mine, g);
+                if (sh->src_local[kind]) {
+                    src_runs_t runs = {sh->src_local[kind][k] + pl->offset, sh->src_full[kind] + pg->offset};
+                    placement_for_runs(&pl->pl, p.sizes, p.coord, put_sources, &runs);
+                }
                 continue;
             }
             size_t li;
@@ -140,9 +246,14 @@ void dp_collect_tp(dp_shared_t *sh, int64_t step, const char *kind, float **loca
                 const int taken = placement_is_extra_replica(&pl->pl, p.sizes, p.coord)
                                       ? p.stage * p.sizes[GRID_TP] : p.tp_rank;
                 char name[160];
-                snprintf(name, sizeof name, "step%lld.%s.%s", (long long)step, kind, pg->name);
-                record(sh, name, (uint64_t)at, part_device(sh, k), part_device(sh, taken), mine[li],
-                       g[at]);
+                snprintf(name, sizeof name, "step%lld.%s.%s", (long long)step, kind_name[kind],
+                         pg->name);
+                int device = part_device(sh, k), from = part_device(sh, taken);
+                if (sh->src_local[kind]) { /* ZeRO: the piece's owner */
+                    device = sh->src_local[kind][k][pl->offset + li];
+                    from = sh->src_full[kind][pg->offset + (size_t)at];
+                }
+                record(sh, name, (uint64_t)at, device, from, mine[li], g[at]);
             }
         }
     }

@@ -5,12 +5,17 @@
 #include <pthread.h>
 
 #include "parity/dp.h"
+#include "parity/dump.h"
 #include "parity/grid.h"
 #include "parity/pp.h"
 #include "parity/runtime.h"
 #include "parity/trace.h"
 
 typedef struct dp_shared dp_shared_t;
+
+/* The parameter-shaped tensors a dump collects, each step: gradients
+ * (before the update), then parameters and AdamW's m and v (after it). */
+typedef enum { DP_GRAD, DP_PARAM, DP_EXP_AVG, DP_EXP_AVG_SQ, DP_NKINDS } dp_kind_t;
 
 /* One data-parallel rank. */
 typedef struct dp_rank {
@@ -88,8 +93,15 @@ struct dp_shared {
     group_t *group, *grad_group;
     pthread_mutex_t collect_lock;
     float *params_full, *grads_full; /* reassembly for dumps */
-    float **m_local, **v_local;      /* [nparts] checkpoints: AdamW state of one part
-                                        (dp_ckpt.c), or NULL */
+    float *m_full, *v_full;          /* AdamW's m and v reassembled for dumps, or NULL */
+    float **m_local, **v_local;      /* [nparts] AdamW state of one part: checkpoints
+                                        (dp_ckpt.c) and dumps, or NULL */
+    /* a dump's reassembly of kind k (dp_collect_kind): every part's flat
+     * vectors (aliases of params_local, ...) and the global one; with the
+     * device that wrote each element (-1: none yet this step), so that an
+     * element nobody wrote is a divergence and a report names its device */
+    float **local[DP_NKINDS], *full[DP_NKINDS];
+    int32_t **src_local[DP_NKINDS], *src_full[DP_NKINDS];
     gpt_observer_t dump_obs;         /* the dump's observer for the current step */
     double *sched_end;               /* [world] when each device's schedule of the
                                         current step ended: the pipeline's flush */
@@ -164,22 +176,43 @@ void dp_fail(dp_shared_t *sh, const char *msg);
 /* dp_collect.c: the reassembly of global tensors for dumps and the
  * checker, outside the simulated devices (no collective, no device memory). */
 void dp_collect_batch(void *ctx, const gpt_view_t *v);
-/* This rank's pieces of a sharded vector (gradients, or ZeRO-3 parameters)
- * into its part's flat vector. */
-void dp_collect_pieces(dp_rank_t *r, float *global, int grads);
+/* This rank's pieces of a sharded vector of kind k (gradients, ZeRO-3
+ * parameters, ZeRO >= 1 AdamW state) into its part's flat vector `out`;
+ * src (or NULL) records this device as their writer. */
+void dp_collect_pieces(dp_rank_t *r, dp_kind_t k, float *out, int32_t *src);
+/* This rank's share of kind k into its part's flat vector: its pieces
+ * where its ZeRO stage shards k (gradients always: the reduce-scatter's
+ * owner rounded them), the whole replica on data-parallel rank 0. */
+void dp_collect_part(dp_rank_t *r, dp_kind_t k, float *out, int32_t *src);
+/* One int32 vector per model part, of its table's size (-1 unset after
+ * dp_collect_reset); NULL when memory is short. */
+int32_t **dp_part_sources(const dp_shared_t *sh);
+void      dp_part_sources_free(const dp_shared_t *sh, int32_t **b);
+/* Step `step`'s tensors of kind k, reassembled (a collective over the
+ * world: every device calls it): each rank's pieces or rank 0's replica
+ * into its part, every other replica compared, then on device 0 every
+ * part into the global tensor (dp_collect_tp). */
+void dp_collect_kind(dp_rank_t *r, int64_t step, dp_kind_t k);
+/* Device 0, before a collected step: nothing written yet. */
+void dp_collect_reset(dp_shared_t *sh);
+/* The sources of the reassembled tensors, for dump_set_sources. */
+void dp_collect_sources(const dp_shared_t *sh, dump_sources_t *out);
 /* A read-only view of the model with the global parameters and gradients. */
 gpt_t dp_global_view(const dp_shared_t *sh, const gpt_t *g);
-/* Every part's flat tensors (params_local or grads_local) into the
- * global ones through the placements; a block several parts hold (a
- * tensor replicated over tp, the tied embedding on the last stage) is
- * compared, not copied. */
-void dp_collect_tp(dp_shared_t *sh, int64_t step, const char *kind, float **local, float *global);
+/* Every part's flat tensors of kind k into the global ones through the
+ * placements, with their sources; a block several parts hold (a tensor
+ * replicated over tp, the tied embedding on the last stage) is compared,
+ * not copied. */
+void dp_collect_tp(dp_shared_t *sh, int64_t step, dp_kind_t k);
 /* This rank's replica of every parameter-shaped tensor (kind "grad" or
  * "param") against the copy the dump took (taken: a device, or -1 for
  * each element's bucket-piece owner); disagreements are recorded. */
 void dp_check_replica(dp_rank_t *r, int64_t step, const char *kind, const float *mine,
                       const float *taken, int taken_device);
-/* Every rank's loss, lr and norm (step_stats) against device 0's. */
+/* AdamW's step count as a device keeps it (DDP: in its replica). */
+int dp_adam_t(const dp_rank_t *r);
+/* Every rank's loss, lr, norm (step_stats) and AdamW step count against
+ * device 0's. */
 void dp_check_scalars(dp_shared_t *sh, int64_t step);
 
 /* dp_reduce.c: the exact reduce-scatter of bucket b into the rank's piece

@@ -195,6 +195,7 @@ void dp_placement_free(dp_placement_t *pl) {
 
 static int is_batch(const st_tensor_t *t, const char *what) {
     return t->ndim >= 2 && (!strncmp(what, "act.", 4) || !strncmp(what, "mask.", 5) ||
+                            !strncmp(what, "grad_input.", 11) ||
                             !strcmp(what, "logits") || !strcmp(what, "input_ids") ||
                             !strcmp(what, "labels"));
 }
@@ -206,26 +207,33 @@ static int grid_layout(const pconfig_t *pc, rank_layout_t *L) {
     return layout_init(L, pc->order, sizes, NULL);
 }
 
-/* The world rank of tensor-parallel rank 0 at (cp, dp, stage). */
-static int grid_device_of(const pconfig_t *pc, int cp_rank, int dp_rank, int stage) {
+void dp_device_name(const pconfig_t *pc, int rank, char *buf, size_t cap) {
+    rank_layout_t L;
+    device_label(grid_layout(pc, &L) == 0 ? &L : NULL, rank, buf, cap);
+}
+
+/* The world rank at (tp, cp, dp, stage). */
+static int grid_device_at(const pconfig_t *pc, int tp_rank, int cp_rank, int dp_rank, int stage) {
     rank_layout_t L;
     if (grid_layout(pc, &L)) return dp_rank;
     int coords[LAYOUT_MAX_DIMS] = {0};
     for (int i = 0; i < L.ndims; i++)
-        coords[i] = !strcmp(L.names[i], "cp")   ? cp_rank
+        coords[i] = !strcmp(L.names[i], "tp")   ? tp_rank
+                    : !strcmp(L.names[i], "cp") ? cp_rank
                     : !strcmp(L.names[i], "dp") ? dp_rank
                     : !strcmp(L.names[i], "pp") ? stage
                                                 : 0;
     return layout_rank_of(&L, coords);
 }
 
-/* The world rank of rank k of a stage's gradient group (data x context
- * parallel ranks: the driver's "dp-cp" groups, as ZeRO numbers pieces). */
-static int device_of(const pconfig_t *pc, int k, int stage) {
+/* The world rank of rank k of the gradient group of (tp rank, stage)
+ * (data x context parallel ranks: the driver's "dp-cp" groups, as ZeRO
+ * numbers pieces). */
+static int device_of(const pconfig_t *pc, int k, int tp_rank, int stage) {
     rank_layout_t L;
     int ranks[PARITY_MAX_DEVICES];
     if (grid_layout(pc, &L)) return k;
-    const int n = layout_group_ranks(&L, grid_device_of(pc, 0, 0, stage), "dp-cp", ranks);
+    const int n = layout_group_ranks(&L, grid_device_at(pc, tp_rank, 0, 0, stage), "dp-cp", ranks);
     return k >= 0 && k < n ? ranks[k] : k;
 }
 
@@ -241,7 +249,8 @@ static int stage_of_unit(const pp_plan_t *pp, int u) {
 static int unit_of_batch(const model_config_t *c, const char *what) {
     const char *l = strstr(what, "layers.");
     if (l) return 1 + atoi(l + 7);
-    if (!strcmp(what, "logits") || strstr(what, "final_layernorm")) return c->layers + 1;
+    if (!strcmp(what, "logits") || strstr(what, "final_layernorm") || strstr(what, "head"))
+        return c->layers + 1;
     return 0;
 }
 
@@ -293,82 +302,96 @@ static void describe_batch(const dp_placement_t *pl, const st_tensor_t *t, uint6
     if (pl->pp.pp > 1) snprintf(where, sizeof where, ", pipeline stage %d", stage);
     if (cp > 1) snprintf(ctx, sizeof ctx, ", context-parallel rank %d", cp_rank);
     snprintf(buf, cap, "device %d (dp rank %d%s%s)%s, microbatch %d of %d (%d sequences), sequence %d",
-             grid_device_of(pc, cp_rank, dp_rank, stage), dp_rank, ctx, where, peers, k, accum, size,
+             grid_device_at(pc, 0, cp_rank, dp_rank, stage), dp_rank, ctx, where, peers, k, accum, size,
              seq);
 }
 
-static void describe_in_stage(const dp_placement_t *pl, const param_table_t *t, const dp_plan_t *p,
-                              int i, int grad, uint64_t flat, char *buf, size_t cap);
+/* Where element `flat` of global tensor i lies on a stage's tensor-
+ * parallel ranks: the rank whose block holds it (a tensor every rank
+ * holds whole: rank 0's, the copy that counts) and its index there. */
+static int tp_locate(const param_info_t *pi, int tp, uint64_t flat, size_t *local) {
+    int64_t idx[PL_MAX_DIMS], rest = (int64_t)flat;
+    for (int d = pi->pl.ndim - 1; d >= 0; d--) idx[d] = rest % pi->pl.shape[d], rest /= pi->pl.shape[d];
+    const int sizes[GRID_NAXES] = {tp, 1, 1, 1, 1};
+    for (int r = 0; r < tp; r++) {
+        const int coord[GRID_NAXES] = {r, 0, 0, 0, 0};
+        int64_t lo[PL_MAX_DIMS], ext[PL_MAX_DIMS];
+        placement_block(&pi->pl, sizes, coord, lo, ext);
+        int in = 1;
+        int64_t at = 0;
+        for (int d = 0; d < pi->pl.ndim && in; d++) {
+            in = idx[d] >= lo[d] && idx[d] < lo[d] + ext[d];
+            at = at * ext[d] + (idx[d] - lo[d]);
+        }
+        if (in) {
+            *local = (size_t)at;
+            return r;
+        }
+    }
+    *local = (size_t)flat;
+    return 0;
+}
 
-/* The stage's own table and plan (the golden shapes: tensor parallelism's
- * blocks are not told apart here) locate the element's bucket piece. */
-static void describe_param(const dp_placement_t *pl, const char *pname, int grad, uint64_t flat,
-                           char *buf, size_t cap) {
-    int i = param_find(&pl->table, pname);
+/* Which device made element `flat` of a parameter-shaped tensor (kind:
+ * "grad", "param", "exp_avg" or "exp_avg_sq"): its stage, the
+ * tensor-parallel rank whose block holds it, and, from that part's own
+ * table and plan, the bucket piece and the gradient-group rank that owns
+ * it, with its world rank on the real grid. */
+static void describe_param(const dp_placement_t *pl, const char *pname, const char *kind,
+                           uint64_t flat, char *buf, size_t cap) {
+    const pconfig_t *pc = &pl->pc;
+    const int i = param_find(&pl->table, pname), tp = pc->tp > 1 ? pc->tp : 1;
     if (i < 0) {
         snprintf(buf, cap, "(no parameter named %s)", pname);
-        return;
-    }
-    if (pl->pp.pp == 1) {
-        describe_in_stage(pl, &pl->table, &pl->plan, i, grad, flat, buf, cap);
         return;
     }
     const int stage = stage_of_unit(&pl->pp, unit_of_param(&pl->table, &pl->cfg, i));
     param_table_t t;
     dp_plan_t p;
-    if (param_table_build_mp(&t, &pl->cfg, 1, &pl->pp.units[stage], 0, NULL)) return;
-    if (dp_plan_build(&p, &t, &pl->cfg, pconfig_grad_ranks(&pl->pc), pl->pc.zero_stage, pl->pc.bucket_cap_mb, NULL)) {
+    if (param_table_build_mp(&t, &pl->cfg, tp, &pl->pp.units[stage], pconfig_tp_opts(pc), NULL))
+        return;
+    if (dp_plan_build(&p, &t, &pl->cfg, pconfig_grad_ranks(pc), pc->zero_stage, pc->bucket_cap_mb,
+                      NULL)) {
         param_table_free(&t);
         return;
     }
-    char inner[640];
-    describe_in_stage(pl, &t, &p, i, grad, flat, inner, sizeof inner);
-    const int tied_emb = pl->cfg.tied && i == t.wte;
-    snprintf(buf, cap, "pipeline stage %d (world rank %d is its data-parallel rank 0; 'device k' "
-                       "below is its data-parallel rank k): %s%s", stage,
-             device_of(&pl->pc, 0, stage), inner,
-             tied_emb && grad ? "; the tied word embedding: the first stage's (embedding) and the "
-                                "last stage's (head) open sums are all-reduced exactly over the "
-                                "embedding group before this rounding, so both copies are equal"
-                              : "");
+    size_t local;
+    const int tr = tp_locate(&t.info[i], tp, flat, &local);
+    int b, k;
+    dp_owner(&p, t.info[i].offset + local, &b, &k);
+    size_t lo, hi;
+    dp_piece(&p, b, k, &lo, &hi);
+    const int N = p.dp, z = p.stage, owner = device_of(pc, k, tr, stage);
+    char part[160] = "", who[96];
+    dp_device_name(pc, owner, who, sizeof who);
+    if (tp > 1 || pl->pp.pp > 1)
+        snprintf(part, sizeof part, "the block of tensor-parallel rank %d%s (element %zu there), ",
+                 tr, pl->pp.pp > 1 ? " on its pipeline stage" : "", local);
+    const char *tied = pl->pp.pp > 1 && pl->cfg.tied && i == t.wte && !strcmp(kind, "grad")
+        ? "; the tied word embedding: the first and the last stage's open sums are all-reduced "
+          "exactly over the embedding group before this rounding"
+        : "";
+    char piece[256];
+    snprintf(piece, sizeof piece, "piece %d of bucket %d, flat elements [%zu, %zu), owned by "
+             "gradient-group rank %d of %d, device %s", k, b, lo, hi, k, N, who);
+    if (!strcmp(kind, "grad"))
+        snprintf(buf, cap, "%sthe exact reduce-scatter rounds it in %s (%s)%s", part, piece,
+                 z == 0 ? "then DDP's all-gather copies it to every replica, each checked"
+                 : z == 1 ? "ZeRO-1: the owner's optimizer shard reads it"
+                          : "it stays in the owner's gradient shard",
+                 tied);
+    else if (!strcmp(kind, "param") && z < 3)
+        snprintf(buf, cap, "%s%s; the dump holds data-parallel rank 0's copy and checks every "
+                 "other replica against it", part,
+                 z == 0 ? "DDP: every replica's AdamW updates it from the same gradients"
+                        : "AdamW on the owner's ZeRO optimizer shard, then the all-gather");
+    else if (z == 0) /* DDP's AdamW state: whole on every replica */
+        snprintf(buf, cap, "%sDDP: every replica keeps AdamW's %s whole; the dump holds data-"
+                 "parallel rank 0's and checks every other replica against it", part, kind);
+    else
+        snprintf(buf, cap, "%sAdamW on the owner's ZeRO-%d shard: %s", part, z, piece);
     dp_plan_free(&p);
     param_table_free(&t);
-}
-
-static void describe_in_stage(const dp_placement_t *pl, const param_table_t *t, const dp_plan_t *p,
-                              int i, int grad, uint64_t flat, char *buf, size_t cap) {
-    (void)pl;
-    int b, k;
-    dp_owner(p, t->info[i].offset + flat, &b, &k);
-    size_t lo, hi;
-    dp_piece(p, b, k, &lo, &hi);
-    char piece[96];
-    snprintf(piece, sizeof piece, "piece %d of bucket %d, flat elements [%zu, %zu)", k, b, lo, hi);
-    const int N = p->dp;
-    if (grad) {
-        char tail[128];
-        if (p->stage == 0)
-            snprintf(tail, sizeof tail, "DDP's all-gather then copies it to every device, and "
-                                        "each copy is checked against it");
-        else if (p->stage == 1)
-            snprintf(tail, sizeof tail, "ZeRO-1: only device %d's optimizer shard reads it", k);
-        else
-            snprintf(tail, sizeof tail, "it stays in device %d's gradient shard", k);
-        snprintf(buf, cap, "device %d: the exact reduce-scatter over %d devices rounds it there (%s); %s",
-                 k, N, piece, tail);
-    } else if (p->stage == 0) {
-        snprintf(buf, cap, "every device: DDP's AdamW updates each of the %d replicas from the same "
-                           "gradients (the element's gradient is device %d's, %s); the dump holds "
-                           "device 0's replica, and every replica is checked against it",
-                 N, k, piece);
-    } else if (p->stage < 3) {
-        snprintf(buf, cap, "device %d: AdamW on its ZeRO-%d optimizer shard (%s); the all-gather then "
-                           "copies it to every device; the dump holds device 0's copy, and every "
-                           "copy is checked against it",
-                 k, p->stage, piece);
-    } else {
-        snprintf(buf, cap, "device %d: AdamW on its ZeRO-3 parameter shard (%s)", k, piece);
-    }
 }
 
 void dp_describe_element(const dp_placement_t *pl, const st_tensor_t *t, uint64_t flat, char *buf,
@@ -385,13 +408,20 @@ void dp_describe_element(const dp_placement_t *pl, const st_tensor_t *t, uint64_
     if (is_batch(t, what))
         describe_batch(pl, t, flat, buf, cap);
     else if (!strncmp(what, "grad.", 5))
-        describe_param(pl, what + 5, 1, flat, buf, cap);
+        describe_param(pl, what + 5, "grad", flat, buf, cap);
     else if (!strncmp(what, "param.", 6))
-        describe_param(pl, what + 6, 0, flat, buf, cap);
+        describe_param(pl, what + 6, "param", flat, buf, cap);
+    else if (!strncmp(what, "exp_avg.", 8))
+        describe_param(pl, what + 8, "exp_avg", flat, buf, cap);
+    else if (!strncmp(what, "exp_avg_sq.", 11))
+        describe_param(pl, what + 11, "exp_avg_sq", flat, buf, cap);
     else if (!strcmp(what, "loss") || !strcmp(what, "grad_norm"))
         snprintf(buf, cap, "every device: an exact all-reduce of the %d devices' open sums, rounded "
                            "once; the dump holds device 0's, and every device's is checked against it",
                  N);
+    else if (!strcmp(what, "adam_t"))
+        snprintf(buf, cap, "every device: AdamW's step count; the dump holds device 0's, and "
+                           "every device's is checked against it");
     else if (!strcmp(what, "lr"))
         snprintf(buf, cap, "every device: lr_schedule of the step; the dump holds device 0's, and "
                            "every device's is checked against it");

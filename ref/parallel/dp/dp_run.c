@@ -84,7 +84,8 @@ static int setup_rank(dp_rank_t *r, device_t *dev) {
         .tp_group = r->tp_group,
         .broken = (sh->run->broken_tp_fp32_sums ? GPT_BROKEN_TP_FP32_SUMS : 0u) |
                   (sh->run->broken_tp_vocab_pad ? GPT_BROKEN_TP_VOCAB_PAD : 0u) |
-                  (sh->run->broken_cp_online_softmax ? GPT_BROKEN_CP_ONLINE_SOFTMAX : 0u),
+                  (sh->run->broken_cp_online_softmax ? GPT_BROKEN_CP_ONLINE_SOFTMAX : 0u) |
+                  (sh->run->broken_check & DP_BROKEN_TP_INPUT_GRAD ? GPT_BROKEN_TP_INPUT_GRAD : 0u),
         .units = sh->pp.units[r->stage], .row_linears = sh->run->pc.tp_row_linears,
         .cp = sh->grid.size[GRID_CP], .cp_rank = r->cp_rank,
         .cp_comm = sh->run->pc.cp_comm ? CP_ULYSSES : CP_RING, .cp_group = r->cp_group};
@@ -158,12 +159,35 @@ static void teardown_rank(dp_rank_t *r, device_t *dev) {
 
 /* ---- one step ------------------------------------------------------------ */
 
+/* The negative controls that act on the optimizer's results: a parameter
+ * replica that drifts (--test-broken-replica), and the checker's
+ * optimizer-state controls (DP_BROKEN_*). */
+static void flip_bit(float *x) {
+    uint32_t u;
+    memcpy(&u, x, sizeof u);
+    u ^= 1u;
+    memcpy(x, &u, sizeof u);
+}
+
+static void break_after_update(dp_rank_t *r, int64_t step) {
+    const dp_run_t *run = r->sh->run;
+    if (run->broken_replica == r->device + 1) flip_bit(r->g->params + r->g->table.total / 2);
+    if ((run->broken_check & DP_BROKEN_ADAM_REPLICA) && r->device == 1 && r->g->adam_m)
+        flip_bit(r->g->adam_m + r->g->table.total / 3);
+    if ((run->broken_check & DP_BROKEN_ZERO_SHARD) && r->rank == 1 && r->shard_v &&
+        step == dp_first_step(run) + run->steps - 1 && r->plan->shard_len > 0)
+        flip_bit(r->shard_v + r->plan->shard_len / 2);
+}
+
 static void run_step(dp_rank_t *r, int64_t step, int collect) {
     dp_shared_t *sh = r->sh;
     dp_run_t *run = sh->run;
     const model_config_t *c = &sh->cfg;
     gpt_observer_t obs = {r, collect ? dp_collect_batch : NULL, NULL, dp_unit_event};
-    if (collect && r->device == 0) dump_begin_step(run->dump, step, &sh->dump_obs);
+    if (collect && r->device == 0) {
+        dump_begin_step(run->dump, step, &sh->dump_obs);
+        dp_collect_reset(sh); /* nothing written yet: coverage */
+    }
     coll_barrier(r->world); /* the dump is ready for everyone's slices */
     const double step_start = dp_now();
     gpt_step_begin(r->g);
@@ -192,16 +216,10 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
     r->report->seconds_optimizer += dp_now() - o0 - (r->report->seconds_comm - oc0);
     dp_span(r, "gradient norm", "collective", o0, -1, -1);
     const float lr = lr_schedule(c, step);
-    const int stage = r->plan->stage;
     if (collect) {
         /* pieces -> this tensor-parallel rank's tensors -> the global ones */
-        float *grads_tp = sh->grads_local[r->part];
-        dp_collect_pieces(r, grads_tp, 1);
-        coll_barrier(r->world);
-        /* DDP: every device's all-gathered gradients replicate the owners' pieces */
-        if (stage == 0) dp_check_replica(r, step, "grad", r->g->grads, grads_tp, -1);
+        dp_collect_kind(r, step, DP_GRAD);
         if (r->device == 0) {
-            dp_collect_tp(sh, step, "grad", sh->grads_local, sh->grads_full);
             gpt_t view = dp_global_view(sh, r->g);
             sh->dump_obs.grads_ready(sh->dump_obs.ctx, &view);
         }
@@ -210,28 +228,18 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
     dp_update(r, lr, norm);
     r->report->seconds_optimizer += dp_now() - o0 - (r->report->seconds_comm - oc0);
     dp_span(r, "optimizer", "optimizer", o0, -1, -1);
-    if (run->broken_replica == r->device + 1) { /* the negative control: one bit drifts */
-        float *x = r->g->params + r->g->table.total / 2;
-        uint32_t u;
-        memcpy(&u, x, sizeof u);
-        u ^= 1u;
-        memcpy(x, &u, sizeof u);
-    }
+    break_after_update(r, step);
     if (collect) {
         r->step_stats = (gpt_step_stats_t){loss_value, lr, norm, 0.0};
-        float *params_tp = sh->params_local[r->part];
-        if (stage == 3)
-            dp_collect_pieces(r, params_tp, 0);
-        else if (r->rank == 0)
-            memcpy(params_tp, r->g->params, r->g->table.total * sizeof(float));
-        coll_barrier(r->world);
-        if (stage < 3 && r->rank != 0)
-            dp_check_replica(r, step, "param", r->g->params, params_tp, 0);
+        for (dp_kind_t k = DP_PARAM; k < DP_NKINDS; k++) dp_collect_kind(r, step, k);
         if (r->device == 0) {
-            dp_collect_tp(sh, step, "param", sh->params_local, sh->params_full);
             dp_check_scalars(sh, step);
             gpt_t view = dp_global_view(sh, r->g);
+            view.adam_t = dp_adam_t(r);
             gpt_step_stats_t st = {loss_value, lr, norm, 0.0};
+            dump_sources_t src;
+            dp_collect_sources(sh, &src);
+            dump_set_sources(run->dump, &src);
             perr_t err;
             if (dump_end_step(run->dump, &view, &st, &err)) dp_fail(sh, err.msg);
         }
@@ -293,12 +301,35 @@ static int init_local(dp_shared_t *sh, perr_t *err) {
     sh->grads_local = dp_part_buffers(sh);
     if (!sh->params_local || !sh->grads_local) return perr_set(err, "dp: out of memory");
     dp_cut_parts(sh, sh->params_full, sh->params_local);
+    if (sh->run->dump) { /* a dump: AdamW's state and every kind's sources too */
+        if (!sh->m_local) sh->m_local = dp_part_buffers(sh);
+        if (!sh->v_local) sh->v_local = dp_part_buffers(sh);
+        sh->m_full = calloc(sh->global.total + 1, sizeof(float));
+        sh->v_full = calloc(sh->global.total + 1, sizeof(float));
+        if (!sh->m_local || !sh->v_local || !sh->m_full || !sh->v_full)
+            return perr_set(err, "dp: out of memory");
+    }
+    float **local[DP_NKINDS] = {sh->grads_local, sh->params_local, sh->m_local, sh->v_local};
+    float *full[DP_NKINDS] = {sh->grads_full, sh->params_full, sh->m_full, sh->v_full};
+    for (int k = 0; k < DP_NKINDS; k++) {
+        sh->local[k] = local[k], sh->full[k] = full[k];
+        if (!sh->run->dump) continue;
+        sh->src_local[k] = dp_part_sources(sh);
+        sh->src_full[k] = calloc(sh->global.total + 1, sizeof(int32_t));
+        if (!sh->src_local[k] || !sh->src_full[k]) return perr_set(err, "dp: out of memory");
+    }
     return 0;
 }
 
 static void free_local(dp_shared_t *sh) {
     dp_part_buffers_free(sh, sh->params_local);
     dp_part_buffers_free(sh, sh->grads_local);
+    for (int k = 0; k < DP_NKINDS; k++) {
+        dp_part_sources_free(sh, sh->src_local[k]);
+        free(sh->src_full[k]);
+    }
+    free(sh->m_full);
+    free(sh->v_full);
 }
 
 int dp_train(dp_run_t *run, perr_t *err) {
