@@ -178,6 +178,8 @@ refuse "diff of a truncated dump" "trunc.st" -- $P diff "$w/trunc.st" "$w/good.s
 refuse "config lr underflowing fp32" "field 'lr'.*underflows fp32" -- $P train --model "$w/tiny-lr.json" --steps 1
 refuse "config lr beyond fp32" "field 'lr'.*beyond fp32" -- $P train --model "$w/huge-lr.json" --steps 1
 refuse "config JSON cut short" "malformed JSON" -- $P train --model "$w/trunc.json"
+refuse "check names its own command in a model error" "^parity check: model config" -- $P check --model "$w/missing.json"
+refuse "check names its own command for an unknown option" "^parity check: unknown option" -- $P check --model gpt-micro --bogus
 
 # --- what must still work ---------------------------------------------------
 if (cd "$w" && $T --dump "$w/link-to-good" >/dev/null 2>"$tmp/err") && [ -L "$w/link-to-good" ] \

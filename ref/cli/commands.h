@@ -8,4 +8,8 @@ int cmd_diff(int argc, char **argv);   /* diff.c  */
 int cmd_train(int argc, char **argv);  /* train.c */
 int cmd_check(int argc, char **argv);  /* train.c: golden vs layout */
 
+/* "parity train", "parity check", "parity diff": the command that was run,
+ * which every message names (main.c sets it before dispatching). */
+extern const char *cli_name;
+
 #endif

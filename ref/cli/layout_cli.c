@@ -1,6 +1,8 @@
 /* layout_cli.c - run a parallel layout for `parity train` / `parity check`. */
 #include "layout_cli.h"
 
+#include "commands.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,7 +156,7 @@ static int estimate(const layout_job_t *job, int check, memest_t *m, perr_t *err
         if (memest_layout(job->cfg, NULL, &golden, err)) return -1;
         m->host_shared += golden.all_devices + golden.host_shared;
         memest_add_dump(m, job->cfg, DUMP_TENSORS, job->steps);
-        memest_add_dump(m, job->cfg, DUMP_TENSORS, job->steps);
+        memest_add_dump(m, job->cfg, DUMP_TENSORS | DUMP_SOURCES, job->steps);
     } else if (job->dump_path || job->digest_path) {
         int dumped = 0;
         for (int s = 0; s < job->steps; s++) dumped += job->want[s] != 0;
@@ -192,7 +194,7 @@ int layout_train(const layout_job_t *job) {
     perr_t err;
     memest_t mem;
     if (estimate(job, 0, &mem, &err)) {
-        fprintf(stderr, "parity train: %s\n", err.msg);
+        fprintf(stderr, "%s: %s\n", cli_name, err.msg);
         return 2;
     }
     dump_t *dump = NULL;
@@ -200,7 +202,7 @@ int layout_train(const layout_job_t *job) {
         dump = new_dump(job->cfg, (job->dump_path ? DUMP_TENSORS : 0u) |
                                       (job->digest_path ? DUMP_DIGESTS : 0u));
         if (!dump) {
-            fputs("parity train: dump: out of memory\n", stderr);
+            fprintf(stderr, "%s: dump: out of memory\n", cli_name);
             return 2;
         }
     }
@@ -217,14 +219,14 @@ int layout_train(const layout_job_t *job) {
     int rc = 0;
     ckpt_state_t save = {0};
     if (job->save_dir && ckpt_state_alloc(&save, job->cfg, &err)) {
-        fprintf(stderr, "parity train: --save: %s\n", err.msg);
+        fprintf(stderr, "%s: --save: %s\n", cli_name, err.msg);
         rc = 2;
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (rc == 0 && (!stats || !reports ||
                     run_dp(job, dump, stats, reports, job->save_dir ? &save : NULL, &run, &err))) {
-        fprintf(stderr, "parity train: %s\n", stats && reports ? err.msg : "out of memory");
+        fprintf(stderr, "%s: %s\n", cli_name, stats && reports ? err.msg : "out of memory");
         rc = 2;
     }
     const int64_t first = job->resume ? job->resume->step : 0;
@@ -251,24 +253,24 @@ int layout_train(const layout_job_t *job) {
     if (rc == 0 && !job->quiet) dp_print_report(&run, stdout);
     if (rc == 0 && run.n_replica_diffs) { /* the dump holds device 0's copy: say so */
         const dp_replica_diff_t *d = &run.replica_diffs[0];
-        fprintf(stderr, "parity train: the replicas of %s disagree: device %d's element %llu is "
-                        "%.9g, device %d's (dumped) %.9g; %d tensor%s with disagreeing replicas\n",
+        fprintf(stderr, "%s: the replicas of %s disagree: device %d's element %llu is "
+                        "%.9g, device %d's (dumped) %.9g; %d tensor%s with disagreeing replicas\n", cli_name,
                 d->name, d->device, (unsigned long long)d->flat, (double)d->got, d->taken,
                 (double)d->want, run.n_replica_diffs, run.n_replica_diffs == 1 ? "" : "s");
         rc = 1;
     }
     free(run.replica_diffs);
     if (rc == 0 && job->dump_path && dump_save(dump, job->dump_path, &err)) {
-        fprintf(stderr, "parity train: --dump: %s\n", err.msg);
+        fprintf(stderr, "%s: --dump: %s\n", cli_name, err.msg);
         rc = 2;
     }
     if (rc == 0 && job->digest_path && dump_write_digests(dump, job->digest_path, &err)) {
-        fprintf(stderr, "parity train: --digest: %s\n", err.msg);
+        fprintf(stderr, "%s: --digest: %s\n", cli_name, err.msg);
         rc = 2;
     }
     if (rc == 0 && job->save_dir) {
         if (ckpt_save(job->save_dir, &save, tile_backend_name(tile_get_backend()), &err)) {
-            fprintf(stderr, "parity train: --save: %s\n", err.msg);
+            fprintf(stderr, "%s: --save: %s\n", cli_name, err.msg);
             rc = 2;
         } else if (!job->quiet) {
             printf("checkpoint: step %lld -> %s\n", (long long)save.step, job->save_dir);

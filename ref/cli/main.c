@@ -6,6 +6,8 @@
 #include "commands.h"
 #include "parity/fileio.h"
 
+const char *cli_name = "parity";
+
 static void usage(FILE *f) {
     fputs("usage: parity <command> [options]\n"
           "commands:\n"
@@ -42,6 +44,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     int rc;
+    if (!strcmp(cmd, "diff")) cli_name = "parity diff";
+    else if (!strcmp(cmd, "train")) cli_name = "parity train";
+    else if (!strcmp(cmd, "check")) cli_name = "parity check";
     if (!strcmp(cmd, "diff")) rc = cmd_diff(argc - 1, argv + 1);
     else if (!strcmp(cmd, "train")) rc = cmd_train(argc - 1, argv + 1);
     else if (!strcmp(cmd, "check")) rc = cmd_check(argc - 1, argv + 1);

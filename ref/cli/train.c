@@ -116,7 +116,7 @@ static const cfg_opt_t cfg_opts[] = {
 static int parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out) {
     perr_t e;
     if (num_parse_int(flag, s, lo, hi, out, &e)) {
-        fprintf(stderr, "parity train: %s\n", e.msg);
+        fprintf(stderr, "%s: %s\n", cli_name, e.msg);
         return -1;
     }
     return 0;
@@ -125,7 +125,7 @@ static int parse_int(const char *flag, const char *s, long long lo, long long hi
 static int parse_float(const char *flag, const char *s, float *out) {
     perr_t e;
     if (num_parse_f32(flag, s, out, &e)) {
-        fprintf(stderr, "parity train: %s\n", e.msg);
+        fprintf(stderr, "%s: %s\n", cli_name, e.msg);
         return -1;
     }
     return 0;
@@ -163,8 +163,8 @@ static int parse_steps_list(const char *s, long long first, int steps, unsigned 
         long v = strtol(p, &end, 10);
         if (errno || end == p || v < 0) goto bad;
         if (v < first || v - first >= steps) {
-            fprintf(stderr, "parity train: --dump-steps: step %ld is not run (--steps %d runs "
-                            "%lld..%lld%s)\n",
+            fprintf(stderr, "%s: --dump-steps: step %ld is not run (--steps %d runs "
+                            "%lld..%lld%s)\n", cli_name,
                     v, steps, first, first + steps - 1, first ? ", from the checkpoint's step" : "");
             return -1;
         }
@@ -175,7 +175,7 @@ static int parse_steps_list(const char *s, long long first, int steps, unsigned 
     }
     return 0;
 bad:
-    fprintf(stderr, "parity train: --dump-steps: expected a comma-separated list of steps, got '%s'\n",
+    fprintf(stderr, "%s: --dump-steps: expected a comma-separated list of steps, got '%s'\n", cli_name,
             s);
     return -1;
 }
@@ -210,7 +210,7 @@ static int check_outputs(const char *dump_path, const char *digest_path, const c
     const char *outs[2] = {dump_path, digest_path}, *flag[2] = {"--dump", "--digest"};
     for (int k = 0; k < 2; k++)
         if (outs[k] && pio_check_output(outs[k], flag[k], &e)) {
-            fprintf(stderr, "parity %s: %s\n", check ? "check" : "train", e.msg);
+            fprintf(stderr, "%s: %s\n", cli_name, e.msg);
             return -1;
         }
     if (dump_path && digest_path && pio_same_output(dump_path, digest_path)) {
@@ -225,7 +225,7 @@ static int check_outputs(const char *dump_path, const char *digest_path, const c
         return -1;
     }
     if (dump_steps && !dump_path && !digest_path) {
-        fprintf(stderr, "parity train: --dump-steps: nothing is dumped without --dump or --digest\n");
+        fprintf(stderr, "%s: --dump-steps: nothing is dumped without --dump or --digest\n", cli_name);
         return -1;
     }
     if (!save_dir) return 0;
@@ -235,18 +235,18 @@ static int check_outputs(const char *dump_path, const char *digest_path, const c
         return -1;
     }
     if (ckpt_check_save_dir(save_dir, "--save", &e)) {
-        fprintf(stderr, "parity train: %s\n", e.msg);
+        fprintf(stderr, "%s: %s\n", cli_name, e.msg);
         return -1;
     }
     char *file = ckpt_file_path(save_dir);
     if (!file) {
-        fprintf(stderr, "parity train: out of memory\n");
+        fprintf(stderr, "%s: out of memory\n", cli_name);
         return -1;
     }
     for (int k = 0; k < 2; k++)
         if (outs[k] && pio_same_output(outs[k], file)) {
-            fprintf(stderr, "parity train: %s '%s' is the checkpoint file of --save '%s'; each "
-                            "needs its own\n",
+            fprintf(stderr, "%s: %s '%s' is the checkpoint file of --save '%s'; each "
+                            "needs its own\n", cli_name,
                     flag[k], outs[k], save_dir);
             free(file);
             return -1;
@@ -322,7 +322,7 @@ static int train_main(int argc, char **argv, int check) {
             for (size_t k = 0; k < sizeof cfg_opts / sizeof cfg_opts[0]; k++)
                 if (!strcmp(a, cfg_opts[k].flag)) o = &cfg_opts[k];
             if (!o) {
-                fprintf(stderr, "parity train: unknown option '%s' (see parity train --help)\n", a);
+                fprintf(stderr, "%s: unknown option '%s' (see %s --help)\n", cli_name, a, cli_name);
                 return 2;
             }
             if (o->kind != OPT_TRUE && num_flag_value(a, has_val ? argv[i + 1] : NULL, &err)) {
@@ -330,7 +330,7 @@ static int train_main(int argc, char **argv, int check) {
                 return 2;
             }
             if (n_cfg == MAX_CFG_OPTS) {
-                fprintf(stderr, "parity train: more than %d config options\n", MAX_CFG_OPTS);
+                fprintf(stderr, "%s: more than %d config options\n", cli_name, MAX_CFG_OPTS);
                 return 2;
             }
             cfg_at[n_cfg++] = i;
@@ -344,7 +344,7 @@ static int train_main(int argc, char **argv, int check) {
         /* not a built-in: a config file, starting from empty shape fields */
         const char *ext = strrchr(model, '.');
         if (access(model, F_OK) && !(ext && !strcmp(ext, ".json"))) {
-            fprintf(stderr, "parity train: --model: %s\n", err.msg);
+            fprintf(stderr, "%s: --model: %s\n", cli_name, err.msg);
             return 2;
         }
         model_config_builtin("gpt-tiny", &cfg, NULL);
@@ -358,7 +358,7 @@ static int train_main(int argc, char **argv, int check) {
         if (dot && !strcmp(dot, ".json")) *dot = 0;
         cfg = empty;
         if (model_config_load(model, &cfg, &err)) {
-            fprintf(stderr, "parity train: %s\n", err.msg);
+            fprintf(stderr, "%s: %s\n", cli_name, err.msg);
             return 2;
         }
     }
@@ -379,7 +379,7 @@ static int train_main(int argc, char **argv, int check) {
         (cfg.micro_batch > cfg.global_batch || cfg.global_batch % cfg.micro_batch))
         cfg.micro_batch = cfg.global_batch;
     if (model_config_validate(&cfg, &err)) {
-        fprintf(stderr, "parity train: invalid config: %s\n", err.msg);
+        fprintf(stderr, "%s: invalid config: %s\n", cli_name, err.msg);
         return 2;
     }
     /* the layout divides the model's batch: Megatron's arithmetic */
@@ -436,7 +436,7 @@ static int train_main(int argc, char **argv, int check) {
     char default_data[4200];
     if (!data_path) {
         if (corpus_default_path(default_data, sizeof default_data, &err)) {
-            fprintf(stderr, "parity train: %s\n", err.msg);
+            fprintf(stderr, "%s: %s\n", cli_name, err.msg);
             return 2;
         }
         data_path = default_data;
@@ -444,7 +444,7 @@ static int train_main(int argc, char **argv, int check) {
     corpus_t data;
     if (corpus_load(&data, data_path, &err) ||
         corpus_check(&data, cfg.vocab, cfg.seq_length, &err)) {
-        fprintf(stderr, "parity train: %s\n", err.msg);
+        fprintf(stderr, "%s: %s\n", cli_name, err.msg);
         corpus_free(&data);
         return 2;
     }
@@ -453,14 +453,14 @@ static int train_main(int argc, char **argv, int check) {
      * does not refuse a portable run on a machine whose OpenBLAS fails
      * its start-up checks */
     if (backend && strcmp(backend, "portable") && strcmp(backend, "openblas")) {
-        fprintf(stderr, "parity train: --backend: expected openblas or portable, got '%s'\n",
+        fprintf(stderr, "%s: --backend: expected openblas or portable, got '%s'\n", cli_name,
                 backend);
         corpus_free(&data);
         return 2;
     }
     if (backend) setenv("PARITY_BACKEND", backend, 1);
     if (tile_init(&err)) {
-        fprintf(stderr, "parity train: %s\n", err.msg);
+        fprintf(stderr, "%s: %s\n", cli_name, err.msg);
         corpus_free(&data);
         return 2;
     }
@@ -485,7 +485,7 @@ static int train_main(int argc, char **argv, int check) {
 
     unsigned char *want = calloc((size_t)steps, 1);
     if (!want) {
-        fprintf(stderr, "parity train: out of memory\n");
+        fprintf(stderr, "%s: out of memory\n", cli_name);
         ckpt_state_free(&resume);
         corpus_free(&data);
         return 2;
@@ -536,7 +536,7 @@ static int train_main(int argc, char **argv, int check) {
     if (!mem_bad) mem.host_shared += ckpt_host_bytes(&cfg, load_dir != NULL, save_dir != NULL);
     gpt_t *g = NULL;
     if (mem_bad || memest_check(&mem, 0, &err) || gpt_new(&g, &cfg, &err)) {
-        fprintf(stderr, "parity train: %s\n", err.msg);
+        fprintf(stderr, "%s: %s\n", cli_name, err.msg);
         free(want);
         ckpt_state_free(&resume);
         corpus_free(&data);
@@ -551,7 +551,7 @@ static int train_main(int argc, char **argv, int check) {
         dump = dump_new(g, (dump_path ? DUMP_TENSORS : 0u) | (digest_path ? DUMP_DIGESTS : 0u));
         if (!dump || dump_set_metadata(dump, "backend", tile_backend_name(tile_get_backend()), &err) ||
             dump_add_init(dump, g, &err)) {
-            fprintf(stderr, "parity train: dump: %s\n", dump ? err.msg : "out of memory");
+            fprintf(stderr, "%s: dump: %s\n", cli_name, dump ? err.msg : "out of memory");
             rc = 2;
             goto done;
         }
@@ -577,7 +577,7 @@ static int train_main(int argc, char **argv, int check) {
         double dt = now_ms() - t0;
         if (ms && cpu) ms[s] = dt, cpu[s] = cpu_ms() - c0;
         if (dumped && dump_end_step(dump, g, &st, &err)) {
-            fprintf(stderr, "parity train: dump: %s\n", err.msg);
+            fprintf(stderr, "%s: dump: %s\n", cli_name, err.msg);
             rc = 2;
             break;
         }
@@ -588,7 +588,7 @@ static int train_main(int argc, char **argv, int check) {
                    (double)st.loss, bits(st.loss), (double)st.lr, (double)st.grad_norm, dt);
         fflush(stdout);
         if (!isfinite(st.loss)) {
-            fprintf(stderr, "parity train: step %lld: loss is not finite\n", gs);
+            fprintf(stderr, "%s: step %lld: loss is not finite\n", cli_name, gs);
             rc = 1;
             break;
         }
@@ -615,11 +615,11 @@ static int train_main(int argc, char **argv, int check) {
     free(ms);
     free(cpu);
     if (rc == 0 && dump_path && dump_save(dump, dump_path, &err)) {
-        fprintf(stderr, "parity train: --dump: %s\n", err.msg);
+        fprintf(stderr, "%s: --dump: %s\n", cli_name, err.msg);
         rc = 2;
     }
     if (rc == 0 && digest_path && dump_write_digests(dump, digest_path, &err)) {
-        fprintf(stderr, "parity train: --digest: %s\n", err.msg);
+        fprintf(stderr, "%s: --digest: %s\n", cli_name, err.msg);
         rc = 2;
     }
     if (rc == 0 && !quiet && dump)
@@ -629,7 +629,7 @@ static int train_main(int argc, char **argv, int check) {
     if (rc == 0 && save_dir) {
         const ckpt_state_t now = ckpt_state_view_gpt(g, first + steps);
         if (ckpt_save(save_dir, &now, tile_backend_name(tile_get_backend()), &err)) {
-            fprintf(stderr, "parity train: --save: %s\n", err.msg);
+            fprintf(stderr, "%s: --save: %s\n", cli_name, err.msg);
             rc = 2;
         } else if (!quiet) {
             printf("checkpoint: step %lld -> %s\n", first + steps, save_dir);

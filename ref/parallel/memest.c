@@ -51,8 +51,9 @@ static size_t batch_bytes(const model_config_t *c) {
     const int hdrop = c->hidden_dropout > 0.0f, adrop = c->attention_dropout > 0.0f;
     size_t per_token = 2 * sizeof(int32_t) + V * f /* ids, labels, logits */
                        + C * f + C * f           /* embedding and final LayerNorm outputs */
-                       + L * (9 * C + F) * f;    /* per layer: ln1, qkv (3C), core attention,
+                       + L * (9 * C + F) * f     /* per layer: ln1, qkv (3C), core attention,
                                                     dense, ln2, fc1 (F), fc2, output */
+                       + (L + 1) * C * f;        /* each layer's and the head's input gradient */
     if (hdrop) per_token += C + 2 * L * C;       /* u8 masks: embedding, attention output, mlp */
     size_t bytes = n * per_token;
     if (adrop) /* u8 [H, T, T] per sequence and layer */
@@ -72,14 +73,19 @@ static size_t param_bytes(const model_config_t *cfg) {
 size_t memest_dump_tensor_bytes(const model_config_t *cfg, int steps) {
     const size_t P4 = param_bytes(cfg);
     /* init.<param>, then per step: the batch tensors, loss, lr and
-     * grad_norm, every gradient and every updated parameter */
-    return P4 + (size_t)steps * (batch_bytes(cfg) + 3 * sizeof(float) + 2 * P4);
+     * grad_norm, every gradient, every updated parameter, AdamW's m and v
+     * and its step count */
+    return P4 + (size_t)steps * (batch_bytes(cfg) + 3 * sizeof(float) + 4 * P4 + sizeof(int32_t));
 }
 
 void memest_add_dump(memest_t *m, const model_config_t *cfg, unsigned what, int steps) {
     /* while a step is collected: its batch tensors and a gradient copy */
     m->host_shared += batch_bytes(cfg) + param_bytes(cfg);
     if (what & DUMP_TENSORS) m->host_shared += memest_dump_tensor_bytes(cfg, steps);
+    /* the writer of every element: an int32 for each element of at least
+     * one byte (the batch entries' while collecting, and the kept copies) */
+    if ((what & DUMP_TENSORS) && (what & DUMP_SOURCES))
+        m->host_shared += 4 * (batch_bytes(cfg) + memest_dump_tensor_bytes(cfg, steps));
 }
 
 size_t memest_available(void) {

@@ -89,9 +89,10 @@ int dp_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t *de
             if (theirs[c] > *mine[c]) *mine[c] = theirs[c];
         parts += part * (size_t)(pc->tp > 0 ? pc->tp : 1);
     }
-    /* dp_train's reassembly of global parameters and gradients, and of
-     * every model part's (stage x tp rank) */
-    *host = 2 * ((whole.total + 1) + parts) * sizeof(float);
+    /* dp_train's reassembly of global parameters, gradients and AdamW's
+     * m and v, and of every model part's (stage x tp rank), each with the
+     * int32 writer of every element when a dump collects them */
+    *host = 4 * ((whole.total + 1) + parts) * (sizeof(float) + sizeof(int32_t));
     param_table_free(&whole);
     return 0;
 }
