@@ -179,6 +179,8 @@ refuse "config lr underflowing fp32" "field 'lr'.*underflows fp32" -- $P train -
 refuse "config lr beyond fp32" "field 'lr'.*beyond fp32" -- $P train --model "$w/huge-lr.json" --steps 1
 refuse "config JSON cut short" "malformed JSON" -- $P train --model "$w/trunc.json"
 refuse "check names its own command in a model error" "^parity check: model config" -- $P check --model "$w/missing.json"
+refuse "check --compare with a word that is no class" "--compare: 'bogus' is not a class" -- $P check --model gpt-micro --compare act,bogus
+refuse "train --compare (only check compares)" "--compare: only parity check" -- $T --compare act
 refuse "check names its own command for an unknown option" "^parity check: unknown option" -- $P check --model gpt-micro --bogus
 
 # --- what must still work ---------------------------------------------------

@@ -19,7 +19,8 @@ ok $? "check: fp32 ring sums are caught (exit 1, first-divergence report)"
 # final_layernorm.weight (the first gradient in backward order) lies in
 # piece 3, and the report must name device 3 as the one that rounds it
 echo "$out" | grep -q 'tensor      step0.grad.final_layernorm' &&
-echo "$out" | grep -q 'produced by device 3: the exact reduce-scatter over 4 devices rounds it there (piece 3 of bucket 0' &&
+echo "$out" | grep -q 'produced by device 3 (tp 0, dp 3)' &&
+echo "$out" | grep -q 'the exact reduce-scatter rounds it in piece 3 of bucket 0.*gradient-group rank 3 of 4' &&
 ! echo "$out" | grep -q 'replicated on every device for stage 0'
 ok $? "check: the fp32-sums divergence names the owner of the gradient's bucket piece (device 3)"
 
@@ -27,11 +28,19 @@ ok $? "check: the fp32-sums divergence names the owner of the gradient's bucket 
 for z in 0 1 2; do
   out=$("$P" check --model gpt-micro --data-parallel-size 4 --zero-stage $z --test-broken-replica 2 2>&1); rc=$?
   [ $rc = 1 ] && echo "$out" | grep -q 'the replicas of a tensor disagree' &&
-  echo "$out" | grep -q "device 2's copy differs from device 0's"
+  echo "$out" | grep -q "device 2 (tp 0, dp 2)'s copy differs from device 0 (tp 0, dp 0)'s"
   ok $? "check: device 2's drifting parameter replica is caught and named (ZeRO-$z)"
 done
 out=$("$P" check --model gpt-micro --data-parallel-size 2 --zero-stage 3 --test-broken-replica 1 2>&1); rc=$?
 [ $rc = 2 ] && echo "$out" | grep -q 'ZeRO-3 keeps no parameter replicas'; ok $? "--test-broken-replica at ZeRO-3 is an error"
+
+# --compare: only the classes asked for are compared, and the rest counted
+# (gpt-micro: 28 parameter tensors; per step m and v of each and the count)
+out=$("$P" check --model gpt-micro --steps 2 --data-parallel-size 2 --zero-stage 1 --compare optim 2>&1); rc=$?
+n=$(echo "$out" | awk -F'|' '/zero=1/ {gsub(/ /, "", $4); print $4}')
+[ $rc = 0 ] && echo "$out" | grep -q '| yes' && [ "$n" = $((2 * (2 * 28 + 1))) ] &&
+echo "$out" | grep -q 'tensors of the classes left out were not compared'
+ok $? "check --compare optim: AdamW's m, v and step count of 2 steps only ($n tensors)"
 
 # uneven accumulation: microbatch sizes differ by one and the largest does
 # not divide the batch; exact sums still give the golden bits

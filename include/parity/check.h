@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "parity/error.h"
 #include "parity/safetensors.h"
 
 /* A replicated tensor whose copies disagree inside the layout run. */
@@ -64,6 +65,7 @@ typedef struct {
     int missing;    /* absent from the layout run, or of another dtype/shape */
     int replicas;   /* tensors whose replicas disagree in the layout run */
     int unwritten;  /* tensors with an element no device wrote */
+    int skipped;    /* of a class left out (check_compare_classes) */
     char first_bad[160]; /* name of the first divergent tensor, "" if none */
 } check_result_t;
 
@@ -71,6 +73,23 @@ typedef struct {
  * with the first-divergence report printed to report (may be NULL). */
 int check_compare(const st_writer_t *golden, const st_writer_t *got, const check_owner_t *owner,
                   FILE *report, check_result_t *res);
+
+/* Classes of tensors (`parity check --compare act,grad,param,optim`):
+ * activations (inputs, labels, activation checkpoints, masks, logits, the
+ * loss), gradients (parameter and unit-input gradients, the norm),
+ * parameters (initial and updated, the learning rate), and the optimizer
+ * state (AdamW's m, v and step count). The default is all of them. */
+enum { CHECK_ACTIVATIONS = 1u, CHECK_GRADIENTS = 2u, CHECK_PARAMETERS = 4u, CHECK_OPTIMIZER = 8u,
+       CHECK_ALL = 15u };
+unsigned check_class_of(const char *name);
+/* "act,grad,param,optim" (any non-empty subset, or "all") into CHECK_*
+ * bits; -1 with a message naming the word that is none of them. */
+int check_parse_classes(const char *list, unsigned *out, perr_t *err);
+/* check_compare over the tensors of the given classes only; the others
+ * are counted in res->skipped. */
+int check_compare_classes(const st_writer_t *golden, const st_writer_t *got,
+                          const check_owner_t *owner, unsigned classes, FILE *report,
+                          check_result_t *res);
 
 /* The execution-order sort key of a dump tensor name (exposed for tests). */
 void check_exec_key(const char *name, long key[4]);

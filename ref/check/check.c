@@ -195,8 +195,45 @@ static void print_divergence(FILE *f, const st_tensor_t *t, const tensor_diff_t 
     if (r) print_replicas(f, r, owner);
 }
 
+unsigned check_class_of(const char *name) {
+    if (!strncmp(name, "init.", 5)) return CHECK_PARAMETERS;
+    const char *what = name;
+    if (!strncmp(name, "step", 4) && strchr(name, '.')) what = strchr(name, '.') + 1;
+    if (!strncmp(what, "grad", 4)) return CHECK_GRADIENTS; /* grad., grad_input., grad_norm */
+    if (!strncmp(what, "param.", 6) || !strcmp(what, "lr")) return CHECK_PARAMETERS;
+    if (!strncmp(what, "exp_avg", 7) || !strcmp(what, "adam_t")) return CHECK_OPTIMIZER;
+    return CHECK_ACTIVATIONS;
+}
+
+int check_parse_classes(const char *list, unsigned *out, perr_t *err) {
+    static const struct { const char *word; unsigned bits; } words[] = {
+        {"act", CHECK_ACTIVATIONS}, {"grad", CHECK_GRADIENTS}, {"param", CHECK_PARAMETERS},
+        {"optim", CHECK_OPTIMIZER}, {"all", CHECK_ALL}};
+    *out = 0;
+    const char *p = list;
+    do {
+        const size_t len = strcspn(p, ",");
+        unsigned bits = 0;
+        for (size_t k = 0; k < sizeof words / sizeof words[0]; k++)
+            if (strlen(words[k].word) == len && !strncmp(p, words[k].word, len)) bits = words[k].bits;
+        if (!bits)
+            return perr_set(err, "--compare: '%.*s' is not a class of tensors (expected a comma-"
+                                 "separated list of act, grad, param, optim, or all)",
+                            (int)len, p);
+        *out |= bits;
+        p += len;
+    } while (*p++ == ',');
+    return 0;
+}
+
 int check_compare(const st_writer_t *golden, const st_writer_t *got, const check_owner_t *owner,
                   FILE *report, check_result_t *res) {
+    return check_compare_classes(golden, got, owner, CHECK_ALL, report, res);
+}
+
+int check_compare_classes(const st_writer_t *golden, const st_writer_t *got,
+                          const check_owner_t *owner, unsigned classes, FILE *report,
+                          check_result_t *res) {
     memset(res, 0, sizeof *res);
     size_t n = st_writer_count(golden);
     order_t *ord = malloc((n ? n : 1) * sizeof *ord);
@@ -214,6 +251,10 @@ int check_compare(const st_writer_t *golden, const st_writer_t *got, const check
     int bad = 0;
     for (size_t k = 0; k < n; k++) {
         const void *gd = st_writer_tensor(golden, ord[k].index, &t);
+        if (!(check_class_of(t.name) & classes)) {
+            res->skipped++;
+            continue;
+        }
         res->compared++;
         long j = st_writer_find(got, t.name);
         st_tensor_t u;

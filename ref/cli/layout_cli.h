@@ -62,6 +62,7 @@ typedef struct {
     int quiet;
     const struct ckpt_state *resume; /* --load: start from it (ckpt.h), or NULL */
     const char *save_dir;            /* --save: checkpoint after the last step, or NULL */
+    unsigned compare;                /* check: the classes compared (check.h's CHECK_*) */
 } layout_job_t;
 
 /* Trains the layout, prints the steps, the memory and traffic report,

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "parity/check.h"
 #include "parity/ckpt.h"
 #include "parity/corpus.h"
 #include "layout_cli.h"
@@ -71,7 +72,12 @@ static void usage(FILE *f) {
           "`parity check` takes the same options, runs the golden run and the layout, and\n"
           "compares every tensor of every step with memcmp (every replica too); there,\n"
           "--dump and --digest write the layout run's reassembled tensors, match or not,\n"
-          "and --load DIR starts both runs from the checkpoint (--save is refused).\n",
+          "and --load DIR starts both runs from the checkpoint (--save is refused).\n"
+          "  --compare CLASSES        check only: compare these classes of tensors, a comma-\n"
+          "                           separated list of act (inputs, activations, masks, logits,\n"
+          "                           loss), grad (parameter and unit-input gradients, the norm),\n"
+          "                           param (initial and updated parameters, lr), optim (AdamW's\n"
+          "                           m, v and step count); default all\n",
           f);
 }
 
@@ -260,6 +266,7 @@ static int check_outputs(const char *dump_path, const char *digest_path, const c
 static int train_main(int argc, char **argv, int check) {
     const char *model = "gpt-tiny", *backend = NULL, *data_path = NULL, *dump_path = NULL;
     const char *dump_steps = NULL, *digest_path = NULL, *save_dir = NULL, *load_dir = NULL;
+    const char *compare = NULL;
     long long steps = check ? 3 : 10;
     int quiet = 0, print_config = 0, print_layout = 0, layout_given = 0;
     long long threads = 1;
@@ -294,6 +301,7 @@ static int train_main(int argc, char **argv, int check) {
         else if (!strcmp(a, "--digest")) VAL(digest_path);
         else if (!strcmp(a, "--save")) VAL(save_dir);
         else if (!strcmp(a, "--load")) VAL(load_dir);
+        else if (!strcmp(a, "--compare")) VAL(compare);
         else if (!strcmp(a, "--steps")) {
             const char *v;
             VAL(v);
@@ -516,9 +524,18 @@ static int train_main(int argc, char **argv, int check) {
         return 2;
     }
 
+    unsigned classes = CHECK_ALL;
+    if (compare && (!check || check_parse_classes(compare, &classes, &err))) {
+        fprintf(stderr, "%s: %s\n", cli_name,
+                check ? err.msg : "--compare: only parity check compares tensors");
+        free(want);
+        ckpt_state_free(&resume);
+        corpus_free(&data);
+        return 2;
+    }
     if (check || layout_given) {
         layout_job_t job = {&cfg, &lo, &data, (int)steps, want, dump_path, digest_path, quiet,
-                            load_dir ? &resume : NULL, save_dir};
+                            load_dir ? &resume : NULL, save_dir, classes};
         int code = check ? layout_check(&job) : layout_train(&job);
         free(want);
         ckpt_state_free(&resume);
