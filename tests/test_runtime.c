@@ -346,6 +346,10 @@ static void test_layout_errors(void) {
               rc, e.msg);
     }
     CHECK(layout_init(&L, "tp-dp", "tp=2,", &e) == 0 && L.world == 2, "a trailing comma is fine");
+    CHECK(layout_init(&L, "tp-dp", "tp=2,cp=1,pp=1", &e) == 0 && L.world == 2,
+          "a dimension the order leaves out may be given size 1: %s", e.msg);
+    CHECK(layout_init(&L, "tp-dp", "cp= 2", &e) == -1 && contains(e.msg, "'cp' is not in the order"),
+          "but no other size: %s", e.msg);
 }
 
 /* ---- groups ---- */

@@ -143,7 +143,8 @@ typedef struct {
 
 /* order: dimension names joined by '-', each one of tp, cp, ep, dp, pp at
  * most once. sizes: "name=N" joined by ',' (NULL or "" = all 1); a
- * dimension without a size has size 1. Errors name the field and value. */
+ * dimension without a size has size 1, and one the order leaves out may
+ * only be given as 1. Errors name the field and value. */
 int  layout_init(rank_layout_t *L, const char *order, const char *sizes, perr_t *e);
 /* Coordinate of rank along dim; 0 for a known dimension the order does
  * not name (size 1), -1 for an unknown name or a rank out of range. */

@@ -71,15 +71,20 @@ int layout_init(rank_layout_t *L, const char *order, const char *sizes, perr_t *
                 return perr_set(e, "layout sizes '%s': unknown dimension '%.*s' (known: %s)", sizes,
                                 (int)nlen, name, KNOWN_LIST);
             int d = find_dim(L, name, nlen);
-            if (d < 0)
-                return perr_set(e, "layout sizes '%s': dimension '%.*s' is not in the order '%s'",
-                                sizes, (int)nlen, name, order);
-            if (given[d])
-                return perr_set(e, "layout sizes '%s': dimension '%s' is given twice", sizes, L->names[d]);
-            char num[32];
             const char *val = eq + 1;
             size_t vlen = (size_t)(item + len - val);
             trim(&val, &vlen);
+            if (d < 0) { /* left out of the order: size 1, which it may say */
+                if (vlen != 1 || *val != '1')
+                    return perr_set(e, "layout sizes '%s': dimension '%.*s' is not in the order '%s'",
+                                    sizes, (int)nlen, name, order);
+                if (!end) break;
+                p = end + 1;
+                continue;
+            }
+            if (given[d])
+                return perr_set(e, "layout sizes '%s': dimension '%s' is given twice", sizes, L->names[d]);
+            char num[32];
             if (vlen == 0 || vlen >= sizeof num)
                 return perr_set(e, "layout sizes '%s': %s needs a size >= 1", sizes, L->names[d]);
             memcpy(num, val, vlen);
