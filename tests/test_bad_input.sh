@@ -86,6 +86,11 @@ refuse "--bucket-cap-mb followed by a flag" "--bucket-cap-mb needs a value" -- $
 refuse "--rank-order with an unknown dimension" "--rank-order.*'foo'.*unknown dimension" -- $T --rank-order foo
 refuse "--rank-order with a repeated dimension" "--rank-order.*appears twice" -- $T --rank-order tp-dp-tp
 refuse "--rank-order too long" "--rank-order" -- $T --rank-order tp-cp-ep-dp-pp-tp-cp-ep-dp-pp-tp
+refuse "--rank-list followed by a flag" "--rank-list needs a value" -- $T --world-size 2 --rank-list --quiet
+refuse "--rank-list of the wrong length" "--rank-list: 3 ranks for a world of 2 devices .expected a permutation of 0..1.; an entry is the world rank at a position of the rank order" -- $T --world-size 2 --rank-list 1,0,2
+refuse "--rank-list naming a rank twice" "--rank-list: entries 0 and 1 both name rank 1 .expected a permutation of 0..1" -- $T --world-size 2 --rank-list 1,1
+refuse "--rank-list beyond the world" "--rank-list: entry 1 is rank 5, beyond the 2 devices" -- $T --world-size 2 --rank-list 0,5
+refuse "--rank-list not a list of ranks" "--rank-list: expected the world rank at each position of the rank order, such as 3,0,2,1, got '0;1'" -- $T --world-size 2 --rank-list "0;1"
 refuse "--lr underflowing fp32" "--lr.*underflows fp32" -- $T --lr 1e-50
 refuse "--adam-eps subnormal in fp32" "--adam-eps.*underflows fp32" -- $T --adam-eps 1e-40
 refuse "--lr beyond fp32" "--lr.*beyond fp32" -- $T --lr 1e39

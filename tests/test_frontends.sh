@@ -4,8 +4,10 @@
 # (--parallel-config), NeMo's optimizer options (--optim):
 #  - example files run bit-exact against the golden run over 3 steps
 #    (`parity check`): the seed-style patterns file (8 stages x 4 shards,
-#    non-contiguous device ids, 32 devices), a hybrid file, a Colossal
-#    file with pipeline + 1-D tensor, a NeMo option set;
+#    non-contiguous device ids, 32 devices), a hybrid file, one whose
+#    device_mapping is a permutation that no rank order gives (with and
+#    without data parallelism; Megatron's --rank-list the same way), a
+#    Colossal file with pipeline + 1-D tensor, a NeMo option set;
 #  - equivalent descriptions in every dialect and in Megatron flags print
 #    the same resolved layout (--print-layout, byte for byte);
 #  - bad configurations exit non-zero, unkilled, with a message naming
@@ -37,6 +39,13 @@ exact "a hybrid patterns file with data parallelism inferred from --world-size 8
   --parallel-config "$cfgs/patterns_hybrid.json" --world-size 8 --zero-stage 1
 exact "a hybrid patterns file with sharding_dim 0 (every linear row-parallel)" \
   --parallel-config "$cfgs/patterns_rows.json"
+exact "a patterns file with a shuffled device_mapping (stage_0 on devices 3, 0; stage_1 on 2, 1)" \
+  --parallel-config "$cfgs/patterns_shuffled.json"
+exact "the shuffled mapping with data parallelism (--world-size 8, ZeRO-1: replica 1 on 7, 4; 6, 5)" \
+  --parallel-config "$cfgs/patterns_shuffled.json" --world-size 8 --zero-stage 1
+exact "Megatron flags with --rank-list over tp x dp x pp (8 devices, ZeRO-2)" \
+  --tensor-model-parallel-size 2 --data-parallel-size 2 --pipeline-model-parallel-size 2 \
+  --num-microbatches 2 --zero-stage 2 --rank-list 5,2,7,0,3,6,1,4
 exact "a Colossal-AI file: pipeline=2, tensor=dict(size=2, mode='1d'), dp inferred (world 8)" \
   --parallel-config "$cfgs/colossal_pp_tp.py" --num-microbatches 4 --world-size 8
 NEMO=(--optim model.optim.name=distributed_fused_adam --optim model.optim.overlap_grad_sync=true
@@ -71,6 +80,20 @@ $L --parallel-config "$cfgs/patterns_rows.json" >"$tmp/rows.json" 2>&1
 same "patterns sharding_dim 0 = --tensor-parallel-row-linears" "$tmp/megatron_rows.json" "$tmp/rows.json"
 if cmp -s "$tmp/rows.json" "$tmp/patterns.json"; then fail "sharding_dim 0 and -1 must print different layouts"
 else ok "sharding_dim 0 and -1 print different layouts (tp_linears)"; fi
+$L --parallel-config "$cfgs/patterns_shuffled.json" >"$tmp/shuffled.json" 2>&1
+if grep -q '"rank_list": \[3, 0, 2, 1\]' "$tmp/shuffled.json" &&
+   grep -q '"rank": 0, "tp": 1, "pp": 0, "dp": 0' "$tmp/shuffled.json" &&
+   grep -q '"rank": 1, "tp": 1, "pp": 1, "dp": 0' "$tmp/shuffled.json" &&
+   grep -q '"rank": 2, "tp": 0, "pp": 1, "dp": 0' "$tmp/shuffled.json" &&
+   grep -q '"rank": 3, "tp": 0, "pp": 0, "dp": 0' "$tmp/shuffled.json"; then
+  ok "a shuffled mapping prints its rank list and the grid by world rank (device 0: stage_0.shard_1)"
+else fail "the shuffled mapping's --print-layout" "$(grep -E 'rank_list|"rank"' "$tmp/shuffled.json")"; fi
+$L --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-microbatches 4 \
+   --rank-list 3,0,2,1 >"$tmp/megatron_list.json" 2>&1
+same "a shuffled patterns mapping = Megatron flags with --rank-list 3,0,2,1" "$tmp/megatron_list.json" "$tmp/shuffled.json"
+$L --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-microbatches 4 \
+   --rank-list 0,1,2,3 >"$tmp/identity.json" 2>&1
+same "--rank-list 0,1,2,3 places every rank where the order does: no list" "$tmp/megatron.json" "$tmp/identity.json"
 if grep -q '"rank": 31, "tp": 3, "pp": 7, "dp": 0' "$tmp/seed.json"; then
   ok "the seed's device XLA_DTU:38 (stage_7.shard_3) is world rank 31"
 else fail "the seed's last device" "$(grep '"rank": 31' "$tmp/seed.json")"; fi
@@ -84,6 +107,12 @@ pat() { # NAME PATTERN JSON [FLAGS...]
 }
 M2='"device_mapping": {"stage_0": {"shard_0": "/device:XLA_DTU:0", "shard_1": "/device:XLA_DTU:1"}, "stage_1": {"shard_0": "/device:XLA_DTU:2", "shard_1": "/device:XLA_DTU:3"}}'
 H='"mode": "hybrid", "sharding_size": 2, "stage_cnt": 2'
+# ids 0, 5, 2, 3: in id order 0, 2, 3, 5 are ranks 0-3, so stage_0 holds 0, 3 and stage_1 1, 2
+printf '%s' "{$H, \"accum_degree\": 4, ${M2/XLA_DTU:1\"/XLA_DTU:5\"}}" >"$tmp/gaps.json"
+$L --parallel-config "$tmp/gaps.json" >"$tmp/gaps_layout.json" 2>&1
+$L --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-microbatches 4 \
+   --rank-list 0,3,1,2 >"$tmp/gaps_flags.json" 2>&1
+same "a mapping that is no rank order, ids 0, 5, 2, 3 = --rank-list 0,3,1,2" "$tmp/gaps_flags.json" "$tmp/gaps_layout.json"
 pat "truncated JSON" "malformed JSON: line 1" '{"mode": "hybrid", '
 pat "not an object" "expected a JSON object" '[1, 2]'
 pat "an unknown key" "unknown key 'shards'" '{"mode": "hybrid", "shards": 2}'
@@ -120,7 +149,7 @@ pat "a mode with a NUL inside" "mode: expected" '{"mode": "hybrid\u0000x", "stag
 pat "a device string with a NUL inside" "device_mapping.stage_1.shard_1: expected a device string" "{$H, ${M2/XLA_DTU:3/XLA_DTU:3\\u0000zz}}"
 pat "sharding_dim 0 with sharding_size 1" "sharding_dim: 0 shards nothing" '{"mode": "pipeline", "stage_cnt": 2, "sharding_dim": 0}'
 pat "the file and --tensor-parallel-row-linears" "sharding_dim: the layout also comes from --tensor-parallel-row-linears" "{$H, \"sharding_dim\": -1}" --tensor-parallel-row-linears
-pat "a mapping that is no rank order" "device_mapping: in increasing id order the devices hold neither.*device 3 .at 2 in id order. holds stage_1.shard_1" "{$H, ${M2/XLA_DTU:1\"/XLA_DTU:5\"}}"
+pat "the file's mapping and --rank-list" "device_mapping: the layout also comes from --rank-list" "{$H, $M2}" --rank-list 0,1,2,3
 pat "the file and --tensor-model-parallel-size" "sharding_size: the layout also comes from --tensor-model-parallel-size; give one" "{$H}" --tensor-model-parallel-size 2
 pat "the file and --rank-order" "device_mapping: the layout also comes from --rank-order" "{$H, $M2}" --rank-order pp-tp-dp
 pat "sharding stages and --pipeline-schedule" "mode: the layout also comes from --pipeline-schedule" '{"mode": "sharding", "stage_cnt": 2}' --pipeline-schedule 1f1b

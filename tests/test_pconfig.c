@@ -95,8 +95,31 @@ static void test_errors_name_the_field(void) {
           "model batch 0: '%s'", err.msg);
 }
 
+/* --rank-list: the world rank at each position of the rank order, a
+ * permutation of the whole world; the identity is no list. */
+static void test_rank_list(void) {
+    pconfig_t pc;
+    perr_t err;
+    CHECK(parse(&pc, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --rank-list 3,0,2,1",
+                24, &err) == 0 && pc.n_rank_list == 4 && pc.rank_list[0] == 3 && pc.rank_list[3] == 1,
+          "%s", err.msg);
+    CHECK(parse(&pc, "--world-size 4 --rank-list 0,1,2,3", 24, &err) == 0 && pc.n_rank_list == 0,
+          "the identity: %s", err.msg);
+    expect_error("--world-size 4 --rank-list 3,0,2", "--rank-list: 3 ranks for a world of 4 devices "
+                 "(expected a permutation of 0..3); an entry is the world rank at a position of the "
+                 "rank order tp-cp-ep-dp-pp");
+    expect_error("--world-size 4 --rank-list 3,0,2,0", "--rank-list: entries 1 and 3 both name rank 0");
+    expect_error("--world-size 4 --rank-list 3,0,2,4", "--rank-list: entry 3 is rank 4, beyond the 4 devices");
+    expect_error("--world-size 4 --rank-list 3,0,-2,1", "--rank-list: expected the world rank at each "
+                 "position of the rank order, such as 3,0,2,1, got '3,0,-2,1'");
+    expect_error("--world-size 2 --rank-list 1,,0", "--rank-list: expected");
+    expect_error("--world-size 2 --rank-list 4096", "--rank-list: expected");
+    expect_error("--rank-list", "--rank-list");
+}
+
 int main(void) {
     RUN(test_megatron_arithmetic);
     RUN(test_errors_name_the_field);
+    RUN(test_rank_list);
     return harness_done();
 }

@@ -8,41 +8,79 @@
 #include "parity/placement.h"
 
 /* Every device of a tp=2 x dp=3 x pp=2 grid: its coordinates match the
- * order (tp fastest), and an all-reduce of world ranks over each of its
- * groups gives the sum over exactly the ranks that share the other axes. */
+ * order (tp fastest) or, with a rank list, the canonical position the
+ * list gives its rank; an all-reduce of world ranks over each of its
+ * groups gives the sum over exactly the ranks that share the other axes;
+ * its index in each group is its coordinate; its pipeline neighbours are
+ * the ranks of the positions 6 before and after. */
 typedef struct {
     const grid_t *G;
+    const int *rank_at; /* world rank at each canonical position */
     int bad;
 } grid_run_t;
 
 static void grid_device_main(device_t *dev, void *arg) {
     grid_run_t *r = arg;
+    const int *at = r->rank_at;
     grid_device_t d = grid_device(r->G, dev->rank);
     int tp = d.coord[GRID_TP], dp = d.coord[GRID_DP], pp = d.coord[GRID_PP];
-    if (dev->rank != tp + 2 * dp + 6 * pp) __atomic_add_fetch(&r->bad, 1, __ATOMIC_RELAXED);
+    int c = tp + 2 * dp + 6 * pp, bad = 0;
+    bad += dev->rank != at[c];
+    bad += group_rank(d.group[GRID_TP]) != tp || group_rank(d.group[GRID_DP]) != dp ||
+           group_rank(d.group[GRID_PP]) != pp;
     int64_t mine = dev->rank, sum;
     coll_all_reduce(d.group[GRID_TP], &mine, &sum, 1, COLL_I64, COLL_SUM);
-    if (sum != (2 * dp + 6 * pp) * 2 + 1) __atomic_add_fetch(&r->bad, 1, __ATOMIC_RELAXED);
+    bad += sum != at[2 * dp + 6 * pp] + at[1 + 2 * dp + 6 * pp];
     coll_all_reduce(d.group[GRID_DP], &mine, &sum, 1, COLL_I64, COLL_SUM);
-    if (sum != (tp + 6 * pp) * 3 + 2 * (0 + 1 + 2)) __atomic_add_fetch(&r->bad, 1, __ATOMIC_RELAXED);
+    bad += sum != at[tp + 6 * pp] + at[tp + 2 + 6 * pp] + at[tp + 4 + 6 * pp];
     coll_all_reduce(d.group[GRID_CP], &mine, &sum, 1, COLL_I64, COLL_SUM);
-    if (sum != mine) __atomic_add_fetch(&r->bad, 1, __ATOMIC_RELAXED);
+    bad += sum != mine;
     coll_all_reduce(r->G->all, &mine, &sum, 1, COLL_I64, COLL_SUM);
-    if (sum != 66) __atomic_add_fetch(&r->bad, 1, __ATOMIC_RELAXED);
-    int want_prev = pp ? dev->rank - 6 : -1, want_next = pp ? -1 : dev->rank + 6;
-    if (d.pp_prev != want_prev || d.pp_next != want_next) __atomic_add_fetch(&r->bad, 1, __ATOMIC_RELAXED);
+    bad += sum != 66;
+    bad += d.pp_prev != (pp ? at[c - 6] : -1) || d.pp_next != (pp ? -1 : at[c + 6]);
+    __atomic_add_fetch(&r->bad, bad, __ATOMIC_RELAXED);
 }
 
 static void test_grid_groups(void) {
     grid_t G;
     perr_t e;
-    int sizes[GRID_NAXES] = {2, 1, 1, 3, 2};
+    int sizes[GRID_NAXES] = {2, 1, 1, 3, 2}, at[12];
+    for (int c = 0; c < 12; c++) at[c] = c;
     CHECK(grid_init(&G, "tp-cp-ep-dp-pp", sizes, &e) == 0, "%s", e.msg);
     CHECK(G.world == 12, "world %d", G.world);
-    grid_run_t r = {&G, 0};
+    grid_run_t r = {&G, at, 0};
     CHECK(devices_run(G.world, 0, grid_device_main, &r, &e) == 0, "%s", e.msg);
     CHECK(r.bad == 0, "%d wrong coordinates or group sums", r.bad);
     grid_free(&G);
+}
+
+/* A rank list places position c on world rank 5c + 7 mod 12: every
+ * coordinate, group, group index and neighbour follows it (device d
+ * stays world rank d); a list that is no permutation is refused. */
+static void test_grid_rank_list(void) {
+    grid_t G;
+    perr_t e;
+    int sizes[GRID_NAXES] = {2, 1, 1, 3, 2}, at[12];
+    unsigned short list[12];
+    for (int c = 0; c < 12; c++) list[c] = (unsigned short)(at[c] = (5 * c + 7) % 12);
+    CHECK(grid_init_mapped(&G, "tp-cp-ep-dp-pp", sizes, list, 12, &e) == 0, "%s", e.msg);
+    grid_device_t d0 = grid_device(&G, 0); /* 5c + 7 = 0 mod 12: c = 1, tp 1 of dp 0, stage 0 */
+    CHECK(d0.coord[GRID_TP] == 1 && d0.coord[GRID_DP] == 0 && d0.coord[GRID_PP] == 0,
+          "device 0 at tp %d dp %d pp %d", d0.coord[GRID_TP], d0.coord[GRID_DP], d0.coord[GRID_PP]);
+    grid_run_t r = {&G, at, 0};
+    CHECK(devices_run(G.world, 0, grid_device_main, &r, &e) == 0, "%s", e.msg);
+    CHECK(r.bad == 0, "%d wrong coordinates or group sums with a rank list", r.bad);
+    char buf[128];
+    grid_describe(&G, buf, sizeof buf);
+    CHECK(strstr(buf, "rank list") != NULL, "describe: '%s'", buf);
+    grid_free(&G);
+    list[11] = list[0];
+    CHECK(grid_init_mapped(&G, "tp-cp-ep-dp-pp", sizes, list, 12, &e) != 0 &&
+              strstr(e.msg, "rank list") && strstr(e.msg, "entries 0 and 11 both name rank 7"),
+          "a rank twice: '%s'", e.msg);
+    CHECK(grid_init_mapped(&G, "tp-cp-ep-dp-pp", sizes, list, 11, &e) != 0 &&
+              strstr(e.msg, "11 ranks for a world of 12 devices"),
+          "a short list: '%s'", e.msg);
 }
 
 /* Another order puts dp first: rank 1 is then dp coordinate 1. */
@@ -139,6 +177,7 @@ static void test_errors(void) {
 int main(void) {
     RUN(test_grid_groups);
     RUN(test_grid_order);
+    RUN(test_grid_rank_list);
     RUN(test_block_and_runs);
     RUN(test_nested_cuts);
     RUN(test_replicas);

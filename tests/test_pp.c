@@ -107,7 +107,7 @@ static int run_reports(const char *flags, pconfig_t *pc, dp_device_report_t *rep
 static int grid_stage(const pconfig_t *pc, int device) {
     grid_t G;
     const int sizes[GRID_NAXES] = {pc->tp, 1, 1, pc->dp, pc->pp};
-    if (grid_init(&G, pc->order, sizes, NULL)) return -1;
+    if (grid_init_mapped(&G, pc->order, sizes, pc->rank_list, pc->n_rank_list, NULL)) return -1;
     int s = grid_device(&G, device).coord[GRID_PP];
     grid_free(&G);
     return s;
@@ -151,6 +151,30 @@ static void test_p2p_traffic_follows_the_schedule(void) {
         }
         printf("p2p traffic: %s: every device's messages and bytes match its boundaries x m\n", L[k]);
     }
+}
+
+/* A rank list places the stages: with --rank-list 3,0,2,1 over the
+ * positions of tp-pp, stage 0 is on devices 3 (tp 0) and 0 (tp 1),
+ * stage 1 on 2 and 1, as each device reports from inside the run; and
+ * a list over tp x dp x pp (the dp groups, the embedding group and the
+ * pipeline neighbours all moved) runs bit for bit. */
+static void test_rank_list_places_the_stages(void) {
+    const char *flags = "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
+                        "--num-microbatches 2 --rank-list 3,0,2,1";
+    static const int stage[4] = {0, 1, 1, 0};
+    pconfig_t pc;
+    dp_device_report_t rep[4];
+    memset(rep, 0, sizeof rep);
+    if (run_reports(flags, &pc, rep, NULL)) {
+        CHECK(0, "%s did not run", flags);
+        return;
+    }
+    for (int d = 0; d < 4; d++)
+        CHECK(rep[d].pp_stage == stage[d], "device %d ran stage %d, expected %d", d, rep[d].pp_stage,
+              stage[d]);
+    expect_golden(&cfg, golden, "--data-parallel-size 2 --tensor-model-parallel-size 2 "
+                                "--pipeline-model-parallel-size 2 --num-microbatches 2 --zero-stage 1 "
+                                "--rank-list 5,2,7,0,3,6,1,4");
 }
 
 /* ---- the trace: each device's spans follow its schedule ----------------- */
@@ -308,6 +332,7 @@ int main(void) {
     RUN(test_broken_variants_are_caught);
     RUN(test_trace_follows_the_schedule);
     RUN(test_p2p_traffic_follows_the_schedule);
+    RUN(test_rank_list_places_the_stages);
     RUN(test_untied_split_and_3d);
     RUN(test_schedules);
     dump_free(golden);

@@ -319,6 +319,67 @@ static void test_layout_megatron(void) {
           "a different order puts pp fastest");
 }
 
+/* A rank list (layout_init_mapped) moves every position's rank and
+ * nothing else: against the same layout without it, world rank list[c]
+ * has position c's coordinates, group id and group (each member mapped
+ * the same way, in the same order), and rank_of gives list[c]. */
+static void test_layout_rank_list(void) {
+    rank_layout_t L0, L;
+    perr_t e;
+    enum { W = 12 };
+    unsigned short list[W];
+    for (int c = 0; c < W; c++) list[c] = (unsigned short)((7 * c + 3) % W);
+    CHECK(layout_init(&L0, "tp-cp-ep-dp-pp", "tp=2,dp=3,pp=2", &e) == 0, "%s", e.msg);
+    CHECK(layout_init_mapped(&L, "tp-cp-ep-dp-pp", "tp=2,dp=3,pp=2", list, W, &e) == 0 && L.mapped,
+          "%s", e.msg);
+    const char *combos[] = {"tp", "cp", "dp", "pp", "dp-cp", "tp-pp", "tp-dp-pp"};
+    int g0[W], g[W];
+    for (int c = 0; c < W; c++) {
+        const int r = list[c];
+        int coords[5];
+        for (int d = 0; d < 5; d++) {
+            coords[d] = layout_coord(&L0, c, dims5[d]);
+            CHECK(layout_coord(&L, r, dims5[d]) == coords[d], "rank %d %s", r, dims5[d]);
+        }
+        CHECK(layout_rank_of(&L, coords) == r, "rank_of position %d: %d want %d", c,
+              layout_rank_of(&L, coords), r);
+        for (size_t k = 0; k < sizeof combos / sizeof combos[0]; k++) {
+            const int n0 = layout_group_ranks(&L0, c, combos[k], g0);
+            const int n = layout_group_ranks(&L, r, combos[k], g);
+            int same = n == n0;
+            for (int i = 0; same && i < n; i++) same = g[i] == list[g0[i]];
+            CHECK(same, "rank %d's %s group", r, combos[k]);
+            CHECK(layout_group_id(&L, r, combos[k]) == layout_group_id(&L0, c, combos[k]), "group id");
+        }
+    }
+    /* list[c] = 7c + 3 mod 12: tp pairs (0,1) (2,3) .. land on (3,10) (5,0) .. */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    layout_print_map(&L, f);
+    fclose(f);
+    CHECK(contains(buf, "tp groups: [3,10] [5,0] [7,2] [9,4] [11,6] [1,8]") &&
+              contains(buf, "from a rank list"),
+          "map:\n%s", buf);
+    free(buf);
+    /* what is no permutation of the world */
+    unsigned short bad[W];
+    memcpy(bad, list, sizeof bad);
+    bad[5] = bad[2];
+    CHECK(layout_init_mapped(&L, "tp-cp-ep-dp-pp", "tp=2,dp=3,pp=2", bad, W, &e) == -1 &&
+              contains(e.msg, "rank list: entries 2 and 5 both name rank 5") &&
+              contains(e.msg, "permutation of 0..11"),
+          "%s", e.msg);
+    bad[5] = W;
+    CHECK(layout_init_mapped(&L, "tp-cp-ep-dp-pp", "tp=2,dp=3,pp=2", bad, W, &e) == -1 &&
+              contains(e.msg, "entry 5 is rank 12, beyond the 12 devices"),
+          "%s", e.msg);
+    CHECK(layout_init_mapped(&L, "tp-cp-ep-dp-pp", "tp=2,dp=3,pp=2", list, 4, &e) == -1 &&
+              contains(e.msg, "4 ranks for a world of 12 devices (expected a permutation of 0..11)"),
+          "%s", e.msg);
+    CHECK(layout_init_mapped(&L, "tp-dp", "tp=2", list, 0, &e) == 0 && !L.mapped, "no list: %s", e.msg);
+}
+
 static void test_layout_errors(void) {
     rank_layout_t L;
     perr_t e;
@@ -346,6 +407,10 @@ static void test_layout_errors(void) {
               rc, e.msg);
     }
     CHECK(layout_init(&L, "tp-dp", "tp=2,", &e) == 0 && L.world == 2, "a trailing comma is fine");
+    CHECK(layout_init(&L, "tp-dp", "tp=2,cp=1,pp=1", &e) == 0 && L.world == 2,
+          "a dimension the order leaves out may be given size 1: %s", e.msg);
+    CHECK(layout_init(&L, "tp-dp", "cp= 2", &e) == -1 && contains(e.msg, "'cp' is not in the order"),
+          "but no other size: %s", e.msg);
 }
 
 /* ---- groups ---- */
@@ -482,6 +547,7 @@ int main(void) {
     RUN(test_devices_run);
     RUN(test_pinning);
     RUN(test_layout_megatron);
+    RUN(test_layout_rank_list);
     RUN(test_layout_errors);
     RUN(test_groups);
     RUN(test_groups_from_layout);

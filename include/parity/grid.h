@@ -6,7 +6,8 @@
  * (grid_device) and finds its coordinate and its group along each axis,
  * and its pipeline neighbours. Groups are made of world ranks, so later
  * non-rectangular grids (an encoder beside a decoder) can hand devices
- * groups of any shape through the same grid_device_t.
+ * groups of any shape through the same grid_device_t. A rank list
+ * (grid_init_mapped) places the order's positions on any world ranks.
  *
  *   grid_t G;
  *   grid_init(&G, "tp-cp-ep-dp-pp", (int[GRID_NAXES]){tp, cp, ep, dp, pp}, &err);
@@ -46,6 +47,12 @@ typedef struct {
 /* sizes[a] >= 1 for every axis; order names each axis at most once (an
  * axis it leaves out must have size 1). Errors name the axis. */
 int  grid_init(grid_t *G, const char *order, const int sizes[GRID_NAXES], perr_t *err);
+/* grid_init with an explicit rank list (layout_init_mapped): ranks[c] is
+ * the world rank at the order's canonical position c, n = the world;
+ * n 0: grid_init. Device d keeps world rank d; the list decides
+ * its coordinates, and so every group along every axis. */
+int  grid_init_mapped(grid_t *G, const char *order, const int sizes[GRID_NAXES],
+                      const unsigned short *ranks, int n, perr_t *err);
 void grid_free(grid_t *G);
 grid_device_t grid_device(const grid_t *G, int rank);
 /* "tp=2 dp=4 (order tp-cp-ep-dp-pp)" */

@@ -26,12 +26,17 @@
  *  - device_mapping (optional): stage_<i> -> shard_<j> -> "/device:TYPE:ID"
  *    for i < stage_cnt, j < sharding_size, every one present once. IDs
  *    name simulated devices and need not be contiguous: parity numbers
- *    the named devices 0..n-1 in increasing id order, and the mapping
- *    must then be a rank order (shards fastest, "tp-pp", or stages
- *    fastest, "pp-tp"); data-parallel replicas follow as the slowest
- *    axis (--world-size W gives dp = W / (tp pp) replicas; ids stay names,
- *    below the 4096 devices parity simulates). Without a mapping the order
- *    is the flags' (Megatron's tp-cp-ep-dp-pp). A --pipeline-schedule
+ *    the named devices 0..n-1 in increasing id order, and the device named
+ *    at stage_i.shard_j is the world rank holding pipeline stage i, tensor
+ *    rank j: any permutation. One that is a plain rank order (shards
+ *    fastest, "tp-pp", or stages fastest, "pp-tp") is that order; any
+ *    other is the order tp-pp with a rank list (pconfig_t.rank_list: the
+ *    device at each position stage * sharding_size + shard). Data-parallel
+ *    replicas follow as the slowest axis, each placed as the mapping places
+ *    the first (--world-size W gives dp = W / (tp pp) replicas, replica k
+ *    on devices k tp pp ..; ids stay names, below the 4096 devices parity
+ *    simulates). Without a mapping the order is the flags' (Megatron's
+ *    tp-cp-ep-dp-pp, and --rank-list if given). A --pipeline-schedule
  *    flag may choose how "pipeline"/"hybrid" stages are pipelined; with
  *    "sharding" stages (naive) it is a conflict.
  *  - data parallelism is inferred: dp = world / (sharding_size x stage_cnt).
@@ -45,9 +50,10 @@
 #include "parity/pconfig.h"
 
 /* Reads text[0..len) (`path` only for messages) into pc: tp, pp, the
- * schedule, accum_degree and the rank order. Layout fields already set
- * by flags (pc->tp, pc->pp, --rank-order, --accum-degree, a schedule)
- * are a conflict. 0, or -1 with err naming the key and what was expected. */
+ * schedule, accum_degree, the rank order and rank list. Layout fields
+ * already set by flags (pc->tp, pc->pp, --rank-order, --rank-list,
+ * --accum-degree, a schedule) are a conflict. 0, or -1 with err naming
+ * the key and what was expected. */
 int patterns_parse(const char *text, size_t len, const char *path, pconfig_t *pc, perr_t *err);
 
 #endif

@@ -18,7 +18,8 @@ typedef enum { PC_DTYPE_FP32 = 0, PC_DTYPE_BF16, PC_DTYPE_FP16 } pc_dtype_t;
  * 1F1B when virtual stages are given; naive: one microbatch at a time
  * through every stage (model parallelism without pipelining). */
 typedef enum { PC_PP_DEFAULT = 0, PC_PP_1F1B, PC_PP_GPIPE, PC_PP_INTERLEAVED, PC_PP_NAIVE } pc_pp_schedule_t;
-enum { PC_MAX_SPLIT = 64, PC_MAX_CHUNKS = 16 /* = GPT_MAX_CHUNKS */ };
+enum { PC_MAX_SPLIT = 64, PC_MAX_CHUNKS = 16 /* = GPT_MAX_CHUNKS */,
+       PC_MAX_RANKS = 4096 /* = PARITY_MAX_DEVICES */ };
 
 typedef struct {
     /* degrees; 0 = not given (inferred or 1) */
@@ -29,6 +30,15 @@ typedef struct {
                                   patterns file's sharding_dim 0) instead of Megatron's pairing */
     int cp_comm;               /* --cp-comm-type: 0 p2p (the ring), 1 a2a (Ulysses): cp.h's cp_comm_t */
     char order[32];            /* rank order, first varies fastest: "tp-cp-ep-dp-pp" */
+    /* An explicit placement (--rank-list, a patterns device_mapping that is
+     * no plain order): rank_list[c] is the world rank at the order's
+     * canonical position c (runtime.h's layout_init_mapped). --rank-list
+     * gives the whole world; a patterns mapping gives one data-parallel
+     * replica (tp x pp positions), repeated for each replica as the slowest
+     * axis. pconfig_validate checks it and leaves n_rank_list 0 or the
+     * world size. */
+    unsigned short rank_list[PC_MAX_RANKS];
+    int n_rank_list;
     /* batch: sequences per step and per microbatch; accumulation steps
      * = global / (micro * dp) as in Megatron (micro must divide), or set
      * directly by --accum-degree, which splits a rank's sequences into
@@ -72,6 +82,7 @@ enum { /* bits of pconfig_t.given */
     PC_GIVEN_MICRO = 1u << 3, PC_GIVEN_ACCUM = 1u << 4, PC_GIVEN_ZERO = 1u << 5,
     PC_GIVEN_NUM_MB = 1u << 6, /* the microbatches came as --num-microbatches (messages name it) */
     PC_GIVEN_BUCKET = 1u << 7,
+    PC_GIVEN_RANK_LIST = 1u << 8, /* rank_list came from --rank-list (a patterns mapping otherwise) */
 };
 
 /* Defaults: one device, DDP, buckets of 40 MB, fp32, Megatron's order. */
@@ -83,7 +94,8 @@ void pconfig_defaults(pconfig_t *pc);
  *   --world-size N  --data-parallel-size N  --tensor-model-parallel-size N
  *   --pipeline-model-parallel-size N  --context-parallel-size N
  *   --cp-comm-type p2p|a2a
- *   --expert-model-parallel-size N  --rank-order tp-cp-ep-dp-pp  --sequence-parallel
+ *   --expert-model-parallel-size N  --rank-order tp-cp-ep-dp-pp  --rank-list 3,0,2,1
+ *   --sequence-parallel
  *   --pipeline-schedule gpipe|1f1b|interleaved  --pipeline-layer-split A,B,..
  *   --virtual-pipeline-model-parallel-size V  --num-layers-per-virtual-pipeline-stage N
  *   --global-batch-size N  --micro-batch-size N  --accum-degree N  --num-microbatches N

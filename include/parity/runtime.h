@@ -139,12 +139,30 @@ typedef struct {
     char names[LAYOUT_MAX_DIMS][8]; /* in order, e.g. tp cp ep dp pp */
     int sizes[LAYOUT_MAX_DIMS];
     int world;                      /* product of sizes */
+    /* An explicit rank list (layout_init_mapped), or none (mapped 0): the
+     * order's formula gives every coordinate a canonical position c, and
+     * rank_at[c] is the world rank there; pos_of is its inverse. */
+    int mapped;
+    unsigned short rank_at[PARITY_MAX_DEVICES], pos_of[PARITY_MAX_DEVICES];
 } rank_layout_t;
 
 /* order: dimension names joined by '-', each one of tp, cp, ep, dp, pp at
  * most once. sizes: "name=N" joined by ',' (NULL or "" = all 1); a
- * dimension without a size has size 1. Errors name the field and value. */
+ * dimension without a size has size 1, and one the order leaves out may
+ * only be given as 1. Errors name the field and value. */
 int  layout_init(rank_layout_t *L, const char *order, const char *sizes, perr_t *e);
+/* layout_init, then ranks[c] (n = the world entries, a permutation of
+ * 0..world-1) is the world rank at canonical position c, the rank the
+ * order's formula alone would give: every coordinate, group and rank
+ * below follows the list. n 0 (ranks NULL or not): layout_init. Errors
+ * name the rank list and what was expected. */
+int  layout_init_mapped(rank_layout_t *L, const char *order, const char *sizes,
+                        const unsigned short *ranks, int n, perr_t *e);
+/* Whether ranks[0..n) is a permutation of 0..world-1; the message says
+ * which entry is not (a rank out of range or there twice) or that the
+ * length is not the world's, and what was expected; the caller names
+ * the list. */
+int  layout_check_ranks(const unsigned short *ranks, int n, int world, perr_t *e);
 /* Coordinate of rank along dim; 0 for a known dimension the order does
  * not name (size 1), -1 for an unknown name or a rank out of range. */
 int  layout_coord(const rank_layout_t *L, int rank, const char *dim);

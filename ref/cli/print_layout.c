@@ -1,11 +1,12 @@
 /* print_layout.c - `--print-layout`: the resolved layout as one JSON
  * object, whatever front end described it (Megatron flags, a patterns
  * file, a Colossal-AI dict, NeMo options): the degrees and options
- * pconfig resolved, the rank grid (which device holds which tensor shard,
- * pipeline stage and data-parallel rank), each stage's units, slots and
- * passes, and the memory estimate. Two descriptions of one layout print
- * the same bytes: the order is printed without its size-1 axes, which
- * place no device differently. */
+ * pconfig resolved, the rank list if there is one (the world rank at
+ * each position of the order), the rank grid (which world rank holds
+ * which tensor shard, pipeline stage and data-parallel rank), each
+ * stage's units, slots and passes, and the memory estimate. Two
+ * descriptions of one layout print the same bytes: the order is printed
+ * without its size-1 axes, which place no device differently. */
 #include "layout_cli.h"
 
 #include <stdio.h>
@@ -63,7 +64,9 @@ int layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t 
     const int sizes[GRID_NAXES] = {pc->tp, pc->cp, pc->ep, pc->dp, pc->pp};
     model_config_t rc = *cfg;
     rc.micro_batch = pc->micro_batch, rc.global_batch = pc->global_batch;
-    if (pp_plan_build(&pp, &rc, pc, err) || grid_init(&G, pc->order, sizes, err)) return -1;
+    if (pp_plan_build(&pp, &rc, pc, err) ||
+        grid_init_mapped(&G, pc->order, sizes, pc->rank_list, pc->n_rank_list, err))
+        return -1;
     char order[32];
     effective_order(pc, order, sizeof order);
     fprintf(f, "{\n  \"model\": ");
@@ -73,6 +76,11 @@ int layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t 
             pc->world_size, pc->dp, pc->tp, pc->pp, pc->cp, pc->ep, order[0] ? order : "none",
             pc->sequence_parallel ? "true" : "false",
             pc->tp < 2 ? "none" : pc->tp_row_linears ? "row" : "column-then-row");
+    if (pc->n_rank_list) { /* only then: a plain order prints as it did */
+        fprintf(f, "    \"rank_list\": [");
+        for (int c = 0; c < pc->n_rank_list; c++) fprintf(f, "%s%d", c ? ", " : "", pc->rank_list[c]);
+        fprintf(f, "],\n");
+    }
     if (pc->cp > 1) /* only then: the other dialects have no context parallelism to print */
         fprintf(f, "    \"cp_comm_type\": \"%s\", \"cp_positions\": \"%s\",\n", pc->cp_comm ? "a2a" : "p2p",
                 pc->cp_comm ? "rank r: the r-th of cp contiguous pieces"

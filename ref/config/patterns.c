@@ -97,9 +97,10 @@ static int by_id(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* device_mapping -> the rank order it describes (into order). */
+/* device_mapping -> the rank order it describes (into order), and where it
+ * is no plain order, the rank list of one replica (into pc). */
 static int read_mapping(const json_t *map, int stages, int shards, char *order, size_t cap,
-                        const char *path, perr_t *err) {
+                        pconfig_t *pc, const char *path, perr_t *err) {
     if (check_keys(map, "stage_", stages, "device_mapping", "stage_cnt", path, err)) return -1;
     const int n = stages * shards;
     mapped_t *m = calloc((size_t)n, sizeof *m);
@@ -144,22 +145,19 @@ static int read_mapping(const json_t *map, int stages, int shards, char *order, 
                           "device %ld", path, m[r - 1].stage, m[r - 1].shard, m[r].stage, m[r].shard, m[r].id);
             goto out;
         }
-    /* device r (in id order) holds (stage, shard): shards fastest, or stages */
-    int tp_bad = -1, pp_bad = -1; /* the first device out of each order's place */
-    for (int r = n - 1; r >= 0; r--) {
-        if (m[r].stage * shards + m[r].shard != r) tp_bad = r;
-        if (m[r].shard * stages + m[r].stage != r) pp_bad = r;
+    /* device r (in id order) holds (stage, shard): shards fastest (a plain
+     * order, tp-pp), or stages (pp-tp), or any other permutation: a rank
+     * list over the positions of tp-pp */
+    int tp_fast = 1, pp_fast = 1;
+    for (int r = 0; r < n; r++) {
+        tp_fast &= m[r].stage * shards + m[r].shard == r;
+        pp_fast &= m[r].shard * stages + m[r].stage == r;
     }
-    const int tp_fast = tp_bad < 0, pp_fast = pp_bad < 0;
+    snprintf(order, cap, "%s", !tp_fast && pp_fast ? "pp-tp-dp" : "tp-pp-dp");
     if (!tp_fast && !pp_fast) {
-        const int b = tp_bad > pp_bad ? tp_bad : pp_bad;
-        perr_set(err, "%s: device_mapping: in increasing id order the devices hold neither "
-                      "shard_0, shard_1, ... of stage_0, then stage_1 (order tp-pp) nor stage_0, "
-                      "stage_1, ... of shard_0, then shard_1 (order pp-tp); device %ld (at %d in id "
-                      "order) holds stage_%d.shard_%d", path, m[b].id, b, m[b].stage, m[b].shard);
-        goto out;
+        for (int r = 0; r < n; r++) pc->rank_list[m[r].stage * shards + m[r].shard] = (unsigned short)r;
+        pc->n_rank_list = n;
     }
-    snprintf(order, cap, "%s", tp_fast ? "tp-pp-dp" : "pp-tp-dp");
     rc = 0;
 out:
     free(m);
@@ -222,6 +220,8 @@ int patterns_parse(const char *text, size_t len, const char *path, pconfig_t *pc
          "--pipeline-schedule"},
         {strcmp(pc->order, "tp-cp-ep-dp-pp") && json_get(j, "device_mapping"), "device_mapping",
          "--rank-order"},
+        {(pc->given & PC_GIVEN_RANK_LIST) && json_get(j, "device_mapping"), "device_mapping",
+         "--rank-list"},
     };
     for (size_t k = 0; k < sizeof clash / sizeof clash[0]; k++)
         if (clash[k].set) {
@@ -231,7 +231,7 @@ int patterns_parse(const char *text, size_t len, const char *path, pconfig_t *pc
         }
     const json_t *map = json_get(j, "device_mapping");
     char order[32] = "";
-    if (map && read_mapping(map, (int)pp, (int)tp, order, sizeof order, path, err)) goto out;
+    if (map && read_mapping(map, (int)pp, (int)tp, order, sizeof order, pc, path, err)) goto out;
     pc->tp = (int)tp;
     pc->pp = (int)pp;
     if (dim == 0 && tp > 1) pc->tp_row_linears = 1;

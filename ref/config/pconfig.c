@@ -34,6 +34,26 @@ static int parse_dtype(const char *flag, const char *s, pc_dtype_t *out, perr_t 
     return perr_set(err, "%s: expected fp32, bf16 or fp16, got '%s'", flag, s ? s : "(nothing)");
 }
 
+/* A list of integers such as 3,3,2, each in [lo, hi], at most max of
+ * them, into out[0 .. *n); otherwise "FLAG: expected WHAT, got '...'" or
+ * "FLAG: more than MAX NOUN". */
+static int parse_list(const char *flag, const char *val, long lo, long hi, int max, const char *what,
+                      const char *noun, int *out, int *n, perr_t *err) {
+    *n = 0;
+    for (const char *at = val;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(at, &end, 10);
+        if (*at < '0' || *at > '9' || end == at || errno == ERANGE || v < lo || v > hi ||
+            (*end && *end != ','))
+            return perr_set(err, "%s: expected %s, got '%s'", flag, what, val);
+        if (*n == max) return perr_set(err, "%s: more than %d %s", flag, max, noun);
+        out[(*n)++] = (int)v;
+        if (!*end) return 0;
+        at = end + 1;
+    }
+}
+
 typedef struct {
     const char *flag;
     int *field;
@@ -120,22 +140,24 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
         return 1;
     }
     if (!strcmp(flag, "--pipeline-layer-split")) {
-        if (num_flag_value(flag, val, err)) return -1;
-        pc->n_layer_split = 0;
-        for (const char *at = val;;) {
-            char *end;
-            errno = 0;
-            long n = strtol(at, &end, 10);
-            if (*at < '0' || *at > '9' || end == at || errno == ERANGE || n < 1 || n > 4096 ||
-                (*end && *end != ','))
-                return perr_set(err, "--pipeline-layer-split: expected layers per stage such as "
-                                     "3,3,2 (each >= 1), got '%s'", val);
-            if (pc->n_layer_split == PC_MAX_SPLIT)
-                return perr_set(err, "--pipeline-layer-split: more than %d stages", PC_MAX_SPLIT);
-            pc->layer_split[pc->n_layer_split++] = (int)n;
-            if (!*end) break;
-            at = end + 1;
-        }
+        if (num_flag_value(flag, val, err) ||
+            parse_list(flag, val, 1, 4096, PC_MAX_SPLIT, "layers per stage such as 3,3,2 (each >= 1)",
+                       "stages", pc->layer_split, &pc->n_layer_split, err))
+            return -1;
+        *i += 2;
+        return 1;
+    }
+    if (!strcmp(flag, "--rank-list")) {
+        /* the world rank at each canonical position of the rank order;
+         * pconfig_validate checks it is a permutation of the world */
+        int ranks[PC_MAX_RANKS];
+        if (num_flag_value(flag, val, err) ||
+            parse_list(flag, val, 0, PC_MAX_RANKS - 1, PC_MAX_RANKS,
+                       "the world rank at each position of the rank order, such as 3,0,2,1",
+                       "ranks", ranks, &pc->n_rank_list, err))
+            return -1;
+        for (int c = 0; c < pc->n_rank_list; c++) pc->rank_list[c] = (unsigned short)ranks[c];
+        pc->given |= PC_GIVEN_RANK_LIST;
         *i += 2;
         return 1;
     }
@@ -215,6 +237,28 @@ static int pipeline_validate(pconfig_t *pc, perr_t *err) {
     return 0;
 }
 
+/* The rank list against the world: --rank-list names every world rank; a
+ * patterns mapping names one data-parallel replica's, repeated here for
+ * each replica (the slowest axis). The list that places every rank where
+ * the order alone would is no list. */
+static int rank_list_validate(pconfig_t *pc, perr_t *err) {
+    const int n = pc->n_rank_list, world = pc->world_size;
+    const int flag = (pc->given & PC_GIVEN_RANK_LIST) != 0;
+    perr_t why;
+    if (!flag && world % n == 0) {
+        for (int c = n; c < world; c++)
+            pc->rank_list[c] = (unsigned short)(c / n * n + pc->rank_list[c % n]);
+        pc->n_rank_list = world;
+    }
+    if (layout_check_ranks(pc->rank_list, pc->n_rank_list, world, &why))
+        return perr_set(err, "%s: %s; an entry is the world rank at a position of the rank order %s",
+                        flag ? "--rank-list" : "device_mapping", why.msg, pc->order);
+    int identity = 1;
+    for (int c = 0; c < world; c++) identity &= pc->rank_list[c] == c;
+    if (identity) pc->n_rank_list = 0;
+    return 0;
+}
+
 int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
     if (pc->dtype != PC_DTYPE_FP32)
         return perr_set(err, "dtype: %s is not yet supported (mixed precision does not exist yet); "
@@ -264,6 +308,7 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
         return perr_set(err, "world-size: %d does not equal data-parallel-size %d x tp*pp*cp %d",
                         pc->world_size, pc->dp, model_par);
     pc->world_size = pc->dp * model_par;
+    if (pc->n_rank_list && rank_list_validate(pc, err)) return -1;
     if (pc->use_distributed_optimizer && !(pc->given & PC_GIVEN_ZERO)) pc->zero_stage = 1;
     if (pc->use_distributed_optimizer && pc->zero_stage == 0)
         return perr_set(err, "zero-stage: 0 contradicts --use-distributed-optimizer (stage >= 1)");
@@ -353,6 +398,9 @@ void pconfig_print_help(FILE *f) {
           "  --cp-comm-type p2p|a2a    p2p: ring attention, rank r keeps chunks r and 2N-1-r of 2N;\n"
           "                            a2a: DeepSpeed-Ulysses, all-to-all sequence <-> heads\n"
           "  --rank-order ORDER        Megatron's rank order, first fastest (default tp-cp-ep-dp-pp)\n"
+          "  --rank-list R0,R1,..      the world rank at each position of the rank order (a\n"
+          "                            permutation of 0..world-1): e.g. tp=2 pp=2 with 3,0,2,1 puts\n"
+          "                            stage 0's shards on devices 3 and 0, stage 1's on 2 and 1\n"
           "  --global-batch-size N --micro-batch-size N   accumulation = global/(micro*dp)\n"
           "  --accum-degree N          accumulation steps, directly\n"
           "  --zero-stage 0|1|2|3      0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters\n"

@@ -12,6 +12,11 @@ const char *grid_axis_name(grid_axis_t a) {
 }
 
 int grid_init(grid_t *G, const char *order, const int sizes[GRID_NAXES], perr_t *err) {
+    return grid_init_mapped(G, order, sizes, NULL, 0, err);
+}
+
+int grid_init_mapped(grid_t *G, const char *order, const int sizes[GRID_NAXES],
+                     const unsigned short *ranks, int n, perr_t *err) {
     memset(G, 0, sizeof *G);
     snprintf(G->order, sizeof G->order, "%s", order ? order : "");
     /* sizes for the axes the order names, and for any axis > 1 (which
@@ -27,7 +32,7 @@ int grid_init(grid_t *G, const char *order, const int sizes[GRID_NAXES], perr_t 
             used += (size_t)snprintf(spec + used, sizeof spec - used, "%s%s=%d", used ? "," : "",
                                      axis_names[a], sizes[a]);
     }
-    if (layout_init(&G->layout, order, spec, err)) return -1;
+    if (layout_init_mapped(&G->layout, order, spec, ranks, n, err)) return -1;
     G->world = G->layout.world;
     for (int a = 0; a < GRID_NAXES; a++) {
         int n = layout_num_groups(&G->layout, axis_names[a]);
@@ -87,6 +92,6 @@ void grid_describe(const grid_t *G, char *buf, size_t cap) {
         if (G->size[a] > 1)
             used += (size_t)snprintf(buf + used, cap - used, "%s=%d ", axis_names[a], G->size[a]);
     if (used < cap)
-        snprintf(buf + used, cap - used, "(order %s, %d device%s)", G->order, G->world,
-                 G->world == 1 ? "" : "s");
+        snprintf(buf + used, cap - used, "(order %s%s, %d device%s)", G->order,
+                 G->layout.mapped ? " with a rank list" : "", G->world, G->world == 1 ? "" : "s");
 }

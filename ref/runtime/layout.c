@@ -3,6 +3,9 @@
  * rank = c[0] + s[0] * (c[1] + s[1] * (c[2] + ...)) for the dimensions in
  * the order string, so the first dimension varies fastest: with order
  * "tp-cp-ep-dp-pp" and tp=2, ranks 0 and 1 share everything but tp.
+ * That number is the canonical position; with a rank list
+ * (layout_init_mapped) the world rank at position c is rank_at[c], and
+ * every function below goes through rank_at / pos_of.
  */
 #include "parity/runtime.h"
 
@@ -71,15 +74,20 @@ int layout_init(rank_layout_t *L, const char *order, const char *sizes, perr_t *
                 return perr_set(e, "layout sizes '%s': unknown dimension '%.*s' (known: %s)", sizes,
                                 (int)nlen, name, KNOWN_LIST);
             int d = find_dim(L, name, nlen);
-            if (d < 0)
-                return perr_set(e, "layout sizes '%s': dimension '%.*s' is not in the order '%s'",
-                                sizes, (int)nlen, name, order);
-            if (given[d])
-                return perr_set(e, "layout sizes '%s': dimension '%s' is given twice", sizes, L->names[d]);
-            char num[32];
             const char *val = eq + 1;
             size_t vlen = (size_t)(item + len - val);
             trim(&val, &vlen);
+            if (d < 0) { /* left out of the order: size 1, which it may say */
+                if (vlen != 1 || *val != '1')
+                    return perr_set(e, "layout sizes '%s': dimension '%.*s' is not in the order '%s'",
+                                    sizes, (int)nlen, name, order);
+                if (!end) break;
+                p = end + 1;
+                continue;
+            }
+            if (given[d])
+                return perr_set(e, "layout sizes '%s': dimension '%s' is given twice", sizes, L->names[d]);
+            char num[32];
             if (vlen == 0 || vlen >= sizeof num)
                 return perr_set(e, "layout sizes '%s': %s needs a size >= 1", sizes, L->names[d]);
             memcpy(num, val, vlen);
@@ -107,6 +115,41 @@ int layout_init(rank_layout_t *L, const char *order, const char *sizes, perr_t *
     return 0;
 }
 
+_Static_assert(PARITY_MAX_DEVICES <= 32767, "rank lists are unsigned short, entries short");
+
+int layout_check_ranks(const unsigned short *ranks, int n, int world, perr_t *e) {
+    if (n != world)
+        return perr_set(e, "%d rank%s for a world of %d devices (expected a permutation of 0..%d)", n,
+                        n == 1 ? "" : "s", world, world - 1);
+    short at[PARITY_MAX_DEVICES]; /* the entry naming each rank, -1 for none yet */
+    for (int r = 0; r < n; r++) at[r] = -1;
+    for (int c = 0; c < n; c++) {
+        if (ranks[c] >= n)
+            return perr_set(e, "entry %d is rank %d, beyond the %d devices (expected a permutation "
+                               "of 0..%d)", c, ranks[c], world, world - 1);
+        if (at[ranks[c]] >= 0)
+            return perr_set(e, "entries %d and %d both name rank %d (expected a permutation of "
+                               "0..%d)", at[ranks[c]], c, ranks[c], world - 1);
+        at[ranks[c]] = (short)c;
+    }
+    return 0;
+}
+
+int layout_init_mapped(rank_layout_t *L, const char *order, const char *sizes,
+                       const unsigned short *ranks, int n, perr_t *e) {
+    if (layout_init(L, order, sizes, e)) return -1;
+    perr_t why;
+    if (!n) return 0;
+    if (!ranks || layout_check_ranks(ranks, n, L->world, &why))
+        return perr_set(e, "rank list: %s", ranks ? why.msg : "missing");
+    for (int c = 0; c < n; c++) {
+        L->rank_at[c] = ranks[c];
+        L->pos_of[ranks[c]] = (unsigned short)c;
+    }
+    L->mapped = 1;
+    return 0;
+}
+
 /* Parses "dp-cp" into a mask over L's dimensions; -1 for an unknown name. */
 static int dims_mask(const rank_layout_t *L, const char *dims, int *mask) {
     *mask = 0;
@@ -125,6 +168,7 @@ static int dims_mask(const rank_layout_t *L, const char *dims, int *mask) {
 }
 
 static void coords_of(const rank_layout_t *L, int rank, int *c) {
+    if (L->mapped) rank = L->pos_of[rank];
     for (int i = 0; i < L->ndims; i++) {
         c[i] = rank % L->sizes[i];
         rank /= L->sizes[i];
@@ -137,7 +181,7 @@ int layout_rank_of(const rank_layout_t *L, const int *coords) {
         if (coords[i] < 0 || coords[i] >= L->sizes[i]) return -1;
         r = r * L->sizes[i] + coords[i];
     }
-    return r;
+    return L->mapped ? L->rank_at[r] : r;
 }
 
 int layout_coord(const rank_layout_t *L, int rank, const char *dim) {
@@ -206,7 +250,8 @@ int layout_group_id(const rank_layout_t *L, int rank, const char *dims) {
 void layout_print_map(const rank_layout_t *L, FILE *f) {
     fprintf(f, "layout:");
     for (int i = 0; i < L->ndims; i++) fprintf(f, "%s%s=%d", i ? " x " : " ", L->names[i], L->sizes[i]);
-    fprintf(f, " = %d devices (first dimension varies fastest)\n", L->world);
+    fprintf(f, " = %d devices (first dimension varies fastest%s)\n", L->world,
+            L->mapped ? "; world ranks from a rank list" : "");
     int *ranks = malloc((size_t)L->world * sizeof *ranks);
     if (!ranks) return;
     for (int i = 0; i < L->ndims; i++) {

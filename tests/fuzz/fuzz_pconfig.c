@@ -3,12 +3,14 @@
  * The input is a command line, one argument per line (the first byte is
  * the model's global batch). Every flag is accepted, refused with a
  * message naming it, or left for another parser; a layout that validates
- * is consistent: positive degrees whose product is the world size, and
- * dp x microbatch sizes covering the global batch. */
+ * is consistent: positive degrees whose product is the world size,
+ * dp x microbatch sizes covering the global batch, and a rank list that
+ * is a permutation of the world. */
 #include <string.h>
 
 #include "fuzz_common.h"
 #include "parity/pconfig.h"
+#include "parity/runtime.h"
 
 enum { MAX_ARGS = 32 };
 
@@ -53,6 +55,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             FUZZ_REQUIRE(pc.global_batch % pc.dp == 0);
             FUZZ_REQUIRE(pc.global_batch / pc.dp >= pc.accum_degree);
             FUZZ_REQUIRE(pc.micro_batch * pc.accum_degree >= pc.global_batch / pc.dp);
+            /* a rank list that validated is a permutation of the world */
+            FUZZ_REQUIRE(pc.n_rank_list == 0 ||
+                         layout_check_ranks(pc.rank_list, pc.n_rank_list, pc.world_size, NULL) == 0);
             char line[256];
             pconfig_describe(&pc, line, sizeof line);
             FUZZ_REQUIRE(memchr(line, 0, sizeof line) != NULL);

@@ -99,7 +99,8 @@ static void print_memory(const dp_run_t *run, double psi, FILE *f) {
     rank_layout_t L;
     char sizes[64], label[48];
     grid_sizes(pc, sizes, sizeof sizes);
-    const int grid = (tp > 1 || pp > 1 || cp > 1) && layout_init(&L, pc->order, sizes, NULL) == 0;
+    const int grid = (tp > 1 || pp > 1 || cp > 1) &&
+                     layout_init_mapped(&L, pc->order, sizes, pc->rank_list, pc->n_rank_list, NULL) == 0;
     for (int i = 0; i < world && run->reports; i++) {
         const dp_device_report_t *r = &run->reports[i];
         device_label(grid ? &L : NULL, i, label, sizeof label);
@@ -204,7 +205,7 @@ static int is_batch(const st_tensor_t *t, const char *what) {
 static int grid_layout(const pconfig_t *pc, rank_layout_t *L) {
     char sizes[64];
     grid_sizes(pc, sizes, sizeof sizes);
-    return layout_init(L, pc->order, sizes, NULL);
+    return layout_init_mapped(L, pc->order, sizes, pc->rank_list, pc->n_rank_list, NULL);
 }
 
 void dp_device_name(const pconfig_t *pc, int rank, char *buf, size_t cap) {

@@ -374,7 +374,7 @@ int dp_train(dp_run_t *run, perr_t *err) {
         goto out;
     }
     const int sizes[GRID_NAXES] = {tp, cp, 1, n, pp};
-    if (grid_init(&sh->grid, pc->order, sizes, err)) goto out;
+    if (grid_init_mapped(&sh->grid, pc->order, sizes, pc->rank_list, pc->n_rank_list, err)) goto out;
     sh->have_grid = 1;
     if (model_config_validate_replica(&sh->cfg, err) || pp_plan_build(&sh->pp, &sh->cfg, pc, err) ||
         param_table_build(&sh->global, &sh->cfg, err))
