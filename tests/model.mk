@@ -9,7 +9,9 @@
 #                 whose builds already take long enough)
 #   $(BUILD)/plain/parity   the diagnostic build with plain fp32 sums instead
 #                 of exact ones (-DPARITY_PLAIN_SUMS), for the benchmark's
-#                 cost-of-exactness figure; never golden
+#                 cost-of-exactness figure and the demo of drift; never
+#                 golden. make check builds it too (not under sanitizers)
+#                 for tests/test_plain_sums.sh
 
 MODEL_O0_PARITY := $(BUILD)/o0/parity
 MODEL_PLAIN_PARITY := $(BUILD)/plain/parity
@@ -28,7 +30,7 @@ $(MODEL_PLAIN_PARITY): $(MODEL_ALL_SRC)
 	$(MAKE) --no-print-directory BUILD=$(BUILD)/plain EXTRA_CFLAGS="$(EXTRA_CFLAGS) -DPARITY_PLAIN_SUMS" $@
 
 ifeq ($(SAN),)
-check: $(MODEL_O0_PARITY)
+check: $(MODEL_O0_PARITY) $(MODEL_PLAIN_PARITY)
 endif
 
 golden: $(PARITY)

@@ -839,6 +839,55 @@ static void test_f64_out_of_domain(void) {
     expect_f64_sum(good, 4, "smallest multiples of 2^-149");
 }
 
+static void test_xvec_plain_sums(void) {
+    /* the plain-sums build's addition: fp32 running sums held in the
+     * vector, across blocks; an overflow (vector loop) and a NaN (element
+     * by element, once an element is slow) are kept in accumulators, and a
+     * slow element (an exact add's) is rounded to fp32 first */
+    enum { N = 150, ROUNDS = 7 };
+    xvec_t v, w;
+    CHECK(xvec_init(&v, N) == 0 && xvec_init(&w, N) == 0, "alloc");
+    float want[N] = {0}, x[N], out[N];
+    for (int r = 0; r < ROUNDS; r++) {
+        if (r == 3) { /* element 70 goes slow: 2^100 + its sum is inexact in fp64 */
+            const double big = 0x1p100;
+            xvec_add_f64_exact(&v, 70, &big, 1);
+            CHECK(xvec_is_slow(&v, 70), "2^100 + a small sum went slow");
+            want[70] = 0x1p100f; /* the exact sum, rounded to fp32 */
+        }
+        for (int i = 0; i < N; i++) x[i] = rand_float(-10, 10);
+        if (r < 2) x[6] = FLT_MAX; /* FLT_MAX + FLT_MAX: +inf */
+        if (r == 4 || r == 5) x[5] = r == 4 ? -INFINITY : INFINITY; /* -inf + inf: NaN */
+        for (int i = 0; i < N; i++) want[i] = want[i] + x[i];
+        xvec_add_plain(&v, 0, x, N);
+        xvec_round(&v, out);
+        int bad = 0;
+        for (int i = 0; i < N; i++)
+            bad += isnan(want[i]) ? bits(out[i]) != 0x7fc00000u : bits(out[i]) != bits(want[i]);
+        CHECK(bad == 0, "round %d: %d of %d elements are not the fp32 running sums", r, bad, N);
+        if (r == 1) CHECK(xvec_is_slow(&v, 6) && v.n_slow == 1, "the vector loop's inf is kept");
+    }
+    CHECK(want[6] == INFINITY && isnan(want[5]), "the case has its inf and NaN");
+    CHECK(xvec_is_slow(&v, 5) && xvec_is_slow(&v, 6), "inf and NaN are kept in accumulators");
+    /* the vector is still one the exact functions take */
+    xvec_zero(&w);
+    xvec_merge(&w, &v);
+    xvec_round(&w, out);
+    CHECK(out[6] == INFINITY && bits(out[5]) == 0x7fc00000u && bits(out[0]) == bits(want[0]),
+          "merged: %a %a %a", out[6], out[5], out[0]);
+    /* the store into a claimed vector is the add to zeros: -0 becomes +0 */
+    const float y[3] = {-0.0f, INFINITY, 1.5f};
+    xvec_t u;
+    CHECK(xvec_init(&u, 3) == 0 && xvec_claim_zero(&u), "alloc, claim");
+    xvec_store_plain(&u, 0, y, 3);
+    xvec_round(&u, out);
+    CHECK(bits(out[0]) == 0 && out[1] == INFINITY && xvec_is_slow(&u, 1) && out[2] == 1.5f,
+          "stored: %a %a %a", out[0], out[1], out[2]);
+    xvec_free(&u);
+    xvec_free(&v);
+    xvec_free(&w);
+}
+
 int main(void) {
     RUN(test_random_sums_are_correctly_rounded);
     RUN(test_permutations_and_partitions);
@@ -857,5 +906,6 @@ int main(void) {
     RUN(test_fp32_sums_past_2_170);
     RUN(test_xvec_huge);
     RUN(test_f64_out_of_domain);
+    RUN(test_xvec_plain_sums);
     return harness_done();
 }

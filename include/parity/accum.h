@@ -13,9 +13,15 @@
  *
  * Diagnostic build: compiling with -DPARITY_PLAIN_SUMS replaces every one
  * of them by a plain fp32 running sum in the order the terms arrive. It
- * exists only to measure what exactness costs (tests/bench/bench_gpt.sh);
- * its results depend on the order of the terms and it is never the
- * default. accum_plain_sums() says which build this is.
+ * exists to measure what exactness costs (tests/bench/bench_gpt.sh) and
+ * to show the drift plain sums bring (build/plain/parity check ...); its
+ * results depend on the order of the terms and it is never the default.
+ * accum_plain_sums() says which build this is. The types are the same in
+ * both builds: an acc_t's plain sums are fp32 values held in its xvec_t
+ * (xvec_add_plain) and an sacc_t's in its xacc_t, so whatever reads or
+ * moves open sums (the collectives, the data-parallel reduction) takes
+ * them unchanged, and sums that cross devices are merged as the exact
+ * build merges them: only each device's own additions are plain.
  */
 #ifndef PARITY_ACCUM_H
 #define PARITY_ACCUM_H
@@ -26,9 +32,7 @@
 
 typedef struct {
     size_t n;
-    xvec_t x;     /* exact build */
-    float *plain; /* PARITY_PLAIN_SUMS build: [n] running fp32 sums */
-    int owns;     /* plain[] came from acc_init (not acc_init_with) */
+    xvec_t x; /* the open sums (plain fp32 values in the diagnostic build) */
 } acc_t;
 
 /* 0 on success, -1 when memory is short. The accumulators start at zero. */
@@ -53,7 +57,7 @@ void  acc_add_exact_f64(acc_t *a, size_t offset, const double *x, size_t n);
  * returns 1 when a is all zeros and not yet written since acc_zero, and
  * hands it over; the caller must then set every element once through
  * acc_store_* before anything else reads or adds to a. Returns 0 (add as
- * usual) otherwise, and always in the plain-sums build. */
+ * usual) otherwise. */
 int   acc_claim_zero(acc_t *a);
 void  acc_store_tile(acc_t *a, size_t offset, size_t ld, const float *tile, int rows, int cols,
                      int ldt);
@@ -68,8 +72,7 @@ void  acc_merge(acc_t *dst, const acc_t *src);
 void  acc_round(const acc_t *a, float *out);
 
 typedef struct {
-    xacc_t x;
-    float plain;
+    xacc_t x; /* the sum (one plain fp32 value in the diagnostic build) */
 } sacc_t;
 
 void  sacc_init(sacc_t *s);

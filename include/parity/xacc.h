@@ -151,6 +151,16 @@ void  xvec_merge(xvec_t *dst, const xvec_t *src);
 /* dst[dst_off + i] += src[src_off + i] for i < n: how a device folds in a
  * slice of a peer's open accumulators. */
 void  xvec_merge_range(xvec_t *dst, size_t dst_off, const xvec_t *src, size_t src_off, size_t n);
+/* The -DPARITY_PLAIN_SUMS diagnostic build's addition (accum.h), on the
+ * same storage: v[offset + i] = fl32(fl32(v[offset + i]) + x[i]), a plain
+ * fp32 sum held in fp64, in the order the calls come. An element that an
+ * exact merge made slow, or wider than fp32, is rounded to fp32 first; an
+ * infinite or NaN result goes to its accumulator, as the exact adds put
+ * it, so the vector stays one that every xvec_* function (and the
+ * collectives' open sums) takes. */
+void  xvec_add_plain(xvec_t *v, size_t offset, const float *x, size_t n);
+/* Its store into a claimed vector: the same results as adding to zeros. */
+void  xvec_store_plain(xvec_t *v, size_t offset, const float *x, size_t n);
 /* 1 when element i has moved to its fallback accumulator. */
 int   xvec_is_slow(const xvec_t *v, size_t i);
 /* out[i] = v[i] rounded once to fp32. */

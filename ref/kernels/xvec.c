@@ -198,6 +198,60 @@ void xvec_store_f64_exact(xvec_t *v, size_t offset, const double *x, size_t n) {
     put_f64_exact(v, offset, x, n, 1);
 }
 
+/* sum[j] = fl32(fl32(sum[j]) + x[j]), or fl32(+0 + x[j]) when store:
+ * the plain sums' vector loop, for a vector without slow elements.
+ * Returns whether a result is inf or NaN (exponent all ones); kept free
+ * of branches so that GCC vectorises it. */
+PARITY_SIMD_CLONES
+static int plain_run(double *restrict sum, const float *restrict x, size_t n, int store) {
+    uint32_t special = 0;
+    for (size_t j = 0; j < n; j++) {
+        float s = (store ? 0.0f : (float)sum[j]) + x[j];
+        uint32_t u;
+        memcpy(&u, &s, sizeof u);
+        special |= (u & 0x7f800000u) == 0x7f800000u;
+        sum[j] = s;
+    }
+    return special != 0;
+}
+
+/* Element i := the fp32 value t, in its accumulator: t is inf or NaN, or
+ * i is slow already (slow; else sum[i] may hold anything). */
+static void plain_slow(xvec_t *v, size_t i, float t, int slow) {
+    if (!slow) v->sum[i] = 0.0;
+    xacc_t *acc = make_slow(v, i);
+    xacc_init(acc);
+    xacc_add_f32(acc, t);
+}
+
+/* v[offset + j] (+)= x[j] in plain fp32: added when store is 0, stored
+ * into a claimed vector when 1. */
+static void put_plain(xvec_t *v, size_t offset, const float *x, size_t n, int store) {
+    if (!store) ready(v);
+    double *sum = v->sum + offset;
+    if (!v->n_slow) {
+        if (plain_run(sum, x, n, store)) /* no slow element's NaN tag was overwritten */
+            for (size_t j = 0; j < n; j++)
+                if (sum[j] - sum[j] != 0.0) plain_slow(v, offset + j, (float)sum[j], 0);
+        return;
+    }
+    for (size_t j = 0; j < n; j++) { /* element by element: a slow one's tag must stay */
+        const int slow = !store && xvec_is_slow(v, offset + j);
+        float old = store ? 0.0f : slow ? xacc_round_f32(&v->slow[slow_slot(v, offset + j)])
+                                        : (float)sum[j];
+        float t = old + x[j];
+        if (slow || t - t != 0.0f) plain_slow(v, offset + j, t, slow);
+        else sum[j] = t;
+    }
+}
+
+void xvec_add_plain(xvec_t *v, size_t offset, const float *x, size_t n) {
+    put_plain(v, offset, x, n, 0);
+}
+void xvec_store_plain(xvec_t *v, size_t offset, const float *x, size_t n) {
+    put_plain(v, offset, x, n, 1);
+}
+
 void xvec_add_xacc(xvec_t *v, size_t i, const xacc_t *x) {
     ready(v);
     xacc_merge(make_slow(v, i), x);

@@ -1,5 +1,6 @@
 /* accum.c - the model's sums: exact (xacc.h) or, in the diagnostic
- * -DPARITY_PLAIN_SUMS build, plain fp32 in arrival order. */
+ * -DPARITY_PLAIN_SUMS build, plain fp32 in arrival order, held in the
+ * same xvec_t and xacc_t (accum.h). */
 #include "parity/accum.h"
 
 #include <math.h>
@@ -22,67 +23,45 @@ int accum_plain_sums(void) { return PLAIN; }
 int acc_init(acc_t *a, size_t n) {
     memset(a, 0, sizeof *a);
     a->n = n;
-    if (PLAIN) {
-        a->plain = calloc(n ? n : 1, sizeof(float));
-        a->owns = 1;
-        return a->plain ? 0 : -1;
-    }
     return xvec_init(&a->x, n);
 }
 
-size_t acc_storage_bytes(size_t n) { return (n ? n : 1) * (PLAIN ? sizeof(float) : sizeof(double)); }
+size_t acc_storage_bytes(size_t n) { return (n ? n : 1) * sizeof(double); }
 
 void acc_init_with(acc_t *a, size_t n, void *storage) {
     memset(a, 0, sizeof *a);
     a->n = n;
-    if (PLAIN) {
-        a->plain = storage;
-        a->owns = 0;
-        memset(a->plain, 0, n * sizeof(float));
-    } else {
-        xvec_init_with(&a->x, n, storage);
-    }
+    xvec_init_with(&a->x, n, storage);
 }
 
 void acc_free(acc_t *a) {
-    if (PLAIN) {
-        if (a->owns) free(a->plain);
-    } else {
-        xvec_free(&a->x);
-    }
+    xvec_free(&a->x);
     memset(a, 0, sizeof *a);
 }
 
-void acc_zero(acc_t *a) {
+void acc_zero(acc_t *a) { xvec_zero(&a->x); }
+
+/* a[offset + i] (+)= x[i]: added when store is 0, stored into a claimed
+ * accumulator when 1; exact, or plain fp32 in the diagnostic build. */
+static void put_run(acc_t *a, size_t offset, const float *x, size_t n, int store) {
     if (PLAIN)
-        memset(a->plain, 0, a->n * sizeof(float));
+        (store ? xvec_store_plain : xvec_add_plain)(&a->x, offset, x, n);
     else
-        xvec_zero(&a->x);
+        (store ? xvec_store : xvec_add)(&a->x, offset, x, n);
 }
 
-void acc_add(acc_t *a, size_t offset, const float *x, size_t n) {
-    if (PLAIN) {
-        float *p = a->plain + offset;
-        for (size_t i = 0; i < n; i++) p[i] = p[i] + x[i];
-    } else {
-        xvec_add(&a->x, offset, x, n);
-    }
-}
+void acc_add(acc_t *a, size_t offset, const float *x, size_t n) { put_run(a, offset, x, n, 0); }
 
-int acc_claim_zero(acc_t *a) { return PLAIN ? 0 : xvec_claim_zero(&a->x); }
+int acc_claim_zero(acc_t *a) { return xvec_claim_zero(&a->x); }
 
 static void put_tile(acc_t *a, size_t offset, size_t ld, const float *tile, int rows, int cols,
                      int ldt, int store) {
-    if (PLAIN) {
-        for (int r = 0; r < rows; r++)
-            acc_add(a, offset + (size_t)r * ld, tile + (size_t)r * (size_t)ldt, (size_t)cols);
-    } else if (ld == (size_t)cols && ldt == cols) {
-        /* One contiguous run: fewer, longer vector loops. */
-        size_t n = (size_t)rows * (size_t)cols;
-        (store ? xvec_store : xvec_add)(&a->x, offset, tile, n);
-    } else {
-        (store ? xvec_store_tile : xvec_add_tile)(&a->x, offset, ld, tile, rows, cols, ldt);
+    if (ld == (size_t)cols && ldt == cols) { /* one contiguous run: longer vector loops */
+        put_run(a, offset, tile, (size_t)rows * (size_t)cols, store);
+        return;
     }
+    for (int r = 0; r < rows; r++)
+        put_run(a, offset + (size_t)r * ld, tile + (size_t)r * (size_t)ldt, (size_t)cols, store);
 }
 
 void acc_add_tile(acc_t *a, size_t offset, size_t ld, const float *tile, int rows, int cols,
@@ -96,9 +75,14 @@ void acc_store_tile(acc_t *a, size_t offset, size_t ld, const float *tile, int r
 }
 
 static void put_exact_f64(acc_t *a, size_t offset, const double *x, size_t n, int store) {
-    if (PLAIN) {
-        float *p = a->plain + offset;
-        for (size_t i = 0; i < n; i++) p[i] = p[i] + (float)x[i];
+    if (PLAIN) { /* each x[i] rounded to fp32, then added */
+        enum { CHUNK = 64 };
+        float f[CHUNK];
+        for (size_t base = 0; base < n; base += CHUNK) {
+            size_t len = n - base < CHUNK ? n - base : CHUNK;
+            for (size_t k = 0; k < len; k++) f[k] = (float)x[base + k];
+            put_run(a, offset + base, f, len, store);
+        }
         return;
     }
     (store ? xvec_store_f64_exact : xvec_add_f64_exact)(&a->x, offset, x, n);
@@ -159,22 +143,29 @@ void acc_add_rows(acc_t *a, size_t offset, const float *rows, int nrows, int wid
 }
 
 void acc_merge(acc_t *dst, const acc_t *src) {
-    if (PLAIN)
-        acc_add(dst, 0, src->plain, src->n);
-    else
+    if (!PLAIN) {
         xvec_merge(&dst->x, &src->x);
+        return;
+    }
+    float *terms = malloc((src->n ? src->n : 1) * sizeof(float)); /* src's fp32 values */
+    if (!terms) parity_fatal("acc_merge: out of memory for %zu sums", src->n);
+    acc_round(src, terms);
+    acc_add(dst, 0, terms, src->n);
+    free(terms);
 }
 
-void acc_round(const acc_t *a, float *out) {
-    if (PLAIN)
-        memcpy(out, a->plain, a->n * sizeof(float));
-    else
-        xvec_round(&a->x, out);
-}
+void acc_round(const acc_t *a, float *out) { xvec_round(&a->x, out); }
 
-void sacc_init(sacc_t *s) {
+void sacc_init(sacc_t *s) { xacc_init(&s->x); }
+
+/* The plain build's s += x[i] (or x[i]*x[i], each square rounded), in
+ * fp32 one term after the other: the running sum is the one fp32 value s
+ * holds (rounded to fp32 first, should a merge have made it wider). */
+static void plain_add(sacc_t *s, const float *x, size_t n, int squares) {
+    float v = xacc_round_f32(&s->x);
+    for (size_t i = 0; i < n; i++) v = v + (squares ? x[i] * x[i] : x[i]);
     xacc_init(&s->x);
-    s->plain = 0.0f;
+    xacc_add_f32(&s->x, v);
 }
 
 /* Cloned per vector width (simd.h): fold.h's double-double array sum. */
@@ -185,7 +176,7 @@ static int array_sum_dd(const float *x, size_t n, double *hi, double *lo) {
 
 void sacc_add(sacc_t *s, const float *x, size_t n) {
     if (PLAIN) {
-        for (size_t i = 0; i < n; i++) s->plain = s->plain + x[i];
+        plain_add(s, x, n, 0);
         return;
     }
     /* chunks whose double-double sum is exact enter as two terms each */
@@ -204,6 +195,10 @@ void sacc_add(sacc_t *s, const float *x, size_t n) {
 }
 
 void sacc_add_squares(sacc_t *s, const float *x, size_t n) {
+    if (PLAIN) {
+        plain_add(s, x, n, 1);
+        return;
+    }
     enum { CHUNK = 1024 };
     float sq[CHUNK];
     for (size_t base = 0; base < n; base += CHUNK) {
@@ -213,7 +208,7 @@ void sacc_add_squares(sacc_t *s, const float *x, size_t n) {
     }
 }
 
-float sacc_round(const sacc_t *s) { return PLAIN ? s->plain : xacc_round_f32(&s->x); }
+float sacc_round(const sacc_t *s) { return xacc_round_f32(&s->x); }
 
 float sum_f32(const float *x, size_t n) {
     if (PLAIN) {

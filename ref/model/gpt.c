@@ -171,9 +171,6 @@ static int cp_local_dims(const model_config_t *c, int tp, int cp_rank, unsigned 
     /* every linear row-parallel keeps every head on every tp rank */
     if (cp_check(cp, comm, c->seq_length, c->tile_tokens, c->heads, out->row_linears ? 1 : tp, err))
         return -1;
-    if (cp > 1 && accum_plain_sums())
-        return perr_set(err, "context-parallel-size: the plain-sums diagnostic build cannot send "
-                             "open sums; use the exact build");
     out->cp = cp, out->cp_rank = cp_rank, out->ulysses = cp > 1 && comm == CP_ULYSSES;
     out->runs = cp_runs(cp, cp_rank, c->seq_length, comm);
     out->seq_held = c->seq_length / cp;

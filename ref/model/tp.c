@@ -20,9 +20,9 @@
 
 void tp_complete_open(gpt_t *g, acc_t *a, size_t n, float *out) {
     group_t *grp = g->shard.tp_group;
-    if (accum_plain_sums() || (g->shard.broken & GPT_BROKEN_TP_FP32_SUMS)) {
-        /* the diagnostic build, and the deliberately broken variant: each
-         * rank rounds its partial, then fp32 sums in the collective's order */
+    if (g->shard.broken & GPT_BROKEN_TP_FP32_SUMS) {
+        /* the deliberately broken variant: each rank rounds its partial,
+         * then fp32 sums in the collective's order */
         acc_round(a, out);
         coll_all_reduce(grp, out, out, n, COLL_F32, COLL_SUM);
         return;
@@ -102,7 +102,7 @@ void sp_contract_parts(gpt_t *g, contract_form_t form, int n_seq, int N, int K, 
 
 void sp_complete_open(gpt_t *g, acc_t *open, size_t count, float *out) {
     group_t *grp = g->shard.tp_group;
-    if (accum_plain_sums() || (g->shard.broken & GPT_BROKEN_TP_FP32_SUMS)) {
+    if (g->shard.broken & GPT_BROKEN_TP_FP32_SUMS) {
         float *parts = g->scratch.sp_buf; /* rounded per rank, then fp32 sums */
         acc_round(open, parts);
         coll_reduce_scatter(grp, parts, out, count, COLL_F32, COLL_SUM);
@@ -117,9 +117,5 @@ void sp_complete_open(gpt_t *g, acc_t *open, size_t count, float *out) {
 }
 
 void tp_all_reduce_acc(gpt_t *g, acc_t *a) {
-    if (accum_plain_sums()) {
-        coll_all_reduce(g->shard.tp_group, a->plain, a->plain, a->n, COLL_F32, COLL_SUM);
-        return;
-    }
     coll_all_reduce_open(g->shard.tp_group, &a->x, 0, a->n);
 }
