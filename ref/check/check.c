@@ -273,8 +273,8 @@ int check_compare_classes(const st_writer_t *golden, const st_writer_t *got,
         uint64_t numel = st_numel(&t);
         const int32_t *src = sources_of(owner, j);
         uint64_t unwritten = 0, first_unwritten = 0;
-        for (uint64_t e = numel; src && e-- > 0;)
-            if (src[e] < 0) unwritten++, first_unwritten = e;
+        for (uint64_t e = 0; src && e < numel; e++) unwritten += src[e] < 0; /* vectorised */
+        while (unwritten && src[first_unwritten] >= 0) first_unwritten++;
         if (unwritten) {
             res->unwritten++;
             if (!bad && report) print_unwritten(report, &t, first_unwritten, unwritten, owner);
