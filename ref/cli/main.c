@@ -26,11 +26,12 @@ static void usage(FILE *f) {
  * look at). Any other failure removes them all. */
 static int finish(const char *cmd, int rc) {
     perr_t e;
-    if (pio_check_stdout(&e)) {
+    const int out_bad = pio_check_stdout(&e) != 0;
+    if (out_bad) {
         fprintf(stderr, "parity %s: %s\n", cmd, e.msg);
         rc = rc ? rc : 2;
     }
-    if (rc == 0 || (rc == 1 && !strcmp(cmd, "check"))) {
+    if (!out_bad && (rc == 0 || (rc == 1 && !strcmp(cmd, "check")))) {
         if (pio_txn_commit(&e)) {
             fprintf(stderr, "parity %s: %s\n", cmd, e.msg);
             rc = 2;

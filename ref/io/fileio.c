@@ -242,7 +242,15 @@ static void reg_release(int slot) {
     pthread_mutex_unlock(&reg_lock);
 }
 
+/* While pio_txn_commit renames, a signal that reaches another thread
+ * (the calling one blocks them) waits for the last rename. */
+static volatile sig_atomic_t committing, pending_sig;
+
 static void on_signal(int sig) {
+    if (committing) {
+        pending_sig = sig; /* SA_RESETHAND: raised again, to the default action, after the renames */
+        return;
+    }
     const int saved = errno;
     for (int k = 0; k < PIO_MAX_TEMPS; k++)
         if (reg_kind[k] == REG_FILE) unlink(reg_path[k]);
@@ -327,6 +335,7 @@ int pio_txn_commit(perr_t *err) {
     sigaddset(&block, SIGTERM);
     sigaddset(&block, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &block, &old);
+    committing = 1;
     int rc = 0;
     for (int i = 0; i < txn_n && rc == 0; i++) {
         txn_entry_t *t = &txn[i];
@@ -348,6 +357,8 @@ int pio_txn_commit(perr_t *err) {
         if (txn[i].target && !txn[i].tmp) txn_drop(&txn[i], 1);
     txn_n = 0;
     txn_on = 0;
+    committing = 0;
+    if (pending_sig) raise(pending_sig);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return rc;
 }
