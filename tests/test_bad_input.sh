@@ -55,6 +55,36 @@ refuse "a failed run (bad config) creates no digest list" "num-layers" -- $T --d
 refuse "--dump and --digest naming one file" "same file" -- $T --dump "$w/x" --digest "$w/x"
 refuse "--dump and --digest naming one file two ways" "same file" -- $T --dump "$w/x" --digest "$w/./dir/../x"
 refuse "--dump and --digest, one through a symlink" "same file" -- $T --dump "$w/good.st" --digest "$w/link-to-good"
+# --- issue 22: outputs alias nothing, are one transaction, and a run that
+# goes non-finite writes nothing (fixtures: a trace and a checkpoint)
+$T --data-parallel-size 2 --trace "$w/good.trace" --save "$w/ck" >/dev/null 2>"$tmp/err" ||
+  fail "fixture: a trace and a checkpoint" "$(cat "$tmp/err")"
+L="$T --data-parallel-size 2"
+refuse "--trace and --dump naming one file" "--trace '.*' and --dump '.*' name the same file" -- $L --trace "$w/x" --dump "$w/x"
+refuse "--trace and --digest naming one file" "--trace '.*' and --digest '.*' name the same file" -- $L --trace "$w/x" --digest "$w/./x"
+refuse "--trace onto the checkpoint file of --save" "--trace '.*' is the checkpoint file of --save" -- $L --trace "$w/ck/model.safetensors" --save "$w/ck"
+refuse "--trace inside the --save directory" "--trace '.*' is the checkpoint directory of --save '.*' or inside it" -- $L --trace "$w/ck/t.json" --save "$w/ck"
+refuse "--dump naming the --save directory" "--dump '.*' is the checkpoint directory of --save" -- $T --dump "$w/new" --save "$w/new"
+refuse "--dump and --trace, one a hard link of the other" "--trace '.*' and --dump '.*' name the same file" -- sh -c "ln '$w/good.trace' '$w/hard' && $L --trace '$w/good.trace' --dump '$w/hard'; rc=\$?; rm -f '$w/hard'; exit \$rc"
+refuse "check --trace and --dump naming one file" "--trace '.*' and --dump '.*' name the same file" -- $P check --model gpt-micro --steps 1 --data-parallel-size 2 --trace "$w/x" --dump "$w/x"
+refuse "a failed --dump keeps the trace it would have replaced" "--dump|safetensors file.*write failed" 16 -- $L --trace "$w/good.trace" --dump "$w/good.st"
+refuse "a failed --save keeps the digest list it would have replaced" "--save.*write failed" 64 -- $T --steps 2 --digest "$w/good.sha256" --save "$w/ck"
+refuse "a failed --save (layout) keeps the trace and digest list" "--save.*write failed" 64 -- $L --steps 2 --trace "$w/good.trace" --digest "$w/good.sha256" --save "$w/ck"
+refuse "a failed --save into a new directory leaves no directory" "--save.*write failed" 64 -- $T --save "$w/newck"
+if [ -c "$w/full" ]; then
+  refuse "a full stdout keeps the checkpoint it would have replaced" "standard output" -- sh -c "exec $T --steps 2 --save '$w/ck' > '$w/full'"
+  refuse "a full stdout (layout) keeps the trace and dump" "standard output" -- sh -c "exec $L --steps 2 --trace '$w/good.trace' --dump '$w/good.st' > '$w/full'"
+  refuse "check with a full stdout keeps the dump" "standard output" -- sh -c "exec $P check --model gpt-micro --steps 1 --data-parallel-size 2 --dump '$w/good.st' > '$w/full'"
+fi
+NF="$P train --model gpt-micro --steps 3 --lr 1e38 --lr-warmup-iters 1 --quiet"
+refuse "a non-finite loss stops the golden run and saves nothing" "step 1: loss is not finite" -- $NF --save "$w/ck" --digest "$w/good.sha256"
+refuse "a non-finite loss stops dp 2 and saves nothing" "step 1: loss is not finite" -- $NF --data-parallel-size 2 --save "$w/ck" --dump "$w/good.st" --digest "$w/good.sha256"
+refuse "a non-finite loss stops tp 2 and saves nothing" "step 1: loss is not finite" -- $NF --tensor-model-parallel-size 2 --save "$w/ck" --trace "$w/good.trace"
+refuse "a non-finite loss stops pp 2 and saves nothing" "step 1: loss is not finite" -- $NF --pipeline-model-parallel-size 2 --save "$w/ck" --digest "$w/new.sha256"
+refuse "a non-finite loss stops a ZeRO-3 cp 2 layout" "step 1: loss is not finite" -- $NF --data-parallel-size 2 --use-distributed-optimizer --zero-stage 3 --context-parallel-size 2 --save "$w/newck"
+refuse "check says when both runs went non-finite (exit 1)" "both runs went non-finite" -- $P check --model gpt-micro --steps 3 --lr 1e38 --lr-warmup-iters 1 --data-parallel-size 2
+if grep -q "not finite: both runs.*bit-exact" "$tmp/out"; then ok "check's table says the runs are bit-exact and non-finite"
+else fail "check's table says the runs are bit-exact and non-finite" "$(cat "$tmp/out")"; fi
 # (a full stdout: a private /dev/full node, ENOSPC; and a file-size limit,
 # EFBIG. Not ulimit -f 0: TSan's runtime itself dies under it.)
 if [ -c "$w/full" ]; then

@@ -163,7 +163,12 @@ typedef struct {
      * caller, ckpt_state_alloc). NULL: neither. */
     const struct ckpt_state *resume;
     struct ckpt_state *save;
+    /* Stop after the first step whose loss or gradient norm is not
+     * finite, as the golden run does: both are all-reduced, so every
+     * device sees the same values and all stop after the same step. */
+    int stop_nonfinite;
     /* results */
+    int steps_run;               /* steps completed: steps, or fewer after a stop */
     gpt_step_stats_t *stats;     /* [steps] or NULL */
     dp_device_report_t *reports; /* [dp] or NULL */
     dp_replica_diff_t *replica_diffs; /* collection: one per disagreeing tensor

@@ -36,23 +36,53 @@ char *pio_read_text(const char *path, const char *what, size_t max_bytes, size_t
 int pio_check_output(const char *path, const char *what, perr_t *err);
 
 /* Whether two output paths name the same file (after symbolic links and
- * "." / ".." in the directory part), whether or not it exists yet. */
+ * "." / ".." in the directory part, or one file by device and inode: a
+ * hard link), whether or not it exists yet. */
 int pio_same_output(const char *a, const char *b);
+/* Whether an output path is the directory `dir` or lies inside it (at
+ * any depth), spelled either way; `dir` need not exist yet. */
+int pio_output_inside(const char *path, const char *dir);
 
 typedef struct {
     char *target; /* the file that is replaced on commit (links resolved) */
     char *tmp;    /* the temporary file, NULL once renamed or removed */
     const char *what;
     FILE *f;      /* write here */
+    int slot;     /* its entry in the signal handler's registry, -1 none */
 } pio_out_t;
 
 /* Creates the temporary file beside the target. */
 int  pio_out_open(pio_out_t *o, const char *path, const char *what, perr_t *err);
 /* Flush, fsync, close, check, rename over the target. On any failure the
- * temporary file is removed and the target is left as it was. */
+ * temporary file is removed and the target is left as it was. Inside a
+ * transaction (pio_txn_begin) the checked temporary file is kept and
+ * renamed by pio_txn_commit instead. */
 int  pio_out_commit(pio_out_t *o, perr_t *err);
 /* Gives up: removes the temporary file. Safe after a commit. */
 void pio_out_abort(pio_out_t *o);
+
+/* Outputs as one transaction: after pio_txn_begin, pio_out_commit only
+ * finishes its temporary file (flushed, fsynced, closed, checked) and
+ * queues it; pio_txn_commit renames every queued file over its target
+ * (with SIGINT, SIGTERM and SIGHUP blocked, so a signal cannot stop it
+ * half way), pio_txn_abort removes them and every directory noted with
+ * pio_txn_made_dir, leaving all targets as they were. main() begins one
+ * per command and commits only when the whole run, stdout included,
+ * has succeeded. */
+void pio_txn_begin(void);
+int  pio_txn_commit(perr_t *err);
+void pio_txn_abort(void);
+/* A directory an output of this transaction created (--save's): removed
+ * (if empty) by pio_txn_abort and by a signal. Nothing outside a
+ * transaction. */
+void pio_txn_made_dir(const char *dir);
+
+/* Installs handlers for SIGINT, SIGTERM and SIGHUP that remove every
+ * temporary file (and noted directory) parity has open, then re-raise
+ * the signal with its default action (exit status 128 + N). The
+ * registry is a fixed static array written before a temporary file is
+ * created, so the handler only calls unlink, rmdir and raise. */
+void pio_cleanup_on_signals(void);
 
 /* Checks that everything printed to stdout reached it (a full disk, a
  * closed pipe): 0, or -1 with a message. Call before exiting 0. */

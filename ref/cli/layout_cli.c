@@ -3,6 +3,7 @@
 
 #include "commands.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +133,20 @@ void layout_opts_print_help(FILE *f) {
           f);
 }
 
+const char *step_not_finite(const gpt_step_stats_t *st) {
+    if (!isfinite(st->loss)) return "loss";
+    if (!isfinite(st->grad_norm)) return "gradient norm";
+    return NULL;
+}
+
+int ckpt_state_finite(const ckpt_state_t *s) {
+    const float *v[3] = {s->params, s->adam_m, s->adam_v};
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; v[k] && i < s->total; i++)
+            if (!isfinite(v[k][i])) return 0;
+    return 1;
+}
+
 static int cmp_ms(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -170,8 +185,8 @@ static int estimate(const layout_job_t *job, int check, memest_t *m, perr_t *err
 }
 
 static int run_dp(const layout_job_t *job, dump_t *dump, gpt_step_stats_t *stats,
-                  dp_device_report_t *reports, ckpt_state_t *save, dp_run_t *run_out,
-                  perr_t *err) {
+                  dp_device_report_t *reports, ckpt_state_t *save, int stop_nonfinite,
+                  dp_run_t *run_out, perr_t *err) {
     dp_run_t run = {.model = *job->cfg, .pc = job->lo->pc, .steps = job->steps, .data = job->data,
                     .arena_capacity = job->lo->arena_bytes, .algo = job->lo->algo,
                     .broken_fp32_sums = job->lo->broken_fp32_sums,
@@ -183,7 +198,7 @@ static int run_dp(const layout_job_t *job, dump_t *dump, gpt_step_stats_t *stats
                     .trace_path = job->lo->trace_path,
                     .broken_replica = job->lo->broken_replica, .dump = dump,
                     .dump_step = job->want, .stats = stats, .reports = reports,
-                    .resume = job->resume, .save = save};
+                    .resume = job->resume, .save = save, .stop_nonfinite = stop_nonfinite};
     int rc = dp_train(&run, err);
     *run_out = run;
     return rc;
@@ -225,18 +240,27 @@ int layout_train(const layout_job_t *job) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (rc == 0 && (!stats || !reports ||
-                    run_dp(job, dump, stats, reports, job->save_dir ? &save : NULL, &run, &err))) {
+                    run_dp(job, dump, stats, reports, job->save_dir ? &save : NULL, 1, &run,
+                           &err))) {
         fprintf(stderr, "%s: %s\n", cli_name, stats && reports ? err.msg : "out of memory");
         rc = 2;
     }
     const int64_t first = job->resume ? job->resume->step : 0;
-    for (int s = 0; rc == 0 && s < job->steps; s++) {
+    const int ran = rc == 0 ? run.steps_run : 0;
+    for (int s = 0; s < ran; s++) {
         uint32_t u;
         memcpy(&u, &stats[s].loss, sizeof u);
-        if (!job->quiet || s == job->steps - 1)
+        const char *bad = step_not_finite(&stats[s]);
+        if (!job->quiet || s == ran - 1)
             printf("step %5lld | loss %.6f (0x%08x) | lr %.4e | grad norm %.6f\n",
                    (long long)(first + s), (double)stats[s].loss, u, (double)stats[s].lr,
                    (double)stats[s].grad_norm);
+        if (bad) { /* as the golden run stops (train.c): nothing is written */
+            fflush(stdout);
+            fprintf(stderr, "%s: step %lld: %s is not finite\n", cli_name, (long long)(first + s),
+                    bad);
+            rc = 1;
+        }
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double wall = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
@@ -267,6 +291,11 @@ int layout_train(const layout_job_t *job) {
     if (rc == 0 && job->digest_path && dump_write_digests(dump, job->digest_path, &err)) {
         fprintf(stderr, "%s: --digest: %s\n", cli_name, err.msg);
         rc = 2;
+    }
+    if (rc == 0 && job->save_dir && !ckpt_state_finite(&save)) {
+        fprintf(stderr, "%s: --save: the parameters or AdamW's state after step %lld are not "
+                        "finite; not saving\n", cli_name, (long long)save.step - 1);
+        rc = 1;
     }
     if (rc == 0 && job->save_dir) {
         if (ckpt_save(job->save_dir, &save, tile_backend_name(tile_get_backend()), &err)) {
@@ -305,6 +334,7 @@ int layout_check(const layout_job_t *job) {
            *layout = new_dump(job->cfg, DUMP_TENSORS | DUMP_SOURCES |
                                             (job->digest_path ? DUMP_DIGESTS : 0u));
     gpt_t *g = NULL;
+    gpt_step_stats_t *stats = NULL;
     int rc = 2;
     if (!all || !golden || !layout || gpt_new(&g, job->cfg, &err)) {
         fputs("parity check: out of memory\n", stderr);
@@ -315,6 +345,10 @@ int layout_check(const layout_job_t *job) {
      * --load, both runs start from the checkpoint */
     if (job->resume) ckpt_state_to_gpt(job->resume, g);
     const int64_t first = job->resume ? job->resume->step : 0;
+    /* a run that goes non-finite still runs every step here: the checker
+     * compares both runs' bits, and says that they are NaN or inf */
+    int64_t golden_bad = -1, layout_bad = -1;
+    const char *golden_what = NULL, *layout_what = NULL;
     if (dump_add_init(golden, g, &err)) goto fail;
     for (int64_t s = first; s < first + job->steps; s++) {
         gpt_observer_t obs = {0};
@@ -322,10 +356,17 @@ int layout_check(const layout_job_t *job) {
         dump_begin_step(golden, s, &obs);
         gpt_train_step(g, job->data, s, &obs, &st);
         if (dump_end_step(golden, g, &st, &err)) goto fail;
+        if (golden_bad < 0 && (golden_what = step_not_finite(&st))) golden_bad = s;
     }
     layout_job_t lj = *job;
     lj.want = all;
-    if (run_dp(&lj, layout, NULL, NULL, NULL, &run, &err)) goto fail;
+    if (!(stats = calloc((size_t)job->steps, sizeof *stats))) {
+        fputs("parity check: out of memory\n", stderr);
+        goto out;
+    }
+    if (run_dp(&lj, layout, stats, NULL, NULL, 0, &run, &err)) goto fail;
+    for (int s = 0; s < job->steps && layout_bad < 0; s++)
+        if ((layout_what = step_not_finite(&stats[s]))) layout_bad = first + s;
     check_owner_t owner;
     if (check_layout_init(&cl, &pl, &run, layout, job->cfg->micro_batch, &owner)) {
         fputs("parity check: out of memory\n", stderr);
@@ -343,6 +384,20 @@ int layout_check(const layout_job_t *job) {
     printf("%-48s | %7d | %5d | %16d | %s\n", desc, pc->world_size, job->steps, res.compared,
            bad ? "NO" : "yes");
     rc = bad ? 1 : 0;
+    if (golden_bad >= 0 && layout_bad >= 0) {
+        printf("not finite: both runs, the golden run's %s from step %lld, the layout's %s from "
+               "step %lld%s\n", golden_what, (long long)golden_bad, layout_what,
+               (long long)layout_bad, bad ? "" : "; bit-exact, NaN and inf included, but not a "
+                                                  "usable run (exit 1)");
+        fprintf(stderr, "parity check: both runs went non-finite (the golden run's %s at step "
+                        "%lld); parity train stops there\n", golden_what, (long long)golden_bad);
+        rc = 1;
+    } else if (golden_bad >= 0 || layout_bad >= 0) {
+        printf("not finite: only the %s run, its %s from step %lld\n",
+               golden_bad >= 0 ? "golden" : "layout", golden_bad >= 0 ? golden_what : layout_what,
+               (long long)(golden_bad >= 0 ? golden_bad : layout_bad));
+        rc = 1;
+    }
     if (job->dump_path && dump_save(layout, job->dump_path, &err)) goto fail;
     if (job->digest_path && dump_write_digests(layout, job->digest_path, &err)) goto fail;
     if (job->dump_path || job->digest_path)
@@ -358,6 +413,7 @@ out:
     dump_free(golden);
     dump_free(layout);
     free(all);
+    free(stats);
     check_layout_free(&cl);
     free(run.replica_diffs);
     dp_placement_free(&pl);

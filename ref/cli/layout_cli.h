@@ -65,11 +65,20 @@ typedef struct {
     unsigned compare;                /* check: the classes compared (check.h's CHECK_*) */
 } layout_job_t;
 
+/* What stops a run (the golden one and every layout alike): "loss" or
+ * "gradient norm" when that value of the step is not finite, else NULL. */
+const char *step_not_finite(const gpt_step_stats_t *st);
+/* Whether a state's parameters, m and v are all finite: a checkpoint of
+ * a run that went non-finite is refused (exit 1, nothing saved). */
+int ckpt_state_finite(const struct ckpt_state *s);
+
 /* Trains the layout, prints the steps, the memory and traffic report,
  * and writes the reassembled dump: an exit status. */
 int layout_train(const layout_job_t *job);
 /* Golden run and layout, every step dumped in memory, compared with
- * memcmp: exit 0 when bit-exact, 1 with a first-divergence report. */
+ * memcmp: exit 0 when bit-exact, 1 with a first-divergence report, and
+ * 1 when a run's loss or gradient norm went non-finite (bit-exact or not:
+ * a NaN matched bit for bit is said, never a success). */
 int layout_check(const layout_job_t *job);
 
 #endif

@@ -19,12 +19,25 @@ static void usage(FILE *f) {
 }
 
 /* What was printed must have reached stdout: a full disk or a closed
- * pipe is an error (exit 2), never a silent success. */
+ * pipe is an error (exit 2), never a silent success. Then the run's
+ * outputs, one transaction (fileio.h): renamed over their targets only
+ * when everything succeeded, stdout included; `check` also keeps them
+ * when it exits 1 (it ran, and the layout's dump is what one wants to
+ * look at). Any other failure removes them all. */
 static int finish(const char *cmd, int rc) {
     perr_t e;
-    if (pio_check_stdout(&e)) {
+    const int out_bad = pio_check_stdout(&e) != 0;
+    if (out_bad) {
         fprintf(stderr, "parity %s: %s\n", cmd, e.msg);
-        return rc ? rc : 2;
+        rc = rc ? rc : 2;
+    }
+    if (!out_bad && (rc == 0 || (rc == 1 && !strcmp(cmd, "check")))) {
+        if (pio_txn_commit(&e)) {
+            fprintf(stderr, "parity %s: %s\n", cmd, e.msg);
+            rc = 2;
+        }
+    } else {
+        pio_txn_abort();
     }
     return rc;
 }
@@ -38,6 +51,9 @@ int main(int argc, char **argv) {
      * the writers report and clean up after, not kill the process and
      * leave a temporary file behind. */
     signal(SIGXFSZ, SIG_IGN);
+    /* INT, TERM, HUP: remove our temporary files, then die of the signal */
+    pio_cleanup_on_signals();
+    pio_txn_begin();
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);

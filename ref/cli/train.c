@@ -72,7 +72,10 @@ static void usage(FILE *f) {
           "`parity check` takes the same options, runs the golden run and the layout, and\n"
           "compares every tensor of every step with memcmp (every replica too); there,\n"
           "--dump and --digest write the layout run's reassembled tensors, match or not,\n"
-          "and --load DIR starts both runs from the checkpoint (--save is refused).\n"
+          "and --load DIR starts both runs from the checkpoint (--save is refused). Exit\n"
+          "status: 0 bit-exact, 1 a mismatch or a run whose loss or gradient norm went\n"
+          "non-finite (reported, matched or not), 2 an error. Outputs are written only\n"
+          "when a run succeeds (check: exit 0 or 1); a non-finite train run exits 1.\n"
           "  --compare CLASSES        check only: compare these classes of tensors, a comma-\n"
           "                           separated list of act (inputs, activations, masks, logits,\n"
           "                           loss), grad (parameter and unit-input gradients, the norm),\n"
@@ -207,24 +210,27 @@ static uint32_t bits(float f) {
     return u;
 }
 
-/* --dump and --digest: writable regular files, not the same file, and
- * --dump-steps only with something to dump; --save: a directory that can
- * take the checkpoint, whose file is neither of the others. */
-static int check_outputs(const char *dump_path, const char *digest_path, const char *dump_steps,
-                         const char *save_dir, int check) {
+/* --trace, --dump and --digest: writable regular files, no two of them
+ * one file, and --dump-steps only with something to dump; --save: a
+ * directory that can take the checkpoint, with none of the other
+ * outputs at it or inside it. */
+static int check_outputs(const char *trace_path, const char *dump_path, const char *digest_path,
+                         const char *dump_steps, const char *save_dir, int check) {
     perr_t e;
-    const char *outs[2] = {dump_path, digest_path}, *flag[2] = {"--dump", "--digest"};
-    for (int k = 0; k < 2; k++)
+    const char *outs[3] = {trace_path, dump_path, digest_path};
+    const char *flag[3] = {"--trace", "--dump", "--digest"};
+    for (int k = 1; k < 3; k++) /* --trace was checked as it was parsed */
         if (outs[k] && pio_check_output(outs[k], flag[k], &e)) {
             fprintf(stderr, "%s: %s\n", cli_name, e.msg);
             return -1;
         }
-    if (dump_path && digest_path && pio_same_output(dump_path, digest_path)) {
-        fprintf(stderr, "parity %s: --dump and --digest name the same file '%s'; each needs its "
-                        "own\n",
-                check ? "check" : "train", dump_path);
-        return -1;
-    }
+    for (int k = 0; k < 3; k++)
+        for (int j = k + 1; j < 3; j++)
+            if (outs[k] && outs[j] && pio_same_output(outs[k], outs[j])) {
+                fprintf(stderr, "%s: %s '%s' and %s '%s' name the same file; each needs its own\n",
+                        cli_name, flag[k], outs[k], flag[j], outs[j]);
+                return -1;
+            }
     if (dump_steps && check) {
         fprintf(stderr, "parity check: --dump-steps: the checker compares (and dumps) every step; "
                         "use --steps\n");
@@ -249,16 +255,20 @@ static int check_outputs(const char *dump_path, const char *digest_path, const c
         fprintf(stderr, "%s: out of memory\n", cli_name);
         return -1;
     }
-    for (int k = 0; k < 2; k++)
-        if (outs[k] && pio_same_output(outs[k], file)) {
-            fprintf(stderr, "%s: %s '%s' is the checkpoint file of --save '%s'; each "
-                            "needs its own\n", cli_name,
-                    flag[k], outs[k], save_dir);
-            free(file);
-            return -1;
-        }
+    int rc = 0;
+    for (int k = 0; k < 3 && !rc; k++) {
+        if (!outs[k]) continue;
+        if (pio_same_output(outs[k], file))
+            rc = -1, fprintf(stderr, "%s: %s '%s' is the checkpoint file of --save '%s'; each "
+                                     "needs its own\n", cli_name, flag[k], outs[k], save_dir);
+        else if (pio_output_inside(outs[k], save_dir))
+            rc = -1, fprintf(stderr, "%s: %s '%s' is the checkpoint directory of --save '%s' or "
+                                     "inside it, which holds only the checkpoint; put it "
+                                     "elsewhere\n",
+                             cli_name, flag[k], outs[k], save_dir);
+    }
     free(file);
-    return 0;
+    return rc;
 }
 
 /* `parity train` (check == 0) and `parity check` (check == 1): one
@@ -438,7 +448,8 @@ static int train_main(int argc, char **argv, int check) {
 
     /* output files: fail now, not after the training run, and create
      * nothing until the run has succeeded (fileio.h) */
-    if (check_outputs(dump_path, digest_path, dump_steps, save_dir, check)) return 2;
+    if (check_outputs(lo.trace_path, dump_path, digest_path, dump_steps, save_dir, check))
+        return 2;
 
     /* data */
     char default_data[4200];
@@ -604,8 +615,9 @@ static int train_main(int argc, char **argv, int check) {
             printf("step %5lld | loss %.6f (0x%08x) | lr %.4e | grad norm %.6f | %8.1f ms\n", gs,
                    (double)st.loss, bits(st.loss), (double)st.lr, (double)st.grad_norm, dt);
         fflush(stdout);
-        if (!isfinite(st.loss)) {
-            fprintf(stderr, "%s: step %lld: loss is not finite\n", cli_name, gs);
+        const char *bad = step_not_finite(&st);
+        if (bad) { /* every layout stops here too (layout_cli.c) */
+            fprintf(stderr, "%s: step %lld: %s is not finite\n", cli_name, gs, bad);
             rc = 1;
             break;
         }
@@ -645,7 +657,11 @@ static int train_main(int argc, char **argv, int check) {
                digest_path ? digest_path : "");
     if (rc == 0 && save_dir) {
         const ckpt_state_t now = ckpt_state_view_gpt(g, first + steps);
-        if (ckpt_save(save_dir, &now, tile_backend_name(tile_get_backend()), &err)) {
+        if (!ckpt_state_finite(&now)) {
+            fprintf(stderr, "%s: --save: the parameters or AdamW's state after step %lld are not "
+                            "finite; not saving\n", cli_name, first + steps - 1);
+            rc = 1;
+        } else if (ckpt_save(save_dir, &now, tile_backend_name(tile_get_backend()), &err)) {
             fprintf(stderr, "%s: --save: %s\n", cli_name, err.msg);
             rc = 2;
         } else if (!quiet) {

@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -186,15 +188,193 @@ static void canonical(const char *path, char *out, size_t cap) {
 
 int pio_same_output(const char *a, const char *b) {
     static char ca[2 * PATH_MAX], cb[2 * PATH_MAX];
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino)
+        return 1;
     canonical(a, ca, sizeof ca);
     canonical(b, cb, sizeof cb);
     return strcmp(ca, cb) == 0;
 }
 
+int pio_output_inside(const char *path, const char *dir) {
+    static char cp[2 * PATH_MAX], cd[2 * PATH_MAX];
+    canonical(path, cp, sizeof cp);
+    canonical(dir, cd, sizeof cd);
+    size_t n = strlen(cd);
+    while (n > 1 && cd[n - 1] == '/') cd[--n] = 0; /* "d/" is d */
+    return !strncmp(cp, cd, n) && (cp[n] == 0 || cp[n] == '/' || n == 1);
+}
+
+/* ---- the registry of temporaries, for signal handlers -------------------- */
+
+/* A slot's path is written before its kind is set, and the file or
+ * directory is created only after that, so a handler that runs at any
+ * moment sees either nothing or a complete path; it may then unlink a
+ * name whose file was not created yet (ENOENT), never leave one behind.
+ * Slots are claimed under a lock (any thread may write an output); the
+ * handler takes no lock. */
+enum { REG_FREE, REG_FILE, REG_DIR };
+#define PIO_MAX_TEMPS 16
+static char reg_path[PIO_MAX_TEMPS][PATH_MAX + 96];
+static volatile sig_atomic_t reg_kind[PIO_MAX_TEMPS];
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int reg_claim(const char *path, int kind) {
+    if (strlen(path) >= sizeof reg_path[0]) return -1;
+    pthread_mutex_lock(&reg_lock);
+    int slot = -1;
+    for (int k = 0; k < PIO_MAX_TEMPS && slot < 0; k++)
+        if (reg_kind[k] == REG_FREE) slot = k;
+    if (slot >= 0) {
+        memcpy(reg_path[slot], path, strlen(path) + 1);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        reg_kind[slot] = kind;
+    }
+    pthread_mutex_unlock(&reg_lock);
+    return slot;
+}
+
+static void reg_release(int slot) {
+    if (slot < 0) return;
+    pthread_mutex_lock(&reg_lock);
+    reg_kind[slot] = REG_FREE;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&reg_lock);
+}
+
+/* While pio_txn_commit renames, a signal that reaches another thread
+ * (the calling one blocks them) waits for the last rename. */
+static volatile sig_atomic_t committing, pending_sig;
+
+static void on_signal(int sig) {
+    if (committing) {
+        pending_sig = sig; /* SA_RESETHAND: raised again, to the default action, after the renames */
+        return;
+    }
+    const int saved = errno;
+    for (int k = 0; k < PIO_MAX_TEMPS; k++)
+        if (reg_kind[k] == REG_FILE) unlink(reg_path[k]);
+    for (int k = PIO_MAX_TEMPS - 1; k >= 0; k--) /* after the files they hold */
+        if (reg_kind[k] == REG_DIR) rmdir(reg_path[k]);
+    errno = saved;
+    raise(sig); /* SA_RESETHAND: the default action, once this handler returns */
+}
+
+void pio_cleanup_on_signals(void) {
+    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaddset(&sa.sa_mask, sigs[i]);
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old;
+        /* a signal ignored by whoever started us (nohup) stays ignored */
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+/* ---- the transaction --------------------------------------------------------- */
+
+typedef struct {
+    char *target, *tmp; /* tmp NULL: a directory (target) to remove on abort */
+    const char *what;
+    int slot;
+} txn_entry_t;
+
+static int txn_on;
+static txn_entry_t txn[PIO_MAX_TEMPS];
+static int txn_n;
+
+void pio_txn_begin(void) { txn_on = 1; }
+
+void pio_txn_made_dir(const char *dir) {
+    if (!txn_on || txn_n == PIO_MAX_TEMPS) return;
+    char *copy = strdup(dir);
+    if (!copy) return;
+    txn[txn_n++] = (txn_entry_t){copy, NULL, NULL, reg_claim(dir, REG_DIR)};
+}
+
+static void fsync_dir_of(const char *path) {
+    char dir[PATH_MAX];
+    const char *base;
+    split_path(path, dir, sizeof dir, &base);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+    }
+}
+
+static void txn_drop(txn_entry_t *t, int remove) {
+    if (remove && t->tmp) unlink(t->tmp);
+    else if (remove && t->target) rmdir(t->target); /* only if still empty */
+    reg_release(t->slot);
+    free(t->tmp);
+    free(t->target);
+    t->tmp = t->target = NULL;
+    t->slot = -1;
+}
+
+void pio_txn_abort(void) {
+    for (int i = 0; i < txn_n; i++)
+        if (txn[i].tmp) txn_drop(&txn[i], 1);
+    for (int i = txn_n - 1; i >= 0; i--) /* directories after the files they hold */
+        if (txn[i].target) txn_drop(&txn[i], 1);
+    txn_n = 0;
+    txn_on = 0;
+}
+
+int pio_txn_commit(perr_t *err) {
+    /* no signal between the first rename and the last */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    committing = 1;
+    int rc = 0;
+    for (int i = 0; i < txn_n && rc == 0; i++) {
+        txn_entry_t *t = &txn[i];
+        if (!t->tmp) continue; /* a directory: it stays */
+        if (rename(t->tmp, t->target)) {
+            rc = perr_set(err, "%s '%s': cannot rename the finished temporary file over it: %s",
+                          t->what, t->target, strerror(errno));
+            break;
+        }
+        fsync_dir_of(t->target); /* make the rename itself durable */
+        free(t->tmp);
+        t->tmp = NULL;
+        txn_drop(t, 0);
+    }
+    /* after a failed rename: the files not renamed yet are removed */
+    for (int i = 0; i < txn_n; i++)
+        if (txn[i].tmp || (txn[i].target && !rc)) txn_drop(&txn[i], rc != 0);
+    for (int i = txn_n - 1; rc && i >= 0; i--)
+        if (txn[i].target && !txn[i].tmp) txn_drop(&txn[i], 1);
+    txn_n = 0;
+    txn_on = 0;
+    committing = 0;
+    if (pending_sig) raise(pending_sig);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+/* ---- one output ---------------------------------------------------------------- */
+
 int pio_out_open(pio_out_t *o, const char *path, const char *what, perr_t *err) {
     memset(o, 0, sizeof *o);
     o->what = what;
+    o->slot = -1;
     if (!(o->target = resolve_output(path, what, err))) return -1;
+    if (txn_on && txn_n == PIO_MAX_TEMPS) {
+        pio_out_abort(o);
+        return perr_set(err, "%s '%s': more than %d outputs in one run", what, path,
+                        PIO_MAX_TEMPS);
+    }
     char dir[PATH_MAX];
     const char *base;
     split_path(o->target, dir, sizeof dir, &base);
@@ -205,13 +385,19 @@ int pio_out_open(pio_out_t *o, const char *path, const char *what, perr_t *err) 
     }
     /* O_EXCL with a fresh name: the file is ours, so removing it on a
      * failure can never remove something we did not create; mode 0666
-     * lets the umask decide, as for any new file */
+     * lets the umask decide, as for any new file. The name is in the
+     * signal handler's registry before the file exists. */
     int fd = -1;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     for (unsigned k = 0; fd < 0 && k < 100; k++) {
         snprintf(o->tmp, cap, "%s/.%s.tmp-%ld-%lx", dir, base, (long)getpid(),
                  (unsigned long)ts.tv_nsec + k);
+        reg_release(o->slot);
+        if ((o->slot = reg_claim(o->tmp, REG_FILE)) < 0) {
+            errno = ENFILE;
+            break;
+        }
         fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd < 0 && errno != EEXIST) break;
     }
@@ -238,6 +424,13 @@ int pio_out_commit(pio_out_t *o, perr_t *err) {
     int e = errno;
     if (fclose(o->f) && ok) ok = 0, e = errno;
     o->f = NULL;
+    if (ok && txn_on && txn_n == PIO_MAX_TEMPS) ok = 0, e = ENFILE;
+    if (ok && txn_on) { /* renamed with the others, once the run has succeeded */
+        txn[txn_n++] = (txn_entry_t){o->target, o->tmp, o->what, o->slot};
+        o->target = o->tmp = NULL;
+        o->slot = -1;
+        return 0;
+    }
     if (ok && rename(o->tmp, o->target)) ok = 0, e = errno;
     if (!ok) {
         perr_set(err, "%s '%s': write failed: %s (the previous file, if any, is unchanged)",
@@ -247,15 +440,7 @@ int pio_out_commit(pio_out_t *o, perr_t *err) {
     }
     free(o->tmp);
     o->tmp = NULL;
-    /* make the rename itself durable */
-    char dir[PATH_MAX];
-    const char *base;
-    split_path(o->target, dir, sizeof dir, &base);
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        (void)fsync(dfd);
-        close(dfd);
-    }
+    fsync_dir_of(o->target); /* make the rename itself durable */
     pio_out_abort(o);
     return 0;
 }
@@ -263,6 +448,8 @@ int pio_out_commit(pio_out_t *o, perr_t *err) {
 void pio_out_abort(pio_out_t *o) {
     if (o->f) fclose(o->f);
     if (o->tmp) unlink(o->tmp);
+    reg_release(o->slot);
+    o->slot = -1;
     free(o->tmp);
     free(o->target);
     o->f = NULL;

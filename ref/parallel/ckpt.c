@@ -170,7 +170,7 @@ int ckpt_save(const char *dir, const ckpt_state_t *s, const char *backend, perr_
         goto out;
     }
     if (add_tensors(w, &t, s, err) || set_metadata(w, s, backend, err)) goto out;
-    if (mkdir(dir, 0777) == 0) made_dir = 1;
+    if (mkdir(dir, 0777) == 0) made_dir = 1, pio_txn_made_dir(dir); /* removed if the run fails */
     else if (errno != EEXIST) {
         perr_set(err, "--save '%s': cannot create the directory: %s", dir, strerror(errno));
         goto out;

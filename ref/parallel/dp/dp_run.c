@@ -17,6 +17,7 @@
  * (pconfig.h): the replica is sized for the largest, which need not
  * divide the batch, and need not be the golden run's microbatch.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -179,7 +180,9 @@ static void break_after_update(dp_rank_t *r, int64_t step) {
         flip_bit(r->shard_v + r->plan->shard_len / 2);
 }
 
-static void run_step(dp_rank_t *r, int64_t step, int collect) {
+/* One step on one device; returns whether its loss or gradient norm is
+ * not finite (the same answer on every device). */
+static int run_step(dp_rank_t *r, int64_t step, int collect) {
     dp_shared_t *sh = r->sh;
     dp_run_t *run = sh->run;
     const model_config_t *c = &sh->cfg;
@@ -256,6 +259,7 @@ static void run_step(dp_rank_t *r, int64_t step, int collect) {
     if (r->device == 0 && run->stats)
         run->stats[step - dp_first_step(run)] =
             (gpt_step_stats_t){loss_value, lr, norm, dp_now() - step_start};
+    return !isfinite(loss_value) || !isfinite(norm);
 }
 
 static void device_main(device_t *dev, void *arg) {
@@ -277,9 +281,14 @@ static void device_main(device_t *dev, void *arg) {
             if (dump_add_init(run->dump, &view, &err)) dp_fail(sh, err.msg);
         }
         coll_counters_reset(dev->rank);
-        for (int64_t s = 0; s < run->steps; s++)
-            run_step(r, dp_first_step(run) + s,
-                     run->dump && (!run->dump_step || run->dump_step[s]));
+        int64_t s = 0;
+        while (s < run->steps) {
+            const int stop = run_step(r, dp_first_step(run) + s,
+                                      run->dump && (!run->dump_step || run->dump_step[s]));
+            s++;
+            if (stop && run->stop_nonfinite) break;
+        }
+        if (r->device == 0) run->steps_run = (int)s;
         coll_counters_get(dev->rank, &r->report->comm);
         dp_ckpt_collect(r); /* --save: the final state, reassembled */
     }

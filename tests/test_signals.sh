@@ -1,0 +1,76 @@
+#!/bin/bash
+# test_signals.sh - a signal (SIGTERM, SIGHUP) during a run, while it
+# trains or while it writes its outputs, kills it with the conventional
+# status 128 + N, leaves no temporary file or new directory behind, and
+# the previous outputs byte-identical (fileio.h: pio_cleanup_on_signals,
+# and the outputs' transaction). SIGINT takes the same handler; a
+# non-interactive shell starts background jobs with SIGINT ignored, and
+# parity leaves an ignored signal ignored, so it is not sent here.
+# Ends with "RESULT test_signals.sh: N passed, M failed".
+set -u
+PARITY=${PARITY:-build/parity}
+PARITY=$(cd "$(dirname "$PARITY")" && pwd)/$(basename "$PARITY")
+cd "$(dirname "$0")/.."
+. tests/refuse.sh parity-signals
+P="$PARITY"
+
+# the outputs to protect
+if ! $P train --model gpt-micro --steps 1 --quiet --dump "$w/old.st" --digest "$w/old.sha256" \
+     --save "$w/ck" >/dev/null 2>"$tmp/err"; then
+  fail "fixture: old outputs" "$(cat "$tmp/err")"
+fi
+
+# signal_case NAME SIGNAL WHEN -- COMMAND...: start COMMAND in $w; WHEN is
+# "temp" (send the signal once a temporary output file exists), "temp:DIR"
+# (once one exists in $w/DIR) or a number of seconds to wait first.
+signal_case() {
+  local name=$1 sig=$2 when=$3
+  shift 4
+  local before; before=$(snapshot)
+  (cd "$w" && exec "$@" >/dev/null 2>"$tmp/err") &
+  local pid=$! waited=0
+  if [ "${when%%:*}" = temp ]; then
+    local in=$w
+    [ "$when" = temp ] || in=$w/${when#temp:}
+    while [ -z "$(find "$in" -name '.*.tmp-*' 2>/dev/null)" ] && kill -0 "$pid" 2>/dev/null \
+          && [ "$waited" -lt 1200 ]; do
+      sleep 0.05; waited=$((waited + 1))
+    done
+    if [ -z "$(find "$in" -name '.*.tmp-*' 2>/dev/null)" ]; then
+      wait "$pid"
+      fail "$name" "no temporary file appeared while the run wrote its outputs" "$(tail -3 "$tmp/err")"
+      return
+    fi
+  else
+    sleep "$when"
+  fi
+  kill -"$sig" "$pid"
+  { wait "$pid"; } 2>/dev/null # not bash's "Hangup" job notice
+  local rc=$? want=$((128 + $(kill -l "$sig")))
+  local after; after=$(snapshot)
+  if [ "$rc" -ne "$want" ]; then fail "$name" "exit $rc, expected $want" "$(tail -3 "$tmp/err")"; return; fi
+  if [ -n "$(find "$w" -name '.*.tmp-*')" ]; then
+    fail "$name" "temporary files left:" "$(find "$w" -name '.*.tmp-*')"
+    find "$w" -name '.*.tmp-*' -delete # the next case starts clean
+    return
+  fi
+  if [ "$before" != "$after" ]; then
+    fail "$name" "the work directory changed:" "$(diff <(echo "$before") <(echo "$after") | head -8)"
+    return
+  fi
+  ok "$name (exit $rc)"
+}
+
+BIG="$P train --model gpt-small --steps 2 --quiet"
+signal_case "SIGTERM while the dump and checkpoint are written" TERM temp -- \
+  $BIG --dump "$w/old.st" --save "$w/ck"
+signal_case "SIGHUP while the checkpoint is written into a new directory" HUP temp:newck -- \
+  $BIG --dump "$w/new.st" --digest "$w/old.sha256" --save "$w/newck"
+signal_case "SIGTERM while training (the golden run)" TERM 1 -- \
+  $BIG --dump "$w/old.st" --save "$w/ck"
+signal_case "SIGTERM while a layout trains (dp 2)" TERM 1 -- \
+  $P train --model gpt-tiny --steps 50 --quiet --data-parallel-size 2 --trace "$w/t.json" \
+  --dump "$w/old.st" --dump-steps 0 --save "$w/ck"
+
+echo "RESULT test_signals.sh: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
