@@ -201,6 +201,8 @@ for L in 357913942 178956971; do
   refuse "config \"layers\": $L (--print-layout)" "layers \(--num-layers\) = $L: expected at most" -- $P train --model "$tmp/layers-$L.json" --print-layout
 done
 refuse "tokens a step beyond 2^30" "global_batch \(--global-batch-size\) = 67108865 x seq_length" -- $P train --model gpt-micro --steps 1 --global-batch-size 67108865 --micro-batch-size 1
+printf '{"mode": "hybrid", "sharding_size": 4096, "stage_cnt": 4096, "device_mapping": {"stage_0": {"shard_0": "/device:XLA_DTU:0"}}}' >"$tmp/world.json"
+refuse "patterns file: sharding_size x stage_cnt beyond the devices, before the mapping is sized" "sharding_size 4096 x stage_cnt 4096 = 16777216 devices exceeds" -- $P train --model gpt-micro --parallel-config "$tmp/world.json" --print-layout
 refuse "a 600 GB model: the memory estimate refuses it before anything is built" "host memory: the run needs an estimated" -- $T --num-layers 4096 --hidden-size 1024 --num-attention-heads 128 --ffn-hidden-size 1024
 
 # --- checkpoints: the digest covers the metadata; the scalars agree --------
