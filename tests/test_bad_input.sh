@@ -256,6 +256,7 @@ if $P train --model gpt-micro --steps 2 --save "$w/ck" --quiet >/dev/null 2>"$tm
   ckedit "$w/ck" "$w/ck-adam1-digest" --redigest adam_t=1
   ckflip "$w/ck" "$w/ck-name" 'gpt-micro' 'gpt-micrn'
   ckedit "$w/ck" "$w/ck-backend" --redigest backend=gpu
+  ckedit "$w/ck" "$w/ck-max" --redigest step=1073741824 adam_t=1073741824
   ckedit "$w/ck" "$w/ck-lr" --redigest
   L="$T --steps 1 --load"
   refuse "--load: \"step\" 2 -> 3 (one bit)" "metadata \"adam_t\" = 2 differs from \"step\" = 3" -- $L "$w/ck-step3"
@@ -269,6 +270,12 @@ if $P train --model gpt-micro --steps 2 --save "$w/ck" --quiet >/dev/null 2>"$tm
   refuse "--load: an unknown backend, re-digested" "metadata \"backend\"" -- $L "$w/ck-backend"
   refuse "--load: layout run, \"step\" 2 -> 3" "metadata \"adam_t\" = 2 differs from \"step\" = 3" -- $L "$w/ck-step3" --data-parallel-size 2
   refuse "--load: layout run, the config's \"name\" flipped" "is corrupt" -- $L "$w/ck-name" --data-parallel-size 2
+  refuse "--save past step 2^30 is refused before the run" "--save: the run would end at step 1073741825, beyond the 1073741824" -- $L "$w/ck-max" --save "$w/ck-max"
+  if (cd "$w" && timeout 30 $L "$w/ck-max" >/dev/null 2>"$tmp/err"); then
+    ok "--load: a consistent checkpoint at step 2^30 resumes at once (AdamW's bias correction stops early)"
+  else
+    fail "--load: a consistent checkpoint at step 2^30 resumes at once" "$(cat "$tmp/err")"
+  fi
   if (cd "$w" && $L "$w/ck-lr" >/dev/null 2>"$tmp/err"); then
     ok "--load: a re-digested copy with its config rewritten compactly still loads (the edits above change only their field)"
   else
