@@ -218,6 +218,103 @@ refuse "check --compare with a word that is no class" "--compare: 'bogus' is not
 refuse "train --compare (only check compares)" "--compare: only parity check" -- $T --compare act
 refuse "check names its own command for an unknown option" "^parity check: unknown option" -- $P check --model gpt-micro --bogus
 
+# --- sizes and counts: range-checked in 64 bits, naming the field ----------
+# (4 + 12 x 357913942 tensors wraps an int to a small count: a crash;
+# 178956971 wraps it negative: "out of memory for -2147483640 tensors")
+for L in 357913942 178956971; do
+  printf '{"base": "gpt-micro", "layers": %s}' "$L" >"$tmp/layers-$L.json"
+  refuse "--num-layers $L (train)" "layers \(--num-layers\) = $L: expected at most" -- $P train --model gpt-micro --steps 1 --num-layers $L
+  refuse "--num-layers $L (check)" "layers \(--num-layers\) = $L: expected at most" -- $P check --model gpt-micro --steps 1 --num-layers $L
+  refuse "--num-layers $L (--print-layout)" "layers \(--num-layers\) = $L: expected at most" -- $P train --model gpt-micro --num-layers $L --print-layout
+  refuse "config \"layers\": $L (train)" "layers \(--num-layers\) = $L: expected at most" -- $P train --model "$tmp/layers-$L.json" --steps 1
+  refuse "config \"layers\": $L (check)" "layers \(--num-layers\) = $L: expected at most" -- $P check --model "$tmp/layers-$L.json" --steps 1
+  refuse "config \"layers\": $L (--print-layout)" "layers \(--num-layers\) = $L: expected at most" -- $P train --model "$tmp/layers-$L.json" --print-layout
+done
+refuse "tokens a step beyond 2^30" "global_batch \(--global-batch-size\) = 67108865 x seq_length" -- $P train --model gpt-micro --steps 1 --global-batch-size 67108865 --micro-batch-size 1
+printf '{"mode": "hybrid", "sharding_size": 4096, "stage_cnt": 4096, "device_mapping": {"stage_0": {"shard_0": "/device:XLA_DTU:0"}}}' >"$tmp/world.json"
+refuse "patterns file: sharding_size x stage_cnt beyond the devices, before the mapping is sized" "sharding_size 4096 x stage_cnt 4096 = 16777216 devices exceeds" -- $P train --model gpt-micro --parallel-config "$tmp/world.json" --print-layout
+refuse "a 600 GB model: the memory estimate refuses it before anything is built" "host memory: the run needs an estimated" -- $T --num-layers 4096 --hidden-size 1024 --num-attention-heads 128 --ffn-hidden-size 1024
+
+# --- checkpoints: the digest covers the metadata; the scalars agree --------
+# ckedit SRC DST [--redigest] KEY=VALUE...: a copy of checkpoint SRC with
+# metadata values replaced, the header keeping its length (padded with
+# spaces; the config rewritten compactly when a value grows), so the data
+# offsets stay; --redigest recomputes the format-2 SHA-256 (metadata keys
+# and values, then the data) so that only the consistency checks remain.
+ckedit() {
+  mkdir -p "$2" && /usr/bin/python3 - "$@" <<'PY'
+import hashlib, json, struct, sys
+src, dst, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+b = open(src + "/model.safetensors", "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+m = h["__metadata__"]
+redigest = "--redigest" in args
+for a in args:
+    if a != "--redigest":
+        k, v = a.split("=", 1)
+        m[k] = v
+m["config"] = json.dumps(json.loads(m["config"]), separators=(",", ":"))
+if redigest:
+    d = hashlib.sha256()
+    for k in ("format", "config", "step", "adam_t", "backend"):
+        d.update(k.encode() + b"\0" + m[k].encode() + b"\0")
+    d.update(b[8 + n:])
+    m["sha256"] = d.hexdigest()
+t = json.dumps(h, separators=(",", ":")).encode()
+assert len(t) <= n, "header grew"
+open(dst + "/model.safetensors", "wb").write(b[:8] + t + b" " * (n - len(t)) + b[8 + n:])
+PY
+}
+# one bit of a digit, the header otherwise byte for byte
+ckflip() {
+  mkdir -p "$2" && /usr/bin/python3 - "$@" <<'PY'
+import sys
+src, dst, old, new = sys.argv[1:5]
+b = open(src + "/model.safetensors", "rb").read()
+assert b.count(old.encode()) == 1
+open(dst + "/model.safetensors", "wb").write(b.replace(old.encode(), new.encode()))
+PY
+}
+if $P train --model gpt-micro --steps 2 --save "$w/ck" --quiet >/dev/null 2>"$tmp/err"; then
+  ckflip "$w/ck" "$w/ck-step3" '"step":"2"' '"step":"3"'
+  ckflip "$w/ck" "$w/ck-adam0" '"adam_t":"2"' '"adam_t":"0"'
+  ckedit "$w/ck" "$w/ck-adam-huge" adam_t=2147483646
+  ckedit "$w/ck" "$w/ck-adam-huge-digest" --redigest adam_t=2147483646
+  ckedit "$w/ck" "$w/ck-both-huge-digest" --redigest step=2147483646 adam_t=2147483646
+  ckedit "$w/ck" "$w/ck-step3-digest" --redigest step=3
+  ckedit "$w/ck" "$w/ck-adam1-digest" --redigest adam_t=1
+  ckflip "$w/ck" "$w/ck-name" 'gpt-micro' 'gpt-micrn'
+  ckedit "$w/ck" "$w/ck-backend" --redigest backend=gpu
+  ckedit "$w/ck" "$w/ck-max" --redigest step=1073741824 adam_t=1073741824
+  ckedit "$w/ck" "$w/ck-lr" --redigest
+  L="$T --steps 1 --load"
+  refuse "--load: \"step\" 2 -> 3 (one bit)" "metadata \"adam_t\" = 2 differs from \"step\" = 3" -- $L "$w/ck-step3"
+  refuse "--load: \"adam_t\" 2 -> 0 (one bit)" "metadata \"adam_t\" = 0 differs from \"step\" = 2" -- $L "$w/ck-adam0"
+  refuse "--load: the config's \"name\" (which a run may change) flipped: only the digest sees it" "is corrupt: the SHA-256 of its metadata and tensors" -- $L "$w/ck-name"
+  refuse "--load: \"adam_t\" 2147483646 with step 2 is refused at once" "metadata \"adam_t\": expected an integer in \[0, 1073741824\], got '2147483646'" -- $L "$w/ck-adam-huge"
+  refuse "--load: \"adam_t\" 2147483646, re-digested, names the field" "metadata \"adam_t\": expected an integer in \[0, 1073741824\]" -- $L "$w/ck-adam-huge-digest"
+  refuse "--load: step = adam_t = 2147483646, re-digested, beyond the limit" "metadata \"step\": expected an integer in \[0, 1073741824\]" -- $L "$w/ck-both-huge-digest"
+  refuse "--load: \"step\" 3, re-digested, disagrees with adam_t" "metadata \"adam_t\" = 2 differs from \"step\" = 3" -- $L "$w/ck-step3-digest"
+  refuse "--load: \"adam_t\" 1, re-digested, disagrees with step" "metadata \"adam_t\" = 1 differs from \"step\" = 2" -- $L "$w/ck-adam1-digest"
+  refuse "--load: an unknown backend, re-digested" "metadata \"backend\"" -- $L "$w/ck-backend"
+  refuse "--load: layout run, \"step\" 2 -> 3" "metadata \"adam_t\" = 2 differs from \"step\" = 3" -- $L "$w/ck-step3" --data-parallel-size 2
+  refuse "--load: layout run, the config's \"name\" flipped" "is corrupt" -- $L "$w/ck-name" --data-parallel-size 2
+  refuse "--save past step 2^30 is refused before the run" "--save: the run would end at step 1073741825, beyond the 1073741824" -- $L "$w/ck-max" --save "$w/ck-max"
+  if (cd "$w" && timeout 30 $L "$w/ck-max" >/dev/null 2>"$tmp/err"); then
+    ok "--load: a consistent checkpoint at step 2^30 resumes at once (AdamW's bias correction stops early)"
+  else
+    fail "--load: a consistent checkpoint at step 2^30 resumes at once" "$(cat "$tmp/err")"
+  fi
+  if (cd "$w" && $L "$w/ck-lr" >/dev/null 2>"$tmp/err"); then
+    ok "--load: a re-digested copy with its config rewritten compactly still loads (the edits above change only their field)"
+  else
+    fail "--load: a re-digested copy with its config rewritten compactly still loads" "$(cat "$tmp/err")"
+  fi
+else
+  fail "fixture: a checkpoint" "$(cat "$tmp/err")"
+fi
+
 # --- what must still work ---------------------------------------------------
 if (cd "$w" && $T --dump "$w/link-to-good" >/dev/null 2>"$tmp/err") && [ -L "$w/link-to-good" ] \
    && "$P" diff --quiet "$w/good.st" "$w/link-to-good" >/dev/null; then

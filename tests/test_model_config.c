@@ -78,6 +78,17 @@ static void test_validation(void) {
     d = c, d.eps = INFINITY, expect_invalid(d, "eps");
     d = c, d.weight_decay = INFINITY, expect_invalid(d, "weight_decay");
     d = c, d.clip_grad = INFINITY, expect_invalid(d, "clip_grad");
+    /* 4 + 12 x layers wrapped an int: a crash, or -2147483640 tensors */
+    d = c, d.layers = 357913942, expect_invalid(d, "layers (--num-layers) = 357913942");
+    d = c, d.layers = 178956971, expect_invalid(d, "layers (--num-layers) = 178956971");
+    d = c, d.layers = MODEL_MAX_LAYERS;
+    CHECK(!model_config_validate(&d, &err), "%d layers: %s", d.layers, err.msg);
+    d = c, d.global_batch = (1 << 30) / d.seq_length + d.micro_batch;
+    expect_invalid(d, "global_batch (--global-batch-size)");
+    param_table_t t;
+    d = c, d.layers = 357913942;
+    CHECK(param_table_build(&t, &d, &err) == -1 && strstr(err.msg, "layers"),
+          "param_table_build of an unvalidated 357913942 layers: %s", err.msg);
 }
 
 static void write_file(const char *path, const char *text) {
@@ -223,6 +234,30 @@ static void test_adamw(void) {
               (double)p[i], pd[i]);
 }
 
+/* The bias correction's early stop (adamw.c: once beta^i <= 2^-26) gives
+ * the bits of the whole loop of fp64 products, through adamw_update. */
+static void test_adamw_bias_correction(void) {
+    const float betas[] = {0.0f, 0.5f, 0.9f, 0.95f, 0.98f, 0.999f, 0.9999f};
+    for (size_t k = 0; k < sizeof betas / sizeof betas[0]; k++) {
+        double pw = 1.0;
+        int bad = 0;
+        for (int t = 1; t <= 200000 && !bad; t++) {
+            pw *= (double)betas[k];
+            if (t > 3000 && t % 991) continue;
+            const float bc = (float)(1.0 - pw);
+            /* m = 0, v = 0, g = 1, lr = 1, no decay: p = -(om1 / bc1) / (sqrt(om2 / bc2) + eps)
+             * with the same beta for both moments */
+            float p = 0.0f, g = 1.0f, m = 0.0f, v = 0.0f;
+            adamw_update(&p, &g, &m, &v, 1, t, 1.0f, betas[k], betas[k], 1e-8f, 0.0f);
+            const float om = 1.0f - betas[k];
+            const float want = 0.0f - 1.0f * ((om / bc) / (adamw_sqrtf(om / bc) + 1e-8f));
+            bad = memcmp(&p, &want, sizeof p) != 0;
+            CHECK(!bad, "beta %g t %d: update %a, the whole loop gives %a", (double)betas[k], t,
+                  (double)p, (double)want);
+        }
+    }
+}
+
 /* adamw_sqrtf (hardware IEEE sqrt) gives pm_sqrtf's bits everywhere. */
 static void test_adamw_sqrt(void) {
     uint32_t u = 12345;
@@ -276,6 +311,7 @@ int main(void) {
     RUN(test_schedule);
     RUN(test_adamw);
     RUN(test_adamw_sqrt);
+    RUN(test_adamw_bias_correction);
     RUN(test_corpus);
     return harness_done();
 }

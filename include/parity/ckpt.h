@@ -19,19 +19,39 @@
  *   adam_m.<name>   F32 [global shape]  AdamW first moments
  *   adam_v.<name>   F32 [global shape]  AdamW second moments
  * in that order, each group in table order, and __metadata__:
- *   format   "parity-ckpt-1"
+ *   format   "parity-ckpt-2"
  *   config   the model and training config JSON (as dumps store it)
  *   step     the next step to run (decimal): a run of N steps from step 0
  *            saves N
  *   adam_t   AdamW steps taken (decimal), for the bias correction
- *   backend  the tile backend that computed it (information: another
- *            backend continues the run, with that backend's bits)
- *   sha256   SHA-256 of every tensor's bytes in the order above: a bit
- *            flipped in the data, which the format's own checks cannot
- *            see, is refused on load
- * Loading refuses a config that differs from the run's in any field but
- * "name" and "micro_batch" (both leave the bits alone: exact sums make
- * any microbatch split give the same ones), naming the field.
+ *   backend  the tile backend that computed it: openblas, portable or
+ *            unknown (information: another backend continues the run,
+ *            with that backend's bits)
+ *   sha256   SHA-256 of the metadata and the data: each of the five keys
+ *            above in that order, its value, each followed by a 0 byte,
+ *            then every tensor's bytes in the order above. A bit flipped
+ *            anywhere, in a step count, the config's name or a tensor,
+ *            which the format's own checks cannot see, is refused on load
+ * and nothing else. Loading checks, before the digest (so a message names
+ * the field): the keys, the config against the run's (any field but
+ * "name" and "micro_batch", which leave the bits alone: exact sums make
+ * any microbatch split give the same ones), step in [0, CKPT_MAX_STEP],
+ * adam_t equal to step (parity's AdamW updates once every step and skips
+ * none, so any other count is not a file parity wrote; a mode that skips
+ * updates, as a loss scaler's overflow would, must relax this to
+ * adam_t <= step), the backend's name, and each tensor's presence and
+ * shape before the state is allocated. The AdamW bias correction
+ * multiplies beta adam_t times in fp64 (adamw.c; an O(log t) power would
+ * round differently), so the count is bounded twice: by CKPT_MAX_STEP and
+ * the step here (2^31 - 2 with step 2 was a hang: 6.5 s a step at 1e8),
+ * and in adamw.c, whose loop stops, with the same bits, once beta^i is
+ * below 2^-26 (351 products at beta 0.95). Only a consistent file with a
+ * count near 2^30 and a beta within about 1e-7 of 1 is still slow: as
+ * slow as the run that would have written it.
+ * Format 1 ("parity-ckpt-1", before the digest covered the metadata) is
+ * still read, with the same checks and its own digest, of the tensors
+ * only (its step and adam_t must still agree, so one flipped digit is
+ * refused); ckpt_save writes format 2, so a resumed run saves the new one.
  */
 #ifndef PARITY_CKPT_H
 #define PARITY_CKPT_H
@@ -42,7 +62,11 @@
 #include "parity/error.h"
 #include "parity/model.h"
 
-#define CKPT_FORMAT "parity-ckpt-1"
+#define CKPT_FORMAT "parity-ckpt-2"
+#define CKPT_FORMAT_V1 "parity-ckpt-1" /* read, never written: its digest is the tensors' */
+/* The largest step (and AdamW count) a checkpoint may hold: the count is
+ * an int that a resumed run still increments. */
+#define CKPT_MAX_STEP ((int64_t)1 << 30)
 #define CKPT_FILE "model.safetensors"
 
 /* A training state in global tensors: what a checkpoint holds. */

@@ -64,7 +64,15 @@ int model_config_builtin(const char *name, model_config_t *cfg, perr_t *err);
  * name one with "base"); unknown keys and wrong types are errors naming
  * the key. Does not validate: call model_config_validate. */
 int model_config_load(const char *path, model_config_t *cfg, perr_t *err);
-/* Every constraint of MODEL.md, with a message naming the field. */
+/* Every constraint of MODEL.md, with a message naming the field. Every
+ * size and count is checked in 64 bits before any int product of them is
+ * formed: layers <= MODEL_MAX_LAYERS (the parameter table's 4 + 12 x layers
+ * entries, built before the memory estimate can price the model), tokens a
+ * step (global_batch x seq_length) <= MODEL_MAX_TOKENS, and the products
+ * the tile calls take as int (micro_batch x seq_length, vocab x hidden,
+ * ffn x hidden). */
+#define MODEL_MAX_LAYERS 4096
+#define MODEL_MAX_TOKENS ((int64_t)1 << 30)
 int model_config_validate(const model_config_t *cfg, perr_t *err);
 /* The same, except that micro_batch need only be <= global_batch: what a
  * replica needs (gpt_new_ex sizes its activations for micro_batch

@@ -501,6 +501,13 @@ static int train_main(int argc, char **argv, int check) {
         free(saved_backend);
     }
     const long long first = resume.step;
+    if (save_dir && first + steps > CKPT_MAX_STEP) { /* refused now, not after the run */
+        fprintf(stderr, "parity %s: --save: the run would end at step %lld, beyond the %lld a "
+                        "checkpoint holds (ckpt.h)\n", argv[0], first + steps, (long long)CKPT_MAX_STEP);
+        ckpt_state_free(&resume);
+        corpus_free(&data);
+        return 2;
+    }
 
     unsigned char *want = calloc((size_t)steps, 1);
     if (!want) {

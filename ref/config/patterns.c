@@ -229,6 +229,14 @@ int patterns_parse(const char *text, size_t len, const char *path, pconfig_t *pc
                      clash[k].flag);
             goto out;
         }
+    /* the world before anything is sized by it (pconfig_validate checks
+     * it again with the other degrees) */
+    if (tp * pp > PARITY_MAX_DEVICES) {
+        perr_set(err, "%s: sharding_size %ld x stage_cnt %ld = %ld devices exceeds the %d "
+                      "simulated devices parity runs",
+                 path, tp, pp, tp * pp, PARITY_MAX_DEVICES);
+        goto out;
+    }
     const json_t *map = json_get(j, "device_mapping");
     char order[32] = "";
     if (map && read_mapping(map, (int)pp, (int)tp, order, sizeof order, pc, path, err)) goto out;

@@ -234,6 +234,17 @@ static int validate(const model_config_t *c, int whole_microbatches, perr_t *err
         if (pos[i].v <= 0)
             return perr_set(err, "%s (%s) = %d: must be a positive integer", pos[i].field,
                             pos[i].flag, pos[i].v);
+    /* Sizes and counts in 64 bits, before anything multiplies them in int
+     * (the parameter table's 4 + 12 x layers tensors, token counts): each
+     * limit names its field. The products of two sizes are checked below. */
+    if (c->layers > MODEL_MAX_LAYERS)
+        return perr_set(err, "layers (--num-layers) = %d: expected at most %d (the parameter "
+                             "table holds 12 tensors a layer)",
+                        c->layers, MODEL_MAX_LAYERS);
+    if ((int64_t)c->global_batch * c->seq_length > MODEL_MAX_TOKENS)
+        return perr_set(err, "global_batch (--global-batch-size) = %d x seq_length "
+                             "(--seq-length) = %d: expected at most %lld tokens a step",
+                        c->global_batch, c->seq_length, (long long)MODEL_MAX_TOKENS);
     if (c->hidden % c->heads)
         return perr_set(err,
                         "hidden (--hidden-size) = %d is not a multiple of heads "

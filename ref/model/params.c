@@ -78,6 +78,11 @@ static int build(param_table_t *t, const model_config_t *c, int tp, int row_line
         return perr_set(err, "tensor-model-parallel-size: %d must divide the %d attention heads "
                              "(each rank holds whole heads)",
                         tp, c->heads);
+    /* model_config_validate bounds layers; a caller that skipped it must
+     * not wrap the count */
+    if (c->layers < 0 || c->layers > MODEL_MAX_LAYERS)
+        return perr_set(err, "layers (--num-layers) = %d: expected at most %d", c->layers,
+                        MODEL_MAX_LAYERS);
     int n = 2 + P_PER_LAYER * c->layers + 2 + (c->tied ? 0 : 1);
     t->info = calloc((size_t)n, sizeof *t->info);
     if (!t->info) return perr_set(err, "out of memory for %d parameter tensors", n);

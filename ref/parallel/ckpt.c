@@ -71,12 +71,24 @@ size_t ckpt_host_bytes(const model_config_t *cfg, int load, int save) {
     return state + state;
 }
 
-/* Covers every tensor's bytes in file order: the three vectors, whole,
- * because the table's offsets tile each one in table order. */
-static void state_digest(const ckpt_state_t *s, char hex[65]) {
+/* The metadata the digest covers, in this order (ckpt.h): every key but
+ * "sha256" itself. A file holds these and "sha256", nothing else. */
+static const char *const meta_keys[] = {"format", "config", "step", "adam_t", "backend"};
+enum { NMETA = sizeof meta_keys / sizeof meta_keys[0] };
+
+/* Format 2 (CKPT_FORMAT): each metadata key and value of meta_keys, in
+ * that order, each followed by a 0 byte, then every tensor's bytes in file
+ * order (the three vectors, whole, because the table's offsets tile each
+ * one in table order). Format 1 (CKPT_FORMAT_V1): the tensors only.
+ * meta[i] is meta_keys[i]'s value; NULL for format 1. */
+static void state_digest(const ckpt_state_t *s, const char *const *meta, char hex[65]) {
     sha256_ctx_t c;
     uint8_t d[32];
     sha256_init(&c);
+    for (int i = 0; meta && i < NMETA; i++) {
+        sha256_update(&c, meta_keys[i], strlen(meta_keys[i]) + 1);
+        sha256_update(&c, meta[i], strlen(meta[i]) + 1);
+    }
     for (int k = 0; k < NKINDS; k++) sha256_update(&c, cvec(s, k), s->total * sizeof(float));
     sha256_final(&c, d);
     sha256_to_hex(d, hex);
@@ -143,13 +155,11 @@ static int set_metadata(st_writer_t *w, const ckpt_state_t *s, const char *backe
     if (!cfg) return perr_set(err, "checkpoint: out of memory");
     snprintf(step, sizeof step, "%" PRId64, s->step);
     snprintf(adam_t, sizeof adam_t, "%d", s->adam_t);
-    state_digest(s, hex);
-    int rc = st_writer_set_metadata(w, "format", CKPT_FORMAT, err) ||
-             st_writer_set_metadata(w, "config", cfg, err) ||
-             st_writer_set_metadata(w, "step", step, err) ||
-             st_writer_set_metadata(w, "adam_t", adam_t, err) ||
-             st_writer_set_metadata(w, "backend", backend ? backend : "unknown", err) ||
-             st_writer_set_metadata(w, "sha256", hex, err);
+    const char *meta[NMETA] = {CKPT_FORMAT, cfg, step, adam_t, backend ? backend : "unknown"};
+    state_digest(s, meta, hex);
+    int rc = 0;
+    for (int i = 0; i < NMETA && !rc; i++) rc = st_writer_set_metadata(w, meta_keys[i], meta[i], err);
+    if (!rc) rc = st_writer_set_metadata(w, "sha256", hex, err);
     free(cfg);
     return rc ? -1 : 0;
 }
@@ -161,6 +171,12 @@ int ckpt_save(const char *dir, const ckpt_state_t *s, const char *backend, perr_
         param_table_free(&t);
         return perr_set(err, "checkpoint: state of %zu elements for a table of %zu", s->total,
                         t.total);
+    }
+    if (s->step < 0 || s->step > CKPT_MAX_STEP || s->adam_t != s->step) {
+        param_table_free(&t);
+        return perr_set(err, "checkpoint: step %" PRId64 " with AdamW count %d: a checkpoint holds "
+                             "a step in [0, %" PRId64 "] equal to its AdamW count",
+                        s->step, s->adam_t, CKPT_MAX_STEP);
     }
     st_writer_t *w = st_writer_new();
     char *file = ckpt_file_path(dir);
@@ -280,6 +296,9 @@ static int meta_int(const st_file_t *f, const char *key, int64_t max, int64_t *o
     return 0;
 }
 
+/* Checks every tensor's presence and shape (s NULL: before the state is
+ * allocated, so a config whose table the file does not hold allocates
+ * nothing), or copies them into s. */
 static int load_tensors(const st_file_t *f, const param_table_t *t, ckpt_state_t *s,
                         const char *who, perr_t *err) {
     char name[160];
@@ -297,7 +316,7 @@ static int load_tensors(const st_file_t *f, const param_table_t *t, ckpt_state_t
                                 who, name, p->ndim, (long long)p->shape[0],
                                 p->ndim > 1 ? ", " : "", p->ndim > 1 ? (long long)p->shape[1] : 0LL,
                                 st_dtype_name(x->dtype), x->ndim);
-            memcpy(*vec(s, k) + p->offset, st_data(f, x), p->numel * sizeof(float));
+            if (s) memcpy(*vec(s, k) + p->offset, st_data(f, x), p->numel * sizeof(float));
         }
     if (st_count(f) != (size_t)(NKINDS * t->count))
         for (size_t i = 0; i < st_count(f); i++) {
@@ -315,6 +334,43 @@ static int load_tensors(const st_file_t *f, const param_table_t *t, ckpt_state_t
     return 0;
 }
 
+/* The metadata holds meta_keys and "sha256", nothing else. */
+static int check_meta_keys(const st_file_t *f, const char *who, perr_t *err) {
+    for (size_t i = 0; i < st_metadata_count(f); i++) {
+        const char *k = st_metadata_key_at(f, i);
+        int known = !strcmp(k, "sha256");
+        for (int j = 0; j < NMETA && !known; j++) known = !strcmp(k, meta_keys[j]);
+        if (!known)
+            return perr_set(err, "%s: %s has metadata \"%.64s\" that no parity checkpoint holds",
+                            who, CKPT_FILE, k);
+    }
+    for (int j = 0; j < NMETA; j++)
+        if (!st_metadata(f, meta_keys[j]))
+            return perr_set(err, "%s: %s has no \"%s\" metadata", who, CKPT_FILE, meta_keys[j]);
+    return 0;
+}
+
+/* The scalars against each other and the run (ckpt.h): the AdamW count is
+ * the step (parity's AdamW updates once a step and skips none), and the
+ * step leaves room for the count's int. The backend is one parity has. */
+static int check_scalars(const st_file_t *f, int64_t *step, int64_t *adam_t, const char *who,
+                         perr_t *err) {
+    if (meta_int(f, "step", CKPT_MAX_STEP, step, who, err) ||
+        meta_int(f, "adam_t", CKPT_MAX_STEP, adam_t, who, err))
+        return -1;
+    if (*adam_t != *step)
+        return perr_set(err, "%s: metadata \"adam_t\" = %" PRId64 " differs from \"step\" = %" PRId64
+                             " (parity's AdamW updates once a step: a checkpoint's AdamW count "
+                             "is its step)",
+                        who, *adam_t, *step);
+    const char *b = st_metadata(f, "backend");
+    if (strcmp(b, "openblas") && strcmp(b, "portable") && strcmp(b, "unknown"))
+        return perr_set(err, "%s: metadata \"backend\": expected openblas, portable or unknown, "
+                             "got '%.32s'",
+                        who, b);
+    return 0;
+}
+
 int ckpt_load_file(const char *file, const char *who, const model_config_t *cfg, ckpt_state_t *s,
                    char **backend, perr_t *err) {
     memset(s, 0, sizeof *s);
@@ -327,26 +383,32 @@ int ckpt_load_file(const char *file, const char *who, const model_config_t *cfg,
     int64_t step, adam_t;
     char hex[65];
     const char *fmt = st_metadata(f, "format"), *digest = st_metadata(f, "sha256");
-    if (!fmt || strcmp(fmt, CKPT_FORMAT)) {
-        perr_set(err, "%s: %s is not a parity checkpoint (format '%s', expected '%s')", who,
+    const int v1 = fmt && !strcmp(fmt, CKPT_FORMAT_V1);
+    if (!fmt || (strcmp(fmt, CKPT_FORMAT) && !v1)) {
+        perr_set(err, "%s: %s is not a parity checkpoint (format '%.64s', expected '%s')", who,
                  CKPT_FILE, fmt ? fmt : "(none)", CKPT_FORMAT);
         goto out;
     }
-    if (check_config(f, cfg, who, err) || meta_int(f, "step", INT64_MAX / 2, &step, who, err) ||
-        meta_int(f, "adam_t", INT_MAX - 1, &adam_t, who, err))
+    if (check_meta_keys(f, who, err) || check_config(f, cfg, who, err) ||
+        check_scalars(f, &step, &adam_t, who, err))
         goto out;
-    if (ckpt_state_alloc(s, cfg, err) || param_table_build(&t, cfg, err)) goto out;
+    if (param_table_build(&t, cfg, err)) goto out;
     have_table = 1;
-    if (load_tensors(f, &t, s, who, err)) goto out;
-    state_digest(s, hex);
+    if (load_tensors(f, &t, NULL, who, err) || ckpt_state_alloc(s, cfg, err) ||
+        load_tensors(f, &t, s, who, err))
+        goto out;
+    const char *meta[NMETA];
+    for (int i = 0; i < NMETA; i++) meta[i] = st_metadata(f, meta_keys[i]);
+    state_digest(s, v1 ? NULL : meta, hex);
     if (!digest || strcmp(digest, hex)) {
-        perr_set(err, "%s: %s is corrupt: its tensors' SHA-256 is %s, the metadata says %s", who,
-                 CKPT_FILE, hex, digest ? digest : "(none)");
+        perr_set(err, "%s: %s is corrupt: the SHA-256 of its %s is %s, the metadata says %.64s",
+                 who, CKPT_FILE, v1 ? "tensors" : "metadata and tensors", hex,
+                 digest ? digest : "(none)");
         goto out;
     }
     s->step = step;
     s->adam_t = (int)adam_t;
-    if (backend && st_metadata(f, "backend") && !(*backend = strdup(st_metadata(f, "backend")))) {
+    if (backend && !(*backend = strdup(st_metadata(f, "backend")))) {
         perr_set(err, "checkpoint: out of memory");
         goto out;
     }
