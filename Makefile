@@ -109,7 +109,7 @@ demo: all
 	$(PARITY) train --model gpt-tiny --steps 5
 	@echo "== the same 5 steps on 8 devices: $(DEMO_3D)"
 	$(PARITY) train --model gpt-tiny --steps 5 $(DEMO_3D) --trace $(BUILD)/demo-trace.json
-	@echo "== the checker: every activation, gradient and updated parameter of 3 steps, memcmp"
+	@echo "== the checker: every activation, gradient, updated parameter and AdamW state of 3 steps, memcmp"
 	$(PARITY) check --model gpt-tiny --steps 3 $(DEMO_3D)
 
 bench: all $(BENCH_BIN)
