@@ -19,6 +19,7 @@ root=$(pwd)
 
 P="$PARITY"
 T="$P train --model gpt-micro --steps 1 --quiet"
+T2="$P train --model gpt-micro --quiet" # $T for another --steps (a flag given twice is refused)
 
 # --- fixtures: a good dump and digest list to protect, private nodes -------
 if ! $T --dump "$w/good.st" --digest "$w/good.sha256" >/dev/null 2>"$tmp/err"; then
@@ -68,12 +69,12 @@ refuse "--dump naming the --save directory" "--dump '.*' is the checkpoint direc
 refuse "--dump and --trace, one a hard link of the other" "--trace '.*' and --dump '.*' name the same file" -- sh -c "ln '$w/good.trace' '$w/hard' && $L --trace '$w/good.trace' --dump '$w/hard'; rc=\$?; rm -f '$w/hard'; exit \$rc"
 refuse "check --trace and --dump naming one file" "--trace '.*' and --dump '.*' name the same file" -- $P check --model gpt-micro --steps 1 --data-parallel-size 2 --trace "$w/x" --dump "$w/x"
 refuse "a failed --dump keeps the trace it would have replaced" "--dump|safetensors file.*write failed" 16 -- $L --trace "$w/good.trace" --dump "$w/good.st"
-refuse "a failed --save keeps the digest list it would have replaced" "--save.*write failed" 64 -- $T --steps 2 --digest "$w/good.sha256" --save "$w/ck"
-refuse "a failed --save (layout) keeps the trace and digest list" "--save.*write failed" 64 -- $L --steps 2 --trace "$w/good.trace" --digest "$w/good.sha256" --save "$w/ck"
+refuse "a failed --save keeps the digest list it would have replaced" "--save.*write failed" 64 -- $T2 --steps 2 --digest "$w/good.sha256" --save "$w/ck"
+refuse "a failed --save (layout) keeps the trace and digest list" "--save.*write failed" 64 -- $T2 --data-parallel-size 2 --steps 2 --trace "$w/good.trace" --digest "$w/good.sha256" --save "$w/ck"
 refuse "a failed --save into a new directory leaves no directory" "--save.*write failed" 64 -- $T --save "$w/newck"
 if [ -c "$w/full" ]; then
-  refuse "a full stdout keeps the checkpoint it would have replaced" "standard output" -- sh -c "exec $T --steps 2 --save '$w/ck' > '$w/full'"
-  refuse "a full stdout (layout) keeps the trace and dump" "standard output" -- sh -c "exec $L --steps 2 --trace '$w/good.trace' --dump '$w/good.st' > '$w/full'"
+  refuse "a full stdout keeps the checkpoint it would have replaced" "standard output" -- sh -c "exec $T2 --steps 2 --save '$w/ck' > '$w/full'"
+  refuse "a full stdout (layout) keeps the trace and dump" "standard output" -- sh -c "exec $T2 --data-parallel-size 2 --steps 2 --trace '$w/good.trace' --dump '$w/good.st' > '$w/full'"
   refuse "check with a full stdout keeps the dump" "standard output" -- sh -c "exec $P check --model gpt-micro --steps 1 --data-parallel-size 2 --dump '$w/good.st' > '$w/full'"
 fi
 NF="$P train --model gpt-micro --steps 3 --lr 1e38 --lr-warmup-iters 1 --quiet"
@@ -218,6 +219,17 @@ refuse "check --compare with a word that is no class" "--compare: 'bogus' is not
 refuse "train --compare (only check compares)" "--compare: only parity check" -- $T --compare act
 refuse "check names its own command for an unknown option" "^parity check: unknown option" -- $P check --model gpt-micro --bogus
 
+# --- issue 22, part two: a flag given twice, a flag that cannot apply, a bad environment
+refuse "--steps given twice" "^parity train: --steps given twice" -- $T --steps 3
+refuse "check --pipeline-layer-split given twice" "^parity check: --pipeline-layer-split given twice" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --pipeline-layer-split 1,1 --pipeline-layer-split 2,0
+refuse "--load given twice" "--load given twice" -- $T --load "$w/ck" --load "$w/ck"
+refuse "--save given twice" "--save given twice" -- $T --save "$w/a" --save "$w/b"
+refuse "--trace given twice" "--trace given twice" -- $L --trace "$w/a.json" --trace "$w/b.json"
+refuse "--lr given twice" "--lr given twice" -- $T --lr 1e-3 --lr 2e-3
+refuse "--quiet given twice" "--quiet given twice" -- $T --quiet
+refuse "a broken-variant control given twice" "--test-broken-fp32-sums given twice" -- $L --test-broken-fp32-sums --test-broken-fp32-sums
+refuse "--model and --config, one flag" "--model and --config are one flag" -- $T --config gpt-tiny
+
 # --- what must still work ---------------------------------------------------
 if (cd "$w" && $T --dump "$w/link-to-good" >/dev/null 2>"$tmp/err") && [ -L "$w/link-to-good" ] \
    && "$P" diff --quiet "$w/good.st" "$w/link-to-good" >/dev/null; then
@@ -226,7 +238,7 @@ else
   fail "--dump through a symlink replaces the linked file and keeps the link" "$(cat "$tmp/err")"
 fi
 $P check --model gpt-micro --steps 2 --data-parallel-size 2 --dump "$tmp/layout.st" >/dev/null 2>"$tmp/err"
-$T --steps 2 --dump "$tmp/golden2.st" >/dev/null 2>&1
+$T2 --steps 2 --dump "$tmp/golden2.st" >/dev/null 2>&1
 if [ -s "$tmp/layout.st" ] && "$P" diff --quiet "$tmp/layout.st" "$tmp/golden2.st" >/dev/null; then
   ok "check --dump writes the layout's reassembled tensors (bit-exact with the golden dump)"
 else

@@ -58,6 +58,8 @@ static void usage(FILE *f) {
         "                           (pool.h); a layout's devices already share the cores\n"
         "  --quiet                  only the summary line\n"
         "  --print-config           print the resolved config as JSON and exit\n"
+        "every flag is given at most once (a repeat is refused, never \"the last one wins\");\n"
+        "only --optim repeats, with another KEY each time\n"
         "model and training overrides (Megatron-style):\n"
         "  --num-layers N  --hidden-size N  --num-attention-heads N  --ffn-hidden-size N\n"
         "  --seq-length N  --vocab-size N  --global-batch-size N  --micro-batch-size N\n"
@@ -271,6 +273,25 @@ static int check_outputs(const char *trace_path, const char *dump_path, const ch
     return rc;
 }
 
+/* One rule for every flag of train and check: given twice is an error,
+ * never "the last one wins" (a forgotten --steps 3 in a long command
+ * line silently changes the run). --optim alone repeats, each time with
+ * another model.optim key (nemo.c refuses a key given twice). --model and
+ * --config are one flag. seen[] holds the positions of the flags so far. */
+static const char *flag_canon(const char *a) { return !strcmp(a, "--config") ? "--model" : a; }
+
+static int flag_given_twice(char **argv, const int *seen, int nseen, const char *a) {
+    if (strncmp(a, "--", 2) || !strcmp(a, "--optim")) return 0;
+    for (int k = 0; k < nseen; k++) {
+        const char *b = argv[seen[k]];
+        if (strcmp(flag_canon(a), flag_canon(b))) continue;
+        if (strcmp(a, b)) fprintf(stderr, "parity %s: %s and %s are one flag; give it once\n", argv[0], b, a);
+        else fprintf(stderr, "parity %s: %s given twice\n", argv[0], a);
+        return 1;
+    }
+    return 0;
+}
+
 /* `parity train` (check == 0) and `parity check` (check == 1): one
  * option parser, so a layout means the same in both. */
 static int train_main(int argc, char **argv, int check) {
@@ -288,6 +309,8 @@ static int train_main(int argc, char **argv, int check) {
      * of config overrides are kept for pass 2 */
     enum { MAX_CFG_OPTS = 256 };
     int cfg_at[MAX_CFG_OPTS], n_cfg = 0;
+    enum { MAX_FLAGS = 1024 };
+    int seen[MAX_FLAGS], nseen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has_val = i + 1 < argc;
@@ -295,6 +318,12 @@ static int train_main(int argc, char **argv, int check) {
             usage(stdout);
             return 0;
         }
+        if (flag_given_twice(argv, seen, nseen, a)) return 2;
+        if (nseen == MAX_FLAGS) {
+            fprintf(stderr, "%s: more than %d flags\n", cli_name, MAX_FLAGS);
+            return 2;
+        }
+        seen[nseen++] = i;
 #define VAL(var)                                                                       \
     do {                                                                               \
         if (num_flag_value(a, has_val ? argv[i + 1] : NULL, &err)) {                   \
