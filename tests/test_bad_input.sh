@@ -230,6 +230,21 @@ refuse "--quiet given twice" "--quiet given twice" -- $T --quiet
 refuse "a broken-variant control given twice" "--test-broken-fp32-sums given twice" -- $L --test-broken-fp32-sums --test-broken-fp32-sums
 refuse "--model and --config, one flag" "--model and --config are one flag" -- $T --config gpt-tiny
 
+printf '%s' '{"mode": "sharding", "stage_cnt": 2, "sharding_size": 2, "device_mapping": {"stage_0": {"shard_0": 0, "shard_1": 2}, "stage_1": {"shard_0": 1, "shard_1": 3}}}' >"$tmp/pptp.json"
+refuse "--rank-order (even the default) with a patterns mapping" "device_mapping: the layout also comes from --rank-order" -- $P check --model gpt-tiny --steps 1 --rank-order tp-cp-ep-dp-pp --parallel-config "$tmp/pptp.json"
+refuse "--pipeline-schedule gpipe at pp 1" "pipeline-schedule: gpipe needs pipeline-model-parallel-size > 1" -- $P check --model gpt-micro --steps 1 --pipeline-schedule gpipe
+refuse "--print-layout with --trace" "print-layout.*--trace writes no file" -- $T --print-layout --trace "$w/t.json"
+refuse "--backend cuda with --print-layout" "--backend: expected openblas or portable, got 'cuda'" -- $T --backend cuda --print-layout
+refuse "--backend cuda with --print-config" "--backend: expected openblas or portable, got 'cuda'" -- $T --backend cuda --print-config
+refuse "--arena-mb below one byte" "--arena-mb: '1e-7' MB is less than one byte" -- $P check --model gpt-micro --steps 1 --arena-mb 1e-7
+refuse "--cp-comm-type p2p at cp 1" "cp-comm-type: p2p .* needs context-parallel-size > 1" -- $P check --model gpt-micro --steps 1 --cp-comm-type p2p
+refuse "--test-broken-tp-fp32-sums at tp 1" "--test-broken-tp-fp32-sums: needs tensor-model-parallel-size > 1" -- $P check --model gpt-micro --steps 1 --test-broken-tp-fp32-sums
+refuse "--test-broken-tp-vocab-padding at tp 1" "--test-broken-tp-vocab-padding: needs tensor-model-parallel-size > 1" -- $P check --model gpt-micro --steps 1 --test-broken-tp-vocab-padding
+refuse "--test-broken-tp-vocab-padding where nothing is padded" "--test-broken-tp-vocab-padding: the vocabulary of 256 is already a multiple of 128 x tp = 256" -- $P check --model gpt-micro --steps 1 --tensor-model-parallel-size 2 --test-broken-tp-vocab-padding
+refuse "--test-broken-fp32-sums at dp 1" "--test-broken-fp32-sums: needs data-parallel-size > 1" -- $P check --model gpt-micro --steps 1 --test-broken-fp32-sums
+refuse "train --test-broken-replica without a dump" "--test-broken-replica: .*give --dump or --digest" -- $L --test-broken-replica 1
+refuse "--world-size 3 names the world size" "world-size: 3 devices / tp\*pp\*cp 1 = data-parallel-size 3, which does not divide" -- $T --world-size 3
+
 # --- what must still work ---------------------------------------------------
 if (cd "$w" && $T --dump "$w/link-to-good" >/dev/null 2>"$tmp/err") && [ -L "$w/link-to-good" ] \
    && "$P" diff --quiet "$w/good.st" "$w/link-to-good" >/dev/null; then

@@ -385,6 +385,13 @@ static int train_main(int argc, char **argv, int check) {
         }
 #undef VAL
     }
+    /* the backend's name before anything else, --print-layout and
+     * --print-config included: a flag is used or refused */
+    if (backend && strcmp(backend, "portable") && strcmp(backend, "openblas")) {
+        fprintf(stderr, "%s: --backend: expected openblas or portable, got '%s'\n", cli_name,
+                backend);
+        return 2;
+    }
 
     model_config_t cfg;
     if (model_config_builtin(model, &cfg, &err)) {
@@ -440,17 +447,23 @@ static int train_main(int argc, char **argv, int check) {
         fprintf(stderr, "parity %s: invalid layout: %s\n", argv[0], err.msg);
         return 2;
     }
-    if (pconfig_validate(&lo.pc, cfg.global_batch, &err)) {
+    if (pconfig_validate(&lo.pc, cfg.global_batch, &err) || layout_opts_check(&lo, &cfg, &err)) {
         char origin[512];
         fprintf(stderr, "parity %s: invalid layout%s: %s\n", argv[0],
                 layout_opts_origin(&lo, origin, sizeof origin), err.msg);
         return 2;
     }
+    if (!check && lo.broken_replica && !dump_path && !digest_path) {
+        fprintf(stderr, "parity train: --test-broken-replica: a flipped replica shows only in what "
+                        "is compared; give --dump or --digest (or use parity check)\n");
+        return 2;
+    }
     if (print_layout) {
-        if (print_config || dump_path || digest_path || dump_steps || save_dir || load_dir) {
+        if (print_config || dump_path || digest_path || dump_steps || save_dir || load_dir ||
+            lo.trace_path) {
             fprintf(stderr, "parity %s: --print-layout prints the layout and exits; it runs "
-                            "nothing to print a config of, dump, load or save\n",
-                    argv[0]);
+                            "nothing to print a config of, dump, trace, load or save%s\n",
+                    argv[0], lo.trace_path ? " (--trace writes no file)" : "");
             return 2;
         }
         memest_t mem;
@@ -500,12 +513,6 @@ static int train_main(int argc, char **argv, int check) {
     /* backend: --backend goes through PARITY_BACKEND, so that tile_init
      * does not refuse a portable run on a machine whose OpenBLAS fails
      * its start-up checks */
-    if (backend && strcmp(backend, "portable") && strcmp(backend, "openblas")) {
-        fprintf(stderr, "%s: --backend: expected openblas or portable, got '%s'\n", cli_name,
-                backend);
-        corpus_free(&data);
-        return 2;
-    }
     if (backend) setenv("PARITY_BACKEND", backend, 1);
     if (tile_init(&err)) {
         fprintf(stderr, "%s: %s\n", cli_name, err.msg);
