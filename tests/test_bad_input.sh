@@ -245,6 +245,16 @@ refuse "--test-broken-fp32-sums at dp 1" "--test-broken-fp32-sums: needs data-pa
 refuse "train --test-broken-replica without a dump" "--test-broken-replica: .*give --dump or --digest" -- $L --test-broken-replica 1
 refuse "--world-size 3 names the world size" "world-size: 3 devices / tp\*pp\*cp 1 = data-parallel-size 3, which does not divide" -- $T --world-size 3
 
+refuse "PARITY_MEM_AVAILABLE_MB=abc" "PARITY_MEM_AVAILABLE_MB='abc' is not valid: expected a number of MB from 1" -- env PARITY_MEM_AVAILABLE_MB=abc $T
+refuse "PARITY_MEM_AVAILABLE_MB=0 (no check)" "PARITY_MEM_AVAILABLE_MB='0' is not valid" -- env PARITY_MEM_AVAILABLE_MB=0 $P train --hidden-size 1024 --num-attention-heads 128 --ffn-hidden-size 4096 --num-layers 168 --print-layout
+refuse "PARITY_MEM_AVAILABLE_MB=1e300" "PARITY_MEM_AVAILABLE_MB='1e300' is not valid" -- env PARITY_MEM_AVAILABLE_MB=1e300 $T
+refuse "PARITY_COLL_WHOLE_BYTES=abc" "^parity check: PARITY_COLL_WHOLE_BYTES='abc' is not valid: expected an integer from 0 to" -- env PARITY_COLL_WHOLE_BYTES=abc $P check --model gpt-micro --steps 1 --data-parallel-size 2
+refuse "PARITY_COLL_SPIN_US=1e300" "PARITY_COLL_SPIN_US='1e300' is not valid: expected a number from 0 to" -- env PARITY_COLL_SPIN_US=1e300 $P check --model gpt-micro --steps 1 --data-parallel-size 2
+refuse "PARITY_COLL_YIELD_US=-1" "PARITY_COLL_YIELD_US='-1' is not valid" -- env PARITY_COLL_YIELD_US=-1 $P check --model gpt-micro --steps 1 --data-parallel-size 2
+refuse "PARITY_COLL_ALGO=tree, even with --print-layout" "PARITY_COLL_ALGO='tree'" -- env PARITY_COLL_ALGO=tree $T --print-layout
+refuse "PARITY_BACKEND=cuda, even with --print-config" "PARITY_BACKEND='cuda' is not valid" -- env PARITY_BACKEND=cuda $T --print-config
+refuse "PARITY_PIN=yes" "PARITY_PIN='yes' is not valid: expected 0 or 1" -- env PARITY_PIN=yes $T
+
 # --- what must still work ---------------------------------------------------
 if (cd "$w" && $T --dump "$w/link-to-good" >/dev/null 2>"$tmp/err") && [ -L "$w/link-to-good" ] \
    && "$P" diff --quiet "$w/good.st" "$w/link-to-good" >/dev/null; then

@@ -82,7 +82,10 @@ static void usage(FILE *f) {
           "                           separated list of act (inputs, activations, masks, logits,\n"
           "                           loss), grad (parameter and unit-input gradients, the norm),\n"
           "                           param (initial and updated parameters, lr), optim (AdamW's\n"
-          "                           m, v and step count); default all\n",
+          "                           m, v and step count); default all\n"
+          "environment (each checked before anything runs; a bad value exits 2): PARITY_BACKEND,\n"
+          "PARITY_MEM_AVAILABLE_MB, PARITY_COLL_ALGO, PARITY_COLL_TIMEOUT, PARITY_COLL_WHOLE_BYTES,\n"
+          "PARITY_COLL_SPIN_US, PARITY_COLL_YIELD_US, PARITY_PIN (ref/cli/env_check.c)\n",
           f);
 }
 
@@ -392,6 +395,12 @@ static int train_main(int argc, char **argv, int check) {
                 backend);
         return 2;
     }
+    /* --backend goes through PARITY_BACKEND, so that tile_init does not
+     * refuse a portable run on a machine whose OpenBLAS fails its
+     * start-up checks; then the environment, as the flags, before
+     * anything runs */
+    if (backend) setenv("PARITY_BACKEND", backend, 1);
+    if (cli_env_check()) return 2;
 
     model_config_t cfg;
     if (model_config_builtin(model, &cfg, &err)) {
@@ -510,10 +519,6 @@ static int train_main(int argc, char **argv, int check) {
         return 2;
     }
 
-    /* backend: --backend goes through PARITY_BACKEND, so that tile_init
-     * does not refuse a portable run on a machine whose OpenBLAS fails
-     * its start-up checks */
-    if (backend) setenv("PARITY_BACKEND", backend, 1);
     if (tile_init(&err)) {
         fprintf(stderr, "%s: %s\n", cli_name, err.msg);
         corpus_free(&data);
