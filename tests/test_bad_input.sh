@@ -255,6 +255,9 @@ refuse "PARITY_COLL_ALGO=tree, even with --print-layout" "PARITY_COLL_ALGO='tree
 refuse "PARITY_BACKEND=cuda, even with --print-config" "PARITY_BACKEND='cuda' is not valid" -- env PARITY_BACKEND=cuda $T --print-config
 refuse "PARITY_PIN=yes" "PARITY_PIN='yes' is not valid: expected 0 or 1" -- env PARITY_PIN=yes $T
 
+refuse "--arena-mb 0.01 names the device" "device memory: the largest of the 2 devices needs an estimated" -- $P check --model gpt-micro --steps 1 --data-parallel-size 2 --arena-mb 0.01
+refuse "--arena-mb 0.01 on one device names it" "device memory: device 0 \(the only one\) needs" -- $P check --model gpt-micro --steps 1 --arena-mb 0.01
+
 # --- what must still work ---------------------------------------------------
 if (cd "$w" && $T --dump "$w/link-to-good" >/dev/null 2>"$tmp/err") && [ -L "$w/link-to-good" ] \
    && "$P" diff --quiet "$w/good.st" "$w/link-to-good" >/dev/null; then

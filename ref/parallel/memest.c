@@ -163,9 +163,14 @@ int memest_check(const memest_t *m, size_t arena_bytes, perr_t *err) {
     if (memest_env_check(err)) return -1;
     categories(&m->max_dev, cats, sizeof cats);
     if (arena_bytes && m->max_dev.total > arena_bytes)
-        return perr_set(err, "device memory: a device needs an estimated %s (%s), more than its "
+    {
+        char who[64]; /* max_dev is each category's largest over the devices */
+        if (m->devices <= 1) snprintf(who, sizeof who, "device 0 (the only one)");
+        else snprintf(who, sizeof who, "the largest of the %d devices", m->devices);
+        return perr_set(err, "device memory: %s needs an estimated %s (%s), more than its "
                              "capacity --arena-mb %g",
-                        fmt(a, sizeof a, m->max_dev.total), cats, (double)arena_bytes / 1e6);
+                        who, fmt(a, sizeof a, m->max_dev.total), cats, (double)arena_bytes / 1e6);
+    }
     const size_t need = m->all_devices + m->host_shared, avail = memest_available();
     if (avail && need > avail)
         return perr_set(err, "host memory: the run needs an estimated %s (%d device%s x %s, plus "
