@@ -78,6 +78,8 @@ int  memest_check(const memest_t *m, size_t arena_bytes, perr_t *err);
  * /proc/meminfo without MemAvailable (kernels before 3.14) gives MemFree +
  * Cached, with a note on stderr. */
 size_t memest_available(void);
+/* The same from a meminfo file (memest_available reads /proc/meminfo). */
+size_t memest_meminfo_available(const char *path);
 /* PARITY_MEM_AVAILABLE_MB, when set, must be a number of MB in
  * [MEMEST_ENV_MIN_MB, MEMEST_ENV_MAX_MB]: 0, "abc" or 1e300 would switch
  * the check off or overflow. 0, or -1 with a message naming it

@@ -118,7 +118,11 @@ size_t memest_available(void) {
     double mb = env_mb(&raw);
     if (mb >= 0) return (size_t)(mb * 1e6);
     if (mb == -2) return 0; /* memest_check refuses it (memest_env_check) */
-    FILE *f = fopen("/proc/meminfo", "r");
+    return memest_meminfo_available("/proc/meminfo");
+}
+
+size_t memest_meminfo_available(const char *path) {
+    FILE *f = fopen(path, "r");
     if (!f) return 0;
     char line[256];
     size_t kb, avail = 0, free_kb = 0, cached = 0;
@@ -133,7 +137,7 @@ size_t memest_available(void) {
     /* older kernels: MemFree + Cached, said once on stderr */
     static atomic_int noted;
     if (!atomic_exchange(&noted, 1))
-        fprintf(stderr, "parity: note: /proc/meminfo has no MemAvailable; %s\n",
+        fprintf(stderr, "parity: note: %s has no MemAvailable; %s\n", path,
                 have_free ? "the host memory check uses MemFree + Cached"
                           : "nor MemFree: the host memory check is off (set PARITY_MEM_AVAILABLE_MB)");
     return have_free ? (free_kb + cached) * 1024 : 0;
