@@ -19,6 +19,7 @@ root=$(pwd)
 
 P="$PARITY"
 T="$P train --model gpt-micro --steps 1 --quiet"
+T2="$P train --model gpt-micro --quiet" # $T for another --steps (a flag given twice is refused)
 
 # --- fixtures: a good dump and digest list to protect, private nodes -------
 if ! $T --dump "$w/good.st" --digest "$w/good.sha256" >/dev/null 2>"$tmp/err"; then
@@ -68,12 +69,12 @@ refuse "--dump naming the --save directory" "--dump '.*' is the checkpoint direc
 refuse "--dump and --trace, one a hard link of the other" "--trace '.*' and --dump '.*' name the same file" -- sh -c "ln '$w/good.trace' '$w/hard' && $L --trace '$w/good.trace' --dump '$w/hard'; rc=\$?; rm -f '$w/hard'; exit \$rc"
 refuse "check --trace and --dump naming one file" "--trace '.*' and --dump '.*' name the same file" -- $P check --model gpt-micro --steps 1 --data-parallel-size 2 --trace "$w/x" --dump "$w/x"
 refuse "a failed --dump keeps the trace it would have replaced" "--dump|safetensors file.*write failed" 16 -- $L --trace "$w/good.trace" --dump "$w/good.st"
-refuse "a failed --save keeps the digest list it would have replaced" "--save.*write failed" 64 -- $T --steps 2 --digest "$w/good.sha256" --save "$w/ck"
-refuse "a failed --save (layout) keeps the trace and digest list" "--save.*write failed" 64 -- $L --steps 2 --trace "$w/good.trace" --digest "$w/good.sha256" --save "$w/ck"
+refuse "a failed --save keeps the digest list it would have replaced" "--save.*write failed" 64 -- $T2 --steps 2 --digest "$w/good.sha256" --save "$w/ck"
+refuse "a failed --save (layout) keeps the trace and digest list" "--save.*write failed" 64 -- $T2 --data-parallel-size 2 --steps 2 --trace "$w/good.trace" --digest "$w/good.sha256" --save "$w/ck"
 refuse "a failed --save into a new directory leaves no directory" "--save.*write failed" 64 -- $T --save "$w/newck"
 if [ -c "$w/full" ]; then
-  refuse "a full stdout keeps the checkpoint it would have replaced" "standard output" -- sh -c "exec $T --steps 2 --save '$w/ck' > '$w/full'"
-  refuse "a full stdout (layout) keeps the trace and dump" "standard output" -- sh -c "exec $L --steps 2 --trace '$w/good.trace' --dump '$w/good.st' > '$w/full'"
+  refuse "a full stdout keeps the checkpoint it would have replaced" "standard output" -- sh -c "exec $T2 --steps 2 --save '$w/ck' > '$w/full'"
+  refuse "a full stdout (layout) keeps the trace and dump" "standard output" -- sh -c "exec $T2 --data-parallel-size 2 --steps 2 --trace '$w/good.trace' --dump '$w/good.st' > '$w/full'"
   refuse "check with a full stdout keeps the dump" "standard output" -- sh -c "exec $P check --model gpt-micro --steps 1 --data-parallel-size 2 --dump '$w/good.st' > '$w/full'"
 fi
 NF="$P train --model gpt-micro --steps 3 --lr 1e38 --lr-warmup-iters 1 --quiet"
@@ -314,6 +315,44 @@ if $P train --model gpt-micro --steps 2 --save "$w/ck" --quiet >/dev/null 2>"$tm
 else
   fail "fixture: a checkpoint" "$(cat "$tmp/err")"
 fi
+# --- issue 22, part two: a flag given twice, a flag that cannot apply, a bad environment
+refuse "--steps given twice" "^parity train: --steps given twice" -- $T --steps 3
+refuse "check --pipeline-layer-split given twice" "^parity check: --pipeline-layer-split given twice" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --pipeline-layer-split 1,1 --pipeline-layer-split 2,0
+refuse "--load given twice" "--load given twice" -- $T --load "$w/ck" --load "$w/ck"
+refuse "--save given twice" "--save given twice" -- $T --save "$w/a" --save "$w/b"
+refuse "--trace given twice" "--trace given twice" -- $L --trace "$w/a.json" --trace "$w/b.json"
+refuse "--lr given twice" "--lr given twice" -- $T --lr 1e-3 --lr 2e-3
+refuse "--quiet given twice" "--quiet given twice" -- $T --quiet
+refuse "a broken-variant control given twice" "--test-broken-fp32-sums given twice" -- $L --test-broken-fp32-sums --test-broken-fp32-sums
+refuse "--model and --config, one flag" "--model and --config are one flag" -- $T --config gpt-tiny
+
+printf '%s' '{"mode": "sharding", "stage_cnt": 2, "sharding_size": 2, "device_mapping": {"stage_0": {"shard_0": 0, "shard_1": 2}, "stage_1": {"shard_0": 1, "shard_1": 3}}}' >"$tmp/pptp.json"
+refuse "--rank-order (even the default) with a patterns mapping" "device_mapping: the layout also comes from --rank-order" -- $P check --model gpt-tiny --steps 1 --rank-order tp-cp-ep-dp-pp --parallel-config "$tmp/pptp.json"
+refuse "--pipeline-schedule gpipe at pp 1" "pipeline-schedule: gpipe needs pipeline-model-parallel-size > 1" -- $P check --model gpt-micro --steps 1 --pipeline-schedule gpipe
+refuse "--print-layout with --trace" "print-layout.*--trace writes no file" -- $T --print-layout --trace "$w/t.json"
+refuse "--backend cuda with --print-layout" "--backend: expected openblas or portable, got 'cuda'" -- $T --backend cuda --print-layout
+refuse "--backend cuda with --print-config" "--backend: expected openblas or portable, got 'cuda'" -- $T --backend cuda --print-config
+refuse "--arena-mb below one byte" "--arena-mb: '1e-7' MB is less than one byte" -- $P check --model gpt-micro --steps 1 --arena-mb 1e-7
+refuse "--cp-comm-type p2p at cp 1" "cp-comm-type: p2p .* needs context-parallel-size > 1" -- $P check --model gpt-micro --steps 1 --cp-comm-type p2p
+refuse "--test-broken-tp-fp32-sums at tp 1" "--test-broken-tp-fp32-sums: needs tensor-model-parallel-size > 1" -- $P check --model gpt-micro --steps 1 --test-broken-tp-fp32-sums
+refuse "--test-broken-tp-vocab-padding at tp 1" "--test-broken-tp-vocab-padding: needs tensor-model-parallel-size > 1" -- $P check --model gpt-micro --steps 1 --test-broken-tp-vocab-padding
+refuse "--test-broken-tp-vocab-padding where nothing is padded" "--test-broken-tp-vocab-padding: the vocabulary of 256 is already a multiple of 128 x tp = 256" -- $P check --model gpt-micro --steps 1 --tensor-model-parallel-size 2 --test-broken-tp-vocab-padding
+refuse "--test-broken-fp32-sums at dp 1" "--test-broken-fp32-sums: needs data-parallel-size > 1" -- $P check --model gpt-micro --steps 1 --test-broken-fp32-sums
+refuse "train --test-broken-replica without a dump" "--test-broken-replica: .*give --dump or --digest" -- $L --test-broken-replica 1
+refuse "--world-size 3 names the world size" "world-size: 3 devices / tp\*pp\*cp 1 = data-parallel-size 3, which does not divide" -- $T --world-size 3
+
+refuse "PARITY_MEM_AVAILABLE_MB=abc" "PARITY_MEM_AVAILABLE_MB='abc' is not valid: expected a number of MB from 1" -- env PARITY_MEM_AVAILABLE_MB=abc $T
+refuse "PARITY_MEM_AVAILABLE_MB=0 (no check)" "PARITY_MEM_AVAILABLE_MB='0' is not valid" -- env PARITY_MEM_AVAILABLE_MB=0 $P train --hidden-size 1024 --num-attention-heads 128 --ffn-hidden-size 4096 --num-layers 168 --print-layout
+refuse "PARITY_MEM_AVAILABLE_MB=1e300" "PARITY_MEM_AVAILABLE_MB='1e300' is not valid" -- env PARITY_MEM_AVAILABLE_MB=1e300 $T
+refuse "PARITY_COLL_WHOLE_BYTES=abc" "^parity check: PARITY_COLL_WHOLE_BYTES='abc' is not valid: expected an integer from 0 to" -- env PARITY_COLL_WHOLE_BYTES=abc $P check --model gpt-micro --steps 1 --data-parallel-size 2
+refuse "PARITY_COLL_SPIN_US=1e300" "PARITY_COLL_SPIN_US='1e300' is not valid: expected a number from 0 to" -- env PARITY_COLL_SPIN_US=1e300 $P check --model gpt-micro --steps 1 --data-parallel-size 2
+refuse "PARITY_COLL_YIELD_US=-1" "PARITY_COLL_YIELD_US='-1' is not valid" -- env PARITY_COLL_YIELD_US=-1 $P check --model gpt-micro --steps 1 --data-parallel-size 2
+refuse "PARITY_COLL_ALGO=tree, even with --print-layout" "PARITY_COLL_ALGO='tree'" -- env PARITY_COLL_ALGO=tree $T --print-layout
+refuse "PARITY_BACKEND=cuda, even with --print-config" "PARITY_BACKEND='cuda' is not valid" -- env PARITY_BACKEND=cuda $T --print-config
+refuse "PARITY_PIN=yes" "PARITY_PIN='yes' is not valid: expected 0 or 1" -- env PARITY_PIN=yes $T
+
+refuse "--arena-mb 0.01 names the device" "device memory: the largest of the 2 devices needs an estimated" -- $P check --model gpt-micro --steps 1 --data-parallel-size 2 --arena-mb 0.01
+refuse "--arena-mb 0.01 on one device names it" "device memory: device 0 \(the only one\) needs" -- $P check --model gpt-micro --steps 1 --arena-mb 0.01
 
 # --- what must still work ---------------------------------------------------
 if (cd "$w" && $T --dump "$w/link-to-good" >/dev/null 2>"$tmp/err") && [ -L "$w/link-to-good" ] \
@@ -323,7 +362,7 @@ else
   fail "--dump through a symlink replaces the linked file and keeps the link" "$(cat "$tmp/err")"
 fi
 $P check --model gpt-micro --steps 2 --data-parallel-size 2 --dump "$tmp/layout.st" >/dev/null 2>"$tmp/err"
-$T --steps 2 --dump "$tmp/golden2.st" >/dev/null 2>&1
+$T2 --steps 2 --dump "$tmp/golden2.st" >/dev/null 2>&1
 if [ -s "$tmp/layout.st" ] && "$P" diff --quiet "$tmp/layout.st" "$tmp/golden2.st" >/dev/null; then
   ok "check --dump writes the layout's reassembled tensors (bit-exact with the golden dump)"
 else

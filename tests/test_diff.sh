@@ -173,5 +173,51 @@ EOF
 run_diff "$tmp/badjson.safetensors" "$tmp/base.safetensors"
 expect "unknown dtype" 2 "$tmp/badjson.safetensors: tensor \"w\": dtype: unknown \"F33\""
 
+# Names are printed escaped: a name holding terminal escapes or a newline
+# can neither hide the report nor forge a summary line (issue 22).
+"$PY" - "$tmp" <<'EOF'
+import json, struct, sys
+def save(path, names, dtype="U8"):
+    header, off = {}, 0
+    for n in names:
+        header[n] = {"dtype": dtype, "shape": [1], "data_offsets": [off, off + 1]}
+        off += 1
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + bytes(off))
+forged = "z\n1 tensors, 1 bit-exact, 0 differ, 0 missing\n"
+save(sys.argv[1] + "/evilA.safetensors", ["ok", "\x1b[2J\x1b[Hhidden\x07", forged])
+save(sys.argv[1] + "/evilB.safetensors", ["ok", "\x1b[2J\x1b[Hhidden\x07"])
+save(sys.argv[1] + "/evildt.safetensors", ["\x1b]0;title\x07w"], dtype="U9")
+EOF
+run_diff "$tmp/evilA.safetensors" "$tmp/evilB.safetensors"
+expect "escaped names" 1 '\x1b[2J\x1b[Hhidden\x07' 'z\x0a1 tensors, 1 bit-exact' "3 tensors, 2 bit-exact, 0 differ, 1 missing"
+if grep -q $'[\x01-\x08\x0b-\x1f\x7f]' <<<"$out"; then fail "no control byte reaches the terminal" "$(od -c <<<"$out" | head)"
+else ok "no control byte reaches the terminal"; fi
+if grep -qx "1 tensors, 1 bit-exact, 0 differ, 0 missing" <<<"$out"; then fail "a name cannot forge the summary" "$out"
+else ok "a name cannot forge the summary"; fi
+run_diff "$tmp/evildt.safetensors" "$tmp/evilB.safetensors"
+expect "escaped name in an error" 2 'tensor "\x1b]0;title\x07w": dtype: unknown "U9"'
+if grep -q $'[\x01-\x08\x0b-\x1f\x7f]' <<<"$out"; then fail "no control byte in an error" "$(od -c <<<"$out" | head)"
+else ok "no control byte in an error"; fi
+
+# The file's size is checked against its header before a data byte is
+# read: a sparse 4 GiB file after a valid header is refused at once,
+# naming both sizes, in bounded memory (1 GB of address space).
+cp "$tmp/base.safetensors" "$tmp/sparse.safetensors"
+truncate -s 4G "$tmp/sparse.safetensors"
+hlen=$("$PY" -c 'import struct,sys; print(struct.unpack("<Q", open(sys.argv[1],"rb").read(8))[0])' "$tmp/base.safetensors")
+dlen=$(( $(stat -c %s "$tmp/base.safetensors") - 8 - hlen ))
+start=$(date +%s)
+out=$( (ulimit -v 1000000; timeout 60 "$PARITY" diff "$tmp/sparse.safetensors" "$tmp/base.safetensors") 2>&1); rc=$?
+expect "sparse 4 GiB file refused by its header" 2 "$tmp/sparse.safetensors: file is 4294967296 bytes" \
+  "declares $dlen bytes of tensor data: expected 8 + $hlen (header) + $dlen = $((8 + hlen + dlen)) bytes"
+if [ $(( $(date +%s) - start )) -le 10 ]; then ok "sparse file refused quickly"; else fail "sparse file refused quickly"; fi
+rm -f "$tmp/sparse.safetensors"
+head -c $(( 8 + hlen + dlen - 4 )) "$tmp/base.safetensors" >"$tmp/short.safetensors"
+run_diff "$tmp/base.safetensors" "$tmp/short.safetensors"
+expect "file shorter than its header declares" 2 "$tmp/short.safetensors: file is $(( 8 + hlen + dlen - 4 )) bytes" \
+  "declares $dlen bytes of tensor data"
+
 echo "RESULT test_diff.sh: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

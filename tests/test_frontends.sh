@@ -158,7 +158,7 @@ refuse "patterns: a missing file" "--parallel-config '$tmp/none.json': cannot op
 refuse "patterns: a directory" "--parallel-config '$w': not a regular file" -- $T --parallel-config "$w"
 : >"$tmp/empty.json"
 refuse "patterns: an empty file" "malformed JSON" -- $T --parallel-config "$tmp/empty.json"
-refuse "--parallel-config twice" "--parallel-config: given twice" -- $T --parallel-config a.json --parallel-config b.json
+refuse "--parallel-config twice" "--parallel-config:? given twice" -- $T --parallel-config a.json --parallel-config b.json
 
 # --- bad Colossal-AI files --------------------------------------------------------
 col() { # NAME PATTERN TEXT [FLAGS...]

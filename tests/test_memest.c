@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "parity/corpus.h"
@@ -280,6 +281,40 @@ static void test_dump_estimate_is_exact(void) {
     }
 }
 
+/* PARITY_MEM_AVAILABLE_MB: malformed, zero or non-finite is refused, not
+ * ignored; a meminfo without MemAvailable falls back to MemFree + Cached. */
+static void test_available_env_and_meminfo(void) {
+    perr_t err;
+    const char *bad[] = {"abc", "0", "1e300", "-5", "nan", "12x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("PARITY_MEM_AVAILABLE_MB", bad[i], 1);
+        CHECK(memest_env_check(&err) == -1 && strstr(err.msg, "PARITY_MEM_AVAILABLE_MB"),
+              "PARITY_MEM_AVAILABLE_MB=%s accepted", bad[i]);
+        memest_t m = {.devices = 1};
+        CHECK(memest_check(&m, 0, &err) == -1, "memest_check ignored PARITY_MEM_AVAILABLE_MB=%s", bad[i]);
+    }
+    setenv("PARITY_MEM_AVAILABLE_MB", "2.5", 1);
+    CHECK(memest_env_check(&err) == 0 && memest_available() == (size_t)2.5e6, "2.5 MB");
+    unsetenv("PARITY_MEM_AVAILABLE_MB");
+    char dir[] = "/tmp/parity_meminfo_XXXXXX", path[64];
+    if (harness_mkdtemp(dir)) return;
+    snprintf(path, sizeof path, "%s/meminfo", dir);
+    FILE *f = fopen(path, "w");
+    fputs("MemTotal: 1000 kB\nMemFree: 100 kB\nBuffers: 5 kB\nCached: 20 kB\n", f);
+    fclose(f);
+    CHECK(memest_meminfo_available(path) == 120 * 1024, "no MemAvailable: MemFree + Cached");
+    f = fopen(path, "w");
+    fputs("MemFree: 100 kB\nMemAvailable: 300 kB\nCached: 20 kB\n", f);
+    fclose(f);
+    CHECK(memest_meminfo_available(path) == 300 * 1024, "MemAvailable when present");
+    f = fopen(path, "w");
+    fputs("MemTotal: 1000 kB\n", f);
+    fclose(f);
+    CHECK(memest_meminfo_available(path) == 0, "neither: unknown");
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void) {
     perr_t err;
     if (!getenv("PARITY_BACKEND")) setenv("PARITY_BACKEND", "portable", 1);
@@ -287,6 +322,7 @@ int main(void) {
         fprintf(stderr, "setup: %s\n", err.msg);
         return 1;
     }
+    RUN(test_available_env_and_meminfo);
     RUN(test_huge_model_refused_fast);
     RUN(test_dump_estimate_is_exact);
     RUN(test_arena_capacity_is_the_estimate);

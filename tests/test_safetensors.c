@@ -253,7 +253,7 @@ static void test_corrupt_files(void) {
     expect_bad_header(T("w", "{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,0]}"), 0,
                       "[0, 0) is 0 bytes, but shape and dtype F32 need 1 elements");
     expect_bad_header(T("w", "{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}"), 8,
-                      "tensor \"w\": data_offsets: end 16 is past the data buffer (8 bytes)");
+                      "file is 71 bytes, but its header declares 16 bytes of tensor data: expected 8 + 55 (header) + 16 = 79");
     expect_bad_header(T("w", "{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[4,2]}"), 4,
                       "tensor \"w\": data_offsets: begin 4 > end 2");
     expect_bad_header(T("w", "{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0]}"), 2,
@@ -291,8 +291,8 @@ static void test_corrupt_files(void) {
                       "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[8,12]}}",
                       12, "bytes [4, 8) of the data buffer belong to no tensor (gap before \"b\")");
     expect_bad_header(T("w", "{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}"), 6,
-                      "bytes [4, 6) at the end of the data buffer belong to no tensor");
-    expect_bad_header("{}", 3, "bytes [0, 3) at the end of the data buffer");
+                      "file is 67 bytes, but its header declares 4 bytes of tensor data: expected 8 + 53 (header) + 4 = 65");
+    expect_bad_header("{}", 3, "file is 13 bytes, but its header declares 0 bytes of tensor data");
     expect_bad_header("{\"__metadata__\":[1]}", 0, "\"__metadata__\": expected an object of strings, got array");
     expect_bad_header("{\"__metadata__\":{\"k\":1}}", 0, "\"__metadata__\": key \"k\": expected a string, got number");
     expect_bad_header("{\"__metadata__\":{\"k\":\"a\\u0000b\"}}", 0, "key \"k\": value contains \\u0000");

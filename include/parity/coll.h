@@ -232,6 +232,11 @@ coll_algo_t coll_get_algo(void);
  * with a message naming the bad value. The first collective a thread
  * makes calls this and treats an error as fatal. */
 int coll_algo_from_env(coll_algo_t *out, perr_t *e);
+/* Every PARITY_COLL_* variable (ALGO, TIMEOUT, WHOLE_BYTES, SPIN_US,
+ * YIELD_US) at once, for a check at start-up: 0, or -1 with a message
+ * naming the variable and its valid range. The collectives refuse the
+ * same values where they read them (coll_die). */
+int coll_env_check(perr_t *e);
 /* Watchdog timeout in seconds for every thread; returns the previous one.
  * Before the first call, PARITY_COLL_TIMEOUT (a positive number) sets it. */
 double coll_set_timeout(double seconds);

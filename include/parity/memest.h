@@ -74,8 +74,19 @@ size_t memest_dump_tensor_bytes(const model_config_t *cfg, int steps);
  *    /proc/meminfo, or PARITY_MEM_AVAILABLE_MB when set (tests; a
  *    machine with memory reserved for others); unknown = no check. */
 int  memest_check(const memest_t *m, size_t arena_bytes, perr_t *err);
-/* The bytes memest_check compares against; 0 when unknown. */
+/* The bytes memest_check compares against; 0 when unknown. A
+ * /proc/meminfo without MemAvailable (kernels before 3.14) gives MemFree +
+ * Cached, with a note on stderr. */
 size_t memest_available(void);
+/* The same from a meminfo file (memest_available reads /proc/meminfo). */
+size_t memest_meminfo_available(const char *path);
+/* PARITY_MEM_AVAILABLE_MB, when set, must be a number of MB in
+ * [MEMEST_ENV_MIN_MB, MEMEST_ENV_MAX_MB]: 0, "abc" or 1e300 would switch
+ * the check off or overflow. 0, or -1 with a message naming it
+ * (memest_check calls it first). */
+#define MEMEST_ENV_MIN_MB 1.0
+#define MEMEST_ENV_MAX_MB 1e9
+int memest_env_check(perr_t *err);
 
 /* Two lines: the largest device by category, then all devices and the
  * host buffers. */

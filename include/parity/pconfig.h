@@ -83,6 +83,9 @@ enum { /* bits of pconfig_t.given */
     PC_GIVEN_NUM_MB = 1u << 6, /* the microbatches came as --num-microbatches (messages name it) */
     PC_GIVEN_BUCKET = 1u << 7,
     PC_GIVEN_RANK_LIST = 1u << 8, /* rank_list came from --rank-list (a patterns mapping otherwise) */
+    PC_GIVEN_ORDER = 1u << 9,     /* --rank-order was given (even the default order) */
+    PC_GIVEN_CP_COMM = 1u << 10,  /* --cp-comm-type was given */
+    PC_GIVEN_SCHEDULE = 1u << 11, /* --pipeline-schedule was given */
 };
 
 /* Defaults: one device, DDP, buckets of 40 MB, fp32, Megatron's order. */

@@ -81,6 +81,15 @@ size_t st_metadata_count(const st_file_t *f);
 const char *st_metadata_key_at(const st_file_t *f, size_t i);    /* header order */
 const char *st_path(const st_file_t *f);
 
+/* Writes s into buf (cap bytes, cap >= 4) with every byte that could
+ * drive a terminal escaped as \xHH: C0 controls, DEL, and the two-byte
+ * UTF-8 form of the C1 controls (U+0080..U+009F). Anything read from a
+ * file (a tensor name, a metadata key, a dtype) is printed through it.
+ * A string too long for buf ends in "..."; returns buf. ST_ESCAPE_CAP(n)
+ * is enough for a string of n bytes. */
+#define ST_ESCAPE_CAP(n) (4 * (size_t)(n) + 1)
+char *st_escape(const char *s, char *buf, size_t cap);
+
 uint64_t st_numel(const st_tensor_t *t);
 size_t st_dtype_size(st_dtype_t dt);        /* bytes per element; 0 if invalid */
 const char *st_dtype_name(st_dtype_t dt);   /* "F32", ...; "?" if invalid */

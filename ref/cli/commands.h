@@ -12,4 +12,8 @@ int cmd_check(int argc, char **argv);  /* train.c: golden vs layout */
  * which every message names (main.c sets it before dispatching). */
 extern const char *cli_name;
 
+/* env_check.c: every PARITY_* variable a run reads, at start-up; 0, or 2
+ * after a message naming the variable and its valid values. */
+int cli_env_check(void);
+
 #endif

@@ -34,6 +34,7 @@ typedef struct {
     const st_tensor_t *a, *b; /* either may be NULL (missing) */
     row_status_t status;
     tensor_diff_t d;
+    char *name; /* the tensor's name escaped for printing (st_escape) */
 } row_t;
 
 static void usage(FILE *f) {
@@ -58,7 +59,16 @@ static void format_shape(const st_tensor_t *t, char *buf, size_t cap) {
 
 enum { CELL = 400 };
 
-static const char *row_name(const row_t *r) { return r->a ? r->a->name : r->b->name; }
+static const char *row_name(const row_t *r) { return r->name; }
+
+/* Anything from a file or the command line is printed escaped, so a name
+ * holding terminal escapes or newlines cannot hide or forge report lines. */
+static char *escaped(const char *s) {
+    size_t cap = ST_ESCAPE_CAP(strlen(s));
+    char *e = malloc(cap);
+    if (!e) parity_fatal("out of memory");
+    return st_escape(s, e, cap);
+}
 
 /* The dtype, shape and status cells of a row ("F32|F64" when they differ). */
 static void row_cells(const row_t *r, char dtype[CELL], char shape[CELL], char status[CELL]) {
@@ -151,7 +161,9 @@ static int parse_max_rows(const char *s, long *out) {
     errno = 0;
     long v = strtol(s, &end, 10);
     if (!*s || *end || errno || v < 0) {
-        fprintf(stderr, "parity diff: --max-rows: expected a non-negative integer, got '%s'\n", s);
+        char *e = escaped(s);
+        fprintf(stderr, "parity diff: --max-rows: expected a non-negative integer, got '%s'\n", e);
+        free(e);
         return -1;
     }
     *out = v;
@@ -178,13 +190,17 @@ int cmd_diff(int argc, char **argv) {
         } else if (!strncmp(arg, "--max-rows=", 11)) {
             if (parse_max_rows(arg + 11, &max_rows)) return 2;
         } else if (arg[0] == '-' && arg[1]) {
-            fprintf(stderr, "parity diff: unknown option '%s'\n", arg);
+            char *e = escaped(arg);
+            fprintf(stderr, "parity diff: unknown option '%s'\n", e);
+            free(e);
             usage(stderr);
             return 2;
         } else if (npath < 2) {
             path[npath++] = arg;
         } else {
-            fprintf(stderr, "parity diff: expected two files, got a third: '%s'\n", arg);
+            char *e = escaped(arg);
+            fprintf(stderr, "parity diff: expected two files, got a third: '%s'\n", e);
+            free(e);
             return 2;
         }
     }
@@ -199,7 +215,9 @@ int cmd_diff(int argc, char **argv) {
         perr_t err;
         f[k] = st_open(path[k], &err);
         if (!f[k]) {
-            fprintf(stderr, "parity diff: %s\n", err.msg);
+            char *e = escaped(err.msg);
+            fprintf(stderr, "parity diff: %s\n", e);
+            free(e);
             st_close(f[0]);
             return 2;
         }
@@ -220,6 +238,7 @@ int cmd_diff(int argc, char **argv) {
             if (st_find(f[0], r->b->name)) continue;
         }
         n++;
+        r->name = escaped(r->a ? r->a->name : r->b->name);
         if (!r->b) r->status = ROW_ONLY_A;
         else if (!r->a) r->status = ROW_ONLY_B;
         else if (r->a->dtype != r->b->dtype) r->status = ROW_DTYPE;
@@ -235,11 +254,15 @@ int cmd_diff(int argc, char **argv) {
     }
 
     if (!quiet) {
-        printf("A: %s (%zu tensors)\nB: %s (%zu tensors)\n\n", path[0], na, path[1], nb);
+        char *pa = escaped(path[0]), *pb = escaped(path[1]);
+        printf("A: %s (%zu tensors)\nB: %s (%zu tensors)\n\n", pa, na, pb, nb);
+        free(pa);
+        free(pb);
         print_table(rows, n, max_rows);
         putchar('\n');
     }
     printf("%zu tensors, %zu bit-exact, %zu differ, %zu missing\n", n, exact, differ, missing);
+    for (size_t i = 0; i < n; i++) free(rows[i].name);
     free(rows);
     st_close(f[0]);
     st_close(f[1]);

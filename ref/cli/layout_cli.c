@@ -64,6 +64,9 @@ int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *
         if (!v || end == v || *end || !(mb > 0) || mb > 1e9)
             return perr_set(err, "--arena-mb: expected a device memory size in MB > 0, got '%s'",
                             v ? v : "(nothing)");
+        if (mb * 1e6 < 1.0) /* 0 bytes would be 0 = unlimited */
+            return perr_set(err, "--arena-mb: '%s' MB is less than one byte (the smallest size is "
+                                 "1e-6 MB)", v);
         lo->arena_bytes = (size_t)(mb * 1e6);
         *i += 2;
         return 1;
@@ -98,6 +101,24 @@ int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *
         return 1;
     }
     return pconfig_parse_flag(&lo->pc, argc, argv, i, err);
+}
+
+int layout_opts_check(const layout_opts_t *lo, const model_config_t *cfg, perr_t *err) {
+    const pconfig_t *pc = &lo->pc;
+    if (lo->broken_fp32_sums && pc->dp == 1)
+        return perr_set(err, "--test-broken-fp32-sums: needs data-parallel-size > 1 (one replica "
+                             "has no gradient sums across ranks to break)");
+    if (lo->broken_tp_fp32_sums && pc->tp == 1)
+        return perr_set(err, "--test-broken-tp-fp32-sums: needs tensor-model-parallel-size > 1");
+    if (lo->broken_tp_vocab_pad) {
+        if (pc->tp == 1)
+            return perr_set(err, "--test-broken-tp-vocab-padding: needs tensor-model-parallel-size > 1");
+        const long unit = 128L * pc->tp;
+        if (cfg->vocab % unit == 0)
+            return perr_set(err, "--test-broken-tp-vocab-padding: the vocabulary of %d is already a "
+                                 "multiple of 128 x tp = %ld, so nothing is padded", cfg->vocab, unit);
+    }
+    return 0;
 }
 
 void layout_opts_print_help(FILE *f) {

@@ -58,6 +58,8 @@ static void usage(FILE *f) {
         "                           (pool.h); a layout's devices already share the cores\n"
         "  --quiet                  only the summary line\n"
         "  --print-config           print the resolved config as JSON and exit\n"
+        "every flag is given at most once (a repeat is refused, never \"the last one wins\");\n"
+        "only --optim repeats, with another KEY each time\n"
         "model and training overrides (Megatron-style):\n"
         "  --num-layers N  --hidden-size N  --num-attention-heads N  --ffn-hidden-size N\n"
         "  --seq-length N  --vocab-size N  --global-batch-size N  --micro-batch-size N\n"
@@ -80,7 +82,10 @@ static void usage(FILE *f) {
           "                           separated list of act (inputs, activations, masks, logits,\n"
           "                           loss), grad (parameter and unit-input gradients, the norm),\n"
           "                           param (initial and updated parameters, lr), optim (AdamW's\n"
-          "                           m, v and step count); default all\n",
+          "                           m, v and step count); default all\n"
+          "environment (each checked before anything runs; a bad value exits 2): PARITY_BACKEND,\n"
+          "PARITY_MEM_AVAILABLE_MB, PARITY_COLL_ALGO, PARITY_COLL_TIMEOUT, PARITY_COLL_WHOLE_BYTES,\n"
+          "PARITY_COLL_SPIN_US, PARITY_COLL_YIELD_US, PARITY_PIN (ref/cli/env_check.c)\n",
           f);
 }
 
@@ -271,6 +276,25 @@ static int check_outputs(const char *trace_path, const char *dump_path, const ch
     return rc;
 }
 
+/* One rule for every flag of train and check: given twice is an error,
+ * never "the last one wins" (a forgotten --steps 3 in a long command
+ * line silently changes the run). --optim alone repeats, each time with
+ * another model.optim key (nemo.c refuses a key given twice). --model and
+ * --config are one flag. seen[] holds the positions of the flags so far. */
+static const char *flag_canon(const char *a) { return !strcmp(a, "--config") ? "--model" : a; }
+
+static int flag_given_twice(char **argv, const int *seen, int nseen, const char *a) {
+    if (strncmp(a, "--", 2) || !strcmp(a, "--optim")) return 0;
+    for (int k = 0; k < nseen; k++) {
+        const char *b = argv[seen[k]];
+        if (strcmp(flag_canon(a), flag_canon(b))) continue;
+        if (strcmp(a, b)) fprintf(stderr, "parity %s: %s and %s are one flag; give it once\n", argv[0], b, a);
+        else fprintf(stderr, "parity %s: %s given twice\n", argv[0], a);
+        return 1;
+    }
+    return 0;
+}
+
 /* `parity train` (check == 0) and `parity check` (check == 1): one
  * option parser, so a layout means the same in both. */
 static int train_main(int argc, char **argv, int check) {
@@ -288,6 +312,8 @@ static int train_main(int argc, char **argv, int check) {
      * of config overrides are kept for pass 2 */
     enum { MAX_CFG_OPTS = 256 };
     int cfg_at[MAX_CFG_OPTS], n_cfg = 0;
+    enum { MAX_FLAGS = 1024 };
+    int seen[MAX_FLAGS], nseen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has_val = i + 1 < argc;
@@ -295,6 +321,12 @@ static int train_main(int argc, char **argv, int check) {
             usage(stdout);
             return 0;
         }
+        if (flag_given_twice(argv, seen, nseen, a)) return 2;
+        if (nseen == MAX_FLAGS) {
+            fprintf(stderr, "%s: more than %d flags\n", cli_name, MAX_FLAGS);
+            return 2;
+        }
+        seen[nseen++] = i;
 #define VAL(var)                                                                       \
     do {                                                                               \
         if (num_flag_value(a, has_val ? argv[i + 1] : NULL, &err)) {                   \
@@ -356,6 +388,19 @@ static int train_main(int argc, char **argv, int check) {
         }
 #undef VAL
     }
+    /* the backend's name before anything else, --print-layout and
+     * --print-config included: a flag is used or refused */
+    if (backend && strcmp(backend, "portable") && strcmp(backend, "openblas")) {
+        fprintf(stderr, "%s: --backend: expected openblas or portable, got '%s'\n", cli_name,
+                backend);
+        return 2;
+    }
+    /* --backend goes through PARITY_BACKEND, so that tile_init does not
+     * refuse a portable run on a machine whose OpenBLAS fails its
+     * start-up checks; then the environment, as the flags, before
+     * anything runs */
+    if (backend) setenv("PARITY_BACKEND", backend, 1);
+    if (cli_env_check()) return 2;
 
     model_config_t cfg;
     if (model_config_builtin(model, &cfg, &err)) {
@@ -411,17 +456,23 @@ static int train_main(int argc, char **argv, int check) {
         fprintf(stderr, "parity %s: invalid layout: %s\n", argv[0], err.msg);
         return 2;
     }
-    if (pconfig_validate(&lo.pc, cfg.global_batch, &err)) {
+    if (pconfig_validate(&lo.pc, cfg.global_batch, &err) || layout_opts_check(&lo, &cfg, &err)) {
         char origin[512];
         fprintf(stderr, "parity %s: invalid layout%s: %s\n", argv[0],
                 layout_opts_origin(&lo, origin, sizeof origin), err.msg);
         return 2;
     }
+    if (!check && lo.broken_replica && !dump_path && !digest_path) {
+        fprintf(stderr, "parity train: --test-broken-replica: a flipped replica shows only in what "
+                        "is compared; give --dump or --digest (or use parity check)\n");
+        return 2;
+    }
     if (print_layout) {
-        if (print_config || dump_path || digest_path || dump_steps || save_dir || load_dir) {
+        if (print_config || dump_path || digest_path || dump_steps || save_dir || load_dir ||
+            lo.trace_path) {
             fprintf(stderr, "parity %s: --print-layout prints the layout and exits; it runs "
-                            "nothing to print a config of, dump, load or save\n",
-                    argv[0]);
+                            "nothing to print a config of, dump, trace, load or save%s\n",
+                    argv[0], lo.trace_path ? " (--trace writes no file)" : "");
             return 2;
         }
         memest_t mem;
@@ -468,16 +519,6 @@ static int train_main(int argc, char **argv, int check) {
         return 2;
     }
 
-    /* backend: --backend goes through PARITY_BACKEND, so that tile_init
-     * does not refuse a portable run on a machine whose OpenBLAS fails
-     * its start-up checks */
-    if (backend && strcmp(backend, "portable") && strcmp(backend, "openblas")) {
-        fprintf(stderr, "%s: --backend: expected openblas or portable, got '%s'\n", cli_name,
-                backend);
-        corpus_free(&data);
-        return 2;
-    }
-    if (backend) setenv("PARITY_BACKEND", backend, 1);
     if (tile_init(&err)) {
         fprintf(stderr, "%s: %s\n", cli_name, err.msg);
         corpus_free(&data);

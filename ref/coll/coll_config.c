@@ -4,6 +4,8 @@
  */
 #include "coll_impl.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +39,34 @@ int coll_algo_from_env(coll_algo_t *out, perr_t *e) {
     if (!v || !*v || strcmp(v, "direct") == 0) return 0;
     if (strcmp(v, "ring") == 0) return *out = COLL_ALGO_RING, 0;
     return perr_set(e, "PARITY_COLL_ALGO='%s' is not a collective algorithm (expected direct or ring)", v);
+}
+
+/* ---- the PARITY_COLL_* numbers ---- */
+
+int coll_env_number(const char *name, double max, int integer, double *out, perr_t *e) {
+    const char *v = getenv(name);
+    *out = -1;
+    if (!v || !*v) return 0;
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (end == v || *end || errno || !isfinite(d) || !(d >= 0) || d > max || (integer && d != floor(d)))
+        return perr_set(e, "%s='%.100s' is not valid: expected %s from 0 to %g", name, v,
+                        integer ? "an integer" : "a number", max);
+    *out = d;
+    return 0;
+}
+
+int coll_env_check(perr_t *e) {
+    coll_algo_t a;
+    double d;
+    if (coll_algo_from_env(&a, e) || coll_env_number("PARITY_COLL_WHOLE_BYTES", COLL_ENV_MAX_BYTES, 1, &d, e) ||
+        coll_env_number("PARITY_COLL_SPIN_US", COLL_ENV_MAX_US, 0, &d, e) ||
+        coll_env_number("PARITY_COLL_YIELD_US", COLL_ENV_MAX_US, 0, &d, e))
+        return -1;
+    if (coll_env_number("PARITY_COLL_TIMEOUT", 1e9, 0, &d, e) == 0 && d != 0) return 0;
+    return perr_set(e, "PARITY_COLL_TIMEOUT='%.100s' is not a timeout: expected a positive number of seconds "
+                       "up to 1e9", getenv("PARITY_COLL_TIMEOUT"));
 }
 
 coll_algo_t coll_get_algo(void) {

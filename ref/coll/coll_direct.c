@@ -193,8 +193,10 @@ static size_t whole_budget(int n) {
     static _Atomic long env_budget = -2; /* -2: not read yet, -1: unset */
     long b = atomic_load_explicit(&env_budget, memory_order_relaxed);
     if (b == -2) {
-        const char *v = getenv("PARITY_COLL_WHOLE_BYTES");
-        b = v && *v ? atol(v) : -1;
+        double v;
+        perr_t e;
+        if (coll_env_number("PARITY_COLL_WHOLE_BYTES", COLL_ENV_MAX_BYTES, 1, &v, &e)) coll_die("%s", e.msg);
+        b = (long)v;
         atomic_store_explicit(&env_budget, b, memory_order_relaxed);
     }
     if (b >= 0) return (size_t)b;

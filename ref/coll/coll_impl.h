@@ -141,6 +141,11 @@ _Noreturn void coll_die(const char *fmt, ...) __attribute__((format(printf, 1, 2
 int64_t coll_timeout_ns(void);
 /* CPUs the run may use (devices_cpus: the mask before pinning). */
 int coll_cores(void);
+/* getenv(name) as a number in [0, max] (an integer when asked): *out = -1
+ * when unset or empty; -1 with a message naming the variable otherwise. */
+enum { COLL_ENV_MAX_US = 1000000000 };
+#define COLL_ENV_MAX_BYTES 1e12
+int coll_env_number(const char *name, double max, int integer, double *out, perr_t *e);
 
 /* ---- coll_config.c: the group's state, the layer's host memory ---- */
 /* The group's state, built once (by whichever member gets there first). */

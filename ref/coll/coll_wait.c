@@ -76,9 +76,10 @@ static int64_t spin_ns(void) {
     int world = devices_world();
     int64_t v = atomic_load_explicit(&cfg_spin, memory_order_relaxed);
     if (v >= 0 && atomic_load_explicit(&cfg_world, memory_order_relaxed) == world) return v;
-    const char *env = getenv("PARITY_COLL_SPIN_US");
-    if (env && *env) v = atof(env) > 0 ? (int64_t)(atof(env) * 1000.0) : 0;
-    else v = world <= coll_cores() ? 100000 : 0;
+    double us;
+    perr_t e;
+    if (coll_env_number("PARITY_COLL_SPIN_US", COLL_ENV_MAX_US, 0, &us, &e)) coll_die("%s", e.msg);
+    v = us >= 0 ? (int64_t)(us * 1000.0) : world <= coll_cores() ? 100000 : 0;
     atomic_store_explicit(&cfg_spin, v, memory_order_relaxed);
     atomic_store_explicit(&cfg_world, world, memory_order_relaxed);
     return v;
@@ -113,8 +114,10 @@ static _Atomic int waiting_devices; /* device threads inside coll_wword_wait's s
 static int64_t yield_budget_ns(void) {
     int64_t v = atomic_load_explicit(&cfg_yield, memory_order_relaxed);
     if (v >= 0) return v;
-    const char *env = getenv("PARITY_COLL_YIELD_US");
-    v = env && *env ? (atof(env) > 0 ? (int64_t)(atof(env) * 1000.0) : 0) : 200000;
+    double us;
+    perr_t e;
+    if (coll_env_number("PARITY_COLL_YIELD_US", COLL_ENV_MAX_US, 0, &us, &e)) coll_die("%s", e.msg);
+    v = us >= 0 ? (int64_t)(us * 1000.0) : 200000;
     atomic_store_explicit(&cfg_yield, v, memory_order_relaxed);
     return v;
 }

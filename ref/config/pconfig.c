@@ -111,6 +111,7 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
                             val, strlen(val) >= sizeof pc->order ? "" : ": ",
                             strlen(val) >= sizeof pc->order ? "" : why.msg);
         strcpy(pc->order, val);
+        pc->given |= PC_GIVEN_ORDER;
         *i += 2;
         return 1;
     }
@@ -123,6 +124,7 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
                                  "(the ring) and a2a (Ulysses) only", val);
         else
             return perr_set(err, "--cp-comm-type: expected p2p or a2a, got '%s'", val);
+        pc->given |= PC_GIVEN_CP_COMM;
         *i += 2;
         return 1;
     }
@@ -136,6 +138,7 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
             return perr_set(err, "--pipeline-schedule: expected gpipe, 1f1b, interleaved or naive, "
                                  "got '%s'", val);
         pc->pp_schedule = (pc_pp_schedule_t)(PC_PP_1F1B + found);
+        pc->given |= PC_GIVEN_SCHEDULE;
         *i += 2;
         return 1;
     }
@@ -233,6 +236,11 @@ static int pipeline_validate(pconfig_t *pc, perr_t *err) {
                         : pc->pp_schedule == PC_PP_NAIVE ? "naive"
                                                          : "1f1b");
     }
+    if ((pc->given & PC_GIVEN_SCHEDULE) && pc->pp < 2) /* accepted and ignored otherwise */
+        return perr_set(err, "pipeline-schedule: %s needs pipeline-model-parallel-size > 1 (there is "
+                             "no pipeline to schedule at pp %d)",
+                        pc->pp_schedule == PC_PP_GPIPE ? "gpipe" : pc->pp_schedule == PC_PP_NAIVE ? "naive" : "1f1b",
+                        pc->pp);
     if (!pc->vpp) pc->vpp = 1; /* num-layers-per-virtual-pipeline-stage: pp.h derives it */
     return 0;
 }
@@ -275,6 +283,8 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
                              "pipeline and context parallelism exist; expected 1)", pc->ep);
     if (pc->cp_comm && pc->cp == 1)
         return perr_set(err, "cp-comm-type: a2a (Ulysses) needs context-parallel-size > 1");
+    if ((pc->given & PC_GIVEN_CP_COMM) && pc->cp == 1) /* p2p too: accepted and ignored otherwise */
+        return perr_set(err, "cp-comm-type: p2p (ring attention) needs context-parallel-size > 1");
     if (pipeline_validate(pc, err)) return -1;
     if (pc->tp_row_linears && pc->tp == 1)
         return perr_set(err, "tensor-parallel-row-linears: needs tensor-model-parallel-size > 1");
@@ -298,6 +308,7 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
         if (axes[a].size > 1 && !strstr(pc->order, axes[a].name))
             return perr_set(err, "rank-order: '%s' leaves out %s, whose size is %d", pc->order,
                             axes[a].name, axes[a].size);
+    const int dp_inferred = pc->dp == 0;
     if (pc->dp == 0) { /* inferred from the world size, as Megatron does */
         int world = pc->world_size ? pc->world_size : model_par; /* dp = 1 */
         if (world % model_par)
@@ -330,6 +341,10 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
         return perr_set(err, "global-batch-size: %d: expected at least 1 sequence per step",
                         pc->global_batch);
     int B = pc->global_batch, dp = pc->dp;
+    if (B % dp && dp_inferred && pc->world_size > 1)
+        return perr_set(err, "world-size: %d devices / tp*pp*cp %d = data-parallel-size %d, which does not "
+                             "divide the global batch of %d sequences (each rank needs whole sequences)",
+                        pc->world_size, model_par, dp, B);
     if (B % dp)
         return perr_set(err, "data-parallel-size: %d does not divide the global batch of %d "
                              "sequences (each rank needs whole sequences)", dp, B);

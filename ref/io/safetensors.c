@@ -99,6 +99,7 @@ struct st_file {
     char **meta_keys, **meta_vals;
     uint8_t *data;         /* the data buffer, its own aligned block */
     uint64_t data_len;
+    uint64_t header_len;
 };
 
 void st_close(st_file_t *f) {
@@ -120,6 +121,30 @@ void st_close(st_file_t *f) {
 size_t st_count(const st_file_t *f) { return f ? f->n : 0; }
 const st_tensor_t *st_tensor(const st_file_t *f, size_t i) { return f && i < f->n ? &f->tensors[i] : NULL; }
 const char *st_path(const st_file_t *f) { return f ? f->path : NULL; }
+
+char *st_escape(const char *s, char *buf, size_t cap) {
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    for (; *p; p++) {
+        int esc = *p < 0x20 || *p == 0x7f || (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f);
+        int nesc = esc && *p == 0xc2 ? 2 : esc;
+        size_t need = esc ? 4 * (size_t)nesc : 1;
+        int last = !p[esc ? nesc : 1];
+        if (o + need + (last ? 1 : 4) > cap) { /* o + 4 <= cap holds here */
+            memcpy(buf + o, "...", 4);
+            return buf;
+        }
+        for (int k = 0; k < nesc; k++, o += 4) {
+            unsigned char c = p[k];
+            buf[o] = '\\', buf[o + 1] = 'x', buf[o + 2] = hex[c >> 4], buf[o + 3] = hex[c & 15];
+        }
+        if (!esc) buf[o++] = (char)*p;
+        if (nesc == 2) p++;
+    }
+    buf[o] = 0;
+    return buf;
+}
 size_t st_metadata_count(const st_file_t *f) { return f ? f->nmeta : 0; }
 const char *st_metadata_key_at(const st_file_t *f, size_t i) { return f && i < f->nmeta ? f->meta_keys[i] : NULL; }
 
@@ -178,11 +203,13 @@ static int parse_metadata(st_file_t *f, const json_t *m, perr_t *err) {
     for (size_t i = 0; i < n; i++) {
         const json_t *v = json_at(m, i);
         const char *k = json_key_at(m, i);
+        char ek[ST_ESCAPE_CAP(80)];
+        if (json_type(v) != JSON_STRING || strlen(json_string(v)) != json_string_len(v)) st_escape(k, ek, sizeof ek);
         if (json_type(v) != JSON_STRING)
-            return perr_set(err, "%s: \"__metadata__\": key \"%s\": expected a string, got %s", f->path, k,
+            return perr_set(err, "%s: \"__metadata__\": key \"%s\": expected a string, got %s", f->path, ek,
                             json_type_name(json_type(v)));
         if (strlen(json_string(v)) != json_string_len(v))
-            return perr_set(err, "%s: \"__metadata__\": key \"%s\": value contains \\u0000", f->path, k);
+            return perr_set(err, "%s: \"__metadata__\": key \"%s\": value contains \\u0000", f->path, ek);
         f->meta_keys[i] = strdup(k);
         f->meta_vals[i] = strdup(json_string(v));
         f->nmeta = i + 1;
@@ -204,15 +231,20 @@ static int array_uint(const st_file_t *f, const char *name, const char *field, c
     return 0;
 }
 
-static int parse_tensor(st_file_t *f, const char *name, const json_t *e, st_tensor_t *t, perr_t *err) {
+/* name is the tensor's name escaped for messages (st_escape), raw the name itself. */
+static int parse_tensor(st_file_t *f, const char *name, const char *raw, const json_t *e, st_tensor_t *t,
+                        perr_t *err) {
     if (json_type(e) != JSON_OBJECT)
         return perr_set(err, "%s: tensor \"%s\": expected an object {dtype, shape, data_offsets}, got %s",
                         f->path, name, json_type_name(json_type(e)));
     for (size_t i = 0; i < json_len(e); i++) {
         const char *k = json_key_at(e, i);
         if (strcmp(k, "dtype") && strcmp(k, "shape") && strcmp(k, "data_offsets"))
+        {
+            char ek[ST_ESCAPE_CAP(40)];
             return perr_set(err, "%s: tensor \"%s\": unknown field \"%s\" (expected dtype, shape, data_offsets)",
-                            f->path, name, k);
+                            f->path, name, st_escape(k, ek, sizeof ek));
+        }
     }
     const json_t *dt = json_get(e, "dtype"), *shape = json_get(e, "shape"), *offs = json_get(e, "data_offsets");
     if (!dt) return perr_set(err, "%s: tensor \"%s\": missing field \"dtype\"", f->path, name);
@@ -228,8 +260,9 @@ static int parse_tensor(st_file_t *f, const char *name, const json_t *e, st_tens
             strcat(known, i ? ", " : "");
             strcat(known, dtype_info[i].name);
         }
-        return perr_set(err, "%s: tensor \"%s\": dtype: unknown \"%.40s\" (known: %s)", f->path, name,
-                        json_string(dt), known);
+        char edt[ST_ESCAPE_CAP(40)];
+        return perr_set(err, "%s: tensor \"%s\": dtype: unknown \"%s\" (known: %s)", f->path, name,
+                        st_escape(json_string(dt), edt, sizeof edt), known);
     }
 
     if (json_type(shape) != JSON_ARRAY)
@@ -253,9 +286,6 @@ static int parse_tensor(st_file_t *f, const char *name, const json_t *e, st_tens
     if (t->begin > t->end)
         return perr_set(err, "%s: tensor \"%s\": data_offsets: begin %llu > end %llu", f->path, name,
                         (unsigned long long)t->begin, (unsigned long long)t->end);
-    if (t->end > f->data_len)
-        return perr_set(err, "%s: tensor \"%s\": data_offsets: end %llu is past the data buffer (%llu bytes)",
-                        f->path, name, (unsigned long long)t->end, (unsigned long long)f->data_len);
     uint64_t numel;
     size_t es = st_dtype_size(t->dtype);
     if (shape_numel(t->ndim, t->shape, &numel) || numel > UINT64_MAX / es)
@@ -267,7 +297,7 @@ static int parse_tensor(st_file_t *f, const char *name, const json_t *e, st_tens
                         f->path, name, (unsigned long long)t->begin, (unsigned long long)t->end,
                         (unsigned long long)(t->end - t->begin), dtype_info[t->dtype].name,
                         (unsigned long long)numel, es, (unsigned long long)(numel * es));
-    t->name = strdup(name);
+    t->name = strdup(raw);
     if (!t->name) return perr_set(err, "%s: out of memory", f->path);
     return 0;
 }
@@ -281,15 +311,17 @@ static int check_coverage(st_file_t *f, perr_t *err) {
     uint64_t pos = 0;
     const st_tensor_t *prev = NULL;
     int rc = 0;
+    char ep[ST_ESCAPE_CAP(80)], et[ST_ESCAPE_CAP(80)];
     for (size_t i = 0; i < f->n && !rc; i++) {
         const st_tensor_t *t = s[i].t;
+        if (t->begin != pos) st_escape(t->name, et, sizeof et);
         if (t->begin < pos)
             rc = perr_set(err, "%s: tensors \"%s\" [%llu, %llu) and \"%s\" [%llu, %llu) overlap in the data buffer",
-                          f->path, prev->name, (unsigned long long)prev->begin, (unsigned long long)prev->end,
-                          t->name, (unsigned long long)t->begin, (unsigned long long)t->end);
+                          f->path, st_escape(prev->name, ep, sizeof ep), (unsigned long long)prev->begin,
+                          (unsigned long long)prev->end, et, (unsigned long long)t->begin, (unsigned long long)t->end);
         else if (t->begin > pos)
             rc = perr_set(err, "%s: bytes [%llu, %llu) of the data buffer belong to no tensor (gap before \"%s\")",
-                          f->path, (unsigned long long)pos, (unsigned long long)t->begin, t->name);
+                          f->path, (unsigned long long)pos, (unsigned long long)t->begin, et);
         pos = t->end;
         prev = t;
     }
@@ -352,7 +384,27 @@ static int open_header(st_file_t *f, FILE *fp, json_t **root, perr_t *err) {
     *root = json_parse(hdr, (size_t)n, &jerr);
     free(hdr);
     if (!*root) return perr_set(err, "%s: header: %s", f->path, jerr.msg);
-    f->data_len = size - 8 - n;
+    f->data_len = size - 8 - n; /* what the file holds; read_data checks it against the header first */
+    f->header_len = n;
+    return 0;
+}
+
+/* The header's tensors declare the data buffer's size (the largest end
+ * offset; check_coverage then requires them to tile it). A file larger
+ * or smaller than 8 + header + that is refused before a data byte is
+ * read, so a huge or sparse file costs neither time nor memory. */
+static int read_data(st_file_t *f, FILE *fp, perr_t *err) {
+    uint64_t declared = 0;
+    for (size_t i = 0; i < f->n; i++)
+        if (f->tensors[i].end > declared) declared = f->tensors[i].end;
+    if (declared != f->data_len)
+        return perr_set(err,
+                        "%s: file is %llu bytes, but its header declares %llu bytes of tensor data: expected 8 + "
+                        "%llu (header) + %llu = %llu bytes",
+                        f->path, (unsigned long long)(8 + f->header_len + f->data_len), (unsigned long long)declared,
+                        (unsigned long long)f->header_len, (unsigned long long)declared,
+                        (unsigned long long)(8 + f->header_len + declared));
+    if (check_coverage(f, err)) return -1;
     f->data = malloc(f->data_len ? (size_t)f->data_len : 1);
     if (!f->data)
         return perr_set(err, "%s: out of memory for a %llu-byte data buffer", f->path,
@@ -380,9 +432,7 @@ st_file_t *st_open(const char *path, perr_t *err) {
         return NULL;
     }
     json_t *root = NULL;
-    int rc = open_header(f, fp, &root, err);
-    fclose(fp);
-    if (rc) goto fail;
+    if (open_header(f, fp, &root, err)) goto fail;
 
     size_t members = json_len(root);
     f->tensors = calloc(members ? members : 1, sizeof *f->tensors);
@@ -397,12 +447,15 @@ st_file_t *st_open(const char *path, perr_t *err) {
             if (parse_metadata(f, v, err)) goto fail;
             continue;
         }
-        if (parse_tensor(f, key, v, &f->tensors[f->n], err)) goto fail;
+        char ename[ST_ESCAPE_CAP(200)];
+        if (parse_tensor(f, st_escape(key, ename, sizeof ename), key, v, &f->tensors[f->n], err)) goto fail;
         f->n++;
     }
     json_free(root);
     root = NULL;
-    if (check_coverage(f, err) || build_name_index(f, err)) goto fail;
+    if (read_data(f, fp, err) || build_name_index(f, err)) goto fail;
+    fclose(fp);
+    fp = NULL;
 #if ST_HOST_BIG_ENDIAN
     for (size_t i = 0; i < f->n; i++)
         swap_elements(f->data + f->tensors[i].begin, f->tensors[i].end - f->tensors[i].begin,
@@ -410,6 +463,7 @@ st_file_t *st_open(const char *path, perr_t *err) {
 #endif
     return f;
 fail:
+    if (fp) fclose(fp);
     json_free(root);
     st_close(f);
     return NULL;

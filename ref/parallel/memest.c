@@ -6,6 +6,9 @@
  * in `parity check` the golden model kept beside the layout. */
 #include "parity/memest.h"
 
+#include <errno.h>
+#include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,21 +91,56 @@ void memest_add_dump(memest_t *m, const model_config_t *cfg, unsigned what, int 
         m->host_shared += 4 * (batch_bytes(cfg) + memest_dump_tensor_bytes(cfg, steps));
 }
 
-size_t memest_available(void) {
+/* PARITY_MEM_AVAILABLE_MB as MB; -1 when unset or empty, -2 when not valid. */
+static double env_mb(const char **raw) {
     const char *env = getenv("PARITY_MEM_AVAILABLE_MB");
-    if (env && *env) {
-        char *end;
-        double mb = strtod(env, &end);
-        if (end != env && !*end && mb >= 0) return (size_t)(mb * 1e6);
-    }
-    FILE *f = fopen("/proc/meminfo", "r");
+    *raw = env;
+    if (!env || !*env) return -1;
+    char *end;
+    errno = 0;
+    double mb = strtod(env, &end);
+    if (end == env || *end || errno || !isfinite(mb) || !(mb >= MEMEST_ENV_MIN_MB) || mb > MEMEST_ENV_MAX_MB)
+        return -2;
+    return mb;
+}
+
+int memest_env_check(perr_t *err) {
+    const char *raw;
+    if (env_mb(&raw) == -2)
+        return perr_set(err, "PARITY_MEM_AVAILABLE_MB='%.100s' is not valid: expected a number of MB from %g "
+                             "to %g (unset it to use /proc/meminfo)",
+                        raw, MEMEST_ENV_MIN_MB, MEMEST_ENV_MAX_MB);
+    return 0;
+}
+
+size_t memest_available(void) {
+    const char *raw;
+    double mb = env_mb(&raw);
+    if (mb >= 0) return (size_t)(mb * 1e6);
+    if (mb == -2) return 0; /* memest_check refuses it (memest_env_check) */
+    return memest_meminfo_available("/proc/meminfo");
+}
+
+size_t memest_meminfo_available(const char *path) {
+    FILE *f = fopen(path, "r");
     if (!f) return 0;
     char line[256];
-    size_t kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
+    size_t kb, avail = 0, free_kb = 0, cached = 0;
+    int have_avail = 0, have_free = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) avail = kb, have_avail = 1;
+        else if (sscanf(line, "MemFree: %zu kB", &kb) == 1) free_kb = kb, have_free = 1;
+        else if (sscanf(line, "Cached: %zu kB", &kb) == 1) cached = kb;
+    }
     fclose(f);
-    return kb * 1024;
+    if (have_avail) return avail * 1024;
+    /* older kernels: MemFree + Cached, said once on stderr */
+    static atomic_int noted;
+    if (!atomic_exchange(&noted, 1))
+        fprintf(stderr, "parity: note: %s has no MemAvailable; %s\n", path,
+                have_free ? "the host memory check uses MemFree + Cached"
+                          : "nor MemFree: the host memory check is off (set PARITY_MEM_AVAILABLE_MB)");
+    return have_free ? (free_kb + cached) * 1024 : 0;
 }
 
 /* "12.35 MB" below 1 GB, else "52.60 GB" (decimal, as --arena-mb). */
@@ -126,11 +164,17 @@ static void categories(const memest_dev_t *d, char *buf, size_t cap) {
 
 int memest_check(const memest_t *m, size_t arena_bytes, perr_t *err) {
     char cats[512], a[32], b[32], c[32], d[32];
+    if (memest_env_check(err)) return -1;
     categories(&m->max_dev, cats, sizeof cats);
     if (arena_bytes && m->max_dev.total > arena_bytes)
-        return perr_set(err, "device memory: a device needs an estimated %s (%s), more than its "
+    {
+        char who[64]; /* max_dev is each category's largest over the devices */
+        if (m->devices <= 1) snprintf(who, sizeof who, "device 0 (the only one)");
+        else snprintf(who, sizeof who, "the largest of the %d devices", m->devices);
+        return perr_set(err, "device memory: %s needs an estimated %s (%s), more than its "
                              "capacity --arena-mb %g",
-                        fmt(a, sizeof a, m->max_dev.total), cats, (double)arena_bytes / 1e6);
+                        who, fmt(a, sizeof a, m->max_dev.total), cats, (double)arena_bytes / 1e6);
+    }
     const size_t need = m->all_devices + m->host_shared, avail = memest_available();
     if (avail && need > avail)
         return perr_set(err, "host memory: the run needs an estimated %s (%d device%s x %s, plus "

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# test_help_flags.sh - walks `parity train --help` and `parity check --help`:
+# every flag they name, given a missing or invalid value (or, for a flag
+# without a value, given where it cannot apply, or twice), must be refused
+# with a non-zero exit that is not a signal, within the time limit, and a
+# message naming the flag; never a crash, a hang or a silent exit 0. Every
+# PARITY_* variable the help names, set to garbage, must be refused
+# naming the variable. A flag added to --help is covered without editing
+# this file; one that is neither refused nor named fails here.
+#
+# Needs $PARITY (default build/parity). Runs in a private directory, so
+# nothing a run might write lands in the tree.
+# Ends with "RESULT test_help_flags.sh: N passed, M failed".
+set -u
+PARITY=${PARITY:-build/parity}
+PARITY=$(cd "$(dirname "$PARITY")" && pwd)/$(basename "$PARITY")
+cd "$(dirname "$0")/.."
+. tests/refuse.sh parity-help
+P="$PARITY"
+missing=/nonexistent-parity-dir/x # a path whose directory does not exist
+
+# The flags a --help names (prose included: a flag named anywhere is a
+# flag), and whether it takes a value: somewhere in the help it is
+# followed by a metavariable (N, FILE, a|b, model.optim.KEY=VALUE, fp32).
+flags_of() {
+  "$P" "$1" --help | grep -oE -- '--[a-z0-9][a-z0-9-]*( [^ ]+)?' | awk '
+    { f = $1; v = $2
+      if (!(f in seen)) { seen[f] = 1; order[++n] = f; val[f] = 0 }
+      if (v ~ /^([A-Z][A-Z0-9,.]*|[a-z0-9]+(\|[a-z0-9]+)+|model\.optim\..*|fp32)$/) val[f] = 1 }
+    END { for (i = 1; i <= n; i++) print order[i], val[order[i]] }'
+}
+
+# A context where a flag without a value cannot apply; "" = give it twice.
+context_of() {
+  case $1 in
+    --print-config|--print-layout) echo "--dump $missing" ;;
+    --sequence-parallel|--tensor-parallel-row-linears|--test-broken-tp-fp32-sums|--test-broken-tp-vocab-padding) echo "" ;;
+    --overlap-param-gather) echo "--data-parallel-size 2" ;;
+    --test-broken-pp-mask-key|--test-broken-pp-tied-embedding|--test-broken-cp-online-softmax|--test-broken-fp32-sums) echo "" ;;
+    *) echo twice ;;
+  esac
+}
+
+# An invalid value for a flag, by its kind.
+bad_value_of() {
+  case $1 in
+    --dump|--digest|--trace|--save) echo "$missing" ;;
+    --load|--data|--parallel-config) echo "$missing" ;;
+    --model|--config) echo "$missing.json" ;;
+    *) echo "@bad@" ;;
+  esac
+}
+
+for cmd in train check; do
+  base="$P $cmd --model gpt-micro --steps 1"
+  n=0
+  while read -r flag takes; do
+    n=$((n + 1))
+    name=${flag#--}
+    pat="(^|[^a-z-])-?-?$name([^a-z-]|$)" # the flag, with or without its dashes (a layout key)
+    b=$base
+    case $flag in --model|--config|--steps) b="$P $cmd" ;; esac
+    [ "$flag" = --steps ] && b="$P $cmd --model gpt-micro"
+    if [ "$takes" = 1 ]; then
+      refuse "$cmd $flag with its value missing" "$pat" -- $b $flag
+      refuse "$cmd $flag followed by a flag" "$pat" -- $b $flag --quiet
+      refuse "$cmd $flag with an invalid value" "$pat" -- $b $flag "$(bad_value_of "$flag")"
+    else
+      ctx=$(context_of "$flag")
+      if [ "$ctx" = twice ]; then
+        refuse "$cmd $flag given twice" "$pat" -- $b $flag $flag
+      else
+        refuse "$cmd $flag where it cannot apply" "$pat" -- $b $flag $ctx
+      fi
+    fi
+  done < <(flags_of $cmd)
+  if [ "$n" -lt 40 ]; then fail "$cmd --help names its flags" "only $n flags found"; else ok "$cmd --help names $n flags"; fi
+done
+
+# Every PARITY_* variable the help names, set to garbage.
+vars=$("$P" train --help | grep -oE 'PARITY_[A-Z_]+' | sort -u)
+[ -n "$vars" ] && ok "train --help names $(wc -w <<<"$vars") environment variables" || fail "train --help names environment variables"
+for v in $vars; do
+  refuse "$v=@bad@" "$v" -- env "$v=@bad@" $P train --model gpt-micro --steps 1 --print-config
+  refuse "$v=1e300 in check" "$v" -- env "$v=1e300" $P check --model gpt-micro --steps 1 --data-parallel-size 2
+done
+
+echo "RESULT test_help_flags.sh: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
