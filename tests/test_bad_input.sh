@@ -222,14 +222,14 @@ refuse "check names its own command for an unknown option" "^parity check: unkno
 # --- sizes and counts: range-checked in 64 bits, naming the field ----------
 # (4 + 12 x 357913942 tensors wraps an int to a small count: a crash;
 # 178956971 wraps it negative: "out of memory for -2147483640 tensors")
-for L in 357913942 178956971; do
-  printf '{"base": "gpt-micro", "layers": %s}' "$L" >"$tmp/layers-$L.json"
-  refuse "--num-layers $L (train)" "layers \(--num-layers\) = $L: expected at most" -- $P train --model gpt-micro --steps 1 --num-layers $L
-  refuse "--num-layers $L (check)" "layers \(--num-layers\) = $L: expected at most" -- $P check --model gpt-micro --steps 1 --num-layers $L
-  refuse "--num-layers $L (--print-layout)" "layers \(--num-layers\) = $L: expected at most" -- $P train --model gpt-micro --num-layers $L --print-layout
-  refuse "config \"layers\": $L (train)" "layers \(--num-layers\) = $L: expected at most" -- $P train --model "$tmp/layers-$L.json" --steps 1
-  refuse "config \"layers\": $L (check)" "layers \(--num-layers\) = $L: expected at most" -- $P check --model "$tmp/layers-$L.json" --steps 1
-  refuse "config \"layers\": $L (--print-layout)" "layers \(--num-layers\) = $L: expected at most" -- $P train --model "$tmp/layers-$L.json" --print-layout
+for NL in 357913942 178956971; do
+  printf '{"base": "gpt-micro", "layers": %s}' "$NL" >"$tmp/layers-$NL.json"
+  refuse "--num-layers $NL (train)" "layers \(--num-layers\) = $NL: expected at most" -- $P train --model gpt-micro --steps 1 --num-layers $NL
+  refuse "--num-layers $NL (check)" "layers \(--num-layers\) = $NL: expected at most" -- $P check --model gpt-micro --steps 1 --num-layers $NL
+  refuse "--num-layers $NL (--print-layout)" "layers \(--num-layers\) = $NL: expected at most" -- $P train --model gpt-micro --num-layers $NL --print-layout
+  refuse "config \"layers\": $NL (train)" "layers \(--num-layers\) = $NL: expected at most" -- $P train --model "$tmp/layers-$NL.json" --steps 1
+  refuse "config \"layers\": $NL (check)" "layers \(--num-layers\) = $NL: expected at most" -- $P check --model "$tmp/layers-$NL.json" --steps 1
+  refuse "config \"layers\": $NL (--print-layout)" "layers \(--num-layers\) = $NL: expected at most" -- $P train --model "$tmp/layers-$NL.json" --print-layout
 done
 refuse "tokens a step beyond 2^30" "global_batch \(--global-batch-size\) = 67108865 x seq_length" -- $P train --model gpt-micro --steps 1 --global-batch-size 67108865 --micro-batch-size 1
 printf '{"mode": "hybrid", "sharding_size": 4096, "stage_cnt": 4096, "device_mapping": {"stage_0": {"shard_0": "/device:XLA_DTU:0"}}}' >"$tmp/world.json"
@@ -289,25 +289,38 @@ if $P train --model gpt-micro --steps 2 --save "$w/ck" --quiet >/dev/null 2>"$tm
   ckedit "$w/ck" "$w/ck-backend" --redigest backend=gpu
   ckedit "$w/ck" "$w/ck-max" --redigest step=1073741824 adam_t=1073741824
   ckedit "$w/ck" "$w/ck-lr" --redigest
-  L="$T --steps 1 --load"
-  refuse "--load: \"step\" 2 -> 3 (one bit)" "metadata \"adam_t\" = 2 differs from \"step\" = 3" -- $L "$w/ck-step3"
-  refuse "--load: \"adam_t\" 2 -> 0 (one bit)" "metadata \"adam_t\" = 0 differs from \"step\" = 2" -- $L "$w/ck-adam0"
-  refuse "--load: the config's \"name\" (which a run may change) flipped: only the digest sees it" "is corrupt: the SHA-256 of its metadata and tensors" -- $L "$w/ck-name"
-  refuse "--load: \"adam_t\" 2147483646 with step 2 is refused at once" "metadata \"adam_t\": expected an integer in \[0, 1073741824\], got '2147483646'" -- $L "$w/ck-adam-huge"
-  refuse "--load: \"adam_t\" 2147483646, re-digested, names the field" "metadata \"adam_t\": expected an integer in \[0, 1073741824\]" -- $L "$w/ck-adam-huge-digest"
-  refuse "--load: step = adam_t = 2147483646, re-digested, beyond the limit" "metadata \"step\": expected an integer in \[0, 1073741824\]" -- $L "$w/ck-both-huge-digest"
-  refuse "--load: \"step\" 3, re-digested, disagrees with adam_t" "metadata \"adam_t\" = 2 differs from \"step\" = 3" -- $L "$w/ck-step3-digest"
-  refuse "--load: \"adam_t\" 1, re-digested, disagrees with step" "metadata \"adam_t\" = 1 differs from \"step\" = 2" -- $L "$w/ck-adam1-digest"
-  refuse "--load: an unknown backend, re-digested" "metadata \"backend\"" -- $L "$w/ck-backend"
-  refuse "--load: layout run, \"step\" 2 -> 3" "metadata \"adam_t\" = 2 differs from \"step\" = 3" -- $L "$w/ck-step3" --data-parallel-size 2
-  refuse "--load: layout run, the config's \"name\" flipped" "is corrupt" -- $L "$w/ck-name" --data-parallel-size 2
-  refuse "--save past step 2^30 is refused before the run" "--save: the run would end at step 1073741825, beyond the 1073741824" -- $L "$w/ck-max" --save "$w/ck-max"
-  if (cd "$w" && timeout 30 $L "$w/ck-max" >/dev/null 2>"$tmp/err"); then
+  LOAD="$T --load"
+  refuse "--load: \"step\" 2 -> 3 (one bit)" "metadata \"adam_t\" = 2 differs from \"step\" = 3" -- $LOAD "$w/ck-step3"
+  refuse "--load: \"adam_t\" 2 -> 0 (one bit)" "metadata \"adam_t\" = 0 differs from \"step\" = 2" -- $LOAD "$w/ck-adam0"
+  refuse "--load: the config's \"name\" (which a run may change) flipped: only the digest sees it" "is corrupt: the SHA-256 of its metadata and tensors" -- $LOAD "$w/ck-name"
+  refuse "--load: \"adam_t\" 2147483646 with step 2 is refused at once" "metadata \"adam_t\": expected an integer in \[0, 1073741824\], got '2147483646'" -- $LOAD "$w/ck-adam-huge"
+  refuse "--load: \"adam_t\" 2147483646, re-digested, names the field" "metadata \"adam_t\": expected an integer in \[0, 1073741824\]" -- $LOAD "$w/ck-adam-huge-digest"
+  refuse "--load: step = adam_t = 2147483646, re-digested, beyond the limit" "metadata \"step\": expected an integer in \[0, 1073741824\]" -- $LOAD "$w/ck-both-huge-digest"
+  refuse "--load: \"step\" 3, re-digested, disagrees with adam_t" "metadata \"adam_t\" = 2 differs from \"step\" = 3" -- $LOAD "$w/ck-step3-digest"
+  refuse "--load: \"adam_t\" 1, re-digested, disagrees with step" "metadata \"adam_t\" = 1 differs from \"step\" = 2" -- $LOAD "$w/ck-adam1-digest"
+  refuse "--load: an unknown backend, re-digested" "metadata \"backend\"" -- $LOAD "$w/ck-backend"
+  refuse "--load: layout run, \"step\" 2 -> 3" "metadata \"adam_t\" = 2 differs from \"step\" = 3" -- $LOAD "$w/ck-step3" --data-parallel-size 2
+  refuse "--load: layout run, the config's \"name\" flipped" "is corrupt" -- $LOAD "$w/ck-name" --data-parallel-size 2
+  /usr/bin/python3 - "$w/ck" "$w/ck-transposed" <<'PY'
+import json, os, struct, sys
+src, dst = sys.argv[1:3]
+b = open(src + "/model.safetensors", "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+name = next(k for k, v in h.items() if k != "__metadata__" and len(v["shape"]) == 2 and v["shape"][0] != v["shape"][1])
+h[name]["shape"].reverse()
+t = json.dumps(h, separators=(",", ":")).encode()
+os.makedirs(dst, exist_ok=True)
+open(dst + "/model.safetensors", "wb").write(b[:8] + t + b" " * (n - len(t)) + b[8 + n:])
+PY
+  refuse "--load: a transposed tensor names both shapes" "expected F32 \[[0-9]+, [0-9]+\], got F32 \[[0-9]+, [0-9]+\]" -- $LOAD "$w/ck-transposed"
+  refuse "--save past step 2^30 is refused before the run" "--save: the run would end at step 1073741825, beyond the 1073741824" -- $LOAD "$w/ck-max" --save "$w/ck-max"
+  if (cd "$w" && timeout 30 $LOAD "$w/ck-max" >/dev/null 2>"$tmp/err"); then
     ok "--load: a consistent checkpoint at step 2^30 resumes at once (AdamW's bias correction stops early)"
   else
     fail "--load: a consistent checkpoint at step 2^30 resumes at once" "$(cat "$tmp/err")"
   fi
-  if (cd "$w" && $L "$w/ck-lr" >/dev/null 2>"$tmp/err"); then
+  if (cd "$w" && $LOAD "$w/ck-lr" >/dev/null 2>"$tmp/err"); then
     ok "--load: a re-digested copy with its config rewritten compactly still loads (the edits above change only their field)"
   else
     fail "--load: a re-digested copy with its config rewritten compactly still loads" "$(cat "$tmp/err")"
@@ -315,6 +328,7 @@ if $P train --model gpt-micro --steps 2 --save "$w/ck" --quiet >/dev/null 2>"$tm
 else
   fail "fixture: a checkpoint" "$(cat "$tmp/err")"
 fi
+
 # --- issue 22, part two: a flag given twice, a flag that cannot apply, a bad environment
 refuse "--steps given twice" "^parity train: --steps given twice" -- $T --steps 3
 refuse "check --pipeline-layer-split given twice" "^parity check: --pipeline-layer-split given twice" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --pipeline-layer-split 1,1 --pipeline-layer-split 2,0

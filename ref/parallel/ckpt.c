@@ -299,6 +299,14 @@ static int meta_int(const st_file_t *f, const char *key, int64_t max, int64_t *o
 /* Checks every tensor's presence and shape (s NULL: before the state is
  * allocated, so a config whose table the file does not hold allocates
  * nothing), or copies them into s. */
+/* "[4, 8]": a shape for a message. */
+static void shape_text(int ndim, const int64_t *shape, char *buf, size_t cap) {
+    int at = snprintf(buf, cap, "[");
+    for (int d = 0; d < ndim && at > 0 && (size_t)at < cap; d++)
+        at += snprintf(buf + at, cap - (size_t)at, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (at > 0 && (size_t)at < cap) snprintf(buf + at, cap - (size_t)at, "]");
+}
+
 static int load_tensors(const st_file_t *f, const param_table_t *t, ckpt_state_t *s,
                         const char *who, perr_t *err) {
     char name[160];
@@ -310,12 +318,13 @@ static int load_tensors(const st_file_t *f, const param_table_t *t, ckpt_state_t
             if (!x) return perr_set(err, "%s: tensor '%s' is missing", who, name);
             int ok = x->dtype == ST_F32 && x->ndim == p->ndim;
             for (int d = 0; ok && d < p->ndim; d++) ok = x->shape[d] == p->shape[d];
-            if (!ok)
-                return perr_set(err, "%s: tensor '%s': expected F32 of %d dims "
-                                     "[%lld%s%lld], got %s of %d dims",
-                                who, name, p->ndim, (long long)p->shape[0],
-                                p->ndim > 1 ? ", " : "", p->ndim > 1 ? (long long)p->shape[1] : 0LL,
-                                st_dtype_name(x->dtype), x->ndim);
+            if (!ok) {
+                char want[96], got[96];
+                shape_text(p->ndim, p->shape, want, sizeof want);
+                shape_text(x->ndim, x->shape, got, sizeof got);
+                return perr_set(err, "%s: tensor '%s': expected F32 %s, got %s %s", who, name, want,
+                                st_dtype_name(x->dtype), got);
+            }
             if (s) memcpy(*vec(s, k) + p->offset, st_data(f, x), p->numel * sizeof(float));
         }
     if (st_count(f) != (size_t)(NKINDS * t->count))
