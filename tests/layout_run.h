@@ -127,17 +127,24 @@ static inline void expect_golden(const model_config_t *m, dump_t *gd, const char
     CHECK(ok, "layout %s differs from the golden run", flags);
 }
 
-/* Runs a broken layout and returns its first-divergence report (malloc'd). */
-static char *broken_report(const char *flags, int broken, int broken_replica) {
+/* Runs a layout with controls that must make it differ from the golden
+ * run and returns the checker's report (malloc'd, "" when there is none). */
+static char *mismatch_report(const char *flags, coll_algo_t algo, int broken, int broken_replica) {
     char *buf = NULL;
     size_t len = 0;
     FILE *rep = open_memstream(&buf, &len);
-    int n, ok = run_layout_of(&cfg, golden, flags, COLL_ALGO_RING, broken, broken_replica, &n, rep);
+    int n, ok = run_layout_of(&cfg, golden, flags, algo, broken, broken_replica, &n, rep);
     fclose(rep);
-    CHECK(!ok, "%s (broken %d, replica %d) must not match the golden run", flags, broken,
+    CHECK(!ok, "%s (broken %#x, replica %d) must not match the golden run", flags, broken,
           broken_replica);
-    CHECK(buf && strstr(buf, "FIRST DIVERGENCE") && strstr(buf, "ulp"),
-          "the checker must print a first-divergence report, got:\n%s", buf ? buf : "");
+    return buf ? buf : strdup("");
+}
+
+/* A broken layout's first-divergence report (malloc'd), with a value. */
+static inline char *broken_report(const char *flags, int broken, int broken_replica) {
+    char *buf = mismatch_report(flags, COLL_ALGO_RING, broken, broken_replica);
+    CHECK(strstr(buf, "FIRST DIVERGENCE") && strstr(buf, "ulp"),
+          "the checker must print a first-divergence report, got:\n%s", buf);
     return buf;
 }
 

@@ -25,24 +25,11 @@
 #include "harness.h"
 #include "layout_run.h"
 
-/* Runs flags with the controls and returns the checker's report (malloc'd);
- * the layout must not match. */
-static char *report_of(const char *flags, int broken, int broken_replica) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *rep = open_memstream(&buf, &len);
-    int n, ok = run_layout_of(&cfg, golden, flags, COLL_ALGO_DIRECT, broken, broken_replica, &n, rep);
-    fclose(rep);
-    CHECK(!ok, "%s (broken %#x, replica %d) must not match the golden run", flags, broken,
-          broken_replica);
-    return buf ? buf : strdup("");
-}
-
 /* The report names `tensor` (a prefix of the name on its "tensor" line)
  * and contains each of the `want` strings. */
 static void expect_report(const char *what, const char *flags, int broken, int broken_replica,
                           const char *tensor, const char *const *want, int nwant) {
-    char *buf = report_of(flags, broken, broken_replica);
+    char *buf = mismatch_report(flags, COLL_ALGO_DIRECT, broken, broken_replica);
     char line[192];
     snprintf(line, sizeof line, "tensor      %s", tensor);
     int ok = strstr(buf, line) != NULL;
