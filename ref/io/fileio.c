@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -216,7 +217,9 @@ int pio_output_inside(const char *path, const char *dir) {
 enum { REG_FREE, REG_FILE, REG_DIR };
 #define PIO_MAX_TEMPS 16
 static char reg_path[PIO_MAX_TEMPS][PATH_MAX + 96];
-static volatile sig_atomic_t reg_kind[PIO_MAX_TEMPS];
+/* lock-free atomics: safe to read in a signal handler (C11 7.14.1.1), and
+ * a store releases the path written before it */
+static atomic_int reg_kind[PIO_MAX_TEMPS];
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int reg_claim(const char *path, int kind) {
@@ -224,11 +227,10 @@ static int reg_claim(const char *path, int kind) {
     pthread_mutex_lock(&reg_lock);
     int slot = -1;
     for (int k = 0; k < PIO_MAX_TEMPS && slot < 0; k++)
-        if (reg_kind[k] == REG_FREE) slot = k;
+        if (atomic_load(&reg_kind[k]) == REG_FREE) slot = k;
     if (slot >= 0) {
         memcpy(reg_path[slot], path, strlen(path) + 1);
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        reg_kind[slot] = kind;
+        atomic_store(&reg_kind[slot], kind);
     }
     pthread_mutex_unlock(&reg_lock);
     return slot;
@@ -237,8 +239,7 @@ static int reg_claim(const char *path, int kind) {
 static void reg_release(int slot) {
     if (slot < 0) return;
     pthread_mutex_lock(&reg_lock);
-    reg_kind[slot] = REG_FREE;
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    atomic_store(&reg_kind[slot], REG_FREE);
     pthread_mutex_unlock(&reg_lock);
 }
 
@@ -253,9 +254,9 @@ static void on_signal(int sig) {
     }
     const int saved = errno;
     for (int k = 0; k < PIO_MAX_TEMPS; k++)
-        if (reg_kind[k] == REG_FILE) unlink(reg_path[k]);
+        if (atomic_load(&reg_kind[k]) == REG_FILE) unlink(reg_path[k]);
     for (int k = PIO_MAX_TEMPS - 1; k >= 0; k--) /* after the files they hold */
-        if (reg_kind[k] == REG_DIR) rmdir(reg_path[k]);
+        if (atomic_load(&reg_kind[k]) == REG_DIR) rmdir(reg_path[k]);
     errno = saved;
     raise(sig); /* SA_RESETHAND: the default action, once this handler returns */
 }
