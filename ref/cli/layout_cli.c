@@ -118,6 +118,14 @@ int layout_opts_check(const layout_opts_t *lo, const model_config_t *cfg, perr_t
             return perr_set(err, "--test-broken-tp-vocab-padding: the vocabulary of %d is already a "
                                  "multiple of 128 x tp = %ld, so nothing is padded", cfg->vocab, unit);
     }
+    /* dp_train refuses these too; here they are refused before the golden
+     * run that `parity check` makes first */
+    if ((lo->broken_pp_mask_key || lo->broken_pp_tied_grad) && pc->pp == 1)
+        return perr_set(err, "--test-broken-pp-%s: needs pipeline-model-parallel-size > 1",
+                        lo->broken_pp_mask_key ? "mask-key" : "tied-embedding");
+    if (lo->broken_cp_online_softmax && (pc->cp == 1 || pc->cp_comm))
+        return perr_set(err, "--test-broken-cp-online-softmax: needs the ring (context-parallel-"
+                             "size > 1, --cp-comm-type p2p)");
     return 0;
 }
 
