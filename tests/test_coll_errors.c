@@ -277,6 +277,27 @@ static void test_watchdog_env_timeout(void) {
           "message:\n%s", o.err);
 }
 
+/* ---- step-through: a deadlock is reported at once, without a timeout ---- */
+
+static void test_step_through_deadlock(void) {
+    int ranks[] = {0, 1};
+    double t0 = now_s();
+    outcome_t o = run_case(2, ranks, 2, env_timeout_hang, "PARITY_STEP_THROUGH", "1");
+    CHECK_CLEAN_FAILURE(o);
+    CHECK(has(&o, "step-through: no device can run") && !has(&o, "collective watchdog"),
+          "message:\n%s", o.err);
+    CHECK(has(&o, "device 0: waiting in barrier call #1 of group 'g'") && has(&o, "device 1: finished"),
+          "message:\n%s", o.err);
+    CHECK(now_s() - t0 < 30, "took %.1f s: found by a timeout, not at once", now_s() - t0);
+    /* both receive first: with a timeout set, still the deadlock, not the watchdog */
+    int ranks2[] = {1, 0};
+    o = run_case(2, ranks2, 2, p2p_deadlock, "PARITY_STEP_THROUGH_DEVICE", "1");
+    CHECK_CLEAN_FAILURE(o);
+    CHECK(has(&o, "step-through: no device can run") &&
+              has(&o, "device 1: waiting in recv from rank 1 (world 0) tag 5"),
+          "message:\n%s", o.err);
+}
+
 /* ---- bad arguments and bad configuration ---- */
 
 static void p2p_count_mismatch(device_t *dev, void *arg) {
@@ -417,6 +438,7 @@ int main(void) {
     RUN(test_watchdog_missing_rank);
     RUN(test_watchdog_p2p_deadlock);
     RUN(test_watchdog_env_timeout);
+    RUN(test_step_through_deadlock);
     RUN(test_p2p_mismatch);
     RUN(test_not_a_member);
     RUN(test_outside_device);

@@ -22,7 +22,9 @@
 #ifndef PARITY_RUNTIME_H
 #define PARITY_RUNTIME_H
 
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "parity/error.h"
@@ -127,6 +129,62 @@ int devices_world(void);
  * devices_run, before devices were pinned); outside a run, the calling
  * thread's. Collectives spin only when devices_world() <= this. */
 int devices_cpus(void);
+
+/* Step-through mode (stepper.c): the run's devices take turns, one at a
+ * time, handing a baton on at every wait of a collective or a
+ * point-to-point transfer, in a fixed order (round robin by world rank;
+ * with a focus device, that device only when no other can run). Same
+ * code, same bits as the threaded run; a debugger stopping the running
+ * device stops the whole step, and the watchdog is off unless
+ * PARITY_COLL_TIMEOUT is set. A deadlock is reported as soon as no
+ * device can run. */
+/* For the runs that follow: on 0/1; focus_device -1 (none) or the device
+ * that runs only when no other device can (implies on). Overrides the
+ * environment. 0, or -1 for a focus outside 0 .. PARITY_MAX_DEVICES-1;
+ * devices_run refuses a focus outside its world. */
+int devices_set_step_through(int on, int focus_device, perr_t *e);
+/* The mode the environment asks for: PARITY_STEP_THROUGH (0 or 1) and
+ * PARITY_STEP_THROUGH_DEVICE (a device; implies 1). -1 with a message
+ * naming the variable for any other value. */
+int devices_step_env(int *on, int *focus_device, perr_t *e);
+/* Whether the current run steps through. */
+int devices_stepping(void);
+
+/* What every device is doing (device_debug.c), for debuggers and hang
+ * reports: ref/debug/parity_gdb.py reads parity_debug. A device thread
+ * writes its own entry through the device_note_* calls (no-ops outside
+ * device threads); coordinates are noted by whoever builds the grid. */
+typedef enum {
+    DEVICE_PASS_SETUP, DEVICE_PASS_FORWARD, DEVICE_PASS_BACKWARD, DEVICE_PASS_REDUCE,
+    DEVICE_PASS_OPTIMIZER, DEVICE_PASS_DONE
+} device_pass_t;
+enum { DEVICE_DEBUG_AXES = 5 }; /* tp, cp, ep, dp, pp: grid.h's grid_axis_t order */
+typedef struct {
+    _Atomic int tid;           /* the device thread's Linux thread id (gdb's LWP) */
+    _Atomic int has_coords;    /* coord[] was noted for this run */
+    _Atomic int coord[DEVICE_DEBUG_AXES];
+    _Atomic long long step;    /* -1 before the first */
+    _Atomic int pass;          /* device_pass_t */
+    _Atomic int unit;          /* the model unit (0 embedding .. L+1 head), -1 none */
+    _Atomic int mb, chunk;     /* microbatch and model chunk of the pass, -1 none */
+    _Atomic int blocked;       /* step-through: waiting for the baton to come back */
+} device_debug_t;
+typedef struct {
+    _Atomic int world; /* devices of the current run, 0 between runs */
+    _Atomic int baton; /* step-through: the device running, -1 none */
+    _Atomic int grid[DEVICE_DEBUG_AXES]; /* the grid's size on each axis (coordinates noted) */
+    device_debug_t dev[PARITY_MAX_DEVICES];
+} parity_debug_t;
+extern parity_debug_t parity_debug;
+void device_debug_begin(int world); /* devices_run */
+void device_debug_end(void);
+void device_debug_thread(int rank); /* the device thread, on start */
+void device_note_coords(int rank, const int coord[DEVICE_DEBUG_AXES],
+                        const int sizes[DEVICE_DEBUG_AXES]);
+void device_note_step(int64_t step);
+void device_note_pass(device_pass_t pass, int unit);
+void device_note_microbatch(int mb, int chunk);
+const char *device_pass_name(device_pass_t p);
 
 /* ------------------------------------------------------------------ */
 /* Rank layouts (Megatron order strings, first dimension fastest)      */

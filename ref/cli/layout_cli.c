@@ -22,6 +22,7 @@ void layout_opts_defaults(layout_opts_t *lo) {
     memset(lo, 0, sizeof *lo);
     pconfig_defaults(&lo->pc);
     lo->algo = COLL_ALGO_DIRECT;
+    lo->step_focus = -1;
     coll_algo_from_env(&lo->algo, NULL); /* a bad value is reported by the first collective */
 }
 
@@ -49,6 +50,15 @@ int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *
         if (pio_check_output(v, "--trace", err)) return -1;
         lo->trace_path = v;
         *i += 2;
+        return 1;
+    }
+    if (!strcmp(a, "--step-through") || !strncmp(a, "--step-through=", 15)) {
+        long long dev = -1;
+        if (a[14] == '=' && num_parse_int("--step-through", a + 15, 0, PARITY_MAX_DEVICES - 1, &dev, err))
+            return -1;
+        lo->step_through = 1;
+        lo->step_focus = (int)dev;
+        *i += 1;
         return 1;
     }
     if (!strcmp(a, "--coll-algo")) {
@@ -123,6 +133,9 @@ int layout_opts_check(const layout_opts_t *lo, const model_config_t *cfg, perr_t
     if ((lo->broken_pp_mask_key || lo->broken_pp_tied_grad) && pc->pp == 1)
         return perr_set(err, "--test-broken-pp-%s: needs pipeline-model-parallel-size > 1",
                         lo->broken_pp_mask_key ? "mask-key" : "tied-embedding");
+    if (lo->step_focus >= pc->world_size)
+        return perr_set(err, "--step-through=%d: the layout has devices 0 .. %d", lo->step_focus,
+                        pc->world_size - 1);
     if (lo->broken_cp_online_softmax && (pc->cp == 1 || pc->cp_comm))
         return perr_set(err, "--test-broken-cp-online-softmax: needs the ring (context-parallel-"
                              "size > 1, --cp-comm-type p2p)");
@@ -141,6 +154,12 @@ void layout_opts_print_help(FILE *f) {
           "  --trace FILE             write a Chrome trace-event file (Perfetto, chrome://tracing):\n"
           "                           one track per device, forward/backward spans per\n"
           "                           (microbatch, chunk), receives, exact sums, optimizer\n"
+          "  --step-through[=DEVICE]  devices take turns, one at a time, handing a baton on at\n"
+          "                           every collective or p2p wait, in rank order (same bits;\n"
+          "                           for gdb: stopping the running device stops the step; no\n"
+          "                           watchdog unless PARITY_COLL_TIMEOUT is set). =DEVICE: every\n"
+          "                           other device runs until it needs DEVICE, then DEVICE runs.\n"
+          "                           Also PARITY_STEP_THROUGH=1, PARITY_STEP_THROUGH_DEVICE=N\n"
           "  --arena-mb N             device memory of each simulated device (default unlimited);\n"
           "                           a layout whose estimated memory exceeds it, or the host's\n"
           "                           available memory (PARITY_MEM_AVAILABLE_MB overrides\n"

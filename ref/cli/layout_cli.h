@@ -25,6 +25,8 @@ typedef struct {
     int broken_pp_tied_grad; /* --test-broken-pp-tied-embedding: no embedding-group reduction */
     int broken_cp_online_softmax; /* --test-broken-cp-online-softmax: flash-style ring merge */
     const char *trace_path;  /* --trace FILE: Chrome trace events of the layout run */
+    int step_through;        /* --step-through[=DEVICE]: devices take turns (runtime.h) */
+    int step_focus;          /* its DEVICE, -1 without one */
     const char *parallel_config; /* --parallel-config FILE: a patterns or Colossal-AI file */
     int config_json;             /* the file is a patterns file (else Colossal-AI's) */
     const char *optim[LAYOUT_MAX_OPTIM]; /* --optim model.optim.KEY=VALUE (NeMo), in order */

@@ -85,7 +85,8 @@ static void usage(FILE *f) {
           "                           m, v and step count); default all\n"
           "environment (each checked before anything runs; a bad value exits 2): PARITY_BACKEND,\n"
           "PARITY_MEM_AVAILABLE_MB, PARITY_COLL_ALGO, PARITY_COLL_TIMEOUT, PARITY_COLL_WHOLE_BYTES,\n"
-          "PARITY_COLL_SPIN_US, PARITY_COLL_YIELD_US, PARITY_PIN (ref/cli/env_check.c)\n",
+          "PARITY_COLL_SPIN_US, PARITY_COLL_YIELD_US, PARITY_PIN, PARITY_STEP_THROUGH,\n"
+          "PARITY_STEP_THROUGH_DEVICE (ref/cli/env_check.c)\n",
           f);
 }
 
@@ -281,7 +282,10 @@ static int check_outputs(const char *trace_path, const char *dump_path, const ch
  * line silently changes the run). --optim alone repeats, each time with
  * another model.optim key (nemo.c refuses a key given twice). --model and
  * --config are one flag. seen[] holds the positions of the flags so far. */
-static const char *flag_canon(const char *a) { return !strcmp(a, "--config") ? "--model" : a; }
+static const char *flag_canon(const char *a) {
+    if (!strncmp(a, "--step-through=", 15)) return "--step-through";
+    return !strcmp(a, "--config") ? "--model" : a;
+}
 
 static int flag_given_twice(char **argv, const int *seen, int nseen, const char *a) {
     if (strncmp(a, "--", 2) || !strcmp(a, "--optim")) return 0;
@@ -469,9 +473,9 @@ static int train_main(int argc, char **argv, int check) {
     }
     if (print_layout) {
         if (print_config || dump_path || digest_path || dump_steps || save_dir || load_dir ||
-            lo.trace_path) {
+            lo.trace_path || lo.step_through) {
             fprintf(stderr, "parity %s: --print-layout prints the layout and exits; it runs "
-                            "nothing to print a config of, dump, trace, load or save%s\n",
+                            "nothing to print a config of, dump, trace, step through, load or save%s\n",
                     argv[0], lo.trace_path ? " (--trace writes no file)" : "");
             return 2;
         }
@@ -484,9 +488,10 @@ static int train_main(int argc, char **argv, int check) {
         }
         return 0;
     }
-    if (print_config && (dump_path || digest_path || dump_steps || save_dir || load_dir)) {
+    if (print_config && (dump_path || digest_path || dump_steps || save_dir || load_dir ||
+                         lo.step_through)) {
         fprintf(stderr, "parity %s: --print-config prints the resolved config and exits; it runs "
-                        "nothing to --dump, --digest, --load or --save\n",
+                        "nothing to --dump, --digest, --load, --save or --step-through\n",
                 argv[0]);
         return 2;
     }
@@ -497,6 +502,11 @@ static int train_main(int argc, char **argv, int check) {
         return 0;
     }
 
+    /* --step-through: every run of this command, the golden one too */
+    if (lo.step_through && devices_set_step_through(1, lo.step_focus, &err)) {
+        fprintf(stderr, "parity %s: %s\n", argv[0], err.msg);
+        return 2;
+    }
     /* output files: fail now, not after the training run, and create
      * nothing until the run has succeeded (fileio.h) */
     if (check_outputs(lo.trace_path, dump_path, digest_path, dump_steps, save_dir, check))

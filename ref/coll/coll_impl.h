@@ -131,7 +131,15 @@ void coll_barrier_wait(coll_ctx_t *c);
  * others go: every member is then inside the barrier, so all published
  * records and buffers are stable. */
 void coll_barrier_hook(coll_ctx_t *c, void (*hook)(coll_ctx_t *));
-/* What the watchdog prints for a device: set on entry, cleared on exit. */
+/* What the watchdog prints for a device: set on entry, cleared on exit.
+ * The table is also what ref/debug/parity_gdb.py's `parity where` reads
+ * (by name: keep the fields' names). */
+typedef struct {
+    alignas(COLL_CACHE_LINE) _Atomic(group_t *) group; /* NULL: not in a collective */
+    _Atomic int kind, peer, tag;                       /* peer, tag: send and recv */
+    _Atomic uint64_t seq;                              /* the call's number on group */
+} coll_activity_t;
+extern coll_activity_t coll_activity[PARITY_MAX_DEVICES];
 void coll_activity_enter(int world_rank, group_t *g, coll_kind_t kind, uint64_t seq, int peer,
                          int tag);
 void coll_activity_exit(int world_rank);

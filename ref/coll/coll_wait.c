@@ -157,11 +157,42 @@ static int yield_poll(wword_t *w, uint32_t target, int64_t start) {
 }
 
 static _Noreturn void watchdog_fire(int64_t waited_ns);
+static void step_deadlock_report(void);
 
 static void wait_slow(wword_t *w, uint32_t target);
 
+/* Step-through mode (runtime.h): instead of spinning or sleeping, hand
+ * the baton to the next device that can run; it comes back once w has
+ * reached target. The watchdog only watches when a timeout was asked
+ * for (PARITY_COLL_TIMEOUT, coll_set_timeout): someone stopped in a
+ * debugger is not a hang. */
+typedef struct {
+    wword_t *w;
+    uint32_t target;
+} wword_goal_t;
+
+static int goal_reached(const void *p) {
+    const wword_goal_t *g = p;
+    return reached(atomic_load_explicit(&g->w->value, memory_order_acquire), g->target);
+}
+
+static _Atomic int timeout_explicit; /* set by PARITY_COLL_TIMEOUT or coll_set_timeout */
+
+static void step_wait(int rank, wword_t *w, uint32_t target) {
+    step_set_deadlock_reporter(step_deadlock_report);
+    const wword_goal_t goal = {w, target};
+    const int64_t start = now_ns(),
+                  timeout = atomic_load(&timeout_explicit) ? coll_timeout_ns() : 0;
+    if (step_block(rank, goal_reached, &goal, timeout) != 0) watchdog_fire(now_ns() - start);
+}
+
 void coll_wword_wait(wword_t *w, uint32_t target) {
     if (reached(atomic_load_explicit(&w->value, memory_order_acquire), target)) return;
+    device_t *self = devices_stepping() ? device_self() : NULL;
+    if (self) {
+        step_wait(self->rank, w, target);
+        return;
+    }
     atomic_fetch_add_explicit(&waiting_devices, 1, memory_order_relaxed);
     wait_slow(w, target);
     atomic_fetch_sub_explicit(&waiting_devices, 1, memory_order_relaxed);
@@ -235,6 +266,7 @@ int64_t coll_timeout_ns(void) {
                      env);
     }
     int64_t want = (int64_t)(s * 1e9);
+    if (env && *env) atomic_store(&timeout_explicit, 1);
     int64_t expected = -1; /* coll_set_timeout wins over the environment */
     if (!atomic_compare_exchange_strong(&timeout_ns, &expected, want)) return expected;
     return want;
@@ -246,6 +278,7 @@ double coll_set_timeout(double seconds) {
         parity_fatal("coll_set_timeout: %g is not a timeout: expected a positive number of seconds",
                      seconds);
     atomic_store(&timeout_ns, (int64_t)(seconds * 1e9));
+    atomic_store(&timeout_explicit, 1);
     return prev;
 }
 
@@ -253,17 +286,11 @@ double coll_get_timeout(void) { return (double)coll_timeout_ns() / 1e9; }
 
 /* ---- activity: what each device is doing, for the report ---- */
 
-typedef struct {
-    alignas(COLL_CACHE_LINE) _Atomic(group_t *) group; /* NULL: not in a collective */
-    _Atomic int kind, peer, tag;
-    _Atomic uint64_t seq;
-} activity_t;
-
-static activity_t activity[PARITY_MAX_DEVICES];
+coll_activity_t coll_activity[PARITY_MAX_DEVICES];
 
 void coll_activity_enter(int world_rank, group_t *g, coll_kind_t kind, uint64_t seq, int peer,
                          int tag) {
-    activity_t *a = &activity[world_rank];
+    coll_activity_t *a = &coll_activity[world_rank];
     atomic_store_explicit(&a->kind, (int)kind, memory_order_relaxed);
     atomic_store_explicit(&a->seq, seq, memory_order_relaxed);
     atomic_store_explicit(&a->peer, peer, memory_order_relaxed);
@@ -272,7 +299,7 @@ void coll_activity_enter(int world_rank, group_t *g, coll_kind_t kind, uint64_t 
 }
 
 void coll_activity_exit(int world_rank) {
-    atomic_store_explicit(&activity[world_rank].group, NULL, memory_order_relaxed);
+    atomic_store_explicit(&coll_activity[world_rank].group, NULL, memory_order_relaxed);
 }
 
 static _Atomic int dying;
@@ -293,7 +320,7 @@ _Noreturn void coll_die(const char *fmt, ...) {
 
 static void describe(int r, char *buf, size_t n) {
     device_state_t st = device_state(r);
-    group_t *g = atomic_load_explicit(&activity[r].group, memory_order_acquire);
+    group_t *g = atomic_load_explicit(&coll_activity[r].group, memory_order_acquire);
     if (st == DEVICE_FINISHED) {
         snprintf(buf, n, "finished");
     } else if (st == DEVICE_NOT_STARTED) {
@@ -301,7 +328,7 @@ static void describe(int r, char *buf, size_t n) {
     } else if (!g) {
         snprintf(buf, n, "running (not in a collective)");
     } else {
-        activity_t *a = &activity[r];
+        coll_activity_t *a = &coll_activity[r];
         coll_kind_t kind = (coll_kind_t)atomic_load_explicit(&a->kind, memory_order_relaxed);
         int peer = atomic_load_explicit(&a->peer, memory_order_relaxed);
         int tag = atomic_load_explicit(&a->tag, memory_order_relaxed);
@@ -320,14 +347,14 @@ static void describe(int r, char *buf, size_t n) {
 /* Members of the waiting thread's collective that are not in that same
  * call: the likely culprits, named first. */
 static void print_missing(int me_world) {
-    activity_t *a = &activity[me_world];
+    coll_activity_t *a = &coll_activity[me_world];
     group_t *g = atomic_load_explicit(&a->group, memory_order_acquire);
     coll_kind_t kind = (coll_kind_t)atomic_load_explicit(&a->kind, memory_order_relaxed);
     if (!g || kind == COLL_KIND_SEND || kind == COLL_KIND_RECV) return;
     uint64_t seq = atomic_load_explicit(&a->seq, memory_order_relaxed);
     for (int j = 0; j < group_size(g); j++) {
         int w = group_world_rank(g, j);
-        activity_t *b = &activity[w];
+        coll_activity_t *b = &coll_activity[w];
         if (atomic_load_explicit(&b->group, memory_order_acquire) == g &&
             atomic_load_explicit(&b->seq, memory_order_relaxed) == seq)
             continue;
@@ -338,20 +365,37 @@ static void print_missing(int me_world) {
     }
 }
 
+static void print_every_device(void) {
+    char what[256];
+    fprintf(stderr, "parity: what every device is doing:\n");
+    for (int r = 0; r < devices_world(); r++) {
+        describe(r, what, sizeof what);
+        fprintf(stderr, "  device %d: %s\n", r, what);
+    }
+}
+
+/* Step-through found that no device can run: the same report as the
+ * watchdog's, at once instead of after the timeout. */
+static void step_deadlock_report(void) {
+    if (atomic_exchange(&dying, 1)) wait_for_exit();
+    device_t *d = device_self();
+    fprintf(stderr, "parity: step-through: no device can run, and not every device has finished "
+                    "(a deadlock, found when device %d handed the baton on)\n",
+            d ? d->rank : -1);
+    if (d) print_missing(d->rank);
+    print_every_device();
+    parity_fatal("collective deadlock (see the report above)");
+}
+
 static _Noreturn void watchdog_fire(int64_t waited_ns) {
     if (atomic_exchange(&dying, 1)) wait_for_exit();
     device_t *d = device_self();
-    int world = devices_world();
     char what[256];
     describe(d ? d->rank : 0, what, sizeof what);
     fprintf(stderr, "parity: collective watchdog: device %d waited %.1f s (timeout %.1f s, "
                     "PARITY_COLL_TIMEOUT): %s\n",
             d ? d->rank : -1, (double)waited_ns / 1e9, (double)coll_timeout_ns() / 1e9, what);
     if (d) print_missing(d->rank);
-    fprintf(stderr, "parity: what every device is doing:\n");
-    for (int r = 0; r < world; r++) {
-        describe(r, what, sizeof what);
-        fprintf(stderr, "  device %d: %s\n", r, what);
-    }
+    print_every_device();
     parity_fatal("collective hang (see the report above)");
 }

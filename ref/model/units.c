@@ -24,6 +24,8 @@
 static float *stream_in(gpt_slot_t *A, int u) { return u == 1 ? A->emb : A->layer[u - 2].out; }
 
 static void unit_event(gpt_t *g, const gpt_observer_t *obs, int unit, int event) {
+    if (event == GPT_FWD_BEGIN || event == GPT_BWD_BEGIN) /* for debuggers: parity devices */
+        device_note_pass(event == GPT_FWD_BEGIN ? DEVICE_PASS_FORWARD : DEVICE_PASS_BACKWARD, unit);
     if (obs && obs->unit) obs->unit(obs->ctx, g, unit, event);
 }
 

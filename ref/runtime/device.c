@@ -86,9 +86,13 @@ static void *device_thread(void *p) {
     pthread_mutex_unlock(&g->mu);
     if (abort) return NULL;
     self = &s->dev;
+    device_debug_thread(s->dev.rank);
+    step_device_start(s->dev.rank); /* step-through: wait for the baton */
     atomic_store(&states[s->dev.rank], DEVICE_RUNNING);
     s->fn(&s->dev, s->arg);
+    device_note_pass(DEVICE_PASS_DONE, -1);
     atomic_store(&states[s->dev.rank], DEVICE_FINISHED);
+    step_device_finish(s->dev.rank);
     self = NULL;
     return NULL;
 }
@@ -112,6 +116,10 @@ int devices_run(int world, size_t arena_capacity, device_main_fn fn, void *arg, 
         return perr_set(err, "devices_run: a run is already in progress (runs do not nest)");
     }
     if (group_registry_check(world, err) != 0) {
+        pthread_mutex_unlock(&run_mu);
+        return -1;
+    }
+    if (step_run_begin(world, err) != 0) {
         pthread_mutex_unlock(&run_mu);
         return -1;
     }
@@ -140,6 +148,7 @@ int devices_run(int world, size_t arena_capacity, device_main_fn fn, void *arg, 
         slots[r].gate = &gate;
         atomic_store(&states[r], DEVICE_NOT_STARTED);
     }
+    device_debug_begin(world);
     atomic_store(&run_world, world);
     cpu_set_t allowed;
     int first = 0, ncpu = pin_devices(world, &allowed, &first);
@@ -171,6 +180,8 @@ free_arenas:
     for (int r = 0; r < world; r++) arena_destroy(slots[r].dev.arena);
     free(slots);
 done:
+    step_run_end();
+    device_debug_end();
     pthread_cond_destroy(&gate.cv);
     pthread_mutex_destroy(&gate.mu);
     pthread_mutex_lock(&run_mu);

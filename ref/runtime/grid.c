@@ -1,6 +1,8 @@
 /* grid.c - the device grid: groups along every axis of a rank layout. */
 #include "parity/grid.h"
 
+_Static_assert((int)GRID_NAXES == (int)DEVICE_DEBUG_AXES, "runtime.h's debug table holds grid coordinates");
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -14,6 +14,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 
 #include "parity/runtime.h"
 
@@ -49,5 +50,28 @@ static inline int group_rank_of_world(const struct group *g, int world_rank) {
     }
     return lo < g->n && g->by_rank[lo].rank == world_rank ? g->by_rank[lo].index : -1;
 }
+
+/* ---- stepper.c: step-through mode (runtime.h) ----
+ * devices_run calls step_run_begin before starting the threads (0, or -1
+ * for a focus outside the world), each device thread step_device_start
+ * before its function and step_device_finish after it, and
+ * step_run_end after the join. All of them do nothing in a threaded run. */
+int  step_run_begin(int world, perr_t *e);
+void step_run_end(void);
+void step_device_start(int rank);
+void step_device_finish(int rank);
+/* The device `rank`, which holds the baton, must wait until ready(ctx):
+ * hands the baton on and returns holding it again, ready(ctx) true. -1
+ * when timeout_ns (> 0; 0: none) passed first. ready runs on other
+ * threads, under the stepper's lock: it may only read atomics. */
+typedef int (*step_ready_fn)(const void *ctx);
+int  step_block(int rank, step_ready_fn ready, const void *ctx, int64_t timeout_ns);
+/* The device holding the baton, -1 when none (for reports). */
+int  step_holder(void);
+/* Called (then the process exits) when no device can run while some
+ * still wait: the collectives register their "what every device is
+ * doing" report. */
+typedef void (*step_deadlock_fn)(void);
+void step_set_deadlock_reporter(step_deadlock_fn fn);
 
 #endif

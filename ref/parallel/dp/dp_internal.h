@@ -55,6 +55,7 @@ typedef struct dp_rank {
     pthread_mutex_t comm_lock;
     pthread_cond_t comm_cond;
     int comm_ready, comm_done, comm_stop, comm_started;
+    int comm_inline; /* step-through: jobs run on the device thread (dp_reduce.c) */
     /* written by whichever thread reduces; folded into the report by the
      * device thread once the step's reductions are done (no race) */
     double t_reduce, t_comm;

@@ -103,6 +103,8 @@ static void forward(dp_rank_t *r, int64_t step, int mb, int c, int s, const gpt_
     const int lo = g->shard.units.lo[c], hi = g->shard.units.hi[c], head = g->cfg.layers + 1;
     gpt_slot_t *A = &g->slot[s];
     int first, n_seq;
+    device_note_microbatch(mb, c);
+    device_note_pass(DEVICE_PASS_FORWARD, lo);
     microbatch(r, mb, &first, &n_seq);
     for (int b = 0; b < n_seq; b++)
         corpus_sample(r->sh->run->data, (uint64_t)step * (uint64_t)B + (uint64_t)(first + b), T,
@@ -137,6 +139,8 @@ static void backward(dp_rank_t *r, int mb, int c, int s, const gpt_observer_t *o
     gpt_slot_t *A = &g->slot[s];
     const size_t len = stream_len(g, A->n_seq);
     double t0 = dp_now();
+    device_note_microbatch(mb, c);
+    device_note_pass(DEVICE_PASS_BACKWARD, hi - 1);
     if (hi <= g->cfg.layers + 1) {
         wait_send(r, s); /* the forward's output has long arrived; d_resid is received into */
         coll_recv(r->pp_group, A->d_resid, len, COLL_F32, pp_stage_of(p, vs + 1),

@@ -68,9 +68,20 @@ static void set_job(dp_rank_t *r, void (*job)(dp_rank_t *, int)) {
 void dp_comm_use_for_reduce(dp_rank_t *r) { set_job(r, reduce_job); }
 void dp_comm_use_for_gather(dp_rank_t *r) { set_job(r, dp_gather_params_job); }
 
+/* In step-through mode (runtime.h) devices take turns at the baton, and
+ * a second thread of the device would be a second runner: the jobs run
+ * inline instead, each as soon as its bucket is handed over (the order
+ * the thread would take them in). Same collectives on the same group,
+ * same bits. */
 int dp_comm_start(dp_rank_t *r, device_t *dev) {
     pthread_mutex_init(&r->comm_lock, NULL);
     pthread_cond_init(&r->comm_cond, NULL);
+    r->comm_inline = devices_stepping();
+    if (r->comm_inline) {
+        r->comm_started = 1;
+        dp_comm_use_for_reduce(r);
+        return 0;
+    }
     comm_arg_t *a = malloc(sizeof *a);
     if (!a) return -1;
     *a = (comm_arg_t){r, dev};
@@ -89,13 +100,23 @@ void dp_comm_stop(dp_rank_t *r) {
     r->comm_stop = 1;
     pthread_cond_broadcast(&r->comm_cond);
     pthread_mutex_unlock(&r->comm_lock);
-    pthread_join(r->comm, NULL);
+    if (!r->comm_inline) pthread_join(r->comm, NULL);
     pthread_mutex_destroy(&r->comm_lock);
     pthread_cond_destroy(&r->comm_cond);
     r->comm_started = 0;
 }
 
+/* Step-through: the jobs the thread would run, run here and now. */
+static void run_inline(dp_rank_t *r, int upto) {
+    for (; r->comm_done < upto; r->comm_done++) r->comm_job(r, r->comm_done);
+    if (r->comm_ready < upto) r->comm_ready = upto;
+}
+
 void dp_buckets_ready(dp_rank_t *r, int upto) {
+    if (r->comm_inline) {
+        run_inline(r, upto);
+        return;
+    }
     pthread_mutex_lock(&r->comm_lock);
     if (upto > r->comm_ready) {
         r->comm_ready = upto;
@@ -264,7 +285,7 @@ void dp_comm_finish(dp_rank_t *r) {
     const int nb = r->plan->nbuckets;
     dp_buckets_ready(r, nb);
     pthread_mutex_lock(&r->comm_lock);
-    while (r->comm_done < nb) pthread_cond_wait(&r->comm_cond, &r->comm_lock);
+    while (!r->comm_inline && r->comm_done < nb) pthread_cond_wait(&r->comm_cond, &r->comm_lock);
     r->comm_done = r->comm_ready = 0; /* the thread idles until its next job */
     pthread_mutex_unlock(&r->comm_lock);
 }

@@ -191,6 +191,7 @@ static int run_step(dp_rank_t *r, int64_t step, int collect) {
         dump_begin_step(run->dump, step, &sh->dump_obs);
         dp_collect_reset(sh); /* nothing written yet: coverage */
     }
+    device_note_step(step);
     coll_barrier(r->world); /* the dump is ready for everyone's slices */
     const double step_start = dp_now();
     gpt_step_begin(r->g);
@@ -201,6 +202,8 @@ static int run_step(dp_rank_t *r, int64_t step, int collect) {
      * communication thread and are not part of this wall time's work */
     r->report->seconds_compute += dp_now() - t0 - (r->report->seconds_comm - comm0);
     t0 = dp_now();
+    device_note_microbatch(-1, -1);
+    device_note_pass(DEVICE_PASS_REDUCE, -1);
     dp_reduce_pending(r);
     if (r->plan->stage == 0) dp_all_gather_grads(r);
     dp_span(r, "gradient reduction", "exact-sum", t0, -1, -1);
@@ -228,6 +231,7 @@ static int run_step(dp_rank_t *r, int64_t step, int collect) {
         }
     }
     o0 = dp_now(), oc0 = r->report->seconds_comm;
+    device_note_pass(DEVICE_PASS_OPTIMIZER, -1);
     dp_update(r, lr, norm);
     r->report->seconds_optimizer += dp_now() - o0 - (r->report->seconds_comm - oc0);
     dp_span(r, "optimizer", "optimizer", o0, -1, -1);
@@ -426,6 +430,7 @@ int dp_train(dp_run_t *run, perr_t *err) {
     const double origin = dp_now();
     for (int d = 0; d < world; d++) {
         grid_device_t gd = grid_device(&sh->grid, d);
+        device_note_coords(d, gd.coord, sh->grid.size); /* for debuggers: parity devices */
         int gid = layout_group_id(&sh->grid.layout, d, "dp-cp");
         const int stage = gd.coord[GRID_PP];
         if (traces) trace_buf_init(&traces[d], origin);
