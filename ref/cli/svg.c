@@ -200,6 +200,13 @@ static int cmd_grid(int argc, char **argv) {
         fprintf(stderr, "%s: invalid layout: %s\n", cli_name, err.msg);
         return 2;
     }
+    /* the model-dependent checks --print-layout makes (heads, tiles, memory) */
+    memest_t mem;
+    if (memest_layout(&cfg, &lo.pc, &mem, &err)) {
+        layout_opts_blame(&lo, &err);
+        fprintf(stderr, "%s: invalid layout: %s\n", cli_name, err.msg);
+        return 2;
+    }
     const pconfig_t *pc = &lo.pc;
     pp_plan_t pp;
     grid_t G;

@@ -224,10 +224,10 @@ static void draw_cells(FILE *f, const state_t *S, int y0) {
             const int colour = sums ? s : lowest(c->from);
             /* a sum's opacity grows with its terms: complete is solid */
             const int pct = sums ? 25 + 75 * popcount(c->from) / S->n : 80;
-            fprintf(f, "<rect class=\"cell\" x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"%s\" "
-                       "fill-opacity=\"%d%%\" stroke=\"white\"/>\n", x, y, CW, CH, svg_colour(colour), pct);
+            fprintf(f, "<rect class=\"cell\" x=\"%g\" y=\"%g\" width=\"%d\" height=\"%d\" fill=\"%s\" "
+                       "fill-opacity=\"%d%%\"/>\n", x, y, CW, CH, svg_colour(colour), pct);
             label(S, c, buf, sizeof buf);
-            svg_text(f, x + CW / 2.0, y + CH - 5, "text-anchor=\"middle\" font-size=\"10\"", buf);
+            svg_text(f, x + CW / 2.0, y + CH - 5, "class=\"l\"", buf);
         }
 }
 
@@ -244,7 +244,7 @@ static void draw_moves(FILE *f, const state_t *S, int y0) {
             const double lift = 6 + 4 * (d < 8 ? d : 8), top = (y1 < y2 ? y1 : y2) - lift;
             fprintf(f, "d=\"M%.1f,%.1f Q%.1f,%.1f %.1f,%.1f\"", x1, y1, (x1 + x2) / 2, top, x2, y2);
         }
-        fputs(" fill=\"none\" stroke=\"#333\" stroke-opacity=\"0.7\" marker-end=\"url(#arrow)\"/>\n", f);
+        fputs("/>\n", f);
     }
 }
 
@@ -262,6 +262,9 @@ int svg_collective(FILE *f, svg_coll_t k, coll_algo_t algo, int n, perr_t *err) 
     snprintf(title, sizeof title, "%s of %d ranks, %s algorithm", svg_coll_name(k), n, coll_algo_name(algo));
     const int w = LEFT + n * PITCH + 420, h = 70 + (steps + 1) * (ph + 10);
     svg_begin(f, w, h, title);
+    /* what every cell, label and arrow shares, once */
+    fputs("<style>.cell{stroke:white} .l{text-anchor:middle;font-size:10px} "
+          ".move{fill:none;stroke:#333;stroke-opacity:0.7;marker-end:url(#arrow)}</style>\n", f);
     svg_text(f, 10, 20, "font-size=\"14\" font-weight=\"bold\"", title);
     const char *note =
         k == SVG_ALL_REDUCE   ? "chunk c = coll_chunk(c): elements [c L, (c+1) L), L = ceil(count/n) to a 64-byte line"

@@ -103,7 +103,11 @@ int svg_trace_read(const char *path, svg_trace_t *t, perr_t *err) {
     if (!text) return -1;
     json_t *root = json_parse(text, len, err);
     free(text);
-    if (!root) return perr_set(err, "trace file '%s': %s", path, err->msg);
+    if (!root) {
+        char why[sizeof err->msg]; /* err->msg is both the message and an argument */
+        snprintf(why, sizeof why, "%s", err->msg);
+        return perr_set(err, "trace file '%s': %s", path, why);
+    }
     const json_t *ev = json_get(root, "traceEvents");
     int rc = 0;
     if (json_type(ev) != JSON_ARRAY) {
@@ -117,7 +121,11 @@ int svg_trace_read(const char *path, svg_trace_t *t, perr_t *err) {
         if (!ph) rc = perr_set(err, "event %zu: \"ph\": expected a string", i);
         else if (!strcmp(ph, "X")) rc = read_span(e, i, &t->spans[t->n++], err);
         /* other phases (thread names, ...) are not drawn */
-        if (rc) perr_set(err, "trace file '%s': %s", path, err->msg);
+        if (rc) {
+            char why[sizeof err->msg];
+            snprintf(why, sizeof why, "%s", err->msg);
+            perr_set(err, "trace file '%s': %s", path, why);
+        }
     }
     if (!rc && t->n == 0)
         rc = perr_set(err, "trace file '%s': no spans (complete events, \"ph\":\"X\") to draw", path);
