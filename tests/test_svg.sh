@@ -15,12 +15,7 @@ PARITY=${PARITY:-build/parity}
 PARITY=$(cd "$(dirname "$PARITY")" && pwd)/$(basename "$PARITY")
 cd "$(dirname "$0")/.."
 PY=/usr/bin/python3
-passed=0; failed=0
-tmp=$(mktemp -d /tmp/parity_svg_XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-
-ok()   { passed=$((passed + 1)); echo "ok      $1"; }
-fail() { failed=$((failed + 1)); echo "not ok  $1"; shift; for l in "$@"; do echo "  $l"; done; }
+. tests/refuse.sh parity-svg # $tmp (removed on exit), ok, fail
 
 # check NAME CMD...: the command succeeds (its output in $out)
 check() {
@@ -28,8 +23,8 @@ check() {
   if out=$("$@" 2>&1); then ok "$name"; else fail "$name" "exit $?" "$out"; fi
 }
 
-# refuse NAME PATTERN OUT CMD...: exit 2, a message matching PATTERN, and no OUT
-refuse() {
+# refuse_svg NAME PATTERN OUT CMD...: exit 2, a message matching PATTERN, and no OUT
+refuse_svg() {
   local name=$1 pat=$2 o=$3; shift 3
   out=$("$@" 2>&1); local rc=$?
   if [ $rc -ne 2 ]; then fail "$name" "exit $rc, expected 2" "$out"
@@ -218,31 +213,31 @@ o="$tmp/bad/out.svg"; mkdir -p "$tmp/bad"
 printf '{"traceEvents": [' >"$tmp/bad.json"
 printf '{"traceEvents": [{"name":"thread_name","ph":"M","pid":0,"tid":0,"args":{"name":"device 0"}}]}' >"$tmp/empty.json"
 printf '{"traceEvents": [{"name":"F0","cat":"forward","ph":"X","ts":"x","dur":1,"pid":0,"tid":0}]}' >"$tmp/badts.json"
-refuse "schedule: malformed JSON" "trace file.*line" "$o" "$PARITY" svg schedule "$tmp/bad.json" -o "$o"
-refuse "schedule: a trace with no spans" "no spans" "$o" "$PARITY" svg schedule "$tmp/empty.json" -o "$o"
-refuse "schedule: a span without a number ts" '"ts"' "$o" "$PARITY" svg schedule "$tmp/badts.json" -o "$o"
-refuse "schedule: missing trace file" "trace file" "$o" "$PARITY" svg schedule "$tmp/none.json" -o "$o"
-refuse "schedule: no TRACE" "TRACE" "$o" "$PARITY" svg schedule -o "$o"
-refuse "schedule: missing -o" "-o" "$o" "$PARITY" svg schedule "$tmp/T.json"
-refuse "schedule: -o without a value" "-o" "$o" "$PARITY" svg schedule "$tmp/T.json" -o
-refuse "schedule: unknown flag" "--bogus" "$o" "$PARITY" svg schedule "$tmp/T.json" --bogus -o "$o"
-refuse "schedule: --logical twice" "--logical" "$o" "$PARITY" svg schedule "$tmp/T.json" --logical --logical -o "$o"
-refuse "collective: unknown KIND" "KIND.*all-reduce" "$o" "$PARITY" svg collective all-sum --ranks 4 -o "$o"
-refuse "collective: --ranks 0" "--ranks" "$o" "$PARITY" svg collective all-reduce --ranks 0 -o "$o"
-refuse "collective: --ranks 65" "--ranks" "$o" "$PARITY" svg collective all-reduce --ranks 65 -o "$o"
-refuse "collective: --ranks missing" "--ranks" "$o" "$PARITY" svg collective all-reduce -o "$o"
-refuse "collective: send-recv --ranks 1" "--ranks" "$o" "$PARITY" svg collective send-recv --ranks 1 -o "$o"
-refuse "collective: --algo tree" "--algo" "$o" "$PARITY" svg collective all-reduce --ranks 4 --algo tree -o "$o"
-refuse "collective: missing -o" "-o" "$o" "$PARITY" svg collective all-reduce --ranks 4
-refuse "collective: unknown flag" "--root" "$o" "$PARITY" svg collective broadcast --ranks 4 --root 1 -o "$o"
-refuse "grid: unknown flag" "--bogus" "$o" "$PARITY" svg grid --bogus -o "$o"
-refuse "grid: a run's flag" "--trace" "$o" "$PARITY" svg grid --trace "$tmp/x.json" -o "$o"
-refuse "grid: an invalid layout" "tensor-model-parallel-size" "$o" "$PARITY" svg grid --tensor-model-parallel-size 3 -o "$o"
-refuse "grid: unknown model" "--model" "$o" "$PARITY" svg grid --model gpt-huge -o "$o"
-refuse "grid: missing -o" "-o" "$o" "$PARITY" svg grid --data-parallel-size 2
-refuse "grid: a flag twice" "--data-parallel-size" "$o" "$PARITY" svg grid --data-parallel-size 2 --data-parallel-size 2 -o "$o"
-refuse "svg: unknown picture" "picture" "$o" "$PARITY" svg histogram -o "$o"
-refuse "svg: -o in a missing directory" "-o" "$tmp/nodir/x.svg" "$PARITY" svg collective all-reduce --ranks 2 -o "$tmp/nodir/x.svg"
+refuse_svg "schedule: malformed JSON" "trace file.*line" "$o" "$PARITY" svg schedule "$tmp/bad.json" -o "$o"
+refuse_svg "schedule: a trace with no spans" "no spans" "$o" "$PARITY" svg schedule "$tmp/empty.json" -o "$o"
+refuse_svg "schedule: a span without a number ts" '"ts"' "$o" "$PARITY" svg schedule "$tmp/badts.json" -o "$o"
+refuse_svg "schedule: missing trace file" "trace file" "$o" "$PARITY" svg schedule "$tmp/none.json" -o "$o"
+refuse_svg "schedule: no TRACE" "TRACE" "$o" "$PARITY" svg schedule -o "$o"
+refuse_svg "schedule: missing -o" "-o" "$o" "$PARITY" svg schedule "$tmp/T.json"
+refuse_svg "schedule: -o without a value" "-o" "$o" "$PARITY" svg schedule "$tmp/T.json" -o
+refuse_svg "schedule: unknown flag" "--bogus" "$o" "$PARITY" svg schedule "$tmp/T.json" --bogus -o "$o"
+refuse_svg "schedule: --logical twice" "--logical" "$o" "$PARITY" svg schedule "$tmp/T.json" --logical --logical -o "$o"
+refuse_svg "collective: unknown KIND" "KIND.*all-reduce" "$o" "$PARITY" svg collective all-sum --ranks 4 -o "$o"
+refuse_svg "collective: --ranks 0" "--ranks" "$o" "$PARITY" svg collective all-reduce --ranks 0 -o "$o"
+refuse_svg "collective: --ranks 65" "--ranks" "$o" "$PARITY" svg collective all-reduce --ranks 65 -o "$o"
+refuse_svg "collective: --ranks missing" "--ranks" "$o" "$PARITY" svg collective all-reduce -o "$o"
+refuse_svg "collective: send-recv --ranks 1" "--ranks" "$o" "$PARITY" svg collective send-recv --ranks 1 -o "$o"
+refuse_svg "collective: --algo tree" "--algo" "$o" "$PARITY" svg collective all-reduce --ranks 4 --algo tree -o "$o"
+refuse_svg "collective: missing -o" "-o" "$o" "$PARITY" svg collective all-reduce --ranks 4
+refuse_svg "collective: unknown flag" "--root" "$o" "$PARITY" svg collective broadcast --ranks 4 --root 1 -o "$o"
+refuse_svg "grid: unknown flag" "--bogus" "$o" "$PARITY" svg grid --bogus -o "$o"
+refuse_svg "grid: a run's flag" "--trace" "$o" "$PARITY" svg grid --trace "$tmp/x.json" -o "$o"
+refuse_svg "grid: an invalid layout" "tensor-model-parallel-size" "$o" "$PARITY" svg grid --tensor-model-parallel-size 3 -o "$o"
+refuse_svg "grid: unknown model" "--model" "$o" "$PARITY" svg grid --model gpt-huge -o "$o"
+refuse_svg "grid: missing -o" "-o" "$o" "$PARITY" svg grid --data-parallel-size 2
+refuse_svg "grid: a flag twice" "--data-parallel-size" "$o" "$PARITY" svg grid --data-parallel-size 2 --data-parallel-size 2 -o "$o"
+refuse_svg "svg: unknown picture" "picture" "$o" "$PARITY" svg histogram -o "$o"
+refuse_svg "svg: -o in a missing directory" "-o" "$tmp/nodir/x.svg" "$PARITY" svg collective all-reduce --ranks 2 -o "$tmp/nodir/x.svg"
 # an existing file is left as it was when the picture fails
 echo keep >"$tmp/keep.svg"
 "$PARITY" svg schedule "$tmp/empty.json" -o "$tmp/keep.svg" 2>/dev/null

@@ -63,6 +63,21 @@ static int take_value(int argc, char **argv, int *i, const char **dst) {
     return 0;
 }
 
+/* A command line word that is not a flag: the picture's one operand
+ * (what: "TRACE.json", "KIND"). 0, or 2 after a message. */
+static int operand(const char *sub, const char *what, const char *a, const char **slot) {
+    if (a[0] == '-' && a[1]) {
+        fprintf(stderr, "%s: %s: unknown option '%s' (see parity svg --help)\n", cli_name, sub, a);
+        return 2;
+    }
+    if (*slot) {
+        fprintf(stderr, "%s: %s: one %s, got '%s' and '%s'\n", cli_name, sub, what, *slot, a);
+        return 2;
+    }
+    *slot = a;
+    return 0;
+}
+
 static int is_output_flag(const char *a) { return !strcmp(a, "-o") || !strcmp(a, "--output"); }
 
 /* Draws into `out` (already checked) through one atomic output. */
@@ -100,14 +115,8 @@ static int cmd_schedule(int argc, char **argv) {
         } else if (!strcmp(a, "--logical")) {
             if (logical) return fail("--logical given twice");
             logical = 1;
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "%s: schedule: unknown option '%s' (see parity svg --help)\n", cli_name, a);
+        } else if (operand("schedule", "TRACE.json", a, &trace)) {
             return 2;
-        } else if (trace) {
-            fprintf(stderr, "%s: schedule: one TRACE.json, got '%s' and '%s'\n", cli_name, trace, a);
-            return 2;
-        } else {
-            trace = a;
         }
     }
     if (!trace) return fail("schedule: TRACE.json missing (a file written by parity train --trace)");
@@ -262,14 +271,8 @@ static int cmd_collective(int argc, char **argv) {
             if (take_value(argc, argv, &i, &ranks)) return 2;
         } else if (!strcmp(a, "--algo")) {
             if (take_value(argc, argv, &i, &algo)) return 2;
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "%s: collective: unknown option '%s' (see parity svg --help)\n", cli_name, a);
+        } else if (operand("collective", "KIND", a, &kind)) {
             return 2;
-        } else if (kind) {
-            fprintf(stderr, "%s: collective: one KIND, got '%s' and '%s'\n", cli_name, kind, a);
-            return 2;
-        } else {
-            kind = a;
         }
     }
     pic_ctx_t c = {.algo = COLL_ALGO_DIRECT};

@@ -86,6 +86,14 @@ static void move(state_t *S, int src, int src_slot, int dst, int dst_slot) {
     S->moves[S->nmoves++] = (move_t){src, src_slot, dst, dst_slot};
 }
 
+/* Direct: rank i owns chunk i; it reads it from every other rank
+ * (in = 1) or writes it into every other rank (in = 0). */
+static void chunk_owners(state_t *S, int in) {
+    for (int i = 0; i < S->n; i++)
+        for (int j = 0; j < S->n; j++)
+            if (j != i) move(S, in ? j : i, i, in ? i : j, i);
+}
+
 /* The moves of step `step` (0-based) into S->moves, and its caption. */
 static void step_moves(state_t *S, coll_algo_t algo, int step, char *cap, size_t ncap) {
     const int n = S->n, ring = algo == COLL_ALGO_RING;
@@ -106,15 +114,11 @@ static void step_moves(state_t *S, coll_algo_t algo, int step, char *cap, size_t
             snprintf(cap, ncap, "step %d: all-gather %d of %d, rank r hands finished chunk (r-%d) mod %d "
                                 "to rank r+1", step + 1, t + 1, n - 1, t, n);
         } else if (step == 0) {
-            for (int i = 0; i < n; i++)
-                for (int j = 0; j < n; j++)
-                    if (j != i) move(S, j, i, i, i);
+            chunk_owners(S, 1);
             snprintf(cap, ncap, "step 1: rank i reads %s i from every rank and sums ((x0 + x1) + x2) + ...",
                      S->k == SVG_ALL_REDUCE ? "chunk" : "block");
         } else {
-            for (int i = 0; i < n; i++)
-                for (int j = 0; j < n; j++)
-                    if (j != i) move(S, i, i, j, i);
+            chunk_owners(S, 0);
             snprintf(cap, ncap, "step 2: rank i writes the sum of chunk i into every rank");
         }
         break;
