@@ -7,6 +7,7 @@
 int cmd_diff(int argc, char **argv);   /* diff.c  */
 int cmd_train(int argc, char **argv);  /* train.c */
 int cmd_check(int argc, char **argv);  /* train.c: golden vs layout */
+int cmd_svg(int argc, char **argv);    /* svg.c: pictures (schedule, grid, collective) */
 
 /* "parity train", "parity check", "parity diff": the command that was run,
  * which every message names (main.c sets it before dispatching). */

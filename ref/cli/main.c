@@ -14,6 +14,7 @@ static void usage(FILE *f) {
           "  train   train a model on one device (the golden run) and dump tensors\n"
           "  check   run the golden run and a parallel layout, compare every tensor bit for bit\n"
           "  diff    compare two .safetensors files tensor by tensor\n"
+          "  svg     draw a pipeline schedule, the rank grid or a collective as an SVG picture\n"
           "run `parity <command> --help` for the options of one command\n",
           f);
 }
@@ -66,6 +67,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "diff")) rc = cmd_diff(argc - 1, argv + 1);
     else if (!strcmp(cmd, "train")) rc = cmd_train(argc - 1, argv + 1);
     else if (!strcmp(cmd, "check")) rc = cmd_check(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "svg")) rc = cmd_svg(argc - 1, argv + 1);
     else {
         fprintf(stderr, "parity: unknown command '%s'\n", cmd);
         usage(stderr);
