@@ -6,7 +6,9 @@
 # the next). They run from the repository root with `parity` replaced by
 # $PARITY (default build/parity). An output path ref/.../pictures/NAME.svg
 # is rewritten to the same path under a scratch folder ($PARITY_WALK_OUT,
-# default a fresh temporary one), so the test never writes into the tree;
+# default a fresh temporary one), and so are the pages' temporary files
+# (/tmp/parity-walk/...), so the test writes neither into the tree nor
+# into a path another run shares;
 # the picture it produced must then parse as XML with an <svg> root, and
 # must equal the committed picture byte for byte when one is committed
 # (only deterministic pictures are: --logical schedules, grids,
@@ -80,6 +82,7 @@ for page in $pages; do
       run=${run//"$o"/"$tmp/$o"}
       produced="$produced $o"
     done
+    run=${run//\/tmp\/parity-walk/"$tmp/parity-walk"}   # temporary files: under $tmp too
     run=$(printf '%s' "$run" | sed -E "s#^parity([[:space:]])#$(printf '%s' "$PARITY" | sed 's/[#&\\]/\\&/g')\\1#")
     log="$tmp/cmd.log"
     ( cd "$root" && bash -c "$run" ) </dev/null >"$log" 2>&1
