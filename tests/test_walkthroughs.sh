@@ -24,12 +24,12 @@ root=$PWD
 if [ -n "${PARITY_WALK_OUT:-}" ]; then
   tmp=$PARITY_WALK_OUT; mkdir -p "$tmp"
 else
-  tmp=$(mktemp -d /tmp/parity-walk-test-XXXXXX)
+  tmp=$(mktemp -d /tmp/walkthroughs-XXXXXX)
   trap 'rm -rf "$tmp"' EXIT
 fi
 passed=0; failed=0
 ok()   { passed=$((passed + 1)); echo "ok      $1"; }
-fail() { failed=$((failed + 1)); echo "not ok  $1"; shift; for l in "$@"; do echo "  $l"; done; }
+fail() { failed=$((failed + 1)); echo "not ok  $1"; shift; for l in "$@"; do printf '%s\n' "$l" | sed 's/^/  /'; done; }
 
 pages="ref/parallel/dp/WALKTHROUGH.md ref/model/WALKTHROUGH-tp.md
        ref/parallel/pp/WALKTHROUGH.md ref/model/WALKTHROUGH-cp.md"
@@ -75,14 +75,13 @@ for page in $pages; do
     cmd=$(printf '%s' "$cmd" | sed -E 's/[[:space:]]*#[[:space:]]*exit[[:space:]]+[0-9]+[[:space:]]*$//')
     # the pictures it writes, redirected under $tmp
     outs=$(printf '%s\n' "$cmd" | grep -oE 'ref/[^ ]*/pictures/[^ /]+\.svg' || true)
-    run=$cmd
+    run=${cmd//\/tmp\/parity-walk/"$tmp/parity-walk"}   # temporary files: under $tmp too
     for o in $outs; do
       mkdir -p "$tmp/$(dirname "$o")"
       rm -f "$tmp/$o"
       run=${run//"$o"/"$tmp/$o"}
       produced="$produced $o"
     done
-    run=${run//\/tmp\/parity-walk/"$tmp/parity-walk"}   # temporary files: under $tmp too
     run=$(printf '%s' "$run" | sed -E "s#^parity([[:space:]])#$(printf '%s' "$PARITY" | sed 's/[#&\\]/\\&/g')\\1#")
     log="$tmp/cmd.log"
     ( cd "$root" && bash -c "$run" ) </dev/null >"$log" 2>&1
