@@ -181,6 +181,7 @@ refuse "--num-microbatches and --accum-degree" "--num-microbatches and --accum-d
 refuse "virtual stages without a pipeline" "virtual-pipeline-model-parallel-size: virtual stages need pipeline-model-parallel-size >= 2" -- $P check --model gpt-tiny --steps 1 --virtual-pipeline-model-parallel-size 2
 refuse "a rank order without pp" "rank-order: 'tp-dp' leaves out pp, whose size is 2" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --rank-order tp-dp
 refuse "a pipeline negative control without a pipeline" "--test-broken-pp-tied-embedding: needs pipeline-model-parallel-size > 1" -- $P check --model gpt-tiny --steps 1 --test-broken-pp-tied-embedding
+refuse "the mask-key control where it cannot fire" "--test-broken-pp-mask-key: with one sequence per microbatch and one data-parallel rank" -- $P check --model gpt-micro --steps 1 --pipeline-model-parallel-size 2 --num-microbatches 4 --test-broken-pp-mask-key
 refuse "--num-microbatches beyond the batch names the flag" "num-microbatches: 25 microbatches need at least 25 sequences" -- $P check --model gpt-tiny --steps 1 --num-microbatches 25
 # context parallelism (gpt-tiny: T 32 in 8 token tiles, 8 heads): the ring
 # cuts 2cp chunks of whole tiles, Ulysses cp pieces and heads/tp heads

@@ -98,6 +98,7 @@ frame function gpt_unit_forward
 echo === tensor\n
 parity tensor g layers.0.self_attention.query_key_value.weight 4
 parity placement g->table.info[g->table.first_layer + 2]
+print g->table.info[g->table.first_layer + 2]
 echo === finish\n
 parity finish-collective
 echo === after\n
@@ -127,6 +128,8 @@ GDB
   sec tensor | grep -q "layers.0.self_attention.query_key_value.weight: global shape \[.*\]; axis 0 split over tp" &&
     sec tensor | grep -q "this device 3 (tp 1, .*) holds \[" && sec tensor | grep -q "first 4 values: " &&
     ok "gdb: parity tensor and parity placement" || fail "gdb: parity tensor" "$(sec tensor)"
+  sec tensor | grep -qE '^\$1 = layers\.0\.self_attention\.query_key_value\.weight: local \[[0-9]+, [0-9]+\] at offset [0-9]+; global shape \[[0-9]+, [0-9]+\]; axis 0 split over tp' &&
+    ok "gdb: param_info_t pretty-printed" || fail "gdb: the pretty-printer" "$(sec tensor | tail -3)"
   # leaving: device 3 still holds the baton, and its tp partner has moved on
   if grep -q "hit Temporary breakpoint .*coll_activity_exit (world_rank=3)" "$log" &&
      sec after | grep -q "^  device 3 .*RUNNING (holds the baton)" &&

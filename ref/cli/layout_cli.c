@@ -133,6 +133,12 @@ int layout_opts_check(const layout_opts_t *lo, const model_config_t *cfg, perr_t
     if ((lo->broken_pp_mask_key || lo->broken_pp_tied_grad) && pc->pp == 1)
         return perr_set(err, "--test-broken-pp-%s: needs pipeline-model-parallel-size > 1",
                         lo->broken_pp_mask_key ? "mask-key" : "tied-embedding");
+    /* a stage's microbatch count is then the sequence's index in the
+     * batch: the mis-keyed masks are the right ones */
+    if (lo->broken_pp_mask_key && pc->micro_batch == 1 && pc->dp == 1)
+        return perr_set(err, "--test-broken-pp-mask-key: with one sequence per microbatch and one "
+                             "data-parallel rank, a stage's microbatch count equals the sequence's "
+                             "index, so the masks come out right; use fewer microbatches or dp > 1");
     if (lo->step_focus >= pc->world_size)
         return perr_set(err, "--step-through=%d: the layout has devices 0 .. %d", lo->step_focus,
                         pc->world_size - 1);

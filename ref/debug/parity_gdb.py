@@ -18,6 +18,8 @@
 #                                 or a point-to-point wait
 #   (gdb) parity finish-collective         run the selected device's thread
 #                                 until it leaves the collective it is in
+#   (gdb) print g->table.info[3]  pretty-printed: placement_t and param_info_t
+#                                 print in one line (global shape, cuts)
 #
 # Everything is read from the process's memory, nothing is called in it:
 # the commands work on a core file too, and never disturb the run. The
@@ -27,6 +29,7 @@
 # time and stopping it stops the step.
 
 import gdb
+import gdb.printing
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
 PASSES = ("setup", "forward", "backward", "gradient reduction", "optimizer", "finished")
@@ -419,6 +422,40 @@ the other devices take their turns meanwhile, as the collective needs them."""
         gdb.execute("continue")
 
 
+class PlacementPrinter:
+    """`print pl`: the placement in one line (global shape, cuts, partial sums)."""
+
+    def __init__(self, val):
+        self.val = val
+
+    def to_string(self):
+        return placement_text(self.val)[0]
+
+
+class ParamInfoPrinter:
+    """`print g->table.info[i]`: name, local shape and placement in one line."""
+
+    def __init__(self, val):
+        self.val = val
+
+    def to_string(self):
+        v = self.val
+        ndim = _int(v["ndim"])
+        local = ", ".join(str(_int(v["shape"][d])) for d in range(ndim))
+        return "%s: local [%s] at offset %d; %s%s" % (
+            v["name"].string(), local, _int(v["offset"]), placement_text(v["pl"])[0],
+            "" if _int(v["held"]) else "; not held here")
+
+
+def _printers():
+    import gdb.printing
+    pp = gdb.printing.RegexpCollectionPrettyPrinter("parity")
+    pp.add_printer("placement_t", "^placement_t$", PlacementPrinter)
+    pp.add_printer("param_info_t", "^param_info_t$", ParamInfoPrinter)
+    return pp
+
+
+gdb.printing.register_pretty_printer(gdb.current_objfile(), _printers(), replace=True)
 Parity()
 Devices()
 Where()
