@@ -1,4 +1,38 @@
-/* check.c - compare a layout's dump with the golden dump (check.h). */
+/* check.c - compare a layout's dump with the golden dump (check.h).
+ *
+ * The first divergence, in execution order, in mesh terms:
+ *
+ *   FIRST DIVERGENCE (execution order)
+ *     tensor      step0.grad.final_layernorm.weight
+ *     step        0
+ *     microbatch  all 1 microbatch of the step (summed exactly, rounded once)
+ *     element     global index [0] (flat index 0 of 16)
+ *     produced by device 2 (tp 0, cp 0, ep 0, dp 1, pp 0; gradient-group rank 1 of 2, ZeRO-0)
+ *     placement   the block of tensor-parallel rank 0 (element 0 there), the exact ...
+ *     golden      -0.00299471267 (0xbb4442f1)
+ *     got         -0.00299471244 (0xbb4442f0)
+ *     ulp         1
+ *     last touched by dp: the exact reduce-scatter of gradient bucket 0 over group
+ *                 'dp-cp' (2 ranks, ZeRO-0) - check the data-parallel gradient reduction
+ *     this tensor: 8 of 16 elements differ, max 8 ulp, max rel 5.34e-07
+ *
+ *  - microbatch: a batch tensor's (activation, mask, unit-input gradient)
+ *    "k of m (n sequences; ...)"; a gradient "all m microbatches (summed)";
+ *    an update, the loss, the norm say how the step's microbatches made them;
+ *  - element: the index in the global (reassembled) tensor, by axis and flat;
+ *  - produced by: the device that wrote the element (the dump's sources;
+ *    else the one the layout gives it), its coordinates on every axis,
+ *    sizes of 1 included (ep is 0 until expert parallelism exists), then
+ *    the element's sub-axes: the virtual-pipeline chunk of its unit, the
+ *    gradient-group ('dp-cp') rank and ZeRO stage, the context-parallel
+ *    chunk of its position, the sequence-parallel slice;
+ *  - ulp: the distance of the two floats ("n/a" for integers, masks, NaN);
+ *  - last touched by MODE: a suggestion of the mode whose reduction wrote
+ *    the element last (tp, cp, dp, pp, optimizer; compute where no
+ *    collective writes it), from the tensor's name and the layout alone
+ *    (dp_report_mesh.c), never from which bug was injected.
+ * A replica that disagrees and an element nobody wrote are reported with
+ * the same lines (their titles say which). */
 #include "parity/check.h"
 
 #include <stdlib.h>
