@@ -19,7 +19,7 @@ ok $? "check: fp32 ring sums are caught (exit 1, first-divergence report)"
 # final_layernorm.weight (the first gradient in backward order) lies in
 # piece 3, and the report must name device 3 as the one that rounds it
 echo "$out" | grep -q 'tensor      step0.grad.final_layernorm' &&
-echo "$out" | grep -q 'produced by device 3 (tp 0, dp 3)' &&
+echo "$out" | grep -q 'produced by device 3 (tp 0, cp 0, ep 0, dp 3, pp 0; gradient-group rank 3 of 4, ZeRO-0)' &&
 echo "$out" | grep -q 'the exact reduce-scatter rounds it in piece 3 of bucket 0.*gradient-group rank 3 of 4' &&
 ! echo "$out" | grep -q 'replicated on every device for stage 0'
 ok $? "check: the fp32-sums divergence names the owner of the gradient's bucket piece (device 3)"
@@ -28,7 +28,7 @@ ok $? "check: the fp32-sums divergence names the owner of the gradient's bucket 
 for z in 0 1 2; do
   out=$("$P" check --model gpt-micro --data-parallel-size 4 --zero-stage $z --test-broken-replica 2 2>&1); rc=$?
   [ $rc = 1 ] && echo "$out" | grep -q 'the replicas of a tensor disagree' &&
-  echo "$out" | grep -q "device 2 (tp 0, dp 2)'s copy differs from device 0 (tp 0, dp 0)'s"
+  echo "$out" | grep -q "device 2 (tp 0, cp 0, ep 0, dp 2, pp 0)'s copy differs from device 0 (tp 0, cp 0, ep 0, dp 0, pp 0)'s"
   ok $? "check: device 2's drifting parameter replica is caught and named (ZeRO-$z)"
 done
 out=$("$P" check --model gpt-micro --data-parallel-size 2 --zero-stage 3 --test-broken-replica 1 2>&1); rc=$?

@@ -40,7 +40,7 @@ static void expect_report(const char *what, const char *flags, int broken, int b
 }
 
 static void test_adam_replica_ddp(void) {
-    const char *want[] = {"replicas    device 1 (tp 0, dp 1)'s copy differs from device 0 (tp 0, dp 0)'s"};
+    const char *want[] = {"replicas    device 1 (tp 0, cp 0, ep 0, dp 1, pp 0)'s copy differs from device 0 (tp 0, cp 0, ep 0, dp 0, pp 0)'s"};
     expect_report("DDP rank 1's exp_avg replica drifts", "--data-parallel-size 2 --zero-stage 0",
                   BROKEN_CHECK(DP_BROKEN_ADAM_REPLICA), 0, "step0.exp_avg.", want, 1);
 }
@@ -48,7 +48,7 @@ static void test_adam_replica_ddp(void) {
 static void test_zero1_exp_avg_sq_shard(void) {
     char tensor[32];
     snprintf(tensor, sizeof tensor, "step%d.exp_avg_sq.", STEPS - 1);
-    const char *want[] = {"produced by device 1 (tp 0, dp 1)", "ZeRO-1 shard"};
+    const char *want[] = {"produced by device 1 (tp 0, cp 0, ep 0, dp 1, pp 0", "ZeRO-1 shard"};
     expect_report("ZeRO-1 rank 1's exp_avg_sq shard after the last update",
                   "--data-parallel-size 2 --zero-stage 1", BROKEN_CHECK(DP_BROKEN_ZERO_SHARD), 0,
                   tensor, want, 2);
@@ -56,7 +56,7 @@ static void test_zero1_exp_avg_sq_shard(void) {
 
 static void test_unwritten_element(void) {
     const char *want[] = {"an element that no device wrote", "1 of ",
-                          "owned by gradient-group rank 1 of 2, device 1 (tp 0, dp 1)"};
+                          "owned by gradient-group rank 1 of 2, device 1 (tp 0, cp 0, ep 0, dp 1, pp 0)"};
     expect_report("device 1 leaves a gradient element unwritten", "--data-parallel-size 2 --zero-stage 2",
                   BROKEN_CHECK(DP_BROKEN_UNWRITTEN), 0, "step0.grad.", want, 3);
 }
@@ -64,7 +64,7 @@ static void test_unwritten_element(void) {
 static void test_tp_input_grad(void) {
     char tensor[64];
     snprintf(tensor, sizeof tensor, "step0.grad_input.layers.%d\n", cfg.layers - 1);
-    const char *want[] = {"replicas    device 1 (tp 1, dp 0)'s copy differs from device 0 (tp 0, dp 0)'s"};
+    const char *want[] = {"replicas    device 1 (tp 1, cp 0, ep 0, dp 0, pp 0)'s copy differs from device 0 (tp 0, cp 0, ep 0, dp 0, pp 0)'s"};
     expect_report("tp rank 1's input gradient of the last layer", "--tensor-model-parallel-size 2",
                   BROKEN_CHECK(DP_BROKEN_TP_INPUT_GRAD), 0, tensor, want, 1);
 }
@@ -78,15 +78,15 @@ static void test_broken_replica_names_the_device(void) {
     /* gpt-micro (PARITY_DP_MATRIX=small) has 2 heads: tp 2 at most, and
      * the 16-device layout is left out under a sanitizer (too slow) */
     const replica_case_t tp4dp2 = {"--tensor-model-parallel-size 4 --data-parallel-size 2",
-                                   "device 5 (tp 1, dp 1)", 5},
+                                   "device 5 (tp 1, cp 0, ep 0, dp 1, pp 0)", 5},
                          tp2dp2 = {"--tensor-model-parallel-size 2 --data-parallel-size 2",
-                                   "device 3 (tp 1, dp 1)", 3};
+                                   "device 3 (tp 1, cp 0, ep 0, dp 1, pp 0)", 3};
     const replica_case_t cases[] = {
-        {"--tensor-model-parallel-size 2", "device 1 (tp 1, dp 0)", 1},
+        {"--tensor-model-parallel-size 2", "device 1 (tp 1, cp 0, ep 0, dp 0, pp 0)", 1},
         small_matrix() ? tp2dp2 : tp4dp2,
         {"--tensor-model-parallel-size 2 --context-parallel-size 2 --pipeline-model-parallel-size 2 "
          "--data-parallel-size 2 --num-microbatches 2",
-         "device 9 (tp 1, cp 0, dp 0, pp 1)", 9},
+         "device 9 (tp 1, cp 0, ep 0, dp 0, pp 1)", 9},
     };
     for (int i = 0; i < (small_matrix() ? 2 : 3); i++) {
         const char *want[] = {cases[i].device};

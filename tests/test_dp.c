@@ -213,10 +213,13 @@ static void test_broken_variant_is_caught(void) {
         const char *param = strstr(tensor, ".grad.");
         CHECK(param != NULL, "%s: the first divergence is a gradient, got %s", layouts[k], tensor);
         int owner = param ? owner_of(layouts[k], param + 6, flat) : -1;
-        char want[128];
-        snprintf(want, sizeof want, "produced by device %d (tp 0, dp %d)\n  placement   the exact "
-                 "reduce-scatter rounds it in piece %d of", owner, owner, owner);
-        CHECK(owner >= 0 && strstr(buf, want), "%s: expected '%s' in:\n%s", layouts[k], want, buf);
+        char want[128], piece[96];
+        snprintf(want, sizeof want, "produced by device %d (tp 0, cp 0, ep 0, dp %d, pp 0; "
+                 "gradient-group rank %d of ", owner, owner, owner);
+        snprintf(piece, sizeof piece, "placement   the exact reduce-scatter rounds it in piece %d of",
+                 owner);
+        CHECK(owner >= 0 && strstr(buf, want) && strstr(buf, piece), "%s: expected '%s' and '%s' in:\n%s",
+              layouts[k], want, piece, buf);
         if (k == 0) printf("broken variant (fp32 ring sums), as reported:\n%s", buf);
         free(buf);
     }
@@ -230,9 +233,9 @@ static void test_drifting_replica_is_caught(void) {
     const int ranks[] = {2, 3, 1};
     for (int k = 0; k < 3; k++) {
         char *buf = broken_report(layouts[k], 0, ranks[k] + 1);
-        char want[96];
-        snprintf(want, sizeof want, "device %d (tp 0, dp %d)'s copy differs from device 0 (tp 0, dp 0)'s",
-                 ranks[k], ranks[k]);
+        char want[160];
+        snprintf(want, sizeof want, "device %d (tp 0, cp 0, ep 0, dp %d, pp 0)'s copy differs from "
+                 "device 0 (tp 0, cp 0, ep 0, dp 0, pp 0)'s", ranks[k], ranks[k]);
         CHECK(buf && strstr(buf, "the replicas of a tensor disagree") && strstr(buf, want) &&
                   strstr(buf, ".param."),
               "%s: expected '%s' in:\n%s", layouts[k], want, buf ? buf : "");
@@ -242,7 +245,7 @@ static void test_drifting_replica_is_caught(void) {
     /* device 0 drifts: the dump holds its copy, so the golden comparison
      * catches it, and the report adds that the other replicas differ */
     char *buf = broken_report("--data-parallel-size 2", 0, 1);
-    CHECK(buf && strstr(buf, "device 1 (tp 0, dp 1)'s copy differs from device 0 (tp 0, dp 0)'s") && strstr(buf, ".param."),
+    CHECK(buf && strstr(buf, "device 1 (tp 0, cp 0, ep 0, dp 1, pp 0)'s copy differs from device 0 (tp 0, cp 0, ep 0, dp 0, pp 0)'s") && strstr(buf, ".param."),
           "device 0 drifting:\n%s", buf ? buf : "");
     free(buf);
     perr_t err;

@@ -323,7 +323,7 @@ static void test_broken_variants_are_caught(void) {
     /* the tied embedding's gradient without the embedding group: the first
      * stage rounds only the embedding's part */
     expect_caught("--pipeline-model-parallel-size 2 --num-microbatches 2", BROKEN_PP_TIED_GRAD,
-                  "step0.grad.embedding.word_embeddings.weight", "device 0 (tp 0, dp 0, pp 0)",
+                  "step0.grad.embedding.word_embeddings.weight", "device 0 (tp 0, cp 0, ep 0, dp 0, pp 0)",
                   "tied embedding without its group");
 }
 

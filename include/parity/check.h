@@ -6,10 +6,12 @@
  * checker walks the golden tensors in execution order (inputs, then the
  * forward pass layer by layer, logits, loss, the gradients in backward
  * order, the norm, and the updated parameters), compares each with memcmp,
- * and reports the first divergence: tensor, step, element, both values,
- * the ULP distance, and which device and microbatch produced the element
- * (the layout answers that through check_owner_t, so the checker itself
- * knows no layout).
+ * and reports the first divergence: tensor, step, microbatch, element
+ * (its global index, flat and by axis), both values, the ULP distance,
+ * the device that produced the element on every axis of the mesh, and the
+ * mode whose reduction touched it last (the layout answers those through
+ * check_owner_t, so the checker itself knows no layout; check.c's header
+ * shows the report).
  *
  * Coverage: where the layout tells who wrote each element (sources), an
  * element that no device wrote is a divergence even when its (zero)
@@ -40,6 +42,14 @@ typedef struct {
     float got, want;   /* the replica's value and the dumped copy's */
 } check_replica_t;
 
+/* An element in mesh terms (check_owner_t's mesh), each line of the
+ * report as the layout words it. */
+typedef struct {
+    char device[512];     /* "9 (tp 1, cp 0, ep 0, dp 0, pp 1; vpp chunk 1)" */
+    char microbatch[512]; /* "1 of 2 (2 sequences; ...)", "all 2 microbatches of the step ..." */
+    char touched[512];    /* the mode whose reduction touched it last: "dp: the exact ..." */
+} check_mesh_t;
+
 typedef struct {
     void *ctx;
     /* Describes which device(s) and microbatch produced element `flat` of
@@ -57,6 +67,12 @@ typedef struct {
     const int32_t *(*sources)(void *ctx, size_t index);
     /* A world rank with its grid coordinates, "3 (tp 1, dp 1)" (may be NULL). */
     void (*device_name)(void *ctx, int device, char *buf, size_t cap);
+    /* Element `flat` of tensor t in mesh terms: `device` (the one that
+     * wrote it; -1 when not known: the one the layout gives it) with its
+     * coordinates on every axis and the element's sub-axes, the
+     * microbatch, and which mode's reduction touched it last, from the
+     * tensor's name and the layout (may be NULL). */
+    void (*mesh)(void *ctx, const st_tensor_t *t, uint64_t flat, int device, check_mesh_t *out);
 } check_owner_t;
 
 typedef struct {

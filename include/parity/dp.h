@@ -218,7 +218,18 @@ void dp_placement_free(dp_placement_t *pl);
  * updates them, for each ZeRO stage; all-reduced scalars. */
 void dp_describe_element(const dp_placement_t *pl, const st_tensor_t *t, uint64_t flat, char *buf,
                          size_t cap);
-/* World rank `rank` with its grid coordinates: "5 (tp 1, dp 0, pp 1)". */
+/* World rank `rank` with its coordinates on every axis, sizes of 1
+ * included: "5 (tp 1, cp 0, ep 0, dp 0, pp 1)". */
 void dp_device_name(const pconfig_t *pc, int rank, char *buf, size_t cap);
+/* Element `flat` of dump tensor t in mesh terms, for the first-divergence
+ * report (dp_report_mesh.c): `device` (the world rank that wrote it; -1:
+ * the one the layout gives it) named on every axis with this element's
+ * sub-axes, "9 (tp 1, cp 0, ep 0, dp 0, pp 1; vpp chunk 1)"; its
+ * microbatch, or how the step's microbatches made it; and which mode's
+ * reduction touched it last, from its name and the layout alone:
+ * "dp: the exact reduce-scatter of gradient bucket 0 ...". Each buffer
+ * holds cap bytes. */
+void dp_describe_mesh(const dp_placement_t *pl, const st_tensor_t *t, uint64_t flat, int device,
+                      char *dev, char *micro, char *touched, size_t cap);
 
 #endif

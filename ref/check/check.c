@@ -1,4 +1,38 @@
-/* check.c - compare a layout's dump with the golden dump (check.h). */
+/* check.c - compare a layout's dump with the golden dump (check.h).
+ *
+ * The first divergence, in execution order, in mesh terms:
+ *
+ *   FIRST DIVERGENCE (execution order)
+ *     tensor      step0.grad.final_layernorm.weight
+ *     step        0
+ *     microbatch  all 1 microbatch of the step (summed exactly, rounded once)
+ *     element     global index [0] (flat index 0 of 16)
+ *     produced by device 2 (tp 0, cp 0, ep 0, dp 1, pp 0; gradient-group rank 1 of 2, ZeRO-0)
+ *     placement   the block of tensor-parallel rank 0 (element 0 there), the exact ...
+ *     golden      -0.00299471267 (0xbb4442f1)
+ *     got         -0.00299471244 (0xbb4442f0)
+ *     ulp         1
+ *     last touched by dp: the exact reduce-scatter of gradient bucket 0 over group
+ *                 'dp-cp' (2 ranks, ZeRO-0) - check the data-parallel gradient reduction
+ *     this tensor: 8 of 16 elements differ, max 8 ulp, max rel 5.34e-07
+ *
+ *  - microbatch: a batch tensor's (activation, mask, unit-input gradient)
+ *    "k of m (n sequences; ...)"; a gradient "all m microbatches (summed)";
+ *    an update, the loss, the norm say how the step's microbatches made them;
+ *  - element: the index in the global (reassembled) tensor, by axis and flat;
+ *  - produced by: the device that wrote the element (the dump's sources;
+ *    else the one the layout gives it), its coordinates on every axis,
+ *    sizes of 1 included (ep is 0 until expert parallelism exists), then
+ *    the element's sub-axes: the virtual-pipeline chunk of its unit, the
+ *    gradient-group ('dp-cp') rank and ZeRO stage, the context-parallel
+ *    chunk of its position, the sequence-parallel slice;
+ *  - ulp: the distance of the two floats ("n/a" for integers, masks, NaN);
+ *  - last touched by MODE: a suggestion of the mode whose reduction wrote
+ *    the element last (tp, cp, dp, pp, optimizer; compute where no
+ *    collective writes it), from the tensor's name and the layout alone
+ *    (dp_report_mesh.c), never from which bug was injected.
+ * A replica that disagrees and an element nobody wrote are reported with
+ * the same lines (their titles say which). */
 #include "parity/check.h"
 
 #include <stdlib.h>
@@ -100,14 +134,15 @@ static const check_replica_t *replica_of(const check_owner_t *owner, const char 
     return NULL;
 }
 
-/* "3 (tp 1, dp 1)", or just the rank when the layout gives no name. */
+/* "3 (tp 1, cp 0, ep 0, dp 1, pp 0)", or just the rank when the layout
+ * gives no name. */
 static void name_device(const check_owner_t *owner, int device, char *buf, size_t cap) {
     if (owner && owner->device_name) owner->device_name(owner->ctx, device, buf, cap);
     else snprintf(buf, cap, "%d", device);
 }
 
 static void print_replicas(FILE *f, const check_replica_t *r, const check_owner_t *owner) {
-    char dev[96], taken[96];
+    char dev[160], taken[160];
     name_device(owner, r->device, dev, sizeof dev);
     name_device(owner, r->taken, taken, sizeof taken);
     fprintf(f, "  replicas    device %s's copy differs from device %s's, which the dump holds "
@@ -115,30 +150,61 @@ static void print_replicas(FILE *f, const check_replica_t *r, const check_owner_
             dev, taken, r->ndiffer, r->ndiffer == 1 ? "" : "s", r->ndiffer == 1 ? "s" : "");
 }
 
+/* The lines every first-divergence report opens with: the tensor, its
+ * step, the microbatch and the element by global index. Fills *m (the
+ * element in mesh terms, for `device`: -1 when the layout did not say
+ * who wrote it) when the layout can tell; m->device[0] == 0 otherwise. */
+static void print_head(FILE *f, const char *title, const st_tensor_t *t, uint64_t flat,
+                       int device, const check_owner_t *owner, check_mesh_t *m) {
+    char coords[128];
+    tensor_format_coords(t->ndim, t->shape, flat, coords, sizeof coords);
+    long step = strncmp(t->name, "step", 4) ? -1 : strtol(t->name + 4, NULL, 10);
+    m->device[0] = m->microbatch[0] = m->touched[0] = 0;
+    if (owner && owner->mesh) owner->mesh(owner->ctx, t, flat, device, m);
+    fprintf(f, "FIRST DIVERGENCE (execution order)%s\n", title);
+    fprintf(f, "  tensor      %s\n", t->name);
+    if (step >= 0) fprintf(f, "  step        %ld\n", step);
+    if (m->microbatch[0]) fprintf(f, "  microbatch  %s\n", m->microbatch);
+    fprintf(f, "  element     global index %s (flat index %llu of %llu)\n", coords,
+            (unsigned long long)flat, (unsigned long long)st_numel(t));
+}
+
+/* The ULP distance of a float element; says why there is none otherwise
+ * (a mask, token ids, a NaN), so that every report has the line. */
+static void print_ulp(FILE *f, st_dtype_t dt, int nan, uint64_t ulp) {
+    if (!st_dtype_is_float(dt))
+        fprintf(f, "  ulp         n/a (integer values, not floats)\n");
+    else if (nan)
+        fprintf(f, "  ulp         n/a (NaN)\n");
+    else
+        fprintf(f, "  ulp         %llu\n", (unsigned long long)ulp);
+}
+
+static void print_touched(FILE *f, const check_mesh_t *m) {
+    if (m->touched[0]) fprintf(f, "  last touched by %s\n", m->touched);
+}
+
 /* A tensor whose dumped copy matched the golden run but whose replicas
  * disagree: the element, both values and the device. */
 static void print_replica_divergence(FILE *f, const st_tensor_t *t, const check_replica_t *r,
                                      const check_owner_t *owner) {
-    char coords[128], va[96], vb[96], who[512] = "", gold[512] = "";
-    tensor_format_coords(t->ndim, t->shape, r->flat, coords, sizeof coords);
+    char va[96], vb[96], who[512] = "", gold[512] = "";
+    check_mesh_t m;
     uint32_t want, got;
     memcpy(&want, &r->want, sizeof want);
     memcpy(&got, &r->got, sizeof got);
     tensor_format_value(ST_F32, want, va, sizeof va);
     tensor_format_value(ST_F32, got, vb, sizeof vb);
-    long step = strncmp(t->name, "step", 4) ? -1 : strtol(t->name + 4, NULL, 10);
     if (owner->describe) owner->describe(owner->ctx, t, r->flat, who, gold, sizeof who);
-    fprintf(f, "FIRST DIVERGENCE (execution order): the replicas of a tensor disagree\n");
-    fprintf(f, "  tensor      %s\n", t->name);
-    if (step >= 0) fprintf(f, "  step        %ld\n", step);
-    fprintf(f, "  element     flat index %llu %s\n", (unsigned long long)r->flat, coords);
+    print_head(f, ": the replicas of a tensor disagree", t, r->flat, r->device, owner, &m);
+    if (m.device[0]) fprintf(f, "  produced by device %s (its replica)\n", m.device);
     print_replicas(f, r, owner);
     if (who[0]) fprintf(f, "  placement   %s\n", who);
     fprintf(f, "  device %-4d %s (dumped; equals the golden run)\n", r->taken, va);
     fprintf(f, "  device %-4d %s\n", r->device, vb);
-    if (r->want == r->want && r->got == r->got)
-        fprintf(f, "  ulp         %llu\n",
-                (unsigned long long)tensor_ulp_distance(want, got, sizeof(float)));
+    print_ulp(f, ST_F32, r->want != r->want || r->got != r->got,
+              tensor_ulp_distance(want, got, sizeof(float)));
+    print_touched(f, &m);
 }
 
 /* The layout's tensor number j: who wrote each element, or NULL. */
@@ -149,15 +215,13 @@ static const int32_t *sources_of(const check_owner_t *owner, long j) {
 /* An element that no device wrote: the first, and how many. */
 static void print_unwritten(FILE *f, const st_tensor_t *t, uint64_t first, uint64_t count,
                             const check_owner_t *owner) {
-    char coords[128], who[512] = "", gold[512] = "";
-    tensor_format_coords(t->ndim, t->shape, first, coords, sizeof coords);
-    long step = strncmp(t->name, "step", 4) ? -1 : strtol(t->name + 4, NULL, 10);
+    char who[512] = "", gold[512] = "";
+    check_mesh_t m;
     if (owner && owner->describe) owner->describe(owner->ctx, t, first, who, gold, sizeof who);
-    fprintf(f, "FIRST DIVERGENCE (execution order): an element that no device wrote\n");
-    fprintf(f, "  tensor      %s\n", t->name);
-    if (step >= 0) fprintf(f, "  step        %ld\n", step);
-    fprintf(f, "  element     flat index %llu %s\n", (unsigned long long)first, coords);
+    print_head(f, ": an element that no device wrote", t, first, -1, owner, &m);
+    if (m.device[0]) fprintf(f, "  expected    from device %s\n", m.device);
     if (who[0]) fprintf(f, "  expected    from %s\n", who);
+    print_touched(f, &m);
     fprintf(f, "  this tensor: %llu of %llu elements unwritten (their values are whatever the "
                "reassembly buffer held)\n",
             (unsigned long long)count, (unsigned long long)st_numel(t));
@@ -165,20 +229,20 @@ static void print_unwritten(FILE *f, const st_tensor_t *t, uint64_t first, uint6
 
 static void print_divergence(FILE *f, const st_tensor_t *t, const tensor_diff_t *d,
                              const check_owner_t *owner, const int32_t *src) {
-    char coords[128], va[96], vb[96], who_layout[512] = "", who_golden[512] = "";
-    tensor_format_coords(t->ndim, t->shape, d->first, coords, sizeof coords);
+    char va[96], vb[96], who_layout[512] = "", who_golden[512] = "";
+    check_mesh_t m;
     tensor_format_value(t->dtype, d->first_a, va, sizeof va);
     tensor_format_value(t->dtype, d->first_b, vb, sizeof vb);
-    long step = strncmp(t->name, "step", 4) ? -1 : strtol(t->name + 4, NULL, 10);
     if (owner && owner->describe)
         owner->describe(owner->ctx, t, d->first, who_layout, who_golden, sizeof who_layout);
-    fprintf(f, "FIRST DIVERGENCE (execution order)\n");
-    fprintf(f, "  tensor      %s\n", t->name);
-    if (step >= 0) fprintf(f, "  step        %ld\n", step);
-    fprintf(f, "  element     flat index %llu %s\n", (unsigned long long)d->first, coords);
-    if (src && src[d->first] >= 0) {
-        char dev[96];
-        name_device(owner, src[d->first], dev, sizeof dev);
+    const int wrote = src && src[d->first] >= 0 ? src[d->first] : -1;
+    print_head(f, "", t, d->first, wrote, owner, &m);
+    if (m.device[0]) {
+        fprintf(f, "  produced by device %s\n", m.device);
+        if (who_layout[0]) fprintf(f, "  placement   %s\n", who_layout);
+    } else if (wrote >= 0) {
+        char dev[160];
+        name_device(owner, wrote, dev, sizeof dev);
         fprintf(f, "  produced by device %s\n", dev);
         if (who_layout[0]) fprintf(f, "  placement   %s\n", who_layout);
     } else if (who_layout[0]) {
@@ -186,8 +250,8 @@ static void print_divergence(FILE *f, const st_tensor_t *t, const tensor_diff_t 
     }
     if (who_golden[0]) fprintf(f, "  golden      %s\n", who_golden);
     fprintf(f, "  golden      %s\n  got         %s\n", va, vb);
-    if (st_dtype_is_float(t->dtype) && !d->first_nan)
-        fprintf(f, "  ulp         %llu\n", (unsigned long long)d->first_ulp);
+    print_ulp(f, t->dtype, d->first_nan, d->first_ulp);
+    print_touched(f, &m);
     fprintf(f, "  this tensor: %llu of %llu elements differ, max %llu ulp, max rel %.3g\n",
             (unsigned long long)d->ndiff, (unsigned long long)d->numel,
             (unsigned long long)d->max_ulp, d->max_rel);

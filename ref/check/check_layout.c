@@ -26,6 +26,14 @@ static void device_name(void *ctx, int device, char *buf, size_t cap) {
     dp_device_name(&cl->pl->pc, device, buf, cap);
 }
 
+static void mesh(void *ctx, const st_tensor_t *t, uint64_t flat, int device, check_mesh_t *out) {
+    const check_layout_t *cl = ctx;
+    _Static_assert(sizeof out->device == sizeof out->touched &&
+                       sizeof out->microbatch == sizeof out->touched, "one cap for the three");
+    dp_describe_mesh(cl->pl, t, flat, device, out->device, out->microbatch, out->touched,
+                     sizeof out->touched);
+}
+
 int check_layout_init(check_layout_t *cl, const dp_placement_t *pl, const dp_run_t *run,
                       const dump_t *layout, int golden_micro, check_owner_t *owner) {
     int nbatch = 0;
@@ -42,7 +50,7 @@ int check_layout_init(check_layout_t *cl, const dp_placement_t *pl, const dp_run
         cl->reps[cl->nreps++] = (check_replica_t){batch[i].name, (uint64_t)batch[i].flat,
                                                   batch[i].device, batch[i].taken, 1, batch[i].got,
                                                   batch[i].want};
-    *owner = (check_owner_t){cl, describe, cl->reps, cl->nreps, sources, device_name};
+    *owner = (check_owner_t){cl, describe, cl->reps, cl->nreps, sources, device_name, mesh};
     return 0;
 }
 

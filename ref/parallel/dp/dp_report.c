@@ -57,10 +57,21 @@ static double device_psi(const dp_run_t *run) {
 }
 
 /* "0" with data parallelism alone; "0 (tp 1, dp 0)" on a grid, with the
- * context-parallel rank and the stage when there are some. */
-static void device_label(const rank_layout_t *L, int rank, char *buf, size_t cap) {
+ * context-parallel rank and the stage when there are some (the report's
+ * table). full: every axis, sizes of 1 included, and the sub-axes `sub`
+ * (may be NULL) after a ';': "9 (tp 1, cp 0, ep 0, dp 0, pp 1; vpp chunk 1)"
+ * (the checker's). */
+static void device_label(const rank_layout_t *L, int rank, int full, const char *sub, char *buf,
+                         size_t cap) {
     if (!L) {
         snprintf(buf, cap, "%d", rank);
+        return;
+    }
+    if (full) {
+        snprintf(buf, cap, "%d (tp %d, cp %d, ep %d, dp %d, pp %d%s%s)", rank,
+                 layout_coord(L, rank, "tp"), layout_coord(L, rank, "cp"),
+                 layout_coord(L, rank, "ep"), layout_coord(L, rank, "dp"),
+                 layout_coord(L, rank, "pp"), sub && sub[0] ? "; " : "", sub ? sub : "");
         return;
     }
     int at = snprintf(buf, cap, "%d (tp %d", rank, layout_coord(L, rank, "tp"));
@@ -103,7 +114,7 @@ static void print_memory(const dp_run_t *run, double psi, FILE *f) {
                      layout_init_mapped(&L, pc->order, sizes, pc->rank_list, pc->n_rank_list, NULL) == 0;
     for (int i = 0; i < world && run->reports; i++) {
         const dp_device_report_t *r = &run->reports[i];
-        device_label(grid ? &L : NULL, i, label, sizeof label);
+        device_label(grid ? &L : NULL, i, 0, NULL, label, sizeof label);
         fprintf(f, "  %-22s %12.2f %12.2f %12.2f %12.2f   (peak total %.2f%s)\n", label,
                 r->peak[MEM_PARAMS] / MB, r->peak[MEM_GRADS] / MB, r->peak[MEM_OPTIMIZER] / MB,
                 r->peak[MEM_ACTIVATIONS] / MB, r->peak_total / MB,
@@ -194,29 +205,32 @@ void dp_placement_free(dp_placement_t *pl) {
     param_table_free(&pl->table);
 }
 
-static int is_batch(const st_tensor_t *t, const char *what) {
+int dp_is_batch(const st_tensor_t *t, const char *what) {
     return t->ndim >= 2 && (!strncmp(what, "act.", 4) || !strncmp(what, "mask.", 5) ||
                             !strncmp(what, "grad_input.", 11) ||
                             !strcmp(what, "logits") || !strcmp(what, "input_ids") ||
                             !strcmp(what, "labels"));
 }
 
-/* The layout of the driver's grid; -1 if it cannot be built. */
-static int grid_layout(const pconfig_t *pc, rank_layout_t *L) {
+int dp_grid_layout(const pconfig_t *pc, rank_layout_t *L) {
     char sizes[64];
     grid_sizes(pc, sizes, sizeof sizes);
     return layout_init_mapped(L, pc->order, sizes, pc->rank_list, pc->n_rank_list, NULL);
 }
 
-void dp_device_name(const pconfig_t *pc, int rank, char *buf, size_t cap) {
+void dp_device_name_sub(const pconfig_t *pc, int rank, const char *sub, char *buf, size_t cap) {
     rank_layout_t L;
-    device_label(grid_layout(pc, &L) == 0 ? &L : NULL, rank, buf, cap);
+    device_label(dp_grid_layout(pc, &L) == 0 ? &L : NULL, rank, 1, sub, buf, cap);
+}
+
+void dp_device_name(const pconfig_t *pc, int rank, char *buf, size_t cap) {
+    dp_device_name_sub(pc, rank, NULL, buf, cap);
 }
 
 /* The world rank at (tp, cp, dp, stage). */
 static int grid_device_at(const pconfig_t *pc, int tp_rank, int cp_rank, int dp_rank, int stage) {
     rank_layout_t L;
-    if (grid_layout(pc, &L)) return dp_rank;
+    if (dp_grid_layout(pc, &L)) return dp_rank;
     int coords[LAYOUT_MAX_DIMS] = {0};
     for (int i = 0; i < L.ndims; i++)
         coords[i] = !strcmp(L.names[i], "tp")   ? tp_rank
@@ -233,7 +247,7 @@ static int grid_device_at(const pconfig_t *pc, int tp_rank, int cp_rank, int dp_
 static int device_of(const pconfig_t *pc, int k, int tp_rank, int stage) {
     rank_layout_t L;
     int ranks[PARITY_MAX_DEVICES];
-    if (grid_layout(pc, &L)) return k;
+    if (dp_grid_layout(pc, &L)) return k;
     const int n = layout_group_ranks(&L, grid_device_at(pc, tp_rank, 0, 0, stage), "dp-cp", ranks);
     return k >= 0 && k < n ? ranks[k] : k;
 }
@@ -242,6 +256,13 @@ static int device_of(const pconfig_t *pc, int k, int tp_rank, int stage) {
 static int stage_of_unit(const pp_plan_t *pp, int u) {
     for (int s = 0; s < pp->pp; s++)
         if (gpt_units_hold(&pp->units[s], u)) return s;
+    return 0;
+}
+
+int dp_unit_chunk(const pp_plan_t *pp, int unit) {
+    const gpt_units_t *u = &pp->units[stage_of_unit(pp, unit)];
+    for (int c = 0; c < u->n; c++)
+        if (unit >= u->lo[c] && unit < u->hi[c]) return c;
     return 0;
 }
 
@@ -264,31 +285,32 @@ static int unit_of_param(const param_table_t *t, const model_config_t *c, int i)
 
 /* Sequences are sharded over dp, then split into microbatches of sizes
  * differing by at most one (pconfig.h), as run_step feeds them. */
-static void describe_batch(const dp_placement_t *pl, const st_tensor_t *t, uint64_t flat,
-                           char *buf, size_t cap) {
+void dp_batch_at(const dp_placement_t *pl, const st_tensor_t *t, uint64_t flat, dp_batch_at_t *b) {
     const pconfig_t *pc = &pl->pc;
     uint64_t per_seq = st_numel(t) / (uint64_t)t->shape[0];
-    int seq = (int)(flat / per_seq), per_rank = pc->global_batch / pc->dp;
-    int dp_rank = seq / per_rank, in_rank = seq % per_rank, accum = pc->accum_degree;
+    const int per_rank = pc->global_batch / pc->dp, accum = pc->accum_degree;
+    b->seq = (int)(flat / per_seq);
+    b->dp_rank = b->seq / per_rank;
+    const int in_rank = b->seq % per_rank;
     /* context parallelism: the rank holding the element's position (axis
      * 1 of [B, T, ...]; the query row, axis 2, of [B, H, T, T]) */
     const int cp = pc->cp > 1 ? pc->cp : 1, T = pl->cfg.seq_length;
-    int cp_rank = 0;
+    b->cp_rank = 0, b->pos = -1, b->head = -1;
     const int pos_axis = t->ndim == 4 ? 2 : 1;
     if (cp > 1 && pc->cp_comm && t->ndim == 4) {
         /* Ulysses: attention tensors [B, H, T, T] are cut by head, every
          * rank holding all rows of heads/(tp cp) of its tp rank's heads */
         const int H = (int)t->shape[1], ht = H / (pc->tp > 1 ? pc->tp : 1);
-        const int h = (int)((flat / ((uint64_t)T * (uint64_t)T)) % (uint64_t)H);
-        cp_rank = ht >= cp ? (h % ht) / (ht / cp) : 0;
-    } else if (cp > 1 && t->ndim > pos_axis && t->shape[pos_axis] == (int64_t)T) {
+        b->head = (int)((flat / ((uint64_t)T * (uint64_t)T)) % (uint64_t)H);
+        b->cp_rank = ht >= cp ? (b->head % ht) / (ht / cp) : 0;
+    } else if (t->ndim > pos_axis && t->shape[pos_axis] == (int64_t)T) {
         uint64_t inner = 1;
         for (int d = pos_axis + 1; d < t->ndim; d++) inner *= t->shape[d];
-        const int pos = (int)((flat / inner) % (uint64_t)T);
+        b->pos = (int)((flat / inner) % (uint64_t)T);
         for (int r = 0; r < cp; r++) {
             const cp_runs_t runs = cp_runs(cp, r, T, pc->cp_comm ? CP_ULYSSES : CP_RING);
             for (int k = 0; k < runs.n; k++)
-                if (pos >= runs.t0[k] && pos < runs.t0[k] + runs.len[k]) cp_rank = r;
+                if (b->pos >= runs.t0[k] && b->pos < runs.t0[k] + runs.len[k]) b->cp_rank = r;
         }
     }
     int k = 0, start = 0, size = 0;
@@ -297,14 +319,24 @@ static void describe_batch(const dp_placement_t *pl, const st_tensor_t *t, uint6
         if (in_rank < start + size) break;
         start += size;
     }
-    const int tp = pc->tp > 1 ? pc->tp : 1, stage = stage_of_unit(&pl->pp, unit_of_batch(&pl->cfg, t->name));
+    b->micro = k, b->nmicro = accum, b->msize = size;
+    b->unit = unit_of_batch(&pl->cfg, t->name);
+    b->stage = stage_of_unit(&pl->pp, b->unit);
+    b->device = grid_device_at(pc, 0, b->cp_rank, b->dp_rank, b->stage);
+}
+
+static void describe_batch(const dp_placement_t *pl, const st_tensor_t *t, uint64_t flat,
+                           char *buf, size_t cap) {
+    const pconfig_t *pc = &pl->pc;
+    dp_batch_at_t b;
+    dp_batch_at(pl, t, flat, &b);
+    const int tp = pc->tp > 1 ? pc->tp : 1, cp = pc->cp > 1 ? pc->cp : 1;
     char peers[64] = "", where[48] = "", ctx[48] = "";
     if (tp > 1) snprintf(peers, sizeof peers, " and its %d tensor-parallel peers", tp - 1);
-    if (pl->pp.pp > 1) snprintf(where, sizeof where, ", pipeline stage %d", stage);
-    if (cp > 1) snprintf(ctx, sizeof ctx, ", context-parallel rank %d", cp_rank);
+    if (pl->pp.pp > 1) snprintf(where, sizeof where, ", pipeline stage %d", b.stage);
+    if (cp > 1) snprintf(ctx, sizeof ctx, ", context-parallel rank %d", b.cp_rank);
     snprintf(buf, cap, "device %d (dp rank %d%s%s)%s, microbatch %d of %d (%d sequences), sequence %d",
-             grid_device_at(pc, 0, cp_rank, dp_rank, stage), dp_rank, ctx, where, peers, k, accum, size,
-             seq);
+             b.device, b.dp_rank, ctx, where, peers, b.micro, b.nmicro, b.msize, b.seq);
 }
 
 /* Where element `flat` of global tensor i lies on a stage's tensor-
@@ -333,48 +365,58 @@ static int tp_locate(const param_info_t *pi, int tp, uint64_t flat, size_t *loca
     return 0;
 }
 
-/* Which device made element `flat` of a parameter-shaped tensor (kind:
- * "grad", "param", "exp_avg" or "exp_avg_sq"): its stage, the
- * tensor-parallel rank whose block holds it, and, from that part's own
- * table and plan, the bucket piece and the gradient-group rank that owns
- * it, with its world rank on the real grid. */
-static void describe_param(const dp_placement_t *pl, const char *pname, const char *kind,
-                           uint64_t flat, char *buf, size_t cap) {
+/* Which device made element `flat` of a parameter-shaped tensor: its
+ * stage, the tensor-parallel rank whose block holds it, and, from that
+ * part's own table and plan, the bucket piece and the gradient-group rank
+ * that owns it, with its world rank on the real grid. */
+int dp_param_at(const dp_placement_t *pl, const char *pname, uint64_t flat, dp_param_at_t *o) {
     const pconfig_t *pc = &pl->pc;
-    const int i = param_find(&pl->table, pname), tp = pc->tp > 1 ? pc->tp : 1;
-    if (i < 0) {
-        snprintf(buf, cap, "(no parameter named %s)", pname);
-        return;
-    }
-    const int stage = stage_of_unit(&pl->pp, unit_of_param(&pl->table, &pl->cfg, i));
+    const int tp = pc->tp > 1 ? pc->tp : 1;
+    memset(o, 0, sizeof *o);
+    if ((o->i = param_find(&pl->table, pname)) < 0) return -1;
+    o->unit = unit_of_param(&pl->table, &pl->cfg, o->i);
+    o->stage = stage_of_unit(&pl->pp, o->unit);
+    o->tied = pl->pp.pp > 1 && pl->cfg.tied && o->i == pl->table.wte;
     param_table_t t;
     dp_plan_t p;
-    if (param_table_build_mp(&t, &pl->cfg, tp, &pl->pp.units[stage], pconfig_tp_opts(pc), NULL))
-        return;
+    if (param_table_build_mp(&t, &pl->cfg, tp, &pl->pp.units[o->stage], pconfig_tp_opts(pc), NULL))
+        return -2;
     if (dp_plan_build(&p, &t, &pl->cfg, pconfig_grad_ranks(pc), pc->zero_stage, pc->bucket_cap_mb,
                       NULL)) {
         param_table_free(&t);
-        return;
+        return -2;
     }
-    size_t local;
-    const int tr = tp_locate(&t.info[i], tp, flat, &local);
-    int b, k;
-    dp_owner(&p, t.info[i].offset + local, &b, &k);
-    size_t lo, hi;
-    dp_piece(&p, b, k, &lo, &hi);
-    const int N = p.dp, z = p.stage, owner = device_of(pc, k, tr, stage);
+    o->tr = tp_locate(&t.info[o->i], tp, flat, &o->local);
+    dp_owner(&p, t.info[o->i].offset + o->local, &o->b, &o->k);
+    dp_piece(&p, o->b, o->k, &o->lo, &o->hi);
+    o->N = p.dp, o->z = p.stage, o->owner = device_of(pc, o->k, o->tr, o->stage);
+    dp_plan_free(&p);
+    param_table_free(&t);
+    return 0;
+}
+
+/* kind: "grad", "param", "exp_avg" or "exp_avg_sq". */
+static void describe_param(const dp_placement_t *pl, const char *pname, const char *kind,
+                           uint64_t flat, char *buf, size_t cap) {
+    const pconfig_t *pc = &pl->pc;
+    const int tp = pc->tp > 1 ? pc->tp : 1;
+    dp_param_at_t a;
+    const int rc = dp_param_at(pl, pname, flat, &a);
+    if (rc == -1) snprintf(buf, cap, "(no parameter named %s)", pname);
+    if (rc) return;
+    const int N = a.N, z = a.z;
     char part[160] = "", who[96];
-    dp_device_name(pc, owner, who, sizeof who);
+    dp_device_name(pc, a.owner, who, sizeof who);
     if (tp > 1 || pl->pp.pp > 1)
         snprintf(part, sizeof part, "the block of tensor-parallel rank %d%s (element %zu there), ",
-                 tr, pl->pp.pp > 1 ? " on its pipeline stage" : "", local);
-    const char *tied = pl->pp.pp > 1 && pl->cfg.tied && i == t.wte && !strcmp(kind, "grad")
+                 a.tr, pl->pp.pp > 1 ? " on its pipeline stage" : "", a.local);
+    const char *tied = a.tied && !strcmp(kind, "grad")
         ? "; the tied word embedding: the first and the last stage's open sums are all-reduced "
           "exactly over the embedding group before this rounding"
         : "";
     char piece[256];
     snprintf(piece, sizeof piece, "piece %d of bucket %d, flat elements [%zu, %zu), owned by "
-             "gradient-group rank %d of %d, device %s", k, b, lo, hi, k, N, who);
+             "gradient-group rank %d of %d, device %s", a.k, a.b, a.lo, a.hi, a.k, N, who);
     if (!strcmp(kind, "grad"))
         snprintf(buf, cap, "%sthe exact reduce-scatter rounds it in %s (%s)%s", part, piece,
                  z == 0 ? "then DDP's all-gather copies it to every replica, each checked"
@@ -391,8 +433,6 @@ static void describe_param(const dp_placement_t *pl, const char *pname, const ch
                  "parallel rank 0's and checks every other replica against it", part, kind);
     else
         snprintf(buf, cap, "%sAdamW on the owner's ZeRO-%d shard: %s", part, z, piece);
-    dp_plan_free(&p);
-    param_table_free(&t);
 }
 
 void dp_describe_element(const dp_placement_t *pl, const st_tensor_t *t, uint64_t flat, char *buf,
@@ -406,7 +446,7 @@ void dp_describe_element(const dp_placement_t *pl, const st_tensor_t *t, uint64_
     }
     const char *what = strchr(t->name, '.');
     what = what ? what + 1 : t->name;
-    if (is_batch(t, what))
+    if (dp_is_batch(t, what))
         describe_batch(pl, t, flat, buf, cap);
     else if (!strncmp(what, "grad.", 5))
         describe_param(pl, what + 5, "grad", flat, buf, cap);
