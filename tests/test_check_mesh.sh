@@ -95,5 +95,15 @@ out=$("$P" check --model gpt-micro --steps 1 --data-parallel-size 2 --accum-degr
 echo "$out" | grep -q '^  microbatch  all 2 microbatches of the step (summed'
 ok $? "a gradient's microbatch line: all 2 microbatches, summed"
 
+# a tensor every tp rank holds whole: the lowest device's copy is kept and
+# named, whichever rank reports first (five runs, one answer)
+for i in 1 2 3 4 5; do
+  "$P" check --model gpt-micro --steps 1 --tensor-model-parallel-size 2 --test-broken-tp-fp32-sums 2>&1 |
+    grep -m1 '^  produced by device '
+done | sort -u >/tmp/parity-mesh-who.$$
+[ "$(cat /tmp/parity-mesh-who.$$)" = "  produced by device 0 (tp 0, cp 0, ep 0, dp 0, pp 0)" ]
+ok $? "a tp-replicated activation is named by its lowest device on every run ($(tr -s ' ' </tmp/parity-mesh-who.$$ | tr '\n' '|'))"
+rm -f /tmp/parity-mesh-who.$$
+
 echo "RESULT test_check_mesh.sh: $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -261,12 +261,16 @@ static void place_run(dump_t *d, batch_entry_t *e, size_t at, const unsigned cha
         if (who[k] < 0) {
             memcpy(dst, from, e->esize);
             who[k] = d->writer;
-        } else if (memcmp(dst, from, e->esize) && d->writer > who[k]) {
-            record_diff(d, e, (int64_t)(at + k), d->writer, who[k], as_float(e->dtype, from),
-                        as_float(e->dtype, dst));
-        } else if (memcmp(dst, from, e->esize)) { /* the lowest device's copy is the one taken */
-            record_diff(d, e, (int64_t)(at + k), who[k], d->writer, as_float(e->dtype, dst),
-                        as_float(e->dtype, from));
+        } else if (d->writer > who[k]) {
+            if (memcmp(dst, from, e->esize))
+                record_diff(d, e, (int64_t)(at + k), d->writer, who[k], as_float(e->dtype, from),
+                            as_float(e->dtype, dst));
+        } else if (d->writer < who[k]) { /* the lowest device's copy is the one taken, and
+                                            named, equal or not: reports do not depend on
+                                            the order devices report in */
+            if (memcmp(dst, from, e->esize))
+                record_diff(d, e, (int64_t)(at + k), who[k], d->writer, as_float(e->dtype, dst),
+                            as_float(e->dtype, from));
             memcpy(dst, from, e->esize);
             who[k] = d->writer;
         }
