@@ -268,6 +268,10 @@ const char *group_name(const group_t *g);
  * prefix1, ... Returns 0, or -1 (nothing left allocated). */
 int  group_create_all(const rank_layout_t *L, const char *dims, const char *prefix,
                       group_t **out, perr_t *e);
+/* The same for a layout whose rank 0 is world rank first_rank (one mesh
+ * of several, mesh.h): every member is shifted by first_rank. */
+int  group_create_all_at(const rank_layout_t *L, const char *dims, const char *prefix,
+                         int first_rank, group_t **out, perr_t *e);
 void group_destroy_all(group_t **groups, int n);
 
 #endif

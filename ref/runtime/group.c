@@ -129,6 +129,11 @@ const char *group_name(const group_t *g) { return g->name; }
 
 int group_create_all(const rank_layout_t *L, const char *dims, const char *prefix, group_t **out,
                      perr_t *e) {
+    return group_create_all_at(L, dims, prefix, 0, out, e);
+}
+
+int group_create_all_at(const rank_layout_t *L, const char *dims, const char *prefix,
+                        int first_rank, group_t **out, perr_t *e) {
     int ng = layout_num_groups(L, dims);
     if (ng < 0) return perr_set(e, "group_create_all: dims '%s' names an unknown dimension", dims);
     int *ranks = malloc((size_t)L->world * sizeof *ranks);
@@ -139,6 +144,7 @@ int group_create_all(const rank_layout_t *L, const char *dims, const char *prefi
         int id = layout_group_id(L, r, dims);
         if (out[id]) continue;
         int n = layout_group_ranks(L, r, dims, ranks);
+        for (int k = 0; k < n; k++) ranks[k] += first_rank;
         char name[64];
         snprintf(name, sizeof name, "%s%d", prefix ? prefix : dims, id);
         out[id] = group_create(ranks, n, name, e);
