@@ -39,7 +39,7 @@ void engine_replica_config(const model_config_t *model, const pconfig_t *pc, mod
  * and ZeRO-3's largest set of units gathered at once, from the tables the
  * allocations use. */
 int  engine_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t *dev, size_t *all,
-               size_t *host, perr_t *err);
+                   size_t *host, perr_t *err);
 
 /* ---- running a layout --------------------------------------------------- */
 
@@ -144,7 +144,7 @@ typedef struct {
     pp_plan_t pp;         /* which stage holds which units */
 } engine_placement_t;
 int  engine_placement_init(engine_placement_t *pl, const model_config_t *model, const pconfig_t *pc,
-                       perr_t *err);
+                           perr_t *err);
 void engine_placement_free(engine_placement_t *pl);
 /* Which device (and microbatch) produced element `flat` of dump tensor t
  * in this layout, as check.h's describe wants it: batch tensors by
@@ -152,7 +152,7 @@ void engine_placement_free(engine_placement_t *pl);
  * exact reduce-scatter rounds it there); parameters by the device that
  * updates them, for each ZeRO stage; all-reduced scalars. */
 void engine_describe_element(const engine_placement_t *pl, const st_tensor_t *t, uint64_t flat, char *buf,
-                         size_t cap);
+                             size_t cap);
 /* World rank `rank` with its coordinates on every axis, sizes of 1
  * included: "5 (tp 1, cp 0, ep 0, dp 0, pp 1)". */
 void engine_device_name(const pconfig_t *pc, int rank, char *buf, size_t cap);
@@ -165,6 +165,6 @@ void engine_device_name(const pconfig_t *pc, int rank, char *buf, size_t cap);
  * "dp: the exact reduce-scatter of gradient bucket 0 ...". Each buffer
  * holds cap bytes. */
 void engine_describe_mesh(const engine_placement_t *pl, const st_tensor_t *t, uint64_t flat, int device,
-                      char *dev, char *micro, char *touched, size_t cap);
+                          char *dev, char *micro, char *touched, size_t cap);
 
 #endif

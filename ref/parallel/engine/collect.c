@@ -174,7 +174,7 @@ static size_t first_difference(const float *a, const float *b, size_t n) {
 }
 
 void engine_check_replica(engine_rank_t *r, int64_t step, const char *kind, const float *mine,
-                      const float *taken, int taken_device) {
+                          const float *taken, int taken_device) {
     const param_table_t *t = &r->g->table;
     for (int i = 0; i < t->count; i++) {
         const param_info_t *pi = &t->info[i];

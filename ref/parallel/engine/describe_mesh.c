@@ -222,7 +222,7 @@ static void axes_used(const pconfig_t *pc, char *buf, size_t cap) {
 }
 
 void engine_describe_mesh(const engine_placement_t *pl, const st_tensor_t *t, uint64_t flat, int device,
-                      char *dev, char *micro, char *touched, size_t cap) {
+                          char *dev, char *micro, char *touched, size_t cap) {
     const pconfig_t *pc = &pl->pc;
     const int m = pc->accum_degree, N = pconfig_grad_ranks(pc), tp = axis(pc->tp);
     char sub[256] = "";

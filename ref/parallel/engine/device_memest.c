@@ -1,11 +1,12 @@
-/* device_memest.c - engine_memest: a rank's memory before it is allocated (memest.h), from
- * the tables the allocations use: the replica's (gpt_mem_bytes_mp: its
- * stage's tensors, omitting what the ZeRO stage shards, and the
- * activation slots its schedule needs), the rank's own buffers
- * (engine_rank_buffers), and for ZeRO-3 the largest set of units gathered at
- * once (dp_unit_buckets, as optimizer.c gathers them). Pipeline stages
- * differ (the ranks of one stage are alike): a device's estimate is then
- * each category's largest over the stages, a bound for every device. */
+/* device_memest.c - engine_memest: a rank's memory before it is
+ * allocated (memest.h), from the tables the allocations use: the
+ * replica's (gpt_mem_bytes_mp: its stage's tensors, omitting what the
+ * ZeRO stage shards, and the activation slots its schedule needs), the
+ * rank's own buffers (engine_rank_buffers), and for ZeRO-3 the largest
+ * set of units gathered at once (dp_unit_buckets, as optimizer.c gathers
+ * them). Pipeline stages differ (the ranks of one stage are alike): a
+ * device's estimate is then each category's largest over the stages, a
+ * bound for every device. */
 #include <string.h>
 
 #include "engine_internal.h"
@@ -58,7 +59,7 @@ static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp
 }
 
 int engine_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t *dev, size_t *all,
-              size_t *host, perr_t *err) {
+                  size_t *host, perr_t *err) {
     memset(dev, 0, sizeof *dev);
     *host = *all = 0;
     model_config_t cfg;

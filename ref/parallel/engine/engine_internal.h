@@ -205,7 +205,7 @@ void engine_collect_tp(engine_shared_t *sh, int64_t step, collect_kind_t k);
  * "param") against the copy the dump took (taken: a device, or -1 for
  * each element's bucket-piece owner); disagreements are recorded. */
 void engine_check_replica(engine_rank_t *r, int64_t step, const char *kind, const float *mine,
-                      const float *taken, int taken_device);
+                          const float *taken, int taken_device);
 /* AdamW's step count as a device keeps it (DDP: in its replica). */
 int engine_adam_t(const engine_rank_t *r);
 /* Every rank's loss, lr, norm (step_stats) and AdamW step count against

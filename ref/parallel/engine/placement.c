@@ -11,7 +11,7 @@
 #include <string.h>
 
 int engine_placement_init(engine_placement_t *pl, const model_config_t *model, const pconfig_t *pc,
-                      perr_t *err) {
+                          perr_t *err) {
     memset(pl, 0, sizeof *pl);
     engine_replica_config(model, pc, &pl->cfg);
     pl->pc = *pc;
@@ -255,7 +255,7 @@ static void describe_param(const engine_placement_t *pl, const char *pname, cons
 }
 
 void engine_describe_element(const engine_placement_t *pl, const st_tensor_t *t, uint64_t flat, char *buf,
-                         size_t cap) {
+                             size_t cap) {
     const int N = pconfig_grad_ranks(&pl->pc);
     buf[0] = 0;
     if (!strncmp(t->name, "init.", 5)) {
