@@ -1,5 +1,5 @@
 /* layout_run.h - what the layout tests share (test_dp.c, test_pp.c): one
- * golden run, a layout run through dp_train compared with it by the
+ * golden run, a layout run through engine_train compared with it by the
  * checker (memcmp, check.h), and a broken layout's first-divergence
  * report. Static: each test is one translation unit. */
 #ifndef PARITY_TESTS_LAYOUT_RUN_H
@@ -11,12 +11,12 @@
 #include "harness.h"
 #include "parity/check_layout.h"
 #include "parity/corpus.h"
-#include "parity/dp.h"
 #include "parity/dump.h"
+#include "parity/engine.h"
 #include "parity/tile.h"
 
 /* broken: the negative controls' bits; BROKEN_CHECK(x): the checker's
- * controls (dp.h's DP_BROKEN_* bits x) */
+ * controls (dp.h's ENGINE_BROKEN_* bits x) */
 enum { BROKEN_FP32_SUMS = 1, BROKEN_TP_FP32_SUMS = 2, BROKEN_TP_VOCAB_PAD = 4,
        BROKEN_PP_MASK_KEY = 8, BROKEN_PP_TIED_GRAD = 16, BROKEN_CP_ONLINE_SOFTMAX = 32 };
 #define BROKEN_CHECK(x) ((int)(x) << 8)
@@ -88,7 +88,7 @@ static int run_layout_of(const model_config_t *m, dump_t *gd, const char *flags,
     gpt_new(&g, m, &err);
     dump_t *d = dump_new(g, DUMP_TENSORS | DUMP_SOURCES);
     gpt_free(g);
-    dp_run_t run = {.model = *m, .pc = pc, .steps = STEPS, .data = &corpus, .algo = algo,
+    engine_run_t run = {.model = *m, .pc = pc, .steps = STEPS, .data = &corpus, .algo = algo,
                     .broken_fp32_sums = broken & 1, .broken_tp_fp32_sums = (broken & 2) != 0,
                     .broken_tp_vocab_pad = (broken & 4) != 0,
                     .broken_pp_mask_key = (broken & BROKEN_PP_MASK_KEY) != 0,
@@ -96,17 +96,17 @@ static int run_layout_of(const model_config_t *m, dump_t *gd, const char *flags,
                     .broken_cp_online_softmax = (broken & BROKEN_CP_ONLINE_SOFTMAX) != 0,
                     .broken_check = (unsigned)broken >> 8,
                     .broken_replica = broken_replica, .dump = d};
-    int ok = dp_train(&run, &err) == 0;
+    int ok = engine_train(&run, &err) == 0;
     if (!ok) fprintf(stderr, "%s: %s\n", flags, err.msg);
     check_result_t res = {0};
-    dp_placement_t pl;
-    if (ok && dp_placement_init(&pl, m, &pc, &err) == 0) {
+    engine_placement_t pl;
+    if (ok && engine_placement_init(&pl, m, &pc, &err) == 0) {
         check_layout_t cl;
         check_owner_t owner;
         ok = check_layout_init(&cl, &pl, &run, d, m->micro_batch, &owner) == 0 &&
              check_compare(dump_writer(gd), dump_writer(d), &owner, report, &res) == 0;
         check_layout_free(&cl);
-        dp_placement_free(&pl);
+        engine_placement_free(&pl);
     } else {
         ok = 0;
     }

@@ -42,7 +42,7 @@ static void expect_report(const char *what, const char *flags, int broken, int b
 static void test_adam_replica_ddp(void) {
     const char *want[] = {"replicas    device 1 (tp 0, cp 0, ep 0, dp 1, pp 0)'s copy differs from device 0 (tp 0, cp 0, ep 0, dp 0, pp 0)'s"};
     expect_report("DDP rank 1's exp_avg replica drifts", "--data-parallel-size 2 --zero-stage 0",
-                  BROKEN_CHECK(DP_BROKEN_ADAM_REPLICA), 0, "step0.exp_avg.", want, 1);
+                  BROKEN_CHECK(ENGINE_BROKEN_ADAM_REPLICA), 0, "step0.exp_avg.", want, 1);
 }
 
 static void test_zero1_exp_avg_sq_shard(void) {
@@ -50,7 +50,7 @@ static void test_zero1_exp_avg_sq_shard(void) {
     snprintf(tensor, sizeof tensor, "step%d.exp_avg_sq.", STEPS - 1);
     const char *want[] = {"produced by device 1 (tp 0, cp 0, ep 0, dp 1, pp 0", "ZeRO-1 shard"};
     expect_report("ZeRO-1 rank 1's exp_avg_sq shard after the last update",
-                  "--data-parallel-size 2 --zero-stage 1", BROKEN_CHECK(DP_BROKEN_ZERO_SHARD), 0,
+                  "--data-parallel-size 2 --zero-stage 1", BROKEN_CHECK(ENGINE_BROKEN_ZERO_SHARD), 0,
                   tensor, want, 2);
 }
 
@@ -58,7 +58,7 @@ static void test_unwritten_element(void) {
     const char *want[] = {"an element that no device wrote", "1 of ",
                           "owned by gradient-group rank 1 of 2, device 1 (tp 0, cp 0, ep 0, dp 1, pp 0)"};
     expect_report("device 1 leaves a gradient element unwritten", "--data-parallel-size 2 --zero-stage 2",
-                  BROKEN_CHECK(DP_BROKEN_UNWRITTEN), 0, "step0.grad.", want, 3);
+                  BROKEN_CHECK(ENGINE_BROKEN_UNWRITTEN), 0, "step0.grad.", want, 3);
 }
 
 static void test_tp_input_grad(void) {
@@ -66,7 +66,7 @@ static void test_tp_input_grad(void) {
     snprintf(tensor, sizeof tensor, "step0.grad_input.layers.%d\n", cfg.layers - 1);
     const char *want[] = {"replicas    device 1 (tp 1, cp 0, ep 0, dp 0, pp 0)'s copy differs from device 0 (tp 0, cp 0, ep 0, dp 0, pp 0)'s"};
     expect_report("tp rank 1's input gradient of the last layer", "--tensor-model-parallel-size 2",
-                  BROKEN_CHECK(DP_BROKEN_TP_INPUT_GRAD), 0, tensor, want, 1);
+                  BROKEN_CHECK(ENGINE_BROKEN_TP_INPUT_GRAD), 0, tensor, want, 1);
 }
 
 typedef struct {

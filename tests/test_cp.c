@@ -227,11 +227,11 @@ static void test_check_names_the_flag(void) {
 
 /* ---- communication ------------------------------------------------------ */
 
-static int run_reports(const char *flags, pconfig_t *pc, dp_device_report_t *rep) {
+static int run_reports(const char *flags, pconfig_t *pc, device_report_t *rep) {
     perr_t err;
     if (parse_layout(flags, cfg.global_batch, pc)) return -1;
-    dp_run_t run = {.model = cfg, .pc = *pc, .steps = 1, .data = &corpus, .reports = rep};
-    if (dp_train(&run, &err)) {
+    engine_run_t run = {.model = cfg, .pc = *pc, .steps = 1, .data = &corpus, .reports = rep};
+    if (engine_train(&run, &err)) {
         fprintf(stderr, "%s: %s\n", flags, err.msg);
         return -1;
     }
@@ -240,7 +240,7 @@ static int run_reports(const char *flags, pconfig_t *pc, dp_device_report_t *rep
 
 /* A layout's per-device reports of one step (at most 16 devices); 0,
  * counted as a failure, when it does not run. */
-static int reports_of(const char *flags, pconfig_t *pc, dp_device_report_t *rep) {
+static int reports_of(const char *flags, pconfig_t *pc, device_report_t *rep) {
     memset(rep, 0, 16 * sizeof *rep);
     const int ok = run_reports(flags, pc, rep) == 0;
     CHECK(ok, "%s did not run", flags);
@@ -265,7 +265,7 @@ static int reports_of(const char *flags, pconfig_t *pc, dp_device_report_t *rep)
  * follow from the blocks whatever the messages are. */
 static void ring_traffic(const char *flags) {
     pconfig_t pc;
-    dp_device_report_t rep[16];
+    device_report_t rep[16];
     if (!reports_of(flags, &pc, rep)) return;
     const uint64_t cp = (uint64_t)pc.cp, m = (uint64_t)pc.accum_degree, L = (uint64_t)cfg.layers;
     const uint64_t n_seq = (uint64_t)(cfg.global_batch / pc.dp), Tc = (uint64_t)cfg.seq_length / cp;
@@ -328,7 +328,7 @@ static void test_ulysses_traffic(void) {
     for (int k = 0; k < (small_matrix() ? 1 : 2); k++) {
         const char *flags = L2[k];
         pconfig_t pc;
-        dp_device_report_t rep[16];
+        device_report_t rep[16];
         if (!reports_of(flags, &pc, rep)) continue;
         const uint64_t cp = (uint64_t)pc.cp, m = (uint64_t)pc.accum_degree, L = (uint64_t)cfg.layers;
         const uint64_t block = (uint64_t)(cfg.global_batch / pc.dp) * ((uint64_t)cfg.seq_length / cp) *

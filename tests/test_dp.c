@@ -26,6 +26,7 @@
 #include "parity/corpus.h"
 #include "parity/dp.h"
 #include "parity/dump.h"
+#include "parity/engine.h"
 #include "parity/tile.h"
 
 static int run_layout(const char *flags, coll_algo_t algo, int broken, int *compared,
@@ -98,10 +99,10 @@ static void test_memory_and_traffic_follow_zero(void) {
         pc.zero_stage = z;
         pc.given |= PC_GIVEN_DP | PC_GIVEN_ZERO;
         CHECK(pconfig_validate(&pc, cfg.global_batch, &err) == 0, "%s", err.msg);
-        dp_device_report_t rep[N];
-        dp_run_t run = {.model = cfg, .pc = pc, .steps = 1, .data = &corpus,
+        device_report_t rep[N];
+        engine_run_t run = {.model = cfg, .pc = pc, .steps = 1, .data = &corpus,
                         .algo = COLL_ALGO_DIRECT, .reports = rep};
-        CHECK(dp_train(&run, &err) == 0, "%s", err.msg);
+        CHECK(engine_train(&run, &err) == 0, "%s", err.msg);
         /* bucket padding: at most N-1 elements per bucket, a few buckets */
         const double pad = 4.0 * 64 * N * 4, div[4][3] = {{1, 1, 1}, {1, 1, N}, {1, N, N}, {N, N, N}};
         const double want_params = 4 * psi / div[z][0], want_grads = 4 * psi / div[z][1] + 8 * psi;
@@ -253,8 +254,8 @@ static void test_drifting_replica_is_caught(void) {
     pconfig_defaults(&pc);
     pc.dp = 2, pc.zero_stage = 3, pc.given |= PC_GIVEN_DP | PC_GIVEN_ZERO;
     pconfig_validate(&pc, cfg.global_batch, &err);
-    dp_run_t run = {.model = cfg, .pc = pc, .steps = 1, .data = &corpus, .broken_replica = 1};
-    CHECK(dp_train(&run, &err) != 0 && strstr(err.msg, "ZeRO-3"), "ZeRO-3: %s", err.msg);
+    engine_run_t run = {.model = cfg, .pc = pc, .steps = 1, .data = &corpus, .broken_replica = 1};
+    CHECK(engine_train(&run, &err) != 0 && strstr(err.msg, "ZeRO-3"), "ZeRO-3: %s", err.msg);
 }
 
 /* Megatron 1-D tensor parallelism on the same driver: tp alone, composed

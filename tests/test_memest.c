@@ -19,8 +19,8 @@
 
 #include "harness.h"
 #include "parity/corpus.h"
-#include "parity/dp.h"
 #include "parity/dump.h"
+#include "parity/engine.h"
 #include "parity/memest.h"
 #include "parity/runtime.h"
 #include "parity/tile.h"
@@ -79,10 +79,10 @@ static void check_layout(const model_config_t *m, const pconfig_t *pc) {
     CHECK(memest_layout(m, pc, &est, &err) == 0, "%s: %s", what, err.msg);
     CHECK(est.devices == pc->world_size, "%s", what);
     CHECK(pc->pp > 1 || est.all_devices == est.max_dev.total * (size_t)pc->world_size, "%s", what);
-    dp_device_report_t rep[16];
-    dp_run_t run = {.model = *m, .pc = *pc, .steps = 1, .data = &corpus, .algo = COLL_ALGO_RING,
+    device_report_t rep[16];
+    engine_run_t run = {.model = *m, .pc = *pc, .steps = 1, .data = &corpus, .algo = COLL_ALGO_RING,
                     .reports = rep};
-    CHECK(pc->world_size <= 16 && dp_train(&run, &err) == 0, "%s: %s", what, err.msg);
+    CHECK(pc->world_size <= 16 && engine_train(&run, &err) == 0, "%s: %s", what, err.msg);
     /* every device within the largest's estimate; the largest within 1.25x */
     int largest = 0;
     for (int d = 0; d < pc->world_size; d++)
@@ -211,9 +211,9 @@ static void test_arena_capacity_is_the_estimate(void) {
         CHECK(strstr(err.msg, "--arena-mb") && strstr(err.msg, "params") &&
                   strstr(err.msg, "open exact sums") && strstr(err.msg, "activations"),
               "the refusal names the flag and the categories: %s", err.msg);
-        dp_run_t run = {.model = m, .pc = pc, .steps = 1, .data = &corpus,
+        engine_run_t run = {.model = m, .pc = pc, .steps = 1, .data = &corpus,
                         .arena_capacity = est.max_dev.total, .algo = COLL_ALGO_DIRECT};
-        CHECK(dp_train(&run, &err) == 0, "stage %d in an arena of exactly the estimate: %s", z,
+        CHECK(engine_train(&run, &err) == 0, "stage %d in an arena of exactly the estimate: %s", z,
               err.msg);
     }
 }

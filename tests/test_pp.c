@@ -92,12 +92,12 @@ static void test_untied_split_and_3d(void) {
 
 /* ---- running a layout for its reports and trace ------------------------ */
 
-static int run_reports(const char *flags, pconfig_t *pc, dp_device_report_t *rep, const char *trace) {
+static int run_reports(const char *flags, pconfig_t *pc, device_report_t *rep, const char *trace) {
     perr_t err;
     if (parse_layout(flags, cfg.global_batch, pc)) return -1;
-    dp_run_t run = {.model = cfg, .pc = *pc, .steps = 1, .data = &corpus, .reports = rep,
+    engine_run_t run = {.model = cfg, .pc = *pc, .steps = 1, .data = &corpus, .reports = rep,
                     .trace_path = trace};
-    if (dp_train(&run, &err)) {
+    if (engine_train(&run, &err)) {
         fprintf(stderr, "%s: %s\n", flags, err.msg);
         return -1;
     }
@@ -125,7 +125,7 @@ static void test_p2p_traffic_follows_the_schedule(void) {
     };
     for (int k = small_matrix() ? 2 : 0; k < 3; k++) {
         pconfig_t pc;
-        dp_device_report_t rep[16];
+        device_report_t rep[16];
         memset(rep, 0, sizeof rep);
         if (run_reports(L[k], &pc, rep, NULL)) {
             CHECK(0, "%s did not run", L[k]);
@@ -163,7 +163,7 @@ static void test_rank_list_places_the_stages(void) {
                         "--num-microbatches 2 --rank-list 3,0,2,1";
     static const int stage[4] = {0, 1, 1, 0};
     pconfig_t pc;
-    dp_device_report_t rep[4];
+    device_report_t rep[4];
     memset(rep, 0, sizeof rep);
     if (run_reports(flags, &pc, rep, NULL)) {
         CHECK(0, "%s did not run", flags);
@@ -199,7 +199,7 @@ static int device_passes(const json_t *events, int d, pass_t *out, int cap) {
     return n;
 }
 
-static json_t *trace_of(const char *flags, pconfig_t *pc, dp_device_report_t *rep) {
+static json_t *trace_of(const char *flags, pconfig_t *pc, device_report_t *rep) {
     char dir[] = "/tmp/parity-test-pp-XXXXXX", path[64];
     if (!mkdtemp(dir)) return NULL;
     snprintf(path, sizeof path, "%s/trace.json", dir);
@@ -273,7 +273,7 @@ static void test_trace_follows_the_schedule(void) {
     for (int k = 0; k < 4; k++) {
         if (small_matrix() && (k < 2 || k == 3)) continue;
         pconfig_t pc;
-        dp_device_report_t rep[16];
+        device_report_t rep[16];
         memset(rep, 0, sizeof rep);
         json_t *j = trace_of(L[k], &pc, rep);
         CHECK(j != NULL, "%s: no trace", L[k]);

@@ -1,14 +1,15 @@
-/* dp_memest.c - a rank's memory before it is allocated (memest.h), from
- * the tables the allocations use: the replica's (gpt_mem_bytes_mp: its
- * stage's tensors, omitting what the ZeRO stage shards, and the
- * activation slots its schedule needs), the rank's own buffers
- * (dp_rank_buffers), and for ZeRO-3 the largest set of units gathered at
- * once (dp_unit_buckets, as dp_zero.c gathers them). Pipeline stages
- * differ (the ranks of one stage are alike): a device's estimate is then
- * each category's largest over the stages, a bound for every device. */
+/* device_memest.c - engine_memest: a rank's memory before it is
+ * allocated (memest.h), from the tables the allocations use: the
+ * replica's (gpt_mem_bytes_mp: its stage's tensors, omitting what the
+ * ZeRO stage shards, and the activation slots its schedule needs), the
+ * rank's own buffers (engine_rank_buffers), and for ZeRO-3 the largest
+ * set of units gathered at once (dp_unit_buckets, as optimizer.c gathers
+ * them). Pipeline stages differ (the ranks of one stage are alike): a
+ * device's estimate is then each category's largest over the stages, a
+ * bound for every device. */
 #include <string.h>
 
-#include "dp_internal.h"
+#include "engine_internal.h"
 
 static void add(memest_dev_t *dev, mem_cat_t c, size_t bytes) {
     size_t *cat = c == MEM_PARAMS      ? &dev->params
@@ -25,8 +26,8 @@ static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp
                         memest_dev_t *dev, size_t *part, perr_t *err) {
     const int tp = pc->tp > 0 ? pc->tp : 1;
     gpt_mem_t g;
-    if (gpt_mem_bytes_mp(cfg, tp, pconfig_tp_opts(pc), &pp->units[s], dp_stage_slots(pp, s, NULL),
-                         dp_replica_omits(pc->zero_stage), &g, err))
+    if (gpt_mem_bytes_mp(cfg, tp, pconfig_tp_opts(pc), &pp->units[s], engine_stage_slots(pp, s, NULL),
+                         engine_replica_omits(pc->zero_stage), &g, err))
         return -1;
     param_table_t t;
     dp_plan_t p;
@@ -38,9 +39,9 @@ static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp
     *part = t.total + 1;
     *dev = (memest_dev_t){.params = g.params, .grads = g.grads, .open_sums = g.open_sums,
                           .optimizer = g.optimizer, .activations = g.activations};
-    dp_buf_t bufs[DP_NBUFS];
-    dp_rank_buffers(&p, pc, NULL, bufs);
-    for (int k = 0; k < DP_NBUFS; k++)
+    engine_buf_t bufs[ENGINE_NBUFS];
+    engine_rank_buffers(&p, pc, NULL, bufs);
+    for (int k = 0; k < ENGINE_NBUFS; k++)
         if (bufs[k].want) add(dev, bufs[k].cat, bufs[k].bytes);
     if (p.stage == 3) { /* a unit's buckets live from its begin event to its end */
         size_t most = 0;
@@ -57,12 +58,12 @@ static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp
     return 0;
 }
 
-int dp_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t *dev, size_t *all,
-              size_t *host, perr_t *err) {
+int engine_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t *dev, size_t *all,
+                  size_t *host, perr_t *err) {
     memset(dev, 0, sizeof *dev);
     *host = *all = 0;
     model_config_t cfg;
-    dp_replica_config(model, pc, &cfg);
+    engine_replica_config(model, pc, &cfg);
     pp_plan_t pp;
     param_table_t whole;
     if (model_config_validate_replica(&cfg, err) || pp_plan_build(&pp, &cfg, pc, err) ||
@@ -89,7 +90,7 @@ int dp_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t *de
             if (theirs[c] > *mine[c]) *mine[c] = theirs[c];
         parts += part * (size_t)(pc->tp > 0 ? pc->tp : 1);
     }
-    /* dp_train's reassembly of global parameters, gradients and AdamW's
+    /* engine_train's reassembly of global parameters, gradients and AdamW's
      * m and v, and of every model part's (stage x tp rank), each with the
      * int32 writer of every element when a dump collects them */
     *host = 4 * ((whole.total + 1) + parts) * (sizeof(float) + sizeof(int32_t));

@@ -1,5 +1,5 @@
-/* dp_report_mesh.c - an element of a dump tensor in mesh terms, for the
- * first-divergence report (dp.h's dp_describe_mesh): the device on every
+/* describe_mesh.c - an element of a dump tensor in mesh terms, for the
+ * first-divergence report (engine.h's engine_describe_mesh): the device on every
  * axis with the element's sub-axes, its microbatch, and which mode's
  * reduction touched it last.
  *
@@ -29,7 +29,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dp_report.h"
+#include "placement.h"
 #include "parity/cp.h"
 
 static int axis(int n) { return n > 1 ? n : 1; }
@@ -55,7 +55,7 @@ static void unit_name(const model_config_t *c, int unit, char *buf, size_t cap) 
 static int grad_group_rank(const pconfig_t *pc, int device) {
     rank_layout_t L;
     int ranks[PARITY_MAX_DEVICES];
-    const int n = dp_grid_layout(pc, &L) ? -1 : layout_group_ranks(&L, device, "dp-cp", ranks);
+    const int n = report_grid_layout(pc, &L) ? -1 : layout_group_ranks(&L, device, "dp-cp", ranks);
     for (int i = 0; i < n; i++)
         if (ranks[i] == device) return i;
     return -1;
@@ -64,10 +64,10 @@ static int grad_group_rank(const pconfig_t *pc, int device) {
 /* Sub-axes of a batch element: the virtual-pipeline chunk of its unit,
  * the context-parallel chunk (or Ulysses head) of its position, the
  * sequence-parallel slice. */
-static void batch_sub(const dp_placement_t *pl, const dp_batch_at_t *b, char *sub, size_t cap) {
+static void batch_sub(const engine_placement_t *pl, const engine_batch_at_t *b, char *sub, size_t cap) {
     const pconfig_t *pc = &pl->pc;
     const int cp = axis(pc->cp), tp = axis(pc->tp), T = pl->cfg.seq_length;
-    if (pl->pp.v > 1) add(sub, cap, "vpp chunk %d of %d", dp_unit_chunk(&pl->pp, b->unit), pl->pp.v);
+    if (pl->pp.v > 1) add(sub, cap, "vpp chunk %d of %d", engine_unit_chunk(&pl->pp, b->unit), pl->pp.v);
     if (cp > 1 && b->head >= 0) add(sub, cap, "Ulysses head %d of cp rank %d", b->head, b->cp_rank);
     int local = b->pos; /* the position's place among those its cp rank holds */
     if (cp > 1 && b->pos >= 0) {
@@ -85,7 +85,7 @@ static void batch_sub(const dp_placement_t *pl, const dp_batch_at_t *b, char *su
 }
 
 /* The last reduction of a batch tensor ("what": its name after the step). */
-static void batch_touched(const dp_placement_t *pl, const char *what, const dp_batch_at_t *b,
+static void batch_touched(const engine_placement_t *pl, const char *what, const engine_batch_at_t *b,
                           char *buf, size_t cap) {
     const pconfig_t *pc = &pl->pc;
     const int tp = axis(pc->tp), cp = axis(pc->cp), sp = pc->sequence_parallel;
@@ -162,14 +162,14 @@ static void batch_touched(const dp_placement_t *pl, const char *what, const dp_b
 }
 
 /* Sub-axes and the last reduction of a parameter-shaped element. */
-static void param_mesh(const dp_placement_t *pl, const char *pname, const char *kind,
-                       const dp_param_at_t *a, int device, char *sub, char *micro, char *buf,
+static void param_mesh(const engine_placement_t *pl, const char *pname, const char *kind,
+                       const engine_param_at_t *a, int device, char *sub, char *micro, char *buf,
                        size_t cap) {
     const pconfig_t *pc = &pl->pc;
     const int tp = axis(pc->tp), N = a->N, z = a->z, m = pc->accum_degree;
     char unit[32];
     unit_name(&pl->cfg, a->unit, unit, sizeof unit);
-    if (pl->pp.v > 1) add(sub, cap, "vpp chunk %d of %d", dp_unit_chunk(&pl->pp, a->unit), pl->pp.v);
+    if (pl->pp.v > 1) add(sub, cap, "vpp chunk %d of %d", engine_unit_chunk(&pl->pp, a->unit), pl->pp.v);
     if (N > 1) add(sub, cap, "gradient-group rank %d of %d, ZeRO-%d", grad_group_rank(pc, device), N, z);
     if (!strcmp(kind, "grad")) {
         snprintf(micro, cap, "all %d microbatch%s of the step (summed exactly, rounded once)", m,
@@ -221,22 +221,22 @@ static void axes_used(const pconfig_t *pc, char *buf, size_t cap) {
             snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", buf[0] ? "+" : "", names[i]);
 }
 
-void dp_describe_mesh(const dp_placement_t *pl, const st_tensor_t *t, uint64_t flat, int device,
-                      char *dev, char *micro, char *touched, size_t cap) {
+void engine_describe_mesh(const engine_placement_t *pl, const st_tensor_t *t, uint64_t flat, int device,
+                          char *dev, char *micro, char *touched, size_t cap) {
     const pconfig_t *pc = &pl->pc;
     const int m = pc->accum_degree, N = pconfig_grad_ranks(pc), tp = axis(pc->tp);
     char sub[256] = "";
     micro[0] = touched[0] = 0;
     const char *what = strchr(t->name, '.');
     what = what ? what + 1 : t->name;
-    dp_param_at_t a;
+    engine_param_at_t a;
     if (!strncmp(t->name, "init.", 5)) {
         snprintf(micro, cap, "none: the initial parameters");
         snprintf(touched, cap, "init: params_init on the host, copied to every device (no "
                  "collective)");
-    } else if (dp_is_batch(t, what)) {
-        dp_batch_at_t b;
-        dp_batch_at(pl, t, flat, &b);
+    } else if (engine_is_batch(t, what)) {
+        engine_batch_at_t b;
+        engine_batch_at(pl, t, flat, &b);
         if (device < 0) device = b.device;
         batch_sub(pl, &b, sub, sizeof sub);
         snprintf(micro, cap, "%d of %d (%d sequence%s; sequence %d of the batch, data-parallel "
@@ -251,7 +251,7 @@ void dp_describe_mesh(const dp_placement_t *pl, const st_tensor_t *t, uint64_t f
             len = strlen(kinds[k]);
             if (!strncmp(what, kinds[k], len) && what[len] == '.') break;
         }
-        if (k < 4 && dp_param_at(pl, what + len + 1, flat, &a) == 0) {
+        if (k < 4 && engine_param_at(pl, what + len + 1, flat, &a) == 0) {
             if (device < 0) device = a.owner;
             param_mesh(pl, what + len + 1, kinds[k], &a, device, sub, micro, touched, cap);
         } else if (!strcmp(what, "loss")) {
@@ -286,5 +286,5 @@ void dp_describe_mesh(const dp_placement_t *pl, const st_tensor_t *t, uint64_t f
                      : "schedule: lr_schedule of the step, on every device (no collective)");
         }
     }
-    dp_device_name_sub(pc, device < 0 ? 0 : device, sub, dev, cap);
+    engine_device_name_sub(pc, device < 0 ? 0 : device, sub, dev, cap);
 }

@@ -1,4 +1,4 @@
-/* dp_report_cp.c - what context parallelism costs: its traffic per layer
+/* cp_report.c - what context parallelism costs: its traffic per layer
  * against the formulas, and activation memory against sequence length
  * and cp.
  *
@@ -16,20 +16,22 @@
  *                  gradients): each moves (cp-1)/cp of its tensor, 3A and
  *                  A wide: 8 (cp-1)/cp n A floats. Copies only: exactness
  *                  adds nothing.
+ *
+ * Dependency: engine -> here, never back. The input is run_report.h's
+ * run_report_t, which the engine fills after a run (engine/report.c);
+ * nothing here includes or calls the engine.
  */
-#include "dp_report.h"
-
 #include "parity/coll.h"
+#include "parity/run_report.h"
 
-void dp_print_cp_report(const dp_run_t *run, FILE *f) {
+void cp_print_report(const run_report_t *run, FILE *f) {
     if (!run->reports) return;
     const pconfig_t *pc = &run->pc;
-    model_config_t cfg;
-    dp_replica_config(&run->model, pc, &cfg);
+    const model_config_t cfg = run->cfg;
     const double MB = 1e6, steps = run->steps > 0 ? run->steps : 1, cp = pc->cp;
     const double L = cfg.layers, A = (double)cfg.hidden / (pc->tp > 1 ? pc->tp : 1);
     const double n = (double)(pc->global_batch / pc->dp) * cfg.seq_length / cp; /* tokens a rank holds */
-    const dp_device_report_t *r0 = &run->reports[0];
+    const device_report_t *r0 = &run->reports[0];
     const coll_family_t *fam = coll_counters_family(&r0->comm, "cp");
     coll_tally_t f32 = {0, 0, 0, 0, 0}, open = {0, 0, 0, 0, 0}, a2a = {0, 0, 0, 0, 0};
     if (fam) {
@@ -64,7 +66,7 @@ void dp_print_cp_report(const dp_run_t *run, FILE *f) {
     /* activation memory: device 0's allocation table (its stage's units
      * and slots) for T/cp positions, against the golden run's */
     const unsigned omit = GPT_NO_PARAMS | GPT_NO_GRADS | GPT_NO_OPTIMIZER;
-    const gpt_units_t u = dp_device0_units(run);
+    const gpt_units_t u = run->units0;
     gpt_mem_t whole, mine;
     perr_t err;
     if (gpt_mem_bytes(&cfg, omit, &whole, &err) ||

@@ -1,10 +1,10 @@
-/* dp_ckpt.c - layout-free checkpoints on a data- and tensor-parallel
+/* checkpoint.c - layout-free checkpoints on a data- and tensor-parallel
  * layout (ckpt.h): a checkpoint holds global tensors, and a layout takes
  * its blocks and shards from them, and gives them back, through the same
  * cuts that initialisation and dumps use:
  *  - tensor parallelism: every tensor through its placement
  *    (placement_take / placement_put), parameters and AdamW m and v alike;
- *  - data parallelism: parameters as dp_train hands out the initial ones
+ *  - data parallelism: parameters as engine_train hands out the initial ones
  *    (whole replicas at ZeRO 0-2, bucket pieces at ZeRO-3); AdamW state as
  *    the stage keeps it: DDP's replicas hold it whole, ZeRO >= 1 shards
  *    hold piece k of every bucket (dp_plan.c);
@@ -16,12 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dp_internal.h"
+#include "engine_internal.h"
 #include "parity/ckpt.h"
 
-int64_t dp_first_step(const dp_run_t *run) { return run->resume ? run->resume->step : 0; }
+int64_t engine_first_step(const engine_run_t *run) { return run->resume ? run->resume->step : 0; }
 
-size_t dp_ckpt_host_bytes(const model_config_t *model, const pconfig_t *pc) {
+size_t engine_ckpt_host_bytes(const model_config_t *model, const pconfig_t *pc) {
     param_table_t t;
     if (param_table_build_tp(&t, model, pc->tp, NULL)) return 0;
     const size_t bytes = 2 * (size_t)pc->tp * (t.total + 1) * sizeof(float);
@@ -29,28 +29,28 @@ size_t dp_ckpt_host_bytes(const model_config_t *model, const pconfig_t *pc) {
     return bytes;
 }
 
-int dp_ckpt_prepare(dp_shared_t *sh, perr_t *err) {
-    const dp_run_t *run = sh->run;
+int engine_ckpt_prepare(engine_shared_t *sh, perr_t *err) {
+    const engine_run_t *run = sh->run;
     const ckpt_state_t *in = run->resume;
     if (!in && !run->save) return 0;
     const size_t total = sh->global.total;
     if ((in && in->total != total) || (run->save && run->save->total != total))
         return perr_set(err, "dp: a checkpoint state of %zu elements for a model of %zu",
                         in && in->total != total ? in->total : run->save->total, total);
-    sh->m_local = dp_part_buffers(sh);
-    sh->v_local = dp_part_buffers(sh);
+    sh->m_local = engine_part_buffers(sh);
+    sh->v_local = engine_part_buffers(sh);
     if (!sh->m_local || !sh->v_local) return perr_set(err, "dp: out of memory");
     if (!in) return 0;
-    /* dp_train cuts params_full into the tp blocks that every replica or
+    /* engine_train cuts params_full into the tp blocks that every replica or
      * shard starts from: the checkpoint's values instead of the initial ones */
     memcpy(sh->params_full, in->params, total * sizeof(float));
-    dp_cut_parts(sh, in->adam_m, sh->m_local);
-    dp_cut_parts(sh, in->adam_v, sh->v_local);
+    engine_cut_parts(sh, in->adam_m, sh->m_local);
+    engine_cut_parts(sh, in->adam_v, sh->v_local);
     return 0;
 }
 
-void dp_ckpt_setup_rank(dp_rank_t *r) {
-    const dp_shared_t *sh = r->sh;
+void engine_ckpt_setup_rank(engine_rank_t *r) {
+    const engine_shared_t *sh = r->sh;
     const ckpt_state_t *in = sh->run->resume;
     if (!in) return;
     const dp_plan_t *p = r->plan;
@@ -70,23 +70,23 @@ void dp_ckpt_setup_rank(dp_rank_t *r) {
     r->adam_t = in->adam_t;
 }
 
-void dp_ckpt_collect(dp_rank_t *r) {
-    dp_shared_t *sh = r->sh;
-    dp_run_t *run = sh->run;
+void engine_ckpt_collect(engine_rank_t *r) {
+    engine_shared_t *sh = r->sh;
+    engine_run_t *run = sh->run;
     if (!run->save) return;
     const dp_plan_t *p = r->plan;
-    for (dp_kind_t k = DP_PARAM; k < DP_NKINDS; k++) dp_collect_part(r, k, sh->local[k][r->part], NULL);
+    for (collect_kind_t k = COLLECT_PARAM; k < COLLECT_NKINDS; k++) engine_collect_part(r, k, sh->local[k][r->part], NULL);
     coll_barrier(r->world); /* every rank's pieces are in */
     if (r->device != 0) return;
-    dp_join_parts(sh, sh->params_local, run->save->params);
-    dp_join_parts(sh, sh->m_local, run->save->adam_m);
-    dp_join_parts(sh, sh->v_local, run->save->adam_v);
-    run->save->step = dp_first_step(run) + run->steps;
+    engine_join_parts(sh, sh->params_local, run->save->params);
+    engine_join_parts(sh, sh->m_local, run->save->adam_m);
+    engine_join_parts(sh, sh->v_local, run->save->adam_v);
+    run->save->step = engine_first_step(run) + run->steps;
     run->save->adam_t = p->stage == 0 ? r->g->adam_t : r->adam_t;
 }
 
-void dp_ckpt_free(dp_shared_t *sh) {
-    dp_part_buffers_free(sh, sh->m_local);
-    dp_part_buffers_free(sh, sh->v_local);
+void engine_ckpt_free(engine_shared_t *sh) {
+    engine_part_buffers_free(sh, sh->m_local);
+    engine_part_buffers_free(sh, sh->v_local);
     sh->m_local = sh->v_local = NULL;
 }

@@ -1,4 +1,4 @@
-/* dp_pipeline.c - one step's forward and backward passes on a rank: its
+/* schedule.c - one step's forward and backward passes on a rank: its
  * pipeline stage's schedule (pp.h) over its microbatches.
  *
  *   for each (forward|backward, microbatch, chunk) of the schedule:
@@ -23,22 +23,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dp_internal.h"
+#include "engine_internal.h"
 #include "parity/corpus.h"
 
 
-void dp_span(dp_rank_t *r, const char *name, const char *cat, double t0, int mb, int chunk) {
-    if (r->trace && trace_add(r->trace, r->device, name, cat, t0, dp_now(), mb, chunk))
+void engine_span(engine_rank_t *r, const char *name, const char *cat, double t0, int mb, int chunk) {
+    if (r->trace && trace_add(r->trace, r->device, name, cat, t0, engine_now(), mb, chunk))
         return; /* trace_write reports the dropped span */
 }
 
 /* A pass's span name: "F3" or "B3" (microbatch 3), "F3.1" for chunk 1 of several. */
-static void pass_span(dp_rank_t *r, int fwd, double t0, int mb, int c) {
+static void pass_span(engine_rank_t *r, int fwd, double t0, int mb, int c) {
     if (!r->trace) return;
     char name[24];
     if (r->sh->pp.v > 1) snprintf(name, sizeof name, "%c%d.%d", fwd ? 'F' : 'B', mb, c);
     else snprintf(name, sizeof name, "%c%d", fwd ? 'F' : 'B', mb);
-    dp_span(r, name, fwd ? "forward" : "backward", t0, mb, c);
+    engine_span(r, name, fwd ? "forward" : "backward", t0, mb, c);
 }
 
 /* The residual stream entering unit u (u >= 1) in slot A: where a chunk's
@@ -57,20 +57,20 @@ static int tag_of(const pp_plan_t *p, int backward, int mb, int vs) {
 }
 
 /* This rank's microbatch mb: its sequences (sizes differ by at most one). */
-static void microbatch(const dp_rank_t *r, int mb, int *first, int *n_seq) {
+static void microbatch(const engine_rank_t *r, int mb, int *first, int *n_seq) {
     const int per_rank = r->sh->cfg.global_batch / r->data_n, m = r->sh->pp.m;
     *first = r->data_rank * per_rank;
     for (int k = 0; k < mb; k++) *first += per_rank / m + (k < per_rank % m);
     *n_seq = per_rank / m + (mb < per_rank % m);
 }
 
-static void wait_send(dp_rank_t *r, int s) {
+static void wait_send(engine_rank_t *r, int s) {
     if (!r->slot_send[s]) return;
     coll_wait(r->slot_send[s]);
     r->slot_send[s] = NULL;
 }
 
-int dp_stage_slots(const pp_plan_t *pp, int stage, int *first) {
+int engine_stage_slots(const pp_plan_t *pp, int stage, int *first) {
     int n = 0;
     for (int c = 0; c < pp->v; c++) {
         if (first) first[c] = n;
@@ -83,7 +83,7 @@ int dp_stage_slots(const pp_plan_t *pp, int stage, int *first) {
 /* A free slot of chunk c's pool (pp_max_in_flight), laid out for it. Its
  * last send must have been received first: within one chunk the
  * schedules make that wait one they have anyway (pp.h). */
-static int take_slot(dp_rank_t *r, int c, uint8_t *busy) {
+static int take_slot(engine_rank_t *r, int c, uint8_t *busy) {
     for (int s = r->slot_first[c]; s < r->slot_first[c + 1]; s++)
         if (!busy[s]) {
             busy[s] = 1;
@@ -96,7 +96,7 @@ static int take_slot(dp_rank_t *r, int c, uint8_t *busy) {
     return -1;
 }
 
-static void forward(dp_rank_t *r, int64_t step, int mb, int c, int s, const gpt_observer_t *obs) {
+static void forward(engine_rank_t *r, int64_t step, int mb, int c, int s, const gpt_observer_t *obs) {
     gpt_t *g = r->g;
     const pp_plan_t *p = &r->sh->pp;
     const int T = g->cfg.seq_length, B = g->cfg.global_batch, vs = pp_vstage(p, r->stage, c);
@@ -114,71 +114,71 @@ static void forward(dp_rank_t *r, int64_t step, int mb, int c, int s, const gpt_
      * microbatches, not by where the sequences sit in the global batch */
     if (r->sh->run->broken_pp_mask_key) A->mask_seq = mb;
     const size_t len = stream_len(g, n_seq);
-    double t0 = dp_now();
+    double t0 = engine_now();
     if (lo > 0) {
         coll_recv(r->pp_group, stream(A, lo), len, COLL_F32, pp_stage_of(p, vs - 1),
                   tag_of(p, 0, mb, vs - 1));
-        dp_span(r, "recv activation", "recv", t0, mb, c);
+        engine_span(r, "recv activation", "recv", t0, mb, c);
     }
-    t0 = dp_now();
+    t0 = engine_now();
     for (int u = lo; u < hi; u++) gpt_unit_forward(g, u, s, obs);
-    r->busy += dp_now() - t0;
+    r->busy += engine_now() - t0;
     pass_span(r, 1, t0, mb, c);
     if (hi <= head) { /* the span marks the send's posting; the data moves when the peer receives */
-        t0 = dp_now();
+        t0 = engine_now();
         r->slot_send[s] = coll_isend(r->pp_group, stream(A, hi), len, COLL_F32,
                                      pp_stage_of(p, vs + 1), tag_of(p, 0, mb, vs));
-        dp_span(r, "send activation", "send", t0, mb, c);
+        engine_span(r, "send activation", "send", t0, mb, c);
     }
 }
 
-static void backward(dp_rank_t *r, int mb, int c, int s, const gpt_observer_t *obs) {
+static void backward(engine_rank_t *r, int mb, int c, int s, const gpt_observer_t *obs) {
     gpt_t *g = r->g;
     const pp_plan_t *p = &r->sh->pp;
     const int vs = pp_vstage(p, r->stage, c), lo = g->shard.units.lo[c], hi = g->shard.units.hi[c];
     gpt_slot_t *A = &g->slot[s];
     const size_t len = stream_len(g, A->n_seq);
-    double t0 = dp_now();
+    double t0 = engine_now();
     device_note_microbatch(mb, c);
     device_note_pass(DEVICE_PASS_BACKWARD, hi - 1);
     if (hi <= g->cfg.layers + 1) {
         wait_send(r, s); /* the forward's output has long arrived; d_resid is received into */
         coll_recv(r->pp_group, A->d_resid, len, COLL_F32, pp_stage_of(p, vs + 1),
                   tag_of(p, 1, mb, vs));
-        dp_span(r, "recv gradient", "recv", t0, mb, c);
+        engine_span(r, "recv gradient", "recv", t0, mb, c);
     }
     r->last_micro = mb == p->m - 1; /* the chunk's gradients are final after this one */
-    t0 = dp_now();
+    t0 = engine_now();
     for (int u = hi - 1; u >= lo; u--) gpt_unit_backward(g, u, s, obs);
-    r->busy += dp_now() - t0;
+    r->busy += engine_now() - t0;
     pass_span(r, 0, t0, mb, c);
     if (lo > 0) {
         wait_send(r, s);
-        t0 = dp_now();
+        t0 = engine_now();
         r->slot_send[s] = coll_isend(r->pp_group, A->d_resid, len, COLL_F32,
                                      pp_stage_of(p, vs - 1), tag_of(p, 1, mb, vs - 1));
-        dp_span(r, "send gradient", "send", t0, mb, c);
+        engine_span(r, "send gradient", "send", t0, mb, c);
     }
 }
 
 /* Tied head over stages: both copies of the word embedding's gradient
  * become the exact sum of the embedding's and the head's contributions. */
-static void reduce_tied_embedding(dp_rank_t *r) {
+static void reduce_tied_embedding(engine_rank_t *r) {
     if (!r->emb_group || r->sh->run->broken_pp_tied_grad) return;
     acc_t *a = &r->g->grad_acc[r->g->table.wte];
-    const double t0 = dp_now();
+    const double t0 = engine_now();
     coll_all_reduce_open(r->emb_group, &a->x, 0, a->n);
-    r->report->seconds_comm += dp_now() - t0;
-    dp_span(r, "embedding all-reduce", "exact-sum", t0, -1, -1);
+    r->report->seconds_comm += engine_now() - t0;
+    engine_span(r, "embedding all-reduce", "exact-sum", t0, -1, -1);
 }
 
-void dp_run_schedule(dp_rank_t *r, int64_t step, const gpt_observer_t *obs) {
+void engine_run_schedule(engine_rank_t *r, int64_t step, const gpt_observer_t *obs) {
     const pp_plan_t *p = &r->sh->pp;
     uint8_t *busy = calloc((size_t)r->g->n_slots, 1);
     if (!busy) parity_fatal("device %d: out of memory for the schedule", r->device);
     int in_flight = 0;
     r->busy = 0;
-    r->sched_start = dp_now();
+    r->sched_start = engine_now();
     for (int i = 0; i < r->nops; i++) {
         const pp_op_t *op = &r->ops[i];
         int *slot = &r->slot_of[op->mb * p->v + op->chunk];
@@ -192,7 +192,7 @@ void dp_run_schedule(dp_rank_t *r, int64_t step, const gpt_observer_t *obs) {
             in_flight--;
         }
     }
-    r->sh->sched_end[r->device] = dp_now();
+    r->sh->sched_end[r->device] = engine_now();
     for (int s = 0; s < r->g->n_slots; s++) wait_send(r, s);
     free(busy);
     r->last_micro = 0;

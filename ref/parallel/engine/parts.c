@@ -1,4 +1,4 @@
-/* dp_parts.c - the model parts of a layout: what one (pipeline stage,
+/* parts.c - the model parts of a layout: what one (pipeline stage,
  * tensor-parallel rank) holds, which its data-parallel ranks replicate.
  * A part's table is its stage's (pipeline: other stages' tensors empty)
  * cut to the tp rank's blocks (placements); these helpers move whole
@@ -7,37 +7,37 @@
  */
 #include <stdlib.h>
 
-#include "dp_internal.h"
+#include "engine_internal.h"
 
-dp_part_t dp_part(const dp_shared_t *sh, int part) {
+engine_part_t engine_part(const engine_shared_t *sh, int part) {
     const int tp = sh->grid.size[GRID_TP];
-    dp_part_t p = {&sh->tables[part / tp], part / tp, part % tp, {tp, 1, 1, 1, 1}, {part % tp, 0, 0, 0, 0}};
+    engine_part_t p = {&sh->tables[part / tp], part / tp, part % tp, {tp, 1, 1, 1, 1}, {part % tp, 0, 0, 0, 0}};
     return p;
 }
 
-int dp_part_extra(const dp_shared_t *sh, const dp_part_t *p, int i) {
+int engine_part_extra(const engine_shared_t *sh, const engine_part_t *p, int i) {
     if (placement_is_extra_replica(&p->table->info[i].pl, p->sizes, p->coord)) return 1;
     return sh->pp.pp > 1 && i == p->table->wte && p->stage == sh->pp.pp - 1;
 }
 
-float **dp_part_buffers(const dp_shared_t *sh) {
+float **engine_part_buffers(const engine_shared_t *sh) {
     float **b = calloc((size_t)sh->nparts, sizeof *b);
     for (int t = 0; b && t < sh->nparts; t++)
-        if (!(b[t] = calloc(dp_part(sh, t).table->total + 1, sizeof(float)))) {
-            dp_part_buffers_free(sh, b);
+        if (!(b[t] = calloc(engine_part(sh, t).table->total + 1, sizeof(float)))) {
+            engine_part_buffers_free(sh, b);
             return NULL;
         }
     return b;
 }
 
-void dp_part_buffers_free(const dp_shared_t *sh, float **b) {
+void engine_part_buffers_free(const engine_shared_t *sh, float **b) {
     for (int t = 0; b && t < sh->nparts; t++) free(b[t]);
     free(b);
 }
 
-void dp_cut_parts(const dp_shared_t *sh, const float *global, float **local) {
+void engine_cut_parts(const engine_shared_t *sh, const float *global, float **local) {
     for (int k = 0; k < sh->nparts; k++) {
-        const dp_part_t p = dp_part(sh, k);
+        const engine_part_t p = engine_part(sh, k);
         for (int i = 0; i < p.table->count; i++)
             if (p.table->info[i].held)
                 placement_take(&p.table->info[i].pl, p.sizes, p.coord,
@@ -45,11 +45,11 @@ void dp_cut_parts(const dp_shared_t *sh, const float *global, float **local) {
     }
 }
 
-void dp_join_parts(const dp_shared_t *sh, float **local, float *global) {
+void engine_join_parts(const engine_shared_t *sh, float **local, float *global) {
     for (int k = 0; k < sh->nparts; k++) {
-        const dp_part_t p = dp_part(sh, k);
+        const engine_part_t p = engine_part(sh, k);
         for (int i = 0; i < p.table->count; i++)
-            if (p.table->info[i].held && !dp_part_extra(sh, &p, i))
+            if (p.table->info[i].held && !engine_part_extra(sh, &p, i))
                 placement_put(&p.table->info[i].pl, p.sizes, p.coord,
                               local[k] + p.table->info[i].offset, global + sh->global.info[i].offset);
     }
@@ -57,7 +57,7 @@ void dp_join_parts(const dp_shared_t *sh, float **local, float *global) {
 
 /* Stage tables and plans; with a tied head over stages, the embedding
  * groups (first and last stage of every tp x dp coordinate). */
-int dp_build_stages(dp_shared_t *sh, perr_t *err) {
+int engine_build_stages(engine_shared_t *sh, perr_t *err) {
     const pconfig_t *pc = &sh->run->pc;
     const int pp = sh->pp.pp;
     sh->tables = calloc((size_t)pp, sizeof *sh->tables);
@@ -85,7 +85,7 @@ int dp_build_stages(dp_shared_t *sh, perr_t *err) {
     return 0;
 }
 
-void dp_free_stages(dp_shared_t *sh) {
+void engine_free_stages(engine_shared_t *sh) {
     for (int s = 0; s < sh->pp.pp && sh->tables; s++) param_table_free(&sh->tables[s]);
     for (int s = 0; s < sh->pp.pp && sh->plans; s++) dp_plan_free(&sh->plans[s]);
     for (int k = 0; k < sh->n_emb_groups; k++) group_destroy(sh->emb_groups[k]);
@@ -95,7 +95,7 @@ void dp_free_stages(dp_shared_t *sh) {
 }
 
 /* The embedding group of a device on the first or last stage. */
-group_t *dp_emb_group_of(const dp_shared_t *sh, int device) {
+group_t *engine_emb_group_of(const engine_shared_t *sh, int device) {
     for (int k = 0; k < sh->n_emb_groups; k++)
         if (group_index_of(sh->emb_groups[k], device) >= 0) return sh->emb_groups[k];
     return NULL;

@@ -1,5 +1,7 @@
-/* dp_zero.c - ZeRO: parameters gathered just in time, the optimizer on
- * shards, and the gradient norm over shards.
+/* optimizer.c - the optimizer step over the data-parallel plan's shards
+ * (dp.h): the gradient norm over shards, clipping and AdamW on this
+ * rank's shard, DDP's all-gather of rounded gradients, and ZeRO-3's
+ * parameters gathered just in time around each unit and released after.
  *
  * The arithmetic is the golden run's: clipping multiplies each gradient by
  * the same factor, adamw_update is the same function on a sub-range, and
@@ -8,12 +10,12 @@
  */
 #include <string.h>
 
-#include "dp_internal.h"
+#include "engine_internal.h"
 #include "parity/pmath.h"
 
 /* ---- ZeRO-3: a unit's parameters exist only while it runs ---------- */
 
-static void gather_bucket(dp_rank_t *r, int b) {
+static void gather_bucket(engine_rank_t *r, int b) {
     const dp_plan_t *p = r->plan;
     const dp_bucket_t *bk = &p->buckets[b];
     if (r->unit_buf[b]) return;
@@ -21,15 +23,15 @@ static void gather_bucket(dp_rank_t *r, int b) {
     float *buf = arena_alloc(dev->arena, dp_gathered_bytes(p, b), MEM_PARAMS,
                              "gathered parameters (ZeRO-3)");
     if (!buf) parity_fatal("device %d: %s", r->device, arena_last_error(dev->arena));
-    double t0 = dp_now();
+    double t0 = engine_now();
     coll_all_gather(r->group, r->shard_params + bk->shard_off, buf, bk->piece, COLL_F32);
-    r->report->seconds_comm += dp_now() - t0;
+    r->report->seconds_comm += engine_now() - t0;
     r->unit_buf[b] = buf;
     for (int t = bk->first; t < bk->last; t++)
         r->g->param_ptr[t] = buf + (r->g->table.info[t].offset - bk->lo);
 }
 
-static void release_bucket(dp_rank_t *r, int b) {
+static void release_bucket(engine_rank_t *r, int b) {
     const dp_bucket_t *bk = &r->plan->buckets[b];
     if (!r->unit_buf[b]) return;
     arena_free(device_self()->arena, r->unit_buf[b]);
@@ -37,9 +39,9 @@ static void release_bucket(dp_rank_t *r, int b) {
     for (int t = bk->first; t < bk->last; t++) r->g->param_ptr[t] = NULL;
 }
 
-void dp_unit_event(void *ctx, gpt_t *g, int unit, int event) {
+void engine_unit_event(void *ctx, gpt_t *g, int unit, int event) {
     (void)g;
-    dp_rank_t *r = ctx;
+    engine_rank_t *r = ctx;
     const dp_plan_t *p = r->plan;
     if (p->stage == 3) {
         int bs[2], k = dp_unit_buckets(p, unit, bs);
@@ -55,36 +57,36 @@ void dp_unit_event(void *ctx, gpt_t *g, int unit, int event) {
     if (event == GPT_BWD_END && r->last_micro && r->sh->run->pc.overlap_grad_reduce) {
         int upto = 0;
         while (upto < p->nbuckets && p->buckets[upto].ready_unit >= unit) upto++;
-        dp_buckets_ready(r, upto);
+        engine_buckets_ready(r, upto);
     }
 }
 
 /* ---- the global norm over shards ------------------------------------ */
 
-float dp_grad_norm(dp_rank_t *r) {
+float engine_grad_norm(engine_rank_t *r) {
     const dp_plan_t *p = r->plan;
     sacc_t mine;
     xacc_t total;
     sacc_init(&mine);
     /* a tensor several parts hold counts once: tp rank 0's copy of one
      * every tensor-parallel rank holds whole, the first stage's tied
-     * embedding (dp_part_extra) */
-    const dp_part_t part = dp_part(r->sh, r->part);
+     * embedding (engine_part_extra) */
+    const engine_part_t part = engine_part(r->sh, r->part);
     for (int b = 0; b < p->nbuckets; b++) {
         size_t lo, hi;
         dp_piece(p, b, r->rank, &lo, &hi);
-        const float *g = dp_grad_piece(r, b);
+        const float *g = engine_grad_piece(r, b);
         for (int t = p->buckets[b].first; t < p->buckets[b].last; t++) {
             const param_info_t *pi = &r->g->table.info[t];
             size_t a = pi->offset > lo ? pi->offset : lo;
             size_t e = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
-            if (a < e && !dp_part_extra(r->sh, &part, t))
+            if (a < e && !engine_part_extra(r->sh, &part, t))
                 sacc_add_squares(&mine, g + (a - lo), e - a);
         }
     }
-    double t0 = dp_now();
+    double t0 = engine_now();
     coll_all_reduce(r->world, &mine.x, &total, 1, COLL_XACC, COLL_SUM);
-    r->report->seconds_comm += dp_now() - t0;
+    r->report->seconds_comm += engine_now() - t0;
     return pm_sqrtf(xacc_round_f32(&total));
 }
 
@@ -93,7 +95,7 @@ float dp_grad_norm(dp_rank_t *r) {
 /* Pads this rank's piece of bucket b to `piece` elements, all-gathers the
  * bucket over `group` through buf ([piece * n]) and writes it back to
  * full[lo, hi) of every rank. Returns the seconds spent communicating. */
-static double all_gather_bucket(dp_rank_t *r, group_t *group, float *buf, int b,
+static double all_gather_bucket(engine_rank_t *r, group_t *group, float *buf, int b,
                                 const float *my_piece, float *full) {
     const dp_plan_t *p = r->plan;
     const dp_bucket_t *bk = &p->buckets[b];
@@ -105,9 +107,9 @@ static double all_gather_bucket(dp_rank_t *r, group_t *group, float *buf, int b,
     float *send = buf + bk->piece * (size_t)r->rank; /* in-place form */
     memmove(send, my_piece, (hi - lo) * sizeof(float));
     memset(send + (hi - lo), 0, (bk->piece - (hi - lo)) * sizeof(float));
-    double t0 = dp_now();
+    double t0 = engine_now();
     coll_all_gather(group, send, buf, bk->piece, COLL_F32);
-    double dt = dp_now() - t0;
+    double dt = engine_now() - t0;
     memcpy(full + bk->lo, buf, (bk->hi - bk->lo) * sizeof(float));
     return dt;
 }
@@ -115,20 +117,20 @@ static double all_gather_bucket(dp_rank_t *r, group_t *group, float *buf, int b,
 /* overlap_param_gather: bucket b's parameters, on the communication
  * thread (its own group and buffer), while the device thread updates the
  * next buckets. */
-void dp_gather_params_job(dp_rank_t *r, int b) {
+void engine_gather_params_job(engine_rank_t *r, int b) {
     size_t lo, hi;
     dp_piece(r->plan, b, r->rank, &lo, &hi);
     r->t_comm += all_gather_bucket(r, r->grad_group, r->comm_gather_buf, b, r->g->params + lo,
                                    r->g->params);
 }
 
-void dp_all_gather_grads(dp_rank_t *r) {
+void engine_all_gather_grads(engine_rank_t *r) {
     for (int b = 0; b < r->plan->nbuckets; b++)
         r->report->seconds_comm +=
-            all_gather_bucket(r, r->group, r->gather_buf, b, dp_grad_piece(r, b), r->g->grads);
+            all_gather_bucket(r, r->group, r->gather_buf, b, engine_grad_piece(r, b), r->g->grads);
 }
 
-void dp_update(dp_rank_t *r, float lr, float grad_norm) {
+void engine_update(engine_rank_t *r, float lr, float grad_norm) {
     const dp_plan_t *p = r->plan;
     const model_config_t *c = &r->sh->cfg;
     if (p->stage == 0) { /* DDP: every rank holds every gradient and updates it all */
@@ -137,13 +139,13 @@ void dp_update(dp_rank_t *r, float lr, float grad_norm) {
     }
     const float factor = clip_factor(c, grad_norm);
     const int overlap = p->stage < 3 && r->sh->run->pc.overlap_param_gather;
-    if (overlap) dp_comm_use_for_gather(r);
+    if (overlap) engine_comm_use_for_gather(r);
     r->adam_t++;
     for (int b = 0; b < p->nbuckets; b++) {
         const dp_bucket_t *bk = &p->buckets[b];
         size_t lo, hi;
         dp_piece(p, b, r->rank, &lo, &hi);
-        float *gp = dp_grad_piece(r, b);
+        float *gp = engine_grad_piece(r, b);
         float *pp = p->stage == 3 ? r->shard_params + bk->shard_off : r->g->params + lo;
         float *m = r->shard_m + bk->shard_off, *v = r->shard_v + bk->shard_off;
         if (factor != 1.0f)
@@ -158,14 +160,14 @@ void dp_update(dp_rank_t *r, float lr, float grad_norm) {
                          c->eps, pi->weight_decay ? c->weight_decay : 0.0f);
         }
         if (overlap)
-            dp_buckets_ready(r, b + 1);
+            engine_buckets_ready(r, b + 1);
         else if (p->stage < 3)
             r->report->seconds_comm +=
                 all_gather_bucket(r, r->group, r->gather_buf, b, r->g->params + lo, r->g->params);
     }
     if (overlap) {
-        dp_comm_finish(r);
-        dp_comm_use_for_reduce(r);
+        engine_comm_finish(r);
+        engine_comm_use_for_reduce(r);
         r->report->seconds_comm += r->t_comm;
         r->t_comm = 0;
     }

@@ -1,17 +1,20 @@
-/* dp_run.c - one data-parallel training run: the per-device step.
+/* engine.c - the driver every layout runs on (engine.h): the run's set-up
+ * (grid, groups, each stage's tables and data-parallel plan), each
+ * device's main, and its step:
  *
- *   for each microbatch of this rank's sequences:
+ *   this stage's schedule over this rank's microbatches    (schedule.c):
  *       forward + backward into open exact sums      (the model's code)
  *       [ZeRO-3: each unit's parameters gathered before it runs, freed after]
  *       [last microbatch, overlap: buckets reduced as units finish]
- *   exact reduce-scatter of every remaining bucket    (dp_reduce.c)
+ *   exact reduce-scatter of every remaining bucket    (reduce.c)
  *   DDP: all-gather the rounded gradients
  *   loss and gradient norm: exact all-reduces of open sums
  *   clip + AdamW on this rank's shard; ZeRO-1/2: all-gather the parameters
+ *                                                     (optimizer.c)
  *
  * For dumps and the checker, ranks also copy their batch slices, gradient
  * pieces and parameter pieces into run-wide global tensors, and check
- * that replicated tensors agree on every device (dp_collect.c).
+ * that replicated tensors agree on every device (collect.c).
  *
  * A rank's microbatches split its sequences as evenly as possible
  * (pconfig.h): the replica is sized for the largest, which need not
@@ -22,17 +25,17 @@
 #include <string.h>
 #include <time.h>
 
-#include "dp_internal.h"
+#include "engine_internal.h"
 #include "parity/corpus.h"
 #include "parity/dump.h"
 
-double dp_now(void) {
+double engine_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void dp_fail(dp_shared_t *sh, const char *msg) {
+void engine_fail(engine_shared_t *sh, const char *msg) {
     pthread_mutex_lock(&sh->collect_lock);
     if (!sh->failed) {
         size_t len = strlen(msg) < sizeof sh->err.msg - 1 ? strlen(msg) : sizeof sh->err.msg - 1;
@@ -45,7 +48,7 @@ void dp_fail(dp_shared_t *sh, const char *msg) {
 
 /* ---- setup -------------------------------------------------------------- */
 
-unsigned dp_replica_omits(int stage) {
+unsigned engine_replica_omits(int stage) {
     unsigned omit = GPT_NO_INIT; /* parameters copied from params_full */
     if (stage >= 1) omit |= GPT_NO_OPTIMIZER;
     if (stage >= 2) omit |= GPT_NO_GRADS;
@@ -53,15 +56,15 @@ unsigned dp_replica_omits(int stage) {
     return omit;
 }
 
-void dp_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, dp_rank_t *r, dp_buf_t out[DP_NBUFS]) {
+void engine_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, engine_rank_t *r, engine_buf_t out[ENGINE_NBUFS]) {
     size_t piece_max = 0;
     for (int b = 0; b < p->nbuckets; b++)
         if (p->buckets[b].piece > piece_max) piece_max = p->buckets[b].piece;
     const size_t S = p->shard_len ? p->shard_len : 1, n = (size_t)p->dp;
-    /* the exact reduce-scatter's rounds (dp_reduce.c): n blocks of at most `round` */
-    const size_t round = dp_round_elems(piece_max, p->dp);
+    /* the exact reduce-scatter's rounds (reduce.c): n blocks of at most `round` */
+    const size_t round = engine_round_elems(piece_max, p->dp);
 #define F(field) (r ? (void **)&r->field : NULL)
-    const dp_buf_t bufs[DP_NBUFS] = {
+    const engine_buf_t bufs[ENGINE_NBUFS] = {
         {F(shard_m), S * sizeof(float), MEM_OPTIMIZER, "AdamW m shard", p->stage >= 1},
         {F(shard_v), S * sizeof(float), MEM_OPTIMIZER, "AdamW v shard", p->stage >= 1},
         {F(shard_grads), S * sizeof(float), MEM_GRADS, "gradient shard", p->stage >= 2},
@@ -76,8 +79,8 @@ void dp_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, dp_rank_t *r, dp_b
     memcpy(out, bufs, sizeof bufs);
 }
 
-static int setup_rank(dp_rank_t *r, device_t *dev) {
-    dp_shared_t *sh = r->sh;
+static int setup_rank(engine_rank_t *r, device_t *dev) {
+    engine_shared_t *sh = r->sh;
     const dp_plan_t *p = r->plan;
     perr_t err;
     const gpt_shard_t shard = {
@@ -86,37 +89,37 @@ static int setup_rank(dp_rank_t *r, device_t *dev) {
         .broken = (sh->run->broken_tp_fp32_sums ? GPT_BROKEN_TP_FP32_SUMS : 0u) |
                   (sh->run->broken_tp_vocab_pad ? GPT_BROKEN_TP_VOCAB_PAD : 0u) |
                   (sh->run->broken_cp_online_softmax ? GPT_BROKEN_CP_ONLINE_SOFTMAX : 0u) |
-                  (sh->run->broken_check & DP_BROKEN_TP_INPUT_GRAD ? GPT_BROKEN_TP_INPUT_GRAD : 0u),
+                  (sh->run->broken_check & ENGINE_BROKEN_TP_INPUT_GRAD ? GPT_BROKEN_TP_INPUT_GRAD : 0u),
         .units = sh->pp.units[r->stage], .row_linears = sh->run->pc.tp_row_linears,
         .cp = sh->grid.size[GRID_CP], .cp_rank = r->cp_rank,
         .cp_comm = sh->run->pc.cp_comm ? CP_ULYSSES : CP_RING, .cp_group = r->cp_group};
     const size_t nmb = (size_t)sh->pp.m * (size_t)sh->pp.v;
     r->report->pp_stage = r->stage;
-    r->report->pp_slots = dp_stage_slots(&sh->pp, r->stage, r->slot_first);
-    if (gpt_new_tp(&r->g, &sh->cfg, &shard, dp_replica_omits(p->stage), dev->arena, &err) ||
+    r->report->pp_slots = engine_stage_slots(&sh->pp, r->stage, r->slot_first);
+    if (gpt_new_tp(&r->g, &sh->cfg, &shard, engine_replica_omits(p->stage), dev->arena, &err) ||
         gpt_set_stage_slots(r->g, r->report->pp_slots, &err)) {
         char msg[sizeof err.msg + 64];
         snprintf(msg, sizeof msg, "device %d: %s", r->device, err.msg);
-        dp_fail(sh, msg);
+        engine_fail(sh, msg);
         return -1;
     }
     r->ops = calloc(2 * nmb, sizeof *r->ops);
     r->slot_of = calloc(nmb, sizeof *r->slot_of);
     r->slot_send = calloc((size_t)r->g->n_slots, sizeof *r->slot_send);
     if (!r->ops || !r->slot_of || !r->slot_send) {
-        dp_fail(sh, "dp: out of memory for the schedule");
+        engine_fail(sh, "dp: out of memory for the schedule");
         return -1;
     }
     r->nops = pp_schedule(&sh->pp, r->stage, r->ops);
-    dp_buf_t bufs[DP_NBUFS];
-    dp_rank_buffers(p, &sh->run->pc, r, bufs);
-    for (int k = 0; k < DP_NBUFS; k++) {
+    engine_buf_t bufs[ENGINE_NBUFS];
+    engine_rank_buffers(p, &sh->run->pc, r, bufs);
+    for (int k = 0; k < ENGINE_NBUFS; k++) {
         if (!bufs[k].want) continue;
         *bufs[k].ptr = arena_alloc(dev->arena, bufs[k].bytes, bufs[k].cat, bufs[k].name);
         if (!*bufs[k].ptr) {
             char msg[4096];
             snprintf(msg, sizeof msg, "device %d: %s", r->device, arena_last_error(dev->arena));
-            dp_fail(sh, msg);
+            engine_fail(sh, msg);
             return -1;
         }
     }
@@ -124,11 +127,11 @@ static int setup_rank(dp_rank_t *r, device_t *dev) {
     xvec_init_with(&r->scratch[1], 0, r->scratch_mem[1]);
     r->unit_buf = calloc((size_t)p->nbuckets, sizeof(float *));
     if (!r->unit_buf) {
-        dp_fail(sh, "dp: out of memory");
+        engine_fail(sh, "dp: out of memory");
         return -1;
     }
     /* The golden initial values (position-keyed, I3), computed once by
-     * dp_train as DDP broadcasts rank 0's: this tensor-parallel rank's
+     * engine_train as DDP broadcasts rank 0's: this tensor-parallel rank's
      * blocks, whole or cut to this data-parallel shard. */
     const float *init = sh->params_local[r->part];
     if (p->stage < 3) {
@@ -140,12 +143,12 @@ static int setup_rank(dp_rank_t *r, device_t *dev) {
             memcpy(r->shard_params + p->buckets[b].shard_off, init + lo, (hi - lo) * sizeof(float));
         }
     }
-    dp_ckpt_setup_rank(r); /* a resumed run: the checkpoint's AdamW state */
+    engine_ckpt_setup_rank(r); /* a resumed run: the checkpoint's AdamW state */
     return 0;
 }
 
-static void teardown_rank(dp_rank_t *r, device_t *dev) {
-    dp_device_report_t *rep = r->report;
+static void teardown_rank(engine_rank_t *r, device_t *dev) {
+    device_report_t *rep = r->report;
     for (int c = 0; c < MEM_NCAT; c++) rep->peak[c] = arena_high_water(dev->arena, (mem_cat_t)c);
     rep->peak_total = arena_high_water(dev->arena, MEM_NCAT);
     xvec_free(&r->scratch[0]);
@@ -162,7 +165,7 @@ static void teardown_rank(dp_rank_t *r, device_t *dev) {
 
 /* The negative controls that act on the optimizer's results: a parameter
  * replica that drifts (--test-broken-replica), and the checker's
- * optimizer-state controls (DP_BROKEN_*). */
+ * optimizer-state controls (ENGINE_BROKEN_*). */
 static void flip_bit(float *x) {
     uint32_t u;
     memcpy(&u, x, sizeof u);
@@ -170,43 +173,43 @@ static void flip_bit(float *x) {
     memcpy(x, &u, sizeof u);
 }
 
-static void break_after_update(dp_rank_t *r, int64_t step) {
-    const dp_run_t *run = r->sh->run;
+static void break_after_update(engine_rank_t *r, int64_t step) {
+    const engine_run_t *run = r->sh->run;
     if (run->broken_replica == r->device + 1) flip_bit(r->g->params + r->g->table.total / 2);
-    if ((run->broken_check & DP_BROKEN_ADAM_REPLICA) && r->device == 1 && r->g->adam_m)
+    if ((run->broken_check & ENGINE_BROKEN_ADAM_REPLICA) && r->device == 1 && r->g->adam_m)
         flip_bit(r->g->adam_m + r->g->table.total / 3);
-    if ((run->broken_check & DP_BROKEN_ZERO_SHARD) && r->rank == 1 && r->shard_v &&
-        step == dp_first_step(run) + run->steps - 1 && r->plan->shard_len > 0)
+    if ((run->broken_check & ENGINE_BROKEN_ZERO_SHARD) && r->rank == 1 && r->shard_v &&
+        step == engine_first_step(run) + run->steps - 1 && r->plan->shard_len > 0)
         flip_bit(r->shard_v + r->plan->shard_len / 2);
 }
 
 /* One step on one device; returns whether its loss or gradient norm is
  * not finite (the same answer on every device). */
-static int run_step(dp_rank_t *r, int64_t step, int collect) {
-    dp_shared_t *sh = r->sh;
-    dp_run_t *run = sh->run;
+static int run_step(engine_rank_t *r, int64_t step, int collect) {
+    engine_shared_t *sh = r->sh;
+    engine_run_t *run = sh->run;
     const model_config_t *c = &sh->cfg;
-    gpt_observer_t obs = {r, collect ? dp_collect_batch : NULL, NULL, dp_unit_event};
+    gpt_observer_t obs = {r, collect ? engine_collect_batch : NULL, NULL, engine_unit_event};
     if (collect && r->device == 0) {
         dump_begin_step(run->dump, step, &sh->dump_obs);
-        dp_collect_reset(sh); /* nothing written yet: coverage */
+        engine_collect_reset(sh); /* nothing written yet: coverage */
     }
     device_note_step(step);
     coll_barrier(r->world); /* the dump is ready for everyone's slices */
-    const double step_start = dp_now();
+    const double step_start = engine_now();
     gpt_step_begin(r->g);
-    double t0 = dp_now(), comm0 = r->report->seconds_comm;
-    dp_run_schedule(r, step, &obs);
+    double t0 = engine_now(), comm0 = r->report->seconds_comm;
+    engine_run_schedule(r, step, &obs);
     r->report->pp_busy += r->busy;
     /* reductions overlapped with these microbatches run on the
      * communication thread and are not part of this wall time's work */
-    r->report->seconds_compute += dp_now() - t0 - (r->report->seconds_comm - comm0);
-    t0 = dp_now();
+    r->report->seconds_compute += engine_now() - t0 - (r->report->seconds_comm - comm0);
+    t0 = engine_now();
     device_note_microbatch(-1, -1);
     device_note_pass(DEVICE_PASS_REDUCE, -1);
-    dp_reduce_pending(r);
-    if (r->plan->stage == 0) dp_all_gather_grads(r);
-    dp_span(r, "gradient reduction", "exact-sum", t0, -1, -1);
+    engine_reduce_pending(r);
+    if (r->plan->stage == 0) engine_all_gather_grads(r);
+    engine_span(r, "gradient reduction", "exact-sum", t0, -1, -1);
     xacc_t loss;
     if (sh->pp.pp == 1) {
         coll_all_reduce(r->group, &r->g->loss_acc.x, &loss, 1, COLL_XACC, COLL_SUM);
@@ -217,38 +220,38 @@ static int run_step(dp_rank_t *r, int64_t step, int collect) {
         coll_all_reduce(r->world, &mine, &loss, 1, COLL_XACC, COLL_SUM);
     }
     const float loss_value = mean_token_loss(c, xacc_round_f32(&loss));
-    double o0 = dp_now(), oc0 = r->report->seconds_comm;
-    const float norm = dp_grad_norm(r);
-    r->report->seconds_optimizer += dp_now() - o0 - (r->report->seconds_comm - oc0);
-    dp_span(r, "gradient norm", "collective", o0, -1, -1);
+    double o0 = engine_now(), oc0 = r->report->seconds_comm;
+    const float norm = engine_grad_norm(r);
+    r->report->seconds_optimizer += engine_now() - o0 - (r->report->seconds_comm - oc0);
+    engine_span(r, "gradient norm", "collective", o0, -1, -1);
     const float lr = lr_schedule(c, step);
     if (collect) {
         /* pieces -> this tensor-parallel rank's tensors -> the global ones */
-        dp_collect_kind(r, step, DP_GRAD);
+        engine_collect_kind(r, step, COLLECT_GRAD);
         if (r->device == 0) {
-            gpt_t view = dp_global_view(sh, r->g);
+            gpt_t view = engine_global_view(sh, r->g);
             sh->dump_obs.grads_ready(sh->dump_obs.ctx, &view);
         }
     }
-    o0 = dp_now(), oc0 = r->report->seconds_comm;
+    o0 = engine_now(), oc0 = r->report->seconds_comm;
     device_note_pass(DEVICE_PASS_OPTIMIZER, -1);
-    dp_update(r, lr, norm);
-    r->report->seconds_optimizer += dp_now() - o0 - (r->report->seconds_comm - oc0);
-    dp_span(r, "optimizer", "optimizer", o0, -1, -1);
+    engine_update(r, lr, norm);
+    r->report->seconds_optimizer += engine_now() - o0 - (r->report->seconds_comm - oc0);
+    engine_span(r, "optimizer", "optimizer", o0, -1, -1);
     break_after_update(r, step);
     if (collect) {
         r->step_stats = (gpt_step_stats_t){loss_value, lr, norm, 0.0};
-        for (dp_kind_t k = DP_PARAM; k < DP_NKINDS; k++) dp_collect_kind(r, step, k);
+        for (collect_kind_t k = COLLECT_PARAM; k < COLLECT_NKINDS; k++) engine_collect_kind(r, step, k);
         if (r->device == 0) {
-            dp_check_scalars(sh, step);
-            gpt_t view = dp_global_view(sh, r->g);
-            view.adam_t = dp_adam_t(r);
+            engine_check_scalars(sh, step);
+            gpt_t view = engine_global_view(sh, r->g);
+            view.adam_t = engine_adam_t(r);
             gpt_step_stats_t st = {loss_value, lr, norm, 0.0};
             dump_sources_t src;
-            dp_collect_sources(sh, &src);
+            engine_collect_sources(sh, &src);
             dump_set_sources(run->dump, &src);
             perr_t err;
-            if (dump_end_step(run->dump, &view, &st, &err)) dp_fail(sh, err.msg);
+            if (dump_end_step(run->dump, &view, &st, &err)) engine_fail(sh, err.msg);
         }
     }
     /* as PyTorch's DDP anchor times a step: barrier to barrier */
@@ -261,106 +264,106 @@ static int run_step(dp_rank_t *r, int64_t step, int collect) {
         if (sh->sched_end[d] > flush) flush = sh->sched_end[d];
     r->report->pp_span += flush - r->sched_start;
     if (r->device == 0 && run->stats)
-        run->stats[step - dp_first_step(run)] =
-            (gpt_step_stats_t){loss_value, lr, norm, dp_now() - step_start};
+        run->stats[step - engine_first_step(run)] =
+            (gpt_step_stats_t){loss_value, lr, norm, engine_now() - step_start};
     return !isfinite(loss_value) || !isfinite(norm);
 }
 
 static void device_main(device_t *dev, void *arg) {
-    dp_shared_t *sh = arg;
-    dp_rank_t *r = &sh->ranks[dev->rank];
+    engine_shared_t *sh = arg;
+    engine_rank_t *r = &sh->ranks[dev->rank];
     coll_set_algo(sh->run->algo);
     int32_t ok = setup_rank(r, dev) == 0, all_ok;
     const pconfig_t *pc = &sh->run->pc;
-    if (ok && (pc->overlap_grad_reduce || pc->overlap_param_gather) && dp_comm_start(r, dev)) {
-        dp_fail(sh, "dp: cannot start a communication thread");
+    if (ok && (pc->overlap_grad_reduce || pc->overlap_param_gather) && engine_comm_start(r, dev)) {
+        engine_fail(sh, "dp: cannot start a communication thread");
         ok = 0;
     }
     coll_all_reduce(r->world, &ok, &all_ok, 1, COLL_I32, COLL_MIN);
     if (all_ok) {
-        dp_run_t *run = sh->run;
+        engine_run_t *run = sh->run;
         if (run->dump && r->device == 0) {
-            gpt_t view = dp_global_view(sh, r->g);
+            gpt_t view = engine_global_view(sh, r->g);
             perr_t err;
-            if (dump_add_init(run->dump, &view, &err)) dp_fail(sh, err.msg);
+            if (dump_add_init(run->dump, &view, &err)) engine_fail(sh, err.msg);
         }
         coll_counters_reset(dev->rank);
         int64_t s = 0;
         while (s < run->steps) {
-            const int stop = run_step(r, dp_first_step(run) + s,
+            const int stop = run_step(r, engine_first_step(run) + s,
                                       run->dump && (!run->dump_step || run->dump_step[s]));
             s++;
             if (stop && run->stop_nonfinite) break;
         }
         if (r->device == 0) run->steps_run = (int)s;
         coll_counters_get(dev->rank, &r->report->comm);
-        dp_ckpt_collect(r); /* --save: the final state, reassembled */
+        engine_ckpt_collect(r); /* --save: the final state, reassembled */
     }
-    dp_comm_stop(r);
+    engine_comm_stop(r);
     teardown_rank(r, dev);
 }
 
 /* ---- the run ---------------------------------------------------------------- */
 
-void dp_replica_config(const model_config_t *model, const pconfig_t *pc, model_config_t *out) {
+void engine_replica_config(const model_config_t *model, const pconfig_t *pc, model_config_t *out) {
     *out = *model;
     out->global_batch = pc->global_batch;
     out->micro_batch = pc->micro_batch;
 }
 
 /* The parts' blocks of the golden initial parameters. */
-static int init_local(dp_shared_t *sh, perr_t *err) {
-    sh->params_local = dp_part_buffers(sh);
-    sh->grads_local = dp_part_buffers(sh);
+static int init_local(engine_shared_t *sh, perr_t *err) {
+    sh->params_local = engine_part_buffers(sh);
+    sh->grads_local = engine_part_buffers(sh);
     if (!sh->params_local || !sh->grads_local) return perr_set(err, "dp: out of memory");
-    dp_cut_parts(sh, sh->params_full, sh->params_local);
+    engine_cut_parts(sh, sh->params_full, sh->params_local);
     if (sh->run->dump) { /* a dump: AdamW's state and every kind's sources too */
-        if (!sh->m_local) sh->m_local = dp_part_buffers(sh);
-        if (!sh->v_local) sh->v_local = dp_part_buffers(sh);
+        if (!sh->m_local) sh->m_local = engine_part_buffers(sh);
+        if (!sh->v_local) sh->v_local = engine_part_buffers(sh);
         sh->m_full = calloc(sh->global.total + 1, sizeof(float));
         sh->v_full = calloc(sh->global.total + 1, sizeof(float));
         if (!sh->m_local || !sh->v_local || !sh->m_full || !sh->v_full)
             return perr_set(err, "dp: out of memory");
     }
-    float **local[DP_NKINDS] = {sh->grads_local, sh->params_local, sh->m_local, sh->v_local};
-    float *full[DP_NKINDS] = {sh->grads_full, sh->params_full, sh->m_full, sh->v_full};
-    for (int k = 0; k < DP_NKINDS; k++) {
+    float **local[COLLECT_NKINDS] = {sh->grads_local, sh->params_local, sh->m_local, sh->v_local};
+    float *full[COLLECT_NKINDS] = {sh->grads_full, sh->params_full, sh->m_full, sh->v_full};
+    for (int k = 0; k < COLLECT_NKINDS; k++) {
         sh->local[k] = local[k], sh->full[k] = full[k];
         if (!sh->run->dump) continue;
-        sh->src_local[k] = dp_part_sources(sh);
+        sh->src_local[k] = engine_part_sources(sh);
         sh->src_full[k] = calloc(sh->global.total + 1, sizeof(int32_t));
         if (!sh->src_local[k] || !sh->src_full[k]) return perr_set(err, "dp: out of memory");
     }
     return 0;
 }
 
-static void free_local(dp_shared_t *sh) {
-    dp_part_buffers_free(sh, sh->params_local);
-    dp_part_buffers_free(sh, sh->grads_local);
-    for (int k = 0; k < DP_NKINDS; k++) {
-        dp_part_sources_free(sh, sh->src_local[k]);
+static void free_local(engine_shared_t *sh) {
+    engine_part_buffers_free(sh, sh->params_local);
+    engine_part_buffers_free(sh, sh->grads_local);
+    for (int k = 0; k < COLLECT_NKINDS; k++) {
+        engine_part_sources_free(sh, sh->src_local[k]);
         free(sh->src_full[k]);
     }
     free(sh->m_full);
     free(sh->v_full);
 }
 
-int dp_train(dp_run_t *run, perr_t *err) {
+int engine_train(engine_run_t *run, perr_t *err) {
     pconfig_t *pc = &run->pc;
-    if (pc->ep != 1) return perr_set(err, "dp_train: expert parallelism is not implemented");
+    if (pc->ep != 1) return perr_set(err, "engine_train: expert parallelism is not implemented");
     run->replica_diffs = NULL, run->n_replica_diffs = 0;
-    dp_shared_t *sh = calloc(1, sizeof *sh);
+    engine_shared_t *sh = calloc(1, sizeof *sh);
     if (!sh) return perr_set(err, "dp: out of memory");
     sh->run = run;
-    dp_replica_config(&run->model, pc, &sh->cfg);
+    engine_replica_config(&run->model, pc, &sh->cfg);
     const int n = pc->dp, tp = pc->tp, pp = pc->pp, cp = pc->cp, world = n * tp * pp * cp;
     int rc = -1, have_global = 0;
     group_t **grad_groups = NULL, **main_groups = NULL;
     trace_buf_t *traces = NULL;
     int ngrad = 0;
-    sh->ranks = calloc((size_t)world, sizeof(dp_rank_t));
+    sh->ranks = calloc((size_t)world, sizeof(engine_rank_t));
     sh->sched_end = calloc((size_t)world, sizeof(double));
-    dp_device_report_t *reports = run->reports ? run->reports : calloc((size_t)world, sizeof *reports);
+    device_report_t *reports = run->reports ? run->reports : calloc((size_t)world, sizeof *reports);
     pthread_mutex_init(&sh->collect_lock, NULL);
     if (!sh->ranks || !reports || !sh->sched_end) {
         perr_set(err, "dp: out of memory");
@@ -394,7 +397,7 @@ int dp_train(dp_run_t *run, perr_t *err) {
         goto out;
     have_global = 1;
     sh->nparts = pp * tp;
-    if (dp_build_stages(sh, err)) goto out;
+    if (engine_build_stages(sh, err)) goto out;
     sh->params_full = calloc(sh->global.total + 1, sizeof(float));
     sh->grads_full = calloc(sh->global.total + 1, sizeof(float));
     if (!sh->params_full || !sh->grads_full) {
@@ -402,7 +405,7 @@ int dp_train(dp_run_t *run, perr_t *err) {
         goto out;
     }
     params_init(&sh->global, sh->cfg.seed, sh->params_full);
-    if (dp_ckpt_prepare(sh, err)) goto out; /* --load: the checkpoint's state instead */
+    if (engine_ckpt_prepare(sh, err)) goto out; /* --load: the checkpoint's state instead */
     if (init_local(sh, err)) goto out;
     /* the ranks that split a step's tokens sum every weight gradient: data
      * times context parallel (Megatron's data-parallel group with context
@@ -427,14 +430,14 @@ int dp_train(dp_run_t *run, perr_t *err) {
         perr_set(err, "dp: out of memory for the trace");
         goto out;
     }
-    const double origin = dp_now();
+    const double origin = engine_now();
     for (int d = 0; d < world; d++) {
         grid_device_t gd = grid_device(&sh->grid, d);
         device_note_coords(d, gd.coord, sh->grid.size); /* for debuggers: parity devices */
         int gid = layout_group_id(&sh->grid.layout, d, "dp-cp");
         const int stage = gd.coord[GRID_PP];
         if (traces) trace_buf_init(&traces[d], origin);
-        sh->ranks[d] = (dp_rank_t){.sh = sh, .rank = group_index_of(main_groups[gid], d),
+        sh->ranks[d] = (engine_rank_t){.sh = sh, .rank = group_index_of(main_groups[gid], d),
                                    .n = n * cp, .data_rank = gd.coord[GRID_DP], .data_n = n,
                                    .cp_rank = gd.coord[GRID_CP],
                                    .cp_group = cp > 1 ? gd.group[GRID_CP] : NULL, .device = d,
@@ -442,7 +445,7 @@ int dp_train(dp_run_t *run, perr_t *err) {
                                    .tp_group = tp > 1 ? gd.group[GRID_TP] : NULL,
                                    .stage = stage, .part = stage * tp + gd.coord[GRID_TP],
                                    .plan = &sh->plans[stage], .pp_group = gd.group[GRID_PP],
-                                   .emb_group = dp_emb_group_of(sh, d),
+                                   .emb_group = engine_emb_group_of(sh, d),
                                    .trace = traces ? &traces[d] : NULL,
                                    .world = sh->grid.all, .group = main_groups[gid],
                                    .grad_group = grad_groups[gid], .report = &reports[d]};
@@ -465,11 +468,11 @@ out:
     if (main_groups) group_destroy_all(main_groups, ngrad);
     free(grad_groups);
     free(main_groups);
-    dp_free_stages(sh);
+    engine_free_stages(sh);
     if (sh->have_grid) grid_free(&sh->grid);
     if (have_global) param_table_free(&sh->global);
     free_local(sh);
-    dp_ckpt_free(sh);
+    engine_ckpt_free(sh);
     if (reports != run->reports) free(reports);
     free(sh->params_full);
     free(sh->grads_full);

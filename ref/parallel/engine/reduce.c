@@ -1,4 +1,4 @@
-/* dp_reduce.c - exact reduce-scatter of gradient buckets.
+/* reduce.c - exact reduce-scatter of gradient buckets.
  *
  * Each rank's gradients are open exact sums (one fp64 per element, every
  * addition proven exact, xacc.h). Reducing a bucket means: for the piece
@@ -24,19 +24,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dp_internal.h"
+#include "engine_internal.h"
 
 /* ---- the communication thread (overlap_grad_reduce, overlap_param_gather) */
 
 typedef struct {
-    dp_rank_t *r;
+    engine_rank_t *r;
     device_t *dev;
 } comm_arg_t;
 
 static void *comm_main(void *p) {
     comm_arg_t a = *(comm_arg_t *)p;
     free(p);
-    dp_rank_t *r = a.r;
+    engine_rank_t *r = a.r;
     device_bind_thread(a.dev); /* collectives see the device; it uses grad_group */
     coll_set_algo(r->sh->run->algo);
     pthread_mutex_lock(&r->comm_lock);
@@ -55,31 +55,31 @@ static void *comm_main(void *p) {
     return NULL;
 }
 
-static void reduce_job(dp_rank_t *r, int b) { dp_reduce_bucket(r, b, dp_grad_piece(r, b)); }
+static void reduce_job(engine_rank_t *r, int b) { engine_reduce_bucket(r, b, engine_grad_piece(r, b)); }
 
 /* Sets the job for the buckets handed over from now on; only while the
  * thread is idle (between phases). */
-static void set_job(dp_rank_t *r, void (*job)(dp_rank_t *, int)) {
+static void set_job(engine_rank_t *r, void (*job)(engine_rank_t *, int)) {
     pthread_mutex_lock(&r->comm_lock);
     r->comm_job = job;
     pthread_mutex_unlock(&r->comm_lock);
 }
 
-void dp_comm_use_for_reduce(dp_rank_t *r) { set_job(r, reduce_job); }
-void dp_comm_use_for_gather(dp_rank_t *r) { set_job(r, dp_gather_params_job); }
+void engine_comm_use_for_reduce(engine_rank_t *r) { set_job(r, reduce_job); }
+void engine_comm_use_for_gather(engine_rank_t *r) { set_job(r, engine_gather_params_job); }
 
 /* In step-through mode (runtime.h) devices take turns at the baton, and
  * a second thread of the device would be a second runner: the jobs run
  * inline instead, each as soon as its bucket is handed over (the order
  * the thread would take them in). Same collectives on the same group,
  * same bits. */
-int dp_comm_start(dp_rank_t *r, device_t *dev) {
+int engine_comm_start(engine_rank_t *r, device_t *dev) {
     pthread_mutex_init(&r->comm_lock, NULL);
     pthread_cond_init(&r->comm_cond, NULL);
     r->comm_inline = devices_stepping();
     if (r->comm_inline) {
         r->comm_started = 1;
-        dp_comm_use_for_reduce(r);
+        engine_comm_use_for_reduce(r);
         return 0;
     }
     comm_arg_t *a = malloc(sizeof *a);
@@ -90,11 +90,11 @@ int dp_comm_start(dp_rank_t *r, device_t *dev) {
         return -1;
     }
     r->comm_started = 1;
-    dp_comm_use_for_reduce(r);
+    engine_comm_use_for_reduce(r);
     return 0;
 }
 
-void dp_comm_stop(dp_rank_t *r) {
+void engine_comm_stop(engine_rank_t *r) {
     if (!r->comm_started) return;
     pthread_mutex_lock(&r->comm_lock);
     r->comm_stop = 1;
@@ -107,12 +107,12 @@ void dp_comm_stop(dp_rank_t *r) {
 }
 
 /* Step-through: the jobs the thread would run, run here and now. */
-static void run_inline(dp_rank_t *r, int upto) {
+static void run_inline(engine_rank_t *r, int upto) {
     for (; r->comm_done < upto; r->comm_done++) r->comm_job(r, r->comm_done);
     if (r->comm_ready < upto) r->comm_ready = upto;
 }
 
-void dp_buckets_ready(dp_rank_t *r, int upto) {
+void engine_buckets_ready(engine_rank_t *r, int upto) {
     if (r->comm_inline) {
         run_inline(r, upto);
         return;
@@ -127,7 +127,7 @@ void dp_buckets_ready(dp_rank_t *r, int upto) {
 
 /* ---- reductions ---------------------------------------------------------- */
 
-float *dp_grad_piece(dp_rank_t *r, int b) {
+float *engine_grad_piece(engine_rank_t *r, int b) {
     const dp_plan_t *p = r->plan;
     if (p->stage >= 2) return r->shard_grads + p->buckets[b].shard_off;
     size_t lo, hi;
@@ -135,21 +135,21 @@ float *dp_grad_piece(dp_rank_t *r, int b) {
     return r->g->grads + lo;
 }
 
-/* Capacity, in elements, of scratch buffer k as dp_rank_buffers sized it
+/* Capacity, in elements, of scratch buffer k as engine_rank_buffers sized it
  * (the one table for setup and the estimate). */
-static size_t scratch_cap(dp_rank_t *r, int k) {
-    dp_buf_t bufs[DP_NBUFS];
-    dp_rank_buffers(r->plan, &r->sh->run->pc, r, bufs);
-    for (int i = 0; i < DP_NBUFS; i++)
+static size_t scratch_cap(engine_rank_t *r, int k) {
+    engine_buf_t bufs[ENGINE_NBUFS];
+    engine_rank_buffers(r->plan, &r->sh->run->pc, r, bufs);
+    for (int i = 0; i < ENGINE_NBUFS; i++)
         if (bufs[i].ptr == (void **)&r->scratch_mem[k]) return bufs[i].bytes / sizeof(double);
-    parity_fatal("dp: scratch buffer %d is missing from dp_rank_buffers", k);
+    parity_fatal("dp: scratch buffer %d is missing from engine_rank_buffers", k);
     return 0;
 }
 
 /* Scratch buffer k as a lazily zeroed vector of len elements over the
  * rank's arena memory; a vector given to a collective before is the
  * rank's again once the call returned. */
-static xvec_t *fresh(dp_rank_t *r, int k, size_t len) {
+static xvec_t *fresh(engine_rank_t *r, int k, size_t len) {
     xvec_free(&r->scratch[k]); /* drops the last round's accumulators; sum[] is ours */
     xvec_init_with(&r->scratch[k], len, r->scratch_mem[k]);
     return &r->scratch[k];
@@ -187,8 +187,8 @@ static void round_range(const xvec_t *v, size_t off, size_t count, float *out) {
  * one vector of n blocks, so the bucket's open sums, which lie in several
  * tensors' accumulators, are first stored (exactly) into the rank's send
  * scratch. A round moves the elements [off, off + c) of every piece at
- * once (block k of the send: piece k's), c = dp_round_elems (a send of
- * about DP_ROUND_BYTES, still in cache when the peers read it: on
+ * once (block k of the send: piece k's), c = engine_round_elems (a send of
+ * about ENGINE_ROUND_BYTES, still in cache when the peers read it: on
  * gpt-small about half the CPU time of whole-piece rounds), or less if
  * the scratch is smaller. Each round's block lands, still open, in the receive
  * scratch and is rounded once into out[off ...]: the elements of this
@@ -197,7 +197,7 @@ static void round_range(const xvec_t *v, size_t off, size_t count, float *out) {
  * so they are rounded where they lie, each once, as the golden run rounds
  * them (gpt_step_round_grads), instead of being stored into the send
  * scratch first (a pass that read and wrote 16 bytes an element). */
-static void reduce_alone(dp_rank_t *r, const dp_bucket_t *bk, float *out) {
+static void reduce_alone(engine_rank_t *r, const dp_bucket_t *bk, float *out) {
     for (int t = bk->first; t < bk->last; t++) {
         const param_info_t *pi = &r->g->table.info[t];
         size_t a = pi->offset > bk->lo ? pi->offset : bk->lo;
@@ -206,7 +206,7 @@ static void reduce_alone(dp_rank_t *r, const dp_bucket_t *bk, float *out) {
     }
 }
 
-static void reduce_exact(dp_rank_t *r, int b, float *out) {
+static void reduce_exact(engine_rank_t *r, int b, float *out) {
     const dp_plan_t *p = r->plan;
     const dp_bucket_t *bk = &p->buckets[b];
     const size_t n = (size_t)r->n, P = bk->piece;
@@ -217,7 +217,7 @@ static void reduce_exact(dp_rank_t *r, int b, float *out) {
     size_t my_lo, my_hi;
     dp_piece(p, b, r->rank, &my_lo, &my_hi);
     const size_t mine = my_hi - my_lo;
-    size_t c = dp_round_elems(P, r->n), cap0 = scratch_cap(r, 0) / n, cap1 = scratch_cap(r, 1);
+    size_t c = engine_round_elems(P, r->n), cap0 = scratch_cap(r, 0) / n, cap1 = scratch_cap(r, 1);
     if (c > cap0) c = cap0;
     if (c > cap1) c = cap1;
     /* scratch below n elements (every bucket tiny): rounds of one element
@@ -249,7 +249,7 @@ static void reduce_exact(dp_rank_t *r, int b, float *out) {
     xvec_free(&tiny);
 }
 
-static void reduce_broken(dp_rank_t *r, int b, float *out) {
+static void reduce_broken(engine_rank_t *r, int b, float *out) {
     const dp_plan_t *p = r->plan;
     const dp_bucket_t *bk = &p->buckets[b];
     const size_t padded = bk->piece * (size_t)r->n;
@@ -271,31 +271,31 @@ static void reduce_broken(dp_rank_t *r, int b, float *out) {
 }
 
 /* The collectives count their own traffic (family "dp-grads"). */
-void dp_reduce_bucket(dp_rank_t *r, int b, float *out) {
-    double t0 = dp_now();
+void engine_reduce_bucket(engine_rank_t *r, int b, float *out) {
+    double t0 = engine_now();
     if (r->sh->run->broken_fp32_sums)
         reduce_broken(r, b, out);
     else
         reduce_exact(r, b, out);
     r->rs_elems += r->plan->buckets[b].piece;
-    r->t_reduce += dp_now() - t0;
+    r->t_reduce += engine_now() - t0;
 }
 
-void dp_comm_finish(dp_rank_t *r) {
+void engine_comm_finish(engine_rank_t *r) {
     const int nb = r->plan->nbuckets;
-    dp_buckets_ready(r, nb);
+    engine_buckets_ready(r, nb);
     pthread_mutex_lock(&r->comm_lock);
     while (!r->comm_inline && r->comm_done < nb) pthread_cond_wait(&r->comm_cond, &r->comm_lock);
     r->comm_done = r->comm_ready = 0; /* the thread idles until its next job */
     pthread_mutex_unlock(&r->comm_lock);
 }
 
-void dp_reduce_pending(dp_rank_t *r) {
+void engine_reduce_pending(engine_rank_t *r) {
     const int nb = r->plan->nbuckets;
     if (r->sh->run->pc.overlap_grad_reduce) {
-        dp_comm_finish(r);
+        engine_comm_finish(r);
     } else {
-        for (int b = 0; b < nb; b++) dp_reduce_bucket(r, b, dp_grad_piece(r, b));
+        for (int b = 0; b < nb; b++) engine_reduce_bucket(r, b, engine_grad_piece(r, b));
     }
     r->report->seconds_reduce += r->t_reduce;
     r->report->exact_rs_elems += r->rs_elems;

@@ -1,4 +1,4 @@
-/* dp_collect.c - reassembling a layout's global tensors for dumps and the
+/* collect.c - reassembling a layout's global tensors for dumps and the
  * checker, by placement:
  *  - batch tensors are sharded by sequence over dp: each rank writes its
  *    slice of every microbatch;
@@ -10,44 +10,44 @@
  *    the owners' pieces), and every other device's copy is memcmp'd
  *    against it. A replica that drifts is a bug even when the copy taken
  *    is right, so disagreements are recorded and reported by the checker
- *    as divergences naming the device (dp_replica_diff_t).
+ *    as divergences naming the device (engine_replica_diff_t).
  * This runs outside the simulated devices: host memory, no collectives.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dp_internal.h"
+#include "engine_internal.h"
 #include "parity/dump.h"
 
-void dp_collect_batch(void *ctx, const gpt_view_t *v) {
-    dp_rank_t *r = ctx;
+void engine_collect_batch(void *ctx, const gpt_view_t *v) {
+    engine_rank_t *r = ctx;
     pthread_mutex_lock(&r->sh->collect_lock);
     dump_set_writer(r->sh->run->dump, r->device);
     r->sh->dump_obs.batch_tensor(r->sh->dump_obs.ctx, v);
     pthread_mutex_unlock(&r->sh->collect_lock);
 }
 
-static const char *const kind_name[DP_NKINDS] = {"grad", "param", "exp_avg", "exp_avg_sq"};
+static const char *const kind_name[COLLECT_NKINDS] = {"grad", "param", "exp_avg", "exp_avg_sq"};
 
 /* Bucket b's piece of kind k as this rank keeps it sharded. */
-static const float *piece_of(dp_rank_t *r, dp_kind_t k, int b) {
+static const float *piece_of(engine_rank_t *r, collect_kind_t k, int b) {
     const size_t off = r->plan->buckets[b].shard_off;
     switch (k) {
-    case DP_GRAD: return dp_grad_piece(r, b);
-    case DP_PARAM: return r->shard_params + off;
-    case DP_EXP_AVG: return r->shard_m + off;
+    case COLLECT_GRAD: return engine_grad_piece(r, b);
+    case COLLECT_PARAM: return r->shard_params + off;
+    case COLLECT_EXP_AVG: return r->shard_m + off;
     default: return r->shard_v + off;
     }
 }
 
 /* This rank's whole copy of kind k, or NULL where its ZeRO stage shards it. */
-static const float *replica_of(const dp_rank_t *r, dp_kind_t k) {
+static const float *replica_of(const engine_rank_t *r, collect_kind_t k) {
     const int stage = r->plan->stage;
     switch (k) {
-    case DP_GRAD: return stage == 0 ? r->g->grads : NULL; /* DDP's all-gathered copy */
-    case DP_PARAM: return stage < 3 ? r->g->params : NULL;
-    case DP_EXP_AVG: return stage == 0 ? r->g->adam_m : NULL;
+    case COLLECT_GRAD: return stage == 0 ? r->g->grads : NULL; /* DDP's all-gathered copy */
+    case COLLECT_PARAM: return stage < 3 ? r->g->params : NULL;
+    case COLLECT_EXP_AVG: return stage == 0 ? r->g->adam_m : NULL;
     default: return stage == 0 ? r->g->adam_v : NULL;
     }
 }
@@ -56,73 +56,73 @@ static void mark(int32_t *src, size_t lo, size_t hi, int device) {
     for (size_t i = lo; src && i < hi; i++) src[i] = device;
 }
 
-void dp_collect_pieces(dp_rank_t *r, dp_kind_t k, float *out, int32_t *src) {
+void engine_collect_pieces(engine_rank_t *r, collect_kind_t k, float *out, int32_t *src) {
     const dp_plan_t *p = r->plan;
     for (int b = 0; b < p->nbuckets; b++) {
         size_t lo, hi;
         dp_piece(p, b, r->rank, &lo, &hi);
         /* the checker control: device 1 leaves one gradient element unwritten */
-        const size_t skip = (r->sh->run->broken_check & DP_BROKEN_UNWRITTEN) && r->device == 1 &&
-                            k == DP_GRAD && b == 0 && hi > lo;
+        const size_t skip = (r->sh->run->broken_check & ENGINE_BROKEN_UNWRITTEN) && r->device == 1 &&
+                            k == COLLECT_GRAD && b == 0 && hi > lo;
         memcpy(out + lo + skip, piece_of(r, k, b) + skip, (hi - lo - skip) * sizeof(float));
         mark(src, lo + skip, hi, r->device);
     }
 }
 
-void dp_collect_reset(dp_shared_t *sh) {
-    for (int k = 0; k < DP_NKINDS; k++) {
+void engine_collect_reset(engine_shared_t *sh) {
+    for (int k = 0; k < COLLECT_NKINDS; k++) {
         for (int part = 0; sh->src_local[k] && part < sh->nparts; part++)
-            memset(sh->src_local[k][part], 0xff, dp_part(sh, part).table->total * sizeof(int32_t));
+            memset(sh->src_local[k][part], 0xff, engine_part(sh, part).table->total * sizeof(int32_t));
         if (sh->src_full[k]) memset(sh->src_full[k], 0xff, sh->global.total * sizeof(int32_t));
     }
 }
 
-void dp_collect_sources(const dp_shared_t *sh, dump_sources_t *out) {
-    *out = (dump_sources_t){sh->src_full[DP_GRAD], sh->src_full[DP_PARAM], sh->src_full[DP_EXP_AVG],
-                            sh->src_full[DP_EXP_AVG_SQ]};
+void engine_collect_sources(const engine_shared_t *sh, dump_sources_t *out) {
+    *out = (dump_sources_t){sh->src_full[COLLECT_GRAD], sh->src_full[COLLECT_PARAM], sh->src_full[COLLECT_EXP_AVG],
+                            sh->src_full[COLLECT_EXP_AVG_SQ]};
 }
 
-int32_t **dp_part_sources(const dp_shared_t *sh) {
+int32_t **engine_part_sources(const engine_shared_t *sh) {
     int32_t **b = calloc((size_t)sh->nparts, sizeof *b);
     for (int t = 0; b && t < sh->nparts; t++)
-        if (!(b[t] = calloc(dp_part(sh, t).table->total + 1, sizeof(int32_t)))) {
-            dp_part_sources_free(sh, b);
+        if (!(b[t] = calloc(engine_part(sh, t).table->total + 1, sizeof(int32_t)))) {
+            engine_part_sources_free(sh, b);
             return NULL;
         }
     return b;
 }
 
-void dp_part_sources_free(const dp_shared_t *sh, int32_t **b) {
+void engine_part_sources_free(const engine_shared_t *sh, int32_t **b) {
     for (int t = 0; b && t < sh->nparts; t++) free(b[t]);
     free(b);
 }
 
-void dp_collect_part(dp_rank_t *r, dp_kind_t k, float *out, int32_t *src) {
+void engine_collect_part(engine_rank_t *r, collect_kind_t k, float *out, int32_t *src) {
     const float *mine = replica_of(r, k);
     const size_t total = r->g->table.total;
-    if (k == DP_GRAD || !mine) {
-        dp_collect_pieces(r, k, out, src);
+    if (k == COLLECT_GRAD || !mine) {
+        engine_collect_pieces(r, k, out, src);
     } else if (r->rank == 0) { /* the copy taken: data-parallel rank 0's */
         memcpy(out, mine, total * sizeof(float));
         mark(src, 0, total, r->device);
     }
 }
 
-void dp_collect_kind(dp_rank_t *r, int64_t step, dp_kind_t k) {
-    dp_shared_t *sh = r->sh;
+void engine_collect_kind(engine_rank_t *r, int64_t step, collect_kind_t k) {
+    engine_shared_t *sh = r->sh;
     float *local = sh->local[k][r->part];
     const float *mine = replica_of(r, k);
-    const int sharded = k == DP_GRAD || !mine;
-    dp_collect_part(r, k, local, sh->src_local[k] ? sh->src_local[k][r->part] : NULL);
+    const int sharded = k == COLLECT_GRAD || !mine;
+    engine_collect_part(r, k, local, sh->src_local[k] ? sh->src_local[k][r->part] : NULL);
     coll_barrier(r->world); /* every rank's pieces are in */
     /* every other replica against the copy taken (DDP's gradients: against
      * each element's owner, whose piece the all-gather copied) */
     if (mine && (sharded || r->rank != 0))
-        dp_check_replica(r, step, kind_name[k], mine, local, sharded ? -1 : 0);
-    if (r->device == 0) dp_collect_tp(sh, step, k);
+        engine_check_replica(r, step, kind_name[k], mine, local, sharded ? -1 : 0);
+    if (r->device == 0) engine_collect_tp(sh, step, k);
 }
 
-gpt_t dp_global_view(const dp_shared_t *sh, const gpt_t *g) {
+gpt_t engine_global_view(const engine_shared_t *sh, const gpt_t *g) {
     gpt_t v = *g;
     v.table = sh->global; /* tensor parallelism: the whole tensors, not a rank's blocks */
     v.params = sh->params_full;
@@ -134,15 +134,15 @@ gpt_t dp_global_view(const dp_shared_t *sh, const gpt_t *g) {
 
 /* Keeps one record per tensor: the first differing element over every
  * device (the lowest device on a tie) and how many devices differ. */
-static void record(dp_shared_t *sh, const char *name, uint64_t flat, int device, int taken,
+static void record(engine_shared_t *sh, const char *name, uint64_t flat, int device, int taken,
                    float got, float want) {
     pthread_mutex_lock(&sh->collect_lock);
-    dp_replica_diff_t *e = NULL;
+    engine_replica_diff_t *e = NULL;
     for (int i = 0; i < sh->ndiffs && !e; i++)
         if (!strcmp(sh->diffs[i].name, name)) e = &sh->diffs[i];
     if (!e && sh->ndiffs == sh->cap_diffs) {
         int cap = sh->cap_diffs ? 2 * sh->cap_diffs : 16;
-        dp_replica_diff_t *grown = realloc(sh->diffs, (size_t)cap * sizeof *grown);
+        engine_replica_diff_t *grown = realloc(sh->diffs, (size_t)cap * sizeof *grown);
         if (!grown) parity_fatal("dp: out of memory recording a replica mismatch");
         sh->diffs = grown, sh->cap_diffs = cap;
     }
@@ -159,7 +159,7 @@ static void record(dp_shared_t *sh, const char *name, uint64_t flat, int device,
 }
 
 /* The device of data-parallel rank 0 holding model part k. */
-static int part_device(const dp_shared_t *sh, int k) {
+static int part_device(const engine_shared_t *sh, int k) {
     for (int d = 0; d < sh->grid.world; d++)
         if (sh->ranks[d].part == k && sh->ranks[d].rank == 0) return d;
     return -1;
@@ -173,8 +173,8 @@ static size_t first_difference(const float *a, const float *b, size_t n) {
     return i;
 }
 
-void dp_check_replica(dp_rank_t *r, int64_t step, const char *kind, const float *mine,
-                      const float *taken, int taken_device) {
+void engine_check_replica(engine_rank_t *r, int64_t step, const char *kind, const float *mine,
+                          const float *taken, int taken_device) {
     const param_table_t *t = &r->g->table;
     for (int i = 0; i < t->count; i++) {
         const param_info_t *pi = &t->info[i];
@@ -184,7 +184,7 @@ void dp_check_replica(dp_rank_t *r, int64_t step, const char *kind, const float 
         if (owner < 0) dp_owner(r->plan, pi->offset + k, &bucket, &owner);
         owner = group_world_rank(r->group, owner);
         /* the element's index in the global tensor (a tensor-parallel block) */
-        const dp_part_t part = dp_part(r->sh, r->part);
+        const engine_part_t part = engine_part(r->sh, r->part);
         size_t flat = placement_global_index(&pi->pl, part.sizes, part.coord, k);
         char name[160];
         snprintf(name, sizeof name, "step%lld.%s.%s", (long long)step, kind, pi->name);
@@ -193,16 +193,16 @@ void dp_check_replica(dp_rank_t *r, int64_t step, const char *kind, const float 
 }
 
 /* AdamW's step count as a device keeps it (DDP: in its replica). */
-int dp_adam_t(const dp_rank_t *r) { return r->plan->stage == 0 ? r->g->adam_t : r->adam_t; }
+int engine_adam_t(const engine_rank_t *r) { return r->plan->stage == 0 ? r->g->adam_t : r->adam_t; }
 
-void dp_check_scalars(dp_shared_t *sh, int64_t step) {
+void engine_check_scalars(engine_shared_t *sh, int64_t step) {
     const gpt_step_stats_t *s0 = &sh->ranks[0].step_stats;
-    const float t0 = (float)dp_adam_t(&sh->ranks[0]);
+    const float t0 = (float)engine_adam_t(&sh->ranks[0]);
     for (int q = 1; q < sh->grid.world; q++) {
         const gpt_step_stats_t *s = &sh->ranks[q].step_stats;
         const struct { const char *name; float got, want; } v[] = {
             {"loss", s->loss, s0->loss}, {"lr", s->lr, s0->lr}, {"grad_norm", s->grad_norm, s0->grad_norm},
-            {"adam_t", (float)dp_adam_t(&sh->ranks[q]), t0}};
+            {"adam_t", (float)engine_adam_t(&sh->ranks[q]), t0}};
         for (int k = 0; k < 4; k++) {
             if (!memcmp(&v[k].got, &v[k].want, sizeof(float))) continue;
             char name[64];
@@ -222,16 +222,16 @@ static void put_sources(void *ctx, size_t global_flat, size_t local_flat, size_t
     memcpy(s->to + global_flat, s->from + local_flat, n * sizeof(int32_t));
 }
 
-void dp_collect_tp(dp_shared_t *sh, int64_t step, dp_kind_t kind) {
+void engine_collect_tp(engine_shared_t *sh, int64_t step, collect_kind_t kind) {
     float **local = sh->local[kind], *global = sh->full[kind];
     for (int k = 0; k < sh->nparts; k++) {
-        const dp_part_t p = dp_part(sh, k);
+        const engine_part_t p = engine_part(sh, k);
         for (int i = 0; i < p.table->count; i++) {
             const param_info_t *pl = &p.table->info[i], *pg = &sh->global.info[i];
             if (!pl->held) continue;
             const float *mine = local[k] + pl->offset;
             float *g = global + pg->offset;
-            if (!dp_part_extra(sh, &p, i)) {
+            if (!engine_part_extra(sh, &p, i)) {
                 placement_put(&pl->pl, p.sizes, p.coord, mine, g);
                 if (sh->src_local[kind]) {
                     src_runs_t runs = {sh->src_local[kind][k] + pl->offset, sh->src_full[kind] + pg->offset};

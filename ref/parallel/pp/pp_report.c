@@ -1,4 +1,4 @@
-/* dp_report_pp.c - a pipeline run next to its schedule's formulas
+/* pp_report.c - a pipeline run next to its schedule's formulas
  * (pp.h): per stage the units it holds, the activation slots its
  * schedule needs (GPipe m, 1F1B min(pp - r, m), interleaved
  * min(warm-up + 1, m v)) against the most microbatches it held at once
@@ -12,13 +12,19 @@
  * The theory assumes equal stages and devices that never wait for a
  * core; the embedding and head make the end stages heavier, and on a
  * machine with fewer cores than devices a stage also waits for the CPU:
- * both show as a larger measured bubble. */
+ * both show as a larger measured bubble.
+ *
+ * Dependency: engine -> here, never back. The input is run_report.h's
+ * run_report_t, which the engine fills after a run (engine/report.c);
+ * nothing here includes or calls the engine.
+ */
 #include <stdio.h>
 
-#include "dp_report.h"
+#include "parity/pp.h"
+#include "parity/run_report.h"
 
 /* The first device (dp and tp rank 0 in report order) of each stage. */
-static int stage_device(const dp_run_t *run, int s) {
+static int stage_device(const run_report_t *run, int s) {
     for (int d = 0; d < run->pc.world_size; d++)
         if (run->reports[d].pp_stage == s) return d;
     return -1;
@@ -36,10 +42,9 @@ static void units_label(const gpt_units_t *u, int L, char *buf, size_t cap) {
     }
 }
 
-void dp_print_pp_report(const dp_run_t *run, const char *trace_path, FILE *f) {
+void pp_print_report(const run_report_t *run, FILE *f) {
     const pconfig_t *pc = &run->pc;
-    model_config_t cfg;
-    dp_replica_config(&run->model, pc, &cfg);
+    const model_config_t cfg = run->cfg;
     pp_plan_t pp;
     if (!run->reports || pc->pp < 2 || pp_plan_build(&pp, &cfg, pc, NULL)) return;
     const double steps = run->steps > 0 ? run->steps : 1, MB = 1e6;
@@ -51,13 +56,13 @@ void dp_print_pp_report(const dp_run_t *run, const char *trace_path, FILE *f) {
     double bubble = 0;
     int n = 0;
     for (int d = 0; d < pc->world_size; d++) {
-        const dp_device_report_t *r = &run->reports[d];
+        const device_report_t *r = &run->reports[d];
         if (r->pp_span > 0) bubble += 1 - r->pp_busy / r->pp_span, n++;
     }
     for (int s = 0; s < pp.pp; s++) {
         const int d = stage_device(run, s);
         if (d < 0) continue;
-        const dp_device_report_t *r = &run->reports[d];
+        const device_report_t *r = &run->reports[d];
         const int slots = r->pp_slots;
         char units[96];
         units_label(&pp.units[s], cfg.layers, units, sizeof units);
@@ -76,7 +81,7 @@ void dp_print_pp_report(const dp_run_t *run, const char *trace_path, FILE *f) {
                                           : "(p-1)/(m+p-1)",
             100 * pp_bubble_theory(&pp));
     /* point to point: device 0's messages against its stage's boundaries */
-    const dp_device_report_t *r0 = &run->reports[0];
+    const device_report_t *r0 = &run->reports[0];
     const coll_family_t *fam = coll_counters_family(&r0->comm, "pp");
     const coll_tally_t x = fam ? fam->by[COLL_KIND_SEND][COLL_F32] : (coll_tally_t){0, 0, 0, 0, 0};
     int boundaries = 0;
@@ -92,6 +97,7 @@ void dp_print_pp_report(const dp_run_t *run, const char *trace_path, FILE *f) {
             boundaries * pp.m, pc->global_batch / pc->dp, pc->sequence_parallel ? "/tp" : "",
             pc->cp > 1 ? "/cp" : "",
             boundaries * (pc->global_batch / pc->dp) * seq / MB);
-    if (trace_path)
-        fprintf(f, "  trace: %s (Perfetto or chrome://tracing: one track per device)\n", trace_path);
+    if (run->trace_path)
+        fprintf(f, "  trace: %s (Perfetto or chrome://tracing: one track per device)\n",
+                run->trace_path);
 }

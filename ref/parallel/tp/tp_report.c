@@ -1,6 +1,6 @@
-/* dp_report_tp.c - tensor parallelism's traffic and activation memory
+/* tp_report.c - tensor parallelism's traffic and activation memory
  * next to Megatron's formulas (Shoeybi et al. 2019; Korthikanti et al.
- * 2022), as dp_report.c does for ZeRO.
+ * 2022), as dp/dp_report.c does for ZeRO.
  *
  * Traffic. Megatron's 1-D tensor parallelism all-reduces [b·s, h] four
  * times per layer and microbatch: forward after the attention dense and
@@ -20,11 +20,15 @@
  * token 4-byte values and 1-byte dropout masks; the formula below is that
  * table written out in h, ffn/t, heads/t, T and the dropout switches, and
  * is checked against the allocation table (gpt_mem_bytes_tp) per layer.
+ *
+ * Dependency: engine -> here, never back. The input is run_report.h's
+ * run_report_t, which the engine fills after a run (engine/report.c);
+ * nothing here includes or calls the engine.
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "dp_report.h"
+#include "parity/run_report.h"
 
 enum { MAX_TERMS = 8 };
 
@@ -184,23 +188,13 @@ static void print_exactness(const tp_step_t *s, FILE *f) {
             exc_sent / st, exc_recv / st);
 }
 
-/* Device 0's units: its pipeline stage's (every unit without a pipeline). */
-gpt_units_t dp_device0_units(const dp_run_t *run) {
-    model_config_t cfg;
-    dp_replica_config(&run->model, &run->pc, &cfg);
-    pp_plan_t pp;
-    const gpt_units_t all = {0, {0}, {0}};
-    if (run->pc.pp < 2 || pp_plan_build(&pp, &cfg, &run->pc, NULL)) return all;
-    return pp.units[run->reports[0].pp_stage];
-}
-
-static void print_traffic(const dp_run_t *run, FILE *f) {
+static void print_traffic(const run_report_t *run, FILE *f) {
     const pconfig_t *pc = &run->pc;
     const model_config_t *c = &run->model;
     /* context parallelism: a rank holds T/cp positions of each sequence */
     const int T = c->seq_length / (pc->cp > 1 ? pc->cp : 1), per_rank = pc->global_batch / pc->dp;
     const int head = c->layers + 1;
-    const gpt_units_t u = dp_device0_units(run);
+    const gpt_units_t u = run->units0;
     int L = 0;
     for (int l = 0; l < c->layers; l++) L += gpt_units_hold(&u, l + 1);
     tp_step_t s = {pc->tp, pc->sequence_parallel, pc->tp_row_linears, L, gpt_units_hold(&u, 0),
@@ -285,9 +279,8 @@ static void print_memory_column(const model_config_t *cfg, int tp, int sp, unsig
             (all - L * (more - all) - outer) / MB);
 }
 
-static void print_memory(const dp_run_t *run, FILE *f) {
-    model_config_t cfg;
-    dp_replica_config(&run->model, &run->pc, &cfg);
+static void print_memory(const run_report_t *run, FILE *f) {
+    const model_config_t cfg = run->cfg;
     const int t = run->pc.tp, sp = run->pc.sequence_parallel;
     const double h = cfg.hidden, a = cfg.heads, T = cfg.seq_length, MB = 1e6;
     fprintf(f, "activation memory per device: one slot of b·s = %d x %d tokens, tp=%d%s; hidden dropout "
@@ -318,7 +311,7 @@ static void print_memory(const dp_run_t *run, FILE *f) {
         print_memory_column(&cfg, t, 1, cpo, f);
     }
     /* device 0's own table: its stage's units and its schedule's slots */
-    const gpt_units_t u = dp_device0_units(run);
+    const gpt_units_t u = run->units0;
     gpt_mem_t m0;
     const double all = gpt_mem_bytes_mp(&cfg, t, pconfig_tp_opts(&run->pc), &u,
                                         u.n ? run->reports[0].pp_slots : 0, 0,
@@ -331,7 +324,7 @@ static void print_memory(const dp_run_t *run, FILE *f) {
             u.n ? ", its stage's units and slots" : "", all / MB);
 }
 
-void dp_print_tp_report(const dp_run_t *run, FILE *f) {
+void tp_print_report(const run_report_t *run, FILE *f) {
     if (!run->reports || run->pc.tp < 2) return;
     print_traffic(run, f);
     print_memory(run, f);

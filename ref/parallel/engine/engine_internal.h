@@ -1,25 +1,25 @@
-/* dp_internal.h - state shared by the data-parallel files (not public). */
-#ifndef PARITY_DP_INTERNAL_H
-#define PARITY_DP_INTERNAL_H
+/* engine_internal.h - state shared by the engine's files (not public). */
+#ifndef PARITY_ENGINE_INTERNAL_H
+#define PARITY_ENGINE_INTERNAL_H
 
 #include <pthread.h>
 
-#include "parity/dp.h"
+#include "parity/engine.h"
 #include "parity/dump.h"
 #include "parity/grid.h"
 #include "parity/pp.h"
 #include "parity/runtime.h"
 #include "parity/trace.h"
 
-typedef struct dp_shared dp_shared_t;
+typedef struct engine_shared engine_shared_t;
 
 /* The parameter-shaped tensors a dump collects, each step: gradients
  * (before the update), then parameters and AdamW's m and v (after it). */
-typedef enum { DP_GRAD, DP_PARAM, DP_EXP_AVG, DP_EXP_AVG_SQ, DP_NKINDS } dp_kind_t;
+typedef enum { COLLECT_GRAD, COLLECT_PARAM, COLLECT_EXP_AVG, COLLECT_EXP_AVG_SQ, COLLECT_NKINDS } collect_kind_t;
 
-/* One data-parallel rank. */
-typedef struct dp_rank {
-    dp_shared_t *sh;
+/* One device of the grid: its coordinates, groups, replica and shards. */
+typedef struct engine_rank {
+    engine_shared_t *sh;
     int rank, n;           /* index and size of the gradient group: the data-parallel
                               ranks times the context-parallel ones (they split tokens) */
     int data_rank, data_n; /* data-parallel coordinate and degree: which sequences */
@@ -29,7 +29,7 @@ typedef struct dp_rank {
     int tp_rank;           /* tensor-parallel coordinate */
     group_t *tp_group;     /* the tensor-parallel group (NULL at tp = 1) */
     int stage;             /* pipeline coordinate */
-    int part;              /* the model part held: stage * tp + tp_rank (dp_part) */
+    int part;              /* the model part held: stage * tp + tp_rank (engine_part) */
     const dp_plan_t *plan; /* this stage's buckets and shards */
     group_t *pp_group;     /* the stages of this (tp, dp) coordinate */
     group_t *emb_group;    /* tied head, pp > 1: the first and last stage (else NULL) */
@@ -37,7 +37,7 @@ typedef struct dp_rank {
     int nops;
     coll_request_t **slot_send; /* [slots] a send still reading the slot, or NULL */
     int *slot_of;          /* [m * v] the slot of (microbatch, chunk) in flight */
-    int slot_first[GPT_MAX_CHUNKS + 1]; /* chunk c's pool of slots (dp_stage_slots) */
+    int slot_first[GPT_MAX_CHUNKS + 1]; /* chunk c's pool of slots (engine_stage_slots) */
     trace_buf_t *trace;    /* --trace: this device's spans, or NULL */
     double busy;           /* this step's forward/backward seconds */
     double sched_start;    /* when this step's schedule began (after the step's barrier) */
@@ -49,22 +49,22 @@ typedef struct dp_rank {
     /* overlap_grad_reduce / overlap_param_gather: a communication thread
      * runs comm_job on buckets 0 .. ready-1, in order, while the device
      * thread computes (the backward pass, or the optimizer) */
-    void (*comm_job)(struct dp_rank *r, int bucket);
+    void (*comm_job)(struct engine_rank *r, int bucket);
     float *comm_gather_buf; /* the thread's own all-gather buffer */
     pthread_t comm;
     pthread_mutex_t comm_lock;
     pthread_cond_t comm_cond;
     int comm_ready, comm_done, comm_stop, comm_started;
-    int comm_inline; /* step-through: jobs run on the device thread (dp_reduce.c) */
+    int comm_inline; /* step-through: jobs run on the device thread (reduce.c) */
     /* written by whichever thread reduces; folded into the report by the
      * device thread once the step's reductions are done (no race) */
     double t_reduce, t_comm;
     uint64_t rs_elems;
     /* shards (stage >= 1: optimizer; stage >= 2: gradients; 3: parameters) */
     float *shard_params, *shard_grads, *shard_m, *shard_v; /* [shard_len] */
-    /* the exact reduce-scatter's vectors (dp_reduce.c): [0] the send, a
+    /* the exact reduce-scatter's vectors (reduce.c): [0] the send, a
      * round of n blocks of the bucket's open sums; [1] the receive, this
-     * rank's block; over scratch_mem, sized by dp_rank_buffers */
+     * rank's block; over scratch_mem, sized by engine_rank_buffers */
     xvec_t scratch[2];
     double *scratch_mem[2];
     float *gather_buf;     /* [max piece * n] */
@@ -72,12 +72,12 @@ typedef struct dp_rank {
     int last_micro;        /* inside the step's last microbatch */
     int adam_t;
     gpt_step_stats_t step_stats; /* this rank's loss, lr and norm (replicas) */
-    dp_device_report_t *report;
+    device_report_t *report;
     const gpt_observer_t *collect; /* forwards batch tensors to the dump */
-} dp_rank_t;
+} engine_rank_t;
 
-struct dp_shared {
-    dp_run_t *run;
+struct engine_shared {
+    engine_run_t *run;
     grid_t grid;           /* tp x dp x pp on the layout's order */
     int have_grid;
     param_table_t global;  /* the golden table: reassembled tensors */
@@ -85,36 +85,36 @@ struct dp_shared {
     param_table_t *tables; /* [pp] a stage's table of tensor-parallel blocks (the same
                               shapes on every tp rank; other stages' tensors empty) */
     dp_plan_t *plans;      /* [pp] a stage's buckets and shards */
-    int nparts;            /* pp * tp model parts (dp_part) */
+    int nparts;            /* pp * tp model parts (engine_part) */
     float **params_local, **grads_local; /* [nparts] one part's flat tensors, reassembled */
     group_t **emb_groups;  /* tied head, pp > 1: [tp * dp] embedding groups */
     int n_emb_groups;
     model_config_t cfg;    /* replica config: micro_batch from the layout */
-    dp_rank_t *ranks;      /* [n] */
+    engine_rank_t *ranks;      /* [n] */
     group_t *group, *grad_group;
     pthread_mutex_t collect_lock;
     float *params_full, *grads_full; /* reassembly for dumps */
     float *m_full, *v_full;          /* AdamW's m and v reassembled for dumps, or NULL */
     float **m_local, **v_local;      /* [nparts] AdamW state of one part: checkpoints
-                                        (dp_ckpt.c) and dumps, or NULL */
-    /* a dump's reassembly of kind k (dp_collect_kind): every part's flat
+                                        (checkpoint.c) and dumps, or NULL */
+    /* a dump's reassembly of kind k (engine_collect_kind): every part's flat
      * vectors (aliases of params_local, ...) and the global one; with the
      * device that wrote each element (-1: none yet this step), so that an
      * element nobody wrote is a divergence and a report names its device */
-    float **local[DP_NKINDS], *full[DP_NKINDS];
-    int32_t **src_local[DP_NKINDS], *src_full[DP_NKINDS];
+    float **local[COLLECT_NKINDS], *full[COLLECT_NKINDS];
+    int32_t **src_local[COLLECT_NKINDS], *src_full[COLLECT_NKINDS];
     gpt_observer_t dump_obs;         /* the dump's observer for the current step */
     double *sched_end;               /* [world] when each device's schedule of the
                                         current step ended: the pipeline's flush */
-    dp_replica_diff_t *diffs;        /* replicas that disagree (collect_lock) */
+    engine_replica_diff_t *diffs;        /* replicas that disagree (collect_lock) */
     int ndiffs, cap_diffs;
     int failed;
     perr_t err;
 };
 
-/* dp_run.c: the buffers a rank allocates beside its replica (shards, the
+/* engine.c: the buffers a rank allocates beside its replica (shards, the
  * exact sums being reduced, all-gather buffers), sized by the plan; one
- * table for setup and for the estimate (dp_memest), so they cannot drift.
+ * table for setup and for the estimate (engine_memest), so they cannot drift.
  * With r, ptr is the field setup fills; without, NULL. */
 typedef struct {
     void **ptr;
@@ -122,21 +122,17 @@ typedef struct {
     mem_cat_t cat;
     const char *name;
     int want;
-} dp_buf_t;
-enum { DP_NBUFS = 8 };
-void dp_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, dp_rank_t *r, dp_buf_t out[DP_NBUFS]);
-/* ZeRO-3: the bytes of bucket b gathered whole (every rank's piece). */
-static inline size_t dp_gathered_bytes(const dp_plan_t *p, int b) {
-    return p->buckets[b].piece * (size_t)p->dp * sizeof(float);
-}
-/* dp_reduce.c: the exact reduce-scatter moves a bucket in rounds whose
- * send (n blocks of open sums) stays near DP_ROUND_BYTES, so that it is
+} engine_buf_t;
+enum { ENGINE_NBUFS = 8 };
+void engine_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, engine_rank_t *r, engine_buf_t out[ENGINE_NBUFS]);
+/* reduce.c: the exact reduce-scatter moves a bucket in rounds whose
+ * send (n blocks of open sums) stays near ENGINE_ROUND_BYTES, so that it is
  * still in cache when the peers read it; a round's block length for
  * pieces of `piece` elements over n ranks (scratch_mem[0] holds n blocks,
  * scratch_mem[1] one; smaller buffers make the rounds smaller). */
-enum { DP_ROUND_BYTES = 256 << 10 };
-static inline size_t dp_round_elems(size_t piece, int n) {
-    size_t c = DP_ROUND_BYTES / sizeof(double) / (size_t)n;
+enum { ENGINE_ROUND_BYTES = 256 << 10 };
+static inline size_t engine_round_elems(size_t piece, int n) {
+    size_t c = ENGINE_ROUND_BYTES / sizeof(double) / (size_t)n;
     c = c >= 8 ? c & ~(size_t)7 : 1; /* blocks on 64-byte lines */
     return c < piece ? c : piece;
 }
@@ -147,122 +143,122 @@ typedef struct {
     const param_table_t *table;
     int stage, tp_rank;
     int sizes[GRID_NAXES], coord[GRID_NAXES];
-} dp_part_t;
-dp_part_t dp_part(const dp_shared_t *sh, int part);
+} engine_part_t;
+engine_part_t engine_part(const engine_shared_t *sh, int part);
 /* Tensor i of a part is a copy that another part holds too and that
  * counts once: replicated over tp (ranks > 0), or the tied word
  * embedding on the last stage (the first stage's counts). Empty tensors
  * (another stage's) are not extra: callers skip them. */
-int dp_part_extra(const dp_shared_t *sh, const dp_part_t *p, int i);
+int engine_part_extra(const engine_shared_t *sh, const engine_part_t *p, int i);
 /* One flat buffer per model part, each of its table's size (zeroed):
  * reassembly and checkpoint state. NULL when memory is short;
- * dp_part_buffers_free takes NULL too. */
-float **dp_part_buffers(const dp_shared_t *sh);
-void    dp_part_buffers_free(const dp_shared_t *sh, float **b);
-/* dp_parts.c: the stages' tables and plans (sh->tables, sh->plans) and,
+ * engine_part_buffers_free takes NULL too. */
+float **engine_part_buffers(const engine_shared_t *sh);
+void    engine_part_buffers_free(const engine_shared_t *sh, float **b);
+/* parts.c: the stages' tables and plans (sh->tables, sh->plans) and,
  * with a tied head over stages, the embedding groups (the first and last
- * stage of every tp x dp coordinate); freed by dp_free_stages. */
-int  dp_build_stages(dp_shared_t *sh, perr_t *err);
-void dp_free_stages(dp_shared_t *sh);
+ * stage of every tp x dp coordinate); freed by engine_free_stages. */
+int  engine_build_stages(engine_shared_t *sh, perr_t *err);
+void engine_free_stages(engine_shared_t *sh);
 /* The embedding group of a device, or NULL (not on either end, untied, pp = 1). */
-group_t *dp_emb_group_of(const dp_shared_t *sh, int device);
+group_t *engine_emb_group_of(const engine_shared_t *sh, int device);
 /* Global vector <-> every part's flat blocks through the placements
- * (join: one copy of each element, dp_part_extra's skipped). */
-void dp_cut_parts(const dp_shared_t *sh, const float *global, float **local);
-void dp_join_parts(const dp_shared_t *sh, float **local, float *global);
+ * (join: one copy of each element, engine_part_extra's skipped). */
+void engine_cut_parts(const engine_shared_t *sh, const float *global, float **local);
+void engine_join_parts(const engine_shared_t *sh, float **local, float *global);
 /* What a replica leaves to the stage's shards (gpt_new_ex's omit). */
-unsigned dp_replica_omits(int stage);
-void dp_fail(dp_shared_t *sh, const char *msg);
+unsigned engine_replica_omits(int stage);
+void engine_fail(engine_shared_t *sh, const char *msg);
 
-/* dp_collect.c: the reassembly of global tensors for dumps and the
+/* collect.c: the reassembly of global tensors for dumps and the
  * checker, outside the simulated devices (no collective, no device memory). */
-void dp_collect_batch(void *ctx, const gpt_view_t *v);
+void engine_collect_batch(void *ctx, const gpt_view_t *v);
 /* This rank's pieces of a sharded vector of kind k (gradients, ZeRO-3
  * parameters, ZeRO >= 1 AdamW state) into its part's flat vector `out`;
  * src (or NULL) records this device as their writer. */
-void dp_collect_pieces(dp_rank_t *r, dp_kind_t k, float *out, int32_t *src);
+void engine_collect_pieces(engine_rank_t *r, collect_kind_t k, float *out, int32_t *src);
 /* This rank's share of kind k into its part's flat vector: its pieces
  * where its ZeRO stage shards k (gradients always: the reduce-scatter's
  * owner rounded them), the whole replica on data-parallel rank 0. */
-void dp_collect_part(dp_rank_t *r, dp_kind_t k, float *out, int32_t *src);
+void engine_collect_part(engine_rank_t *r, collect_kind_t k, float *out, int32_t *src);
 /* One int32 vector per model part, of its table's size (-1 unset after
- * dp_collect_reset); NULL when memory is short. */
-int32_t **dp_part_sources(const dp_shared_t *sh);
-void      dp_part_sources_free(const dp_shared_t *sh, int32_t **b);
+ * engine_collect_reset); NULL when memory is short. */
+int32_t **engine_part_sources(const engine_shared_t *sh);
+void      engine_part_sources_free(const engine_shared_t *sh, int32_t **b);
 /* Step `step`'s tensors of kind k, reassembled (a collective over the
  * world: every device calls it): each rank's pieces or rank 0's replica
  * into its part, every other replica compared, then on device 0 every
- * part into the global tensor (dp_collect_tp). */
-void dp_collect_kind(dp_rank_t *r, int64_t step, dp_kind_t k);
+ * part into the global tensor (engine_collect_tp). */
+void engine_collect_kind(engine_rank_t *r, int64_t step, collect_kind_t k);
 /* Device 0, before a collected step: nothing written yet. */
-void dp_collect_reset(dp_shared_t *sh);
+void engine_collect_reset(engine_shared_t *sh);
 /* The sources of the reassembled tensors, for dump_set_sources. */
-void dp_collect_sources(const dp_shared_t *sh, dump_sources_t *out);
+void engine_collect_sources(const engine_shared_t *sh, dump_sources_t *out);
 /* A read-only view of the model with the global parameters and gradients. */
-gpt_t dp_global_view(const dp_shared_t *sh, const gpt_t *g);
+gpt_t engine_global_view(const engine_shared_t *sh, const gpt_t *g);
 /* Every part's flat tensors of kind k into the global ones through the
  * placements, with their sources; a block several parts hold (a tensor
  * replicated over tp, the tied embedding on the last stage) is compared,
  * not copied. */
-void dp_collect_tp(dp_shared_t *sh, int64_t step, dp_kind_t k);
+void engine_collect_tp(engine_shared_t *sh, int64_t step, collect_kind_t k);
 /* This rank's replica of every parameter-shaped tensor (kind "grad" or
  * "param") against the copy the dump took (taken: a device, or -1 for
  * each element's bucket-piece owner); disagreements are recorded. */
-void dp_check_replica(dp_rank_t *r, int64_t step, const char *kind, const float *mine,
-                      const float *taken, int taken_device);
+void engine_check_replica(engine_rank_t *r, int64_t step, const char *kind, const float *mine,
+                          const float *taken, int taken_device);
 /* AdamW's step count as a device keeps it (DDP: in its replica). */
-int dp_adam_t(const dp_rank_t *r);
+int engine_adam_t(const engine_rank_t *r);
 /* Every rank's loss, lr, norm (step_stats) and AdamW step count against
  * device 0's. */
-void dp_check_scalars(dp_shared_t *sh, int64_t step);
+void engine_check_scalars(engine_shared_t *sh, int64_t step);
 
-/* dp_reduce.c: the exact reduce-scatter of bucket b into the rank's piece
+/* reduce.c: the exact reduce-scatter of bucket b into the rank's piece
  * (fp32, rounded once) at out[0 .. piece). */
-void dp_reduce_bucket(dp_rank_t *r, int b, float *out);
+void engine_reduce_bucket(engine_rank_t *r, int b, float *out);
 /* Everything not yet reduced; called after the last microbatch. */
-void dp_reduce_pending(dp_rank_t *r);
+void engine_reduce_pending(engine_rank_t *r);
 /* Overlap: buckets up to (not including) `upto` are ready for the job. */
-void dp_buckets_ready(dp_rank_t *r, int upto);
+void engine_buckets_ready(engine_rank_t *r, int upto);
 /* Hands the remaining buckets to the thread and waits until it is done. */
-void dp_comm_finish(dp_rank_t *r);
-void dp_comm_use_for_reduce(dp_rank_t *r);
-void dp_comm_use_for_gather(dp_rank_t *r);
+void engine_comm_finish(engine_rank_t *r);
+void engine_comm_use_for_reduce(engine_rank_t *r);
+void engine_comm_use_for_gather(engine_rank_t *r);
 /* The communication thread's job of gathering bucket b's parameters. */
-void dp_gather_params_job(dp_rank_t *r, int b);
-int  dp_comm_start(dp_rank_t *r, device_t *dev);
-void dp_comm_stop(dp_rank_t *r);
+void engine_gather_params_job(engine_rank_t *r, int b);
+int  engine_comm_start(engine_rank_t *r, device_t *dev);
+void engine_comm_stop(engine_rank_t *r);
 /* Where bucket b's rounded gradient piece goes for this stage. */
-float *dp_grad_piece(dp_rank_t *r, int b);
+float *engine_grad_piece(engine_rank_t *r, int b);
 
-/* dp_ckpt.c: layout-free checkpoints (ckpt.h). prepare: before the tp
- * blocks are cut (dp_train), the resumed parameters replace the initial
+/* checkpoint.c: layout-free checkpoints (ckpt.h). prepare: before the tp
+ * blocks are cut (engine_train), the resumed parameters replace the initial
  * ones and the AdamW state is cut to tp blocks; setup_rank: the rank's
  * optimizer state (replica or ZeRO shard) and step count; collect: after
  * the last step, every rank's parameters and AdamW state into run->save
  * (a collective over the world: every device calls it). */
-int  dp_ckpt_prepare(dp_shared_t *sh, perr_t *err);
-void dp_ckpt_setup_rank(dp_rank_t *r);
-void dp_ckpt_collect(dp_rank_t *r);
-void dp_ckpt_free(dp_shared_t *sh);
+int  engine_ckpt_prepare(engine_shared_t *sh, perr_t *err);
+void engine_ckpt_setup_rank(engine_rank_t *r);
+void engine_ckpt_collect(engine_rank_t *r);
+void engine_ckpt_free(engine_shared_t *sh);
 
-/* dp_zero.c: parameters and the optimizer over shards. */
-void dp_unit_event(void *ctx, gpt_t *g, int unit, int event);
-float dp_grad_norm(dp_rank_t *r);
+/* optimizer.c: parameters and the optimizer over shards. */
+void engine_unit_event(void *ctx, gpt_t *g, int unit, int event);
+float engine_grad_norm(engine_rank_t *r);
 /* DDP: every rank's rounded pieces to every rank (fp32 all-gather). */
-void dp_all_gather_grads(dp_rank_t *r);
-void dp_update(dp_rank_t *r, float lr, float grad_norm);
+void engine_all_gather_grads(engine_rank_t *r);
+void engine_update(engine_rank_t *r, float lr, float grad_norm);
 
-double dp_now(void);
+double engine_now(void);
 
-/* dp_pipeline.c: one step's forward and backward passes on this rank: the
+/* schedule.c: one step's forward and backward passes on this rank: the
  * stage's schedule over its microbatches (pp = 1: one at a time, the
  * golden order), activations and gradients to and from the neighbouring
  * stages; then the tied embedding's gradient over the embedding group. */
-void dp_run_schedule(dp_rank_t *r, int64_t step, const gpt_observer_t *obs);
+void engine_run_schedule(engine_rank_t *r, int64_t step, const gpt_observer_t *obs);
 /* The slots of this stage: a pool per chunk, chunk c's at first[c] ..
  * first[c + 1] - 1 (first may be NULL); returns their number. */
-int  dp_stage_slots(const pp_plan_t *pp, int stage, int *first);
+int  engine_stage_slots(const pp_plan_t *pp, int stage, int *first);
 /* --trace: a span on this device's track (no-op without a trace). */
-void dp_span(dp_rank_t *r, const char *name, const char *cat, double t0, int mb, int chunk);
+void engine_span(engine_rank_t *r, const char *name, const char *cat, double t0, int mb, int chunk);
 
 #endif

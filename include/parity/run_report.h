@@ -1,0 +1,88 @@
+/* run_report.h - what a layout run measured, in the one form every
+ * mode's report reads. The engine (engine.h) fills a run_report_t after
+ * a run and calls the reports below; each lives in its mode's folder and
+ * includes nothing of the engine, so the dependency points engine ->
+ * mode, never back: a mode's report is a function of these counters, the
+ * layout and the model alone.
+ */
+#ifndef PARITY_RUN_REPORT_H
+#define PARITY_RUN_REPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "parity/coll.h"
+#include "parity/memest.h"
+#include "parity/model.h"
+#include "parity/pconfig.h"
+#include "parity/runtime.h"
+
+/* What one device measured over a run. */
+typedef struct {
+    double predicted[MEM_NCAT];  /* bytes, from the ZeRO formulas (fp32) */
+    size_t peak[MEM_NCAT];       /* measured high-water marks */
+    size_t peak_total;
+    coll_counters_t comm;        /* this rank's collective traffic; by group family
+                                    (coll.h) "tp" is tensor parallelism's, the rest
+                                    data parallelism's ("dp", "dp-grads", "world") */
+    uint64_t exact_rs_elems;     /* elements this rank reduced exactly */
+    /* wall time by phase: forward/backward, exact gradient reductions,
+     * other collectives, and the optimizer (norm, clipping, AdamW) */
+    double seconds_compute, seconds_reduce, seconds_comm, seconds_optimizer;
+    /* pipeline: this device's stage, the activation slots it has, the most
+     * (microbatch, chunk) pairs it held at once, and over the steps the
+     * seconds of its forward and backward passes and the pipeline's span
+     * (the step's start to the last backward of any stage: Megatron's
+     * flush): the bubble is 1 - busy / span */
+    int pp_stage, pp_in_flight_peak;
+    int pp_slots;
+    double pp_busy, pp_span;
+} device_report_t;
+
+/* A run, as the reports read it. */
+typedef struct {
+    model_config_t model;            /* the golden model (its global batch) */
+    model_config_t cfg;              /* the config each replica runs: the layout's microbatch */
+    pconfig_t pc;                    /* the validated layout */
+    int steps;
+    const device_report_t *reports;  /* [world] or NULL */
+    gpt_units_t units0;              /* the units device 0 holds: its pipeline stage's
+                                        (n = 0: every unit) */
+    const char *trace_path;          /* the run's Chrome trace, or NULL */
+} run_report_t;
+
+/* The grid of a layout as a rank layout (layout_init_mapped on its order
+ * and sizes); -1 if it cannot be built. */
+int  report_grid_layout(const pconfig_t *pc, rank_layout_t *L);
+/* "0" without a grid (L NULL); "0 (tp 1, dp 0)" on one, with the
+ * context-parallel rank and the stage when there are some (the reports'
+ * tables). full: every axis, sizes of 1 included, and the sub-axes `sub`
+ * (may be NULL) after a ';': "9 (tp 1, cp 0, ep 0, dp 0, pp 1; vpp chunk 1)"
+ * (the checker's). */
+void report_device_label(const rank_layout_t *L, int rank, int full, const char *sub, char *buf,
+                         size_t cap);
+
+/* The modes' reports, in the order engine_print_report calls them. */
+
+/* dp/dp_report.c: per-device memory next to the ZeRO formulas, device
+ * 0's data-parallel traffic next to 2 Psi / 3 Psi, and its time by phase;
+ * -1 when the layout's tables cannot be built (nothing else to report). */
+int  dp_print_zero_report(const run_report_t *run, FILE *f);
+/* tp/tp_report.c (tp > 1): the tensor-parallel group's traffic of device
+ * 0 by collective and dtype next to Megatron's formulas, the bytes
+ * exactness adds, and activation memory per device next to the slot's
+ * formula, with and without sequence parallelism. */
+void tp_print_report(const run_report_t *run, FILE *f);
+/* cp/cp_report.c (cp > 1): the context-parallel group's traffic of
+ * device 0 per layer next to the ring's or Ulysses' formula, the bytes
+ * exactness adds, and activation memory per device next to the golden
+ * run's and the slot's formula for T / cp positions. */
+void cp_print_report(const run_report_t *run, FILE *f);
+/* pp/pp_report.c (pp > 1): per stage the units, activation slots against
+ * the schedule's formula, activation memory and the measured bubble
+ * against the theory; point-to-point traffic against the boundaries; the
+ * trace file when there is one. */
+void pp_print_report(const run_report_t *run, FILE *f);
+
+#endif
