@@ -180,8 +180,8 @@ refuse "a layer split with spaces" "--pipeline-layer-split: expected layers per 
 refuse "--num-microbatches and --accum-degree" "--num-microbatches and --accum-degree are one setting" -- $P check --model gpt-tiny --steps 1 --num-microbatches 2 --accum-degree 3
 refuse "virtual stages without a pipeline" "virtual-pipeline-model-parallel-size: virtual stages need pipeline-model-parallel-size >= 2" -- $P check --model gpt-tiny --steps 1 --virtual-pipeline-model-parallel-size 2
 refuse "a rank order without pp" "rank-order: 'tp-dp' leaves out pp, whose size is 2" -- $P check --model gpt-tiny --steps 1 --pipeline-model-parallel-size 2 --rank-order tp-dp
-refuse "a pipeline negative control without a pipeline" "--test-broken-pp-tied-embedding: needs pipeline-model-parallel-size > 1" -- $P check --model gpt-tiny --steps 1 --test-broken-pp-tied-embedding
-refuse "the mask-key control where it cannot fire" "--test-broken-pp-mask-key: with one sequence per microbatch and one data-parallel rank" -- $P check --model gpt-micro --steps 1 --pipeline-model-parallel-size 2 --num-microbatches 4 --test-broken-pp-mask-key
+refuse "a pipeline negative control without a pipeline" "--test-broken pp-tied-embedding: needs pipeline-model-parallel-size > 1" -- $P check --model gpt-tiny --steps 1 --test-broken pp-tied-embedding
+refuse "the mask-key control where it cannot fire" "--test-broken pp-mask-key: needs .*with one sequence per microbatch and one data-parallel rank" -- $P check --model gpt-micro --steps 1 --pipeline-model-parallel-size 2 --num-microbatches 4 --test-broken pp-mask-key
 refuse "--num-microbatches beyond the batch names the flag" "num-microbatches: 25 microbatches need at least 25 sequences" -- $P check --model gpt-tiny --steps 1 --num-microbatches 25
 # context parallelism (gpt-tiny: T 32 in 8 token tiles, 8 heads): the ring
 # cuts 2cp chunks of whole tiles, Ulysses cp pieces and heads/tp heads
@@ -338,7 +338,7 @@ refuse "--save given twice" "--save given twice" -- $T --save "$w/a" --save "$w/
 refuse "--trace given twice" "--trace given twice" -- $L --trace "$w/a.json" --trace "$w/b.json"
 refuse "--lr given twice" "--lr given twice" -- $T --lr 1e-3 --lr 2e-3
 refuse "--quiet given twice" "--quiet given twice" -- $T --quiet
-refuse "a broken-variant control given twice" "--test-broken-fp32-sums given twice" -- $L --test-broken-fp32-sums --test-broken-fp32-sums
+refuse "a broken-variant control given twice" "--test-broken given twice" -- $L --test-broken fp32-sums --test-broken fp32-sums
 refuse "--model and --config, one flag" "--model and --config are one flag" -- $T --config gpt-tiny
 
 printf '%s' '{"mode": "sharding", "stage_cnt": 2, "sharding_size": 2, "device_mapping": {"stage_0": {"shard_0": 0, "shard_1": 2}, "stage_1": {"shard_0": 1, "shard_1": 3}}}' >"$tmp/pptp.json"
@@ -349,11 +349,11 @@ refuse "--backend cuda with --print-layout" "--backend: expected openblas or por
 refuse "--backend cuda with --print-config" "--backend: expected openblas or portable, got 'cuda'" -- $T --backend cuda --print-config
 refuse "--arena-mb below one byte" "--arena-mb: '1e-7' MB is less than one byte" -- $P check --model gpt-micro --steps 1 --arena-mb 1e-7
 refuse "--cp-comm-type p2p at cp 1" "cp-comm-type: p2p .* needs context-parallel-size > 1" -- $P check --model gpt-micro --steps 1 --cp-comm-type p2p
-refuse "--test-broken-tp-fp32-sums at tp 1" "--test-broken-tp-fp32-sums: needs tensor-model-parallel-size > 1" -- $P check --model gpt-micro --steps 1 --test-broken-tp-fp32-sums
-refuse "--test-broken-tp-vocab-padding at tp 1" "--test-broken-tp-vocab-padding: needs tensor-model-parallel-size > 1" -- $P check --model gpt-micro --steps 1 --test-broken-tp-vocab-padding
-refuse "--test-broken-tp-vocab-padding where nothing is padded" "--test-broken-tp-vocab-padding: the vocabulary of 256 is already a multiple of 128 x tp = 256" -- $P check --model gpt-micro --steps 1 --tensor-model-parallel-size 2 --test-broken-tp-vocab-padding
-refuse "--test-broken-fp32-sums at dp 1" "--test-broken-fp32-sums: needs data-parallel-size > 1" -- $P check --model gpt-micro --steps 1 --test-broken-fp32-sums
-refuse "train --test-broken-replica without a dump" "--test-broken-replica: .*give --dump or --digest" -- $L --test-broken-replica 1
+refuse "--test-broken tp-fp32-sums at tp 1" "--test-broken tp-fp32-sums: needs tensor-model-parallel-size > 1" -- $P check --model gpt-micro --steps 1 --test-broken tp-fp32-sums
+refuse "--test-broken tp-vocab-padding at tp 1" "--test-broken tp-vocab-padding: needs tensor-model-parallel-size > 1" -- $P check --model gpt-micro --steps 1 --test-broken tp-vocab-padding
+refuse "--test-broken tp-vocab-padding where nothing is padded" "--test-broken tp-vocab-padding: needs .*that of 256 is already a multiple of 128 x tp = 256" -- $P check --model gpt-micro --steps 1 --tensor-model-parallel-size 2 --test-broken tp-vocab-padding
+refuse "--test-broken fp32-sums at dp 1" "--test-broken fp32-sums: needs data-parallel-size > 1" -- $P check --model gpt-micro --steps 1 --test-broken fp32-sums
+refuse "train --test-broken replica:1 without a dump" "--test-broken replica:1: .*give --dump or --digest" -- $L --test-broken replica:1
 refuse "--world-size 3 names the world size" "world-size: 3 devices / tp\*pp\*cp 1 = data-parallel-size 3, which does not divide" -- $T --world-size 3
 
 refuse "PARITY_MEM_AVAILABLE_MB=abc" "PARITY_MEM_AVAILABLE_MB='abc' is not valid: expected a number of MB from 1" -- env PARITY_MEM_AVAILABLE_MB=abc $T

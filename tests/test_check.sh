@@ -12,7 +12,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 out=$("$P" check --model gpt-micro --data-parallel-size 2 --zero-stage 3 --accum-degree 2 --overlap-grad-reduce 2>&1); rc=$?
 [ $rc = 0 ] && echo "$out" | grep -q '| yes'; ok $? "check: ZeRO-3 with overlap is bit-exact (exit 0)"
 
-out=$("$P" check --model gpt-micro --data-parallel-size 4 --coll-algo ring --test-broken-fp32-sums 2>&1); rc=$?
+out=$("$P" check --model gpt-micro --data-parallel-size 4 --coll-algo ring --test-broken fp32-sums 2>&1); rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q 'FIRST DIVERGENCE' && echo "$out" | grep -q 'ulp' && echo "$out" | grep -q '| NO'
 ok $? "check: fp32 ring sums are caught (exit 1, first-divergence report)"
 # gpt-micro is one bucket of 10944 elements, so dp=4 pieces are 2736 long:
@@ -26,13 +26,13 @@ ok $? "check: the fp32-sums divergence names the owner of the gradient's bucket 
 
 # a drifting replica (one bit of device 2's parameters) is reported as such
 for z in 0 1 2; do
-  out=$("$P" check --model gpt-micro --data-parallel-size 4 --zero-stage $z --test-broken-replica 2 2>&1); rc=$?
+  out=$("$P" check --model gpt-micro --data-parallel-size 4 --zero-stage $z --test-broken replica:2 2>&1); rc=$?
   [ $rc = 1 ] && echo "$out" | grep -q 'the replicas of a tensor disagree' &&
   echo "$out" | grep -q "device 2 (tp 0, cp 0, ep 0, dp 2, pp 0)'s copy differs from device 0 (tp 0, cp 0, ep 0, dp 0, pp 0)'s"
   ok $? "check: device 2's drifting parameter replica is caught and named (ZeRO-$z)"
 done
-out=$("$P" check --model gpt-micro --data-parallel-size 2 --zero-stage 3 --test-broken-replica 1 2>&1); rc=$?
-[ $rc = 2 ] && echo "$out" | grep -q 'ZeRO-3 keeps no parameter replicas'; ok $? "--test-broken-replica at ZeRO-3 is an error"
+out=$("$P" check --model gpt-micro --data-parallel-size 2 --zero-stage 3 --test-broken replica:1 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q 'ZeRO-3 keeps no parameter replicas'; ok $? "--test-broken replica:1 at ZeRO-3 is an error"
 
 # --compare: only the classes asked for are compared, and the rest counted
 # (gpt-micro: 28 parameter tensors; per step m and v of each and the count)

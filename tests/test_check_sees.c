@@ -12,7 +12,7 @@
  *  - activation gradients: tensor-parallel rank 1 corrupts the last
  *    layer's input gradient; the report must name that unit's grad_input,
  *    not a parameter gradient further down the backward pass;
- *  - the right device: --test-broken-replica R at tp 2, tp 4 x dp 2 and a
+ *  - the right device: --test-broken replica:R at tp 2, tp 4 x dp 2 and a
  *    16-device tp x cp x pp x dp layout names device R with coordinates.
  *
  * gpt-tiny on the portable backend (layout_run.h); PARITY_DP_MATRIX=small:
@@ -90,7 +90,7 @@ static void test_broken_replica_names_the_device(void) {
     };
     for (int i = 0; i < (small_matrix() ? 2 : 3); i++) {
         const char *want[] = {cases[i].device};
-        expect_report("--test-broken-replica", cases[i].flags, 0, cases[i].rank + 1, "step0.param.",
+        expect_report("--test-broken replica:R", cases[i].flags, 0, cases[i].rank + 1, "step0.param.",
                       want, 1);
     }
 }

@@ -34,9 +34,8 @@ flags_of() {
 context_of() {
   case $1 in
     --print-config|--print-layout) echo "--dump $missing" ;;
-    --sequence-parallel|--tensor-parallel-row-linears|--test-broken-tp-fp32-sums|--test-broken-tp-vocab-padding) echo "" ;;
+    --sequence-parallel|--tensor-parallel-row-linears) echo "" ;;
     --overlap-param-gather) echo "--data-parallel-size 2" ;;
-    --test-broken-pp-mask-key|--test-broken-pp-tied-embedding|--test-broken-cp-online-softmax|--test-broken-fp32-sums) echo "" ;;
     *) echo twice ;;
   esac
 }

@@ -6,7 +6,7 @@
 # nothing else, so a collective added to or dropped from the model fails
 # it. Also the activation slot's bytes per token per layer, with and
 # without sequence parallelism. Negative control: the deliberately broken
-# fp32 completions (--test-broken-tp-fp32-sums) move the row-parallel sums
+# fp32 completions (--test-broken tp-fp32-sums) move the row-parallel sums
 # from the open-sum all-reduce to the fp32 one, and both this test's
 # comparison and the report must say so.
 # Ends with "RESULT test_tp_report.sh: N passed, M failed".
@@ -144,7 +144,7 @@ memory "gpt-tiny tp=2 memory" gpt-tiny 2
 memory "gpt-micro tp=2 SP memory" gpt-micro 2 --sequence-parallel
 
 # negative control: the row-parallel sums move to fp32 all-reduces
-if "$PARITY" train --model gpt-micro --steps 1 --tensor-model-parallel-size 2 --test-broken-tp-fp32-sums \
+if "$PARITY" train --model gpt-micro --steps 1 --tensor-model-parallel-size 2 --test-broken tp-fp32-sums \
      >"$tmp/broken" 2>&1; then
   L=$(cfg gpt-micro layers); h=$(cfg gpt-micro hidden); T=$(cfg gpt-micro seq_length); B=$(cfg gpt-micro global_batch)
   expected "$L" "$h" "$T" $((B * T)) 2 0 >"$tmp/want"

@@ -1,9 +1,9 @@
 /* layout_cli.c - run a parallel layout for `parity train` / `parity check`. */
 #include "layout_cli.h"
 
+#include "broken.h"
 #include "commands.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +30,7 @@ int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *
     const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     if ((!strcmp(a, "--coll-algo") || !strcmp(a, "--arena-mb") || !strcmp(a, "--trace") ||
          !strcmp(a, "--parallel-config") || !strcmp(a, "--optim") ||
-         !strcmp(a, "--test-broken-replica")) && num_flag_value(a, v, err))
+         !strcmp(a, "--test-broken")) && num_flag_value(a, v, err))
         return -1;
     if (!strcmp(a, "--parallel-config")) {
         if (lo->parallel_config)
@@ -81,32 +81,9 @@ int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *
         *i += 2;
         return 1;
     }
-    if (!strcmp(a, "--test-broken-tp-vocab-padding")) {
-        lo->broken_tp_vocab_pad = 1;
-        *i += 1;
-        return 1;
-    }
-    const struct { const char *flag; int *field; } broken[] = {
-        {"--test-broken-tp-fp32-sums", &lo->broken_tp_fp32_sums},
-        {"--test-broken-pp-mask-key", &lo->broken_pp_mask_key},
-        {"--test-broken-pp-tied-embedding", &lo->broken_pp_tied_grad},
-        {"--test-broken-cp-online-softmax", &lo->broken_cp_online_softmax},
-    };
-    for (size_t k = 0; k < sizeof broken / sizeof broken[0]; k++)
-        if (!strcmp(a, broken[k].flag)) {
-            *broken[k].field = 1;
-            *i += 1;
-            return 1;
-        }
-    if (!strcmp(a, "--test-broken-fp32-sums")) {
-        lo->broken_fp32_sums = 1;
-        *i += 1;
-        return 1;
-    }
-    if (!strcmp(a, "--test-broken-replica")) {
-        long long rank;
-        if (num_parse_int(a, v, 0, PARITY_MAX_DEVICES - 1, &rank, err)) return -1;
-        lo->broken_replica = (int)rank + 1;
+    if (!strcmp(a, "--test-broken")) {
+        if (!strcmp(v, "list")) lo->list_broken = 1;
+        else if (broken_parse(v, &lo->broken, &lo->broken_device, err)) return -1;
         *i += 2;
         return 1;
     }
@@ -115,36 +92,10 @@ int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *
 
 int layout_opts_check(const layout_opts_t *lo, const model_config_t *cfg, perr_t *err) {
     const pconfig_t *pc = &lo->pc;
-    if (lo->broken_fp32_sums && pc->dp == 1)
-        return perr_set(err, "--test-broken-fp32-sums: needs data-parallel-size > 1 (one replica "
-                             "has no gradient sums across ranks to break)");
-    if (lo->broken_tp_fp32_sums && pc->tp == 1)
-        return perr_set(err, "--test-broken-tp-fp32-sums: needs tensor-model-parallel-size > 1");
-    if (lo->broken_tp_vocab_pad) {
-        if (pc->tp == 1)
-            return perr_set(err, "--test-broken-tp-vocab-padding: needs tensor-model-parallel-size > 1");
-        const long unit = 128L * pc->tp;
-        if (cfg->vocab % unit == 0)
-            return perr_set(err, "--test-broken-tp-vocab-padding: the vocabulary of %d is already a "
-                                 "multiple of 128 x tp = %ld, so nothing is padded", cfg->vocab, unit);
-    }
-    /* dp_train refuses these too; here they are refused before the golden
-     * run that `parity check` makes first */
-    if ((lo->broken_pp_mask_key || lo->broken_pp_tied_grad) && pc->pp == 1)
-        return perr_set(err, "--test-broken-pp-%s: needs pipeline-model-parallel-size > 1",
-                        lo->broken_pp_mask_key ? "mask-key" : "tied-embedding");
-    /* a stage's microbatch count is then the sequence's index in the
-     * batch: the mis-keyed masks are the right ones */
-    if (lo->broken_pp_mask_key && pc->micro_batch == 1 && pc->dp == 1)
-        return perr_set(err, "--test-broken-pp-mask-key: with one sequence per microbatch and one "
-                             "data-parallel rank, a stage's microbatch count equals the sequence's "
-                             "index, so the masks come out right; use fewer microbatches or dp > 1");
+    if (lo->broken && broken_check(lo->broken, lo->broken_device, pc, cfg, err)) return -1;
     if (lo->step_focus >= pc->world_size)
         return perr_set(err, "--step-through=%d: the layout has devices 0 .. %d", lo->step_focus,
                         pc->world_size - 1);
-    if (lo->broken_cp_online_softmax && (pc->cp == 1 || pc->cp_comm))
-        return perr_set(err, "--test-broken-cp-online-softmax: needs the ring (context-parallel-"
-                             "size > 1, --cp-comm-type p2p)");
     return 0;
 }
 
@@ -170,35 +121,9 @@ void layout_opts_print_help(FILE *f) {
           "                           a layout whose estimated memory exceeds it, or the host's\n"
           "                           available memory (PARITY_MEM_AVAILABLE_MB overrides\n"
           "                           /proc/meminfo), is refused before anything is allocated\n"
-          "checker negative controls (tests only: the checker must report these):\n"
-          "  --test-broken-fp32-sums  reduce gradients with plain fp32 ring sums\n"
-          "  --test-broken-tp-fp32-sums  complete row-parallel sums in fp32 (each rank rounds\n"
-          "                           its partial, then adds): the reduction-order bug\n"
-          "  --test-broken-tp-vocab-padding  pad the vocabulary to a multiple of 128 x tp and let\n"
-          "                           the padded columns into the softmax (Megatron-LM 1754)\n"
-          "  --test-broken-pp-mask-key  key a stage's dropout masks by its own microbatch count,\n"
-          "                           not the sequences' place in the batch (PyTorch 55036)\n"
-          "  --test-broken-pp-tied-embedding  skip the embedding group's reduction of the tied\n"
-          "                           word embedding's gradient (first and last stage)\n"
-          "  --test-broken-cp-online-softmax  merge the ring's blocks with flash-style online\n"
-          "                           softmax rescaling in arrival order (cp > 1, p2p)\n"
-          "  --test-broken-replica R  flip one bit of device R's parameter replica after every\n"
-          "                           update (ZeRO 0-2)\n",
+          "checker negative controls (tests only: the checker must report these):\n",
           f);
-}
-
-const char *step_not_finite(const gpt_step_stats_t *st) {
-    if (!isfinite(st->loss)) return "loss";
-    if (!isfinite(st->grad_norm)) return "gradient norm";
-    return NULL;
-}
-
-int ckpt_state_finite(const ckpt_state_t *s) {
-    const float *v[3] = {s->params, s->adam_m, s->adam_v};
-    for (int k = 0; k < 3; k++)
-        for (size_t i = 0; v[k] && i < s->total; i++)
-            if (!isfinite(v[k][i])) return 0;
-    return 1;
+    broken_print_help(f);
 }
 
 static int cmp_ms(const void *a, const void *b) {
@@ -206,80 +131,111 @@ static int cmp_ms(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* A dump needs the model's config and parameter table, not its memory. */
-static dump_t *new_dump(const model_config_t *cfg, unsigned what) {
-    gpt_t shape = {.cfg = *cfg};
-    if (param_table_build(&shape.table, cfg, NULL)) return NULL;
-    dump_t *d = dump_new(&shape, what);
-    param_table_free(&shape.table);
-    return d;
-}
-
 /* The layout's memory, before anything is allocated: the devices, the
  * reassembly, the dump (train) or both dumps and the golden model kept
  * beside the layout (check). Refuses what does not fit. */
 static int estimate(const layout_job_t *job, int check, memest_t *m, perr_t *err) {
+    const run_output_t *o = &job->out;
     if (memest_layout(job->cfg, &job->lo->pc, m, err)) return layout_opts_blame(job->lo, err);
     if (check) {
         memest_t golden;
         if (memest_layout(job->cfg, NULL, &golden, err)) return -1;
         m->host_shared += golden.all_devices + golden.host_shared;
-        memest_add_dump(m, job->cfg, DUMP_TENSORS, job->steps);
-        memest_add_dump(m, job->cfg, DUMP_TENSORS | DUMP_SOURCES, job->steps);
-    } else if (job->dump_path || job->digest_path) {
-        int dumped = 0;
-        for (int s = 0; s < job->steps; s++) dumped += job->want[s] != 0;
-        memest_add_dump(m, job->cfg, (job->dump_path ? DUMP_TENSORS : 0u) |
-                                         (job->digest_path ? DUMP_DIGESTS : 0u), dumped);
+        memest_add_dump(m, job->cfg, DUMP_TENSORS, o->steps);
+        memest_add_dump(m, job->cfg, DUMP_TENSORS | DUMP_SOURCES, o->steps);
+        run_output_t no_dump = {.steps = o->steps}; /* the checkpoint read, if any */
+        run_output_memest(&no_dump, job->cfg, job->resume != NULL, m);
+    } else {
+        run_output_memest(o, job->cfg, job->resume != NULL, m);
     }
-    if (job->resume || job->save_dir)
-        m->host_shared += ckpt_host_bytes(job->cfg, job->resume != NULL, job->save_dir != NULL) +
-                          dp_ckpt_host_bytes(job->cfg, &job->lo->pc);
+    if (job->resume || o->save_dir) m->host_shared += dp_ckpt_host_bytes(job->cfg, &job->lo->pc);
     return memest_check(m, job->lo->arena_bytes, err);
 }
 
-static int run_dp(const layout_job_t *job, dump_t *dump, gpt_step_stats_t *stats,
-                  dp_device_report_t *reports, ckpt_state_t *save, int stop_nonfinite,
-                  dp_run_t *run_out, perr_t *err) {
-    dp_run_t run = {.model = *job->cfg, .pc = job->lo->pc, .steps = job->steps, .data = job->data,
-                    .arena_capacity = job->lo->arena_bytes, .algo = job->lo->algo,
-                    .broken_fp32_sums = job->lo->broken_fp32_sums,
-                    .broken_tp_fp32_sums = job->lo->broken_tp_fp32_sums,
-                    .broken_tp_vocab_pad = job->lo->broken_tp_vocab_pad,
-                    .broken_pp_mask_key = job->lo->broken_pp_mask_key,
-                    .broken_pp_tied_grad = job->lo->broken_pp_tied_grad,
-                    .broken_cp_online_softmax = job->lo->broken_cp_online_softmax,
-                    .trace_path = job->lo->trace_path,
-                    .broken_replica = job->lo->broken_replica, .dump = dump,
-                    .dump_step = job->want, .stats = stats, .reports = reports,
+static int run_dp(const layout_job_t *job, const unsigned char *want, dump_t *dump,
+                  gpt_step_stats_t *stats, dp_device_report_t *reports, ckpt_state_t *save,
+                  int stop_nonfinite, dp_run_t *run_out, perr_t *err) {
+    dp_run_t run = {.model = *job->cfg, .pc = job->lo->pc, .steps = job->out.steps,
+                    .data = job->data, .arena_capacity = job->lo->arena_bytes,
+                    .algo = job->lo->algo, .trace_path = job->lo->trace_path, .dump = dump,
+                    .dump_step = want, .stats = stats, .reports = reports,
                     .resume = job->resume, .save = save, .stop_nonfinite = stop_nonfinite};
+    broken_apply(job->lo->broken, job->lo->broken_device, &run);
     int rc = dp_train(&run, err);
     *run_out = run;
     return rc;
 }
 
+/* The median step (barrier to barrier), and the whole run with set-up. */
+static void print_summary(const char *desc, const gpt_step_stats_t *stats, int steps, double wall) {
+    double *ms = malloc((size_t)steps * sizeof *ms);
+    for (int s = 0; ms && s < steps; s++) ms[s] = 1e3 * stats[s].seconds;
+    if (ms) qsort(ms, (size_t)steps, sizeof *ms, cmp_ms);
+    printf("summary: layout %s | %d steps | step median %.1f ms | %.1f ms per step (wall, "
+           "set-up included)\n",
+           desc, steps, ms ? ms[steps / 2] : 0.0, 1e3 * wall / steps);
+    free(ms);
+}
+
+/* The dump holds device 0's copy of a replicated tensor: a replica that
+ * disagrees is said (exit 1), or the dump would hide it. */
+static int replicas_agree(const dp_run_t *run) {
+    if (!run->n_replica_diffs) return 1;
+    const dp_replica_diff_t *d = &run->replica_diffs[0];
+    fprintf(stderr, "%s: the replicas of %s disagree: device %d's element %llu is %.9g, device "
+                    "%d's (dumped) %.9g; %d tensor%s with disagreeing replicas\n", cli_name,
+            d->name, d->device, (unsigned long long)d->flat, (double)d->got, d->taken,
+            (double)d->want, run->n_replica_diffs, run->n_replica_diffs == 1 ? "" : "s");
+    return 0;
+}
+
+static double seconds_since(const struct timespec *t0) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
+}
+
+/* dp_train, then its steps through the one step path (run_output.h):
+ * each step's line (the last one under --quiet), stopping where the
+ * loss or gradient norm went non-finite; 0, 1 or 2. */
+static int train_steps(const layout_job_t *job, dump_t *dump, gpt_step_stats_t *stats,
+                       dp_device_report_t *reports, ckpt_state_t *save, dp_run_t *run) {
+    perr_t err;
+    const run_output_t *o = &job->out;
+    if (!stats || !reports) {
+        fprintf(stderr, "%s: out of memory\n", cli_name);
+        return 2;
+    }
+    if (run_dp(job, o->want, dump, stats, reports, o->save_dir ? save : NULL, 1, run, &err)) {
+        fprintf(stderr, "%s: %s\n", cli_name, err.msg);
+        return 2;
+    }
+    int rc = 0;
+    for (int s = 0; s < run->steps_run; s++)
+        if (run_output_step(o, s, &stats[s], -1, !o->quiet || s == run->steps_run - 1)) rc = 1;
+    return rc;
+}
+
 int layout_train(const layout_job_t *job) {
     const pconfig_t *pc = &job->lo->pc;
+    const run_output_t *o = &job->out;
     perr_t err;
     memest_t mem;
     if (estimate(job, 0, &mem, &err)) {
         fprintf(stderr, "%s: %s\n", cli_name, err.msg);
         return 2;
     }
-    dump_t *dump = NULL;
-    if (job->dump_path || job->digest_path) {
-        dump = new_dump(job->cfg, (job->dump_path ? DUMP_TENSORS : 0u) |
-                                      (job->digest_path ? DUMP_DIGESTS : 0u));
-        if (!dump) {
-            fprintf(stderr, "%s: dump: out of memory\n", cli_name);
-            return 2;
-        }
+    const unsigned what = run_output_dump_what(o);
+    dump_t *dump = what ? run_output_new_dump(job->cfg, what) : NULL;
+    if (what && !dump) {
+        fprintf(stderr, "%s: dump: out of memory\n", cli_name);
+        return 2;
     }
-    gpt_step_stats_t *stats = calloc((size_t)job->steps, sizeof *stats);
+    gpt_step_stats_t *stats = calloc((size_t)o->steps, sizeof *stats);
     dp_device_report_t *reports = calloc((size_t)pc->world_size, sizeof *reports);
     char desc[160];
     pconfig_describe(pc, desc, sizeof desc);
-    if (!job->quiet) {
+    if (!o->quiet) {
         printf("parity train: model %s, layout %s (%d devices, %s collectives)\n", job->cfg->name,
                desc, pc->world_size, coll_algo_name(job->lo->algo));
         memest_print(&mem, stdout);
@@ -287,78 +243,19 @@ int layout_train(const layout_job_t *job) {
     dp_run_t run = {0};
     int rc = 0;
     ckpt_state_t save = {0};
-    if (job->save_dir && ckpt_state_alloc(&save, job->cfg, &err)) {
+    if (o->save_dir && ckpt_state_alloc(&save, job->cfg, &err)) {
         fprintf(stderr, "%s: --save: %s\n", cli_name, err.msg);
         rc = 2;
     }
-    struct timespec t0, t1;
+    struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (rc == 0 && (!stats || !reports ||
-                    run_dp(job, dump, stats, reports, job->save_dir ? &save : NULL, 1, &run,
-                           &err))) {
-        fprintf(stderr, "%s: %s\n", cli_name, stats && reports ? err.msg : "out of memory");
-        rc = 2;
-    }
-    const int64_t first = job->resume ? job->resume->step : 0;
-    const int ran = rc == 0 ? run.steps_run : 0;
-    for (int s = 0; s < ran; s++) {
-        uint32_t u;
-        memcpy(&u, &stats[s].loss, sizeof u);
-        const char *bad = step_not_finite(&stats[s]);
-        if (!job->quiet || s == ran - 1)
-            printf("step %5lld | loss %.6f (0x%08x) | lr %.4e | grad norm %.6f\n",
-                   (long long)(first + s), (double)stats[s].loss, u, (double)stats[s].lr,
-                   (double)stats[s].grad_norm);
-        if (bad) { /* as the golden run stops (train.c): nothing is written */
-            fflush(stdout);
-            fprintf(stderr, "%s: step %lld: %s is not finite\n", cli_name, (long long)(first + s),
-                    bad);
-            rc = 1;
-        }
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double wall = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    if (rc == 0) {
-        /* the median step (barrier to barrier), and the whole run with set-up */
-        double *ms = malloc((size_t)job->steps * sizeof *ms);
-        for (int s = 0; ms && s < job->steps; s++) ms[s] = 1e3 * stats[s].seconds;
-        if (ms) qsort(ms, (size_t)job->steps, sizeof *ms, cmp_ms);
-        printf("summary: layout %s | %d steps | step median %.1f ms | %.1f ms per step (wall, "
-               "set-up included)\n",
-               desc, job->steps, ms ? ms[job->steps / 2] : 0.0, 1e3 * wall / job->steps);
-        free(ms);
-    }
-    if (rc == 0 && !job->quiet) dp_print_report(&run, stdout);
-    if (rc == 0 && run.n_replica_diffs) { /* the dump holds device 0's copy: say so */
-        const dp_replica_diff_t *d = &run.replica_diffs[0];
-        fprintf(stderr, "%s: the replicas of %s disagree: device %d's element %llu is "
-                        "%.9g, device %d's (dumped) %.9g; %d tensor%s with disagreeing replicas\n", cli_name,
-                d->name, d->device, (unsigned long long)d->flat, (double)d->got, d->taken,
-                (double)d->want, run.n_replica_diffs, run.n_replica_diffs == 1 ? "" : "s");
-        rc = 1;
-    }
+    if (rc == 0) rc = train_steps(job, dump, stats, reports, &save, &run);
+    const double wall = seconds_since(&t0);
+    if (rc == 0) print_summary(desc, stats, o->steps, wall);
+    if (rc == 0 && !o->quiet) dp_print_report(&run, stdout);
+    if (rc == 0 && !replicas_agree(&run)) rc = 1;
+    if (rc == 0) rc = run_output_finish(o, dump, NULL, &save);
     free(run.replica_diffs);
-    if (rc == 0 && job->dump_path && dump_save(dump, job->dump_path, &err)) {
-        fprintf(stderr, "%s: --dump: %s\n", cli_name, err.msg);
-        rc = 2;
-    }
-    if (rc == 0 && job->digest_path && dump_write_digests(dump, job->digest_path, &err)) {
-        fprintf(stderr, "%s: --digest: %s\n", cli_name, err.msg);
-        rc = 2;
-    }
-    if (rc == 0 && job->save_dir && !ckpt_state_finite(&save)) {
-        fprintf(stderr, "%s: --save: the parameters or AdamW's state after step %lld are not "
-                        "finite; not saving\n", cli_name, (long long)save.step - 1);
-        rc = 1;
-    }
-    if (rc == 0 && job->save_dir) {
-        if (ckpt_save(job->save_dir, &save, tile_backend_name(tile_get_backend()), &err)) {
-            fprintf(stderr, "%s: --save: %s\n", cli_name, err.msg);
-            rc = 2;
-        } else if (!job->quiet) {
-            printf("checkpoint: step %lld -> %s\n", (long long)save.step, job->save_dir);
-        }
-    }
     ckpt_state_free(&save);
     dump_free(dump);
     free(stats);
@@ -366,110 +263,127 @@ int layout_train(const layout_job_t *job) {
     return rc;
 }
 
-int layout_check(const layout_job_t *job) {
+/* The golden run of a check: one device, the model's own microbatches,
+ * every step dumped; with --load it starts from the checkpoint. A run
+ * that goes non-finite still runs every step: the checker compares both
+ * runs' bits, and says that they are NaN or inf (*bad: its first such
+ * step, or -1). */
+static int check_golden(const layout_job_t *job, gpt_t *g, dump_t *golden, int64_t *bad,
+                        const char **what, perr_t *err) {
+    if (job->resume) ckpt_state_to_gpt(job->resume, g);
+    if (dump_add_init(golden, g, err)) return -1;
+    *bad = -1;
+    for (int64_t s = job->out.first; s < job->out.first + job->out.steps; s++) {
+        gpt_step_stats_t st;
+        if (run_golden_step(g, job->data, s, golden, &st, err)) return -1;
+        if (*bad < 0 && (*what = step_not_finite(&st))) *bad = s;
+    }
+    return 0;
+}
+
+/* The verdict's table and what went non-finite: 0 bit-exact, else 1. */
+static int check_verdict(const layout_job_t *job, int mismatch, const check_result_t *res,
+                         int64_t golden_bad, const char *golden_what, int64_t layout_bad,
+                         const char *layout_what) {
     const pconfig_t *pc = &job->lo->pc;
-    perr_t err;
-    memest_t mem;
-    if (estimate(job, 1, &mem, &err)) {
-        fprintf(stderr, "parity check: %s\n", err.msg);
-        return 2;
+    char desc[160];
+    pconfig_describe(pc, desc, sizeof desc);
+    if (res->skipped)
+        printf("--compare: %d tensors of the classes left out were not compared\n", res->skipped);
+    printf("%-48s | %7s | %5s | %16s | %s\n", "layout", "devices", "steps", "tensors compared",
+           "bit-exact");
+    printf("%-48s | %7d | %5d | %16d | %s\n", desc, pc->world_size, job->out.steps, res->compared,
+           mismatch ? "NO" : "yes");
+    if (golden_bad >= 0 && layout_bad >= 0) {
+        printf("not finite: both runs, the golden run's %s from step %lld, the layout's %s from "
+               "step %lld%s\n", golden_what, (long long)golden_bad, layout_what,
+               (long long)layout_bad, mismatch ? "" : "; bit-exact, NaN and inf included, but "
+                                                      "not a usable run (exit 1)");
+        fprintf(stderr, "parity check: both runs went non-finite (the golden run's %s at step "
+                        "%lld); parity train stops there\n", golden_what, (long long)golden_bad);
+        return 1;
     }
-    dp_placement_t pl;
-    if (dp_placement_init(&pl, job->cfg, pc, &err)) {
-        fprintf(stderr, "parity check: %s\n", err.msg);
-        return 2;
+    if (golden_bad >= 0 || layout_bad >= 0) {
+        printf("not finite: only the %s run, its %s from step %lld\n",
+               golden_bad >= 0 ? "golden" : "layout", golden_bad >= 0 ? golden_what : layout_what,
+               (long long)(golden_bad >= 0 ? golden_bad : layout_bad));
+        return 1;
     }
+    return mismatch ? 1 : 0;
+}
+
+/* The layout run of a check, every step dumped, and the comparison:
+ * 0 or 1 (check_verdict), 2 after a message when out of memory, or -1
+ * with err set. */
+static int check_layout_run(const layout_job_t *job, const dp_placement_t *pl, dump_t *golden,
+                            dump_t *layout, int64_t golden_bad, const char *golden_what,
+                            perr_t *err) {
+    const run_output_t *o = &job->out;
     dp_run_t run = {0};
     check_layout_t cl = {0};
-    unsigned char *all = malloc((size_t)job->steps);
-    /* --dump / --digest: the layout run's reassembled tensors, written
-     * whether or not they match (a mismatch is when one wants them) */
-    dump_t *golden = new_dump(job->cfg, DUMP_TENSORS),
-           *layout = new_dump(job->cfg, DUMP_TENSORS | DUMP_SOURCES |
-                                            (job->digest_path ? DUMP_DIGESTS : 0u));
-    gpt_t *g = NULL;
-    gpt_step_stats_t *stats = NULL;
+    unsigned char *all = malloc((size_t)o->steps);
+    gpt_step_stats_t *stats = calloc((size_t)o->steps, sizeof *stats);
     int rc = 2;
-    if (!all || !golden || !layout || gpt_new(&g, job->cfg, &err)) {
+    if (!all || !stats) {
         fputs("parity check: out of memory\n", stderr);
         goto out;
     }
-    memset(all, 1, (size_t)job->steps);
-    /* the golden run: one device, the model's own microbatches; with
-     * --load, both runs start from the checkpoint */
-    if (job->resume) ckpt_state_to_gpt(job->resume, g);
-    const int64_t first = job->resume ? job->resume->step : 0;
-    /* a run that goes non-finite still runs every step here: the checker
-     * compares both runs' bits, and says that they are NaN or inf */
-    int64_t golden_bad = -1, layout_bad = -1;
-    const char *golden_what = NULL, *layout_what = NULL;
-    if (dump_add_init(golden, g, &err)) goto fail;
-    for (int64_t s = first; s < first + job->steps; s++) {
-        gpt_observer_t obs = {0};
-        gpt_step_stats_t st;
-        dump_begin_step(golden, s, &obs);
-        gpt_train_step(g, job->data, s, &obs, &st);
-        if (dump_end_step(golden, g, &st, &err)) goto fail;
-        if (golden_bad < 0 && (golden_what = step_not_finite(&st))) golden_bad = s;
-    }
-    layout_job_t lj = *job;
-    lj.want = all;
-    if (!(stats = calloc((size_t)job->steps, sizeof *stats))) {
-        fputs("parity check: out of memory\n", stderr);
+    memset(all, 1, (size_t)o->steps);
+    if (run_dp(job, all, layout, stats, NULL, NULL, 0, &run, err)) {
+        rc = -1;
         goto out;
     }
-    if (run_dp(&lj, layout, stats, NULL, NULL, 0, &run, &err)) goto fail;
-    for (int s = 0; s < job->steps && layout_bad < 0; s++)
-        if ((layout_what = step_not_finite(&stats[s]))) layout_bad = first + s;
+    int64_t layout_bad = -1;
+    const char *layout_what = NULL;
+    for (int s = 0; s < o->steps && layout_bad < 0; s++)
+        if ((layout_what = step_not_finite(&stats[s]))) layout_bad = o->first + s;
     check_owner_t owner;
-    if (check_layout_init(&cl, &pl, &run, layout, job->cfg->micro_batch, &owner)) {
+    if (check_layout_init(&cl, pl, &run, layout, job->cfg->micro_batch, &owner)) {
         fputs("parity check: out of memory\n", stderr);
         goto out;
     }
     check_result_t res;
-    char desc[160];
-    pconfig_describe(pc, desc, sizeof desc);
-    int bad = check_compare_classes(dump_writer(golden), dump_writer(layout), &owner, job->compare,
-                                    stdout, &res);
-    if (res.skipped)
-        printf("--compare: %d tensors of the classes left out were not compared\n", res.skipped);
-    printf("%-48s | %7s | %5s | %16s | %s\n", "layout", "devices", "steps", "tensors compared",
-           "bit-exact");
-    printf("%-48s | %7d | %5d | %16d | %s\n", desc, pc->world_size, job->steps, res.compared,
-           bad ? "NO" : "yes");
-    rc = bad ? 1 : 0;
-    if (golden_bad >= 0 && layout_bad >= 0) {
-        printf("not finite: both runs, the golden run's %s from step %lld, the layout's %s from "
-               "step %lld%s\n", golden_what, (long long)golden_bad, layout_what,
-               (long long)layout_bad, bad ? "" : "; bit-exact, NaN and inf included, but not a "
-                                                  "usable run (exit 1)");
-        fprintf(stderr, "parity check: both runs went non-finite (the golden run's %s at step "
-                        "%lld); parity train stops there\n", golden_what, (long long)golden_bad);
-        rc = 1;
-    } else if (golden_bad >= 0 || layout_bad >= 0) {
-        printf("not finite: only the %s run, its %s from step %lld\n",
-               golden_bad >= 0 ? "golden" : "layout", golden_bad >= 0 ? golden_what : layout_what,
-               (long long)(golden_bad >= 0 ? golden_bad : layout_bad));
-        rc = 1;
-    }
-    if (job->dump_path && dump_save(layout, job->dump_path, &err)) goto fail;
-    if (job->digest_path && dump_write_digests(layout, job->digest_path, &err)) goto fail;
-    if (job->dump_path || job->digest_path)
-        printf("layout dump: %d tensors%s%s%s%s\n", dump_count(layout), job->dump_path ? " -> " : "",
-               job->dump_path ? job->dump_path : "", job->digest_path ? ", digests -> " : "",
-               job->digest_path ? job->digest_path : "");
-    goto out;
-fail:
-    rc = 2;
-    fprintf(stderr, "parity check: %s\n", err.msg);
+    int mismatch = check_compare_classes(dump_writer(golden), dump_writer(layout), &owner,
+                                         job->compare, stdout, &res);
+    rc = check_verdict(job, mismatch, &res, golden_bad, golden_what, layout_bad, layout_what);
 out:
-    gpt_free(g);
-    dump_free(golden);
-    dump_free(layout);
     free(all);
     free(stats);
     check_layout_free(&cl);
     free(run.replica_diffs);
+    return rc;
+}
+
+int layout_check(const layout_job_t *job) {
+    perr_t err;
+    memest_t mem;
+    dp_placement_t pl;
+    if (estimate(job, 1, &mem, &err) || dp_placement_init(&pl, job->cfg, &job->lo->pc, &err)) {
+        fprintf(stderr, "parity check: %s\n", err.msg);
+        return 2;
+    }
+    /* --dump / --digest: the layout run's reassembled tensors, written
+     * whether or not they match (a mismatch is when one wants them) */
+    dump_t *golden = run_output_new_dump(job->cfg, DUMP_TENSORS),
+           *layout = run_output_new_dump(job->cfg, DUMP_TENSORS | DUMP_SOURCES |
+                                                       (job->out.digest_path ? DUMP_DIGESTS : 0u));
+    gpt_t *g = NULL;
+    int rc = 2;
+    int64_t golden_bad = -1;
+    const char *golden_what = NULL;
+    if (!golden || !layout || gpt_new(&g, job->cfg, &err)) {
+        fputs("parity check: out of memory\n", stderr);
+    } else if (check_golden(job, g, golden, &golden_bad, &golden_what, &err) ||
+               (rc = check_layout_run(job, &pl, golden, layout, golden_bad, golden_what, &err)) < 0) {
+        fprintf(stderr, "parity check: %s\n", err.msg);
+        rc = 2;
+    } else if (rc < 2) {
+        int w = run_output_finish(&job->out, layout, "layout dump", NULL);
+        if (w) rc = w;
+    }
+    gpt_free(g);
+    dump_free(golden);
+    dump_free(layout);
     dp_placement_free(&pl);
     return rc;
 }

@@ -11,19 +11,18 @@
 #include "parity/model.h"
 #include "parity/memest.h"
 #include "parity/pconfig.h"
+#include "run_output.h"
 
 enum { LAYOUT_MAX_OPTIM = 32 };
 typedef struct {
     pconfig_t pc;
     coll_algo_t algo;
     size_t arena_bytes;      /* per device; 0 = unlimited */
-    int broken_fp32_sums;    /* --test-broken-fp32-sums: the checker's negative control */
-    int broken_tp_fp32_sums; /* --test-broken-tp-fp32-sums: the same, in tensor parallelism */
-    int broken_tp_vocab_pad; /* --test-broken-tp-vocab-padding: Megatron-LM 1754 */
-    int broken_replica;      /* --test-broken-replica RANK: 1 + RANK, another one; 0 off */
-    int broken_pp_mask_key;  /* --test-broken-pp-mask-key: PyTorch 55036's kind */
-    int broken_pp_tied_grad; /* --test-broken-pp-tied-embedding: no embedding-group reduction */
-    int broken_cp_online_softmax; /* --test-broken-cp-online-softmax: flash-style ring merge */
+    /* --test-broken NAME: a checker negative control (broken.h), or NULL;
+     * its device for replica:R; --test-broken list sets list_broken */
+    const struct broken_variant *broken;
+    int broken_device;
+    int list_broken;
     const char *trace_path;  /* --trace FILE: Chrome trace events of the layout run */
     int step_through;        /* --step-through[=DEVICE]: devices take turns (runtime.h) */
     int step_focus;          /* its DEVICE, -1 without one */
@@ -34,8 +33,8 @@ typedef struct {
 } layout_opts_t;
 
 void layout_opts_defaults(layout_opts_t *lo);
-/* pconfig flags plus --coll-algo, --arena-mb, --test-broken-fp32-sums,
- * --test-broken-replica: 1 consumed (and *i advanced), 0 not a layout
+/* pconfig flags plus --coll-algo, --arena-mb, --trace, --step-through,
+ * --parallel-config, --optim, --test-broken: 1 consumed (and *i advanced), 0 not a layout
  * flag, -1 bad value. */
 int  layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *err);
 /* The help of the flags above (pconfig_print_help's, then these). */
@@ -62,21 +61,10 @@ typedef struct {
     const model_config_t *cfg;
     layout_opts_t *lo;
     const corpus_t *data;
-    int steps;
-    const unsigned char *want; /* [steps] steps to dump */
-    const char *dump_path, *digest_path;
-    int quiet;
+    run_output_t out;                /* the steps, the ones dumped, --dump, --digest, --save */
     const struct ckpt_state *resume; /* --load: start from it (ckpt.h), or NULL */
-    const char *save_dir;            /* --save: checkpoint after the last step, or NULL */
     unsigned compare;                /* check: the classes compared (check.h's CHECK_*) */
 } layout_job_t;
-
-/* What stops a run (the golden one and every layout alike): "loss" or
- * "gradient norm" when that value of the step is not finite, else NULL. */
-const char *step_not_finite(const gpt_step_stats_t *st);
-/* Whether a state's parameters, m and v are all finite: a checkpoint of
- * a run that went non-finite is refused (exit 1, nothing saved). */
-int ckpt_state_finite(const struct ckpt_state *s);
 
 /* Trains the layout, prints the steps, the memory and traffic report,
  * and writes the reassembled dump: an exit status. */

@@ -22,7 +22,9 @@
 #include "parity/check.h"
 #include "parity/ckpt.h"
 #include "parity/corpus.h"
+#include "broken.h"
 #include "layout_cli.h"
+#include "run_output.h"
 #include "parity/dump.h"
 #include "parity/fileio.h"
 #include "parity/memest.h"
@@ -299,28 +301,119 @@ static int flag_given_twice(char **argv, const int *seen, int nseen, const char 
     return 0;
 }
 
-/* `parity train` (check == 0) and `parity check` (check == 1): one
- * option parser, so a layout means the same in both. */
-static int train_main(int argc, char **argv, int check) {
-    const char *model = "gpt-tiny", *backend = NULL, *data_path = NULL, *dump_path = NULL;
-    const char *dump_steps = NULL, *digest_path = NULL, *save_dir = NULL, *load_dir = NULL;
-    const char *compare = NULL;
-    long long steps = check ? 3 : 10;
-    int quiet = 0, print_config = 0, print_layout = 0, layout_given = 0;
-    long long threads = 1;
-    perr_t err;
-    layout_opts_t lo;
-    layout_opts_defaults(&lo);
+/* `parity train` and `parity check` run in three parts: parse (what the
+ * command line says), validate (the model, the layout, the outputs and
+ * the inputs, each refused before anything runs) and run (the golden run
+ * here, a layout in layout_cli.c, both through run_output.h). One option
+ * parser, so a layout means the same in both commands. */
+enum { MAX_CFG_OPTS = 256, MAX_FLAGS = 1024 };
 
-    /* pass 1: the base config and the non-config options; the positions
-     * of config overrides are kept for pass 2 */
-    enum { MAX_CFG_OPTS = 256 };
-    int cfg_at[MAX_CFG_OPTS], n_cfg = 0;
-    enum { MAX_FLAGS = 1024 };
+typedef struct {
+    const char *cmd; /* argv[0]: train or check, for messages */
+    int check;
+    const char *model, *backend, *data_path, *dump_path, *dump_steps, *digest_path;
+    const char *save_dir, *load_dir, *compare;
+    long long steps, threads;
+    int quiet, print_config, print_layout, layout_given;
+    /* pass 1 keeps the positions of the config overrides; pass 2
+     * applies them to the base config --model names, whatever the order */
+    int cfg_at[MAX_CFG_OPTS], n_cfg;
+    layout_opts_t lo;
+} train_args_t;
+
+/* What a validated run starts from; inputs_free releases it. */
+typedef struct {
+    model_config_t cfg;
+    corpus_t data;
+    ckpt_state_t resume;
+    unsigned char *want; /* [steps] steps to dump */
+    unsigned classes;    /* check: --compare's classes */
+} train_inputs_t;
+
+#define ARG(f) offsetof(train_args_t, f)
+static const struct { const char *flag; size_t offset; } path_flags[] = {
+    {"--model", ARG(model)},         {"--config", ARG(model)},       {"--backend", ARG(backend)},
+    {"--data", ARG(data_path)},      {"--dump", ARG(dump_path)},     {"--dump-steps", ARG(dump_steps)},
+    {"--digest", ARG(digest_path)},  {"--save", ARG(save_dir)},      {"--load", ARG(load_dir)},
+    {"--compare", ARG(compare)},
+};
+#undef ARG
+
+/* A flag of train_args_t itself: 1 consumed (i advanced past its value),
+ * 0 not one, -1 refused (after a message). */
+static int parse_own_flag(train_args_t *t, int argc, char **argv, int *i) {
+    const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    perr_t err;
+    if (!strcmp(a, "--quiet")) t->quiet = 1;
+    else if (!strcmp(a, "--print-config")) t->print_config = 1;
+    else if (!strcmp(a, "--print-layout")) t->print_layout = 1;
+    if (!strcmp(a, "--quiet") || !strcmp(a, "--print-config") || !strcmp(a, "--print-layout"))
+        return 1;
+    int k = 0, n = (int)(sizeof path_flags / sizeof path_flags[0]);
+    while (k < n && strcmp(a, path_flags[k].flag)) k++;
+    const int counted = !strcmp(a, "--steps") || !strcmp(a, "--threads");
+    if (k == n && !counted) return 0;
+    if (num_flag_value(a, v, &err)) {
+        fprintf(stderr, "parity %s: %s\n", t->cmd, err.msg);
+        return -1;
+    }
+    *i += 1;
+    if (k < n) *(const char **)((char *)t + path_flags[k].offset) = v;
+    else if (!strcmp(a, "--steps")) return parse_int("--steps", v, 1, 1000000000LL, &t->steps) ? -1 : 1;
+    else return parse_int("--threads", v, 1, POOL_MAX_THREADS, &t->threads) ? -1 : 1;
+    return 1;
+}
+
+/* A layout flag (layout_cli.c) or a model override (cfg_opts, applied
+ * in pass 2): 1 consumed, -1 refused (after a message). */
+static int parse_other_flag(train_args_t *t, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    perr_t err;
+    int j = *i, r = strcmp(a, "--global-batch-size") && strcmp(a, "--micro-batch-size")
+                        ? layout_opts_parse(&t->lo, argc, argv, &j, &err)
+                        : 0;
+    if (r < 0) {
+        fprintf(stderr, "parity %s: %s\n", t->cmd, err.msg);
+        return -1;
+    }
+    if (r == 1) {
+        t->layout_given = 1;
+        *i = j - 1;
+        return 1;
+    }
+    const cfg_opt_t *o = NULL;
+    for (size_t k = 0; k < sizeof cfg_opts / sizeof cfg_opts[0]; k++)
+        if (!strcmp(a, cfg_opts[k].flag)) o = &cfg_opts[k];
+    if (!o) {
+        fprintf(stderr, "%s: unknown option '%s' (see %s --help)\n", cli_name, a, cli_name);
+        return -1;
+    }
+    if (o->kind != OPT_TRUE && num_flag_value(a, *i + 1 < argc ? argv[*i + 1] : NULL, &err)) {
+        fprintf(stderr, "parity %s: %s\n", t->cmd, err.msg);
+        return -1;
+    }
+    if (t->n_cfg == MAX_CFG_OPTS) {
+        fprintf(stderr, "%s: more than %d config options\n", cli_name, MAX_CFG_OPTS);
+        return -1;
+    }
+    t->cfg_at[t->n_cfg++] = *i;
+    if (o->kind != OPT_TRUE) *i += 1;
+    return 1;
+}
+
+/* Pass 1 over the command line: -1 to go on, else the exit status
+ * (--help and --test-broken list answer and exit 0). */
+static int parse_args(train_args_t *t, int argc, char **argv, int check) {
+    memset(t, 0, sizeof *t);
+    t->cmd = argv[0];
+    t->check = check;
+    t->model = "gpt-tiny";
+    t->steps = check ? 3 : 10;
+    t->threads = 1;
+    layout_opts_defaults(&t->lo);
     int seen[MAX_FLAGS], nseen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int has_val = i + 1 < argc;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -331,406 +424,374 @@ static int train_main(int argc, char **argv, int check) {
             return 2;
         }
         seen[nseen++] = i;
-#define VAL(var)                                                                       \
-    do {                                                                               \
-        if (num_flag_value(a, has_val ? argv[i + 1] : NULL, &err)) {                   \
-            fprintf(stderr, "parity %s: %s\n", argv[0], err.msg);                       \
-            return 2;                                                                  \
-        }                                                                              \
-        var = argv[++i];                                                               \
-    } while (0)
-        if (!strcmp(a, "--model") || !strcmp(a, "--config")) VAL(model);
-        else if (!strcmp(a, "--backend")) VAL(backend);
-        else if (!strcmp(a, "--data")) VAL(data_path);
-        else if (!strcmp(a, "--dump")) VAL(dump_path);
-        else if (!strcmp(a, "--dump-steps")) VAL(dump_steps);
-        else if (!strcmp(a, "--digest")) VAL(digest_path);
-        else if (!strcmp(a, "--save")) VAL(save_dir);
-        else if (!strcmp(a, "--load")) VAL(load_dir);
-        else if (!strcmp(a, "--compare")) VAL(compare);
-        else if (!strcmp(a, "--steps")) {
-            const char *v;
-            VAL(v);
-            if (parse_int("--steps", v, 1, 1000000000LL, &steps)) return 2;
-        } else if (!strcmp(a, "--threads")) {
-            const char *v;
-            VAL(v);
-            if (parse_int("--threads", v, 1, POOL_MAX_THREADS, &threads)) return 2;
-        } else if (!strcmp(a, "--quiet")) quiet = 1;
-        else if (!strcmp(a, "--print-config")) print_config = 1;
-        else if (!strcmp(a, "--print-layout")) print_layout = 1;
-        else {
-            int j = i, r = strcmp(a, "--global-batch-size") && strcmp(a, "--micro-batch-size")
-                               ? layout_opts_parse(&lo, argc, argv, &j, &err)
-                               : 0;
-            if (r < 0) {
-                fprintf(stderr, "parity %s: %s\n", argv[0], err.msg);
-                return 2;
-            }
-            if (r == 1) {
-                layout_given = 1;
-                i = j - 1;
-                continue;
-            }
-            const cfg_opt_t *o = NULL;
-            for (size_t k = 0; k < sizeof cfg_opts / sizeof cfg_opts[0]; k++)
-                if (!strcmp(a, cfg_opts[k].flag)) o = &cfg_opts[k];
-            if (!o) {
-                fprintf(stderr, "%s: unknown option '%s' (see %s --help)\n", cli_name, a, cli_name);
-                return 2;
-            }
-            if (o->kind != OPT_TRUE && num_flag_value(a, has_val ? argv[i + 1] : NULL, &err)) {
-                fprintf(stderr, "parity %s: %s\n", argv[0], err.msg);
-                return 2;
-            }
-            if (n_cfg == MAX_CFG_OPTS) {
-                fprintf(stderr, "%s: more than %d config options\n", cli_name, MAX_CFG_OPTS);
-                return 2;
-            }
-            cfg_at[n_cfg++] = i;
-            if (o->kind != OPT_TRUE) i++;
+        int r = parse_own_flag(t, argc, argv, &i);
+        if (r == 0) r = parse_other_flag(t, argc, argv, &i);
+        if (r < 0) return 2;
+        if (t->lo.list_broken) {
+            broken_print(stdout);
+            return 0;
         }
-#undef VAL
     }
     /* the backend's name before anything else, --print-layout and
      * --print-config included: a flag is used or refused */
-    if (backend && strcmp(backend, "portable") && strcmp(backend, "openblas")) {
+    if (t->backend && strcmp(t->backend, "portable") && strcmp(t->backend, "openblas")) {
         fprintf(stderr, "%s: --backend: expected openblas or portable, got '%s'\n", cli_name,
-                backend);
+                t->backend);
         return 2;
     }
-    /* --backend goes through PARITY_BACKEND, so that tile_init does not
-     * refuse a portable run on a machine whose OpenBLAS fails its
-     * start-up checks; then the environment, as the flags, before
-     * anything runs */
-    if (backend) setenv("PARITY_BACKEND", backend, 1);
-    if (cli_env_check()) return 2;
+    return -1;
+}
 
-    model_config_t cfg;
-    if (model_config_builtin(model, &cfg, &err)) {
-        /* not a built-in: a config file, starting from empty shape fields */
-        const char *ext = strrchr(model, '.');
-        if (access(model, F_OK) && !(ext && !strcmp(ext, ".json"))) {
-            fprintf(stderr, "%s: --model: %s\n", cli_name, err.msg);
-            return 2;
-        }
-        model_config_builtin("gpt-tiny", &cfg, NULL);
-        model_config_t empty = cfg;
-        empty.vocab = empty.seq_length = empty.hidden = empty.heads = empty.layers = 0;
-        empty.ffn = empty.tile_tokens = empty.tile_features = empty.tile_ffn = 0;
-        empty.global_batch = empty.micro_batch = 0;
-        const char *base = strrchr(model, '/');
-        snprintf(empty.name, sizeof empty.name, "%s", base ? base + 1 : model);
-        char *dot = strrchr(empty.name, '.');
-        if (dot && !strcmp(dot, ".json")) *dot = 0;
-        cfg = empty;
-        if (model_config_load(model, &cfg, &err)) {
-            fprintf(stderr, "%s: %s\n", cli_name, err.msg);
-            return 2;
-        }
+/* --model: a built-in, else a config file, starting from empty shape
+ * fields (a file must give them). 0, or -1 after a message. */
+static int base_config(const char *model, model_config_t *cfg) {
+    perr_t err;
+    if (!model_config_builtin(model, cfg, &err)) return 0;
+    const char *ext = strrchr(model, '.');
+    if (access(model, F_OK) && !(ext && !strcmp(ext, ".json"))) {
+        fprintf(stderr, "%s: --model: %s\n", cli_name, err.msg);
+        return -1;
     }
-    /* pass 2: overrides */
+    model_config_builtin("gpt-tiny", cfg, NULL);
+    model_config_t empty = *cfg;
+    empty.vocab = empty.seq_length = empty.hidden = empty.heads = empty.layers = 0;
+    empty.ffn = empty.tile_tokens = empty.tile_features = empty.tile_ffn = 0;
+    empty.global_batch = empty.micro_batch = 0;
+    const char *base = strrchr(model, '/');
+    snprintf(empty.name, sizeof empty.name, "%s", base ? base + 1 : model);
+    char *dot = strrchr(empty.name, '.');
+    if (dot && !strcmp(dot, ".json")) *dot = 0;
+    *cfg = empty;
+    if (model_config_load(model, cfg, &err)) {
+        fprintf(stderr, "%s: %s\n", cli_name, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* The model: --model, then pass 2, the overrides, then validation; a
+ * --micro-batch-size is the layout's too (Megatron's arithmetic). */
+static int model_config(train_args_t *t, char **argv, model_config_t *cfg) {
+    perr_t err;
+    if (base_config(t->model, cfg)) return -1;
     int micro_given = 0;
-    for (int j = 0; j < n_cfg; j++) {
-        int i = cfg_at[j];
+    for (int j = 0; j < t->n_cfg; j++) {
+        int i = t->cfg_at[j];
         for (size_t k = 0; k < sizeof cfg_opts / sizeof cfg_opts[0]; k++)
             if (!strcmp(argv[i], cfg_opts[k].flag)) {
                 const char *val = cfg_opts[k].kind == OPT_TRUE ? NULL : argv[i + 1];
-                if (apply_cfg_opt(&cfg, &cfg_opts[k], val)) return 2;
+                if (apply_cfg_opt(cfg, &cfg_opts[k], val)) return -1;
                 if (cfg_opts[k].offset == offsetof(model_config_t, micro_batch)) micro_given = 1;
             }
     }
     /* A global batch the built-in's micro batch does not fit: one microbatch
      * (the golden schedule's; a layout's come from --accum-degree). */
-    if (!micro_given && cfg.global_batch > 0 &&
-        (cfg.micro_batch > cfg.global_batch || cfg.global_batch % cfg.micro_batch))
-        cfg.micro_batch = cfg.global_batch;
-    if (model_config_validate(&cfg, &err)) {
+    if (!micro_given && cfg->global_batch > 0 &&
+        (cfg->micro_batch > cfg->global_batch || cfg->global_batch % cfg->micro_batch))
+        cfg->micro_batch = cfg->global_batch;
+    if (model_config_validate(cfg, &err)) {
         fprintf(stderr, "%s: invalid config: %s\n", cli_name, err.msg);
-        return 2;
+        return -1;
     }
-    /* the layout divides the model's batch: Megatron's arithmetic */
     if (micro_given) {
-        lo.pc.micro_batch = cfg.micro_batch;
-        lo.pc.given |= PC_GIVEN_MICRO;
+        t->lo.pc.micro_batch = cfg->micro_batch;
+        t->lo.pc.given |= PC_GIVEN_MICRO;
     }
+    return 0;
+}
+
+/* The layout against the model, and the negative control against the
+ * layout (broken.h). 0, or -1 after a message. */
+static int validate_layout(train_args_t *t, const model_config_t *cfg) {
+    perr_t err;
     /* a front end's own errors name its keys; later ones name the flags,
      * so they carry the glossary of the file's keys */
-    if (layout_opts_resolve(&lo, &err)) {
-        fprintf(stderr, "parity %s: invalid layout: %s\n", argv[0], err.msg);
-        return 2;
+    if (layout_opts_resolve(&t->lo, &err)) {
+        fprintf(stderr, "parity %s: invalid layout: %s\n", t->cmd, err.msg);
+        return -1;
     }
-    if (pconfig_validate(&lo.pc, cfg.global_batch, &err) || layout_opts_check(&lo, &cfg, &err)) {
+    if (pconfig_validate(&t->lo.pc, cfg->global_batch, &err) || layout_opts_check(&t->lo, cfg, &err)) {
         char origin[512];
-        fprintf(stderr, "parity %s: invalid layout%s: %s\n", argv[0],
-                layout_opts_origin(&lo, origin, sizeof origin), err.msg);
-        return 2;
+        fprintf(stderr, "parity %s: invalid layout%s: %s\n", t->cmd,
+                layout_opts_origin(&t->lo, origin, sizeof origin), err.msg);
+        return -1;
     }
-    if (!check && lo.broken_replica && !dump_path && !digest_path) {
-        fprintf(stderr, "parity train: --test-broken-replica: a flipped replica shows only in what "
-                        "is compared; give --dump or --digest (or use parity check)\n");
-        return 2;
+    if (!t->check && t->lo.broken && t->lo.broken->compared_only && !t->dump_path &&
+        !t->digest_path) {
+        char name[64];
+        fprintf(stderr, "parity train: --test-broken %s: a flipped replica shows only in what is "
+                        "compared; give --dump or --digest (or use parity check)\n",
+                broken_spelling(t->lo.broken, t->lo.broken_device, name, sizeof name));
+        return -1;
     }
-    if (print_layout) {
-        if (print_config || dump_path || digest_path || dump_steps || save_dir || load_dir ||
-            lo.trace_path || lo.step_through) {
+    return 0;
+}
+
+/* --print-layout and --print-config: -1 to go on (neither given), else
+ * the exit status. Each refuses the flags that would run something. */
+static int print_only(const train_args_t *t, const model_config_t *cfg) {
+    perr_t err;
+    const int runs = t->dump_path || t->digest_path || t->dump_steps || t->save_dir ||
+                     t->load_dir || t->lo.step_through;
+    if (t->print_layout) {
+        if (t->print_config || runs || t->lo.trace_path) {
             fprintf(stderr, "parity %s: --print-layout prints the layout and exits; it runs "
                             "nothing to print a config of, dump, trace, step through, load or save%s\n",
-                    argv[0], lo.trace_path ? " (--trace writes no file)" : "");
+                    t->cmd, t->lo.trace_path ? " (--trace writes no file)" : "");
             return 2;
         }
         memest_t mem;
-        if (memest_layout(&cfg, layout_given ? &lo.pc : NULL, &mem, &err) ||
-            layout_print(&cfg, &lo.pc, &mem, stdout, &err)) {
-            layout_opts_blame(&lo, &err);
-            fprintf(stderr, "parity %s: %s\n", argv[0], err.msg);
+        if (memest_layout(cfg, t->layout_given ? &t->lo.pc : NULL, &mem, &err) ||
+            layout_print(cfg, &t->lo.pc, &mem, stdout, &err)) {
+            layout_opts_blame(&t->lo, &err);
+            fprintf(stderr, "parity %s: %s\n", t->cmd, err.msg);
             return 2;
         }
         return 0;
     }
-    if (print_config && (dump_path || digest_path || dump_steps || save_dir || load_dir ||
-                         lo.step_through)) {
+    if (!t->print_config) return -1;
+    if (runs) {
         fprintf(stderr, "parity %s: --print-config prints the resolved config and exits; it runs "
                         "nothing to --dump, --digest, --load, --save or --step-through\n",
-                argv[0]);
+                t->cmd);
         return 2;
     }
-    if (print_config) {
-        char *j = model_config_json(&cfg);
-        printf("%s\n", j ? j : "");
-        free(j);
-        return 0;
-    }
+    char *j = model_config_json(cfg);
+    printf("%s\n", j ? j : "");
+    free(j);
+    return 0;
+}
 
-    /* --step-through: every run of this command, the golden one too */
-    if (lo.step_through && devices_set_step_through(1, lo.step_focus, &err)) {
-        fprintf(stderr, "parity %s: %s\n", argv[0], err.msg);
-        return 2;
-    }
-    /* output files: fail now, not after the training run, and create
-     * nothing until the run has succeeded (fileio.h) */
-    if (check_outputs(lo.trace_path, dump_path, digest_path, dump_steps, save_dir, check))
-        return 2;
+static void inputs_free(train_inputs_t *in) {
+    free(in->want);
+    ckpt_state_free(&in->resume);
+    corpus_free(&in->data);
+}
 
-    /* data */
+/* The training text, checked against the model. */
+static int load_data(const train_args_t *t, train_inputs_t *in) {
+    perr_t err;
     char default_data[4200];
-    if (!data_path) {
+    const char *path = t->data_path;
+    if (!path) {
         if (corpus_default_path(default_data, sizeof default_data, &err)) {
             fprintf(stderr, "%s: %s\n", cli_name, err.msg);
-            return 2;
+            return -1;
         }
-        data_path = default_data;
+        path = default_data;
     }
-    corpus_t data;
-    if (corpus_load(&data, data_path, &err) ||
-        corpus_check(&data, cfg.vocab, cfg.seq_length, &err)) {
+    if (corpus_load(&in->data, path, &err) ||
+        corpus_check(&in->data, in->cfg.vocab, in->cfg.seq_length, &err) || tile_init(&err)) {
         fprintf(stderr, "%s: %s\n", cli_name, err.msg);
-        corpus_free(&data);
-        return 2;
+        return -1;
     }
+    return 0;
+}
 
-    if (tile_init(&err)) {
-        fprintf(stderr, "%s: %s\n", cli_name, err.msg);
-        corpus_free(&data);
-        return 2;
-    }
-
-    /* --load: the state to start from, and the step it starts at */
-    ckpt_state_t resume = {0};
-    if (load_dir) {
+/* --load: the state to start from, and the step it starts at; --save
+ * must be able to hold the step the run ends at. */
+static int load_resume(const train_args_t *t, train_inputs_t *in) {
+    perr_t err;
+    if (t->load_dir) {
         char *saved_backend = NULL;
-        if (ckpt_load(load_dir, &cfg, &resume, &saved_backend, &err)) {
-            fprintf(stderr, "parity %s: %s\n", argv[0], err.msg);
-            corpus_free(&data);
-            return 2;
+        if (ckpt_load(t->load_dir, &in->cfg, &in->resume, &saved_backend, &err)) {
+            fprintf(stderr, "parity %s: %s\n", t->cmd, err.msg);
+            return -1;
         }
         const char *mine = tile_backend_name(tile_get_backend());
         if (saved_backend && strcmp(saved_backend, mine))
             fprintf(stderr, "parity %s: note: the checkpoint was computed with the %s backend; "
                             "this run continues it with %s's bits\n",
-                    argv[0], saved_backend, mine);
+                    t->cmd, saved_backend, mine);
         free(saved_backend);
     }
-    const long long first = resume.step;
-    if (save_dir && first + steps > CKPT_MAX_STEP) { /* refused now, not after the run */
+    const long long end = in->resume.step + t->steps;
+    if (t->save_dir && end > CKPT_MAX_STEP) { /* refused now, not after the run */
         fprintf(stderr, "parity %s: --save: the run would end at step %lld, beyond the %lld a "
-                        "checkpoint holds (ckpt.h)\n", argv[0], first + steps, (long long)CKPT_MAX_STEP);
-        ckpt_state_free(&resume);
-        corpus_free(&data);
-        return 2;
+                        "checkpoint holds (ckpt.h)\n", t->cmd, end, (long long)CKPT_MAX_STEP);
+        return -1;
     }
+    return 0;
+}
 
-    unsigned char *want = calloc((size_t)steps, 1);
-    if (!want) {
+/* The steps to dump, --threads and --compare. */
+static int run_options(const train_args_t *t, train_inputs_t *in) {
+    perr_t err;
+    if (!(in->want = calloc((size_t)t->steps, 1))) {
         fprintf(stderr, "%s: out of memory\n", cli_name);
-        ckpt_state_free(&resume);
-        corpus_free(&data);
-        return 2;
+        return -1;
     }
-    if (dump_steps) {
-        if (parse_steps_list(dump_steps, first, (int)steps, want)) {
-            free(want);
-            ckpt_state_free(&resume);
-            corpus_free(&data);
-            return 2;
-        }
+    if (t->dump_steps) {
+        if (parse_steps_list(t->dump_steps, in->resume.step, (int)t->steps, in->want)) return -1;
     } else {
-        for (long long s = 0; s < (steps <= 3 ? steps : 1); s++) want[s] = 1;
+        for (long long s = 0; s < (t->steps <= 3 ? t->steps : 1); s++) in->want[s] = 1;
     }
-
-    if (threads > 1 && (check || layout_given)) {
+    if (t->threads > 1 && (t->check || t->layout_given)) {
         fprintf(stderr, "parity %s: --threads %lld: compute threads are for the one-device golden "
                         "run (parity train without layout options); a layout runs one thread per "
-                        "device\n", argv[0], threads);
-        free(want);
-        corpus_free(&data);
-        return 2;
+                        "device\n", t->cmd, t->threads);
+        return -1;
     }
-    if (threads > 1 && pool_set_threads((int)threads, &err)) {
-        fprintf(stderr, "parity %s: --threads: %s\n", argv[0], err.msg);
-        free(want);
-        corpus_free(&data);
-        return 2;
+    if (t->threads > 1 && pool_set_threads((int)t->threads, &err)) {
+        fprintf(stderr, "parity %s: --threads: %s\n", t->cmd, err.msg);
+        return -1;
     }
-
-    unsigned classes = CHECK_ALL;
-    if (compare && (!check || check_parse_classes(compare, &classes, &err))) {
+    in->classes = CHECK_ALL;
+    if (t->compare && (!t->check || check_parse_classes(t->compare, &in->classes, &err))) {
         fprintf(stderr, "%s: %s\n", cli_name,
-                check ? err.msg : "--compare: only parity check compares tensors");
-        free(want);
-        ckpt_state_free(&resume);
-        corpus_free(&data);
-        return 2;
+                t->check ? err.msg : "--compare: only parity check compares tensors");
+        return -1;
     }
-    if (check || layout_given) {
-        layout_job_t job = {&cfg, &lo, &data, (int)steps, want, dump_path, digest_path, quiet,
-                            load_dir ? &resume : NULL, save_dir, classes};
-        int code = check ? layout_check(&job) : layout_train(&job);
-        free(want);
-        ckpt_state_free(&resume);
-        corpus_free(&data);
-        return code;
-    }
-    /* the golden run's memory, before any of it is taken (memest.h) */
-    memest_t mem;
-    int dumped = 0;
-    for (long long s = 0; s < steps; s++) dumped += want[s] != 0;
-    int mem_bad = memest_layout(&cfg, NULL, &mem, &err);
-    if (!mem_bad && (dump_path || digest_path))
-        memest_add_dump(&mem, &cfg, (dump_path ? DUMP_TENSORS : 0u) | (digest_path ? DUMP_DIGESTS : 0u),
-                        dumped);
-    if (!mem_bad) mem.host_shared += ckpt_host_bytes(&cfg, load_dir != NULL, save_dir != NULL);
-    gpt_t *g = NULL;
-    if (mem_bad || memest_check(&mem, 0, &err) || gpt_new(&g, &cfg, &err)) {
-        fprintf(stderr, "%s: %s\n", cli_name, err.msg);
-        free(want);
-        ckpt_state_free(&resume);
-        corpus_free(&data);
-        return 2;
-    }
-    if (!quiet) memest_print(&mem, stdout);
-    if (load_dir) ckpt_state_to_gpt(&resume, g); /* the golden table is the checkpoint's */
-    ckpt_state_free(&resume);
-    dump_t *dump = NULL;
-    int rc = 0;
-    if (dump_path || digest_path) {
-        dump = dump_new(g, (dump_path ? DUMP_TENSORS : 0u) | (digest_path ? DUMP_DIGESTS : 0u));
-        if (!dump || dump_set_metadata(dump, "backend", tile_backend_name(tile_get_backend()), &err) ||
-            dump_add_init(dump, g, &err)) {
-            fprintf(stderr, "%s: dump: %s\n", cli_name, dump ? err.msg : "out of memory");
-            rc = 2;
-            goto done;
-        }
-    }
+    return 0;
+}
 
-    if (!quiet)
-        printf("parity train: model %s (%zu parameters, %d layers, hidden %d, heads %d, "
-               "seq %d, batch %d x %d tokens, microbatch %d), backend %s%s\n",
-               cfg.name, g->table.total, cfg.layers, cfg.hidden, cfg.heads, cfg.seq_length,
-               cfg.global_batch, cfg.seq_length, cfg.micro_batch,
-               tile_backend_name(tile_get_backend()),
-               accum_plain_sums() ? ", PLAIN fp32 SUMS (diagnostic build, not golden)" : "");
-    double *ms = calloc((size_t)steps, sizeof(double)), *cpu = calloc((size_t)steps, sizeof(double));
+/* Everything a run reads, after its outputs are known to be writable:
+ * 0, or -1 after a message (inputs_free releases what was taken). */
+static int prepare_inputs(const train_args_t *t, train_inputs_t *in) {
+    perr_t err;
+    /* --step-through: every run of this command, the golden one too */
+    if (t->lo.step_through && devices_set_step_through(1, t->lo.step_focus, &err)) {
+        fprintf(stderr, "parity %s: %s\n", t->cmd, err.msg);
+        return -1;
+    }
+    /* output files: fail now, not after the training run, and create
+     * nothing until the run has succeeded (fileio.h) */
+    if (check_outputs(t->lo.trace_path, t->dump_path, t->digest_path, t->dump_steps, t->save_dir,
+                      t->check))
+        return -1;
+    if (load_data(t, in) || load_resume(t, in) || run_options(t, in)) return -1;
+    return 0;
+}
+
+/* The golden run's memory, before any of it is taken (memest.h), then
+ * the model: NULL after a message. */
+static gpt_t *golden_model(const run_output_t *o, const model_config_t *cfg, int load) {
+    perr_t err;
+    memest_t mem;
+    gpt_t *g = NULL;
+    int bad = memest_layout(cfg, NULL, &mem, &err);
+    if (!bad) run_output_memest(o, cfg, load, &mem);
+    if (bad || memest_check(&mem, 0, &err) || gpt_new(&g, cfg, &err)) {
+        fprintf(stderr, "%s: %s\n", cli_name, err.msg);
+        return NULL;
+    }
+    if (!o->quiet) memest_print(&mem, stdout);
+    return g;
+}
+
+/* The golden run's dump: its backend named, the initial parameters in. */
+static int golden_dump(const run_output_t *o, gpt_t *g, dump_t **out) {
+    perr_t err;
+    const unsigned what = run_output_dump_what(o);
+    if (!what) return 0;
+    dump_t *dump = *out = dump_new(g, what);
+    if (!dump || dump_set_metadata(dump, "backend", tile_backend_name(tile_get_backend()), &err) ||
+        dump_add_init(dump, g, &err)) {
+        fprintf(stderr, "%s: dump: %s\n", cli_name, dump ? err.msg : "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* The summary line: the losses, and the median step in wall and CPU time. */
+static void golden_summary(const model_config_t *cfg, int quiet, double *ms, double *cpu,
+                           long long steps, float first_loss, float last_loss) {
+    double total = 0;
+    for (long long s = 0; s < steps; s++) total += ms[s];
+    qsort(ms, (size_t)steps, sizeof(double), cmp_double);
+    qsort(cpu, (size_t)steps, sizeof(double), cmp_double);
+    printf("summary: model %s | backend %s | %lld steps | loss %.6f -> %.6f (0x%08x) | "
+           "step median %.1f ms, min %.1f ms, cpu median %.1f ms, total %.2f s\n",
+           cfg->name, tile_backend_name(tile_get_backend()), steps, (double)first_loss,
+           (double)last_loss, bits(last_loss), ms[steps / 2], ms[0], cpu[steps / 2], total * 1e-3);
+    if (quiet || tile_get_backend() != TILE_BACKEND_OPENBLAS) return;
+    int wide, narrow, pair, folded;
+    tile_wide_counts(&wide, &narrow);
+    tile_pair_counts(&pair, &folded);
+    printf("tile blocks: %d shapes checked as one OpenBLAS call each, %d run tile by tile; %d "
+           "two-K-tile shapes summed by two calls, %d folded (tile.h: tile_gemm_tiles, "
+           "tile_gemm_tiles_pair)\n", wide, narrow, pair, folded);
+}
+
+/* The golden run's steps through the one step path, timed: 0, 1 (a
+ * non-finite step stops the run) or 2. */
+static int golden_steps(const run_output_t *o, const model_config_t *cfg, gpt_t *g,
+                        const corpus_t *data, dump_t *dump) {
+    perr_t err;
+    double *ms = calloc((size_t)o->steps, sizeof(double)), *cpu = calloc((size_t)o->steps, sizeof(double));
     float first_loss = 0, last_loss = 0;
-    for (long long s = 0; s < steps; s++) {
-        const long long gs = first + s; /* the global step: data, masks, lr, names */
-        gpt_observer_t obs = {0};
-        int dumped = dump && want[s];
-        if (dumped) dump_begin_step(dump, gs, &obs);
+    int rc = 0;
+    for (int s = 0; s < o->steps && !rc; s++) {
         gpt_step_stats_t st;
         double t0 = now_ms(), c0 = cpu_ms();
-        gpt_train_step(g, &data, gs, dumped ? &obs : NULL, &st);
-        double dt = now_ms() - t0;
-        if (ms && cpu) ms[s] = dt, cpu[s] = cpu_ms() - c0;
-        if (dumped && dump_end_step(dump, g, &st, &err)) {
+        if (run_golden_step(g, data, o->first + s, dump && o->want[s] ? dump : NULL, &st, &err)) {
             fprintf(stderr, "%s: dump: %s\n", cli_name, err.msg);
             rc = 2;
             break;
         }
+        double dt = now_ms() - t0;
+        if (ms && cpu) ms[s] = dt, cpu[s] = cpu_ms() - c0;
         if (s == 0) first_loss = st.loss;
         last_loss = st.loss;
-        if (!quiet)
-            printf("step %5lld | loss %.6f (0x%08x) | lr %.4e | grad norm %.6f | %8.1f ms\n", gs,
-                   (double)st.loss, bits(st.loss), (double)st.lr, (double)st.grad_norm, dt);
-        fflush(stdout);
-        const char *bad = step_not_finite(&st);
-        if (bad) { /* every layout stops here too (layout_cli.c) */
-            fprintf(stderr, "%s: step %lld: %s is not finite\n", cli_name, gs, bad);
-            rc = 1;
-            break;
-        }
+        rc = run_output_step(o, s, &st, dt, !o->quiet);
     }
-    if (rc == 0 && ms && cpu) {
-        double total = 0;
-        for (long long s = 0; s < steps; s++) total += ms[s];
-        qsort(ms, (size_t)steps, sizeof(double), cmp_double);
-        qsort(cpu, (size_t)steps, sizeof(double), cmp_double);
-        printf("summary: model %s | backend %s | %lld steps | loss %.6f -> %.6f (0x%08x) | "
-               "step median %.1f ms, min %.1f ms, cpu median %.1f ms, total %.2f s\n",
-               cfg.name, tile_backend_name(tile_get_backend()), steps, (double)first_loss,
-               (double)last_loss, bits(last_loss), ms[steps / 2], ms[0], cpu[steps / 2],
-               total * 1e-3);
-        if (!quiet && tile_get_backend() == TILE_BACKEND_OPENBLAS) {
-            int wide, narrow, pair, folded;
-            tile_wide_counts(&wide, &narrow);
-            tile_pair_counts(&pair, &folded);
-            printf("tile blocks: %d shapes checked as one OpenBLAS call each, %d run tile by "
-                   "tile; %d two-K-tile shapes summed by two calls, %d folded (tile.h: "
-                   "tile_gemm_tiles, tile_gemm_tiles_pair)\n", wide, narrow, pair, folded);
-        }
-    }
+    if (rc == 0 && ms && cpu) golden_summary(cfg, o->quiet, ms, cpu, o->steps, first_loss, last_loss);
     free(ms);
     free(cpu);
-    if (rc == 0 && dump_path && dump_save(dump, dump_path, &err)) {
-        fprintf(stderr, "%s: --dump: %s\n", cli_name, err.msg);
-        rc = 2;
-    }
-    if (rc == 0 && digest_path && dump_write_digests(dump, digest_path, &err)) {
-        fprintf(stderr, "%s: --digest: %s\n", cli_name, err.msg);
-        rc = 2;
-    }
-    if (rc == 0 && !quiet && dump)
-        printf("dump: %d tensors%s%s%s%s\n", dump_count(dump), dump_path ? " -> " : "",
-               dump_path ? dump_path : "", digest_path ? ", digests -> " : "",
-               digest_path ? digest_path : "");
-    if (rc == 0 && save_dir) {
-        const ckpt_state_t now = ckpt_state_view_gpt(g, first + steps);
-        if (!ckpt_state_finite(&now)) {
-            fprintf(stderr, "%s: --save: the parameters or AdamW's state after step %lld are not "
-                            "finite; not saving\n", cli_name, first + steps - 1);
-            rc = 1;
-        } else if (ckpt_save(save_dir, &now, tile_backend_name(tile_get_backend()), &err)) {
-            fprintf(stderr, "%s: --save: %s\n", cli_name, err.msg);
-            rc = 2;
-        } else if (!quiet) {
-            printf("checkpoint: step %lld -> %s\n", first + steps, save_dir);
-        }
-    }
-done:
+    return rc;
+}
+
+/* `parity train` without layout flags: the one-device golden run. */
+static int run_golden(const run_output_t *o, train_inputs_t *in, int load) {
+    const model_config_t *cfg = &in->cfg;
+    gpt_t *g = golden_model(o, cfg, load);
+    if (!g) return 2;
+    if (load) ckpt_state_to_gpt(&in->resume, g); /* the golden table is the checkpoint's */
+    ckpt_state_free(&in->resume);
+    dump_t *dump = NULL;
+    int rc = golden_dump(o, g, &dump) ? 2 : 0;
+    if (rc == 0 && !o->quiet)
+        printf("parity train: model %s (%zu parameters, %d layers, hidden %d, heads %d, "
+               "seq %d, batch %d x %d tokens, microbatch %d), backend %s%s\n",
+               cfg->name, g->table.total, cfg->layers, cfg->hidden, cfg->heads, cfg->seq_length,
+               cfg->global_batch, cfg->seq_length, cfg->micro_batch,
+               tile_backend_name(tile_get_backend()),
+               accum_plain_sums() ? ", PLAIN fp32 SUMS (diagnostic build, not golden)" : "");
+    if (rc == 0) rc = golden_steps(o, cfg, g, &in->data, dump);
+    const ckpt_state_t now = ckpt_state_view_gpt(g, o->first + o->steps);
+    if (rc == 0) rc = run_output_finish(o, dump, o->quiet ? NULL : "dump", &now);
     dump_free(dump);
     gpt_free(g);
-    free(want);
-    corpus_free(&data);
+    return rc;
+}
+
+static int train_main(int argc, char **argv, int check) {
+    train_args_t t;
+    int rc = parse_args(&t, argc, argv, check);
+    if (rc >= 0) return rc;
+    /* --backend goes through PARITY_BACKEND, so that tile_init does not
+     * refuse a portable run on a machine whose OpenBLAS fails its
+     * start-up checks; then the environment, as the flags, before
+     * anything runs */
+    if (t.backend) setenv("PARITY_BACKEND", t.backend, 1);
+    if (cli_env_check()) return 2;
+    train_inputs_t in = {0};
+    if (model_config(&t, argv, &in.cfg) || validate_layout(&t, &in.cfg)) return 2;
+    if ((rc = print_only(&t, &in.cfg)) >= 0) return rc;
+    if (prepare_inputs(&t, &in)) {
+        inputs_free(&in);
+        return 2;
+    }
+    const int load = t.load_dir != NULL;
+    const run_output_t out = {t.dump_path, t.digest_path, t.save_dir, in.want, (int)t.steps,
+                              in.resume.step, t.quiet};
+    if (check || t.layout_given) {
+        layout_job_t job = {&in.cfg, &t.lo, &in.data, out, load ? &in.resume : NULL, in.classes};
+        rc = check ? layout_check(&job) : layout_train(&job);
+    } else {
+        rc = run_golden(&out, &in, load);
+    }
+    inputs_free(&in);
     return rc;
 }
 

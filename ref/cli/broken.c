@@ -1,0 +1,197 @@
+/* broken.c - the checker's negative controls (broken.h), one table.
+ *
+ * An entry's `needs` refuses a layout on which the bug cannot fire: a
+ * negative control that runs and reports "bit-exact yes" would prove
+ * nothing, and `parity check` refuses it before its golden run. */
+#include "broken.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "parity/numparse.h"
+
+static const char *needs_dp(const broken_where_t *w) {
+    return w->pc->dp > 1 ? NULL
+                         : "data-parallel-size > 1 (one replica has no gradient sums across ranks "
+                           "to break)";
+}
+
+static const char *needs_tp(const broken_where_t *w) {
+    return w->pc->tp > 1 ? NULL : "tensor-model-parallel-size > 1";
+}
+
+/* Megatron pads to a multiple of 128 x tp: a vocabulary that is one
+ * already pads nothing. */
+static const char *needs_tp_padding(const broken_where_t *w) {
+    if (w->pc->tp == 1) return needs_tp(w);
+    const long unit = 128L * w->pc->tp;
+    if (w->cfg->vocab % unit) return NULL;
+    snprintf(w->buf, w->cap, "a vocabulary that is not a multiple of 128 x tp (that of %d is "
+                             "already a multiple of 128 x tp = %ld, so nothing is padded)",
+             w->cfg->vocab, unit);
+    return w->buf;
+}
+
+static const char *needs_pp(const broken_where_t *w) {
+    return w->pc->pp > 1 ? NULL : "pipeline-model-parallel-size > 1";
+}
+
+/* With one sequence per microbatch and one data-parallel rank, a stage's
+ * microbatch count is the sequence's index in the batch: the mis-keyed
+ * masks are the right ones. */
+static const char *needs_pp_mask_key(const broken_where_t *w) {
+    if (w->pc->pp == 1) return needs_pp(w);
+    if (w->pc->micro_batch > 1 || w->pc->dp > 1) return NULL;
+    return "more than one sequence per microbatch or dp > 1 (with one sequence per microbatch "
+           "and one data-parallel rank, a stage's microbatch count equals the sequence's index, "
+           "so the masks come out right; use fewer microbatches or dp > 1)";
+}
+
+static const char *needs_pp_tied(const broken_where_t *w) {
+    if (w->pc->pp == 1) return needs_pp(w);
+    return w->cfg->tied ? NULL
+                        : "a head tied to the embedding (without "
+                          "--untie-embeddings-and-output-weights)";
+}
+
+static const char *needs_cp_ring(const broken_where_t *w) {
+    return w->pc->cp > 1 && !w->pc->cp_comm
+               ? NULL
+               : "the ring (context-parallel-size > 1, --cp-comm-type p2p)";
+}
+
+static const char *needs_replica(const broken_where_t *w) {
+    if (w->pc->zero_stage == 3)
+        return "ZeRO stage 0-2 (ZeRO-3 keeps no parameter replicas to perturb)";
+    if (w->device < w->pc->world_size) return NULL;
+    snprintf(w->buf, w->cap, "a device of the layout, 0 .. %d (no such device)",
+             w->pc->world_size - 1);
+    return w->buf;
+}
+
+static void set_fp32_sums(dp_run_t *r, int d) { (void)d, r->broken_fp32_sums = 1; }
+static void set_tp_fp32_sums(dp_run_t *r, int d) { (void)d, r->broken_tp_fp32_sums = 1; }
+static void set_tp_vocab_pad(dp_run_t *r, int d) { (void)d, r->broken_tp_vocab_pad = 1; }
+static void set_pp_mask_key(dp_run_t *r, int d) { (void)d, r->broken_pp_mask_key = 1; }
+static void set_pp_tied_grad(dp_run_t *r, int d) { (void)d, r->broken_pp_tied_grad = 1; }
+static void set_cp_online(dp_run_t *r, int d) { (void)d, r->broken_cp_online_softmax = 1; }
+static void set_replica(dp_run_t *r, int d) { r->broken_replica = d + 1; /* 0 is off */ }
+
+static const broken_variant_t variants[] = {
+    {"fp32-sums",
+     "reduce the data-parallel gradients with plain fp32 ring sums of rounded local gradients "
+     "(the order-dependent all-reduce of DDP over NCCL)",
+     "grad.*", "--data-parallel-size 2", -1, "dp > 1", 0, needs_dp, set_fp32_sums},
+    {"tp-fp32-sums",
+     "complete row-parallel sums in fp32, each rank rounding its partial before the all-reduce "
+     "(Megatron-LM 1736's reduction-order kind)",
+     "act.layers.0.mlp.dense_4h_to_h.output", "--tensor-model-parallel-size 2", -1, "tp > 1", 0, needs_tp,
+     set_tp_fp32_sums},
+    {"tp-vocab-padding",
+     "pad the vocabulary to a multiple of 128 x tp and let the padded columns into the softmax "
+     "(Megatron-LM 1754)",
+     "loss", "--vocab-size 272 --tensor-model-parallel-size 2", -1, "tp > 1, a vocabulary not a multiple of 128 x tp", 0, needs_tp_padding,
+     set_tp_vocab_pad},
+    {"pp-mask-key",
+     "key a stage's dropout masks by its own microbatch count, not the sequence's place in the "
+     "batch (PyTorch 55036)",
+     "mask.dropout.*", "--pipeline-model-parallel-size 2 --num-microbatches 2", -1, "pp > 1, and more than one sequence per microbatch or dp > 1", 0,
+     needs_pp_mask_key, set_pp_mask_key},
+    {"pp-tied-embedding",
+     "skip the embedding group's all-reduce of the tied word embedding's gradient between the "
+     "first and last stage (Megatron's embedding group)",
+     "grad.embedding.word_embeddings.weight", "--pipeline-model-parallel-size 2", -1, "pp > 1, a tied head", 0,
+     needs_pp_tied, set_pp_tied_grad},
+    {"cp-online-softmax",
+     "merge the ring's attention blocks with flash-style online softmax rescaling in arrival "
+     "order (ring attention's order-dependent merge)",
+     "act.layers.0.self_attention.core_attention.output", "--context-parallel-size 2", -1, "cp > 1 on the ring (p2p)", 0,
+     needs_cp_ring, set_cp_online},
+    {"replica",
+     "flip one bit of device R's parameter replica after every update, ZeRO 0-2 (a replica that "
+     "silently drifts, as after a missed broadcast)",
+     "param.*", "--data-parallel-size 4 --zero-stage 1", 3, "ZeRO 0-2, R a device of the layout; train: --dump or --digest", 1, needs_replica, set_replica},
+};
+enum { N_VARIANTS = sizeof variants / sizeof variants[0] };
+
+static int takes_device(const broken_variant_t *b) { return b->example_device >= 0; }
+
+static int unknown(const char *value, perr_t *err) {
+    char names[256] = "";
+    for (size_t k = 0, n = 0; k < N_VARIANTS && n < sizeof names; k++)
+        n += (size_t)snprintf(names + n, sizeof names - n, "%s%s%s", k ? ", " : "",
+                              variants[k].name, takes_device(&variants[k]) ? ":R" : "");
+    return perr_set(err, "--test-broken: unknown variant '%s' (expected one of %s, or list)", value,
+                    names);
+}
+
+int broken_parse(const char *value, const broken_variant_t **out, int *device, perr_t *err) {
+    const char *colon = strchr(value, ':');
+    const size_t len = colon ? (size_t)(colon - value) : strlen(value);
+    for (size_t k = 0; k < N_VARIANTS; k++) {
+        const broken_variant_t *b = &variants[k];
+        if (strlen(b->name) != len || strncmp(b->name, value, len)) continue;
+        if (!takes_device(b) && colon) return unknown(value, err);
+        if (takes_device(b) && !colon)
+            return perr_set(err, "--test-broken %s: needs its device, %s:R", b->name, b->name);
+        long long r = -1;
+        if (colon && num_parse_int("--test-broken replica:R", colon + 1, 0, PARITY_MAX_DEVICES - 1,
+                                   &r, err))
+            return -1;
+        *out = b;
+        *device = (int)r;
+        return 0;
+    }
+    return unknown(value, err);
+}
+
+const char *broken_spelling(const broken_variant_t *b, int device, char *buf, size_t cap) {
+    if (takes_device(b)) snprintf(buf, cap, "%s:%d", b->name, device);
+    else snprintf(buf, cap, "%s", b->name);
+    return buf;
+}
+
+int broken_check(const broken_variant_t *b, int device, const pconfig_t *pc,
+                 const model_config_t *cfg, perr_t *err) {
+    char buf[256], name[64];
+    const broken_where_t w = {pc, cfg, device, buf, sizeof buf};
+    const char *need = b->needs(&w);
+    if (!need) return 0;
+    return perr_set(err, "--test-broken %s: needs %s", broken_spelling(b, device, name, sizeof name),
+                    need);
+}
+
+void broken_apply(const broken_variant_t *b, int device, dp_run_t *run) {
+    if (b) b->apply(run, device);
+}
+
+void broken_print_help(FILE *f) {
+    const char *indent = "                           ";
+    fprintf(f, "  --test-broken NAME       re-create one real framework bug in the layout run:\n%s",
+            indent);
+    int col = 0;
+    for (size_t k = 0; k < N_VARIANTS; k++) {
+        const broken_variant_t *b = &variants[k];
+        const int len = (int)strlen(b->name) + (takes_device(b) ? 2 : 0) + 2;
+        if (col && col + len > 62) fprintf(f, "\n%s", indent), col = 0;
+        col += fprintf(f, "%s%s%s", b->name, takes_device(b) ? ":R" : "",
+                       k + 1 < N_VARIANTS ? ", " : "\n");
+    }
+    fprintf(f, "%s(replica:R: device R's parameter replica drifts); each is refused on a\n"
+               "%slayout where it cannot fire. --test-broken list prints the table (what\n"
+               "%seach breaks, the tensor that must diverge first, a layout where it\n"
+               "%sfires) and exits\n", indent, indent, indent, indent);
+}
+
+void broken_print(FILE *f) {
+    fputs("# name\tfirst divergent tensor (on the example)\texample (parity check --model "
+          "gpt-micro --steps 1 ...)\tneeds\twhat it breaks\n", f);
+    for (size_t k = 0; k < N_VARIANTS; k++) {
+        const broken_variant_t *b = &variants[k];
+        char name[64];
+        fprintf(f, "%s%s\t%s\t--test-broken %s %s\t%s\t%s\n", b->name,
+                takes_device(b) ? ":R" : "", b->diverges,
+                broken_spelling(b, b->example_device, name, sizeof name), b->example, b->requires,
+                b->breaks);
+    }
+}
