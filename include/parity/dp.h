@@ -76,25 +76,4 @@ static inline size_t dp_gathered_bytes(const dp_plan_t *p, int b) {
     return p->buckets[b].piece * (size_t)p->dp * sizeof(float);
 }
 
-/* Transitional (issue 24): the engine (engine.h) ran under dp_ names;
- * ref/cli, ref/check and ref/parallel/memest.c still use them until they
- * are renamed, then this block goes. New code uses engine.h. */
-#ifndef PARITY_NO_DP_COMPAT
-#include "parity/engine.h"
-#define dp_run_t engine_run_t
-#define dp_train engine_train
-#define dp_first_step engine_first_step
-#define dp_ckpt_host_bytes engine_ckpt_host_bytes
-#define dp_print_report engine_print_report
-#define dp_placement_t engine_placement_t
-#define dp_placement_init engine_placement_init
-#define dp_placement_free engine_placement_free
-#define dp_describe_element engine_describe_element
-#define dp_describe_mesh engine_describe_mesh
-#define dp_device_name engine_device_name
-#define dp_replica_diff_t engine_replica_diff_t
-#define dp_device_report_t device_report_t
-#define dp_memest engine_memest
-#endif
-
 #endif

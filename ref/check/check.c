@@ -30,7 +30,7 @@
  *  - last touched by MODE: a suggestion of the mode whose reduction wrote
  *    the element last (tp, cp, dp, pp, optimizer; compute where no
  *    collective writes it), from the tensor's name and the layout alone
- *    (dp_report_mesh.c), never from which bug was injected.
+ *    (engine/describe_mesh.c), never from which bug was injected.
  * A replica that disagrees and an element nobody wrote are reported with
  * the same lines (their titles say which). */
 #include "parity/check.h"

@@ -8,7 +8,7 @@
 static void describe(void *ctx, const st_tensor_t *t, uint64_t flat, char *lay, char *gold,
                      size_t cap) {
     const check_layout_t *cl = ctx;
-    dp_describe_element(cl->pl, t, flat, lay, cap);
+    engine_describe_element(cl->pl, t, flat, lay, cap);
     if (cl->golden_micro > 0 && strstr(lay, "microbatch")) { /* a batch tensor */
         uint64_t seq = flat / (st_numel(t) / (uint64_t)t->shape[0]);
         snprintf(gold, cap, "device 0, microbatch %llu, sequence %llu",
@@ -23,18 +23,18 @@ static const int32_t *sources(void *ctx, size_t index) {
 
 static void device_name(void *ctx, int device, char *buf, size_t cap) {
     const check_layout_t *cl = ctx;
-    dp_device_name(&cl->pl->pc, device, buf, cap);
+    engine_device_name(&cl->pl->pc, device, buf, cap);
 }
 
 static void mesh(void *ctx, const st_tensor_t *t, uint64_t flat, int device, check_mesh_t *out) {
     const check_layout_t *cl = ctx;
     _Static_assert(sizeof out->device == sizeof out->touched &&
                        sizeof out->microbatch == sizeof out->touched, "one cap for the three");
-    dp_describe_mesh(cl->pl, t, flat, device, out->device, out->microbatch, out->touched,
+    engine_describe_mesh(cl->pl, t, flat, device, out->device, out->microbatch, out->touched,
                      sizeof out->touched);
 }
 
-int check_layout_init(check_layout_t *cl, const dp_placement_t *pl, const dp_run_t *run,
+int check_layout_init(check_layout_t *cl, const engine_placement_t *pl, const engine_run_t *run,
                       const dump_t *layout, int golden_micro, check_owner_t *owner) {
     int nbatch = 0;
     const dump_replica_t *batch = dump_replica_diffs(layout, &nbatch);
@@ -42,7 +42,7 @@ int check_layout_init(check_layout_t *cl, const dp_placement_t *pl, const dp_run
     cl->reps = calloc((size_t)(run->n_replica_diffs + nbatch) + 1, sizeof *cl->reps);
     if (!cl->reps) return -1;
     for (int i = 0; i < run->n_replica_diffs; i++) {
-        const dp_replica_diff_t *d = &run->replica_diffs[i];
+        const engine_replica_diff_t *d = &run->replica_diffs[i];
         cl->reps[cl->nreps++] =
             (check_replica_t){d->name, d->flat, d->device, d->taken, d->ndiffer, d->got, d->want};
     }

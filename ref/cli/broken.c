@@ -69,13 +69,13 @@ static const char *needs_replica(const broken_where_t *w) {
     return w->buf;
 }
 
-static void set_fp32_sums(dp_run_t *r, int d) { (void)d, r->broken_fp32_sums = 1; }
-static void set_tp_fp32_sums(dp_run_t *r, int d) { (void)d, r->broken_tp_fp32_sums = 1; }
-static void set_tp_vocab_pad(dp_run_t *r, int d) { (void)d, r->broken_tp_vocab_pad = 1; }
-static void set_pp_mask_key(dp_run_t *r, int d) { (void)d, r->broken_pp_mask_key = 1; }
-static void set_pp_tied_grad(dp_run_t *r, int d) { (void)d, r->broken_pp_tied_grad = 1; }
-static void set_cp_online(dp_run_t *r, int d) { (void)d, r->broken_cp_online_softmax = 1; }
-static void set_replica(dp_run_t *r, int d) { r->broken_replica = d + 1; /* 0 is off */ }
+static void set_fp32_sums(engine_run_t *r, int d) { (void)d, r->broken_fp32_sums = 1; }
+static void set_tp_fp32_sums(engine_run_t *r, int d) { (void)d, r->broken_tp_fp32_sums = 1; }
+static void set_tp_vocab_pad(engine_run_t *r, int d) { (void)d, r->broken_tp_vocab_pad = 1; }
+static void set_pp_mask_key(engine_run_t *r, int d) { (void)d, r->broken_pp_mask_key = 1; }
+static void set_pp_tied_grad(engine_run_t *r, int d) { (void)d, r->broken_pp_tied_grad = 1; }
+static void set_cp_online(engine_run_t *r, int d) { (void)d, r->broken_cp_online_softmax = 1; }
+static void set_replica(engine_run_t *r, int d) { r->broken_replica = d + 1; /* 0 is off */ }
 
 static const broken_variant_t variants[] = {
     {"fp32-sums",
@@ -161,7 +161,7 @@ int broken_check(const broken_variant_t *b, int device, const pconfig_t *pc,
                     need);
 }
 
-void broken_apply(const broken_variant_t *b, int device, dp_run_t *run) {
+void broken_apply(const broken_variant_t *b, int device, engine_run_t *run) {
     if (b) b->apply(run, device);
 }
 

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "parity/dp.h"
+#include "parity/engine.h"
 #include "parity/model.h"
 #include "parity/pconfig.h"
 
@@ -39,8 +39,8 @@ typedef struct broken_variant {
     /* Whether it can fire on this layout and model: NULL, or what it
      * needs (one phrase, written to buf). */
     const char *(*needs)(const broken_where_t *w);
-    /* The run's one field it sets: the only place a variant meets dp_run_t. */
-    void (*apply)(dp_run_t *run, int device);
+    /* The run's one field it sets: the only place a variant meets engine_run_t. */
+    void (*apply)(engine_run_t *run, int device);
 } broken_variant_t;
 
 /* The value of --test-broken ("fp32-sums", "replica:3"): 0, or -1 naming
@@ -52,7 +52,7 @@ int broken_check(const broken_variant_t *b, int device, const pconfig_t *pc,
                  const model_config_t *cfg, perr_t *err);
 /* "fp32-sums" or "replica:3": how the user wrote it, for messages. */
 const char *broken_spelling(const broken_variant_t *b, int device, char *buf, size_t cap);
-void broken_apply(const broken_variant_t *b, int device, dp_run_t *run);
+void broken_apply(const broken_variant_t *b, int device, engine_run_t *run);
 /* --help's lines for --test-broken, the names from the table. */
 void broken_print_help(FILE *f);
 /* `--test-broken list`: one entry a line, tab-separated: name, first

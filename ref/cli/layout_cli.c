@@ -11,7 +11,7 @@
 
 #include "parity/check_layout.h"
 #include "parity/ckpt.h"
-#include "parity/dp.h"
+#include "parity/engine.h"
 #include "parity/dump.h"
 #include "parity/fileio.h"
 #include "parity/memest.h"
@@ -148,20 +148,20 @@ static int estimate(const layout_job_t *job, int check, memest_t *m, perr_t *err
     } else {
         run_output_memest(o, job->cfg, job->resume != NULL, m);
     }
-    if (job->resume || o->save_dir) m->host_shared += dp_ckpt_host_bytes(job->cfg, &job->lo->pc);
+    if (job->resume || o->save_dir) m->host_shared += engine_ckpt_host_bytes(job->cfg, &job->lo->pc);
     return memest_check(m, job->lo->arena_bytes, err);
 }
 
 static int run_dp(const layout_job_t *job, const unsigned char *want, dump_t *dump,
-                  gpt_step_stats_t *stats, dp_device_report_t *reports, ckpt_state_t *save,
-                  int stop_nonfinite, dp_run_t *run_out, perr_t *err) {
-    dp_run_t run = {.model = *job->cfg, .pc = job->lo->pc, .steps = job->out.steps,
+                  gpt_step_stats_t *stats, device_report_t *reports, ckpt_state_t *save,
+                  int stop_nonfinite, engine_run_t *run_out, perr_t *err) {
+    engine_run_t run = {.model = *job->cfg, .pc = job->lo->pc, .steps = job->out.steps,
                     .data = job->data, .arena_capacity = job->lo->arena_bytes,
                     .algo = job->lo->algo, .trace_path = job->lo->trace_path, .dump = dump,
                     .dump_step = want, .stats = stats, .reports = reports,
                     .resume = job->resume, .save = save, .stop_nonfinite = stop_nonfinite};
     broken_apply(job->lo->broken, job->lo->broken_device, &run);
-    int rc = dp_train(&run, err);
+    int rc = engine_train(&run, err);
     *run_out = run;
     return rc;
 }
@@ -179,9 +179,9 @@ static void print_summary(const char *desc, const gpt_step_stats_t *stats, int s
 
 /* The dump holds device 0's copy of a replicated tensor: a replica that
  * disagrees is said (exit 1), or the dump would hide it. */
-static int replicas_agree(const dp_run_t *run) {
+static int replicas_agree(const engine_run_t *run) {
     if (!run->n_replica_diffs) return 1;
-    const dp_replica_diff_t *d = &run->replica_diffs[0];
+    const engine_replica_diff_t *d = &run->replica_diffs[0];
     fprintf(stderr, "%s: the replicas of %s disagree: device %d's element %llu is %.9g, device "
                     "%d's (dumped) %.9g; %d tensor%s with disagreeing replicas\n", cli_name,
             d->name, d->device, (unsigned long long)d->flat, (double)d->got, d->taken,
@@ -195,11 +195,11 @@ static double seconds_since(const struct timespec *t0) {
     return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
 }
 
-/* dp_train, then its steps through the one step path (run_output.h):
+/* engine_train, then its steps through the one step path (run_output.h):
  * each step's line (the last one under --quiet), stopping where the
  * loss or gradient norm went non-finite; 0, 1 or 2. */
 static int train_steps(const layout_job_t *job, dump_t *dump, gpt_step_stats_t *stats,
-                       dp_device_report_t *reports, ckpt_state_t *save, dp_run_t *run) {
+                       device_report_t *reports, ckpt_state_t *save, engine_run_t *run) {
     perr_t err;
     const run_output_t *o = &job->out;
     if (!stats || !reports) {
@@ -232,7 +232,7 @@ int layout_train(const layout_job_t *job) {
         return 2;
     }
     gpt_step_stats_t *stats = calloc((size_t)o->steps, sizeof *stats);
-    dp_device_report_t *reports = calloc((size_t)pc->world_size, sizeof *reports);
+    device_report_t *reports = calloc((size_t)pc->world_size, sizeof *reports);
     char desc[160];
     pconfig_describe(pc, desc, sizeof desc);
     if (!o->quiet) {
@@ -240,7 +240,7 @@ int layout_train(const layout_job_t *job) {
                desc, pc->world_size, coll_algo_name(job->lo->algo));
         memest_print(&mem, stdout);
     }
-    dp_run_t run = {0};
+    engine_run_t run = {0};
     int rc = 0;
     ckpt_state_t save = {0};
     if (o->save_dir && ckpt_state_alloc(&save, job->cfg, &err)) {
@@ -252,7 +252,7 @@ int layout_train(const layout_job_t *job) {
     if (rc == 0) rc = train_steps(job, dump, stats, reports, &save, &run);
     const double wall = seconds_since(&t0);
     if (rc == 0) print_summary(desc, stats, o->steps, wall);
-    if (rc == 0 && !o->quiet) dp_print_report(&run, stdout);
+    if (rc == 0 && !o->quiet) engine_print_report(&run, stdout);
     if (rc == 0 && !replicas_agree(&run)) rc = 1;
     if (rc == 0) rc = run_output_finish(o, dump, NULL, &save);
     free(run.replica_diffs);
@@ -315,11 +315,11 @@ static int check_verdict(const layout_job_t *job, int mismatch, const check_resu
 /* The layout run of a check, every step dumped, and the comparison:
  * 0 or 1 (check_verdict), 2 after a message when out of memory, or -1
  * with err set. */
-static int check_layout_run(const layout_job_t *job, const dp_placement_t *pl, dump_t *golden,
+static int check_layout_run(const layout_job_t *job, const engine_placement_t *pl, dump_t *golden,
                             dump_t *layout, int64_t golden_bad, const char *golden_what,
                             perr_t *err) {
     const run_output_t *o = &job->out;
-    dp_run_t run = {0};
+    engine_run_t run = {0};
     check_layout_t cl = {0};
     unsigned char *all = malloc((size_t)o->steps);
     gpt_step_stats_t *stats = calloc((size_t)o->steps, sizeof *stats);
@@ -357,8 +357,8 @@ out:
 int layout_check(const layout_job_t *job) {
     perr_t err;
     memest_t mem;
-    dp_placement_t pl;
-    if (estimate(job, 1, &mem, &err) || dp_placement_init(&pl, job->cfg, &job->lo->pc, &err)) {
+    engine_placement_t pl;
+    if (estimate(job, 1, &mem, &err) || engine_placement_init(&pl, job->cfg, &job->lo->pc, &err)) {
         fprintf(stderr, "parity check: %s\n", err.msg);
         return 2;
     }
@@ -384,6 +384,6 @@ int layout_check(const layout_job_t *job) {
     gpt_free(g);
     dump_free(golden);
     dump_free(layout);
-    dp_placement_free(&pl);
+    engine_placement_free(&pl);
     return rc;
 }

@@ -44,7 +44,7 @@ void layout_opts_print_help(FILE *f);
 int  layout_opts_resolve(layout_opts_t *lo, perr_t *err);
 /* After pconfig_validate: a negative control that cannot fire on this
  * layout and model (it would report "bit-exact yes") is refused, as
- * dp_train refuses the pipeline ones at pp 1. 0, or -1 naming the flag. */
+ * engine_train refuses the pipeline ones at pp 1. 0, or -1 naming the flag. */
 int  layout_opts_check(const layout_opts_t *lo, const model_config_t *cfg, perr_t *err);
 /* "" or " (from --parallel-config FILE: its keys = the flags named in
  * messages)": appended to a layout error so that it names the key the

@@ -1,6 +1,6 @@
 /* memest.c - the memory estimate of a run, before allocation (memest.h).
  *
- * Each parallel mode estimates its own device (dp_memest); the golden run
+ * Each parallel mode estimates its own device (engine_memest); the golden run
  * is one replica with nothing left out (gpt_mem_bytes). The host check
  * adds the run-wide buffers: the reassembly of global tensors, dumps, and
  * in `parity check` the golden model kept beside the layout. */
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parity/dp.h"
+#include "parity/engine.h"
 #include "parity/dump.h"
 
 void memest_sum(memest_dev_t *d) {
@@ -33,7 +33,7 @@ int memest_layout(const model_config_t *cfg, const pconfig_t *pc, memest_t *out,
     } else {
         if (pc->ep > 1)
             return perr_set(err, "memory estimate: expert parallelism does not exist yet");
-        if (dp_memest(cfg, pc, &d, &all, &host, err)) return -1;
+        if (engine_memest(cfg, pc, &d, &all, &host, err)) return -1;
         out->devices = pconfig_grad_ranks(pc) * (pc->tp > 0 ? pc->tp : 1) * (pc->pp > 0 ? pc->pp : 1);
     }
     memest_sum(&d);
