@@ -164,7 +164,7 @@ static void teardown_rank(engine_rank_t *r, device_t *dev) {
 /* ---- one step ------------------------------------------------------------ */
 
 /* The negative controls that act on the optimizer's results: a parameter
- * replica that drifts (--test-broken-replica), and the checker's
+ * replica that drifts (--test-broken replica:R), and the checker's
  * optimizer-state controls (ENGINE_BROKEN_*). */
 static void flip_bit(float *x) {
     uint32_t u;
@@ -370,23 +370,23 @@ int engine_train(engine_run_t *run, perr_t *err) {
         goto out;
     }
     if (run->broken_replica && (run->broken_replica > world || pc->zero_stage == 3)) {
-        perr_set(err, "--test-broken-replica: %s", pc->zero_stage == 3
+        perr_set(err, "broken_replica: %s", pc->zero_stage == 3
                      ? "ZeRO-3 keeps no parameter replicas to perturb"
                      : "no such device (expected a rank below the world size)");
         goto out;
     }
     if ((run->broken_pp_mask_key || run->broken_pp_tied_grad) && pp == 1) {
-        perr_set(err, "--test-broken-pp-%s: needs pipeline-model-parallel-size > 1",
-                 run->broken_pp_mask_key ? "mask-key" : "tied-embedding");
+        perr_set(err, "broken_pp_%s: needs pipeline-model-parallel-size > 1",
+                 run->broken_pp_mask_key ? "mask_key" : "tied_grad");
         goto out;
     }
     if (run->broken_cp_online_softmax && (cp == 1 || pc->cp_comm)) {
-        perr_set(err, "--test-broken-cp-online-softmax: needs the ring (context-parallel-size > 1, "
+        perr_set(err, "broken_cp_online_softmax: needs the ring (context-parallel-size > 1, "
                       "--cp-comm-type p2p)");
         goto out;
     }
     if (run->broken_pp_tied_grad && !run->model.tied) {
-        perr_set(err, "--test-broken-pp-tied-embedding: the model's head is not tied to the embedding");
+        perr_set(err, "broken_pp_tied_grad: the model's head is not tied to the embedding");
         goto out;
     }
     const int sizes[GRID_NAXES] = {tp, cp, 1, n, pp};
