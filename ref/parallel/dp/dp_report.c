@@ -278,9 +278,8 @@ static int unit_of_batch(const model_config_t *c, const char *what) {
 
 /* The unit whose tensors include table entry i (params.c's order). */
 static int unit_of_param(const param_table_t *t, const model_config_t *c, int i) {
-    if (i < t->first_layer) return 0;
-    if (i < t->lnf_w) return 1 + (i - t->first_layer) / P_PER_LAYER;
-    return c->layers + 1;
+    (void)c;
+    return param_unit_of(t, i);
 }
 
 /* Sequences are sharded over dp, then split into microbatches of sizes
