@@ -1,5 +1,5 @@
-/* units_internal.h - what the unit files share (units.c, unit_layer.c,
- * unit_ops.c): a unit pass's view of its slot, and the tensor- and
+/* units_internal.h - what the unit files share (units.c, unit_embedding.c,
+ * unit_layer.c, unit_head.c, unit_ops.c, unit_kind.h): a unit pass's view of its slot, and the tensor- and
  * sequence-parallel forms of the operations the units are made of. */
 #ifndef PARITY_UNITS_INTERNAL_H
 #define PARITY_UNITS_INTERNAL_H
