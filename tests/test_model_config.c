@@ -183,7 +183,8 @@ static void test_init(void) {
               in->name);
     }
     /* keyed by name: two tensors of the same shape get different values */
-    int q0 = param_layer(&t, 0, P_QKV_W), q1 = param_layer(&t, 1, P_QKV_W);
+    int q0 = param_find(&t, "layers.0.self_attention.query_key_value.weight"),
+        q1 = param_find(&t, "layers.1.self_attention.query_key_value.weight");
     CHECK(memcmp(p + t.info[q0].offset, p + t.info[q1].offset, 64 * 4),
           "layers 0 and 1 start from the same query_key_value weights");
     free(p), free(q);

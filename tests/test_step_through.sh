@@ -97,8 +97,8 @@ parity where
 frame function gpt_unit_forward
 echo === tensor\n
 parity tensor g layers.0.self_attention.query_key_value.weight 4
-parity placement g->table.info[g->table.first_layer + 2]
-print g->table.info[g->table.first_layer + 2]
+parity placement g->table.info[g->table.unit_first[1] + 2]
+print g->table.info[g->table.unit_first[1] + 2]
 echo === finish\n
 parity finish-collective
 echo === after\n

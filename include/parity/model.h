@@ -85,12 +85,6 @@ char *model_config_json(const model_config_t *cfg);
 
 /* ---- parameters -------------------------------------------------------- */
 
-/* Per-layer parameter slots, in MODEL.md's table order. */
-enum {
-    P_LN1_W, P_LN1_B, P_QKV_W, P_QKV_B, P_DENSE_W, P_DENSE_B,
-    P_LN2_W, P_LN2_B, P_FC1_W, P_FC1_B, P_FC2_W, P_FC2_B, P_PER_LAYER
-};
-
 typedef enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS } param_init_t;
 
 typedef struct {
@@ -106,13 +100,21 @@ typedef struct {
     int held;            /* 0: another pipeline stage holds it (shape 0 x 0, numel 0) */
 } param_info_t;
 
+/* Built from the model's unit list (ref/model/unit_kind.h): each unit's
+ * tensors, its kind's order, one contiguous run of indices. */
 typedef struct {
     int count;
     param_info_t *info;  /* [count] */
     size_t total;        /* elements in all tensors */
     int wte, wpe, lnf_w, lnf_b, out; /* indices; out is -1 when tied */
-    int first_layer;     /* index of layers.0's first slot */
+    int n_units;
+    int *unit_first;     /* [n_units + 1]: unit u owns tensors unit_first[u] .. unit_first[u+1]-1 */
+    int *shared_unit;    /* [count]: another unit that reads the tensor (the head, of the tied
+                            word embedding), or -1 */
 } param_table_t;
+/* The unit owning tensor i; the tensors [*first, *last) of unit u. */
+int  param_unit_of(const param_table_t *t, int i);
+void param_unit_range(const param_table_t *t, int u, int *first, int *last);
 
 int  param_table_build(param_table_t *t, const model_config_t *cfg, perr_t *err);
 /* The table of tensor-parallel rank `tp_rank` of `tp`: every tensor's
@@ -132,7 +134,7 @@ typedef struct {
 int  gpt_units_hold(const gpt_units_t *u, int unit);
 /* The table of a replica that holds the units `units` of tensor-parallel
  * rank blocks of tp: the tensors of other units keep their index and
- * name but are empty (held = 0), so every index (wte, param_layer) means
+ * name but are empty (held = 0), so every index (wte, unit_first) means
  * the same tensor on every stage. The tied word embedding is held by the
  * stages holding unit 0 or the head. */
 int  param_table_build_mp(param_table_t *t, const model_config_t *cfg, int tp,
@@ -153,10 +155,6 @@ static inline int gpt_opts_cp(unsigned opts) {
     return (opts >> GPT_CP_SHIFT) ? (int)(opts >> GPT_CP_SHIFT) : 1;
 }
 void param_table_free(param_table_t *t);
-/* Index of layer l's slot (P_*). */
-static inline int param_layer(const param_table_t *t, int l, int slot) {
-    return t->first_layer + l * P_PER_LAYER + slot;
-}
 /* Index of the tensor named name, or -1. */
 int  param_find(const param_table_t *t, const char *name);
 /* MODEL.md's initialisation, keyed by (seed, tensor name, GLOBAL flat
@@ -436,12 +434,23 @@ void  gpt_step_begin(gpt_t *g);
  * previous unit's output from the slot and its backward reads and writes
  * the slot's residual-stream gradient, so a schedule may interleave
  * units of different microbatches (different slots) freely. */
-static inline int gpt_num_units(const gpt_t *g) { return g->cfg.layers + 2; }
+int   model_num_units(const model_config_t *cfg);
+static inline int gpt_num_units(const gpt_t *g) { return model_num_units(&g->cfg); }
 /* Loads n_seq sequences (n_seq <= micro_batch) at index first_seq of step
  * `step`'s global batch into slot s. inputs/targets are [n_seq, T]. */
 void  gpt_slot_begin(gpt_t *g, int s, const int32_t *inputs, const int32_t *targets, int n_seq,
                      int first_seq, int64_t step, const gpt_observer_t *obs);
+/* The unit's forward (gpt_unit_forward_pure) between the observer's
+ * GPT_FWD_BEGIN and GPT_FWD_END, then gpt_unit_after_forward. */
 void  gpt_unit_forward(gpt_t *g, int unit, int s, const gpt_observer_t *obs);
+/* The forward alone, pure: reads the parameters and the slot's input,
+ * writes the slot's activations (and the shared scratch); adds to no
+ * loss, calls no observer, counts nothing. Running it again gives the
+ * same bits (recomputation). */
+void  gpt_unit_forward_pure(gpt_t *g, int unit, int s);
+/* What happens once per forward: the head's token losses into the loss
+ * sum, then the unit's checkpoints to the observer (gpt_report_unit). */
+void  gpt_unit_after_forward(gpt_t *g, int unit, int s, const gpt_observer_t *obs);
 /* Parameter gradients go into g->grad_acc, left open. */
 void  gpt_unit_backward(gpt_t *g, int unit, int s, const gpt_observer_t *obs);
 /* The golden schedule of one microbatch, in slot 0: gpt_slot_begin, every
@@ -456,6 +465,20 @@ void  gpt_report_unit(const gpt_t *g, int unit, int s, const gpt_observer_t *obs
  * "grad_input.layers.<l>" or "grad_input.head" (called by
  * gpt_unit_backward). */
 void  gpt_report_input_grad(const gpt_t *g, int unit, int s, const gpt_observer_t *obs);
+/* The checkpoints of the unit kinds, without a config (the checker):
+ * the forward position of a batch tensor's name ("act.layers.3.output",
+ * "mask.dropout.embedding", "logits"): *unit orders the units (kind
+ * order, then index), *order the checkpoint within its unit; -1 when no
+ * kind has it. The backward position of a parameter's name or of a
+ * unit's input gradient ("layers.3.mlp.dense_4h_to_h.bias",
+ * "grad_input.layers.3", "grad_input.head"): the last unit's is 0, units
+ * before it higher; 0 when no kind has it. */
+int   gpt_checkpoint_position(const char *name, long *unit, long *order);
+long  gpt_backward_position(const char *name);
+/* The bytes of one sequence's batch tensors a dump collects: input ids,
+ * labels, every unit's checkpoints present under cfg (dropout masks only
+ * with dropout) and every unit's input gradient. */
+size_t gpt_batch_bytes_per_seq(const model_config_t *cfg);
 /* The loss from the rounded exact sum of every token loss of the step:
  * divided once by the global token count B*T (I4). */
 float mean_token_loss(const model_config_t *cfg, float loss_sum);

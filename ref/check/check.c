@@ -38,48 +38,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parity/model.h"
 #include "parity/tensor_diff.h"
 
-/* Order of the checkpoints inside one layer, as the forward pass makes
- * them (MODEL.md): a divergence is reported where it first appears. */
-static const char *const layer_order[] = {
-    "input_layernorm.output", "self_attention.query_key_value.output", "attention_dropout",
-    "self_attention.core_attention.output", "self_attention.dense.output",
-    "attention_output_dropout", "post_attention_layernorm.output", "mlp.dense_h_to_4h.output",
-    "mlp.dense_4h_to_h.output", "mlp_output_dropout", "output",
-};
-
-static long within_layer(const char *rest) {
-    for (size_t k = 0; k < sizeof layer_order / sizeof layer_order[0]; k++)
-        if (!strcmp(rest, layer_order[k])) return (long)k;
-    return 99;
-}
-
-/* Forward-pass position of "act.X" / "mask.X": embedding, layers, final. */
-static void forward_key(const char *what, long *a, long *b) {
-    if (!strncmp(what, "layers.", 7)) {
-        char *end;
-        long l = strtol(what + 7, &end, 10);
-        *a = 1 + l;
-        *b = *end == '.' ? within_layer(end + 1) : 99;
-    } else if (!strcmp(what, "dropout.embedding")) {
-        *a = 0, *b = 0;
-    } else if (!strcmp(what, "embedding.output")) {
-        *a = 0, *b = 1;
-    } else {
-        *a = 1L << 20, *b = 0; /* final_layernorm and anything after the layers */
-    }
-}
-
-/* Parameter position in a backward pass: layers in reverse, embeddings last.
- * A unit's input gradient ("grad_input.layers.3", "grad_input.head")
- * comes out of its backward pass after its weight gradients. */
-static long backward_key(const char *param) {
-    if (!strncmp(param, "layers.", 7)) return 1000000 - strtol(param + 7, NULL, 10);
-    if (!strncmp(param, "embedding.", 10)) return 2000000;
-    return 0; /* final_layernorm, output_layer, the head's input: first in backward */
-}
-
+/* Execution order from the model's unit kinds (gpt_checkpoint_position,
+ * gpt_backward_position): a divergence is reported where it first
+ * appears. A unit's input gradient comes out of its backward pass after
+ * its weight gradients. */
 void check_exec_key(const char *name, long key[4]) {
     key[0] = key[1] = key[2] = key[3] = 0;
     if (!strncmp(name, "init.", 5)) return;
@@ -91,15 +56,15 @@ void check_exec_key(const char *name, long key[4]) {
     key[0] = 1 + strtol(name + 4, &dot, 10);
     const char *what = *dot == '.' ? dot + 1 : dot;
     if (!strcmp(what, "input_ids") || !strcmp(what, "labels")) key[1] = 0;
-    else if (!strncmp(what, "act.", 4) || !strncmp(what, "mask.", 5)) {
+    else if (!gpt_checkpoint_position(what, &key[2], &key[3])) {
         key[1] = 1;
-        forward_key(strchr(what, '.') + 1, &key[2], &key[3]);
         key[3] = key[3] * 2 + (what[0] == 'a'); /* a mask before the output it shapes */
-    } else if (!strcmp(what, "logits")) key[1] = 2;
+    } else if (!strncmp(what, "act.", 4) || !strncmp(what, "mask.", 5))
+        key[1] = 1, key[2] = 1L << 40; /* no kind's: after the known ones */
     else if (!strcmp(what, "loss")) key[1] = 3;
-    else if (!strncmp(what, "grad.", 5)) key[1] = 4, key[2] = backward_key(what + 5);
+    else if (!strncmp(what, "grad.", 5)) key[1] = 4, key[2] = gpt_backward_position(what + 5);
     else if (!strncmp(what, "grad_input.", 11))
-        key[1] = 4, key[2] = backward_key(what + 11), key[3] = 1;
+        key[1] = 4, key[2] = gpt_backward_position(what), key[3] = 1;
     else if (!strcmp(what, "grad_norm")) key[1] = 5;
     else if (!strcmp(what, "lr")) key[1] = 6;
     else if (!strcmp(what, "adam_t")) key[1] = 7; /* AdamW: the count, m, v, then the update */

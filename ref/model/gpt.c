@@ -19,23 +19,17 @@
 #include "parity/pmath.h"
 #include "parity/rng.h"
 #include "parity/runtime.h"
+#include "unit_kind.h"
 
 /* ---- allocation --------------------------------------------------------- */
 
 /* Hands out 64-byte aligned pieces of one block; with base == NULL it only
  * measures, so the same code sizes and carves the block. */
-typedef struct {
-    char *base;
-    size_t used;
-} carver_t;
-
-static void *carve(carver_t *cv, size_t bytes) {
+void *carve(carver_t *cv, size_t bytes) {
     size_t at = (cv->used + 63) & ~(size_t)63;
     cv->used = at + bytes;
     return cv->base ? cv->base + at : NULL;
 }
-#define CARVE_F(cv, n) ((float *)carve(cv, (size_t)(n) * sizeof(float)))
-#define CARVE_U8(cv, n) ((uint8_t *)carve(cv, (size_t)(n)))
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
@@ -58,64 +52,24 @@ static int slot_has(const slot_units_t *su, int unit) {
 static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_t *lc,
                         const slot_units_t *su, carver_t *cv) {
     /* context parallelism: Tc positions of each sequence, attending to all T */
-    const size_t mb = (size_t)c->micro_batch, T = (size_t)c->seq_length;
-    const size_t Tc = (size_t)lc->seq_held, n = mb * Tc;
-    const size_t ns = n / (size_t)lc->seq_parts; /* the sharded regions' tokens */
-    const size_t C = (size_t)c->hidden, H = (size_t)lc->heads, A_ = (size_t)lc->attn;
-    const size_t F = (size_t)lc->ffn, V = (size_t)lc->vocab;
-    const int hdrop = c->hidden_dropout > 0.0f, adrop = c->attention_dropout > 0.0f;
-    const int sp = lc->seq_parts > 1, head = c->layers + 1;
+    slot_dims_t d;
+    d.mb = (size_t)c->micro_batch, d.T = (size_t)c->seq_length;
+    d.Tc = (size_t)lc->seq_held, d.n = d.mb * d.Tc;
+    d.ns = d.n / (size_t)lc->seq_parts; /* the sharded regions' tokens */
+    d.C = (size_t)c->hidden, d.H = (size_t)lc->heads, d.A = (size_t)lc->attn;
+    d.F = (size_t)lc->ffn, d.V = (size_t)lc->vocab;
+    d.hdrop = c->hidden_dropout > 0.0f, d.adrop = c->attention_dropout > 0.0f;
+    d.sp = lc->seq_parts > 1, d.ulysses = lc->ulysses;
     /* whole sequences arrive; gpt_slot_begin keeps the positions held */
-    A->inputs = (int32_t *)carve(cv, mb * T * sizeof(int32_t));
-    A->targets = (int32_t *)carve(cv, mb * T * sizeof(int32_t));
-    if (slot_has(su, 0) || slot_has(su, 1)) A->emb = CARVE_F(cv, ns * C);
-    A->emb_keep = hdrop && slot_has(su, 0) ? CARVE_U8(cv, ns * C) : NULL;
-    for (int l = 0; l < c->layers; l++) {
-        layer_acts_t *L = &A->layer[l];
-        if (!slot_has(su, l + 1)) {
-            /* the output of a layer another stage runs: where it arrives */
-            if (slot_has(su, l + 2)) L->out = CARVE_F(cv, ns * C);
-            continue;
-        }
-        L->ln1_xhat = CARVE_F(cv, ns * C);
-        L->ln1_rstd = CARVE_F(cv, ns);
-        L->ln1_out = CARVE_F(cv, ns * C);
-        L->ln1_full = sp ? CARVE_F(cv, n * C) : L->ln1_out;
-        L->qkv = CARVE_F(cv, n * 3 * A_);
-        /* ring: [mb,H,Tc,T], the rank's queries against every key;
-         * Ulysses: [mb,H/cp,T,T], every query of its heads: as many */
-        L->att_e = CARVE_F(cv, mb * H * Tc * T);
-        L->att_ehat = adrop ? CARVE_F(cv, mb * H * Tc * T) : L->att_e;
-        L->att_z = CARVE_F(cv, mb * H * Tc);
-        L->att_keep = adrop ? CARVE_U8(cv, mb * H * Tc * T) : NULL;
-        L->ctx = CARVE_F(cv, n * A_);
-        L->qkv_h = lc->ulysses ? CARVE_F(cv, n * 3 * A_) : L->qkv;
-        L->ctx_h = lc->ulysses ? CARVE_F(cv, n * A_) : L->ctx;
-        L->attn_out = CARVE_F(cv, ns * C);
-        L->attn_keep = hdrop ? CARVE_U8(cv, ns * C) : NULL;
-        L->resid1 = CARVE_F(cv, ns * C);
-        L->ln2_xhat = CARVE_F(cv, ns * C);
-        L->ln2_rstd = CARVE_F(cv, ns);
-        L->ln2_out = CARVE_F(cv, ns * C);
-        L->ln2_full = sp ? CARVE_F(cv, n * C) : L->ln2_out;
-        L->fc1_out = CARVE_F(cv, n * F);
-        L->gelu_out = CARVE_F(cv, n * F);
-        L->gelu_grad = CARVE_F(cv, n * F);
-        L->fc2_out = CARVE_F(cv, ns * C);
-        L->mlp_keep = hdrop ? CARVE_U8(cv, ns * C) : NULL;
-        L->out = CARVE_F(cv, ns * C);
+    A->inputs = (int32_t *)carve(cv, d.mb * d.T * sizeof(int32_t));
+    A->targets = (int32_t *)carve(cv, d.mb * d.T * sizeof(int32_t));
+    /* each unit's activations, as its kind lays them out */
+    const int U = model_num_units(c);
+    for (int u = 0; u < U; u++) {
+        const unit_t unit = model_unit_at(c, u);
+        unit.kind->layout(A, unit.index, &d, slot_has(su, u), u + 1 < U && slot_has(su, u + 1), cv);
     }
-    if (slot_has(su, head)) {
-        A->lnf_xhat = CARVE_F(cv, ns * C);
-        A->lnf_rstd = CARVE_F(cv, ns);
-        A->lnf_out = CARVE_F(cv, ns * C);
-        A->lnf_full = sp ? CARVE_F(cv, n * C) : A->lnf_out;
-        A->logits = CARVE_F(cv, n * V);
-        A->token_loss = CARVE_F(cv, n);
-        A->ce_max = CARVE_F(cv, n);
-        A->ce_z = CARVE_F(cv, n);
-    }
-    A->d_resid = CARVE_F(cv, ns * C);
+    A->d_resid = CARVE_F(cv, d.ns * d.C);
 }
 
 static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_local_t *lc,

@@ -12,6 +12,7 @@
 
 #include "parity/pmath.h"
 #include "parity/rng.h"
+#include "unit_kind.h"
 
 static const float SIGMA = 0.02f;
 
@@ -26,7 +27,7 @@ typedef struct {
 static const tp_cut_t REPL = {-1, 1};
 
 static int add(param_table_t *t, int tp, const char *name, int ndim, int64_t d0, int64_t d1,
-               param_init_t init, float std, tp_cut_t cut, perr_t *err) {
+               param_init_t init, float std, tp_cut_t cut, int weight_decay, perr_t *err) {
     param_info_t *p = &t->info[t->count++];
     snprintf(p->name, sizeof p->name, "%s", name);
     const int64_t shape[2] = {d0, ndim == 2 ? d1 : 1};
@@ -43,9 +44,10 @@ static int add(param_table_t *t, int tp, const char *name, int ndim, int64_t d0,
     p->offset = t->total;
     p->init = init;
     p->init_std = std;
-    /* Megatron's rule, shared with tests/torch: decay every 2-D weight
-     * (embeddings and the LM head included), never biases or LayerNorm. */
-    p->weight_decay = ndim == 2;
+    /* the kind's: Megatron's rule, shared with tests/torch, decays every
+     * 2-D weight (embeddings and the LM head included), never biases or
+     * LayerNorm */
+    p->weight_decay = weight_decay;
     p->held = 1;
     t->total += p->numel;
     return 0;
@@ -71,6 +73,30 @@ int param_table_build_tp(param_table_t *t, const model_config_t *c, int tp, perr
     return build(t, c, tp, 0, err);
 }
 
+/* A kind's cut description resolved for c (unit_kind.h): Megatron's
+ * column-parallel rows of whole heads (qkv rows are head-ordered) or FFN
+ * tiles, row-parallel input columns likewise, vocabulary rows of whole
+ * feature tiles; with every linear row-parallel each 2-D linear weight
+ * split on its input features (whole tiles), its column-parallel bias
+ * whole. */
+static tp_cut_t cut_of(const unit_tensor_t *d, const model_config_t *c, int row_linears) {
+    const int D = c->hidden / c->heads, tf = c->tile_features;
+    const int align = d->align == AL_HEADS3 ? lcm(3 * D, tf)
+                      : d->align == AL_HEADS ? lcm(D, tf)
+                      : d->align == AL_FFN   ? c->tile_ffn
+                                             : 1;
+    const int in_tile = d->ndim == 2 && d->dim[1] == DIM_F ? c->tile_ffn : tf;
+    switch (d->cut) {
+    case CUT_REPL: break;
+    case CUT_VOCAB: return (tp_cut_t){0, tf};
+    case CUT_COLPAR:
+        if (!row_linears) return (tp_cut_t){0, align};
+        return d->ndim == 2 ? (tp_cut_t){1, in_tile} : REPL;
+    case CUT_ROWPAR: return (tp_cut_t){1, row_linears ? in_tile : align};
+    }
+    return REPL;
+}
+
 static int build(param_table_t *t, const model_config_t *c, int tp, int row_linears, perr_t *err) {
     memset(t, 0, sizeof *t);
     if (tp < 1) return perr_set(err, "tensor-model-parallel-size: %d, expected >= 1", tp);
@@ -83,58 +109,41 @@ static int build(param_table_t *t, const model_config_t *c, int tp, int row_line
     if (c->layers < 0 || c->layers > MODEL_MAX_LAYERS)
         return perr_set(err, "layers (--num-layers) = %d: expected at most %d", c->layers,
                         MODEL_MAX_LAYERS);
-    int n = 2 + P_PER_LAYER * c->layers + 2 + (c->tied ? 0 : 1);
+    const int U = model_num_units(c);
+    int n = 0;
+    for (int u = 0; u < U; u++) n += model_unit_at(c, u).kind->n_tensors;
     t->info = calloc((size_t)n, sizeof *t->info);
-    if (!t->info) return perr_set(err, "out of memory for %d parameter tensors", n);
-    const int64_t V = c->vocab, T = c->seq_length, C = c->hidden, F = c->ffn;
-    const int D = c->hidden / c->heads, tf = c->tile_features;
-    /* column-parallel: rows of whole heads (qkv rows are head-ordered) on
-     * the output tile grid; row-parallel: input columns likewise */
-    tp_cut_t qkv_rows = {0, lcm(3 * D, tf)}, head_cols = {1, lcm(D, tf)};
-    tp_cut_t ffn_rows = {0, c->tile_ffn};
-    const tp_cut_t ffn_cols = {1, c->tile_ffn};
-    tp_cut_t qkv_bias = {0, lcm(3 * D, tf)}, ffn_bias = {0, c->tile_ffn};
-    const tp_cut_t vocab_rows = {0, tf};
-    if (row_linears) { /* every linear split on its input features (whole tiles); biases whole */
-        const tp_cut_t feature_cols = {1, tf};
-        qkv_rows = head_cols = ffn_rows = feature_cols;
-        qkv_bias = ffn_bias = REPL;
+    t->unit_first = calloc((size_t)U + 1, sizeof *t->unit_first);
+    t->shared_unit = calloc((size_t)n, sizeof *t->shared_unit);
+    t->n_units = U;
+    if (!t->info || !t->unit_first || !t->shared_unit) {
+        param_table_free(t);
+        return perr_set(err, "out of memory for %d parameter tensors", n);
     }
     /* residual-branch output projections: sigma / sqrt(2L) */
     const float out_std = SIGMA * pm_rsqrtf(2.0f * (float)c->layers);
-    char nm[96];
+    char prefix[64], nm[96];
     int bad = 0;
-    t->wte = t->count;
-    bad |= add(t, tp, "embedding.word_embeddings.weight", 2, V, C, INIT_NORMAL, SIGMA, vocab_rows,
-               err);
-    t->wpe = t->count;
-    bad |= !bad && add(t, tp, "embedding.position_embeddings.weight", 2, T, C, INIT_NORMAL, SIGMA,
-                       REPL, err);
-    t->first_layer = t->count;
-    for (int l = 0; l < c->layers && !bad; l++) {
-#define ADD(s, ...) (bad |= !bad && add(t, tp, (snprintf(nm, sizeof nm, "layers.%d.%s", l, s), nm), __VA_ARGS__, err))
-        ADD("input_layernorm.weight", 1, C, 0, INIT_ONES, 0, REPL);
-        ADD("input_layernorm.bias", 1, C, 0, INIT_ZEROS, 0, REPL);
-        ADD("self_attention.query_key_value.weight", 2, 3 * C, C, INIT_NORMAL, SIGMA, qkv_rows);
-        ADD("self_attention.query_key_value.bias", 1, 3 * C, 0, INIT_ZEROS, 0, qkv_bias);
-        ADD("self_attention.dense.weight", 2, C, C, INIT_NORMAL, out_std, head_cols);
-        ADD("self_attention.dense.bias", 1, C, 0, INIT_ZEROS, 0, REPL);
-        ADD("post_attention_layernorm.weight", 1, C, 0, INIT_ONES, 0, REPL);
-        ADD("post_attention_layernorm.bias", 1, C, 0, INIT_ZEROS, 0, REPL);
-        ADD("mlp.dense_h_to_4h.weight", 2, F, C, INIT_NORMAL, SIGMA, ffn_rows);
-        ADD("mlp.dense_h_to_4h.bias", 1, F, 0, INIT_ZEROS, 0, ffn_bias);
-        ADD("mlp.dense_4h_to_h.weight", 2, C, F, INIT_NORMAL, out_std, ffn_cols);
-        ADD("mlp.dense_4h_to_h.bias", 1, C, 0, INIT_ZEROS, 0, REPL);
-#undef ADD
+    for (int u = 0; u < U && !bad; u++) {
+        const unit_t unit = model_unit_at(c, u);
+        const unit_kind_t *k = unit.kind;
+        unit_prefix(&unit, prefix, sizeof prefix);
+        t->unit_first[u] = t->count;
+        for (int i = 0; i < k->n_tensors && !bad; i++) {
+            const unit_tensor_t *d = &k->tensors[i];
+            if (!unit_when(c, d->when)) continue;
+            snprintf(nm, sizeof nm, "%s%s", prefix, d->suffix);
+            const float std = d->std == STD_SIGMA ? SIGMA : d->std == STD_OUT ? out_std : 0.0f;
+            bad |= add(t, tp, nm, d->ndim, unit_dim(c, d->dim[0]), unit_dim(c, d->dim[1]), d->init,
+                       std, cut_of(d, c, row_linears), d->weight_decay, err);
+        }
     }
-    t->lnf_w = t->count;
-    bad |= !bad && add(t, tp, "final_layernorm.weight", 1, C, 0, INIT_ONES, 0, REPL, err);
-    t->lnf_b = t->count;
-    bad |= !bad && add(t, tp, "final_layernorm.bias", 1, C, 0, INIT_ZEROS, 0, REPL, err);
+    t->unit_first[U] = t->count;
     t->out = -1;
-    if (!c->tied && !bad) {
-        t->out = t->count;
-        bad |= add(t, tp, "output_layer.weight", 2, V, C, INIT_NORMAL, SIGMA, vocab_rows, err);
+    for (int i = 0; i < t->count; i++) t->shared_unit[i] = -1;
+    for (int u = 0; u < U && !bad; u++) {
+        const unit_kind_t *k = model_unit_at(c, u).kind;
+        if (k->bind) k->bind(t, c, u, t->unit_first[u]);
     }
     if (bad) {
         param_table_free(t);
@@ -150,12 +159,15 @@ int gpt_units_hold(const gpt_units_t *u, int unit) {
     return 0;
 }
 
-/* The unit whose forward and backward read tensor i (params.c's order:
- * embeddings, layers, final LayerNorm and untied head). */
-static int unit_of_tensor(const param_table_t *t, const model_config_t *c, int i) {
-    if (i < t->first_layer) return 0;
-    if (i < t->lnf_w) return 1 + (i - t->first_layer) / P_PER_LAYER;
-    return c->layers + 1;
+int param_unit_of(const param_table_t *t, int i) {
+    int u = 0;
+    while (u + 1 < t->n_units && i >= t->unit_first[u + 1]) u++;
+    return u;
+}
+
+void param_unit_range(const param_table_t *t, int u, int *first, int *last) {
+    *first = t->unit_first[u];
+    *last = t->unit_first[u + 1];
 }
 
 int param_table_build_mp(param_table_t *t, const model_config_t *c, int tp,
@@ -166,8 +178,8 @@ int param_table_build_mp(param_table_t *t, const model_config_t *c, int tp,
     t->total = 0;
     for (int i = 0; i < t->count; i++) {
         param_info_t *p = &t->info[i];
-        p->held = gpt_units_hold(units, unit_of_tensor(t, c, i)) ||
-                  (i == t->wte && c->tied && gpt_units_hold(units, c->layers + 1));
+        p->held = gpt_units_hold(units, param_unit_of(t, i)) ||
+                  (t->shared_unit[i] >= 0 && gpt_units_hold(units, t->shared_unit[i]));
         if (!p->held) p->shape[0] = p->shape[1] = 0, p->numel = 0;
         p->offset = t->total;
         t->total += p->numel;
@@ -177,6 +189,8 @@ int param_table_build_mp(param_table_t *t, const model_config_t *c, int tp,
 
 void param_table_free(param_table_t *t) {
     free(t->info);
+    free(t->unit_first);
+    free(t->shared_unit);
     memset(t, 0, sizeof *t);
 }
 

@@ -1,8 +1,9 @@
-/* units.c - the GPT as units over activation slots (model.h, MODEL.md).
+/* units.c - the GPT as a list of units over activation slots (model.h,
+ * MODEL.md, unit_kind.h): one dispatch through the unit's kind.
  *
- *   unit 0      embedding: x = drop(wte[tokens] + wpe)
- *   unit 1..L   layer l-1: x = x + drop(attn(LN1 x)); x = x + drop(mlp(LN2 x))
- *   unit L+1    head: logits = LNf(x) . wte^T (or output_layer), token losses
+ *   embedding   x = drop(wte[tokens] + wpe)              unit_embedding.c
+ *   layer l     x = x + drop(attn(LN1 x)); x = x + drop(mlp(LN2 x))   unit_layer.c
+ *   head        logits = LNf(x) . wte^T (or output_layer), token losses   unit_head.c
  *
  * Each unit's forward keeps what its backward needs in the slot; its
  * backward adds parameter gradients to open exact sums (g->grad_acc) and
@@ -10,18 +11,18 @@
  * connections: the gradient that reaches x is d_out + d_branch, one fp32
  * add, the residual term first.
  *
- * The checkpoints a dump or checker sees are listed once, in
- * gpt_report_unit, not interleaved with the maths.
+ * The checkpoints a dump or checker sees are listed once, in each
+ * kind's table, and reported by gpt_unit_after_forward, never by the
+ * maths.
  */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "parity/pmath.h"
 #include "parity/runtime.h"
 #include "tp.h"
 #include "units_internal.h"
-
-/* The residual stream entering unit u (u >= 1). */
-static float *stream_in(gpt_slot_t *A, int u) { return u == 1 ? A->emb : A->layer[u - 2].out; }
 
 static void unit_event(gpt_t *g, const gpt_observer_t *obs, int unit, int event) {
     if (event == GPT_FWD_BEGIN || event == GPT_BWD_BEGIN) /* for debuggers: parity devices */
@@ -70,105 +71,147 @@ void gpt_slot_begin(gpt_t *g, int s, const int32_t *inputs, const int32_t *targe
     }
 }
 
-/* ---- unit 0: the embedding ---------------------------------------------- */
+/* ---- the model's description -------------------------------------------- */
 
-static void embedding_unit_forward(gpt_t *g, gpt_slot_t *A, const pass_t *p) {
-    const model_config_t *c = &g->cfg;
-    const int C = c->hidden;
-    /* vocabulary-parallel: each rank looks up the rows it holds (-0
-     * elsewhere) and the sum over the group is the owner's row; under
-     * sequence parallelism the sum is reduce-scattered to the positions
-     * each rank holds */
-    float *rows = p->sp ? g->scratch.d_tmp : A->emb;
-    embedding_lookup(rows, A->inputs, p->n, C, P_(g, g->table.wte), g->local.vocab0,
-                     g->local.vocab);
-    if (p->sp)
-        sp_reduce_scatter_f32(g, A->emb, rows, p->n_seq, C);
-    else if (g->shard.tp > 1)
-        tp_sum_f32(g, A->emb, p->nC);
-    for (int s = 0, at = 0; s < p->n_seq; s++)
-        for (int k = 0; k < p->runs.n; at += p->runs.len[k++])
-            embedding_add_positions(A->emb + (size_t)at * C, 1, p->runs.len[k], p->runs.t0[k], C,
-                                    P_(g, g->table.wpe));
-    if (A->emb_keep) {
-        site_mask(g, A, p, A->emb_keep, site_stream("dropout.embedding", -1, A->step));
-        dropout_forward(A->emb, A->emb, A->emb_keep, p->nsC, c->hidden_dropout);
-    }
+/* The GPT: its unit kinds in order, each with its instance count. A
+ * model of other kinds is another such list. */
+typedef struct {
+    const unit_kind_t *kind;
+    int (*count)(const model_config_t *c);
+} unit_run_t;
+static int one(const model_config_t *c) { return (void)c, 1; }
+static int layers(const model_config_t *c) { return c->layers; }
+static const unit_run_t gpt_runs[] = {{&unit_embedding, one}, {&unit_layer, layers}, {&unit_head, one}};
+enum { N_RUNS = sizeof gpt_runs / sizeof gpt_runs[0] };
+
+int model_num_units(const model_config_t *c) {
+    int n = 0;
+    for (int r = 0; r < N_RUNS; r++) n += gpt_runs[r].count(c);
+    return n;
 }
 
-static void embedding_unit_backward(gpt_t *g, gpt_slot_t *A, const pass_t *p) {
-    const model_config_t *c = &g->cfg;
-    const float *d = A->d_resid;
-    if (A->emb_keep) {
-        dropout_backward(g->scratch.d_tmp, d, A->emb_keep, p->nsC, c->hidden_dropout);
-        d = g->scratch.d_tmp;
+/* unit u: its kind and index; `run` its kind's place in the list */
+static unit_t unit_at(const model_config_t *c, int u, int *run) {
+    for (int r = 0, at = 0; r < N_RUNS; r++) {
+        const int k = gpt_runs[r].count(c);
+        if (u >= at && u < at + k) {
+            if (run) *run = r;
+            return (unit_t){gpt_runs[r].kind, u - at, u, -1};
+        }
+        at += k;
     }
-    /* every token's gradient: the word rows held and every position row */
-    d = tokens_full(g, p, g->scratch.d_tmp3, d, c->hidden);
-    const cp_runs_t *r = &g->local.runs; /* every position the slot holds */
-    for (int s = 0, at = 0; s < p->n_seq; s++)
-        for (int k = 0; k < r->n; at += r->len[k++])
-            embedding_backward(&g->grad_acc[g->table.wte], &g->grad_acc[g->table.wpe],
-                               d + (size_t)at * c->hidden, A->inputs + at, 1, r->len[k], r->t0[k],
-                               c->hidden, g->local.vocab0, g->local.vocab);
+    parity_fatal("unit %d of %d", u, model_num_units(c));
 }
 
-/* ---- unit L+1: the head ------------------------------------------------- */
+unit_t model_unit_at(const model_config_t *c, int u) { return unit_at(c, u, NULL); }
 
-static int head_weight(const gpt_t *g) { return g->cfg.tied ? g->table.wte : g->table.out; }
+unit_t gpt_unit(const gpt_t *g, int u) {
+    unit_t x = unit_at(&g->cfg, u, NULL);
+    x.first = g->table.unit_first[u];
+    return x;
+}
 
-/* The deliberately broken variant GPT_BROKEN_TP_VOCAB_PAD: Megatron
- * pads the vocabulary to a multiple of 128 x tp, so at tp = 4 a 256-word
- * vocabulary becomes 512, and the padded rows' logits enter the softmax.
- * Emulated with zero rows held by tensor-parallel rank 0: each padded
- * column has logit +0, so it joins the max and adds exp(0 - m) to Z. */
-static int padded_columns(const gpt_t *g) {
-    if (!(g->shard.broken & GPT_BROKEN_TP_VOCAB_PAD) || g->shard.tp == 1 || g->shard.tp_rank)
+void unit_prefix(const unit_t *u, char *buf, size_t cap) {
+    snprintf(buf, cap, u->kind->prefix, u->index);
+}
+
+int unit_when(const model_config_t *c, unsigned when) {
+    if ((when & WHEN_UNTIED) && c->tied) return 0;
+    if ((when & WHEN_HDROP) && !(c->hidden_dropout > 0.0f)) return 0;
+    if ((when & WHEN_ADROP) && !(c->attention_dropout > 0.0f)) return 0;
+    return 1;
+}
+
+int64_t unit_dim(const model_config_t *c, unit_dim_t d) {
+    switch (d) {
+    case DIM_1: return 1;
+    case DIM_V: return c->vocab;
+    case DIM_T: return c->seq_length;
+    case DIM_C: return c->hidden;
+    case DIM_3C: return 3 * (int64_t)c->hidden;
+    case DIM_F: return c->ffn;
+    case DIM_H: return c->heads;
+    }
+    return 0;
+}
+
+/* A name "<prefix><rest>" of one of a kind's instances: the index (0 for
+ * a kind with no index in its prefix) and the rest; -1 if not. */
+static int match_prefix(const unit_kind_t *k, const char *name, const char **rest) {
+    const char *pc = strstr(k->prefix, "%d");
+    if (!pc) {
+        const size_t n = strlen(k->prefix);
+        if (strncmp(name, k->prefix, n)) return -1;
+        *rest = name + n;
         return 0;
-    const int unit = 128 * g->shard.tp, V = g->cfg.vocab;
-    return (V + unit - 1) / unit * unit - V;
-}
-
-static void head_unit_forward(gpt_t *g, gpt_slot_t *A, const float *x, const pass_t *p) {
-    const model_config_t *c = &g->cfg;
-    const int n = p->n, C = c->hidden, V = g->local.vocab, v0 = g->local.vocab0;
-    const int split = g->shard.tp > 1;
-    float *scratch = g->scratch.row_scratch, *m = A->ce_max, *Z = A->ce_z, *l = g->scratch.ce_tl;
-    layernorm_forward(A->lnf_out, A->lnf_xhat, A->lnf_rstd, x, P_(g, g->table.lnf_w),
-                      P_(g, g->table.lnf_b), p->ns, C, c->ln_eps, scratch);
-    tokens_full(g, p, A->lnf_full, A->lnf_out, C);
-    /* vocabulary-parallel LM head (column-parallel over vocabulary rows) */
-    linear_forward(A->logits, A->lnf_full, P_(g, head_weight(g)), NULL, n, C, V, p->t_cc, &g->ws);
-    /* cross-entropy's three reductions: max, exact sum of exps, target logit */
-    ce_row_max(m, A->logits, n, V);
-    const int pad = padded_columns(g);
-    for (int i = 0; pad && i < n; i++) m[i] = m[i] > 0.0f ? m[i] : 0.0f;
-    if (split) tp_max_f32(g, m, (size_t)n);
-    ce_exp_sum(Z, split ? g->scratch.ce_zacc : NULL, A->logits, m, n, V, scratch);
-    for (int i = 0; pad && i < n; i++)
-        for (int k = 0; k < pad; k++) xacc_add_f32(&g->scratch.ce_zacc[i], pm_expf(0.0f - m[i]));
-    if (split) {
-        tp_sum_xacc(g, g->scratch.ce_zacc, (size_t)n);
-        for (int i = 0; i < n; i++) Z[i] = xacc_round_f32(&g->scratch.ce_zacc[i]);
     }
-    ce_target_logit(l, A->logits, A->targets, n, V, v0);
-    if (split) tp_sum_f32(g, l, (size_t)n);
-    ce_loss(A->token_loss, m, Z, l, n);
-    sacc_add(&g->loss_acc, A->token_loss, (size_t)n);
+    const size_t head = (size_t)(pc - k->prefix);
+    if (strncmp(name, k->prefix, head) || name[head] < '0' || name[head] > '9') return -1;
+    char *end;
+    const long i = strtol(name + head, &end, 10);
+    const size_t tail = strlen(pc + 2);
+    if (strncmp(end, pc + 2, tail) || i > 1L << 30) return -1;
+    *rest = end + tail;
+    return (int)i;
 }
 
-static void head_unit_backward(gpt_t *g, gpt_slot_t *A, const pass_t *p) {
-    const model_config_t *c = &g->cfg;
-    const int n = p->n, C = c->hidden, V = g->local.vocab;
-    float *d_logits = g->scratch.d_logits;
-    /* 1/N from the GLOBAL token count, once (I4) */
-    const int64_t total_tokens = (int64_t)c->global_batch * c->seq_length;
-    crossentropy_backward(d_logits, A->logits, A->targets, A->ce_max, A->ce_z, n, V,
-                          g->local.vocab0, total_tokens, g->scratch.row_scratch);
-    colpar_backward(g, p, g->scratch.d_tmp, &g->grad_acc[head_weight(g)], NULL, d_logits,
-                    A->lnf_full, P_(g, head_weight(g)), C, V, p->t_cc);
-    ln_backward(g, p, A->d_resid, &g->grad_acc[g->table.lnf_w], &g->grad_acc[g->table.lnf_b],
-                g->scratch.d_tmp, A->lnf_xhat, A->lnf_rstd, P_(g, g->table.lnf_w));
+/* The units' positions for the checker: kind r of the list, index i. */
+static long position(int r, int i) { return ((long)r << 20) + i; }
+
+int gpt_checkpoint_position(const char *name, long *unit, long *order) {
+    for (int r = 0; r < N_RUNS; r++) {
+        const unit_kind_t *k = gpt_runs[r].kind;
+        for (int c = 0; c < k->n_checkpoints; c++) {
+            const unit_checkpoint_t *cp = &k->checkpoints[c];
+            const char *rest = name;
+            const size_t cl = strlen(cp->cls);
+            if (cl && (strncmp(rest, cp->cls, cl) || rest[cl] != '.')) continue;
+            rest += cl ? cl + 1 : 0;
+            const int i = match_prefix(k, rest, &rest);
+            if (i < 0 || strcmp(rest, cp->suffix)) continue;
+            *unit = position(r, i);
+            *order = cp->order;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+long gpt_backward_position(const char *name) {
+    const long last = position(N_RUNS - 1, 0);
+    for (int r = 0; r < N_RUNS; r++) {
+        const unit_kind_t *k = gpt_runs[r].kind;
+        const char *rest;
+        if (k->input_grad) { /* the unit's input gradient: "grad_input.layers.%d" */
+            const unit_kind_t ig = {.prefix = k->input_grad};
+            const int i = match_prefix(&ig, name, &rest);
+            if (i >= 0 && !*rest) return last - position(r, i);
+        }
+        const int i = match_prefix(k, name, &rest);
+        for (int t = 0; i >= 0 && t < k->n_tensors; t++)
+            if (!strcmp(rest, k->tensors[t].suffix)) return last - position(r, i);
+    }
+    return 0;
+}
+
+static size_t dtype_bytes(st_dtype_t t) { return st_dtype_size(t); }
+
+size_t gpt_batch_bytes_per_seq(const model_config_t *c) {
+    const size_t T = (size_t)c->seq_length;
+    size_t bytes = 2 * T * sizeof(int32_t); /* input ids and labels */
+    const int U = model_num_units(c);
+    for (int u = 0; u < U; u++) {
+        const unit_kind_t *k = model_unit_at(c, u).kind;
+        for (int i = 0; i < k->n_checkpoints; i++) {
+            const unit_checkpoint_t *cp = &k->checkpoints[i];
+            if (!unit_when(c, cp->when)) continue;
+            size_t b = dtype_bytes(cp->dtype);
+            for (int d = 0; d < cp->ndim; d++) b *= (size_t)unit_dim(c, cp->dim[d]);
+            bytes += b;
+        }
+        if (k->input_grad) bytes += T * (size_t)c->hidden * sizeof(float); /* [T, C] */
+    }
+    return bytes;
 }
 
 /* ---- dispatch and the golden schedule ----------------------------------- */
@@ -180,38 +223,44 @@ static gpt_slot_t *slot_at(gpt_t *g, int unit, int s) {
     return &g->slot[s];
 }
 
-void gpt_unit_forward(gpt_t *g, int unit, int s, const gpt_observer_t *obs) {
+/* The residual stream entering unit u: the previous unit's output. */
+static const float *stream_in(gpt_t *g, gpt_slot_t *A, const unit_t *u) {
+    if (!u->kind->input_grad) return NULL; /* a kind without an input */
+    const unit_t prev = model_unit_at(&g->cfg, u->unit - 1);
+    return prev.kind->output(A, prev.index);
+}
+
+void gpt_unit_forward_pure(gpt_t *g, int unit, int s) {
     gpt_slot_t *A = slot_at(g, unit, s);
     const pass_t p = unit_pass(g, A);
-    const int L = g->cfg.layers;
-    unit_event(g, obs, unit, GPT_FWD_BEGIN);
-    if (unit == 0)
-        embedding_unit_forward(g, A, &p);
-    else if (unit <= L)
-        layer_unit_forward(g, unit - 1, A, stream_in(A, unit), &p);
-    else
-        head_unit_forward(g, A, stream_in(A, unit), &p);
-    unit_event(g, obs, unit, GPT_FWD_END);
+    const unit_t u = gpt_unit(g, unit);
+    u.kind->forward(g, &u, A, stream_in(g, A, &u), &p);
+}
+
+void gpt_unit_after_forward(gpt_t *g, int unit, int s, const gpt_observer_t *obs) {
+    gpt_slot_t *A = slot_at(g, unit, s);
+    const unit_t u = gpt_unit(g, unit);
+    if (u.kind->after_forward) {
+        const pass_t p = unit_pass(g, A);
+        u.kind->after_forward(g, &u, A, &p);
+    }
     if (obs && obs->batch_tensor) gpt_report_unit(g, unit, s, obs);
+}
+
+void gpt_unit_forward(gpt_t *g, int unit, int s, const gpt_observer_t *obs) {
+    slot_at(g, unit, s);
+    unit_event(g, obs, unit, GPT_FWD_BEGIN);
+    gpt_unit_forward_pure(g, unit, s);
+    unit_event(g, obs, unit, GPT_FWD_END);
+    gpt_unit_after_forward(g, unit, s, obs);
 }
 
 void gpt_unit_backward(gpt_t *g, int unit, int s, const gpt_observer_t *obs) {
     gpt_slot_t *A = slot_at(g, unit, s);
     const pass_t p = unit_pass(g, A);
-    const int L = g->cfg.layers;
+    const unit_t u = gpt_unit(g, unit);
     unit_event(g, obs, unit, GPT_BWD_BEGIN);
-    if (unit == 0)
-        embedding_unit_backward(g, A, &p);
-    else if (unit <= L)
-        layer_unit_backward(g, unit - 1, A, &p);
-    else
-        head_unit_backward(g, A, &p);
-    if (unit == L && (g->shard.broken & GPT_BROKEN_TP_INPUT_GRAD) && g->shard.tp_rank == 1) {
-        uint32_t u; /* the checker control: one bit of the last layer's input gradient */
-        memcpy(&u, A->d_resid, sizeof u);
-        u ^= 1u;
-        memcpy(A->d_resid, &u, sizeof u);
-    }
+    u.kind->backward(g, &u, A, &p);
     if (obs && obs->batch_tensor) gpt_report_input_grad(g, unit, s, obs);
     unit_event(g, obs, unit, GPT_BWD_END);
 }

@@ -1,5 +1,5 @@
-/* units_internal.h - what the unit files share (units.c, unit_layer.c,
- * unit_ops.c): a unit pass's view of its slot, and the tensor- and
+/* units_internal.h - what the unit files share (units.c, unit_embedding.c,
+ * unit_layer.c, unit_head.c, unit_ops.c, unit_kind.h): a unit pass's view of its slot, and the tensor- and
  * sequence-parallel forms of the operations the units are made of. */
 #ifndef PARITY_UNITS_INTERNAL_H
 #define PARITY_UNITS_INTERNAL_H
@@ -11,10 +11,6 @@
 #include "parity/model.h"
 
 static inline float *P_(gpt_t *g, int idx) { return g->param_ptr[idx]; }
-static inline float *PL(gpt_t *g, int l, int slot) { return P_(g, param_layer(&g->table, l, slot)); }
-static inline acc_t *GL(gpt_t *g, int l, int slot) {
-    return &g->grad_acc[param_layer(&g->table, l, slot)];
-}
 
 /* What one unit pass needs to know about its slot's tokens. The slot
  * holds Tc positions of each sequence (T; context parallelism: its runs),
@@ -22,7 +18,7 @@ static inline acc_t *GL(gpt_t *g, int l, int slot) {
  * hold `ns` tokens: all n, or under sequence parallelism positions
  * t0 .. t0+Tl-1 of each sequence. `runs` are the sharded regions'
  * positions, in the order they are stored. */
-typedef struct {
+typedef struct pass {
     int n_seq, n;        /* sequences, tokens */
     int T, Tc, Tl, t0, ns; /* positions per sequence; held by the slot; by the sharded regions;
                               first held (sequence parallelism); tokens held */
@@ -99,8 +95,6 @@ void attention_unit_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, uint64_
 void attention_unit_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dqkv,
                              const float *dctx);
 
-/* unit_layer.c: units 1..L */
-void layer_unit_forward(gpt_t *g, int l, gpt_slot_t *A, const float *x, const pass_t *p);
-void layer_unit_backward(gpt_t *g, int l, gpt_slot_t *A, const pass_t *p);
+#include "unit_kind.h"
 
 #endif

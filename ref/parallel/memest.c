@@ -44,25 +44,13 @@ int memest_layout(const model_config_t *cfg, const pconfig_t *pc, memest_t *out,
 }
 
 /* Bytes per step of the batch-shaped tensors a dump collects (dump.h):
- * inputs, labels, logits, the activation checkpoints and the masks, as
- * gpt_microbatch reports them. tests/test_memest.c holds this equal to a
- * real dump's bytes, so a new checkpoint cannot make it drift unseen. */
+ * inputs, labels and every unit's checkpoints (its kind's list: logits,
+ * activations, masks) and input gradient, as gpt_microbatch reports
+ * them. tests/test_memest.c holds this equal to a real dump's bytes, so
+ * a new checkpoint cannot make it drift unseen. */
 static size_t batch_bytes(const model_config_t *c) {
-    const size_t n = (size_t)c->global_batch * (size_t)c->seq_length;
-    const size_t C = (size_t)c->hidden, F = (size_t)c->ffn, V = (size_t)c->vocab;
-    const size_t L = (size_t)c->layers, f = sizeof(float);
-    const int hdrop = c->hidden_dropout > 0.0f, adrop = c->attention_dropout > 0.0f;
-    size_t per_token = 2 * sizeof(int32_t) + V * f /* ids, labels, logits */
-                       + C * f + C * f           /* embedding and final LayerNorm outputs */
-                       + L * (9 * C + F) * f     /* per layer: ln1, qkv (3C), core attention,
-                                                    dense, ln2, fc1 (F), fc2, output */
-                       + (L + 1) * C * f;        /* each layer's and the head's input gradient */
-    if (hdrop) per_token += C + 2 * L * C;       /* u8 masks: embedding, attention output, mlp */
-    size_t bytes = n * per_token;
-    if (adrop) /* u8 [H, T, T] per sequence and layer */
-        bytes += (size_t)c->global_batch * (size_t)c->heads * (size_t)c->seq_length *
-                 (size_t)c->seq_length * L;
-    return bytes;
+    /* each unit kind's checkpoints and input gradient (gpt_batch_bytes_per_seq) */
+    return (size_t)c->global_batch * gpt_batch_bytes_per_seq(c);
 }
 
 static size_t param_bytes(const model_config_t *cfg) {

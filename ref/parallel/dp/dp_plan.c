@@ -66,7 +66,7 @@ int dp_plan_build(dp_plan_t *p, const param_table_t *t, const model_config_t *cf
     p->dp = dp;
     p->stage = stage;
     p->tied = cfg->tied;
-    p->nunits = cfg->layers + 2;
+    p->nunits = t->n_units;
     p->unit_first = calloc((size_t)p->nunits, sizeof(int));
     p->unit_last = calloc((size_t)p->nunits, sizeof(int));
     p->unit_of_tensor = calloc((size_t)t->count, sizeof(int));
@@ -76,16 +76,8 @@ int dp_plan_build(dp_plan_t *p, const param_table_t *t, const model_config_t *cf
         dp_plan_free(p);
         return perr_set(err, "dp plan: out of memory");
     }
-    /* units: the model's order is embeddings, layers, final LayerNorm (+
-     * untied head), each contiguous (params.c) */
-    p->unit_first[0] = t->wte;
-    p->unit_last[0] = t->first_layer;
-    for (int l = 0; l < cfg->layers; l++) {
-        p->unit_first[l + 1] = param_layer(t, l, 0);
-        p->unit_last[l + 1] = param_layer(t, l, 0) + P_PER_LAYER;
-    }
-    p->unit_first[cfg->layers + 1] = t->lnf_w;
-    p->unit_last[cfg->layers + 1] = t->count;
+    /* units: each unit's tensors are contiguous, in unit order (params.c) */
+    for (int u = 0; u < p->nunits; u++) param_unit_range(t, u, &p->unit_first[u], &p->unit_last[u]);
     for (int u = 0; u < p->nunits; u++)
         for (int i = p->unit_first[u]; i < p->unit_last[u]; i++) p->unit_of_tensor[i] = u;
     if (stage == 3) {

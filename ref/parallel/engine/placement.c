@@ -95,12 +95,6 @@ static int unit_of_batch(const model_config_t *c, const char *what) {
     return 0;
 }
 
-/* The unit whose tensors include table entry i (params.c's order). */
-static int unit_of_param(const param_table_t *t, const model_config_t *c, int i) {
-    if (i < t->first_layer) return 0;
-    if (i < t->lnf_w) return 1 + (i - t->first_layer) / P_PER_LAYER;
-    return c->layers + 1;
-}
 
 /* Sequences are sharded over dp, then split into microbatches of sizes
  * differing by at most one (pconfig.h), as run_step feeds them. */
@@ -193,7 +187,7 @@ int engine_param_at(const engine_placement_t *pl, const char *pname, uint64_t fl
     const int tp = pc->tp > 1 ? pc->tp : 1;
     memset(o, 0, sizeof *o);
     if ((o->i = param_find(&pl->table, pname)) < 0) return -1;
-    o->unit = unit_of_param(&pl->table, &pl->cfg, o->i);
+    o->unit = param_unit_of(&pl->table, o->i);
     o->stage = stage_of_unit(&pl->pp, o->unit);
     o->tied = pl->pp.pp > 1 && pl->cfg.tied && o->i == pl->table.wte;
     param_table_t t;

@@ -1,0 +1,106 @@
+/* unit_embedding.c - the embedding as a unit kind (MODEL.md, forward 1):
+ *
+ *   x = drop(wte[tokens] + wpe)
+ *
+ * Vocabulary-parallel: each rank looks up the rows it holds (-0
+ * elsewhere) and the sum over the group is the owner's row; under
+ * sequence parallelism the sum is reduce-scattered to the positions each
+ * rank holds.
+ */
+#include "parity/runtime.h"
+#include "tp.h"
+#include "units_internal.h"
+
+enum { E_WTE, E_WPE };
+
+static const unit_tensor_t tensors[] = {
+    [E_WTE] = {"embedding.word_embeddings.weight", 2, {DIM_V, DIM_C}, INIT_NORMAL, STD_SIGMA,
+               CUT_VOCAB, AL_NONE, 1, WHEN_ALWAYS},
+    [E_WPE] = {"embedding.position_embeddings.weight", 2, {DIM_T, DIM_C}, INIT_NORMAL, STD_SIGMA,
+               CUT_REPL, AL_NONE, 1, WHEN_ALWAYS},
+};
+
+static const unit_checkpoint_t checkpoints[] = {
+    {"mask", "dropout.embedding", ST_U8, 2, {DIM_T, DIM_C}, 0, WHEN_HDROP},
+    {"act", "embedding.output", ST_F32, 2, {DIM_T, DIM_C}, 1, WHEN_ALWAYS},
+};
+
+static void bind(param_table_t *t, const model_config_t *c, int unit, int first) {
+    (void)c, (void)unit;
+    t->wte = first + E_WTE;
+    t->wpe = first + E_WPE;
+}
+
+static void layout(gpt_slot_t *A, int index, const slot_dims_t *d, int held, int next_held,
+                   carver_t *cv) {
+    (void)index;
+    if (held || next_held) A->emb = CARVE_F(cv, d->ns * d->C);
+    A->emb_keep = d->hdrop && held ? CARVE_U8(cv, d->ns * d->C) : NULL;
+}
+
+static float *output(gpt_slot_t *A, int index) {
+    (void)index;
+    return A->emb;
+}
+
+static void forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x, const pass_t *p) {
+    (void)x;
+    const model_config_t *c = &g->cfg;
+    const int C = c->hidden;
+    float *rows = p->sp ? g->scratch.d_tmp : A->emb;
+    embedding_lookup(rows, A->inputs, p->n, C, unit_param(g, u, E_WTE), g->local.vocab0,
+                     g->local.vocab);
+    if (p->sp)
+        sp_reduce_scatter_f32(g, A->emb, rows, p->n_seq, C);
+    else if (g->shard.tp > 1)
+        tp_sum_f32(g, A->emb, p->nC);
+    for (int s = 0, at = 0; s < p->n_seq; s++)
+        for (int k = 0; k < p->runs.n; at += p->runs.len[k++])
+            embedding_add_positions(A->emb + (size_t)at * C, 1, p->runs.len[k], p->runs.t0[k], C,
+                                    unit_param(g, u, E_WPE));
+    if (A->emb_keep) {
+        site_mask(g, A, p, A->emb_keep, site_stream("dropout.embedding", -1, A->step));
+        dropout_forward(A->emb, A->emb, A->emb_keep, p->nsC, c->hidden_dropout);
+    }
+}
+
+static void backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
+    const model_config_t *c = &g->cfg;
+    const float *d = A->d_resid;
+    if (A->emb_keep) {
+        dropout_backward(g->scratch.d_tmp, d, A->emb_keep, p->nsC, c->hidden_dropout);
+        d = g->scratch.d_tmp;
+    }
+    /* every token's gradient: the word rows held and every position row */
+    d = tokens_full(g, p, g->scratch.d_tmp3, d, c->hidden);
+    const cp_runs_t *r = &g->local.runs; /* every position the slot holds */
+    for (int s = 0, at = 0; s < p->n_seq; s++)
+        for (int k = 0; k < r->n; at += r->len[k++])
+            embedding_backward(unit_grad(g, u, E_WTE), unit_grad(g, u, E_WPE),
+                               d + (size_t)at * c->hidden, A->inputs + at, 1, r->len[k], r->t0[k],
+                               c->hidden, g->local.vocab0, g->local.vocab);
+}
+
+static void views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
+                  const unit_positions_t *pos, unit_view_t *out) {
+    (void)g, (void)u;
+    out[0] = (unit_view_t){A->emb_keep, -1, 0, 0, pos->stream, 0};
+    out[1] = (unit_view_t){A->emb, -1, 0, 0, pos->stream, 0};
+}
+
+const unit_kind_t unit_embedding = {
+    .name = "embedding",
+    .prefix = "",
+    .tensors = tensors,
+    .n_tensors = 2,
+    .checkpoints = checkpoints,
+    .n_checkpoints = 2,
+    .input_grad = NULL,
+    .bind = bind,
+    .layout = layout,
+    .output = output,
+    .forward = forward,
+    .after_forward = NULL,
+    .backward = backward,
+    .views = views,
+};

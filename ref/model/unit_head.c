@@ -1,0 +1,134 @@
+/* unit_head.c - the head as a unit kind (MODEL.md, forward 4-5):
+ *
+ *   logits = LNf(x) . wte^T (or output_layer), token losses
+ *
+ * The forward computes the token losses into the slot; after_forward
+ * adds them to the step's loss sum, once, so the forward may run again.
+ */
+#include "parity/pmath.h"
+#include "tp.h"
+#include "units_internal.h"
+
+enum { H_LNF_W, H_LNF_B, H_OUT };
+
+static const unit_tensor_t tensors[] = {
+    [H_LNF_W] = {"final_layernorm.weight", 1, {DIM_C, DIM_1}, INIT_ONES, STD_NONE, CUT_REPL,
+                 AL_NONE, 0, WHEN_ALWAYS},
+    [H_LNF_B] = {"final_layernorm.bias", 1, {DIM_C, DIM_1}, INIT_ZEROS, STD_NONE, CUT_REPL,
+                 AL_NONE, 0, WHEN_ALWAYS},
+    [H_OUT] = {"output_layer.weight", 2, {DIM_V, DIM_C}, INIT_NORMAL, STD_SIGMA, CUT_VOCAB,
+               AL_NONE, 1, WHEN_UNTIED},
+};
+
+static const unit_checkpoint_t checkpoints[] = {
+    {"act", "final_layernorm.output", ST_F32, 2, {DIM_T, DIM_C}, 0, WHEN_ALWAYS},
+    {"", "logits", ST_F32, 2, {DIM_T, DIM_V}, 1, WHEN_ALWAYS},
+};
+
+/* The tied word embedding is read here too: a pipeline stage holding the
+ * head holds it. */
+static void bind(param_table_t *t, const model_config_t *c, int unit, int first) {
+    t->lnf_w = first + H_LNF_W;
+    t->lnf_b = first + H_LNF_B;
+    t->out = c->tied ? -1 : first + H_OUT;
+    if (c->tied) t->shared_unit[t->wte] = unit;
+}
+
+static void layout(gpt_slot_t *A, int index, const slot_dims_t *d, int held, int next_held,
+                   carver_t *cv) {
+    (void)index, (void)next_held;
+    if (!held) return;
+    const size_t n = d->n, ns = d->ns, C = d->C;
+    A->lnf_xhat = CARVE_F(cv, ns * C);
+    A->lnf_rstd = CARVE_F(cv, ns);
+    A->lnf_out = CARVE_F(cv, ns * C);
+    A->lnf_full = d->sp ? CARVE_F(cv, n * C) : A->lnf_out;
+    A->logits = CARVE_F(cv, n * d->V);
+    A->token_loss = CARVE_F(cv, n);
+    A->ce_max = CARVE_F(cv, n);
+    A->ce_z = CARVE_F(cv, n);
+}
+
+static int head_weight(const gpt_t *g) { return g->cfg.tied ? g->table.wte : g->table.out; }
+
+/* The deliberately broken variant GPT_BROKEN_TP_VOCAB_PAD: Megatron
+ * pads the vocabulary to a multiple of 128 x tp, so at tp = 4 a 256-word
+ * vocabulary becomes 512, and the padded rows' logits enter the softmax.
+ * Emulated with zero rows held by tensor-parallel rank 0: each padded
+ * column has logit +0, so it joins the max and adds exp(0 - m) to Z. */
+static int padded_columns(const gpt_t *g) {
+    if (!(g->shard.broken & GPT_BROKEN_TP_VOCAB_PAD) || g->shard.tp == 1 || g->shard.tp_rank)
+        return 0;
+    const int unit = 128 * g->shard.tp, V = g->cfg.vocab;
+    return (V + unit - 1) / unit * unit - V;
+}
+
+static void forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x, const pass_t *p) {
+    const model_config_t *c = &g->cfg;
+    const int n = p->n, C = c->hidden, V = g->local.vocab, v0 = g->local.vocab0;
+    const int split = g->shard.tp > 1;
+    float *scratch = g->scratch.row_scratch, *m = A->ce_max, *Z = A->ce_z, *l = g->scratch.ce_tl;
+    layernorm_forward(A->lnf_out, A->lnf_xhat, A->lnf_rstd, x, unit_param(g, u, H_LNF_W),
+                      unit_param(g, u, H_LNF_B), p->ns, C, c->ln_eps, scratch);
+    tokens_full(g, p, A->lnf_full, A->lnf_out, C);
+    /* vocabulary-parallel LM head (column-parallel over vocabulary rows) */
+    linear_forward(A->logits, A->lnf_full, P_(g, head_weight(g)), NULL, n, C, V, p->t_cc, &g->ws);
+    /* cross-entropy's three reductions: max, exact sum of exps, target logit */
+    ce_row_max(m, A->logits, n, V);
+    const int pad = padded_columns(g);
+    for (int i = 0; pad && i < n; i++) m[i] = m[i] > 0.0f ? m[i] : 0.0f;
+    if (split) tp_max_f32(g, m, (size_t)n);
+    ce_exp_sum(Z, split ? g->scratch.ce_zacc : NULL, A->logits, m, n, V, scratch);
+    for (int i = 0; pad && i < n; i++)
+        for (int k = 0; k < pad; k++) xacc_add_f32(&g->scratch.ce_zacc[i], pm_expf(0.0f - m[i]));
+    if (split) {
+        tp_sum_xacc(g, g->scratch.ce_zacc, (size_t)n);
+        for (int i = 0; i < n; i++) Z[i] = xacc_round_f32(&g->scratch.ce_zacc[i]);
+    }
+    ce_target_logit(l, A->logits, A->targets, n, V, v0);
+    if (split) tp_sum_f32(g, l, (size_t)n);
+    ce_loss(A->token_loss, m, Z, l, n);
+}
+
+static void after_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
+    (void)u;
+    sacc_add(&g->loss_acc, A->token_loss, (size_t)p->n);
+}
+
+static void backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
+    const model_config_t *c = &g->cfg;
+    const int n = p->n, C = c->hidden, V = g->local.vocab;
+    float *d_logits = g->scratch.d_logits;
+    /* 1/N from the GLOBAL token count, once (I4) */
+    const int64_t total_tokens = (int64_t)c->global_batch * c->seq_length;
+    crossentropy_backward(d_logits, A->logits, A->targets, A->ce_max, A->ce_z, n, V,
+                          g->local.vocab0, total_tokens, g->scratch.row_scratch);
+    colpar_backward(g, p, g->scratch.d_tmp, &g->grad_acc[head_weight(g)], NULL, d_logits,
+                    A->lnf_full, P_(g, head_weight(g)), C, V, p->t_cc);
+    ln_backward(g, p, A->d_resid, unit_grad(g, u, H_LNF_W), unit_grad(g, u, H_LNF_B),
+                g->scratch.d_tmp, A->lnf_xhat, A->lnf_rstd, unit_param(g, u, H_LNF_W));
+}
+
+static void views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
+                  const unit_positions_t *pos, unit_view_t *out) {
+    (void)u;
+    out[0] = (unit_view_t){A->lnf_full, -1, 0, 0, pos->all, 0};
+    out[1] = (unit_view_t){A->logits, 1, g->local.vocab0, g->local.vocab, pos->all, 0};
+}
+
+const unit_kind_t unit_head = {
+    .name = "head",
+    .prefix = "",
+    .tensors = tensors,
+    .n_tensors = 3,
+    .checkpoints = checkpoints,
+    .n_checkpoints = 2,
+    .input_grad = "grad_input.head",
+    .bind = bind,
+    .layout = layout,
+    .output = NULL,
+    .forward = forward,
+    .after_forward = after_forward,
+    .backward = backward,
+    .views = views,
+};

@@ -1,0 +1,148 @@
+/* unit_kind.h - a unit kind as data: what it owns and what it does.
+ *
+ * The model is a list of unit instances (kind + index, e.g. layer 3),
+ * built from the config by gpt_unit_at (units.c). Everything that walks
+ * the model walks that list: the parameter table (params.c, from each
+ * kind's tensors), dispatch (units.c, through the kind's functions), the
+ * activation slot's layout (gpt.c, through the kind's layout), the
+ * checkpoints a dump and the checker see (checkpoints.c, from the kind's
+ * checkpoint list) and the dump-size estimate (gpt_batch_bytes_per_seq).
+ * A new kind (an encoder layer, an MoE layer) is one more table.
+ *
+ * forward is pure: it reads the parameters and the slot's input and
+ * writes only the slot's activations (and the shared scratch); it adds
+ * to no loss, calls no observer and counts nothing, so it may run twice
+ * (recomputation). after_forward does what must happen once per forward:
+ * the head's loss sum. Reporting checkpoints to observers is generic
+ * (gpt_unit_after_forward), from the kind's list.
+ */
+#ifndef PARITY_UNIT_KIND_H
+#define PARITY_UNIT_KIND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "parity/model.h"
+
+/* Sizes a kind's shapes are made of, as functions of the config. */
+typedef enum { DIM_1, DIM_V, DIM_T, DIM_C, DIM_3C, DIM_F, DIM_H } unit_dim_t;
+int64_t unit_dim(const model_config_t *c, unit_dim_t d);
+
+/* How tensor parallelism cuts a tensor: replicated; column-parallel (its
+ * output rows, whole); row-parallel (its input columns); vocabulary rows.
+ * align: the block the cut keeps whole. With every linear row-parallel
+ * (GPT_TP_ROW_LINEARS) each 2-D linear weight is cut on its input axis
+ * at that axis's canonical tile, and column-parallel biases are whole. */
+typedef enum { CUT_REPL, CUT_COLPAR, CUT_ROWPAR, CUT_VOCAB } unit_cut_t;
+typedef enum { AL_NONE, AL_HEADS3, AL_HEADS, AL_FFN } unit_align_t;
+/* Init scale: none, sigma, or sigma/sqrt(2L) (residual-branch outputs). */
+typedef enum { STD_NONE, STD_SIGMA, STD_OUT } unit_std_t;
+/* When a tensor or checkpoint exists. */
+enum { WHEN_ALWAYS = 0, WHEN_UNTIED = 1, WHEN_HDROP = 2, WHEN_ADROP = 4 };
+
+typedef struct {
+    const char *suffix;     /* after the instance prefix */
+    int ndim;
+    unit_dim_t dim[2];      /* the global shape */
+    param_init_t init;
+    unit_std_t std;
+    unit_cut_t cut;
+    unit_align_t align;
+    int weight_decay;       /* Megatron's rule: every 2-D weight */
+    unsigned when;
+} unit_tensor_t;
+
+/* A checkpoint: the dump's name is cls "." prefix suffix (cls "" : prefix
+ * suffix), its per-sequence global shape dim[], its forward position
+ * `order` within the unit (the checker's execution order). */
+typedef struct {
+    const char *cls;        /* "act", "mask" or "" */
+    const char *suffix;
+    st_dtype_t dtype;
+    int ndim;
+    unit_dim_t dim[3];
+    int order;
+    unsigned when;
+} unit_checkpoint_t;
+
+enum { UNIT_MAX_CHECKPOINTS = 32 };
+/* The runtime part of a checkpoint a slot holds: its data and which
+ * block of the global tensor (checkpoints.c's report_rows). */
+typedef struct {
+    const void *data;       /* NULL: not kept */
+    int cut;                /* the axis tensor parallelism cuts (-1: none) */
+    int64_t lo, ext;
+    const cp_runs_t *runs;  /* the positions held along axis `rows`, NULL: all */
+    int rows;
+} unit_view_t;
+/* What a kind's views may point at: the residual stream's positions and
+ * the slot's. */
+typedef struct {
+    const cp_runs_t *stream, *all;
+} unit_positions_t;
+
+/* carves a slot (gpt.c) */
+typedef struct {
+    char *base;
+    size_t used;
+} carver_t;
+void *carve(carver_t *cv, size_t bytes);
+#define CARVE_F(cv, n) ((float *)carve(cv, (size_t)(n) * sizeof(float)))
+#define CARVE_U8(cv, n) ((uint8_t *)carve(cv, (size_t)(n)))
+/* The extents a slot is laid out with. */
+typedef struct {
+    size_t mb, T, Tc, n, ns, C, H, A, F, V;
+    int hdrop, adrop, sp, ulysses;
+} slot_dims_t;
+
+typedef struct unit_kind unit_kind_t;
+typedef struct pass pass_t; /* units_internal.h */
+/* One unit of the model: its kind, its index among its kind's instances
+ * (layer l), its place in the model and its first tensor's index. */
+typedef struct {
+    const unit_kind_t *kind;
+    int index, unit, first;
+} unit_t;
+struct unit_kind {
+    const char *name;
+    const char *prefix;             /* instance prefix: "" or e.g. "layers.%d." */
+    const unit_tensor_t *tensors;
+    int n_tensors;
+    const unit_checkpoint_t *checkpoints;
+    int n_checkpoints;
+    const char *input_grad;         /* the name of its input's gradient ("%d": the index), or
+                                       NULL: it has no input */
+    /* after the table is built: the kind's named indices (param_table_t's
+     * wte, ...) from its first tensor's index */
+    void (*bind)(param_table_t *t, const model_config_t *c, int unit, int first);
+    /* the slot's activations: held, the unit runs here; else only where
+     * its output arrives when the next unit runs here (next_held) */
+    void (*layout)(gpt_slot_t *A, int index, const slot_dims_t *d, int held, int next_held,
+                   carver_t *cv);
+    /* the residual stream it leaves in the slot (NULL: none) */
+    float *(*output)(gpt_slot_t *A, int index);
+    void (*forward)(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x,
+                    const pass_t *p);
+    void (*after_forward)(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p); /* or NULL */
+    void (*backward)(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p);
+    /* the views of its checkpoints [n_checkpoints], in the list's order */
+    void (*views)(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
+                  const unit_positions_t *pos, unit_view_t *out);
+};
+
+extern const unit_kind_t unit_embedding, unit_layer, unit_head;
+
+/* The model's description: the kinds in order, each with a count. Unit
+ * u of the model (first: -1; gpt_unit binds it to a table). */
+int    model_num_units(const model_config_t *c);
+unit_t model_unit_at(const model_config_t *c, int u);
+unit_t gpt_unit(const gpt_t *g, int u);
+/* The instance prefix of a unit ("layers.3."). */
+void   unit_prefix(const unit_t *u, char *buf, size_t cap);
+/* Whether a tensor or checkpoint's `when` holds for c. */
+int    unit_when(const model_config_t *c, unsigned when);
+/* Tensor k of a unit (the kind's order): its values and open gradient sum. */
+static inline float *unit_param(gpt_t *g, const unit_t *u, int k) { return g->param_ptr[u->first + k]; }
+static inline acc_t *unit_grad(gpt_t *g, const unit_t *u, int k) { return &g->grad_acc[u->first + k]; }
+
+#endif
