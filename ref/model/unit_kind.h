@@ -42,8 +42,8 @@ enum { WHEN_ALWAYS = 0, WHEN_UNTIED = 1, WHEN_HDROP = 2, WHEN_ADROP = 4 };
 
 typedef struct {
     const char *suffix;     /* after the instance prefix */
-    int ndim;
-    unit_dim_t dim[2];      /* the global shape */
+    int ndim;               /* 1 .. PL_MAX_DIMS */
+    unit_dim_t dim[PL_MAX_DIMS]; /* the global shape (unused axes: DIM_1 or 0) */
     param_init_t init;
     unit_std_t std;
     unit_cut_t cut;
