@@ -106,6 +106,8 @@ typedef struct {
 /* The token axes (dp, cp) a tensor of placement pl is replicated over:
  * its gradient's reduction group. */
 unsigned placement_reduce_axes(const placement_t *pl);
+/* Those axes as a layout's group name: "dp-cp" (layout.h). */
+void placement_reduce_name(unsigned axes, char *buf, size_t cap);
 
 /* Built from the model's unit list (ref/model/unit_kind.h): each unit's
  * tensors, its kind's order, one contiguous run of indices. */
@@ -281,6 +283,10 @@ typedef struct {
     int cp, cp_rank;        /* context parallelism: the positions held (cp.h) */
     cp_comm_t cp_comm;      /* ring (p2p) or Ulysses (all-to-all) */
     group_t *cp_group;      /* NULL when cp == 1 */
+    int on_grid;            /* 1: grid_sizes/grid_coord are the device's place on the run's
+                               grid, and its parameter table and init evaluate every
+                               placement there (param_table_build_at); 0: a grid of tp alone */
+    int grid_sizes[GRID_NAXES], grid_coord[GRID_NAXES];
 } gpt_shard_t;
 /* Modelled on real bugs: plain fp32 sums in the row-parallel all-reduce
  * (the order-dependent reduction of Megatron-LM issue 1736 and its kin);

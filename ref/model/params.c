@@ -39,6 +39,15 @@ unsigned placement_reduce_axes(const placement_t *pl) {
     return TOKEN_AXES & ~cut;
 }
 
+void placement_reduce_name(unsigned axes, char *buf, size_t cap) {
+    static const grid_axis_t order[] = {GRID_DP, GRID_CP, GRID_EP, GRID_TP, GRID_PP};
+    size_t at = 0;
+    buf[0] = 0;
+    for (size_t k = 0; k < sizeof order / sizeof *order && at < cap; k++)
+        if (axes >> order[k] & 1)
+            at += (size_t)snprintf(buf + at, cap - at, "%s%s", at ? "-" : "", grid_axis_name(order[k]));
+}
+
 /* The block of the device at (sizes, coord), sized and laid out after
  * the tensors before it. */
 static void place(param_table_t *t, param_info_t *p, const int sizes[GRID_NAXES],
