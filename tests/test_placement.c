@@ -5,6 +5,7 @@
 #include "harness.h"
 #include "parity/coll.h"
 #include "parity/grid.h"
+#include "parity/model.h"
 #include "parity/placement.h"
 
 /* Every device of a tp=2 x dp=3 x pp=2 grid: its coordinates match the
@@ -162,6 +163,45 @@ static void test_replicas(void) {
     CHECK(!placement_is_extra_replica(&part, sizes, c10), "partial sums all count");
 }
 
+/* A 3-D tensor (a stacked [2, F, C] weight, column-parallel: each
+ * matrix's rows over tp) on a tp 2 x dp 2 x pp 2 grid, evaluated at the
+ * real coordinates of every device: each block is the golden slice, the
+ * pipeline coordinate never makes a copy extra, the blocks of the
+ * non-extra copies reassemble the global tensor exactly once, every copy
+ * compares equal, and the gradient group is the token axes it is
+ * replicated over (dp-cp); cut over dp (an expert's own tokens), cp alone. */
+static void test_whole_grid_3d(void) {
+    const int64_t shape[3] = {2, 8, 6};
+    const placement_t p = placement_cut(placement_replicated(3, shape), 1, GRID_TP, 2);
+    const int sizes[GRID_NAXES] = {2, 1, 1, 2, 2};
+    float global[96], back[96], local[48];
+    for (int i = 0; i < 96; i++) global[i] = (float)i, back[i] = -1.0f;
+    CHECK(placement_check(&p, sizes, "stack", NULL) == 0, "3-D cut fits");
+    CHECK(placement_local_numel(&p, sizes) == 48, "block numel %zu", placement_local_numel(&p, sizes));
+    int puts = 0;
+    for (int k = 0; k < 8; k++) {
+        const int coord[GRID_NAXES] = {k & 1, 0, 0, k >> 1 & 1, k >> 2};
+        int64_t lo[PL_MAX_DIMS], ext[PL_MAX_DIMS];
+        placement_block(&p, sizes, coord, lo, ext);
+        CHECK(lo[0] == 0 && ext[0] == 2 && lo[1] == 4 * (k & 1) && ext[1] == 4 && ext[2] == 6,
+              "block of device %d", k);
+        placement_take(&p, sizes, coord, global, local);
+        CHECK(local[6] == global[(lo[1] + 1) * 6], "take: row 1 of matrix 0");
+        CHECK(local[24] == global[48 + lo[1] * 6], "take: row 0 of matrix 1");
+        CHECK(placement_compare(&p, sizes, coord, local, global, NULL) == -1, "copy %d equal", k);
+        const int extra = placement_is_extra_replica(&p, sizes, coord);
+        CHECK(extra == ((k >> 1 & 1) != 0), "device %d extra %d (pp never makes a copy)", k, extra);
+        if (!extra) placement_put(&p, sizes, coord, local, back), puts++;
+    }
+    CHECK(puts == 4 && !memcmp(back, global, sizeof global), "reassembled once per tp x pp");
+    char name[32];
+    placement_reduce_name(placement_reduce_axes(&p), name, sizeof name);
+    CHECK(!strcmp(name, "dp-cp"), "replicated over the token axes: '%s'", name);
+    const placement_t expert = placement_cut(p, 0, GRID_DP, 1);
+    placement_reduce_name(placement_reduce_axes(&expert), name, sizeof name);
+    CHECK(!strcmp(name, "cp"), "cut over dp: '%s'", name);
+}
+
 static void test_errors(void) {
     int64_t shape[2] = {48, 16}; /* e.g. qkv rows of 4 heads x 3 x D=4 */
     placement_t p = placement_cut(placement_replicated(2, shape), 0, GRID_TP, 12);
@@ -181,6 +221,7 @@ int main(void) {
     RUN(test_block_and_runs);
     RUN(test_nested_cuts);
     RUN(test_replicas);
+    RUN(test_whole_grid_3d);
     RUN(test_errors);
     return harness_done();
 }

@@ -42,6 +42,8 @@ typedef struct {
     size_t piece;          /* elements per rank piece: ceil((hi - lo) / dp) */
     size_t shard_off;      /* where this bucket's piece sits in a shard */
     int ready_unit;        /* final after this unit's backward */
+    unsigned reduce;       /* its tensors' gradient reduction axes (param_info_t.reduce):
+                              a bucket never mixes groups */
 } dp_bucket_t;
 
 typedef struct {

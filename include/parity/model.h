@@ -89,8 +89,9 @@ typedef enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS } param_init_t;
 
 typedef struct {
     char name[96];       /* Megatron-style, e.g. layers.0.mlp.dense_h_to_4h.weight */
-    int ndim;            /* 1 or 2 */
-    int64_t shape[2];    /* this replica's block (the global shape is pl.shape) */
+    int ndim;            /* 1 .. PL_MAX_DIMS */
+    int64_t shape[PL_MAX_DIMS]; /* this replica's block (the global shape is pl.shape);
+                                   axes past ndim are 1 */
     size_t numel;        /* of the block */
     placement_t pl;      /* the global tensor and how tensor parallelism cuts it */
     size_t offset;       /* into the contiguous parameter block */
@@ -98,7 +99,15 @@ typedef struct {
     float init_std;      /* INIT_NORMAL: sigma or sigma/sqrt(2L) */
     int weight_decay;    /* 1 for 2-D weights (AdamW decays them) */
     int held;            /* 0: another pipeline stage holds it (shape 0 x 0, numel 0) */
+    unsigned reduce;     /* the grid axes (bit a: axis a) its gradient is reduced over:
+                            the token axes (dp, cp) its placement neither cuts nor holds
+                            partial sums over (placement_reduce_axes) */
 } param_info_t;
+/* The token axes (dp, cp) a tensor of placement pl is replicated over:
+ * its gradient's reduction group. */
+unsigned placement_reduce_axes(const placement_t *pl);
+/* Those axes as a layout's group name: "dp-cp" (layout.h). */
+void placement_reduce_name(unsigned axes, char *buf, size_t cap);
 
 /* Built from the model's unit list (ref/model/unit_kind.h): each unit's
  * tensors, its kind's order, one contiguous run of indices. */
@@ -139,6 +148,12 @@ int  gpt_units_hold(const gpt_units_t *u, int unit);
  * stages holding unit 0 or the head. */
 int  param_table_build_mp(param_table_t *t, const model_config_t *cfg, int tp,
                           const gpt_units_t *units, unsigned opts, perr_t *err);
+/* The same on a whole grid: every placement evaluated at the device's
+ * grid sizes and coordinates on every axis (grid.h); the blocks are the
+ * device's own. param_table_build_mp is this on a grid of tp alone. */
+int  param_table_build_at(param_table_t *t, const model_config_t *cfg,
+                          const int sizes[GRID_NAXES], const int coord[GRID_NAXES],
+                          const gpt_units_t *units, unsigned opts, perr_t *err);
 /* Tensor-parallel options (opts of param_table_build_mp, gpt_local_dims,
  * gpt_mem_bytes_*): sequence parallelism; every linear row-parallel
  * (qkv, dense, fc1, fc2 each split on its reduction dimension, its output
@@ -162,6 +177,9 @@ int  param_find(const param_table_t *t, const char *name);
  * slice. */
 void params_init(const param_table_t *t, uint64_t seed, float *data);
 void params_init_tp(const param_table_t *t, int tp, int tp_rank, uint64_t seed, float *data);
+/* The same for the device at (sizes, coord) of a grid (param_table_build_at). */
+void params_init_at(const param_table_t *t, const int sizes[GRID_NAXES],
+                    const int coord[GRID_NAXES], uint64_t seed, float *data);
 
 /* ---- the model --------------------------------------------------------- */
 
@@ -265,6 +283,10 @@ typedef struct {
     int cp, cp_rank;        /* context parallelism: the positions held (cp.h) */
     cp_comm_t cp_comm;      /* ring (p2p) or Ulysses (all-to-all) */
     group_t *cp_group;      /* NULL when cp == 1 */
+    int on_grid;            /* 1: grid_sizes/grid_coord are the device's place on the run's
+                               grid, and its parameter table and init evaluate every
+                               placement there (param_table_build_at); 0: a grid of tp alone */
+    int grid_sizes[GRID_NAXES], grid_coord[GRID_NAXES];
 } gpt_shard_t;
 /* Modelled on real bugs: plain fp32 sums in the row-parallel all-reduce
  * (the order-dependent reduction of Megatron-LM issue 1736 and its kin);

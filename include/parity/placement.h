@@ -69,7 +69,9 @@ size_t placement_global_numel(const placement_t *p);
 
 /* Whether a device holds one of several identical copies that is not the
  * first (a nonzero coordinate along a grid axis of size > 1 that neither
- * cuts the tensor nor holds partial sums): such a copy must be left out
+ * cuts the tensor nor holds partial sums; the pipeline axis never: stages
+ * hold different units, and a copy one shares with another (the tied
+ * word embedding) is the caller's rule): such a copy must be left out
  * of global sums such as the gradient norm, and is compared, not copied,
  * on reassembly. */
 int placement_is_extra_replica(const placement_t *p, const int sizes[GRID_NAXES],

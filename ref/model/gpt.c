@@ -286,7 +286,9 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
                           (shard->row_linears ? GPT_TP_ROW_LINEARS : 0u) |
                           (shard->cp > 1 ? gpt_cp_opts(shard->cp, shard->cp_comm) : 0u);
     if (gpt_local_dims(cfg, shard->tp, shard->tp_rank, shard->cp_rank, opts, &g->local, err) ||
-        param_table_build_mp(&g->table, cfg, shard->tp, &shard->units, opts, err)) {
+        (shard->on_grid ? param_table_build_at(&g->table, cfg, shard->grid_sizes, shard->grid_coord,
+                                               &shard->units, opts, err)
+                        : param_table_build_mp(&g->table, cfg, shard->tp, &shard->units, opts, err))) {
         free(g);
         return -1;
     }
@@ -324,8 +326,12 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
     layout_scratch(&g->scratch, cfg, &g->local, shard->tp, &cv);
     if (gpt_set_slots(g, 1, NULL)) goto oom;
     contract_ws_init(&g->ws);
-    if (g->params && !(omit & GPT_NO_INIT))
-        params_init_tp(&g->table, shard->tp, shard->tp_rank, cfg->seed, g->params);
+    if (g->params && !(omit & GPT_NO_INIT)) {
+        if (shard->on_grid)
+            params_init_at(&g->table, shard->grid_sizes, shard->grid_coord, cfg->seed, g->params);
+        else
+            params_init_tp(&g->table, shard->tp, shard->tp_rank, cfg->seed, g->params);
+    }
     sacc_init(&g->loss_acc);
     *out = g;
     return 0;

@@ -26,22 +26,54 @@ typedef struct {
 } tp_cut_t;
 static const tp_cut_t REPL = {-1, 1};
 
-static int add(param_table_t *t, int tp, const char *name, int ndim, int64_t d0, int64_t d1,
-               param_init_t init, float std, tp_cut_t cut, int weight_decay, perr_t *err) {
-    param_info_t *p = &t->info[t->count++];
-    snprintf(p->name, sizeof p->name, "%s", name);
-    const int64_t shape[2] = {d0, ndim == 2 ? d1 : 1};
-    p->pl = placement_replicated(ndim, shape);
-    if (cut.axis >= 0) p->pl = placement_cut(p->pl, cut.axis, GRID_TP, cut.align);
-    const int sizes[GRID_NAXES] = {tp, 1, 1, 1, 1}, coord[GRID_NAXES] = {0};
-    if (placement_check(&p->pl, sizes, name, err)) return -1;
+/* The token axes: grid axes that split the tokens of a step (data
+ * parallelism: sequences; context parallelism: positions). A gradient is
+ * a sum over tokens, so a tensor replicated over a token axis has its
+ * gradient reduced over it; a tensor cut over one (an expert over
+ * expert-data ranks, later) holds its own tokens' sum already. */
+static const unsigned TOKEN_AXES = 1u << GRID_DP | 1u << GRID_CP;
+
+unsigned placement_reduce_axes(const placement_t *pl) {
+    unsigned cut = pl->partial;
+    for (int k = 0; k < pl->ncuts; k++) cut |= 1u << pl->cut[k].over;
+    return TOKEN_AXES & ~cut;
+}
+
+void placement_reduce_name(unsigned axes, char *buf, size_t cap) {
+    static const grid_axis_t order[] = {GRID_DP, GRID_CP, GRID_EP, GRID_TP, GRID_PP};
+    size_t at = 0;
+    buf[0] = 0;
+    for (size_t k = 0; k < sizeof order / sizeof *order && at < cap; k++)
+        if (axes >> order[k] & 1)
+            at += (size_t)snprintf(buf + at, cap - at, "%s%s", at ? "-" : "", grid_axis_name(order[k]));
+}
+
+/* The block of the device at (sizes, coord), sized and laid out after
+ * the tensors before it. */
+static void place(param_table_t *t, param_info_t *p, const int sizes[GRID_NAXES],
+                  const int coord[GRID_NAXES]) {
     int64_t lo[PL_MAX_DIMS], ext[PL_MAX_DIMS];
     placement_block(&p->pl, sizes, coord, lo, ext);
-    p->ndim = ndim;
-    p->shape[0] = ext[0];
-    p->shape[1] = ndim == 2 ? ext[1] : 1;
-    p->numel = (size_t)p->shape[0] * (size_t)p->shape[1];
+    p->ndim = p->pl.ndim;
+    p->numel = 1;
+    for (int d = 0; d < PL_MAX_DIMS; d++) {
+        p->shape[d] = d < p->ndim ? ext[d] : 1;
+        p->numel *= (size_t)p->shape[d];
+    }
     p->offset = t->total;
+    t->total += p->numel;
+}
+
+static int add(param_table_t *t, const int sizes[GRID_NAXES], const int coord[GRID_NAXES],
+               const char *name, int ndim, const int64_t *shape, param_init_t init, float std,
+               tp_cut_t cut, int weight_decay, perr_t *err) {
+    param_info_t *p = &t->info[t->count++];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->pl = placement_replicated(ndim, shape);
+    if (cut.axis >= 0) p->pl = placement_cut(p->pl, cut.axis, GRID_TP, cut.align);
+    if (placement_check(&p->pl, sizes, name, err)) return -1;
+    p->reduce = placement_reduce_axes(&p->pl);
+    place(t, p, sizes, coord);
     p->init = init;
     p->init_std = std;
     /* the kind's: Megatron's rule, shared with tests/torch, decays every
@@ -49,7 +81,6 @@ static int add(param_table_t *t, int tp, const char *name, int ndim, int64_t d0,
      * LayerNorm */
     p->weight_decay = weight_decay;
     p->held = 1;
-    t->total += p->numel;
     return 0;
 }
 
@@ -63,14 +94,24 @@ static int lcm(int a, int b) {
     return a / x * b;
 }
 
+/* A grid of tensor parallelism alone (every other axis of size 1): the
+ * tp-only entry points (tools, tests, the golden run at tp = 1). */
+static void tp_grid(int tp, int tp_rank, int sizes[GRID_NAXES], int coord[GRID_NAXES]) {
+    for (int a = 0; a < GRID_NAXES; a++) sizes[a] = a == GRID_TP ? tp : 1, coord[a] = 0;
+    coord[GRID_TP] = tp_rank;
+}
+
 int param_table_build(param_table_t *t, const model_config_t *c, perr_t *err) {
     return param_table_build_tp(t, c, 1, err);
 }
 
-static int build(param_table_t *t, const model_config_t *c, int tp, int row_linears, perr_t *err);
+static int build(param_table_t *t, const model_config_t *c, const int sizes[GRID_NAXES],
+                 const int coord[GRID_NAXES], int row_linears, perr_t *err);
 
 int param_table_build_tp(param_table_t *t, const model_config_t *c, int tp, perr_t *err) {
-    return build(t, c, tp, 0, err);
+    int sizes[GRID_NAXES], coord[GRID_NAXES];
+    tp_grid(tp, 0, sizes, coord);
+    return build(t, c, sizes, coord, 0, err);
 }
 
 /* A kind's cut description resolved for c (unit_kind.h): Megatron's
@@ -85,20 +126,26 @@ static tp_cut_t cut_of(const unit_tensor_t *d, const model_config_t *c, int row_
                       : d->align == AL_HEADS ? lcm(D, tf)
                       : d->align == AL_FFN   ? c->tile_ffn
                                              : 1;
-    const int in_tile = d->ndim == 2 && d->dim[1] == DIM_F ? c->tile_ffn : tf;
+    const int in_tile = d->ndim >= 2 && d->dim[d->ndim - 1] == DIM_F ? c->tile_ffn : tf;
+    /* the output axis is the second last of a matrix (the last of a
+     * vector), the input axis the last: a stacked [E, out, in] weight is
+     * cut like each of its [out, in] matrices */
+    const int out_axis = d->ndim >= 2 ? d->ndim - 2 : 0, in_axis = d->ndim - 1;
     switch (d->cut) {
     case CUT_REPL: break;
     case CUT_VOCAB: return (tp_cut_t){0, tf};
     case CUT_COLPAR:
-        if (!row_linears) return (tp_cut_t){0, align};
-        return d->ndim == 2 ? (tp_cut_t){1, in_tile} : REPL;
-    case CUT_ROWPAR: return (tp_cut_t){1, row_linears ? in_tile : align};
+        if (!row_linears) return (tp_cut_t){out_axis, align};
+        return d->ndim >= 2 ? (tp_cut_t){in_axis, in_tile} : REPL;
+    case CUT_ROWPAR: return (tp_cut_t){in_axis, row_linears ? in_tile : align};
     }
     return REPL;
 }
 
-static int build(param_table_t *t, const model_config_t *c, int tp, int row_linears, perr_t *err) {
+static int build(param_table_t *t, const model_config_t *c, const int sizes[GRID_NAXES],
+                 const int coord[GRID_NAXES], int row_linears, perr_t *err) {
     memset(t, 0, sizeof *t);
+    const int tp = sizes[GRID_TP];
     if (tp < 1) return perr_set(err, "tensor-model-parallel-size: %d, expected >= 1", tp);
     if (c->heads % tp)
         return perr_set(err, "tensor-model-parallel-size: %d must divide the %d attention heads "
@@ -134,8 +181,10 @@ static int build(param_table_t *t, const model_config_t *c, int tp, int row_line
             if (!unit_when(c, d->when)) continue;
             snprintf(nm, sizeof nm, "%s%s", prefix, d->suffix);
             const float std = d->std == STD_SIGMA ? SIGMA : d->std == STD_OUT ? out_std : 0.0f;
-            bad |= add(t, tp, nm, d->ndim, unit_dim(c, d->dim[0]), unit_dim(c, d->dim[1]), d->init,
-                       std, cut_of(d, c, row_linears), d->weight_decay, err);
+            int64_t shape[PL_MAX_DIMS];
+            for (int a = 0; a < PL_MAX_DIMS; a++) shape[a] = a < d->ndim ? unit_dim(c, d->dim[a]) : 1;
+            bad |= add(t, sizes, coord, nm, d->ndim, shape, d->init, std,
+                       cut_of(d, c, row_linears), d->weight_decay, err);
         }
     }
     t->unit_first[U] = t->count;
@@ -170,9 +219,10 @@ void param_unit_range(const param_table_t *t, int u, int *first, int *last) {
     *last = t->unit_first[u + 1];
 }
 
-int param_table_build_mp(param_table_t *t, const model_config_t *c, int tp,
-                         const gpt_units_t *units, unsigned opts, perr_t *err) {
-    if (build(t, c, tp, (opts & GPT_TP_ROW_LINEARS) != 0, err)) return -1;
+int param_table_build_at(param_table_t *t, const model_config_t *c, const int sizes[GRID_NAXES],
+                         const int coord[GRID_NAXES], const gpt_units_t *units, unsigned opts,
+                         perr_t *err) {
+    if (build(t, c, sizes, coord, (opts & GPT_TP_ROW_LINEARS) != 0, err)) return -1;
     if (units->n == 0) return 0;
     /* empty the tensors of other stages, then lay the rest out again */
     t->total = 0;
@@ -180,11 +230,22 @@ int param_table_build_mp(param_table_t *t, const model_config_t *c, int tp,
         param_info_t *p = &t->info[i];
         p->held = gpt_units_hold(units, param_unit_of(t, i)) ||
                   (t->shared_unit[i] >= 0 && gpt_units_hold(units, t->shared_unit[i]));
-        if (!p->held) p->shape[0] = p->shape[1] = 0, p->numel = 0;
+        if (p->held) {
+            place(t, p, sizes, coord);
+            continue;
+        }
+        for (int d = 0; d < PL_MAX_DIMS; d++) p->shape[d] = 0;
+        p->numel = 0;
         p->offset = t->total;
-        t->total += p->numel;
     }
     return 0;
+}
+
+int param_table_build_mp(param_table_t *t, const model_config_t *c, int tp,
+                         const gpt_units_t *units, unsigned opts, perr_t *err) {
+    int sizes[GRID_NAXES], coord[GRID_NAXES];
+    tp_grid(tp, 0, sizes, coord);
+    return param_table_build_at(t, c, sizes, coord, units, opts, err);
 }
 
 void param_table_free(param_table_t *t) {
@@ -214,8 +275,8 @@ static void init_normal_run(void *vctx, size_t global_flat, size_t local_flat, s
     for (size_t k = 0; k < n; k++) x[k] = r->std * x[k];
 }
 
-void params_init_tp(const param_table_t *t, int tp, int tp_rank, uint64_t seed, float *data) {
-    const int sizes[GRID_NAXES] = {tp, 1, 1, 1, 1}, coord[GRID_NAXES] = {tp_rank, 0, 0, 0, 0};
+void params_init_at(const param_table_t *t, const int sizes[GRID_NAXES],
+                    const int coord[GRID_NAXES], uint64_t seed, float *data) {
     for (int i = 0; i < t->count; i++) {
         const param_info_t *p = &t->info[i];
         float *x = data + p->offset;
@@ -234,6 +295,12 @@ void params_init_tp(const param_table_t *t, int tp, int tp_rank, uint64_t seed, 
         }
         }
     }
+}
+
+void params_init_tp(const param_table_t *t, int tp, int tp_rank, uint64_t seed, float *data) {
+    int sizes[GRID_NAXES], coord[GRID_NAXES];
+    tp_grid(tp, tp_rank, sizes, coord);
+    params_init_at(t, sizes, coord, seed, data);
 }
 
 void params_init(const param_table_t *t, uint64_t seed, float *data) {

@@ -25,7 +25,7 @@
 #include "parity/model.h"
 
 /* Sizes a kind's shapes are made of, as functions of the config. */
-typedef enum { DIM_1, DIM_V, DIM_T, DIM_C, DIM_3C, DIM_F, DIM_H } unit_dim_t;
+typedef enum { DIM_1, DIM_V, DIM_T, DIM_C, DIM_3C, DIM_F, DIM_H, DIM_2 } unit_dim_t;
 int64_t unit_dim(const model_config_t *c, unit_dim_t d);
 
 /* How tensor parallelism cuts a tensor: replicated; column-parallel (its
@@ -42,8 +42,8 @@ enum { WHEN_ALWAYS = 0, WHEN_UNTIED = 1, WHEN_HDROP = 2, WHEN_ADROP = 4 };
 
 typedef struct {
     const char *suffix;     /* after the instance prefix */
-    int ndim;
-    unit_dim_t dim[2];      /* the global shape */
+    int ndim;               /* 1 .. PL_MAX_DIMS */
+    unit_dim_t dim[PL_MAX_DIMS]; /* the global shape (unused axes: DIM_1 or 0) */
     param_init_t init;
     unit_std_t std;
     unit_cut_t cut;
@@ -134,6 +134,21 @@ extern const unit_kind_t unit_embedding, unit_layer, unit_head;
 
 /* The model's description: the kinds in order, each with a count. Unit
  * u of the model (first: -1; gpt_unit binds it to a table). */
+typedef struct {
+    const unit_kind_t *kind;
+    int (*count)(const model_config_t *c);
+} model_run_t;
+int model_count_one(const model_config_t *c);    /* 1 */
+int model_count_layers(const model_config_t *c); /* c->layers */
+/* Replaces the model's description by list[0 .. n) (NULL: the GPT's:
+ * embedding, layers x L, head): a model of other kinds, e.g. a test's
+ * own kind (tests/test_custom_unit.c) with no edit of the parallel code.
+ * Process-wide: set before any model is built, never while one runs.
+ * The pipeline plan splits the config's layers over stages (pp_plan.c):
+ * a description keeps one unit before and one after `layers` units per
+ * layer. -1: n out of range. */
+enum { MODEL_MAX_RUNS = 16 };
+int    model_set_runs(const model_run_t *list, int n);
 int    model_num_units(const model_config_t *c);
 unit_t model_unit_at(const model_config_t *c, int u);
 unit_t gpt_unit(const gpt_t *g, int u);

@@ -74,29 +74,37 @@ void gpt_slot_begin(gpt_t *g, int s, const int32_t *inputs, const int32_t *targe
 /* ---- the model's description -------------------------------------------- */
 
 /* The GPT: its unit kinds in order, each with its instance count. A
- * model of other kinds is another such list. */
-typedef struct {
-    const unit_kind_t *kind;
-    int (*count)(const model_config_t *c);
-} unit_run_t;
-static int one(const model_config_t *c) { return (void)c, 1; }
-static int layers(const model_config_t *c) { return c->layers; }
-static const unit_run_t gpt_runs[] = {{&unit_embedding, one}, {&unit_layer, layers}, {&unit_head, one}};
-enum { N_RUNS = sizeof gpt_runs / sizeof gpt_runs[0] };
+ * model of other kinds is another such list (model_set_runs). */
+int model_count_one(const model_config_t *c) { return (void)c, 1; }
+int model_count_layers(const model_config_t *c) { return c->layers; }
+static const model_run_t gpt_runs[] = {
+    {&unit_embedding, model_count_one}, {&unit_layer, model_count_layers}, {&unit_head, model_count_one}};
+static const model_run_t *runs = gpt_runs;
+static int N_RUNS = sizeof gpt_runs / sizeof gpt_runs[0];
+
+int model_set_runs(const model_run_t *list, int n) {
+    if (!list) {
+        runs = gpt_runs, N_RUNS = sizeof gpt_runs / sizeof gpt_runs[0];
+        return 0;
+    }
+    if (n < 1 || n > MODEL_MAX_RUNS) return -1;
+    runs = list, N_RUNS = n;
+    return 0;
+}
 
 int model_num_units(const model_config_t *c) {
     int n = 0;
-    for (int r = 0; r < N_RUNS; r++) n += gpt_runs[r].count(c);
+    for (int r = 0; r < N_RUNS; r++) n += runs[r].count(c);
     return n;
 }
 
 /* unit u: its kind and index; `run` its kind's place in the list */
 static unit_t unit_at(const model_config_t *c, int u, int *run) {
     for (int r = 0, at = 0; r < N_RUNS; r++) {
-        const int k = gpt_runs[r].count(c);
+        const int k = runs[r].count(c);
         if (u >= at && u < at + k) {
             if (run) *run = r;
-            return (unit_t){gpt_runs[r].kind, u - at, u, -1};
+            return (unit_t){runs[r].kind, u - at, u, -1};
         }
         at += k;
     }
@@ -131,6 +139,7 @@ int64_t unit_dim(const model_config_t *c, unit_dim_t d) {
     case DIM_3C: return 3 * (int64_t)c->hidden;
     case DIM_F: return c->ffn;
     case DIM_H: return c->heads;
+    case DIM_2: return 2; /* a pair stacked on a leading axis */
     }
     return 0;
 }
@@ -160,7 +169,7 @@ static long position(int r, int i) { return ((long)r << 20) + i; }
 
 int gpt_checkpoint_position(const char *name, long *unit, long *order) {
     for (int r = 0; r < N_RUNS; r++) {
-        const unit_kind_t *k = gpt_runs[r].kind;
+        const unit_kind_t *k = runs[r].kind;
         for (int c = 0; c < k->n_checkpoints; c++) {
             const unit_checkpoint_t *cp = &k->checkpoints[c];
             const char *rest = name;
@@ -180,7 +189,7 @@ int gpt_checkpoint_position(const char *name, long *unit, long *order) {
 long gpt_backward_position(const char *name) {
     const long last = position(N_RUNS - 1, 0);
     for (int r = 0; r < N_RUNS; r++) {
-        const unit_kind_t *k = gpt_runs[r].kind;
+        const unit_kind_t *k = runs[r].kind;
         const char *rest;
         if (k->input_grad) { /* the unit's input gradient: "grad_input.layers.%d" */
             const unit_kind_t ig = {.prefix = k->input_grad};

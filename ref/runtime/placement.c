@@ -67,7 +67,9 @@ size_t placement_local_numel(const placement_t *p, const int sizes[GRID_NAXES]) 
 int placement_is_extra_replica(const placement_t *p, const int sizes[GRID_NAXES],
                                const int coord[GRID_NAXES]) {
     for (int a = 0; a < GRID_NAXES; a++) {
-        if (sizes[a] == 1 || coord[a] == 0 || (p->partial >> a & 1u)) continue;
+        /* the pipeline axis holds different units, not copies: a stage
+         * holds its own tensors (param_info_t.held) */
+        if (a == GRID_PP || sizes[a] == 1 || coord[a] == 0 || (p->partial >> a & 1u)) continue;
         int cuts = 0;
         for (int k = 0; k < p->ncuts; k++) cuts |= p->cut[k].over == (grid_axis_t)a;
         if (!cuts) return 1;

@@ -57,6 +57,7 @@ static int add_bucket(dp_plan_t *p, const param_table_t *t, int first, int last)
     int lowest = first;
     while (lowest + 1 < last && t->info[lowest].numel == 0) lowest++;
     b->ready_unit = p->unit_of_tensor[lowest];
+    b->reduce = t->info[lowest].reduce;
     return p->nbuckets - 1;
 }
 
@@ -80,9 +81,19 @@ int dp_plan_build(dp_plan_t *p, const param_table_t *t, const model_config_t *cf
     for (int u = 0; u < p->nunits; u++) param_unit_range(t, u, &p->unit_first[u], &p->unit_last[u]);
     for (int u = 0; u < p->nunits; u++)
         for (int i = p->unit_first[u]; i < p->unit_last[u]; i++) p->unit_of_tensor[i] = u;
+    /* a bucket holds tensors of one reduction group: a series of
+     * buckets per group (dp_bucket_t.reduce) */
     if (stage == 3) {
         /* one bucket per unit, in backward order: head, layers down, embeddings */
         for (int u = p->nunits - 1; u >= 0; u--) {
+            for (int i = p->unit_first[u] + 1; i < p->unit_last[u]; i++)
+                if (t->info[i].numel && t->info[i - 1].numel &&
+                    t->info[i].reduce != t->info[i - 1].reduce) {
+                    dp_plan_free(p);
+                    return perr_set(err, "ZeRO-3: unit %d holds tensors reducing over different "
+                                         "groups ('%s', '%s'): one bucket per unit needs one group",
+                                    u, t->info[i - 1].name, t->info[i].name);
+                }
             p->bucket_of_unit[u] = add_bucket(p, t, p->unit_first[u], p->unit_last[u]);
         }
     } else {
@@ -93,7 +104,7 @@ int dp_plan_build(dp_plan_t *p, const param_table_t *t, const model_config_t *cf
         double have = 0;
         for (int i = t->count - 1; i >= 0; i--) {
             have += (double)t->info[i].numel;
-            if (have >= cap || i == 0) {
+            if (have >= cap || i == 0 || t->info[i - 1].reduce != t->info[i].reduce) {
                 add_bucket(p, t, i, last);
                 last = i;
                 have = 0;

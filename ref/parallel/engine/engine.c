@@ -83,7 +83,7 @@ static int setup_rank(engine_rank_t *r, device_t *dev) {
     engine_shared_t *sh = r->sh;
     const dp_plan_t *p = r->plan;
     perr_t err;
-    const gpt_shard_t shard = {
+    gpt_shard_t shard = {
         .tp = sh->grid.size[GRID_TP], .tp_rank = r->tp_rank, .sp = sh->run->pc.sequence_parallel,
         .tp_group = r->tp_group,
         .broken = (sh->run->broken_tp_fp32_sums ? GPT_BROKEN_TP_FP32_SUMS : 0u) |
@@ -92,7 +92,11 @@ static int setup_rank(engine_rank_t *r, device_t *dev) {
                   (sh->run->broken_check & ENGINE_BROKEN_TP_INPUT_GRAD ? GPT_BROKEN_TP_INPUT_GRAD : 0u),
         .units = sh->pp.units[r->stage], .row_linears = sh->run->pc.tp_row_linears,
         .cp = sh->grid.size[GRID_CP], .cp_rank = r->cp_rank,
-        .cp_comm = sh->run->pc.cp_comm ? CP_ULYSSES : CP_RING, .cp_group = r->cp_group};
+        .cp_comm = sh->run->pc.cp_comm ? CP_ULYSSES : CP_RING, .cp_group = r->cp_group,
+        .on_grid = 1};
+    const grid_device_t gd = grid_device(&sh->grid, r->device);
+    for (int a = 0; a < GRID_NAXES; a++)
+        shard.grid_sizes[a] = sh->grid.size[a], shard.grid_coord[a] = gd.coord[a];
     const size_t nmb = (size_t)sh->pp.m * (size_t)sh->pp.v;
     r->report->pp_stage = r->stage;
     r->report->pp_slots = engine_stage_slots(&sh->pp, r->stage, r->slot_first);
@@ -396,8 +400,7 @@ int engine_train(engine_run_t *run, perr_t *err) {
         param_table_build(&sh->global, &sh->cfg, err))
         goto out;
     have_global = 1;
-    sh->nparts = pp * tp;
-    if (engine_build_stages(sh, err)) goto out;
+    if (engine_build_stages(sh, err)) goto out; /* tables, parts, gradient group, plans */
     sh->params_full = calloc(sh->global.total + 1, sizeof(float));
     sh->grads_full = calloc(sh->global.total + 1, sizeof(float));
     if (!sh->params_full || !sh->grads_full) {
@@ -407,21 +410,22 @@ int engine_train(engine_run_t *run, perr_t *err) {
     params_init(&sh->global, sh->cfg.seed, sh->params_full);
     if (engine_ckpt_prepare(sh, err)) goto out; /* --load: the checkpoint's state instead */
     if (init_local(sh, err)) goto out;
-    /* the ranks that split a step's tokens sum every weight gradient: data
-     * times context parallel (Megatron's data-parallel group with context
-     * parallelism); gradient reductions may run on a communication
+    /* the ranks that split a step's tokens sum every weight gradient: the
+     * token axes the placements replicate it over (engine_build_stages:
+     * data times context parallel, Megatron's data-parallel group with
+     * context parallelism); gradient reductions may run on a communication
      * thread, so they get groups of their own */
-    ngrad = layout_num_groups(&sh->grid.layout, "dp-cp");
+    ngrad = layout_num_groups(&sh->grid.layout, sh->grad_name);
     grad_groups = calloc((size_t)ngrad, sizeof *grad_groups);
     main_groups = calloc((size_t)ngrad, sizeof *main_groups);
     if (!grad_groups || !main_groups ||
-        group_create_all(&sh->grid.layout, "dp-cp", "dp", main_groups, err)) {
+        group_create_all(&sh->grid.layout, sh->grad_name, "dp", main_groups, err)) {
         if (!grad_groups || !main_groups) perr_set(err, "dp: out of memory");
         free(main_groups);
         main_groups = NULL;
         goto out;
     }
-    if (group_create_all(&sh->grid.layout, "dp-cp", "dp-grads", grad_groups, err)) {
+    if (group_create_all(&sh->grid.layout, sh->grad_name, "dp-grads", grad_groups, err)) {
         free(grad_groups);
         grad_groups = NULL;
         goto out;
@@ -434,16 +438,16 @@ int engine_train(engine_run_t *run, perr_t *err) {
     for (int d = 0; d < world; d++) {
         grid_device_t gd = grid_device(&sh->grid, d);
         device_note_coords(d, gd.coord, sh->grid.size); /* for debuggers: parity devices */
-        int gid = layout_group_id(&sh->grid.layout, d, "dp-cp");
+        int gid = layout_group_id(&sh->grid.layout, d, sh->grad_name);
         const int stage = gd.coord[GRID_PP];
         if (traces) trace_buf_init(&traces[d], origin);
         sh->ranks[d] = (engine_rank_t){.sh = sh, .rank = group_index_of(main_groups[gid], d),
-                                   .n = n * cp, .data_rank = gd.coord[GRID_DP], .data_n = n,
+                                   .n = sh->grad_n, .data_rank = gd.coord[GRID_DP], .data_n = n,
                                    .cp_rank = gd.coord[GRID_CP],
                                    .cp_group = cp > 1 ? gd.group[GRID_CP] : NULL, .device = d,
                                    .tp_rank = gd.coord[GRID_TP],
                                    .tp_group = tp > 1 ? gd.group[GRID_TP] : NULL,
-                                   .stage = stage, .part = stage * tp + gd.coord[GRID_TP],
+                                   .stage = stage, .part = sh->part_of[d],
                                    .plan = &sh->plans[stage], .pp_group = gd.group[GRID_PP],
                                    .emb_group = engine_emb_group_of(sh, d),
                                    .trace = traces ? &traces[d] : NULL,

@@ -29,7 +29,7 @@ typedef struct engine_rank {
     int tp_rank;           /* tensor-parallel coordinate */
     group_t *tp_group;     /* the tensor-parallel group (NULL at tp = 1) */
     int stage;             /* pipeline coordinate */
-    int part;              /* the model part held: stage * tp + tp_rank (engine_part) */
+    int part;              /* the model part held (engine_part; sh->part_of) */
     const dp_plan_t *plan; /* this stage's buckets and shards */
     group_t *pp_group;     /* the stages of this (tp, dp) coordinate */
     group_t *emb_group;    /* tied head, pp > 1: the first and last stage (else NULL) */
@@ -85,7 +85,14 @@ struct engine_shared {
     param_table_t *tables; /* [pp] a stage's table of tensor-parallel blocks (the same
                               shapes on every tp rank; other stages' tensors empty) */
     dp_plan_t *plans;      /* [pp] a stage's buckets and shards */
-    int nparts;            /* pp * tp model parts (engine_part) */
+    int nparts;            /* model parts: distinct sets of blocks (engine_part; 1-D tp:
+                              pp * tp) */
+    int (*part_coord)[GRID_NAXES]; /* [nparts] the coordinates of a device holding part k */
+    int *part_of;          /* [world] each device's part */
+    unsigned grad_axes;    /* the gradient group's grid axes (bit a: axis a), from the
+                              placements (parts.c) */
+    char grad_name[32];    /* the same as a layout's group name, e.g. "dp-cp" */
+    int grad_n;            /* its size */
     float **params_local, **grads_local; /* [nparts] one part's flat tensors, reassembled */
     group_t **emb_groups;  /* tied head, pp > 1: [tp * dp] embedding groups */
     int n_emb_groups;

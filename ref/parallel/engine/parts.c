@@ -5,14 +5,69 @@
  * vectors between the global tensors and every part's flat blocks, for
  * initialisation, checkpoints and reassembly, counting each element once.
  */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine_internal.h"
 
 engine_part_t engine_part(const engine_shared_t *sh, int part) {
-    const int tp = sh->grid.size[GRID_TP];
-    engine_part_t p = {&sh->tables[part / tp], part / tp, part % tp, {tp, 1, 1, 1, 1}, {part % tp, 0, 0, 0, 0}};
+    engine_part_t p = {&sh->tables[sh->part_coord[part][GRID_PP]], sh->part_coord[part][GRID_PP],
+                       sh->part_coord[part][GRID_TP], {0}, {0}};
+    for (int a = 0; a < GRID_NAXES; a++)
+        p.sizes[a] = sh->grid.size[a], p.coord[a] = sh->part_coord[part][a];
     return p;
+}
+
+/* Whether the devices at coordinates a and b (one stage) hold the same
+ * block of every tensor of the stage's table t: the same first index
+ * along every axis, and the same coordinate along every axis of partial
+ * sums. */
+static int same_blocks(const param_table_t *t, const int sizes[GRID_NAXES], const int a[GRID_NAXES],
+                       const int b[GRID_NAXES]) {
+    for (int i = 0; i < t->count; i++) {
+        const placement_t *pl = &t->info[i].pl;
+        if (!t->info[i].held) continue;
+        for (int x = 0; x < GRID_NAXES; x++)
+            if (pl->partial >> x & 1 && a[x] != b[x]) return 0;
+        int64_t lo_a[PL_MAX_DIMS], lo_b[PL_MAX_DIMS], ext[PL_MAX_DIMS];
+        placement_block(pl, sizes, a, lo_a, ext);
+        placement_block(pl, sizes, b, lo_b, ext);
+        for (int d = 0; d < pl->ndim; d++)
+            if (lo_a[d] != lo_b[d]) return 0;
+    }
+    return 1;
+}
+
+/* The model parts: every stage's distinct sets of blocks (placements at
+ * the real grid coordinates), in coordinate order (tp fastest, then cp,
+ * ep, dp; stage slowest), each device's part among them. With 1-D tensor
+ * parallelism this is stage * tp + tp rank. */
+static int find_parts(engine_shared_t *sh, perr_t *err) {
+    const grid_t *G = &sh->grid;
+    sh->part_coord = calloc((size_t)G->world, sizeof *sh->part_coord);
+    sh->part_of = calloc((size_t)G->world, sizeof *sh->part_of);
+    if (!sh->part_coord || !sh->part_of) return perr_set(err, "dp: out of memory");
+    sh->nparts = 0;
+    int c[GRID_NAXES] = {0};
+    for (int k = 0; k < G->world; k++) { /* coordinates, axis 0 (tp) fastest, pp slowest */
+        int rest = k;
+        for (int a = 0; a < GRID_NAXES; a++) c[a] = rest % G->size[a], rest /= G->size[a];
+        const param_table_t *t = &sh->tables[c[GRID_PP]];
+        int found = 0;
+        for (int q = 0; q < sh->nparts && !found; q++)
+            found = sh->part_coord[q][GRID_PP] == c[GRID_PP] && same_blocks(t, G->size, sh->part_coord[q], c);
+        if (!found) memcpy(sh->part_coord[sh->nparts++], c, sizeof c);
+    }
+    for (int d = 0; d < G->world; d++) {
+        const grid_device_t gd = grid_device(G, d);
+        sh->part_of[d] = -1;
+        for (int q = 0; q < sh->nparts && sh->part_of[d] < 0; q++)
+            if (sh->part_coord[q][GRID_PP] == gd.coord[GRID_PP] &&
+                same_blocks(&sh->tables[gd.coord[GRID_PP]], G->size, sh->part_coord[q], gd.coord))
+                sh->part_of[d] = q;
+    }
+    return 0;
 }
 
 int engine_part_extra(const engine_shared_t *sh, const engine_part_t *p, int i) {
@@ -55,6 +110,41 @@ void engine_join_parts(const engine_shared_t *sh, float **local, float *global) 
     }
 }
 
+/* The gradient group: the axes every held tensor's gradient is reduced
+ * over (param_info_t.reduce, from its placement: the token axes it is
+ * replicated over), its name for the layout ("dp-cp") and its size. The
+ * buckets are cut where the group changes (dp_plan.c), but a device has
+ * one gradient group today: tensors reducing over different axes (expert
+ * weights over expert-data ranks) are refused here until the reduction
+ * keeps a group per bucket series. */
+static int grad_axes(engine_shared_t *sh, perr_t *err) {
+    unsigned mask = 0;
+    int have = 0;
+    const char *first = NULL;
+    for (int s = 0; s < sh->pp.pp; s++)
+        for (int i = 0; i < sh->tables[s].count; i++) {
+            const param_info_t *p = &sh->tables[s].info[i];
+            if (!p->held) continue;
+            if (have && p->reduce != mask)
+                return perr_set(err, "tensors '%s' and '%s' reduce their gradients over "
+                                     "different grid axes: one gradient group per device is "
+                                     "all the engine runs today", first, p->name);
+            mask = p->reduce, have = 1, first = p->name;
+        }
+    if (!have) {
+        const int64_t one = 1;
+        const placement_t r = placement_replicated(1, &one);
+        mask = placement_reduce_axes(&r);
+    }
+    sh->grad_axes = mask;
+    placement_reduce_name(mask, sh->grad_name, sizeof sh->grad_name);
+    sh->grad_n = 1;
+    for (int a = 0; a < GRID_NAXES; a++)
+        if (mask >> a & 1) sh->grad_n *= sh->grid.size[a];
+    if (!sh->grad_name[0]) return perr_set(err, "no tensor reduces its gradient over a token axis");
+    return 0;
+}
+
 /* Stage tables and plans; with a tied head over stages, the embedding
  * groups (first and last stage of every tp x dp coordinate). */
 int engine_build_stages(engine_shared_t *sh, perr_t *err) {
@@ -63,10 +153,19 @@ int engine_build_stages(engine_shared_t *sh, perr_t *err) {
     sh->tables = calloc((size_t)pp, sizeof *sh->tables);
     sh->plans = calloc((size_t)pp, sizeof *sh->plans);
     if (!sh->tables || !sh->plans) return perr_set(err, "dp: out of memory");
+    /* each stage's table at its first device's coordinates: every part
+     * of a stage has the same block shapes (placement_check: equal
+     * pieces), so one table lays out every part's flat vector */
     for (int s = 0; s < pp; s++) {
-        if (param_table_build_mp(&sh->tables[s], &sh->cfg, pc->tp, &sh->pp.units[s],
-                                 pconfig_tp_opts(pc), err) ||
-            dp_plan_build(&sh->plans[s], &sh->tables[s], &sh->cfg, pconfig_grad_ranks(pc), pc->zero_stage,
+        int coord[GRID_NAXES] = {0};
+        coord[GRID_PP] = s;
+        if (param_table_build_at(&sh->tables[s], &sh->cfg, sh->grid.size, coord, &sh->pp.units[s],
+                                 pconfig_tp_opts(pc), err))
+            return -1;
+    }
+    if (grad_axes(sh, err) || find_parts(sh, err)) return -1;
+    for (int s = 0; s < pp; s++) {
+        if (dp_plan_build(&sh->plans[s], &sh->tables[s], &sh->cfg, sh->grad_n, pc->zero_stage,
                           pc->bucket_cap_mb, err))
             return -1;
         if (pp > 1 && sh->cfg.tied) dp_plan_hold_embedding(&sh->plans[s], &sh->tables[s]);
@@ -90,6 +189,8 @@ void engine_free_stages(engine_shared_t *sh) {
     for (int s = 0; s < sh->pp.pp && sh->plans; s++) dp_plan_free(&sh->plans[s]);
     for (int k = 0; k < sh->n_emb_groups; k++) group_destroy(sh->emb_groups[k]);
     free(sh->emb_groups);
+    free(sh->part_coord);
+    free(sh->part_of);
     free(sh->tables);
     free(sh->plans);
 }

@@ -60,14 +60,24 @@ static int grid_device_at(const pconfig_t *pc, int tp_rank, int cp_rank, int dp_
     return layout_rank_of(&L, coords);
 }
 
-/* The world rank of rank k of the gradient group of (tp rank, stage)
- * (data x context parallel ranks: the driver's "dp-cp" groups, as ZeRO
- * numbers pieces). */
-static int device_of(const pconfig_t *pc, int k, int tp_rank, int stage) {
+/* The grid's sizes on every axis (engine.c's grid). */
+static void grid_sizes(const pconfig_t *pc, int sizes[GRID_NAXES]) {
+    const int s[GRID_NAXES] = {[GRID_TP] = pc->tp, [GRID_CP] = pc->cp, [GRID_EP] = 1,
+                               [GRID_DP] = pc->dp, [GRID_PP] = pc->pp};
+    for (int a = 0; a < GRID_NAXES; a++) sizes[a] = s[a] > 1 ? s[a] : 1;
+}
+
+/* The world rank of rank k of the gradient group of (tp rank, stage):
+ * the token axes the tensor's placement replicates it over
+ * (param_info_t.reduce: the driver's "dp-cp" groups), as ZeRO numbers
+ * pieces. */
+static int device_of(const pconfig_t *pc, unsigned reduce, int k, int tp_rank, int stage) {
     rank_layout_t L;
     int ranks[PARITY_MAX_DEVICES];
+    char name[32];
     if (report_grid_layout(pc, &L)) return k;
-    const int n = layout_group_ranks(&L, grid_device_at(pc, tp_rank, 0, 0, stage), "dp-cp", ranks);
+    placement_reduce_name(reduce, name, sizeof name);
+    const int n = layout_group_ranks(&L, grid_device_at(pc, tp_rank, 0, 0, stage), name, ranks);
     return k >= 0 && k < n ? ranks[k] : k;
 }
 
@@ -152,15 +162,22 @@ static void describe_batch(const engine_placement_t *pl, const st_tensor_t *t, u
              b.device, b.dp_rank, ctx, where, peers, b.micro, b.nmicro, b.msize, b.seq);
 }
 
-/* Where element `flat` of global tensor i lies on a stage's tensor-
- * parallel ranks: the rank whose block holds it (a tensor every rank
- * holds whole: rank 0's, the copy that counts) and its index there. */
-static int tp_locate(const param_info_t *pi, int tp, uint64_t flat, size_t *local) {
+/* Where element `flat` of global tensor i lies on a stage's devices:
+ * the first grid coordinate (tp fastest, the stage's) whose block holds
+ * it and is not an extra copy (a tensor every tp rank holds whole: rank
+ * 0's, the copy that counts), its tensor-parallel coordinate and its
+ * index there. */
+static int tp_locate(const param_info_t *pi, const int sizes[GRID_NAXES], int stage, uint64_t flat,
+                     size_t *local) {
     int64_t idx[PL_MAX_DIMS], rest = (int64_t)flat;
     for (int d = pi->pl.ndim - 1; d >= 0; d--) idx[d] = rest % pi->pl.shape[d], rest /= pi->pl.shape[d];
-    const int sizes[GRID_NAXES] = {tp, 1, 1, 1, 1};
-    for (int r = 0; r < tp; r++) {
-        const int coord[GRID_NAXES] = {r, 0, 0, 0, 0};
+    int world = 1;
+    for (int a = 0; a < GRID_NAXES; a++) world *= a == GRID_PP ? 1 : sizes[a];
+    for (int k = 0; k < world; k++) {
+        int coord[GRID_NAXES], r = k;
+        for (int a = 0; a < GRID_NAXES; a++)
+            coord[a] = a == GRID_PP ? stage : r % sizes[a], r /= a == GRID_PP ? 1 : sizes[a];
+        if (placement_is_extra_replica(&pi->pl, sizes, coord)) continue;
         int64_t lo[PL_MAX_DIMS], ext[PL_MAX_DIMS];
         placement_block(&pi->pl, sizes, coord, lo, ext);
         int in = 1;
@@ -171,7 +188,7 @@ static int tp_locate(const param_info_t *pi, int tp, uint64_t flat, size_t *loca
         }
         if (in) {
             *local = (size_t)at;
-            return r;
+            return coord[GRID_TP];
         }
     }
     *local = (size_t)flat;
@@ -184,7 +201,6 @@ static int tp_locate(const param_info_t *pi, int tp, uint64_t flat, size_t *loca
  * that owns it, with its world rank on the real grid. */
 int engine_param_at(const engine_placement_t *pl, const char *pname, uint64_t flat, engine_param_at_t *o) {
     const pconfig_t *pc = &pl->pc;
-    const int tp = pc->tp > 1 ? pc->tp : 1;
     memset(o, 0, sizeof *o);
     if ((o->i = param_find(&pl->table, pname)) < 0) return -1;
     o->unit = param_unit_of(&pl->table, o->i);
@@ -192,17 +208,23 @@ int engine_param_at(const engine_placement_t *pl, const char *pname, uint64_t fl
     o->tied = pl->pp.pp > 1 && pl->cfg.tied && o->i == pl->table.wte;
     param_table_t t;
     dp_plan_t p;
-    if (param_table_build_mp(&t, &pl->cfg, tp, &pl->pp.units[o->stage], pconfig_tp_opts(pc), NULL))
+    int sizes[GRID_NAXES], coord[GRID_NAXES] = {0};
+    grid_sizes(pc, sizes);
+    coord[GRID_PP] = o->stage;
+    if (param_table_build_at(&t, &pl->cfg, sizes, coord, &pl->pp.units[o->stage], pconfig_tp_opts(pc),
+                             NULL))
         return -2;
-    if (dp_plan_build(&p, &t, &pl->cfg, pconfig_grad_ranks(pc), pc->zero_stage, pc->bucket_cap_mb,
-                      NULL)) {
+    int n = 1; /* the tensor's gradient group */
+    for (int a = 0; a < GRID_NAXES; a++)
+        if (t.info[o->i].reduce >> a & 1) n *= sizes[a];
+    if (dp_plan_build(&p, &t, &pl->cfg, n, pc->zero_stage, pc->bucket_cap_mb, NULL)) {
         param_table_free(&t);
         return -2;
     }
-    o->tr = tp_locate(&t.info[o->i], tp, flat, &o->local);
+    o->tr = tp_locate(&t.info[o->i], sizes, o->stage, flat, &o->local);
     dp_owner(&p, t.info[o->i].offset + o->local, &o->b, &o->k);
     dp_piece(&p, o->b, o->k, &o->lo, &o->hi);
-    o->N = p.dp, o->z = p.stage, o->owner = device_of(pc, o->k, o->tr, o->stage);
+    o->N = p.dp, o->z = p.stage, o->owner = device_of(pc, t.info[o->i].reduce, o->k, o->tr, o->stage);
     dp_plan_free(&p);
     param_table_free(&t);
     return 0;
