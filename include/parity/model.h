@@ -479,6 +479,27 @@ long  gpt_backward_position(const char *name);
  * labels, every unit's checkpoints present under cfg (dropout masks only
  * with dropout) and every unit's input gradient. */
 size_t gpt_batch_bytes_per_seq(const model_config_t *cfg);
+/* What a schedule or a report asks of unit u instead of its index:
+ * whether it reads the residual stream of the unit before it (else it
+ * starts the chain: the embedding), whether it leaves one for the unit
+ * after it (else it ends the chain: the head, which turns it into the
+ * loss). */
+int   model_unit_takes_stream(const model_config_t *cfg, int u);
+int   model_unit_gives_stream(const model_config_t *cfg, int u);
+/* The unit whose forward reports the batch tensor `name` (a checkpoint:
+ * "act.layers.3.output", "logits") or whose backward reports it (an
+ * input gradient: "grad_input.head"); -1: no unit's ("input_ids"). */
+int   model_batch_unit(const model_config_t *cfg, const char *name);
+/* A unit's name in reports, from its kind: "the embedding", "layer 3",
+ * "the head" ("the" for a kind whose prefix has no index). */
+void  model_unit_name(const model_config_t *cfg, int u, char *buf, size_t cap);
+/* Whether the checkpoint `name` has a vocabulary axis (the logits: tensor
+ * parallelism computes it vocabulary-parallel); 0 for any other name. */
+int   gpt_checkpoint_over_vocab(const char *name);
+/* The residual stream entering unit u (one that takes a stream) in slot
+ * s: the previous unit's output, where a pipeline chunk starting at u
+ * receives its input and a chunk ending before u sends its output. */
+float *gpt_slot_stream(gpt_t *g, int s, int u);
 /* The loss from the rounded exact sum of every token loss of the step:
  * divided once by the global token count B*T (I4). */
 float mean_token_loss(const model_config_t *cfg, float loss_sum);

@@ -44,13 +44,6 @@ static void add(char *buf, size_t cap, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* "the embedding", "layer 3", "the head". */
-static void unit_name(const model_config_t *c, int unit, char *buf, size_t cap) {
-    if (unit == 0) snprintf(buf, cap, "the embedding");
-    else if (unit > c->layers) snprintf(buf, cap, "the head");
-    else snprintf(buf, cap, "layer %d", unit - 1);
-}
-
 /* The device's rank in its gradient group ('dp-cp'), or -1. */
 static int grad_group_rank(const pconfig_t *pc, int device) {
     rank_layout_t L;
@@ -90,7 +83,7 @@ static void batch_touched(const engine_placement_t *pl, const char *what, const 
     const pconfig_t *pc = &pl->pc;
     const int tp = axis(pc->tp), cp = axis(pc->cp), sp = pc->sequence_parallel;
     char unit[32];
-    unit_name(&pl->cfg, b->unit, unit, sizeof unit);
+    model_unit_name(&pl->cfg, b->unit, unit, sizeof unit);
     const char *l = strstr(what, "layers.");
     const char *rest = l ? strchr(l + 7, '.') : NULL;
     rest = rest ? rest + 1 : strchr(what, '.') ? strchr(what, '.') + 1 : what;
@@ -137,14 +130,14 @@ static void batch_touched(const engine_placement_t *pl, const char *what, const 
         else
             snprintf(buf, cap, "compute: %s's %s on its device (no collective writes it, and every "
                      "reduction before it matched the golden run)", unit, rest);
-    } else if (!strcmp(what, "logits")) {
+    } else if (gpt_checkpoint_over_vocab(what)) {
         snprintf(buf, cap, "%s", tp > 1
                  ? "tp: the vocab-parallel LM head and its softmax reductions (max, sum of exps, "
                    "target logit over the tensor-parallel group) - check the vocab-parallel "
                    "cross-entropy and padding"
                  : "compute: the LM head (no collective writes the logits)");
     } else if (!strncmp(what, "grad_input.", 11)) {
-        if (tp > 1 && b->unit > pl->cfg.layers)
+        if (tp > 1 && !model_unit_gives_stream(&pl->cfg, b->unit))
             snprintf(buf, cap, "tp: the %s of the LM head's input gradient (vocab-parallel) over "
                      "the tensor-parallel group", sp ? "reduce-scatter" : "all-reduce");
         else if (tp > 1)
@@ -168,7 +161,7 @@ static void param_mesh(const engine_placement_t *pl, const char *pname, const ch
     const pconfig_t *pc = &pl->pc;
     const int tp = axis(pc->tp), N = a->N, z = a->z, m = pc->accum_degree;
     char unit[32];
-    unit_name(&pl->cfg, a->unit, unit, sizeof unit);
+    model_unit_name(&pl->cfg, a->unit, unit, sizeof unit);
     if (pl->pp.v > 1) add(sub, cap, "vpp chunk %d of %d", engine_unit_chunk(&pl->pp, a->unit), pl->pp.v);
     if (N > 1) add(sub, cap, "gradient-group rank %d of %d, ZeRO-%d", grad_group_rank(pc, device), N, z);
     if (!strcmp(kind, "grad")) {
