@@ -493,9 +493,20 @@ int   model_batch_unit(const model_config_t *cfg, const char *name);
 /* A unit's name in reports, from its kind: "the embedding", "layer 3",
  * "the head" ("the" for a kind whose prefix has no index). */
 void  model_unit_name(const model_config_t *cfg, int u, char *buf, size_t cap);
-/* Whether the checkpoint `name` has a vocabulary axis (the logits: tensor
- * parallelism computes it vocabulary-parallel); 0 for any other name. */
-int   gpt_checkpoint_over_vocab(const char *name);
+/* What writes a checkpoint last under a layout (the checker's report of
+ * the first divergence): its unit's own compute or a mode's collective. */
+typedef enum {
+    CKPT_COMPUTE = 0,
+    CKPT_TP_ROW,             /* a row-parallel linear's output: tp completes its open sums */
+    CKPT_TP_ROW_LINEARS,     /* the same, only with every linear row-parallel */
+    CKPT_TP_VOCAB_EMBEDDING, /* the vocabulary-parallel embedding: tp sums the rows held */
+    CKPT_TP_VOCAB_HEAD,      /* the vocabulary-parallel LM head and its softmax reductions */
+    CKPT_CP_ATTENTION,       /* context parallelism's exchange around the core attention */
+} ckpt_writer_t;
+/* The checkpoint named name ("act.layers.3.mlp.dense_4h_to_h.output"):
+ * its name within its unit ("mlp.dense_4h_to_h.output") and what writes
+ * it; -1 when no kind has it. */
+int   gpt_checkpoint_writer(const char *name, const char **suffix, ckpt_writer_t *writer);
 /* The residual stream entering unit u (one that takes a stream) in slot
  * s: the previous unit's output, where a pipeline chunk starting at u
  * receives its input and a chunk ending before u sends its output. */

@@ -319,11 +319,12 @@ void model_unit_name(const model_config_t *c, int u, char *buf, size_t cap) {
     else snprintf(buf, cap, "the %s", x.kind->name);
 }
 
-int gpt_checkpoint_over_vocab(const char *name) {
+int gpt_checkpoint_writer(const char *name, const char **suffix, ckpt_writer_t *writer) {
     int r, i;
     const unit_checkpoint_t *cp = find_checkpoint(name, &r, &i);
-    for (int d = 0; cp && d < cp->ndim; d++)
-        if (cp->dim[d] == DIM_V) return 1;
+    if (!cp) return -1;
+    *suffix = cp->suffix;
+    *writer = cp->writer;
     return 0;
 }
 
