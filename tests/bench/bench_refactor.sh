@@ -27,11 +27,15 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 # Each case: a name and its options (gpt-small, $STEPS steps).
 golden="--backend openblas"
 tp2pp2="--backend openblas --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-microbatches 4"
-# run WHICH PROGRAM CASE OPTIONS...: the step's wall median into $tmp/CASE.WHICH
+# run WHICH PROGRAM CASE OPTIONS...: the step's wall median into
+# $tmp/CASE.WHICH, and its CPU median (the golden run prints one: the
+# calling thread's, which other processes' load does not inflate) into
+# $tmp/CASE.WHICH.cpu
 run() {
   local which=$1 prog=$2 case=$3; shift 3
   if "$prog" train --model gpt-small --steps "$STEPS" "$@" >"$tmp/last" 2>&1; then
     sed -nE 's/.*step median ([0-9.]+) ms.*/\1/p' "$tmp/last" | tail -1 >>"$tmp/$case.$which"
+    sed -nE 's/.*cpu median ([0-9.]+) ms.*/\1/p' "$tmp/last" | tail -1 >>"$tmp/$case.$which.cpu"
   else
     echo "$case ($which) failed: $(tail -1 "$tmp/last")"
   fi
@@ -48,16 +52,18 @@ for r in $(seq "$ROUNDS"); do
   done
 done
 med() { [ -s "$1" ] && sort -n "$1" | awk '{v[NR]=$1} END{print v[int((NR+1)/2)]}'; }
-echo "gpt-small, $STEPS steps a run, $ROUNDS alternating rounds; the step's wall median of each run,"
+echo "gpt-small, $STEPS steps a run, $ROUNDS alternating rounds; the step's median of each run,"
 echo "then the median over rounds (base: $PARITY_BASE)"
-printf '%-36s %10s %10s %8s\n' case "base ms" "this ms" "this/base"
-for case in golden tp2pp2; do
-  b=$(med "$tmp/$case.base"); t=$(med "$tmp/$case.this")
-  [ -n "$b" ] && [ -n "$t" ] || continue
-  label=$([ "$case" = golden ] && echo "golden step (1 device)" || echo "tp2 x pp2 step (4 devices, m 4)")
-  printf '%-36s %10.1f %10.1f %8.3f   (base: %s; this: %s)\n' "$label" "$b" "$t" \
+printf '%-40s %10s %10s %9s\n' case "base ms" "this ms" "this/base"
+line() { # label file-suffix
+  local b t; b=$(med "$tmp/$2.base$3"); t=$(med "$tmp/$2.this$3")
+  [ -n "$b" ] && [ -n "$t" ] || return 0
+  printf '%-40s %10.1f %10.1f %9.3f   (base: %s; this: %s)\n' "$1" "$b" "$t" \
     "$(awk -v a="$t" -v b="$b" 'BEGIN{print a/b}')" \
-    "$(tr '\n' ' ' <"$tmp/$case.base" | sed 's/ $//')" "$(tr '\n' ' ' <"$tmp/$case.this" | sed 's/ $//')"
-done
+    "$(tr '\n' ' ' <"$tmp/$2.base$3" | sed 's/ $//')" "$(tr '\n' ' ' <"$tmp/$2.this$3" | sed 's/ $//')"
+}
+line "golden step (1 device), cpu" golden .cpu
+line "golden step (1 device), wall" golden ""
+line "tp2 x pp2 step (4 devices, m 4), wall" tp2pp2 ""
 echo "(this/base <= 1: no slower; load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores)"
 exit 0
