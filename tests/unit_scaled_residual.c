@@ -30,7 +30,7 @@ static const unit_tensor_t sr_tensors[SR_N] = {
                   1, WHEN_ALWAYS},
 };
 static const unit_checkpoint_t sr_checkpoints[] = {
-    {"act", "output", ST_F32, 2, {DIM_T, DIM_C}, 0, WHEN_ALWAYS},
+    {"act", "output", ST_F32, 2, {DIM_T, DIM_C}, 0, WHEN_ALWAYS, CKPT_COMPUTE},
 };
 
 /* the slot: the layer's output (its activations are its input, the

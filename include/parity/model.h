@@ -501,6 +501,38 @@ long  gpt_backward_position(const char *name);
  * labels, every unit's checkpoints present under cfg (dropout masks only
  * with dropout) and every unit's input gradient. */
 size_t gpt_batch_bytes_per_seq(const model_config_t *cfg);
+/* What a schedule or a report asks of unit u instead of its index:
+ * whether it reads the residual stream of the unit before it (else it
+ * starts the chain: the embedding), whether it leaves one for the unit
+ * after it (else it ends the chain: the head, which turns it into the
+ * loss). */
+int   model_unit_takes_stream(const model_config_t *cfg, int u);
+int   model_unit_gives_stream(const model_config_t *cfg, int u);
+/* The unit whose forward reports the batch tensor `name` (a checkpoint:
+ * "act.layers.3.output", "logits") or whose backward reports it (an
+ * input gradient: "grad_input.head"); -1: no unit's ("input_ids"). */
+int   model_batch_unit(const model_config_t *cfg, const char *name);
+/* A unit's name in reports, from its kind: "the embedding", "layer 3",
+ * "the head" ("the" for a kind whose prefix has no index). */
+void  model_unit_name(const model_config_t *cfg, int u, char *buf, size_t cap);
+/* What writes a checkpoint last under a layout (the checker's report of
+ * the first divergence): its unit's own compute or a mode's collective. */
+typedef enum {
+    CKPT_COMPUTE = 0,
+    CKPT_TP_ROW,             /* a row-parallel linear's output: tp completes its open sums */
+    CKPT_TP_ROW_LINEARS,     /* the same, only with every linear row-parallel */
+    CKPT_TP_VOCAB_EMBEDDING, /* the vocabulary-parallel embedding: tp sums the rows held */
+    CKPT_TP_VOCAB_HEAD,      /* the vocabulary-parallel LM head and its softmax reductions */
+    CKPT_CP_ATTENTION,       /* context parallelism's exchange around the core attention */
+} ckpt_writer_t;
+/* The checkpoint named name ("act.layers.3.mlp.dense_4h_to_h.output"):
+ * its name within its unit ("mlp.dense_4h_to_h.output") and what writes
+ * it; -1 when no kind has it. */
+int   gpt_checkpoint_writer(const char *name, const char **suffix, ckpt_writer_t *writer);
+/* The residual stream entering unit u (one that takes a stream) in slot
+ * s: the previous unit's output, where a pipeline chunk starting at u
+ * receives its input and a chunk ending before u sends its output. */
+float *gpt_slot_stream(gpt_t *g, int s, int u);
 /* The loss from the rounded exact sum of every token loss of the step:
  * divided once by the global token count B*T (I4). */
 float mean_token_loss(const model_config_t *cfg, float loss_sum);

@@ -21,8 +21,8 @@ static const unit_tensor_t tensors[] = {
 };
 
 static const unit_checkpoint_t checkpoints[] = {
-    {"mask", "dropout.embedding", ST_U8, 2, {DIM_T, DIM_C}, 0, WHEN_HDROP},
-    {"act", "embedding.output", ST_F32, 2, {DIM_T, DIM_C}, 1, WHEN_ALWAYS},
+    {"mask", "dropout.embedding", ST_U8, 2, {DIM_T, DIM_C}, 0, WHEN_HDROP, CKPT_COMPUTE},
+    {"act", "embedding.output", ST_F32, 2, {DIM_T, DIM_C}, 1, WHEN_ALWAYS, CKPT_TP_VOCAB_EMBEDDING},
 };
 
 static void bind(param_table_t *t, const model_config_t *c, int unit, int first) {

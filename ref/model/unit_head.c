@@ -21,8 +21,8 @@ static const unit_tensor_t tensors[] = {
 };
 
 static const unit_checkpoint_t checkpoints[] = {
-    {"act", "final_layernorm.output", ST_F32, 2, {DIM_T, DIM_C}, 0, WHEN_ALWAYS},
-    {"", "logits", ST_F32, 2, {DIM_T, DIM_V}, 1, WHEN_ALWAYS},
+    {"act", "final_layernorm.output", ST_F32, 2, {DIM_T, DIM_C}, 0, WHEN_ALWAYS, CKPT_COMPUTE},
+    {"", "logits", ST_F32, 2, {DIM_T, DIM_V}, 1, WHEN_ALWAYS, CKPT_TP_VOCAB_HEAD},
 };
 
 /* The tied word embedding is read here too: a pipeline stage holding the

@@ -54,7 +54,8 @@ typedef struct {
 
 /* A checkpoint: the dump's name is cls "." prefix suffix (cls "" : prefix
  * suffix), its per-sequence global shape dim[], its forward position
- * `order` within the unit (the checker's execution order). */
+ * `order` within the unit (the checker's execution order), and what
+ * writes it last under a layout (the checker's divergence report). */
 typedef struct {
     const char *cls;        /* "act", "mask" or "" */
     const char *suffix;
@@ -63,6 +64,7 @@ typedef struct {
     unit_dim_t dim[3];
     int order;
     unsigned when;
+    ckpt_writer_t writer;   /* what last writes it under a layout (model.h) */
 } unit_checkpoint_t;
 
 enum { UNIT_MAX_CHECKPOINTS = 32 };

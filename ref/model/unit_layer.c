@@ -51,17 +51,17 @@ static const unit_tensor_t tensors[P_PER_LAYER] = {
 /* Reported masks first, then activations; `order` is the forward's. */
 enum { N_CHECKPOINTS = 11 };
 static const unit_checkpoint_t checkpoints[N_CHECKPOINTS] = {
-    {"mask", "attention_dropout", ST_U8, 3, {DIM_H, DIM_T, DIM_T}, 2, WHEN_ADROP},
-    {"mask", "attention_output_dropout", ST_U8, 2, {DIM_T, DIM_C}, 5, WHEN_HDROP},
-    {"mask", "mlp_output_dropout", ST_U8, 2, {DIM_T, DIM_C}, 9, WHEN_HDROP},
-    {"act", "input_layernorm.output", ST_F32, 2, {DIM_T, DIM_C}, 0, WHEN_ALWAYS},
-    {"act", "self_attention.query_key_value.output", ST_F32, 2, {DIM_T, DIM_3C}, 1, WHEN_ALWAYS},
-    {"act", "self_attention.core_attention.output", ST_F32, 2, {DIM_T, DIM_C}, 3, WHEN_ALWAYS},
-    {"act", "self_attention.dense.output", ST_F32, 2, {DIM_T, DIM_C}, 4, WHEN_ALWAYS},
-    {"act", "post_attention_layernorm.output", ST_F32, 2, {DIM_T, DIM_C}, 6, WHEN_ALWAYS},
-    {"act", "mlp.dense_h_to_4h.output", ST_F32, 2, {DIM_T, DIM_F}, 7, WHEN_ALWAYS},
-    {"act", "mlp.dense_4h_to_h.output", ST_F32, 2, {DIM_T, DIM_C}, 8, WHEN_ALWAYS},
-    {"act", "output", ST_F32, 2, {DIM_T, DIM_C}, 10, WHEN_ALWAYS},
+    {"mask", "attention_dropout", ST_U8, 3, {DIM_H, DIM_T, DIM_T}, 2, WHEN_ADROP, CKPT_COMPUTE},
+    {"mask", "attention_output_dropout", ST_U8, 2, {DIM_T, DIM_C}, 5, WHEN_HDROP, CKPT_COMPUTE},
+    {"mask", "mlp_output_dropout", ST_U8, 2, {DIM_T, DIM_C}, 9, WHEN_HDROP, CKPT_COMPUTE},
+    {"act", "input_layernorm.output", ST_F32, 2, {DIM_T, DIM_C}, 0, WHEN_ALWAYS, CKPT_COMPUTE},
+    {"act", "self_attention.query_key_value.output", ST_F32, 2, {DIM_T, DIM_3C}, 1, WHEN_ALWAYS, CKPT_TP_ROW_LINEARS},
+    {"act", "self_attention.core_attention.output", ST_F32, 2, {DIM_T, DIM_C}, 3, WHEN_ALWAYS, CKPT_CP_ATTENTION},
+    {"act", "self_attention.dense.output", ST_F32, 2, {DIM_T, DIM_C}, 4, WHEN_ALWAYS, CKPT_TP_ROW},
+    {"act", "post_attention_layernorm.output", ST_F32, 2, {DIM_T, DIM_C}, 6, WHEN_ALWAYS, CKPT_COMPUTE},
+    {"act", "mlp.dense_h_to_4h.output", ST_F32, 2, {DIM_T, DIM_F}, 7, WHEN_ALWAYS, CKPT_TP_ROW_LINEARS},
+    {"act", "mlp.dense_4h_to_h.output", ST_F32, 2, {DIM_T, DIM_C}, 8, WHEN_ALWAYS, CKPT_TP_ROW},
+    {"act", "output", ST_F32, 2, {DIM_T, DIM_C}, 10, WHEN_ALWAYS, CKPT_COMPUTE},
 };
 
 static inline float *PL(gpt_t *g, const unit_t *u, int k) { return unit_param(g, u, k); }

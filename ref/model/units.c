@@ -167,23 +167,41 @@ static int match_prefix(const unit_kind_t *k, const char *name, const char **res
 /* The units' positions for the checker: kind r of the list, index i. */
 static long position(int r, int i) { return ((long)r << 20) + i; }
 
-int gpt_checkpoint_position(const char *name, long *unit, long *order) {
-    for (int r = 0; r < N_RUNS; r++) {
-        const unit_kind_t *k = runs[r].kind;
+/* The checkpoint named name ("act.layers.3.output", "logits"): its kind's
+ * place in the list *r, the instance *i; NULL when no kind has it. */
+static const unit_checkpoint_t *find_checkpoint(const char *name, int *r, int *i) {
+    for (*r = 0; *r < N_RUNS; ++*r) {
+        const unit_kind_t *k = runs[*r].kind;
         for (int c = 0; c < k->n_checkpoints; c++) {
             const unit_checkpoint_t *cp = &k->checkpoints[c];
             const char *rest = name;
             const size_t cl = strlen(cp->cls);
             if (cl && (strncmp(rest, cp->cls, cl) || rest[cl] != '.')) continue;
             rest += cl ? cl + 1 : 0;
-            const int i = match_prefix(k, rest, &rest);
-            if (i < 0 || strcmp(rest, cp->suffix)) continue;
-            *unit = position(r, i);
-            *order = cp->order;
-            return 0;
+            *i = match_prefix(k, rest, &rest);
+            if (*i >= 0 && !strcmp(rest, cp->suffix)) return cp;
         }
     }
-    return -1;
+    return NULL;
+}
+
+/* Whether name is the input gradient of an instance of kind r (*i). */
+static int is_input_grad(const char *name, int r, int *i) {
+    const unit_kind_t *k = runs[r].kind;
+    if (!k->input_grad) return 0;
+    const unit_kind_t ig = {.prefix = k->input_grad}; /* "grad_input.layers.%d" */
+    const char *rest;
+    *i = match_prefix(&ig, name, &rest);
+    return *i >= 0 && !*rest;
+}
+
+int gpt_checkpoint_position(const char *name, long *unit, long *order) {
+    int r, i;
+    const unit_checkpoint_t *cp = find_checkpoint(name, &r, &i);
+    if (!cp) return -1;
+    *unit = position(r, i);
+    *order = cp->order;
+    return 0;
 }
 
 long gpt_backward_position(const char *name) {
@@ -191,12 +209,9 @@ long gpt_backward_position(const char *name) {
     for (int r = 0; r < N_RUNS; r++) {
         const unit_kind_t *k = runs[r].kind;
         const char *rest;
-        if (k->input_grad) { /* the unit's input gradient: "grad_input.layers.%d" */
-            const unit_kind_t ig = {.prefix = k->input_grad};
-            const int i = match_prefix(&ig, name, &rest);
-            if (i >= 0 && !*rest) return last - position(r, i);
-        }
-        const int i = match_prefix(k, name, &rest);
+        int i;
+        if (is_input_grad(name, r, &i)) return last - position(r, i);
+        i = match_prefix(k, name, &rest);
         for (int t = 0; i >= 0 && t < k->n_tensors; t++)
             if (!strcmp(rest, k->tensors[t].suffix)) return last - position(r, i);
     }
@@ -280,4 +295,49 @@ void gpt_microbatch(gpt_t *g, const int32_t *inputs, const int32_t *targets, int
     gpt_slot_begin(g, 0, inputs, targets, n_seq, first_seq, step, obs);
     for (int u = 0; u < U; u++) gpt_unit_forward(g, u, 0, obs);
     for (int u = U - 1; u >= 0; u--) gpt_unit_backward(g, u, 0, obs);
+}
+
+/* ---- what the engine and the reports ask of a unit ---------------------- */
+
+int model_unit_takes_stream(const model_config_t *c, int u) {
+    return model_unit_at(c, u).kind->input_grad != NULL;
+}
+
+int model_unit_gives_stream(const model_config_t *c, int u) {
+    return model_unit_at(c, u).kind->output != NULL;
+}
+
+/* Unit index of instance i of kind r, or -1 when c has no such instance. */
+static int unit_index(const model_config_t *c, int r, int i) {
+    int at = 0;
+    for (int k = 0; k < r; k++) at += runs[k].count(c);
+    return i < runs[r].count(c) ? at + i : -1;
+}
+
+int model_batch_unit(const model_config_t *c, const char *name) {
+    int r, i;
+    if (find_checkpoint(name, &r, &i)) return unit_index(c, r, i);
+    for (r = 0; r < N_RUNS; r++)
+        if (is_input_grad(name, r, &i)) return unit_index(c, r, i);
+    return -1;
+}
+
+void model_unit_name(const model_config_t *c, int u, char *buf, size_t cap) {
+    const unit_t x = model_unit_at(c, u);
+    if (strstr(x.kind->prefix, "%d")) snprintf(buf, cap, "%s %d", x.kind->name, x.index);
+    else snprintf(buf, cap, "the %s", x.kind->name);
+}
+
+int gpt_checkpoint_writer(const char *name, const char **suffix, ckpt_writer_t *writer) {
+    int r, i;
+    const unit_checkpoint_t *cp = find_checkpoint(name, &r, &i);
+    if (!cp) return -1;
+    *suffix = cp->suffix;
+    *writer = cp->writer;
+    return 0;
+}
+
+float *gpt_slot_stream(gpt_t *g, int s, int u) {
+    const unit_t prev = model_unit_at(&g->cfg, u - 1);
+    return prev.kind->output(slot_at(g, u - 1, s), prev.index);
 }

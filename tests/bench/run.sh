@@ -68,6 +68,11 @@ mode_bench bench_tp.sh "tensor parallelism on gpt-small (traffic against Megatro
 mode_bench bench_pp.sh "pipeline parallelism: bubble against theory, activation slots, 3-D against golden"
 mode_bench bench_cp.sh "context parallelism: ring and Ulysses on gpt-small with T = 1024 against golden"
 
+if [ -n "${PARITY_BASE:-}" ]; then
+  section "this tree against an earlier build (PARITY_BASE): golden and tp2 x pp2 steps"
+  PARITY="$PARITY" bash "$root/tests/bench/bench_refactor.sh"
+fi
+
 if [ -f "$root/tests/bench/bench_gpt.sh" ]; then
   section "golden GPT step against PyTorch CPU eager"
   bash "$root/tests/bench/bench_gpt.sh"

@@ -44,13 +44,6 @@ static void add(char *buf, size_t cap, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* "the embedding", "layer 3", "the head". */
-static void unit_name(const model_config_t *c, int unit, char *buf, size_t cap) {
-    if (unit == 0) snprintf(buf, cap, "the embedding");
-    else if (unit > c->layers) snprintf(buf, cap, "the head");
-    else snprintf(buf, cap, "layer %d", unit - 1);
-}
-
 /* The device's rank in its gradient group ('dp-cp'), or -1. */
 static int grad_group_rank(const pconfig_t *pc, int device) {
     rank_layout_t L;
@@ -90,10 +83,11 @@ static void batch_touched(const engine_placement_t *pl, const char *what, const 
     const pconfig_t *pc = &pl->pc;
     const int tp = axis(pc->tp), cp = axis(pc->cp), sp = pc->sequence_parallel;
     char unit[32];
-    unit_name(&pl->cfg, b->unit, unit, sizeof unit);
-    const char *l = strstr(what, "layers.");
-    const char *rest = l ? strchr(l + 7, '.') : NULL;
-    rest = rest ? rest + 1 : strchr(what, '.') ? strchr(what, '.') + 1 : what;
+    model_unit_name(&pl->cfg, b->unit, unit, sizeof unit);
+    /* a checkpoint: its name within its unit and what writes it last */
+    const char *rest = strchr(what, '.') ? strchr(what, '.') + 1 : what;
+    ckpt_writer_t w = CKPT_COMPUTE;
+    gpt_checkpoint_writer(what, &rest, &w);
     if (!strcmp(what, "input_ids") || !strcmp(what, "labels")) {
         snprintf(buf, cap, "data: the loader's batch (data-parallel rank %d's sequences, "
                  "microbatch %d); no collective touches it", b->dp_rank, b->micro);
@@ -115,36 +109,31 @@ static void batch_touched(const engine_placement_t *pl, const char *what, const 
                      "reduction: keyed by the sequence's place in the global batch)",
                      b->dp_rank, b->micro);
     } else if (!strncmp(what, "act.", 4)) {
-        const int row = tp > 1 && (!strcmp(rest, "self_attention.dense.output") ||
-                                   !strcmp(rest, "mlp.dense_4h_to_h.output") ||
-                                   (pc->tp_row_linears &&
-                                    (!strcmp(rest, "self_attention.query_key_value.output") ||
-                                     !strcmp(rest, "mlp.dense_h_to_4h.output"))));
+        const int row = tp > 1 && (w == CKPT_TP_ROW || (pc->tp_row_linears && w == CKPT_TP_ROW_LINEARS));
         if (row)
             snprintf(buf, cap, "tp: the row-parallel %s completing the partial sums of %s's %s "
                      "over the tensor-parallel group - check the tensor-parallel reduction",
                      sp ? "reduce-scatter (sequence parallel)" : "all-reduce", unit, rest);
-        else if (cp > 1 && (!strcmp(rest, "self_attention.core_attention.output") ||
-                            !strcmp(rest, "attention_dropout")))
+        else if (cp > 1 && w == CKPT_CP_ATTENTION)
             snprintf(buf, cap, "%s", pc->cp_comm
                      ? "cp: the Ulysses all-to-all (heads for positions) around the core attention "
                        "- check the context-parallel exchange"
                      : "cp: the ring attention merge (p2p) of the K/V blocks' partial softmax "
                        "sums - check the context-parallel exchange and merge");
-        else if (tp > 1 && !strcmp(rest, "embedding.output"))
+        else if (tp > 1 && w == CKPT_TP_VOCAB_EMBEDDING)
             snprintf(buf, cap, "tp: the vocab-parallel embedding's %s of the rows each rank holds "
                      "- check the tensor-parallel reduction", sp ? "reduce-scatter" : "all-reduce");
         else
             snprintf(buf, cap, "compute: %s's %s on its device (no collective writes it, and every "
                      "reduction before it matched the golden run)", unit, rest);
-    } else if (!strcmp(what, "logits")) {
+    } else if (w == CKPT_TP_VOCAB_HEAD) {
         snprintf(buf, cap, "%s", tp > 1
                  ? "tp: the vocab-parallel LM head and its softmax reductions (max, sum of exps, "
                    "target logit over the tensor-parallel group) - check the vocab-parallel "
                    "cross-entropy and padding"
                  : "compute: the LM head (no collective writes the logits)");
     } else if (!strncmp(what, "grad_input.", 11)) {
-        if (tp > 1 && b->unit > pl->cfg.layers)
+        if (tp > 1 && !model_unit_gives_stream(&pl->cfg, b->unit))
             snprintf(buf, cap, "tp: the %s of the LM head's input gradient (vocab-parallel) over "
                      "the tensor-parallel group", sp ? "reduce-scatter" : "all-reduce");
         else if (tp > 1)
@@ -168,7 +157,7 @@ static void param_mesh(const engine_placement_t *pl, const char *pname, const ch
     const pconfig_t *pc = &pl->pc;
     const int tp = axis(pc->tp), N = a->N, z = a->z, m = pc->accum_degree;
     char unit[32];
-    unit_name(&pl->cfg, a->unit, unit, sizeof unit);
+    model_unit_name(&pl->cfg, a->unit, unit, sizeof unit);
     if (pl->pp.v > 1) add(sub, cap, "vpp chunk %d of %d", engine_unit_chunk(&pl->pp, a->unit), pl->pp.v);
     if (N > 1) add(sub, cap, "gradient-group rank %d of %d, ZeRO-%d", grad_group_rank(pc, device), N, z);
     if (!strcmp(kind, "grad")) {

@@ -31,10 +31,11 @@ void engine_placement_free(engine_placement_t *pl) {
 }
 
 int engine_is_batch(const st_tensor_t *t, const char *what) {
+    long unit, order;
     return t->ndim >= 2 && (!strncmp(what, "act.", 4) || !strncmp(what, "mask.", 5) ||
                             !strncmp(what, "grad_input.", 11) ||
-                            !strcmp(what, "logits") || !strcmp(what, "input_ids") ||
-                            !strcmp(what, "labels"));
+                            !gpt_checkpoint_position(what, &unit, &order) ||
+                            !strcmp(what, "input_ids") || !strcmp(what, "labels"));
 }
 
 void engine_device_name_sub(const pconfig_t *pc, int rank, const char *sub, char *buf, size_t cap) {
@@ -95,16 +96,15 @@ int engine_unit_chunk(const pp_plan_t *pp, int unit) {
     return 0;
 }
 
-/* The unit a batch tensor's name belongs to: the embedding's, layer N's,
- * the head's (inputs and labels: the first stage's, though every stage loads them). */
-static int unit_of_batch(const model_config_t *c, const char *what) {
-    const char *l = strstr(what, "layers.");
-    if (l) return 1 + atoi(l + 7);
-    if (!strcmp(what, "logits") || strstr(what, "final_layernorm") || strstr(what, "head"))
-        return c->layers + 1;
-    return 0;
+/* The unit a batch tensor ("step0." and a checkpoint's name) belongs to: the
+ * one whose forward reports it (a checkpoint) or whose backward does (an
+ * input gradient); inputs and labels: the first stage's, though every
+ * stage loads them. */
+static int unit_of_batch(const model_config_t *c, const char *name) {
+    const char *what = strchr(name, '.');
+    const int u = model_batch_unit(c, what ? what + 1 : name);
+    return u < 0 ? 0 : u;
 }
-
 
 /* Sequences are sharded over dp, then split into microbatches of sizes
  * differing by at most one (pconfig.h), as run_step feeds them. */

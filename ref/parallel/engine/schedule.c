@@ -41,10 +41,6 @@ static void pass_span(engine_rank_t *r, int fwd, double t0, int mb, int c) {
     engine_span(r, name, fwd ? "forward" : "backward", t0, mb, c);
 }
 
-/* The residual stream entering unit u (u >= 1) in slot A: where a chunk's
- * input arrives and its output leaves from. */
-static float *stream(gpt_slot_t *A, int u) { return u == 1 ? A->emb : A->layer[u - 2].out; }
-
 /* Floats of the residual stream a slot of n_seq sequences holds. */
 static size_t stream_len(const gpt_t *g, int n_seq) {
     return (size_t)n_seq * (size_t)g->local.seq_held / (size_t)g->local.seq_parts *
@@ -100,7 +96,7 @@ static void forward(engine_rank_t *r, int64_t step, int mb, int c, int s, const 
     gpt_t *g = r->g;
     const pp_plan_t *p = &r->sh->pp;
     const int T = g->cfg.seq_length, B = g->cfg.global_batch, vs = pp_vstage(p, r->stage, c);
-    const int lo = g->shard.units.lo[c], hi = g->shard.units.hi[c], head = g->cfg.layers + 1;
+    const int lo = g->shard.units.lo[c], hi = g->shard.units.hi[c];
     gpt_slot_t *A = &g->slot[s];
     int first, n_seq;
     device_note_microbatch(mb, c);
@@ -115,8 +111,8 @@ static void forward(engine_rank_t *r, int64_t step, int mb, int c, int s, const 
     if (r->sh->run->broken_pp_mask_key) A->mask_seq = mb;
     const size_t len = stream_len(g, n_seq);
     double t0 = engine_now();
-    if (lo > 0) {
-        coll_recv(r->pp_group, stream(A, lo), len, COLL_F32, pp_stage_of(p, vs - 1),
+    if (model_unit_takes_stream(&g->cfg, lo)) {
+        coll_recv(r->pp_group, gpt_slot_stream(g, s, lo), len, COLL_F32, pp_stage_of(p, vs - 1),
                   tag_of(p, 0, mb, vs - 1));
         engine_span(r, "recv activation", "recv", t0, mb, c);
     }
@@ -124,9 +120,9 @@ static void forward(engine_rank_t *r, int64_t step, int mb, int c, int s, const 
     for (int u = lo; u < hi; u++) gpt_unit_forward(g, u, s, obs);
     r->busy += engine_now() - t0;
     pass_span(r, 1, t0, mb, c);
-    if (hi <= head) { /* the span marks the send's posting; the data moves when the peer receives */
+    if (model_unit_gives_stream(&g->cfg, hi - 1)) { /* the span marks the send's posting; the data moves when the peer receives */
         t0 = engine_now();
-        r->slot_send[s] = coll_isend(r->pp_group, stream(A, hi), len, COLL_F32,
+        r->slot_send[s] = coll_isend(r->pp_group, gpt_slot_stream(g, s, hi), len, COLL_F32,
                                      pp_stage_of(p, vs + 1), tag_of(p, 0, mb, vs));
         engine_span(r, "send activation", "send", t0, mb, c);
     }
@@ -141,7 +137,7 @@ static void backward(engine_rank_t *r, int mb, int c, int s, const gpt_observer_
     double t0 = engine_now();
     device_note_microbatch(mb, c);
     device_note_pass(DEVICE_PASS_BACKWARD, hi - 1);
-    if (hi <= g->cfg.layers + 1) {
+    if (model_unit_gives_stream(&g->cfg, hi - 1)) {
         wait_send(r, s); /* the forward's output has long arrived; d_resid is received into */
         coll_recv(r->pp_group, A->d_resid, len, COLL_F32, pp_stage_of(p, vs + 1),
                   tag_of(p, 1, mb, vs));
@@ -152,7 +148,7 @@ static void backward(engine_rank_t *r, int mb, int c, int s, const gpt_observer_
     for (int u = hi - 1; u >= lo; u--) gpt_unit_backward(g, u, s, obs);
     r->busy += engine_now() - t0;
     pass_span(r, 0, t0, mb, c);
-    if (lo > 0) {
+    if (model_unit_takes_stream(&g->cfg, lo)) {
         wait_send(r, s);
         t0 = engine_now();
         r->slot_send[s] = coll_isend(r->pp_group, A->d_resid, len, COLL_F32,

@@ -193,12 +193,16 @@ static void print_traffic(const run_report_t *run, FILE *f) {
     const model_config_t *c = &run->model;
     /* context parallelism: a rank holds T/cp positions of each sequence */
     const int T = c->seq_length / (pc->cp > 1 ? pc->cp : 1), per_rank = pc->global_batch / pc->dp;
-    const int head = c->layers + 1;
+    /* device 0's units by what they do to the residual stream: a layer
+     * takes and gives it, the embedding starts it, the head ends it */
     const gpt_units_t u = run->units0;
-    int L = 0;
-    for (int l = 0; l < c->layers; l++) L += gpt_units_hold(&u, l + 1);
-    tp_step_t s = {pc->tp, pc->sequence_parallel, pc->tp_row_linears, L, gpt_units_hold(&u, 0),
-                   gpt_units_hold(&u, head), c->hidden, c->ffn, pc->accum_degree, (double)per_rank * T,
+    int L = 0, e = 0, hd = 0;
+    for (int k = 0; k < model_num_units(c); k++) {
+        if (!gpt_units_hold(&u, k)) continue;
+        const int in = model_unit_takes_stream(c, k), out = model_unit_gives_stream(c, k);
+        L += in && out, e |= !in, hd |= !out;
+    }
+    tp_step_t s = {pc->tp, pc->sequence_parallel, pc->tp_row_linears, L, e, hd, c->hidden, c->ffn, pc->accum_degree, (double)per_rank * T,
                    coll_counters_family(&run->reports[0].comm, "tp"), run->steps > 0 ? run->steps : 1};
     const int even = per_rank % pc->accum_degree == 0;
     fprintf(f, "tensor parallelism: tp=%d%s%s; device 0's tensor-parallel group per step: %d "
@@ -251,10 +255,11 @@ static double outer_per_token(const model_config_t *c, int t, int sp) {
 }
 
 /* The allocation table's activations (slot and backward scratch) for the
- * replica with `layers` layers, or -1 when the layout is not admitted. */
-static double table_bytes(const model_config_t *cfg, int layers, int tp, int sp, unsigned cpo) {
+ * replica of cfg with `more` layers added, or -1 when the layout is not
+ * admitted. */
+static double table_bytes(const model_config_t *cfg, int more, int tp, int sp, unsigned cpo) {
     model_config_t c = *cfg;
-    c.layers = layers;
+    c.layers += more;
     gpt_mem_t m;
     if (gpt_mem_bytes_tp(&c, tp, (sp ? GPT_TP_SP : 0u) | cpo, 0, &m, NULL)) return -1;
     return (double)m.activations;
@@ -267,8 +272,8 @@ static void print_memory_column(const model_config_t *cfg, int tp, int sp, unsig
                  MB = 1e6;
     const double layer = layer_per_token(cfg, tp, sp) * n, outer = outer_per_token(cfg, tp, sp) * n;
     /* the table's bytes of one layer: one more layer's worth */
-    const double all = table_bytes(cfg, cfg->layers, tp, sp, cpo);
-    const double more = all < 0 ? -1 : table_bytes(cfg, cfg->layers + 1, tp, sp, cpo);
+    const double all = table_bytes(cfg, 0, tp, sp, cpo);
+    const double more = all < 0 ? -1 : table_bytes(cfg, 1, tp, sp, cpo);
     fprintf(f, "  %-8s %8.0f B %10.3f MB %14.3f MB", sp ? "with SP" : "no SP",
             layer_per_token(cfg, tp, sp), layer / MB, L * layer / MB);
     if (all < 0 || more < 0) {
