@@ -30,15 +30,22 @@ static int stage_device(const run_report_t *run, int s) {
     return -1;
 }
 
-static void units_label(const gpt_units_t *u, int L, char *buf, size_t cap) {
+/* "emb L0-3", "L4-7 head": what each chunk holds, asking the model which
+ * units start the residual stream (the embedding), end it (the head) or
+ * carry it on (layers, numbered in order). */
+static void units_label(const model_config_t *cfg, const gpt_units_t *u, char *buf, size_t cap) {
     size_t at = 0;
     buf[0] = 0;
     for (int c = 0; c < u->n && at < cap; c++) {
-        const int lo = u->lo[c], hi = u->hi[c];
-        at += (size_t)snprintf(buf + at, cap - at, "%s%s", c ? " | " : "", lo == 0 ? "emb " : "");
-        const int l0 = lo == 0 ? 0 : lo - 1, l1 = hi == L + 2 ? L : hi - 1; /* layers [l0, l1) */
-        if (at < cap && l1 > l0) at += (size_t)snprintf(buf + at, cap - at, "L%d-%d", l0, l1 - 1);
-        if (at < cap && hi == L + 2) at += (size_t)snprintf(buf + at, cap - at, " head");
+        int l0 = 0, n = 0, first = 0, last = 0;
+        for (int k = 0; k < u->hi[c]; k++) {
+            const int in = model_unit_takes_stream(cfg, k), out = model_unit_gives_stream(cfg, k);
+            if (k < u->lo[c]) l0 += in && out;
+            else n += in && out, first |= !in, last |= !out;
+        }
+        at += (size_t)snprintf(buf + at, cap - at, "%s%s", c ? " | " : "", first ? "emb " : "");
+        if (at < cap && n > 0) at += (size_t)snprintf(buf + at, cap - at, "L%d-%d", l0, l0 + n - 1);
+        if (at < cap && last) at += (size_t)snprintf(buf + at, cap - at, " head");
     }
 }
 
@@ -65,7 +72,7 @@ void pp_print_report(const run_report_t *run, FILE *f) {
         const device_report_t *r = &run->reports[d];
         const int slots = r->pp_slots;
         char units[96];
-        units_label(&pp.units[s], cfg.layers, units, sizeof units);
+        units_label(&cfg, &pp.units[s], units, sizeof units);
         fprintf(f, "  %-5d %-6d %-26s %14d %9d %9d %10.3f %10.1f %7.1f%%\n", s, d, units,
                 pp_in_flight_formula(&pp, s), r->pp_in_flight_peak, slots,
                 (double)r->peak[MEM_ACTIVATIONS] / MB, 1e3 * r->pp_busy / steps,
