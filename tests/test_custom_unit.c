@@ -6,8 +6,8 @@
  * pipeline x data parallel with ZeRO-3 among them), each compared with
  * the golden run by the checker: memcmp of every tensor of every step
  * (activations, input gradients, parameter gradients, updated
- * parameters, AdamW state). `parity check` cannot reach the kind (the
- * CLI builds only the GPT's description): this binary is the proof.
+ * parameters, AdamW state). tests/test_custom_check.sh runs `parity check`
+ * itself on the kind (the program linked with it, tests/custom_unit.mk).
  */
 #include <string.h>
 
