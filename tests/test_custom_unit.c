@@ -46,8 +46,11 @@ static void test_layouts_match_golden(void) {
                                 "--data-parallel-size 2 --zero-stage 3");
     expect_golden(&cfg, golden, "--data-parallel-size 2 --zero-stage 1 --accum-degree 2");
     expect_golden(&cfg, golden, "--context-parallel-size 2 --data-parallel-size 2 --zero-stage 2");
-    expect_golden(&cfg, golden, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
-                                "--virtual-pipeline-model-parallel-size 2 --data-parallel-size 2 --accum-degree 2");
+    /* two chunks a stage need 4 layers: not gpt-micro's 2 (the sanitizers' small matrix) */
+    if (cfg.layers >= 4)
+        expect_golden(&cfg, golden, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
+                                    "--virtual-pipeline-model-parallel-size 2 --data-parallel-size 2 "
+                                    "--accum-degree 2");
 }
 
 /* The comparison is live on this model: fp32 (not exact) gradient sums
