@@ -102,6 +102,7 @@ tsan:
 # the golden run. The golden run's losses, then the layout's with its
 # memory, traffic and pipeline report and a Chrome trace of the run, then
 # the checker's equivalence table: every tensor of 3 steps, bit for bit.
+# The trace's schedule is also drawn (parity svg schedule --logical).
 DEMO_3D := --data-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel \
   --pipeline-model-parallel-size 2 --pipeline-schedule 1f1b --num-microbatches 4 --zero-stage 1
 demo: all
@@ -109,6 +110,8 @@ demo: all
 	$(PARITY) train --model gpt-tiny --steps 5
 	@echo "== the same 5 steps on 8 devices: $(DEMO_3D)"
 	$(PARITY) train --model gpt-tiny --steps 5 $(DEMO_3D) --trace $(BUILD)/demo-trace.json
+	@echo "== the pipeline schedule of that trace, as a picture: $(BUILD)/demo-schedule.svg"
+	$(PARITY) svg schedule $(BUILD)/demo-trace.json --logical -o $(BUILD)/demo-schedule.svg
 	@echo "== the checker: every activation, gradient, updated parameter and AdamW state of 3 steps, memcmp"
 	$(PARITY) check --model gpt-tiny --steps 3 $(DEMO_3D)
 
