@@ -65,6 +65,8 @@ void pm_expf_shifted(float *y, const float *x, float m, size_t n);
 /* Natural log. x < 0 (and -inf) -> NaN; +-0 -> -inf; +inf -> +inf;
  * subnormal x handled exactly; log(1) = +0. */
 float pm_logf(float x);
+/* y[i] = pm_logf(x[i]) for i < n, bit for bit, vectorised. */
+void pm_logf_array(float *y, const float *x, size_t n);
 
 /* tanh. Odd, |tanh x| <= 1; returns +-1 exactly for |x| >= 9.5 (where the
  * correctly rounded result is +-1 anyway); tanh(-0) = -0. */
@@ -77,6 +79,10 @@ float pm_erff(float x);
  * Computed without libm (see pmath.c): an fp64 Newton iteration gives a
  * candidate, and an exact midpoint test in fp64 fixes its last bit. */
 float pm_sqrtf(float x);
+/* y[i] = pm_sqrtf(x[i]) for i < n, bit for bit: the hardware's IEEE
+ * square root (correctly rounded by the standard, so the same bits),
+ * vectorised. */
+void pm_sqrtf_array(float *y, const float *x, size_t n);
 
 /* 1/sqrt(x), computed as (float)(1.0 / s) where s is sqrt((double)x) to
  * within 2^-52 relative (the same fp64 Newton step pm_sqrtf uses): one
@@ -92,6 +98,8 @@ float pm_rsqrtf(float x);
  * sweep [-2pi, 2pi] densely and sample the rest. +-inf -> NaN. */
 float pm_sinf(float x);
 float pm_cosf(float x);
+/* y[i] = pm_cosf(x[i]) for i < n, bit for bit, vectorised. */
+void pm_cosf_array(float *y, const float *x, size_t n);
 
 /* GELU, tanh approximation, as GPT-2 and torch's approximate='tanh':
  *   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))

@@ -162,6 +162,12 @@ static int is_nan(float x) { return (f32_bits(x) & 0x7fffffffu) > 0x7f800000u; }
 static int is_inf(float x) { return (f32_bits(x) & 0x7fffffffu) == 0x7f800000u; }
 static int sign_bit(float x) { return (int)(f32_bits(x) >> 31); }
 
+/* (double)u for u < 2^32, exactly: 2^52 + u has u in its low mantissa
+ * bits. Unlike a cast it vectorises without AVX-512. */
+static inline double u32_to_f64(uint64_t u) {
+    return f64_from_bits(0x4330000000000000ull | u) - 0x1p52;
+}
+
 /* 2^e for a normal fp64 exponent, -1022 <= e <= 1023 (exact). */
 static double pow2(int e) { return f64_from_bits((uint64_t)(e + 1023) << 52); }
 
@@ -228,23 +234,36 @@ void pm_expf_shifted(float *y, const float *x, float m, size_t n) {
 
 /* ------------------------------------------------------------------- log */
 
-float pm_logf(float x) {
-    if (is_nan(x) || x < 0.0f) return pm_nan();   /* -inf included */
-    if (x == 0.0f) return pm_inf(1);
-    if (is_inf(x)) return x;
+/* One lane of log, branch-free so that pm_logf_array vectorises;
+ * pm_logf is this lane too. Special inputs are selected at the end (their
+ * lane arithmetic runs on harmless bits and is discarded). */
+static inline float logf_lane(float x) {
     /* In fp64 every float, subnormals included, is normal: x = 2^e m,
      * m in [1, 2) read from the bits, then moved to [sqrt(1/2), sqrt 2)
      * so that log m stays small and e ln2 + log m never cancels badly. */
     uint64_t b = f64_bits((double)x);
     int e = (int)((b >> 52) & 0x7ff) - 1023;
     double m = f64_from_bits((b & 0x000fffffffffffffull) | 0x3ff0000000000000ull);
-    if (m >= SQRT2) { m *= 0.5; e += 1; }
+    int big = m >= SQRT2;
+    m = big ? m * 0.5 : m;
+    e = e + big;
     /* log m = 2 atanh(s), s = (m-1)/(m+1) with |s| <= 3 - 2 sqrt 2;
      * m - 1 and m + 1 are exact (m has 24 significant bits). */
     double s = (m - 1.0) / (m + 1.0);
     double lm = 2.0 * s * horner(LOG_POLY, 8, s * s);
-    /* e*LOG_LN2_HI is exact; the small terms are added first. */
-    return to_f32(e * LOG_LN2_HI + (e * LOG_LN2_LO + lm));
+    /* e*LOG_LN2_HI is exact; the small terms are added first. |v| < 104
+     * for finite x, so the conversion never overflows (to_f32 not needed). */
+    float y = (float)(e * LOG_LN2_HI + (e * LOG_LN2_LO + lm));
+    y = x == 0.0f ? pm_inf(1) : y;
+    y = x - x == 0.0f ? y : x;              /* +inf -> +inf; NaN, -inf handled next */
+    return x == x && x >= 0.0f ? y : pm_nan(); /* NaN, x < 0, -inf */
+}
+
+float pm_logf(float x) { return logf_lane(x); }
+
+PARITY_SIMD_CLONES
+void pm_logf_array(float *restrict y, const float *restrict x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = logf_lane(x[i]);
 }
 
 /* --------------------------------------------------------- sqrt / rsqrt */
@@ -280,6 +299,20 @@ float pm_sqrtf(float x) {
     return q;
 }
 
+/* IEEE 754 requires square root to be correctly rounded, so the
+ * hardware instruction gives exactly pm_sqrtf's bits (0 ulp, proven by
+ * its midpoint test) on every IEEE machine, at a fraction of the cost of
+ * the Newton iteration; the same argument as adamw.c's update. Branch-free
+ * with -fno-math-errno (no libm call), so the loop vectorises.
+ * tests/test_pmath.c compares it with pm_sqrtf over the float range. */
+PARITY_SIMD_CLONES
+void pm_sqrtf_array(float *restrict y, const float *restrict x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float s = __builtin_sqrtf(x[i] >= 0.0f ? x[i] : 0.0f);
+        y[i] = x[i] >= 0.0f ? s : pm_nan();          /* NaN, x < 0, -inf */
+    }
+}
+
 float pm_rsqrtf(float x) {
     if (is_nan(x) || x < 0.0f) return pm_nan();
     if (x == 0.0f) return pm_inf(sign_bit(x));
@@ -301,69 +334,110 @@ float pm_rsqrtf(float x) {
  * fraction f, all computed exactly in 64-bit integer arithmetic.
  * Scanning every float >= pi/4 finds the closest one to a multiple of
  * pi/2 at 16367173 * 2^72, with |r| = 2^-29.2: the 2^-70 truncation costs
- * at most 2^-41 relative, far below what the fp32 result can see. */
-static double reduce_pio2(float ax, int *quadrant) {
+ * at most 2^-41 relative, far below what the fp32 result can see.
+ *
+ * Branch-free and without indexed loads (the window's words are picked by
+ * selects), so that the array forms vectorise. */
+PARITY_LANE double reduce_pio2(float ax, int below_2p31, uint64_t *quadrant) {
     uint32_t bits = f32_bits(ax);
     uint64_t M = (bits & 0x7fffffu) | 0x800000u;   /* ax >= pi/4 is normal */
-    int E = (int)(bits >> 23) - 150;               /* ax = M 2^E, E in [-24, 104] */
-    /* b_i sits at bit index i + 25 of TWO_OVER_PI_BITS (26 leading zeros). */
-    int start = E + 24;                            /* index of b_(E-1), >= 0 */
-    int wi = start >> 5, sh = start & 31;
-    uint64_t w[3];                                  /* window, most significant first */
-    for (int i = 0; i < 3; i++) {
-        uint64_t pair = ((uint64_t)TWO_OVER_PI_BITS[wi + i] << 32) | TWO_OVER_PI_BITS[wi + i + 1];
-        w[i] = (pair << sh) >> 32;
+    /* ax = M 2^E, E = (bits >> 23) - 150 in [-24, 104]; b_i sits at bit
+     * index i + 25 of TWO_OVER_PI_BITS (26 leading zeros), so b_(E-1) at
+     * start = E + 24 = (bits >> 23) - 126 >= 0. */
+    uint32_t start = (bits >> 23) - 126u;
+    uint32_t wi = start >> 5, sh = start & 31;
+    /* t[j] = TWO_OVER_PI_BITS[wi + j], wi <= 4, as an OR of masked
+     * constants (selects would be turned back into branches). Below 2^31
+     * (start <= 31) wi is 0: a caller that knows it passes below_2p31 = 1
+     * (a constant) and skips the selection. */
+    uint32_t t[4] = {0, 0, 0, 0};
+#pragma GCC unroll 5
+    for (uint32_t c = 0; c <= 4; c++) {
+        uint32_t mask = 0u - (uint32_t)((below_2p31 ? 0u : wi) == c);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) t[j] |= TWO_OVER_PI_BITS[c + (uint32_t)j] & mask;
     }
+    /* The window, most significant first: bits [32 i + sh, 32 i + sh + 32)
+     * of t, i.e. the top word of (t[i]:t[i+1]) << sh, in 32-bit shifts
+     * (two steps on the right, so sh = 0 never shifts by 32). */
+    uint32_t w[3];
+#pragma GCC unroll 3
+    for (int i = 0; i < 3; i++) w[i] = t[i] << sh | (t[i + 1] >> 1) >> (31 - sh);
     /* P = M * (w0:w1:w2) = p2 2^64 + (p1 mod 2^32) 2^32 + (p0 mod 2^32), exactly. */
     uint64_t p0 = M * w[2];
     uint64_t p1 = M * w[1] + (p0 >> 32);
     uint64_t p2 = M * w[0] + (p1 >> 32);
-    int k = (int)((p2 >> 30) & 3);                 /* P / 2^94 mod 4 */
+    uint64_t k = (p2 >> 30) & 3;                   /* P / 2^94 mod 4 */
     /* The 94-bit fraction F = fh 2^30 + fl; f = F 2^-94 in [0, 1). */
     uint64_t fh = ((p2 & 0x3fffffffu) << 34) | ((p1 & 0xffffffffu) << 2) | ((p0 & 0xffffffffu) >> 30);
     uint64_t fl = p0 & 0x3fffffffu;
-    double sign = 1.0;
-    if (fh >> 63) {                                /* f >= 1/2: use k+1 and f - 1 */
-        k = (k + 1) & 3;
-        sign = -1.0;
-        uint64_t borrow = fl != 0;
-        fl = (0x40000000u - fl) & 0x3fffffffu;     /* 2^94 - F, in two pieces */
-        fh = ~fh + (1 - borrow);
-    }
+    /* f >= 1/2: use k+1 and f - 1, i.e. 2^94 - F, in two pieces */
+    uint64_t up = fh >> 63;
+    uint64_t borrow = fl != 0;
+    uint64_t fl_up = (0x40000000u - fl) & 0x3fffffffu;
+    uint64_t fh_up = ~fh + (1 - borrow);
+    k = (k + up) & 3;
+    double sign = up ? -1.0 : 1.0;
+    fl = up ? fl_up : fl;
+    fh = up ? fh_up : fh;
     /* Each piece converts to fp64 exactly; the sums round once each, so f
      * keeps ~2^-52 relative accuracy however small it is. */
-    double f = (double)(uint32_t)(fh >> 32) * 0x1p-32
-             + ((double)(uint32_t)fh * 0x1p-64 + (double)(uint32_t)fl * 0x1p-94);
+    double f = u32_to_f64(fh >> 32) * 0x1p-32
+             + (u32_to_f64(fh & 0xffffffffu) * 0x1p-64 + u32_to_f64(fl) * 0x1p-94);
     *quadrant = k;
     return sign * (f * PIO2_HI + f * PIO2_LO);
 }
 
-static double sin_poly(double r) { return r * horner(SIN_POLY, 7, r * r); }
-static double cos_poly(double r) { return horner(COS_POLY, 8, r * r); }
+static inline double sin_poly(double r) { return r * horner(SIN_POLY, 7, r * r); }
+static inline double cos_poly(double r) { return horner(COS_POLY, 8, r * r); }
 
-/* r and quadrant for |x|; |x| < pi/4 needs no reduction. */
-static double reduce_abs(float x, int *quadrant) {
+/* One lane of sin (want_cos = 0) or cos, branch-free: both polynomials
+ * and the reduction are computed and the right ones selected (|x| < pi/4
+ * needs no reduction; it reduces a stand-in 1.0f whose result is
+ * dropped, as are a NaN's or an infinity's). pm_sinf and pm_cosf are
+ * these lanes too. */
+PARITY_LANE float sincos_lane(float x, int want_cos, int below_2p31) {
     float ax = f32_from_bits(f32_bits(x) & 0x7fffffffu);
-    if ((double)ax < 0.5 * PIO2_HI) { *quadrant = 0; return ax; }
-    return reduce_pio2(ax, quadrant);
+    int finite = x - x == 0.0f;
+    int small = (double)ax < 0.5 * PIO2_HI;
+    uint64_t n;
+    double r = reduce_pio2(small | !finite ? 1.0f : ax, below_2p31, &n);
+    r = small ? (double)ax : r;
+    n = small ? 0 : n;
+    double sp = sin_poly(r), cp = cos_poly(r);
+    double v;
+    if (want_cos) {                                   /* cos is even */
+        v = (n & 1) ? sp : cp;                        /* cos(r + n pi/2) */
+        v = ((n + 1) & 2) ? -v : v;                   /* n = 1, 2 negate */
+    } else {
+        v = (n & 1) ? cp : sp;                        /* sin(r + n pi/2) */
+        v = (n & 2) ? -v : v;
+        v = sign_bit(x) ? -v : v;                     /* sin is odd */
+    }
+    float y = (float)v;                               /* |v| <= 1: to_f32 not needed */
+    return finite ? y : pm_nan();
 }
 
-float pm_sinf(float x) {
-    if (is_nan(x) || is_inf(x)) return pm_nan();
-    int n;
-    double r = reduce_abs(x, &n);
-    double v = (n & 1) ? cos_poly(r) : sin_poly(r);   /* sin(r + n pi/2) */
-    if (n & 2) v = -v;
-    return to_f32(sign_bit(x) ? -v : v);              /* sin is odd */
+float pm_sinf(float x) { return sincos_lane(x, 0, 0); }
+float pm_cosf(float x) { return sincos_lane(x, 1, 0); }
+
+/* Every |x[i]| below 2^31 (NaN and infinities are not): then each lane's
+ * reduction window starts in 2/pi's first word. */
+static int all_below_2p31(const float *x, size_t n) {
+    uint32_t top = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t a = f32_bits(x[i]) & 0x7fffffffu;
+        top = a > top ? a : top;
+    }
+    return top < 0x4f000000u;                          /* 2^31 */
 }
 
-float pm_cosf(float x) {
-    if (is_nan(x) || is_inf(x)) return pm_nan();
-    int n;
-    double r = reduce_abs(x, &n);                     /* cos is even */
-    double v = (n & 1) ? sin_poly(r) : cos_poly(r);   /* cos(r + n pi/2) */
-    if (((n + 1) & 2) != 0) v = -v;                   /* n = 1, 2 negate */
-    return to_f32(v);
+PARITY_SIMD_CLONES
+void pm_cosf_array(float *restrict y, const float *restrict x, size_t n) {
+    if (all_below_2p31(x, n))                          /* e.g. Box-Muller's [0, 2pi) */
+        for (size_t i = 0; i < n; i++) y[i] = sincos_lane(x[i], 1, 1);
+    else
+        for (size_t i = 0; i < n; i++) y[i] = sincos_lane(x[i], 1, 0);
 }
 
 /* ---------------------------------------------------------- tanh and erf */

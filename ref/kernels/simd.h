@@ -36,4 +36,13 @@
 #define PARITY_SIMD_CLONES
 #endif
 
+/* PARITY_LANE before a static helper that a cloned loop calls: it must
+ * be inlined (into each clone, and for its loop to vectorise) even where
+ * it is bigger than the compiler's own inlining limits. */
+#if defined(__GNUC__)
+#define PARITY_LANE static inline __attribute__((always_inline))
+#else
+#define PARITY_LANE static inline
+#endif
+
 #endif
