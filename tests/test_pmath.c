@@ -401,7 +401,8 @@ static void test_gelu_fused_matches(void) {
     CHECK(bad == 0, "%ld inputs differ between the fused and the separate GeLU", bad);
 }
 
-/* The vectorised array forms (pm_expf_shifted, pm_gelu_tanh_array; run
+/* The vectorised array forms (pm_expf_shifted, pm_gelu_tanh_array,
+ * pm_logf_array, pm_sqrtf_array, pm_cosf_array; run
  * in the widest clone this CPU has, see ref/kernels/simd.h) equal the
  * scalar functions bit for bit, over a stride of every float pattern
  * (NaNs, infinities, subnormals included) and at odd array lengths. */
@@ -420,6 +421,18 @@ static void test_array_forms_match(void) {
         const float m = from_bits((uint32_t)(b >> 3)); /* softmax's shift, also odd ones */
         pm_expf_shifted(y, x, m, (size_t)len);
         for (int i = 0; i < len; i++) bad += bits_of(pm_expf(x[i] - m)) != bits_of(y[i]);
+        pm_logf_array(y, x, (size_t)len);
+        for (int i = 0; i < len; i++) bad += bits_of(pm_logf(x[i])) != bits_of(y[i]);
+        pm_sqrtf_array(y, x, (size_t)len);
+        for (int i = 0; i < len; i++) bad += bits_of(pm_sqrtf(x[i])) != bits_of(y[i]);
+        pm_cosf_array(y, x, (size_t)len);
+        for (int i = 0; i < len; i++) bad += bits_of(pm_cosf(x[i])) != bits_of(y[i]);
+        /* cos's path for arrays whose every |x| < 2^31: the same patterns
+         * with the exponent cut to 2^-8 .. 2^31 (every reduction window) */
+        for (int i = 0; i < len; i++)
+            g[i] = from_bits((bits_of(x[i]) & 0x807fffffu) | (uint32_t)(119 + i % 39) << 23);
+        pm_cosf_array(y, g, (size_t)len);
+        for (int i = 0; i < len; i++) bad += bits_of(pm_cosf(g[i])) != bits_of(y[i]);
         n += len;
     }
     CHECK(n > 1000000, "only %ld inputs", n);

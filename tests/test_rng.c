@@ -84,7 +84,11 @@ static void test_fill_equals_scalar(void) {
     /* Counter origins around the 32-bit carry and the 64-bit wrap. */
     const uint64_t origins[] = {0, 1, 0xfffffff0ull, 0xfffffffffffffe00ull, 0x8000000000000003ull};
     for (int o = 0; o < 5; o++) {
-        for (size_t n = 0; n <= 37; n += (n < 10 ? 1 : 9)) {   /* tails of every length */
+        /* tails of every length up to 10, then across the fills' 8-counter
+         * lanes and 256-counter blocks */
+        static const size_t lens[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 19, 37, 255, 256, 257, 263, 520};
+        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+            const size_t n = lens[li];
             rng_fill_uniform(u, n, seed, stream, origins[o]);
             rng_fill_normal(z, n, seed, stream, origins[o]);
             for (size_t i = 0; i < n; i++) {
@@ -101,6 +105,56 @@ static void test_fill_equals_scalar(void) {
         }
         CHECK(bad == 0, "origin %d: %d elements differ from the scalar definition", o, bad);
     }
+}
+
+/* The fills' vectorised paths (AVX2 Philox, pmath's array forms) against
+ * the scalar definition at random counters, seeds and streams: 64 fills
+ * of odd lengths, ~260,000 numbers of each kind. */
+static void test_fill_random_origins(void) {
+    enum { N = 4099 };
+    static float u[N], z[N];
+    uint64_t s = 0x2545f4914f6cdd1dull;
+    long bad = 0;
+    for (int t = 0; t < 64; t++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        const uint64_t seed = s * 0x9e3779b97f4a7c15ull, stream = rng_mix64(s), origin = rng_mix64(s + 1);
+        const size_t n = N - (size_t)(s % 97);
+        rng_fill_uniform(u, n, seed, stream, origin);
+        rng_fill_normal(z, n, seed, stream, origin);
+        for (size_t i = 0; i < n; i++) {
+            bad += fbits(u[i]) != fbits(rng_uniform(seed, stream, origin + i));
+            bad += fbits(z[i]) != fbits(rng_normal(seed, stream, origin + i));
+        }
+    }
+    CHECK(bad == 0, "%ld numbers differ from the scalar definition", bad);
+}
+
+/* Box-Muller's array path on its WHOLE input domain: u1 takes only the
+ * 2^24 values ((w0 >> 8) + 1) 2^-24 and the angle only the 2^24 values
+ * 6.2831855f ((w1 >> 8) 2^-24) (rng.h), so every radius and every cosine
+ * rng_fill_normal can compute is checked against the scalar functions
+ * rng_normal uses (words 0 and 0xffffffff, the ends, included). With
+ * test_fill_* (Philox lanes, the final product) this proves the fill
+ * equals rng_normal for every counter. */
+static void test_box_muller_domain_exhaustive(void) {
+    enum { N = 4096 };
+    static float x[N], y[N], r[N], a[N], c[N];
+    long bad = 0;
+    for (uint32_t w = 0; w < (1u << 24); w += N) {
+        for (uint32_t i = 0; i < N; i++) {
+            x[i] = (float)((w + i) + 1u) * 0x1p-24f;          /* u1 */
+            a[i] = 6.2831855f * ((float)(w + i) * 0x1p-24f);  /* angle */
+        }
+        pm_logf_array(y, x, N);
+        for (int i = 0; i < N; i++) y[i] = -2.0f * y[i] + 0.0f;
+        pm_sqrtf_array(r, y, N);
+        pm_cosf_array(c, a, N);
+        for (int i = 0; i < N; i++) {
+            bad += fbits(r[i]) != fbits(pm_sqrtf(-2.0f * pm_logf(x[i]) + 0.0f));
+            bad += fbits(c[i]) != fbits(pm_cosf(a[i]));
+        }
+    }
+    CHECK(bad == 0, "%ld radii or cosines differ from the scalar functions", bad);
 }
 
 /* I3: shards filled separately, at their global offsets, equal the same
@@ -272,6 +326,8 @@ int main(void) {
     RUN(test_u32_layout);
     RUN(test_normal_transform);
     RUN(test_fill_equals_scalar);
+    RUN(test_fill_random_origins);
+    RUN(test_box_muller_domain_exhaustive);
     RUN(test_sharded_fill_matches_full);
     RUN(test_streams_and_seeds_differ);
     RUN(test_mix64_bijective);
