@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "parity/pmath.h"
+#include "parity/pool.h"
 #include "parity/rng.h"
 #include "unit_kind.h"
 
@@ -261,29 +262,113 @@ int param_find(const param_table_t *t, const char *name) {
     return -1;
 }
 
+/* One contiguous run of a normal-initialised tensor's block: n elements
+ * from global flat index `global` of tensor P, stored at x. */
 typedef struct {
     float *x;
     float std;
-    uint64_t seed, stream;
+    uint64_t stream;
+    size_t global, n;
+    size_t first; /* elements of the runs before this one */
 } init_run_t;
 
-/* Floats per rng_fill_normal call of an init run: the scaling pass then
- * reads them from cache, not memory (16 KiB). */
+typedef struct {
+    init_run_t *runs;
+    int count, cap;
+    float *tensor; /* the tensor being collected, its std and stream */
+    float std;
+    uint64_t stream;
+    size_t total;
+    int oom;
+} init_plan_t;
+
+static void collect_run(void *vctx, size_t global_flat, size_t local_flat, size_t n) {
+    init_plan_t *pl = vctx;
+    if (pl->oom) return;
+    if (pl->count == pl->cap) {
+        int cap = pl->cap ? 2 * pl->cap : 256;
+        init_run_t *r = realloc(pl->runs, (size_t)cap * sizeof *r);
+        if (!r) {
+            pl->oom = 1;
+            return;
+        }
+        pl->runs = r, pl->cap = cap;
+    }
+    pl->runs[pl->count++] = (init_run_t){pl->tensor + local_flat, pl->std, pl->stream, global_flat, n, pl->total};
+    pl->total += n;
+}
+
+/* Floats per rng_fill_normal call: the scaling pass then reads them from
+ * cache, not memory (16 KiB). */
 #define INIT_CHUNK 4096
 
-/* element k of tensor P: std * rng_normal(seed, stream(P, 0), k), k global */
-static void init_normal_run(void *vctx, size_t global_flat, size_t local_flat, size_t n) {
-    init_run_t *r = vctx;
-    float *x = r->x + local_flat;
-    for (size_t j = 0; j < n; j += INIT_CHUNK) {
-        const size_t m = n - j < INIT_CHUNK ? n - j : INIT_CHUNK;
-        rng_fill_normal(x + j, m, r->seed, r->stream, global_flat + j);
-        for (size_t k = j; k < j + m; k++) x[k] = r->std * x[k];
+/* Elements [a, b) of run r: element k of tensor P is
+ * std * rng_normal(seed, stream(P, 0), k), k global. */
+static void init_normal_span(const init_run_t *r, uint64_t seed, size_t a, size_t b) {
+    for (size_t j = a; j < b; j += INIT_CHUNK) {
+        const size_t m = b - j < INIT_CHUNK ? b - j : INIT_CHUNK;
+        float *x = r->x + j;
+        rng_fill_normal(x, m, seed, r->stream, r->global + j);
+        for (size_t k = 0; k < m; k++) x[k] = r->std * x[k];
     }
+}
+
+/* Elements per pool piece of the normal init: pieces of every run
+ * concatenated, so that a few large tensors still spread over threads. */
+#define INIT_PIECE ((size_t)1 << 20)
+
+typedef struct {
+    const init_plan_t *plan;
+    uint64_t seed;
+} init_job_t;
+
+/* Piece i: elements [i, i+1) * INIT_PIECE of the concatenated runs. Every
+ * number depends on its position only (I3), so any split gives the same
+ * bits. */
+static void init_piece(void *vjob, int piece, int worker) {
+    (void)worker;
+    const init_job_t *job = vjob;
+    const init_plan_t *pl = job->plan;
+    const size_t lo = (size_t)piece * INIT_PIECE, hi = lo + INIT_PIECE;
+    int r = 0, top = pl->count; /* the last run with first <= lo */
+    while (top - r > 1) {
+        int mid = r + (top - r) / 2;
+        if (pl->runs[mid].first <= lo) r = mid;
+        else top = mid;
+    }
+    for (; r < pl->count && pl->runs[r].first < hi; r++) {
+        const init_run_t *run = &pl->runs[r];
+        size_t a = lo > run->first ? lo - run->first : 0;
+        size_t b = hi - run->first < run->n ? hi - run->first : run->n;
+        if (a < b) init_normal_span(run, job->seed, a, b);
+    }
+}
+
+/* A tensor's runs straight away, on this thread. */
+typedef struct {
+    float *tensor;
+    float std;
+    uint64_t stream, seed;
+} init_direct_t;
+
+static void init_direct_run(void *vctx, size_t global_flat, size_t local_flat, size_t n) {
+    const init_direct_t *d = vctx;
+    const init_run_t r = {d->tensor + local_flat, d->std, d->stream, global_flat, n, 0};
+    init_normal_span(&r, d->seed, 0, n);
+}
+
+static void init_normal_direct(const param_info_t *p, const int sizes[GRID_NAXES],
+                               const int coord[GRID_NAXES], uint64_t seed, float *data) {
+    init_direct_t d = {data + p->offset, p->init_std, rng_stream_id(p->name, 0), seed};
+    placement_for_runs(&p->pl, sizes, coord, init_direct_run, &d);
 }
 
 void params_init_at(const param_table_t *t, const int sizes[GRID_NAXES],
                     const int coord[GRID_NAXES], uint64_t seed, float *data) {
+    /* with compute threads (the golden run's --threads) the normal
+     * tensors' runs are collected first, then spread over the pool */
+    const int threaded = pool_threads() > 1;
+    init_plan_t plan = {0};
     for (int i = 0; i < t->count; i++) {
         const param_info_t *p = &t->info[i];
         float *x = data + p->offset;
@@ -295,13 +380,26 @@ void params_init_at(const param_table_t *t, const int sizes[GRID_NAXES],
         case INIT_ZEROS:
             memset(x, 0, p->numel * sizeof(float));
             break;
-        case INIT_NORMAL: {
-            init_run_t r = {x, p->init_std, seed, rng_stream_id(p->name, 0)};
-            placement_for_runs(&p->pl, sizes, coord, init_normal_run, &r);
+        case INIT_NORMAL:
+            if (!threaded) {
+                init_normal_direct(p, sizes, coord, seed, data);
+                break;
+            }
+            plan.tensor = x, plan.std = p->init_std, plan.stream = rng_stream_id(p->name, 0);
+            placement_for_runs(&p->pl, sizes, coord, collect_run, &plan);
             break;
         }
-        }
     }
+    if (!threaded) return;
+    if (plan.oom) { /* no room for the plan: one thread does it all */
+        for (int i = 0; i < t->count; i++)
+            if (t->info[i].held && t->info[i].init == INIT_NORMAL)
+                init_normal_direct(&t->info[i], sizes, coord, seed, data);
+    } else {
+        init_job_t job = {&plan, seed};
+        pool_run(init_piece, &job, (int)((plan.total + INIT_PIECE - 1) / INIT_PIECE));
+    }
+    free(plan.runs);
 }
 
 void params_init_tp(const param_table_t *t, int tp, int tp_rank, uint64_t seed, float *data) {
