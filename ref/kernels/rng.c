@@ -21,9 +21,10 @@
 #define PHILOX_W1 0xBB67AE85u
 #define PHILOX_ROUNDS 10
 
-void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
-    uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
-    uint32_t k0 = key[0], k1 = key[1];
+/* The ten rounds on the counter words c[4] under key (k0, k1). */
+static inline void philox_rounds(uint32_t c[4], uint32_t k0, uint32_t k1) {
+    uint32_t c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3];
+#pragma GCC unroll 10
     for (int r = 0; r < PHILOX_ROUNDS; r++) {
         if (r > 0) { k0 += PHILOX_W0; k1 += PHILOX_W1; }
         uint64_t p0 = (uint64_t)PHILOX_M0 * c0;
@@ -35,7 +36,13 @@ void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]
         c0 = n0;
         c2 = n2;
     }
-    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+    c[0] = c0; c[1] = c1; c[2] = c2; c[3] = c3;
+}
+
+void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
+    uint32_t c[4] = {ctr[0], ctr[1], ctr[2], ctr[3]};
+    philox_rounds(c, key[0], key[1]);
+    out[0] = c[0]; out[1] = c[1]; out[2] = c[2]; out[3] = c[3];
 }
 
 /* frac(sqrt 2) and frac(sqrt 3) in 64-bit fixed point, made odd. */
@@ -116,23 +123,11 @@ static void philox_words_scalar(uint64_t seed, uint64_t stream, uint64_t counter
                                 uint32_t *restrict w0, uint32_t *restrict w1) {
     for (size_t l = 0; l < n; l++) {
         uint64_t counter = counter0 + (uint64_t)l;   /* wraps mod 2^64, as the scalar path */
-        uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32);
-        uint32_t c2 = (uint32_t)stream, c3 = (uint32_t)(stream >> 32);
-        uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-#pragma GCC unroll 10
-        for (int r = 0; r < PHILOX_ROUNDS; r++) {
-            if (r > 0) { k0 += PHILOX_W0; k1 += PHILOX_W1; }
-            uint64_t p0 = (uint64_t)PHILOX_M0 * c0;
-            uint64_t p1 = (uint64_t)PHILOX_M1 * c2;
-            uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-            uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-            c1 = (uint32_t)p1;
-            c3 = (uint32_t)p0;
-            c0 = n0;
-            c2 = n2;
-        }
-        w0[l] = c0;
-        w1[l] = c1;
+        uint32_t c[4] = {(uint32_t)counter, (uint32_t)(counter >> 32), (uint32_t)stream,
+                         (uint32_t)(stream >> 32)};
+        philox_rounds(c, (uint32_t)seed, (uint32_t)(seed >> 32));
+        w0[l] = c[0];
+        w1[l] = c[1];
     }
 }
 
