@@ -337,7 +337,7 @@ float pm_rsqrtf(float x) {
  * at most 2^-41 relative, far below what the fp32 result can see.
  *
  * Branch-free and without indexed loads (the window's words are picked by
- * selects), so that the array forms vectorise. */
+ * masks), so that the array forms vectorise. */
 PARITY_LANE double reduce_pio2(float ax, int below_2p31, uint64_t *quadrant) {
     uint32_t bits = f32_bits(ax);
     uint64_t M = (bits & 0x7fffffu) | 0x800000u;   /* ax >= pi/4 is normal */
