@@ -76,12 +76,15 @@ float rng_normal_from_words(uint32_t w0, uint32_t w1);
 /* out[i] = rng_uniform(seed, stream, counter0 + i) for i in [0, n),
  * bit for bit (the counter wraps modulo 2^64). Filling [a, b) of a tensor
  * on one device and [b, c) on another gives the same bits as one fill of
- * [a, c): the I3 property. It runs 8 counters through the rounds side by
- * side (independent lanes a compiler can vectorise): ~1.5x the speed of
- * the scalar loop here. */
+ * [a, c): the I3 property. It runs blocks of counters through the rounds
+ * side by side (AVX2 where the CPU has it, chosen at run time; integer
+ * arithmetic, so the same bits). */
 void rng_fill_uniform(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t counter0);
 
-/* out[i] = rng_normal(seed, stream, counter0 + i), bit for bit. */
+/* out[i] = rng_normal(seed, stream, counter0 + i), bit for bit: Philox in
+ * blocks, then each Box-Muller step as one vectorised pmath array call
+ * (pm_logf_array, pm_sqrtf_array, pm_cosf_array: the scalar functions'
+ * bits). ~8x the speed of the scalar loop (tests/bench/bench_init.c). */
 void rng_fill_normal(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t counter0);
 
 #endif
