@@ -70,6 +70,8 @@ void  acc_add_rows(acc_t *a, size_t offset, const float *rows, int nrows, int wi
 void  acc_merge(acc_t *dst, const acc_t *src);
 /* out[i] = a[i] rounded once to fp32 (a is unchanged). */
 void  acc_round(const acc_t *a, float *out);
+/* out[i] = a[offset + i] rounded once, i < n: a range of the sums. */
+void  acc_round_range(const acc_t *a, size_t offset, size_t n, float *out);
 
 typedef struct {
     xacc_t x; /* the sum (one plain fp32 value in the diagnostic build) */

@@ -386,7 +386,10 @@ struct gpt {
     gpt_scratch_t scratch;
     contract_ws_t ws;
     struct arena *arena; /* where the replica's memory came from, or NULL */
-    void **acc_storage;  /* [count] the memory behind grad_acc */
+    void **acc_storage;  /* [count] the memory behind grad_acc (NULL: in acc_pool) */
+    void *acc_pool;      /* GPT_UNIT_OPEN_SUMS / GPT_GRADS_IN_SUMS: every tensor's open
+                            sums (and the latter's grads), or NULL */
+    unsigned sums_mode;  /* GPT_UNIT_OPEN_SUMS, GPT_GRADS_IN_SUMS or 0 */
 };
 
 /* Allocates everything for cfg (validated first) and initialises the
@@ -397,6 +400,36 @@ int  gpt_new(gpt_t **out, const model_config_t *cfg, perr_t *err);
  * shards instead; GPT_NO_INIT: parameters allocated, the caller fills
  * them) and where its memory comes from. */
 enum { GPT_NO_PARAMS = 1, GPT_NO_GRADS = 2, GPT_NO_OPTIMIZER = 4, GPT_NO_INIT = 8 };
+/* GPT_UNIT_OPEN_SUMS: open gradient sums only where a reduction is open
+ * (DESIGN.md), for a step of ONE microbatch whose gradients need no
+ * reduction after the backward (one device, or a group of one). A
+ * tensor's sums are open from the first backward that adds to it until
+ * the backward of the last unit that adds to it, which rounds them into
+ * g->grads (gpt_unit_backward) before the next unit's backward begins.
+ * Tensors one unit writes take turns over one pool sized for the largest
+ * unit's; a tensor two units write (the tied word embedding: head and
+ * embedding) keeps its own. Same bits: an exact sum rounds the same
+ * whenever it is rounded; gpt_step_round_grads then only takes the norm.
+ * Needs the gradients (not with GPT_NO_GRADS). */
+enum { GPT_UNIT_OPEN_SUMS = 16 };
+/* GPT_GRADS_IN_SUMS: for steps of several microbatches, where every sum
+ * stays open until the step's end (gpt_step_round_grads rounds them all,
+ * no reduction follows): the rounded gradients live in the first half of
+ * the open sums' memory, one block [total] of fp64 whose tensor i starts
+ * at element offset_i, so gradient and open sum cost 8 bytes a parameter
+ * instead of 12. Rounding walks the tensors in offset order, a chunk at a
+ * time through a small buffer, so it only overwrites sums already read.
+ * g->grads is valid from gpt_step_round_grads to the next step's first
+ * backward. Needs the gradients. */
+enum { GPT_GRADS_IN_SUMS = 32 };
+/* What gpt_new asks for cfg: GPT_UNIT_OPEN_SUMS when a step is one
+ * microbatch, else GPT_GRADS_IN_SUMS (every sum stays open across the
+ * microbatches: that is the reduction then open). The golden estimate
+ * uses the same. */
+unsigned gpt_golden_flags(const model_config_t *cfg);
+/* Inside gpt_unit_backward: with GPT_UNIT_OPEN_SUMS, rounds the gradients
+ * whose last unit is `unit`; else nothing. */
+void gpt_round_unit_grads(gpt_t *g, int unit);
 struct arena;
 /* As gpt_new, with memory from `arena` (NULL: malloc) in the categories
  * params, grads (rounded gradients and the open exact sums), optimizer

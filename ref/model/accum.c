@@ -156,6 +156,13 @@ void acc_merge(acc_t *dst, const acc_t *src) {
 
 void acc_round(const acc_t *a, float *out) { xvec_round(&a->x, out); }
 
+void acc_round_range(const acc_t *a, size_t offset, size_t n, float *out) {
+    xvec_t range = a->x; /* the same sums: a slow element's tag names its accumulator in the same list */
+    range.sum += offset;
+    range.n = n;
+    xvec_round(&range, out);
+}
+
 void sacc_init(sacc_t *s) { xacc_init(&s->x); }
 
 /* The plain build's s += x[i] (or x[i]*x[i], each square rounded), in

@@ -222,6 +222,50 @@ static size_t stage_slot_bytes(const model_config_t *cfg, const gpt_local_t *lc,
     return most;
 }
 
+/* The unit whose backward completes tensor i's gradient: the last of
+ * those that add to it (the backward runs from the head down). */
+static int grad_last_unit(const param_table_t *t, int i) {
+    const int owner = param_unit_of(t, i), other = t->shared_unit[i];
+    return other >= 0 && other < owner ? other : owner;
+}
+
+unsigned gpt_golden_flags(const model_config_t *cfg) {
+    return cfg->micro_batch == cfg->global_batch ? (unsigned)GPT_UNIT_OPEN_SUMS
+                                                 : (unsigned)GPT_GRADS_IN_SUMS;
+}
+
+void gpt_round_unit_grads(gpt_t *g, int unit) {
+    if (!(g->sums_mode & GPT_UNIT_OPEN_SUMS)) return;
+    for (int i = 0; i < g->table.count; i++)
+        if (grad_last_unit(&g->table, i) == unit)
+            acc_round(&g->grad_acc[i], g->grads + g->table.info[i].offset);
+}
+
+/* GPT_UNIT_OPEN_SUMS: where each tensor's open sums lie in the pool (with
+ * storage NULL only measured). First the tensors two units write, each
+ * its own; then one region that each unit's other tensors reuse in turn,
+ * as long as the largest unit's. Returns the pool's bytes. */
+static size_t pool_layout(const param_table_t *t, char *pool, void **storage) {
+    carver_t cv = {pool, 0};
+    for (int i = 0; i < t->count; i++)
+        if (t->shared_unit[i] >= 0) {
+            void *at = carve(&cv, acc_storage_bytes(t->info[i].numel));
+            if (storage) storage[i] = at;
+        }
+    const size_t turns = cv.used;
+    size_t most = turns;
+    for (int u = 0; u < t->n_units; u++) {
+        cv.used = turns;
+        for (int i = t->unit_first[u]; i < t->unit_first[u + 1]; i++)
+            if (t->shared_unit[i] < 0) {
+                void *at = carve(&cv, acc_storage_bytes(t->info[i].numel));
+                if (storage) storage[i] = at;
+            }
+        if (cv.used > most) most = cv.used;
+    }
+    return most;
+}
+
 /* What gpt_new_tp takes from its arena: one table for the allocation and
  * for the estimate (gpt_mem_bytes), so they cannot drift apart. One
  * activation slot of every unit held, or n_slots of the largest chunk. */
@@ -233,7 +277,12 @@ static void mem_of(const model_config_t *cfg, const param_table_t *t, unsigned o
     m->grads = omit & GPT_NO_GRADS ? 0 : F4;
     m->optimizer = omit & GPT_NO_OPTIMIZER ? 0 : 2 * F4; /* AdamW m and v */
     m->open_sums = 0;
-    for (int i = 0; i < t->count; i++) m->open_sums += acc_storage_bytes(t->info[i].numel);
+    if (omit & GPT_UNIT_OPEN_SUMS)
+        m->open_sums = pool_layout(t, NULL, NULL);
+    else if (omit & GPT_GRADS_IN_SUMS) /* grads: the block's first half */
+        m->open_sums = acc_storage_bytes(t->total) - m->grads;
+    else
+        for (int i = 0; i < t->count; i++) m->open_sums += acc_storage_bytes(t->info[i].numel);
     const slot_units_t all = {units, -1};
     m->activations = scratch_bytes(cfg, lc, tp) +
                      (n_slots ? (size_t)n_slots * stage_slot_bytes(cfg, lc, units)
@@ -294,6 +343,14 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
     }
     const size_t P = g->table.total;
     const char *what = "";
+    const unsigned mode = omit & (GPT_UNIT_OPEN_SUMS | GPT_GRADS_IN_SUMS);
+    if (mode && ((omit & GPT_NO_GRADS) || mode == (GPT_UNIT_OPEN_SUMS | GPT_GRADS_IN_SUMS))) {
+        param_table_free(&g->table);
+        free(g);
+        return perr_set(err, "open sums unit by unit, or gradients inside the open sums: one of "
+                             "them, and not without gradients");
+    }
+    g->sums_mode = mode;
     g->grad_acc = calloc((size_t)g->table.count, sizeof(acc_t));
     g->acc_storage = calloc((size_t)g->table.count, sizeof(void *));
     g->param_ptr = calloc((size_t)g->table.count, sizeof(float *));
@@ -302,7 +359,13 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
     mem_of(cfg, &g->table, omit, &g->local, shard->tp, &shard->units, 0, &mem);
     if (mem.params && !(g->params = model_alloc(arena, mem.params, MEM_PARAMS, what = "parameters")))
         goto oom;
-    if (mem.grads && !(g->grads = model_alloc(arena, mem.grads, MEM_GRADS, what = "gradients")))
+    if (mode == GPT_GRADS_IN_SUMS) {
+        if (!(g->acc_pool = model_alloc(arena, mem.grads + mem.open_sums, MEM_GRADS,
+                                        what = "gradients inside their open exact sums")))
+            goto oom;
+        g->grads = g->acc_pool;
+    } else if (mem.grads &&
+               !(g->grads = model_alloc(arena, mem.grads, MEM_GRADS, what = "gradients")))
         goto oom;
     if (mem.optimizer) {
         g->adam_m = model_alloc(arena, mem.optimizer / 2, MEM_OPTIMIZER, what = "AdamW m");
@@ -310,14 +373,27 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
                               : NULL;
         if (!g->adam_v) goto oom;
     }
+    void **at = g->acc_storage;
+    if (mode == GPT_GRADS_IN_SUMS) { /* tensor i's sums from element offset_i of the block */
+        if (!(at = calloc((size_t)g->table.count, sizeof(void *)))) goto oom;
+        for (int i = 0; i < g->table.count; i++)
+            at[i] = (double *)g->acc_pool + g->table.info[i].offset;
+    } else if (mode == GPT_UNIT_OPEN_SUMS) {
+        if (!(g->acc_pool = model_alloc(arena, mem.open_sums, MEM_GRADS,
+                                        what = "open exact gradient sums (one unit's at a time)")) ||
+            !(at = calloc((size_t)g->table.count, sizeof(void *))))
+            goto oom;
+        pool_layout(&g->table, g->acc_pool, at);
+    }
     for (int i = 0; i < g->table.count; i++) {
         size_t n = g->table.info[i].numel;
         what = "open exact gradient sums";
-        if (!(g->acc_storage[i] = model_alloc(arena, acc_storage_bytes(n), MEM_GRADS, what)))
+        if (!g->acc_pool && !(at[i] = model_alloc(arena, acc_storage_bytes(n), MEM_GRADS, what)))
             goto oom;
-        acc_init_with(&g->grad_acc[i], n, g->acc_storage[i]);
+        acc_init_with(&g->grad_acc[i], n, at[i]);
         g->param_ptr[i] = g->params ? g->params + g->table.info[i].offset : NULL;
     }
+    if (at != g->acc_storage) free(at);
     carver_t cv = {model_alloc(arena, scratch_bytes(cfg, &g->local, shard->tp), MEM_ACTIVATIONS,
                                what = "activations"),
                    0};
@@ -417,7 +493,7 @@ void gpt_slot_use_chunk(gpt_t *g, int s, int c) {
 int gpt_new(gpt_t **out, const model_config_t *cfg, perr_t *err) {
     *out = NULL;
     if (model_config_validate(cfg, err)) return -1; /* the golden schedule's whole microbatches */
-    return gpt_new_ex(out, cfg, 0, NULL, err);
+    return gpt_new_ex(out, cfg, gpt_golden_flags(cfg), NULL, err);
 }
 
 void gpt_free(gpt_t *g) {
@@ -428,6 +504,8 @@ void gpt_free(gpt_t *g) {
     if (g->acc_storage)
         for (int i = 0; i < g->table.count; i++) model_release(arena, g->acc_storage[i]);
     free(g->acc_storage);
+    if (g->grads == g->acc_pool) g->grads = NULL; /* GPT_GRADS_IN_SUMS: one block */
+    model_release(arena, g->acc_pool);
     free(g->grad_acc);
     free(g->param_ptr);
     model_release(arena, g->params);
@@ -449,12 +527,30 @@ float mean_token_loss(const model_config_t *c, float loss_sum) {
 
 float gpt_step_loss(const gpt_t *g) { return mean_token_loss(&g->cfg, sacc_round(&g->loss_acc)); }
 
+/* GPT_GRADS_IN_SUMS: a tensor's sums rounded into `out`, which lies in
+ * the same block at or below them (element k of the flat block as fp32
+ * overlays the sums of elements below k/2 + 1, read already when the
+ * tensors go in offset order): a chunk through a buffer, so no chunk
+ * overwrites sums it has not read. */
+static void round_in_place(const acc_t *a, float *out) {
+    enum { CHUNK = 2048 };
+    float buf[CHUNK];
+    for (size_t k = 0; k < a->n; k += CHUNK) {
+        const size_t n = a->n - k < CHUNK ? a->n - k : CHUNK;
+        acc_round_range(a, k, n, buf);
+        memcpy(out + k, buf, n * sizeof(float));
+    }
+}
+
 float gpt_step_round_grads(gpt_t *g) {
     sacc_t n2;
     sacc_init(&n2);
     for (int i = 0; i < g->table.count; i++) {
         const param_info_t *p = &g->table.info[i];
-        acc_round(&g->grad_acc[i], g->grads + p->offset);
+        if (g->sums_mode == GPT_GRADS_IN_SUMS)
+            round_in_place(&g->grad_acc[i], g->grads + p->offset);
+        else if (g->sums_mode != GPT_UNIT_OPEN_SUMS) /* that one rounded unit by unit */
+            acc_round(&g->grad_acc[i], g->grads + p->offset);
         sacc_add_squares(&n2, g->grads + p->offset, p->numel);
     }
     return pm_sqrtf(sacc_round(&n2));

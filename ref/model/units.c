@@ -285,6 +285,7 @@ void gpt_unit_backward(gpt_t *g, int unit, int s, const gpt_observer_t *obs) {
     const unit_t u = gpt_unit(g, unit);
     unit_event(g, obs, unit, GPT_BWD_BEGIN);
     u.kind->backward(g, &u, A, &p);
+    gpt_round_unit_grads(g, unit); /* GPT_UNIT_OPEN_SUMS: before the next unit reuses the pool */
     if (obs && obs->batch_tensor) gpt_report_input_grad(g, unit, s, obs);
     unit_event(g, obs, unit, GPT_BWD_END);
 }

@@ -26,7 +26,7 @@ int memest_layout(const model_config_t *cfg, const pconfig_t *pc, memest_t *out,
     size_t host = 0, all = 0;
     if (!pc) { /* the golden run: one replica, nothing sharded */
         gpt_mem_t g;
-        if (model_config_validate(cfg, err) || gpt_mem_bytes(cfg, 0, &g, err)) return -1;
+        if (model_config_validate(cfg, err) || gpt_mem_bytes(cfg, gpt_golden_flags(cfg), &g, err)) return -1;
         d = (memest_dev_t){.params = g.params, .grads = g.grads, .open_sums = g.open_sums,
                            .optimizer = g.optimizer, .activations = g.activations};
         out->devices = 1;

@@ -27,7 +27,7 @@ static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp
     const int tp = pc->tp > 0 ? pc->tp : 1;
     gpt_mem_t g;
     if (gpt_mem_bytes_mp(cfg, tp, pconfig_tp_opts(pc), &pp->units[s], engine_stage_slots(pp, s, NULL),
-                         engine_replica_omits(pc->zero_stage), &g, err))
+                         engine_replica_flags(pc, pp, pc->zero_stage), &g, err))
         return -1;
     param_table_t t;
     dp_plan_t p;

@@ -56,6 +56,20 @@ unsigned engine_replica_omits(int stage) {
     return omit;
 }
 
+/* Open sums only where a reduction is open (DESIGN.md): a unit's
+ * gradients are complete once its backward has run on the step's last
+ * microbatch. With one microbatch, a gradient group of one (no bucket
+ * waits for a reduce-scatter) and one stage (no tied-embedding
+ * all-reduce after the schedule), they are rounded right then, where
+ * the group of one's reduction would round them (ZeRO >= 2 keeps no
+ * replica gradients: not there), and the units take turns over one
+ * unit's worth of open sums. With more microbatches every sum stays
+ * open across them: that is the open reduction. */
+unsigned engine_replica_flags(const pconfig_t *pc, const pp_plan_t *pp, int stage) {
+    const int per_unit = pconfig_grad_ranks(pc) == 1 && pp->pp == 1 && pp->m == 1 && stage < 2;
+    return engine_replica_omits(stage) | (per_unit ? (unsigned)GPT_UNIT_OPEN_SUMS : 0u);
+}
+
 void engine_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, engine_rank_t *r, engine_buf_t out[ENGINE_NBUFS]) {
     size_t piece_max = 0;
     for (int b = 0; b < p->nbuckets; b++)
@@ -100,7 +114,9 @@ static int setup_rank(engine_rank_t *r, device_t *dev) {
     const size_t nmb = (size_t)sh->pp.m * (size_t)sh->pp.v;
     r->report->pp_stage = r->stage;
     r->report->pp_slots = engine_stage_slots(&sh->pp, r->stage, r->slot_first);
-    if (gpt_new_tp(&r->g, &sh->cfg, &shard, engine_replica_omits(p->stage), dev->arena, &err) ||
+    const unsigned flags = engine_replica_flags(&sh->run->pc, &sh->pp, p->stage);
+    r->unit_sums = (flags & GPT_UNIT_OPEN_SUMS) != 0;
+    if (gpt_new_tp(&r->g, &sh->cfg, &shard, flags, dev->arena, &err) ||
         gpt_set_stage_slots(r->g, r->report->pp_slots, &err)) {
         char msg[sizeof err.msg + 64];
         snprintf(msg, sizeof msg, "device %d: %s", r->device, err.msg);

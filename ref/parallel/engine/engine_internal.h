@@ -70,6 +70,7 @@ typedef struct engine_rank {
     float *gather_buf;     /* [max piece * n] */
     float **unit_buf;      /* ZeRO-3: [nbuckets] gathered bucket, or NULL */
     int last_micro;        /* inside the step's last microbatch */
+    int unit_sums;         /* GPT_UNIT_OPEN_SUMS: gradients rounded unit by unit */
     int adam_t;
     gpt_step_stats_t step_stats; /* this rank's loss, lr and norm (replicas) */
     device_report_t *report;
@@ -175,6 +176,10 @@ void engine_cut_parts(const engine_shared_t *sh, const float *global, float **lo
 void engine_join_parts(const engine_shared_t *sh, float **local, float *global);
 /* What a replica leaves to the stage's shards (gpt_new_ex's omit). */
 unsigned engine_replica_omits(int stage);
+/* The same, plus GPT_UNIT_OPEN_SUMS where each unit's gradients are
+ * rounded as soon as its backward ends, into the replica's gradients:
+ * then the pieces a group of one reduces into (engine_grad_piece). */
+unsigned engine_replica_flags(const pconfig_t *pc, const pp_plan_t *pp, int stage);
 void engine_fail(engine_shared_t *sh, const char *msg);
 
 /* collect.c: the reassembly of global tensors for dumps and the

@@ -54,7 +54,8 @@ void engine_unit_event(void *ctx, gpt_t *g, int unit, int event) {
     }
     /* overlap: every bucket this unit's backward finished goes to the
      * communication thread, while the units below it still compute */
-    if (event == GPT_BWD_END && r->last_micro && r->sh->run->pc.overlap_grad_reduce) {
+    /* (GPT_UNIT_OPEN_SUMS: the unit's backward rounded them already) */
+    if (event == GPT_BWD_END && r->last_micro && !r->unit_sums && r->sh->run->pc.overlap_grad_reduce) {
         int upto = 0;
         while (upto < p->nbuckets && p->buckets[upto].ready_unit >= unit) upto++;
         engine_buckets_ready(r, upto);

@@ -292,7 +292,9 @@ void engine_comm_finish(engine_rank_t *r) {
 
 void engine_reduce_pending(engine_rank_t *r) {
     const int nb = r->plan->nbuckets;
-    if (r->sh->run->pc.overlap_grad_reduce) {
+    if (r->unit_sums) { /* rounded unit by unit already, in place (GPT_UNIT_OPEN_SUMS) */
+        for (int b = 0; b < nb; b++) r->rs_elems += r->plan->buckets[b].piece;
+    } else if (r->sh->run->pc.overlap_grad_reduce) {
         engine_comm_finish(r);
     } else {
         for (int b = 0; b < nb; b++) engine_reduce_bucket(r, b, engine_grad_piece(r, b));
