@@ -163,8 +163,12 @@ int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int cp_rank, un
     out->attn = out->heads * (c->hidden / c->heads);
     out->ffn = c->ffn / tp;
     out->ffn0 = tp_rank * out->ffn;
-    out->vocab = c->vocab / tp;
-    out->vocab0 = tp_rank * out->vocab;
+    /* vocabulary tiles: whole, of unequal counts where tp does not divide
+     * them (the placement's rule, placement_split) */
+    int64_t vt0 = 0, nvt = 0;
+    if (c->tile_features > 0) placement_split(c->vocab / c->tile_features, tp, tp_rank, &vt0, &nvt);
+    out->vocab = (int)nvt * c->tile_features;
+    out->vocab0 = (int)vt0 * c->tile_features;
     if (row) { /* attention and GeLU whole; each linear contracts its slice of features */
         out->row_linears = 1;
         out->heads = c->heads, out->head0 = 0, out->attn = c->hidden;

@@ -23,8 +23,9 @@ static const float SIGMA = 0.02f;
 typedef struct {
     int axis; /* -1: replicated */
     int align;
+    int uneven; /* 1: ranks may hold unequal numbers of whole tiles (placement_split) */
 } tp_cut_t;
-static const tp_cut_t REPL = {-1, 1};
+static const tp_cut_t REPL = {-1, 1, 0};
 
 /* The token axes: grid axes that split the tokens of a step (data
  * parallelism: sequences; context parallelism: positions). A gradient is
@@ -70,7 +71,9 @@ static int add(param_table_t *t, const int sizes[GRID_NAXES], const int coord[GR
     param_info_t *p = &t->info[t->count++];
     snprintf(p->name, sizeof p->name, "%s", name);
     p->pl = placement_replicated(ndim, shape);
-    if (cut.axis >= 0) p->pl = placement_cut(p->pl, cut.axis, GRID_TP, cut.align);
+    if (cut.axis >= 0)
+        p->pl = cut.uneven ? placement_cut_uneven(p->pl, cut.axis, GRID_TP, cut.align)
+                           : placement_cut(p->pl, cut.axis, GRID_TP, cut.align);
     if (placement_check(&p->pl, sizes, name, err)) return -1;
     p->reduce = placement_reduce_axes(&p->pl);
     place(t, p, sizes, coord);
@@ -133,11 +136,11 @@ static tp_cut_t cut_of(const unit_tensor_t *d, const model_config_t *c, int row_
     const int out_axis = d->ndim >= 2 ? d->ndim - 2 : 0, in_axis = d->ndim - 1;
     switch (d->cut) {
     case CUT_REPL: break;
-    case CUT_VOCAB: return (tp_cut_t){0, tf};
+    case CUT_VOCAB: return (tp_cut_t){0, tf, 1}; /* whole tiles, unequal counts allowed */
     case CUT_COLPAR:
-        if (!row_linears) return (tp_cut_t){out_axis, align};
-        return d->ndim >= 2 ? (tp_cut_t){in_axis, in_tile} : REPL;
-    case CUT_ROWPAR: return (tp_cut_t){in_axis, row_linears ? in_tile : align};
+        if (!row_linears) return (tp_cut_t){out_axis, align, 0};
+        return d->ndim >= 2 ? (tp_cut_t){in_axis, in_tile, 0} : REPL;
+    case CUT_ROWPAR: return (tp_cut_t){in_axis, row_linears ? in_tile : align, 0};
     }
     return REPL;
 }
