@@ -80,6 +80,12 @@ int model_config_validate(const model_config_t *cfg, perr_t *err);
  * into equal microbatches; a layout's may differ by one (pconfig.h), and
  * exact sums make any split give the golden bits. */
 int model_config_validate_replica(const model_config_t *cfg, perr_t *err);
+/* Megatron's --make-vocab-size-divisible-by N: vocab rounded up to a
+ * multiple of n. Unlike Megatron (a multiple of n x tp), the padding does
+ * not depend on tensor parallelism (I4): the padded rows are ordinary
+ * parameters (logits and gradients; no token targets them). n < 1 is an
+ * error naming `what` (the flag or the field). */
+int model_pad_vocab(model_config_t *cfg, long long n, const char *what, perr_t *err);
 /* The config as one line of JSON (malloc'd; the caller frees). */
 char *model_config_json(const model_config_t *cfg);
 
