@@ -2,7 +2,8 @@
 # Uneven whole-tile splits (placement_split): a vocabulary of 33 tiles
 # (tests/configs/uneven.json: 264 = 33 x 8) split over tp 2 (17 + 16) and
 # tp 4 (9 + 8 + 8 + 8) is bit-exact with the golden run over 3 steps, with
-# sequence parallelism, pipeline stages and ZeRO-3 replicas; a broken
+# sequence parallelism, pipeline stages and ZeRO-3 replicas; heads and FFN
+# tiles over tp 3 (2 + 1 + 1) likewise; a broken
 # variant is still caught; a degree leaving a rank without a whole tile is
 # refused naming the tile count; --make-vocab-size-divisible-by pads the
 # vocabulary to a multiple of N whatever the layout (I4).
@@ -27,6 +28,12 @@ exact "tp 2 x pp 2 (tied head on the last stage)" --tensor-model-parallel-size 2
 exact "tp 2 x dp 2 ZeRO-3" --tensor-model-parallel-size 2 --data-parallel-size 2 --zero-stage 3
 exact "tp 2 x dp 2 ZeRO-1 x cp 2" --tensor-model-parallel-size 2 --data-parallel-size 2 --zero-stage 1 --context-parallel-size 2
 exact "tp 2 untied head" --tensor-model-parallel-size 2 --untie-embeddings-and-output-weights
+# heads and FFN tiles too (the column-then-row pairs): tp 3 holds 2, 1, 1
+# of the 4 heads and of the 4 FFN tiles, and 11 vocabulary tiles each
+exact "4 heads, 4 FFN tiles, 33 vocabulary tiles over tp 3" --tensor-model-parallel-size 3
+exact "tp 3 x cp 2 (ring)" --tensor-model-parallel-size 3 --context-parallel-size 2
+exact "tp 3 x dp 2 ZeRO-3" --tensor-model-parallel-size 3 --data-parallel-size 2 --zero-stage 3
+exact "tp 3 x pp 2" --tensor-model-parallel-size 3 --pipeline-model-parallel-size 2
 
 # the uneven split still catches a broken layout (the test can fail)
 out=$("$P" check --model "$M" --steps 1 --tensor-model-parallel-size 4 --test-broken tp-fp32-sums 2>&1); rc=$?
@@ -36,6 +43,8 @@ else fail "tp 4 tp-fp32-sums is caught" "exit $rc" "$(echo "$out" | tail -3)"; f
 # a degree that leaves a rank without a whole tile: 3 tiles of 96 over tp 4
 echo '{"base": "gpt-micro", "vocab": 288, "hidden": 96, "heads": 4, "tiles": {"features": 96}}' > "$tmp/v3.json"
 refuse "3 vocabulary tiles over tp 4" "3 tiles of 96 .*tp=4" -- "$P" check --model "$tmp/v3.json" --tensor-model-parallel-size 4 --steps 1
+refuse "every linear row-parallel splits heads evenly only" "3 must divide the 4 attention heads" -- "$P" check --model "$M" --tensor-model-parallel-size 3 --tensor-parallel-row-linears --steps 1
+refuse "Ulysses needs equal heads" "Ulysses" -- "$P" check --model "$M" --tensor-model-parallel-size 3 --context-parallel-size 2 --cp-comm-type a2a --steps 1
 refuse "--make-vocab-size-divisible-by 0" "make-vocab-size-divisible-by = 0: expected >= 1" -- "$P" check --model "$M" --make-vocab-size-divisible-by 0
 refuse "--make-vocab-size-divisible-by -8" "make-vocab-size-divisible-by = -8" -- "$P" check --model "$M" --make-vocab-size-divisible-by -8
 echo '{"base": "gpt-micro", "make_vocab_size_divisible_by": 0}' > "$tmp/pad0.json"
