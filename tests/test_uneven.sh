@@ -90,5 +90,5 @@ sys.exit(1)
 PY
 then ok "padded rows 257..263 get gradients"; else fail "padded rows 257..263 get gradients" "$(ls "$tmp/d" 2>&1 | head -3)"; fi
 
-echo "test_uneven: $passed passed, $failed failed"
+echo "RESULT test_uneven.sh: $passed passed, $failed failed"
 [ "$failed" = 0 ]
