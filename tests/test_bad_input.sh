@@ -152,11 +152,11 @@ refuse "diff --max-rows followed by a flag" "--max-rows" -- $P diff "$w/good.st"
 refuse "diff with one operand" "usage|two files" -- $P diff "$w/good.st"
 
 # --- degrees that cannot work: what must divide what (tensor parallelism)
-refuse "tp not dividing the heads" "tensor-model-parallel-size: 3 must divide the 8 attention heads" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 3
+refuse "tp not dividing the heads (every linear row-parallel: equal pieces)" "tensor-model-parallel-size: 3 must divide the 8 attention heads" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 3 --tensor-parallel-row-linears
 refuse "tp beyond the heads" "16 must divide the 8 attention heads" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 16
-refuse "tp splitting a vocabulary tile" "embedding.word_embeddings.weight: tp=4 must divide its 2 blocks" -- $P check --model gpt-small --steps 1 --tensor-model-parallel-size 4
-refuse "tp splitting an FFN tile" "dense_h_to_4h.weight: tp=4 must divide its 2 blocks" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 4 --tile-ffn 128
-refuse "tp splitting a feature tile" "tp=8 must divide its 4 blocks" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 8 --tile-features 16
+refuse "tp splitting a vocabulary tile" "embedding.word_embeddings.weight: 2 tiles of 128 along axis 0 cannot give each of tp=4 ranks a whole tile" -- $P check --model gpt-small --steps 1 --tensor-model-parallel-size 4
+refuse "tp splitting an FFN tile" "dense_h_to_4h.weight: 2 tiles of 128 along axis 0 cannot give each of tp=4 ranks" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 4 --tile-ffn 128
+refuse "tp splitting a feature tile" "query_key_value.weight: 4 tiles of 48 along axis 0 cannot give each of tp=8 ranks" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 8 --tile-features 16
 refuse "sequence parallel splitting a token tile" "sequence-parallel: tensor-model-parallel-size 8 must divide the 4 token tiles" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 8 --sequence-parallel --tile-tokens 8
 refuse "sequence parallel without tp" "sequence-parallel: needs tensor-model-parallel-size > 1" -- $P check --model gpt-tiny --steps 1 --sequence-parallel
 refuse "world size not a multiple of tp" "world-size: 6 is not divisible by tp" -- $P check --model gpt-tiny --steps 1 --world-size 6 --tensor-model-parallel-size 4

@@ -122,7 +122,7 @@ pat "mode as a number" "mode: expected .*got number" '{"mode": 1}'
 pat "sharding_size as a string" "sharding_size: expected an integer, got string" '{"mode": "sharding", "sharding_size": "2"}'
 pat "sharding_size 0" "sharding_size: 0 is out of range \[1, 4096\]" '{"mode": "sharding", "sharding_size": 0}'
 pat "sharding_size 2.5" "sharding_size: expected an integer, got a fraction" '{"mode": "sharding", "sharding_size": 2.5}'
-pat "sharding_size 3 (8 heads)" "sharding_size = tensor-model-parallel-size.*3 must divide the 8 attention heads" '{"mode": "sharding", "sharding_size": 3}'
+pat "sharding_size 3, sharding_dim 0 (8 heads)" "sharding_size = tensor-model-parallel-size.*3 must divide the 8 attention heads" '{"mode": "sharding", "sharding_size": 3, "sharding_dim": 0}'
 pat "sharding_dim 1" "sharding_dim: 1 is out of range \[-1, 0\]" '{"mode": "sharding", "sharding_size": 2, "sharding_dim": 1}'
 pat "sharding_dim 0 with sequence parallelism" "sequence-parallel: not with every linear row-parallel" '{"mode": "sharding", "sharding_size": 2, "sharding_dim": 0}' --sequence-parallel
 pat "stage_cnt -1" "stage_cnt: -1 is out of range" '{"mode": "pipeline", "stage_cnt": -1}'
@@ -180,7 +180,7 @@ col "no parallel" "parallel: not found" "BATCH_SIZE = 4"
 col "parallel twice" "parallel" $'parallel = dict(pipeline=2)\nparallel = dict(pipeline=4)'
 col "a function call" "c.py:1" "parallel = make(pipeline=2)"
 col "__import__" "c.py:1" "parallel = __import__('os')"
-col "a size 3 tensor (8 heads)" "parallel.tensor.size = tensor-model-parallel-size.*3 must divide the 8 attention heads" "parallel = dict(tensor=dict(size=3, mode='1d'))"
+col "a size 16 tensor (8 heads)" "parallel.tensor.size = tensor-model-parallel-size.*16 must divide the 8 attention heads" "parallel = dict(tensor=dict(size=16, mode='1d'))"
 col "the file and --pipeline-model-parallel-size" "parallel.pipeline: the layout also comes from --pipeline-model-parallel-size" "parallel = dict(pipeline=2)" --pipeline-model-parallel-size 2
 
 # --- bad NeMo options ------------------------------------------------------------

@@ -1,6 +1,7 @@
 /* test_placement.c - the device grid (grid.h) and placements
  * (placement.h): blocks, runs, reassembly, replicas, errors. */
 #include <stdint.h>
+#include <string.h>
 
 #include "harness.h"
 #include "parity/coll.h"
@@ -214,6 +215,39 @@ static void test_errors(void) {
     CHECK(placement_check(&p, sizes, "layers.0.qkv", &e) == 0, "%s", e.msg);
 }
 
+/* Uneven whole tiles: 33 tiles of 8 rows over tp 4 are 9, 8, 8, 8 (the
+ * first ranks one more, rank 0 the largest); the blocks tile the axis
+ * without gap or overlap, and put/take round-trip every element once. 3
+ * tiles over tp 4 leave a rank without one: refused naming the count. */
+static void test_uneven(void) {
+    const int64_t shape[2] = {33 * 8, 3};
+    placement_t p = placement_cut_uneven(placement_replicated(2, shape), 0, GRID_TP, 8);
+    int sizes[GRID_NAXES] = {4, 1, 1, 1, 1}, coord[GRID_NAXES] = {0};
+    perr_t e;
+    CHECK(placement_check(&p, sizes, "wte", &e) == 0, "%s", e.msg);
+    float global[33 * 8 * 3], back[33 * 8 * 3], local[9 * 8 * 3];
+    for (int i = 0; i < 33 * 8 * 3; i++) global[i] = (float)i, back[i] = -1.0f;
+    int64_t next = 0;
+    for (int r = 0; r < 4; r++) {
+        int64_t lo[PL_MAX_DIMS], ext[PL_MAX_DIMS];
+        coord[GRID_TP] = r;
+        placement_block(&p, sizes, coord, lo, ext);
+        CHECK(lo[0] == next && ext[0] == (r == 0 ? 9 : 8) * 8 && ext[1] == 3,
+              "rank %d: rows %lld + %lld", r, (long long)lo[0], (long long)ext[0]);
+        next = lo[0] + ext[0];
+        placement_take(&p, sizes, coord, global, local);
+        placement_put(&p, sizes, coord, local, back);
+    }
+    CHECK(next == 33 * 8, "the blocks end at row %lld", (long long)next);
+    CHECK(!memcmp(global, back, sizeof global), "put(take) is the identity");
+    CHECK(placement_local_numel(&p, sizes) == 9 * 8 * 3, "rank 0's block is the largest");
+    const int64_t small[2] = {3 * 8, 3};
+    p = placement_cut_uneven(placement_replicated(2, small), 0, GRID_TP, 8);
+    CHECK(placement_check(&p, sizes, "wte", &e) != 0 && strstr(e.msg, "3 tiles of 8") &&
+              strstr(e.msg, "tp=4"),
+          "message: '%s'", e.msg);
+}
+
 int main(void) {
     RUN(test_grid_groups);
     RUN(test_grid_order);
@@ -223,5 +257,6 @@ int main(void) {
     RUN(test_replicas);
     RUN(test_whole_grid_3d);
     RUN(test_errors);
+    RUN(test_uneven);
     return harness_done();
 }

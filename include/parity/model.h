@@ -80,6 +80,12 @@ int model_config_validate(const model_config_t *cfg, perr_t *err);
  * into equal microbatches; a layout's may differ by one (pconfig.h), and
  * exact sums make any split give the golden bits. */
 int model_config_validate_replica(const model_config_t *cfg, perr_t *err);
+/* Megatron's --make-vocab-size-divisible-by N: vocab rounded up to a
+ * multiple of n. Unlike Megatron (a multiple of n x tp), the padding does
+ * not depend on tensor parallelism (I4): the padded rows are ordinary
+ * parameters (logits and gradients; no token targets them). n < 1 is an
+ * error naming `what` (the flag or the field). */
+int model_pad_vocab(model_config_t *cfg, long long n, const char *what, perr_t *err);
 /* The config as one line of JSON (malloc'd; the caller frees). */
 char *model_config_json(const model_config_t *cfg);
 
@@ -126,6 +132,11 @@ int  param_unit_of(const param_table_t *t, int i);
 void param_unit_range(const param_table_t *t, int u, int *first, int *last);
 
 int  param_table_build(param_table_t *t, const model_config_t *cfg, perr_t *err);
+/* The heads of one block of an uneven head split (the column-then-row
+ * pairs: qkv rows in blocks of lcm(3D, tile_features), the projection's
+ * columns in blocks of lcm(D, tile_features)), or 0 when the two blocks
+ * hold different numbers of heads (then heads split evenly only). */
+int  param_head_unit(const model_config_t *cfg);
 /* The table of tensor-parallel rank `tp_rank` of `tp`: every tensor's
  * block (Megatron's column-, row- and vocabulary-parallel cuts; the rest
  * replicated), offsets into the replica's own contiguous block. tp = 1 is

@@ -10,7 +10,11 @@
  * replicated tensor counts once, not once per replica).
  *
  * Cuts nest: cut k divides the piece left by cuts 0..k-1 along its axis
- * into `parts` equal pieces, taking piece coord[over]. 2D tensor
+ * into `parts` pieces of whole `align` blocks, taking piece coord[over].
+ * The pieces are equal, or, for a cut marked `uneven` whose block count
+ * does not divide by parts, whole blocks of unequal counts: Megatron's
+ * rule, the first (count mod parts) ranks hold one block more
+ * (placement_split), so rank 0 always holds a largest piece. 2D tensor
  * parallelism cuts one weight twice (rows over one group, columns over
  * another); 1D cuts once:
  *
@@ -38,6 +42,7 @@ typedef struct {
     grid_axis_t over;/* the grid axis whose group holds the pieces */
     int align;       /* every piece is a multiple of this along the axis
                         (a canonical tile, a whole head): I1 */
+    int uneven;      /* 1: pieces may hold unequal numbers of whole blocks */
 } pl_cut_t;
 
 typedef struct {
@@ -50,12 +55,18 @@ typedef struct {
 
 /* A replicated tensor of the given global shape. */
 placement_t placement_replicated(int ndim, const int64_t *shape);
-/* p with one more cut. */
+/* p with one more cut (equal pieces), or one that may be uneven. */
 placement_t placement_cut(placement_t p, int axis, grid_axis_t over, int align);
+placement_t placement_cut_uneven(placement_t p, int axis, grid_axis_t over, int align);
+
+/* Piece `part` of `units` whole blocks over `parts` ranks: blocks
+ * [*first, *first + *count), the first units % parts ranks holding one
+ * more (equal pieces when parts divides units). */
+void placement_split(int64_t units, int parts, int part, int64_t *first, int64_t *count);
 
 /* Whether the placement can be realised on a grid with these axis
  * sizes; the message names the tensor (`name`) and says what must divide
- * what. */
+ * what (an uneven cut: that every rank gets a whole block). */
 int placement_check(const placement_t *p, const int sizes[GRID_NAXES], const char *name,
                     perr_t *err);
 
@@ -64,6 +75,7 @@ int placement_check(const placement_t *p, const int sizes[GRID_NAXES], const cha
 void   placement_block(const placement_t *p, const int sizes[GRID_NAXES],
                        const int coord[GRID_NAXES], int64_t lo[PL_MAX_DIMS],
                        int64_t extent[PL_MAX_DIMS]);
+/* The elements of the block held at coordinate 0 (a largest block). */
 size_t placement_local_numel(const placement_t *p, const int sizes[GRID_NAXES]);
 size_t placement_global_numel(const placement_t *p);
 

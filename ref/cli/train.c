@@ -69,7 +69,10 @@ static void usage(FILE *f) {
         "  --hidden-dropout P  --attention-dropout P\n"
         "  --lr X  --min-lr X  --lr-warmup-iters N  --lr-decay-iters N\n"
         "  --adam-beta1 X  --adam-beta2 X  --adam-eps X  --weight-decay X  --clip-grad X\n"
-        "  --tile-tokens N  --tile-features N  --tile-ffn N   canonical tiles (I1)\n",
+        "  --tile-tokens N  --tile-features N  --tile-ffn N   canonical tiles (I1)\n"
+        "  --make-vocab-size-divisible-by N   pad vocab up to a multiple of N (Megatron pads to\n"
+        "                           N x tp; parity to N alone, so the model does not depend on\n"
+        "                           the layout, I4); padded rows are ordinary parameters\n",
         f);
     layout_opts_print_help(f);
     fputs("  --print-layout           print the resolved layout and its memory estimate and exit\n"
@@ -92,7 +95,7 @@ static void usage(FILE *f) {
           f);
 }
 
-typedef enum { OPT_INT, OPT_FLOAT, OPT_U64, OPT_TRUE } opt_kind_t;
+typedef enum { OPT_INT, OPT_FLOAT, OPT_U64, OPT_TRUE, OPT_PAD } opt_kind_t;
 
 typedef struct {
     const char *flag;
@@ -126,6 +129,8 @@ static const cfg_opt_t cfg_opts[] = {
     {"--tile-tokens", OPT_INT, OFF(tile_tokens)},
     {"--tile-features", OPT_INT, OFF(tile_features)},
     {"--tile-ffn", OPT_INT, OFF(tile_ffn)},
+    /* applied after every other override (model_pad_vocab) */
+    {"--make-vocab-size-divisible-by", OPT_PAD, OFF(vocab)},
 };
 #undef OFF
 
@@ -165,6 +170,8 @@ static int apply_cfg_opt(model_config_t *c, const cfg_opt_t *o, const char *val)
     case OPT_TRUE:
         *(int *)field = 0; /* the only boolean flag unties */
         return 0;
+    case OPT_PAD:
+        return 0; /* model_config, after the other overrides */
     }
     return -1;
 }
@@ -474,7 +481,7 @@ static int base_config(const char *model, model_config_t *cfg) {
 static int model_config(train_args_t *t, char **argv, model_config_t *cfg) {
     perr_t err;
     if (base_config(t->model, cfg)) return -1;
-    int micro_given = 0;
+    int micro_given = 0, pad_at = -1;
     for (int j = 0; j < t->n_cfg; j++) {
         int i = t->cfg_at[j];
         for (size_t k = 0; k < sizeof cfg_opts / sizeof cfg_opts[0]; k++)
@@ -482,7 +489,16 @@ static int model_config(train_args_t *t, char **argv, model_config_t *cfg) {
                 const char *val = cfg_opts[k].kind == OPT_TRUE ? NULL : argv[i + 1];
                 if (apply_cfg_opt(cfg, &cfg_opts[k], val)) return -1;
                 if (cfg_opts[k].offset == offsetof(model_config_t, micro_batch)) micro_given = 1;
+                if (cfg_opts[k].kind == OPT_PAD) pad_at = i;
             }
+    }
+    if (pad_at >= 0) { /* after --vocab-size wherever it stands */
+        long long n;
+        if (parse_int(argv[pad_at], argv[pad_at + 1], -2147483647LL, 2147483647LL, &n)) return -1;
+        if (model_pad_vocab(cfg, n, argv[pad_at], &err)) {
+            fprintf(stderr, "%s: %s\n", cli_name, err.msg);
+            return -1;
+        }
     }
     /* A global batch the built-in's micro batch does not fit: one microbatch
      * (the golden schedule's; a layout's come from --accum-degree). */

@@ -38,7 +38,8 @@ static void common_defaults(model_config_t *c) {
     c->clip_grad = 1.0f;
 }
 
-static const char *const builtin_names[] = {"gpt-micro", "gpt-tiny", "gpt-small", NULL};
+static const char *const builtin_names[] = {"gpt-micro", "gpt-tiny", "gpt-small", "gpt-124m",
+                                            NULL};
 
 const char *const *model_builtin_names(void) { return builtin_names; }
 
@@ -58,6 +59,18 @@ int model_config_builtin(const char *name, model_config_t *c, perr_t *err) {
         c->ffn = 256;
         c->tile_tokens = 4, c->tile_features = 8, c->tile_ffn = 32;
         c->global_batch = 24, c->micro_batch = 24;
+    } else if (!strcmp(name, "gpt-124m")) {
+        /* GPT-2 small's shape (124M parameters, 50304 = 50257 padded to
+         * a multiple of 64); no dropout, as gpt-small. Its tiles admit
+         * tp 1, 2, 4, 8 (786 vocabulary tiles, split unevenly where tp
+         * does not divide them; 12 feature tiles = 12 heads of 64; 8 ffn
+         * tiles) and cp 2 and 4 (8 token tiles). ~5 GB and ~30 s a step
+         * on one core. */
+        c->vocab = 50304, c->seq_length = 1024, c->hidden = 768, c->heads = 12, c->layers = 12;
+        c->ffn = 3072;
+        c->tile_tokens = 128, c->tile_features = 64, c->tile_ffn = 384;
+        c->global_batch = 1, c->micro_batch = 1;
+        c->hidden_dropout = 0.0f, c->attention_dropout = 0.0f;
     } else if (!strcmp(name, "gpt-small")) {
         /* The benchmark model (3,257,856 parameters, 1024 tokens a step);
          * large tiles for speed, no dropout (as the PyTorch anchor). */
@@ -120,7 +133,8 @@ static int apply_json(const json_t *j, const char *path, model_config_t *c, perr
     static const char *const top[] = {
         "name", "base", "vocab", "seq_length", "hidden", "heads", "layers", "ffn", "tied",
         "tiles", "dropouts", "ln_eps", "seed", "global_batch", "micro_batch", "lr", "min_lr",
-        "warmup", "decay_steps", "beta1", "beta2", "eps", "weight_decay", "clip_grad", NULL};
+        "warmup", "decay_steps", "beta1", "beta2", "eps", "weight_decay", "clip_grad",
+        "make_vocab_size_divisible_by", NULL};
     static const char *const tiles[] = {"tokens", "features", "ffn", NULL};
     static const char *const drops[] = {"hidden", "attention", NULL};
     if (json_type(j) != JSON_OBJECT)
@@ -169,6 +183,14 @@ static int apply_json(const json_t *j, const char *path, model_config_t *c, perr
         {"warmup", &c->warmup}, {"decay_steps", &c->decay_steps}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (get_int(j, ints[i].k, path, ints[i].p, err)) return -1;
+    if (json_get(j, "make_vocab_size_divisible_by")) { /* after vocab, and only here: not stored */
+        int n = 0;
+        char what[300];
+        snprintf(what, sizeof what, "%s: field 'make_vocab_size_divisible_by'", path);
+        if (get_int(j, "make_vocab_size_divisible_by", path, &n, err) ||
+            model_pad_vocab(c, n, what, err))
+            return -1;
+    }
     struct { const char *k; float *p; } floats[] = {
         {"ln_eps", &c->ln_eps}, {"lr", &c->lr}, {"min_lr", &c->min_lr}, {"beta1", &c->beta1},
         {"beta2", &c->beta2}, {"eps", &c->eps}, {"weight_decay", &c->weight_decay},
@@ -210,6 +232,16 @@ int model_config_load(const char *path, model_config_t *c, perr_t *err) {
     int rc = apply_json(j, path, c, err);
     json_free(j);
     return rc;
+}
+
+int model_pad_vocab(model_config_t *c, long long n, const char *what, perr_t *err) {
+    if (n < 1) return perr_set(err, "%s = %lld: expected >= 1", what, n);
+    const long long v = (c->vocab + n - 1) / n * n;
+    if (c->vocab < 1 || v > 2147483647LL)
+        return perr_set(err, "%s = %lld: vocab %d cannot be padded to a multiple of it", what, n,
+                        c->vocab);
+    c->vocab = (int)v;
+    return 0;
 }
 
 /* ---- validation --------------------------------------------------------- */

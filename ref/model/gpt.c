@@ -158,13 +158,25 @@ int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int cp_rank, un
     out->seq_part = sp ? tp_rank : 0;
     /* the cuts (heads, tiles) are checked where the table is built
      * (param_table_build_tp), which every caller does next */
+    /* heads, FFN and vocabulary tiles: whole blocks, of unequal counts
+     * where tp does not divide them (the placements' rule, placement_split;
+     * heads in blocks of param_head_unit) */
+    const int hu = c->heads % tp ? param_head_unit(c) : 1;
     out->heads = c->heads / tp;
     out->head0 = tp_rank * out->heads;
+    if (hu > 0) {
+        int64_t h0, nh;
+        placement_split(c->heads / hu, tp, tp_rank, &h0, &nh);
+        out->heads = (int)nh * hu, out->head0 = (int)h0 * hu;
+    }
     out->attn = out->heads * (c->hidden / c->heads);
-    out->ffn = c->ffn / tp;
-    out->ffn0 = tp_rank * out->ffn;
-    out->vocab = c->vocab / tp;
-    out->vocab0 = tp_rank * out->vocab;
+    int64_t f0 = 0, nf = 0, vt0 = 0, nvt = 0;
+    if (c->tile_ffn > 0) placement_split(c->ffn / c->tile_ffn, tp, tp_rank, &f0, &nf);
+    out->ffn = (int)nf * c->tile_ffn;
+    out->ffn0 = (int)f0 * c->tile_ffn;
+    if (c->tile_features > 0) placement_split(c->vocab / c->tile_features, tp, tp_rank, &vt0, &nvt);
+    out->vocab = (int)nvt * c->tile_features;
+    out->vocab0 = (int)vt0 * c->tile_features;
     if (row) { /* attention and GeLU whole; each linear contracts its slice of features */
         out->row_linears = 1;
         out->heads = c->heads, out->head0 = 0, out->attn = c->hidden;

@@ -24,8 +24,9 @@ static const float SIGMA = 0.02f;
 typedef struct {
     int axis; /* -1: replicated */
     int align;
+    int uneven; /* 1: ranks may hold unequal numbers of whole tiles (placement_split) */
 } tp_cut_t;
-static const tp_cut_t REPL = {-1, 1};
+static const tp_cut_t REPL = {-1, 1, 0};
 
 /* The token axes: grid axes that split the tokens of a step (data
  * parallelism: sequences; context parallelism: positions). A gradient is
@@ -71,7 +72,9 @@ static int add(param_table_t *t, const int sizes[GRID_NAXES], const int coord[GR
     param_info_t *p = &t->info[t->count++];
     snprintf(p->name, sizeof p->name, "%s", name);
     p->pl = placement_replicated(ndim, shape);
-    if (cut.axis >= 0) p->pl = placement_cut(p->pl, cut.axis, GRID_TP, cut.align);
+    if (cut.axis >= 0)
+        p->pl = cut.uneven ? placement_cut_uneven(p->pl, cut.axis, GRID_TP, cut.align)
+                           : placement_cut(p->pl, cut.axis, GRID_TP, cut.align);
     if (placement_check(&p->pl, sizes, name, err)) return -1;
     p->reduce = placement_reduce_axes(&p->pl);
     place(t, p, sizes, coord);
@@ -121,6 +124,13 @@ int param_table_build_tp(param_table_t *t, const model_config_t *c, int tp, perr
  * feature tiles; with every linear row-parallel each 2-D linear weight
  * split on its input features (whole tiles), its column-parallel bias
  * whole. */
+int param_head_unit(const model_config_t *c) {
+    if (c->heads < 1 || c->tile_features < 1 || c->hidden % c->heads) return 0;
+    const int D = c->hidden / c->heads, tf = c->tile_features;
+    const int one = lcm(D, tf) / D, three = lcm(3 * D, tf) / (3 * D);
+    return one == three ? one : 0;
+}
+
 static tp_cut_t cut_of(const unit_tensor_t *d, const model_config_t *c, int row_linears) {
     const int D = c->hidden / c->heads, tf = c->tile_features;
     const int align = d->align == AL_HEADS3 ? lcm(3 * D, tf)
@@ -132,13 +142,17 @@ static tp_cut_t cut_of(const unit_tensor_t *d, const model_config_t *c, int row_
      * vector), the input axis the last: a stacked [E, out, in] weight is
      * cut like each of its [out, in] matrices */
     const int out_axis = d->ndim >= 2 ? d->ndim - 2 : 0, in_axis = d->ndim - 1;
+    /* column-then-row pairs may split heads and FFN tiles unevenly (whole
+     * blocks; gpt_local_dims takes the same ranges); every linear
+     * row-parallel splits evenly */
+    const int uneven = !row_linears && (d->align == AL_FFN || param_head_unit(c) > 0);
     switch (d->cut) {
     case CUT_REPL: break;
-    case CUT_VOCAB: return (tp_cut_t){0, tf};
+    case CUT_VOCAB: return (tp_cut_t){0, tf, 1}; /* whole tiles, unequal counts allowed */
     case CUT_COLPAR:
-        if (!row_linears) return (tp_cut_t){out_axis, align};
-        return d->ndim >= 2 ? (tp_cut_t){in_axis, in_tile} : REPL;
-    case CUT_ROWPAR: return (tp_cut_t){in_axis, row_linears ? in_tile : align};
+        if (!row_linears) return (tp_cut_t){out_axis, align, uneven};
+        return d->ndim >= 2 ? (tp_cut_t){in_axis, in_tile, 0} : REPL;
+    case CUT_ROWPAR: return (tp_cut_t){in_axis, row_linears ? in_tile : align, uneven};
     }
     return REPL;
 }
@@ -148,7 +162,10 @@ static int build(param_table_t *t, const model_config_t *c, const int sizes[GRID
     memset(t, 0, sizeof *t);
     const int tp = sizes[GRID_TP];
     if (tp < 1) return perr_set(err, "tensor-model-parallel-size: %d, expected >= 1", tp);
-    if (c->heads % tp)
+    /* whole heads on every rank: in equal numbers, or in unequal numbers
+     * of whole head blocks where the cuts allow it (param_head_unit) */
+    const int hu = row_linears ? 0 : param_head_unit(c);
+    if (c->heads % tp && (!hu || c->heads % hu || c->heads / hu < tp))
         return perr_set(err, "tensor-model-parallel-size: %d must divide the %d attention heads "
                              "(each rank holds whole heads)",
                         tp, c->heads);

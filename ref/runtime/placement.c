@@ -12,8 +12,19 @@ placement_t placement_replicated(int ndim, const int64_t *shape) {
 }
 
 placement_t placement_cut(placement_t p, int axis, grid_axis_t over, int align) {
-    if (p.ncuts < PL_MAX_CUTS) p.cut[p.ncuts++] = (pl_cut_t){axis, over, align > 0 ? align : 1};
+    if (p.ncuts < PL_MAX_CUTS) p.cut[p.ncuts++] = (pl_cut_t){axis, over, align > 0 ? align : 1, 0};
     return p;
+}
+
+placement_t placement_cut_uneven(placement_t p, int axis, grid_axis_t over, int align) {
+    if (p.ncuts < PL_MAX_CUTS) p.cut[p.ncuts++] = (pl_cut_t){axis, over, align > 0 ? align : 1, 1};
+    return p;
+}
+
+void placement_split(int64_t units, int parts, int part, int64_t *first, int64_t *count) {
+    const int64_t base = units / parts, more = units % parts;
+    *count = base + (part < more);
+    *first = part * base + (part < more ? part : more);
 }
 
 int placement_check(const placement_t *p, const int sizes[GRID_NAXES], const char *name,
@@ -26,6 +37,17 @@ int placement_check(const placement_t *p, const int sizes[GRID_NAXES], const cha
         if (c->axis < 0 || c->axis >= p->ndim)
             return perr_set(err, "%s: cut along axis %d of a %d-D tensor", name, c->axis, p->ndim);
         int64_t units = ext[c->axis] / c->align;
+        if (c->uneven && ext[c->axis] % c->align == 0 && units % parts) {
+            if (units < parts)
+                return perr_set(err,
+                                "%s: %lld %s of %d along axis %d cannot give each of %s=%d ranks a "
+                                "whole tile (I1)",
+                                name, (long long)units, units == 1 ? "tile" : "tiles", c->align,
+                                c->axis, grid_axis_name(c->over), parts);
+            /* the largest piece (rank 0's) bounds a nested cut's check */
+            ext[c->axis] = (units / parts + 1) * c->align;
+            continue;
+        }
         if (ext[c->axis] % c->align || units % parts)
             return perr_set(err,
                             "%s: %s=%d must divide its %lld %s of %d along axis %d (extent %lld): "
@@ -47,8 +69,10 @@ void placement_block(const placement_t *p, const int sizes[GRID_NAXES],
     }
     for (int k = 0; k < p->ncuts; k++) {
         const pl_cut_t *c = &p->cut[k];
-        extent[c->axis] /= sizes[c->over];
-        lo[c->axis] += (int64_t)coord[c->over] * extent[c->axis];
+        int64_t first, count;
+        placement_split(extent[c->axis] / c->align, sizes[c->over], coord[c->over], &first, &count);
+        extent[c->axis] = count * c->align;
+        lo[c->axis] += first * c->align;
     }
 }
 
@@ -59,8 +83,11 @@ size_t placement_global_numel(const placement_t *p) {
 }
 
 size_t placement_local_numel(const placement_t *p, const int sizes[GRID_NAXES]) {
-    size_t n = placement_global_numel(p);
-    for (int k = 0; k < p->ncuts; k++) n /= (size_t)sizes[p->cut[k].over];
+    int64_t lo[PL_MAX_DIMS], ext[PL_MAX_DIMS];
+    const int zero[GRID_NAXES] = {0};
+    placement_block(p, sizes, zero, lo, ext);
+    size_t n = 1;
+    for (int d = 0; d < p->ndim; d++) n *= (size_t)ext[d];
     return n;
 }
 

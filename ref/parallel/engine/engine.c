@@ -464,7 +464,7 @@ int engine_train(engine_run_t *run, perr_t *err) {
                                    .tp_rank = gd.coord[GRID_TP],
                                    .tp_group = tp > 1 ? gd.group[GRID_TP] : NULL,
                                    .stage = stage, .part = sh->part_of[d],
-                                   .plan = &sh->plans[stage], .pp_group = gd.group[GRID_PP],
+                                   .plan = &sh->plans[sh->part_of[d]], .pp_group = gd.group[GRID_PP],
                                    .emb_group = engine_emb_group_of(sh, d),
                                    .trace = traces ? &traces[d] : NULL,
                                    .world = sh->grid.all, .group = main_groups[gid],

@@ -83,9 +83,11 @@ struct engine_shared {
     int have_grid;
     param_table_t global;  /* the golden table: reassembled tensors */
     pp_plan_t pp;          /* stages, chunks and schedule */
-    param_table_t *tables; /* [pp] a stage's table of tensor-parallel blocks (the same
-                              shapes on every tp rank; other stages' tensors empty) */
-    dp_plan_t *plans;      /* [pp] a stage's buckets and shards */
+    param_table_t *tables; /* [pp] a stage's table at its first device (other stages'
+                              tensors empty): which parts hold the same blocks */
+    param_table_t *part_tables; /* [nparts] a part's own table: its blocks' shapes (uneven
+                              vocabulary tiles differ between tp ranks) */
+    dp_plan_t *plans;      /* [nparts] a part's buckets and shards */
     int nparts;            /* model parts: distinct sets of blocks (engine_part; 1-D tp:
                               pp * tp) */
     int (*part_coord)[GRID_NAXES]; /* [nparts] the coordinates of a device holding part k */
@@ -163,7 +165,8 @@ int engine_part_extra(const engine_shared_t *sh, const engine_part_t *p, int i);
  * engine_part_buffers_free takes NULL too. */
 float **engine_part_buffers(const engine_shared_t *sh);
 void    engine_part_buffers_free(const engine_shared_t *sh, float **b);
-/* parts.c: the stages' tables and plans (sh->tables, sh->plans) and,
+/* parts.c: the stages' and parts' tables and the parts' plans (sh->tables,
+ * sh->part_tables, sh->plans) and,
  * with a tied head over stages, the embedding groups (the first and last
  * stage of every tp x dp coordinate); freed by engine_free_stages. */
 int  engine_build_stages(engine_shared_t *sh, perr_t *err);

@@ -12,7 +12,7 @@
 #include "engine_internal.h"
 
 engine_part_t engine_part(const engine_shared_t *sh, int part) {
-    engine_part_t p = {&sh->tables[sh->part_coord[part][GRID_PP]], sh->part_coord[part][GRID_PP],
+    engine_part_t p = {&sh->part_tables[part], sh->part_coord[part][GRID_PP],
                        sh->part_coord[part][GRID_TP], {0}, {0}};
     for (int a = 0; a < GRID_NAXES; a++)
         p.sizes[a] = sh->grid.size[a], p.coord[a] = sh->part_coord[part][a];
@@ -145,17 +145,17 @@ static int grad_axes(engine_shared_t *sh, perr_t *err) {
     return 0;
 }
 
-/* Stage tables and plans; with a tied head over stages, the embedding
- * groups (first and last stage of every tp x dp coordinate). */
+/* Stage tables, then every part's table and plan; with a tied head over
+ * stages, the embedding groups (first and last stage of every tp x dp
+ * coordinate). */
 int engine_build_stages(engine_shared_t *sh, perr_t *err) {
     const pconfig_t *pc = &sh->run->pc;
     const int pp = sh->pp.pp;
     sh->tables = calloc((size_t)pp, sizeof *sh->tables);
-    sh->plans = calloc((size_t)pp, sizeof *sh->plans);
-    if (!sh->tables || !sh->plans) return perr_set(err, "dp: out of memory");
-    /* each stage's table at its first device's coordinates: every part
-     * of a stage has the same block shapes (placement_check: equal
-     * pieces), so one table lays out every part's flat vector */
+    if (!sh->tables) return perr_set(err, "dp: out of memory");
+    /* each stage's table at its first device's coordinates: the
+     * placements, the same on every part of the stage, tell which parts
+     * hold the same blocks (find_parts) */
     for (int s = 0; s < pp; s++) {
         int coord[GRID_NAXES] = {0};
         coord[GRID_PP] = s;
@@ -164,11 +164,20 @@ int engine_build_stages(engine_shared_t *sh, perr_t *err) {
             return -1;
     }
     if (grad_axes(sh, err) || find_parts(sh, err)) return -1;
-    for (int s = 0; s < pp; s++) {
-        if (dp_plan_build(&sh->plans[s], &sh->tables[s], &sh->cfg, sh->grad_n, pc->zero_stage,
-                          pc->bucket_cap_mb, err))
+    /* a part's own table and plan: block shapes may differ between the
+     * parts of a stage (uneven whole tiles, placement_split), so each
+     * part's flat vector is laid out at its own coordinates */
+    sh->part_tables = calloc((size_t)sh->nparts, sizeof *sh->part_tables);
+    sh->plans = calloc((size_t)sh->nparts, sizeof *sh->plans);
+    if (!sh->part_tables || !sh->plans) return perr_set(err, "dp: out of memory");
+    for (int k = 0; k < sh->nparts; k++) {
+        const int s = sh->part_coord[k][GRID_PP];
+        if (param_table_build_at(&sh->part_tables[k], &sh->cfg, sh->grid.size, sh->part_coord[k],
+                                 &sh->pp.units[s], pconfig_tp_opts(pc), err) ||
+            dp_plan_build(&sh->plans[k], &sh->part_tables[k], &sh->cfg, sh->grad_n,
+                          pc->zero_stage, pc->bucket_cap_mb, err))
             return -1;
-        if (pp > 1 && sh->cfg.tied) dp_plan_hold_embedding(&sh->plans[s], &sh->tables[s]);
+        if (pp > 1 && sh->cfg.tied) dp_plan_hold_embedding(&sh->plans[k], &sh->part_tables[k]);
     }
     if (pp == 1 || !sh->cfg.tied) return 0;
     const int n = sh->grid.world / pp;
@@ -186,12 +195,14 @@ int engine_build_stages(engine_shared_t *sh, perr_t *err) {
 
 void engine_free_stages(engine_shared_t *sh) {
     for (int s = 0; s < sh->pp.pp && sh->tables; s++) param_table_free(&sh->tables[s]);
-    for (int s = 0; s < sh->pp.pp && sh->plans; s++) dp_plan_free(&sh->plans[s]);
+    for (int k = 0; k < sh->nparts && sh->part_tables; k++) param_table_free(&sh->part_tables[k]);
+    for (int k = 0; k < sh->nparts && sh->plans; k++) dp_plan_free(&sh->plans[k]);
     for (int k = 0; k < sh->n_emb_groups; k++) group_destroy(sh->emb_groups[k]);
     free(sh->emb_groups);
     free(sh->part_coord);
     free(sh->part_of);
     free(sh->tables);
+    free(sh->part_tables);
     free(sh->plans);
 }
 
