@@ -37,6 +37,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "parity/error.h"
 #include "parity/pool.h"
@@ -123,19 +124,41 @@ static void tiles_product(const job_t *j, int i0, int j0, int k0, int h, int w, 
 }
 
 /* A block of C: rows [i0, i0+h), columns [j0, j0+w), h a multiple of tm
- * and w of tn. Blocks hold up to BLOCK_ELEMS elements; they are as wide as
- * that allows first (one OpenBLAS call covers the block, and the wider it
- * is, the fewer times A's strip is packed), then as tall. Measured on
+ * and w of tn. Blocks hold up to block_elems() elements; they are as wide
+ * as that allows first (one OpenBLAS call covers the block, and the wider
+ * it is, the fewer times A's strip is packed), then as tall. Measured on
  * gpt-small (2 MiB L2): 16384 elements 306-313 ms a step, 32768 279-294,
  * 65536 268-288, 131072 270-293, 262144 298: the partials of a fold pass
- * (16 bytes an element) and the sums (8) stay in L2 up to about here. */
-enum { BLOCK_ELEMS = 65536 };
+ * (16 bytes an element) and the sums (8) stay in L2 up to about here. So
+ * a block holds the largest power of two of elements whose 24 bytes each
+ * fill at most 3/4 of this core's L2: 65536 at 2 MiB, 16384 at 512 KiB
+ * (an EPYC whose OpenBLAS runs every tile as its own call, where a narrower
+ * block packs nothing more). The shape of a block changes no bit. */
+enum { BLOCK_ELEMS_DEFAULT = 65536, BLOCK_ELEMS_MIN = 4096, BLOCK_BYTES_PER_ELEM = 24 };
+
+static int block_elems_value = BLOCK_ELEMS_DEFAULT;
+static pthread_once_t block_elems_once = PTHREAD_ONCE_INIT;
+
+static void block_elems_init(void) {
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (l2 <= 0) return; /* unknown: the default */
+    const long fit = l2 / 4 * 3 / BLOCK_BYTES_PER_ELEM;
+    int n = BLOCK_ELEMS_MIN;
+    while (n < BLOCK_ELEMS_DEFAULT && 2L * n <= fit) n *= 2;
+    block_elems_value = n;
+}
+
+static int block_elems(void) {
+    pthread_once(&block_elems_once, block_elems_init);
+    return block_elems_value;
+}
 
 static void block_shape(int M, int N, int tm, int tn, int *h, int *w) {
-    int tiles = BLOCK_ELEMS / (tm * tn);
+    const int elems = block_elems();
+    int tiles = elems / (tm * tn);
     if (tiles < 1) tiles = 1;
     *w = tiles * tn < N ? tiles * tn : N;
-    int rows = BLOCK_ELEMS / (tm * *w);
+    int rows = elems / (tm * *w);
     if (rows < 1) rows = 1;
     *h = rows * tm < M ? rows * tm : M;
 }

@@ -14,6 +14,7 @@
 #                     embedding, loss
 #   optimizer         AdamW and gradient clipping's norm
 #   collectives       coll_* (none in a one-device run)
+#   page faults       the kernel handing the process fresh (cleared) pages
 #   other             everything else (kernel, libc, the driver)
 #
 # Uses $PARITY (the parity program).
@@ -38,19 +39,5 @@ if ! perf record -q -D "$delay" -o "$tmp/perf.data" "$PARITY" train --model gpt-
 fi
 perf report -i "$tmp/perf.data" --no-children --sort symbol --stdio 2>/dev/null |
   awk '/^ +[0-9.]+%/ {sub(/%/, "", $1); print $1, $3}' >"$tmp/syms"
-awk '
-  function phase(s) {
-    if (s ~ /^sgemm_kernel|^sgemm_small_kernel|^sgemm_direct/) return "GEMM kernel"
-    if (s ~ /^sgemm_.*copy|^sgemm_beta|memset|^sgemm_nn$|^sgemm_nt$|^sgemm_tn$|^cblas_sgemm/) return "GEMM packing"
-    if (s ~ /fold|column_sums|fast_sum|array_sum|store_block|put_|round_fast|xacc|xvec|twosum|acc_add|acc_store|sacc|^contract/) return "exact sums"
-    if (s ~ /adamw|clip|grad_norm|step_update|round_grads/) return "optimizer"
-    if (s ~ /^coll_|wait_slow|yield_poll/) return "collectives"
-    if (s ~ /gelu|expf|softmax|layernorm|linear_|bias|dropout|residual|embedding|crossentropy|ce_row|attention|philox|pm_/) return "elementwise"
-    return "other"
-  }
-  { p[phase($2)] += $1 }
-  END {
-    n = split("GEMM kernel,GEMM packing,exact sums,elementwise,optimizer,collectives,other", order, ",")
-    for (i = 1; i <= n; i++) printf "  %-14s %5.1f%%\n", order[i], p[order[i]]
-  }' "$tmp/syms"
+awk -f "$root/tests/bench/phases.awk" "$tmp/syms"
 echo "(perf samples of $STEPS golden gpt-small steps, OpenBLAS backend, start-up skipped; $(sed -nE 's/.*cpu median ([0-9.]+) ms.*/cpu median \1 ms a step/p' "$tmp/run"))"

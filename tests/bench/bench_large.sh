@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# bench_large.sh - the golden step at a real size (issue 25): the
+# GPT-2-124M shape (tests/configs/gpt-124m.json: vocab 50304, seq 1024,
+# hidden 768, 12 heads, 12 layers, batch 1 x 1024 tokens) against
+# PyTorch CPU eager fp32 with one thread on the same shape, and where the
+# golden step's time goes. Reports, never asserts: it prints figures and
+# exits 0 whatever they are. About 3-5 minutes on an idle 2-core machine.
+#
+# One perf-sampled golden run gives both the step medians (perf at
+# $BENCH_LARGE_FREQ Hz costs well under 1%) and the phase split, taken
+# from the samples after step 0 (start-up and the first step's one-time
+# work are left out with perf report --time's percentage range).
+#
+# Uses $PARITY (the parity program); BENCH_LARGE_STEPS (default 3) golden
+# steps, BENCH_LARGE_TORCH_STEPS (default 3) timed PyTorch steps after 2
+# warm-up steps.
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+PARITY=${PARITY:-$root/build/parity}
+STEPS=${BENCH_LARGE_STEPS:-3}
+TSTEPS=${BENCH_LARGE_TORCH_STEPS:-3}
+FREQ=${BENCH_LARGE_FREQ:-199}
+model="$root/tests/configs/gpt-124m.json"
+anchors="$root/../shared/anchors"
+cd "$root" # parity finds ref/data/corpus.txt here
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. "$root/tests/bench/machine.sh"
+bench_machine
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores (timings under load are noisy)"
+
+# ---- the golden step ---------------------------------------------------------
+perf_ok=0
+command -v perf >/dev/null && perf_ok=1
+t0=$(date +%s%N)
+if [ "$perf_ok" = 1 ]; then
+  perf record -q -F "$FREQ" -o "$tmp/perf.data" "$PARITY" train --model "$model" \
+    --steps "$STEPS" --backend openblas >"$tmp/run" 2>"$tmp/perr" || perf_ok=0
+fi
+if [ "$perf_ok" = 0 ]; then # no perf, or perf may not sample here: time it without
+  "$PARITY" train --model "$model" --steps "$STEPS" --backend openblas >"$tmp/run" 2>&1
+fi
+t1=$(date +%s%N)
+summary=$(grep '^summary:' "$tmp/run")
+if [ -z "$summary" ]; then
+  echo "golden gpt-124m run failed: $(tail -2 "$tmp/run" "$tmp/perr" 2>/dev/null)"; exit 0
+fi
+cpu=$(sed -nE 's/.*cpu median ([0-9.]+) ms.*/\1/p' <<<"$summary")
+wall=$(sed -nE 's/.*step median ([0-9.]+) ms.*/\1/p' <<<"$summary")
+mem=$(sed -nE 's/^memory estimate of the run: .* = ([0-9.]+ [KMG]B)$/\1/p' "$tmp/run")
+
+# ---- PyTorch eager, one thread, same shape -----------------------------------
+# torch.set_num_threads(1) does not reach the OpenBLAS Debian's torch 1.13
+# multiplies with, so OPENBLAS_NUM_THREADS=1 pins it too (bench_gpt.sh).
+# The tokens are random ids: which ids a step sees does not change its work.
+torch_ms= torch_cpu=
+if [ -f "$anchors/torch_gpt_model.py" ] && /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  OPENBLAS_NUM_THREADS=1 /usr/bin/python3 - "$anchors/torch_gpt_model.py" "$TSTEPS" >"$tmp/torch" 2>&1 <<'EOF'
+import importlib.util, sys, time, torch
+spec = importlib.util.spec_from_file_location("g", sys.argv[1])
+g = importlib.util.module_from_spec(spec); spec.loader.exec_module(g)
+V, S, D, H, L, B = 50304, 1024, 768, 12, 12, 1  # tests/configs/gpt-124m.json
+torch.manual_seed(0); torch.set_num_threads(1)
+m = g.GPT(V, S, D, H, L); opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+idx = torch.randint(0, V, (B, S)); tgt = torch.randint(0, V, (B, S))
+def step():
+    opt.zero_grad(); loss = m(idx, tgt); loss.backward(); opt.step()
+for _ in range(2): step()
+ts, cs = [], []  # wall and this process's CPU time (one thread: the BLAS is pinned)
+for _ in range(int(sys.argv[2])):
+    t, c = time.perf_counter(), time.process_time(); step()
+    ts.append(time.perf_counter() - t); cs.append(time.process_time() - c)
+ts.sort(); cs.sort()
+print(f"torch {torch.__version__} threads={torch.get_num_threads()} "
+      f"params={sum(p.numel() for p in m.parameters())} step median={ts[len(ts) // 2] * 1e3:.1f} ms "
+      f"cpu median={cs[len(cs) // 2] * 1e3:.1f} ms")
+EOF
+  torch_ms=$(sed -nE 's/.*step median=([0-9.]+) ms.*/\1/p' "$tmp/torch")
+  torch_cpu=$(sed -nE 's/.*cpu median=([0-9.]+) ms.*/\1/p' "$tmp/torch")
+  [ -n "$torch_ms" ] || echo "PyTorch run failed: $(tail -1 "$tmp/torch")"
+else
+  echo "PyTorch skipped: needs $anchors/torch_gpt_model.py and /usr/bin/python3 with torch"
+fi
+
+# ---- figures -----------------------------------------------------------------
+echo "gpt-124m (124,475,904 params), 1 x 1024 tokens a step, fwd + bwd + AdamW, one thread each"
+printf '%-52s %9s ms cpu %9s ms wall   (memory estimate %s)\n' \
+  "parity golden, OpenBLAS backend, median of $STEPS" "$cpu" "$wall" "${mem:-?}"
+[ -n "$torch_ms" ] && printf '%-52s %9s ms cpu %9s ms wall   (%s)\n' \
+  "PyTorch CPU eager fp32, 1 thread, median of $TSTEPS" "$torch_cpu" "$torch_ms" "$(cut -c1-14 "$tmp/torch" | head -1)"
+if [ -n "$torch_ms" ]; then
+  # CPU time is the fair figure on a shared machine: wall time also counts
+  # other processes' turns.
+  awk -v tc="$torch_cpu" -v tw="$torch_ms" -v c="$cpu" -v w="$wall" 'BEGIN{
+    printf "golden step vs PyTorch eager, one thread: %.2fx by cpu time, %.2fx by wall (>= 1: no slower)\n", tc/c, tw/w }'
+fi
+# (room for: tp 2/4 against tp 1 on this shape, bytes per parameter, start-up time)
+
+# ---- where the golden step's time goes ---------------------------------------
+if [ "$perf_ok" = 1 ]; then
+  # The samples after step 0: the run's wall time less the later steps'.
+  later_ms=$(sed -nE 's/^step +([0-9]+) \|.*\| +([0-9.]+) ms$/\1 \2/p' "$tmp/run" | awk '$1 > 0 {s += $2} END{print s + 0}')
+  from=$(awk -v a="$t0" -v b="$t1" -v l="$later_ms" 'BEGIN{t = (b - a) / 1e6; f = 100 * (t - l) / t; printf "%.1f", (f > 0 ? f : 0)}')
+  perf report -i "$tmp/perf.data" --time "$from%-100%" --no-children --sort symbol --stdio 2>/dev/null |
+    awk '/^ +[0-9.]+%/ {sub(/%/, "", $1); print $1, $3}' >"$tmp/syms"
+  echo "where the golden step's time goes (perf samples of steps 1..$((STEPS - 1)); phases as in bench_phases.sh):"
+  awk -f "$root/tests/bench/phases.awk" "$tmp/syms"
+  echo "top symbols:"
+  head -8 "$tmp/syms" | awk '{printf "  %5.1f%%  %s\n", $1, $2}'
+else
+  echo "phases skipped: perf is not installed or may not sample here"
+fi
+exit 0
