@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # bench_large.sh - the golden step at a real size (issue 25): the
-# GPT-2-124M shape (tests/configs/gpt-124m.json: vocab 50304, seq 1024,
-# hidden 768, 12 heads, 12 layers, batch 1 x 1024 tokens) against
+# built-in gpt-124m (GPT-2 small's shape: vocab 50304, seq 1024,
+# hidden 768, 12 heads, 12 layers, tied head, batch 1 x 1024 tokens) against
 # PyTorch CPU eager fp32 with one thread on the same shape, and where the
 # golden step's time goes. Reports, never asserts: it prints figures and
-# exits 0 whatever they are. About 3-5 minutes on an idle 2-core machine.
+# exits 0 whatever they are. About 6-8 minutes on an idle 2-core machine:
+# the golden run, PyTorch, then tp 2 and tp 4 on the same shape.
 #
 # One perf-sampled golden run gives both the step medians (perf at
 # $BENCH_LARGE_FREQ Hz costs well under 1%) and the phase split, taken
@@ -20,7 +21,7 @@ PARITY=${PARITY:-$root/build/parity}
 STEPS=${BENCH_LARGE_STEPS:-3}
 TSTEPS=${BENCH_LARGE_TORCH_STEPS:-3}
 FREQ=${BENCH_LARGE_FREQ:-199}
-model="$root/tests/configs/gpt-124m.json"
+model=gpt-124m
 anchors="$root/../shared/anchors"
 cd "$root" # parity finds ref/data/corpus.txt here
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -58,7 +59,7 @@ if [ -f "$anchors/torch_gpt_model.py" ] && /usr/bin/python3 -c "import torch" 2>
 import importlib.util, sys, time, torch
 spec = importlib.util.spec_from_file_location("g", sys.argv[1])
 g = importlib.util.module_from_spec(spec); spec.loader.exec_module(g)
-V, S, D, H, L, B = 50304, 1024, 768, 12, 12, 1  # tests/configs/gpt-124m.json
+V, S, D, H, L, B = 50304, 1024, 768, 12, 12, 1  # parity's built-in gpt-124m
 torch.manual_seed(0); torch.set_num_threads(1)
 m = g.GPT(V, S, D, H, L); opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
 idx = torch.randint(0, V, (B, S)); tgt = torch.randint(0, V, (B, S))
@@ -93,7 +94,33 @@ if [ -n "$torch_ms" ]; then
   awk -v tc="$torch_cpu" -v tw="$torch_ms" -v c="$cpu" -v w="$wall" 'BEGIN{
     printf "golden step vs PyTorch eager, one thread: %.2fx by cpu time, %.2fx by wall (>= 1: no slower)\n", tc/c, tw/w }'
 fi
-# (room for: tp 2/4 against tp 1 on this shape, bytes per parameter, start-up time)
+
+# ---- bytes per parameter and start-up ------------------------------------------
+# The estimate equals the allocation (test_memest); everything but the
+# activations, over the parameter count the run prints.
+params=$(sed -nE 's/.*\(([0-9]+) parameters.*/\1/p' "$tmp/run" | head -1)
+sed -n 's/^memory estimate per device: //p' "$tmp/run" | tr ',' '\n' | awk -v P="$params" '
+  { sub(/= .*/, ""); n = $(NF - 1); u = $NF; what = $0; sub(/ [0-9.]+ [KMG]B *$/, "", what); gsub(/^ +/, "", what)
+    b = n * (u == "GB" ? 1e9 : u == "MB" ? 1e6 : 1e3)
+    if (what == "activations") act = b; else { rest = rest sprintf(" %s %.2f", what, b / P); tot += b } }
+  END { if (P > 0) printf "bytes per parameter on one device, activations aside: %.2f (%s; activations %.2f GB more)\n", tot / P, substr(rest, 2), act / 1e9 }'
+# Start-up: the run's wall time less its steps' (initialising 124M
+# parameters, the first-use tile checks, and the exit's unmapping).
+steps_ms=$(sed -nE 's/^step +[0-9]+ \|.*\| +([0-9.]+) ms$/\1/p' "$tmp/run" | awk '{s += $1} END{print s + 0}')
+awk -v a="$t0" -v b="$t1" -v s="$steps_ms" 'BEGIN{printf "start-up and exit (the run'"'"'s wall less its steps'"'"'): %.1f s\n", (b - a) / 1e9 - s / 1e3}'
+
+# ---- tensor parallelism on the same shape ----------------------------------------
+# tp 2: 393 vocabulary tiles each; tp 4: 197, 197, 196, 196 (uneven whole
+# tiles). Two steps each; the second is the steady one. The device threads
+# share this machine's cores, so tp > cores shows the cpu figure rising.
+for tp in 2 4; do
+  if "$PARITY" train --model "$model" --steps 2 --backend openblas --tensor-model-parallel-size "$tp" >"$tmp/tp$tp" 2>&1; then
+    tw=$(sed -nE 's/^step +1 \|.*\| +([0-9.]+) ms$/\1/p' "$tmp/tp$tp")
+    awk -v t="$tp" -v w="$tw" -v g="$wall" 'BEGIN{printf "tp %d step (wall, step 1): %9.1f ms = %.2fx the golden step'"'"'s wall (%s ms)\n", t, w, g / w, g}'
+  else
+    echo "tp $tp run failed: $(tail -1 "$tmp/tp$tp")"
+  fi
+done
 
 # ---- where the golden step's time goes ---------------------------------------
 if [ "$perf_ok" = 1 ]; then
