@@ -3,6 +3,7 @@
 #   make            library, the `parity` program and the test binaries
 #   make demo       3-D gpt-tiny (dp 2 x tp 2 + SP x pp 2, 1F1B, ZeRO-1) beside the golden run
 #   make check      run every test; ends with "N passed, N failed"
+#   make check-slow the slow tests: 16384 simulated devices (tests/test_scale_16k.sh)
 #   make asan | tsan | ubsan   the same tests under a sanitizer
 #   make bench      benchmarks against memcpy, OpenMPI, PyTorch, OpenBLAS
 #   make fuzz       libFuzzer on the readers of untrusted input (tests/fuzz.mk)
@@ -55,10 +56,13 @@ BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 LIB       := $(BUILD)/libparity.a
 PARITY    := $(BUILD)/parity
 # Script tests: shell and Python checks that drive the parity program.
-SCRIPT_TESTS := $(sort $(wildcard tests/test_*.sh)) $(sort $(wildcard tests/torch/test_*.py))
+# Slow tests (minutes, most of the host's memory) run only in check-slow.
+SLOW_TESTS   := tests/test_scale_16k.sh
+SCRIPT_TESTS := $(filter-out $(SLOW_TESTS),$(sort $(wildcard tests/test_*.sh))) \
+                $(sort $(wildcard tests/torch/test_*.py))
 EXTRA_TEST_BIN :=
 
-.PHONY: all check asan tsan ubsan bench clean golden demo
+.PHONY: all check check-slow asan tsan ubsan bench clean golden demo
 all: $(LIB) $(PARITY) $(TEST_BIN)
 
 $(BUILD)/%.o: %.c
@@ -85,6 +89,10 @@ $(BUILD)/bench/%: tests/bench/%.c $(LIB)
 check: all $(EXTRA_TEST_BIN)
 	PARITY=$(abspath $(PARITY)) BUILD=$(abspath $(BUILD)) \
 	  bash tests/run.sh $(TEST_BIN) $(EXTRA_TEST_BIN) $(SCRIPT_TESTS)
+
+# 16384 simulated devices (PARITY_MAX_DEVICES) bit-exact on one host.
+check-slow: all
+	PARITY=$(abspath $(PARITY)) BUILD=$(abspath $(BUILD)) bash tests/run.sh $(SLOW_TESTS)
 
 # Sanitizer builds run the same tests; the data-parallel matrix shrinks
 # to the layouts that still cover every stage, algorithm and overlap.

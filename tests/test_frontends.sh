@@ -120,7 +120,7 @@ pat "no mode" "mode: expected \"sharding\", \"pipeline\" or \"hybrid\", got noth
 pat "an unknown mode" "mode: expected .*got data" '{"mode": "data"}'
 pat "mode as a number" "mode: expected .*got number" '{"mode": 1}'
 pat "sharding_size as a string" "sharding_size: expected an integer, got string" '{"mode": "sharding", "sharding_size": "2"}'
-pat "sharding_size 0" "sharding_size: 0 is out of range \[1, 4096\]" '{"mode": "sharding", "sharding_size": 0}'
+pat "sharding_size 0" "sharding_size: 0 is out of range \[1, 16384\]" '{"mode": "sharding", "sharding_size": 0}'
 pat "sharding_size 2.5" "sharding_size: expected an integer, got a fraction" '{"mode": "sharding", "sharding_size": 2.5}'
 pat "sharding_size 3, sharding_dim 0 (8 heads)" "sharding_size = tensor-model-parallel-size.*3 must divide the 8 attention heads" '{"mode": "sharding", "sharding_size": 3, "sharding_dim": 0}'
 pat "sharding_dim 1" "sharding_dim: 1 is out of range \[-1, 0\]" '{"mode": "sharding", "sharding_size": 2, "sharding_dim": 1}'
@@ -144,7 +144,7 @@ pat "a device type with a space" "device_mapping.stage_0.shard_1: expected a dev
 pat "a device as a number" "device_mapping.stage_0.shard_1: expected a device string .*got number" "{$H, ${M2/\"\/device:XLA_DTU:1\"/1}}"
 pat "a duplicated device" "device_mapping.stage_0.shard_1 and stage_1.shard_0 both name device 1" "{$H, ${M2/XLA_DTU:2/XLA_DTU:1}}"
 pat "mixed device types" "device_mapping.stage_1.shard_1: device type 'GPU', but stage_0.shard_0's is 'XLA_DTU'" "{$H, ${M2/XLA_DTU:3/GPU:3}}"
-pat "a device id beyond the devices parity simulates" "device_mapping.stage_1.shard_1: device 5000 is beyond the 4096 devices" "{$H, ${M2/XLA_DTU:3/XLA_DTU:5000}}"
+pat "a device id beyond the devices parity simulates" "device_mapping.stage_1.shard_1: device 20000 is beyond the 16384 devices" "{$H, ${M2/XLA_DTU:3/XLA_DTU:20000}}"
 pat "a mode with a NUL inside" "mode: expected" '{"mode": "hybrid\u0000x", "stage_cnt": 2}'
 pat "a device string with a NUL inside" "device_mapping.stage_1.shard_1: expected a device string" "{$H, ${M2/XLA_DTU:3/XLA_DTU:3\\u0000zz}}"
 pat "sharding_dim 0 with sharding_size 1" "sharding_dim: 0 shards nothing" '{"mode": "pipeline", "stage_cnt": 2, "sharding_dim": 0}'

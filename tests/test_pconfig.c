@@ -113,7 +113,7 @@ static void test_rank_list(void) {
     expect_error("--world-size 4 --rank-list 3,0,-2,1", "--rank-list: expected the world rank at each "
                  "position of the rank order, such as 3,0,2,1, got '3,0,-2,1'");
     expect_error("--world-size 2 --rank-list 1,,0", "--rank-list: expected");
-    expect_error("--world-size 2 --rank-list 4096", "--rank-list: expected");
+    expect_error("--world-size 2 --rank-list 16384", "--rank-list: expected");
     expect_error("--rank-list", "--rank-list");
 }
 

@@ -170,6 +170,46 @@ static void test_devices_run(void) {
     CHECK(devices_run(2, 0, NULL, &p, &e) == -1, "NULL function refused");
 }
 
+/* ---- kernel limits: refused up front, naming the limit ---- */
+
+static void test_thread_limits(void) {
+    /* this host's figures: the largest world must pass (the 16384-device
+     * run, tests/test_scale_16k.sh) */
+    host_limits_t h;
+    host_limits_read(&h);
+    perr_t e;
+    printf("  host: %ld mappings of vm.max_map_count %ld, %ld threads of pid_max %ld\n", h.maps,
+           h.max_maps, h.threads, h.pid_max);
+    /* a typical quiet host (Linux's defaults) */
+    const host_limits_t quiet = {.maps = 200, .max_maps = 65530, .threads = 500, .pid_max = 32768,
+                                 .threads_max = 190000};
+    CHECK(devices_check_limits(PARITY_MAX_DEVICES, &quiet, &e) == 0, "%d devices: %s",
+          PARITY_MAX_DEVICES, e.msg);
+    /* 2 mappings a thread: past max_map_count by one, and just inside */
+    host_limits_t m = quiet;
+    m.max_maps = m.maps + 2L * PARITY_MAX_DEVICES + DEVICES_MAP_HEADROOM - 1;
+    CHECK(devices_check_limits(PARITY_MAX_DEVICES, &m, &e) == -1 &&
+              contains(e.msg, "vm.max_map_count") && contains(e.msg, "/proc/sys/vm/max_map_count"),
+          "one mapping short: %s", e.msg);
+    m.max_maps++;
+    CHECK(devices_check_limits(PARITY_MAX_DEVICES, &m, &e) == 0, "exactly enough: %s", e.msg);
+    /* pids: other processes' threads count too */
+    host_limits_t p = quiet;
+    p.threads = p.pid_max - PARITY_MAX_DEVICES;
+    CHECK(devices_check_limits(PARITY_MAX_DEVICES, &p, &e) == -1 && contains(e.msg, "kernel.pid_max"),
+          "pids: %s", e.msg);
+    p = quiet, p.threads_max = 1000;
+    CHECK(devices_check_limits(1000, &p, &e) == -1 && contains(e.msg, "kernel.threads-max"),
+          "threads-max: %s", e.msg);
+    /* unreadable limits are not checked */
+    const host_limits_t none = {-1, -1, -1, -1, -1};
+    CHECK(devices_check_limits(PARITY_MAX_DEVICES, &none, &e) == 0, "unknown limits: %s", e.msg);
+    /* and devices_run refuses before any thread starts */
+    if (h.max_maps > 0 && h.maps >= 0) {
+        CHECK(devices_check_limits(4, &h, &e) == 0, "4 devices on this host: %s", e.msg);
+    }
+}
+
 /* ---- pinning: one CPU per device when the world fits ---- */
 
 typedef struct {
@@ -397,7 +437,7 @@ static void test_layout_errors(void) {
         {"tp-dp", "tp2", "'tp2'", "name=N"},
         {"tp-dp", "tp=2,tp=4", "'tp'", "twice"},
         {"tp-dp", "tp=", "tp", "size"},
-        {"tp-dp", "tp=64,dp=128", "exceed", "devices"},
+        {"tp-dp", "tp=128,dp=256", "exceed", "devices"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         e.msg[0] = 0;
@@ -545,6 +585,7 @@ int main(void) {
     RUN(test_arena_high_water);
     RUN(test_arena_oom_report);
     RUN(test_devices_run);
+    RUN(test_thread_limits);
     RUN(test_pinning);
     RUN(test_layout_megatron);
     RUN(test_layout_rank_list);

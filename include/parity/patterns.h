@@ -34,7 +34,7 @@
  *    device at each position stage * sharding_size + shard). Data-parallel
  *    replicas follow as the slowest axis, each placed as the mapping places
  *    the first (--world-size W gives dp = W / (tp pp) replicas, replica k
- *    on devices k tp pp ..; ids stay names, below the 4096 devices parity
+ *    on devices k tp pp ..; ids stay names, below the PARITY_MAX_DEVICES devices parity
  *    simulates). Without a mapping the order is the flags' (Megatron's
  *    tp-cp-ep-dp-pp, and --rank-list if given). A --pipeline-schedule
  *    flag may choose how "pipeline"/"hybrid" stages are pipelined; with

@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "parity/error.h"
+#include "parity/runtime.h"
 
 typedef enum { PC_DTYPE_FP32 = 0, PC_DTYPE_BF16, PC_DTYPE_FP16 } pc_dtype_t;
 /* Pipeline schedules (pp.h): 1F1B is Megatron's default; interleaved
@@ -19,7 +20,7 @@ typedef enum { PC_DTYPE_FP32 = 0, PC_DTYPE_BF16, PC_DTYPE_FP16 } pc_dtype_t;
  * through every stage (model parallelism without pipelining). */
 typedef enum { PC_PP_DEFAULT = 0, PC_PP_1F1B, PC_PP_GPIPE, PC_PP_INTERLEAVED, PC_PP_NAIVE } pc_pp_schedule_t;
 enum { PC_MAX_SPLIT = 64, PC_MAX_CHUNKS = 16 /* = GPT_MAX_CHUNKS */,
-       PC_MAX_RANKS = 4096 /* = PARITY_MAX_DEVICES */ };
+       PC_MAX_RANKS = PARITY_MAX_DEVICES };
 
 typedef struct {
     /* degrees; 0 = not given (inferred or 1) */

@@ -29,9 +29,12 @@
 
 #include "parity/error.h"
 
-/* The largest world devices_run accepts (and the size of per-rank tables
- * in the collectives layer). */
-#define PARITY_MAX_DEVICES 4096
+/* The largest world devices_run accepts: the one cap every other limit
+ * derives from (per-rank tables of the collectives, pconfig's degrees
+ * and rank lists, the front ends' sizes). 16384 = tp 8 x pp 16 x dp 128
+ * of a small model on a 24 GB host (tests/test_scale_16k.sh). Rank lists
+ * are unsigned short, so it stays below 32768. */
+#define PARITY_MAX_DEVICES 16384
 
 /* ------------------------------------------------------------------ */
 /* Arenas: simulated device memory                                     */
@@ -101,7 +104,8 @@ typedef void (*device_main_fn)(device_t *dev, void *arg);
 
 /* Runs fn(dev, arg) on `world` device threads, each with a fresh arena of
  * arena_capacity bytes (0: unlimited), and waits for all of them. Returns
- * 0, or -1 with a message for world < 1 or > PARITY_MAX_DEVICES, a live
+ * 0, or -1 with a message for world < 1 or > PARITY_MAX_DEVICES, a
+ * kernel limit the threads would cross (devices_check_limits), a live
  * group naming a rank >= world, a run already in progress (runs do not
  * nest), or a thread that could not be started (then no fn runs at all).
  * To keep figures past the run (arena peaks, results), copy them into arg
@@ -109,6 +113,24 @@ typedef void (*device_main_fn)(device_t *dev, void *arg);
  * use, each device is pinned to a CPU of its own (as MPI binds ranks to
  * cores; see device.c for the measurement); PARITY_PIN=0 turns that off. */
 int devices_run(int world, size_t arena_capacity, device_main_fn fn, void *arg, perr_t *err);
+
+/* Kernel limits that `world` more threads would cross: past them
+ * pthread_create fails halfway through the launch (or a later mmap fails
+ * inside a device), so devices_run refuses such a run up front, naming
+ * the limit. Each device thread costs two mappings (its stack and the
+ * guard page below it) and one pid; the headrooms cover the malloc heaps
+ * and buffers a run maps later (about 200 mappings at 4096 devices) and
+ * threads started meanwhile. -1: not readable (that limit is not
+ * checked). */
+enum { DEVICES_MAP_HEADROOM = 4096, DEVICES_THREAD_HEADROOM = 256 };
+typedef struct {
+    long maps, max_maps;         /* /proc/self/maps lines; vm.max_map_count */
+    long threads;                /* threads on the host (/proc/loadavg) */
+    long pid_max, threads_max;   /* kernel.pid_max, kernel.threads-max */
+} host_limits_t;
+void host_limits_read(host_limits_t *h);
+/* 0, or -1 with a message naming the first limit crossed. */
+int  devices_check_limits(int world, const host_limits_t *h, perr_t *err);
 
 /* The calling device thread's device, or NULL outside device threads. */
 device_t *device_self(void);

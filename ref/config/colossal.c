@@ -26,8 +26,10 @@
 #include <string.h>
 
 #include "parity/numparse.h"
+#include "parity/runtime.h"
 
-enum { MAX_DEPTH = 32, MAX_SIZE = 4096, STR_KEEP = 16, SHOW = 40 };
+/* MAX_SIZE: a degree or size, at most the devices parity runs */
+enum { MAX_DEPTH = 32, MAX_SIZE = PARITY_MAX_DEVICES, STR_KEEP = 16, SHOW = 40 };
 
 typedef enum { T_END, T_NL, T_NAME, T_NUM, T_STR, T_OP } tkind_t;
 /* in this order: kinds from V_NAME on cannot be used through a name */

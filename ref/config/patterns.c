@@ -193,9 +193,9 @@ int patterns_parse(const char *text, size_t len, const char *path, pconfig_t *pc
         goto out;
     }
     long tp, dim, pp, accum;
-    if (get_int(j, "sharding_size", 1, 4096, 1, &tp, path, err) ||
+    if (get_int(j, "sharding_size", 1, PARITY_MAX_DEVICES, 1, &tp, path, err) ||
         get_int(j, "sharding_dim", -1, 0, -1, &dim, path, err) ||
-        get_int(j, "stage_cnt", 1, 4096, 1, &pp, path, err) ||
+        get_int(j, "stage_cnt", 1, PARITY_MAX_DEVICES, 1, &pp, path, err) ||
         get_int(j, "accum_degree", 1, 1 << 30, 1, &accum, path, err))
         goto out;
     if (dim == 0 && tp == 1 && json_get(j, "sharding_dim")) {

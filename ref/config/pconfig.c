@@ -64,12 +64,12 @@ typedef struct {
 int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err) {
     const char *flag = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL;
     const int_flag_t ints[] = {
-        {"--world-size", &pc->world_size, 1, 4096, PC_GIVEN_WORLD},
-        {"--data-parallel-size", &pc->dp, 1, 4096, PC_GIVEN_DP},
-        {"--tensor-model-parallel-size", &pc->tp, 1, 4096, 0},
-        {"--pipeline-model-parallel-size", &pc->pp, 1, 4096, 0},
-        {"--context-parallel-size", &pc->cp, 1, 4096, 0},
-        {"--expert-model-parallel-size", &pc->ep, 1, 4096, 0},
+        {"--world-size", &pc->world_size, 1, PARITY_MAX_DEVICES, PC_GIVEN_WORLD},
+        {"--data-parallel-size", &pc->dp, 1, PARITY_MAX_DEVICES, PC_GIVEN_DP},
+        {"--tensor-model-parallel-size", &pc->tp, 1, PARITY_MAX_DEVICES, 0},
+        {"--pipeline-model-parallel-size", &pc->pp, 1, PARITY_MAX_DEVICES, 0},
+        {"--context-parallel-size", &pc->cp, 1, PARITY_MAX_DEVICES, 0},
+        {"--expert-model-parallel-size", &pc->ep, 1, PARITY_MAX_DEVICES, 0},
         {"--global-batch-size", &pc->global_batch, 1, INT_MAX, PC_GIVEN_GLOBAL},
         {"--micro-batch-size", &pc->micro_batch, 1, INT_MAX, PC_GIVEN_MICRO},
         {"--accum-degree", &pc->accum_degree, 1, INT_MAX, PC_GIVEN_ACCUM},
@@ -294,7 +294,7 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
     if (pc->sequence_parallel && pc->tp == 1)
         return perr_set(err, "sequence-parallel: needs tensor-model-parallel-size > 1 (it shards "
                              "the regions tensor parallelism replicates)");
-    /* degrees are <= 4096 each: their products in 64 bits, the world at most
+    /* degrees are <= PARITY_MAX_DEVICES each: their products in 64 bits, the world at most
      * PARITY_MAX_DEVICES simulated devices */
     const long long mp = (long long)pc->tp * pc->pp * pc->cp;
     if (mp > PARITY_MAX_DEVICES || (long long)(pc->dp ? pc->dp : 1) * mp > PARITY_MAX_DEVICES)

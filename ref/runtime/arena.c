@@ -38,8 +38,20 @@ struct arena {
     size_t total, total_high_water;
     header_t **live; /* live blocks, unordered */
     size_t nlive, cap_live;
-    char last_error[2048];
+    /* the last failure's report, allocated by the first failure: 2 KiB
+     * in every arena was 32 MiB of zeroed host memory at 16384 devices */
+    char *last_error;
+    int failed; /* an allocation failed (its report may have found no room) */
 };
+
+enum { LAST_ERROR_BYTES = 2048 };
+/* The report buffer of a failure, or NULL when the host cannot give
+ * even that (arena_last_error then says so). */
+static char *error_buffer(arena_t *a) {
+    a->failed = 1;
+    if (!a->last_error) a->last_error = malloc(LAST_ERROR_BYTES);
+    return a->last_error;
+}
 
 static const char *const cat_names[MEM_NCAT] = {
     "params", "grads", "optimizer", "activations", "comm", "workspace",
@@ -62,6 +74,7 @@ void arena_destroy(arena_t *a) {
     if (!a) return;
     for (size_t i = 0; i < a->nlive; i++) free(a->live[i]);
     free(a->live);
+    free(a->last_error);
     pthread_mutex_destroy(&a->mu);
     free(a);
 }
@@ -82,8 +95,9 @@ static void write_oom_report(arena_t *a, size_t bytes, mem_cat_t cat, const char
     fmt_bytes(req, sizeof req, bytes);
     fmt_bytes(capb, sizeof capb, a->capacity);
     fmt_bytes(useb, sizeof useb, a->total);
-    char *p = a->last_error;
-    size_t left = sizeof a->last_error;
+    char *p = error_buffer(a);
+    size_t left = LAST_ERROR_BYTES;
+    if (!p) return;
 #define EMIT(...)                                                    \
     do {                                                             \
         int k_ = snprintf(p, left, __VA_ARGS__);                     \
@@ -153,9 +167,10 @@ void *arena_alloc(arena_t *a, size_t bytes, mem_cat_t cat, const char *name) {
     pthread_mutex_unlock(&a->mu);
     return h + 1;
 host_oom:
-    snprintf(a->last_error, sizeof a->last_error,
-             "device %d: the host itself is out of memory allocating %zu bytes for '%s'",
-             a->device, bytes, name ? name : "?");
+    if (error_buffer(a))
+        snprintf(a->last_error, LAST_ERROR_BYTES,
+                 "device %d: the host itself is out of memory allocating %zu bytes for '%s'",
+                 a->device, bytes, name ? name : "?");
     pthread_mutex_unlock(&a->mu);
     return NULL;
 }
@@ -224,7 +239,10 @@ void arena_get_stats(const arena_t *a, arena_stats_t *out) {
     pthread_mutex_unlock(mu);
 }
 
-const char *arena_last_error(const arena_t *a) { return a->last_error; }
+const char *arena_last_error(const arena_t *a) {
+    if (a->last_error) return a->last_error;
+    return a->failed ? "an arena allocation failed, and the host had no memory for its report" : "";
+}
 
 void arena_print_report(const arena_t *a, FILE *f) {
     arena_stats_t s;

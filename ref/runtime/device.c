@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,21 @@ struct gate {
     pthread_cond_t cv;
     int open, abort;
 };
+
+/* A device thread's stack (address space; only touched pages are
+ * resident). glibc's default is RLIMIT_STACK, 8 MiB: 128 GiB of address
+ * space and commit charge at 16384 devices. Measured (NOTES-scale.md,
+ * smaps of a 4096-device gpt check): 81 KiB resident a device stack, of
+ * which 61 KiB is OpenBLAS's static TLS that glibc places (and zeroes) at
+ * the stack's top and 20 KiB the deepest call chain; the largest frames a
+ * device can reach are tables sized by PARITY_MAX_DEVICES (a rank layout
+ * and a rank list, 96 KiB at 16384). 1 MiB keeps several times that.
+ * Sanitizers multiply frames (ASan's redzones): they keep the default. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define DEVICE_STACK_BYTES ((size_t)0)
+#else
+#define DEVICE_STACK_BYTES ((size_t)1 << 20)
+#endif
 
 device_t *device_self(void) { return self; }
 
@@ -75,6 +91,58 @@ static int pin_devices(int world, cpu_set_t *allowed, int *first) {
     for (int cpu = 0; cpu < CPU_SETSIZE && cpu <= here; cpu++)
         if (CPU_ISSET(cpu, allowed)) *first = k++;
     return n;
+}
+
+/* The first number in a /proc file, or -1. */
+static long proc_long(const char *path) {
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1) v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+void host_limits_read(host_limits_t *h) {
+    h->maps = -1;
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (f) {
+        h->maps = 0;
+        for (int ch; (ch = fgetc(f)) != EOF;) h->maps += ch == '\n';
+        fclose(f);
+    }
+    h->max_maps = proc_long("/proc/sys/vm/max_map_count");
+    /* /proc/loadavg's 4th field is running/total scheduling entities */
+    long running;
+    h->threads = -1;
+    if ((f = fopen("/proc/loadavg", "r"))) {
+        if (fscanf(f, "%*s %*s %*s %ld/%ld", &running, &h->threads) != 2) h->threads = -1;
+        fclose(f);
+    }
+    h->pid_max = proc_long("/proc/sys/kernel/pid_max");
+    h->threads_max = proc_long("/proc/sys/kernel/threads-max");
+}
+
+int devices_check_limits(int world, const host_limits_t *h, perr_t *err) {
+    const long maps = h->maps + 2L * world + DEVICES_MAP_HEADROOM;
+    if (h->max_maps > 0 && h->maps >= 0 && maps > h->max_maps)
+        return perr_set(err,
+                        "devices_run: %d devices need about %ld memory mappings (2 a device "
+                        "thread's stack, %ld in use, %d headroom), more than vm.max_map_count = "
+                        "%ld (/proc/sys/vm/max_map_count); raise it or run fewer devices",
+                        world, maps, h->maps, DEVICES_MAP_HEADROOM, h->max_maps);
+    const struct { const char *name; long max; } lim[] = {
+        {"kernel.pid_max (/proc/sys/kernel/pid_max)", h->pid_max},
+        {"kernel.threads-max (/proc/sys/kernel/threads-max)", h->threads_max}};
+    for (size_t k = 0; k < sizeof lim / sizeof lim[0]; k++)
+        if (lim[k].max > 0 && h->threads >= 0 &&
+            h->threads + (long)world + DEVICES_THREAD_HEADROOM > lim[k].max)
+            return perr_set(err,
+                            "devices_run: %d device threads beside the %ld threads on this host "
+                            "(%d headroom) exceed %s = %ld; raise it or run fewer devices",
+                            world, h->threads, DEVICES_THREAD_HEADROOM, lim[k].name, lim[k].max);
+    return 0;
 }
 
 static void *device_thread(void *p) {
@@ -119,6 +187,12 @@ int devices_run(int world, size_t arena_capacity, device_main_fn fn, void *arg, 
         pthread_mutex_unlock(&run_mu);
         return -1;
     }
+    host_limits_t lim;
+    host_limits_read(&lim);
+    if (world > 1 && devices_check_limits(world, &lim, err) != 0) {
+        pthread_mutex_unlock(&run_mu);
+        return -1;
+    }
     if (step_run_begin(world, err) != 0) {
         pthread_mutex_unlock(&run_mu);
         return -1;
@@ -156,6 +230,7 @@ int devices_run(int world, size_t arena_capacity, device_main_fn fn, void *arg, 
     for (; started < world; started++) {
         pthread_attr_t attr;
         pthread_attr_init(&attr);
+        if (DEVICE_STACK_BYTES) pthread_attr_setstacksize(&attr, DEVICE_STACK_BYTES);
         if (ncpu) { /* device r on the (first + r)-th CPU we may use */
             cpu_set_t one;
             CPU_ZERO(&one);
