@@ -153,7 +153,7 @@ refuse "diff with one operand" "usage|two files" -- $P diff "$w/good.st"
 
 # --- degrees that cannot work: what must divide what (tensor parallelism)
 refuse "tp not dividing the heads (every linear row-parallel: equal pieces)" "tensor-model-parallel-size: 3 must divide the 8 attention heads" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 3 --tensor-parallel-row-linears
-refuse "tp beyond the heads" "16 must divide the 8 attention heads" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 16
+refuse "tp beyond the heads" "16 is more than the 8 blocks of whole attention heads" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 16
 refuse "tp splitting a vocabulary tile" "embedding.word_embeddings.weight: 2 tiles of 128 along axis 0 cannot give each of tp=4 ranks a whole tile" -- $P check --model gpt-small --steps 1 --tensor-model-parallel-size 4
 refuse "tp splitting an FFN tile" "dense_h_to_4h.weight: 2 tiles of 128 along axis 0 cannot give each of tp=4 ranks" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 4 --tile-ffn 128
 refuse "tp splitting a feature tile" "query_key_value.weight: 4 tiles of 48 along axis 0 cannot give each of tp=8 ranks" -- $P check --model gpt-tiny --steps 1 --tensor-model-parallel-size 8 --tile-features 16

@@ -180,7 +180,7 @@ col "no parallel" "parallel: not found" "BATCH_SIZE = 4"
 col "parallel twice" "parallel" $'parallel = dict(pipeline=2)\nparallel = dict(pipeline=4)'
 col "a function call" "c.py:1" "parallel = make(pipeline=2)"
 col "__import__" "c.py:1" "parallel = __import__('os')"
-col "a size 16 tensor (8 heads)" "parallel.tensor.size = tensor-model-parallel-size.*16 must divide the 8 attention heads" "parallel = dict(tensor=dict(size=16, mode='1d'))"
+col "a size 16 tensor (8 heads)" "parallel.tensor.size = tensor-model-parallel-size.*16 is more than the 8 blocks of whole attention heads" "parallel = dict(tensor=dict(size=16, mode='1d'))"
 col "the file and --pipeline-model-parallel-size" "parallel.pipeline: the layout also comes from --pipeline-model-parallel-size" "parallel = dict(pipeline=2)" --pipeline-model-parallel-size 2
 
 # --- bad NeMo options ------------------------------------------------------------

@@ -230,7 +230,7 @@ refuse_svg "collective: unknown flag" "--root" "$o" "$PARITY" svg collective bro
 refuse_svg "grid: unknown flag" "--bogus" "$o" "$PARITY" svg grid --bogus -o "$o"
 refuse_svg "grid: a run's flag" "--trace" "$o" "$PARITY" svg grid --trace "$tmp/x.json" -o "$o"
 refuse_svg "grid: --step-through (a run's flag)" "--step-through" "$o" "$PARITY" svg grid --data-parallel-size 2 --step-through=1 -o "$o"
-refuse_svg "grid: an invalid layout" "tensor-model-parallel-size" "$o" "$PARITY" svg grid --tensor-model-parallel-size 3 -o "$o"
+refuse_svg "grid: an invalid layout" "tensor-model-parallel-size" "$o" "$PARITY" svg grid --tensor-model-parallel-size 16 -o "$o"
 refuse_svg "grid: unknown model" "--model" "$o" "$PARITY" svg grid --model gpt-huge -o "$o"
 refuse_svg "grid: missing -o" "-o" "$o" "$PARITY" svg grid --data-parallel-size 2
 refuse_svg "grid: a flag twice" "--data-parallel-size" "$o" "$PARITY" svg grid --data-parallel-size 2 --data-parallel-size 2 -o "$o"

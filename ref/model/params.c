@@ -165,10 +165,15 @@ static int build(param_table_t *t, const model_config_t *c, const int sizes[GRID
     /* whole heads on every rank: in equal numbers, or in unequal numbers
      * of whole head blocks where the cuts allow it (param_head_unit) */
     const int hu = row_linears ? 0 : param_head_unit(c);
-    if (c->heads % tp && (!hu || c->heads % hu || c->heads / hu < tp))
+    if (c->heads % tp && (!hu || c->heads % hu || c->heads / hu < tp)) {
+        if (hu && c->heads % hu == 0 && !row_linears)
+            return perr_set(err, "tensor-model-parallel-size: %d is more than the %d blocks of whole "
+                                 "attention heads (%d heads, %d a block): every rank must hold one",
+                            tp, c->heads / hu, c->heads, hu);
         return perr_set(err, "tensor-model-parallel-size: %d must divide the %d attention heads "
-                             "(each rank holds whole heads)",
-                        tp, c->heads);
+                             "(each rank holds whole heads%s)",
+                        tp, c->heads, row_linears ? "; every-linear-row-parallel splits them equally" : "");
+    }
     /* model_config_validate bounds layers; a caller that skipped it must
      * not wrap the count */
     if (c->layers < 0 || c->layers > MODEL_MAX_LAYERS)
