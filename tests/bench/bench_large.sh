@@ -111,12 +111,12 @@ awk -v a="$t0" -v b="$t1" -v s="$steps_ms" 'BEGIN{printf "start-up and exit (the
 
 # ---- tensor parallelism on the same shape ----------------------------------------
 # tp 2: 393 vocabulary tiles each; tp 4: 197, 197, 196, 196 (uneven whole
-# tiles). Two steps each; the second is the steady one. The device threads
-# share this machine's cores, so tp > cores shows the cpu figure rising.
+# tiles). The layout run's step median over $STEPS steps (its summary line).
+# The device threads share this machine's cores: tp 4 on 2 cores waits.
 for tp in 2 4; do
-  if "$PARITY" train --model "$model" --steps 2 --backend openblas --tensor-model-parallel-size "$tp" >"$tmp/tp$tp" 2>&1; then
-    tw=$(sed -nE 's/^step +1 \|.*\| +([0-9.]+) ms$/\1/p' "$tmp/tp$tp")
-    awk -v t="$tp" -v w="$tw" -v g="$wall" 'BEGIN{printf "tp %d step (wall, step 1): %9.1f ms = %.2fx the golden step'"'"'s wall (%s ms)\n", t, w, g / w, g}'
+  if "$PARITY" train --model "$model" --steps "$STEPS" --backend openblas --tensor-model-parallel-size "$tp" >"$tmp/tp$tp" 2>&1 &&
+     tw=$(sed -nE 's/^summary: .*step median ([0-9.]+) ms.*/\1/p' "$tmp/tp$tp") && [ -n "$tw" ]; then
+    awk -v t="$tp" -v w="$tw" -v g="$wall" 'BEGIN{printf "tp %d step median (wall): %9.1f ms: %.2fx the golden step'"'"'s speed (%s ms)\n", t, w, g / w, g}'
   else
     echo "tp $tp run failed: $(tail -1 "$tmp/tp$tp")"
   fi
