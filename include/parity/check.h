@@ -107,6 +107,48 @@ int check_compare_classes(const st_writer_t *golden, const st_writer_t *got,
                           const check_owner_t *owner, unsigned classes, FILE *report,
                           check_result_t *res);
 
+/* The same comparison, one tensor at a time, for a run that keeps no
+ * dump (`parity check` without --dump/--digest): memory for the golden
+ * tensors' names and a few numbers each, never their elements.
+ *   check_stream_golden  every golden tensor's metadata, in golden order
+ *   check_stream_seal    after the last one (-1: out of memory)
+ *   check_stream_tensor  a layout tensor u (elements ld, writers src or
+ *                        NULL) against the golden one of its name (gd):
+ *                        coverage, then memcmp; others are ignored
+ *   check_stream_finish  the verdict and report of check_compare_classes,
+ *                        in execution order, whatever order they came in
+ * check_compare_classes is this stream over two writers. */
+typedef struct check_stream check_stream_t;
+check_stream_t *check_stream_new(unsigned classes); /* NULL: out of memory */
+void check_stream_free(check_stream_t *cs);
+int  check_stream_golden(check_stream_t *cs, const st_tensor_t *t);
+int  check_stream_seal(check_stream_t *cs);
+/* Whether a layout tensor of this name is compared (a golden one, of a
+ * class asked for). */
+int  check_stream_wants(check_stream_t *cs, const char *name);
+void check_stream_tensor(check_stream_t *cs, const void *gd, const st_tensor_t *u, const void *ld,
+                         const int32_t *src);
+int  check_stream_finish(check_stream_t *cs, const check_owner_t *owner, FILE *report,
+                         check_result_t *res);
+
+/* The golden run of a check spilled to disk, one safetensors file a step
+ * in a fresh $TMPDIR/parity-check-XXXXXX, removed by check_spill_free:
+ *   check_spill_add    a golden step's (or the init's) writer, saved
+ *   check_spill_seal   after the golden run
+ *   check_spill_sink   a dump_sink_fn (dump.h) for the layout run's dump:
+ *                      each tensor compared as it is made
+ *   check_spill_finish the verdict and report (check_stream_finish) */
+typedef struct check_spill check_spill_t;
+enum { CHECK_SPILL_INIT = -1, CHECK_SPILL_NONE = -2 }; /* steps are >= 0 */
+check_spill_t *check_spill_new(unsigned classes, perr_t *err);
+void check_spill_free(check_spill_t *sp);
+int  check_spill_add(check_spill_t *sp, int64_t step, const st_writer_t *w, perr_t *err);
+int  check_spill_seal(check_spill_t *sp, perr_t *err);
+int  check_spill_sink(void *ctx, const st_tensor_t *t, const void *data, const int32_t *who,
+                      perr_t *err);
+int  check_spill_finish(check_spill_t *sp, const check_owner_t *owner, FILE *report,
+                        check_result_t *res);
+
 /* The execution-order sort key of a dump tensor name (exposed for tests). */
 void check_exec_key(const char *name, long key[4]);
 

@@ -27,6 +27,7 @@
 
 #include "parity/error.h"
 #include "parity/model.h"
+#include "parity/safetensors.h"
 
 typedef struct dump dump_t;
 
@@ -73,6 +74,14 @@ void dump_set_sources(dump_t *d, const dump_sources_t *src);
 /* DUMP_SOURCES: the writer of each element of tensor number `index` (the
  * dump_writer's order), or NULL when not known (init.*, or no sources). */
 const int32_t *dump_sources_at(const dump_t *d, size_t index);
+/* A sink takes each tensor as it is made (t: name, dtype, shape; data;
+ * who: the writer of each element, or NULL), in place of keeping it: a
+ * check compares a step's tensors as they come and keeps none of them.
+ * The dump then saves, digests and keeps nothing. Non-zero stops the step
+ * with err set. */
+typedef int (*dump_sink_fn)(void *ctx, const st_tensor_t *t, const void *data, const int32_t *who,
+                            perr_t *err);
+void dump_set_sink(dump_t *d, dump_sink_fn sink, void *ctx);
 /* Tensors added so far. */
 int     dump_count(const dump_t *d);
 /* The collected tensors (a dump made with DUMP_TENSORS), for comparing two

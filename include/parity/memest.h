@@ -65,6 +65,12 @@ void memest_add_dump(memest_t *m, const model_config_t *cfg, unsigned what, int 
 /* The bytes of the tensors a DUMP_TENSORS dump of `steps` steps keeps
  * (tests compare it with a real dump). */
 size_t memest_dump_tensor_bytes(const model_config_t *cfg, int steps);
+/* A check that streams (check.h check_spill): the golden run alone (its
+ * model, one step's dump), then the layout run (m: its devices and
+ * engine buffers) with the collection's staging; the golden step it
+ * reads back is mapped, page cache, not counted. Adds to m so that its
+ * total is the larger of the two. */
+void memest_add_check_stream(memest_t *m, const memest_t *golden, const model_config_t *cfg);
 
 /* 0 when the run fits; else -1 with a message giving the estimate:
  *  - the largest device exceeds arena_bytes (0 = unlimited): the message

@@ -70,6 +70,10 @@ typedef struct st_file st_file_t;
 /* Reads the whole file and validates it (see above). NULL + message on
  * any error. */
 st_file_t *st_open(const char *path, perr_t *err);
+/* The same, with the data buffer mapped from the file (page cache the
+ * kernel can drop again, not the process's own memory): a check's
+ * spilled golden run. */
+st_file_t *st_open_mapped(const char *path, perr_t *err);
 void st_close(st_file_t *f);
 
 size_t st_count(const st_file_t *f);
@@ -111,6 +115,9 @@ int st_writer_set_metadata(st_writer_t *w, const char *key, const char *value, p
  * with spaces so that the data starts at a multiple of 8 bytes, as
  * Hugging Face's writer does. */
 int st_writer_save(const st_writer_t *w, const char *path, perr_t *err);
+/* A scratch file (a check's spilled golden run): written in place, with
+ * no temporary file, rename or fsync; the path must not exist. */
+int st_writer_save_scratch(const st_writer_t *w, const char *path, perr_t *err);
 void st_writer_free(st_writer_t *w);
 /* Reading back what was added, in insertion order, without a file: the
  * equivalence checker compares two runs' dumps in memory. */

@@ -192,15 +192,16 @@ static void print_unwritten(FILE *f, const st_tensor_t *t, uint64_t first, uint6
             (unsigned long long)count, (unsigned long long)st_numel(t));
 }
 
+/* wrote: the device that wrote element d->first (the dump's sources), -1
+ * when not known. */
 static void print_divergence(FILE *f, const st_tensor_t *t, const tensor_diff_t *d,
-                             const check_owner_t *owner, const int32_t *src) {
+                             const check_owner_t *owner, int wrote) {
     char va[96], vb[96], who_layout[512] = "", who_golden[512] = "";
     check_mesh_t m;
     tensor_format_value(t->dtype, d->first_a, va, sizeof va);
     tensor_format_value(t->dtype, d->first_b, vb, sizeof vb);
     if (owner && owner->describe)
         owner->describe(owner->ctx, t, d->first, who_layout, who_golden, sizeof who_layout);
-    const int wrote = src && src[d->first] >= 0 ? src[d->first] : -1;
     print_head(f, "", t, d->first, wrote, owner, &m);
     if (m.device[0]) {
         fprintf(f, "  produced by device %s\n", m.device);
@@ -260,67 +261,161 @@ int check_compare(const st_writer_t *golden, const st_writer_t *got, const check
     return check_compare_classes(golden, got, owner, CHECK_ALL, report, res);
 }
 
-int check_compare_classes(const st_writer_t *golden, const st_writer_t *got,
-                          const check_owner_t *owner, unsigned classes, FILE *report,
-                          check_result_t *res) {
+/* What the comparison of one golden tensor found: kept for every golden
+ * tensor (metadata and a few numbers, never its elements) so that the
+ * report can walk them in execution order after the fact, whichever
+ * order they were compared in (check_stream). */
+enum { SEEN_NOT = 0, SEEN_EXACT, SEEN_DIFF, SEEN_UNWRITTEN, SEEN_OTHER_LAYOUT };
+
+typedef struct {
+    st_tensor_t t;          /* the golden tensor's metadata; t.name is name */
+    char *name;
+    order_t ord;
+    int seen;               /* SEEN_* */
+    tensor_diff_t d;        /* SEEN_DIFF */
+    int wrote;              /* SEEN_DIFF: the device that wrote d.first, -1: not known */
+    uint64_t first_unwritten, unwritten; /* SEEN_UNWRITTEN */
+} entry_t;
+
+struct check_stream {
+    unsigned classes;
+    entry_t *e;
+    size_t n, cap;
+    entry_t **by_name; /* the entries sorted by name, built by check_stream_seal */
+};
+
+check_stream_t *check_stream_new(unsigned classes) {
+    check_stream_t *cs = calloc(1, sizeof *cs);
+    if (cs) cs->classes = classes;
+    return cs;
+}
+
+void check_stream_free(check_stream_t *cs) {
+    if (!cs) return;
+    for (size_t i = 0; i < cs->n; i++) free(cs->e[i].name);
+    free(cs->e);
+    free(cs->by_name);
+    free(cs);
+}
+
+int check_stream_golden(check_stream_t *cs, const st_tensor_t *t) {
+    if (cs->n == cs->cap) {
+        size_t cap = cs->cap ? 2 * cs->cap : 1024;
+        entry_t *grown = realloc(cs->e, cap * sizeof *grown);
+        if (!grown) return -1;
+        cs->e = grown, cs->cap = cap;
+    }
+    entry_t *e = &cs->e[cs->n];
+    memset(e, 0, sizeof *e);
+    if (!(e->name = strdup(t->name))) return -1;
+    e->t = *t;
+    e->t.name = e->name;
+    check_exec_key(e->name, e->ord.key);
+    e->ord.index = cs->n++;
+    return 0;
+}
+
+static int by_entry_name(const void *pa, const void *pb) {
+    return strcmp((*(entry_t *const *)pa)->name, (*(entry_t *const *)pb)->name);
+}
+
+int check_stream_seal(check_stream_t *cs) {
+    free(cs->by_name);
+    if (!(cs->by_name = malloc((cs->n ? cs->n : 1) * sizeof *cs->by_name))) return -1;
+    for (size_t i = 0; i < cs->n; i++) cs->by_name[i] = &cs->e[i];
+    qsort(cs->by_name, cs->n, sizeof *cs->by_name, by_entry_name);
+    return 0;
+}
+
+/* The golden entry named name, or NULL (binary search of by_name). */
+static entry_t *find_entry(check_stream_t *cs, const char *name) {
+    size_t lo = 0, hi = cs->by_name ? cs->n : 0;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(cs->by_name[mid]->name, name);
+        if (!c) return cs->by_name[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+
+int check_stream_wants(check_stream_t *cs, const char *name) {
+    entry_t *e = find_entry(cs, name);
+    return e && (check_class_of(name) & cs->classes);
+}
+
+void check_stream_tensor(check_stream_t *cs, const void *gd, const st_tensor_t *u, const void *ld,
+                         const int32_t *src) {
+    entry_t *e = find_entry(cs, u->name);
+    if (!e || !(check_class_of(e->name) & cs->classes)) return;
+    if (!same_layout(&e->t, u)) {
+        e->seen = SEEN_OTHER_LAYOUT;
+        return;
+    }
+    const uint64_t numel = st_numel(&e->t);
+    uint64_t unwritten = 0, first_unwritten = 0;
+    for (uint64_t k = 0; src && k < numel; k++) unwritten += src[k] < 0; /* vectorised */
+    while (unwritten && src[first_unwritten] >= 0) first_unwritten++;
+    if (unwritten) {
+        e->seen = SEEN_UNWRITTEN;
+        e->unwritten = unwritten, e->first_unwritten = first_unwritten;
+        return;
+    }
+    if (tensor_diff(e->t.dtype, numel, gd, ld, &e->d)) {
+        e->seen = SEEN_EXACT;
+        return;
+    }
+    e->seen = SEEN_DIFF;
+    e->wrote = src && src[e->d.first] >= 0 ? src[e->d.first] : -1;
+}
+
+int check_stream_finish(check_stream_t *cs, const check_owner_t *owner, FILE *report,
+                        check_result_t *res) {
     memset(res, 0, sizeof *res);
-    size_t n = st_writer_count(golden);
-    order_t *ord = malloc((n ? n : 1) * sizeof *ord);
+    order_t *ord = malloc((cs->n ? cs->n : 1) * sizeof *ord);
     if (!ord) {
         if (report) fputs("check: out of memory\n", report);
         return 1;
     }
-    st_tensor_t t;
-    for (size_t i = 0; i < n; i++) {
-        st_writer_tensor(golden, i, &t);
-        check_exec_key(t.name, ord[i].key);
-        ord[i].index = i;
-    }
-    qsort(ord, n, sizeof *ord, by_exec);
+    for (size_t i = 0; i < cs->n; i++) ord[i] = cs->e[i].ord;
+    qsort(ord, cs->n, sizeof *ord, by_exec);
     int bad = 0;
-    for (size_t k = 0; k < n; k++) {
-        const void *gd = st_writer_tensor(golden, ord[k].index, &t);
-        if (!(check_class_of(t.name) & classes)) {
+    for (size_t k = 0; k < cs->n; k++) {
+        const entry_t *e = &cs->e[ord[k].index];
+        const st_tensor_t *t = &e->t;
+        if (!(check_class_of(t->name) & cs->classes)) {
             res->skipped++;
             continue;
         }
         res->compared++;
-        long j = st_writer_find(got, t.name);
-        st_tensor_t u;
-        const void *ld = j >= 0 ? st_writer_tensor(got, (size_t)j, &u) : NULL;
-        if (!ld || !same_layout(&t, &u)) {
+        if (e->seen == SEEN_NOT || e->seen == SEEN_OTHER_LAYOUT) {
             res->missing++;
             if (!bad && report)
                 fprintf(report, "FIRST DIVERGENCE (execution order)\n  tensor      %s\n  %s\n",
-                        t.name, ld ? "has another dtype or shape in the layout run"
-                                   : "is missing from the layout run");
-            if (!bad) snprintf(res->first_bad, sizeof res->first_bad, "%s", t.name);
+                        t->name, e->seen ? "has another dtype or shape in the layout run"
+                                         : "is missing from the layout run");
+            if (!bad) snprintf(res->first_bad, sizeof res->first_bad, "%s", t->name);
             bad = 1;
             continue;
         }
-        tensor_diff_t d;
-        uint64_t numel = st_numel(&t);
-        const int32_t *src = sources_of(owner, j);
-        uint64_t unwritten = 0, first_unwritten = 0;
-        for (uint64_t e = 0; src && e < numel; e++) unwritten += src[e] < 0; /* vectorised */
-        while (unwritten && src[first_unwritten] >= 0) first_unwritten++;
-        if (unwritten) {
+        if (e->seen == SEEN_UNWRITTEN) {
             res->unwritten++;
-            if (!bad && report) print_unwritten(report, &t, first_unwritten, unwritten, owner);
-            if (!bad) snprintf(res->first_bad, sizeof res->first_bad, "%s", t.name);
+            if (!bad && report) print_unwritten(report, t, e->first_unwritten, e->unwritten, owner);
+            if (!bad) snprintf(res->first_bad, sizeof res->first_bad, "%s", t->name);
             bad = 1;
             continue;
         }
-        const check_replica_t *rep = replica_of(owner, t.name);
+        const check_replica_t *rep = replica_of(owner, t->name);
         res->replicas += rep != NULL;
-        if (tensor_diff(t.dtype, numel, gd, ld, &d)) {
+        if (e->seen == SEEN_EXACT) {
             res->exact++;
             if (!rep) continue;
-            if (!bad && report) print_replica_divergence(report, &t, rep, owner);
+            if (!bad && report) print_replica_divergence(report, t, rep, owner);
         } else if (!bad && report) {
-            print_divergence(report, &t, &d, owner, src);
+            print_divergence(report, t, &e->d, owner, e->wrote);
         }
-        if (!bad) snprintf(res->first_bad, sizeof res->first_bad, "%s", t.name);
+        if (!bad) snprintf(res->first_bad, sizeof res->first_bad, "%s", t->name);
         bad = 1;
     }
     if (bad && report)
@@ -328,5 +423,36 @@ int check_compare_classes(const st_writer_t *golden, const st_writer_t *got,
                         "disagree, %d with unwritten elements\n",
                 res->exact, res->compared, res->missing, res->replicas, res->unwritten);
     free(ord);
+    return bad;
+}
+
+/* The in-memory comparison: both runs' writers whole, through the same
+ * stream (the tensors in golden order; the report orders them itself). */
+int check_compare_classes(const st_writer_t *golden, const st_writer_t *got,
+                          const check_owner_t *owner, unsigned classes, FILE *report,
+                          check_result_t *res) {
+    check_stream_t *cs = check_stream_new(classes);
+    const size_t n = st_writer_count(golden);
+    st_tensor_t t, u;
+    int oom = !cs;
+    for (size_t i = 0; !oom && i < n; i++) {
+        st_writer_tensor(golden, i, &t);
+        oom = check_stream_golden(cs, &t) != 0;
+    }
+    if (oom || check_stream_seal(cs)) {
+        check_stream_free(cs);
+        memset(res, 0, sizeof *res);
+        if (report) fputs("check: out of memory\n", report);
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const void *gd = st_writer_tensor(golden, i, &t);
+        long j = st_writer_find(got, t.name);
+        if (j < 0) continue;
+        const void *ld = st_writer_tensor(got, (size_t)j, &u);
+        check_stream_tensor(cs, gd, &u, ld, sources_of(owner, j));
+    }
+    int bad = check_stream_finish(cs, owner, report, res);
+    check_stream_free(cs);
     return bad;
 }

@@ -137,7 +137,13 @@ static int cmp_ms(const void *a, const void *b) {
 static int estimate(const layout_job_t *job, int check, memest_t *m, perr_t *err) {
     const run_output_t *o = &job->out;
     if (memest_layout(job->cfg, &job->lo->pc, m, err)) return layout_opts_blame(job->lo, err);
-    if (check) {
+    if (check == 2) { /* a check whose golden run is spilled to disk */
+        memest_t golden;
+        if (memest_layout(job->cfg, NULL, &golden, err)) return -1;
+        memest_add_check_stream(m, &golden, job->cfg);
+        run_output_t no_dump = {.steps = o->steps}; /* the checkpoint read, if any */
+        run_output_memest(&no_dump, job->cfg, job->resume != NULL, m);
+    } else if (check) {
         memest_t golden;
         if (memest_layout(job->cfg, NULL, &golden, err)) return -1;
         m->host_shared += golden.all_devices + golden.host_shared;
@@ -267,18 +273,26 @@ int layout_train(const layout_job_t *job) {
  * every step dumped; with --load it starts from the checkpoint. A run
  * that goes non-finite still runs every step: the checker compares both
  * runs' bits, and says that they are NaN or inf (*bad: its first such
- * step, or -1). */
-static int check_golden(const layout_job_t *job, gpt_t *g, dump_t *golden, int64_t *bad,
-                        const char **what, perr_t *err) {
+ * step, or -1). With sp, each step (and the init) goes to a dump of its
+ * own, spilled to disk, so that one step at a time is in memory; else
+ * all of them to golden. */
+static int check_golden(const layout_job_t *job, gpt_t *g, dump_t *golden, check_spill_t *sp,
+                        int64_t *bad, const char **what, perr_t *err) {
     if (job->resume) ckpt_state_to_gpt(job->resume, g);
-    if (dump_add_init(golden, g, err)) return -1;
     *bad = -1;
-    for (int64_t s = job->out.first; s < job->out.first + job->out.steps; s++) {
+    const int64_t first = job->out.first;
+    for (int64_t s = first - 1; s < first + job->out.steps; s++) { /* first - 1: the init */
+        dump_t *d = sp ? run_output_new_dump(job->cfg, DUMP_TENSORS) : golden;
+        if (!d) return perr_set(err, "golden dump: out of memory");
         gpt_step_stats_t st;
-        if (run_golden_step(g, job->data, s, golden, &st, err)) return -1;
-        if (*bad < 0 && (*what = step_not_finite(&st))) *bad = s;
+        int rc = s < first ? dump_add_init(d, g, err)
+                           : run_golden_step(g, job->data, s, d, &st, err);
+        if (!rc && sp) rc = check_spill_add(sp, s < first ? CHECK_SPILL_INIT : s, dump_writer(d), err);
+        if (sp) dump_free(d);
+        if (rc) return -1;
+        if (s >= first && *bad < 0 && (*what = step_not_finite(&st))) *bad = s;
     }
-    return 0;
+    return sp ? check_spill_seal(sp, err) : 0;
 }
 
 /* The verdict's table and what went non-finite: 0 bit-exact, else 1. */
@@ -312,12 +326,13 @@ static int check_verdict(const layout_job_t *job, int mismatch, const check_resu
     return mismatch ? 1 : 0;
 }
 
-/* The layout run of a check, every step dumped, and the comparison:
- * 0 or 1 (check_verdict), 2 after a message when out of memory, or -1
- * with err set. */
+/* The layout run of a check, every step dumped, and the comparison
+ * (against sp's files as each tensor is made when sp, else against
+ * golden at the end): 0 or 1 (check_verdict), 2 after a message when out
+ * of memory, or -1 with err set. */
 static int check_layout_run(const layout_job_t *job, const engine_placement_t *pl, dump_t *golden,
-                            dump_t *layout, int64_t golden_bad, const char *golden_what,
-                            perr_t *err) {
+                            check_spill_t *sp, dump_t *layout, int64_t golden_bad,
+                            const char *golden_what, perr_t *err) {
     const run_output_t *o = &job->out;
     engine_run_t run = {0};
     check_layout_t cl = {0};
@@ -343,8 +358,9 @@ static int check_layout_run(const layout_job_t *job, const engine_placement_t *p
         goto out;
     }
     check_result_t res;
-    int mismatch = check_compare_classes(dump_writer(golden), dump_writer(layout), &owner,
-                                         job->compare, stdout, &res);
+    int mismatch = sp ? check_spill_finish(sp, &owner, stdout, &res)
+                      : check_compare_classes(dump_writer(golden), dump_writer(layout), &owner,
+                                              job->compare, stdout, &res);
     rc = check_verdict(job, mismatch, &res, golden_bad, golden_what, layout_bad, layout_what);
 out:
     free(all);
@@ -358,29 +374,43 @@ int layout_check(const layout_job_t *job) {
     perr_t err;
     memest_t mem;
     engine_placement_t pl;
-    if (estimate(job, 1, &mem, &err) || engine_placement_init(&pl, job->cfg, &job->lo->pc, &err)) {
+    /* without --dump / --digest neither run's tensors stay in memory:
+     * the golden run goes to disk and the layout's are compared as made */
+    const int stream = !job->out.dump_path && !job->out.digest_path;
+    if (estimate(job, stream ? 2 : 1, &mem, &err) ||
+        engine_placement_init(&pl, job->cfg, &job->lo->pc, &err)) {
         fprintf(stderr, "parity check: %s\n", err.msg);
         return 2;
     }
     /* --dump / --digest: the layout run's reassembled tensors, written
      * whether or not they match (a mismatch is when one wants them) */
-    dump_t *golden = run_output_new_dump(job->cfg, DUMP_TENSORS),
+    dump_t *golden = stream ? NULL : run_output_new_dump(job->cfg, DUMP_TENSORS),
            *layout = run_output_new_dump(job->cfg, DUMP_TENSORS | DUMP_SOURCES |
                                                        (job->out.digest_path ? DUMP_DIGESTS : 0u));
+    check_spill_t *sp = NULL;
     gpt_t *g = NULL;
     int rc = 2;
     int64_t golden_bad = -1;
     const char *golden_what = NULL;
-    if (!golden || !layout || gpt_new(&g, job->cfg, &err)) {
+    if ((!stream && !golden) || !layout || gpt_new(&g, job->cfg, &err)) {
         fputs("parity check: out of memory\n", stderr);
-    } else if (check_golden(job, g, golden, &golden_bad, &golden_what, &err) ||
-               (rc = check_layout_run(job, &pl, golden, layout, golden_bad, golden_what, &err)) < 0) {
+    } else if ((stream && !(sp = check_spill_new(job->compare, &err))) ||
+               check_golden(job, g, golden, sp, &golden_bad, &golden_what, &err)) {
         fprintf(stderr, "parity check: %s\n", err.msg);
-        rc = 2;
-    } else if (rc < 2) {
-        int w = run_output_finish(&job->out, layout, "layout dump", NULL);
-        if (w) rc = w;
+    } else {
+        gpt_free(g); /* the layout run has its own devices */
+        g = NULL;
+        if (sp) dump_set_sink(layout, check_spill_sink, sp);
+        rc = check_layout_run(job, &pl, golden, sp, layout, golden_bad, golden_what, &err);
+        if (rc < 0) {
+            fprintf(stderr, "parity check: %s\n", err.msg);
+            rc = 2;
+        } else if (rc < 2) {
+            int w = run_output_finish(&job->out, layout, "layout dump", NULL);
+            if (w) rc = w;
+        }
     }
+    check_spill_free(sp);
     gpt_free(g);
     dump_free(golden);
     dump_free(layout);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "parity/fileio.h"
@@ -100,6 +101,8 @@ struct st_file {
     uint8_t *data;         /* the data buffer, its own aligned block */
     uint64_t data_len;
     uint64_t header_len;
+    void *map;             /* st_open_mapped: the whole file, mapped read-only */
+    size_t map_len;
 };
 
 void st_close(st_file_t *f) {
@@ -113,7 +116,8 @@ void st_close(st_file_t *f) {
     free(f->by_name);
     free(f->meta_keys);
     free(f->meta_vals);
-    free(f->data);
+    if (f->map) munmap(f->map, f->map_len);
+    else free(f->data);
     free(f->path);
     free(f);
 }
@@ -393,7 +397,7 @@ static int open_header(st_file_t *f, FILE *fp, json_t **root, perr_t *err) {
  * offset; check_coverage then requires them to tile it). A file larger
  * or smaller than 8 + header + that is refused before a data byte is
  * read, so a huge or sparse file costs neither time nor memory. */
-static int read_data(st_file_t *f, FILE *fp, perr_t *err) {
+static int read_data(st_file_t *f, FILE *fp, int mapped, perr_t *err) {
     uint64_t declared = 0;
     for (size_t i = 0; i < f->n; i++)
         if (f->tensors[i].end > declared) declared = f->tensors[i].end;
@@ -405,6 +409,15 @@ static int read_data(st_file_t *f, FILE *fp, perr_t *err) {
                         (unsigned long long)f->header_len, (unsigned long long)declared,
                         (unsigned long long)(8 + f->header_len + declared));
     if (check_coverage(f, err)) return -1;
+    if (mapped) { /* page cache: the kernel may drop the pages again */
+        f->map_len = (size_t)(8 + f->header_len + f->data_len);
+        void *m = mmap(NULL, f->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE /* copy on write: the byte swap of a big-endian host */, fileno(fp), 0);
+        if (m == MAP_FAILED)
+            return perr_set(err, "%s: cannot map the file: %s", f->path, strerror(errno));
+        f->map = m;
+        f->data = (uint8_t *)m + 8 + f->header_len;
+        return 0;
+    }
     f->data = malloc(f->data_len ? (size_t)f->data_len : 1);
     if (!f->data)
         return perr_set(err, "%s: out of memory for a %llu-byte data buffer", f->path,
@@ -415,7 +428,7 @@ static int read_data(st_file_t *f, FILE *fp, perr_t *err) {
     return 0;
 }
 
-st_file_t *st_open(const char *path, perr_t *err) {
+static st_file_t *open_file(const char *path, int mapped, perr_t *err) {
     if (!path) {
         perr_set(err, "st_open: path is NULL");
         return NULL;
@@ -453,7 +466,7 @@ st_file_t *st_open(const char *path, perr_t *err) {
     }
     json_free(root);
     root = NULL;
-    if (read_data(f, fp, err) || build_name_index(f, err)) goto fail;
+    if (read_data(f, fp, mapped, err) || build_name_index(f, err)) goto fail;
     fclose(fp);
     fp = NULL;
 #if ST_HOST_BIG_ENDIAN
@@ -468,6 +481,10 @@ fail:
     st_close(f);
     return NULL;
 }
+
+st_file_t *st_open(const char *path, perr_t *err) { return open_file(path, 0, err); }
+
+st_file_t *st_open_mapped(const char *path, perr_t *err) { return open_file(path, 1, err); }
 
 /* ---- writer ------------------------------------------------------------ */
 
@@ -710,8 +727,10 @@ static char *build_header(const st_writer_t *w, size_t *len) {
     return buf;
 }
 
-int st_writer_save(const st_writer_t *w, const char *path, perr_t *err) {
-    if (!w || !path) return perr_set(err, "st_writer_save: NULL writer or path");
+/* The file's bytes to f: 1 when every write succeeded (the stream's
+ * error flag says the rest). *err set only for a header over the limit
+ * or out of memory (-1). */
+static int write_file(const st_writer_t *w, FILE *f, const char *path, perr_t *err) {
     size_t hlen;
     char *hdr = build_header(w, &hlen);
     if (!hdr) return perr_set(err, "%s: out of memory building the header", path);
@@ -720,17 +739,38 @@ int st_writer_save(const st_writer_t *w, const char *path, perr_t *err) {
         return perr_set(err, "%s: header would be %zu bytes, over the format's limit of %llu", path, hlen,
                         ST_MAX_HEADER);
     }
-    /* all or nothing: a temporary file renamed over the target (fileio.h) */
-    pio_out_t out;
-    if (pio_out_open(&out, path, "safetensors file", err)) {
-        free(hdr);
-        return -1;
-    }
     uint8_t len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
-    int ok = fwrite(len8, 1, 8, out.f) == 8 && fwrite(hdr, 1, hlen, out.f) == hlen;
+    int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(hdr, 1, hlen, f) == hlen;
     for (size_t i = 0; ok && i < w->n; i++)
-        ok = w->e[i].nbytes == 0 || fwrite(w->e[i].data, 1, (size_t)w->e[i].nbytes, out.f) == w->e[i].nbytes;
+        ok = w->e[i].nbytes == 0 || fwrite(w->e[i].data, 1, (size_t)w->e[i].nbytes, f) == w->e[i].nbytes;
     free(hdr);
+    return ok;
+}
+
+int st_writer_save(const st_writer_t *w, const char *path, perr_t *err) {
+    if (!w || !path) return perr_set(err, "st_writer_save: NULL writer or path");
+    /* all or nothing: a temporary file renamed over the target (fileio.h) */
+    pio_out_t out;
+    if (pio_out_open(&out, path, "safetensors file", err)) return -1;
+    if (write_file(w, out.f, path, err) < 0) {
+        pio_out_abort(&out);
+        return -1;
+    }
     return pio_out_commit(&out, err); /* sees the stream's error flag */
+}
+
+int st_writer_save_scratch(const st_writer_t *w, const char *path, perr_t *err) {
+    if (!w || !path) return perr_set(err, "st_writer_save_scratch: NULL writer or path");
+    FILE *f = fopen(path, "wbx");
+    if (!f) return perr_set(err, "%s: cannot create: %s", path, strerror(errno));
+    int ok = write_file(w, f, path, err);
+    if (ok < 0) {
+        fclose(f);
+        return -1;
+    }
+    ok = ok && !ferror(f);
+    int e = errno;
+    if (fclose(f) && ok) ok = 0, e = errno;
+    return ok ? 0 : perr_set(err, "%s: write failed: %s", path, e ? strerror(e) : "I/O error");
 }

@@ -48,6 +48,8 @@ struct dump {
     dump_sources_t next;         /* for the parameter-shaped tensors of dump_end_step */
     int have_grads;
     size_t total;
+    dump_sink_fn sink;           /* dump_set_sink: tensors go there, not into w */
+    void *sink_ctx;
 };
 
 /* Keeps a copy of the writers of tensor number `index` (DUMP_SOURCES). */
@@ -74,6 +76,11 @@ static int emit(dump_t *d, const char *name, st_dtype_t dt, int ndim, const int6
     for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
     bytes *= n;
     const int index = d->n_tensors++;
+    if (d->sink) {
+        st_tensor_t t = {.name = name, .dtype = dt, .ndim = ndim};
+        for (int i = 0; i < ndim; i++) t.shape[i] = shape[i];
+        return d->sink(d->sink_ctx, &t, data, who, err);
+    }
     if (d->keep_file && st_writer_add(d->w, name, dt, ndim, shape, data, err)) return -1;
     if (d->keep_sources && who && keep_sources(d, index, who, n, err)) return -1;
     if (!d->want_digests) return 0; /* hashing is most of a dump's cost */
@@ -305,6 +312,11 @@ void dump_set_writer(dump_t *d, int device) { d->writer = device; }
 const dump_replica_t *dump_replica_diffs(const dump_t *d, int *n) {
     *n = d->n_diffs;
     return d->diffs;
+}
+
+void dump_set_sink(dump_t *d, dump_sink_fn sink, void *ctx) {
+    d->sink = sink;
+    d->sink_ctx = ctx;
 }
 
 void dump_set_sources(dump_t *d, const dump_sources_t *src) {

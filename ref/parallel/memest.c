@@ -79,6 +79,19 @@ void memest_add_dump(memest_t *m, const model_config_t *cfg, unsigned what, int 
         m->host_shared += 4 * (batch_bytes(cfg) + memest_dump_tensor_bytes(cfg, steps));
 }
 
+void memest_add_check_stream(memest_t *m, const memest_t *golden, const model_config_t *cfg) {
+    /* the collection's staging (batch tensors, a gradient copy) and the
+     * int32 writer of each staged element (4 bytes a byte: masks are U8) */
+    const size_t staging = 5 * batch_bytes(cfg) + param_bytes(cfg);
+    /* the layout run: its devices (m) and staging; the golden step it
+     * reads is mapped (page cache the kernel can drop), not counted */
+    const size_t layout = m->all_devices + m->host_shared + staging;
+    /* the golden run before it: its model, one step's dump and staging */
+    const size_t gold = golden->all_devices + golden->host_shared + batch_bytes(cfg) +
+                        param_bytes(cfg) + memest_dump_tensor_bytes(cfg, 1);
+    m->host_shared += staging + (gold > layout ? gold - layout : 0);
+}
+
 /* PARITY_MEM_AVAILABLE_MB as MB; -1 when unset or empty, -2 when not valid. */
 static double env_mb(const char **raw) {
     const char *env = getenv("PARITY_MEM_AVAILABLE_MB");
