@@ -41,6 +41,10 @@ typedef struct {
     size_t *slow_idx;     /* [cap] elements that need the superaccumulator */
     xacc_t *slow;         /* [slow_cap] their accumulators */
     size_t slow_cap;
+    unsigned char *bad;   /* [bad_cap] register blocks tile_vec_ksum could not certify */
+    size_t bad_cap;
+    float *apack;         /* [apack_cap] A packed for tile_vec_ksum */
+    size_t apack_cap;
 } contract_ws_t;
 
 void contract_ws_init(contract_ws_t *ws);

@@ -56,7 +56,7 @@ typedef enum { TILE_BACKEND_OPENBLAS = 0, TILE_BACKEND_PORTABLE = 1 } tile_backe
  *     with different leading dimensions and alignments must give the same
  *     bits, for NN, NT and TN;
  *   - selects the backend from the environment variable PARITY_BACKEND:
- *     "openblas" (the default when unset or empty) or "portable".
+ *     "portable" (the default when unset or empty) or "openblas".
  * Fails (returns -1, message in err) on an unknown PARITY_BACKEND value, or
  * when PARITY_BACKEND selects openblas and one of the OpenBLAS checks fails;
  * the message then suggests PARITY_BACKEND=portable. When portable is
@@ -131,8 +131,10 @@ void tile_wide_counts(int *wide, int *narrow);
  * back. That is checked like tile_gemm_tiles, on random data, the first
  * time each (form, tm, tn, K, M, N) is used. Returns 0 when done; -1,
  * with C untouched, where the check failed, for blocks above the check's
- * size, and always on the portable backend: the caller then folds the
- * partials itself. What fp32 addition does unlike the fold is the
+ * size, and on the portable backend without its vector kernel
+ * (tile_vec_available() 0, or K > TILE_VEC_ADD_MAX_K): the caller then
+ * folds the partials itself. The portable backend's vector kernel needs
+ * no check: its order forms each whole partial before the one addition. What fp32 addition does unlike the fold is the
  * caller's to mend: -0 + -0 is -0 (an exact zero sum is +0), and
  * infinities and NaNs follow the hardware's rules, not the
  * superaccumulator's. Thread-safe like tile_gemm_tiles. */
@@ -152,6 +154,38 @@ void tile_portable_nt(int M, int N, int K, const float *A, int lda, const float 
                       float *C, int ldc);
 void tile_portable_tn(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                       float *C, int ldc);
+
+/* The portable backend's order, eight lanes wide (tile_vec.c): the same
+ * bits as tile_portable_<form> on every shape and input, at about
+ * OpenBLAS's speed where the CPU has separate multiply and add pipes.
+ * tile_vec_available() is 1 where this CPU and build run it (x86-64 with
+ * AVX2); the portable backend then uses it for every call. With add = 0,
+ * C = the product (as tile_portable_<form>); with add = 1, C = C + the
+ * product, one fp32 addition per element of the whole partial (the exact
+ * sum of the two, rounded once), which needs K <= TILE_VEC_ADD_MAX_K.
+ * Fatal where tile_vec_available() is 0. Needs no tile_init. */
+enum { TILE_VEC_ADD_MAX_K = 512 };
+int tile_vec_available(void);
+void tile_vec_gemm(tile_form_t form, int M, int N, int K, const float *A, int lda,
+                   const float *B, int ldb, float *C, int ldc, int add);
+
+/* The exact sums over K tiles of a block, in the vector kernel: for every
+ * element of C[M,N], the K/tk K-tile partials (each the portable order
+ * over its tk values of k, as tile_gemm_<form>(.., tk, ..) gives it)
+ * added in fp64, every addition checked exact by its TwoSum error (as
+ * fold.h). S[i*lds + j] = the sum; out[i*ldo + j] = (float) of it too
+ * when out is not NULL. bad[(i / TILE_VEC_MR) * ceil(N / TILE_VEC_NR) +
+ * j / TILE_VEC_NR] = 1 where some addition in that register block was
+ * not exact, or met an infinity or a NaN: those sums (and outputs) are
+ * not the exact ones and must be recomputed; 0 elsewhere. work holds
+ * tile_vec_ksum_work(M, tk) floats (A packed for the kernel). K a
+ * positive multiple of tk. Returns 0; -1 with nothing written where tk
+ * is above TILE_VEC_ADD_MAX_K or tile_vec_available() is 0. */
+enum { TILE_VEC_MR = 6, TILE_VEC_NR = 16 };
+int tile_vec_ksum(tile_form_t form, int M, int N, int K, int tk, const float *A, int lda,
+                  const float *B, int ldb, double *S, int lds, float *out, int ldo,
+                  unsigned char *bad, float *work);
+size_t tile_vec_ksum_work(int M, int tk);
 
 /* The largest |c_openblas - c_portable| the bound above allows for one
  * element, given K and S = sum_k |a_ik||b_kj| (computed in fp64). */

@@ -38,11 +38,12 @@
 static void usage(FILE *f) {
     fputs(
         "usage: parity train [options]\n"
-        "  --model NAME|FILE.json   built-in model (gpt-micro, gpt-tiny, gpt-small) or a JSON\n"
-        "                           config file (the \"config\" a dump stores); default gpt-tiny\n"
+        "  --model NAME|FILE.json   built-in model (gpt-micro, gpt-tiny, gpt-small, gpt-124m)\n"
+        "                           or a JSON config file (the \"config\" a dump stores);\n"
+        "                           default gpt-tiny\n"
         "  --steps N                training steps (default 10)\n"
-        "  --backend B              tile backend: openblas or portable (default: $PARITY_BACKEND,\n"
-        "                           else openblas)\n"
+        "  --backend B              tile backend: portable or openblas (default: $PARITY_BACKEND,\n"
+        "                           else portable: golden/'s bits on any machine)\n"
         "  --data FILE              training text (default ref/data/corpus.txt)\n"
         "  --dump FILE              write a .safetensors dump (see include/parity/dump.h)\n"
         "  --dump-steps LIST        steps to dump, e.g. 0,1,2 (default: all when --steps <= 3,\n"

@@ -39,19 +39,21 @@ const char *tile_backend_name(tile_backend_t b) {
     return "unknown";
 }
 
-/* PARITY_BACKEND unset or empty means the default, openblas. */
+/* PARITY_BACKEND unset or empty means the default, portable: the same
+ * bits on every machine (golden/'s), and on CPUs with AVX2 the vector
+ * kernel (tile_vec.c) at about OpenBLAS's speed. */
 static int parse_backend_env(tile_backend_t *out, perr_t *err) {
     const char *v = getenv("PARITY_BACKEND");
-    if (v == NULL || v[0] == '\0' || strcmp(v, "openblas") == 0) {
-        *out = TILE_BACKEND_OPENBLAS;
-        return 0;
-    }
-    if (strcmp(v, "portable") == 0) {
+    if (v == NULL || v[0] == '\0' || strcmp(v, "portable") == 0) {
         *out = TILE_BACKEND_PORTABLE;
         return 0;
     }
+    if (strcmp(v, "openblas") == 0) {
+        *out = TILE_BACKEND_OPENBLAS;
+        return 0;
+    }
     return perr_set(err, "PARITY_BACKEND=\"%.100s\" is not a tile backend; expected "
-                         "\"openblas\" (the default) or \"portable\"", v);
+                         "\"portable\" (the default) or \"openblas\"", v);
 }
 
 /* ---- OpenBLAS backend ------------------------------------------------------ */
@@ -307,37 +309,37 @@ int tile_select_backend_from_env(perr_t *err) {
 
 /* ---- dispatch -------------------------------------------------------------- */
 
-static tile_backend_t current(const char *fn) {
+/* One tile call on the selected backend. The portable backend runs its
+ * eight-lane kernel where this CPU has one (tile_vec.c: the same bits). */
+static void dispatch(tile_form_t form, const char *fn, int M, int N, int K, const float *A,
+                     int lda, const float *B, int ldb, float *C, int ldc) {
     require_ready(fn);
-    return tile_get_backend();
+    const int portable = tile_get_backend() == TILE_BACKEND_PORTABLE;
+    if (portable && !tile_vec_available()) {
+        gemm_fn *const loop[] = {tile_portable_nn, tile_portable_nt, tile_portable_tn};
+        loop[form](M, N, K, A, lda, B, ldb, C, ldc);
+        return;
+    }
+    tile_check_args(fn, M, N, K, A, lda, form == TILE_TN ? M : K, B, ldb,
+                    form == TILE_NT ? K : N, C, ldc);
+    if (portable)
+        tile_vec_gemm(form, M, N, K, A, lda, B, ldb, C, ldc, 0);
+    else
+        blas_gemm(form == TILE_TN ? CblasTrans : CblasNoTrans,
+                  form == TILE_NT ? CblasTrans : CblasNoTrans, M, N, K, A, lda, B, ldb, C, ldc);
 }
 
 void tile_gemm_nn(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                   float *C, int ldc) {
-    if (current("tile_gemm_nn") == TILE_BACKEND_PORTABLE) {
-        tile_portable_nn(M, N, K, A, lda, B, ldb, C, ldc);
-        return;
-    }
-    tile_check_args("tile_gemm_nn", M, N, K, A, lda, K, B, ldb, N, C, ldc);
-    blas_gemm(CblasNoTrans, CblasNoTrans, M, N, K, A, lda, B, ldb, C, ldc);
+    dispatch(TILE_NN, "tile_gemm_nn", M, N, K, A, lda, B, ldb, C, ldc);
 }
 
 void tile_gemm_nt(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                   float *C, int ldc) {
-    if (current("tile_gemm_nt") == TILE_BACKEND_PORTABLE) {
-        tile_portable_nt(M, N, K, A, lda, B, ldb, C, ldc);
-        return;
-    }
-    tile_check_args("tile_gemm_nt", M, N, K, A, lda, K, B, ldb, K, C, ldc);
-    blas_gemm(CblasNoTrans, CblasTrans, M, N, K, A, lda, B, ldb, C, ldc);
+    dispatch(TILE_NT, "tile_gemm_nt", M, N, K, A, lda, B, ldb, C, ldc);
 }
 
 void tile_gemm_tn(int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                   float *C, int ldc) {
-    if (current("tile_gemm_tn") == TILE_BACKEND_PORTABLE) {
-        tile_portable_tn(M, N, K, A, lda, B, ldb, C, ldc);
-        return;
-    }
-    tile_check_args("tile_gemm_tn", M, N, K, A, lda, M, B, ldb, N, C, ldc);
-    blas_gemm(CblasTrans, CblasNoTrans, M, N, K, A, lda, B, ldb, C, ldc);
+    dispatch(TILE_TN, "tile_gemm_tn", M, N, K, A, lda, B, ldb, C, ldc);
 }

@@ -165,7 +165,14 @@ int tile_gemm_tiles_pair(tile_form_t form, int tm, int tn, int M, int N, int K,
                          const float *B1, int ldb, float *C, int ldc) {
     check_block("tile_gemm_tiles_pair", tm, tn, M, N);
     if (M == 0 || N == 0) return 0;
-    if (tile_get_backend() == TILE_BACKEND_PORTABLE || K == 0 ||
+    if (tile_get_backend() == TILE_BACKEND_PORTABLE) {
+        /* the portable order forms each whole partial before the add */
+        if (!tile_vec_available() || K == 0 || K > TILE_VEC_ADD_MAX_K) return -1;
+        tile_vec_gemm(form, M, N, K, A0, lda, B0, ldb, C, ldc, 0);
+        tile_vec_gemm(form, M, N, K, A1, lda, B1, ldb, C, ldc, 1);
+        return 0;
+    }
+    if (K == 0 ||
         (size_t)M * (size_t)N > WIDE_MAX_ELEMS || !shape_ok(CHECK_PAIR, form, tm, tn, M, N, K))
         return -1;
     gemm_form(form, M, N, K, A0, lda, B0, ldb, C, ldc);

@@ -53,6 +53,8 @@ void contract_ws_free(contract_ws_t *ws) {
     free(ws->err);
     free(ws->slow);
     free(ws->slow_idx);
+    free(ws->bad);
+    free(ws->apack);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -155,6 +157,15 @@ static int block_elems(void) {
 
 static void block_shape(int M, int N, int tm, int tn, int *h, int *w) {
     const int elems = block_elems();
+    if (tile_get_backend() == TILE_BACKEND_PORTABLE && tile_vec_available()) {
+        /* tall first: each 16-column panel of B is packed once per block
+         * and used by h/6 register blocks */
+        *w = tn;
+        int rows = elems / (tm * tn);
+        if (rows < 1) rows = 1;
+        *h = rows * tm < M ? rows * tm : M;
+        return;
+    }
     int tiles = elems / (tm * tn);
     if (tiles < 1) tiles = 1;
     *w = tiles * tn < N ? tiles * tn : N;
@@ -203,6 +214,42 @@ static size_t block_sums(const job_t *j, int i0, int j0, int h, int w, float *ou
             if (all || ws->err[(size_t)r * gw + g] != 0.0) /* an inexact addition, inf, NaN */
                 for (int c = g * FOLD_BLOCK; c < w && c < (g + 1) * FOLD_BLOCK; c++)
                     ws->slow_idx[n_slow++] = (size_t)r * w + c;
+    return n_slow;
+}
+
+/* Whether the block sums take the portable backend's vector kernel
+ * (tile_vec_ksum), which folds each K tile's partial as it is formed. */
+static int vec_sums(const job_t *j) {
+    return tile_get_backend() == TILE_BACKEND_PORTABLE && tile_vec_available() &&
+           xacc_fast_path_enabled() && j->tk <= TILE_VEC_ADD_MAX_K;
+}
+
+/* block_sums by tile_vec_ksum: the same sums (and outputs), the elements
+ * of register blocks it could not certify listed in slow_idx. */
+static size_t block_sums_vec(const job_t *j, int i0, int j0, int h, int w, float *out, int ldo,
+                             contract_ws_t *ws) {
+    const int nbi = (h + TILE_VEC_MR - 1) / TILE_VEC_MR, nbj = (w + TILE_VEC_NR - 1) / TILE_VEC_NR;
+    if ((size_t)nbi * nbj > ws->bad_cap) {
+        ws->bad = grow(ws->bad, (size_t)nbi * nbj);
+        ws->bad_cap = (size_t)nbi * nbj;
+    }
+    const size_t work = tile_vec_ksum_work(h, j->tk);
+    if (work > ws->apack_cap) {
+        ws->apack = grow(ws->apack, work * sizeof(float));
+        ws->apack_cap = work;
+    }
+    const float *a, *b;
+    operands(j, i0, j0, 0, &a, &b);
+    if (tile_vec_ksum(tile_form(j->form), h, w, j->K, j->tk, a, j->lda, b, j->ldb, ws->sum, w,
+                      out, ldo, ws->bad, ws->apack))
+        parity_fatal("contract: tile_vec_ksum refused K=%d in tiles of %d", j->K, j->tk);
+    size_t n_slow = 0;
+    for (int bi = 0; bi < nbi; bi++)
+        for (int bj = 0; bj < nbj; bj++)
+            if (ws->bad[(size_t)bi * nbj + bj])
+                for (int r = bi * TILE_VEC_MR; r < h && r < (bi + 1) * TILE_VEC_MR; r++)
+                    for (int c = bj * TILE_VEC_NR; c < w && c < (bj + 1) * TILE_VEC_NR; c++)
+                        ws->slow_idx[n_slow++] = (size_t)r * w + c;
     return n_slow;
 }
 
@@ -330,7 +377,9 @@ static void contract_block(void *arg, int piece, int worker) {
         return;
     }
     long pair = p->job.K == 2 * p->job.tk ? block_pair(&p->job, i0, j0, h, w, c, p->ldc, ws) : -1;
-    size_t n_slow = pair >= 0 ? (size_t)pair : block_sums(&p->job, i0, j0, h, w, c, p->ldc, ws);
+    size_t n_slow = pair >= 0           ? (size_t)pair
+                    : vec_sums(&p->job) ? block_sums_vec(&p->job, i0, j0, h, w, c, p->ldc, ws)
+                                        : block_sums(&p->job, i0, j0, h, w, c, p->ldc, ws);
     if (n_slow) {
         xacc_t *acc = block_slow(&p->job, i0, j0, h, w, n_slow, ws);
         for (size_t s = 0; s < n_slow; s++) {
@@ -397,7 +446,8 @@ static void acc_block(void *arg, int piece, int worker) {
         }
         return;
     }
-    size_t n_slow = block_sums(j, i0, j0, h, w, NULL, 0, ws);
+    size_t n_slow = vec_sums(j) ? block_sums_vec(j, i0, j0, h, w, NULL, 0, ws)
+                                : block_sums(j, i0, j0, h, w, NULL, 0, ws);
     for (size_t s = 0; s < n_slow; s++) ws->sum[ws->slow_idx[s]] = 0.0;
     void (*put)(acc_t *, size_t, const double *, size_t) =
         p->store ? acc_store_exact_f64 : acc_add_exact_f64;

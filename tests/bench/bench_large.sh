@@ -4,8 +4,9 @@
 # hidden 768, 12 heads, 12 layers, tied head, batch 1 x 1024 tokens) against
 # PyTorch CPU eager fp32 with one thread on the same shape, and where the
 # golden step's time goes. Reports, never asserts: it prints figures and
-# exits 0 whatever they are. About 6-8 minutes on an idle 2-core machine:
-# the golden run, PyTorch, then tp 2 and tp 4 on the same shape.
+# exits 0 whatever they are. About 8-10 minutes on an idle 2-core machine:
+# the golden run (the default portable backend), PyTorch, tp 2 and tp 4
+# on the same shape, then the golden run on the OpenBLAS backend.
 #
 # One perf-sampled golden run gives both the step medians (perf at
 # $BENCH_LARGE_FREQ Hz costs well under 1%) and the phase split, taken
@@ -35,10 +36,10 @@ command -v perf >/dev/null && perf_ok=1
 t0=$(date +%s%N)
 if [ "$perf_ok" = 1 ]; then
   perf record -q -F "$FREQ" -o "$tmp/perf.data" "$PARITY" train --model "$model" \
-    --steps "$STEPS" --backend openblas >"$tmp/run" 2>"$tmp/perr" || perf_ok=0
+    --steps "$STEPS" --backend portable >"$tmp/run" 2>"$tmp/perr" || perf_ok=0
 fi
 if [ "$perf_ok" = 0 ]; then # no perf, or perf may not sample here: time it without
-  "$PARITY" train --model "$model" --steps "$STEPS" --backend openblas >"$tmp/run" 2>&1
+  "$PARITY" train --model "$model" --steps "$STEPS" --backend portable >"$tmp/run" 2>&1
 fi
 t1=$(date +%s%N)
 summary=$(grep '^summary:' "$tmp/run")
@@ -85,7 +86,7 @@ fi
 # ---- figures -----------------------------------------------------------------
 echo "gpt-124m (124,475,904 params), 1 x 1024 tokens a step, fwd + bwd + AdamW, one thread each"
 printf '%-52s %9s ms cpu %9s ms wall   (memory estimate %s)\n' \
-  "parity golden, OpenBLAS backend, median of $STEPS" "$cpu" "$wall" "${mem:-?}"
+  "parity golden, portable backend, median of $STEPS" "$cpu" "$wall" "${mem:-?}"
 [ -n "$torch_ms" ] && printf '%-52s %9s ms cpu %9s ms wall   (%s)\n' \
   "PyTorch CPU eager fp32, 1 thread, median of $TSTEPS" "$torch_cpu" "$torch_ms" "$(cut -c1-14 "$tmp/torch" | head -1)"
 if [ -n "$torch_ms" ]; then
@@ -114,13 +115,23 @@ awk -v a="$t0" -v b="$t1" -v s="$steps_ms" 'BEGIN{printf "start-up and exit (the
 # tiles). The layout run's step median over $STEPS steps (its summary line).
 # The device threads share this machine's cores: tp 4 on 2 cores waits.
 for tp in 2 4; do
-  if "$PARITY" train --model "$model" --steps "$STEPS" --backend openblas --tensor-model-parallel-size "$tp" >"$tmp/tp$tp" 2>&1 &&
+  if "$PARITY" train --model "$model" --steps "$STEPS" --backend portable --tensor-model-parallel-size "$tp" >"$tmp/tp$tp" 2>&1 &&
      tw=$(sed -nE 's/^summary: .*step median ([0-9.]+) ms.*/\1/p' "$tmp/tp$tp") && [ -n "$tw" ]; then
     awk -v t="$tp" -v w="$tw" -v g="$wall" 'BEGIN{printf "tp %d step median (wall): %9.1f ms: %.2fx the golden step'"'"'s speed (%s ms)\n", t, w, g / w, g}'
   else
     echo "tp $tp run failed: $(tail -1 "$tmp/tp$tp")"
   fi
 done
+
+# ---- the same golden run on the OpenBLAS backend --------------------------------
+# Its bits are this CPU's, not golden/'s; where the portable vector kernel
+# runs (AVX2), this is the comparison that says what owning the order costs.
+if "$PARITY" train --model "$model" --steps "$STEPS" --backend openblas >"$tmp/ob" 2>&1 &&
+   oc=$(sed -nE 's/^summary: .*cpu median ([0-9.]+) ms.*/\1/p' "$tmp/ob") && [ -n "$oc" ]; then
+  awk -v o="$oc" -v c="$cpu" 'BEGIN{printf "OpenBLAS backend step median (cpu): %9.1f ms: the portable backend is %.2fx its speed\n", o, o / c}'
+else
+  echo "OpenBLAS backend run failed: $(tail -1 "$tmp/ob")"
+fi
 
 # ---- where the golden step's time goes ---------------------------------------
 if [ "$perf_ok" = 1 ]; then

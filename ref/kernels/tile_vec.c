@@ -1,0 +1,472 @@
+/* tile_vec.c - the portable backend's order, eight lanes wide (AVX2).
+ *
+ * tile_portable.c defines every element of C as
+ *
+ *     acc = +0;  for k = 0 .. K-1 (ascending):  acc = acc + a_ik * b_kj;  c = acc;
+ *
+ * with the product rounded to fp32 before the add. This file computes
+ * exactly that, faster: a register block of 6 rows x 16 columns of C is
+ * twelve 8-lane accumulators, and each k adds one product to each lane.
+ * Lanes are different elements of C, so widening the vectors changes no
+ * element's sequence of operations; multiplying and adding are separate
+ * instructions (the target has no FMA, and the build passes
+ * -ffp-contract=off). So the bits are tile_portable_<form>'s, on every
+ * shape, for every input, NaN, infinity, -0 and subnormals included
+ * (tests/test_tile.c compares the two on ragged shapes and special
+ * values).
+ *
+ * Why this exists: OpenBLAS's bits change from CPU to CPU, and on a CPU
+ * whose OpenBLAS gives a tile different bits in a wider call it must be
+ * called once per tile, packing both operands every time. Here the order
+ * is ours, so one call covers any block of tiles, and on CPUs with
+ * separate multiply and add pipes (AMD Zen) the unfused kernel runs at
+ * about OpenBLAS's speed (make bench: bench_tile).
+ *
+ * Operands: B is packed into 16-column panels, k-major (panel[k*16 + j]),
+ * up to KC values of k at a time, on the stack; columns past N are zeros
+ * whose lanes are thrown away. A is read in place: each of the 6 rows has
+ * its own pointer and all advance by A's k stride, so the nn, nt and tn
+ * forms share one kernel. Splitting k into chunks stores the running acc
+ * in C and loads it back, which is exact.
+ *
+ * On other CPUs and compilers tile_vec_available() is 0 and the backend
+ * runs tile_portable.c's loops. */
+#include "parity/tile.h"
+
+#include "parity/error.h"
+
+#include <stddef.h>
+#include <string.h>
+
+enum {
+    VEC_MR = TILE_VEC_MR, /* rows of C per register block */
+    VEC_NR = TILE_VEC_NR, /* columns of C per register block: two 8-lane vectors */
+    VEC_KC = TILE_VEC_ADD_MAX_K, /* k per packed panel: 32 KiB on the stack */
+};
+
+/* What the kernel does with C. */
+typedef enum {
+    C_STORE,    /* c = acc, acc from +0: the first (or only) chunk of k */
+    C_CONTINUE, /* c = acc, acc from c: a later chunk of k */
+    C_ADD,      /* c = c + acc, acc from +0: one fp32 addition of a whole partial */
+} c_mode_t;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define VEC_TARGET __attribute__((target("avx2,no-fma")))
+#define VEC_INLINE static inline __attribute__((always_inline, target("avx2,no-fma")))
+
+/* The running sums of one row of the block: columns 0-7 and 8-15. */
+#define ROW_ACC(r) __m256 c##r##0, c##r##1
+/* acc = acc + a * b, lane-wise, rounded twice, as the portable loop. */
+#define MAC(acc, x, b) acc = _mm256_add_ps(acc, _mm256_mul_ps(x, b))
+#define ROW_STEP(r)                                                                            \
+    do {                                                                                       \
+        const __m256 x = _mm256_broadcast_ss(a##r + o);                                       \
+        MAC(c##r##0, x, b0);                                                                   \
+        MAC(c##r##1, x, b1);                                                                   \
+    } while (0)
+#define ROW_INIT(r)                                                                            \
+    do {                                                                                       \
+        if (mode == C_CONTINUE)                                                                \
+            c##r##0 = _mm256_loadu_ps(c + r * ldc), c##r##1 = _mm256_loadu_ps(c + r * ldc + 8); \
+        else                                                                                   \
+            c##r##0 = _mm256_setzero_ps(), c##r##1 = _mm256_setzero_ps();                      \
+    } while (0)
+#define ROW_DONE(r)                                                                            \
+    do {                                                                                       \
+        if (mode == C_ADD) {                                                                   \
+            c##r##0 = _mm256_add_ps(_mm256_loadu_ps(c + r * ldc), c##r##0);                    \
+            c##r##1 = _mm256_add_ps(_mm256_loadu_ps(c + r * ldc + 8), c##r##1);                \
+        }                                                                                      \
+        _mm256_storeu_ps(c + r * ldc, c##r##0), _mm256_storeu_ps(c + r * ldc + 8, c##r##1);   \
+    } while (0)
+
+/* One 6 x 16 block of C over kc values of k: row r of A is ar[r][o] for
+ * o = 0, a_ks, 2 a_ks, ...; the k-th 16 values of B are bp[16k ..]. */
+VEC_INLINE void micro_6x16(int kc, const float *const *ar, ptrdiff_t a_ks, const float *bp,
+                           float *c, ptrdiff_t ldc, c_mode_t mode) {
+    const float *a0 = ar[0], *a1 = ar[1], *a2 = ar[2], *a3 = ar[3], *a4 = ar[4], *a5 = ar[5];
+    ROW_ACC(0);
+    ROW_ACC(1);
+    ROW_ACC(2);
+    ROW_ACC(3);
+    ROW_ACC(4);
+    ROW_ACC(5);
+    ROW_INIT(0);
+    ROW_INIT(1);
+    ROW_INIT(2);
+    ROW_INIT(3);
+    ROW_INIT(4);
+    ROW_INIT(5);
+    ptrdiff_t o = 0;
+    for (int k = 0; k < kc; k++, o += a_ks, bp += VEC_NR) {
+        const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
+        ROW_STEP(0);
+        ROW_STEP(1);
+        ROW_STEP(2);
+        ROW_STEP(3);
+        ROW_STEP(4);
+        ROW_STEP(5);
+    }
+    ROW_DONE(0);
+    ROW_DONE(1);
+    ROW_DONE(2);
+    ROW_DONE(3);
+    ROW_DONE(4);
+    ROW_DONE(5);
+}
+
+/* Three instances with the mode fixed, so its branches leave the kernel. */
+VEC_TARGET static void micro_store(int kc, const float *const *ar, ptrdiff_t a_ks,
+                                   const float *bp, float *c, ptrdiff_t ldc) {
+    micro_6x16(kc, ar, a_ks, bp, c, ldc, C_STORE);
+}
+VEC_TARGET static void micro_continue(int kc, const float *const *ar, ptrdiff_t a_ks,
+                                      const float *bp, float *c, ptrdiff_t ldc) {
+    micro_6x16(kc, ar, a_ks, bp, c, ldc, C_CONTINUE);
+}
+VEC_TARGET static void micro_add(int kc, const float *const *ar, ptrdiff_t a_ks,
+                                 const float *bp, float *c, ptrdiff_t ldc) {
+    micro_6x16(kc, ar, a_ks, bp, c, ldc, C_ADD);
+}
+
+typedef void micro_fn(int, const float *const *, ptrdiff_t, const float *, float *, ptrdiff_t);
+
+/* A block at the bottom or right edge (mr < 6 or nr < 16): the missing
+ * rows repeat row 0 and the missing columns are B's zero padding; the
+ * kernel works on a 6 x 16 copy and only the real elements go back. */
+static void micro_edge(micro_fn *fn, c_mode_t mode, int mr, int nr, int kc,
+                       const float *const *ar, ptrdiff_t a_ks, const float *bp, float *c,
+                       ptrdiff_t ldc) {
+    float tmp[VEC_MR * VEC_NR];
+    const float *rows[VEC_MR];
+    for (int r = 0; r < VEC_MR; r++) rows[r] = ar[r < mr ? r : 0];
+    if (mode != C_STORE)
+        for (int r = 0; r < mr; r++) memcpy(tmp + r * VEC_NR, c + r * ldc, nr * sizeof(float));
+    fn(kc, rows, a_ks, bp, tmp, VEC_NR);
+    for (int r = 0; r < mr; r++) memcpy(c + r * ldc, tmp + r * VEC_NR, nr * sizeof(float));
+}
+
+/* The 8 x 8 transpose of rows r[0..7] (8 floats each): out[i] = column i. */
+VEC_INLINE void transpose8(__m256 r[8]) {
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20), r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20), r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31), r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31), r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* panel[k*16 + j] = b[j*ldb + k] for 16 rows j of B (the nt form's
+ * [N, K] operand), eight by eight through vector transposes; a tail of
+ * k that is not a multiple of 8 is copied one value at a time. */
+VEC_INLINE void pack_b_transposed(const float *b, ptrdiff_t ldb, int kc, float *panel) {
+    int k = 0;
+    for (; k + 8 <= kc; k += 8)
+        for (int h = 0; h < VEC_NR; h += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(b + (h + i) * ldb + k);
+            transpose8(r);
+            for (int i = 0; i < 8; i++) _mm256_store_ps(panel + (k + i) * VEC_NR + h, r[i]);
+        }
+    for (; k < kc; k++)
+        for (int j = 0; j < VEC_NR; j++) panel[k * VEC_NR + j] = b[j * ldb + k];
+}
+
+/* panel[k*16 + j] = b(k0 + k, j0 + j) for j < nr, +0 for nr <= j < 16.
+ * Whole rows are two vector copies: memcpy of a variable 64 bytes became
+ * `rep movsq`, whose start-up cost was a quarter of a gpt-124m step. */
+VEC_TARGET static void pack_b(tile_form_t form, const float *B, ptrdiff_t ldb, int j0, int nr,
+                              int k0, int kc, float *panel) {
+    if (form == TILE_NT) { /* B is [N, K]: b(k, j) = B[j*ldb + k] */
+        if (nr == VEC_NR) {
+            pack_b_transposed(B + (ptrdiff_t)j0 * ldb + k0, ldb, kc, panel);
+            return;
+        }
+        for (int j = 0; j < VEC_NR; j++) {
+            if (j >= nr) {
+                for (int k = 0; k < kc; k++) panel[k * VEC_NR + j] = 0.0f;
+                continue;
+            }
+            const float *bj = B + (ptrdiff_t)(j0 + j) * ldb + k0;
+            for (int k = 0; k < kc; k++) panel[k * VEC_NR + j] = bj[k];
+        }
+        return;
+    }
+    const float *b = B + (ptrdiff_t)k0 * ldb + j0; /* B is [K, N]: b(k, j) = B[k*ldb + j] */
+    if (nr == VEC_NR) {
+        for (int k = 0; k < kc; k++, b += ldb, panel += VEC_NR) {
+            _mm256_store_ps(panel, _mm256_loadu_ps(b));
+            _mm256_store_ps(panel + 8, _mm256_loadu_ps(b + 8));
+        }
+        return;
+    }
+    for (int k = 0; k < kc; k++, b += ldb, panel += VEC_NR)
+        for (int j = 0; j < VEC_NR; j++) panel[j] = j < nr ? b[j] : 0.0f;
+}
+
+/* ---- exact sums over K tiles (tile_vec_ksum) ---------------------------------
+ *
+ * The register block's partial for one K tile is formed as above (12
+ * accumulators from +0), then added into fp64 running sums, each addition
+ * checked by Knuth's TwoSum as in fold.h: the error is +0 exactly when
+ * the addition was exact (for finite values; an infinity or a NaN makes
+ * it NaN). Errors are OR-ed bitwise into one vector per register block:
+ * any set bit marks the block's sums as not certified. The first K tile
+ * starts its sums as +0 + p, so an exact zero sum is +0. Doing this in
+ * the kernel keeps each partial in registers (no pass over memory per K
+ * tile) and runs the k loop over every K tile of a chunk in one call. */
+
+/* s[0..3] += the four fp32 values of p, TwoSum-checked into *bad. */
+VEC_INLINE void fold4(double *s, __m128 p, int first, __m256d *bad) {
+    const __m256d b = _mm256_cvtps_pd(p);
+    if (first) {
+        _mm256_storeu_pd(s, _mm256_add_pd(_mm256_setzero_pd(), b));
+        return;
+    }
+    const __m256d a = _mm256_loadu_pd(s), r = _mm256_add_pd(a, b), bb = _mm256_sub_pd(r, a);
+    const __m256d e = _mm256_add_pd(_mm256_sub_pd(a, _mm256_sub_pd(r, bb)), _mm256_sub_pd(b, bb));
+    *bad = _mm256_or_pd(*bad, e);
+    _mm256_storeu_pd(s, r);
+}
+
+#define ROW_ZERO(r) c##r##0 = _mm256_setzero_ps(), c##r##1 = _mm256_setzero_ps()
+/* Folds row r's 16 partials straight from the registers: converting from
+ * a stored copy instead stalled on store-to-load forwarding. */
+#define ROW_FOLD(r)                                                                            \
+    do {                                                                                       \
+        double *sr = s + r * lds;                                                              \
+        fold4(sr, _mm256_castps256_ps128(c##r##0), start, &err);                              \
+        fold4(sr + 4, _mm256_extractf128_ps(c##r##0, 1), start, &err);                       \
+        fold4(sr + 8, _mm256_castps256_ps128(c##r##1), start, &err);                          \
+        fold4(sr + 12, _mm256_extractf128_ps(c##r##1, 1), start, &err);                       \
+    } while (0)
+
+/* One 6 x 16 register block over nt K tiles of tk: row r of A at ar[r]
+ * (k stride a_ks), B's packed panel at bp, fp64 sums at s (row stride
+ * lds; first: the chunk starts the sums), rounded into out (row stride
+ * ldo) when out is not NULL. */
+VEC_TARGET static void micro_ksum(int nt, int tk, const float *const *ar, ptrdiff_t a_ks,
+                                  const float *bp, double *s, ptrdiff_t lds, float *out,
+                                  ptrdiff_t ldo, int first, __m256d *bad) {
+    const float *a0 = ar[0], *a1 = ar[1], *a2 = ar[2], *a3 = ar[3], *a4 = ar[4], *a5 = ar[5];
+    __m256d err = *bad; /* a local: *bad may alias s, which would keep it in memory */
+    ptrdiff_t o = 0;
+    for (int t = 0; t < nt; t++) {
+        ROW_ACC(0);
+        ROW_ACC(1);
+        ROW_ACC(2);
+        ROW_ACC(3);
+        ROW_ACC(4);
+        ROW_ACC(5);
+        ROW_ZERO(0), ROW_ZERO(1), ROW_ZERO(2), ROW_ZERO(3), ROW_ZERO(4), ROW_ZERO(5);
+        for (int k = 0; k < tk; k++, o += a_ks, bp += VEC_NR) {
+            const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
+            ROW_STEP(0);
+            ROW_STEP(1);
+            ROW_STEP(2);
+            ROW_STEP(3);
+            ROW_STEP(4);
+            ROW_STEP(5);
+        }
+        const int start = first && t == 0;
+        ROW_FOLD(0);
+        ROW_FOLD(1);
+        ROW_FOLD(2);
+        ROW_FOLD(3);
+        ROW_FOLD(4);
+        ROW_FOLD(5);
+    }
+    *bad = err;
+    if (out)
+        for (int r = 0; r < VEC_MR; r++)
+            for (int q = 0; q < VEC_NR; q += 4)
+                _mm_storeu_ps(out + r * ldo + q, _mm256_cvtpd_ps(_mm256_loadu_pd(s + r * lds + q)));
+}
+
+/* A register block at the bottom or right edge, through 6 x 16 copies of
+ * its sums and output (as micro_edge). */
+VEC_TARGET static void micro_ksum_edge(int mr, int nr, int nt, int tk, const float *const *ar,
+                            ptrdiff_t a_ks, const float *bp, double *s, ptrdiff_t lds,
+                            float *out, ptrdiff_t ldo, int first, __m256d *bad) {
+    double ts[VEC_MR * VEC_NR];
+    float to[VEC_MR * VEC_NR];
+    const float *rows[VEC_MR];
+    for (int r = 0; r < VEC_MR; r++) rows[r] = ar[r < mr ? r : 0];
+    for (int r = 0; r < VEC_MR; r++) /* the copies of row 0 fold what row 0 folds */
+        for (int j = 0; j < VEC_NR; j++)
+            ts[r * VEC_NR + j] = first || j >= nr ? 0.0 : s[(r < mr ? r : 0) * lds + j];
+    micro_ksum(nt, tk, rows, a_ks, bp, ts, VEC_NR, out ? to : NULL, VEC_NR, first, bad);
+    for (int r = 0; r < mr; r++) {
+        memcpy(s + r * lds, ts + r * VEC_NR, nr * sizeof(double));
+        if (out) memcpy(out + r * ldo, to + r * VEC_NR, nr * sizeof(float));
+    }
+}
+
+/* ap[(i/6)*6*kc + k*6 + i%6] = a(i, k0 + k) for i < M (rows past M in the
+ * last strip are +0): A's rows for one chunk of k in register-block
+ * strips, read by the kernel as one sequential stream each. */
+VEC_TARGET static void pack_a(tile_form_t form, const float *A, ptrdiff_t lda, int M, int k0,
+                              int kc, float *ap) {
+    for (int i0 = 0; i0 < M; i0 += VEC_MR, ap += (ptrdiff_t)VEC_MR * kc) {
+        const int mr = M - i0 < VEC_MR ? M - i0 : VEC_MR;
+        if (form == TILE_TN) { /* a(i, k) = A[k*lda + i]: six neighbours a k */
+            const float *a = A + (ptrdiff_t)k0 * lda + i0;
+            for (int k = 0; k < kc; k++, a += lda)
+                for (int r = 0; r < VEC_MR; r++) ap[k * VEC_MR + r] = r < mr ? a[r] : 0.0f;
+            continue;
+        }
+        /* a(i, k) = A[i*lda + k]: eight k of the six rows at a time, through
+         * an 8 x 8 transpose whose two extra rows are zeros; each column
+         * store writes 8 floats of which the next store overwrites 2 (the
+         * work buffer has room for the last one's). */
+        const float *a[VEC_MR];
+        for (int r = 0; r < VEC_MR; r++) a[r] = A + (ptrdiff_t)(i0 + (r < mr ? r : 0)) * lda + k0;
+        int k = 0;
+        for (; k + 8 <= kc; k += 8) {
+            __m256 v[8];
+            for (int r = 0; r < VEC_MR; r++)
+                v[r] = r < mr ? _mm256_loadu_ps(a[r] + k) : _mm256_setzero_ps();
+            v[6] = v[7] = _mm256_setzero_ps();
+            transpose8(v);
+            for (int i = 0; i < 8; i++) _mm256_storeu_ps(ap + (k + i) * VEC_MR, v[i]);
+        }
+        for (; k < kc; k++)
+            for (int r = 0; r < VEC_MR; r++) ap[k * VEC_MR + r] = r < mr ? a[r][k] : 0.0f;
+    }
+}
+
+/* k values in one chunk of whole K tiles: as many tiles as fit half a
+ * panel (the panel and a strip of packed A then share L1), at least one. */
+static int ksum_chunk(int tk) { return tk <= VEC_KC / 2 ? VEC_KC / 2 / tk * tk : tk; }
+
+size_t tile_vec_ksum_work(int M, int tk) { /* + 2: pack_a's last column store */
+    return (size_t)((M + VEC_MR - 1) / VEC_MR * VEC_MR) * (size_t)ksum_chunk(tk) + 2;
+}
+
+/* The CPU check sits outside the AVX2 function that follows. */
+VEC_TARGET static void ksum(tile_form_t form, int M, int N, int K, int tk, const float *A,
+                            int lda, const float *B, int ldb, double *S, int lds, float *out,
+                            int ldo, unsigned char *bad, float *work);
+
+int tile_vec_ksum(tile_form_t form, int M, int N, int K, int tk, const float *A, int lda,
+                  const float *B, int ldb, double *S, int lds, float *out, int ldo,
+                  unsigned char *bad, float *work) {
+    if (!tile_vec_available() || tk <= 0 || tk > VEC_KC || K % tk || K == 0) return -1;
+    if (M > 0 && N > 0) ksum(form, M, N, K, tk, A, lda, B, ldb, S, lds, out, ldo, bad, work);
+    return 0;
+}
+
+VEC_TARGET static void ksum(tile_form_t form, int M, int N, int K, int tk, const float *A,
+                            int lda, const float *B, int ldb, double *S, int lds, float *out,
+                            int ldo, unsigned char *bad, float *work) {
+    const int chunk = ksum_chunk(tk), nbj = (N + VEC_NR - 1) / VEC_NR;
+    float panel[VEC_KC * VEC_NR] __attribute__((aligned(32)));
+    __m256d err[1];
+    for (int k0 = 0; k0 < K; k0 += chunk) {
+        const int kc = K - k0 < chunk ? K - k0 : chunk, nt = kc / tk;
+        float *o = k0 + kc == K ? out : NULL;
+        pack_a(form, A, lda, M, k0, kc, work);
+        for (int j0 = 0; j0 < N; j0 += VEC_NR) {
+            const int nr = N - j0 < VEC_NR ? N - j0 : VEC_NR;
+            pack_b(form, B, ldb, j0, nr, k0, kc, panel);
+            for (int i0 = 0; i0 < M; i0 += VEC_MR) {
+                const int mr = M - i0 < VEC_MR ? M - i0 : VEC_MR;
+                const float *ap = work + (ptrdiff_t)i0 * kc;
+                const float *rows[VEC_MR] = {ap, ap + 1, ap + 2, ap + 3, ap + 4, ap + 5};
+                double *sb = S + (ptrdiff_t)i0 * lds + j0;
+                float *ob = o ? o + (ptrdiff_t)i0 * ldo + j0 : NULL;
+                unsigned char *flag = &bad[i0 / VEC_MR * nbj + j0 / VEC_NR];
+                err[0] = _mm256_setzero_pd();
+                if (mr == VEC_MR && nr == VEC_NR)
+                    micro_ksum(nt, tk, rows, VEC_MR, panel, sb, lds, ob, ldo, k0 == 0, err);
+                else
+                    micro_ksum_edge(mr, nr, nt, tk, rows, VEC_MR, panel, sb, lds, ob, ldo, k0 == 0,
+                                    err);
+                const int failed = !_mm256_testz_si256(_mm256_castpd_si256(err[0]),
+                                                       _mm256_castpd_si256(err[0]));
+                *flag = k0 == 0 ? (unsigned char)failed : (unsigned char)(*flag | failed);
+            }
+        }
+    }
+}
+
+int tile_vec_available(void) {
+    static int known = -1; /* a benign race: every thread computes the same value */
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx2") ? 1 : 0;
+    }
+    return known;
+}
+
+void tile_vec_gemm(tile_form_t form, int M, int N, int K, const float *A, int lda,
+                   const float *B, int ldb, float *C, int ldc, int add) {
+    if (M <= 0 || N <= 0) return;
+    if (K == 0) {
+        if (!add)
+            for (int i = 0; i < M; i++) memset(C + (ptrdiff_t)i * ldc, 0, N * sizeof(float));
+        return;
+    }
+    if (add && K > VEC_KC)
+        parity_fatal("tile_vec_gemm: adding a partial over K=%d > %d needs one chunk", K,
+                     VEC_KC);
+    /* a(i, k) = A[i*a_rs + k*a_ks] */
+    const ptrdiff_t a_rs = form == TILE_TN ? 1 : lda, a_ks = form == TILE_TN ? lda : 1;
+    float panel[VEC_KC * VEC_NR] __attribute__((aligned(32)));
+    for (int j0 = 0; j0 < N; j0 += VEC_NR) {
+        const int nr = N - j0 < VEC_NR ? N - j0 : VEC_NR;
+        for (int k0 = 0; k0 < K; k0 += VEC_KC) {
+            const int kc = K - k0 < VEC_KC ? K - k0 : VEC_KC;
+            pack_b(form, B, ldb, j0, nr, k0, kc, panel);
+            const c_mode_t mode = add ? C_ADD : k0 == 0 ? C_STORE : C_CONTINUE;
+            micro_fn *fn = mode == C_ADD ? micro_add : mode == C_STORE ? micro_store
+                                                                       : micro_continue;
+            for (int i0 = 0; i0 < M; i0 += VEC_MR) {
+                const int mr = M - i0 < VEC_MR ? M - i0 : VEC_MR;
+                const float *rows[VEC_MR];
+                for (int r = 0; r < VEC_MR; r++)
+                    rows[r] = A + (ptrdiff_t)(i0 + (r < mr ? r : 0)) * a_rs + (ptrdiff_t)k0 * a_ks;
+                float *c = C + (ptrdiff_t)i0 * ldc + j0;
+                if (mr == VEC_MR && nr == VEC_NR)
+                    fn(kc, rows, a_ks, panel, c, ldc);
+                else
+                    micro_edge(fn, mode, mr, nr, kc, rows, a_ks, panel, c, ldc);
+            }
+        }
+    }
+}
+
+#else /* no AVX2 kernel on this target: the backend runs tile_portable.c */
+
+int tile_vec_available(void) { return 0; }
+
+void tile_vec_gemm(tile_form_t form, int M, int N, int K, const float *A, int lda,
+                   const float *B, int ldb, float *C, int ldc, int add) {
+    (void)form, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)C;
+    (void)ldc, (void)add;
+    parity_fatal("tile_vec_gemm: no vector kernel on this target (tile_vec_available() is 0)");
+}
+
+int tile_vec_ksum(tile_form_t form, int M, int N, int K, int tk, const float *A, int lda,
+                  const float *B, int ldb, double *S, int lds, float *out, int ldo,
+                  unsigned char *bad, float *work) {
+    (void)form, (void)M, (void)N, (void)K, (void)tk, (void)A, (void)lda, (void)B, (void)ldb;
+    (void)S, (void)lds, (void)out, (void)ldo, (void)bad, (void)work;
+    return -1;
+}
+
+size_t tile_vec_ksum_work(int M, int tk) {
+    (void)M, (void)tk;
+    return 0;
+}
+
+#endif
