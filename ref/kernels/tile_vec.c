@@ -12,7 +12,7 @@
  * instructions (the target has no FMA, and the build passes
  * -ffp-contract=off). So the bits are tile_portable_<form>'s, on every
  * shape, for every input, NaN, infinity, -0 and subnormals included
- * (tests/test_tile.c compares the two on ragged shapes and special
+ * (tests/test_tile_vec.c compares the two on ragged shapes and special
  * values).
  *
  * Why this exists: OpenBLAS's bits change from CPU to CPU, and on a CPU
@@ -24,10 +24,14 @@
  *
  * Operands: B is packed into 16-column panels, k-major (panel[k*16 + j]),
  * up to KC values of k at a time, on the stack; columns past N are zeros
- * whose lanes are thrown away. A is read in place: each of the 6 rows has
- * its own pointer and all advance by A's k stride, so the nn, nt and tn
- * forms share one kernel. Splitting k into chunks stores the running acc
- * in C and loads it back, which is exact.
+ * whose lanes are thrown away. Each of the 6 rows of A has its own pointer
+ * and all advance by one k stride, so the nn, nt and tn forms share one
+ * kernel: tile_vec_gemm reads A in place, tile_vec_ksum packs it into
+ * register-block strips first (one stream, ap[k*6 + r]). Splitting k
+ * into chunks stores the running acc in C and loads it back, which is
+ * exact. tile_vec_gemm serves single tile calls and the two calls of
+ * tile_gemm_tiles_pair; tile_vec_ksum the contractions over three or
+ * more K tiles (contract.c).
  *
  * On other CPUs and compilers tile_vec_available() is 0 and the backend
  * runs tile_portable.c's loops. */
@@ -67,6 +71,18 @@ typedef enum {
         MAC(c##r##0, x, b0);                                                                   \
         MAC(c##r##1, x, b1);                                                                   \
     } while (0)
+/* count values of k for the whole block: one row of the panel (two
+ * vectors) and one value of each row of A a step. */
+#define BLOCK_STEPS(count)                                                                     \
+    for (int k = 0; k < (count); k++, o += a_ks, bp += VEC_NR) {                               \
+        const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);                     \
+        ROW_STEP(0);                                                                           \
+        ROW_STEP(1);                                                                           \
+        ROW_STEP(2);                                                                           \
+        ROW_STEP(3);                                                                           \
+        ROW_STEP(4);                                                                           \
+        ROW_STEP(5);                                                                           \
+    }
 #define ROW_INIT(r)                                                                            \
     do {                                                                                       \
         if (mode == C_CONTINUE)                                                                \
@@ -101,15 +117,7 @@ VEC_INLINE void micro_6x16(int kc, const float *const *ar, ptrdiff_t a_ks, const
     ROW_INIT(4);
     ROW_INIT(5);
     ptrdiff_t o = 0;
-    for (int k = 0; k < kc; k++, o += a_ks, bp += VEC_NR) {
-        const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
-        ROW_STEP(0);
-        ROW_STEP(1);
-        ROW_STEP(2);
-        ROW_STEP(3);
-        ROW_STEP(4);
-        ROW_STEP(5);
-    }
+    BLOCK_STEPS(kc);
     ROW_DONE(0);
     ROW_DONE(1);
     ROW_DONE(2);
@@ -268,15 +276,7 @@ VEC_TARGET static void micro_ksum(int nt, int tk, const float *const *ar, ptrdif
         ROW_ACC(4);
         ROW_ACC(5);
         ROW_ZERO(0), ROW_ZERO(1), ROW_ZERO(2), ROW_ZERO(3), ROW_ZERO(4), ROW_ZERO(5);
-        for (int k = 0; k < tk; k++, o += a_ks, bp += VEC_NR) {
-            const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
-            ROW_STEP(0);
-            ROW_STEP(1);
-            ROW_STEP(2);
-            ROW_STEP(3);
-            ROW_STEP(4);
-            ROW_STEP(5);
-        }
+        BLOCK_STEPS(tk);
         const int start = first && t == 0;
         ROW_FOLD(0);
         ROW_FOLD(1);
@@ -319,9 +319,14 @@ VEC_TARGET static void pack_a(tile_form_t form, const float *A, ptrdiff_t lda, i
     for (int i0 = 0; i0 < M; i0 += VEC_MR, ap += (ptrdiff_t)VEC_MR * kc) {
         const int mr = M - i0 < VEC_MR ? M - i0 : VEC_MR;
         if (form == TILE_TN) { /* a(i, k) = A[k*lda + i]: six neighbours a k */
+            /* a masked load reads the mr real ones (and no further), zeros
+             * the rest; each store's two extra floats are overwritten by
+             * the next (the work buffer has room for the last one's) */
+            const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(mr), lane);
             const float *a = A + (ptrdiff_t)k0 * lda + i0;
             for (int k = 0; k < kc; k++, a += lda)
-                for (int r = 0; r < VEC_MR; r++) ap[k * VEC_MR + r] = r < mr ? a[r] : 0.0f;
+                _mm256_storeu_ps(ap + k * VEC_MR, _mm256_maskload_ps(a, mask));
             continue;
         }
         /* a(i, k) = A[i*lda + k]: eight k of the six rows at a time, through

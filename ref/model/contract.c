@@ -155,13 +155,22 @@ static int block_elems(void) {
     return block_elems_value;
 }
 
+/* The vector kernel's blocks are larger: its fp64 sums are touched one
+ * register block at a time (they need not stay in L2), while each packed
+ * panel of B serves h/6 register blocks and the packed rows of A
+ * (h x 256 floats, which should stay in L2) w/16 panels. */
+enum { VEC_BLOCK_W = 256, VEC_BLOCK_ELEMS = 65536 };
+
 static void block_shape(int M, int N, int tm, int tn, int *h, int *w) {
     const int elems = block_elems();
     if (tile_get_backend() == TILE_BACKEND_PORTABLE && tile_vec_available()) {
-        /* tall first: each 16-column panel of B is packed once per block
-         * and used by h/6 register blocks */
-        *w = tn;
-        int rows = elems / (tm * tn);
+        /* tile_vec_ksum packs the block's rows of A once for all its
+         * 16-column panels and each panel of B once for all its 6-row
+         * register blocks: up to VEC_BLOCK_W columns, then as tall */
+        int tiles = VEC_BLOCK_W / tn;
+        if (tiles < 1) tiles = 1;
+        *w = tiles * tn < N ? tiles * tn : N;
+        int rows = VEC_BLOCK_ELEMS / (tm * *w);
         if (rows < 1) rows = 1;
         *h = rows * tm < M ? rows * tm : M;
         return;
@@ -292,7 +301,8 @@ static void block_plain(const job_t *j, int i0, int j0, int h, int w, float *C, 
 
 typedef struct {
     job_t job;
-    int M, N, H, W, nbj; /* block grid: blocks of H x W, nbj to a row */
+    int M, N, H, W, nbi, nbj; /* block grid: blocks of H x W, nbi x nbj */
+    int by_columns;           /* pieces go down a column of blocks first */
     contract_ws_t *ws;   /* the calling thread's */
     float *C;            /* contract */
     int ldc;
@@ -311,9 +321,13 @@ static contract_ws_t *worker_ws(const plan_t *p, int worker) {
     return ws;
 }
 
+/* Which block a piece is. Consecutive pieces share B's columns (by
+ * columns) or A's rows (by rows): whichever operand is larger is then
+ * read from memory once and from cache by the neighbouring blocks (the
+ * LM head's weight, 154 MB, was read 16 times a product row by row). */
 static void block_at(const plan_t *p, int piece, int *i0, int *j0, int *h, int *w) {
-    *i0 = piece / p->nbj * p->H;
-    *j0 = piece % p->nbj * p->W;
+    *i0 = (p->by_columns ? piece % p->nbi : piece / p->nbj) * p->H;
+    *j0 = (p->by_columns ? piece / p->nbi : piece % p->nbj) * p->W;
     *h = p->M - *i0 < p->H ? p->M - *i0 : p->H;
     *w = p->N - *j0 < p->W ? p->N - *j0 : p->W;
 }
@@ -322,7 +336,9 @@ static int plan_blocks(plan_t *p, int M, int N) {
     p->M = M, p->N = N;
     block_shape(M, N, p->job.tm, p->job.tn, &p->H, &p->W);
     p->nbj = (N + p->W - 1) / p->W;
-    return (M + p->H - 1) / p->H * p->nbj;
+    p->nbi = (M + p->H - 1) / p->H;
+    p->by_columns = N > M; /* B (K x N) is the larger operand */
+    return p->nbi * p->nbj;
 }
 
 /* C's rows [0, h) of columns [j0, j0 + w) += bias[j0 ...], in fp32. */
