@@ -22,14 +22,20 @@ fi
 
 # signal_case NAME SIGNAL WHEN -- COMMAND...: start COMMAND in $w; WHEN is
 # "temp" (send the signal once a temporary output file exists), "temp:DIR"
-# (once one exists in $w/DIR) or a number of seconds to wait first.
+# (once one exists in $w/DIR), "spill" (once a check's golden step file
+# exists under $w/scratch) or a number of seconds to wait first.
 signal_case() {
   local name=$1 sig=$2 when=$3
   shift 4
   local before; before=$(snapshot)
   (cd "$w" && exec "$@" >/dev/null 2>"$tmp/err") &
   local pid=$! waited=0
-  if [ "${when%%:*}" = temp ]; then
+  if [ "$when" = spill ]; then # a streamed check's golden step file in $w/scratch
+    while [ -z "$(find "$w/scratch" -name '*.safetensors' 2>/dev/null)" ] && kill -0 "$pid" 2>/dev/null \
+          && [ "$waited" -lt 1200 ]; do
+      sleep 0.05; waited=$((waited + 1))
+    done
+  elif [ "${when%%:*}" = temp ]; then
     local in=$w
     [ "$when" = temp ] || in=$w/${when#temp:}
     while [ -z "$(find "$in" -name '.*.tmp-*' 2>/dev/null)" ] && kill -0 "$pid" 2>/dev/null \
@@ -71,6 +77,12 @@ signal_case "SIGTERM while training (the golden run)" TERM 1 -- \
 signal_case "SIGTERM while a layout trains (dp 2)" TERM 1 -- \
   $P train --model gpt-tiny --steps 50 --quiet --data-parallel-size 2 --trace "$w/t.json" \
   --dump "$w/old.st" --dump-steps 0 --save "$w/ck"
+
+# parity check keeps its golden run in $TMPDIR/parity-check-XXXXXX, one
+# file a step; a signal must take the directory away with its files.
+mkdir -p "$w/scratch"
+TMPDIR=$w/scratch signal_case "SIGTERM during a check, its golden run spilled to \$TMPDIR" TERM spill -- \
+  $P check --model gpt-small --steps 4 --tensor-model-parallel-size 2
 
 echo "RESULT test_signals.sh: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

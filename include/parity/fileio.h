@@ -77,6 +77,13 @@ void pio_txn_abort(void);
  * transaction. */
 void pio_txn_made_dir(const char *dir);
 
+/* A scratch directory of files (parity check's spilled golden run): a
+ * signal empties and removes it (pio_cleanup_on_signals). Claim it once
+ * it exists; release the slot (-1: the registry was full, nothing to
+ * release) after removing it. */
+int pio_scratch_dir_claim(const char *dir);
+void pio_scratch_dir_release(int slot);
+
 /* Installs handlers for SIGINT, SIGTERM and SIGHUP that remove every
  * temporary file (and noted directory) parity has open, then re-raise
  * the signal with its default action (exit status 128 + N). The

@@ -9,6 +9,7 @@
  * arrive in order) and compares. The files are removed by
  * check_spill_free, success or not. */
 #include "parity/check.h"
+#include "parity/fileio.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -24,6 +25,7 @@ struct check_spill {
     int nsteps, cap;
     st_file_t *open;         /* the golden file being compared against */
     int64_t open_step;
+    int signal_slot;         /* pio_scratch_dir_claim's: a signal removes dir */
 };
 
 check_spill_t *check_spill_new(unsigned classes, perr_t *err) {
@@ -43,6 +45,7 @@ check_spill_t *check_spill_new(unsigned classes, perr_t *err) {
         return NULL;
     }
     sp->open_step = CHECK_SPILL_NONE;
+    sp->signal_slot = pio_scratch_dir_claim(sp->dir);
     return sp;
 }
 
@@ -60,6 +63,7 @@ void check_spill_free(check_spill_t *sp) {
         unlink(path);
     }
     rmdir(sp->dir);
+    pio_scratch_dir_release(sp->signal_slot);
     check_stream_free(sp->cs);
     free(sp->steps);
     free(sp);

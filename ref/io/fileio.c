@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -214,7 +215,7 @@ int pio_output_inside(const char *path, const char *dir) {
  * name whose file was not created yet (ENOENT), never leave one behind.
  * Slots are claimed under a lock (any thread may write an output); the
  * handler takes no lock. */
-enum { REG_FREE, REG_FILE, REG_DIR };
+enum { REG_FREE, REG_FILE, REG_DIR, REG_SCRATCH };
 #define PIO_MAX_TEMPS 16
 static char reg_path[PIO_MAX_TEMPS][PATH_MAX + 96];
 /* lock-free atomics: safe to read in a signal handler (C11 7.14.1.1), and
@@ -247,6 +248,28 @@ static void reg_release(int slot) {
  * (the calling one blocks them) waits for the last rename. */
 static volatile sig_atomic_t committing, pending_sig;
 
+/* Empties and removes a scratch directory with nothing but system calls
+ * (readdir may allocate, which a signal handler must not). */
+static void remove_scratch(const char *dir) {
+    static char buf[4096] __attribute__((aligned(8)));
+    const int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return;
+    for (;;) {
+        const long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
+        if (n <= 0) break;
+        for (long at = 0; at < n;) {
+            /* struct linux_dirent64: ino 8, off 8, reclen 2, type 1, name */
+            unsigned short reclen;
+            memcpy(&reclen, buf + at + 16, sizeof reclen);
+            const char *name = buf + at + 19;
+            if (strcmp(name, ".") && strcmp(name, "..")) unlinkat(fd, name, 0);
+            at += reclen;
+        }
+    }
+    close(fd);
+    rmdir(dir);
+}
+
 static void on_signal(int sig) {
     if (committing) {
         pending_sig = sig; /* SA_RESETHAND: raised again, to the default action, after the renames */
@@ -255,11 +278,16 @@ static void on_signal(int sig) {
     const int saved = errno;
     for (int k = 0; k < PIO_MAX_TEMPS; k++)
         if (atomic_load(&reg_kind[k]) == REG_FILE) unlink(reg_path[k]);
+        else if (atomic_load(&reg_kind[k]) == REG_SCRATCH) remove_scratch(reg_path[k]);
     for (int k = PIO_MAX_TEMPS - 1; k >= 0; k--) /* after the files they hold */
         if (atomic_load(&reg_kind[k]) == REG_DIR) rmdir(reg_path[k]);
     errno = saved;
     raise(sig); /* SA_RESETHAND: the default action, once this handler returns */
 }
+
+int pio_scratch_dir_claim(const char *dir) { return reg_claim(dir, REG_SCRATCH); }
+
+void pio_scratch_dir_release(int slot) { reg_release(slot); }
 
 void pio_cleanup_on_signals(void) {
     const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
