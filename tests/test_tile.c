@@ -164,7 +164,7 @@ static void test_init_pins_openblas(void) {
           openblas_get_num_threads());
     CHECK(openblas_get_parallel() == 1, "openblas_get_parallel() = %d, expected 1 (pthread build)",
           openblas_get_parallel());
-    CHECK(tile_get_backend() == TILE_BACKEND_PORTABLE, "default backend is %s, expected portable",
+    CHECK(tile_get_backend() == TILE_BACKEND_OPENBLAS, "default backend is %s",
           tile_backend_name(tile_get_backend()));
     /* Idempotent: a second call succeeds without re-reading the environment. */
     setenv("PARITY_BACKEND", "bogus", 1);
@@ -178,7 +178,7 @@ static void test_env_selection(void) {
     perr_t err = {{0}};
     static const struct { const char *value; int rc; tile_backend_t b; } cases[] = {
         {"portable", 0, TILE_BACKEND_PORTABLE}, {"openblas", 0, TILE_BACKEND_OPENBLAS},
-        {"", 0, TILE_BACKEND_PORTABLE},         {"Portable", -1, TILE_BACKEND_OPENBLAS},
+        {"", 0, TILE_BACKEND_OPENBLAS},         {"Portable", -1, TILE_BACKEND_OPENBLAS},
         {"blas", -1, TILE_BACKEND_OPENBLAS},    {"portable ", -1, TILE_BACKEND_OPENBLAS},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -195,9 +195,8 @@ static void test_env_selection(void) {
                   "message for \"%s\": %s", cases[c].value, err.msg);
     }
     unsetenv("PARITY_BACKEND");
-    tile_set_backend(TILE_BACKEND_OPENBLAS);
-    CHECK(tile_select_backend_from_env(&err) == 0 && tile_get_backend() == TILE_BACKEND_PORTABLE,
-          "unset PARITY_BACKEND does not select portable, the default");
+    CHECK(tile_select_backend_from_env(&err) == 0 && tile_get_backend() == TILE_BACKEND_OPENBLAS,
+          "unset PARITY_BACKEND does not select openblas");
     CHECK(strcmp(tile_backend_name(TILE_BACKEND_OPENBLAS), "openblas") == 0 &&
               strcmp(tile_backend_name(TILE_BACKEND_PORTABLE), "portable") == 0,
           "backend names");

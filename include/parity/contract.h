@@ -45,6 +45,8 @@ typedef struct {
     size_t bad_cap;
     float *apack;         /* [apack_cap] A packed for tile_vec_ksum */
     size_t apack_cap;
+    unsigned long apack_call; /* apack holds rows apack_i0 .. + apack_h of this */
+    int apack_i0, apack_h;    /* contraction's A, all of K (0: nothing kept) */
 } contract_ws_t;
 
 void contract_ws_init(contract_ws_t *ws);

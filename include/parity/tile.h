@@ -56,7 +56,7 @@ typedef enum { TILE_BACKEND_OPENBLAS = 0, TILE_BACKEND_PORTABLE = 1 } tile_backe
  *     with different leading dimensions and alignments must give the same
  *     bits, for NN, NT and TN;
  *   - selects the backend from the environment variable PARITY_BACKEND:
- *     "portable" (the default when unset or empty) or "openblas".
+ *     "openblas" (the default when unset or empty) or "portable".
  * Fails (returns -1, message in err) on an unknown PARITY_BACKEND value, or
  * when PARITY_BACKEND selects openblas and one of the OpenBLAS checks fails;
  * the message then suggests PARITY_BACKEND=portable. When portable is
@@ -186,6 +186,16 @@ int tile_vec_ksum(tile_form_t form, int M, int N, int K, int tk, const float *A,
                   const float *B, int ldb, double *S, int lds, float *out, int ldo,
                   unsigned char *bad, float *work);
 size_t tile_vec_ksum_work(int M, int tk);
+
+/* The same sums from A packed once (tile_vec_pack_a, into
+ * tile_vec_pack_a_size(M, K) floats), for callers that use the same rows
+ * of A with several blocks of B's columns. */
+size_t tile_vec_pack_a_size(int M, int K);
+int tile_vec_pack_a(tile_form_t form, int M, int K, int tk, const float *A, int lda,
+                    float *packed);
+int tile_vec_ksum_packed(tile_form_t form, int M, int N, int K, int tk, const float *packed,
+                         const float *B, int ldb, double *S, int lds, float *out, int ldo,
+                         unsigned char *bad);
 
 /* The largest |c_openblas - c_portable| the bound above allows for one
  * element, given K and S = sum_k |a_ik||b_kj| (computed in fp64). */

@@ -3,7 +3,7 @@
  * exit 2 before anything runs, not a value silently ignored, a check
  * switched off, or a fatal error deep inside a collective.
  *
- *   PARITY_BACKEND            portable or openblas (empty: the default, portable)
+ *   PARITY_BACKEND            openblas or portable (empty: the default)
  *   PARITY_MEM_AVAILABLE_MB   MB, 1 .. 1e9 (memest_env_check)
  *   PARITY_COLL_ALGO          direct or ring
  *   PARITY_COLL_TIMEOUT       seconds, > 0 .. 1e9

@@ -39,21 +39,20 @@ const char *tile_backend_name(tile_backend_t b) {
     return "unknown";
 }
 
-/* PARITY_BACKEND unset or empty means the default, portable: the same
- * bits on every machine (golden/'s), and on CPUs with AVX2 the vector
- * kernel (tile_vec.c) at about OpenBLAS's speed. */
+/* PARITY_BACKEND unset or empty means the default, openblas (see
+ * CONTRIBUTING.md, "Which backend is the default", for why not portable). */
 static int parse_backend_env(tile_backend_t *out, perr_t *err) {
     const char *v = getenv("PARITY_BACKEND");
-    if (v == NULL || v[0] == '\0' || strcmp(v, "portable") == 0) {
-        *out = TILE_BACKEND_PORTABLE;
-        return 0;
-    }
-    if (strcmp(v, "openblas") == 0) {
+    if (v == NULL || v[0] == '\0' || strcmp(v, "openblas") == 0) {
         *out = TILE_BACKEND_OPENBLAS;
         return 0;
     }
+    if (strcmp(v, "portable") == 0) {
+        *out = TILE_BACKEND_PORTABLE;
+        return 0;
+    }
     return perr_set(err, "PARITY_BACKEND=\"%.100s\" is not a tile backend; expected "
-                         "\"portable\" (the default) or \"openblas\"", v);
+                         "\"openblas\" (the default) or \"portable\"", v);
 }
 
 /* ---- OpenBLAS backend ------------------------------------------------------ */

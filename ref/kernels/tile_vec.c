@@ -357,35 +357,65 @@ size_t tile_vec_ksum_work(int M, int tk) { /* + 2: pack_a's last column store */
     return (size_t)((M + VEC_MR - 1) / VEC_MR * VEC_MR) * (size_t)ksum_chunk(tk) + 2;
 }
 
+/* Chunk by chunk, each at ap + rows * k0 (rows: M rounded up to 6). */
+VEC_TARGET static void pack_a_all(tile_form_t form, const float *A, int lda, int M, int K,
+                                  int tk, float *ap) {
+    const int chunk = ksum_chunk(tk);
+    const ptrdiff_t rows = (M + VEC_MR - 1) / VEC_MR * VEC_MR;
+    for (int k0 = 0; k0 < K; k0 += chunk)
+        pack_a(form, A, lda, M, k0, K - k0 < chunk ? K - k0 : chunk, ap + rows * k0);
+}
+
+size_t tile_vec_pack_a_size(int M, int K) {
+    return (size_t)((M + VEC_MR - 1) / VEC_MR * VEC_MR) * (size_t)K + 2;
+}
+
+int tile_vec_pack_a(tile_form_t form, int M, int K, int tk, const float *A, int lda,
+                    float *packed) {
+    if (!tile_vec_available() || tk <= 0 || tk > VEC_KC || K % tk || K == 0) return -1;
+    if (M > 0) pack_a_all(form, A, lda, M, K, tk, packed);
+    return 0;
+}
+
 /* The CPU check sits outside the AVX2 function that follows. */
 VEC_TARGET static void ksum(tile_form_t form, int M, int N, int K, int tk, const float *A,
                             int lda, const float *B, int ldb, double *S, int lds, float *out,
-                            int ldo, unsigned char *bad, float *work);
+                            int ldo, unsigned char *bad, float *work, const float *packed);
 
 int tile_vec_ksum(tile_form_t form, int M, int N, int K, int tk, const float *A, int lda,
                   const float *B, int ldb, double *S, int lds, float *out, int ldo,
                   unsigned char *bad, float *work) {
     if (!tile_vec_available() || tk <= 0 || tk > VEC_KC || K % tk || K == 0) return -1;
-    if (M > 0 && N > 0) ksum(form, M, N, K, tk, A, lda, B, ldb, S, lds, out, ldo, bad, work);
+    if (M > 0 && N > 0) ksum(form, M, N, K, tk, A, lda, B, ldb, S, lds, out, ldo, bad, work, NULL);
+    return 0;
+}
+
+int tile_vec_ksum_packed(tile_form_t form, int M, int N, int K, int tk, const float *packed,
+                         const float *B, int ldb, double *S, int lds, float *out, int ldo,
+                         unsigned char *bad) {
+    if (!tile_vec_available() || tk <= 0 || tk > VEC_KC || K % tk || K == 0) return -1;
+    if (M > 0 && N > 0) ksum(form, M, N, K, tk, NULL, 0, B, ldb, S, lds, out, ldo, bad, NULL, packed);
     return 0;
 }
 
 VEC_TARGET static void ksum(tile_form_t form, int M, int N, int K, int tk, const float *A,
                             int lda, const float *B, int ldb, double *S, int lds, float *out,
-                            int ldo, unsigned char *bad, float *work) {
+                            int ldo, unsigned char *bad, float *work, const float *packed) {
+    const ptrdiff_t rows = (M + VEC_MR - 1) / VEC_MR * VEC_MR;
     const int chunk = ksum_chunk(tk), nbj = (N + VEC_NR - 1) / VEC_NR;
     float panel[VEC_KC * VEC_NR] __attribute__((aligned(32)));
     __m256d err[1];
     for (int k0 = 0; k0 < K; k0 += chunk) {
         const int kc = K - k0 < chunk ? K - k0 : chunk, nt = kc / tk;
         float *o = k0 + kc == K ? out : NULL;
-        pack_a(form, A, lda, M, k0, kc, work);
+        const float *apk = packed ? packed + rows * k0 : work;
+        if (!packed) pack_a(form, A, lda, M, k0, kc, work);
         for (int j0 = 0; j0 < N; j0 += VEC_NR) {
             const int nr = N - j0 < VEC_NR ? N - j0 : VEC_NR;
             pack_b(form, B, ldb, j0, nr, k0, kc, panel);
             for (int i0 = 0; i0 < M; i0 += VEC_MR) {
                 const int mr = M - i0 < VEC_MR ? M - i0 : VEC_MR;
-                const float *ap = work + (ptrdiff_t)i0 * kc;
+                const float *ap = apk + (ptrdiff_t)i0 * kc;
                 const float *rows[VEC_MR] = {ap, ap + 1, ap + 2, ap + 3, ap + 4, ap + 5};
                 double *sb = S + (ptrdiff_t)i0 * lds + j0;
                 float *ob = o ? o + (ptrdiff_t)i0 * ldo + j0 : NULL;
@@ -472,6 +502,25 @@ int tile_vec_ksum(tile_form_t form, int M, int N, int K, int tk, const float *A,
 size_t tile_vec_ksum_work(int M, int tk) {
     (void)M, (void)tk;
     return 0;
+}
+
+size_t tile_vec_pack_a_size(int M, int K) {
+    (void)M, (void)K;
+    return 0;
+}
+
+int tile_vec_pack_a(tile_form_t form, int M, int K, int tk, const float *A, int lda,
+                    float *packed) {
+    (void)form, (void)M, (void)K, (void)tk, (void)A, (void)lda, (void)packed;
+    return -1;
+}
+
+int tile_vec_ksum_packed(tile_form_t form, int M, int N, int K, int tk, const float *packed,
+                         const float *B, int ldb, double *S, int lds, float *out, int ldo,
+                         unsigned char *bad) {
+    (void)form, (void)M, (void)N, (void)K, (void)tk, (void)packed, (void)B, (void)ldb;
+    (void)S, (void)lds, (void)out, (void)ldo, (void)bad;
+    return -1;
 }
 
 #endif

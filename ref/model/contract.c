@@ -33,6 +33,7 @@
 #include "parity/contract.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -98,7 +99,12 @@ typedef struct {
     int K, tm, tn, tk;
     const float *A, *B;
     int lda, ldb;
+    unsigned long call; /* which contraction: A's contents are fixed within one */
 } job_t;
+
+/* Numbers the contractions, so that A packed by one is never taken for
+ * another's (a buffer's address is reused with new contents). */
+static atomic_ulong calls;
 
 static tile_form_t tile_form(contract_form_t form) {
     return form == CONTRACT_NN ? TILE_NN : form == CONTRACT_NT ? TILE_NT : TILE_TN;
@@ -238,6 +244,11 @@ static int vec_sums(const job_t *j) {
            xacc_fast_path_enabled() && j->tk <= TILE_VEC_ADD_MAX_K;
 }
 
+/* A block's rows of A are kept packed, for the blocks beside it, up to
+ * this many floats (4 MiB); longer rows (K in the tens of thousands, the
+ * LM head's input gradient) are packed a chunk at a time. */
+enum { APACK_KEEP_FLOATS = 1 << 20 };
+
 /* block_sums by tile_vec_ksum: the same sums (and outputs), the elements
  * of register blocks it could not certify listed in slow_idx. */
 static size_t block_sums_vec(const job_t *j, int i0, int j0, int h, int w, float *out, int ldo,
@@ -247,16 +258,36 @@ static size_t block_sums_vec(const job_t *j, int i0, int j0, int h, int w, float
         ws->bad = grow(ws->bad, (size_t)nbi * nbj);
         ws->bad_cap = (size_t)nbi * nbj;
     }
-    const size_t work = tile_vec_ksum_work(h, j->tk);
-    if (work > ws->apack_cap) {
-        ws->apack = grow(ws->apack, work * sizeof(float));
-        ws->apack_cap = work;
-    }
     const float *a, *b;
     operands(j, i0, j0, 0, &a, &b);
-    if (tile_vec_ksum(tile_form(j->form), h, w, j->K, j->tk, a, j->lda, b, j->ldb, ws->sum, w,
-                      out, ldo, ws->bad, ws->apack))
-        parity_fatal("contract: tile_vec_ksum refused K=%d in tiles of %d", j->K, j->tk);
+    int rc;
+    const size_t whole = tile_vec_pack_a_size(h, j->K);
+    if (whole <= APACK_KEEP_FLOATS) {
+        /* the block's rows of A packed once for every block beside it */
+        if (whole > ws->apack_cap) {
+            ws->apack = grow(ws->apack, whole * sizeof(float));
+            ws->apack_cap = whole;
+            ws->apack_call = 0;
+        }
+        if (ws->apack_call != j->call || ws->apack_i0 != i0 || ws->apack_h != h) {
+            if (tile_vec_pack_a(tile_form(j->form), h, j->K, j->tk, a, j->lda, ws->apack))
+                parity_fatal("contract: tile_vec_pack_a refused K=%d in tiles of %d", j->K,
+                             j->tk);
+            ws->apack_call = j->call, ws->apack_i0 = i0, ws->apack_h = h;
+        }
+        rc = tile_vec_ksum_packed(tile_form(j->form), h, w, j->K, j->tk, ws->apack, b, j->ldb,
+                                  ws->sum, w, out, ldo, ws->bad);
+    } else { /* A's rows are too long to keep: packed a chunk at a time */
+        const size_t work = tile_vec_ksum_work(h, j->tk);
+        if (work > ws->apack_cap) {
+            ws->apack = grow(ws->apack, work * sizeof(float));
+            ws->apack_cap = work;
+        }
+        ws->apack_call = 0;
+        rc = tile_vec_ksum(tile_form(j->form), h, w, j->K, j->tk, a, j->lda, b, j->ldb, ws->sum,
+                           w, out, ldo, ws->bad, ws->apack);
+    }
+    if (rc) parity_fatal("contract: tile_vec_ksum refused K=%d in tiles of %d", j->K, j->tk);
     size_t n_slow = 0;
     for (int bi = 0; bi < nbi; bi++)
         for (int bj = 0; bj < nbj; bj++)
@@ -342,7 +373,9 @@ static int plan_blocks(plan_t *p, int M, int N) {
     block_shape(M, N, p->job.tm, p->job.tn, &p->H, &p->W);
     p->nbj = (N + p->W - 1) / p->W;
     p->nbi = (M + p->H - 1) / p->H;
-    p->by_columns = N > M; /* B (K x N) is the larger operand */
+    /* down the columns only where A's rows are not kept packed and B is
+     * the larger operand */
+    p->by_columns = N > M && tile_vec_pack_a_size(p->H, p->job.K) > APACK_KEEP_FLOATS;
     return p->nbi * p->nbj;
 }
 
@@ -397,10 +430,13 @@ static void contract_block(void *arg, int piece, int worker) {
         if (p->bias) add_bias(c, p->ldc, p->bias, j0, h, w);
         return;
     }
-    long pair = p->job.K == 2 * p->job.tk ? block_pair(&p->job, i0, j0, h, w, c, p->ldc, ws) : -1;
-    size_t n_slow = pair >= 0           ? (size_t)pair
-                    : vec_sums(&p->job) ? block_sums_vec(&p->job, i0, j0, h, w, c, p->ldc, ws)
-                                        : block_sums(&p->job, i0, j0, h, w, c, p->ldc, ws);
+    const int vec = vec_sums(&p->job); /* its own sums, A packed, beat the pair's two calls */
+    long pair = !vec && p->job.K == 2 * p->job.tk
+                    ? block_pair(&p->job, i0, j0, h, w, c, p->ldc, ws)
+                    : -1;
+    size_t n_slow = pair >= 0 ? (size_t)pair
+                    : vec     ? block_sums_vec(&p->job, i0, j0, h, w, c, p->ldc, ws)
+                              : block_sums(&p->job, i0, j0, h, w, c, p->ldc, ws);
     if (n_slow) {
         xacc_t *acc = block_slow(&p->job, i0, j0, h, w, n_slow, ws);
         for (size_t s = 0; s < n_slow; s++) {
@@ -432,7 +468,7 @@ void contract_add_bias(contract_form_t form, int M, int N, int K, int tm, int tn
         if (bias) add_bias(C, ldc, bias, 0, M, N);
         return;
     }
-    plan_t p = {.job = {form, K, tm, tn, tk, A, B, lda, ldb},
+    plan_t p = {.job = {form, K, tm, tn, tk, A, B, lda, ldb, atomic_fetch_add(&calls, 1) + 1},
                 .ws = ws, .C = C, .ldc = ldc, .bias = bias};
     if (K == tk) { /* one tile: its partial is the result */
         p.M = M, p.N = N;
@@ -496,7 +532,7 @@ void contract_acc(contract_form_t form, int M, int N, int K, int tm, int tn, int
                   size_t offset, size_t ld, contract_ws_t *ws) {
     check_grid("contract_acc", M, N, K, tm, tn, tk);
     if (M == 0 || N == 0 || K == 0) return;
-    plan_t p = {.job = {form, K, tm, tn, tk, A, B, lda, ldb},
+    plan_t p = {.job = {form, K, tm, tn, tk, A, B, lda, ldb, atomic_fetch_add(&calls, 1) + 1},
                 .ws = ws, .acc = acc, .offset = offset, .ld = ld};
     /* A call that covers all of a zero accumulator stores each element's
      * first sum instead of adding it (accum.h: acc_claim_zero); every

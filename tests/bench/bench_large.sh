@@ -5,8 +5,9 @@
 # PyTorch CPU eager fp32 with one thread on the same shape, and where the
 # golden step's time goes. Reports, never asserts: it prints figures and
 # exits 0 whatever they are. About 8-10 minutes on an idle 2-core machine:
-# the golden run (the default portable backend), PyTorch, tp 2 and tp 4
-# on the same shape, then the golden run on the OpenBLAS backend.
+# the golden run on the portable backend (golden/'s bits), PyTorch, tp 2
+# and tp 4 on the same shape, then the golden run on the OpenBLAS backend
+# (the default).
 #
 # One perf-sampled golden run gives both the step medians (perf at
 # $BENCH_LARGE_FREQ Hz costs well under 1%) and the phase split, taken
@@ -123,12 +124,15 @@ for tp in 2 4; do
   fi
 done
 
-# ---- the same golden run on the OpenBLAS backend --------------------------------
+# ---- the same golden run on the OpenBLAS backend (the default) -----------------
 # Its bits are this CPU's, not golden/'s; where the portable vector kernel
 # runs (AVX2), this is the comparison that says what owning the order costs.
 if "$PARITY" train --model "$model" --steps "$STEPS" --backend openblas >"$tmp/ob" 2>&1 &&
    oc=$(sed -nE 's/^summary: .*cpu median ([0-9.]+) ms.*/\1/p' "$tmp/ob") && [ -n "$oc" ]; then
-  awk -v o="$oc" -v c="$cpu" 'BEGIN{printf "OpenBLAS backend step median (cpu): %9.1f ms: the portable backend is %.2fx its speed\n", o, o / c}'
+  awk -v o="$oc" -v c="$cpu" -v tc="$torch_cpu" 'BEGIN{
+    printf "OpenBLAS backend (the default) step median (cpu): %9.1f ms: the portable backend is %.2fx its speed", o, o / c
+    if (tc != "") printf "; it is %.2fx PyTorch eager'"'"'s", tc / o
+    printf "\n" }'
 else
   echo "OpenBLAS backend run failed: $(tail -1 "$tmp/ob")"
 fi
