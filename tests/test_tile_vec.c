@@ -151,6 +151,24 @@ static void check_ksum(int form, int M, int N, int nt, int tk, int spread, int s
         }
     CHECK(wrong == 0, "%s %dx%d, %d tiles of %d, spread %d special %d: %d certified sums differ "
           "from the superaccumulator's", form_name[form], M, N, nt, tk, spread, special, wrong);
+    /* A packed once (tile_vec_pack_a) gives the same sums, flags and outputs */
+    float *packed = floats(tile_vec_pack_a_size(M, K)), *out2 = floats((size_t)M * ldo);
+    double *S2 = malloc((size_t)M * N * sizeof(double));
+    unsigned char *bad2 = malloc((size_t)nbi * nbj);
+    if (!S2 || !bad2) abort();
+    CHECK(tile_vec_pack_a((tile_form_t)form, M, K, tk, o.A, o.lda, packed) == 0 &&
+              tile_vec_ksum_packed((tile_form_t)form, M, N, K, tk, packed, o.B, o.ldb, S2, N,
+                                   out2, ldo, bad2) == 0,
+          "tile_vec_pack_a / tile_vec_ksum_packed refused %s K=%d tk=%d", form_name[form], K, tk);
+    int differ = memcmp(bad, bad2, (size_t)nbi * nbj) != 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++)
+            differ += !bad[i / TILE_VEC_MR * nbj + j / TILE_VEC_NR] &&
+                      (!same_bits(out[(size_t)i * ldo + j], out2[(size_t)i * ldo + j]) ||
+                       memcmp(&S[(size_t)i * N + j], &S2[(size_t)i * N + j], sizeof(double)));
+    CHECK(differ == 0, "%s %dx%d K=%d: A packed once gives other sums or flags (%d)",
+          form_name[form], M, N, K, differ);
+    free(packed), free(out2), free(S2), free(bad2);
     for (int b = 0; b < nbi * nbj; b++) *flagged += bad[b];
     free(S), free(out), free(P), free(work), free(bad), free(acc), drop(&o);
 }
