@@ -39,6 +39,7 @@
 
 #include "parity/error.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -63,6 +64,14 @@ typedef enum {
 
 /* The running sums of one row of the block: columns 0-7 and 8-15. */
 #define ROW_ACC(r) __m256 c##r##0, c##r##1
+/* The register block's twelve: c00, c01 (row 0) .. c50, c51 (row 5). */
+#define BLOCK_ACC                                                                              \
+    ROW_ACC(0);                                                                                \
+    ROW_ACC(1);                                                                                \
+    ROW_ACC(2);                                                                                \
+    ROW_ACC(3);                                                                                \
+    ROW_ACC(4);                                                                                \
+    ROW_ACC(5)
 /* acc = acc + a * b, lane-wise, rounded twice, as the portable loop. */
 #define MAC(acc, x, b) acc = _mm256_add_ps(acc, _mm256_mul_ps(x, b))
 #define ROW_STEP(r)                                                                            \
@@ -104,12 +113,7 @@ typedef enum {
 VEC_INLINE void micro_6x16(int kc, const float *const *ar, ptrdiff_t a_ks, const float *bp,
                            float *c, ptrdiff_t ldc, c_mode_t mode) {
     const float *a0 = ar[0], *a1 = ar[1], *a2 = ar[2], *a3 = ar[3], *a4 = ar[4], *a5 = ar[5];
-    ROW_ACC(0);
-    ROW_ACC(1);
-    ROW_ACC(2);
-    ROW_ACC(3);
-    ROW_ACC(4);
-    ROW_ACC(5);
+    BLOCK_ACC;
     ROW_INIT(0);
     ROW_INIT(1);
     ROW_INIT(2);
@@ -269,12 +273,7 @@ VEC_TARGET static void micro_ksum(int nt, int tk, const float *const *ar, ptrdif
     __m256d err = *bad; /* a local: *bad may alias s, which would keep it in memory */
     ptrdiff_t o = 0;
     for (int t = 0; t < nt; t++) {
-        ROW_ACC(0);
-        ROW_ACC(1);
-        ROW_ACC(2);
-        ROW_ACC(3);
-        ROW_ACC(4);
-        ROW_ACC(5);
+        BLOCK_ACC;
         ROW_ZERO(0), ROW_ZERO(1), ROW_ZERO(2), ROW_ZERO(3), ROW_ZERO(4), ROW_ZERO(5);
         BLOCK_STEPS(tk);
         const int start = first && t == 0;
@@ -435,12 +434,14 @@ VEC_TARGET static void ksum(tile_form_t form, int M, int N, int K, int tk, const
 }
 
 int tile_vec_available(void) {
-    static int known = -1; /* a benign race: every thread computes the same value */
-    if (known < 0) {
+    static atomic_int known = -1; /* every thread that finds -1 computes the same value */
+    int k = atomic_load_explicit(&known, memory_order_relaxed);
+    if (k < 0) {
         __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx2") ? 1 : 0;
+        k = __builtin_cpu_supports("avx2") ? 1 : 0;
+        atomic_store_explicit(&known, k, memory_order_relaxed);
     }
-    return known;
+    return k;
 }
 
 void tile_vec_gemm(tile_form_t form, int M, int N, int K, const float *A, int lda,
