@@ -26,6 +26,11 @@ if [ -x "$BUILD/bench/bench_tile" ]; then
   "$BUILD/bench/bench_tile" | grep -v '^CSV'
 fi
 
+if [ -x "$BUILD/bench/bench_contract" ]; then
+  section "matrix products at gpt-124m's shapes: tiles and exact sums vs one whole sgemm"
+  "$BUILD/bench/bench_contract" | grep -v '^CSV'
+fi
+
 if [ -x "$BUILD/bench/bench_coll" ]; then
   section "collectives (nccl-tests conventions: algbw = bytes/time, busbw = algbw x factor)"
   "$BUILD/bench/bench_coll" | tee "$out/coll.txt" | grep -v '^CSV'
