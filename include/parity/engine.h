@@ -77,6 +77,7 @@ typedef struct {
     int broken_pp_mask_key;   /* dropout masks keyed by a stage's microbatch count (PyTorch 55036) */
     int broken_pp_tied_grad;  /* the tied embedding's gradient skips the embedding group */
     int broken_cp_online_softmax; /* the ring merges blocks with online softmax (flash-style) */
+    unsigned broken_moe;          /* GPT_BROKEN_MOE_* bits: routing bugs of MoE frameworks */
     const char *trace_path;   /* --trace: a Chrome trace-event file of the run, or NULL */
     /* Test-only: 1 + the rank whose parameter replica drifts (one bit of
      * one element flipped after every update; ZeRO 0-2), to prove that

@@ -86,6 +86,11 @@ void linear_add_bias(float *y, const float *b, int n, int n_out);
 void linear_backward(float *dx, acc_t *dw, acc_t *db, const float *dy, const float *x,
                      const float *w, int n, int n_in, int n_out, linear_tiles_t t,
                      contract_ws_t *ws);
+/* The same for a weight stored at element dw_at of dw's tensor and a bias
+ * at db_at of db's (one expert of a stacked [E, out, in] weight). */
+void linear_backward_at(float *dx, acc_t *dw, size_t dw_at, acc_t *db, size_t db_at,
+                        const float *dy, const float *x, const float *w, int n, int n_in,
+                        int n_out, linear_tiles_t t, contract_ws_t *ws);
 
 /* ---- gelu.c ------------------------------------------------------------ */
 

@@ -18,6 +18,7 @@
 #define PARITY_MODEL_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "parity/accum.h"
@@ -53,7 +54,27 @@ typedef struct {
     float lr, min_lr;
     int warmup, decay_steps;
     float beta1, beta2, eps, weight_decay, clip_grad; /* clip_grad 0 = off */
+    /* mixture of experts (ref/model/moe.c, MODEL.md "Mixture of experts"):
+     * moe_experts 0 = every MLP dense. Layer l is an MoE layer when
+     * l % moe_layer_freq == 0 (Megatron's --moe-layer-freq k). */
+    int moe_experts;           /* E (--num-experts) */
+    int moe_topk;              /* k (--moe-router-topk) */
+    int moe_layer_freq;        /* (--moe-layer-freq) */
+    int moe_pre_softmax;       /* 1: softmax over all experts, then top-k
+                                  (--moe-router-pre-softmax); 0: top-k logits, then
+                                  softmax over those k */
+    float moe_aux_loss_coeff;  /* Switch load balancing (--moe-aux-loss-coeff) */
+    float moe_z_loss_coeff;    /* (--moe-z-loss-coeff) */
+    float moe_capacity_factor; /* 0: dropless (--moe-expert-capacity-factor) */
+    int moe_drop_position;     /* over capacity drop by position (1) or by the lowest
+                                  router probability (0) (--moe-token-drop-policy) */
 } model_config_t;
+
+/* Whether layer l of c is a mixture-of-experts layer. */
+static inline int model_layer_is_moe(const model_config_t *c, int l) {
+    return c->moe_experts > 0 && l % c->moe_layer_freq == 0;
+}
+enum { MODEL_MAX_EXPERTS = 256 };
 
 /* NULL-terminated list of the built-in model names. */
 const char *const *model_builtin_names(void);
@@ -219,6 +240,21 @@ typedef struct {
     float *fc2_out;                        /* [n,C] before dropout */
     uint8_t *mlp_keep;                     /* [n,C] or NULL */
     float *out;                            /* [n,C] block output */
+    /* an MoE layer's MLP (moe.c; NULL in a dense layer): the router's
+     * logits and softmax over every expert, each token's k choices (best
+     * first), their weights, whether each is within capacity and its row
+     * in the experts' input; the experts' rows (per expert, per sequence,
+     * whole token tiles) through fc1, GeLU and fc2; the weighted sum */
+    float *moe_logits, *moe_probs;         /* [n,E] */
+    int32_t *moe_choice;                   /* [n,k] */
+    float *moe_weight;                     /* [n,k] */
+    uint8_t *moe_kept;                     /* [n,k] */
+    int32_t *moe_row;                      /* [n,k] -1: dropped */
+    int32_t *moe_rows_of;                  /* [E+1] expert e's rows: [rows_of[e], rows_of[e+1]) */
+    float *moe_x, *moe_fc1, *moe_h, *moe_hgrad, *moe_y; /* [R,C] [R,F] [R,F] [R,F] [R,C] */
+    float *moe_out;                        /* [n,C] combined, before dropout */
+    float *moe_out_held;                   /* [ns,C] its positions held (sequence parallel;
+                                              else moe_out) */
 } layer_acts_t;
 
 /* One in-flight microbatch: what its forward pass keeps for its backward
@@ -276,6 +312,13 @@ typedef struct {
     void *cp_send[2], *cp_own, *cp_open;
     float *ul_send, *ul_recv, *ul_dctx, *ul_dqkv;
     float *ce_tl;                          /* [n] target logits */
+    /* mixture of experts' backward (moe.c): the experts' rows' output and
+     * hidden gradients [R,C] [R,F], their input gradients [R,C], the
+     * router's logit and weight gradients [n,E] [n,k] */
+    float *moe_dy, *moe_dh, *moe_dx, *moe_dlogits, *moe_dweight;
+    struct moe_claim *moe_claims;          /* [T] one sequence's claims on an expert */
+    float *moe_dx_full;                    /* [n,C] the MoE input's gradient, every position
+                                              (sequence parallel; else NULL) */
     void *block;
 } gpt_scratch_t;
 
@@ -313,6 +356,19 @@ enum { GPT_BROKEN_CP_ONLINE_SOFTMAX = 4u };
  * gradient, as a rank with a stale or half-reduced backward buffer would;
  * the checker must name that unit's grad_input, not a later parameter. */
 enum { GPT_BROKEN_TP_INPUT_GRAD = 8u };
+/* MoE routing bugs (moe.c), each modelled on a real one:
+ * LOCAL_CAPACITY: capacity and dropping over the tokens a rank holds
+ *   (Megatron's get_capacity on local tokens), not per sequence;
+ * TIE_ORDER: equal router scores and equal weights in the capacity
+ *   selection go to the higher expert and the later token (a top-k whose
+ *   tie order is the device's, as torch.topk's is unspecified);
+ * AUX_LOCAL: the load-balancing loss over the rank's tokens, scaled by
+ *   their count (Megatron PR 5047's kind), not per sequence. */
+enum {
+    GPT_BROKEN_MOE_LOCAL_CAPACITY = 16u,
+    GPT_BROKEN_MOE_TIE_ORDER = 32u,
+    GPT_BROKEN_MOE_AUX_LOCAL = 64u
+};
 static inline gpt_shard_t gpt_shard_none(void) {
     return (gpt_shard_t){.tp = 1, .cp = 1};
 }
@@ -355,6 +411,17 @@ typedef struct {
     int64_t shape[3], lo[3], ext[3];
 } gpt_view_t;
 
+/* A step's routing statistics (moe.c), over the sequences this replica
+ * ran: per MoE layer and expert, the tokens routed to it (before
+ * capacity) and dropped by it; the auxiliary losses' sums (their
+ * values: moe_loss_values). */
+typedef struct {
+    int64_t *routed, *dropped; /* [L][E] (rows of dense layers stay 0), or NULL */
+    xacc_t aux, z;             /* exact sums: over sequences of sum_e P_e f_e (P_e the
+                                  sequence's summed probabilities, f_e its routed
+                                  count); over tokens of logsumexp^2 */
+} gpt_moe_stats_t;
+
 /* Watches a step, for dumps and checkers. Both hooks may be NULL. */
 typedef struct gpt gpt_t;
 typedef struct {
@@ -392,6 +459,7 @@ struct gpt {
     float *adam_m, *adam_v; /* [total] */
     int adam_t;          /* AdamW steps taken */
     sacc_t loss_acc;     /* sum of token losses of this step */
+    gpt_moe_stats_t moe; /* routing statistics of this step (MoE layers) */
     gpt_slot_t *slot;    /* [n_slots] activation slots */
     int n_slots;
     gpt_scratch_t scratch;
@@ -582,6 +650,14 @@ float *gpt_slot_stream(gpt_t *g, int s, int u);
 float mean_token_loss(const model_config_t *cfg, float loss_sum);
 /* round(sum of every token loss of the step) / (B*T). */
 float gpt_step_loss(const gpt_t *g);
+/* The step's auxiliary MoE losses as they enter the objective (moe.c):
+ * load balancing a*E/(k*T^2*B) * sum_s sum_e P_se f_se and the z-loss
+ * z/(B*T) * sum_t lse_t^2, each from its exact sum (0 without MoE). */
+void  gpt_moe_loss_values(const gpt_t *g, double *aux, double *zloss);
+/* Prints a step's routing statistics, one line per MoE layer (tokens
+ * routed to each expert before capacity, tokens dropped) and the
+ * auxiliary losses; nothing for a dense model. */
+void  gpt_moe_print_step(const gpt_t *g, FILE *f);
 /* Rounds every gradient once into g->grads; returns the global norm
  * pm_sqrtf(round(sum g*g)) before clipping. */
 float gpt_step_round_grads(gpt_t *g);

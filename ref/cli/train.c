@@ -71,6 +71,11 @@ static void usage(FILE *f) {
         "  --lr X  --min-lr X  --lr-warmup-iters N  --lr-decay-iters N\n"
         "  --adam-beta1 X  --adam-beta2 X  --adam-eps X  --weight-decay X  --clip-grad X\n"
         "  --tile-tokens N  --tile-features N  --tile-ffn N   canonical tiles (I1)\n"
+        "mixture of experts (Megatron-core names; MODEL.md, \"Mixture of experts\"):\n"
+        "  --num-experts E  --moe-router-topk K (default 2)  --moe-layer-freq N (default 1)\n"
+        "  --moe-router-pre-softmax  --moe-aux-loss-coeff X  --moe-z-loss-coeff X\n"
+        "  --moe-expert-capacity-factor X (0: dropless; capacity is per sequence)\n"
+        "  --moe-token-drop-policy probs|position (default probs)\n"
         "  --make-vocab-size-divisible-by N   pad vocab up to a multiple of N (Megatron pads to\n"
         "                           N x tp; parity to N alone, so the model does not depend on\n"
         "                           the layout, I4); padded rows are ordinary parameters\n",
@@ -96,7 +101,10 @@ static void usage(FILE *f) {
           f);
 }
 
-typedef enum { OPT_INT, OPT_FLOAT, OPT_U64, OPT_TRUE, OPT_PAD } opt_kind_t;
+/* OPT_TRUE: a flag without a value that clears its field (untie);
+ * OPT_SET: one that sets it to 1; OPT_DROP: probs | position. */
+typedef enum { OPT_INT, OPT_FLOAT, OPT_U64, OPT_TRUE, OPT_SET, OPT_PAD, OPT_DROP } opt_kind_t;
+static int opt_has_value(opt_kind_t k) { return k != OPT_TRUE && k != OPT_SET; }
 
 typedef struct {
     const char *flag;
@@ -130,6 +138,14 @@ static const cfg_opt_t cfg_opts[] = {
     {"--tile-tokens", OPT_INT, OFF(tile_tokens)},
     {"--tile-features", OPT_INT, OFF(tile_features)},
     {"--tile-ffn", OPT_INT, OFF(tile_ffn)},
+    {"--num-experts", OPT_INT, OFF(moe_experts)},
+    {"--moe-router-topk", OPT_INT, OFF(moe_topk)},
+    {"--moe-layer-freq", OPT_INT, OFF(moe_layer_freq)},
+    {"--moe-router-pre-softmax", OPT_SET, OFF(moe_pre_softmax)},
+    {"--moe-aux-loss-coeff", OPT_FLOAT, OFF(moe_aux_loss_coeff)},
+    {"--moe-z-loss-coeff", OPT_FLOAT, OFF(moe_z_loss_coeff)},
+    {"--moe-expert-capacity-factor", OPT_FLOAT, OFF(moe_capacity_factor)},
+    {"--moe-token-drop-policy", OPT_DROP, OFF(moe_drop_position)},
     /* applied after every other override (model_pad_vocab) */
     {"--make-vocab-size-divisible-by", OPT_PAD, OFF(vocab)},
 };
@@ -169,7 +185,17 @@ static int apply_cfg_opt(model_config_t *c, const cfg_opt_t *o, const char *val)
     case OPT_FLOAT:
         return parse_float(o->flag, val, (float *)field);
     case OPT_TRUE:
-        *(int *)field = 0; /* the only boolean flag unties */
+        *(int *)field = 0; /* --untie-embeddings-and-output-weights */
+        return 0;
+    case OPT_SET:
+        *(int *)field = 1;
+        return 0;
+    case OPT_DROP:
+        if (strcmp(val, "probs") && strcmp(val, "position")) {
+            fprintf(stderr, "%s: %s '%s': expected probs or position\n", cli_name, o->flag, val);
+            return -1;
+        }
+        *(int *)field = !strcmp(val, "position");
         return 0;
     case OPT_PAD:
         return 0; /* model_config, after the other overrides */
@@ -396,7 +422,12 @@ static int parse_other_flag(train_args_t *t, int argc, char **argv, int *i) {
         fprintf(stderr, "%s: unknown option '%s' (see %s --help)\n", cli_name, a, cli_name);
         return -1;
     }
-    if (o->kind != OPT_TRUE && num_flag_value(a, *i + 1 < argc ? argv[*i + 1] : NULL, &err)) {
+    if (o->kind == OPT_DROP && *i + 1 >= argc) {
+        fprintf(stderr, "parity %s: %s needs a value (probs or position)\n", t->cmd, a);
+        return -1;
+    }
+    if (opt_has_value(o->kind) && o->kind != OPT_DROP &&
+        num_flag_value(a, *i + 1 < argc ? argv[*i + 1] : NULL, &err)) {
         fprintf(stderr, "parity %s: %s\n", t->cmd, err.msg);
         return -1;
     }
@@ -405,7 +436,7 @@ static int parse_other_flag(train_args_t *t, int argc, char **argv, int *i) {
         return -1;
     }
     t->cfg_at[t->n_cfg++] = *i;
-    if (o->kind != OPT_TRUE) *i += 1;
+    if (opt_has_value(o->kind)) *i += 1;
     return 1;
 }
 
@@ -487,7 +518,7 @@ static int model_config(train_args_t *t, char **argv, model_config_t *cfg) {
         int i = t->cfg_at[j];
         for (size_t k = 0; k < sizeof cfg_opts / sizeof cfg_opts[0]; k++)
             if (!strcmp(argv[i], cfg_opts[k].flag)) {
-                const char *val = cfg_opts[k].kind == OPT_TRUE ? NULL : argv[i + 1];
+                const char *val = opt_has_value(cfg_opts[k].kind) ? argv[i + 1] : NULL;
                 if (apply_cfg_opt(cfg, &cfg_opts[k], val)) return -1;
                 if (cfg_opts[k].offset == offsetof(model_config_t, micro_batch)) micro_given = 1;
                 if (cfg_opts[k].kind == OPT_PAD) pad_at = i;
@@ -751,6 +782,7 @@ static int golden_steps(const run_output_t *o, const model_config_t *cfg, gpt_t 
         if (s == 0) first_loss = st.loss;
         last_loss = st.loss;
         rc = run_output_step(o, s, &st, dt, !o->quiet);
+        if (!o->quiet) gpt_moe_print_step(g, stdout);
     }
     if (rc == 0 && ms && cpu) golden_summary(cfg, o->quiet, ms, cpu, o->steps, first_loss, last_loss);
     free(ms);

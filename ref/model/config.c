@@ -36,6 +36,8 @@ static void common_defaults(model_config_t *c) {
     c->eps = 1e-8f;
     c->weight_decay = 0.1f;
     c->clip_grad = 1.0f;
+    c->moe_topk = 2; /* Megatron's defaults; inert while moe_experts is 0 */
+    c->moe_layer_freq = 1;
 }
 
 static const char *const builtin_names[] = {"gpt-micro", "gpt-tiny", "gpt-small", "gpt-124m",
@@ -129,12 +131,45 @@ static int check_keys(const json_t *obj, const char *const *allowed, const char 
     return 0;
 }
 
+/* "moe": {"experts", "topk", "layer_freq", "pre_softmax", "aux_loss_coeff",
+ * "z_loss_coeff", "capacity_factor", "drop_policy": "probs"|"position"} */
+static int apply_moe_json(const json_t *m, const char *path, model_config_t *c, perr_t *err) {
+    static const char *const keys[] = {"experts",         "topk",        "layer_freq",
+                                       "pre_softmax",     "aux_loss_coeff", "z_loss_coeff",
+                                       "capacity_factor", "drop_policy", NULL};
+    if (json_type(m) != JSON_OBJECT)
+        return perr_set(err, "%s: field 'moe': expected an object {experts, topk, ...}", path);
+    if (check_keys(m, keys, "moe.", path, err)) return -1;
+    if (get_int(m, "experts", path, &c->moe_experts, err) ||
+        get_int(m, "topk", path, &c->moe_topk, err) ||
+        get_int(m, "layer_freq", path, &c->moe_layer_freq, err) ||
+        get_float(m, "aux_loss_coeff", path, &c->moe_aux_loss_coeff, err) ||
+        get_float(m, "z_loss_coeff", path, &c->moe_z_loss_coeff, err) ||
+        get_float(m, "capacity_factor", path, &c->moe_capacity_factor, err))
+        return -1;
+    const json_t *pre = json_get(m, "pre_softmax");
+    if (pre) {
+        if (json_type(pre) != JSON_BOOL)
+            return perr_set(err, "%s: field 'moe.pre_softmax': expected true or false", path);
+        c->moe_pre_softmax = json_bool(pre);
+    }
+    const json_t *drop = json_get(m, "drop_policy");
+    if (drop) {
+        const char *v = json_string(drop);
+        if (!v || (strcmp(v, "probs") && strcmp(v, "position")))
+            return perr_set(err, "%s: field 'moe.drop_policy': expected \"probs\" or "
+                                 "\"position\"", path);
+        c->moe_drop_position = !strcmp(v, "position");
+    }
+    return 0;
+}
+
 static int apply_json(const json_t *j, const char *path, model_config_t *c, perr_t *err) {
     static const char *const top[] = {
         "name", "base", "vocab", "seq_length", "hidden", "heads", "layers", "ffn", "tied",
         "tiles", "dropouts", "ln_eps", "seed", "global_batch", "micro_batch", "lr", "min_lr",
         "warmup", "decay_steps", "beta1", "beta2", "eps", "weight_decay", "clip_grad",
-        "make_vocab_size_divisible_by", NULL};
+        "make_vocab_size_divisible_by", "moe", NULL};
     static const char *const tiles[] = {"tokens", "features", "ffn", NULL};
     static const char *const drops[] = {"hidden", "attention", NULL};
     if (json_type(j) != JSON_OBJECT)
@@ -208,6 +243,7 @@ static int apply_json(const json_t *j, const char *path, model_config_t *c, perr
             get_int(t, "ffn", path, &c->tile_ffn, err))
             return -1;
     }
+    if (json_get(j, "moe") && apply_moe_json(json_get(j, "moe"), path, c, err)) return -1;
     const json_t *d = json_get(j, "dropouts");
     if (d) {
         if (json_type(d) != JSON_OBJECT)
@@ -245,6 +281,30 @@ int model_pad_vocab(model_config_t *c, long long n, const char *what, perr_t *er
 }
 
 /* ---- validation --------------------------------------------------------- */
+
+static int validate_moe(const model_config_t *c, perr_t *err) {
+    if (c->moe_experts < 0 || c->moe_experts > MODEL_MAX_EXPERTS)
+        return perr_set(err, "moe.experts (--num-experts) = %d: expected 0 (dense) to %d",
+                        c->moe_experts, MODEL_MAX_EXPERTS);
+    if (c->moe_experts == 0) return 0;
+    if (c->moe_topk < 1 || c->moe_topk > c->moe_experts)
+        return perr_set(err, "moe.topk (--moe-router-topk) = %d: expected 1 to the %d experts",
+                        c->moe_topk, c->moe_experts);
+    if (c->moe_layer_freq < 1)
+        return perr_set(err, "moe.layer_freq (--moe-layer-freq) = %d: expected >= 1",
+                        c->moe_layer_freq);
+    if (!(c->moe_aux_loss_coeff >= 0.0f && isfinite(c->moe_aux_loss_coeff)))
+        return perr_set(err, "moe.aux_loss_coeff (--moe-aux-loss-coeff) = %g: expected a "
+                             "finite value >= 0", (double)c->moe_aux_loss_coeff);
+    if (!(c->moe_z_loss_coeff >= 0.0f && isfinite(c->moe_z_loss_coeff)))
+        return perr_set(err, "moe.z_loss_coeff (--moe-z-loss-coeff) = %g: expected a finite "
+                             "value >= 0", (double)c->moe_z_loss_coeff);
+    if (!(c->moe_capacity_factor >= 0.0f && c->moe_capacity_factor <= 1e6f))
+        return perr_set(err, "moe.capacity_factor (--moe-expert-capacity-factor) = %g: expected "
+                             "0 (dropless) or a positive factor up to 1e6",
+                        (double)c->moe_capacity_factor);
+    return 0;
+}
 
 /* whole_microbatches: micro_batch must divide global_batch (the golden
  * schedule, gpt_train_step); else it need only not exceed it (a replica
@@ -352,6 +412,7 @@ static int validate(const model_config_t *c, int whole_microbatches, perr_t *err
                         "clip_grad (--clip-grad) = %g: expected a finite value >= 0 (0 turns "
                         "clipping off)",
                         (double)c->clip_grad);
+    if (validate_moe(c, err)) return -1;
     /* Element counts are size_t, but tile calls take int extents. */
     if ((int64_t)c->micro_batch * c->seq_length > (1 << 24) ||
         (int64_t)c->vocab * c->hidden > (1 << 30) || (int64_t)c->ffn * c->hidden > (1 << 30))
@@ -398,5 +459,16 @@ char *model_config_json(const model_config_t *c) {
              (unsigned long long)c->seed, c->global_batch, c->micro_batch, (double)c->lr,
              (double)c->min_lr, c->warmup, c->decay_steps, (double)c->beta1, (double)c->beta2,
              (double)c->eps, (double)c->weight_decay, (double)c->clip_grad);
+    { /* always, inert fields too: the JSON is the whole config (a round trip) */
+        const size_t at = strlen(s) - 1; /* over the closing brace */
+        snprintf(s + at, cap - at,
+                 ", \"moe\": {\"experts\": %d, \"topk\": %d, \"layer_freq\": %d, "
+                 "\"pre_softmax\": %s, \"aux_loss_coeff\": %.9g, \"z_loss_coeff\": %.9g, "
+                 "\"capacity_factor\": %.9g, \"drop_policy\": \"%s\"}}",
+                 c->moe_experts, c->moe_topk, c->moe_layer_freq,
+                 c->moe_pre_softmax ? "true" : "false", (double)c->moe_aux_loss_coeff,
+                 (double)c->moe_z_loss_coeff, (double)c->moe_capacity_factor,
+                 c->moe_drop_position ? "position" : "probs");
+    }
     return s;
 }

@@ -25,12 +25,18 @@ void linear_add_bias(float *y, const float *b, int n, int n_out) {
 void linear_backward(float *dx, acc_t *dw, acc_t *db, const float *dy, const float *x,
                      const float *w, int n, int n_in, int n_out, linear_tiles_t t,
                      contract_ws_t *ws) {
+    linear_backward_at(dx, dw, 0, db, 0, dy, x, w, n, n_in, n_out, t, ws);
+}
+
+void linear_backward_at(float *dx, acc_t *dw, size_t dw_at, acc_t *db, size_t db_at,
+                        const float *dy, const float *x, const float *w, int n, int n_in,
+                        int n_out, linear_tiles_t t, contract_ws_t *ws) {
     /* dx[n,in] = dy[n,out] . w[out,in], contracted over output tiles */
     if (dx)
         contract(CONTRACT_NN, n, n_in, n_out, t.tokens, t.in, t.out, dy, n_out, w, n_in, dx, n_in,
                  ws);
     /* dw[out,in] += dy[n,out]^T . x[n,in], contracted over token tiles */
-    contract_acc(CONTRACT_TN, n_out, n_in, n, t.out, t.in, t.tokens, dy, n_out, x, n_in, dw, 0,
-                 (size_t)n_in, ws);
-    if (db) acc_add_rows(db, 0, dy, n, n_out, n_out);
+    contract_acc(CONTRACT_TN, n_out, n_in, n, t.out, t.in, t.tokens, dy, n_out, x, n_in, dw,
+                 dw_at, (size_t)n_in, ws);
+    if (db) acc_add_rows(db, db_at, dy, n, n_out, n_out);
 }

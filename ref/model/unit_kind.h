@@ -25,7 +25,7 @@
 #include "parity/model.h"
 
 /* Sizes a kind's shapes are made of, as functions of the config. */
-typedef enum { DIM_1, DIM_V, DIM_T, DIM_C, DIM_3C, DIM_F, DIM_H, DIM_2 } unit_dim_t;
+typedef enum { DIM_1, DIM_V, DIM_T, DIM_C, DIM_3C, DIM_F, DIM_H, DIM_2, DIM_E, DIM_K } unit_dim_t;
 int64_t unit_dim(const model_config_t *c, unit_dim_t d);
 
 /* How tensor parallelism cuts a tensor: replicated; column-parallel (its
@@ -95,6 +95,8 @@ void *carve(carver_t *cv, size_t bytes);
 typedef struct {
     size_t mb, T, Tc, n, ns, C, H, A, F, V;
     int hdrop, adrop, sp, ulysses;
+    size_t E, K, R, Fe; /* experts, top-k, the experts' input rows (moe_rows), and
+                           their FFN width (whole: experts are not cut by tp) */
 } slot_dims_t;
 
 typedef struct unit_kind unit_kind_t;
@@ -132,13 +134,17 @@ struct unit_kind {
                   const unit_positions_t *pos, unit_view_t *out);
 };
 
-extern const unit_kind_t unit_embedding, unit_layer, unit_head;
+extern const unit_kind_t unit_embedding, unit_layer, unit_moe_layer, unit_head;
 
 /* The model's description: the kinds in order, each with a count. Unit
  * u of the model (first: -1; gpt_unit binds it to a table). */
 typedef struct {
     const unit_kind_t *kind;
     int (*count)(const model_config_t *c);
+    /* or NULL; else instance i's kind: `kind` or `alt` (the GPT's layers:
+     * dense or MoE; both have the same prefix and input) */
+    const unit_kind_t *(*kind_at)(const model_config_t *c, int i);
+    const unit_kind_t *alt;
 } model_run_t;
 int model_count_one(const model_config_t *c);    /* 1 */
 int model_count_layers(const model_config_t *c); /* c->layers */

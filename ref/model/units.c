@@ -33,6 +33,11 @@ static void unit_event(gpt_t *g, const gpt_observer_t *obs, int unit, int event)
 void gpt_step_begin(gpt_t *g) {
     for (int i = 0; i < g->table.count; i++) acc_zero(&g->grad_acc[i]);
     sacc_init(&g->loss_acc);
+    const size_t cells = (size_t)g->cfg.layers * (size_t)g->cfg.moe_experts;
+    if (g->moe.routed) memset(g->moe.routed, 0, cells * sizeof *g->moe.routed);
+    if (g->moe.dropped) memset(g->moe.dropped, 0, cells * sizeof *g->moe.dropped);
+    xacc_init(&g->moe.aux);
+    xacc_init(&g->moe.z);
 }
 
 void gpt_slot_begin(gpt_t *g, int s, const int32_t *inputs, const int32_t *targets, int n_seq,
@@ -77,8 +82,12 @@ void gpt_slot_begin(gpt_t *g, int s, const int32_t *inputs, const int32_t *targe
  * model of other kinds is another such list (model_set_runs). */
 int model_count_one(const model_config_t *c) { return (void)c, 1; }
 int model_count_layers(const model_config_t *c) { return c->layers; }
-static const model_run_t gpt_runs[] = {
-    {&unit_embedding, model_count_one}, {&unit_layer, model_count_layers}, {&unit_head, model_count_one}};
+static const unit_kind_t *layer_kind(const model_config_t *c, int l) {
+    return model_layer_is_moe(c, l) ? &unit_moe_layer : &unit_layer;
+}
+static const model_run_t gpt_runs[] = {{&unit_embedding, model_count_one, NULL, NULL},
+                                       {&unit_layer, model_count_layers, layer_kind, &unit_moe_layer},
+                                       {&unit_head, model_count_one, NULL, NULL}};
 static const model_run_t *runs = gpt_runs;
 static int N_RUNS = sizeof gpt_runs / sizeof gpt_runs[0];
 
@@ -104,7 +113,8 @@ static unit_t unit_at(const model_config_t *c, int u, int *run) {
         const int k = runs[r].count(c);
         if (u >= at && u < at + k) {
             if (run) *run = r;
-            return (unit_t){runs[r].kind, u - at, u, -1};
+            const unit_kind_t *kind = runs[r].kind_at ? runs[r].kind_at(c, u - at) : runs[r].kind;
+            return (unit_t){kind, u - at, u, -1};
         }
         at += k;
     }
@@ -140,6 +150,8 @@ int64_t unit_dim(const model_config_t *c, unit_dim_t d) {
     case DIM_F: return c->ffn;
     case DIM_H: return c->heads;
     case DIM_2: return 2; /* a pair stacked on a leading axis */
+    case DIM_E: return c->moe_experts;
+    case DIM_K: return c->moe_topk;
     }
     return 0;
 }
@@ -170,9 +182,10 @@ static long position(int r, int i) { return ((long)r << 20) + i; }
 /* The checkpoint named name ("act.layers.3.output", "logits"): its kind's
  * place in the list *r, the instance *i; NULL when no kind has it. */
 static const unit_checkpoint_t *find_checkpoint(const char *name, int *r, int *i) {
-    for (*r = 0; *r < N_RUNS; ++*r) {
-        const unit_kind_t *k = runs[*r].kind;
-        for (int c = 0; c < k->n_checkpoints; c++) {
+    for (*r = 0; *r < N_RUNS; ++*r)
+        for (int alt = 0; alt < 2; alt++) {
+        const unit_kind_t *k = alt ? runs[*r].alt : runs[*r].kind;
+        for (int c = 0; k && c < k->n_checkpoints; c++) {
             const unit_checkpoint_t *cp = &k->checkpoints[c];
             const char *rest = name;
             const size_t cl = strlen(cp->cls);
@@ -181,7 +194,7 @@ static const unit_checkpoint_t *find_checkpoint(const char *name, int *r, int *i
             *i = match_prefix(k, rest, &rest);
             if (*i >= 0 && !strcmp(rest, cp->suffix)) return cp;
         }
-    }
+        }
     return NULL;
 }
 
@@ -206,15 +219,17 @@ int gpt_checkpoint_position(const char *name, long *unit, long *order) {
 
 long gpt_backward_position(const char *name) {
     const long last = position(N_RUNS - 1, 0);
-    for (int r = 0; r < N_RUNS; r++) {
-        const unit_kind_t *k = runs[r].kind;
-        const char *rest;
-        int i;
-        if (is_input_grad(name, r, &i)) return last - position(r, i);
-        i = match_prefix(k, name, &rest);
-        for (int t = 0; i >= 0 && t < k->n_tensors; t++)
-            if (!strcmp(rest, k->tensors[t].suffix)) return last - position(r, i);
-    }
+    for (int r = 0; r < N_RUNS; r++)
+        for (int alt = 0; alt < 2; alt++) {
+            const unit_kind_t *k = alt ? runs[r].alt : runs[r].kind;
+            const char *rest;
+            int i;
+            if (!k) continue;
+            if (is_input_grad(name, r, &i)) return last - position(r, i);
+            i = match_prefix(k, name, &rest);
+            for (int t = 0; i >= 0 && t < k->n_tensors; t++)
+                if (!strcmp(rest, k->tensors[t].suffix)) return last - position(r, i);
+        }
     return 0;
 }
 

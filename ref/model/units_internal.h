@@ -97,4 +97,27 @@ void attention_unit_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float 
 
 #include "unit_kind.h"
 
+/* moe.c: an MoE layer's MLP (MODEL.md, "Mixture of experts"). Its
+ * tensors: the router [E,C], the experts' stacked fc1 [E,F,C] and bias
+ * [E,F], fc2 [E,C,F] and bias [E,C]. */
+typedef struct {
+    const float *router, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+} moe_params_t;
+typedef struct {
+    acc_t *router, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+} moe_grads_t;
+/* An expert's capacity in one sequence (dropless: T). */
+int    moe_capacity(const model_config_t *c);
+/* The experts' input rows a slot of n_seq sequences may need (R). */
+size_t moe_rows(const model_config_t *c, size_t n_seq);
+size_t moe_claims_bytes(const model_config_t *c);
+void   moe_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv);
+/* moe_out [n,C] from x [n,C] (pure); the statistics after it (once). */
+void   moe_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const float *x,
+                   const moe_params_t *w);
+void   moe_after_forward(gpt_t *g, const pass_t *p, const layer_acts_t *LA, int l);
+/* dx [n,C] from dout [n,C] (moe_out's gradient) and x; gradients into gr. */
+void   moe_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dx, const float *dout,
+                    const float *x, const moe_params_t *w, const moe_grads_t *gr);
+
 #endif

@@ -1,0 +1,419 @@
+/* moe.c - a mixture-of-experts MLP (MODEL.md, "Mixture of experts";
+ * Megatron-core's router, top-k and capacity semantics, made layout-free).
+ *
+ *   logits = x . Wr^T                      [n,E] fp32, canonical tiles
+ *   probs  = softmax(logits)               [n,E] every expert
+ *   choice = top-k experts of each token   by logit (or by prob with
+ *            --moe-router-pre-softmax); ties go to the lower expert index
+ *   weight = softmax over the k chosen logits (or the chosen probs)
+ *   kept   = within the expert's capacity in the token's SEQUENCE
+ *   y_t    = round(exact sum over kept j of weight_j * expert_j(x_t))
+ *
+ * The canonical unit of routing is one sequence: capacity, dropping and
+ * the load-balancing loss's counts are taken over a sequence's tokens,
+ * which every layout holds whole on one rank or one group (I4). Megatron
+ * takes them over the tokens a rank holds (get_capacity on local tokens),
+ * so its drops change with tp, cp, ep and the micro-batch size.
+ *
+ * An expert's input rows are laid out per expert, then per sequence, in
+ * position order, each (expert, sequence) block padded with zero rows to
+ * whole token tiles: a row's tile and its place in it depend only on its
+ * sequence's routing, never on which other sequences a rank holds, so
+ * the tile products are canonical (I1) and the weight gradients, exact
+ * sums over the rows, are the same however the blocks are grouped.
+ *
+ * forward is pure (it may run twice); moe_after_forward counts the
+ * routing statistics and the auxiliary losses' values once.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parity/pmath.h"
+#include "units_internal.h"
+
+/* Capacity of an expert in one sequence of T tokens: Megatron's
+ * ceil(k T / E * factor), at most T (a token picks an expert once);
+ * dropless: T. */
+int moe_capacity(const model_config_t *c) {
+    const int T = c->seq_length;
+    if (!(c->moe_capacity_factor > 0.0f)) return T;
+    const double cap =
+        ceil((double)c->moe_topk * T / (double)c->moe_experts * (double)c->moe_capacity_factor);
+    return cap < (double)T ? (int)cap : T;
+}
+
+size_t moe_rows(const model_config_t *c, size_t n_seq) {
+    const size_t T = (size_t)c->seq_length, E = (size_t)c->moe_experts, k = (size_t)c->moe_topk;
+    const size_t tm = (size_t)c->tile_tokens, cap = (size_t)moe_capacity(c);
+    /* each (sequence, expert) block is at most cap rows, rounded up to
+     * whole tiles; together at most k T rows plus each block's padding */
+    const size_t per_block = (cap + tm - 1) / tm * tm, by_blocks = E * per_block;
+    const size_t by_tokens = (k * T + E * (tm - 1)) / tm * tm;
+    return n_seq * (by_blocks < by_tokens ? by_blocks : by_tokens);
+}
+
+void moe_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
+    const size_t n = d->n, E = d->E, K = d->K, R = d->R, C = d->C, F = d->Fe;
+    L->moe_logits = CARVE_F(cv, n * E);
+    L->moe_probs = CARVE_F(cv, n * E);
+    L->moe_choice = (int32_t *)carve(cv, n * K * sizeof(int32_t));
+    L->moe_weight = CARVE_F(cv, n * K);
+    L->moe_kept = CARVE_U8(cv, n * K);
+    L->moe_row = (int32_t *)carve(cv, n * K * sizeof(int32_t));
+    L->moe_rows_of = (int32_t *)carve(cv, (E + 1) * sizeof(int32_t));
+    L->moe_x = CARVE_F(cv, R * C);
+    L->moe_fc1 = CARVE_F(cv, R * F);
+    L->moe_h = CARVE_F(cv, R * F);
+    L->moe_hgrad = CARVE_F(cv, R * F);
+    L->moe_y = CARVE_F(cv, R * C);
+    L->moe_out = CARVE_F(cv, n * C);
+    L->moe_out_held = d->sp ? CARVE_F(cv, d->ns * C) : L->moe_out;
+}
+
+/* ---- routing ------------------------------------------------------------ */
+
+/* softmax of v[m]: exps over the max, their exact sum rounded once, one
+ * division each; *z the sum, *mx the max. */
+static void softmax_row(float *p, const float *v, int m, float *mx, float *z) {
+    float hi = v[0];
+    for (int e = 1; e < m; e++)
+        if (v[e] > hi) hi = v[e];
+    for (int e = 0; e < m; e++) p[e] = pm_expf(v[e] - hi);
+    const float s = xsum_f32(p, (size_t)m);
+    for (int e = 0; e < m; e++) p[e] = p[e] / s;
+    *mx = hi, *z = s;
+}
+
+/* The k largest of v[E], best first; equal values: the lower index
+ * (broken: the higher, GPT_BROKEN_MOE_TIE_ORDER). */
+static void top_k(int32_t *choice, const float *v, int E, int k, int broken) {
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int i = 0; i < j; i++) taken |= choice[i] == e;
+            if (!taken && (best < 0 || v[e] > v[best] || (broken && v[e] == v[best]))) best = e;
+        }
+        choice[j] = best;
+    }
+}
+
+/* A token's routing: probs over every expert, the choice and weights. */
+static void route_token(const model_config_t *c, const float *logits, float *probs,
+                        int32_t *choice, float *weight, int broken) {
+    const int E = c->moe_experts, k = c->moe_topk;
+    float mx, z;
+    softmax_row(probs, logits, E, &mx, &z);
+    if (c->moe_pre_softmax) {
+        top_k(choice, probs, E, k, broken);
+        for (int j = 0; j < k; j++) weight[j] = probs[choice[j]];
+        return;
+    }
+    float sel[MODEL_MAX_EXPERTS];
+    top_k(choice, logits, E, k, broken);
+    for (int j = 0; j < k; j++) sel[j] = logits[choice[j]];
+    softmax_row(weight, sel, k, &mx, &z);
+}
+
+struct moe_claim {
+    int t, j;     /* token (in the slot) and which of its choices */
+    float weight;
+};
+typedef struct moe_claim claim_t;
+/* [micro_batch x T]: the broken pooled capacity takes a slot's claims */
+size_t moe_claims_bytes(const model_config_t *c) {
+    return (size_t)c->micro_batch * (size_t)c->seq_length * sizeof(claim_t);
+}
+
+/* Higher weight first; equal weights: the earlier position (broken:
+ * the later, GPT_BROKEN_MOE_TIE_ORDER). */
+static int by_weight(const void *a, const void *b) {
+    const claim_t *x = a, *y = b;
+    if (x->weight != y->weight) return x->weight > y->weight ? -1 : 1;
+    return (x->t > y->t) - (x->t < y->t);
+}
+static int by_weight_late(const void *a, const void *b) {
+    const claim_t *x = a, *y = b;
+    if (x->weight != y->weight) return x->weight > y->weight ? -1 : 1;
+    return (x->t < y->t) - (x->t > y->t);
+}
+
+/* Which of m claims on one expert are kept: all within capacity `cap`,
+ * else the first cap by position or by weight. */
+static void keep_claims(const gpt_t *g, layer_acts_t *LA, claim_t *cl, int m, int cap) {
+    const model_config_t *c = &g->cfg;
+    const int K = c->moe_topk, late = (g->shard.broken & GPT_BROKEN_MOE_TIE_ORDER) != 0;
+    if (m > cap && !c->moe_drop_position)
+        qsort(cl, (size_t)m, sizeof *cl, late ? by_weight_late : by_weight);
+    for (int i = 0; i < m; i++) LA->moe_kept[(size_t)cl[i].t * K + cl[i].j] = i < cap;
+}
+
+/* Routes the slot's tokens and lays out the experts' input rows. */
+static void route(gpt_t *g, const pass_t *p, layer_acts_t *LA, const float *x) {
+    const model_config_t *c = &g->cfg;
+    const int E = c->moe_experts, K = c->moe_topk, T = p->T, C = c->hidden;
+    const int tm = c->tile_tokens;
+    const int tie_broken = (g->shard.broken & GPT_BROKEN_MOE_TIE_ORDER) != 0;
+    for (int t = 0; t < p->n; t++)
+        route_token(c, LA->moe_logits + (size_t)t * E, LA->moe_probs + (size_t)t * E,
+                    LA->moe_choice + (size_t)t * K, LA->moe_weight + (size_t)t * K, tie_broken);
+    claim_t *cl = g->scratch.moe_claims; /* [n]: a token claims an expert once */
+    /* capacity, per sequence and expert; broken: over every token the
+     * slot holds (Megatron's get_capacity on local tokens) */
+    const int pooled = (g->shard.broken & GPT_BROKEN_MOE_LOCAL_CAPACITY) != 0;
+    const int unit = pooled ? p->n : T, units = pooled ? 1 : p->n_seq;
+    int cap = moe_capacity(c);
+    if (pooled && c->moe_capacity_factor > 0.0f) {
+        const double local = ceil((double)K * unit / E * (double)c->moe_capacity_factor);
+        cap = local < unit ? (int)local : unit;
+    }
+    for (int s = 0; s < units; s++)
+        for (int e = 0; e < E; e++) {
+            int m = 0;
+            for (int t = s * unit; t < (s + 1) * unit; t++)
+                for (int j = 0; j < K; j++)
+                    if (LA->moe_choice[(size_t)t * K + j] == e)
+                        cl[m++] = (claim_t){t, j, LA->moe_weight[(size_t)t * K + j]};
+            keep_claims(g, LA, cl, m, cap);
+        }
+    /* rows: expert-major, then sequence, then position; blocks of whole
+     * tiles, the padding zero */
+    int row = 0;
+    for (int e = 0; e < E; e++) {
+        LA->moe_rows_of[e] = row;
+        for (int s = 0; s < p->n_seq; s++) {
+            const int start = row;
+            for (int t = s * T; t < (s + 1) * T; t++)
+                for (int j = 0; j < K; j++) {
+                    const size_t tj = (size_t)t * K + j;
+                    if (LA->moe_choice[tj] != e) continue;
+                    if (!LA->moe_kept[tj]) {
+                        LA->moe_row[tj] = -1;
+                        continue;
+                    }
+                    memcpy(LA->moe_x + (size_t)row * C, x + (size_t)t * C, (size_t)C * sizeof(float));
+                    LA->moe_row[tj] = row++;
+                }
+            const int padded = start + (row - start + tm - 1) / tm * tm;
+            memset(LA->moe_x + (size_t)row * C, 0, (size_t)(padded - row) * C * sizeof(float));
+            row = padded;
+        }
+    }
+    LA->moe_rows_of[E] = row;
+}
+
+/* ---- forward ------------------------------------------------------------- */
+
+void moe_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const float *x,
+                 const moe_params_t *w) {
+    const model_config_t *c = &g->cfg;
+    const int E = c->moe_experts, K = c->moe_topk, C = c->hidden, F = c->ffn;
+    const linear_tiles_t router = {c->tile_tokens, c->tile_features, E}; /* tokens, in, out */
+    linear_forward(LA->moe_logits, x, w->router, NULL, p->n, C, E, router, &g->ws);
+    route(g, p, LA, x);
+    for (int e = 0; e < E; e++) {
+        const int r0 = LA->moe_rows_of[e], rows = LA->moe_rows_of[e + 1] - r0;
+        if (!rows) continue;
+        float *fc1 = LA->moe_fc1 + (size_t)r0 * F, *h = LA->moe_h + (size_t)r0 * F;
+        linear_forward(fc1, LA->moe_x + (size_t)r0 * C, w->fc1_w + (size_t)e * F * C,
+                       w->fc1_b + (size_t)e * F, rows, C, F, p->t_cf, &g->ws);
+        gelu_forward(h, LA->moe_hgrad + (size_t)r0 * F, fc1, (size_t)rows * F);
+        linear_forward(LA->moe_y + (size_t)r0 * C, h, w->fc2_w + (size_t)e * C * F,
+                       w->fc2_b + (size_t)e * C, rows, F, C, p->t_fc, &g->ws);
+    }
+    /* the weighted sum over the kept experts, exact, rounded once */
+    float terms[MODEL_MAX_EXPERTS];
+    for (int t = 0; t < p->n; t++)
+        for (int ch = 0; ch < C; ch++) {
+            int m = 0;
+            for (int j = 0; j < K; j++) {
+                const int r = LA->moe_row[(size_t)t * K + j];
+                if (LA->moe_kept[(size_t)t * K + j])
+                    terms[m++] = LA->moe_weight[(size_t)t * K + j] * LA->moe_y[(size_t)r * C + ch];
+            }
+            LA->moe_out[(size_t)t * C + ch] = xsum_f32(terms, (size_t)m);
+        }
+}
+
+/* Tokens of sequence s (slot tokens [s T, (s+1) T)) routed to each
+ * expert, before capacity: f [E]. */
+static void routed_counts(const model_config_t *c, const layer_acts_t *LA, int s, int T,
+                          int64_t *f) {
+    const int E = c->moe_experts, K = c->moe_topk;
+    for (int e = 0; e < E; e++) f[e] = 0;
+    for (int t = s * T; t < (s + 1) * T; t++)
+        for (int j = 0; j < K; j++) f[LA->moe_choice[(size_t)t * K + j]]++;
+}
+
+void moe_after_forward(gpt_t *g, const pass_t *p, const layer_acts_t *LA, int l) {
+    const model_config_t *c = &g->cfg;
+    const int E = c->moe_experts, K = c->moe_topk, T = p->T;
+    gpt_moe_stats_t *st = &g->moe;
+    int64_t f[MODEL_MAX_EXPERTS];
+    for (int s = 0; s < p->n_seq; s++) {
+        routed_counts(c, LA, s, T, f);
+        for (int e = 0; e < E; e++) {
+            /* P_e: the sequence's summed probabilities, exact, rounded once */
+            const float P = xsum_f32_strided(LA->moe_probs + (size_t)s * T * E + e, (size_t)T,
+                                             (size_t)E);
+            /* P f is exact in fp64 (24 + 29 bits, a multiple of 2^-149) */
+            xacc_add_f64_exact(&st->aux, (double)P * (double)f[e]);
+            if (st->routed) st->routed[(size_t)l * E + e] += f[e];
+        }
+    }
+    for (int t = 0; t < p->n; t++) {
+        for (int j = 0; j < K; j++)
+            if (!LA->moe_kept[(size_t)t * K + j] && st->dropped)
+                st->dropped[(size_t)l * E + LA->moe_choice[(size_t)t * K + j]]++;
+        if (c->moe_z_loss_coeff > 0.0f) {
+            const float *lg = LA->moe_logits + (size_t)t * E;
+            float mx = lg[0], e_[MODEL_MAX_EXPERTS];
+            for (int e = 1; e < E; e++) mx = lg[e] > mx ? lg[e] : mx;
+            for (int e = 0; e < E; e++) e_[e] = pm_expf(lg[e] - mx);
+            const float lse = mx + pm_logf(xsum_f32(e_, (size_t)E));
+            xacc_add_f32(&st->z, lse * lse);
+        }
+    }
+}
+
+/* ---- backward ------------------------------------------------------------ */
+
+/* round(exact sum of a[i] * b[i]), each product rounded to fp32 first */
+static float dot_rounded_terms(float *buf, const float *a, const float *b, int m) {
+    for (int i = 0; i < m; i++) buf[i] = a[i] * b[i];
+    return xsum_f32(buf, (size_t)m);
+}
+
+/* The logits' gradient of token t (in sequence position order s): the
+ * top-k softmax's, the full softmax's (pre-softmax weights, the
+ * load-balancing loss), the z-loss's, added in that order in fp32. */
+static void router_grad(const model_config_t *c, const layer_acts_t *LA, size_t t,
+                        const float *dweight, const int64_t *f, float aux_scale, float z_scale,
+                        float *dl, float *buf) {
+    const int E = c->moe_experts, K = c->moe_topk;
+    const float *w = LA->moe_weight + t * K, *pr = LA->moe_probs + t * E;
+    const int32_t *ch = LA->moe_choice + t * K;
+    for (int e = 0; e < E; e++) dl[e] = 0.0f;
+    if (!c->moe_pre_softmax) {
+        const float s = dot_rounded_terms(buf, w, dweight, K);
+        for (int j = 0; j < K; j++) dl[ch[j]] = w[j] * (dweight[j] - s);
+    }
+    const int full = c->moe_pre_softmax || c->moe_aux_loss_coeff > 0.0f;
+    if (full) {
+        float dp[MODEL_MAX_EXPERTS];
+        for (int e = 0; e < E; e++) dp[e] = 0.0f;
+        if (c->moe_pre_softmax)
+            for (int j = 0; j < K; j++) dp[ch[j]] = dweight[j];
+        if (c->moe_aux_loss_coeff > 0.0f)
+            for (int e = 0; e < E; e++) dp[e] = dp[e] + aux_scale * (float)f[e];
+        const float s = dot_rounded_terms(buf, pr, dp, E);
+        for (int e = 0; e < E; e++) dl[e] = dl[e] + pr[e] * (dp[e] - s);
+    }
+    if (c->moe_z_loss_coeff > 0.0f) {
+        const float *lg = LA->moe_logits + t * E;
+        float mx = lg[0];
+        for (int e = 1; e < E; e++) mx = lg[e] > mx ? lg[e] : mx;
+        for (int e = 0; e < E; e++) buf[e] = pm_expf(lg[e] - mx);
+        const float lse = mx + pm_logf(xsum_f32(buf, (size_t)E));
+        const float zl = z_scale * lse;
+        for (int e = 0; e < E; e++) dl[e] = dl[e] + zl * pr[e];
+    }
+}
+
+void moe_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dx, const float *dout,
+                  const float *x, const moe_params_t *w, const moe_grads_t *gr) {
+    const model_config_t *c = &g->cfg;
+    const int E = c->moe_experts, K = c->moe_topk, C = c->hidden, F = c->ffn, T = p->T;
+    gpt_scratch_t *S = &g->scratch;
+    const int R = LA->moe_rows_of[E];
+    float buf[MODEL_MAX_EXPERTS + 1];
+    float *prod = S->row_scratch; /* [C] products */
+    /* the weights' gradients, and the experts' output rows' */
+    memset(S->moe_dy, 0, (size_t)R * C * sizeof(float));
+    for (int t = 0; t < p->n; t++)
+        for (int j = 0; j < K; j++) {
+            const size_t tj = (size_t)t * K + j;
+            S->moe_dweight[tj] = 0.0f;
+            if (!LA->moe_kept[tj]) continue;
+            const float *y = LA->moe_y + (size_t)LA->moe_row[tj] * C, *d = dout + (size_t)t * C;
+            S->moe_dweight[tj] = dot_rounded_terms(prod, d, y, C);
+            float *dy = S->moe_dy + (size_t)LA->moe_row[tj] * C;
+            for (int ch = 0; ch < C; ch++) dy[ch] = LA->moe_weight[tj] * d[ch];
+        }
+    /* each expert's rows back through fc2, GeLU and fc1 */
+    for (int e = 0; e < E; e++) {
+        const int r0 = LA->moe_rows_of[e], rows = LA->moe_rows_of[e + 1] - r0;
+        if (!rows) continue;
+        float *dh = S->moe_dh + (size_t)r0 * F;
+        linear_backward_at(dh, gr->fc2_w, (size_t)e * C * F, gr->fc2_b, (size_t)e * C,
+                           S->moe_dy + (size_t)r0 * C, LA->moe_h + (size_t)r0 * F,
+                           w->fc2_w + (size_t)e * C * F, rows, F, C, p->t_fc, &g->ws);
+        gelu_backward(dh, dh, LA->moe_hgrad + (size_t)r0 * F, (size_t)rows * F);
+        linear_backward_at(S->moe_dx + (size_t)r0 * C, gr->fc1_w, (size_t)e * F * C, gr->fc1_b,
+                           (size_t)e * F, dh, LA->moe_x + (size_t)r0 * C,
+                           w->fc1_w + (size_t)e * F * C, rows, C, F, p->t_cf, &g->ws);
+    }
+    /* the router: its logits' gradient, then its weight's and input's */
+    /* the load-balancing loss per sequence; broken: over the slot's
+     * tokens as one unit, scaled by their count */
+    const int pooled = (g->shard.broken & GPT_BROKEN_MOE_AUX_LOCAL) != 0;
+    const double B = (double)c->global_batch, U = pooled ? (double)p->n : (double)T;
+    const double units_per_seq = pooled ? 1.0 / p->n_seq : 1.0;
+    const float aux_scale = (float)((double)c->moe_aux_loss_coeff * E /
+                                    ((double)K * U * U * B * units_per_seq));
+    const float z_scale = (float)(2.0 * (double)c->moe_z_loss_coeff / (B * (double)T));
+    int64_t f[MODEL_MAX_EXPERTS];
+    if (pooled) routed_counts(c, LA, 0, p->n, f);
+    for (int s = 0; s < p->n_seq; s++) {
+        if (!pooled) routed_counts(c, LA, s, T, f);
+        for (int t = s * T; t < (s + 1) * T; t++)
+            router_grad(c, LA, (size_t)t, S->moe_dweight + (size_t)t * K, f, aux_scale, z_scale,
+                        S->moe_dlogits + (size_t)t * E, buf);
+    }
+    const linear_tiles_t router = {c->tile_tokens, c->tile_features, E}; /* tokens, in, out */
+    float *dx_router = S->d_wide; /* [n,C]: free while the MLP's backward runs */
+    linear_backward(dx_router, gr->router, NULL, S->moe_dlogits, x, w->router, p->n, C, E,
+                    router, &g->ws);
+    /* x's gradient: the router's and each kept expert's, exact, rounded once */
+    for (int t = 0; t < p->n; t++)
+        for (int ch = 0; ch < C; ch++) {
+            int m = 0;
+            buf[m++] = dx_router[(size_t)t * C + ch];
+            for (int j = 0; j < K; j++) {
+                const size_t tj = (size_t)t * K + j;
+                if (LA->moe_kept[tj]) buf[m++] = S->moe_dx[(size_t)LA->moe_row[tj] * C + ch];
+            }
+            dx[(size_t)t * C + ch] = xsum_f32(buf, (size_t)m);
+        }
+}
+
+/* ---- statistics ---------------------------------------------------------- */
+
+void gpt_moe_loss_values(const gpt_t *g, double *aux, double *zloss) {
+    const model_config_t *c = &g->cfg;
+    *aux = *zloss = 0.0;
+    if (c->moe_experts <= 0) return;
+    const double B = c->global_batch, T = c->seq_length;
+    *aux = (double)c->moe_aux_loss_coeff * c->moe_experts / ((double)c->moe_topk * T * T * B) *
+           xacc_round_f64(&g->moe.aux);
+    *zloss = (double)c->moe_z_loss_coeff / (B * T) * xacc_round_f64(&g->moe.z);
+}
+
+void gpt_moe_print_step(const gpt_t *g, FILE *f) {
+    const model_config_t *c = &g->cfg;
+    const int E = c->moe_experts;
+    if (E <= 0 || !g->moe.routed) return;
+    for (int l = 0; l < c->layers; l++) {
+        if (!model_layer_is_moe(c, l)) continue;
+        fprintf(f, "  moe layer %d | routed", l);
+        for (int e = 0; e < E; e++) fprintf(f, " %lld", (long long)g->moe.routed[(size_t)l * E + e]);
+        fprintf(f, " | dropped");
+        for (int e = 0; e < E; e++) fprintf(f, " %lld", (long long)g->moe.dropped[(size_t)l * E + e]);
+        fputc('\n', f);
+    }
+    double aux, z;
+    gpt_moe_loss_values(g, &aux, &z);
+    fprintf(f, "  moe aux loss %.6e | z loss %.6e | capacity %d tokens a sequence per expert%s\n",
+            aux, z, moe_capacity(c), c->moe_capacity_factor > 0.0f ? "" : " (dropless)");
+}
