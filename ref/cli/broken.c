@@ -69,6 +69,37 @@ static const char *needs_replica(const broken_where_t *w) {
     return w->buf;
 }
 
+/* MoE routing bugs fire on a data-parallel layout of an MoE model; the
+ * pooled ones only where a rank's microbatch holds more than one
+ * sequence (one sequence pooled is the canonical unit itself). */
+static const char *needs_moe_dp(const broken_where_t *w) {
+    if (w->cfg->moe_experts <= 0) return "an MoE model (--num-experts E)";
+    return needs_dp(w);
+}
+
+static const char *needs_moe_pooled(const broken_where_t *w, int on) {
+    const char *need = needs_moe_dp(w);
+    if (need) return need;
+    if (!on) return "its MoE option on (capacity factor or aux-loss coefficient > 0)";
+    return w->pc->micro_batch > 1 ? NULL
+                                  : "more than one sequence in a rank's microbatch (one sequence "
+                                    "pooled is the canonical unit itself)";
+}
+
+static const char *needs_moe_capacity(const broken_where_t *w) {
+    return needs_moe_pooled(w, w->cfg->moe_capacity_factor > 0.0f);
+}
+
+static const char *needs_moe_aux(const broken_where_t *w) {
+    return needs_moe_pooled(w, w->cfg->moe_aux_loss_coeff > 0.0f);
+}
+
+static void set_moe_capacity(engine_run_t *r, int d) {
+    (void)d, r->broken_moe |= GPT_BROKEN_MOE_LOCAL_CAPACITY;
+}
+static void set_moe_ties(engine_run_t *r, int d) { (void)d, r->broken_moe |= GPT_BROKEN_MOE_TIE_ORDER; }
+static void set_moe_aux(engine_run_t *r, int d) { (void)d, r->broken_moe |= GPT_BROKEN_MOE_AUX_LOCAL; }
+
 static void set_fp32_sums(engine_run_t *r, int d) { (void)d, r->broken_fp32_sums = 1; }
 static void set_tp_fp32_sums(engine_run_t *r, int d) { (void)d, r->broken_tp_fp32_sums = 1; }
 static void set_tp_vocab_pad(engine_run_t *r, int d) { (void)d, r->broken_tp_vocab_pad = 1; }
@@ -107,6 +138,26 @@ static const broken_variant_t variants[] = {
      "order (ring attention's order-dependent merge)",
      "act.layers.0.self_attention.core_attention.output", "--context-parallel-size 2", -1, "cp > 1 on the ring (p2p)", 0,
      needs_cp_ring, set_cp_online},
+    {"moe-local-capacity",
+     "compute expert capacity and drop tokens over the tokens a rank holds, not per sequence "
+     "(Megatron-core get_capacity on local tokens)",
+     "mask.layers.0.mlp.router.kept",
+     "--num-experts 4 --moe-expert-capacity-factor 1.0 --data-parallel-size 2", -1,
+     "an MoE model with a capacity factor, dp > 1, more than one sequence a microbatch", 0,
+     needs_moe_capacity, set_moe_capacity},
+    {"moe-tie-order",
+     "break equal router scores and equal capacity weights by the device's own order (the "
+     "higher expert, the later token; torch.topk leaves tie order unspecified)",
+     "mask.layers.0.mlp.router.kept",
+     "--num-experts 4 --moe-router-topk 1 --moe-expert-capacity-factor 1.0 --data-parallel-size 2",
+     -1, "an MoE model, dp > 1", 0, needs_moe_dp, set_moe_ties},
+    {"moe-aux-local-tokens",
+     "take the load-balancing loss over the rank's tokens, scaled by their count, not per "
+     "sequence (Megatron-LM PR 5047's kind)",
+     "grad*layers.1.*",
+     "--num-experts 4 --moe-aux-loss-coeff 0.1 --data-parallel-size 2", -1,
+     "an MoE model with an aux-loss coefficient, dp > 1, more than one sequence a microbatch", 0,
+     needs_moe_aux, set_moe_aux},
     {"replica",
      "flip one bit of device R's parameter replica after every update, ZeRO 0-2 (a replica that "
      "silently drifts, as after a missed broadcast)",

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# test_moe.sh - mixture-of-experts layers (issue 26, ref/model/moe.c):
+#  - the golden run routes, drops over capacity and prints per-expert
+#    statistics every step;
+#  - data, ZeRO, accumulation, tensor (+SP) and pipeline layouts are bit-exact with it
+#    over 3 steps (routing, drops, dropout, aux and z losses active; E 4
+#    and 8, top-1 and top-2, both drop policies, pre-softmax, every other
+#    layer MoE) - the checker compares the routing checkpoints (choice,
+#    weight, kept) with memcmp like every other tensor;
+#  - router ties and capacity overflow forced (a checkpoint whose router
+#    weights are zero: every score ties) make the same choices on every
+#    layout, and the tie-order bug is caught there;
+#  - a checkpoint saved by the golden run resumes bit-exact at dp 2;
+#  - what cannot work is refused naming the flag.
+# Needs $PARITY (default build/parity). Ends with "RESULT test_moe.sh: N passed, M failed".
+set -u
+P=${PARITY:-build/parity}
+P=$(cd "$(dirname "$P")" && pwd)/$(basename "$P")
+. tests/refuse.sh parity-moe
+
+MOE="--num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001 --moe-expert-capacity-factor 1.0"
+
+exact() { # name, model, flags...: `parity check` exits 0 and says yes
+  local name=$1 model=$2; shift 2
+  out=$("$P" check --model "$model" --steps 3 "$@" 2>&1); rc=$?
+  if [ $rc = 0 ] && echo "$out" | grep -q '| yes$'; then
+    ok "$name: bit-exact over 3 steps"
+  else fail "$name" "exit $rc" "$(echo "$out" | tail -4)"; fi
+}
+
+# ---- the golden run: routing statistics, drops -------------------------------
+# shellcheck disable=SC2086
+out=$("$P" train --model gpt-micro --steps 3 $MOE 2>&1); rc=$?
+lines=$(echo "$out" | grep -c '^  moe layer [01] | routed')
+dropped=$(echo "$out" | sed -nE 's/^  moe layer [0-9]+ \| routed [0-9 ]+\| dropped ([0-9 ]+)$/\1/p' | tr ' ' '\n' | awk '{s += $1} END {print s + 0}')
+if [ $rc = 0 ] && [ "$lines" = 6 ] && [ "$dropped" -gt 0 ] && echo "$out" | grep -q '^  moe aux loss'; then
+  ok "golden: per-expert routed/dropped lines for 2 layers x 3 steps, $dropped drops over capacity"
+else fail "golden run prints routing statistics" "exit $rc, $lines lines, $dropped dropped" "$(echo "$out" | tail -5)"; fi
+# every token is routed k times: 2 x 64 tokens a step in each layer
+routed=$(echo "$out" | sed -nE 's/^  moe layer 0 \| routed ([0-9 ]+) \|.*/\1/p' | head -1 | tr ' ' '\n' | awk '{s += $1} END {print s + 0}')
+if [ "$routed" = 128 ]; then ok "layer 0 routes 64 tokens x top-2 = 128 claims"; else fail "routed claims" "got $routed, expected 128"; fi
+
+# ---- layouts ---------------------------------------------------------------
+# shellcheck disable=SC2086
+{
+exact "dp 2 ZeRO-1" gpt-micro $MOE --data-parallel-size 2 --zero-stage 1
+exact "dp 2 ZeRO-3" gpt-micro $MOE --data-parallel-size 2 --zero-stage 3
+exact "dp 2 ZeRO-2, accumulation 2" gpt-micro $MOE --data-parallel-size 2 --zero-stage 2 --accum-degree 2
+exact "pp 2 1F1B" gpt-micro $MOE --pipeline-model-parallel-size 2
+exact "pp 2 GPipe x dp 2 ZeRO-1" gpt-micro $MOE --pipeline-model-parallel-size 2 --pipeline-schedule gpipe --data-parallel-size 2 --zero-stage 1
+exact "E 8 top-1, position drops, dp 4 ZeRO-3" gpt-micro --num-experts 8 --moe-router-topk 1 --moe-expert-capacity-factor 1.0 --moe-token-drop-policy position --moe-aux-loss-coeff 0.01 --data-parallel-size 4 --zero-stage 3
+exact "pre-softmax top-2, dropless, dp 2" gpt-micro --num-experts 4 --moe-router-pre-softmax --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001 --data-parallel-size 2
+exact "tp 2 (experts replicated, every token on each rank)" gpt-micro $MOE --tensor-model-parallel-size 2
+exact "tp 2 + SP x dp 2 ZeRO-3" gpt-micro $MOE --tensor-model-parallel-size 2 --sequence-parallel --data-parallel-size 2 --zero-stage 3
+exact "tp 2 + SP x pp 2, top-1 position drops" gpt-micro --num-experts 4 --moe-router-topk 1 --moe-expert-capacity-factor 1.0 --moe-token-drop-policy position --tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2
+exact "gpt-tiny: every other layer MoE, E 8, pp 2 interleaved x dp 2" gpt-tiny --num-experts 8 --moe-layer-freq 2 --moe-expert-capacity-factor 1.25 --moe-aux-loss-coeff 0.01 --pipeline-model-parallel-size 2 --pipeline-schedule interleaved --virtual-pipeline-model-parallel-size 2 --num-microbatches 2 --data-parallel-size 2
+}
+
+# ---- ties and overflow forced: every router score equal ----------------------
+# A golden checkpoint whose router weights are set to zero (its digest
+# recomputed as ckpt.c does): every logit is 0, so top-2 is experts 0
+# and 1 for every token (ties go to the lower index), each with weight
+# 1/2, and their 16 claims a sequence overflow the capacity of 8 (ties
+# in weight keep the earlier positions).
+# shellcheck disable=SC2086
+"$P" train --model gpt-micro --steps 1 --quiet $MOE --save "$tmp/ck" >/dev/null 2>&1
+if python3 - "$tmp/ck/model.safetensors" <<'PY'
+import hashlib, json, struct, sys
+path = sys.argv[1]
+b = bytearray(open(path, 'rb').read())
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+meta = h['__metadata__']
+base = 8 + n
+for k, v in h.items():
+    if k != '__metadata__' and k.startswith('param.') and k.endswith('mlp.router.weight'):
+        lo, hi = v['data_offsets']
+        b[base + lo:base + hi] = bytes(hi - lo)
+d = hashlib.sha256()
+for key in ('format', 'config', 'step', 'adam_t', 'backend'):
+    d.update(key.encode() + b'\0' + meta[key].encode() + b'\0')
+d.update(bytes(b[base:]))
+old = meta['sha256'].encode()
+assert b[8:8 + n].count(old) == 1
+b[8:8 + n] = b[8:8 + n].replace(old, d.hexdigest().encode())
+open(path, 'wb').write(bytes(b))
+PY
+then ok "router weights zeroed in a golden checkpoint (digest recomputed)"
+else fail "zero the router weights" "$(ls -la "$tmp/ck" 2>&1)"; fi
+# shellcheck disable=SC2086
+out=$("$P" train --model gpt-micro --load "$tmp/ck" --steps 1 $MOE 2>&1); rc=$?
+l0=$(echo "$out" | grep '^  moe layer 0 |' | head -1)
+if [ $rc = 0 ] && echo "$l0" | grep -qE '^  moe layer 0 \| routed 64 64 0 0 \| dropped 32 32 0 0$'; then
+  ok "all scores tie: every token picks experts 0 and 1, half of each expert's claims dropped ($l0)"
+else fail "ties route to the lower experts" "exit $rc" "$l0" "$(echo "$out" | tail -3)"; fi
+# shellcheck disable=SC2086
+for lay in "--data-parallel-size 2" "--data-parallel-size 4 --zero-stage 3" "--pipeline-model-parallel-size 2"; do
+  out=$("$P" check --model gpt-micro --load "$tmp/ck" --steps 2 $MOE $lay 2>&1); rc=$?
+  if [ $rc = 0 ] && echo "$out" | grep -q '| yes$'; then ok "ties and overflow: $lay makes the golden choices (routing compared with memcmp)"
+  else fail "ties and overflow: $lay" "exit $rc" "$(echo "$out" | tail -3)"; fi
+done
+# shellcheck disable=SC2086
+out=$("$P" check --model gpt-micro --load "$tmp/ck" --steps 1 $MOE --data-parallel-size 2 --test-broken moe-tie-order 2>&1); rc=$?
+if [ $rc = 1 ] && echo "$out" | grep -qE 'tensor +step[0-9]+\.(act|mask)\.layers\.0\.mlp\.router\.(choice|kept|weight)'; then
+  ok "ties: the tie-order bug is caught at layer 0's routing"
+else fail "ties: the tie-order bug is caught" "exit $rc" "$(echo "$out" | grep -A1 'FIRST' | tail -2)"; fi
+
+# ---- checkpoints: the golden run's resumes at dp 2 ---------------------------
+# shellcheck disable=SC2086
+"$P" train --model gpt-micro --steps 2 --quiet $MOE --save "$tmp/ck2" >/dev/null 2>&1
+# shellcheck disable=SC2086
+"$P" train --model gpt-micro --steps 2 --quiet $MOE --data-parallel-size 2 --zero-stage 3 --save "$tmp/ck3" >/dev/null 2>&1
+if [ -s "$tmp/ck2/model.safetensors" ] && cmp -s "$tmp/ck2/model.safetensors" "$tmp/ck3/model.safetensors"; then
+  ok "dp 2 ZeRO-3 saves the golden checkpoint byte for byte"
+else fail "dp 2 ZeRO-3 saves the golden checkpoint" "$(ls "$tmp/ck2" "$tmp/ck3" 2>&1)"; fi
+# shellcheck disable=SC2086
+out=$("$P" check --model gpt-micro --load "$tmp/ck2" --steps 2 $MOE --data-parallel-size 2 2>&1); rc=$?
+if [ $rc = 0 ] && echo "$out" | grep -q '| yes$'; then ok "the golden checkpoint resumes bit-exact at dp 2"
+else fail "resume at dp 2" "exit $rc" "$(echo "$out" | tail -3)"; fi
+
+# ---- refusals ----------------------------------------------------------------
+refuse "cp 2 is refused (routing is per sequence)" "num-experts 4: mixture-of-experts layers run with context-parallel-size 1 only \(got 2\)" -- "$P" check --model gpt-micro --num-experts 4 --context-parallel-size 2 --steps 1
+refuse "top-k above the expert count" "moe.topk \(--moe-router-topk\) = 5: expected 1 to the 4 experts" -- "$P" train --model gpt-micro --num-experts 4 --moe-router-topk 5 --steps 1
+refuse "a negative expert count" "moe.experts \(--num-experts\) = -1" -- "$P" train --model gpt-micro --num-experts -1 --steps 1
+refuse "an unknown drop policy" "moe-token-drop-policy 'tokens': expected probs or position" -- "$P" train --model gpt-micro --num-experts 4 --moe-token-drop-policy tokens --steps 1
+refuse "a negative capacity factor" "capacity_factor \(--moe-expert-capacity-factor\) = -1" -- "$P" train --model gpt-micro --num-experts 4 --moe-expert-capacity-factor -1 --steps 1
+refuse "--moe-layer-freq 0" "layer_freq \(--moe-layer-freq\) = 0" -- "$P" train --model gpt-micro --num-experts 4 --moe-layer-freq 0 --steps 1
+echo '{"base": "gpt-micro", "moe": {"experts": 4, "drop_policy": "random"}}' > "$tmp/bad.json"
+refuse "JSON drop_policy" "field 'moe.drop_policy': expected \"probs\" or \"position\"" -- "$P" train --model "$tmp/bad.json" --steps 1
+echo '{"base": "gpt-micro", "moe": {"experts": 4, "top_k": 2}}' > "$tmp/bad2.json"
+refuse "JSON unknown moe key" "unknown field 'moe.top_k'" -- "$P" train --model "$tmp/bad2.json" --steps 1
+# the config a dump or checkpoint stores carries the MoE settings and reads back
+"$P" train --model gpt-micro --num-experts 8 --moe-router-topk 1 --moe-token-drop-policy position --print-config > "$tmp/moe.json" 2>&1
+back=$("$P" train --model "$tmp/moe.json" --print-config 2>&1)
+if grep -q '"moe": {"experts": 8, "topk": 1' "$tmp/moe.json" && [ "$back" = "$(cat "$tmp/moe.json")" ]; then
+  ok "--print-config carries the MoE settings and reads back the same"
+else fail "MoE config round trip" "$(cat "$tmp/moe.json")" "$back"; fi
+
+echo "RESULT test_moe.sh: $passed passed, $failed failed"
+[ "$failed" = 0 ]
