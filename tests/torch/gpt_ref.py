@@ -15,6 +15,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+import moe_ref
+
 F64 = torch.float64
 
 
@@ -49,6 +51,12 @@ class GPTConfig:
         if self.C % self.H:
             raise ValueError(f"config: hidden {self.C} is not a multiple of heads {self.H}")
         self.D = self.C // self.H
+        # mixture of experts (moe_ref.py): None = every MLP dense
+        moe = d.get("moe")
+        self.moe = moe_ref.MoEConfig(moe) if moe and int(moe.get("experts", 0)) > 0 else None
+
+    def is_moe_layer(self, l):
+        return self.moe is not None and self.moe.is_moe_layer(l)
 
 
 # ---------------------------------------------------------------- parameters
@@ -68,6 +76,10 @@ def param_shapes(cfg):
         s[p + "self_attention.dense.bias"] = (C,)
         s[p + "post_attention_layernorm.weight"] = (C,)
         s[p + "post_attention_layernorm.bias"] = (C,)
+        if cfg.is_moe_layer(l):
+            for sfx, shape in moe_ref.param_shapes(cfg.moe.E, C, F_).items():
+                s[p + sfx] = shape
+            continue
         s[p + "mlp.dense_h_to_4h.weight"] = (F_, C)
         s[p + "mlp.dense_h_to_4h.bias"] = (F_,)
         s[p + "mlp.dense_4h_to_h.weight"] = (C, F_)
@@ -83,7 +95,8 @@ def init_std(name, cfg):
     """MODEL.md's init: N(0, sigma) for weights, sigma/sqrt(2L) for the two
     residual-branch output projections; None for constants (LN 1, bias 0)."""
     sigma = 0.02
-    if name.endswith("self_attention.dense.weight") or name.endswith("mlp.dense_4h_to_h.weight"):
+    if (name.endswith("self_attention.dense.weight") or name.endswith("mlp.dense_4h_to_h.weight")
+            or name.endswith("mlp.experts.linear_fc2.weight")):
         return sigma / math.sqrt(2.0 * cfg.L)
     if name.endswith(".bias") or "layernorm" in name:
         return None
@@ -98,8 +111,10 @@ def init_const(name):
 def weight_decayed(name, shape):
     """Which parameters AdamW decays: the 2-D weight matrices (embeddings
     and the LM head included), never biases or LayerNorm gamma/beta.
-    This is Megatron's rule (no decay for biases and 1-D parameters)."""
-    return len(shape) == 2
+    This is Megatron's rule (no decay for biases and 1-D parameters); an
+    MoE layer's stacked expert weights [E, F, C] are weights (Megatron's
+    per-expert matrices), its stacked expert biases [E, F] are not."""
+    return len(shape) >= 2 and not name.endswith(".bias")
 
 
 # --------------------------------------------------------------- the layers
@@ -146,11 +161,15 @@ def causal_attention(q, k, v, keep, p):
     return (e_hat @ v) / Z
 
 
-def gpt_forward(params, cfg, input_ids, labels, masks=None, acts=None):
+def gpt_forward(params, cfg, input_ids, labels, masks=None, acts=None, aux=None):
     """params: name -> float64 tensor; input_ids, labels [B, T] (int);
     masks: site -> uint8 keep mask (None or missing = no dropout there);
-    acts: dict to fill with the dumped activation names (or None).
-    Returns (loss scalar, logits [B, T, V])."""
+    for an MoE layer also "layers.L.mlp.router.choice" [B, T, k] and
+    "layers.L.mlp.router.kept" [B, T, k], the routing to replay (missing:
+    the reference routes itself, moe_ref.py);
+    acts: dict to fill with the dumped activation names (or None);
+    aux: list to append the MoE layers' auxiliary losses to (or None).
+    Returns (loss scalar, logits [B, T, V]); loss is the LM loss alone."""
     masks = masks or {}
     H, D, L, eps = cfg.H, cfg.D, cfg.L, cfg.ln_eps
     ph, pa = cfg.hidden_dropout, cfg.attention_dropout
@@ -177,6 +196,11 @@ def gpt_forward(params, cfg, input_ids, labels, masks=None, acts=None):
         x = x + dropout(y, masks.get(pre + "attention_output_dropout"), ph)
         m = layernorm(x, P[pre + "post_attention_layernorm.weight"], P[pre + "post_attention_layernorm.bias"], eps)
         rec(pre + "post_attention_layernorm.output", m)
+        if cfg.is_moe_layer(l):
+            y = moe_ref.moe_mlp(m, P, pre, cfg.moe, cfg.B, masks, rec, aux, gelu_tanh)
+            x = x + dropout(y, masks.get(pre + "mlp_output_dropout"), ph)
+            rec(pre + "output", x)
+            continue
         h = m @ P[pre + "mlp.dense_h_to_4h.weight"].t() + P[pre + "mlp.dense_h_to_4h.bias"]
         rec(pre + "mlp.dense_h_to_4h.output", h)                     # [B, T, F], before GeLU
         h = gelu_tanh(h)
@@ -259,12 +283,17 @@ class AdamW:
 
 def forward_backward(params, cfg, input_ids, labels, masks=None, want_acts=True):
     """One forward and autograd backward from float64 params.
-    Returns dict(loss, logits, acts, grads)."""
+    The gradient is the objective's: the LM loss plus the MoE layers'
+    auxiliary losses (aux_loss, their sum; 0 for a dense model).
+    Returns dict(loss, aux_loss, logits, acts, grads)."""
     leaves = {n: p.detach().clone().requires_grad_(True) for n, p in params.items()}
     acts = {} if want_acts else None
-    loss, logits = gpt_forward(leaves, cfg, input_ids, labels, masks, acts)
-    loss.backward()
-    return {"loss": loss.detach(), "logits": logits.detach(),
+    aux = []
+    loss, logits = gpt_forward(leaves, cfg, input_ids, labels, masks, acts, aux)
+    objective = loss + sum(aux) if aux else loss
+    objective.backward()
+    return {"loss": loss.detach(), "aux_loss": float(sum(aux)) if aux else 0.0,
+            "logits": logits.detach(),
             "acts": {k: v.detach() for k, v in (acts or {}).items()},
             "grads": {n: p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
                       for n, p in leaves.items()}}

@@ -26,10 +26,18 @@ all be flagged. Self-tests of the reference (finite differences, the
 split-key attention formula, the tied gradient, AdamW against torch's)
 run first and need no C program.
 
+Mixture-of-experts runs (MOE_VARIANTS; moe_ref.py) are replayed the same
+way with the C run's routing (top-k choice, capacity kept flags) taken
+from the dump; the reference's own routing decisions are checked against
+the dump wherever their margin is clear of rounding, and wrong MoE
+references (load-balancing loss per microbatch, no aux or z-loss
+gradient, top-k weights from the full softmax, no drops) must be flagged.
+
 Run from the repository root:  PARITY=build/parity python3 tests/torch/test_gpt_torch.py
 Prints "RESULT test_gpt_torch.py: N passed, M failed"; exits 1 on failure.
 Without a working $PARITY the test fails (it never skips).
 """
+import copy
 import json
 import math
 import os
@@ -47,6 +55,7 @@ import torch  # noqa: E402
 
 import dumpio  # noqa: E402
 import gpt_ref as G  # noqa: E402
+import moe_ref as M  # noqa: E402
 
 # One thread: the tensors are small, and on a loaded 2-core machine a second
 # intra-op thread made each op ~50x slower (contention), measured.
@@ -271,6 +280,33 @@ def selftest_qkv_order(R):
     R.test("self: qkv rows in Megatron's (head, {q,k,v}, d) order", ok)
 
 
+def fd_worst(P, grads, loss_at, gen, wanted):
+    """Central finite differences of loss_at at 3 random elements of every
+    parameter whose name `wanted` accepts, against autograd's grads: the
+    worst error in units of (1e-4 |g| + 1e-8), and where."""
+    # h = 1e-5: truncation ~h^2 * f''' ~1e-10, roundoff ~1e-16 * loss / h ~1e-11
+    h = 1e-5
+    worst, where = 0.0, ""
+    for n, p in P.items():
+        if not wanted(n):
+            continue
+        for _ in range(3):
+            i = int(torch.randint(0, p.numel(), (1,), generator=gen))
+            Pp = dict(P)
+            Pp[n] = p.clone()
+            Pp[n].view(-1)[i] += h
+            lp = loss_at(Pp)
+            Pp[n].view(-1)[i] -= 2 * h
+            lm = loss_at(Pp)
+            fd = (lp - lm) / (2 * h)
+            ag = float(grads[n].view(-1)[i])
+            # a wrong gradient is off by O(|ag|); fd's own error is ~1e-10
+            err = abs(fd - ag) / (1e-4 * abs(ag) + 1e-8)
+            if err > worst:
+                worst, where = err, f"{n}[{i}]: autograd {ag:.10g}, fd {fd:.10g}"
+    return worst, where
+
+
 def selftest_finite_differences(R):
     """Autograd's gradient of our float64 forward against central finite
     differences, for a few elements of every parameter, tied and untied,
@@ -290,23 +326,9 @@ def selftest_finite_differences(R):
         def loss_at(P2):
             with torch.no_grad():
                 return float(G.gpt_forward(P2, cfg, ids, lab, masks)[0])
-        # h = 1e-5: truncation ~h^2 * f''' ~1e-10, roundoff ~1e-16 * loss / h ~1e-11
-        h = 1e-5
-        for n, p in P.items():
-            for _ in range(3):
-                i = int(torch.randint(0, p.numel(), (1,), generator=gen))
-                Pp = dict(P)
-                Pp[n] = p.clone()
-                Pp[n].view(-1)[i] += h
-                lp = loss_at(Pp)
-                Pp[n].view(-1)[i] -= 2 * h
-                lm = loss_at(Pp)
-                fd = (lp - lm) / (2 * h)
-                ag = float(fb["grads"][n].view(-1)[i])
-                # a wrong gradient is off by O(|ag|); fd's own error is ~1e-10
-                err = abs(fd - ag) / (1e-4 * abs(ag) + 1e-8)
-                if err > worst:
-                    worst, where = err, f"{n}[{i}] tied={tied}: autograd {ag:.10g}, fd {fd:.10g}"
+        w, at = fd_worst(P, fb["grads"], loss_at, gen, lambda n: True)
+        if w > worst:
+            worst, where = w, f"{at} tied={tied}"
     R.test("self: autograd gradient == central finite differences (float64)", worst <= 1.0,
            f"worst error {worst:.2e} x (1e-4 |g| + 1e-8) at {where}")
 
@@ -516,8 +538,14 @@ def check_inputs(R, variant, cfg, T, steps, repo):
 
 
 def step_masks(T, s):
+    """Step s's dropout masks and, for MoE layers, the routing to replay:
+    mask "layers.L.mlp.router.kept" and act "layers.L.mlp.router.choice"."""
     pre = f"step{s}.mask."
-    return {k[len(pre):]: v for k, v in T.items() if k.startswith(pre)}
+    out = {k[len(pre):]: v for k, v in T.items() if k.startswith(pre)}
+    pre = f"step{s}.act."
+    out.update({k[len(pre):]: v for k, v in T.items()
+                if k.startswith(pre) and k.endswith(".mlp.router.choice")})
+    return out
 
 
 def reshape_masks(cfg, masks, B):
@@ -525,6 +553,8 @@ def reshape_masks(cfg, masks, B):
     for site, m in masks.items():
         if "attention_dropout" in site:
             out[site] = m.reshape(B, cfg.H, cfg.T, cfg.T)
+        elif ".mlp.router." in site:
+            out[site] = m.reshape(B, cfg.T, cfg.moe.k)
         else:
             out[site] = m.reshape(B, cfg.T, cfg.C)
     return out
@@ -536,8 +566,13 @@ def act_names(cfg):
         p = f"layers.{l}."
         names += [p + "input_layernorm.output", p + "self_attention.query_key_value.output",
                   p + "self_attention.core_attention.output", p + "self_attention.dense.output",
-                  p + "post_attention_layernorm.output", p + "mlp.dense_h_to_4h.output",
-                  p + "mlp.dense_4h_to_h.output", p + "output"]
+                  p + "post_attention_layernorm.output"]
+        if cfg.is_moe_layer(l):
+            # the float checkpoints; choice and kept are replayed (check_moe_routing)
+            names += [p + "mlp.router.logits", p + "mlp.router.weight", p + "mlp.experts.output",
+                      p + "output"]
+            continue
+        names += [p + "mlp.dense_h_to_4h.output", p + "mlp.dense_4h_to_h.output", p + "output"]
     names.append("final_layernorm.output")
     return names
 
@@ -794,6 +829,287 @@ def wrong_model_ratio(T, cfg, attr, fn):
     return worst, worst_name
 
 
+# ---------------------------------------------------- mixture of experts
+# moe_ref.py's MoE layers: the reference replays the C run's discrete
+# routing (choice, kept), so these check the decisions on their own.
+
+# A routing decision (top-k order, capacity cut) is only checked where its
+# margin exceeds what the compared values may differ by: twice the act
+# tolerance's element bound at the larger value (each side may be off by
+# one bound). Disagreements inside the margin are counted and reported.
+def moe_margin_tol(values):
+    atol_frac, rtol = TOL["act"][1], TOL["act"][2]
+    return 2.0 * (atol_frac * float(values.abs().max()) + rtol * float(values.abs().max()))
+
+
+def moe_cfg(E=3, k=2, aux=0.01, z=0.001, cf=1.0, drop="probs", pre=False, freq=1, **kw):
+    cfg = tiny_cfg(**kw)
+    d = dict(cfg.raw)
+    d["moe"] = {"experts": E, "topk": k, "layer_freq": freq, "pre_softmax": pre,
+                "aux_loss_coeff": aux, "z_loss_coeff": z, "capacity_factor": cf, "drop_policy": drop}
+    return G.GPTConfig(d)
+
+
+def selftest_moe_routing(R):
+    """moe_ref's decisions on hand-made cases: ties to the lower expert,
+    best first; capacity ceil(k T/E cf) capped at T; over capacity the
+    largest weights (ties: the earlier position) or the first positions."""
+    bad = []
+    v = torch.tensor([[0.5, 0.9, 0.9, 0.1]], dtype=F64)
+    ch, margin = M.top_k(v, 2)
+    if ch.tolist() != [[1, 2]] or float(margin[0]) != 0.0:
+        bad.append(f"top_k tie: {ch.tolist()} margin {margin.tolist()}")
+    ch, _ = M.top_k(torch.tensor([[0.2, 0.7, 0.1, 0.7]], dtype=F64), 1)
+    if ch.tolist() != [[1]]:
+        bad.append(f"top_k(1) tie: {ch.tolist()}")
+    caps = [M.MoEConfig({"experts": E, "topk": k, "capacity_factor": cf}).capacity(T)
+            for E, k, cf, T in ((4, 2, 1.0, 32), (4, 1, 1.25, 32), (4, 2, 0.0, 32), (4, 2, 1e6, 32),
+                                (3, 2, 1.0, 6), (8, 1, 0.3, 32))]
+    if caps != [16, 10, 32, 32, 4, 2]:
+        bad.append(f"capacities {caps}")
+    # one sequence of 5 tokens, E 2, k 1, cap ceil(1*5/2*0.5) = 2: expert 0
+    # claimed by positions 0, 1, 3, 4 with weights .3 .6 .6 .9
+    choice = torch.tensor([[[0], [0], [1], [0], [0]]])
+    w = torch.tensor([[[0.3], [0.6], [0.5], [0.6], [0.9]]], dtype=F64)
+    for drop, want in (("probs", [0, 1, 1, 0, 1]), ("position", [1, 1, 1, 0, 0])):
+        moe = M.MoEConfig({"experts": 2, "topk": 1, "capacity_factor": 0.5, "drop_policy": drop})
+        kept, margins = M.keep(choice, w, moe, 5)
+        if kept.reshape(-1).int().tolist() != want or len(margins) != 1:
+            bad.append(f"{drop}: kept {kept.reshape(-1).int().tolist()}, expected {want}")
+    R.test("self: MoE routing (top-k ties, capacity, drop policies) on hand-made cases", not bad,
+           "; ".join(bad))
+
+
+def selftest_moe_finite_differences(R):
+    """Autograd's gradient of the MoE objective (LM loss + load-balancing
+    + z-loss, with capacity drops) against central finite differences, the
+    routing held at the unperturbed model's (as the C run's is replayed)."""
+    worst, where = 0.0, ""
+    for pre in (False, True):
+        cfg = moe_cfg(E=3, k=2 - pre, aux=0.3, z=0.2, cf=1.0, pre=pre, drop="position" if pre else "probs",
+                      freq=1 + pre, L=2 + pre, hidden_drop=0.2)
+        gen = torch.Generator().manual_seed(11 + pre)
+        P = random_params(cfg, gen)
+        ids = torch.randint(0, cfg.V, (cfg.B, cfg.T), generator=gen)
+        lab = torch.randint(0, cfg.V, (cfg.B, cfg.T), generator=gen)
+        masks = random_masks(cfg, cfg.B, gen)
+        acts = {}
+        with torch.no_grad():
+            G.gpt_forward(P, cfg, ids, lab, masks, acts)
+        routed = dict(masks)
+        drops = 0
+        for l in range(cfg.L):
+            if cfg.is_moe_layer(l):
+                routed[f"layers.{l}.mlp.router.choice"] = acts[f"layers.{l}.mlp.router.choice"]
+                routed[f"layers.{l}.mlp.router.kept"] = acts[f"layers.{l}.mlp.router.kept"]
+                drops += int((~acts[f"layers.{l}.mlp.router.kept"]).sum())
+        fb = G.forward_backward(P, cfg, ids, lab, routed, want_acts=False)
+
+        def objective(P2):
+            aux = []
+            with torch.no_grad():
+                loss = G.gpt_forward(P2, cfg, ids, lab, routed, None, aux)[0]
+            return float(loss + sum(aux))
+        w, at = fd_worst(P, fb["grads"], objective, gen,
+                         lambda n: "mlp." in n or "post_attention" in n)
+        if w > worst:
+            worst, where = w, f"{at} pre_softmax={pre}"
+        if drops == 0:
+            worst, where = math.inf, f"pre_softmax={pre}: no capacity drop in the self-test"
+    R.test("self: MoE objective's autograd gradient == central finite differences (float64)",
+           worst <= 1.0, f"worst error {worst:.2e} x (1e-4 |g| + 1e-8) at {where}")
+
+
+def moe_routing_disagreements(T, cfg, per_step, moe):
+    """The C run's routing against the reference's own decisions, step by
+    step from the C run's parameters (per_step): the top-k choice from the
+    float64 logits (probs with pre_softmax), and which claims are kept
+    given the dump's choice and the float64 weights. A decision counts
+    against C only where its margin exceeds moe_margin_tol. moe: the
+    routing rules to check against (cfg.moe; a negative control's own).
+    Returns (list of disagreements beyond the margin, counts)."""
+    bad = []
+    tokens = claims_over = drops = 0
+    near_choice = near_kept = 0
+    for s, ref in enumerate(per_step):
+        for l in range(cfg.L):
+            if not cfg.is_moe_layer(l):
+                continue
+            pre = f"layers.{l}."
+            kc = f"step{s}.act.{pre}mlp.router.choice"
+            kk = f"step{s}.mask.{pre}mlp.router.kept"
+            if kc not in T or kk not in T:
+                bad.append(f"step {s} {pre}: router choice or kept missing from the dump")
+                continue
+            cch = T[kc].long().reshape(cfg.B, cfg.T, moe.k)
+            ckept = T[kk].reshape(cfg.B, cfg.T, moe.k)
+            # shape of the decisions: distinct experts in range, 0/1 kept
+            if int(cch.min()) < 0 or int(cch.max()) >= moe.E:
+                bad.append(f"step {s} {pre}: choice outside 0..{moe.E - 1}")
+                continue
+            srt = cch.sort(-1).values
+            if moe.k > 1 and bool((srt[..., 1:] == srt[..., :-1]).any()):
+                bad.append(f"step {s} {pre}: a token chose one expert twice")
+            if not bool(((ckept == 0) | (ckept == 1)).all()):
+                bad.append(f"step {s} {pre}: kept has values other than 0/1")
+            drops += int((ckept == 0).sum())
+            tokens += cfg.B * cfg.T
+            # the top-k choice
+            logits = ref["acts"][pre + "mlp.router.logits"]
+            values = torch.softmax(logits, -1) if moe.pre_softmax else logits
+            rch, margin = M.top_k(values, moe.k)
+            tol = moe_margin_tol(values)
+            differ = (rch != cch).any(-1)
+            n_diff = int(differ.sum())
+            n_clear = int((differ & (margin > tol)).sum())
+            near_choice += n_diff - n_clear
+            if n_clear:
+                b, t = [int(i) for i in (differ & (margin > tol)).nonzero()[0]]
+                bad.append(f"step {s} {pre}: {n_clear} tokens' top-{moe.k} differs beyond margin {tol:.2e} "
+                           f"(first: sequence {b} position {t}: C {cch[b, t].tolist()}, reference "
+                           f"{rch[b, t].tolist()}, margin {float(margin[b, t]):.3g})")
+            # the capacity cut, on the dump's choice with the float64 weights
+            w = ref["acts"][pre + "mlp.router.weight"]
+            rkept, margins = M.keep(cch, w, moe, cfg.T)
+            claims_over += len(margins)
+            wtol = moe_margin_tol(w)
+            gap_of = {(b, e): g for b, e, g in margins}
+            mism = (rkept != ckept.bool())
+            for b, t, j in mism.nonzero().tolist():
+                e = int(cch[b, t, j])
+                gap = gap_of.get((b, e), math.inf)
+                if gap > wtol:
+                    bad.append(f"step {s} {pre}: sequence {b} position {t} choice {j} (expert {e}): C kept "
+                               f"{int(ckept[b, t, j])}, reference {int(rkept[b, t, j])}, margin {gap:.3g} "
+                               f"> {wtol:.2e}")
+                else:
+                    near_kept += 1
+    return bad, (tokens, claims_over, drops, near_choice, near_kept)
+
+
+def check_moe_routing(R, variant, T, cfg, per_step, expect_drops):
+    bad, (tokens, claims_over, drops, near_choice, near_kept) = moe_routing_disagreements(T, cfg, per_step,
+                                                                                          cfg.moe)
+    print(f"# {variant}: MoE routing: {tokens} token decisions, {claims_over} over-capacity (sequence, "
+          f"expert) blocks, {drops} dropped claims; disagreements within the margin: {near_choice} "
+          f"choices, {near_kept} kept flags")
+    R.test(f"{variant}: MoE routing: reference top-k and capacity decisions == the dump's beyond the "
+           f"margin ({near_choice} + {near_kept} near-ties)", not bad and tokens > 0,
+           "; ".join(bad[:4]) or "no MoE layer compared")
+    if expect_drops:
+        R.test(f"{variant}: MoE capacity drops some claims ({drops} kept==0 in the dump)", drops > 0,
+               "no claim dropped: the capacity branch is not exercised")
+
+
+def moe_wrong_ratio(T, cfg, patches, replay_kept=True):
+    """Step 0 forward and backward from init with moe_ref's functions
+    replaced (patches: attr -> fn); the worst error/tolerance ratio over
+    the dumped logits, activations and gradients. replay_kept False: the
+    reference decides the capacity cut itself (moe_ref.keep)."""
+    orig = {a: getattr(M, a) for a in patches}
+    for a, fn in patches.items():
+        setattr(M, a, fn)
+    try:
+        params = {n: T["init." + n].double() for n in G.param_shapes(cfg)}
+        masks = reshape_masks(cfg, step_masks(T, 0), cfg.B)
+        if not replay_kept:
+            masks = {k: v for k, v in masks.items() if not k.endswith(".mlp.router.kept")}
+        ref = G.forward_backward(params, cfg, T["step0.input_ids"].reshape(cfg.B, cfg.T),
+                                 T["step0.labels"].reshape(cfg.B, cfg.T), masks)
+    finally:
+        for a, fn in orig.items():
+            setattr(M, a, fn)
+    worst, worst_name = compare(T["step0.logits"], ref["logits"], "logits")["ratio"], "logits"
+    for a in act_names(cfg):
+        r = compare(T[f"step0.act.{a}"], ref["acts"][a], "act")["ratio"]
+        if r > worst:
+            worst, worst_name = r, "act." + a
+    for n in G.param_shapes(cfg):
+        r = compare(T[f"step0.grad.{n}"], ref["grads"][n], "grad")["ratio"]
+        if r > worst:
+            worst, worst_name = r, "grad." + n
+    return worst, worst_name
+
+
+def moe_negative_controls(R, variant, T, cfg, per_step):
+    """References with a plausible wrong MoE formula must be flagged; so
+    must routing rules other than the C run's (the other drop policy, the
+    capacity over the microbatch's tokens, not per sequence)."""
+    moe = cfg.moe
+    mb = int(cfg.raw.get("micro_batch", cfg.B))
+    flipped = copy.copy(moe)
+    flipped.drop_position = not moe.drop_position
+
+    def keep_per_microbatch(choice, weight, moe_, T_):
+        # Megatron's: capacity over the tokens a rank holds (a microbatch)
+        B, Tn, k = choice.shape
+        kept, margins = orig_keep(choice.reshape(B // mb, mb * Tn, k), weight.reshape(B // mb, mb * Tn, k),
+                                  moe_, mb * Tn)
+        return kept.reshape(B, Tn, k), [(b * mb, e, g) for b, e, g in margins]
+
+    orig_keep = M.keep
+    for what, rules, patch in ((f"drop policy {'position' if flipped.drop_position else 'probs'}", flipped, None),
+                               ("capacity over the microbatch's tokens", moe, keep_per_microbatch)):
+        if patch is not None:
+            M.keep = patch
+        try:
+            bad, _ = moe_routing_disagreements(T, cfg, per_step, rules)
+        finally:
+            M.keep = orig_keep
+        R.test(f"{variant}: negative control: routing check against {what} is flagged "
+               f"({len(bad)} disagreements beyond the margin)", len(bad) > 0, "not flagged")
+
+    def aux_per_microbatch(probs, choice, moe_, B_global):
+        # Megatron's: P and f over all a microbatch's tokens at once, the
+        # microbatches' losses averaged
+        B, T_, E = probs.shape
+        N = mb * T_
+        total = 0.0
+        for b0 in range(0, B, mb):
+            f = torch.nn.functional.one_hot(choice[b0:b0 + mb], E).sum(dim=(0, 1, 2)).to(F64)
+            P = probs[b0:b0 + mb].sum(dim=(0, 1))
+            total = total + moe_.aux_coeff * E / (moe_.k * N * N) * (P * f).sum() * mb / B_global
+        return total
+
+    def aux_no_grad(probs, choice, moe_, B_global):
+        return orig_aux(probs.detach(), choice, moe_, B_global)
+
+    def z_none(logits, moe_, B_global):
+        return logits.sum() * 0.0
+
+    def weights_all_experts(logits, probs, choice, pre_softmax):
+        # the chosen experts' probs under the softmax over every expert
+        return probs.gather(-1, choice)
+
+    def renormalised(logits, probs, choice, pre_softmax):
+        # pre-softmax probs of the chosen experts renormalised to sum 1
+        w = probs.gather(-1, choice)
+        return w / w.sum(-1, keepdim=True)
+
+    def dropless(choice, weight, moe_, T_):
+        return torch.ones(choice.shape, dtype=torch.bool), []
+
+    orig_aux = M.aux_loss
+    controls = []
+    if moe.aux_coeff > 0:
+        controls += [("the load-balancing loss over the microbatch's tokens (not per sequence)",
+                      {"aux_loss": aux_per_microbatch}),
+                     ("no gradient through the load-balancing loss", {"aux_loss": aux_no_grad})]
+    if moe.z_coeff > 0:
+        controls.append(("no z-loss", {"z_loss": z_none}))
+    if not moe.pre_softmax:
+        controls.append(("weights from the softmax over all experts (not the top k)",
+                         {"router_weights": weights_all_experts}))
+    else:
+        controls.append(("the chosen probs renormalised", {"router_weights": renormalised}))
+    controls.append(("no capacity drops (routing's kept not replayed)", {"keep": dropless}))
+    for what, patches in controls:
+        # the replayed kept flags would override keep(): leave them out there
+        worst, name = moe_wrong_ratio(T, cfg, patches, replay_kept="keep" not in patches)
+        R.test(f"{variant}: negative control: MoE reference with {what} is flagged "
+               f"(worst ratio {worst:.3g} at {name})", worst > 1.0, f"not flagged: worst ratio {worst:.3g}")
+
+
 # ------------------------------------------------------------------- main
 
 def sanitizer_build():
@@ -805,6 +1121,26 @@ def sanitizer_build():
             or build in ("build-asan", "build-tsan", "build-ubsan"))
 
 
+# Mixture-of-experts runs (moe_ref.py), 2 layers each: (a) top-2 of 4
+# experts with both auxiliary losses, capacity factor 1 (claims dropped by
+# weight) and dropout, 4-sequence microbatches (capacity and the
+# load-balancing counts are per sequence, so the microbatch size must not
+# matter); (b) top-1 by the softmax over every expert, every
+# other layer MoE (a dense layer between), drops by position, no auxiliary
+# loss, the portable tile backend.
+MOE_VARIANTS = [
+    ("moe-e4k2-cap1-probs-dropout",
+     ["--num-layers", "2", "--num-experts", "4", "--moe-router-topk", "2", "--moe-aux-loss-coeff", "0.01",
+      "--moe-z-loss-coeff", "0.001", "--moe-expert-capacity-factor", "1.0", "--moe-token-drop-policy", "probs",
+      "--hidden-dropout", "0.1", "--attention-dropout", "0.1", "--micro-batch-size", "4"], {}),
+    ("moe-e4k1-presoftmax-position-freq2",
+     ["--num-layers", "2", "--num-experts", "4", "--moe-router-topk", "1", "--moe-router-pre-softmax",
+      "--moe-layer-freq", "2", "--moe-expert-capacity-factor", "1.25", "--moe-token-drop-policy", "position",
+      "--hidden-dropout", "0", "--attention-dropout", "0"], {"PARITY_BACKEND": "portable"}),
+]
+# the variants whose capacity must drop claims (asserted from the dump)
+MOE_EXPECT_DROPS = ("moe-e4k2-cap1-probs-dropout", "moe-e4k1-presoftmax-position-freq2")
+
 # Under a sanitizer: 2 layers, 4 sequences in 2 microbatches.
 SMALL_ARGS = ["--num-layers", "2", "--global-batch-size", "4", "--micro-batch-size", "2"]
 
@@ -814,7 +1150,9 @@ def run_parity(parity, args, env_extra, dump, log):
     env.update(env_extra)
     cmd = [parity, "train", "--model", "gpt-tiny", "--steps", "3", "--dump", dump] + args
     if sanitizer_build():
-        cmd += SMALL_ARGS
+        # (a flag the variant gives itself, as the MoE runs' --num-layers, stays the variant's)
+        cmd += [a for i in range(0, len(SMALL_ARGS), 2) if SMALL_ARGS[i] not in args
+                for a in SMALL_ARGS[i:i + 2]]
     t0 = time.time()
     try:
         # from the repository root, where parity finds ref/data/corpus.txt
@@ -846,6 +1184,8 @@ def main():
         selftest_adamw(R)
         selftest_lr(R)
         selftest_dumpio(R, tmp)
+        selftest_moe_routing(R)
+        selftest_moe_finite_differences(R)
 
         parity = os.environ.get("PARITY", "")
         parity = os.path.abspath(parity) if parity else ""
@@ -885,7 +1225,7 @@ def main():
                     # so a site using the wrong p is caught by the 1/(1-p) scale.
                     ("untied-dropout-noclip", ["--untie-embeddings-and-output-weights", "--clip-grad", "0",
                                                "--hidden-dropout", "0.1", "--attention-dropout", "0.2"], {}),
-                ]
+                ] + MOE_VARIANTS
                 first = True
                 for name, args, env in variants:
                     if args is None:
@@ -900,8 +1240,17 @@ def main():
                     if res is not None and first:
                         negative_controls(R, name, dump, *res)
                         first = False
+                    if res is not None and res[2].moe is not None:
+                        per_step, T, cfg = res
+                        check_moe_routing(R, name, T, cfg, per_step, expect_drops=name in MOE_EXPECT_DROPS)
+                        moe_negative_controls(R, name, T, cfg, per_step)
                 print_table("worst errors per category (ratio = error / tolerance; fail > 1)",
                             [r for r in R.rows], per_cat=3)
+                print_table("MoE runs: worst errors per category",
+                            [r for r in R.rows if r[1] in {v[0] for v in MOE_VARIANTS}], per_cat=2)
+                print_table("MoE runs: worst errors of the router and expert tensors",
+                            [r for r in R.rows if r[1] in {v[0] for v in MOE_VARIANTS}
+                             and (".mlp.router." in r[4] or ".mlp.experts." in r[4])], per_cat=2)
     print(f"# {time.time() - t_start:.1f}s")
     if R.failures:
         print("\nFAILURES:")
