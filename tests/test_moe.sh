@@ -2,7 +2,8 @@
 # test_moe.sh - mixture-of-experts layers (issue 26, ref/model/moe.c):
 #  - the golden run routes, drops over capacity and prints per-expert
 #    statistics every step;
-#  - data, ZeRO, accumulation, tensor (+SP) and pipeline layouts are bit-exact with it
+#  - data, ZeRO, accumulation, tensor (+SP), context (ring, Ulysses) and
+#    pipeline layouts are bit-exact with it
 #    over 3 steps (routing, drops, dropout, aux and z losses active; E 4
 #    and 8, top-1 and top-2, both drop policies, pre-softmax, every other
 #    layer MoE) - the checker compares the routing checkpoints (choice,
@@ -53,6 +54,10 @@ exact "pre-softmax top-2, dropless, dp 2" gpt-micro --num-experts 4 --moe-router
 exact "tp 2 (experts replicated, every token on each rank)" gpt-micro $MOE --tensor-model-parallel-size 2
 exact "tp 2 + SP x dp 2 ZeRO-3" gpt-micro $MOE --tensor-model-parallel-size 2 --sequence-parallel --data-parallel-size 2 --zero-stage 3
 exact "tp 2 + SP x pp 2, top-1 position drops" gpt-micro --num-experts 4 --moe-router-topk 1 --moe-expert-capacity-factor 1.0 --moe-token-drop-policy position --tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2
+exact "cp 2 ring (whole sequences gathered; tiles of the weight gradients split over cp)" gpt-micro $MOE --context-parallel-size 2
+exact "cp 2 Ulysses x dp 2 ZeRO-1" gpt-micro $MOE --context-parallel-size 2 --cp-comm-type a2a --data-parallel-size 2 --zero-stage 1
+exact "cp 2 x tp 2 + SP" gpt-micro $MOE --context-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel
+exact "cp 2 x pp 2, pre-softmax top-1" gpt-micro --num-experts 4 --moe-router-topk 1 --moe-router-pre-softmax --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01 --context-parallel-size 2 --pipeline-model-parallel-size 2
 exact "gpt-tiny: every other layer MoE, E 8, pp 2 interleaved x dp 2" gpt-tiny --num-experts 8 --moe-layer-freq 2 --moe-expert-capacity-factor 1.25 --moe-aux-loss-coeff 0.01 --pipeline-model-parallel-size 2 --pipeline-schedule interleaved --virtual-pipeline-model-parallel-size 2 --num-microbatches 2 --data-parallel-size 2
 }
 
@@ -119,7 +124,8 @@ if [ $rc = 0 ] && echo "$out" | grep -q '| yes$'; then ok "the golden checkpoint
 else fail "resume at dp 2" "exit $rc" "$(echo "$out" | tail -3)"; fi
 
 # ---- refusals ----------------------------------------------------------------
-refuse "cp 2 is refused (routing is per sequence)" "num-experts 4: mixture-of-experts layers run with context-parallel-size 1 only \(got 2\)" -- "$P" check --model gpt-micro --num-experts 4 --context-parallel-size 2 --steps 1
+refuse "top-k 0" "moe.topk \(--moe-router-topk\) = 0: expected 1 to the 4 experts" -- "$P" check --model gpt-micro --num-experts 4 --moe-router-topk 0 --steps 1
+refuse "more experts than the limit" "moe.experts \(--num-experts\) = 300: expected 0 \(dense\) to 256" -- "$P" check --model gpt-micro --num-experts 300 --steps 1
 refuse "top-k above the expert count" "moe.topk \(--moe-router-topk\) = 5: expected 1 to the 4 experts" -- "$P" train --model gpt-micro --num-experts 4 --moe-router-topk 5 --steps 1
 refuse "a negative expert count" "moe.experts \(--num-experts\) = -1" -- "$P" train --model gpt-micro --num-experts -1 --steps 1
 refuse "an unknown drop policy" "moe-token-drop-policy 'tokens': expected probs or position" -- "$P" train --model gpt-micro --num-experts 4 --moe-token-drop-policy tokens --steps 1

@@ -87,7 +87,8 @@ void linear_backward(float *dx, acc_t *dw, acc_t *db, const float *dy, const flo
                      const float *w, int n, int n_in, int n_out, linear_tiles_t t,
                      contract_ws_t *ws);
 /* The same for a weight stored at element dw_at of dw's tensor and a bias
- * at db_at of db's (one expert of a stacked [E, out, in] weight). */
+ * at db_at of db's (one expert of a stacked [E, out, in] weight); dw may
+ * be NULL too (only dx). */
 void linear_backward_at(float *dx, acc_t *dw, size_t dw_at, acc_t *db, size_t db_at,
                         const float *dy, const float *x, const float *w, int n, int n_in,
                         int n_out, linear_tiles_t t, contract_ws_t *ws);

@@ -252,9 +252,13 @@ typedef struct {
     int32_t *moe_row;                      /* [n,k] -1: dropped */
     int32_t *moe_rows_of;                  /* [E+1] expert e's rows: [rows_of[e], rows_of[e+1]) */
     float *moe_x, *moe_fc1, *moe_h, *moe_hgrad, *moe_y; /* [R,C] [R,F] [R,F] [R,F] [R,C] */
-    float *moe_out;                        /* [n,C] combined, before dropout */
-    float *moe_out_held;                   /* [ns,C] its positions held (sequence parallel;
-                                              else moe_out) */
+    float *moe_out;                        /* [b*T,C] combined, before dropout: every
+                                              position of the slot's sequences */
+    float *moe_out_held;                   /* [ns,C] its positions held (sequence or context
+                                              parallel; else moe_out) */
+    float *moe_in;                         /* [b*T,C] the MoE input of every position,
+                                              gathered over cp (context parallel; else
+                                              ln2_full) */
 } layer_acts_t;
 
 /* One in-flight microbatch: what its forward pass keeps for its backward
@@ -317,8 +321,11 @@ typedef struct {
      * router's logit and weight gradients [n,E] [n,k] */
     float *moe_dy, *moe_dh, *moe_dx, *moe_dlogits, *moe_dweight;
     struct moe_claim *moe_claims;          /* [T] one sequence's claims on an expert */
-    float *moe_dx_full;                    /* [n,C] the MoE input's gradient, every position
-                                              (sequence parallel; else NULL) */
+    float *moe_dx_full;                    /* [b*T,C] the MoE input's gradient, every
+                                              position (sequence or context parallel) */
+    float *moe_dx_router;                  /* [b*T,C] the router's part of it */
+    float *moe_dout;                       /* [b*T,C] the output's gradient gathered over cp */
+    float *moe_cp_parts;                   /* [b*T,C] an all-gather's parts over cp */
     void *block;
 } gpt_scratch_t;
 

@@ -91,7 +91,8 @@ void gpt_report_unit(const gpt_t *g, int unit, int s, const gpt_observer_t *obs)
     const unit_t u = gpt_unit(g, unit);
     const unit_kind_t *k = u.kind;
     const cp_runs_t stream = stream_positions(&g->local);
-    const unit_positions_t pos = {&stream, &g->local.runs};
+    const cp_runs_t whole = {.n = 1, .t0 = {0}, .len = {g->cfg.seq_length}};
+    const unit_positions_t pos = {&stream, &g->local.runs, &whole};
     unit_view_t v[UNIT_MAX_CHECKPOINTS];
     if (k->n_checkpoints > UNIT_MAX_CHECKPOINTS)
         parity_fatal("unit kind %s: %d checkpoints, at most %d", k->name, k->n_checkpoints,

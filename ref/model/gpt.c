@@ -62,6 +62,7 @@ static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_
     d.sp = lc->seq_parts > 1, d.ulysses = lc->ulysses;
     d.E = (size_t)c->moe_experts, d.K = (size_t)c->moe_topk;
     d.R = c->moe_experts > 0 ? moe_rows(c, d.mb) : 0;
+    d.cp = (size_t)lc->cp;
     d.Fe = (size_t)c->ffn;
     /* whole sequences arrive; gpt_slot_begin keeps the positions held */
     A->inputs = (int32_t *)carve(cv, d.mb * d.T * sizeof(int32_t));
@@ -119,14 +120,19 @@ static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_
     S->ul_dqkv = lc->ulysses ? CARVE_F(cv, n * 3 * A_) : NULL;
     const int moe = c->moe_experts > 0;
     const size_t R = moe ? moe_rows(c, (size_t)c->micro_batch) : 0;
+    const size_t nT = (size_t)c->micro_batch * (size_t)c->seq_length; /* whole sequences */
+    const int cpm = moe && lc->cp > 1;
     const size_t E = (size_t)c->moe_experts, K = (size_t)c->moe_topk;
     S->moe_dy = moe ? CARVE_F(cv, R * C) : NULL;
     S->moe_dh = moe ? CARVE_F(cv, R * (size_t)c->ffn) : NULL; /* experts' F is whole */
     S->moe_dx = moe ? CARVE_F(cv, R * C) : NULL;
-    S->moe_dlogits = moe ? CARVE_F(cv, n * E) : NULL;
-    S->moe_dweight = moe ? CARVE_F(cv, n * K) : NULL;
+    S->moe_dlogits = moe ? CARVE_F(cv, nT * E) : NULL;
+    S->moe_dweight = moe ? CARVE_F(cv, nT * K) : NULL;
     S->moe_claims = moe ? carve(cv, moe_claims_bytes(c)) : NULL;
-    S->moe_dx_full = moe && sp ? CARVE_F(cv, n * C) : NULL;
+    S->moe_dx_full = moe && (sp || cpm) ? CARVE_F(cv, nT * C) : NULL;
+    S->moe_dx_router = moe ? CARVE_F(cv, nT * C) : NULL;
+    S->moe_dout = cpm ? CARVE_F(cv, nT * C) : NULL;
+    S->moe_cp_parts = cpm ? CARVE_F(cv, nT * C) : NULL;
 }
 
 /* Context parallelism's part of gpt_local_dims: the positions held. */
@@ -160,16 +166,6 @@ int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int cp_rank, un
     if (row && sp)
         return perr_set(err, "sequence-parallel: not with every linear row-parallel (sharding_dim "
                              "0): it shards the regions Megatron's pairing replicates");
-    /* MoE layers route whole sequences: a tensor-parallel group holds
-     * them whole (each rank runs the replicated experts on every token of
-     * its sequences); context parallelism splits a sequence over ranks,
-     * which routing by sequence cannot take yet (CONTRIBUTING, MoE) */
-    if (c->moe_experts > 0 && gpt_opts_cp(opts) > 1)
-        return perr_set(err, "--num-experts %d: mixture-of-experts layers run with "
-                             "context-parallel-size 1 only (got %d): capacity and the "
-                             "load-balancing loss are per sequence, and cp splits sequences; "
-                             "data, tensor, ZeRO and pipeline parallelism compose with them",
-                        c->moe_experts, gpt_opts_cp(opts));
     if (tp < 1 || tp_rank < 0 || tp_rank >= tp)
         return perr_set(err, "tensor-parallel rank %d of %d", tp_rank, tp);
     if (sp && (c->seq_length / c->tile_tokens) % tp)

@@ -36,7 +36,8 @@ void linear_backward_at(float *dx, acc_t *dw, size_t dw_at, acc_t *db, size_t db
         contract(CONTRACT_NN, n, n_in, n_out, t.tokens, t.in, t.out, dy, n_out, w, n_in, dx, n_in,
                  ws);
     /* dw[out,in] += dy[n,out]^T . x[n,in], contracted over token tiles */
-    contract_acc(CONTRACT_TN, n_out, n_in, n, t.out, t.in, t.tokens, dy, n_out, x, n_in, dw,
-                 dw_at, (size_t)n_in, ws);
+    if (dw)
+        contract_acc(CONTRACT_TN, n_out, n_in, n, t.out, t.in, t.tokens, dy, n_out, x, n_in, dw,
+                     dw_at, (size_t)n_in, ws);
     if (db) acc_add_rows(db, db_at, dy, n, n_out, n_out);
 }

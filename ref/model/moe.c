@@ -54,7 +54,8 @@ size_t moe_rows(const model_config_t *c, size_t n_seq) {
 }
 
 void moe_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
-    const size_t n = d->n, E = d->E, K = d->K, R = d->R, C = d->C, F = d->Fe;
+    /* routing takes whole sequences: every position of the slot's */
+    const size_t n = d->mb * d->T, E = d->E, K = d->K, R = d->R, C = d->C, F = d->Fe;
     L->moe_logits = CARVE_F(cv, n * E);
     L->moe_probs = CARVE_F(cv, n * E);
     L->moe_choice = (int32_t *)carve(cv, n * K * sizeof(int32_t));
@@ -68,7 +69,8 @@ void moe_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
     L->moe_hgrad = CARVE_F(cv, R * F);
     L->moe_y = CARVE_F(cv, R * C);
     L->moe_out = CARVE_F(cv, n * C);
-    L->moe_out_held = d->sp ? CARVE_F(cv, d->ns * C) : L->moe_out;
+    L->moe_out_held = d->sp || d->cp > 1 ? CARVE_F(cv, d->ns * C) : L->moe_out;
+    L->moe_in = d->cp > 1 ? CARVE_F(cv, n * C) : L->ln2_full;
 }
 
 /* ---- routing ------------------------------------------------------------ */
@@ -321,6 +323,26 @@ static void router_grad(const model_config_t *c, const layer_acts_t *LA, size_t 
     }
 }
 
+/* An expert linear's backward over its rows: dx for every row; under
+ * context parallelism every cp rank runs the whole MoE (the same bits),
+ * so each token tile's weight and bias partials are added by one cp rank
+ * only (tile index mod cp), and the gradient reduction over cp sums them
+ * exactly: the golden sums, whatever rank added which tile. */
+static void expert_backward(gpt_t *g, float *dx, acc_t *dw, size_t dw_at, acc_t *db, size_t db_at,
+                            const float *dy, const float *x, const float *w, int row0, int rows,
+                            int n_in, int n_out, linear_tiles_t t) {
+    const int cp = g->local.cp, tm = t.tokens;
+    if (cp == 1) {
+        linear_backward_at(dx, dw, dw_at, db, db_at, dy, x, w, rows, n_in, n_out, t, &g->ws);
+        return;
+    }
+    linear_backward_at(dx, NULL, 0, NULL, 0, dy, x, w, rows, n_in, n_out, t, &g->ws);
+    for (int i = 0; i < rows / tm; i++)
+        if ((row0 / tm + i) % cp == g->local.cp_rank)
+            linear_backward_at(NULL, dw, dw_at, db, db_at, dy + (size_t)i * tm * n_out,
+                               x + (size_t)i * tm * n_in, w, tm, n_in, n_out, t, &g->ws);
+}
+
 void moe_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dx, const float *dout,
                   const float *x, const moe_params_t *w, const moe_grads_t *gr) {
     const model_config_t *c = &g->cfg;
@@ -346,13 +368,13 @@ void moe_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dx, const 
         const int r0 = LA->moe_rows_of[e], rows = LA->moe_rows_of[e + 1] - r0;
         if (!rows) continue;
         float *dh = S->moe_dh + (size_t)r0 * F;
-        linear_backward_at(dh, gr->fc2_w, (size_t)e * C * F, gr->fc2_b, (size_t)e * C,
-                           S->moe_dy + (size_t)r0 * C, LA->moe_h + (size_t)r0 * F,
-                           w->fc2_w + (size_t)e * C * F, rows, F, C, p->t_fc, &g->ws);
+        expert_backward(g, dh, gr->fc2_w, (size_t)e * C * F, gr->fc2_b, (size_t)e * C,
+                        S->moe_dy + (size_t)r0 * C, LA->moe_h + (size_t)r0 * F,
+                        w->fc2_w + (size_t)e * C * F, r0, rows, F, C, p->t_fc);
         gelu_backward(dh, dh, LA->moe_hgrad + (size_t)r0 * F, (size_t)rows * F);
-        linear_backward_at(S->moe_dx + (size_t)r0 * C, gr->fc1_w, (size_t)e * F * C, gr->fc1_b,
-                           (size_t)e * F, dh, LA->moe_x + (size_t)r0 * C,
-                           w->fc1_w + (size_t)e * F * C, rows, C, F, p->t_cf, &g->ws);
+        expert_backward(g, S->moe_dx + (size_t)r0 * C, gr->fc1_w, (size_t)e * F * C, gr->fc1_b,
+                        (size_t)e * F, dh, LA->moe_x + (size_t)r0 * C,
+                        w->fc1_w + (size_t)e * F * C, r0, rows, C, F, p->t_cf);
     }
     /* the router: its logits' gradient, then its weight's and input's */
     /* the load-balancing loss per sequence; broken: over the slot's
@@ -372,9 +394,17 @@ void moe_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dx, const 
                         S->moe_dlogits + (size_t)t * E, buf);
     }
     const linear_tiles_t router = {c->tile_tokens, c->tile_features, E}; /* tokens, in, out */
-    float *dx_router = S->d_wide; /* [n,C]: free while the MLP's backward runs */
-    linear_backward(dx_router, gr->router, NULL, S->moe_dlogits, x, w->router, p->n, C, E,
-                    router, &g->ws);
+    float *dx_router = S->moe_dx_router;
+    const int cp = g->local.cp;
+    linear_backward_at(dx_router, cp == 1 ? gr->router : NULL, 0, NULL, 0, S->moe_dlogits, x,
+                       w->router, p->n, C, E, router, &g->ws);
+    /* context parallel: each rank adds the token tiles it holds */
+    for (int s = 0; cp > 1 && s < p->n_seq; s++)
+        for (int k = 0; k < g->local.runs.n; k++) {
+            const size_t t0 = (size_t)s * T + (size_t)g->local.runs.t0[k];
+            linear_backward_at(NULL, gr->router, 0, NULL, 0, S->moe_dlogits + t0 * E,
+                               x + t0 * C, w->router, g->local.runs.len[k], C, E, router, &g->ws);
+        }
     /* x's gradient: the router's and each kept expert's, exact, rounded once */
     for (int t = 0; t < p->n; t++)
         for (int ch = 0; ch < C; ch++) {

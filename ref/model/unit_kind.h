@@ -81,6 +81,8 @@ typedef struct {
  * the slot's. */
 typedef struct {
     const cp_runs_t *stream, *all;
+    const cp_runs_t *whole; /* every position of a sequence, in order (an MoE's
+                               tensors: routing takes whole sequences) */
 } unit_positions_t;
 
 /* carves a slot (gpt.c) */
@@ -97,6 +99,7 @@ typedef struct {
     int hdrop, adrop, sp, ulysses;
     size_t E, K, R, Fe; /* experts, top-k, the experts' input rows (moe_rows), and
                            their FFN width (whole: experts are not cut by tp) */
+    size_t cp;          /* context-parallel degree */
 } slot_dims_t;
 
 typedef struct unit_kind unit_kind_t;

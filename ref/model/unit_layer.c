@@ -15,6 +15,7 @@
  */
 #include <string.h>
 
+#include "parity/coll.h"
 #include "units_internal.h"
 
 /* A layer's tensors, in MODEL.md's table order: this kind's own. */
@@ -218,30 +219,74 @@ static moe_params_t moe_params(gpt_t *g, const unit_t *u) {
                           PL(g, u, P_EXP_FC2_W), PL(g, u, P_EXP_FC2_B)};
 }
 
-/* rows of every position [n, C] -> the positions held [ns, C] (sequence
- * parallelism: t0 .. t0+Tl-1 of each sequence) */
-static void held_rows(float *held, const float *all, const pass_t *p, int C) {
-    for (int s = 0; s < p->n_seq; s++)
-        memcpy(held + (size_t)s * p->Tl * C, all + ((size_t)s * p->Tc + p->t0) * C,
-               (size_t)p->Tl * C * sizeof(float));
+/* Routing is per sequence, so an MoE runs on every position of the
+ * slot's sequences: the pass of whole sequences. Every tensor- and
+ * context-parallel rank runs the (replicated) router and experts on all
+ * of them, the same bits on each; their gradients are then whole and
+ * equal on the tp ranks (as a replicated LayerNorm's without SP) and
+ * split into whole tiles over the cp ranks (moe.c). */
+static pass_t whole_sequences(const pass_t *p, int C) {
+    pass_t w = *p;
+    w.Tc = w.Tl = p->T, w.t0 = 0, w.sp = 0;
+    w.n = w.ns = p->n_seq * p->T;
+    w.nC = w.nsC = (size_t)w.n * C;
+    w.runs = (cp_runs_t){.n = 1, .t0 = {0}, .len = {p->T}};
+    return w;
 }
 
-/* Every tensor-parallel rank runs the (replicated) router and experts on
- * every token of its sequences, the same bits on each: their gradients
- * are whole on every rank, as a replicated LayerNorm's without SP. */
+/* rows of every position [n_seq*T, w] -> those at `runs` of each sequence
+ * [n_seq*sum(runs), w], in the runs' order */
+static void rows_at_runs(float *dst, const float *whole, const cp_runs_t *runs, int n_seq, int T,
+                         int w) {
+    size_t at = 0;
+    for (int s = 0; s < n_seq; s++)
+        for (int k = 0; k < runs->n; k++) {
+            const size_t len = (size_t)runs->len[k] * w;
+            memcpy(dst + at, whole + ((size_t)s * T + runs->t0[k]) * w, len * sizeof(float));
+            at += len;
+        }
+}
+
+/* The rows of the positions this cp rank holds [n_seq*Tc, w] (the runs'
+ * order) -> every position [n_seq*T, w], gathered over cp (at cp = 1:
+ * held itself). */
+static const float *cp_whole(gpt_t *g, const pass_t *p, float *whole, const float *held, int w) {
+    const int cp = g->local.cp;
+    if (cp == 1) return held;
+    const size_t count = (size_t)p->n_seq * p->Tc * w;
+    float *parts = g->scratch.moe_cp_parts, *mine = parts + (size_t)g->local.cp_rank * count;
+    memcpy(mine, held, count * sizeof(float));
+    coll_all_gather(g->shard.cp_group, mine, parts, count, COLL_F32);
+    const cp_comm_t comm = g->local.ulysses ? CP_ULYSSES : CP_RING;
+    for (int r = 0; r < cp; r++) {
+        const cp_runs_t runs = cp_runs(cp, r, p->T, comm);
+        const float *part = parts + (size_t)r * count;
+        for (int s = 0; s < p->n_seq; s++)
+            for (int k = 0, at = 0; k < runs.n; at += runs.len[k++])
+                memcpy(whole + ((size_t)s * p->T + runs.t0[k]) * w,
+                       part + ((size_t)s * p->Tc + at) * w,
+                       (size_t)runs.len[k] * w * sizeof(float));
+    }
+    return whole;
+}
+
 static void moe_layer_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x,
                               const pass_t *p) {
     layer_acts_t *LA = &A->layer[u->index];
+    const int C = g->cfg.hidden;
     attention_block_forward(g, u, A, x, p);
     const moe_params_t w = moe_params(g, u);
-    moe_forward(g, p, LA, LA->ln2_full, &w);
-    if (p->sp) held_rows(LA->moe_out_held, LA->moe_out, p, g->cfg.hidden);
+    const pass_t whole = whole_sequences(p, C);
+    moe_forward(g, &whole, LA, cp_whole(g, p, LA->moe_in, LA->ln2_full, C), &w);
+    if (LA->moe_out_held != LA->moe_out)
+        rows_at_runs(LA->moe_out_held, LA->moe_out, &p->runs, p->n_seq, p->T, C);
     residual_dropout(LA->out, LA->resid1, LA->moe_out_held, LA->mlp_keep, p->nsC,
                      g->cfg.hidden_dropout);
 }
 
 static void moe_layer_after_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
-    moe_after_forward(g, p, &A->layer[u->index], u->index);
+    const pass_t whole = whole_sequences(p, g->cfg.hidden);
+    moe_after_forward(g, &whole, &A->layer[u->index], u->index);
 }
 
 /* The gradient of a residual branch's input, drop(y): over the tokens
@@ -316,8 +361,11 @@ static void moe_layer_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const p
     const moe_params_t w = moe_params(g, u);
     const moe_grads_t gr = {GL(g, u, P_ROUTER), GL(g, u, P_EXP_FC1_W), GL(g, u, P_EXP_FC1_B),
                             GL(g, u, P_EXP_FC2_W), GL(g, u, P_EXP_FC2_B)};
-    moe_backward(g, p, LA, p->sp ? S->moe_dx_full : S->d_tmp2, d_moe, LA->ln2_full, &w, &gr);
-    if (p->sp) held_rows(S->d_tmp2, S->moe_dx_full, p, g->cfg.hidden);
+    const int C = g->cfg.hidden, whole_held = S->moe_dx_full == NULL; /* no sp, no cp */
+    const pass_t whole = whole_sequences(p, C);
+    moe_backward(g, &whole, LA, whole_held ? S->d_tmp2 : S->moe_dx_full,
+                 cp_whole(g, p, S->moe_dout, d_moe, C), LA->moe_in, &w, &gr);
+    if (!whole_held) rows_at_runs(S->d_tmp2, S->moe_dx_full, &p->runs, p->n_seq, p->T, C);
     attention_block_backward(g, u, A, p, S->d_tmp2);
 }
 
@@ -344,11 +392,11 @@ static void views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
     };
     int k = 0;
     out[k++] = att_mask, out[k++] = stream_mask, out[k++] = mlp_mask;
-    if (moe) out[k++] = (unit_view_t){LA->moe_kept, -1, 0, 0, pos->all, 0};
+    if (moe) out[k++] = (unit_view_t){LA->moe_kept, -1, 0, 0, pos->whole, 0};
     for (int i = 0; i < 5; i++) out[k++] = attention[i];
     if (moe) {
         const void *mlp[4] = {LA->moe_logits, LA->moe_choice, LA->moe_weight, LA->moe_out};
-        for (int i = 0; i < 4; i++) out[k++] = (unit_view_t){mlp[i], -1, 0, 0, pos->all, 0};
+        for (int i = 0; i < 4; i++) out[k++] = (unit_view_t){mlp[i], -1, 0, 0, pos->whole, 0};
     } else {
         out[k++] = (unit_view_t){LA->fc1_out, 1, lc->ffn0, lc->ffn, pos->all, 0};
         out[k++] = (unit_view_t){LA->fc2_out, -1, 0, 0, pos->stream, 0};
