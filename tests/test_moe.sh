@@ -2,7 +2,8 @@
 # test_moe.sh - mixture-of-experts layers (issue 26, ref/model/moe.c):
 #  - the golden run routes, drops over capacity and prints per-expert
 #    statistics every step;
-#  - data, ZeRO, accumulation, tensor (+SP), context (ring, Ulysses) and
+#  - data, ZeRO, accumulation, tensor (+SP), context (ring, Ulysses),
+#    expert (ep ranks out of dp, all-to-all of the experts' rows) and
 #    pipeline layouts are bit-exact with it
 #    over 3 steps (routing, drops, dropout, aux and z losses active; E 4
 #    and 8, top-1 and top-2, both drop policies, pre-softmax, every other
@@ -58,6 +59,14 @@ exact "cp 2 ring (whole sequences gathered; tiles of the weight gradients split 
 exact "cp 2 Ulysses x dp 2 ZeRO-1" gpt-micro $MOE --context-parallel-size 2 --cp-comm-type a2a --data-parallel-size 2 --zero-stage 1
 exact "cp 2 x tp 2 + SP" gpt-micro $MOE --context-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel
 exact "cp 2 x pp 2, pre-softmax top-1" gpt-micro --num-experts 4 --moe-router-topk 1 --moe-router-pre-softmax --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01 --context-parallel-size 2 --pipeline-model-parallel-size 2
+# expert parallelism: ep ranks out of the dp ranks, the experts' rows by all-to-all-v
+exact "ep 2 of dp 2" gpt-micro $MOE --data-parallel-size 2 --expert-model-parallel-size 2
+exact "ep 4 of dp 4, E 8 top-1, ZeRO-3" gpt-micro --num-experts 8 --moe-router-topk 1 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01 --data-parallel-size 4 --expert-model-parallel-size 4 --zero-stage 3
+exact "ep 2 of dp 4 ZeRO-1, position drops" gpt-micro $MOE --moe-token-drop-policy position --data-parallel-size 4 --expert-model-parallel-size 2 --zero-stage 1
+exact "ep 2 x tp 2 + SP" gpt-micro $MOE --data-parallel-size 2 --expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel
+exact "ep 2 x pp 2 (1F1B)" gpt-micro $MOE --data-parallel-size 2 --expert-model-parallel-size 2 --pipeline-model-parallel-size 2
+exact "ep 2 x cp 2" gpt-micro $MOE --data-parallel-size 2 --expert-model-parallel-size 2 --context-parallel-size 2
+exact "gpt-tiny: ep 8 of dp 8, E 8" gpt-tiny --num-experts 8 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01 --data-parallel-size 8 --expert-model-parallel-size 8
 exact "gpt-tiny: every other layer MoE, E 8, pp 2 interleaved x dp 2" gpt-tiny --num-experts 8 --moe-layer-freq 2 --moe-expert-capacity-factor 1.25 --moe-aux-loss-coeff 0.01 --pipeline-model-parallel-size 2 --pipeline-schedule interleaved --virtual-pipeline-model-parallel-size 2 --num-microbatches 2 --data-parallel-size 2
 }
 
@@ -124,6 +133,15 @@ if [ $rc = 0 ] && echo "$out" | grep -q '| yes$'; then ok "the golden checkpoint
 else fail "resume at dp 2" "exit $rc" "$(echo "$out" | tail -3)"; fi
 
 # ---- refusals ----------------------------------------------------------------
+refuse "ep must divide the experts" "expert-model-parallel-size: 4 must divide the 6 experts" -- "$P" check --model gpt-micro --num-experts 6 --data-parallel-size 4 --expert-model-parallel-size 4 --steps 1
+refuse "ep must divide dp" "expert-model-parallel-size: 3 must divide data-parallel-size 2" -- "$P" check --model gpt-micro --num-experts 6 --data-parallel-size 2 --expert-model-parallel-size 3 --steps 1
+refuse "ep without MoE layers" "expert-model-parallel-size: 2 needs mixture-of-experts layers" -- "$P" check --model gpt-micro --data-parallel-size 2 --expert-model-parallel-size 2 --steps 1
+# the ep report: all-to-all bytes against the formula
+out=$("$P" train --model gpt-micro --steps 2 --num-experts 4 --data-parallel-size 4 --expert-model-parallel-size 2 2>&1)
+ratio=$(echo "$out" | sed -nE 's/.*all-to-all of expert rows.*: ([0-9.]+)x$/\1/p')
+if [ -n "$ratio" ] && awk -v r="$ratio" 'BEGIN {exit !(r >= 0.5 && r <= 2.0)}'; then
+  ok "ep report: all-to-all bytes ${ratio}x the balanced formula (padding and imbalance within 2x)"
+else fail "ep report" "ratio '$ratio'" "$(echo "$out" | grep -A2 'expert parallelism')"; fi
 refuse "top-k 0" "moe.topk \(--moe-router-topk\) = 0: expected 1 to the 4 experts" -- "$P" check --model gpt-micro --num-experts 4 --moe-router-topk 0 --steps 1
 refuse "more experts than the limit" "moe.experts \(--num-experts\) = 300: expected 0 \(dense\) to 256" -- "$P" check --model gpt-micro --num-experts 300 --steps 1
 refuse "top-k above the expert count" "moe.topk \(--moe-router-topk\) = 5: expected 1 to the 4 experts" -- "$P" train --model gpt-micro --num-experts 4 --moe-router-topk 5 --steps 1

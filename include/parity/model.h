@@ -201,6 +201,13 @@ static inline unsigned gpt_cp_opts(int cp, cp_comm_t comm) {
 static inline int gpt_opts_cp(unsigned opts) {
     return (opts >> GPT_CP_SHIFT) ? (int)(opts >> GPT_CP_SHIFT) : 1;
 }
+/* Expert parallelism too: its degree in bits GPT_EP_SHIFT .. +11 (0: 1),
+ * which sizes the experts' receive buffers (moe.c). */
+enum { GPT_EP_SHIFT = 4, GPT_EP_MASK = 0xfff };
+static inline int gpt_opts_ep(unsigned opts) {
+    const int ep = (int)(opts >> GPT_EP_SHIFT & GPT_EP_MASK);
+    return ep ? ep : 1;
+}
 void param_table_free(param_table_t *t);
 /* Index of the tensor named name, or -1. */
 int  param_find(const param_table_t *t, const char *name);
@@ -251,6 +258,11 @@ typedef struct {
     uint8_t *moe_kept;                     /* [n,k] */
     int32_t *moe_row;                      /* [n,k] -1: dropped */
     int32_t *moe_rows_of;                  /* [E+1] expert e's rows: [rows_of[e], rows_of[e+1]) */
+    int32_t *moe_ep_rows;                  /* [ep][E+1] every expert-parallel peer's rows_of
+                                              (expert parallel; else NULL) */
+    /* expert parallel: the rows of this rank's experts from every peer
+     * (peer-major, then expert), through fc1, GeLU and fc2 */
+    float *moe_ex_x, *moe_ex_fc1, *moe_ex_h, *moe_ex_hgrad, *moe_ex_y; /* [ep*R, C or F] */
     float *moe_x, *moe_fc1, *moe_h, *moe_hgrad, *moe_y; /* [R,C] [R,F] [R,F] [R,F] [R,C] */
     float *moe_out;                        /* [b*T,C] combined, before dropout: every
                                               position of the slot's sequences */
@@ -326,6 +338,8 @@ typedef struct {
     float *moe_dx_router;                  /* [b*T,C] the router's part of it */
     float *moe_dout;                       /* [b*T,C] the output's gradient gathered over cp */
     float *moe_cp_parts;                   /* [b*T,C] an all-gather's parts over cp */
+    float *moe_ex_dy, *moe_ex_dh, *moe_ex_dx; /* expert parallel: [ep*R, C] [ep*R, F] [ep*R, C]
+                                              the gradients of the rows this rank's experts ran */
     void *block;
 } gpt_scratch_t;
 
@@ -344,6 +358,9 @@ typedef struct {
     int cp, cp_rank;        /* context parallelism: the positions held (cp.h) */
     cp_comm_t cp_comm;      /* ring (p2p) or Ulysses (all-to-all) */
     group_t *cp_group;      /* NULL when cp == 1 */
+    int ep, ep_rank;        /* expert parallelism: this rank runs experts
+                               [ep_rank*E/ep, (ep_rank+1)*E/ep) for its ep group's tokens */
+    group_t *ep_group;      /* NULL when ep == 1 */
     int on_grid;            /* 1: grid_sizes/grid_coord are the device's place on the run's
                                grid, and its parameter table and init evaluate every
                                placement there (param_table_build_at); 0: a grid of tp alone */
@@ -371,10 +388,17 @@ enum { GPT_BROKEN_TP_INPUT_GRAD = 8u };
  *   tie order is the device's, as torch.topk's is unspecified);
  * AUX_LOCAL: the load-balancing loss over the rank's tokens, scaled by
  *   their count (Megatron PR 5047's kind), not per sequence. */
+/* EDP_SCALE: expert weight gradients multiplied by the expert-parallel
+ *   degree on their owners (DeepSpeed PR 5259: EP=2 gave 2x gradients);
+ * ROUTER_TP: under sequence parallelism each tp rank adds the router
+ *   weight gradient of its own positions only and nothing completes it
+ *   over tp (torchtitan PR 2416: the router lost its Partial placement). */
 enum {
     GPT_BROKEN_MOE_LOCAL_CAPACITY = 16u,
     GPT_BROKEN_MOE_TIE_ORDER = 32u,
-    GPT_BROKEN_MOE_AUX_LOCAL = 64u
+    GPT_BROKEN_MOE_AUX_LOCAL = 64u,
+    GPT_BROKEN_MOE_EDP_SCALE = 128u,
+    GPT_BROKEN_MOE_ROUTER_TP = 256u
 };
 static inline gpt_shard_t gpt_shard_none(void) {
     return (gpt_shard_t){.tp = 1, .cp = 1};
@@ -396,6 +420,7 @@ typedef struct {
      * [0, T) without it); Ulysses attends heads/cp of the heads held over
      * every position, from head att_head0 */
     int cp, cp_rank, ulysses;
+    int ep;                 /* expert-parallel degree (its rank: gpt_shard_t.ep_rank) */
     int seq_held;
     cp_runs_t runs;
     int att_heads, att_head0;

@@ -79,6 +79,8 @@ void tp_print_report(const run_report_t *run, FILE *f);
  * exactness adds, and activation memory per device next to the golden
  * run's and the slot's formula for T / cp positions. */
 void cp_print_report(const run_report_t *run, FILE *f);
+/* ep/ep_report.c: expert parallelism's all-to-alls against the formula. */
+void ep_print_report(const run_report_t *run, FILE *f);
 /* pp/pp_report.c (pp > 1): per stage the units, activation slots against
  * the schedule's formula, activation memory and the measured bubble
  * against the theory; point-to-point traffic against the boundaries; the

@@ -94,6 +94,22 @@ static const char *needs_moe_aux(const broken_where_t *w) {
     return needs_moe_pooled(w, w->cfg->moe_aux_loss_coeff > 0.0f);
 }
 
+static const char *needs_moe_ep(const broken_where_t *w) {
+    if (w->cfg->moe_experts <= 0) return "an MoE model (--num-experts E)";
+    return w->pc->ep > 1 ? NULL : "expert-model-parallel-size > 1";
+}
+
+static const char *needs_moe_sp(const broken_where_t *w) {
+    if (w->cfg->moe_experts <= 0) return "an MoE model (--num-experts E)";
+    return w->pc->tp > 1 && w->pc->sequence_parallel
+               ? NULL
+               : "tensor-model-parallel-size > 1 with --sequence-parallel";
+}
+
+static void set_moe_edp(engine_run_t *r, int d) { (void)d, r->broken_moe |= GPT_BROKEN_MOE_EDP_SCALE; }
+static void set_moe_router_tp(engine_run_t *r, int d) {
+    (void)d, r->broken_moe |= GPT_BROKEN_MOE_ROUTER_TP;
+}
 static void set_moe_capacity(engine_run_t *r, int d) {
     (void)d, r->broken_moe |= GPT_BROKEN_MOE_LOCAL_CAPACITY;
 }
@@ -158,6 +174,18 @@ static const broken_variant_t variants[] = {
      "--num-experts 4 --moe-aux-loss-coeff 0.1 --data-parallel-size 2", -1,
      "an MoE model with an aux-loss coefficient, dp > 1, more than one sequence a microbatch", 0,
      needs_moe_aux, set_moe_aux},
+    {"moe-edp-grad-scale",
+     "multiply the expert weight gradients by the expert-parallel degree on their owners "
+     "(DeepSpeed PR 5259: EP=2 gave 2x expert gradients)",
+     "grad.layers.1.mlp.experts.*",
+     "--num-experts 4 --data-parallel-size 2 --expert-model-parallel-size 2", -1,
+     "an MoE model, expert-model-parallel-size > 1", 0, needs_moe_ep, set_moe_edp},
+    {"moe-router-no-tp-reduce",
+     "under sequence parallelism add only each tp rank's own positions to the router weight "
+     "gradient and never complete it over tp (torchtitan PR 2416: a lost Partial placement)",
+     "grad.layers.1.mlp.router.weight",
+     "--num-experts 4 --tensor-model-parallel-size 2 --sequence-parallel", -1,
+     "an MoE model, tp > 1 with --sequence-parallel", 0, needs_moe_sp, set_moe_router_tp},
     {"replica",
      "flip one bit of device R's parameter replica after every update, ZeRO 0-2 (a replica that "
      "silently drifts, as after a missed broadcast)",

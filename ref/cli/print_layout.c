@@ -61,7 +61,8 @@ int layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t 
                  perr_t *err) {
     pp_plan_t pp;
     grid_t G;
-    const int sizes[GRID_NAXES] = {pc->tp, pc->cp, pc->ep, pc->dp, pc->pp};
+    int sizes[GRID_NAXES];
+    pconfig_grid_sizes(pc, sizes);
     model_config_t rc = *cfg;
     rc.micro_batch = pc->micro_batch, rc.global_batch = pc->global_batch;
     if (pp_plan_build(&pp, &rc, pc, err) ||
@@ -100,7 +101,10 @@ int layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t 
         const grid_device_t gd = grid_device(&G, d);
         fprintf(f, "%s\n    {\"rank\": %d, \"tp\": %d, ", d ? "," : "", d, gd.coord[GRID_TP]);
         if (pc->cp > 1) fprintf(f, "\"cp\": %d, ", gd.coord[GRID_CP]);
-        fprintf(f, "\"pp\": %d, \"dp\": %d}", gd.coord[GRID_PP], gd.coord[GRID_DP]);
+        /* the data-parallel rank counts the ep ranks taken out of dp */
+        if (pc->ep > 1) fprintf(f, "\"ep\": %d, ", gd.coord[GRID_EP]);
+        fprintf(f, "\"pp\": %d, \"dp\": %d}", gd.coord[GRID_PP],
+                gd.coord[GRID_DP] * G.size[GRID_EP] + gd.coord[GRID_EP]);
     }
     fprintf(f, "\n  ],\n");
     grid_free(&G);

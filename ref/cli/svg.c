@@ -219,7 +219,8 @@ static int cmd_grid(int argc, char **argv) {
     const pconfig_t *pc = &lo.pc;
     pp_plan_t pp;
     grid_t G;
-    const int sizes[GRID_NAXES] = {pc->tp, pc->cp, pc->ep, pc->dp, pc->pp};
+    int sizes[GRID_NAXES];
+    pconfig_grid_sizes(pc, sizes);
     model_config_t rc = cfg;
     rc.micro_batch = pc->micro_batch, rc.global_batch = pc->global_batch;
     if (pp_plan_build(&pp, &rc, pc, &err) ||

@@ -278,9 +278,6 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
     if (pc->pp == 0) pc->pp = 1;
     if (pc->cp == 0) pc->cp = 1;
     if (pc->ep == 0) pc->ep = 1;
-    if (pc->ep != 1)
-        return perr_set(err, "expert-model-parallel-size: %d is not supported yet (data, tensor, "
-                             "pipeline and context parallelism exist; expected 1)", pc->ep);
     if (pc->cp_comm && pc->cp == 1)
         return perr_set(err, "cp-comm-type: a2a (Ulysses) needs context-parallel-size > 1");
     if ((pc->given & PC_GIVEN_CP_COMM) && pc->cp == 1) /* p2p too: accepted and ignored otherwise */
@@ -319,6 +316,10 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
         return perr_set(err, "world-size: %d does not equal data-parallel-size %d x tp*pp*cp %d",
                         pc->world_size, pc->dp, model_par);
     pc->world_size = pc->dp * model_par;
+    if (pc->dp % pc->ep)
+        return perr_set(err, "expert-model-parallel-size: %d must divide data-parallel-size %d "
+                             "(the expert-parallel ranks are data-parallel ranks, Megatron's rule)",
+                        pc->ep, pc->dp);
     if (pc->n_rank_list && rank_list_validate(pc, err)) return -1;
     if (pc->use_distributed_optimizer && !(pc->given & PC_GIVEN_ZERO)) pc->zero_stage = 1;
     if (pc->use_distributed_optimizer && pc->zero_stage == 0)
@@ -387,8 +388,11 @@ void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
     if (pc->pp > 1) snprintf(pp, sizeof pp, "pp=%d %s ", pc->pp, sched[pc->pp_schedule]);
     char cp[32] = "";
     if (pc->cp > 1) snprintf(cp, sizeof cp, "cp=%d %s ", pc->cp, pc->cp_comm ? "a2a" : "p2p");
-    snprintf(buf, len, "%s%s%sdp=%d zero=%d accum=%d micro=%d%s%s", tp, cp, pp, pc->dp, pc->zero_stage,
-             pc->accum_degree, pc->micro_batch, pc->overlap_grad_reduce ? " overlap-grad" : "",
+    char ep[16] = ""; /* expert-parallel ranks, out of the data-parallel ones */
+    if (pc->ep > 1) snprintf(ep, sizeof ep, " ep=%d", pc->ep);
+    snprintf(buf, len, "%s%s%sdp=%d%s zero=%d accum=%d micro=%d%s%s", tp, cp, pp, pc->dp, ep,
+             pc->zero_stage, pc->accum_degree, pc->micro_batch,
+             pc->overlap_grad_reduce ? " overlap-grad" : "",
              pc->overlap_param_gather ? " overlap-param" : "");
 }
 
@@ -414,6 +418,9 @@ void pconfig_print_help(FILE *f) {
           "                            over dp x cp)\n"
           "  --cp-comm-type p2p|a2a    p2p: ring attention, rank r keeps chunks r and 2N-1-r of 2N;\n"
           "                            a2a: DeepSpeed-Ulysses, all-to-all sequence <-> heads\n"
+          "  --expert-model-parallel-size N   MoE models: N of the data-parallel ranks split the\n"
+          "                            experts (each runs E/N of them for the N ranks' tokens,\n"
+          "                            rows exchanged by all-to-all-v); N divides dp and E\n"
           "  --rank-order ORDER        Megatron's rank order, first fastest (default tp-cp-ep-dp-pp)\n"
           "  --rank-list R0,R1,..      the world rank at each position of the rank order (a\n"
           "                            permutation of 0..world-1): e.g. tp=2 pp=2 with 3,0,2,1 puts\n"

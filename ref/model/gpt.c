@@ -63,6 +63,7 @@ static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_
     d.E = (size_t)c->moe_experts, d.K = (size_t)c->moe_topk;
     d.R = c->moe_experts > 0 ? moe_rows(c, d.mb) : 0;
     d.cp = (size_t)lc->cp;
+    d.ep = (size_t)lc->ep;
     d.Fe = (size_t)c->ffn;
     /* whole sequences arrive; gpt_slot_begin keeps the positions held */
     A->inputs = (int32_t *)carve(cv, d.mb * d.T * sizeof(int32_t));
@@ -133,6 +134,10 @@ static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_
     S->moe_dx_router = moe ? CARVE_F(cv, nT * C) : NULL;
     S->moe_dout = cpm ? CARVE_F(cv, nT * C) : NULL;
     S->moe_cp_parts = cpm ? CARVE_F(cv, nT * C) : NULL;
+    const size_t RX = moe && lc->ep > 1 ? (size_t)lc->ep * R : 0; /* rows from every ep peer */
+    S->moe_ex_dy = RX ? CARVE_F(cv, RX * C) : NULL;
+    S->moe_ex_dh = RX ? CARVE_F(cv, RX * (size_t)c->ffn) : NULL;
+    S->moe_ex_dx = RX ? CARVE_F(cv, RX * C) : NULL;
 }
 
 /* Context parallelism's part of gpt_local_dims: the positions held. */
@@ -145,6 +150,7 @@ static int cp_local_dims(const model_config_t *c, int tp, int cp_rank, unsigned 
     if (cp_check(cp, comm, c->seq_length, c->tile_tokens, c->heads, out->row_linears ? 1 : tp, err))
         return -1;
     out->cp = cp, out->cp_rank = cp_rank, out->ulysses = cp > 1 && comm == CP_ULYSSES;
+    out->ep = gpt_opts_ep(opts);
     out->runs = cp_runs(cp, cp_rank, c->seq_length, comm);
     out->seq_held = c->seq_length / cp;
     out->att_heads = out->ulysses ? out->heads / cp : out->heads;
@@ -364,7 +370,8 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
     g->arena = arena;
     const unsigned opts = (shard->sp ? GPT_TP_SP : 0u) |
                           (shard->row_linears ? GPT_TP_ROW_LINEARS : 0u) |
-                          (shard->cp > 1 ? gpt_cp_opts(shard->cp, shard->cp_comm) : 0u);
+                          (shard->cp > 1 ? gpt_cp_opts(shard->cp, shard->cp_comm) : 0u) |
+                          (shard->ep > 1 ? (unsigned)shard->ep << GPT_EP_SHIFT : 0u);
     if (gpt_local_dims(cfg, shard->tp, shard->tp_rank, shard->cp_rank, opts, &g->local, err) ||
         (shard->on_grid ? param_table_build_at(&g->table, cfg, shard->grid_sizes, shard->grid_coord,
                                                &shard->units, opts, err)

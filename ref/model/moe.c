@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parity/coll.h"
 #include "parity/pmath.h"
 #include "units_internal.h"
 
@@ -71,6 +72,13 @@ void moe_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
     L->moe_out = CARVE_F(cv, n * C);
     L->moe_out_held = d->sp || d->cp > 1 ? CARVE_F(cv, d->ns * C) : L->moe_out;
     L->moe_in = d->cp > 1 ? CARVE_F(cv, n * C) : L->ln2_full;
+    const size_t RX = d->ep > 1 ? d->ep * R : 0; /* rows this rank's experts run */
+    L->moe_ep_rows = RX ? (int32_t *)carve(cv, d->ep * (E + 1) * sizeof(int32_t)) : NULL;
+    L->moe_ex_x = RX ? CARVE_F(cv, RX * C) : NULL;
+    L->moe_ex_fc1 = RX ? CARVE_F(cv, RX * F) : NULL;
+    L->moe_ex_h = RX ? CARVE_F(cv, RX * F) : NULL;
+    L->moe_ex_hgrad = RX ? CARVE_F(cv, RX * F) : NULL;
+    L->moe_ex_y = RX ? CARVE_F(cv, RX * C) : NULL;
 }
 
 /* ---- routing ------------------------------------------------------------ */
@@ -205,6 +213,80 @@ static void route(gpt_t *g, const pass_t *p, layer_acts_t *LA, const float *x) {
     LA->moe_rows_of[E] = row;
 }
 
+/* ---- expert parallelism ---------------------------------------------------
+ *
+ * Rank q of the ep group runs experts [q El, (q+1) El), El = E/ep, for
+ * every peer's tokens. The rows a rank laid out are expert-major, so a
+ * peer's experts are one contiguous range of them: an all-to-all-v sends
+ * each peer its range (whole tiles of whole (expert, sequence) blocks),
+ * the owner runs each (peer, expert) chunk as the golden run runs that
+ * expert's rows, and a second all-to-all-v returns the outputs to the
+ * rows they came from. Backward sends the rows' output gradients the
+ * same way and returns their input gradients; an expert's weight
+ * gradients are added by its owners only (the other ranks add nothing
+ * to them), and the data-parallel reduction, which spans the ep ranks,
+ * sums them exactly. The routing, the combine and the router stay on
+ * the rank that holds the tokens. */
+
+typedef struct {
+    size_t send_n[MODEL_MAX_EXPERTS], send_at[MODEL_MAX_EXPERTS];
+    size_t recv_n[MODEL_MAX_EXPERTS], recv_at[MODEL_MAX_EXPERTS];
+} ep_plan_t;
+
+/* Elements of width w per row: what this rank sends each peer (its rows
+ * of the peer's experts) and receives from each (their rows of its own),
+ * from every peer's rows_of (LA->moe_ep_rows). */
+static ep_plan_t ep_plan(const gpt_t *g, const layer_acts_t *LA, size_t w) {
+    const int E = g->cfg.moe_experts, ep = g->shard.ep, q = g->shard.ep_rank, El = E / ep;
+    ep_plan_t P;
+    size_t at = 0;
+    for (int j = 0; j < ep; j++) {
+        const int32_t *mine = LA->moe_rows_of, *theirs = LA->moe_ep_rows + (size_t)j * (E + 1);
+        P.send_n[j] = (size_t)(mine[(j + 1) * El] - mine[j * El]) * w;
+        P.send_at[j] = (size_t)mine[j * El] * w;
+        P.recv_n[j] = (size_t)(theirs[(q + 1) * El] - theirs[q * El]) * w;
+        P.recv_at[j] = at;
+        at += P.recv_n[j];
+    }
+    return P;
+}
+
+/* The chunk of peer j's rows of expert e in the owner's buffers: its
+ * first row and count. */
+static void ep_chunk(const gpt_t *g, const layer_acts_t *LA, const ep_plan_t *P, int j, int e,
+                     int *row0, int *rows) {
+    const int E = g->cfg.moe_experts, El = E / g->shard.ep, q = g->shard.ep_rank;
+    const int32_t *theirs = LA->moe_ep_rows + (size_t)j * (E + 1);
+    *row0 = (int)(P->recv_at[j] / (size_t)g->cfg.hidden) + (theirs[e] - theirs[q * El]);
+    *rows = theirs[e + 1] - theirs[e];
+}
+
+static void ep_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const moe_params_t *w) {
+    const model_config_t *c = &g->cfg;
+    const int E = c->moe_experts, C = c->hidden, F = c->ffn, ep = g->shard.ep;
+    const int q = g->shard.ep_rank, El = E / ep;
+    int32_t *mine = LA->moe_ep_rows + (size_t)q * (E + 1);
+    memcpy(mine, LA->moe_rows_of, (size_t)(E + 1) * sizeof(int32_t));
+    coll_all_gather(g->shard.ep_group, mine, LA->moe_ep_rows, (size_t)E + 1, COLL_I32);
+    const ep_plan_t P = ep_plan(g, LA, (size_t)C);
+    coll_all_to_all_v(g->shard.ep_group, LA->moe_x, P.send_n, P.send_at, LA->moe_ex_x, P.recv_n,
+                      P.recv_at, COLL_F32);
+    for (int j = 0; j < ep; j++)
+        for (int e = q * El; e < (q + 1) * El; e++) {
+            int r0, rows;
+            ep_chunk(g, LA, &P, j, e, &r0, &rows);
+            if (!rows) continue;
+            float *fc1 = LA->moe_ex_fc1 + (size_t)r0 * F, *h = LA->moe_ex_h + (size_t)r0 * F;
+            linear_forward(fc1, LA->moe_ex_x + (size_t)r0 * C, w->fc1_w + (size_t)e * F * C,
+                           w->fc1_b + (size_t)e * F, rows, C, F, p->t_cf, &g->ws);
+            gelu_forward(h, LA->moe_ex_hgrad + (size_t)r0 * F, fc1, (size_t)rows * F);
+            linear_forward(LA->moe_ex_y + (size_t)r0 * C, h, w->fc2_w + (size_t)e * C * F,
+                           w->fc2_b + (size_t)e * C, rows, F, C, p->t_fc, &g->ws);
+        }
+    coll_all_to_all_v(g->shard.ep_group, LA->moe_ex_y, P.recv_n, P.recv_at, LA->moe_y, P.send_n,
+                      P.send_at, COLL_F32);
+}
+
 /* ---- forward ------------------------------------------------------------- */
 
 void moe_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const float *x,
@@ -214,7 +296,8 @@ void moe_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const float *x,
     const linear_tiles_t router = {c->tile_tokens, c->tile_features, E}; /* tokens, in, out */
     linear_forward(LA->moe_logits, x, w->router, NULL, p->n, C, E, router, &g->ws);
     route(g, p, LA, x);
-    for (int e = 0; e < E; e++) {
+    if (g->shard.ep > 1) ep_forward(g, p, LA, w);
+    for (int e = 0; g->shard.ep <= 1 && e < E; e++) {
         const int r0 = LA->moe_rows_of[e], rows = LA->moe_rows_of[e + 1] - r0;
         if (!rows) continue;
         float *fc1 = LA->moe_fc1 + (size_t)r0 * F, *h = LA->moe_h + (size_t)r0 * F;
@@ -329,18 +412,50 @@ static void router_grad(const model_config_t *c, const layer_acts_t *LA, size_t 
  * only (tile index mod cp), and the gradient reduction over cp sums them
  * exactly: the golden sums, whatever rank added which tile. */
 static void expert_backward(gpt_t *g, float *dx, acc_t *dw, size_t dw_at, acc_t *db, size_t db_at,
-                            const float *dy, const float *x, const float *w, int row0, int rows,
+                            float *dy, const float *x, const float *w, int row0, int rows,
                             int n_in, int n_out, linear_tiles_t t) {
     const int cp = g->local.cp, tm = t.tokens;
-    if (cp == 1) {
+    const int edp_bug = (g->shard.broken & GPT_BROKEN_MOE_EDP_SCALE) && g->shard.ep > 1;
+    if (cp == 1 && !edp_bug) {
         linear_backward_at(dx, dw, dw_at, db, db_at, dy, x, w, rows, n_in, n_out, t, &g->ws);
         return;
     }
     linear_backward_at(dx, NULL, 0, NULL, 0, dy, x, w, rows, n_in, n_out, t, &g->ws);
+    if (edp_bug) /* the broken variant: the weight gradients scaled by ep, dx left alone */
+        for (size_t i = 0; i < (size_t)rows * n_out; i++) dy[i] = dy[i] * (float)g->shard.ep;
     for (int i = 0; i < rows / tm; i++)
         if ((row0 / tm + i) % cp == g->local.cp_rank)
             linear_backward_at(NULL, dw, dw_at, db, db_at, dy + (size_t)i * tm * n_out,
                                x + (size_t)i * tm * n_in, w, tm, n_in, n_out, t, &g->ws);
+}
+
+/* Expert parallel: the rows' output gradients (S->moe_dy) to the
+ * experts' owners, their input gradients back into S->moe_dx. */
+static void ep_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const moe_params_t *w,
+                        const moe_grads_t *gr) {
+    const model_config_t *c = &g->cfg;
+    const int E = c->moe_experts, C = c->hidden, F = c->ffn, ep = g->shard.ep;
+    const int q = g->shard.ep_rank, El = E / ep;
+    gpt_scratch_t *S = &g->scratch;
+    const ep_plan_t P = ep_plan(g, LA, (size_t)C);
+    coll_all_to_all_v(g->shard.ep_group, S->moe_dy, P.send_n, P.send_at, S->moe_ex_dy, P.recv_n,
+                      P.recv_at, COLL_F32);
+    for (int j = 0; j < ep; j++)
+        for (int e = q * El; e < (q + 1) * El; e++) {
+            int r0, rows;
+            ep_chunk(g, LA, &P, j, e, &r0, &rows);
+            if (!rows) continue;
+            float *dh = S->moe_ex_dh + (size_t)r0 * F;
+            expert_backward(g, dh, gr->fc2_w, (size_t)e * C * F, gr->fc2_b, (size_t)e * C,
+                            S->moe_ex_dy + (size_t)r0 * C, LA->moe_ex_h + (size_t)r0 * F,
+                            w->fc2_w + (size_t)e * C * F, r0, rows, F, C, p->t_fc);
+            gelu_backward(dh, dh, LA->moe_ex_hgrad + (size_t)r0 * F, (size_t)rows * F);
+            expert_backward(g, S->moe_ex_dx + (size_t)r0 * C, gr->fc1_w, (size_t)e * F * C,
+                            gr->fc1_b, (size_t)e * F, dh, LA->moe_ex_x + (size_t)r0 * C,
+                            w->fc1_w + (size_t)e * F * C, r0, rows, C, F, p->t_cf);
+        }
+    coll_all_to_all_v(g->shard.ep_group, S->moe_ex_dx, P.recv_n, P.recv_at, S->moe_dx, P.send_n,
+                      P.send_at, COLL_F32);
 }
 
 void moe_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dx, const float *dout,
@@ -364,7 +479,8 @@ void moe_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dx, const 
             for (int ch = 0; ch < C; ch++) dy[ch] = LA->moe_weight[tj] * d[ch];
         }
     /* each expert's rows back through fc2, GeLU and fc1 */
-    for (int e = 0; e < E; e++) {
+    if (g->shard.ep > 1) ep_backward(g, p, LA, w, gr);
+    for (int e = 0; g->shard.ep <= 1 && e < E; e++) {
         const int r0 = LA->moe_rows_of[e], rows = LA->moe_rows_of[e + 1] - r0;
         if (!rows) continue;
         float *dh = S->moe_dh + (size_t)r0 * F;
@@ -396,14 +512,21 @@ void moe_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dx, const 
     const linear_tiles_t router = {c->tile_tokens, c->tile_features, E}; /* tokens, in, out */
     float *dx_router = S->moe_dx_router;
     const int cp = g->local.cp;
-    linear_backward_at(dx_router, cp == 1 ? gr->router : NULL, 0, NULL, 0, S->moe_dlogits, x,
+    /* the broken variant: each tp rank adds its sequence-parallel
+     * positions' partial, which nothing completes */
+    const int router_bug = (g->shard.broken & GPT_BROKEN_MOE_ROUTER_TP) && g->local.seq_parts > 1;
+    const int split = cp > 1 || router_bug;
+    linear_backward_at(dx_router, split ? NULL : gr->router, 0, NULL, 0, S->moe_dlogits, x,
                        w->router, p->n, C, E, router, &g->ws);
     /* context parallel: each rank adds the token tiles it holds */
-    for (int s = 0; cp > 1 && s < p->n_seq; s++)
-        for (int k = 0; k < g->local.runs.n; k++) {
-            const size_t t0 = (size_t)s * T + (size_t)g->local.runs.t0[k];
+    const int Tl = g->local.seq_held / g->local.seq_parts;
+    const cp_runs_t mine = router_bug ? cp_runs_slice(&g->local.runs, g->local.seq_part * Tl, Tl)
+                                      : g->local.runs;
+    for (int s = 0; split && s < p->n_seq; s++)
+        for (int k = 0; k < mine.n; k++) {
+            const size_t t0 = (size_t)s * T + (size_t)mine.t0[k];
             linear_backward_at(NULL, gr->router, 0, NULL, 0, S->moe_dlogits + t0 * E,
-                               x + t0 * C, w->router, g->local.runs.len[k], C, E, router, &g->ws);
+                               x + t0 * C, w->router, mine.len[k], C, E, router, &g->ws);
         }
     /* x's gradient: the router's and each kept expert's, exact, rounded once */
     for (int t = 0; t < p->n; t++)

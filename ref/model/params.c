@@ -29,11 +29,13 @@ typedef struct {
 static const tp_cut_t REPL = {-1, 1, 0};
 
 /* The token axes: grid axes that split the tokens of a step (data
- * parallelism: sequences; context parallelism: positions). A gradient is
- * a sum over tokens, so a tensor replicated over a token axis has its
- * gradient reduced over it; a tensor cut over one (an expert over
- * expert-data ranks, later) holds its own tokens' sum already. */
-static const unsigned TOKEN_AXES = 1u << GRID_DP | 1u << GRID_CP;
+ * parallelism: sequences, over the dp axis and the expert-parallel ranks
+ * taken out of it; context parallelism: positions). A gradient is a sum
+ * over tokens, so a tensor replicated over a token axis has its gradient
+ * reduced over it; a tensor cut over one holds its own tokens' sum
+ * already. An ep axis of size 1 is left out (the groups keep their
+ * names: "dp-cp"). */
+static const unsigned TOKEN_AXES = 1u << GRID_DP | 1u << GRID_CP | 1u << GRID_EP;
 
 unsigned placement_reduce_axes(const placement_t *pl) {
     unsigned cut = pl->partial;
@@ -76,7 +78,7 @@ static int add(param_table_t *t, const int sizes[GRID_NAXES], const int coord[GR
         p->pl = cut.uneven ? placement_cut_uneven(p->pl, cut.axis, GRID_TP, cut.align)
                            : placement_cut(p->pl, cut.axis, GRID_TP, cut.align);
     if (placement_check(&p->pl, sizes, name, err)) return -1;
-    p->reduce = placement_reduce_axes(&p->pl);
+    p->reduce = placement_reduce_axes(&p->pl) & ~(sizes[GRID_EP] > 1 ? 0u : 1u << GRID_EP);
     place(t, p, sizes, coord);
     p->init = init;
     p->init_std = std;

@@ -99,7 +99,7 @@ typedef struct {
     int hdrop, adrop, sp, ulysses;
     size_t E, K, R, Fe; /* experts, top-k, the experts' input rows (moe_rows), and
                            their FFN width (whole: experts are not cut by tp) */
-    size_t cp;          /* context-parallel degree */
+    size_t cp, ep;      /* context- and expert-parallel degrees */
 } slot_dims_t;
 
 typedef struct unit_kind unit_kind_t;

@@ -31,8 +31,6 @@ int memest_layout(const model_config_t *cfg, const pconfig_t *pc, memest_t *out,
                            .optimizer = g.optimizer, .activations = g.activations};
         out->devices = 1;
     } else {
-        if (pc->ep > 1)
-            return perr_set(err, "memory estimate: expert parallelism does not exist yet");
         if (engine_memest(cfg, pc, &d, &all, &host, err)) return -1;
         out->devices = pconfig_grad_ranks(pc) * (pc->tp > 0 ? pc->tp : 1) * (pc->pp > 0 ? pc->pp : 1);
     }

@@ -4,10 +4,11 @@
 # against the dense gpt-small step in the same run (alternating rounds,
 # medians), with the expert FLOPs the MoE adds (k x the dense MLP's
 # products, plus the rows padded to whole token tiles) for comparison;
-# the same MoE at dp 2 and at tp 2 (experts replicated: every tp rank runs
+# the same MoE at dp 2 and at tp 2 (gpt-small has one token tile a
+# sequence, so no SP; experts replicated: every tp rank runs
 # them on every token) as ratios to its one-device step; the drops a
-# step. Expert parallelism (ep > 1) is not built, so there is no ep
-# ratio to report yet. Reports, never asserts.
+# step; and dp 4 at ep 1, 2, 4 as ratios to ep 1, with the ep report's
+# all-to-all bytes against the formula. Reports, never asserts.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 PARITY=${PARITY:-$root/build/parity}
@@ -34,8 +35,21 @@ echo "  (expert work: top-2 runs two MLPs a token, 1.67x a dense layer's linear 
 # shellcheck disable=SC2086
 out=$("$PARITY" train --model gpt-small --steps 2 $MOE 2>&1)
 echo "$out" | grep -E '^  moe (layer 0|aux)' | head -2 | sed 's/^ */  step 0: /'
-for lay in "--data-parallel-size 2" "--tensor-model-parallel-size 2 --sequence-parallel"; do
+# expert parallelism: dp 4 with ep 1, 2 and 4 (the ep ranks out of dp), as
+# ratios to ep 1, and the all-to-all bytes against the formula (ep report)
+e1=""
+for ep in 1 2 4; do
+  # shellcheck disable=SC2086
+  out=$("$PARITY" train --model gpt-small --steps "$steps" $MOE --data-parallel-size 4 --expert-model-parallel-size $ep 2>&1)
+  x=$(echo "$out" | median)
+  [ -z "$x" ] && { echo "  ep $ep failed: $(echo "$out" | tail -2)"; continue; }
+  [ -z "$e1" ] && e1=$x
+  a2a=$(echo "$out" | sed -nE 's/^  all-to-all of expert rows, outputs, gradients +([0-9.]+) MB +formula .* = ([0-9.]+) MB .*: ([0-9.]+)x$/\1 MB, formula \2 MB (\3x)/p')
+  printf '  MoE dp 4, ep %d                       %8.1f   %.2fx ep 1'"'"'s speed%s\n' "$ep" "$x" "$(echo "$e1 / $x" | bc -l)" "${a2a:+; all-to-all $a2a}"
+done
+for lay in "--data-parallel-size 2" "--tensor-model-parallel-size 2"; do
   # shellcheck disable=SC2086
   x=$(run $MOE $lay)
-  [ -n "$x" ] && printf '  MoE %-36s %8.1f   %.2fx the one-device MoE step (2 device threads on %s cores)\n' "$lay" "$x" "$(echo "$m / $x" | bc -l)" "$(nproc)"
+  if [ -n "$x" ]; then printf '  MoE %-36s %8.1f   %.2fx the one-device MoE step (2 device threads on %s cores)\n' "$lay" "$x" "$(echo "$m / $x" | bc -l)" "$(nproc)"
+  else echo "  MoE $lay failed"; fi
 done

@@ -108,6 +108,7 @@ static int setup_rank(engine_rank_t *r, device_t *dev) {
         .units = sh->pp.units[r->stage], .row_linears = sh->run->pc.tp_row_linears,
         .cp = sh->grid.size[GRID_CP], .cp_rank = r->cp_rank,
         .cp_comm = sh->run->pc.cp_comm ? CP_ULYSSES : CP_RING, .cp_group = r->cp_group,
+        .ep = sh->grid.size[GRID_EP], .ep_rank = r->ep_rank, .ep_group = r->ep_group,
         .on_grid = 1};
     const grid_device_t gd = grid_device(&sh->grid, r->device);
     for (int a = 0; a < GRID_NAXES; a++)
@@ -371,7 +372,13 @@ static void free_local(engine_shared_t *sh) {
 
 int engine_train(engine_run_t *run, perr_t *err) {
     pconfig_t *pc = &run->pc;
-    if (pc->ep != 1) return perr_set(err, "engine_train: expert parallelism is not implemented");
+    if (pc->ep > 1 && run->model.moe_experts <= 0)
+        return perr_set(err, "expert-model-parallel-size: %d needs mixture-of-experts layers "
+                             "(--num-experts E)", pc->ep);
+    if (pc->ep > 1 && run->model.moe_experts % pc->ep)
+        return perr_set(err, "expert-model-parallel-size: %d must divide the %d experts "
+                             "(--num-experts): each expert-parallel rank runs whole experts",
+                        pc->ep, run->model.moe_experts);
     run->replica_diffs = NULL, run->n_replica_diffs = 0;
     engine_shared_t *sh = calloc(1, sizeof *sh);
     if (!sh) return perr_set(err, "dp: out of memory");
@@ -410,7 +417,11 @@ int engine_train(engine_run_t *run, perr_t *err) {
         perr_set(err, "broken_pp_tied_grad: the model's head is not tied to the embedding");
         goto out;
     }
-    const int sizes[GRID_NAXES] = {tp, cp, 1, n, pp};
+    /* expert parallelism takes its ranks from the data-parallel ones
+     * (Megatron's rule): the grid's ep axis times its dp axis is dp */
+    const int ep = pc->ep > 1 ? pc->ep : 1;
+    int sizes[GRID_NAXES];
+    pconfig_grid_sizes(pc, sizes);
     if (grid_init_mapped(&sh->grid, pc->order, sizes, pc->rank_list, pc->n_rank_list, err)) goto out;
     sh->have_grid = 1;
     if (model_config_validate_replica(&sh->cfg, err) || pp_plan_build(&sh->pp, &sh->cfg, pc, err) ||
@@ -459,8 +470,11 @@ int engine_train(engine_run_t *run, perr_t *err) {
         const int stage = gd.coord[GRID_PP];
         if (traces) trace_buf_init(&traces[d], origin);
         sh->ranks[d] = (engine_rank_t){.sh = sh, .rank = group_index_of(main_groups[gid], d),
-                                   .n = sh->grad_n, .data_rank = gd.coord[GRID_DP], .data_n = n,
-                                   .cp_rank = gd.coord[GRID_CP],
+                                   .n = sh->grad_n,
+                                   .data_rank = gd.coord[GRID_DP] * ep + gd.coord[GRID_EP],
+                                   .data_n = n, .cp_rank = gd.coord[GRID_CP],
+                                   .ep_rank = gd.coord[GRID_EP],
+                                   .ep_group = ep > 1 ? gd.group[GRID_EP] : NULL,
                                    .cp_group = cp > 1 ? gd.group[GRID_CP] : NULL, .device = d,
                                    .tp_rank = gd.coord[GRID_TP],
                                    .tp_group = tp > 1 ? gd.group[GRID_TP] : NULL,

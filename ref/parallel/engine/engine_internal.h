@@ -25,6 +25,8 @@ typedef struct engine_rank {
     int data_rank, data_n; /* data-parallel coordinate and degree: which sequences */
     int cp_rank;           /* context-parallel coordinate: which positions */
     group_t *cp_group;     /* the context-parallel group (NULL at cp = 1) */
+    int ep_rank;           /* expert-parallel coordinate: which experts it runs */
+    group_t *ep_group;     /* the expert-parallel group (NULL at ep = 1) */
     int device;            /* world rank on the grid */
     int tp_rank;           /* tensor-parallel coordinate */
     group_t *tp_group;     /* the tensor-parallel group (NULL at tp = 1) */

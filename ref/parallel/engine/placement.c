@@ -63,9 +63,7 @@ static int grid_device_at(const pconfig_t *pc, int tp_rank, int cp_rank, int dp_
 
 /* The grid's sizes on every axis (engine.c's grid). */
 static void grid_sizes(const pconfig_t *pc, int sizes[GRID_NAXES]) {
-    const int s[GRID_NAXES] = {[GRID_TP] = pc->tp, [GRID_CP] = pc->cp, [GRID_EP] = 1,
-                               [GRID_DP] = pc->dp, [GRID_PP] = pc->pp};
-    for (int a = 0; a < GRID_NAXES; a++) sizes[a] = s[a] > 1 ? s[a] : 1;
+    pconfig_grid_sizes(pc, sizes);
 }
 
 /* The world rank of rank k of the gradient group of (tp rank, stage):

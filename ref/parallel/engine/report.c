@@ -25,5 +25,6 @@ void engine_print_report(const engine_run_t *run, FILE *f) {
     if (dp_print_zero_report(&rr, f)) return;
     if (run->pc.tp > 1) tp_print_report(&rr, f);
     if (run->pc.cp > 1) cp_print_report(&rr, f);
+    if (run->pc.ep > 1) ep_print_report(&rr, f);
     if (run->pc.pp > 1) pp_print_report(&rr, f);
 }
