@@ -142,6 +142,15 @@ ratio=$(echo "$out" | sed -nE 's/.*all-to-all of expert rows.*: ([0-9.]+)x$/\1/p
 if [ -n "$ratio" ] && awk -v r="$ratio" 'BEGIN {exit !(r >= 0.5 && r <= 2.0)}'; then
   ok "ep report: all-to-all bytes ${ratio}x the balanced formula (padding and imbalance within 2x)"
 else fail "ep report" "ratio '$ratio'" "$(echo "$out" | grep -A2 'expert parallelism')"; fi
+refuse "expert tensor parallelism > 1 is refused" "expert-tensor-parallel-size: 2 is not built" -- "$P" check --model gpt-micro --num-experts 4 --tensor-model-parallel-size 2 --expert-tensor-parallel-size 2 --steps 1
+exact "--expert-tensor-parallel-size 1 x tp 2 x ep 2" gpt-micro $MOE --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --data-parallel-size 2 --expert-model-parallel-size 2
+# acceptance: an MoE model trains with falling loss (gpt-micro, 100 steps)
+out=$("$P" train --model gpt-micro --steps 100 --quiet --num-experts 4 --moe-expert-capacity-factor 1.25 --moe-aux-loss-coeff 0.01 2>&1)
+first=$(echo "$out" | sed -nE 's/^summary:.*loss ([0-9.]+) -> ([0-9.]+) .*/\1/p')
+last=$(echo "$out" | sed -nE 's/^summary:.*loss ([0-9.]+) -> ([0-9.]+) .*/\2/p')
+if [ -n "$first" ] && awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < a - 1.0)}'; then
+  ok "gpt-micro MoE trains 100 steps: loss $first -> $last"
+else fail "MoE training lowers the loss" "$(echo "$out" | tail -2)"; fi
 refuse "top-k 0" "moe.topk \(--moe-router-topk\) = 0: expected 1 to the 4 experts" -- "$P" check --model gpt-micro --num-experts 4 --moe-router-topk 0 --steps 1
 refuse "more experts than the limit" "moe.experts \(--num-experts\) = 300: expected 0 \(dense\) to 256" -- "$P" check --model gpt-micro --num-experts 300 --steps 1
 refuse "top-k above the expert count" "moe.topk \(--moe-router-topk\) = 5: expected 1 to the 4 experts" -- "$P" train --model gpt-micro --num-experts 4 --moe-router-topk 5 --steps 1

@@ -133,6 +133,9 @@ typedef struct {
 /* The token axes (dp, cp) a tensor of placement pl is replicated over:
  * its gradient's reduction group. */
 unsigned placement_reduce_axes(const placement_t *pl);
+/* The same on a grid of these sizes: an expert-parallel axis longer than
+ * 1 splits sequences too (its ranks are data-parallel ones). */
+unsigned placement_reduce_axes_at(const placement_t *pl, const int sizes[GRID_NAXES]);
 /* Those axes as a layout's group name: "dp-cp" (layout.h). */
 void placement_reduce_name(unsigned axes, char *buf, size_t cap);
 

@@ -26,6 +26,8 @@ typedef struct {
     /* degrees; 0 = not given (inferred or 1) */
     int world_size;
     int dp, tp, pp, cp, ep;
+    int etp;                   /* --expert-tensor-parallel-size: 1 only (experts run whole on
+                                  every tensor-parallel rank); 0 = not given */
     int sequence_parallel;     /* --sequence-parallel: LayerNorm/dropout regions hold T/tp positions */
     int tp_row_linears;        /* --tensor-parallel-row-linears: every linear row-parallel (the
                                   patterns file's sharding_dim 0) instead of Megatron's pairing */

@@ -70,6 +70,7 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
         {"--pipeline-model-parallel-size", &pc->pp, 1, PARITY_MAX_DEVICES, 0},
         {"--context-parallel-size", &pc->cp, 1, PARITY_MAX_DEVICES, 0},
         {"--expert-model-parallel-size", &pc->ep, 1, PARITY_MAX_DEVICES, 0},
+        {"--expert-tensor-parallel-size", &pc->etp, 1, PARITY_MAX_DEVICES, 0},
         {"--global-batch-size", &pc->global_batch, 1, INT_MAX, PC_GIVEN_GLOBAL},
         {"--micro-batch-size", &pc->micro_batch, 1, INT_MAX, PC_GIVEN_MICRO},
         {"--accum-degree", &pc->accum_degree, 1, INT_MAX, PC_GIVEN_ACCUM},
@@ -278,6 +279,10 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
     if (pc->pp == 0) pc->pp = 1;
     if (pc->cp == 0) pc->cp = 1;
     if (pc->ep == 0) pc->ep = 1;
+    if (pc->etp > 1)
+        return perr_set(err, "expert-tensor-parallel-size: %d is not built: every tensor-parallel "
+                             "rank runs whole experts (expert tensor parallelism 1); expected 1",
+                        pc->etp);
     if (pc->cp_comm && pc->cp == 1)
         return perr_set(err, "cp-comm-type: a2a (Ulysses) needs context-parallel-size > 1");
     if ((pc->given & PC_GIVEN_CP_COMM) && pc->cp == 1) /* p2p too: accepted and ignored otherwise */
@@ -421,6 +426,7 @@ void pconfig_print_help(FILE *f) {
           "  --expert-model-parallel-size N   MoE models: N of the data-parallel ranks split the\n"
           "                            experts (each runs E/N of them for the N ranks' tokens,\n"
           "                            rows exchanged by all-to-all-v); N divides dp and E\n"
+          "  --expert-tensor-parallel-size 1   experts whole on every tp rank (> 1: not built)\n"
           "  --rank-order ORDER        Megatron's rank order, first fastest (default tp-cp-ep-dp-pp)\n"
           "  --rank-list R0,R1,..      the world rank at each position of the rank order (a\n"
           "                            permutation of 0..world-1): e.g. tp=2 pp=2 with 3,0,2,1 puts\n"

@@ -29,18 +29,25 @@ typedef struct {
 static const tp_cut_t REPL = {-1, 1, 0};
 
 /* The token axes: grid axes that split the tokens of a step (data
- * parallelism: sequences, over the dp axis and the expert-parallel ranks
- * taken out of it; context parallelism: positions). A gradient is a sum
- * over tokens, so a tensor replicated over a token axis has its gradient
- * reduced over it; a tensor cut over one holds its own tokens' sum
- * already. An ep axis of size 1 is left out (the groups keep their
- * names: "dp-cp"). */
-static const unsigned TOKEN_AXES = 1u << GRID_DP | 1u << GRID_CP | 1u << GRID_EP;
+ * parallelism: sequences; context parallelism: positions). A gradient is
+ * a sum over tokens, so a tensor replicated over a token axis has its
+ * gradient reduced over it; a tensor cut over one holds its own tokens'
+ * sum already. The expert-parallel ranks, taken out of the data-parallel
+ * ones, split sequences too: a grid whose ep axis is longer than 1 adds
+ * it (token_axes_at), so that every other grid keeps its group names
+ * ("dp-cp"). */
+static const unsigned TOKEN_AXES = 1u << GRID_DP | 1u << GRID_CP;
 
-unsigned placement_reduce_axes(const placement_t *pl) {
+unsigned placement_reduce_axes_at(const placement_t *pl, const int sizes[GRID_NAXES]) {
     unsigned cut = pl->partial;
     for (int k = 0; k < pl->ncuts; k++) cut |= 1u << pl->cut[k].over;
-    return TOKEN_AXES & ~cut;
+    const unsigned ep = sizes[GRID_EP] > 1 ? 1u << GRID_EP : 0u;
+    return (TOKEN_AXES | ep) & ~cut;
+}
+
+unsigned placement_reduce_axes(const placement_t *pl) {
+    static const int no_ep[GRID_NAXES] = {1, 1, 1, 1, 1};
+    return placement_reduce_axes_at(pl, no_ep);
 }
 
 void placement_reduce_name(unsigned axes, char *buf, size_t cap) {
@@ -78,7 +85,7 @@ static int add(param_table_t *t, const int sizes[GRID_NAXES], const int coord[GR
         p->pl = cut.uneven ? placement_cut_uneven(p->pl, cut.axis, GRID_TP, cut.align)
                            : placement_cut(p->pl, cut.axis, GRID_TP, cut.align);
     if (placement_check(&p->pl, sizes, name, err)) return -1;
-    p->reduce = placement_reduce_axes(&p->pl) & ~(sizes[GRID_EP] > 1 ? 0u : 1u << GRID_EP);
+    p->reduce = placement_reduce_axes_at(&p->pl, sizes);
     place(t, p, sizes, coord);
     p->init = init;
     p->init_std = std;

@@ -134,7 +134,7 @@ static int grad_axes(engine_shared_t *sh, perr_t *err) {
     if (!have) {
         const int64_t one = 1;
         const placement_t r = placement_replicated(1, &one);
-        mask = placement_reduce_axes(&r) & ~(sh->grid.size[GRID_EP] > 1 ? 0u : 1u << GRID_EP);
+        mask = placement_reduce_axes_at(&r, sh->grid.size);
     }
     sh->grad_axes = mask;
     placement_reduce_name(mask, sh->grad_name, sizeof sh->grad_name);
