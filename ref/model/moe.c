@@ -213,6 +213,28 @@ static void route(gpt_t *g, const pass_t *p, layer_acts_t *LA, const float *x) {
     LA->moe_rows_of[E] = row;
 }
 
+/* ---- the experts' rows ------------------------------------------------------ */
+
+/* Where an expert's rows and their activations lie: the rank's own
+ * (moe_x ...) or, under expert parallelism, those it runs for its peers
+ * (moe_ex_x ...); and their gradients. */
+typedef struct {
+    float *x, *fc1, *h, *hgrad, *y;
+    float *dy, *dh, *dx;
+} expert_rows_t;
+
+/* Expert e on rows [r0, r0 + rows) of b: fc1, GeLU, fc2. */
+static void expert_rows_forward(gpt_t *g, const pass_t *p, const moe_params_t *w,
+                                const expert_rows_t *b, int e, int r0, int rows) {
+    const int C = g->cfg.hidden, F = g->cfg.ffn;
+    float *fc1 = b->fc1 + (size_t)r0 * F, *h = b->h + (size_t)r0 * F;
+    linear_forward(fc1, b->x + (size_t)r0 * C, w->fc1_w + (size_t)e * F * C,
+                   w->fc1_b + (size_t)e * F, rows, C, F, p->t_cf, &g->ws);
+    gelu_forward(h, b->hgrad + (size_t)r0 * F, fc1, (size_t)rows * F);
+    linear_forward(b->y + (size_t)r0 * C, h, w->fc2_w + (size_t)e * C * F,
+                   w->fc2_b + (size_t)e * C, rows, F, C, p->t_fc, &g->ws);
+}
+
 /* ---- expert parallelism ---------------------------------------------------
  *
  * Rank q of the ep group runs experts [q El, (q+1) El), El = E/ep, for
@@ -263,7 +285,7 @@ static void ep_chunk(const gpt_t *g, const layer_acts_t *LA, const ep_plan_t *P,
 
 static void ep_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const moe_params_t *w) {
     const model_config_t *c = &g->cfg;
-    const int E = c->moe_experts, C = c->hidden, F = c->ffn, ep = g->shard.ep;
+    const int E = c->moe_experts, C = c->hidden, ep = g->shard.ep;
     const int q = g->shard.ep_rank, El = E / ep;
     int32_t *mine = LA->moe_ep_rows + (size_t)q * (E + 1);
     memcpy(mine, LA->moe_rows_of, (size_t)(E + 1) * sizeof(int32_t));
@@ -271,17 +293,13 @@ static void ep_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const moe_pa
     const ep_plan_t P = ep_plan(g, LA, (size_t)C);
     coll_all_to_all_v(g->shard.ep_group, LA->moe_x, P.send_n, P.send_at, LA->moe_ex_x, P.recv_n,
                       P.recv_at, COLL_F32);
+    const expert_rows_t b = {LA->moe_ex_x, LA->moe_ex_fc1, LA->moe_ex_h, LA->moe_ex_hgrad,
+                             LA->moe_ex_y, NULL, NULL, NULL};
     for (int j = 0; j < ep; j++)
         for (int e = q * El; e < (q + 1) * El; e++) {
             int r0, rows;
             ep_chunk(g, LA, &P, j, e, &r0, &rows);
-            if (!rows) continue;
-            float *fc1 = LA->moe_ex_fc1 + (size_t)r0 * F, *h = LA->moe_ex_h + (size_t)r0 * F;
-            linear_forward(fc1, LA->moe_ex_x + (size_t)r0 * C, w->fc1_w + (size_t)e * F * C,
-                           w->fc1_b + (size_t)e * F, rows, C, F, p->t_cf, &g->ws);
-            gelu_forward(h, LA->moe_ex_hgrad + (size_t)r0 * F, fc1, (size_t)rows * F);
-            linear_forward(LA->moe_ex_y + (size_t)r0 * C, h, w->fc2_w + (size_t)e * C * F,
-                           w->fc2_b + (size_t)e * C, rows, F, C, p->t_fc, &g->ws);
+            if (rows) expert_rows_forward(g, p, w, &b, e, r0, rows);
         }
     coll_all_to_all_v(g->shard.ep_group, LA->moe_ex_y, P.recv_n, P.recv_at, LA->moe_y, P.send_n,
                       P.send_at, COLL_F32);
@@ -292,20 +310,16 @@ static void ep_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const moe_pa
 void moe_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const float *x,
                  const moe_params_t *w) {
     const model_config_t *c = &g->cfg;
-    const int E = c->moe_experts, K = c->moe_topk, C = c->hidden, F = c->ffn;
+    const int E = c->moe_experts, K = c->moe_topk, C = c->hidden;
     const linear_tiles_t router = {c->tile_tokens, c->tile_features, E}; /* tokens, in, out */
     linear_forward(LA->moe_logits, x, w->router, NULL, p->n, C, E, router, &g->ws);
     route(g, p, LA, x);
     if (g->shard.ep > 1) ep_forward(g, p, LA, w);
+    const expert_rows_t own = {LA->moe_x, LA->moe_fc1, LA->moe_h, LA->moe_hgrad, LA->moe_y,
+                               NULL, NULL, NULL};
     for (int e = 0; g->shard.ep <= 1 && e < E; e++) {
         const int r0 = LA->moe_rows_of[e], rows = LA->moe_rows_of[e + 1] - r0;
-        if (!rows) continue;
-        float *fc1 = LA->moe_fc1 + (size_t)r0 * F, *h = LA->moe_h + (size_t)r0 * F;
-        linear_forward(fc1, LA->moe_x + (size_t)r0 * C, w->fc1_w + (size_t)e * F * C,
-                       w->fc1_b + (size_t)e * F, rows, C, F, p->t_cf, &g->ws);
-        gelu_forward(h, LA->moe_hgrad + (size_t)r0 * F, fc1, (size_t)rows * F);
-        linear_forward(LA->moe_y + (size_t)r0 * C, h, w->fc2_w + (size_t)e * C * F,
-                       w->fc2_b + (size_t)e * C, rows, F, C, p->t_fc, &g->ws);
+        if (rows) expert_rows_forward(g, p, w, &own, e, r0, rows);
     }
     /* the weighted sum over the kept experts, exact, rounded once */
     float terms[MODEL_MAX_EXPERTS];
@@ -429,30 +443,40 @@ static void expert_backward(gpt_t *g, float *dx, acc_t *dw, size_t dw_at, acc_t 
                                x + (size_t)i * tm * n_in, w, tm, n_in, n_out, t, &g->ws);
 }
 
+/* Expert e's rows [r0, r0 + rows) of b back through fc2, GeLU and fc1:
+ * dx from dy, the weight gradients into gr. */
+static void expert_rows_backward(gpt_t *g, const pass_t *p, const moe_params_t *w,
+                                 const moe_grads_t *gr, const expert_rows_t *b, int e, int r0,
+                                 int rows) {
+    const int C = g->cfg.hidden, F = g->cfg.ffn;
+    float *dh = b->dh + (size_t)r0 * F;
+    expert_backward(g, dh, gr->fc2_w, (size_t)e * C * F, gr->fc2_b, (size_t)e * C,
+                    b->dy + (size_t)r0 * C, b->h + (size_t)r0 * F, w->fc2_w + (size_t)e * C * F,
+                    r0, rows, F, C, p->t_fc);
+    gelu_backward(dh, dh, b->hgrad + (size_t)r0 * F, (size_t)rows * F);
+    expert_backward(g, b->dx + (size_t)r0 * C, gr->fc1_w, (size_t)e * F * C, gr->fc1_b,
+                    (size_t)e * F, dh, b->x + (size_t)r0 * C, w->fc1_w + (size_t)e * F * C, r0,
+                    rows, C, F, p->t_cf);
+}
+
 /* Expert parallel: the rows' output gradients (S->moe_dy) to the
  * experts' owners, their input gradients back into S->moe_dx. */
 static void ep_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const moe_params_t *w,
                         const moe_grads_t *gr) {
     const model_config_t *c = &g->cfg;
-    const int E = c->moe_experts, C = c->hidden, F = c->ffn, ep = g->shard.ep;
+    const int E = c->moe_experts, C = c->hidden, ep = g->shard.ep;
     const int q = g->shard.ep_rank, El = E / ep;
     gpt_scratch_t *S = &g->scratch;
     const ep_plan_t P = ep_plan(g, LA, (size_t)C);
     coll_all_to_all_v(g->shard.ep_group, S->moe_dy, P.send_n, P.send_at, S->moe_ex_dy, P.recv_n,
                       P.recv_at, COLL_F32);
+    const expert_rows_t b = {LA->moe_ex_x, NULL, LA->moe_ex_h, LA->moe_ex_hgrad, NULL,
+                             S->moe_ex_dy, S->moe_ex_dh, S->moe_ex_dx};
     for (int j = 0; j < ep; j++)
         for (int e = q * El; e < (q + 1) * El; e++) {
             int r0, rows;
             ep_chunk(g, LA, &P, j, e, &r0, &rows);
-            if (!rows) continue;
-            float *dh = S->moe_ex_dh + (size_t)r0 * F;
-            expert_backward(g, dh, gr->fc2_w, (size_t)e * C * F, gr->fc2_b, (size_t)e * C,
-                            S->moe_ex_dy + (size_t)r0 * C, LA->moe_ex_h + (size_t)r0 * F,
-                            w->fc2_w + (size_t)e * C * F, r0, rows, F, C, p->t_fc);
-            gelu_backward(dh, dh, LA->moe_ex_hgrad + (size_t)r0 * F, (size_t)rows * F);
-            expert_backward(g, S->moe_ex_dx + (size_t)r0 * C, gr->fc1_w, (size_t)e * F * C,
-                            gr->fc1_b, (size_t)e * F, dh, LA->moe_ex_x + (size_t)r0 * C,
-                            w->fc1_w + (size_t)e * F * C, r0, rows, C, F, p->t_cf);
+            if (rows) expert_rows_backward(g, p, w, gr, &b, e, r0, rows);
         }
     coll_all_to_all_v(g->shard.ep_group, S->moe_ex_dx, P.recv_n, P.recv_at, S->moe_dx, P.send_n,
                       P.send_at, COLL_F32);
@@ -461,7 +485,7 @@ static void ep_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const moe_p
 void moe_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dx, const float *dout,
                   const float *x, const moe_params_t *w, const moe_grads_t *gr) {
     const model_config_t *c = &g->cfg;
-    const int E = c->moe_experts, K = c->moe_topk, C = c->hidden, F = c->ffn, T = p->T;
+    const int E = c->moe_experts, K = c->moe_topk, C = c->hidden, T = p->T;
     gpt_scratch_t *S = &g->scratch;
     const int R = LA->moe_rows_of[E];
     float buf[MODEL_MAX_EXPERTS + 1];
@@ -480,17 +504,11 @@ void moe_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dx, const 
         }
     /* each expert's rows back through fc2, GeLU and fc1 */
     if (g->shard.ep > 1) ep_backward(g, p, LA, w, gr);
+    const expert_rows_t own = {LA->moe_x, NULL, LA->moe_h, LA->moe_hgrad, NULL,
+                               S->moe_dy, S->moe_dh, S->moe_dx};
     for (int e = 0; g->shard.ep <= 1 && e < E; e++) {
         const int r0 = LA->moe_rows_of[e], rows = LA->moe_rows_of[e + 1] - r0;
-        if (!rows) continue;
-        float *dh = S->moe_dh + (size_t)r0 * F;
-        expert_backward(g, dh, gr->fc2_w, (size_t)e * C * F, gr->fc2_b, (size_t)e * C,
-                        S->moe_dy + (size_t)r0 * C, LA->moe_h + (size_t)r0 * F,
-                        w->fc2_w + (size_t)e * C * F, r0, rows, F, C, p->t_fc);
-        gelu_backward(dh, dh, LA->moe_hgrad + (size_t)r0 * F, (size_t)rows * F);
-        expert_backward(g, S->moe_dx + (size_t)r0 * C, gr->fc1_w, (size_t)e * F * C, gr->fc1_b,
-                        (size_t)e * F, dh, LA->moe_x + (size_t)r0 * C,
-                        w->fc1_w + (size_t)e * F * C, r0, rows, C, F, p->t_cf);
+        if (rows) expert_rows_backward(g, p, w, gr, &own, e, r0, rows);
     }
     /* the router: its logits' gradient, then its weight's and input's */
     /* the load-balancing loss per sequence; broken: over the slot's
