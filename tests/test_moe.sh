@@ -12,7 +12,11 @@
 #  - router ties and capacity overflow forced (a checkpoint whose router
 #    weights are zero: every score ties) make the same choices on every
 #    layout, and the tie-order bug is caught there;
-#  - a checkpoint saved by the golden run resumes bit-exact at dp 2;
+#  - expert tensor parallelism (etp = tp, Megatron's default: each
+#    expert's FFN split over tp; etp 1: whole) and the expert grid of
+#    --print-layout;
+#  - a checkpoint saved by the golden run resumes bit-exact at dp 2, and
+#    one saved at tp 2 etp 2 ep 2 is the golden one and resumes at ep 4;
 #  - what cannot work is refused naming the flag.
 # Needs $PARITY (default build/parity). Ends with "RESULT test_moe.sh: N passed, M failed".
 set -u
@@ -52,7 +56,13 @@ exact "pp 2 1F1B" gpt-micro $MOE --pipeline-model-parallel-size 2
 exact "pp 2 GPipe x dp 2 ZeRO-1" gpt-micro $MOE --pipeline-model-parallel-size 2 --pipeline-schedule gpipe --data-parallel-size 2 --zero-stage 1
 exact "E 8 top-1, position drops, dp 4 ZeRO-3" gpt-micro --num-experts 8 --moe-router-topk 1 --moe-expert-capacity-factor 1.0 --moe-token-drop-policy position --moe-aux-loss-coeff 0.01 --data-parallel-size 4 --zero-stage 3
 exact "pre-softmax top-2, dropless, dp 2" gpt-micro --num-experts 4 --moe-router-pre-softmax --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001 --data-parallel-size 2
-exact "tp 2 (experts replicated, every token on each rank)" gpt-micro $MOE --tensor-model-parallel-size 2
+exact "tp 2 (etp 2 by default: each expert's FFN split over tp)" gpt-micro $MOE --tensor-model-parallel-size 2
+exact "tp 2, etp 1 (whole experts on each tp rank)" gpt-micro $MOE --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1
+exact "gpt-tiny: tp 3 etp 3 (FFN tiles split 96/96/64)" gpt-tiny $MOE --tensor-model-parallel-size 3
+exact "gpt-tiny: tp 4 etp 4 x ep 2 ZeRO-3" gpt-tiny $MOE --tensor-model-parallel-size 4 --data-parallel-size 2 --expert-model-parallel-size 2 --zero-stage 3
+exact "gpt-tiny: tp 2 etp 2 x cp 2 Ulysses" gpt-tiny $MOE --tensor-model-parallel-size 2 --context-parallel-size 2 --cp-comm-type a2a
+exact "tp 2 etp 2 x ep 2 x pp 2 (1F1B)" gpt-micro $MOE --tensor-model-parallel-size 2 --data-parallel-size 2 --expert-model-parallel-size 2 --pipeline-model-parallel-size 2
+exact "tp 2 etp 2 x dp 2 ZeRO-1, accumulation 2" gpt-micro $MOE --tensor-model-parallel-size 2 --data-parallel-size 2 --zero-stage 1 --accum-degree 2
 exact "tp 2 + SP x dp 2 ZeRO-3" gpt-micro $MOE --tensor-model-parallel-size 2 --sequence-parallel --data-parallel-size 2 --zero-stage 3
 exact "tp 2 + SP x pp 2, top-1 position drops" gpt-micro --num-experts 4 --moe-router-topk 1 --moe-expert-capacity-factor 1.0 --moe-token-drop-policy position --tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2
 exact "cp 2 ring (whole sequences gathered; tiles of the weight gradients split over cp)" gpt-micro $MOE --context-parallel-size 2
@@ -128,9 +138,18 @@ if [ -s "$tmp/ck2/model.safetensors" ] && cmp -s "$tmp/ck2/model.safetensors" "$
   ok "dp 2 ZeRO-3 saves the golden checkpoint byte for byte"
 else fail "dp 2 ZeRO-3 saves the golden checkpoint" "$(ls "$tmp/ck2" "$tmp/ck3" 2>&1)"; fi
 # shellcheck disable=SC2086
+"$P" train --model gpt-micro --steps 2 --quiet $MOE --tensor-model-parallel-size 2 --data-parallel-size 2 --expert-model-parallel-size 2 --save "$tmp/ck4" >/dev/null 2>&1
+if [ -s "$tmp/ck4/model.safetensors" ] && cmp -s "$tmp/ck2/model.safetensors" "$tmp/ck4/model.safetensors"; then
+  ok "tp 2 etp 2 x ep 2 saves the golden checkpoint byte for byte (experts gathered whole)"
+else fail "tp 2 etp 2 x ep 2 saves the golden checkpoint" "$(ls "$tmp/ck2" "$tmp/ck4" 2>&1)"; fi
+# shellcheck disable=SC2086
 out=$("$P" check --model gpt-micro --load "$tmp/ck2" --steps 2 $MOE --data-parallel-size 2 2>&1); rc=$?
 if [ $rc = 0 ] && echo "$out" | grep -q '| yes$'; then ok "the golden checkpoint resumes bit-exact at dp 2"
 else fail "resume at dp 2" "exit $rc" "$(echo "$out" | tail -3)"; fi
+# shellcheck disable=SC2086
+out=$("$P" check --model gpt-micro --load "$tmp/ck4" --steps 2 $MOE --data-parallel-size 4 --expert-model-parallel-size 4 2>&1); rc=$?
+if [ $rc = 0 ] && echo "$out" | grep -q '| yes$'; then ok "saved at tp 2 etp 2 ep 2, resumed bit-exact at ep 4 of dp 4"
+else fail "resume at ep 4" "exit $rc" "$(echo "$out" | tail -3)"; fi
 
 # ---- refusals ----------------------------------------------------------------
 refuse "ep must divide the experts" "expert-model-parallel-size: 4 must divide the 6 experts" -- "$P" check --model gpt-micro --num-experts 6 --data-parallel-size 4 --expert-model-parallel-size 4 --steps 1
@@ -142,8 +161,15 @@ ratio=$(echo "$out" | sed -nE 's/.*all-to-all of expert rows.*: ([0-9.]+)x$/\1/p
 if [ -n "$ratio" ] && awk -v r="$ratio" 'BEGIN {exit !(r >= 0.5 && r <= 2.0)}'; then
   ok "ep report: all-to-all bytes ${ratio}x the balanced formula (padding and imbalance within 2x)"
 else fail "ep report" "ratio '$ratio'" "$(echo "$out" | grep -A2 'expert parallelism')"; fi
-refuse "expert tensor parallelism > 1 is refused" "expert-tensor-parallel-size: 2 is not built" -- "$P" check --model gpt-micro --num-experts 4 --tensor-model-parallel-size 2 --expert-tensor-parallel-size 2 --steps 1
+refuse "etp must be 1 or tp" "expert-tensor-parallel-size: 2: expected 1 .* or tensor-model-parallel-size 4" -- "$P" check --model gpt-tiny --num-experts 4 --tensor-model-parallel-size 4 --expert-tensor-parallel-size 2 --steps 1
+refuse "etp > 1 without tp" "expert-tensor-parallel-size: 2: expected 1" -- "$P" check --model gpt-micro --num-experts 4 --data-parallel-size 2 --expert-tensor-parallel-size 2 --steps 1
+refuse "etp > 1 with every linear row-parallel" "expert-tensor-parallel-size: 2 with every linear row-parallel" -- "$P" check --model gpt-micro --num-experts 4 --tensor-model-parallel-size 2 --tensor-parallel-row-linears --expert-tensor-parallel-size 2 --steps 1
 exact "--expert-tensor-parallel-size 1 x tp 2 x ep 2" gpt-micro $MOE --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --data-parallel-size 2 --expert-model-parallel-size 2
+# the expert grid: experts by ep rank, FFN columns by tp rank
+out=$("$P" check --model gpt-micro --steps 1 --num-experts 4 --tensor-model-parallel-size 2 --data-parallel-size 2 --expert-model-parallel-size 2 --print-layout 2>&1)
+grid=$(echo "$out" | python3 -c 'import json, sys; d = json.load(sys.stdin)["experts"]; print(" ".join("%d:%d+%d/%d+%d" % (x["rank"], x["expert0"], x["experts"], x["ffn0"], x["ffn"]) for x in d["devices"]))' 2>&1)
+if [ "$grid" = "0:0+2/0+32 1:0+2/32+32 2:2+2/0+32 3:2+2/32+32" ]; then ok "--print-layout shows the expert grid ($grid)"
+else fail "--print-layout expert grid" "$grid"; fi
 # acceptance: an MoE model trains with falling loss (gpt-micro, 100 steps)
 out=$("$P" train --model gpt-micro --steps 100 --quiet --num-experts 4 --moe-expert-capacity-factor 1.25 --moe-aux-loss-coeff 0.01 2>&1)
 first=$(echo "$out" | sed -nE 's/^summary:.*loss ([0-9.]+) -> ([0-9.]+) .*/\1/p')

@@ -198,6 +198,11 @@ enum { GPT_TP_SP = 1u, GPT_TP_ROW_LINEARS = 2u };
 /* Context parallelism in the same options: the degree in the bits from
  * GPT_CP_SHIFT up, and Ulysses (all-to-all) instead of the ring. */
 enum { GPT_CP_ULYSSES = 4u, GPT_CP_SHIFT = 16 };
+/* Expert tensor parallelism (--expert-tensor-parallel-size = tp): each
+ * expert's FFN split over the tp group as the dense MLP's is (fc1
+ * column-parallel, fc2 row-parallel, whole FFN tiles); without it every
+ * tp rank runs whole experts. */
+enum { GPT_EXPERT_TP = 8u };
 static inline unsigned gpt_cp_opts(int cp, cp_comm_t comm) {
     return ((unsigned)cp << GPT_CP_SHIFT) | (comm == CP_ULYSSES ? GPT_CP_ULYSSES : 0u);
 }
@@ -341,6 +346,7 @@ typedef struct {
     float *moe_dx_router;                  /* [b*T,C] the router's part of it */
     float *moe_dout;                       /* [b*T,C] the output's gradient gathered over cp */
     float *moe_cp_parts;                   /* [b*T,C] an all-gather's parts over cp */
+    void *moe_open;                        /* expert tensor parallel: [b*T,C] open sums */
     float *moe_ex_dy, *moe_ex_dh, *moe_ex_dx; /* expert parallel: [ep*R, C] [ep*R, F] [ep*R, C]
                                               the gradients of the rows this rank's experts ran */
     void *block;
@@ -364,6 +370,7 @@ typedef struct {
     int ep, ep_rank;        /* expert parallelism: this rank runs experts
                                [ep_rank*E/ep, (ep_rank+1)*E/ep) for its ep group's tokens */
     group_t *ep_group;      /* NULL when ep == 1 */
+    int expert_tp;          /* experts' FFN split over tp_group (GPT_EXPERT_TP) */
     int on_grid;            /* 1: grid_sizes/grid_coord are the device's place on the run's
                                grid, and its parameter table and init evaluate every
                                placement there (param_table_build_at); 0: a grid of tp alone */
@@ -424,6 +431,8 @@ typedef struct {
      * every position, from head att_head0 */
     int cp, cp_rank, ulysses;
     int ep;                 /* expert-parallel degree (its rank: gpt_shard_t.ep_rank) */
+    int expert_ffn, expert_ffn0; /* the experts' FFN columns held: the dense MLP's under
+                                    expert tensor parallelism (GPT_EXPERT_TP), else all */
     int seq_held;
     cp_runs_t runs;
     int att_heads, att_head0;

@@ -26,8 +26,9 @@ typedef struct {
     /* degrees; 0 = not given (inferred or 1) */
     int world_size;
     int dp, tp, pp, cp, ep;
-    int etp;                   /* --expert-tensor-parallel-size: 1 only (experts run whole on
-                                  every tensor-parallel rank); 0 = not given */
+    int etp;                   /* --expert-tensor-parallel-size: tp (Megatron's default: each
+                                  expert's FFN split over the tp group) or 1 (whole experts on
+                                  every tp rank); 0 = not given */
     int sequence_parallel;     /* --sequence-parallel: LayerNorm/dropout regions hold T/tp positions */
     int tp_row_linears;        /* --tensor-parallel-row-linears: every linear row-parallel (the
                                   patterns file's sharding_dim 0) instead of Megatron's pairing */
@@ -72,7 +73,7 @@ static inline unsigned pconfig_tp_opts(const pconfig_t *pc) {
     const unsigned cp = pc->cp > 1 ? (unsigned)pc->cp : 1u;
     const unsigned ep = pc->ep > 1 ? (unsigned)pc->ep : 0u;
     return (pc->sequence_parallel ? 1u : 0u) | (pc->tp_row_linears ? 2u : 0u) |
-           (pc->cp_comm ? 4u : 0u) | (cp << 16) | (ep << 4);
+           (pc->cp_comm ? 4u : 0u) | (pc->etp > 1 ? 8u : 0u) | (cp << 16) | (ep << 4);
 }
 /* The grid's sizes along tp, cp, ep, dp, pp (grid.h's axis order): the
  * expert-parallel ranks are taken out of the data-parallel ones

@@ -57,6 +57,30 @@ static void print_stages(const pp_plan_t *pp, FILE *f) {
     free(ops);
 }
 
+/* The expert grid of an MoE model: which experts each device runs (its
+ * ep rank's: expert0 .. expert0 + experts - 1), and which FFN columns of
+ * them it holds (ffn0 .. ffn0 + ffn - 1; expert tensor parallelism: the
+ * tp rank's, as the dense MLP's). */
+static int print_experts(const model_config_t *cfg, const pconfig_t *pc, const grid_t *G, FILE *f,
+                         perr_t *err) {
+    const int E = cfg->moe_experts, ep = G->size[GRID_EP], El = E / ep;
+    fprintf(f, "  \"experts\": {\"experts\": %d, \"ep\": %d, \"etp\": %d, \"experts_per_ep_rank\": %d, "
+               "\"tokens_sent\": \"all-to-all-v over ep\", \"devices\": [",
+            E, ep, pc->etp, El);
+    for (int d = 0; d < G->world; d++) {
+        const grid_device_t gd = grid_device(G, d);
+        gpt_local_t lc;
+        if (gpt_local_dims(cfg, pc->tp, gd.coord[GRID_TP], gd.coord[GRID_CP], pconfig_tp_opts(pc),
+                           &lc, err))
+            return -1;
+        const int q = gd.coord[GRID_EP];
+        fprintf(f, "%s\n    {\"rank\": %d, \"expert0\": %d, \"experts\": %d, \"ffn0\": %d, \"ffn\": %d}",
+                d ? "," : "", d, q * El, El, lc.expert_ffn0, lc.expert_ffn);
+    }
+    fprintf(f, "\n  ]},\n");
+    return 0;
+}
+
 int layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t *mem, FILE *f,
                  perr_t *err) {
     pp_plan_t pp;
@@ -107,7 +131,9 @@ int layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t 
                 gd.coord[GRID_DP] * G.size[GRID_EP] + gd.coord[GRID_EP]);
     }
     fprintf(f, "\n  ],\n");
+    const int bad = cfg->moe_experts > 0 && print_experts(cfg, pc, &G, f, err);
     grid_free(&G);
+    if (bad) return -1;
     print_stages(&pp, f);
     fprintf(f, "  \"memory\": {\"device_bytes\": %zu, \"all_devices_bytes\": %zu, \"host_bytes\": %zu}\n}\n",
             mem->max_dev.total, mem->all_devices, mem->host_shared);

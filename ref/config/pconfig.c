@@ -279,10 +279,18 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
     if (pc->pp == 0) pc->pp = 1;
     if (pc->cp == 0) pc->cp = 1;
     if (pc->ep == 0) pc->ep = 1;
-    if (pc->etp > 1)
-        return perr_set(err, "expert-tensor-parallel-size: %d is not built: every tensor-parallel "
-                             "rank runs whole experts (expert tensor parallelism 1); expected 1",
-                        pc->etp);
+    /* Megatron's default: experts split over the tp group as the dense
+     * MLP is; 1 keeps them whole. Other degrees would fold the expert
+     * grid across cp or dp ranks (Megatron's parallel folding): not built. */
+    if (pc->etp == 0) pc->etp = pc->tp_row_linears ? 1 : pc->tp;
+    if (pc->etp != 1 && pc->etp != pc->tp)
+        return perr_set(err, "expert-tensor-parallel-size: %d: expected 1 (whole experts on every "
+                             "tensor-parallel rank) or tensor-model-parallel-size %d (each expert's "
+                             "FFN split over the tp group); other degrees are not built",
+                        pc->etp, pc->tp);
+    if (pc->etp > 1 && pc->tp_row_linears)
+        return perr_set(err, "expert-tensor-parallel-size: %d with every linear row-parallel "
+                             "(--tensor-parallel-row-linears): expected 1", pc->etp);
     if (pc->cp_comm && pc->cp == 1)
         return perr_set(err, "cp-comm-type: a2a (Ulysses) needs context-parallel-size > 1");
     if ((pc->given & PC_GIVEN_CP_COMM) && pc->cp == 1) /* p2p too: accepted and ignored otherwise */
@@ -393,8 +401,10 @@ void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
     if (pc->pp > 1) snprintf(pp, sizeof pp, "pp=%d %s ", pc->pp, sched[pc->pp_schedule]);
     char cp[32] = "";
     if (pc->cp > 1) snprintf(cp, sizeof cp, "cp=%d %s ", pc->cp, pc->cp_comm ? "a2a" : "p2p");
-    char ep[16] = ""; /* expert-parallel ranks, out of the data-parallel ones */
+    char ep[32] = ""; /* expert-parallel ranks, out of the data-parallel ones */
     if (pc->ep > 1) snprintf(ep, sizeof ep, " ep=%d", pc->ep);
+    if (pc->etp == 1 && pc->tp > 1 && !pc->tp_row_linears) /* not the default: say so */
+        snprintf(ep + strlen(ep), sizeof ep - strlen(ep), " etp=1");
     snprintf(buf, len, "%s%s%sdp=%d%s zero=%d accum=%d micro=%d%s%s", tp, cp, pp, pc->dp, ep,
              pc->zero_stage, pc->accum_degree, pc->micro_batch,
              pc->overlap_grad_reduce ? " overlap-grad" : "",
@@ -426,7 +436,7 @@ void pconfig_print_help(FILE *f) {
           "  --expert-model-parallel-size N   MoE models: N of the data-parallel ranks split the\n"
           "                            experts (each runs E/N of them for the N ranks' tokens,\n"
           "                            rows exchanged by all-to-all-v); N divides dp and E\n"
-          "  --expert-tensor-parallel-size 1   experts whole on every tp rank (> 1: not built)\n"
+          "  --expert-tensor-parallel-size N   tp (default: each expert's FFN split over tp) or 1 (whole)\n"
           "  --rank-order ORDER        Megatron's rank order, first fastest (default tp-cp-ep-dp-pp)\n"
           "  --rank-list R0,R1,..      the world rank at each position of the rank order (a\n"
           "                            permutation of 0..world-1): e.g. tp=2 pp=2 with 3,0,2,1 puts\n"

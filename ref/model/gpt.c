@@ -64,7 +64,7 @@ static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_
     d.R = c->moe_experts > 0 ? moe_rows(c, d.mb) : 0;
     d.cp = (size_t)lc->cp;
     d.ep = (size_t)lc->ep;
-    d.Fe = (size_t)c->ffn;
+    d.Fe = (size_t)lc->expert_ffn;
     /* whole sequences arrive; gpt_slot_begin keeps the positions held */
     A->inputs = (int32_t *)carve(cv, d.mb * d.T * sizeof(int32_t));
     A->targets = (int32_t *)carve(cv, d.mb * d.T * sizeof(int32_t));
@@ -125,7 +125,11 @@ static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_
     const int cpm = moe && lc->cp > 1;
     const size_t E = (size_t)c->moe_experts, K = (size_t)c->moe_topk;
     S->moe_dy = moe ? CARVE_F(cv, R * C) : NULL;
-    S->moe_dh = moe ? CARVE_F(cv, R * (size_t)c->ffn) : NULL; /* experts' F is whole */
+    const size_t Fe = (size_t)lc->expert_ffn;
+    S->moe_dh = moe ? CARVE_F(cv, R * Fe) : NULL;
+    /* expert tensor parallelism: fc2's open outputs and fc1's open input
+     * gradients, one expert's rows at a time (at most every token) */
+    S->moe_open = moe && Fe < (size_t)c->ffn ? carve(cv, acc_storage_bytes(nT * C)) : NULL;
     S->moe_dx = moe ? CARVE_F(cv, R * C) : NULL;
     S->moe_dlogits = moe ? CARVE_F(cv, nT * E) : NULL;
     S->moe_dweight = moe ? CARVE_F(cv, nT * K) : NULL;
@@ -136,7 +140,7 @@ static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_
     S->moe_cp_parts = cpm ? CARVE_F(cv, nT * C) : NULL;
     const size_t RX = moe && lc->ep > 1 ? (size_t)lc->ep * R : 0; /* rows from every ep peer */
     S->moe_ex_dy = RX ? CARVE_F(cv, RX * C) : NULL;
-    S->moe_ex_dh = RX ? CARVE_F(cv, RX * (size_t)c->ffn) : NULL;
+    S->moe_ex_dh = RX ? CARVE_F(cv, RX * Fe) : NULL;
     S->moe_ex_dx = RX ? CARVE_F(cv, RX * C) : NULL;
 }
 
@@ -202,6 +206,10 @@ int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int cp_rank, un
     if (c->tile_features > 0) placement_split(c->vocab / c->tile_features, tp, tp_rank, &vt0, &nvt);
     out->vocab = (int)nvt * c->tile_features;
     out->vocab0 = (int)vt0 * c->tile_features;
+    /* experts: split as the dense MLP is, or whole */
+    const int expert_tp = (opts & GPT_EXPERT_TP) && tp > 1 && !row;
+    out->expert_ffn = expert_tp ? out->ffn : c->ffn;
+    out->expert_ffn0 = expert_tp ? out->ffn0 : 0;
     if (row) { /* attention and GeLU whole; each linear contracts its slice of features */
         out->row_linears = 1;
         out->heads = c->heads, out->head0 = 0, out->attn = c->hidden;
@@ -371,7 +379,8 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
     const unsigned opts = (shard->sp ? GPT_TP_SP : 0u) |
                           (shard->row_linears ? GPT_TP_ROW_LINEARS : 0u) |
                           (shard->cp > 1 ? gpt_cp_opts(shard->cp, shard->cp_comm) : 0u) |
-                          (shard->ep > 1 ? (unsigned)shard->ep << GPT_EP_SHIFT : 0u);
+                          (shard->ep > 1 ? (unsigned)shard->ep << GPT_EP_SHIFT : 0u) |
+                          (shard->expert_tp ? GPT_EXPERT_TP : 0u);
     if (gpt_local_dims(cfg, shard->tp, shard->tp_rank, shard->cp_rank, opts, &g->local, err) ||
         (shard->on_grid ? param_table_build_at(&g->table, cfg, shard->grid_sizes, shard->grid_coord,
                                                &shard->units, opts, err)

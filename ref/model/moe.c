@@ -31,6 +31,7 @@
 
 #include "parity/coll.h"
 #include "parity/pmath.h"
+#include "tp.h"
 #include "units_internal.h"
 
 /* Capacity of an expert in one sequence of T tokens: Megatron's
@@ -223,16 +224,44 @@ typedef struct {
     float *dy, *dh, *dx;
 } expert_rows_t;
 
-/* Expert e on rows [r0, r0 + rows) of b: fc1, GeLU, fc2. */
+/* Expert tensor parallelism (g->local.expert_ffn < ffn): each tp rank
+ * holds the FFN columns the dense MLP's cut gives it, of every expert:
+ * fc1 column-parallel, fc2 row-parallel. fc2's output and fc1's input
+ * gradient contract the FFN: each rank's tiles stay an open sum, the tp
+ * group adds them exactly and every rank rounds once, where the golden
+ * run rounds its sum over all tiles (tp.c). The tp ranks hold the same
+ * tokens and routing, so they run the same rows in the same order. */
+static int experts_cut(const gpt_t *g) { return g->local.expert_ffn < g->cfg.ffn; }
+
+/* out [rows, N] = round(sum over the group of A.B's tiles), K the
+ * rank's share of the contracted axis */
+static void etp_contract(gpt_t *g, contract_form_t form, float *out, int rows, int N, int K,
+                         int tm, int tn, int tk, const float *A, int lda, const float *B, int ldb) {
+    acc_t open;
+    acc_init_with(&open, (size_t)rows * N, g->scratch.moe_open);
+    acc_zero(&open);
+    contract_acc(form, rows, N, K, tm, tn, tk, A, lda, B, ldb, &open, 0, (size_t)N, &g->ws);
+    tp_complete_open(g, &open, (size_t)rows * N, out);
+    acc_free(&open);
+}
+
+/* Expert e on rows [r0, r0 + rows) of b: fc1, GeLU, fc2 (the rank's
+ * FFN columns F of them). */
 static void expert_rows_forward(gpt_t *g, const pass_t *p, const moe_params_t *w,
                                 const expert_rows_t *b, int e, int r0, int rows) {
-    const int C = g->cfg.hidden, F = g->cfg.ffn;
-    float *fc1 = b->fc1 + (size_t)r0 * F, *h = b->h + (size_t)r0 * F;
+    const int C = g->cfg.hidden, F = g->local.expert_ffn;
+    float *fc1 = b->fc1 + (size_t)r0 * F, *h = b->h + (size_t)r0 * F, *y = b->y + (size_t)r0 * C;
+    const float *w2 = w->fc2_w + (size_t)e * C * F;
     linear_forward(fc1, b->x + (size_t)r0 * C, w->fc1_w + (size_t)e * F * C,
                    w->fc1_b + (size_t)e * F, rows, C, F, p->t_cf, &g->ws);
     gelu_forward(h, b->hgrad + (size_t)r0 * F, fc1, (size_t)rows * F);
-    linear_forward(b->y + (size_t)r0 * C, h, w->fc2_w + (size_t)e * C * F,
-                   w->fc2_b + (size_t)e * C, rows, F, C, p->t_fc, &g->ws);
+    if (!experts_cut(g)) {
+        linear_forward(y, h, w2, w->fc2_b + (size_t)e * C, rows, F, C, p->t_fc, &g->ws);
+        return;
+    }
+    etp_contract(g, CONTRACT_NT, y, rows, C, F, p->t_fc.tokens, p->t_fc.out, p->t_fc.in, h, F,
+                 w2, F);
+    linear_add_bias(y, w->fc2_b + (size_t)e * C, rows, C);
 }
 
 /* ---- expert parallelism ---------------------------------------------------
@@ -420,21 +449,27 @@ static void router_grad(const model_config_t *c, const layer_acts_t *LA, size_t 
     }
 }
 
-/* An expert linear's backward over its rows: dx for every row; under
- * context parallelism every cp rank runs the whole MoE (the same bits),
- * so each token tile's weight and bias partials are added by one cp rank
- * only (tile index mod cp), and the gradient reduction over cp sums them
- * exactly: the golden sums, whatever rank added which tile. */
-static void expert_backward(gpt_t *g, float *dx, acc_t *dw, size_t dw_at, acc_t *db, size_t db_at,
-                            float *dy, const float *x, const float *w, int row0, int rows,
-                            int n_in, int n_out, linear_tiles_t t) {
+/* An expert linear's backward over its rows: dx for every row (an open
+ * sum completed over tp when its output axis is the rank's FFN columns:
+ * dx_open); under context parallelism every cp rank runs the whole MoE
+ * (the same bits), so each token tile's weight and bias partials are
+ * added by one cp rank only (tile index mod cp), and the gradient
+ * reduction over cp sums them exactly: the golden sums, whatever rank
+ * added which tile. */
+static void expert_backward(gpt_t *g, float *dx, int dx_open, acc_t *dw, size_t dw_at, acc_t *db,
+                            size_t db_at, float *dy, const float *x, const float *w, int row0,
+                            int rows, int n_in, int n_out, linear_tiles_t t) {
     const int cp = g->local.cp, tm = t.tokens;
     const int edp_bug = (g->shard.broken & GPT_BROKEN_MOE_EDP_SCALE) && g->shard.ep > 1;
+    if (dx_open) {
+        etp_contract(g, CONTRACT_NN, dx, rows, n_in, n_out, tm, t.in, t.out, dy, n_out, w, n_in);
+        dx = NULL;
+    }
     if (cp == 1 && !edp_bug) {
         linear_backward_at(dx, dw, dw_at, db, db_at, dy, x, w, rows, n_in, n_out, t, &g->ws);
         return;
     }
-    linear_backward_at(dx, NULL, 0, NULL, 0, dy, x, w, rows, n_in, n_out, t, &g->ws);
+    if (dx) linear_backward_at(dx, NULL, 0, NULL, 0, dy, x, w, rows, n_in, n_out, t, &g->ws);
     if (edp_bug) /* the broken variant: the weight gradients scaled by ep, dx left alone */
         for (size_t i = 0; i < (size_t)rows * n_out; i++) dy[i] = dy[i] * (float)g->shard.ep;
     for (int i = 0; i < rows / tm; i++)
@@ -448,15 +483,15 @@ static void expert_backward(gpt_t *g, float *dx, acc_t *dw, size_t dw_at, acc_t 
 static void expert_rows_backward(gpt_t *g, const pass_t *p, const moe_params_t *w,
                                  const moe_grads_t *gr, const expert_rows_t *b, int e, int r0,
                                  int rows) {
-    const int C = g->cfg.hidden, F = g->cfg.ffn;
+    const int C = g->cfg.hidden, F = g->local.expert_ffn;
     float *dh = b->dh + (size_t)r0 * F;
-    expert_backward(g, dh, gr->fc2_w, (size_t)e * C * F, gr->fc2_b, (size_t)e * C,
+    expert_backward(g, dh, 0, gr->fc2_w, (size_t)e * C * F, gr->fc2_b, (size_t)e * C,
                     b->dy + (size_t)r0 * C, b->h + (size_t)r0 * F, w->fc2_w + (size_t)e * C * F,
                     r0, rows, F, C, p->t_fc);
     gelu_backward(dh, dh, b->hgrad + (size_t)r0 * F, (size_t)rows * F);
-    expert_backward(g, b->dx + (size_t)r0 * C, gr->fc1_w, (size_t)e * F * C, gr->fc1_b,
-                    (size_t)e * F, dh, b->x + (size_t)r0 * C, w->fc1_w + (size_t)e * F * C, r0,
-                    rows, C, F, p->t_cf);
+    expert_backward(g, b->dx + (size_t)r0 * C, experts_cut(g), gr->fc1_w, (size_t)e * F * C,
+                    gr->fc1_b, (size_t)e * F, dh, b->x + (size_t)r0 * C,
+                    w->fc1_w + (size_t)e * F * C, r0, rows, C, F, p->t_cf);
 }
 
 /* Expert parallel: the rows' output gradients (S->moe_dy) to the

@@ -119,7 +119,7 @@ int param_table_build(param_table_t *t, const model_config_t *c, perr_t *err) {
 }
 
 static int build(param_table_t *t, const model_config_t *c, const int sizes[GRID_NAXES],
-                 const int coord[GRID_NAXES], int row_linears, perr_t *err);
+                 const int coord[GRID_NAXES], unsigned opts, perr_t *err);
 
 int param_table_build_tp(param_table_t *t, const model_config_t *c, int tp, perr_t *err) {
     int sizes[GRID_NAXES], coord[GRID_NAXES];
@@ -140,7 +140,8 @@ int param_head_unit(const model_config_t *c) {
     return one == three ? one : 0;
 }
 
-static tp_cut_t cut_of(const unit_tensor_t *d, const model_config_t *c, int row_linears) {
+static tp_cut_t cut_of(const unit_tensor_t *d, const model_config_t *c, unsigned opts) {
+    const int row_linears = (opts & GPT_TP_ROW_LINEARS) != 0;
     const int D = c->hidden / c->heads, tf = c->tile_features;
     const int align = d->align == AL_HEADS3 ? lcm(3 * D, tf)
                       : d->align == AL_HEADS ? lcm(D, tf)
@@ -155,8 +156,15 @@ static tp_cut_t cut_of(const unit_tensor_t *d, const model_config_t *c, int row_
      * blocks; gpt_local_dims takes the same ranges); every linear
      * row-parallel splits evenly */
     const int uneven = !row_linears && (d->align == AL_FFN || param_head_unit(c) > 0);
+    const int expert_tp = (opts & GPT_EXPERT_TP) && !row_linears;
     switch (d->cut) {
     case CUT_REPL: break;
+    /* an expert's FFN: the dense MLP's cut under expert tensor
+     * parallelism, else whole on every rank */
+    case CUT_EXPERT_FFN: /* fc1's rows, its bias, fc2's columns: the FFN axis */
+        for (int a = 0; expert_tp && a < d->ndim; a++)
+            if (d->dim[a] == DIM_F) return (tp_cut_t){a, align, uneven};
+        return REPL;
     case CUT_VOCAB: return (tp_cut_t){0, tf, 1}; /* whole tiles, unequal counts allowed */
     case CUT_COLPAR:
         if (!row_linears) return (tp_cut_t){out_axis, align, uneven};
@@ -167,7 +175,8 @@ static tp_cut_t cut_of(const unit_tensor_t *d, const model_config_t *c, int row_
 }
 
 static int build(param_table_t *t, const model_config_t *c, const int sizes[GRID_NAXES],
-                 const int coord[GRID_NAXES], int row_linears, perr_t *err) {
+                 const int coord[GRID_NAXES], unsigned opts, perr_t *err) {
+    const int row_linears = (opts & GPT_TP_ROW_LINEARS) != 0;
     memset(t, 0, sizeof *t);
     const int tp = sizes[GRID_TP];
     if (tp < 1) return perr_set(err, "tensor-model-parallel-size: %d, expected >= 1", tp);
@@ -216,7 +225,7 @@ static int build(param_table_t *t, const model_config_t *c, const int sizes[GRID
             int64_t shape[PL_MAX_DIMS];
             for (int a = 0; a < PL_MAX_DIMS; a++) shape[a] = a < d->ndim ? unit_dim(c, d->dim[a]) : 1;
             bad |= add(t, sizes, coord, nm, d->ndim, shape, d->init, std,
-                       cut_of(d, c, row_linears), d->weight_decay, err);
+                       cut_of(d, c, opts), d->weight_decay, err);
         }
     }
     t->unit_first[U] = t->count;
@@ -254,7 +263,7 @@ void param_unit_range(const param_table_t *t, int u, int *first, int *last) {
 int param_table_build_at(param_table_t *t, const model_config_t *c, const int sizes[GRID_NAXES],
                          const int coord[GRID_NAXES], const gpt_units_t *units, unsigned opts,
                          perr_t *err) {
-    if (build(t, c, sizes, coord, (opts & GPT_TP_ROW_LINEARS) != 0, err)) return -1;
+    if (build(t, c, sizes, coord, opts, err)) return -1;
     if (units->n == 0) return 0;
     /* empty the tensors of other stages, then lay the rest out again */
     t->total = 0;

@@ -32,8 +32,12 @@ int64_t unit_dim(const model_config_t *c, unit_dim_t d);
  * output rows, whole); row-parallel (its input columns); vocabulary rows.
  * align: the block the cut keeps whole. With every linear row-parallel
  * (GPT_TP_ROW_LINEARS) each 2-D linear weight is cut on its input axis
- * at that axis's canonical tile, and column-parallel biases are whole. */
-typedef enum { CUT_REPL, CUT_COLPAR, CUT_ROWPAR, CUT_VOCAB } unit_cut_t;
+ * at that axis's canonical tile, and column-parallel biases are whole.
+ * CUT_EXPERT_FFN cuts a stacked expert tensor's FFN axis like the dense
+ * MLP's under expert tensor parallelism (GPT_EXPERT_TP), and replicates
+ * it otherwise. */
+typedef enum { CUT_REPL, CUT_COLPAR, CUT_ROWPAR, CUT_VOCAB,
+               CUT_EXPERT_FFN } unit_cut_t;
 typedef enum { AL_NONE, AL_HEADS3, AL_HEADS, AL_FFN } unit_align_t;
 /* Init scale: none, sigma, or sigma/sqrt(2L) (residual-branch outputs). */
 typedef enum { STD_NONE, STD_SIGMA, STD_OUT } unit_std_t;
@@ -98,7 +102,7 @@ typedef struct {
     size_t mb, T, Tc, n, ns, C, H, A, F, V;
     int hdrop, adrop, sp, ulysses;
     size_t E, K, R, Fe; /* experts, top-k, the experts' input rows (moe_rows), and
-                           their FFN width (whole: experts are not cut by tp) */
+                           the FFN width of them held (gpt_local_t.expert_ffn) */
     size_t cp, ep;      /* context- and expert-parallel degrees */
 } slot_dims_t;
 

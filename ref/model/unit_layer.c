@@ -54,19 +54,21 @@ static const unit_tensor_t tensors[P_PER_LAYER] = {
 };
 
 /* An MoE layer's: the attention block's, then the router and the
- * experts' stacked weights (replicated: expert parallelism is not built
- * yet, so every rank holds every expert). */
+ * experts' stacked weights: every expert on every rank (expert
+ * parallelism runs each on its owners; the others' gradients are zero),
+ * its FFN split over tp as the dense MLP's under expert tensor
+ * parallelism. */
 enum { P_ROUTER = P_FC1_W, P_EXP_FC1_W, P_EXP_FC1_B, P_EXP_FC2_W, P_EXP_FC2_B, P_PER_MOE_LAYER };
 static const unit_tensor_t moe_tensors[P_PER_MOE_LAYER] = {
     ATTENTION_TENSORS,
     [P_ROUTER] = {"mlp.router.weight", 2, {DIM_E, DIM_C}, INIT_NORMAL, STD_SIGMA, CUT_REPL,
                   AL_NONE, 1, WHEN_ALWAYS},
     [P_EXP_FC1_W] = {"mlp.experts.linear_fc1.weight", 3, {DIM_E, DIM_F, DIM_C}, INIT_NORMAL,
-                     STD_SIGMA, CUT_REPL, AL_NONE, 1, WHEN_ALWAYS},
+                     STD_SIGMA, CUT_EXPERT_FFN, AL_FFN, 1, WHEN_ALWAYS},
     [P_EXP_FC1_B] = {"mlp.experts.linear_fc1.bias", 2, {DIM_E, DIM_F}, INIT_ZEROS, STD_NONE,
-                     CUT_REPL, AL_NONE, 0, WHEN_ALWAYS},
+                     CUT_EXPERT_FFN, AL_FFN, 0, WHEN_ALWAYS},
     [P_EXP_FC2_W] = {"mlp.experts.linear_fc2.weight", 3, {DIM_E, DIM_C, DIM_F}, INIT_NORMAL,
-                     STD_OUT, CUT_REPL, AL_NONE, 1, WHEN_ALWAYS},
+                     STD_OUT, CUT_EXPERT_FFN, AL_FFN, 1, WHEN_ALWAYS},
     [P_EXP_FC2_B] = {"mlp.experts.linear_fc2.bias", 2, {DIM_E, DIM_C}, INIT_ZEROS, STD_NONE,
                      CUT_REPL, AL_NONE, 0, WHEN_ALWAYS},
 };

@@ -109,7 +109,7 @@ static int setup_rank(engine_rank_t *r, device_t *dev) {
         .cp = sh->grid.size[GRID_CP], .cp_rank = r->cp_rank,
         .cp_comm = sh->run->pc.cp_comm ? CP_ULYSSES : CP_RING, .cp_group = r->cp_group,
         .ep = sh->grid.size[GRID_EP], .ep_rank = r->ep_rank, .ep_group = r->ep_group,
-        .on_grid = 1};
+        .expert_tp = sh->run->pc.etp > 1, .on_grid = 1};
     const grid_device_t gd = grid_device(&sh->grid, r->device);
     for (int a = 0; a < GRID_NAXES; a++)
         shard.grid_sizes[a] = sh->grid.size[a], shard.grid_coord[a] = gd.coord[a];
