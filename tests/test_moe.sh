@@ -155,12 +155,22 @@ else fail "resume at ep 4" "exit $rc" "$(echo "$out" | tail -3)"; fi
 refuse "ep must divide the experts" "expert-model-parallel-size: 4 must divide the 6 experts" -- "$P" check --model gpt-micro --num-experts 6 --data-parallel-size 4 --expert-model-parallel-size 4 --steps 1
 refuse "ep must divide dp" "expert-model-parallel-size: 3 must divide data-parallel-size 2" -- "$P" check --model gpt-micro --num-experts 6 --data-parallel-size 2 --expert-model-parallel-size 3 --steps 1
 refuse "ep without MoE layers" "expert-model-parallel-size: 2 needs mixture-of-experts layers" -- "$P" check --model gpt-micro --data-parallel-size 2 --expert-model-parallel-size 2 --steps 1
+# routing statistics of a layout run: summed over its devices, each
+# sequence once, the golden run's lines
+golden_stats=$("$P" train --model gpt-micro --steps 2 --num-experts 4 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01 2>&1 | grep '^  moe ')
+layout_stats=$("$P" train --model gpt-micro --steps 2 --num-experts 4 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01 --data-parallel-size 2 --expert-model-parallel-size 2 --tensor-model-parallel-size 2 --context-parallel-size 2 --accum-degree 2 2>&1 | grep '^  moe ')
+if [ -n "$golden_stats" ] && [ "$golden_stats" = "$layout_stats" ]; then
+  ok "tp 2 cp 2 ep 2 accumulation 2 prints the golden run's routing statistics ($(echo "$layout_stats" | wc -l) lines)"
+else fail "layout routing statistics" "golden: $golden_stats" "layout: $layout_stats"; fi
 # the ep report: all-to-all bytes against the formula
 out=$("$P" train --model gpt-micro --steps 2 --num-experts 4 --data-parallel-size 4 --expert-model-parallel-size 2 2>&1)
 ratio=$(echo "$out" | sed -nE 's/.*all-to-all of expert rows.*: ([0-9.]+)x$/\1/p')
 if [ -n "$ratio" ] && awk -v r="$ratio" 'BEGIN {exit !(r >= 0.5 && r <= 2.0)}'; then
   ok "ep report: all-to-all bytes ${ratio}x the balanced formula (padding and imbalance within 2x)"
 else fail "ep report" "ratio '$ratio'" "$(echo "$out" | grep -A2 'expert parallelism')"; fi
+if echo "$out" | grep -qE '^  layer 1 +routed +[0-9]+ +busiest expert [0-9.]+x the mean, busiest ep rank [0-9.]+x, dropped [0-9]+'; then
+  ok "ep report: load per expert and per ep rank, drops ($(echo "$out" | grep '^  layer 1 ' | tr -s ' '))"
+else fail "ep report load lines" "$(echo "$out" | tail -4)"; fi
 refuse "etp must be 1 or tp" "expert-tensor-parallel-size: 2: expected 1 .* or tensor-model-parallel-size 4" -- "$P" check --model gpt-tiny --num-experts 4 --tensor-model-parallel-size 4 --expert-tensor-parallel-size 2 --steps 1
 refuse "etp > 1 without tp" "expert-tensor-parallel-size: 2: expected 1" -- "$P" check --model gpt-micro --num-experts 4 --data-parallel-size 2 --expert-tensor-parallel-size 2 --steps 1
 refuse "etp > 1 with every linear row-parallel" "expert-tensor-parallel-size: 2 with every linear row-parallel" -- "$P" check --model gpt-micro --num-experts 4 --tensor-model-parallel-size 2 --tensor-parallel-row-linears --expert-tensor-parallel-size 2 --steps 1

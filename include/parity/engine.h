@@ -107,6 +107,9 @@ typedef struct {
     /* results */
     int steps_run;               /* steps completed: steps, or fewer after a stop */
     gpt_step_stats_t *stats;     /* [steps] or NULL */
+    gpt_moe_stats_t *moe_steps;  /* MoE models: [steps] each step's routing statistics over
+                                    the whole run (routed/dropped [L][E] allocated by the
+                                    caller), or NULL */
     device_report_t *reports;    /* [world] or NULL */
     engine_replica_diff_t *replica_diffs; /* collection: one per disagreeing tensor
                                          (malloc'd, the caller frees), or NULL */

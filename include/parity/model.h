@@ -697,11 +697,15 @@ float gpt_step_loss(const gpt_t *g);
 /* The step's auxiliary MoE losses as they enter the objective (moe.c):
  * load balancing a*E/(k*T^2*B) * sum_s sum_e P_se f_se and the z-loss
  * z/(B*T) * sum_t lse_t^2, each from its exact sum (0 without MoE). */
-void  gpt_moe_loss_values(const gpt_t *g, double *aux, double *zloss);
+void  moe_loss_values(const model_config_t *c, const gpt_moe_stats_t *st, double *aux,
+                      double *zloss);
 /* Prints a step's routing statistics, one line per MoE layer (tokens
  * routed to each expert before capacity, tokens dropped) and the
- * auxiliary losses; nothing for a dense model. */
-void  gpt_moe_print_step(const gpt_t *g, FILE *f);
+ * auxiliary losses; nothing for a dense model. gpt_moe_print_step: the
+ * golden run's (g->moe); a layout's come summed over its devices
+ * (engine_run_t.moe_steps). */
+void  moe_print_stats(const model_config_t *c, const gpt_moe_stats_t *st, FILE *f);
+static inline void gpt_moe_print_step(const gpt_t *g, FILE *f) { moe_print_stats(&g->cfg, &g->moe, f); }
 /* Rounds every gradient once into g->grads; returns the global norm
  * pm_sqrtf(round(sum g*g)) before clipping. */
 float gpt_step_round_grads(gpt_t *g);

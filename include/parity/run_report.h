@@ -50,6 +50,9 @@ typedef struct {
     gpt_units_t units0;              /* the units device 0 holds: its pipeline stage's
                                         (n = 0: every unit) */
     const char *trace_path;          /* the run's Chrome trace, or NULL */
+    const gpt_moe_stats_t *moe_steps; /* MoE: [moe_nsteps] routing statistics over the
+                                        run (engine_run_t.moe_steps), or NULL */
+    int moe_nsteps;
 } run_report_t;
 
 /* The grid of a layout as a rank layout (layout_init_mapped on its order

@@ -165,7 +165,8 @@ static int run_dp(const layout_job_t *job, const unsigned char *want, dump_t *du
                     .data = job->data, .arena_capacity = job->lo->arena_bytes,
                     .algo = job->lo->algo, .trace_path = job->lo->trace_path, .dump = dump,
                     .dump_step = want, .stats = stats, .reports = reports,
-                    .resume = job->resume, .save = save, .stop_nonfinite = stop_nonfinite};
+                    .resume = job->resume, .save = save, .stop_nonfinite = stop_nonfinite,
+                    .moe_steps = run_out->moe_steps};
     broken_apply(job->lo->broken, job->lo->broken_device, &run);
     int rc = engine_train(&run, err);
     *run_out = run;
@@ -217,9 +218,26 @@ static int train_steps(const layout_job_t *job, dump_t *dump, gpt_step_stats_t *
         return 2;
     }
     int rc = 0;
-    for (int s = 0; s < run->steps_run; s++)
+    for (int s = 0; s < run->steps_run; s++) {
         if (run_output_step(o, s, &stats[s], -1, !o->quiet || s == run->steps_run - 1)) rc = 1;
+        if (run->moe_steps && !o->quiet) moe_print_stats(job->cfg, &run->moe_steps[s], stdout);
+    }
     return rc;
+}
+
+/* MoE models: [steps] routing statistics for the engine to fill, their
+ * counts in one block (*block, freed by the caller with the array). */
+static gpt_moe_stats_t *moe_steps_new(const model_config_t *c, int steps, int64_t **block) {
+    *block = NULL;
+    if (c->moe_experts <= 0) return NULL;
+    const size_t cells = (size_t)c->layers * (size_t)c->moe_experts;
+    gpt_moe_stats_t *st = calloc((size_t)steps, sizeof *st);
+    *block = calloc(2 * cells * (size_t)steps, sizeof **block);
+    for (int s = 0; st && *block && s < steps; s++) {
+        st[s].routed = *block + 2 * cells * (size_t)s;
+        st[s].dropped = st[s].routed + cells;
+    }
+    return st;
 }
 
 int layout_train(const layout_job_t *job) {
@@ -247,9 +265,15 @@ int layout_train(const layout_job_t *job) {
         memest_print(&mem, stdout);
     }
     engine_run_t run = {0};
+    int64_t *moe_block;
+    run.moe_steps = moe_steps_new(job->cfg, o->steps, &moe_block);
     int rc = 0;
+    if (job->cfg->moe_experts > 0 && (!run.moe_steps || !moe_block)) {
+        fprintf(stderr, "%s: out of memory\n", cli_name);
+        rc = 2;
+    }
     ckpt_state_t save = {0};
-    if (o->save_dir && ckpt_state_alloc(&save, job->cfg, &err)) {
+    if (rc == 0 && o->save_dir && ckpt_state_alloc(&save, job->cfg, &err)) {
         fprintf(stderr, "%s: --save: %s\n", cli_name, err.msg);
         rc = 2;
     }
@@ -262,6 +286,8 @@ int layout_train(const layout_job_t *job) {
     if (rc == 0 && !replicas_agree(&run)) rc = 1;
     if (rc == 0) rc = run_output_finish(o, dump, NULL, &save);
     free(run.replica_diffs);
+    free(run.moe_steps);
+    free(moe_block);
     ckpt_state_free(&save);
     dump_free(dump);
     free(stats);

@@ -596,30 +596,29 @@ void moe_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dx, const 
 
 /* ---- statistics ---------------------------------------------------------- */
 
-void gpt_moe_loss_values(const gpt_t *g, double *aux, double *zloss) {
-    const model_config_t *c = &g->cfg;
+void moe_loss_values(const model_config_t *c, const gpt_moe_stats_t *st, double *aux,
+                     double *zloss) {
     *aux = *zloss = 0.0;
     if (c->moe_experts <= 0) return;
     const double B = c->global_batch, T = c->seq_length;
     *aux = (double)c->moe_aux_loss_coeff * c->moe_experts / ((double)c->moe_topk * T * T * B) *
-           xacc_round_f64(&g->moe.aux);
-    *zloss = (double)c->moe_z_loss_coeff / (B * T) * xacc_round_f64(&g->moe.z);
+           xacc_round_f64(&st->aux);
+    *zloss = (double)c->moe_z_loss_coeff / (B * T) * xacc_round_f64(&st->z);
 }
 
-void gpt_moe_print_step(const gpt_t *g, FILE *f) {
-    const model_config_t *c = &g->cfg;
+void moe_print_stats(const model_config_t *c, const gpt_moe_stats_t *st, FILE *f) {
     const int E = c->moe_experts;
-    if (E <= 0 || !g->moe.routed) return;
+    if (E <= 0 || !st->routed) return;
     for (int l = 0; l < c->layers; l++) {
         if (!model_layer_is_moe(c, l)) continue;
         fprintf(f, "  moe layer %d | routed", l);
-        for (int e = 0; e < E; e++) fprintf(f, " %lld", (long long)g->moe.routed[(size_t)l * E + e]);
+        for (int e = 0; e < E; e++) fprintf(f, " %lld", (long long)st->routed[(size_t)l * E + e]);
         fprintf(f, " | dropped");
-        for (int e = 0; e < E; e++) fprintf(f, " %lld", (long long)g->moe.dropped[(size_t)l * E + e]);
+        for (int e = 0; e < E; e++) fprintf(f, " %lld", (long long)st->dropped[(size_t)l * E + e]);
         fputc('\n', f);
     }
     double aux, z;
-    gpt_moe_loss_values(g, &aux, &z);
+    moe_loss_values(c, st, &aux, &z);
     fprintf(f, "  moe aux loss %.6e | z loss %.6e | capacity %d tokens a sequence per expert%s\n",
             aux, z, moe_capacity(c), c->moe_capacity_factor > 0.0f ? "" : " (dropless)");
 }

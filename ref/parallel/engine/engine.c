@@ -128,7 +128,9 @@ static int setup_rank(engine_rank_t *r, device_t *dev) {
     r->ops = calloc(2 * nmb, sizeof *r->ops);
     r->slot_of = calloc(nmb, sizeof *r->slot_of);
     r->slot_send = calloc((size_t)r->g->n_slots, sizeof *r->slot_send);
-    if (!r->ops || !r->slot_of || !r->slot_send) {
+    const size_t moe_cells = (size_t)sh->cfg.layers * (size_t)sh->cfg.moe_experts;
+    r->moe_counts = moe_cells ? calloc(2 * moe_cells, sizeof *r->moe_counts) : NULL;
+    if (!r->ops || !r->slot_of || !r->slot_send || (moe_cells && !r->moe_counts)) {
         engine_fail(sh, "dp: out of memory for the schedule");
         return -1;
     }
@@ -179,6 +181,7 @@ static void teardown_rank(engine_rank_t *r, device_t *dev) {
     free(r->ops);
     free(r->slot_of);
     free(r->slot_send);
+    free(r->moe_counts);
     gpt_free(r->g);
     r->g = NULL;
 }
@@ -242,6 +245,7 @@ static int run_step(engine_rank_t *r, int64_t step, int collect) {
         coll_all_reduce(r->world, &mine, &loss, 1, COLL_XACC, COLL_SUM);
     }
     const float loss_value = mean_token_loss(c, xacc_round_f32(&loss));
+    if (r->moe_counts) engine_moe_stats(r, step);
     double o0 = engine_now(), oc0 = r->report->seconds_comm;
     const float norm = engine_grad_norm(r);
     r->report->seconds_optimizer += engine_now() - o0 - (r->report->seconds_comm - oc0);

@@ -75,6 +75,8 @@ typedef struct engine_rank {
     int unit_sums;         /* GPT_UNIT_OPEN_SUMS: gradients rounded unit by unit */
     int adam_t;
     gpt_step_stats_t step_stats; /* this rank's loss, lr and norm (replicas) */
+    int64_t *moe_counts;   /* MoE: [2][L][E] the step's routed and dropped counts, summed
+                              over the world (engine_moe_stats), or NULL */
     device_report_t *report;
     const gpt_observer_t *collect; /* forwards batch tensors to the dump */
 } engine_rank_t;
@@ -277,5 +279,11 @@ void engine_run_schedule(engine_rank_t *r, int64_t step, const gpt_observer_t *o
 int  engine_stage_slots(const pp_plan_t *pp, int stage, int *first);
 /* --trace: a span on this device's track (no-op without a trace). */
 void engine_span(engine_rank_t *r, const char *name, const char *cat, double t0, int mb, int chunk);
+
+/* MoE models: the step's routing statistics over the run (report.c):
+ * each sequence counted once (by its tp and cp coordinate 0 devices,
+ * every tp and cp rank repeating the same counts), summed over the world;
+ * device 0 keeps them in run->moe_steps. Every device calls it. */
+void engine_moe_stats(engine_rank_t *r, int64_t step);
 
 #endif

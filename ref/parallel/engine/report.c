@@ -5,9 +5,34 @@
  * call back.
  */
 #include <stdio.h>
+#include <string.h>
 
-#include "parity/engine.h"
+#include "engine_internal.h"
+#include "parity/coll.h"
 #include "parity/run_report.h"
+
+void engine_moe_stats(engine_rank_t *r, int64_t step) {
+    const engine_run_t *run = r->sh->run;
+    const gpt_moe_stats_t *st = &r->g->moe;
+    const size_t cells = (size_t)r->sh->cfg.layers * (size_t)r->sh->cfg.moe_experts;
+    const int mine = r->tp_rank == 0 && r->cp_rank == 0;
+    int64_t *v = r->moe_counts;
+    for (size_t i = 0; i < cells; i++) {
+        v[i] = mine ? st->routed[i] : 0;
+        v[cells + i] = mine ? st->dropped[i] : 0;
+    }
+    xacc_t sums[2];
+    xacc_init(&sums[0]);
+    xacc_init(&sums[1]);
+    if (mine) sums[0] = st->aux, sums[1] = st->z;
+    coll_all_reduce(r->world, v, v, 2 * cells, COLL_I64, COLL_SUM);
+    coll_all_reduce(r->world, sums, sums, 2, COLL_XACC, COLL_SUM);
+    if (r->device != 0 || !run->moe_steps) return;
+    gpt_moe_stats_t *out = &run->moe_steps[step - engine_first_step(run)];
+    memcpy(out->routed, v, cells * sizeof *v);
+    memcpy(out->dropped, v + cells, cells * sizeof *v);
+    out->aux = sums[0], out->z = sums[1];
+}
 
 /* Device 0's units: its pipeline stage's (every unit without a pipeline). */
 static gpt_units_t device0_units(const engine_run_t *run, const model_config_t *cfg) {
@@ -19,7 +44,8 @@ static gpt_units_t device0_units(const engine_run_t *run, const model_config_t *
 
 void engine_print_report(const engine_run_t *run, FILE *f) {
     run_report_t rr = {.model = run->model, .pc = run->pc, .steps = run->steps,
-                       .reports = run->reports, .trace_path = run->trace_path};
+                       .reports = run->reports, .trace_path = run->trace_path,
+                       .moe_steps = run->moe_steps, .moe_nsteps = run->steps_run};
     engine_replica_config(&run->model, &run->pc, &rr.cfg);
     rr.units0 = device0_units(run, &rr.cfg);
     if (dp_print_zero_report(&rr, f)) return;

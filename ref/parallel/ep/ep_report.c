@@ -10,12 +10,44 @@
  * differ from that count in two ways, both reported: claims dropped over
  * capacity are not sent, and each (expert, sequence) block is padded
  * with zero rows to whole token tiles (the canonical tiles, I1). Copies
- * only: exactness adds nothing to these messages.
+ * only: exactness adds nothing to these messages. Then the load: how
+ * unevenly the router spread the tokens over experts and ep ranks.
  *
  * Dependency: engine -> here, never back (run_report.h's run_report_t).
  */
 #include "parity/coll.h"
 #include "parity/run_report.h"
+
+/* Load over the run, per MoE layer: tokens routed to the busiest
+ * expert and to the busiest ep rank's experts against the mean (1.00:
+ * balanced; an ep rank's compute and all-to-all volume follow its
+ * experts' rows), and the claims dropped over capacity. */
+static void print_load(const run_report_t *run, FILE *f) {
+    const model_config_t *c = &run->cfg;
+    const int E = c->moe_experts, ep = run->pc.ep, El = E / ep;
+    for (int l = 0; l < c->layers; l++) {
+        if (!model_layer_is_moe(c, l)) continue;
+        int64_t per_e[MODEL_MAX_EXPERTS] = {0}, dropped = 0, total = 0;
+        for (int s = 0; s < run->moe_nsteps; s++)
+            for (int e = 0; e < E; e++) {
+                per_e[e] += run->moe_steps[s].routed[(size_t)l * E + e];
+                dropped += run->moe_steps[s].dropped[(size_t)l * E + e];
+            }
+        int64_t max_e = 0, max_q = 0;
+        for (int e = 0; e < E; e++) total += per_e[e], max_e = per_e[e] > max_e ? per_e[e] : max_e;
+        for (int q = 0; q < ep; q++) {
+            int64_t sum = 0;
+            for (int e = q * El; e < (q + 1) * El; e++) sum += per_e[e];
+            max_q = sum > max_q ? sum : max_q;
+        }
+        const double mean_e = (double)total / E, mean_q = (double)total / ep;
+        fprintf(f, "  layer %-3d routed %8lld  busiest expert %.2fx the mean, busiest ep rank "
+                   "%.2fx, dropped %lld (%.1f%%)\n",
+                l, (long long)total, mean_e > 0 ? (double)max_e / mean_e : 0.0,
+                mean_q > 0 ? (double)max_q / mean_q : 0.0, (long long)dropped,
+                total > 0 ? 100.0 * (double)dropped / (double)total : 0.0);
+    }
+}
 
 void ep_print_report(const run_report_t *run, FILE *f) {
     if (!run->reports) return;
@@ -45,4 +77,8 @@ void ep_print_report(const run_report_t *run, FILE *f) {
             formula / MB, formula > 0 ? (double)a2a.sent / steps / formula : 0.0);
     fprintf(f, "  %-44s %10.6f MB   (each peer's rows per expert, int32)\n",
             "all-gather of the rows' layout", (double)counts.sent / steps / MB);
+    if (run->moe_steps) {
+        fprintf(f, "load over the run's %d steps (every device's tokens):\n", run->moe_nsteps);
+        print_load(run, f);
+    }
 }
