@@ -3,7 +3,8 @@
 #  - the golden run routes, drops over capacity and prints per-expert
 #    statistics every step;
 #  - data, ZeRO, accumulation, tensor (+SP), context (ring, Ulysses),
-#    expert (ep ranks out of dp, all-to-all of the experts' rows) and
+#    expert (ep ranks out of dp holding their experts only, all-to-all of
+#    the experts' rows; dense and expert gradients in two groups) and
 #    pipeline layouts are bit-exact with it
 #    over 3 steps (routing, drops, dropout, aux and z losses active; E 4
 #    and 8, top-1 and top-2, both drop policies, pre-softmax, every other
@@ -76,6 +77,10 @@ exact "ep 2 of dp 4 ZeRO-1, position drops" gpt-micro $MOE --moe-token-drop-poli
 exact "ep 2 x tp 2 + SP" gpt-micro $MOE --data-parallel-size 2 --expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel
 exact "ep 2 x pp 2 (1F1B)" gpt-micro $MOE --data-parallel-size 2 --expert-model-parallel-size 2 --pipeline-model-parallel-size 2
 exact "ep 2 x cp 2" gpt-micro $MOE --data-parallel-size 2 --expert-model-parallel-size 2 --context-parallel-size 2
+exact "ep 2 x cp 2 x ZeRO-3" gpt-micro $MOE --data-parallel-size 2 --expert-model-parallel-size 2 --context-parallel-size 2 --zero-stage 3
+exact "ep 2 x pp 2 x ZeRO-3" gpt-micro $MOE --data-parallel-size 2 --expert-model-parallel-size 2 --pipeline-model-parallel-size 2 --zero-stage 3
+exact "ep 2 of dp 4, ZeRO-1, overlapped reduce and gather" gpt-micro $MOE --data-parallel-size 4 --expert-model-parallel-size 2 --zero-stage 1 --overlap-grad-reduce --overlap-param-gather
+exact "ep 2 of dp 4, ZeRO-3, tiny buckets, overlapped reduce" gpt-micro $MOE --data-parallel-size 4 --expert-model-parallel-size 2 --zero-stage 3 --bucket-cap-mb 0.001 --overlap-grad-reduce
 exact "gpt-tiny: ep 8 of dp 8, E 8" gpt-tiny --num-experts 8 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01 --data-parallel-size 8 --expert-model-parallel-size 8
 exact "gpt-tiny: every other layer MoE, E 8, pp 2 interleaved x dp 2" gpt-tiny --num-experts 8 --moe-layer-freq 2 --moe-expert-capacity-factor 1.25 --moe-aux-loss-coeff 0.01 --pipeline-model-parallel-size 2 --pipeline-schedule interleaved --virtual-pipeline-model-parallel-size 2 --num-microbatches 2 --data-parallel-size 2
 }
@@ -155,6 +160,12 @@ else fail "resume at ep 4" "exit $rc" "$(echo "$out" | tail -3)"; fi
 refuse "ep must divide the experts" "expert-model-parallel-size: 4 must divide the 6 experts" -- "$P" check --model gpt-micro --num-experts 6 --data-parallel-size 4 --expert-model-parallel-size 4 --steps 1
 refuse "ep must divide dp" "expert-model-parallel-size: 3 must divide data-parallel-size 2" -- "$P" check --model gpt-micro --num-experts 6 --data-parallel-size 2 --expert-model-parallel-size 3 --steps 1
 refuse "ep without MoE layers" "expert-model-parallel-size: 2 needs mixture-of-experts layers" -- "$P" check --model gpt-micro --data-parallel-size 2 --expert-model-parallel-size 2 --steps 1
+# each ep rank holds its experts only: measured parameter memory per device
+p1=$("$P" train --model gpt-micro --steps 1 --num-experts 8 --data-parallel-size 4 2>&1 | awk '$1 == "0" && NF >= 5 {print $2; exit}')
+p4=$("$P" train --model gpt-micro --steps 1 --num-experts 8 --data-parallel-size 4 --expert-model-parallel-size 4 2>&1 | awk '$1 == "0" && NF >= 5 {print $2; exit}')
+if [ -n "$p1" ] && [ -n "$p4" ] && awk -v a="$p1" -v b="$p4" 'BEGIN {exit !(b < a / 2)}'; then
+  ok "ep 4 holds a quarter of the experts: parameters $p4 MB a device against $p1 MB at ep 1"
+else fail "expert parameters sharded over ep" "ep 1: '$p1' MB, ep 4: '$p4' MB"; fi
 # routing statistics of a layout run: summed over its devices, each
 # sequence once, the golden run's lines
 golden_stats=$("$P" train --model gpt-micro --steps 2 --num-experts 4 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01 2>&1 | grep '^  moe ')

@@ -18,10 +18,16 @@
  *    grouping); ZeRO-3: one bucket per unit (FSDP's). A bucket is final
  *    when the backward pass of its lowest tensor's unit ends in the last
  *    microbatch;
- *  - shards: bucket b is cut into dp pieces of piece = ceil(len/dp)
- *    elements (the last ones shorter or empty: the "bucket padding");
- *    rank k owns piece k of every bucket, and its shard is those pieces
- *    back to back (shard_len elements, the same on every rank).
+ *  - shards: bucket b is cut into n pieces of piece = ceil(len/n)
+ *    elements (the last ones shorter or empty: the "bucket padding"), n
+ *    the size of its tensors' gradient group; rank k of that group owns
+ *    piece k, and a rank's shard is its pieces back to back (shard_len
+ *    elements, the same on every rank of a part).
+ *  - groups: a bucket holds the tensors of one gradient group (their
+ *    placements' reduction axes, param_info_t.reduce). Expert
+ *    parallelism has two: dense tensors reduce over dp-ep-cp, experts cut
+ *    over ep over dp-cp (the expert-data ranks); a ZeRO-3 unit holding
+ *    both is one bucket per run of one group.
  */
 #ifndef PARITY_DP_H
 #define PARITY_DP_H
@@ -39,43 +45,52 @@
 typedef struct {
     int first, last;       /* tensors [first, last) */
     size_t lo, hi;         /* flat elements [lo, hi) */
-    size_t piece;          /* elements per rank piece: ceil((hi - lo) / dp) */
+    size_t piece;          /* elements per rank piece: ceil((hi - lo) / n) */
+    int n;                 /* the ranks of its gradient group */
     size_t shard_off;      /* where this bucket's piece sits in a shard */
     int ready_unit;        /* final after this unit's backward */
     unsigned reduce;       /* its tensors' gradient reduction axes (param_info_t.reduce):
                               a bucket never mixes groups */
 } dp_bucket_t;
 
+enum { DP_UNIT_MAX_BUCKETS = 4 }; /* a unit's runs of one group (2), the tied embedding's */
 typedef struct {
-    int dp, stage, nunits;
+    int dp, stage, nunits;       /* dp: the largest gradient group (buffers are sized by it) */
     int tied;                    /* the head reads the embedding's bucket too */
     int *unit_first, *unit_last; /* [nunits] tensor ranges */
     int *unit_of_tensor;         /* [count] */
     int nbuckets;
     dp_bucket_t *buckets;        /* in backward (readiness) order */
-    int *bucket_of_unit;         /* ZeRO-3: [nunits], -1 for a unit with no tensors held */
+    int *bucket_of_unit;         /* ZeRO-3: [nunits] the unit's first bucket, -1 for a unit
+                                    with no tensors held */
+    int *unit_nbuckets;          /* ZeRO-3: [nunits] its buckets (one per run of one group) */
     size_t shard_len;            /* sum of pieces */
 } dp_plan_t;
 
 int  dp_plan_build(dp_plan_t *p, const param_table_t *t, const model_config_t *cfg, int dp,
                    int stage, double bucket_cap_mb, perr_t *err);
+/* The same on a grid: each bucket's group is its tensors' reduction axes
+ * (param_info_t.reduce) at these axis sizes (dp_plan_build: every bucket
+ * over dp ranks). */
+int  dp_plan_build_grid(dp_plan_t *p, const param_table_t *t, const model_config_t *cfg,
+                        const int sizes[GRID_NAXES], int stage, double bucket_cap_mb, perr_t *err);
 void dp_plan_free(dp_plan_t *p);
 /* Rank k's piece of bucket b: flat elements [*lo, *hi) (possibly empty). */
 void dp_piece(const dp_plan_t *p, int b, int k, size_t *lo, size_t *hi);
 /* The bucket holding flat element x, and the rank owning its piece. */
 void dp_owner(const dp_plan_t *p, size_t x, int *bucket, int *rank);
 /* ZeRO-3: the buckets a unit's forward or backward reads (its own, and
- * the embeddings' for a tied head), gathered together; returns 0 to 2
- * (a pipeline stage has no bucket for a unit whose tensors it does not
- * hold: empty tensors make no bucket). */
-int  dp_unit_buckets(const dp_plan_t *p, int unit, int out[2]);
+ * the embeddings' for a tied head), gathered together; returns 0 to
+ * DP_UNIT_MAX_BUCKETS (a pipeline stage has no bucket for a unit whose
+ * tensors it does not hold: empty tensors make no bucket). */
+int  dp_unit_buckets(const dp_plan_t *p, int unit, int out[DP_UNIT_MAX_BUCKETS]);
 /* Pipeline with a tied head: the word embedding's gradient is complete
  * only after the embedding group's reduction, so its bucket is never
  * ready during the backward pass (engine_reduce_pending reduces it). */
 void dp_plan_hold_embedding(dp_plan_t *p, const param_table_t *t);
 /* ZeRO-3: the bytes of bucket b gathered whole (every rank's piece). */
 static inline size_t dp_gathered_bytes(const dp_plan_t *p, int b) {
-    return p->buckets[b].piece * (size_t)p->dp * sizeof(float);
+    return p->buckets[b].piece * (size_t)p->buckets[b].n * sizeof(float);
 }
 
 #endif

@@ -245,23 +245,32 @@ static void etp_contract(gpt_t *g, contract_form_t form, float *out, int rows, i
     acc_free(&open);
 }
 
+/* Where expert e lies in the rank's stacked expert tensors: they hold
+ * the experts it runs (expert parallelism: its ep rank's E/ep, from the
+ * first; else all). */
+static size_t expert_slot(const gpt_t *g, int e) {
+    const int ep = g->shard.ep;
+    return (size_t)(ep > 1 ? e - g->shard.ep_rank * (g->cfg.moe_experts / ep) : e);
+}
+
 /* Expert e on rows [r0, r0 + rows) of b: fc1, GeLU, fc2 (the rank's
  * FFN columns F of them). */
 static void expert_rows_forward(gpt_t *g, const pass_t *p, const moe_params_t *w,
-                                const expert_rows_t *b, int e, int r0, int rows) {
+                                const expert_rows_t *b, int e_global, int r0, int rows) {
     const int C = g->cfg.hidden, F = g->local.expert_ffn;
+    const size_t e = expert_slot(g, e_global);
     float *fc1 = b->fc1 + (size_t)r0 * F, *h = b->h + (size_t)r0 * F, *y = b->y + (size_t)r0 * C;
-    const float *w2 = w->fc2_w + (size_t)e * C * F;
-    linear_forward(fc1, b->x + (size_t)r0 * C, w->fc1_w + (size_t)e * F * C,
-                   w->fc1_b + (size_t)e * F, rows, C, F, p->t_cf, &g->ws);
+    const float *w2 = w->fc2_w + e * C * F;
+    linear_forward(fc1, b->x + (size_t)r0 * C, w->fc1_w + e * F * C,
+                   w->fc1_b + e * F, rows, C, F, p->t_cf, &g->ws);
     gelu_forward(h, b->hgrad + (size_t)r0 * F, fc1, (size_t)rows * F);
     if (!experts_cut(g)) {
-        linear_forward(y, h, w2, w->fc2_b + (size_t)e * C, rows, F, C, p->t_fc, &g->ws);
+        linear_forward(y, h, w2, w->fc2_b + e * C, rows, F, C, p->t_fc, &g->ws);
         return;
     }
     etp_contract(g, CONTRACT_NT, y, rows, C, F, p->t_fc.tokens, p->t_fc.out, p->t_fc.in, h, F,
                  w2, F);
-    linear_add_bias(y, w->fc2_b + (size_t)e * C, rows, C);
+    linear_add_bias(y, w->fc2_b + e * C, rows, C);
 }
 
 /* ---- expert parallelism ---------------------------------------------------
@@ -481,17 +490,18 @@ static void expert_backward(gpt_t *g, float *dx, int dx_open, acc_t *dw, size_t 
 /* Expert e's rows [r0, r0 + rows) of b back through fc2, GeLU and fc1:
  * dx from dy, the weight gradients into gr. */
 static void expert_rows_backward(gpt_t *g, const pass_t *p, const moe_params_t *w,
-                                 const moe_grads_t *gr, const expert_rows_t *b, int e, int r0,
-                                 int rows) {
+                                 const moe_grads_t *gr, const expert_rows_t *b, int e_global,
+                                 int r0, int rows) {
     const int C = g->cfg.hidden, F = g->local.expert_ffn;
+    const size_t e = expert_slot(g, e_global);
     float *dh = b->dh + (size_t)r0 * F;
-    expert_backward(g, dh, 0, gr->fc2_w, (size_t)e * C * F, gr->fc2_b, (size_t)e * C,
-                    b->dy + (size_t)r0 * C, b->h + (size_t)r0 * F, w->fc2_w + (size_t)e * C * F,
+    expert_backward(g, dh, 0, gr->fc2_w, e * C * F, gr->fc2_b, e * C,
+                    b->dy + (size_t)r0 * C, b->h + (size_t)r0 * F, w->fc2_w + e * C * F,
                     r0, rows, F, C, p->t_fc);
     gelu_backward(dh, dh, b->hgrad + (size_t)r0 * F, (size_t)rows * F);
-    expert_backward(g, b->dx + (size_t)r0 * C, experts_cut(g), gr->fc1_w, (size_t)e * F * C,
-                    gr->fc1_b, (size_t)e * F, dh, b->x + (size_t)r0 * C,
-                    w->fc1_w + (size_t)e * F * C, r0, rows, C, F, p->t_cf);
+    expert_backward(g, b->dx + (size_t)r0 * C, experts_cut(g), gr->fc1_w, e * F * C,
+                    gr->fc1_b, e * F, dh, b->x + (size_t)r0 * C,
+                    w->fc1_w + e * F * C, r0, rows, C, F, p->t_cf);
 }
 
 /* Expert parallel: the rows' output gradients (S->moe_dy) to the

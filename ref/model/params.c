@@ -77,13 +77,17 @@ static void place(param_table_t *t, param_info_t *p, const int sizes[GRID_NAXES]
 
 static int add(param_table_t *t, const int sizes[GRID_NAXES], const int coord[GRID_NAXES],
                const char *name, int ndim, const int64_t *shape, param_init_t init, float std,
-               tp_cut_t cut, int weight_decay, perr_t *err) {
+               tp_cut_t cut, int experts, int weight_decay, perr_t *err) {
     param_info_t *p = &t->info[t->count++];
     snprintf(p->name, sizeof p->name, "%s", name);
     p->pl = placement_replicated(ndim, shape);
     if (cut.axis >= 0)
         p->pl = cut.uneven ? placement_cut_uneven(p->pl, cut.axis, GRID_TP, cut.align)
                            : placement_cut(p->pl, cut.axis, GRID_TP, cut.align);
+    /* expert parallelism: rank q of ep holds experts [q E/ep, (q+1) E/ep)
+     * of a stacked expert tensor (axis 0); its gradient then reduces over
+     * the expert-data ranks only (placement_reduce_axes_at) */
+    if (experts && sizes[GRID_EP] > 1) p->pl = placement_cut(p->pl, 0, GRID_EP, 1);
     if (placement_check(&p->pl, sizes, name, err)) return -1;
     p->reduce = placement_reduce_axes_at(&p->pl, sizes);
     place(t, p, sizes, coord);
@@ -158,7 +162,8 @@ static tp_cut_t cut_of(const unit_tensor_t *d, const model_config_t *c, unsigned
     const int uneven = !row_linears && (d->align == AL_FFN || param_head_unit(c) > 0);
     const int expert_tp = (opts & GPT_EXPERT_TP) && !row_linears;
     switch (d->cut) {
-    case CUT_REPL: break;
+    case CUT_REPL:
+    case CUT_EXPERT: break;
     /* an expert's FFN: the dense MLP's cut under expert tensor
      * parallelism, else whole on every rank */
     case CUT_EXPERT_FFN: /* fc1's rows, its bias, fc2's columns: the FFN axis */
@@ -224,8 +229,8 @@ static int build(param_table_t *t, const model_config_t *c, const int sizes[GRID
             const float std = d->std == STD_SIGMA ? SIGMA : d->std == STD_OUT ? out_std : 0.0f;
             int64_t shape[PL_MAX_DIMS];
             for (int a = 0; a < PL_MAX_DIMS; a++) shape[a] = a < d->ndim ? unit_dim(c, d->dim[a]) : 1;
-            bad |= add(t, sizes, coord, nm, d->ndim, shape, d->init, std,
-                       cut_of(d, c, opts), d->weight_decay, err);
+            bad |= add(t, sizes, coord, nm, d->ndim, shape, d->init, std, cut_of(d, c, opts),
+                       d->cut == CUT_EXPERT_FFN || d->cut == CUT_EXPERT, d->weight_decay, err);
         }
     }
     t->unit_first[U] = t->count;
@@ -286,6 +291,7 @@ int param_table_build_mp(param_table_t *t, const model_config_t *c, int tp,
                          const gpt_units_t *units, unsigned opts, perr_t *err) {
     int sizes[GRID_NAXES], coord[GRID_NAXES];
     tp_grid(tp, 0, sizes, coord);
+    sizes[GRID_EP] = gpt_opts_ep(opts); /* expert parallel rank 0's experts: its sizes */
     return param_table_build_at(t, c, sizes, coord, units, opts, err);
 }
 

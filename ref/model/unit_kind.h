@@ -33,11 +33,12 @@ int64_t unit_dim(const model_config_t *c, unit_dim_t d);
  * align: the block the cut keeps whole. With every linear row-parallel
  * (GPT_TP_ROW_LINEARS) each 2-D linear weight is cut on its input axis
  * at that axis's canonical tile, and column-parallel biases are whole.
- * CUT_EXPERT_FFN cuts a stacked expert tensor's FFN axis like the dense
- * MLP's under expert tensor parallelism (GPT_EXPERT_TP), and replicates
- * it otherwise. */
+ * The stacked expert tensors ([E, ...]) are cut over expert parallelism's
+ * ep ranks on their expert axis; CUT_EXPERT_FFN cuts their FFN axis like
+ * the dense MLP's under expert tensor parallelism (GPT_EXPERT_TP) too,
+ * CUT_EXPERT keeps each expert whole on every tp rank. */
 typedef enum { CUT_REPL, CUT_COLPAR, CUT_ROWPAR, CUT_VOCAB,
-               CUT_EXPERT_FFN } unit_cut_t;
+               CUT_EXPERT_FFN, CUT_EXPERT } unit_cut_t;
 typedef enum { AL_NONE, AL_HEADS3, AL_HEADS, AL_FFN } unit_align_t;
 /* Init scale: none, sigma, or sigma/sqrt(2L) (residual-branch outputs). */
 typedef enum { STD_NONE, STD_SIGMA, STD_OUT } unit_std_t;

@@ -54,10 +54,9 @@ static const unit_tensor_t tensors[P_PER_LAYER] = {
 };
 
 /* An MoE layer's: the attention block's, then the router and the
- * experts' stacked weights: every expert on every rank (expert
- * parallelism runs each on its owners; the others' gradients are zero),
- * its FFN split over tp as the dense MLP's under expert tensor
- * parallelism. */
+ * experts' stacked tensors, cut over expert parallelism's ranks (each
+ * holds the experts it runs) and their FFN over tp as the dense MLP's
+ * under expert tensor parallelism. */
 enum { P_ROUTER = P_FC1_W, P_EXP_FC1_W, P_EXP_FC1_B, P_EXP_FC2_W, P_EXP_FC2_B, P_PER_MOE_LAYER };
 static const unit_tensor_t moe_tensors[P_PER_MOE_LAYER] = {
     ATTENTION_TENSORS,
@@ -70,7 +69,7 @@ static const unit_tensor_t moe_tensors[P_PER_MOE_LAYER] = {
     [P_EXP_FC2_W] = {"mlp.experts.linear_fc2.weight", 3, {DIM_E, DIM_C, DIM_F}, INIT_NORMAL,
                      STD_OUT, CUT_EXPERT_FFN, AL_FFN, 1, WHEN_ALWAYS},
     [P_EXP_FC2_B] = {"mlp.experts.linear_fc2.bias", 2, {DIM_E, DIM_C}, INIT_ZEROS, STD_NONE,
-                     CUT_REPL, AL_NONE, 0, WHEN_ALWAYS},
+                     CUT_EXPERT, AL_NONE, 0, WHEN_ALWAYS},
 };
 #undef ATTENTION_TENSORS
 #undef LN_

@@ -63,7 +63,7 @@ void engine_ckpt_setup_rank(engine_rank_t *r) {
     }
     for (int b = 0; b < p->nbuckets; b++) {
         size_t lo, hi;
-        dp_piece(p, b, r->rank, &lo, &hi);
+        dp_piece(p, b, engine_bucket_rank(r, b), &lo, &hi);
         memcpy(r->shard_m + p->buckets[b].shard_off, m + lo, (hi - lo) * sizeof(float));
         memcpy(r->shard_v + p->buckets[b].shard_off, v + lo, (hi - lo) * sizeof(float));
     }
@@ -75,7 +75,7 @@ void engine_ckpt_collect(engine_rank_t *r) {
     engine_run_t *run = sh->run;
     if (!run->save) return;
     const dp_plan_t *p = r->plan;
-    for (collect_kind_t k = COLLECT_PARAM; k < COLLECT_NKINDS; k++) engine_collect_part(r, k, sh->local[k][r->part], NULL);
+    for (collect_kind_t k = COLLECT_PARAM; k < COLLECT_NKINDS; k++) engine_collect_part(r, k, sh->local[k], NULL);
     coll_barrier(r->world); /* every rank's pieces are in */
     if (r->device != 0) return;
     engine_join_parts(sh, sh->params_local, run->save->params);

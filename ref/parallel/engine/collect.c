@@ -56,16 +56,33 @@ static void mark(int32_t *src, size_t lo, size_t hi, int device) {
     for (size_t i = lo; src && i < hi; i++) src[i] = device;
 }
 
-void engine_collect_pieces(engine_rank_t *r, collect_kind_t k, float *out, int32_t *src) {
+/* The parts that hold bucket b's blocks as this device does, the same
+ * flat range: its own, and with experts cut over ep, for a dense bucket
+ * (reduced over the ep ranks too) the parts of its ep peers. */
+static int bucket_parts(const engine_rank_t *r, int b, int *parts) {
+    if (engine_bucket_gi(r, b) != 0 || r->sh->ngroups == 1 || !r->ep_group) {
+        parts[0] = r->part;
+        return 1;
+    }
+    const int ep = group_size(r->ep_group);
+    for (int q = 0; q < ep; q++) parts[q] = r->sh->part_of[group_world_rank(r->ep_group, q)];
+    return ep;
+}
+
+void engine_collect_pieces(engine_rank_t *r, collect_kind_t k, float **outs, int32_t **srcs) {
     const dp_plan_t *p = r->plan;
+    int parts[MODEL_MAX_EXPERTS]; /* ep <= E */
     for (int b = 0; b < p->nbuckets; b++) {
         size_t lo, hi;
-        dp_piece(p, b, r->rank, &lo, &hi);
+        dp_piece(p, b, engine_bucket_rank(r, b), &lo, &hi);
         /* the checker control: device 1 leaves one gradient element unwritten */
         const size_t skip = (r->sh->run->broken_check & ENGINE_BROKEN_UNWRITTEN) && r->device == 1 &&
                             k == COLLECT_GRAD && b == 0 && hi > lo;
-        memcpy(out + lo + skip, piece_of(r, k, b) + skip, (hi - lo - skip) * sizeof(float));
-        mark(src, lo + skip, hi, r->device);
+        const int np = bucket_parts(r, b, parts);
+        for (int i = 0; i < np; i++) {
+            memcpy(outs[parts[i]] + lo + skip, piece_of(r, k, b) + skip, (hi - lo - skip) * sizeof(float));
+            mark(srcs ? srcs[parts[i]] : NULL, lo + skip, hi, r->device);
+        }
     }
 }
 
@@ -97,14 +114,14 @@ void engine_part_sources_free(const engine_shared_t *sh, int32_t **b) {
     free(b);
 }
 
-void engine_collect_part(engine_rank_t *r, collect_kind_t k, float *out, int32_t *src) {
+void engine_collect_part(engine_rank_t *r, collect_kind_t k, float **outs, int32_t **srcs) {
     const float *mine = replica_of(r, k);
     const size_t total = r->g->table.total;
     if (k == COLLECT_GRAD || !mine) {
-        engine_collect_pieces(r, k, out, src);
-    } else if (r->rank == 0) { /* the copy taken: data-parallel rank 0's */
-        memcpy(out, mine, total * sizeof(float));
-        mark(src, 0, total, r->device);
+        engine_collect_pieces(r, k, outs, srcs);
+    } else if (engine_part_lead(r)) { /* the copy taken: data-parallel rank 0's */
+        memcpy(outs[r->part], mine, total * sizeof(float));
+        mark(srcs ? srcs[r->part] : NULL, 0, total, r->device);
     }
 }
 
@@ -113,11 +130,11 @@ void engine_collect_kind(engine_rank_t *r, int64_t step, collect_kind_t k) {
     float *local = sh->local[k][r->part];
     const float *mine = replica_of(r, k);
     const int sharded = k == COLLECT_GRAD || !mine;
-    engine_collect_part(r, k, local, sh->src_local[k] ? sh->src_local[k][r->part] : NULL);
+    engine_collect_part(r, k, sh->local[k], sh->src_local[k]);
     coll_barrier(r->world); /* every rank's pieces are in */
     /* every other replica against the copy taken (DDP's gradients: against
      * each element's owner, whose piece the all-gather copied) */
-    if (mine && (sharded || r->rank != 0))
+    if (mine && (sharded || !engine_part_lead(r)))
         engine_check_replica(r, step, kind_name[k], mine, local, sharded ? -1 : 0);
     if (r->device == 0) engine_collect_tp(sh, step, k);
 }
@@ -161,7 +178,7 @@ static void record(engine_shared_t *sh, const char *name, uint64_t flat, int dev
 /* The device of data-parallel rank 0 holding model part k. */
 static int part_device(const engine_shared_t *sh, int k) {
     for (int d = 0; d < sh->grid.world; d++)
-        if (sh->ranks[d].part == k && sh->ranks[d].rank == 0) return d;
+        if (sh->ranks[d].part == k && engine_part_lead(&sh->ranks[d])) return d;
     return -1;
 }
 
@@ -180,9 +197,10 @@ void engine_check_replica(engine_rank_t *r, int64_t step, const char *kind, cons
         const param_info_t *pi = &t->info[i];
         size_t k = first_difference(mine + pi->offset, taken + pi->offset, pi->numel);
         if (k == pi->numel) continue;
-        int owner = taken_device, bucket; /* a data-parallel index, then a device */
+        int owner = taken_device, bucket = -1; /* a gradient-group index, then a device */
         if (owner < 0) dp_owner(r->plan, pi->offset + k, &bucket, &owner);
-        owner = group_world_rank(r->group, owner);
+        owner = group_world_rank(bucket >= 0 ? engine_bucket_group(r, bucket) : r->groups[r->sh->ngroups - 1],
+                                 owner);
         /* the element's index in the global tensor (a tensor-parallel block) */
         const engine_part_t part = engine_part(r->sh, r->part);
         size_t flat = placement_global_index(&pi->pl, part.sizes, part.coord, k);

@@ -32,7 +32,9 @@ static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp
     param_table_t t;
     dp_plan_t p;
     if (param_table_build_mp(&t, cfg, tp, &pp->units[s], pconfig_tp_opts(pc), err)) return -1;
-    if (dp_plan_build(&p, &t, cfg, pconfig_grad_ranks(pc), pc->zero_stage, pc->bucket_cap_mb, err)) {
+    int sizes[GRID_NAXES];
+    pconfig_grid_sizes(pc, sizes);
+    if (dp_plan_build_grid(&p, &t, cfg, sizes, pc->zero_stage, pc->bucket_cap_mb, err)) {
         param_table_free(&t);
         return -1;
     }
@@ -46,7 +48,7 @@ static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp
     if (p.stage == 3) { /* a unit's buckets live from its begin event to its end */
         size_t most = 0;
         for (int u = 0; u < p.nunits; u++) {
-            int bs[2], k = dp_unit_buckets(&p, u, bs);
+            int bs[DP_UNIT_MAX_BUCKETS], k = dp_unit_buckets(&p, u, bs);
             size_t bytes = 0;
             for (int i = 0; i < k; i++) bytes += dp_gathered_bytes(&p, bs[i]);
             if (bytes > most) most = bytes;
@@ -62,6 +64,7 @@ int engine_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t
                   size_t *host, perr_t *err) {
     memset(dev, 0, sizeof *dev);
     *host = *all = 0;
+    if (engine_check_experts(model, pc, err)) return -1;
     model_config_t cfg;
     engine_replica_config(model, pc, &cfg);
     pp_plan_t pp;

@@ -163,7 +163,7 @@ static int setup_rank(engine_rank_t *r, device_t *dev) {
     } else {
         for (int b = 0; b < p->nbuckets; b++) {
             size_t lo, hi;
-            dp_piece(p, b, r->rank, &lo, &hi);
+            dp_piece(p, b, engine_bucket_rank(r, b), &lo, &hi);
             memcpy(r->shard_params + p->buckets[b].shard_off, init + lo, (hi - lo) * sizeof(float));
         }
     }
@@ -374,15 +374,20 @@ static void free_local(engine_shared_t *sh) {
     free(sh->v_full);
 }
 
-int engine_train(engine_run_t *run, perr_t *err) {
-    pconfig_t *pc = &run->pc;
-    if (pc->ep > 1 && run->model.moe_experts <= 0)
+int engine_check_experts(const model_config_t *model, const pconfig_t *pc, perr_t *err) {
+    if (pc->ep > 1 && model->moe_experts <= 0)
         return perr_set(err, "expert-model-parallel-size: %d needs mixture-of-experts layers "
                              "(--num-experts E)", pc->ep);
-    if (pc->ep > 1 && run->model.moe_experts % pc->ep)
+    if (pc->ep > 1 && model->moe_experts % pc->ep)
         return perr_set(err, "expert-model-parallel-size: %d must divide the %d experts "
-                             "(--num-experts): each expert-parallel rank runs whole experts",
-                        pc->ep, run->model.moe_experts);
+                             "(--num-experts): each expert-parallel rank holds whole experts",
+                        pc->ep, model->moe_experts);
+    return 0;
+}
+
+int engine_train(engine_run_t *run, perr_t *err) {
+    pconfig_t *pc = &run->pc;
+    if (engine_check_experts(&run->model, pc, err)) return -1;
     run->replica_diffs = NULL, run->n_replica_diffs = 0;
     engine_shared_t *sh = calloc(1, sizeof *sh);
     if (!sh) return perr_set(err, "dp: out of memory");
@@ -390,9 +395,9 @@ int engine_train(engine_run_t *run, perr_t *err) {
     engine_replica_config(&run->model, pc, &sh->cfg);
     const int n = pc->dp, tp = pc->tp, pp = pc->pp, cp = pc->cp, world = n * tp * pp * cp;
     int rc = -1, have_global = 0;
-    group_t **grad_groups = NULL, **main_groups = NULL;
+    group_t **grad_groups[ENGINE_MAX_GROUPS] = {NULL}, **main_groups[ENGINE_MAX_GROUPS] = {NULL};
     trace_buf_t *traces = NULL;
-    int ngrad = 0;
+    int ngrad[ENGINE_MAX_GROUPS] = {0};
     sh->ranks = calloc((size_t)world, sizeof(engine_rank_t));
     sh->sched_end = calloc((size_t)world, sizeof(double));
     device_report_t *reports = run->reports ? run->reports : calloc((size_t)world, sizeof *reports);
@@ -447,20 +452,25 @@ int engine_train(engine_run_t *run, perr_t *err) {
      * data times context parallel, Megatron's data-parallel group with
      * context parallelism); gradient reductions may run on a communication
      * thread, so they get groups of their own */
-    ngrad = layout_num_groups(&sh->grid.layout, sh->grad_name);
-    grad_groups = calloc((size_t)ngrad, sizeof *grad_groups);
-    main_groups = calloc((size_t)ngrad, sizeof *main_groups);
-    if (!grad_groups || !main_groups ||
-        group_create_all(&sh->grid.layout, sh->grad_name, "dp", main_groups, err)) {
-        if (!grad_groups || !main_groups) perr_set(err, "dp: out of memory");
-        free(main_groups);
-        main_groups = NULL;
-        goto out;
-    }
-    if (group_create_all(&sh->grid.layout, sh->grad_name, "dp-grads", grad_groups, err)) {
-        free(grad_groups);
-        grad_groups = NULL;
-        goto out;
+    for (int k = 0; k < sh->ngroups; k++) {
+        ngrad[k] = layout_num_groups(&sh->grid.layout, sh->grad_name[k]);
+        grad_groups[k] = calloc((size_t)ngrad[k], sizeof *grad_groups[k]);
+        main_groups[k] = calloc((size_t)ngrad[k], sizeof *main_groups[k]);
+        if (!grad_groups[k] || !main_groups[k]) {
+            perr_set(err, "dp: out of memory");
+            goto out;
+        }
+        if (group_create_all(&sh->grid.layout, sh->grad_name[k], "dp", main_groups[k], err)) {
+            free(main_groups[k]);
+            main_groups[k] = NULL;
+            goto out;
+        }
+        if (group_create_all(&sh->grid.layout, sh->grad_name[k], "dp-grads", grad_groups[k],
+                             err)) {
+            free(grad_groups[k]);
+            grad_groups[k] = NULL;
+            goto out;
+        }
     }
     if (run->trace_path && !(traces = calloc((size_t)world, sizeof *traces))) {
         perr_set(err, "dp: out of memory for the trace");
@@ -470,11 +480,11 @@ int engine_train(engine_run_t *run, perr_t *err) {
     for (int d = 0; d < world; d++) {
         grid_device_t gd = grid_device(&sh->grid, d);
         device_note_coords(d, gd.coord, sh->grid.size); /* for debuggers: parity devices */
-        int gid = layout_group_id(&sh->grid.layout, d, sh->grad_name);
+        int gid = layout_group_id(&sh->grid.layout, d, sh->grad_name[0]);
         const int stage = gd.coord[GRID_PP];
         if (traces) trace_buf_init(&traces[d], origin);
-        sh->ranks[d] = (engine_rank_t){.sh = sh, .rank = group_index_of(main_groups[gid], d),
-                                   .n = sh->grad_n,
+        sh->ranks[d] = (engine_rank_t){.sh = sh, .rank = group_index_of(main_groups[0][gid], d),
+                                   .n = sh->grad_n[0],
                                    .data_rank = gd.coord[GRID_DP] * ep + gd.coord[GRID_EP],
                                    .data_n = n, .cp_rank = gd.coord[GRID_CP],
                                    .ep_rank = gd.coord[GRID_EP],
@@ -486,8 +496,14 @@ int engine_train(engine_run_t *run, perr_t *err) {
                                    .plan = &sh->plans[sh->part_of[d]], .pp_group = gd.group[GRID_PP],
                                    .emb_group = engine_emb_group_of(sh, d),
                                    .trace = traces ? &traces[d] : NULL,
-                                   .world = sh->grid.all, .group = main_groups[gid],
-                                   .grad_group = grad_groups[gid], .report = &reports[d]};
+                                   .world = sh->grid.all, .group = main_groups[0][gid],
+                                   .grad_group = grad_groups[0][gid], .report = &reports[d]};
+        for (int k = 0; k < sh->ngroups; k++) {
+            engine_rank_t *r = &sh->ranks[d];
+            const int id = layout_group_id(&sh->grid.layout, d, sh->grad_name[k]);
+            r->groups[k] = main_groups[k][id], r->grad_groups[k] = grad_groups[k][id];
+            r->grank[k] = group_index_of(main_groups[k][id], d), r->gn[k] = sh->grad_n[k];
+        }
         memset(&reports[d], 0, sizeof reports[d]);
     }
     if (devices_run(world, run->arena_capacity, device_main, sh, err)) goto out;
@@ -503,10 +519,12 @@ out:
     for (int d = 0; traces && d < world; d++) trace_buf_free(&traces[d]);
     free(traces);
     free(sh->diffs);
-    if (grad_groups) group_destroy_all(grad_groups, ngrad);
-    if (main_groups) group_destroy_all(main_groups, ngrad);
-    free(grad_groups);
-    free(main_groups);
+    for (int k = 0; k < ENGINE_MAX_GROUPS; k++) {
+        if (grad_groups[k]) group_destroy_all(grad_groups[k], ngrad[k]);
+        if (main_groups[k]) group_destroy_all(main_groups[k], ngrad[k]);
+        free(grad_groups[k]);
+        free(main_groups[k]);
+    }
     engine_free_stages(sh);
     if (sh->have_grid) grid_free(&sh->grid);
     if (have_global) param_table_free(&sh->global);

@@ -12,6 +12,7 @@
 #include "parity/trace.h"
 
 typedef struct engine_shared engine_shared_t;
+enum { ENGINE_MAX_GROUPS = 2 };
 
 /* The parameter-shaped tensors a dump collects, each step: gradients
  * (before the update), then parameters and AdamW's m and v (after it). */
@@ -48,6 +49,11 @@ typedef struct engine_rank {
     group_t *group;        /* the gradient group (data x context parallel ranks) */
     group_t *grad_group;   /* the same ranks, for gradient reductions (they may
                               run on the communication thread) */
+    /* every gradient group of the device, [0] the one above; expert
+     * parallelism adds [1], the expert-data ranks its experts' tensors
+     * reduce over: bucket b's is engine_bucket_gi (its rank, size, groups) */
+    int grank[ENGINE_MAX_GROUPS], gn[ENGINE_MAX_GROUPS];
+    group_t *groups[ENGINE_MAX_GROUPS], *grad_groups[ENGINE_MAX_GROUPS];
     /* overlap_grad_reduce / overlap_param_gather: a communication thread
      * runs comm_job on buckets 0 .. ready-1, in order, while the device
      * thread computes (the backward pass, or the optimizer) */
@@ -96,10 +102,13 @@ struct engine_shared {
                               pp * tp) */
     int (*part_coord)[GRID_NAXES]; /* [nparts] the coordinates of a device holding part k */
     int *part_of;          /* [world] each device's part */
-    unsigned grad_axes;    /* the gradient group's grid axes (bit a: axis a), from the
-                              placements (parts.c) */
-    char grad_name[32];    /* the same as a layout's group name, e.g. "dp-cp" */
-    int grad_n;            /* its size */
+    /* the gradient groups: [0] the dense tensors', [1] (expert parallelism)
+     * the experts'; each one's grid axes (bit a: axis a, from the
+     * placements, parts.c), name as a layout's group ("dp-ep-cp") and size */
+    int ngroups;
+    unsigned grad_axes[ENGINE_MAX_GROUPS];
+    char grad_name[ENGINE_MAX_GROUPS][32];
+    int grad_n[ENGINE_MAX_GROUPS];
     float **params_local, **grads_local; /* [nparts] one part's flat tensors, reassembled */
     group_t **emb_groups;  /* tied head, pp > 1: [tp * dp] embedding groups */
     int n_emb_groups;
@@ -195,11 +204,11 @@ void engine_collect_batch(void *ctx, const gpt_view_t *v);
 /* This rank's pieces of a sharded vector of kind k (gradients, ZeRO-3
  * parameters, ZeRO >= 1 AdamW state) into its part's flat vector `out`;
  * src (or NULL) records this device as their writer. */
-void engine_collect_pieces(engine_rank_t *r, collect_kind_t k, float *out, int32_t *src);
+void engine_collect_pieces(engine_rank_t *r, collect_kind_t k, float **outs, int32_t **srcs);
 /* This rank's share of kind k into its part's flat vector: its pieces
  * where its ZeRO stage shards k (gradients always: the reduce-scatter's
  * owner rounded them), the whole replica on data-parallel rank 0. */
-void engine_collect_part(engine_rank_t *r, collect_kind_t k, float *out, int32_t *src);
+void engine_collect_part(engine_rank_t *r, collect_kind_t k, float **outs, int32_t **srcs);
 /* One int32 vector per model part, of its table's size (-1 unset after
  * engine_collect_reset); NULL when memory is short. */
 int32_t **engine_part_sources(const engine_shared_t *sh);
@@ -285,5 +294,24 @@ void engine_span(engine_rank_t *r, const char *name, const char *cat, double t0,
  * every tp and cp rank repeating the same counts), summed over the world;
  * device 0 keeps them in run->moe_steps. Every device calls it. */
 void engine_moe_stats(engine_rank_t *r, int64_t step);
+
+/* Bucket b's gradient group: 0, or 1 for expert tensors (their own
+ * reduction axes); the device's rank in it, its size and its groups (the
+ * device thread's, the communication thread's). */
+static inline int engine_bucket_gi(const engine_rank_t *r, int b) {
+    return r->sh->ngroups > 1 && r->plan->buckets[b].reduce == r->sh->grad_axes[1];
+}
+static inline int engine_bucket_rank(const engine_rank_t *r, int b) { return r->grank[engine_bucket_gi(r, b)]; }
+static inline int engine_bucket_n(const engine_rank_t *r, int b) { return r->gn[engine_bucket_gi(r, b)]; }
+static inline group_t *engine_bucket_group(const engine_rank_t *r, int b) {
+    return r->groups[engine_bucket_gi(r, b)];
+}
+static inline group_t *engine_bucket_comm_group(const engine_rank_t *r, int b) {
+    return r->grad_groups[engine_bucket_gi(r, b)];
+}
+/* Whether the device's copy of a replicated tensor is the one a dump
+ * takes for its part: rank 0 of its last gradient group (the experts'
+ * when there are two: the part's devices are that group). */
+static inline int engine_part_lead(const engine_rank_t *r) { return r->grank[r->sh->ngroups - 1] == 0; }
 
 #endif

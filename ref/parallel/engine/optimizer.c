@@ -24,7 +24,8 @@ static void gather_bucket(engine_rank_t *r, int b) {
                              "gathered parameters (ZeRO-3)");
     if (!buf) parity_fatal("device %d: %s", r->device, arena_last_error(dev->arena));
     double t0 = engine_now();
-    coll_all_gather(r->group, r->shard_params + bk->shard_off, buf, bk->piece, COLL_F32);
+    coll_all_gather(engine_bucket_group(r, b), r->shard_params + bk->shard_off, buf, bk->piece,
+                    COLL_F32);
     r->report->seconds_comm += engine_now() - t0;
     r->unit_buf[b] = buf;
     for (int t = bk->first; t < bk->last; t++)
@@ -44,7 +45,7 @@ void engine_unit_event(void *ctx, gpt_t *g, int unit, int event) {
     engine_rank_t *r = ctx;
     const dp_plan_t *p = r->plan;
     if (p->stage == 3) {
-        int bs[2], k = dp_unit_buckets(p, unit, bs);
+        int bs[DP_UNIT_MAX_BUCKETS], k = dp_unit_buckets(p, unit, bs);
         for (int i = 0; i < k; i++) {
             if (event == GPT_FWD_BEGIN || event == GPT_BWD_BEGIN)
                 gather_bucket(r, bs[i]);
@@ -75,13 +76,19 @@ float engine_grad_norm(engine_rank_t *r) {
     const engine_part_t part = engine_part(r->sh, r->part);
     for (int b = 0; b < p->nbuckets; b++) {
         size_t lo, hi;
-        dp_piece(p, b, r->rank, &lo, &hi);
+        dp_piece(p, b, engine_bucket_rank(r, b), &lo, &hi);
         const float *g = engine_grad_piece(r, b);
+        /* copies along the bucket's own group's axes are its pieces, each
+         * counted by its owner: only copies along other axes are extra
+         * (a dense tensor on every ep rank's part: its group spans ep) */
+        engine_part_t in_group = part;
+        for (int a = 0; a < GRID_NAXES; a++)
+            if (p->buckets[b].reduce >> a & 1) in_group.coord[a] = 0;
         for (int t = p->buckets[b].first; t < p->buckets[b].last; t++) {
             const param_info_t *pi = &r->g->table.info[t];
             size_t a = pi->offset > lo ? pi->offset : lo;
             size_t e = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
-            if (a < e && !engine_part_extra(r->sh, &part, t))
+            if (a < e && !engine_part_extra(r->sh, &in_group, t))
                 sacc_add_squares(&mine, g + (a - lo), e - a);
         }
     }
@@ -101,11 +108,12 @@ static double all_gather_bucket(engine_rank_t *r, group_t *group, float *buf, in
     const dp_plan_t *p = r->plan;
     const dp_bucket_t *bk = &p->buckets[b];
     size_t lo, hi;
-    dp_piece(p, b, r->rank, &lo, &hi);
+    const int rank = engine_bucket_rank(r, b);
+    dp_piece(p, b, rank, &lo, &hi);
     /* a group of one whose piece already lies in place: the gather would
      * copy the bucket out and back (1-2% of a dp = 1 step) */
-    if (r->n == 1 && my_piece == full + bk->lo) return 0.0;
-    float *send = buf + bk->piece * (size_t)r->rank; /* in-place form */
+    if (engine_bucket_n(r, b) == 1 && my_piece == full + bk->lo) return 0.0;
+    float *send = buf + bk->piece * (size_t)rank; /* in-place form */
     memmove(send, my_piece, (hi - lo) * sizeof(float));
     memset(send + (hi - lo), 0, (bk->piece - (hi - lo)) * sizeof(float));
     double t0 = engine_now();
@@ -120,15 +128,16 @@ static double all_gather_bucket(engine_rank_t *r, group_t *group, float *buf, in
  * next buckets. */
 void engine_gather_params_job(engine_rank_t *r, int b) {
     size_t lo, hi;
-    dp_piece(r->plan, b, r->rank, &lo, &hi);
-    r->t_comm += all_gather_bucket(r, r->grad_group, r->comm_gather_buf, b, r->g->params + lo,
-                                   r->g->params);
+    dp_piece(r->plan, b, engine_bucket_rank(r, b), &lo, &hi);
+    r->t_comm += all_gather_bucket(r, engine_bucket_comm_group(r, b), r->comm_gather_buf, b,
+                                   r->g->params + lo, r->g->params);
 }
 
 void engine_all_gather_grads(engine_rank_t *r) {
     for (int b = 0; b < r->plan->nbuckets; b++)
         r->report->seconds_comm +=
-            all_gather_bucket(r, r->group, r->gather_buf, b, engine_grad_piece(r, b), r->g->grads);
+            all_gather_bucket(r, engine_bucket_group(r, b), r->gather_buf, b,
+                              engine_grad_piece(r, b), r->g->grads);
 }
 
 void engine_update(engine_rank_t *r, float lr, float grad_norm) {
@@ -145,7 +154,7 @@ void engine_update(engine_rank_t *r, float lr, float grad_norm) {
     for (int b = 0; b < p->nbuckets; b++) {
         const dp_bucket_t *bk = &p->buckets[b];
         size_t lo, hi;
-        dp_piece(p, b, r->rank, &lo, &hi);
+        dp_piece(p, b, engine_bucket_rank(r, b), &lo, &hi);
         float *gp = engine_grad_piece(r, b);
         float *pp = p->stage == 3 ? r->shard_params + bk->shard_off : r->g->params + lo;
         float *m = r->shard_m + bk->shard_off, *v = r->shard_v + bk->shard_off;
@@ -164,7 +173,8 @@ void engine_update(engine_rank_t *r, float lr, float grad_norm) {
             engine_buckets_ready(r, b + 1);
         else if (p->stage < 3)
             r->report->seconds_comm +=
-                all_gather_bucket(r, r->group, r->gather_buf, b, r->g->params + lo, r->g->params);
+                all_gather_bucket(r, engine_bucket_group(r, b), r->gather_buf, b, r->g->params + lo,
+                                  r->g->params);
     }
     if (overlap) {
         engine_comm_finish(r);

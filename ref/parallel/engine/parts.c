@@ -110,38 +110,45 @@ void engine_join_parts(const engine_shared_t *sh, float **local, float *global) 
     }
 }
 
-/* The gradient group: the axes every held tensor's gradient is reduced
+/* The gradient groups: the axes each held tensor's gradient is reduced
  * over (param_info_t.reduce, from its placement: the token axes it is
- * replicated over), its name for the layout ("dp-cp") and its size. The
- * buckets are cut where the group changes (dp_plan.c), but a device has
- * one gradient group today: tensors reducing over different axes (expert
- * weights over expert-data ranks) are refused here until the reduction
- * keeps a group per bucket series. */
+ * replicated over), their names for the layout ("dp-cp") and sizes. One
+ * group, or with expert parallelism two: the dense tensors' over dp-ep-cp
+ * ([0], the widest) and the experts' (cut over ep) over dp-cp. The
+ * buckets are cut where the group changes (dp_plan.c). */
 static int grad_axes(engine_shared_t *sh, perr_t *err) {
-    unsigned mask = 0;
-    int have = 0;
+    sh->ngroups = 0;
     const char *first = NULL;
     for (int s = 0; s < sh->pp.pp; s++)
         for (int i = 0; i < sh->tables[s].count; i++) {
             const param_info_t *p = &sh->tables[s].info[i];
             if (!p->held) continue;
-            if (have && p->reduce != mask)
-                return perr_set(err, "tensors '%s' and '%s' reduce their gradients over "
-                                     "different grid axes: one gradient group per device is "
-                                     "all the engine runs today", first, p->name);
-            mask = p->reduce, have = 1, first = p->name;
+            int known = 0;
+            for (int k = 0; k < sh->ngroups; k++) known |= sh->grad_axes[k] == p->reduce;
+            if (known) continue;
+            if (sh->ngroups == ENGINE_MAX_GROUPS)
+                return perr_set(err, "tensors '%s' and '%s' reduce their gradients over a third "
+                                     "set of grid axes: the engine runs at most %d gradient groups",
+                                first, p->name, ENGINE_MAX_GROUPS);
+            sh->grad_axes[sh->ngroups++] = p->reduce, first = p->name;
         }
-    if (!have) {
+    if (sh->ngroups == 0) {
         const int64_t one = 1;
         const placement_t r = placement_replicated(1, &one);
-        mask = placement_reduce_axes_at(&r, sh->grid.size);
+        sh->grad_axes[sh->ngroups++] = placement_reduce_axes_at(&r, sh->grid.size);
     }
-    sh->grad_axes = mask;
-    placement_reduce_name(mask, sh->grad_name, sizeof sh->grad_name);
-    sh->grad_n = 1;
-    for (int a = 0; a < GRID_NAXES; a++)
-        if (mask >> a & 1) sh->grad_n *= sh->grid.size[a];
-    if (!sh->grad_name[0]) return perr_set(err, "no tensor reduces its gradient over a token axis");
+    /* the widest first: the dense tensors' (the loss's, the buffers') */
+    if (sh->ngroups == 2 && (sh->grad_axes[1] & ~sh->grad_axes[0])) {
+        const unsigned t = sh->grad_axes[0];
+        sh->grad_axes[0] = sh->grad_axes[1], sh->grad_axes[1] = t;
+    }
+    for (int k = 0; k < sh->ngroups; k++) {
+        placement_reduce_name(sh->grad_axes[k], sh->grad_name[k], sizeof sh->grad_name[k]);
+        sh->grad_n[k] = 1;
+        for (int a = 0; a < GRID_NAXES; a++)
+            if (sh->grad_axes[k] >> a & 1) sh->grad_n[k] *= sh->grid.size[a];
+        if (!sh->grad_name[k][0]) return perr_set(err, "no tensor reduces its gradient over a token axis");
+    }
     return 0;
 }
 
@@ -174,8 +181,8 @@ int engine_build_stages(engine_shared_t *sh, perr_t *err) {
         const int s = sh->part_coord[k][GRID_PP];
         if (param_table_build_at(&sh->part_tables[k], &sh->cfg, sh->grid.size, sh->part_coord[k],
                                  &sh->pp.units[s], pconfig_tp_opts(pc), err) ||
-            dp_plan_build(&sh->plans[k], &sh->part_tables[k], &sh->cfg, sh->grad_n,
-                          pc->zero_stage, pc->bucket_cap_mb, err))
+            dp_plan_build_grid(&sh->plans[k], &sh->part_tables[k], &sh->cfg, sh->grid.size,
+                               pc->zero_stage, pc->bucket_cap_mb, err))
             return -1;
         if (pp > 1 && sh->cfg.tied) dp_plan_hold_embedding(&sh->plans[k], &sh->part_tables[k]);
     }

@@ -48,13 +48,15 @@ void engine_device_name(const pconfig_t *pc, int rank, char *buf, size_t cap) {
 }
 
 /* The world rank at (tp, cp, dp, stage). */
-static int grid_device_at(const pconfig_t *pc, int tp_rank, int cp_rank, int dp_rank, int stage) {
+static int grid_device_at(const pconfig_t *pc, int tp_rank, int cp_rank, int ep_rank, int dp_rank,
+                          int stage) {
     rank_layout_t L;
     if (report_grid_layout(pc, &L)) return dp_rank;
     int coords[LAYOUT_MAX_DIMS] = {0};
     for (int i = 0; i < L.ndims; i++)
         coords[i] = !strcmp(L.names[i], "tp")   ? tp_rank
                     : !strcmp(L.names[i], "cp") ? cp_rank
+                    : !strcmp(L.names[i], "ep") ? ep_rank
                     : !strcmp(L.names[i], "dp") ? dp_rank
                     : !strcmp(L.names[i], "pp") ? stage
                                                 : 0;
@@ -70,13 +72,14 @@ static void grid_sizes(const pconfig_t *pc, int sizes[GRID_NAXES]) {
  * the token axes the tensor's placement replicates it over
  * (param_info_t.reduce: the driver's "dp-cp" groups), as ZeRO numbers
  * pieces. */
-static int device_of(const pconfig_t *pc, unsigned reduce, int k, int tp_rank, int stage) {
+static int device_of(const pconfig_t *pc, unsigned reduce, int k, int tp_rank, int ep_rank,
+                     int stage) {
     rank_layout_t L;
     int ranks[PARITY_MAX_DEVICES];
     char name[32];
     if (report_grid_layout(pc, &L)) return k;
     placement_reduce_name(reduce, name, sizeof name);
-    const int n = layout_group_ranks(&L, grid_device_at(pc, tp_rank, 0, 0, stage), name, ranks);
+    const int n = layout_group_ranks(&L, grid_device_at(pc, tp_rank, 0, ep_rank, 0, stage), name, ranks);
     return k >= 0 && k < n ? ranks[k] : k;
 }
 
@@ -143,7 +146,7 @@ void engine_batch_at(const engine_placement_t *pl, const st_tensor_t *t, uint64_
     b->micro = k, b->nmicro = accum, b->msize = size;
     b->unit = unit_of_batch(&pl->cfg, t->name);
     b->stage = stage_of_unit(&pl->pp, b->unit);
-    b->device = grid_device_at(pc, 0, b->cp_rank, b->dp_rank, b->stage);
+    b->device = grid_device_at(pc, 0, b->cp_rank, 0, b->dp_rank, b->stage);
 }
 
 static void describe_batch(const engine_placement_t *pl, const st_tensor_t *t, uint64_t flat,
@@ -163,10 +166,10 @@ static void describe_batch(const engine_placement_t *pl, const st_tensor_t *t, u
 /* Where element `flat` of global tensor i lies on a stage's devices:
  * the first grid coordinate (tp fastest, the stage's) whose block holds
  * it and is not an extra copy (a tensor every tp rank holds whole: rank
- * 0's, the copy that counts), its tensor-parallel coordinate and its
- * index there. */
+ * 0's, the copy that counts), its tensor-parallel coordinate, its
+ * expert-parallel one (experts cut over ep) and its index there. */
 static int tp_locate(const param_info_t *pi, const int sizes[GRID_NAXES], int stage, uint64_t flat,
-                     size_t *local) {
+                     size_t *local, int *ep_rank) {
     int64_t idx[PL_MAX_DIMS], rest = (int64_t)flat;
     for (int d = pi->pl.ndim - 1; d >= 0; d--) idx[d] = rest % pi->pl.shape[d], rest /= pi->pl.shape[d];
     int world = 1;
@@ -185,11 +188,11 @@ static int tp_locate(const param_info_t *pi, const int sizes[GRID_NAXES], int st
             at = at * ext[d] + (idx[d] - lo[d]);
         }
         if (in) {
-            *local = (size_t)at;
+            *local = (size_t)at, *ep_rank = coord[GRID_EP];
             return coord[GRID_TP];
         }
     }
-    *local = (size_t)flat;
+    *local = (size_t)flat, *ep_rank = 0;
     return 0;
 }
 
@@ -212,17 +215,16 @@ int engine_param_at(const engine_placement_t *pl, const char *pname, uint64_t fl
     if (param_table_build_at(&t, &pl->cfg, sizes, coord, &pl->pp.units[o->stage], pconfig_tp_opts(pc),
                              NULL))
         return -2;
-    int n = 1; /* the tensor's gradient group */
-    for (int a = 0; a < GRID_NAXES; a++)
-        if (t.info[o->i].reduce >> a & 1) n *= sizes[a];
-    if (dp_plan_build(&p, &t, &pl->cfg, n, pc->zero_stage, pc->bucket_cap_mb, NULL)) {
+    if (dp_plan_build_grid(&p, &t, &pl->cfg, sizes, pc->zero_stage, pc->bucket_cap_mb, NULL)) {
         param_table_free(&t);
         return -2;
     }
-    o->tr = tp_locate(&t.info[o->i], sizes, o->stage, flat, &o->local);
+    int er;
+    o->tr = tp_locate(&t.info[o->i], sizes, o->stage, flat, &o->local, &er);
     dp_owner(&p, t.info[o->i].offset + o->local, &o->b, &o->k);
     dp_piece(&p, o->b, o->k, &o->lo, &o->hi);
-    o->N = p.dp, o->z = p.stage, o->owner = device_of(pc, t.info[o->i].reduce, o->k, o->tr, o->stage);
+    o->N = o->b >= 0 ? p.buckets[o->b].n : p.dp, o->z = p.stage;
+    o->owner = device_of(pc, t.info[o->i].reduce, o->k, o->tr, er, o->stage);
     dp_plan_free(&p);
     param_table_free(&t);
     return 0;

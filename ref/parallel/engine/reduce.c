@@ -131,7 +131,7 @@ float *engine_grad_piece(engine_rank_t *r, int b) {
     const dp_plan_t *p = r->plan;
     if (p->stage >= 2) return r->shard_grads + p->buckets[b].shard_off;
     size_t lo, hi;
-    dp_piece(p, b, r->rank, &lo, &hi);
+    dp_piece(p, b, engine_bucket_rank(r, b), &lo, &hi);
     return r->g->grads + lo;
 }
 
@@ -209,15 +209,16 @@ static void reduce_alone(engine_rank_t *r, const dp_bucket_t *bk, float *out) {
 static void reduce_exact(engine_rank_t *r, int b, float *out) {
     const dp_plan_t *p = r->plan;
     const dp_bucket_t *bk = &p->buckets[b];
-    const size_t n = (size_t)r->n, P = bk->piece;
+    const size_t n = (size_t)engine_bucket_n(r, b), P = bk->piece;
+    const int rank = engine_bucket_rank(r, b);
     if (n == 1) {
         reduce_alone(r, bk, out);
         return;
     }
     size_t my_lo, my_hi;
-    dp_piece(p, b, r->rank, &my_lo, &my_hi);
+    dp_piece(p, b, rank, &my_lo, &my_hi);
     const size_t mine = my_hi - my_lo;
-    size_t c = engine_round_elems(P, r->n), cap0 = scratch_cap(r, 0) / n, cap1 = scratch_cap(r, 1);
+    size_t c = engine_round_elems(P, (int)n), cap0 = scratch_cap(r, 0) / n, cap1 = scratch_cap(r, 1);
     if (c > cap0) c = cap0;
     if (c > cap1) c = cap1;
     /* scratch below n elements (every bucket tiny): rounds of one element
@@ -242,8 +243,8 @@ static void reduce_exact(engine_rank_t *r, int b, float *out) {
          * or a tiny send */
         const int in_place = n == 1 || tiny.sum;
         xvec_t *recv = in_place ? send : fresh(r, 1, cj);
-        const size_t at = in_place ? (size_t)r->rank * cj : 0;
-        coll_reduce_scatter_open(r->grad_group, send, 0, recv, at, cj);
+        const size_t at = in_place ? (size_t)rank * cj : 0;
+        coll_reduce_scatter_open(engine_bucket_comm_group(r, b), send, 0, recv, at, cj);
         if (off < mine) round_range(recv, at, mine - off < cj ? mine - off : cj, out + off);
     }
     xvec_free(&tiny);
@@ -252,7 +253,7 @@ static void reduce_exact(engine_rank_t *r, int b, float *out) {
 static void reduce_broken(engine_rank_t *r, int b, float *out) {
     const dp_plan_t *p = r->plan;
     const dp_bucket_t *bk = &p->buckets[b];
-    const size_t padded = bk->piece * (size_t)r->n;
+    const size_t padded = bk->piece * (size_t)engine_bucket_n(r, b);
     float *local = calloc(padded ? padded : 1, sizeof(float));
     float *mine = malloc((bk->piece ? bk->piece : 1) * sizeof(float));
     if (!local || !mine) parity_fatal("dp: out of memory in the broken reduction");
@@ -261,10 +262,10 @@ static void reduce_broken(engine_rank_t *r, int b, float *out) {
         acc_round(&r->g->grad_acc[t], local + (pi->offset - bk->lo));
     }
     coll_algo_t was = coll_set_algo(COLL_ALGO_RING);
-    coll_reduce_scatter(r->grad_group, local, mine, bk->piece, COLL_F32, COLL_SUM);
+    coll_reduce_scatter(engine_bucket_comm_group(r, b), local, mine, bk->piece, COLL_F32, COLL_SUM);
     coll_set_algo(was);
     size_t lo, hi;
-    dp_piece(p, b, r->rank, &lo, &hi);
+    dp_piece(p, b, engine_bucket_rank(r, b), &lo, &hi);
     memcpy(out, mine, (hi - lo) * sizeof(float));
     free(local);
     free(mine);
