@@ -160,6 +160,27 @@ else fail "resume at ep 4" "exit $rc" "$(echo "$out" | tail -3)"; fi
 refuse "ep must divide the experts" "expert-model-parallel-size: 4 must divide the 6 experts" -- "$P" check --model gpt-micro --num-experts 6 --data-parallel-size 4 --expert-model-parallel-size 4 --steps 1
 refuse "ep must divide dp" "expert-model-parallel-size: 3 must divide data-parallel-size 2" -- "$P" check --model gpt-micro --num-experts 6 --data-parallel-size 2 --expert-model-parallel-size 3 --steps 1
 refuse "ep without MoE layers" "expert-model-parallel-size: 2 needs mixture-of-experts layers" -- "$P" check --model gpt-micro --data-parallel-size 2 --expert-model-parallel-size 2 --steps 1
+exact "ep 2 of dp 2, ZeRO-1" gpt-micro $MOE --data-parallel-size 2 --expert-model-parallel-size 2 --zero-stage 1
+exact "ep 2 of dp 2, ZeRO-3" gpt-micro $MOE --data-parallel-size 2 --expert-model-parallel-size 2 --zero-stage 3
+# the routing statistics are dumped ([L, E] int64), a layout's summed
+"$P" train --model gpt-micro --steps 1 --quiet $MOE --data-parallel-size 2 --expert-model-parallel-size 2 --dump "$tmp/stats.safetensors" >/dev/null 2>&1
+if python3 - "$tmp/stats.safetensors" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+def get(name):
+    lo, hi = h[name]['data_offsets']
+    assert h[name]['dtype'] == 'I64' and h[name]['shape'] == [2, 4], h[name]
+    return struct.unpack('<8q', b[8 + n + lo:8 + n + hi])
+routed, dropped = get('step0.moe.routed'), get('step0.moe.dropped')
+# 4 sequences x 16 tokens x top-2 = 128 claims a layer, over both ep ranks
+assert sum(routed[:4]) == 128 and sum(routed[4:]) == 128, routed
+assert 0 < sum(dropped) < 256, dropped
+assert 'step0.moe.aux_loss' in h and 'step0.moe.z_loss' in h
+PY
+then ok "the dump holds the step's routing statistics, summed over the ep ranks (128 claims a layer)"
+else fail "routing statistics in the dump" "$(ls -la "$tmp/stats.safetensors" 2>&1)"; fi
 # each ep rank holds its experts only: measured parameter memory per device
 p1=$("$P" train --model gpt-micro --steps 1 --num-experts 8 --data-parallel-size 4 2>&1 | awk '$1 == "0" && NF >= 5 {print $2; exit}')
 p4=$("$P" train --model gpt-micro --steps 1 --num-experts 8 --data-parallel-size 4 --expert-model-parallel-size 4 2>&1 | awk '$1 == "0" && NF >= 5 {print $2; exit}')

@@ -64,9 +64,14 @@ static void print_stages(const pp_plan_t *pp, FILE *f) {
 static int print_experts(const model_config_t *cfg, const pconfig_t *pc, const grid_t *G, FILE *f,
                          perr_t *err) {
     const int E = cfg->moe_experts, ep = G->size[GRID_EP], El = E / ep;
-    fprintf(f, "  \"experts\": {\"experts\": %d, \"ep\": %d, \"etp\": %d, \"experts_per_ep_rank\": %d, "
+    /* Megatron's edp = world / (etp ep pp): the ranks an expert's
+     * gradient is reduced over (here dp / ep x cp; with etp 1 the tp
+     * ranks hold the same expert whole and compute the same gradient) */
+    const int edp = G->size[GRID_DP] * G->size[GRID_CP];
+    fprintf(f, "  \"experts\": {\"experts\": %d, \"ep\": %d, \"etp\": %d, \"edp\": %d, "
+               "\"experts_per_ep_rank\": %d, \"expert_grads_reduced_over\": \"%s\", "
                "\"tokens_sent\": \"all-to-all-v over ep\", \"devices\": [",
-            E, ep, pc->etp, El);
+            E, ep, pc->etp, edp, El, G->size[GRID_CP] > 1 ? "dp-cp" : "dp");
     for (int d = 0; d < G->world; d++) {
         const grid_device_t gd = grid_device(G, d);
         gpt_local_t lc;

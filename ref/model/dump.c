@@ -355,6 +355,34 @@ static int emit_batch(dump_t *d, const char *prefix, perr_t *err) {
     return 0;
 }
 
+/* MoE models: the step's routing statistics, per MoE layer and expert
+ * ([L, E], dense layers' rows 0): tokens routed and dropped (int64), and
+ * the auxiliary losses' values (fp64, from their exact sums). A layout's
+ * are summed over its devices (engine_moe_stats), so the checker
+ * memcmps them against the golden run's like any tensor. */
+static int emit_moe_stats(dump_t *d, const gpt_t *g, perr_t *err) {
+    const model_config_t *c = &g->cfg;
+    if (c->moe_experts <= 0 || !g->moe.routed) return 0;
+    const int64_t shape[2] = {c->layers, c->moe_experts}, one = 1;
+    const size_t cells = (size_t)c->layers * (size_t)c->moe_experts;
+    int32_t *who = calloc(cells, sizeof *who); /* device 0's copy */
+    if (!who) return perr_set(err, "dump: out of memory");
+    double loss[2];
+    moe_loss_values(c, &g->moe, &loss[0], &loss[1]);
+    const struct { const char *n; const void *v; int scalar; } t[] = {
+        {"moe.routed", g->moe.routed, 0}, {"moe.dropped", g->moe.dropped, 0},
+        {"moe.aux_loss", &loss[0], 1}, {"moe.z_loss", &loss[1], 1}};
+    int rc = 0;
+    for (int k = 0; k < 4 && !rc; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "step%lld.%s", (long long)d->step, t[k].n);
+        rc = t[k].scalar ? emit(d, name, ST_F64, 1, &one, t[k].v, who, err)
+                         : emit(d, name, ST_I64, 2, shape, t[k].v, who, err);
+    }
+    free(who);
+    return rc;
+}
+
 int dump_end_step(dump_t *d, const gpt_t *g, const gpt_step_stats_t *st, perr_t *err) {
     char name[160];
     const int64_t one = 1;
@@ -378,6 +406,7 @@ int dump_end_step(dump_t *d, const gpt_t *g, const gpt_step_stats_t *st, perr_t 
         snprintf(name, sizeof name, "step%lld.%s", (long long)d->step, scalars[k].n);
         if (emit(d, name, ST_F32, 1, &one, &scalars[k].v, &device0, err)) return -1;
     }
+    if (emit_moe_stats(d, g, err)) return -1;
     if (emit_batch(d, "act.", err) || emit_batch(d, "mask.", err) ||
         emit_batch(d, "grad_input.", err))
         return -1;

@@ -5,8 +5,8 @@
 # medians), with the expert FLOPs the MoE adds (k x the dense MLP's
 # products, plus the rows padded to whole token tiles) for comparison;
 # the same MoE at dp 2 and at tp 2 (gpt-small has one token tile a
-# sequence, so no SP; experts replicated: every tp rank runs
-# them on every token) as ratios to its one-device step; the drops a
+# sequence, so no SP; each expert's FFN split over tp, etp = tp) as
+# ratios to its one-device step; the drops a
 # step; and dp 4 at ep 1, 2, 4 as ratios to ep 1, with the ep report's
 # all-to-all bytes against the formula. Reports, never asserts.
 set -u

@@ -272,6 +272,7 @@ static int run_step(engine_rank_t *r, int64_t step, int collect) {
             engine_check_scalars(sh, step);
             gpt_t view = engine_global_view(sh, r->g);
             view.adam_t = engine_adam_t(r);
+            if (r->moe_counts) view.moe = r->moe_sum; /* the run's, not device 0's */
             gpt_step_stats_t st = {loss_value, lr, norm, 0.0};
             dump_sources_t src;
             engine_collect_sources(sh, &src);

@@ -83,6 +83,7 @@ typedef struct engine_rank {
     gpt_step_stats_t step_stats; /* this rank's loss, lr and norm (replicas) */
     int64_t *moe_counts;   /* MoE: [2][L][E] the step's routed and dropped counts, summed
                               over the world (engine_moe_stats), or NULL */
+    gpt_moe_stats_t moe_sum; /* the same with the auxiliary losses' sums: the run's */
     device_report_t *report;
     const gpt_observer_t *collect; /* forwards batch tensors to the dump */
 } engine_rank_t;

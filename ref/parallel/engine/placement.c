@@ -295,6 +295,10 @@ void engine_describe_element(const engine_placement_t *pl, const st_tensor_t *t,
         snprintf(buf, cap, "every device: an exact all-reduce of the %d devices' open sums, rounded "
                            "once; the dump holds device 0's, and every device's is checked against it",
                  N);
+    else if (!strncmp(what, "moe.", 4))
+        snprintf(buf, cap, "the step's routing statistics: each sequence counted by the devices "
+                           "of tp and cp coordinate 0 that route it, summed over every device "
+                           "(engine_moe_stats); the dump holds device 0's sums");
     else if (!strcmp(what, "adam_t"))
         snprintf(buf, cap, "every device: AdamW's step count; the dump holds device 0's, and "
                            "every device's is checked against it");
