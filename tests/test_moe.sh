@@ -14,7 +14,8 @@
 #    weights are zero: every score ties) make the same choices on every
 #    layout, and the tie-order bug is caught there;
 #  - expert tensor parallelism (etp = tp, Megatron's default: each
-#    expert's FFN split over tp; etp 1: whole) and the expert grid of
+#    expert's FFN split over tp; etp 1: whole), parallel folding of ep
+#    onto the tp ranks (etp 1, ep = tp), and the expert grid of
 #    --print-layout;
 #  - a checkpoint saved by the golden run resumes bit-exact at dp 2, and
 #    one saved at tp 2 etp 2 ep 2 is the golden one and resumes at ep 4;
@@ -158,7 +159,7 @@ else fail "resume at ep 4" "exit $rc" "$(echo "$out" | tail -3)"; fi
 
 # ---- refusals ----------------------------------------------------------------
 refuse "ep must divide the experts" "expert-model-parallel-size: 4 must divide the 6 experts" -- "$P" check --model gpt-micro --num-experts 6 --data-parallel-size 4 --expert-model-parallel-size 4 --steps 1
-refuse "ep must divide dp" "expert-model-parallel-size: 3 must divide data-parallel-size 2" -- "$P" check --model gpt-micro --num-experts 6 --data-parallel-size 2 --expert-model-parallel-size 3 --steps 1
+refuse "ep must divide dp, or equal tp with etp 1" "expert-model-parallel-size: 3 must divide data-parallel-size 2 .* or equal tensor-model-parallel-size 1 with --expert-tensor-parallel-size 1" -- "$P" check --model gpt-micro --num-experts 6 --data-parallel-size 2 --expert-model-parallel-size 3 --steps 1
 refuse "ep without MoE layers" "expert-model-parallel-size: 2 needs mixture-of-experts layers" -- "$P" check --model gpt-micro --data-parallel-size 2 --expert-model-parallel-size 2 --steps 1
 exact "ep 2 of dp 2, ZeRO-1" gpt-micro $MOE --data-parallel-size 2 --expert-model-parallel-size 2 --zero-stage 1
 exact "ep 2 of dp 2, ZeRO-3" gpt-micro $MOE --data-parallel-size 2 --expert-model-parallel-size 2 --zero-stage 3
@@ -206,7 +207,16 @@ else fail "ep report load lines" "$(echo "$out" | tail -4)"; fi
 refuse "etp must be 1 or tp" "expert-tensor-parallel-size: 2: expected 1 .* or tensor-model-parallel-size 4" -- "$P" check --model gpt-tiny --num-experts 4 --tensor-model-parallel-size 4 --expert-tensor-parallel-size 2 --steps 1
 refuse "etp > 1 without tp" "expert-tensor-parallel-size: 2: expected 1" -- "$P" check --model gpt-micro --num-experts 4 --data-parallel-size 2 --expert-tensor-parallel-size 2 --steps 1
 refuse "etp > 1 with every linear row-parallel" "expert-tensor-parallel-size: 2 with every linear row-parallel" -- "$P" check --model gpt-micro --num-experts 4 --tensor-model-parallel-size 2 --tensor-parallel-row-linears --expert-tensor-parallel-size 2 --steps 1
-exact "--expert-tensor-parallel-size 1 x tp 2 x ep 2" gpt-micro $MOE --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --data-parallel-size 2 --expert-model-parallel-size 2
+exact "etp 1 x tp 2 x ep 2 of dp 4 (ep out of dp, experts whole on each tp rank)" gpt-micro $MOE --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --data-parallel-size 4 --expert-model-parallel-size 2
+# Megatron's parallel folding with etp 1 and ep = tp: the ep ranks are the tp ranks
+exact "ep 2 folded onto tp 2 (etp 1, dp 1)" gpt-micro $MOE --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --expert-model-parallel-size 2
+exact "ep 2 folded onto tp 2 + SP x dp 2 ZeRO-3" gpt-micro $MOE --tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1 --expert-model-parallel-size 2 --data-parallel-size 2 --zero-stage 3
+exact "ep 2 folded onto tp 2 x pp 2 (1F1B)" gpt-micro $MOE --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --expert-model-parallel-size 2 --pipeline-model-parallel-size 2
+exact "gpt-tiny: ep 4 folded onto tp 4 x cp 2, E 8" gpt-tiny --num-experts 8 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01 --tensor-model-parallel-size 4 --expert-tensor-parallel-size 1 --expert-model-parallel-size 4 --context-parallel-size 2
+out=$("$P" check --model gpt-micro --steps 1 --num-experts 4 --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --expert-model-parallel-size 2 --print-layout 2>&1)
+grid=$(echo "$out" | python3 -c 'import json, sys; d = json.load(sys.stdin)["experts"]; print(" ".join("%d:%d+%d" % (x["rank"], x["expert0"], x["experts"]) for x in d["devices"]))' 2>&1)
+if [ "$grid" = "0:0+2 1:2+2" ]; then ok "folded onto tp: --print-layout gives each tp rank half the experts ($grid)"
+else fail "--print-layout folded expert grid" "$grid"; fi
 # the expert grid: experts by ep rank, FFN columns by tp rank
 out=$("$P" check --model gpt-micro --steps 1 --num-experts 4 --tensor-model-parallel-size 2 --data-parallel-size 2 --expert-model-parallel-size 2 --print-layout 2>&1)
 grid=$(echo "$out" | python3 -c 'import json, sys; d = json.load(sys.stdin)["experts"]; print(" ".join("%d:%d+%d/%d+%d" % (x["rank"], x["expert0"], x["experts"], x["ffn0"], x["ffn"]) for x in d["devices"]))' 2>&1)

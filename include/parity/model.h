@@ -197,12 +197,18 @@ int  param_table_build_at(param_table_t *t, const model_config_t *cfg,
 enum { GPT_TP_SP = 1u, GPT_TP_ROW_LINEARS = 2u };
 /* Context parallelism in the same options: the degree in the bits from
  * GPT_CP_SHIFT up, and Ulysses (all-to-all) instead of the ring. */
-enum { GPT_CP_ULYSSES = 4u, GPT_CP_SHIFT = 16 };
+enum { GPT_CP_ULYSSES = 4u, GPT_CP_SHIFT = 17 };
 /* Expert tensor parallelism (--expert-tensor-parallel-size = tp): each
  * expert's FFN split over the tp group as the dense MLP's is (fc1
  * column-parallel, fc2 row-parallel, whole FFN tiles); without it every
  * tp rank runs whole experts. */
 enum { GPT_EXPERT_TP = 8u };
+/* Megatron's parallel folding with expert tensor parallelism 1 and
+ * ep = tp: the expert-parallel ranks are the tensor-parallel ones. They
+ * hold the same tokens (whole sequences, the same routing), so rank q
+ * of the tp group runs experts [q E/tp, (q+1) E/tp) on every row and the
+ * group all-gathers the outputs: no all-to-all. */
+enum { GPT_EXPERT_FOLD_TP = 1u << 16 };
 static inline unsigned gpt_cp_opts(int cp, cp_comm_t comm) {
     return ((unsigned)cp << GPT_CP_SHIFT) | (comm == CP_ULYSSES ? GPT_CP_ULYSSES : 0u);
 }
@@ -347,6 +353,7 @@ typedef struct {
     float *moe_dout;                       /* [b*T,C] the output's gradient gathered over cp */
     float *moe_cp_parts;                   /* [b*T,C] an all-gather's parts over cp */
     void *moe_open;                        /* expert tensor parallel: [b*T,C] open sums */
+    float *moe_fold;                       /* experts folded onto tp: [R,C] the rows sent */
     float *moe_ex_dy, *moe_ex_dh, *moe_ex_dx; /* expert parallel: [ep*R, C] [ep*R, F] [ep*R, C]
                                               the gradients of the rows this rank's experts ran */
     void *block;
@@ -371,6 +378,7 @@ typedef struct {
                                [ep_rank*E/ep, (ep_rank+1)*E/ep) for its ep group's tokens */
     group_t *ep_group;      /* NULL when ep == 1 */
     int expert_tp;          /* experts' FFN split over tp_group (GPT_EXPERT_TP) */
+    int expert_fold;        /* experts split over tp_group (GPT_EXPERT_FOLD_TP) */
     int on_grid;            /* 1: grid_sizes/grid_coord are the device's place on the run's
                                grid, and its parameter table and init evaluate every
                                placement there (param_table_build_at); 0: a grid of tp alone */
@@ -433,6 +441,7 @@ typedef struct {
     int ep;                 /* expert-parallel degree (its rank: gpt_shard_t.ep_rank) */
     int expert_ffn, expert_ffn0; /* the experts' FFN columns held: the dense MLP's under
                                     expert tensor parallelism (GPT_EXPERT_TP), else all */
+    int expert_fold;        /* experts split over the tp ranks (GPT_EXPERT_FOLD_TP) */
     int seq_held;
     cp_runs_t runs;
     int att_heads, att_head0;

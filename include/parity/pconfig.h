@@ -67,20 +67,27 @@ typedef struct {
     unsigned given;
 } pconfig_t;
 
+/* Megatron's parallel folding, the case built: expert tensor parallelism
+ * 1 and ep = tp put the expert-parallel ranks on the tensor-parallel ones
+ * (model.h's GPT_EXPERT_FOLD_TP); otherwise they are data-parallel ranks. */
+static inline int pconfig_ep_folded(const pconfig_t *pc) {
+    return pc->ep > 1 && pc->etp == 1 && pc->ep == pc->tp;
+}
 /* The model's tensor- and context-parallel options (model.h's GPT_TP_*,
  * gpt_cp_opts) of a layout. */
 static inline unsigned pconfig_tp_opts(const pconfig_t *pc) {
     const unsigned cp = pc->cp > 1 ? (unsigned)pc->cp : 1u;
     const unsigned ep = pc->ep > 1 ? (unsigned)pc->ep : 0u;
     return (pc->sequence_parallel ? 1u : 0u) | (pc->tp_row_linears ? 2u : 0u) |
-           (pc->cp_comm ? 4u : 0u) | (pc->etp > 1 ? 8u : 0u) | (cp << 16) | (ep << 4);
+           (pc->cp_comm ? 4u : 0u) | (pc->etp > 1 ? 8u : 0u) | (pconfig_ep_folded(pc) ? 1u << 16 : 0u) |
+           (cp << 17) | (pconfig_ep_folded(pc) ? 0u : ep << 4);
 }
 /* The grid's sizes along tp, cp, ep, dp, pp (grid.h's axis order): the
  * expert-parallel ranks are taken out of the data-parallel ones
  * (Megatron's rule), so the dp axis holds dp / ep and ep x (dp axis) is
  * the data-parallel degree. */
 static inline void pconfig_grid_sizes(const pconfig_t *pc, int sizes[5]) {
-    const int ep = pc->ep > 1 ? pc->ep : 1, dp = pc->dp > 1 ? pc->dp : 1;
+    const int ep = pc->ep > 1 && !pconfig_ep_folded(pc) ? pc->ep : 1, dp = pc->dp > 1 ? pc->dp : 1;
     const int s[5] = {pc->tp, pc->cp, ep, dp / ep, pc->pp};
     for (int a = 0; a < 5; a++) sizes[a] = s[a] > 1 ? s[a] : 1;
 }

@@ -329,10 +329,12 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
         return perr_set(err, "world-size: %d does not equal data-parallel-size %d x tp*pp*cp %d",
                         pc->world_size, pc->dp, model_par);
     pc->world_size = pc->dp * model_par;
-    if (pc->dp % pc->ep)
+    if (pc->dp % pc->ep && !pconfig_ep_folded(pc))
         return perr_set(err, "expert-model-parallel-size: %d must divide data-parallel-size %d "
-                             "(the expert-parallel ranks are data-parallel ranks, Megatron's rule)",
-                        pc->ep, pc->dp);
+                             "(the expert-parallel ranks are data-parallel ranks, Megatron's rule), "
+                             "or equal tensor-model-parallel-size %d with "
+                             "--expert-tensor-parallel-size 1 (folded onto the tp ranks)",
+                        pc->ep, pc->dp, pc->tp);
     if (pc->n_rank_list && rank_list_validate(pc, err)) return -1;
     if (pc->use_distributed_optimizer && !(pc->given & PC_GIVEN_ZERO)) pc->zero_stage = 1;
     if (pc->use_distributed_optimizer && pc->zero_stage == 0)
@@ -402,7 +404,7 @@ void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
     char cp[32] = "";
     if (pc->cp > 1) snprintf(cp, sizeof cp, "cp=%d %s ", pc->cp, pc->cp_comm ? "a2a" : "p2p");
     char ep[32] = ""; /* expert-parallel ranks, out of the data-parallel ones */
-    if (pc->ep > 1) snprintf(ep, sizeof ep, " ep=%d", pc->ep);
+    if (pc->ep > 1) snprintf(ep, sizeof ep, " ep=%d%s", pc->ep, pconfig_ep_folded(pc) ? "(tp)" : "");
     if (pc->etp == 1 && pc->tp > 1 && !pc->tp_row_linears) /* not the default: say so */
         snprintf(ep + strlen(ep), sizeof ep - strlen(ep), " etp=1");
     snprintf(buf, len, "%s%s%sdp=%d%s zero=%d accum=%d micro=%d%s%s", tp, cp, pp, pc->dp, ep,

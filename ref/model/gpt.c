@@ -130,6 +130,7 @@ static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_
     /* expert tensor parallelism: fc2's open outputs and fc1's open input
      * gradients, one expert's rows at a time (at most every token) */
     S->moe_open = moe && Fe < (size_t)c->ffn ? carve(cv, acc_storage_bytes(nT * C)) : NULL;
+    S->moe_fold = moe && lc->expert_fold ? CARVE_F(cv, R * C) : NULL;
     S->moe_dx = moe ? CARVE_F(cv, R * C) : NULL;
     S->moe_dlogits = moe ? CARVE_F(cv, nT * E) : NULL;
     S->moe_dweight = moe ? CARVE_F(cv, nT * K) : NULL;
@@ -210,6 +211,7 @@ int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int cp_rank, un
     const int expert_tp = (opts & GPT_EXPERT_TP) && tp > 1 && !row;
     out->expert_ffn = expert_tp ? out->ffn : c->ffn;
     out->expert_ffn0 = expert_tp ? out->ffn0 : 0;
+    out->expert_fold = (opts & GPT_EXPERT_FOLD_TP) && tp > 1;
     if (row) { /* attention and GeLU whole; each linear contracts its slice of features */
         out->row_linears = 1;
         out->heads = c->heads, out->head0 = 0, out->attn = c->hidden;
@@ -380,7 +382,8 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
                           (shard->row_linears ? GPT_TP_ROW_LINEARS : 0u) |
                           (shard->cp > 1 ? gpt_cp_opts(shard->cp, shard->cp_comm) : 0u) |
                           (shard->ep > 1 ? (unsigned)shard->ep << GPT_EP_SHIFT : 0u) |
-                          (shard->expert_tp ? GPT_EXPERT_TP : 0u);
+                          (shard->expert_tp ? GPT_EXPERT_TP : 0u) |
+                          (shard->expert_fold ? GPT_EXPERT_FOLD_TP : 0u);
     if (gpt_local_dims(cfg, shard->tp, shard->tp_rank, shard->cp_rank, opts, &g->local, err) ||
         (shard->on_grid ? param_table_build_at(&g->table, cfg, shard->grid_sizes, shard->grid_coord,
                                                &shard->units, opts, err)

@@ -249,8 +249,22 @@ static void etp_contract(gpt_t *g, contract_form_t form, float *out, int rows, i
  * the experts it runs (expert parallelism: its ep rank's E/ep, from the
  * first; else all). */
 static size_t expert_slot(const gpt_t *g, int e) {
-    const int ep = g->shard.ep;
-    return (size_t)(ep > 1 ? e - g->shard.ep_rank * (g->cfg.moe_experts / ep) : e);
+    const int ep = g->shard.ep, E = g->cfg.moe_experts;
+    if (g->shard.expert_fold) return (size_t)(e - g->shard.tp_rank * (E / g->shard.tp));
+    return (size_t)(ep > 1 ? e - g->shard.ep_rank * (E / ep) : e);
+}
+
+/* The experts a rank runs on its own rows: all, or (folded onto tp) its
+ * tp rank's; expert parallelism over dp runs its in ep_forward and
+ * ep_backward instead. */
+static void own_experts(const gpt_t *g, int *e0, int *e1) {
+    const int E = g->cfg.moe_experts;
+    if (!g->shard.expert_fold) {
+        *e0 = 0, *e1 = E;
+        return;
+    }
+    const int El = E / g->shard.tp;
+    *e0 = g->shard.tp_rank * El, *e1 = *e0 + El;
 }
 
 /* Expert e on rows [r0, r0 + rows) of b: fc1, GeLU, fc2 (the rank's
@@ -343,6 +357,33 @@ static void ep_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const moe_pa
                       P.send_at, COLL_F32);
 }
 
+/* ---- expert parallelism folded onto the tp ranks -------------------------
+ *
+ * The tp ranks hold the same tokens and routing, so each lays out the
+ * same rows: rank q runs experts [q El, (q+1) El), El = E/tp, on its own
+ * rows (whole blocks, as the golden run), and the group all-gathers each
+ * rank's range of rows (contiguous: the rows are expert-major), the
+ * outputs forward and the input gradients backward. Copies only. */
+
+/* rows [rows_of[q El], rows_of[(q+1) El]) of buf [R, C] from each rank
+ * q, through the scratch (the collective sends from one buffer and
+ * receives into another) */
+static void fold_gather_rows(gpt_t *g, const layer_acts_t *LA, float *buf) {
+    const int E = g->cfg.moe_experts, C = g->cfg.hidden, tp = g->shard.tp, me = g->shard.tp_rank;
+    const int El = E / tp;
+    size_t n[MODEL_MAX_EXPERTS], at[MODEL_MAX_EXPERTS];
+    for (int q = 0; q < tp; q++) {
+        at[q] = (size_t)LA->moe_rows_of[q * El] * C;
+        n[q] = q == me ? 0 : ((size_t)LA->moe_rows_of[(q + 1) * El] * C - at[q]);
+    }
+    const size_t mine = (size_t)LA->moe_rows_of[(me + 1) * El] * C - at[me];
+    float *send = g->scratch.moe_fold;
+    memcpy(send + at[me], buf + at[me], mine * sizeof(float));
+    size_t out[MODEL_MAX_EXPERTS], out_at[MODEL_MAX_EXPERTS];
+    for (int q = 0; q < tp; q++) out[q] = q == me ? 0 : mine, out_at[q] = at[me];
+    coll_all_to_all_v(g->shard.tp_group, send, out, out_at, buf, n, at, COLL_F32);
+}
+
 /* ---- forward ------------------------------------------------------------- */
 
 void moe_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const float *x,
@@ -355,10 +396,13 @@ void moe_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const float *x,
     if (g->shard.ep > 1) ep_forward(g, p, LA, w);
     const expert_rows_t own = {LA->moe_x, LA->moe_fc1, LA->moe_h, LA->moe_hgrad, LA->moe_y,
                                NULL, NULL, NULL};
-    for (int e = 0; g->shard.ep <= 1 && e < E; e++) {
+    int e0, e1;
+    own_experts(g, &e0, &e1);
+    for (int e = e0; g->shard.ep <= 1 && e < e1; e++) {
         const int r0 = LA->moe_rows_of[e], rows = LA->moe_rows_of[e + 1] - r0;
         if (rows) expert_rows_forward(g, p, w, &own, e, r0, rows);
     }
+    if (g->shard.expert_fold) fold_gather_rows(g, LA, LA->moe_y);
     /* the weighted sum over the kept experts, exact, rounded once */
     float terms[MODEL_MAX_EXPERTS];
     for (int t = 0; t < p->n; t++)
@@ -551,10 +595,13 @@ void moe_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dx, const 
     if (g->shard.ep > 1) ep_backward(g, p, LA, w, gr);
     const expert_rows_t own = {LA->moe_x, NULL, LA->moe_h, LA->moe_hgrad, NULL,
                                S->moe_dy, S->moe_dh, S->moe_dx};
-    for (int e = 0; g->shard.ep <= 1 && e < E; e++) {
+    int e0, e1;
+    own_experts(g, &e0, &e1);
+    for (int e = e0; g->shard.ep <= 1 && e < e1; e++) {
         const int r0 = LA->moe_rows_of[e], rows = LA->moe_rows_of[e + 1] - r0;
         if (rows) expert_rows_backward(g, p, w, gr, &own, e, r0, rows);
     }
+    if (g->shard.expert_fold) fold_gather_rows(g, LA, S->moe_dx);
     /* the router: its logits' gradient, then its weight's and input's */
     /* the load-balancing loss per sequence; broken: over the slot's
      * tokens as one unit, scaled by their count */

@@ -77,7 +77,7 @@ static void place(param_table_t *t, param_info_t *p, const int sizes[GRID_NAXES]
 
 static int add(param_table_t *t, const int sizes[GRID_NAXES], const int coord[GRID_NAXES],
                const char *name, int ndim, const int64_t *shape, param_init_t init, float std,
-               tp_cut_t cut, int experts, int weight_decay, perr_t *err) {
+               tp_cut_t cut, int experts, int fold, int weight_decay, perr_t *err) {
     param_info_t *p = &t->info[t->count++];
     snprintf(p->name, sizeof p->name, "%s", name);
     p->pl = placement_replicated(ndim, shape);
@@ -86,8 +86,10 @@ static int add(param_table_t *t, const int sizes[GRID_NAXES], const int coord[GR
                            : placement_cut(p->pl, cut.axis, GRID_TP, cut.align);
     /* expert parallelism: rank q of ep holds experts [q E/ep, (q+1) E/ep)
      * of a stacked expert tensor (axis 0); its gradient then reduces over
-     * the expert-data ranks only (placement_reduce_axes_at) */
+     * the expert-data ranks only (placement_reduce_axes_at); folded onto
+     * tp (GPT_EXPERT_FOLD_TP), tp rank q holds them */
     if (experts && sizes[GRID_EP] > 1) p->pl = placement_cut(p->pl, 0, GRID_EP, 1);
+    if (experts && fold && sizes[GRID_TP] > 1) p->pl = placement_cut(p->pl, 0, GRID_TP, 1);
     if (placement_check(&p->pl, sizes, name, err)) return -1;
     p->reduce = placement_reduce_axes_at(&p->pl, sizes);
     place(t, p, sizes, coord);
@@ -230,7 +232,8 @@ static int build(param_table_t *t, const model_config_t *c, const int sizes[GRID
             int64_t shape[PL_MAX_DIMS];
             for (int a = 0; a < PL_MAX_DIMS; a++) shape[a] = a < d->ndim ? unit_dim(c, d->dim[a]) : 1;
             bad |= add(t, sizes, coord, nm, d->ndim, shape, d->init, std, cut_of(d, c, opts),
-                       d->cut == CUT_EXPERT_FFN || d->cut == CUT_EXPERT, d->weight_decay, err);
+                       d->cut == CUT_EXPERT_FFN || d->cut == CUT_EXPERT,
+                       (opts & GPT_EXPERT_FOLD_TP) != 0, d->weight_decay, err);
         }
     }
     t->unit_first[U] = t->count;

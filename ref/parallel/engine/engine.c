@@ -109,7 +109,8 @@ static int setup_rank(engine_rank_t *r, device_t *dev) {
         .cp = sh->grid.size[GRID_CP], .cp_rank = r->cp_rank,
         .cp_comm = sh->run->pc.cp_comm ? CP_ULYSSES : CP_RING, .cp_group = r->cp_group,
         .ep = sh->grid.size[GRID_EP], .ep_rank = r->ep_rank, .ep_group = r->ep_group,
-        .expert_tp = sh->run->pc.etp > 1, .on_grid = 1};
+        .expert_tp = sh->run->pc.etp > 1, .expert_fold = pconfig_ep_folded(&sh->run->pc),
+        .on_grid = 1};
     const grid_device_t gd = grid_device(&sh->grid, r->device);
     for (int a = 0; a < GRID_NAXES; a++)
         shard.grid_sizes[a] = sh->grid.size[a], shard.grid_coord[a] = gd.coord[a];
@@ -428,10 +429,11 @@ int engine_train(engine_run_t *run, perr_t *err) {
         goto out;
     }
     /* expert parallelism takes its ranks from the data-parallel ones
-     * (Megatron's rule): the grid's ep axis times its dp axis is dp */
-    const int ep = pc->ep > 1 ? pc->ep : 1;
+     * (Megatron's rule): the grid's ep axis times its dp axis is dp;
+     * folded onto the tp ranks, the grid has no ep axis */
     int sizes[GRID_NAXES];
     pconfig_grid_sizes(pc, sizes);
+    const int ep = sizes[GRID_EP];
     if (grid_init_mapped(&sh->grid, pc->order, sizes, pc->rank_list, pc->n_rank_list, err)) goto out;
     sh->have_grid = 1;
     if (model_config_validate_replica(&sh->cfg, err) || pp_plan_build(&sh->pp, &sh->cfg, pc, err) ||

@@ -60,6 +60,21 @@ void ep_print_report(const run_report_t *run, FILE *f) {
     for (int l = 0; l < cfg.layers; l++) moe_layers += model_layer_is_moe(&cfg, l);
     const double layers = pc->pp > 1 ? (double)moe_layers / pc->pp : moe_layers;
     const device_report_t *r0 = &run->reports[0];
+    if (pconfig_ep_folded(pc)) { /* the tp ranks: no rows sent, the outputs gathered */
+        const coll_family_t *tpf = coll_counters_family(&r0->comm, "tp");
+        const coll_tally_t g = tpf ? tpf->by[COLL_KIND_ALL_TO_ALL_V][COLL_F32] : (coll_tally_t){0};
+        fprintf(f, "expert parallelism folded onto the tp=%d ranks (%d experts, %d a rank; etp=1): "
+                   "each runs its experts on the rows its tp group shares, no all-to-all of tokens; "
+                   "device 0 per step:\n  %-44s %10.3f MB   (each rank's experts' output and input-"
+                   "gradient rows to its tp peers)\n",
+                pc->tp, cfg.moe_experts, cfg.moe_experts / pc->tp, "all-gather of expert rows",
+                (double)g.sent / steps / MB);
+        if (run->moe_steps) {
+            fprintf(f, "load over the run's %d steps (every device's tokens):\n", run->moe_nsteps);
+            print_load(run, f);
+        }
+        return;
+    }
     const coll_family_t *fam = coll_counters_family(&r0->comm, "ep");
     coll_tally_t a2a = {0, 0, 0, 0, 0}, counts = {0, 0, 0, 0, 0};
     if (fam) {
