@@ -9,7 +9,7 @@ The format, as parity's dumps use it:
     rest      raw little-endian tensor data; offsets are relative to the
               first byte after the header.
 
-Only the dtypes parity writes are accepted (F32, F64, I32, U8); anything
+Only the dtypes parity writes are accepted (F32, F64, I32, I64, U8); anything
 else, a truncated file or overlapping/out-of-range offsets is an error
 with a message naming the tensor, never a silent misread.
 """
@@ -23,6 +23,7 @@ DTYPES = {
     "F32": (torch.float32, 4),
     "F64": (torch.float64, 8),
     "I32": (torch.int32, 4),
+    "I64": (torch.int64, 8),
     "U8": (torch.uint8, 1),
 }
 
