@@ -116,6 +116,12 @@ void   moe_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv);
 void   moe_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const float *x,
                    const moe_params_t *w);
 void   moe_after_forward(gpt_t *g, const pass_t *p, const layer_acts_t *LA, int l);
+/* moe_experts.c: every expert on its rows (LA->moe_x -> moe_y; backward
+ * S->moe_dy -> moe_dx, the experts' gradients into gr), wherever the
+ * layout runs them. */
+void   moe_experts_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const moe_params_t *w);
+void   moe_experts_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const moe_params_t *w,
+                            const moe_grads_t *gr);
 /* dx [n,C] from dout [n,C] (moe_out's gradient) and x; gradients into gr. */
 void   moe_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dx, const float *dout,
                     const float *x, const moe_params_t *w, const moe_grads_t *gr);
