@@ -416,7 +416,12 @@ enum {
     GPT_BROKEN_MOE_TIE_ORDER = 32u,
     GPT_BROKEN_MOE_AUX_LOCAL = 64u,
     GPT_BROKEN_MOE_EDP_SCALE = 128u,
-    GPT_BROKEN_MOE_ROUTER_TP = 256u
+    GPT_BROKEN_MOE_ROUTER_TP = 256u,
+    /* NORM_TP: the gradient norm keeps an expert tensor only on tp rank 0,
+     * the filter for tp-duplicated tensors (Megatron-LM PR 5916: the norm
+     * filter used the tp rank, not the expert-tp rank): with the experts
+     * folded onto tp, the other tp ranks' experts drop out of the norm */
+    GPT_BROKEN_MOE_NORM_TP = 512u
 };
 static inline gpt_shard_t gpt_shard_none(void) {
     return (gpt_shard_t){.tp = 1, .cp = 1};

@@ -106,6 +106,14 @@ static const char *needs_moe_sp(const broken_where_t *w) {
                : "tensor-model-parallel-size > 1 with --sequence-parallel";
 }
 
+static const char *needs_moe_fold(const broken_where_t *w) {
+    if (w->cfg->moe_experts <= 0) return "an MoE model (--num-experts E)";
+    return pconfig_ep_folded(w->pc) ? NULL
+                                    : "expert parallelism folded onto tp (--expert-model-parallel-size = "
+                                      "tp > 1, --expert-tensor-parallel-size 1)";
+}
+
+static void set_moe_norm_tp(engine_run_t *r, int d) { (void)d, r->broken_moe |= GPT_BROKEN_MOE_NORM_TP; }
 static void set_moe_edp(engine_run_t *r, int d) { (void)d, r->broken_moe |= GPT_BROKEN_MOE_EDP_SCALE; }
 static void set_moe_router_tp(engine_run_t *r, int d) {
     (void)d, r->broken_moe |= GPT_BROKEN_MOE_ROUTER_TP;
@@ -186,6 +194,14 @@ static const broken_variant_t variants[] = {
      "grad.layers.1.mlp.router.weight",
      "--num-experts 4 --tensor-model-parallel-size 2 --sequence-parallel", -1,
      "an MoE model, tp > 1 with --sequence-parallel", 0, needs_moe_sp, set_moe_router_tp},
+    {"moe-norm-tp-rank",
+     "count the expert tensors in the gradient norm on tp rank 0 only, the filter for "
+     "tp-duplicated tensors (Megatron-LM PR 5916: the tp rank instead of the expert-tp rank), "
+     "so the experts the other tp ranks hold drop out of the norm and the clipping",
+     "grad_norm",
+     "--num-experts 4 --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 "
+     "--expert-model-parallel-size 2", -1,
+     "an MoE model with ep folded onto tp (ep = tp > 1, etp 1)", 0, needs_moe_fold, set_moe_norm_tp},
     {"replica",
      "flip one bit of device R's parameter replica after every update, ZeRO 0-2 (a replica that "
      "silently drifts, as after a missed broadcast)",

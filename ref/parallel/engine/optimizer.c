@@ -88,7 +88,10 @@ float engine_grad_norm(engine_rank_t *r) {
             const param_info_t *pi = &r->g->table.info[t];
             size_t a = pi->offset > lo ? pi->offset : lo;
             size_t e = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
-            if (a < e && !engine_part_extra(r->sh, &in_group, t))
+            /* the broken variant: expert tensors kept on tp rank 0 only */
+            const int dropped = (r->sh->run->broken_moe & GPT_BROKEN_MOE_NORM_TP) &&
+                                r->tp_rank != 0 && strstr(pi->name, "mlp.experts.");
+            if (a < e && !dropped && !engine_part_extra(r->sh, &in_group, t))
                 sacc_add_squares(&mine, g + (a - lo), e - a);
         }
     }
