@@ -240,6 +240,30 @@ static void put_sources(void *ctx, size_t global_flat, size_t local_flat, size_t
     memcpy(s->to + global_flat, s->from + local_flat, n * sizeof(int32_t));
 }
 
+/* The part whose copy of a tensor the dump takes, for part p's extra
+ * copy: coordinate 0 along every axis the tensor is replicated over (tp
+ * rank 0's; with experts cut over ep, a dense tensor's on ep rank 0), or
+ * for the last stage's tied embedding the first stage's. Parts differ
+ * along tp, ep and pp only. */
+static int taken_part(const engine_shared_t *sh, const engine_part_t *p, const placement_t *pl) {
+    int c[GRID_NAXES];
+    memcpy(c, p->coord, sizeof c);
+    if (placement_is_extra_replica(pl, p->sizes, p->coord)) {
+        for (int a = 0; a < GRID_NAXES; a++) {
+            int cut = (pl->partial >> a & 1u) != 0;
+            for (int k = 0; k < pl->ncuts; k++) cut |= pl->cut[k].over == (grid_axis_t)a;
+            if (a != GRID_PP && !cut) c[a] = 0;
+        }
+    } else {
+        c[GRID_PP] = 0;
+    }
+    for (int k = 0; k < sh->nparts; k++)
+        if (sh->part_coord[k][GRID_TP] == c[GRID_TP] && sh->part_coord[k][GRID_EP] == c[GRID_EP] &&
+            sh->part_coord[k][GRID_PP] == c[GRID_PP])
+            return k;
+    return 0;
+}
+
 void engine_collect_tp(engine_shared_t *sh, int64_t step, collect_kind_t kind) {
     float **local = sh->local[kind], *global = sh->full[kind];
     for (int k = 0; k < sh->nparts; k++) {
@@ -260,9 +284,7 @@ void engine_collect_tp(engine_shared_t *sh, int64_t step, collect_kind_t kind) {
             size_t li;
             int64_t at = placement_compare(&pl->pl, p.sizes, p.coord, mine, g, &li);
             if (at >= 0) {
-                /* the copy taken: tp rank 0's, or the first stage's embedding */
-                const int taken = placement_is_extra_replica(&pl->pl, p.sizes, p.coord)
-                                      ? p.stage * p.sizes[GRID_TP] : p.tp_rank;
+                const int taken = taken_part(sh, &p, &pl->pl);
                 char name[160];
                 snprintf(name, sizeof name, "step%lld.%s.%s", (long long)step, kind_name[kind],
                          pg->name);
