@@ -33,8 +33,9 @@ typedef enum { CONTRACT_NN, CONTRACT_NT, CONTRACT_TN } contract_form_t;
 /* Scratch for one thread's contractions: a block of tile partials and the
  * block's running exact sums, grown on demand and reused. */
 typedef struct {
-    size_t cap;           /* elements per strip the arrays below hold */
-    float *partial;       /* [FOLD_TERMS * cap] K tiles' partials (fold.h) */
+    size_t cap;           /* elements per strip sum and slow_idx hold */
+    float *partial;       /* [partial_cap] K tiles' partials (fold.h: up to FOLD_TERMS) */
+    size_t partial_cap;
     double *sum;          /* [cap] running fp64 sums (exact while every addition is) */
     double *err;          /* [err_cap] the additions' |TwoSum errors| by group (fold.h) */
     size_t err_cap;
@@ -47,6 +48,8 @@ typedef struct {
     size_t apack_cap;
     unsigned long apack_call; /* apack holds rows apack_i0 .. + apack_h of this */
     int apack_i0, apack_h;    /* contraction's A, all of K (0: nothing kept) */
+    float *panel;         /* [panel_cap] B's panel for tile_vec_ksum_packed */
+    size_t panel_cap;
 } contract_ws_t;
 
 void contract_ws_init(contract_ws_t *ws);

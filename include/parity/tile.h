@@ -189,13 +189,15 @@ size_t tile_vec_ksum_work(int M, int tk);
 
 /* The same sums from A packed once (tile_vec_pack_a, into
  * tile_vec_pack_a_size(M, K) floats), for callers that use the same rows
- * of A with several blocks of B's columns. */
+ * of A with several blocks of B's columns; work holds
+ * tile_vec_ksum_panel_work(K, tk) floats (B's panel, any alignment). */
 size_t tile_vec_pack_a_size(int M, int K);
 int tile_vec_pack_a(tile_form_t form, int M, int K, int tk, const float *A, int lda,
                     float *packed);
 int tile_vec_ksum_packed(tile_form_t form, int M, int N, int K, int tk, const float *packed,
                          const float *B, int ldb, double *S, int lds, float *out, int ldo,
-                         unsigned char *bad);
+                         unsigned char *bad, float *work);
+size_t tile_vec_ksum_panel_work(int K, int tk);
 
 /* The largest |c_openblas - c_portable| the bound above allows for one
  * element, given K and S = sum_k |a_ik||b_kj| (computed in fp64). */

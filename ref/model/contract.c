@@ -56,6 +56,7 @@ void contract_ws_free(contract_ws_t *ws) {
     free(ws->slow_idx);
     free(ws->bad);
     free(ws->apack);
+    free(ws->panel);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -66,13 +67,17 @@ static void *grow(void *p, size_t bytes) {
 }
 
 /* Workspace for blocks of n elements with up to errs error groups (kept,
- * never shrunk): FOLD_TERMS K tiles' partials and the running sums. */
-static void ws_reserve(contract_ws_t *ws, size_t n, size_t errs) {
+ * never shrunk): the running sums and the partials of `terms` K tiles
+ * (FOLD_TERMS where fold passes run, one for the vector kernel). */
+static void ws_reserve(contract_ws_t *ws, size_t n, size_t errs, int terms) {
     if (n > ws->cap) {
-        ws->partial = grow(ws->partial, (size_t)FOLD_TERMS * n * sizeof(float));
         ws->sum = grow(ws->sum, n * sizeof(double));
         ws->slow_idx = grow(ws->slow_idx, n * sizeof(size_t));
         ws->cap = n;
+    }
+    if ((size_t)terms * n > ws->partial_cap) {
+        ws->partial = grow(ws->partial, (size_t)terms * n * sizeof(float));
+        ws->partial_cap = (size_t)terms * n;
     }
     if (errs > ws->err_cap) {
         ws->err = grow(ws->err, errs * sizeof(double));
@@ -161,31 +166,31 @@ static int block_elems(void) {
     return block_elems_value;
 }
 
-/* The vector kernel's blocks: its fp64 sums are touched one register
- * block at a time (they need not stay in L2); each packed panel of B
- * serves h/6 register blocks and the packed rows of A (h x 256 floats,
- * best kept in L2) w/16 panels. Measured over gpt-124m's ten product
- * shapes, alternating settings in one process on the 512 KiB-L2 EPYC
- * (noisy, +-15%), blocks of h x w: 256 x 128 0.49-0.62 of one
- * whole-matrix sgemm's speed; 128 x 256 0.56; 256 x 256 0.54; 128 x 128
- * 0.55; 512 x 128 0.54; 256 x 64 0.47; 64 x 256 0.38. Block shape
- * changes no bit. */
-enum { VEC_BLOCK_W = 128, VEC_BLOCK_ELEMS = 32768 };
+/* The vector kernel's blocks. Where the block's rows of A can be kept
+ * packed for all of K (up to APACK_KEEP_FLOATS, for the blocks beside
+ * it), as tall as that allows and VEC_BLOCK_W wide: tile_vec_ksum_packed
+ * packs each 16-column panel of B once a span of K for all of the
+ * block's rows. Measured on gpt-124m's product shapes (512 KiB-L2 EPYC,
+ * alternating in one process): 1.02-1.31x the speed of the earlier
+ * 256 x 128 blocks. Longer rows (the LM head's input gradient, K =
+ * 50304) are packed a chunk at a time by tile_vec_ksum, whose fp64 sums
+ * are read back at every chunk: its blocks hold VEC_BLOCK_ELEMS elements
+ * (256 x 128; that order at 1024 x 128 ran at 0.7 of their speed).
+ * Block shape changes no bit. */
+enum { VEC_BLOCK_W = 128, VEC_BLOCK_ELEMS = 32768, APACK_KEEP_FLOATS = 1 << 20 };
 
-static void block_shape(int M, int N, int tm, int tn, int *h, int *w) {
-    const int elems = block_elems();
+static void block_shape(int M, int N, int K, int tm, int tn, int *h, int *w) {
     if (tile_get_backend() == TILE_BACKEND_PORTABLE && tile_vec_available()) {
-        /* tile_vec_ksum packs the block's rows of A once for all its
-         * 16-column panels and each panel of B once for all its 6-row
-         * register blocks: up to VEC_BLOCK_W columns, then as tall */
         int tiles = VEC_BLOCK_W / tn;
         if (tiles < 1) tiles = 1;
         *w = tiles * tn < N ? tiles * tn : N;
-        int rows = VEC_BLOCK_ELEMS / (tm * *w);
+        int rows = (int)(APACK_KEEP_FLOATS / ((size_t)K + 1) / (size_t)tm); /* A kept */
+        if (rows < 1) rows = VEC_BLOCK_ELEMS / (tm * *w); /* A packed a chunk at a time */
         if (rows < 1) rows = 1;
-        *h = rows * tm < M ? rows * tm : M;
+        *h = rows < M / tm ? rows * tm : M;
         return;
     }
+    const int elems = block_elems();
     int tiles = elems / (tm * tn);
     if (tiles < 1) tiles = 1;
     *w = tiles * tn < N ? tiles * tn : N;
@@ -244,11 +249,6 @@ static int vec_sums(const job_t *j) {
            xacc_fast_path_enabled() && j->tk <= TILE_VEC_ADD_MAX_K;
 }
 
-/* A block's rows of A are kept packed, for the blocks beside it, up to
- * this many floats (4 MiB); longer rows (K in the tens of thousands, the
- * LM head's input gradient) are packed a chunk at a time. */
-enum { APACK_KEEP_FLOATS = 1 << 20 };
-
 /* block_sums by tile_vec_ksum: the same sums (and outputs), the elements
  * of register blocks it could not certify listed in slow_idx. */
 static size_t block_sums_vec(const job_t *j, int i0, int j0, int h, int w, float *out, int ldo,
@@ -275,8 +275,13 @@ static size_t block_sums_vec(const job_t *j, int i0, int j0, int h, int w, float
                              j->tk);
             ws->apack_call = j->call, ws->apack_i0 = i0, ws->apack_h = h;
         }
+        const size_t work = tile_vec_ksum_panel_work(j->K, j->tk);
+        if (work > ws->panel_cap) {
+            ws->panel = grow(ws->panel, work * sizeof(float));
+            ws->panel_cap = work;
+        }
         rc = tile_vec_ksum_packed(tile_form(j->form), h, w, j->K, j->tk, ws->apack, b, j->ldb,
-                                  ws->sum, w, out, ldo, ws->bad);
+                                  ws->sum, w, out, ldo, ws->bad, ws->panel);
     } else { /* A's rows are too long to keep: packed a chunk at a time */
         const size_t work = tile_vec_ksum_work(h, j->tk);
         if (work > ws->apack_cap) {
@@ -298,6 +303,31 @@ static size_t block_sums_vec(const job_t *j, int i0, int j0, int h, int w, float
     return n_slow;
 }
 
+/* The partials for K tile k0 of the elements the last block sums could
+ * not certify, at their places in ws->partial (h x w): the whole block's
+ * tile calls, or after the vector kernel only its flagged register
+ * blocks (ws->bad), by the same kernel: the portable order gives every
+ * element the same bits whatever rectangle is computed around it. */
+static void slow_partials(const job_t *j, int i0, int j0, int h, int w, int k0,
+                          contract_ws_t *ws) {
+    if (!vec_sums(j)) {
+        block_partials(j, i0, j0, h, w, k0, ws->partial);
+        return;
+    }
+    const int nbi = (h + TILE_VEC_MR - 1) / TILE_VEC_MR, nbj = (w + TILE_VEC_NR - 1) / TILE_VEC_NR;
+    for (int bi = 0; bi < nbi; bi++)
+        for (int bj = 0; bj < nbj; bj++) {
+            if (!ws->bad[(size_t)bi * nbj + bj]) continue;
+            const int r0 = bi * TILE_VEC_MR, c0 = bj * TILE_VEC_NR;
+            const int mr = h - r0 < TILE_VEC_MR ? h - r0 : TILE_VEC_MR;
+            const int nr = w - c0 < TILE_VEC_NR ? w - c0 : TILE_VEC_NR;
+            const float *a, *b;
+            operands(j, i0 + r0, j0 + c0, k0, &a, &b);
+            tile_vec_gemm(tile_form(j->form), mr, nr, j->tk, a, j->lda, b, j->ldb,
+                          ws->partial + (size_t)r0 * w + c0, w, 0);
+        }
+}
+
 /* Superaccumulators for the failed elements: recompute the partials (the
  * tile calls are deterministic) and add each failed element's terms. */
 static xacc_t *block_slow(const job_t *j, int i0, int j0, int h, int w, size_t n_slow,
@@ -305,7 +335,7 @@ static xacc_t *block_slow(const job_t *j, int i0, int j0, int h, int w, size_t n
     xacc_t *acc = ws_slow(ws, n_slow);
     for (size_t s = 0; s < n_slow; s++) xacc_init(&acc[s]);
     for (int k0 = 0; k0 < j->K; k0 += j->tk) {
-        block_partials(j, i0, j0, h, w, k0, ws->partial);
+        slow_partials(j, i0, j0, h, w, k0, ws);
         for (size_t s = 0; s < n_slow; s++) xacc_add_f32(&acc[s], ws->partial[ws->slow_idx[s]]);
     }
     return acc;
@@ -353,7 +383,8 @@ static contract_ws_t helper_ws[POOL_MAX_THREADS]; /* zeroed: contract_ws_init's 
 
 static contract_ws_t *worker_ws(const plan_t *p, int worker) {
     contract_ws_t *ws = worker == 0 ? p->ws : &helper_ws[worker];
-    ws_reserve(ws, (size_t)p->H * (size_t)p->W, (size_t)p->H * (size_t)fold_groups(p->W));
+    ws_reserve(ws, (size_t)p->H * (size_t)p->W, (size_t)p->H * (size_t)fold_groups(p->W),
+               vec_sums(&p->job) ? 1 : FOLD_TERMS);
     return ws;
 }
 
@@ -370,7 +401,7 @@ static void block_at(const plan_t *p, int piece, int *i0, int *j0, int *h, int *
 
 static int plan_blocks(plan_t *p, int M, int N) {
     p->M = M, p->N = N;
-    block_shape(M, N, p->job.tm, p->job.tn, &p->H, &p->W);
+    block_shape(M, N, p->job.K, p->job.tm, p->job.tn, &p->H, &p->W);
     p->nbj = (N + p->W - 1) / p->W;
     p->nbi = (M + p->H - 1) / p->H;
     /* down the columns only where A's rows are not kept packed and B is
@@ -517,7 +548,7 @@ static void acc_block(void *arg, int piece, int worker) {
     pthread_mutex_unlock(&p->lock);
     if (n_slow) /* the failed elements' partials, one by one */
         for (int k0 = 0; k0 < j->K; k0 += j->tk) {
-            block_partials(j, i0, j0, h, w, k0, ws->partial);
+            slow_partials(j, i0, j0, h, w, k0, ws);
             pthread_mutex_lock(&p->lock);
             for (size_t s = 0; s < n_slow; s++) {
                 size_t i = ws->slow_idx[s];
