@@ -118,10 +118,6 @@ static void test_gemm_is_the_portable_order(void) {
         }
 }
 
-/* Register blocks the range certificate flagged and TwoSum did not (a
- * partial near zero by cancellation), of all checked. */
-static int range_only, blocks_checked;
-
 /* tile_vec_ksum against xacc over the portable partials of each K tile. */
 static void check_ksum(int form, int M, int N, int nt, int tk, int spread, int special,
                        int *flagged) {
@@ -155,9 +151,8 @@ static void check_ksum(int form, int M, int N, int nt, int tk, int spread, int s
         }
     CHECK(wrong == 0, "%s %dx%d, %d tiles of %d, spread %d special %d: %d certified sums differ "
           "from the superaccumulator's", form_name[form], M, N, nt, tk, spread, special, wrong);
-    /* A packed once (tile_vec_ksum_packed, the range certificate over all of K): the
-     * same sums and outputs wherever it certifies, and it certifies no block that
-     * TwoSum flags (its certified sums are exact, so no addition had an error) */
+    /* A packed once (tile_vec_ksum_packed: the range certificate over all of K, then
+     * TwoSum where it cannot certify) gives the same sums, flags and outputs */
     float *packed = floats(tile_vec_pack_a_size(M, K)), *out2 = floats((size_t)M * ldo);
     float *panel = floats(tile_vec_ksum_panel_work(K, tk));
     double *S2 = malloc((size_t)M * N * sizeof(double));
@@ -167,16 +162,14 @@ static void check_ksum(int form, int M, int N, int nt, int tk, int spread, int s
               tile_vec_ksum_packed((tile_form_t)form, M, N, K, tk, packed, o.B, o.ldb, S2, N,
                                    out2, ldo, bad2, panel + 1) == 0,
           "tile_vec_pack_a / tile_vec_ksum_packed refused %s K=%d tk=%d", form_name[form], K, tk);
-    int differ = 0;
-    for (int b = 0; b < nbi * nbj; b++) differ += bad[b] && !bad2[b];
+    int differ = memcmp(bad, bad2, (size_t)nbi * nbj) != 0;
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++)
-            differ += !bad2[i / TILE_VEC_MR * nbj + j / TILE_VEC_NR] &&
+            differ += !bad[i / TILE_VEC_MR * nbj + j / TILE_VEC_NR] &&
                       (!same_bits(out[(size_t)i * ldo + j], out2[(size_t)i * ldo + j]) ||
                        memcmp(&S[(size_t)i * N + j], &S2[(size_t)i * N + j], sizeof(double)));
-    CHECK(differ == 0, "%s %dx%d K=%d: A packed once gives other sums, or certifies what "
-          "TwoSum flags (%d)", form_name[form], M, N, K, differ);
-    for (int b = 0; b < nbi * nbj; b++) range_only += bad2[b] && !bad[b], blocks_checked++;
+    CHECK(differ == 0, "%s %dx%d K=%d: A packed once gives other sums or flags (%d)",
+          form_name[form], M, N, K, differ);
     free(packed), free(panel), free(out2), free(S2), free(bad2);
     for (int b = 0; b < nbi * nbj; b++) *flagged += bad[b];
     free(S), free(out), free(P), free(work), free(bad), free(acc), drop(&o);
@@ -210,37 +203,45 @@ static void test_ksum_is_the_exact_sum(void) {
     CHECK(flagged_wide > 0, "no register block flagged over an exponent spread of 2^120");
     CHECK(flagged_special > 0, "no register block flagged with an infinity and a NaN");
     CHECK(flagged_plain == 0, "%d register blocks flagged on plain data", flagged_plain);
-    CHECK(range_only * 100 <= blocks_checked, "the range certificate flagged %d of %d register "
-          "blocks that TwoSum certifies (more than 1%%)", range_only, blocks_checked);
+    long all, again;
+    tile_vec_ksum_counts(&all, &again);
     printf("  register blocks sent to the superaccumulator: %d of the wide-range runs, %d with "
-           "inf/NaN, %d otherwise; by the range certificate only, %d of %d\n", flagged_wide,
-           flagged_special, flagged_plain, range_only, blocks_checked);
+           "inf/NaN, %d otherwise; run again with TwoSum after the range rule: %ld of %ld\n",
+           flagged_wide, flagged_special, flagged_plain, again, all);
     CHECK(tile_vec_ksum(TILE_NN, 6, 16, 1024, 1024, NULL, 1, NULL, 1, NULL, 1, NULL, 1, NULL,
                         NULL) == -1, "tile_vec_ksum accepted K tiles above its chunk");
 }
 
 /* The range certificate's rule at its edge: two K tiles of one product
- * each, 1 and x. x = 2^-28: exponents 28 apart, + log2(2) = 29, certified
- * and exact; x = 2^-29: 30, flagged (though 1 + x is exact in fp64: the
- * rule bounds the worst order of any number of terms). */
+ * each, 1 and x. x = 2^-28: exponents 28 apart, + log2(2) = 29: certified
+ * by the range; x = 2^-29: 30, run again with TwoSum, which certifies it
+ * (1 + x is exact in fp64: the range rule bounds the worst order of any
+ * number of terms); x = 2^-60: 1 + x is not exact in fp64, so TwoSum
+ * flags it for the superaccumulator. */
 static void test_range_certificate_edge(void) {
     if (!tile_vec_available()) return;
-    static const float xs[] = {0x1p-28f, 0x1p-29f, -0x1p-28f, 0.0f};
-    static const unsigned char want[] = {0, 1, 0, 0};
-    for (int c = 0; c < 4; c++) {
+    static const float xs[] = {0x1p-28f, 0x1p-29f, -0x1p-28f, 0.0f, 0x1p-60f};
+    static const int again[] = {0, 1, 0, 0, 1}, flagged[] = {0, 0, 0, 0, 1};
+    for (int c = 0; c < 5; c++) {
         float A[6 * 2], B[2 * 16], out[6 * 16], *packed = floats(tile_vec_pack_a_size(6, 2));
         float *panel = floats(tile_vec_ksum_panel_work(2, 1));
         double S[6 * 16];
         unsigned char bad = 9;
+        long all0, twosum0, all1, twosum1;
         for (int i = 0; i < 6; i++) A[i * 2] = 1.0f, A[i * 2 + 1] = xs[c];
         for (int j = 0; j < 32; j++) B[j] = 1.0f;
+        tile_vec_ksum_counts(&all0, &twosum0);
         CHECK(tile_vec_pack_a(TILE_NN, 6, 2, 1, A, 2, packed) == 0 &&
                   tile_vec_ksum_packed(TILE_NN, 6, 16, 2, 1, packed, B, 16, S, 16, out, 16, &bad,
                                        panel) == 0,
               "tile_vec_ksum_packed refused 6 x 16, K 2 in tiles of 1");
-        CHECK(bad == want[c], "x = %a: flag %d, expected %d", (double)xs[c], bad, want[c]);
-        CHECK(bad || (S[0] == 1.0 + (double)xs[c] && same_bits(out[95], (float)(1.0 + xs[c]))),
-              "x = %a: certified sum %a", (double)xs[c], S[0]);
+        tile_vec_ksum_counts(&all1, &twosum1);
+        CHECK(all1 - all0 == 1 && twosum1 - twosum0 == again[c],
+              "x = %a: %ld blocks, %ld run again with TwoSum; expected 1, %d", (double)xs[c],
+              all1 - all0, twosum1 - twosum0, again[c]);
+        CHECK(bad == flagged[c] && (bad || (S[0] == 1.0 + (double)xs[c] &&
+                                            same_bits(out[95], (float)(1.0 + xs[c])))),
+              "x = %a: flag %d (expected %d), sum %a", (double)xs[c], bad, flagged[c], S[0]);
         free(packed), free(panel);
     }
 }

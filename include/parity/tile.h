@@ -199,6 +199,12 @@ int tile_vec_ksum_packed(tile_form_t form, int M, int N, int K, int tk, const fl
                          unsigned char *bad, float *work);
 size_t tile_vec_ksum_panel_work(int K, int tk);
 
+/* tile_vec_ksum_packed certifies a register block's sums by the range of
+ * its partials' exponents (tile_vec.c), and runs the block again with
+ * TwoSum where that range is too wide. Since start: the register blocks
+ * it ran (*all) and those run again (*twosum). */
+void tile_vec_ksum_counts(long *all, long *twosum);
+
 /* The largest |c_openblas - c_portable| the bound above allows for one
  * element, given K and S = sum_k |a_ik||b_kj| (computed in fp64). */
 static inline double tile_backend_tolerance(int K, double sum_abs_products) {
