@@ -446,15 +446,6 @@ size_t tile_vec_ksum_work(int M, int tk) { /* + 2: pack_a's last column store */
     return (size_t)((M + VEC_MR - 1) / VEC_MR * VEC_MR) * (size_t)ksum_chunk(tk) + 2;
 }
 
-/* Chunk by chunk, each at ap + rows * k0 (rows: M rounded up to 6). */
-VEC_TARGET static void pack_a_all(tile_form_t form, const float *A, int lda, int M, int K,
-                                  int tk, float *ap) {
-    const int chunk = ksum_chunk(tk);
-    const ptrdiff_t rows = (M + VEC_MR - 1) / VEC_MR * VEC_MR;
-    for (int k0 = 0; k0 < K; k0 += chunk)
-        pack_a(form, A, lda, M, k0, K - k0 < chunk ? K - k0 : chunk, ap + rows * k0);
-}
-
 size_t tile_vec_pack_a_size(int M, int K) {
     return (size_t)((M + VEC_MR - 1) / VEC_MR * VEC_MR) * (size_t)K + 2;
 }
@@ -462,7 +453,7 @@ size_t tile_vec_pack_a_size(int M, int K) {
 int tile_vec_pack_a(tile_form_t form, int M, int K, int tk, const float *A, int lda,
                     float *packed) {
     if (!tile_vec_available() || tk <= 0 || tk > VEC_KC || K % tk || K == 0) return -1;
-    if (M > 0) pack_a_all(form, A, lda, M, K, tk, packed);
+    if (M > 0) pack_a(form, A, lda, M, 0, K, packed); /* strips of all of K (ksum_panels) */
     return 0;
 }
 
@@ -547,9 +538,10 @@ VEC_TARGET static void ksum(tile_form_t form, int M, int N, int K, int tk, const
     }
 }
 
-/* With A packed for all of K: B's panel for all of K, then each register
- * block over every chunk in turn, so that its fp64 sums stay in L1 from
- * its first K tile to its last and the panel serves every row; the
+/* With A packed for all of K (strips of 6 rows, tile_vec_pack_a): B's
+ * panel for all of K, then each register block over all of its K tiles
+ * in one kernel call, so that its fp64 sums stay in L1 from its first K
+ * tile to its last and the panel serves every row; the
  * range certificate over the block's whole K at once, then TwoSum's. Chunk by chunk
  * over all rows (ksum) read the sums back from L2 or L3 at every chunk;
  * on gpt-124m's weight-gradient shapes this order is 1.3x faster,
@@ -560,8 +552,7 @@ VEC_TARGET static void ksum_panels(tile_form_t form, int M, int N, int K, int tk
                                    int lds, float *out, int ldo, unsigned char *bad,
                                    float *panel) {
     long retries = 0; /* counted once a call: a locked add a block drains the store buffer */
-    const ptrdiff_t rows = (M + VEC_MR - 1) / VEC_MR * VEC_MR;
-    const int chunk = ksum_chunk(tk), nbj = (N + VEC_NR - 1) / VEC_NR;
+    const int nbj = (N + VEC_NR - 1) / VEC_NR;
     for (int j0 = 0; j0 < N; j0 += VEC_NR) {
         const int nr = N - j0 < VEC_NR ? N - j0 : VEC_NR;
         pack_b(form, B, ldb, j0, nr, 0, K, panel);
@@ -577,12 +568,8 @@ VEC_TARGET static void ksum_panels(tile_form_t form, int M, int N, int K, int tk
             unsigned char failed = 0;
             for (int pass = 0; pass < 2; pass++) {
                 cert_state_t st = cert_start();
-                for (int k0 = 0; k0 < K; k0 += chunk) {
-                    const int kc = K - k0 < chunk ? K - k0 : chunk;
-                    block_tiles(pass ? micro_ksum_twosum : micro_ksum_range, M, N, K, tk, i0,
-                                j0, k0, kc, packed + rows * k0 + (ptrdiff_t)i0 * kc,
-                                panel + (ptrdiff_t)k0 * VEC_NR, S, lds, out, ldo, &st);
-                }
+                block_tiles(pass ? micro_ksum_twosum : micro_ksum_range, M, N, K, tk, i0, j0, 0,
+                            K, packed + (ptrdiff_t)i0 * K, panel, S, lds, out, ldo, &st);
                 failed = pass ? twosum_failed(&st) : range_failed(&st, K / tk);
                 if (!failed) break;
                 retries += !pass;
