@@ -163,8 +163,16 @@ static double ref_gelu1(double x) {
 }
 
 /* qkv [S,T,3C] (head, {q,k,v}, d) -> ctx [S,T,C]; keep [S,H,T,T] or NULL */
+/* The keys [lo, hi) row i attends, written out from MODEL.md (not from
+ * attention_span): causal; the source rows [0, P); the target's causal. */
+static void ref_span(int mask, int P, int i, int *lo, int *hi) {
+    if (mask == ATTN_SOURCE) *lo = 0, *hi = P;
+    else if (mask == ATTN_CAUSAL_TARGET && i >= P) *lo = P, *hi = i + 1;
+    else *lo = 0, *hi = i + 1;
+}
+
 static void ref_attention(double *ctx, const double *qkv, const uint8_t *keep, double p, int S,
-                          int T, int C, int H) {
+                          int T, int C, int H, int mask, int P) {
     const int D = C / H;
     double *w = malloc((size_t)T * sizeof *w);
     for (int s = 0; s < S; s++)
@@ -172,20 +180,22 @@ static void ref_attention(double *ctx, const double *qkv, const uint8_t *keep, d
             for (int i = 0; i < T; i++) {
                 const double *q = qkv + ((size_t)s * T + i) * 3 * C + (size_t)h * 3 * D;
                 double m = -INFINITY, Z = 0;
-                for (int j = 0; j <= i; j++) {
+                int lo, hi;
+                ref_span(mask, P, i, &lo, &hi);
+                for (int j = lo; j < hi; j++) {
                     const double *k = qkv + ((size_t)s * T + j) * 3 * C + (size_t)h * 3 * D + D;
                     double a = 0;
                     for (int d = 0; d < D; d++) a += q[d] * k[d];
                     w[j] = a / sqrt((double)D);
                     m = w[j] > m ? w[j] : m;
                 }
-                for (int j = 0; j <= i; j++) {
+                for (int j = lo; j < hi; j++) {
                     w[j] = exp(w[j] - m);
                     Z += w[j];
                 }
                 for (int d = 0; d < D; d++) {
                     double u = 0;
-                    for (int j = 0; j <= i; j++) {
+                    for (int j = lo; j < hi; j++) {
                         const double *v =
                             qkv + ((size_t)s * T + j) * 3 * C + (size_t)h * 3 * D + 2 * D;
                         double kj = keep ? keep[(((size_t)s * H + h) * T + i) * T + j] / (1.0 - p)
@@ -310,16 +320,18 @@ typedef struct {
     double p;
     const uint8_t *keep;
     double *qkv, *r, *ctx;
+    int mask, prefix;
 } att_ctx;
 static double att_f(void *c_) {
     att_ctx *c = c_;
-    ref_attention(c->ctx, c->qkv, c->keep, c->p, c->S, c->T, c->C, c->H);
+    ref_attention(c->ctx, c->qkv, c->keep, c->p, c->S, c->T, c->C, c->H, c->mask, c->prefix);
     return dot(c->r, c->ctx, (size_t)c->S * c->T * c->C);
 }
 
-static void check_attention(int S, int T, int H, int D, int tile, float p) {
+static void check_attention(int S, int T, int H, int D, int tile, float p, attn_mask_t mask,
+                            int prefix) {
     const int C = H * D;
-    attn_shape_t s = {S, T, C, H, tile, p, H, 0, NULL};
+    attn_shape_t s = {S, T, C, H, tile, p, H, 0, NULL, mask, prefix};
     size_t nq = (size_t)S * T * 3 * C, nc = (size_t)S * T * C, ne = (size_t)S * H * T * T;
     float *qkv = malloc(nq * 4), *ctx = malloc(nc * 4), *r = malloc(nc * 4), *dq = malloc(nq * 4);
     float *e = malloc(ne * 4), *eh = malloc(ne * 4), *z = malloc((size_t)S * H * T * 4);
@@ -330,15 +342,17 @@ static void check_attention(int S, int T, int H, int D, int tile, float p) {
     contract_ws_t ws;
     contract_ws_init(&ws);
     attention_forward(ctx, e, keep ? eh : e, z, qkv, keep, &s, &ws);
-    att_ctx c = {S, T, C, H, p, keep, to_d(qkv, nq), to_d(r, nc), malloc(nc * 8)};
+    att_ctx c = {S, T, C, H, p, keep, to_d(qkv, nq), to_d(r, nc), malloc(nc * 8), mask, prefix};
     att_f(&c);
     char what[64];
-    snprintf(what, sizeof what, "attention ctx (T=%d tile=%d p=%.2f)", T, tile, (double)p);
+    snprintf(what, sizeof what, "attention ctx (T=%d tile=%d p=%.2f mask %d/%d)", T, tile, (double)p,
+             (int)mask, prefix);
     check_fwd(what, ctx, c.ctx, nc);
     attention_backward(dq, r, ctx, e, keep ? eh : e, z, qkv, keep, &s, scratch, &ws);
     double *fd = malloc(nq * 8);
     finite_diff(c.qkv, nq, att_f, &c, fd);
-    snprintf(what, sizeof what, "attention dqkv (T=%d tile=%d p=%.2f)", T, tile, (double)p);
+    snprintf(what, sizeof what, "attention dqkv (T=%d tile=%d p=%.2f mask %d/%d)", T, tile,
+             (double)p, (int)mask, prefix);
     check_grad(what, dq, fd, nq);
     contract_ws_free(&ws);
     free(c.qkv), free(c.r), free(c.ctx), free(fd);
@@ -346,9 +360,14 @@ static void check_attention(int S, int T, int H, int D, int tile, float p) {
 }
 
 static void test_attention(void) {
-    check_attention(2, 8, 2, 4, 2, 0.0f);  /* 4 key tiles: skipping and exact sums */
-    check_attention(2, 8, 2, 4, 8, 0.0f);  /* one tile: partials are results */
-    check_attention(2, 8, 2, 4, 4, 0.25f); /* attention dropout */
+    check_attention(2, 8, 2, 4, 2, 0.0f, ATTN_CAUSAL, 0);  /* 4 key tiles: skipping, exact sums */
+    check_attention(2, 8, 2, 4, 8, 0.0f, ATTN_CAUSAL, 0);  /* one tile: partials are results */
+    check_attention(2, 8, 2, 4, 4, 0.25f, ATTN_CAUSAL, 0); /* attention dropout */
+    /* an encoder-decoder's stream of 4 source rows, then 4 target rows */
+    check_attention(2, 8, 2, 4, 2, 0.0f, ATTN_SOURCE, 4);
+    check_attention(2, 8, 2, 4, 2, 0.25f, ATTN_SOURCE, 4);
+    check_attention(2, 8, 2, 4, 2, 0.0f, ATTN_CAUSAL_TARGET, 4);
+    check_attention(2, 8, 2, 4, 4, 0.25f, ATTN_CAUSAL_TARGET, 4);
 }
 
 typedef struct {
@@ -489,7 +508,7 @@ static double gpt_ref_loss(void *c_) {
                       m->ln_eps);
         ref_linear(qkv, a, LP("self_attention.query_key_value.weight"),
                    LP("self_attention.query_key_value.bias"), n, C, 3 * C);
-        ref_attention(ctx, qkv, c->mask[1 + 3 * l], pa, B, T, C, m->heads);
+        ref_attention(ctx, qkv, c->mask[1 + 3 * l], pa, B, T, C, m->heads, ATTN_CAUSAL, 0);
         ref_linear(y, ctx, LP("self_attention.dense.weight"), LP("self_attention.dense.bias"), n,
                    C, C);
         drop64(y, c->mask[2 + 3 * l], (size_t)n * C, ph);

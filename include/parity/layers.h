@@ -102,7 +102,18 @@ void gelu_backward(float *dx, const float *dy, const float *dydx, size_t n);
 
 /* ---- attention.c ------------------------------------------------------- */
 
-/* Shape of one causal self-attention call: n_seq sequences of T tokens,
+/* Which keys query row i attends (attention_span), over a stream of T
+ * rows whose first `prefix` rows are an encoder's (an encoder-decoder's
+ * one stream, MODEL.md "Encoder-decoder models"):
+ *   ATTN_CAUSAL         keys 0 .. i (the GPT's, and a prefix decoder's)
+ *   ATTN_SOURCE         keys 0 .. prefix-1, bidirectional: an encoder's
+ *                       self-attention, and cross-attention (queries of the
+ *                       target rows, keys and values of the source rows)
+ *   ATTN_CAUSAL_TARGET  keys prefix .. i for a target row i >= prefix (a
+ *                       decoder's causal self-attention); 0 .. i before it */
+typedef enum { ATTN_CAUSAL = 0, ATTN_SOURCE, ATTN_CAUSAL_TARGET } attn_mask_t;
+
+/* Shape of one self-attention call: n_seq sequences of T tokens,
  * C = H*D features, tile = the token tile (query and key tiles), p the
  * attention dropout. */
 typedef struct {
@@ -112,18 +123,30 @@ typedef struct {
                                  keyed by global head (I3); golden: H and 0 */
     const cp_runs_t *q_runs;  /* the query rows held (context parallelism's positions), or
                                  NULL: all T (attention_mask) */
+    attn_mask_t mask;         /* ATTN_CAUSAL unless set */
+    int prefix;               /* the source rows of ATTN_SOURCE and ATTN_CAUSAL_TARGET */
 } attn_shape_t;
+
+/* The keys [*lo, *hi) query row i attends under s's mask. */
+static inline void attention_span(const attn_shape_t *s, int i, int *lo, int *hi) {
+    if (s->mask == ATTN_SOURCE) {
+        *lo = 0, *hi = s->prefix;
+    } else {
+        *lo = s->mask == ATTN_CAUSAL_TARGET && i >= s->prefix ? s->prefix : 0;
+        *hi = i + 1;
+    }
+}
 
 /* Floats of scratch attention_backward needs. */
 size_t attention_scratch_floats(const attn_shape_t *s);
 /* keep [n_seq,H,Tq,T] (Tq: the query rows held, q_runs): the attention dropout mask of sequences
- * first_seq.. of the global batch and heads head0.. (1 = kept; 0 above
- * the diagonal, which is never drawn). Index of (g,h,i,j):
+ * first_seq.. of the global batch and heads head0.. (1 = kept; 0 outside
+ * the row's keys, attention_span, which are never drawn). Index of (g,h,i,j):
  * ((g*H + h)*T + i)*T + j; drawn at ((g*heads_total + head0+h)*T + i)*T + j. */
 void attention_mask(uint8_t *keep, const attn_shape_t *s, int first_seq, uint64_t seed,
                     uint64_t stream);
 /* qkv [n_seq,T,3C] -> ctx [n_seq,T,C] (head h in columns h*D..h*D+D-1).
- * Keeps e and ehat [n_seq,H,T,T] (zero above the diagonal; ehat may be e
+ * Keeps e and ehat [n_seq,H,T,T] (zero outside each row's keys; ehat may be e
  * when p = 0) and z [n_seq,H,T] for backward. keep is NULL when p = 0. */
 void attention_forward(float *ctx, float *e, float *ehat, float *z, const float *qkv,
                        const uint8_t *keep, const attn_shape_t *s, contract_ws_t *ws);
@@ -137,6 +160,10 @@ void attention_forward(float *ctx, float *e, float *ehat, float *z, const float 
  *     positions <= i of a span; the caller zeroes the rest) */
 float attention_row_softmax(float *row, float *hrow, const uint8_t *krow, int i, int T,
                             float scale, float inv);
+/* The same over the keys [lo, hi) of the row (zeros elsewhere):
+ * attention_row_softmax is lo = 0, hi = i + 1. */
+float attention_span_softmax(float *row, float *hrow, const uint8_t *krow, int lo, int hi, int T,
+                             float scale, float inv);
 float attention_row_dz(float *du, float *prod, const float *dout, const float *out, int D, float z);
 void  attention_grad_span(float *g, const float *e, const uint8_t *krow, int n, float dz,
                           float scale, float inv);

@@ -1,7 +1,8 @@
-/* attention.c - causal multi-head self-attention (MODEL.md, Attention).
+/* attention.c - multi-head self-attention (MODEL.md, Attention).
  *
- * Per sequence and head, over query tiles qi and key tiles kj <= qi
- * (tiles above the diagonal are skipped: their partials are exact zeros):
+ * Per sequence and head, over query tiles qi and the key tiles kj that
+ * hold the keys its rows attend (attention_span: kj <= qi under the
+ * causal mask; other tiles are skipped: their partials are exact zeros):
  *
  *   s = (q.k^T) * scale            one tile partial per (qi, kj): D is never split
  *   m_i = max_j s_ij,  e = exp(s - m),  Z_i = round(sum_j e_ij)
@@ -10,7 +11,9 @@
  *
  * This is the split-key formula: a global max, then exact sums of e and of
  * e.v over key tiles, so context parallelism can compute the key tiles on
- * other ranks and merge the sums without changing a bit.
+ * other ranks and merge the sums without changing a bit. An element's
+ * bits do not depend on which other tiles are computed around it (I1), so
+ * a tile range wider than a row's keys (zeros outside them) changes none.
  *
  * Row layout of qkv [n_seq,T,3C]: head h, then q/k/v, then d (Megatron's
  * order): q at column h*3D + d, k at h*3D + D + d, v at h*3D + 2D + d. */
@@ -40,26 +43,34 @@ void attention_mask(uint8_t *keep, const attn_shape_t *s, int first_seq, uint64_
                     /* keyed by the GLOBAL head and position: a tensor- or
                      * context-parallel rank draws the golden mask's rows (I3) */
                     uint64_t first = (((uint64_t)(first_seq + b) * Hg + (s->head0 + h)) * T + i) * T;
-                    dropout_mask(row, (size_t)i + 1, seed, stream, first, s->p);
-                    memset(row + i + 1, 0, (size_t)(T - i - 1));
+                    int lo, hi;
+                    attention_span(s, i, &lo, &hi);
+                    memset(row, 0, (size_t)T);
+                    dropout_mask(row + lo, (size_t)(hi - lo), seed, stream, first + (uint64_t)lo, s->p);
                 }
+}
+
+float attention_span_softmax(float *row, float *hrow, const uint8_t *krow, int lo, int hi, int T,
+                             float scale, float inv) {
+    float m = row[lo] * scale;
+    for (int j = lo; j < hi; j++) {
+        row[j] = row[j] * scale;
+        m = row[j] > m ? row[j] : m;
+    }
+    pm_expf_shifted(row + lo, row + lo, m, (size_t)(hi - lo));
+    memset(row, 0, (size_t)lo * sizeof(float));
+    memset(row + hi, 0, (size_t)(T - hi) * sizeof(float));
+    const float z = sum_f32(row + lo, (size_t)(hi - lo));
+    if (krow) {
+        memset(hrow, 0, (size_t)T * sizeof(float));
+        for (int j = lo; j < hi; j++) hrow[j] = row[j] * (float)krow[j] * inv;
+    }
+    return z;
 }
 
 float attention_row_softmax(float *row, float *hrow, const uint8_t *krow, int i, int T,
                             float scale, float inv) {
-    float m = row[0] * scale;
-    for (int j = 0; j <= i; j++) {
-        row[j] = row[j] * scale;
-        m = row[j] > m ? row[j] : m;
-    }
-    pm_expf_shifted(row, row, m, (size_t)i + 1);
-    memset(row + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
-    const float z = sum_f32(row, (size_t)i + 1);
-    if (krow) {
-        for (int j = 0; j <= i; j++) hrow[j] = row[j] * (float)krow[j] * inv;
-        memset(hrow + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
-    }
-    return z;
+    return attention_span_softmax(row, hrow, krow, 0, i + 1, T, scale, inv);
 }
 
 float attention_row_dz(float *du, float *prod, const float *dout, const float *out, int D, float z) {
@@ -79,6 +90,35 @@ void attention_grad_span(float *g, const float *e, const uint8_t *krow, int n, f
     }
 }
 
+/* The key tiles [*k0, *k1) holding the keys of query tile qi's rows. */
+static void key_tiles(const attn_shape_t *s, int qi, int *k0, int *k1) {
+    const int Tt = s->tile;
+    int lo, hi, lo2, hi2;
+    attention_span(s, qi * Tt, &lo, &hi);
+    for (int i = qi * Tt + 1; i < (qi + 1) * Tt; i++) {
+        attention_span(s, i, &lo2, &hi2);
+        lo = lo2 < lo ? lo2 : lo;
+        hi = hi2 > hi ? hi2 : hi;
+    }
+    *k0 = lo / Tt, *k1 = (hi + Tt - 1) / Tt;
+}
+
+/* The query tiles [*q0, *q1) whose rows attend a key of key tile kj
+ * (the tiles between may attend none: their partials are exact zeros). */
+static void query_tiles(const attn_shape_t *s, int kj, int *q0, int *q1) {
+    const int nT = s->T / s->tile;
+    *q0 = nT, *q1 = 0;
+    for (int qi = 0; qi < nT; qi++) {
+        int k0, k1;
+        key_tiles(s, qi, &k0, &k1);
+        if (kj >= k0 && kj < k1) {
+            *q0 = qi < *q0 ? qi : *q0;
+            *q1 = qi + 1;
+        }
+    }
+    if (*q0 > *q1) *q0 = *q1;
+}
+
 void attention_forward(float *ctx, float *e, float *ehat, float *z, const float *qkv,
                        const uint8_t *keep, const attn_shape_t *s, contract_ws_t *ws) {
     const int T = s->T, C = s->C, H = s->H, D = C / H, Tt = s->tile, nT = T / Tt;
@@ -93,18 +133,29 @@ void attention_forward(float *ctx, float *e, float *ehat, float *z, const float 
             float *E = e + bh * T * T, *Eh = keep ? ehat + bh * T * T : E;
             float *Z = z + bh * T;
             float *O = ctx + (size_t)b * T * C + (size_t)h * D;
-            /* scores of the causal tiles: E[qi rows, kj <= qi] = q.k^T */
-            for (int qi = 0; qi < nT; qi++)
-                contract(CONTRACT_NT, Tt, (qi + 1) * Tt, D, Tt, Tt, D, q + (size_t)qi * Tt * ld,
-                         ld, k, ld, E + (size_t)qi * Tt * T, T, ws);
-            for (int i = 0; i < T; i++)
-                Z[i] = attention_row_softmax(E + (size_t)i * T, Eh + (size_t)i * T,
-                                             keep ? keep + bh * T * T + (size_t)i * T : NULL, i, T,
-                                             scale, inv);
+            /* scores of the tiles attended: E[qi rows, k0 <= kj < k1] = q.k^T */
+            for (int qi = 0; qi < nT; qi++) {
+                int k0, k1;
+                key_tiles(s, qi, &k0, &k1);
+                contract(CONTRACT_NT, Tt, (k1 - k0) * Tt, D, Tt, Tt, D, q + (size_t)qi * Tt * ld,
+                         ld, k + (size_t)k0 * Tt * ld, ld, E + (size_t)qi * Tt * T + (size_t)k0 * Tt,
+                         T, ws);
+            }
+            for (int i = 0; i < T; i++) {
+                int lo, hi;
+                attention_span(s, i, &lo, &hi);
+                Z[i] = attention_span_softmax(E + (size_t)i * T, Eh + (size_t)i * T,
+                                              keep ? keep + bh * T * T + (size_t)i * T : NULL, lo,
+                                              hi, T, scale, inv);
+            }
             /* U = round(sum over key tiles of ehat.v), then o = U / Z */
-            for (int qi = 0; qi < nT; qi++)
-                contract(CONTRACT_NN, Tt, D, (qi + 1) * Tt, Tt, D, Tt, Eh + (size_t)qi * Tt * T, T,
-                         v, ld, O + (size_t)qi * Tt * C, C, ws);
+            for (int qi = 0; qi < nT; qi++) {
+                int k0, k1;
+                key_tiles(s, qi, &k0, &k1);
+                contract(CONTRACT_NN, Tt, D, (k1 - k0) * Tt, Tt, D, Tt,
+                         Eh + (size_t)qi * Tt * T + (size_t)k0 * Tt, T, v + (size_t)k0 * Tt * ld, ld,
+                         O + (size_t)qi * Tt * C, C, ws);
+            }
             for (int i = 0; i < T; i++)
                 for (int d = 0; d < D; d++) O[(size_t)i * C + d] = O[(size_t)i * C + d] / Z[i];
         }
@@ -134,30 +185,58 @@ void attention_backward(float *dqkv, const float *dctx, const float *ctx, const 
             for (int i = 0; i < T; i++)
                 dZ[i] = attention_row_dz(dU + (size_t)i * D, prod, dO + (size_t)i * C,
                                          O + (size_t)i * C, D, Z[i]);
-            /* dV[kj] = round(sum over query tiles qi >= kj of ehat^T.dU) */
-            for (int kj = 0; kj < nT; kj++)
-                contract(CONTRACT_TN, Tt, D, (nT - kj) * Tt, Tt, D, Tt,
-                         Eh + (size_t)kj * Tt * T + (size_t)kj * Tt, T, dU + (size_t)kj * Tt * D, D,
+            /* dV[kj] = round(sum over the query tiles attending it of ehat^T.dU) */
+            for (int kj = 0; kj < nT; kj++) {
+                int q0, q1;
+                query_tiles(s, kj, &q0, &q1);
+                if (q0 == q1) {
+                    for (int i = kj * Tt; i < (kj + 1) * Tt; i++)
+                        memset(dv + (size_t)i * ld, 0, (size_t)D * sizeof(float));
+                    continue;
+                }
+                contract(CONTRACT_TN, Tt, D, (q1 - q0) * Tt, Tt, D, Tt,
+                         Eh + (size_t)q0 * Tt * T + (size_t)kj * Tt, T, dU + (size_t)q0 * Tt * D, D,
                          dv + (size_t)kj * Tt * ld, ld, ws);
-            /* dehat = dU.v^T on the causal tiles, then the elementwise chain
+            }
+            /* dehat = dU.v^T on the tiles attended, then the elementwise chain
              * de = dehat*keep/(1-p) + dZ,  g = (de*e)*scale */
-            for (int qi = 0; qi < nT; qi++)
-                contract(CONTRACT_NT, Tt, (qi + 1) * Tt, D, Tt, Tt, D, dU + (size_t)qi * Tt * D, D,
-                         v, ld, G + (size_t)qi * Tt * T, T, ws);
+            for (int qi = 0; qi < nT; qi++) {
+                int k0, k1;
+                key_tiles(s, qi, &k0, &k1);
+                contract(CONTRACT_NT, Tt, (k1 - k0) * Tt, D, Tt, Tt, D, dU + (size_t)qi * Tt * D, D,
+                         v + (size_t)k0 * Tt * ld, ld, G + (size_t)qi * Tt * T + (size_t)k0 * Tt, T,
+                         ws);
+            }
             for (int i = 0; i < T; i++) {
                 float *gr = G + (size_t)i * T;
-                attention_grad_span(gr, E + (size_t)i * T,
-                                    keep ? keep + bh * T * T + (size_t)i * T : NULL, i + 1, dZ[i],
-                                    scale, inv);
-                memset(gr + i + 1, 0, (size_t)(T - i - 1) * sizeof(float));
+                int lo, hi;
+                attention_span(s, i, &lo, &hi);
+                attention_grad_span(gr + lo, E + (size_t)i * T + lo,
+                                    keep ? keep + bh * T * T + (size_t)i * T + lo : NULL, hi - lo,
+                                    dZ[i], scale, inv);
+                memset(gr, 0, (size_t)lo * sizeof(float));
+                memset(gr + hi, 0, (size_t)(T - hi) * sizeof(float));
             }
-            /* dQ[qi] = round(sum_kj<=qi g.k);  dK[kj] = round(sum_qi>=kj g^T.q) */
-            for (int qi = 0; qi < nT; qi++)
-                contract(CONTRACT_NN, Tt, D, (qi + 1) * Tt, Tt, D, Tt, G + (size_t)qi * Tt * T, T,
-                         k, ld, dq + (size_t)qi * Tt * ld, ld, ws);
-            for (int kj = 0; kj < nT; kj++)
-                contract(CONTRACT_TN, Tt, D, (nT - kj) * Tt, Tt, D, Tt,
-                         G + (size_t)kj * Tt * T + (size_t)kj * Tt, T, q + (size_t)kj * Tt * ld, ld,
+            /* dQ[qi] = round(sum over its key tiles of g.k);
+             * dK[kj] = round(sum over the query tiles attending it of g^T.q) */
+            for (int qi = 0; qi < nT; qi++) {
+                int k0, k1;
+                key_tiles(s, qi, &k0, &k1);
+                contract(CONTRACT_NN, Tt, D, (k1 - k0) * Tt, Tt, D, Tt,
+                         G + (size_t)qi * Tt * T + (size_t)k0 * Tt, T, k + (size_t)k0 * Tt * ld, ld,
+                         dq + (size_t)qi * Tt * ld, ld, ws);
+            }
+            for (int kj = 0; kj < nT; kj++) {
+                int q0, q1;
+                query_tiles(s, kj, &q0, &q1);
+                if (q0 == q1) {
+                    for (int i = kj * Tt; i < (kj + 1) * Tt; i++)
+                        memset(dk + (size_t)i * ld, 0, (size_t)D * sizeof(float));
+                    continue;
+                }
+                contract(CONTRACT_TN, Tt, D, (q1 - q0) * Tt, Tt, D, Tt,
+                         G + (size_t)q0 * Tt * T + (size_t)kj * Tt, T, q + (size_t)q0 * Tt * ld, ld,
                          dk + (size_t)kj * Tt * ld, ld, ws);
+            }
         }
 }

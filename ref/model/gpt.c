@@ -88,7 +88,7 @@ static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_
     S->d_wide = CARVE_F(cv, n * max3(3 * (size_t)lc->attn, F, C));
     S->d_logits = CARVE_F(cv, n * V);
     attn_shape_t s = {c->micro_batch, c->seq_length, lc->attn, lc->heads, c->tile_tokens,
-                      c->attention_dropout, c->heads, lc->head0, NULL};
+                      c->attention_dropout, c->heads, lc->head0, NULL, ATTN_CAUSAL, 0};
     S->att_scratch = CARVE_F(cv, attention_scratch_floats(&s));
     S->row_scratch = CARVE_F(cv, 2 * max3(C, V, F));
     /* the open outputs of row-parallel linears: [n, C], or with every

@@ -28,7 +28,8 @@ pass_t unit_pass(const gpt_t *g, const gpt_slot_t *A) {
     p.t_cf = (linear_tiles_t){c->tile_tokens, c->tile_features, c->tile_ffn};
     p.t_fc = (linear_tiles_t){c->tile_tokens, c->tile_ffn, c->tile_features};
     p.as = (attn_shape_t){A->n_seq,         c->seq_length, g->local.attn, g->local.heads,
-                          c->tile_tokens,   c->attention_dropout, c->heads, g->local.head0, NULL};
+                          c->tile_tokens,   c->attention_dropout, c->heads, g->local.head0, NULL,
+                          ATTN_CAUSAL, 0};
     return p;
 }
 
