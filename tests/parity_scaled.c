@@ -7,9 +7,9 @@
 
 #include "unit_scaled_residual.c"
 
-static const model_run_t scaled_model[] = {{&unit_embedding, model_count_one, NULL, NULL},
-                                           {&unit_scaled_residual, model_count_layers, NULL, NULL},
-                                           {&unit_head, model_count_one, NULL, NULL}};
+static const model_run_t scaled_model[] = {{&unit_embedding, model_count_one, NULL, {NULL}},
+                                           {&unit_scaled_residual, model_count_layers, NULL, {NULL}},
+                                           {&unit_head, model_count_one, NULL, {NULL}}};
 
 __attribute__((constructor)) static void use_scaled_model(void) {
     if (model_set_runs(scaled_model, 3)) abort();

@@ -15,9 +15,9 @@
 #include "layout_run.h"
 #include "unit_scaled_residual.c"
 
-static const model_run_t scaled_model[] = {{&unit_embedding, model_count_one, NULL, NULL},
-                                           {&unit_scaled_residual, model_count_layers, NULL, NULL},
-                                           {&unit_head, model_count_one, NULL, NULL}};
+static const model_run_t scaled_model[] = {{&unit_embedding, model_count_one, NULL, {NULL}},
+                                           {&unit_scaled_residual, model_count_layers, NULL, {NULL}},
+                                           {&unit_head, model_count_one, NULL, {NULL}}};
 
 /* The description reaches the parameter table: the 3-D tensor, whole
  * on a tp rank (replicated), reducing over dp x cp. */

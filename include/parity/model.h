@@ -68,7 +68,23 @@ typedef struct {
     float moe_capacity_factor; /* 0: dropless (--moe-expert-capacity-factor) */
     int moe_drop_position;     /* over capacity drop by position (1) or by the lowest
                                   router probability (0) (--moe-token-drop-policy) */
+    /* encoder-decoder models (MODEL.md "Encoder-decoder models"): the
+     * stream of a sequence is seq_length rows, the first
+     * encoder_seq_length the encoder's (source tokens), the rest the
+     * decoder's (target tokens); layers counts the decoder's layers
+     * (Megatron's --num-layers, --encoder-num-layers) */
+    int arch;                  /* MODEL_GPT, MODEL_T5 */
+    int encoder_layers;        /* --encoder-num-layers (0 for the GPT) */
+    int encoder_seq_length;    /* --encoder-seq-length: P (0 for the GPT) */
 } model_config_t;
+enum { MODEL_GPT = 0, MODEL_T5 = 1 };
+/* The architecture's name in configs and reports: "gpt", "t5". */
+const char *model_arch_name(int arch);
+/* The positions of a sequence whose tokens have a loss: T, or the
+ * decoder's T - P. */
+static inline int model_loss_positions(const model_config_t *c) {
+    return c->seq_length - c->encoder_seq_length;
+}
 
 /* Whether layer l of c is a mixture-of-experts layer. */
 static inline int model_layer_is_moe(const model_config_t *c, int l) {
@@ -238,7 +254,7 @@ void params_init_at(const param_table_t *t, const int sizes[GRID_NAXES],
 
 /* Activations of one layer for one microbatch of n = micro_batch * T tokens,
  * kept for the backward pass. */
-typedef struct {
+typedef struct layer_acts {
     float *ln1_xhat, *ln1_rstd, *ln1_out;  /* [n,C] [n] [n,C] (sequence parallel: [ns,...],
                                               the positions held; ns = n/tp) */
     float *ln1_full;                       /* [n,C] ln1_out of every position (gathered under
@@ -285,6 +301,9 @@ typedef struct {
     float *moe_in;                         /* [b*T,C] the MoE input of every position,
                                               gathered over cp (context parallel; else
                                               ln2_full) */
+    /* a decoder layer's cross-attention block: a second attention
+     * block's activations (ln1_*: its input, qkv .. resid1), or NULL */
+    struct layer_acts *cross;
 } layer_acts_t;
 
 /* One in-flight microbatch: what its forward pass keeps for its backward
@@ -301,7 +320,7 @@ typedef struct {
                                               sequences, which gpt_slot_begin compacts) */
     float *emb;                            /* [n,C] embedding output (after dropout) */
     uint8_t *emb_keep;                     /* [n,C] or NULL */
-    layer_acts_t *layer;                   /* [L] */
+    layer_acts_t *layer;                   /* [units]: unit u's at u - 1 */
     float *lnf_xhat, *lnf_rstd, *lnf_out;  /* [n,C] [n] [n,C] */
     float *lnf_full;                       /* [n,C] as ln1_full */
     float *logits;                         /* [n,V] */
@@ -729,8 +748,17 @@ float clip_factor(const model_config_t *cfg, float grad_norm);
 /* Global-norm clipping with grad_norm, then one AdamW step at lr. */
 void  gpt_step_update(gpt_t *g, float lr, float grad_norm);
 
-/* Data (corpus.h) + the phases above, for step `step` (0-based). */
+/* Global sample s of the model's task, inputs/targets [T] (corpus.h):
+ * the GPT's next byte of the corpus; an encoder-decoder's (arch t5)
+ * source x = P bytes of the corpus in the source rows, and in the target
+ * rows the source reversed, y_t = x[P-1 - t mod P], teacher-forced:
+ * inputs [x, BOS, y_0 .. y_{T-P-2}], targets [0 (no loss) x P, y]. */
 struct corpus;
+enum { MODEL_BOS = 2 }; /* the decoder's first input: STX, a byte no text holds */
+void model_sample(const model_config_t *c, const struct corpus *data, uint64_t s,
+                  int32_t *inputs, int32_t *targets);
+
+/* Data (corpus.h) + the phases above, for step `step` (0-based). */
 typedef struct {
     float loss, lr, grad_norm;
     double seconds; /* layouts: the step's wall time, barrier to barrier */

@@ -41,7 +41,9 @@ static void common_defaults(model_config_t *c) {
 }
 
 static const char *const builtin_names[] = {"gpt-micro", "gpt-tiny", "gpt-small", "gpt-124m",
-                                            NULL};
+                                            "t5-tiny",   "t5-small", NULL};
+
+const char *model_arch_name(int arch) { return arch == MODEL_T5 ? "t5" : "gpt"; }
 
 const char *const *model_builtin_names(void) { return builtin_names; }
 
@@ -80,6 +82,26 @@ int model_config_builtin(const char *name, model_config_t *c, perr_t *err) {
         c->ffn = 1024;
         c->tile_tokens = 128, c->tile_features = 128, c->tile_ffn = 256;
         c->global_batch = 8, c->micro_batch = 8;
+        c->hidden_dropout = 0.0f, c->attention_dropout = 0.0f;
+    } else if (!strcmp(name, "t5-tiny")) {
+        /* An encoder-decoder (MODEL.md "Encoder-decoder models"): 16
+         * source then 16 target positions a sequence, 2 encoder and 2
+         * decoder layers; 8 heads (tp 2, 4, 8), 8 token tiles (sp). */
+        c->arch = MODEL_T5;
+        c->vocab = 256, c->seq_length = 32, c->hidden = 64, c->heads = 8, c->layers = 2;
+        c->encoder_layers = 2, c->encoder_seq_length = 16;
+        c->ffn = 256;
+        c->tile_tokens = 4, c->tile_features = 8, c->tile_ffn = 32;
+        c->global_batch = 8, c->micro_batch = 8;
+    } else if (!strcmp(name, "t5-small")) {
+        /* The encoder-decoder benchmark: gpt-small's widths, 128 source
+         * and 128 target positions, 4 + 4 layers, no dropout. */
+        c->arch = MODEL_T5;
+        c->vocab = 256, c->seq_length = 256, c->hidden = 256, c->heads = 8, c->layers = 4;
+        c->encoder_layers = 4, c->encoder_seq_length = 128;
+        c->ffn = 1024;
+        c->tile_tokens = 128, c->tile_features = 128, c->tile_ffn = 256;
+        c->global_batch = 4, c->micro_batch = 4;
         c->hidden_dropout = 0.0f, c->attention_dropout = 0.0f;
     } else {
         char list[256] = "";
@@ -169,7 +191,7 @@ static int apply_json(const json_t *j, const char *path, model_config_t *c, perr
         "name", "base", "vocab", "seq_length", "hidden", "heads", "layers", "ffn", "tied",
         "tiles", "dropouts", "ln_eps", "seed", "global_batch", "micro_batch", "lr", "min_lr",
         "warmup", "decay_steps", "beta1", "beta2", "eps", "weight_decay", "clip_grad",
-        "make_vocab_size_divisible_by", "moe", NULL};
+        "make_vocab_size_divisible_by", "moe", "arch", "encoder", NULL};
     static const char *const tiles[] = {"tokens", "features", "ffn", NULL};
     static const char *const drops[] = {"hidden", "attention", NULL};
     if (json_type(j) != JSON_OBJECT)
@@ -244,6 +266,24 @@ static int apply_json(const json_t *j, const char *path, model_config_t *c, perr
             return -1;
     }
     if (json_get(j, "moe") && apply_moe_json(json_get(j, "moe"), path, c, err)) return -1;
+    const json_t *arch = json_get(j, "arch");
+    if (arch) {
+        const char *v = json_string(arch);
+        if (!v || (strcmp(v, "gpt") && strcmp(v, "t5")))
+            return perr_set(err, "%s: field 'arch': expected \"gpt\" or \"t5\"", path);
+        c->arch = !strcmp(v, "t5") ? MODEL_T5 : MODEL_GPT;
+    }
+    const json_t *enc = json_get(j, "encoder");
+    if (enc) {
+        static const char *const keys[] = {"layers", "seq_length", NULL};
+        if (json_type(enc) != JSON_OBJECT)
+            return perr_set(err, "%s: field 'encoder': expected an object {layers, seq_length}",
+                            path);
+        if (check_keys(enc, keys, "encoder.", path, err) ||
+            get_int(enc, "layers", path, &c->encoder_layers, err) ||
+            get_int(enc, "seq_length", path, &c->encoder_seq_length, err))
+            return -1;
+    }
     const json_t *d = json_get(j, "dropouts");
     if (d) {
         if (json_type(d) != JSON_OBJECT)
@@ -303,6 +343,33 @@ static int validate_moe(const model_config_t *c, perr_t *err) {
         return perr_set(err, "moe.capacity_factor (--moe-expert-capacity-factor) = %g: expected "
                              "0 (dropless) or a positive factor up to 1e6",
                         (double)c->moe_capacity_factor);
+    return 0;
+}
+
+/* An encoder-decoder's encoder (MODEL.md "Encoder-decoder models"). */
+static int validate_encoder(const model_config_t *c, perr_t *err) {
+    if (c->arch != MODEL_GPT && c->arch != MODEL_T5)
+        return perr_set(err, "arch = %d: expected gpt or t5", c->arch);
+    if (c->arch == MODEL_GPT) {
+        if (c->encoder_layers || c->encoder_seq_length)
+            return perr_set(err, "encoder.layers (--encoder-num-layers) = %d, encoder.seq_length "
+                                 "(--encoder-seq-length) = %d: a GPT (arch gpt) has no encoder; "
+                                 "give arch t5 or leave them 0",
+                            c->encoder_layers, c->encoder_seq_length);
+        return 0;
+    }
+    if (c->encoder_layers < 1 || c->encoder_layers > MODEL_MAX_LAYERS)
+        return perr_set(err, "encoder.layers (--encoder-num-layers) = %d: expected 1 to %d",
+                        c->encoder_layers, MODEL_MAX_LAYERS);
+    const int P = c->encoder_seq_length;
+    if (P < 1 || P >= c->seq_length || P % c->tile_tokens)
+        return perr_set(err, "encoder.seq_length (--encoder-seq-length) = %d: expected a multiple "
+                             "of tiles.tokens = %d below seq_length = %d (the stream's source "
+                             "rows, then its target rows)",
+                        P, c->tile_tokens, c->seq_length);
+    if (c->moe_experts)
+        return perr_set(err, "moe.experts (--num-experts) = %d: an encoder-decoder (arch t5) has "
+                             "dense MLPs only", c->moe_experts);
     return 0;
 }
 
@@ -413,6 +480,7 @@ static int validate(const model_config_t *c, int whole_microbatches, perr_t *err
                         "clipping off)",
                         (double)c->clip_grad);
     if (validate_moe(c, err)) return -1;
+    if (validate_encoder(c, err)) return -1;
     /* Element counts are size_t, but tile calls take int extents. */
     if ((int64_t)c->micro_batch * c->seq_length > (1 << 24) ||
         (int64_t)c->vocab * c->hidden > (1 << 30) || (int64_t)c->ffn * c->hidden > (1 << 30))
@@ -469,6 +537,12 @@ char *model_config_json(const model_config_t *c) {
                  c->moe_pre_softmax ? "true" : "false", (double)c->moe_aux_loss_coeff,
                  (double)c->moe_z_loss_coeff, (double)c->moe_capacity_factor,
                  c->moe_drop_position ? "position" : "probs");
+    }
+    if (c->arch != MODEL_GPT) { /* the GPT's JSON stays as it was (golden/'s dumps) */
+        const size_t at = strlen(s) - 1;
+        snprintf(s + at, cap - at, ", \"arch\": \"%s\", \"encoder\": {\"layers\": %d, "
+                 "\"seq_length\": %d}}", model_arch_name(c->arch), c->encoder_layers,
+                 c->encoder_seq_length);
     }
     return s;
 }

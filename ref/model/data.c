@@ -1,6 +1,7 @@
 /* data.c - byte-level samples of a text file (corpus.h). */
 #include "parity/corpus.h"
 #include "parity/fileio.h"
+#include "parity/model.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -86,4 +87,19 @@ void corpus_sample(const corpus_t *c, uint64_t s, int T, int32_t *inputs, int32_
         inputs[t] = c->bytes[start + t];
         targets[t] = c->bytes[start + t + 1];
     }
+}
+
+void model_sample(const model_config_t *c, const corpus_t *data, uint64_t s, int32_t *inputs,
+                  int32_t *targets) {
+    const int T = c->seq_length, P = c->encoder_seq_length;
+    if (c->arch == MODEL_GPT) {
+        corpus_sample(data, s, T, inputs, targets);
+        return;
+    }
+    corpus_sample(data, s, P, inputs, targets); /* the source; targets' first P: scratch */
+    for (int t = 0; t < T - P; t++) {
+        targets[P + t] = inputs[P - 1 - t % P];
+        inputs[P + t] = t == 0 ? MODEL_BOS : targets[P + t - 1];
+    }
+    for (int t = 0; t < P; t++) targets[t] = 0;
 }

@@ -72,7 +72,7 @@ static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_
     const int U = model_num_units(c);
     for (int u = 0; u < U; u++) {
         const unit_t unit = model_unit_at(c, u);
-        unit.kind->layout(A, unit.index, &d, slot_has(su, u), u + 1 < U && slot_has(su, u + 1), cv);
+        unit.kind->layout(A, unit_acts(&unit), &d, slot_has(su, u), u + 1 < U && slot_has(su, u + 1), cv);
     }
     A->d_resid = CARVE_F(cv, d.ns * d.C);
 }
@@ -100,7 +100,9 @@ static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_
     S->open_local = sp ? carve(cv, acc_storage_bytes(n / (size_t)lc->seq_parts * C)) : NULL;
     S->ln_part = sp ? carve(cv, 2 * acc_storage_bytes(C)) : NULL;
     S->sp_buf = sp ? CARVE_F(cv, n * C) : NULL;
-    S->d_tmp3 = sp ? CARVE_F(cv, n * C) : NULL;
+    /* a gathered gradient; an encoder-decoder's cross-attention keeps its
+     * source rows' gradient there */
+    S->d_tmp3 = sp || c->arch != MODEL_GPT ? CARVE_F(cv, n * C) : NULL;
     const size_t part = lc->row_linears ? n * (C > F ? C : F) : 0;
     S->row_in = lc->row_linears ? CARVE_F(cv, part / (size_t)tp) : NULL;
     S->row_dx = lc->row_linears ? CARVE_F(cv, part / (size_t)tp) : NULL;
@@ -239,7 +241,7 @@ static void model_release(arena_t *arena, void *p) {
 /* The bytes of one activation slot and of the backward scratch for
  * cfg->micro_batch sequences: the layouts measuring themselves. */
 static size_t slot_bytes(const model_config_t *cfg, const gpt_local_t *lc, const slot_units_t *su) {
-    layer_acts_t *layers = calloc((size_t)cfg->layers + 1, sizeof *layers);
+    layer_acts_t *layers = calloc((size_t)model_num_units(cfg), sizeof *layers);
     if (!layers) parity_fatal("out of memory measuring an activation slot");
     gpt_slot_t A = {.layer = layers};
     carver_t measure = {NULL, 0};
@@ -502,7 +504,7 @@ static int make_slots(gpt_t *g, int n, int chunked, perr_t *err) {
                                  : slot_bytes(&g->cfg, &g->local, &all);
     for (int k = 0; k < n; k++) {
         gpt_slot_t *A = &g->slot[k];
-        if (!(A->layer = calloc((size_t)g->cfg.layers + 1, sizeof *A->layer)))
+        if (!(A->layer = calloc((size_t)model_num_units(&g->cfg), sizeof *A->layer)))
             return perr_set(err, "out of memory");
         A->block = model_alloc(g->arena, bytes, MEM_ACTIVATIONS, "activations");
         if (!A->block)
@@ -541,7 +543,7 @@ void gpt_slot_use_chunk(gpt_t *g, int s, int c) {
     layer_acts_t *layers = A->layer;
     void *block = A->block;
     memset(A, 0, sizeof *A);
-    memset(layers, 0, ((size_t)g->cfg.layers + 1) * sizeof *layers);
+    memset(layers, 0, (size_t)model_num_units(&g->cfg) * sizeof *layers);
     A->layer = layers, A->block = block, A->chunk = c;
     const slot_units_t one = {&g->shard.units, c};
     carver_t cv = {block, 0};
@@ -582,7 +584,7 @@ void gpt_free(gpt_t *g) {
 /* ---- end of step -------------------------------------------------------- */
 
 float mean_token_loss(const model_config_t *c, float loss_sum) {
-    return loss_sum / (float)((int64_t)c->global_batch * c->seq_length);
+    return loss_sum / (float)((int64_t)c->global_batch * model_loss_positions(c));
 }
 
 float gpt_step_loss(const gpt_t *g) { return mean_token_loss(&g->cfg, sacc_round(&g->loss_acc)); }
@@ -643,8 +645,8 @@ void gpt_train_step(gpt_t *g, const corpus_t *data, int64_t step, const gpt_obse
     for (int first = 0; first < B; first += mb) {
         gpt_slot_t *A = &g->slot[0];
         for (int b = 0; b < mb; b++)
-            corpus_sample(data, (uint64_t)step * (uint64_t)B + (uint64_t)(first + b), T,
-                          A->inputs + (size_t)b * T, A->targets + (size_t)b * T);
+            model_sample(c, data, (uint64_t)step * (uint64_t)B + (uint64_t)(first + b),
+                         A->inputs + (size_t)b * T, A->targets + (size_t)b * T);
         gpt_microbatch(g, A->inputs, A->targets, mb, first, step, obs);
     }
     stats->loss = gpt_step_loss(g);

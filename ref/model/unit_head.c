@@ -5,6 +5,8 @@
  * The forward computes the token losses into the slot; after_forward
  * adds them to the step's loss sum, once, so the forward may run again.
  */
+#include <string.h>
+
 #include "parity/pmath.h"
 #include "tp.h"
 #include "units_internal.h"
@@ -49,6 +51,18 @@ static void layout(gpt_slot_t *A, int index, const slot_dims_t *d, int held, int
     A->ce_z = CARVE_F(cv, n);
 }
 
+/* An encoder-decoder's source rows have no loss (their "targets" are
+ * placeholders): their token losses and logit gradients are zeros. x
+ * holds every position the slot holds (g->local.runs) of its sequences,
+ * w values each. */
+static void zero_source_rows(const gpt_t *g, float *x, const pass_t *p, int P, int w) {
+    const cp_runs_t *r = &g->local.runs;
+    for (int s = 0, at = 0; P && s < p->n_seq; s++)
+        for (int k = 0; k < r->n; k++)
+            for (int t = r->t0[k]; t < r->t0[k] + r->len[k]; t++, at++)
+                if (t < P) memset(x + (size_t)at * w, 0, (size_t)w * sizeof(float));
+}
+
 static int head_weight(const gpt_t *g) { return g->cfg.tied ? g->table.wte : g->table.out; }
 
 /* The deliberately broken variant GPT_BROKEN_TP_VOCAB_PAD: Megatron
@@ -88,6 +102,7 @@ static void forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x, co
     ce_target_logit(l, A->logits, A->targets, n, V, v0);
     if (split) tp_sum_f32(g, l, (size_t)n);
     ce_loss(A->token_loss, m, Z, l, n);
+    zero_source_rows(g, A->token_loss, p, c->encoder_seq_length, 1);
 }
 
 static void after_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
@@ -99,10 +114,11 @@ static void backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) 
     const model_config_t *c = &g->cfg;
     const int n = p->n, C = c->hidden, V = g->local.vocab;
     float *d_logits = g->scratch.d_logits;
-    /* 1/N from the GLOBAL token count, once (I4) */
-    const int64_t total_tokens = (int64_t)c->global_batch * c->seq_length;
+    /* 1/N from the GLOBAL count of tokens with a loss, once (I4) */
+    const int64_t total_tokens = (int64_t)c->global_batch * model_loss_positions(c);
     crossentropy_backward(d_logits, A->logits, A->targets, A->ce_max, A->ce_z, n, V,
                           g->local.vocab0, total_tokens, g->scratch.row_scratch);
+    zero_source_rows(g, d_logits, p, c->encoder_seq_length, V);
     colpar_backward(g, p, g->scratch.d_tmp, &g->grad_acc[head_weight(g)], NULL, d_logits,
                     A->lnf_full, P_(g, head_weight(g)), C, V, p->t_cc);
     ln_backward(g, p, A->d_resid, unit_grad(g, u, H_LNF_W), unit_grad(g, u, H_LNF_B),

@@ -127,11 +127,12 @@ struct unit_kind {
     /* after the table is built: the kind's named indices (param_table_t's
      * wte, ...) from its first tensor's index */
     void (*bind)(param_table_t *t, const model_config_t *c, int unit, int first);
-    /* the slot's activations: held, the unit runs here; else only where
-     * its output arrives when the next unit runs here (next_held) */
+    /* the slot's activations (index: unit_acts): held, the unit runs
+     * here; else only where its output arrives when the next unit runs
+     * here (next_held) */
     void (*layout)(gpt_slot_t *A, int index, const slot_dims_t *d, int held, int next_held,
                    carver_t *cv);
-    /* the residual stream it leaves in the slot (NULL: none) */
+    /* the residual stream it leaves in the slot (index: unit_acts; NULL: none) */
     float *(*output)(gpt_slot_t *A, int index);
     void (*forward)(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x,
                     const pass_t *p);
@@ -143,19 +144,26 @@ struct unit_kind {
 };
 
 extern const unit_kind_t unit_embedding, unit_layer, unit_moe_layer, unit_head;
+/* unit_encdec.c: an encoder-decoder's (MODEL.md "Encoder-decoder models") */
+extern const unit_kind_t unit_encoder_layer, unit_encoder_final, unit_decoder_layer;
 
-/* The model's description: the kinds in order, each with a count. Unit
- * u of the model (first: -1; gpt_unit binds it to a table). */
+/* The model's description: the kinds in order, each with a count (0: the
+ * config has none). Unit u of the model (first: -1; gpt_unit binds it to
+ * a table). */
 typedef struct {
     const unit_kind_t *kind;
     int (*count)(const model_config_t *c);
-    /* or NULL; else instance i's kind: `kind` or `alt` (the GPT's layers:
-     * dense or MoE; both have the same prefix and input) */
+    /* or NULL; else instance i's kind: `kind` or one of `alts` (the
+     * layers: dense, MoE or an encoder-decoder's decoder layer) */
     const unit_kind_t *(*kind_at)(const model_config_t *c, int i);
-    const unit_kind_t *alt;
+    const unit_kind_t *alts[2];
 } model_run_t;
 int model_count_one(const model_config_t *c);    /* 1 */
 int model_count_layers(const model_config_t *c); /* c->layers */
+/* The unit's activations in a slot: A->layer[unit - 1] (the embedding's
+ * and the head's are the slot's own fields). A kind's layout and output
+ * take this index. */
+static inline int unit_acts(const unit_t *u) { return u->unit - 1; }
 /* Replaces the model's description by list[0 .. n) (NULL: the GPT's:
  * embedding, layers x L, head): a model of other kinds, e.g. a test's
  * own kind (tests/test_custom_unit.c) with no edit of the parallel code.

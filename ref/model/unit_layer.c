@@ -16,41 +16,12 @@
 #include <string.h>
 
 #include "parity/coll.h"
-#include "units_internal.h"
+#include "unit_layer.h"
 
-/* A layer's tensors, in MODEL.md's table order: this kind's own. */
-enum {
-    P_LN1_W, P_LN1_B, P_QKV_W, P_QKV_B, P_DENSE_W, P_DENSE_B,
-    P_LN2_W, P_LN2_B, P_FC1_W, P_FC1_B, P_FC2_W, P_FC2_B, P_PER_LAYER
-};
-
-#define LN_(sfx, init) {sfx, 1, {DIM_C, DIM_1}, init, STD_NONE, CUT_REPL, AL_NONE, 0, WHEN_ALWAYS}
-/* the attention block's tensors and LN2: both kinds' first eight */
-#define ATTENTION_TENSORS                                                                  \
-    [P_LN1_W] = LN_("input_layernorm.weight", INIT_ONES),                                  \
-    [P_LN1_B] = LN_("input_layernorm.bias", INIT_ZEROS),                                   \
-    /* column-parallel: rows of whole heads (qkv rows are head-ordered) */                  \
-    [P_QKV_W] = {"self_attention.query_key_value.weight", 2, {DIM_3C, DIM_C}, INIT_NORMAL,  \
-                 STD_SIGMA, CUT_COLPAR, AL_HEADS3, 1, WHEN_ALWAYS},                         \
-    [P_QKV_B] = {"self_attention.query_key_value.bias", 1, {DIM_3C, DIM_1}, INIT_ZEROS,     \
-                 STD_NONE, CUT_COLPAR, AL_HEADS3, 0, WHEN_ALWAYS},                          \
-    /* row-parallel: input columns of whole heads */                                        \
-    [P_DENSE_W] = {"self_attention.dense.weight", 2, {DIM_C, DIM_C}, INIT_NORMAL, STD_OUT,  \
-                   CUT_ROWPAR, AL_HEADS, 1, WHEN_ALWAYS},                                   \
-    [P_DENSE_B] = {"self_attention.dense.bias", 1, {DIM_C, DIM_1}, INIT_ZEROS, STD_NONE,    \
-                   CUT_REPL, AL_NONE, 0, WHEN_ALWAYS},                                      \
-    [P_LN2_W] = LN_("post_attention_layernorm.weight", INIT_ONES),                         \
-    [P_LN2_B] = LN_("post_attention_layernorm.bias", INIT_ZEROS)
 static const unit_tensor_t tensors[P_PER_LAYER] = {
-    ATTENTION_TENSORS,
-    [P_FC1_W] = {"mlp.dense_h_to_4h.weight", 2, {DIM_F, DIM_C}, INIT_NORMAL, STD_SIGMA, CUT_COLPAR,
-                 AL_FFN, 1, WHEN_ALWAYS},
-    [P_FC1_B] = {"mlp.dense_h_to_4h.bias", 1, {DIM_F, DIM_1}, INIT_ZEROS, STD_NONE, CUT_COLPAR,
-                 AL_FFN, 0, WHEN_ALWAYS},
-    [P_FC2_W] = {"mlp.dense_4h_to_h.weight", 2, {DIM_C, DIM_F}, INIT_NORMAL, STD_OUT, CUT_ROWPAR,
-                 AL_FFN, 1, WHEN_ALWAYS},
-    [P_FC2_B] = {"mlp.dense_4h_to_h.bias", 1, {DIM_C, DIM_1}, INIT_ZEROS, STD_NONE, CUT_REPL,
-                 AL_NONE, 0, WHEN_ALWAYS},
+    LAYER_ATTENTION_TENSORS("input_layernorm", "self_attention"),
+    LAYER_LN2_TENSORS,
+    LAYER_MLP_TENSORS,
 };
 
 /* An MoE layer's: the attention block's, then the router and the
@@ -59,7 +30,8 @@ static const unit_tensor_t tensors[P_PER_LAYER] = {
  * under expert tensor parallelism. */
 enum { P_ROUTER = P_FC1_W, P_EXP_FC1_W, P_EXP_FC1_B, P_EXP_FC2_W, P_EXP_FC2_B, P_PER_MOE_LAYER };
 static const unit_tensor_t moe_tensors[P_PER_MOE_LAYER] = {
-    ATTENTION_TENSORS,
+    LAYER_ATTENTION_TENSORS("input_layernorm", "self_attention"),
+    LAYER_LN2_TENSORS,
     [P_ROUTER] = {"mlp.router.weight", 2, {DIM_E, DIM_C}, INIT_NORMAL, STD_SIGMA, CUT_REPL,
                   AL_NONE, 1, WHEN_ALWAYS},
     [P_EXP_FC1_W] = {"mlp.experts.linear_fc1.weight", 3, {DIM_E, DIM_F, DIM_C}, INIT_NORMAL,
@@ -71,23 +43,14 @@ static const unit_tensor_t moe_tensors[P_PER_MOE_LAYER] = {
     [P_EXP_FC2_B] = {"mlp.experts.linear_fc2.bias", 2, {DIM_E, DIM_C}, INIT_ZEROS, STD_NONE,
                      CUT_EXPERT, AL_NONE, 0, WHEN_ALWAYS},
 };
-#undef ATTENTION_TENSORS
-#undef LN_
 
 /* Reported masks first, then activations; `order` is the forward's. */
-enum { N_CHECKPOINTS = 11, N_MOE_CHECKPOINTS = 14 };
-static const unit_checkpoint_t checkpoints[N_CHECKPOINTS] = {
-    {"mask", "attention_dropout", ST_U8, 3, {DIM_H, DIM_T, DIM_T}, 2, WHEN_ADROP, CKPT_COMPUTE},
-    {"mask", "attention_output_dropout", ST_U8, 2, {DIM_T, DIM_C}, 5, WHEN_HDROP, CKPT_COMPUTE},
-    {"mask", "mlp_output_dropout", ST_U8, 2, {DIM_T, DIM_C}, 9, WHEN_HDROP, CKPT_COMPUTE},
-    {"act", "input_layernorm.output", ST_F32, 2, {DIM_T, DIM_C}, 0, WHEN_ALWAYS, CKPT_COMPUTE},
-    {"act", "self_attention.query_key_value.output", ST_F32, 2, {DIM_T, DIM_3C}, 1, WHEN_ALWAYS, CKPT_TP_ROW_LINEARS},
-    {"act", "self_attention.core_attention.output", ST_F32, 2, {DIM_T, DIM_C}, 3, WHEN_ALWAYS, CKPT_CP_ATTENTION},
-    {"act", "self_attention.dense.output", ST_F32, 2, {DIM_T, DIM_C}, 4, WHEN_ALWAYS, CKPT_TP_ROW},
-    {"act", "post_attention_layernorm.output", ST_F32, 2, {DIM_T, DIM_C}, 6, WHEN_ALWAYS, CKPT_COMPUTE},
-    {"act", "mlp.dense_h_to_4h.output", ST_F32, 2, {DIM_T, DIM_F}, 7, WHEN_ALWAYS, CKPT_TP_ROW_LINEARS},
-    {"act", "mlp.dense_4h_to_h.output", ST_F32, 2, {DIM_T, DIM_C}, 8, WHEN_ALWAYS, CKPT_TP_ROW},
-    {"act", "output", ST_F32, 2, {DIM_T, DIM_C}, 10, WHEN_ALWAYS, CKPT_COMPUTE},
+enum { N_MOE_CHECKPOINTS = 14 };
+static const unit_checkpoint_t checkpoints[LAYER_CHECKPOINTS] = {
+    LAYER_ATTENTION_MASKS("attention", 0),
+    LAYER_MLP_MASK(6),
+    LAYER_ATTENTION_ACTS("input_layernorm", "self_attention", 0),
+    LAYER_MLP_CHECKPOINTS(6),
 };
 /* An MoE layer's: the routing is part of what the checker compares
  * (every layout must make the golden run's choices: experts, weights,
@@ -112,8 +75,13 @@ static const unit_checkpoint_t moe_checkpoints[N_MOE_CHECKPOINTS] = {
 static inline float *PL(gpt_t *g, const unit_t *u, int k) { return unit_param(g, u, k); }
 static inline acc_t *GL(gpt_t *g, const unit_t *u, int k) { return unit_grad(g, u, k); }
 
-/* The attention block's activations and LN2's (both kinds). */
-static void attention_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
+const attn_block_t layer_self_attention = {
+    P_LN1_W, P_LN1_B, P_QKV_W, P_QKV_B, P_DENSE_W, P_DENSE_B, ATTN_CAUSAL, ROWS_ALL, 0,
+    "attention_dropout", "attention_output_dropout"};
+
+/* ---- activations ---------------------------------------------------------- */
+
+void layer_attention_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
     const size_t mb = d->mb, T = d->T, Tc = d->Tc, n = d->n, ns = d->ns, C = d->C, H = d->H;
     const size_t A_ = d->A;
     L->ln1_xhat = CARVE_F(cv, ns * C);
@@ -133,28 +101,37 @@ static void attention_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv
     L->attn_out = CARVE_F(cv, ns * C);
     L->attn_keep = d->hdrop ? CARVE_U8(cv, ns * C) : NULL;
     L->resid1 = CARVE_F(cv, ns * C);
+}
+
+void layer_ln2_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
+    const size_t n = d->n, ns = d->ns, C = d->C;
     L->ln2_xhat = CARVE_F(cv, ns * C);
     L->ln2_rstd = CARVE_F(cv, ns);
     L->ln2_out = CARVE_F(cv, ns * C);
     L->ln2_full = d->sp ? CARVE_F(cv, n * C) : L->ln2_out;
 }
 
-static void layout(gpt_slot_t *A, int l, const slot_dims_t *d, int held, int next_held,
-                   carver_t *cv) {
-    layer_acts_t *L = &A->layer[l];
+void layer_mlp_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
     const size_t n = d->n, ns = d->ns, C = d->C, F = d->F;
-    if (!held) {
-        /* the output of a layer another stage runs: where it arrives */
-        if (next_held) L->out = CARVE_F(cv, ns * C);
-        return;
-    }
-    attention_layout(L, d, cv);
     L->fc1_out = CARVE_F(cv, n * F);
     L->gelu_out = CARVE_F(cv, n * F);
     L->gelu_grad = CARVE_F(cv, n * F);
     L->fc2_out = CARVE_F(cv, ns * C);
     L->mlp_keep = d->hdrop ? CARVE_U8(cv, ns * C) : NULL;
     L->out = CARVE_F(cv, ns * C);
+}
+
+void layer_layout(gpt_slot_t *A, int l, const slot_dims_t *d, int held, int next_held,
+                  carver_t *cv) {
+    layer_acts_t *L = &A->layer[l];
+    if (!held) {
+        /* the output of a layer another stage runs: where it arrives */
+        if (next_held) L->out = CARVE_F(cv, d->ns * d->C);
+        return;
+    }
+    layer_attention_layout(L, d, cv);
+    layer_ln2_layout(L, d, cv);
+    layer_mlp_layout(L, d, cv);
 }
 
 static void moe_layer_layout(gpt_slot_t *A, int l, const slot_dims_t *d, int held, int next_held,
@@ -164,55 +141,98 @@ static void moe_layer_layout(gpt_slot_t *A, int l, const slot_dims_t *d, int hel
         if (next_held) L->out = CARVE_F(cv, d->ns * d->C);
         return;
     }
-    attention_layout(L, d, cv);
+    layer_attention_layout(L, d, cv);
+    layer_ln2_layout(L, d, cv);
     moe_layout(L, d, cv);
     L->mlp_keep = d->hdrop ? CARVE_U8(cv, d->ns * d->C) : NULL;
     L->out = CARVE_F(cv, d->ns * d->C);
 }
 
-static float *output(gpt_slot_t *A, int l) { return A->layer[l].out; }
+float *layer_output(gpt_slot_t *A, int l) { return A->layer[l].out; }
 
-/* Both kinds: the dropout masks, the attention block, and LN2 (its
- * output gathered to every position under sequence parallelism). */
-static void attention_block_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x,
-                                    const pass_t *p) {
-    const int l = u->index;
+/* ---- the stream's rows ---------------------------------------------------- */
+
+/* Calls fn on each held row of p (storage index, global position). */
+#define FOR_HELD_ROWS(p, at, pos)                                                          \
+    for (size_t at = 0, s_ = 0; s_ < (size_t)(p)->n_seq; s_++)                             \
+        for (int k_ = 0; k_ < (p)->runs.n; k_++)                                           \
+            for (int pos = (p)->runs.t0[k_]; pos < (p)->runs.t0[k_] + (p)->runs.len[k_];   \
+                 pos++, at++)
+
+void zero_rows_outside(float *y, const pass_t *p, layer_rows_t rows, int P, int w) {
+    if (rows == ROWS_ALL) return;
+    FOR_HELD_ROWS(p, at, pos)
+        if ((pos < P) != (rows == ROWS_SOURCE)) memset(y + at * w, 0, (size_t)w * sizeof(float));
+}
+
+void copy_rows(float *dst, const float *src, const pass_t *p, layer_rows_t rows, int P, int w) {
+    FOR_HELD_ROWS(p, at, pos)
+        if (rows == ROWS_ALL || (pos < P) == (rows == ROWS_SOURCE))
+            memcpy(dst + at * w, src + at * w, (size_t)w * sizeof(float));
+}
+
+/* ---- the blocks ----------------------------------------------------------- */
+
+/* The pass of an attention block: its mask over the stream. */
+static pass_t block_pass(const gpt_t *g, const pass_t *p, const attn_block_t *b) {
+    pass_t q = *p;
+    q.as.mask = b->mask;
+    q.as.prefix = g->cfg.encoder_seq_length;
+    return q;
+}
+
+void attn_block_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA,
+                        const float *x, const pass_t *p0, const attn_block_t *b) {
+    const int l = unit_acts(u), P = g->cfg.encoder_seq_length;
     const model_config_t *c = &g->cfg;
     const int C = c->hidden, W = g->local.attn;
     const gpt_local_t *lc = &g->local;
     const int rl = lc->row_linears; /* the seconds contract a slice of whole inputs */
-    layer_acts_t *LA = &A->layer[l];
-    float *scratch = g->scratch.row_scratch;
-    if (LA->attn_keep) site_mask(g, A, p, LA->attn_keep, site_stream("attention_output_dropout", l, A->step));
-    if (LA->mlp_keep) site_mask(g, A, p, LA->mlp_keep, site_stream("mlp_output_dropout", l, A->step));
-    layernorm_forward(LA->ln1_out, LA->ln1_xhat, LA->ln1_rstd, x, PL(g, u, P_LN1_W),
-                      PL(g, u, P_LN1_B), p->ns, C, c->ln_eps, scratch);
+    const pass_t q = block_pass(g, p0, b), *p = &q;
+    if (LA->attn_keep) site_mask(g, A, p, LA->attn_keep, site_stream(b->out_site, l, A->step));
+    layernorm_forward(LA->ln1_out, LA->ln1_xhat, LA->ln1_rstd, x, PL(g, u, b->ln_w),
+                      PL(g, u, b->ln_b), p->ns, C, c->ln_eps, g->scratch.row_scratch);
+    if (b->cross) copy_rows(LA->ln1_out, x, p, ROWS_SOURCE, P, C); /* the encoder's output as it is */
     tokens_full(g, p, LA->ln1_full, LA->ln1_out, C);
     /* column-parallel: this rank's heads (qkv rows are head-ordered) */
-    pair_first_forward(g, p, LA->qkv, LA->ln1_full, PL(g, u, P_QKV_W), PL(g, u, P_QKV_B), C, 3 * W,
-                       p->t_cc);
-    attention_unit_forward(g, p, LA, site_stream("attention_dropout", l, A->step), A->mask_seq);
+    pair_first_forward(g, p, LA->qkv, LA->ln1_full, PL(g, u, b->qkv_w), PL(g, u, b->qkv_b), C,
+                       3 * W, p->t_cc);
+    attention_unit_forward(g, p, LA, site_stream(b->att_site, l, A->step), A->mask_seq);
     pair_second_forward(g, p, LA->attn_out, LA->ctx, W, rl ? lc->cin0 : 0, rl ? lc->cin : W,
-                        PL(g, u, P_DENSE_W), PL(g, u, P_DENSE_B), C, p->t_cc);
+                        PL(g, u, b->dense_w), PL(g, u, b->dense_b), C, p->t_cc);
+    zero_rows_outside(LA->attn_out, p, b->rows, P, C);
     residual_dropout(LA->resid1, x, LA->attn_out, LA->attn_keep, p->nsC, c->hidden_dropout);
-    layernorm_forward(LA->ln2_out, LA->ln2_xhat, LA->ln2_rstd, LA->resid1, PL(g, u, P_LN2_W),
-                      PL(g, u, P_LN2_B), p->ns, C, c->ln_eps, scratch);
+}
+
+void ln2_forward(gpt_t *g, const unit_t *u, layer_acts_t *LA, const float *x, const pass_t *p) {
+    const int C = g->cfg.hidden;
+    layernorm_forward(LA->ln2_out, LA->ln2_xhat, LA->ln2_rstd, x, PL(g, u, P_LN2_W),
+                      PL(g, u, P_LN2_B), p->ns, C, g->cfg.ln_eps, g->scratch.row_scratch);
     tokens_full(g, p, LA->ln2_full, LA->ln2_out, C);
 }
 
-static void forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x, const pass_t *p) {
+void mlp_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA, const float *x,
+                 const pass_t *p, layer_rows_t rows) {
     const model_config_t *c = &g->cfg;
     const int n = p->n, C = c->hidden, F = g->local.ffn;
     const gpt_local_t *lc = &g->local;
     const int rl = lc->row_linears;
-    layer_acts_t *LA = &A->layer[u->index];
-    attention_block_forward(g, u, A, x, p);
+    if (LA->mlp_keep)
+        site_mask(g, A, p, LA->mlp_keep, site_stream("mlp_output_dropout", unit_acts(u), A->step));
     pair_first_forward(g, p, LA->fc1_out, LA->ln2_full, PL(g, u, P_FC1_W), PL(g, u, P_FC1_B), C, F,
                        p->t_cf);
     gelu_forward(LA->gelu_out, LA->gelu_grad, LA->fc1_out, (size_t)n * F);
     pair_second_forward(g, p, LA->fc2_out, LA->gelu_out, F, rl ? lc->fin0 : 0, rl ? lc->fin : F,
                         PL(g, u, P_FC2_W), PL(g, u, P_FC2_B), C, p->t_fc);
-    residual_dropout(LA->out, LA->resid1, LA->fc2_out, LA->mlp_keep, p->nsC, c->hidden_dropout);
+    zero_rows_outside(LA->fc2_out, p, rows, c->encoder_seq_length, C);
+    residual_dropout(LA->out, x, LA->fc2_out, LA->mlp_keep, p->nsC, c->hidden_dropout);
+}
+
+static void forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x, const pass_t *p) {
+    layer_acts_t *LA = &A->layer[unit_acts(u)];
+    attn_block_forward(g, u, A, LA, x, p, &layer_self_attention);
+    ln2_forward(g, u, LA, LA->resid1, p);
+    mlp_forward(g, u, A, LA, LA->resid1, p, ROWS_ALL);
 }
 
 static moe_params_t moe_params(gpt_t *g, const unit_t *u) {
@@ -273,9 +293,12 @@ static const float *cp_whole(gpt_t *g, const pass_t *p, float *whole, const floa
 
 static void moe_layer_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x,
                               const pass_t *p) {
-    layer_acts_t *LA = &A->layer[u->index];
+    layer_acts_t *LA = &A->layer[unit_acts(u)];
     const int C = g->cfg.hidden;
-    attention_block_forward(g, u, A, x, p);
+    if (LA->mlp_keep)
+        site_mask(g, A, p, LA->mlp_keep, site_stream("mlp_output_dropout", unit_acts(u), A->step));
+    attn_block_forward(g, u, A, LA, x, p, &layer_self_attention);
+    ln2_forward(g, u, LA, LA->resid1, p);
     const moe_params_t w = moe_params(g, u);
     const pass_t whole = whole_sequences(p, C);
     moe_forward(g, &whole, LA, cp_whole(g, p, LA->moe_in, LA->ln2_full, C), &w);
@@ -287,49 +310,65 @@ static void moe_layer_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const fl
 
 static void moe_layer_after_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
     const pass_t whole = whole_sequences(p, g->cfg.hidden);
-    moe_after_forward(g, &whole, &A->layer[u->index], u->index);
+    moe_after_forward(g, &whole, &A->layer[unit_acts(u)], u->index);
 }
 
-/* The gradient of a residual branch's input, drop(y): over the tokens
- * held into `held`, then (sequence parallel) gathered to every token. */
+/* The gradient of a residual branch's input, drop(y), on the rows the
+ * branch changes (zero on the others): over the tokens held into `held`,
+ * then (sequence parallel) gathered to every token. */
 static const float *branch_grad(gpt_t *g, const pass_t *p, float *held, float *full,
-                                const float *d_res, const uint8_t *keep) {
+                                const float *d_res, const uint8_t *keep, layer_rows_t rows) {
     const float *d = d_res;
     if (keep) {
         dropout_backward(held, d_res, keep, p->nsC, g->cfg.hidden_dropout);
         d = held;
+    } else if (rows != ROWS_ALL) {
+        memcpy(held, d_res, p->nsC * sizeof(float));
+        d = held;
     }
+    zero_rows_outside(held, p, rows, g->cfg.encoder_seq_length, g->cfg.hidden);
     return tokens_full(g, p, full, d, g->cfg.hidden);
 }
 
-/* Both kinds, after the MLP's backward left the gradient of LN2's
- * (gathered) output in d_ln2: LN2, the attention residual and block,
- * LN1; the residual stream's gradient ends in A->d_resid. */
-static void attention_block_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p,
-                                     const float *d_ln2) {
-    const int l = u->index;
-    const model_config_t *c = &g->cfg;
-    const int C = c->hidden, W = g->local.attn;
-    const gpt_local_t *lc = &g->local;
-    const int rl = lc->row_linears;
-    const size_t nsC = p->nsC;
-    layer_acts_t *LA = &A->layer[l];
-    gpt_scratch_t *S = &g->scratch;
-    float *d_res = A->d_resid, *d_a = S->d_tmp, *d_b = S->d_tmp2, *d_w = S->d_wide;
+void ln2_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA, const pass_t *p,
+                  const float *d_ln2) {
+    float *d_res = A->d_resid, *d_a = g->scratch.d_tmp;
     ln_backward(g, p, d_a, GL(g, u, P_LN2_W), GL(g, u, P_LN2_B), d_ln2, LA->ln2_xhat, LA->ln2_rstd,
                 PL(g, u, P_LN2_W));
-    for (size_t i = 0; i < nsC; i++) d_res[i] = d_res[i] + d_a[i];
+    for (size_t i = 0; i < p->nsC; i++) d_res[i] = d_res[i] + d_a[i];
+}
+
+void attn_block_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA,
+                         const pass_t *p0, const attn_block_t *b) {
+    const model_config_t *c = &g->cfg;
+    const int C = c->hidden, W = g->local.attn, P = c->encoder_seq_length;
+    const gpt_local_t *lc = &g->local;
+    const int rl = lc->row_linears;
+    const pass_t q = block_pass(g, p0, b), *p = &q;
+    const size_t nsC = p->nsC;
+    gpt_scratch_t *S = &g->scratch;
+    float *d_res = A->d_resid, *d_a = S->d_tmp, *d_b = S->d_tmp2, *d_w = S->d_wide;
     /* resid1 = x_in + drop(attn_out) */
-    const float *d_dense = branch_grad(g, p, d_a, S->d_tmp3, d_res, LA->attn_keep);
-    pair_second_backward(g, p, d_b, GL(g, u, P_DENSE_W), GL(g, u, P_DENSE_B), d_dense, LA->ctx, W,
-                         rl ? lc->cin0 : 0, rl ? lc->cin : W, PL(g, u, P_DENSE_W), C, p->t_cc);
+    const float *d_dense = branch_grad(g, p, d_a, S->d_tmp3, d_res, LA->attn_keep, b->rows);
+    pair_second_backward(g, p, d_b, GL(g, u, b->dense_w), GL(g, u, b->dense_b), d_dense, LA->ctx,
+                         W, rl ? lc->cin0 : 0, rl ? lc->cin : W, PL(g, u, b->dense_w), C, p->t_cc);
     attention_unit_backward(g, p, LA, d_w, d_b);
-    pair_first_backward(g, p, d_a, GL(g, u, P_QKV_W), GL(g, u, P_QKV_B), d_w, LA->ln1_full,
-                        PL(g, u, P_QKV_W), C, 3 * W, p->t_cc);
-    ln_backward(g, p, d_b, GL(g, u, P_LN1_W), GL(g, u, P_LN1_B), d_a, LA->ln1_xhat, LA->ln1_rstd,
-                PL(g, u, P_LN1_W));
+    pair_first_backward(g, p, d_a, GL(g, u, b->qkv_w), GL(g, u, b->qkv_b), d_w, LA->ln1_full,
+                        PL(g, u, b->qkv_w), C, 3 * W, p->t_cc);
+    if (b->cross) { /* the source rows' gradient skips the LayerNorm */
+        memcpy(S->d_tmp3, d_a, nsC * sizeof(float));
+        zero_rows_outside(d_a, p, ROWS_TARGET, P, C);
+    }
+    ln_backward(g, p, d_b, GL(g, u, b->ln_w), GL(g, u, b->ln_b), d_a, LA->ln1_xhat, LA->ln1_rstd,
+                PL(g, u, b->ln_w));
+    if (b->cross) copy_rows(d_b, S->d_tmp3, p, ROWS_SOURCE, P, C);
     for (size_t i = 0; i < nsC; i++) d_res[i] = d_res[i] + d_b[i];
-    if (l == c->layers - 1 && (g->shard.broken & GPT_BROKEN_TP_INPUT_GRAD) && g->shard.tp_rank == 1) {
+}
+
+/* The GPT layers' own: the checker's control on the last layer. */
+static void broken_input_grad(gpt_t *g, const unit_t *u, gpt_slot_t *A) {
+    if (u->index == g->cfg.layers - 1 && (g->shard.broken & GPT_BROKEN_TP_INPUT_GRAD) &&
+        g->shard.tp_rank == 1) {
         uint32_t bits; /* the checker control: one bit of the last layer's input gradient */
         memcpy(&bits, A->d_resid, sizeof bits);
         bits ^= 1u;
@@ -337,28 +376,36 @@ static void attention_block_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, c
     }
 }
 
-static void backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
+const float *mlp_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA,
+                          const pass_t *p, layer_rows_t rows) {
     const int C = g->cfg.hidden, F = g->local.ffn;
     const gpt_local_t *lc = &g->local;
     const int rl = lc->row_linears;
-    layer_acts_t *LA = &A->layer[u->index];
     gpt_scratch_t *S = &g->scratch;
     float *d_a = S->d_tmp, *d_b = S->d_tmp2, *d_w = S->d_wide;
-    /* out = resid1 + drop(fc2_out); the row-parallel backward needs every
+    /* out = x + drop(fc2_out); the row-parallel backward needs every
      * token's gradient (its bias gradient is then whole on every rank) */
-    const float *d_fc2 = branch_grad(g, p, d_a, S->d_tmp3, A->d_resid, LA->mlp_keep);
+    const float *d_fc2 = branch_grad(g, p, d_a, S->d_tmp3, A->d_resid, LA->mlp_keep, rows);
     pair_second_backward(g, p, d_w, GL(g, u, P_FC2_W), GL(g, u, P_FC2_B), d_fc2, LA->gelu_out, F,
                          rl ? lc->fin0 : 0, rl ? lc->fin : F, PL(g, u, P_FC2_W), C, p->t_fc);
     gelu_backward(d_w, d_w, LA->gelu_grad, (size_t)p->n * F);
     pair_first_backward(g, p, d_b, GL(g, u, P_FC1_W), GL(g, u, P_FC1_B), d_w, LA->ln2_full,
                         PL(g, u, P_FC1_W), C, F, p->t_cf);
-    attention_block_backward(g, u, A, p, d_b);
+    return d_b;
+}
+
+static void backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
+    layer_acts_t *LA = &A->layer[unit_acts(u)];
+    ln2_backward(g, u, A, LA, p, mlp_backward(g, u, A, LA, p, ROWS_ALL));
+    attn_block_backward(g, u, A, LA, p, &layer_self_attention);
+    broken_input_grad(g, u, A);
 }
 
 static void moe_layer_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
-    layer_acts_t *LA = &A->layer[u->index];
+    layer_acts_t *LA = &A->layer[unit_acts(u)];
     gpt_scratch_t *S = &g->scratch;
-    const float *d_moe = branch_grad(g, p, S->d_tmp, S->d_tmp3, A->d_resid, LA->mlp_keep);
+    const float *d_moe =
+        branch_grad(g, p, S->d_tmp, S->d_tmp3, A->d_resid, LA->mlp_keep, ROWS_ALL);
     const moe_params_t w = moe_params(g, u);
     const moe_grads_t gr = {GL(g, u, P_ROUTER), GL(g, u, P_EXP_FC1_W), GL(g, u, P_EXP_FC1_B),
                             GL(g, u, P_EXP_FC2_W), GL(g, u, P_EXP_FC2_B)};
@@ -367,42 +414,59 @@ static void moe_layer_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const p
     moe_backward(g, &whole, LA, whole_held ? S->d_tmp2 : S->moe_dx_full,
                  cp_whole(g, p, S->moe_dout, d_moe, C), LA->moe_in, &w, &gr);
     if (!whole_held) rows_at_runs(S->d_tmp2, S->moe_dx_full, &p->runs, p->n_seq, p->T, C);
-    attention_block_backward(g, u, A, p, S->d_tmp2);
+    ln2_backward(g, u, A, LA, p, S->d_tmp2);
+    attn_block_backward(g, u, A, LA, p, &layer_self_attention);
+    broken_input_grad(g, u, A);
 }
 
-/* The attention block's views, in both tables' order of its checkpoints
- * (masks, then activations), around the MLP's. */
-static void views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
-                  const unit_positions_t *pos, unit_view_t *out) {
+/* ---- views ---------------------------------------------------------------- */
+
+void layer_attention_views(const gpt_t *g, const layer_acts_t *LA, const unit_positions_t *pos,
+                           unit_view_t *masks, unit_view_t *acts) {
     const gpt_local_t *lc = &g->local;
-    const layer_acts_t *LA = &A->layer[u->index];
     const int64_t W = lc->attn, D = lc->heads ? W / lc->heads : 0;
-    const int moe = u->kind == &unit_moe_layer;
     /* ring: the rank's query rows (axis 1) of its heads; Ulysses: every
      * row of the heads it attends */
-    const unit_view_t att_mask = {LA->att_keep, 0, lc->att_head0, lc->att_heads,
-                                  lc->ulysses ? NULL : pos->all, 1};
-    const unit_view_t stream_mask = {LA->attn_keep, -1, 0, 0, pos->stream, 0};
-    const unit_view_t mlp_mask = {LA->mlp_keep, -1, 0, 0, pos->stream, 0};
-    const unit_view_t attention[5] = {
-        {LA->ln1_full, -1, 0, 0, pos->all, 0},
-        {LA->qkv, 1, 3 * D * lc->head0, 3 * W, pos->all, 0},
-        {LA->ctx, 1, D * lc->head0, W, pos->all, 0},
-        {LA->attn_out, -1, 0, 0, pos->stream, 0},
-        {LA->ln2_full, -1, 0, 0, pos->all, 0},
-    };
-    int k = 0;
-    out[k++] = att_mask, out[k++] = stream_mask, out[k++] = mlp_mask;
-    if (moe) out[k++] = (unit_view_t){LA->moe_kept, -1, 0, 0, pos->whole, 0};
-    for (int i = 0; i < 5; i++) out[k++] = attention[i];
-    if (moe) {
-        const void *mlp[4] = {LA->moe_logits, LA->moe_choice, LA->moe_weight, LA->moe_out};
-        for (int i = 0; i < 4; i++) out[k++] = (unit_view_t){mlp[i], -1, 0, 0, pos->whole, 0};
-    } else {
-        out[k++] = (unit_view_t){LA->fc1_out, 1, lc->ffn0, lc->ffn, pos->all, 0};
-        out[k++] = (unit_view_t){LA->fc2_out, -1, 0, 0, pos->stream, 0};
+    masks[0] = (unit_view_t){LA->att_keep, 0, lc->att_head0, lc->att_heads,
+                             lc->ulysses ? NULL : pos->all, 1};
+    masks[1] = (unit_view_t){LA->attn_keep, -1, 0, 0, pos->stream, 0};
+    acts[0] = (unit_view_t){LA->ln1_full, -1, 0, 0, pos->all, 0};
+    acts[1] = (unit_view_t){LA->qkv, 1, 3 * D * lc->head0, 3 * W, pos->all, 0};
+    acts[2] = (unit_view_t){LA->ctx, 1, D * lc->head0, W, pos->all, 0};
+    acts[3] = (unit_view_t){LA->attn_out, -1, 0, 0, pos->stream, 0};
+}
+
+void layer_mlp_views(const gpt_t *g, const layer_acts_t *LA, const unit_positions_t *pos,
+                     unit_view_t *mask, unit_view_t *acts) {
+    const gpt_local_t *lc = &g->local;
+    mask[0] = (unit_view_t){LA->mlp_keep, -1, 0, 0, pos->stream, 0};
+    acts[0] = (unit_view_t){LA->ln2_full, -1, 0, 0, pos->all, 0};
+    acts[1] = (unit_view_t){LA->fc1_out, 1, lc->ffn0, lc->ffn, pos->all, 0};
+    acts[2] = (unit_view_t){LA->fc2_out, -1, 0, 0, pos->stream, 0};
+    acts[3] = (unit_view_t){LA->out, -1, 0, 0, pos->stream, 0};
+}
+
+/* In the tables' order: masks (attention's two, the MLP's, an MoE's
+ * routing), the attention block's activations, then the MLP's. */
+void layer_views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
+                  const unit_positions_t *pos, unit_view_t *out) {
+    const layer_acts_t *LA = &A->layer[unit_acts(u)];
+    if (u->kind != &unit_moe_layer) {
+        unit_view_t mlp[4];
+        layer_attention_views(g, LA, pos, out, out + 3);
+        layer_mlp_views(g, LA, pos, out + 2, mlp);
+        out[7] = mlp[0], out[8] = mlp[1], out[9] = mlp[2], out[10] = mlp[3];
+        return;
     }
-    out[k++] = (unit_view_t){LA->out, -1, 0, 0, pos->stream, 0};
+    unit_view_t mask[1], mlp[4];
+    layer_attention_views(g, LA, pos, out, out + 4);
+    layer_mlp_views(g, LA, pos, mask, mlp);
+    out[2] = mask[0];
+    out[3] = (unit_view_t){LA->moe_kept, -1, 0, 0, pos->whole, 0};
+    out[8] = mlp[0]; /* LN2 */
+    const void *moe[4] = {LA->moe_logits, LA->moe_choice, LA->moe_weight, LA->moe_out};
+    for (int i = 0; i < 4; i++) out[9 + i] = (unit_view_t){moe[i], -1, 0, 0, pos->whole, 0};
+    out[13] = mlp[3]; /* the output */
 }
 
 const unit_kind_t unit_layer = {
@@ -411,15 +475,15 @@ const unit_kind_t unit_layer = {
     .tensors = tensors,
     .n_tensors = P_PER_LAYER,
     .checkpoints = checkpoints,
-    .n_checkpoints = N_CHECKPOINTS,
+    .n_checkpoints = LAYER_CHECKPOINTS,
     .input_grad = "grad_input.layers.%d",
     .bind = NULL,
-    .layout = layout,
-    .output = output,
+    .layout = layer_layout,
+    .output = layer_output,
     .forward = forward,
     .after_forward = NULL,
     .backward = backward,
-    .views = views,
+    .views = layer_views,
 };
 
 /* The same layer with a mixture of experts for its MLP: the same prefix
@@ -434,9 +498,9 @@ const unit_kind_t unit_moe_layer = {
     .input_grad = "grad_input.layers.%d",
     .bind = NULL,
     .layout = moe_layer_layout,
-    .output = output,
+    .output = layer_output,
     .forward = moe_layer_forward,
     .after_forward = moe_layer_after_forward,
     .backward = moe_layer_backward,
-    .views = views,
+    .views = layer_views,
 };

@@ -82,12 +82,21 @@ void gpt_slot_begin(gpt_t *g, int s, const int32_t *inputs, const int32_t *targe
  * model of other kinds is another such list (model_set_runs). */
 int model_count_one(const model_config_t *c) { return (void)c, 1; }
 int model_count_layers(const model_config_t *c) { return c->layers; }
+static int count_encoder_layers(const model_config_t *c) { return c->encoder_layers; }
+static int count_t5(const model_config_t *c) { return c->arch == MODEL_T5; }
 static const unit_kind_t *layer_kind(const model_config_t *c, int l) {
+    if (c->arch == MODEL_T5) return &unit_decoder_layer;
     return model_layer_is_moe(c, l) ? &unit_moe_layer : &unit_layer;
 }
-static const model_run_t gpt_runs[] = {{&unit_embedding, model_count_one, NULL, NULL},
-                                       {&unit_layer, model_count_layers, layer_kind, &unit_moe_layer},
-                                       {&unit_head, model_count_one, NULL, NULL}};
+/* Every built-in architecture's units in one list, the runs a config has
+ * none of counting 0 (the GPT: no encoder), so a checkpoint's name has
+ * one position whatever the model. */
+static const model_run_t gpt_runs[] = {
+    {&unit_embedding, model_count_one, NULL, {NULL}},
+    {&unit_encoder_layer, count_encoder_layers, NULL, {NULL}},
+    {&unit_encoder_final, count_t5, NULL, {NULL}},
+    {&unit_layer, model_count_layers, layer_kind, {&unit_moe_layer, &unit_decoder_layer}},
+    {&unit_head, model_count_one, NULL, {NULL}}};
 static const model_run_t *runs = gpt_runs;
 static int N_RUNS = sizeof gpt_runs / sizeof gpt_runs[0];
 
@@ -183,8 +192,8 @@ static long position(int r, int i) { return ((long)r << 20) + i; }
  * place in the list *r, the instance *i; NULL when no kind has it. */
 static const unit_checkpoint_t *find_checkpoint(const char *name, int *r, int *i) {
     for (*r = 0; *r < N_RUNS; ++*r)
-        for (int alt = 0; alt < 2; alt++) {
-        const unit_kind_t *k = alt ? runs[*r].alt : runs[*r].kind;
+        for (int alt = 0; alt < 3; alt++) {
+        const unit_kind_t *k = alt ? runs[*r].alts[alt - 1] : runs[*r].kind;
         for (int c = 0; k && c < k->n_checkpoints; c++) {
             const unit_checkpoint_t *cp = &k->checkpoints[c];
             const char *rest = name;
@@ -200,12 +209,15 @@ static const unit_checkpoint_t *find_checkpoint(const char *name, int *r, int *i
 
 /* Whether name is the input gradient of an instance of kind r (*i). */
 static int is_input_grad(const char *name, int r, int *i) {
-    const unit_kind_t *k = runs[r].kind;
-    if (!k->input_grad) return 0;
-    const unit_kind_t ig = {.prefix = k->input_grad}; /* "grad_input.layers.%d" */
-    const char *rest;
-    *i = match_prefix(&ig, name, &rest);
-    return *i >= 0 && !*rest;
+    for (int alt = 0; alt < 3; alt++) {
+        const unit_kind_t *k = alt ? runs[r].alts[alt - 1] : runs[r].kind;
+        if (!k || !k->input_grad) continue;
+        const unit_kind_t ig = {.prefix = k->input_grad}; /* "grad_input.layers.%d" */
+        const char *rest;
+        *i = match_prefix(&ig, name, &rest);
+        if (*i >= 0 && !*rest) return 1;
+    }
+    return 0;
 }
 
 int gpt_checkpoint_position(const char *name, long *unit, long *order) {
@@ -220,8 +232,8 @@ int gpt_checkpoint_position(const char *name, long *unit, long *order) {
 long gpt_backward_position(const char *name) {
     const long last = position(N_RUNS - 1, 0);
     for (int r = 0; r < N_RUNS; r++)
-        for (int alt = 0; alt < 2; alt++) {
-            const unit_kind_t *k = alt ? runs[r].alt : runs[r].kind;
+        for (int alt = 0; alt < 3; alt++) {
+            const unit_kind_t *k = alt ? runs[r].alts[alt - 1] : runs[r].kind;
             const char *rest;
             int i;
             if (!k) continue;
@@ -266,7 +278,7 @@ static gpt_slot_t *slot_at(gpt_t *g, int unit, int s) {
 static const float *stream_in(gpt_t *g, gpt_slot_t *A, const unit_t *u) {
     if (!u->kind->input_grad) return NULL; /* a kind without an input */
     const unit_t prev = model_unit_at(&g->cfg, u->unit - 1);
-    return prev.kind->output(A, prev.index);
+    return prev.kind->output(A, unit_acts(&prev));
 }
 
 void gpt_unit_forward_pure(gpt_t *g, int unit, int s) {
@@ -355,5 +367,5 @@ int gpt_checkpoint_writer(const char *name, const char **suffix, ckpt_writer_t *
 
 float *gpt_slot_stream(gpt_t *g, int s, int u) {
     const unit_t prev = model_unit_at(&g->cfg, u - 1);
-    return prev.kind->output(slot_at(g, u - 1, s), prev.index);
+    return prev.kind->output(slot_at(g, u - 1, s), unit_acts(&prev));
 }

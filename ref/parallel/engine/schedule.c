@@ -103,8 +103,8 @@ static void forward(engine_rank_t *r, int64_t step, int mb, int c, int s, const 
     device_note_pass(DEVICE_PASS_FORWARD, lo);
     microbatch(r, mb, &first, &n_seq);
     for (int b = 0; b < n_seq; b++)
-        corpus_sample(r->sh->run->data, (uint64_t)step * (uint64_t)B + (uint64_t)(first + b), T,
-                      A->inputs + (size_t)b * T, A->targets + (size_t)b * T);
+        model_sample(&g->cfg, r->sh->run->data, (uint64_t)step * (uint64_t)B + (uint64_t)(first + b),
+                     A->inputs + (size_t)b * T, A->targets + (size_t)b * T);
     gpt_slot_begin(g, s, A->inputs, A->targets, n_seq, first, step, obs);
     /* the broken variant: masks keyed by the stage's own count of its
      * microbatches, not by where the sequences sit in the global batch */

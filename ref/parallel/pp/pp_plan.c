@@ -57,7 +57,7 @@ int pp_plan_build(pp_plan_t *p, const model_config_t *cfg, const pconfig_t *pc, 
     memset(p, 0, sizeof *p);
     p->pp = pc->pp > 0 ? pc->pp : 1;
     p->m = pc->accum_degree > 0 ? pc->accum_degree : 1;
-    p->layers = cfg->layers;
+    p->layers = model_num_units(cfg) - 2; /* the units between the first and the last */
     p->sched = pc->pp_schedule ? pc->pp_schedule : PC_PP_1F1B;
     if (p->pp > PC_MAX_SPLIT)
         return perr_set(err, "pipeline-model-parallel-size: %d, at most %d stages", p->pp, PC_MAX_SPLIT);
