@@ -56,6 +56,13 @@ typedef struct {
     int layers_per_vstage;          /* --num-layers-per-virtual-pipeline-stage (0: not given) */
     int layer_split[PC_MAX_SPLIT];  /* --pipeline-layer-split 3,3,2: layers per stage */
     int n_layer_split;              /* 0: uniform */
+    /* an encoder-decoder's encoder (Megatron-core 0.9 - 0.13): its own
+     * tensor- and pipeline-parallel degrees. --encoder-tensor-model-
+     * parallel-size (0: not given; then tp) needs encoder pipeline ranks;
+     * with encoder_pp > 0 the encoder's units run on stages 0 ..
+     * encoder_pp-1 and the decoder's on the decoder_pp stages after them:
+     * pconfig_validate makes pp their sum (the grid's stages). */
+    int encoder_tp, encoder_pp, decoder_pp;
     /* data parallelism and ZeRO */
     int zero_stage;            /* 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters */
     int use_distributed_optimizer;
@@ -107,6 +114,7 @@ enum { /* bits of pconfig_t.given */
     PC_GIVEN_ORDER = 1u << 9,     /* --rank-order was given (even the default order) */
     PC_GIVEN_CP_COMM = 1u << 10,  /* --cp-comm-type was given */
     PC_GIVEN_SCHEDULE = 1u << 11, /* --pipeline-schedule was given */
+    PC_ENCODER_STAGES = 1u << 12, /* pp already counts the encoder's stages (validated once) */
 };
 
 /* Defaults: one device, DDP, buckets of 40 MB, fp32, Megatron's order. */
@@ -117,6 +125,7 @@ void pconfig_defaults(pconfig_t *pc);
  * -1 with a message naming the flag on a bad value. Flags:
  *   --world-size N  --data-parallel-size N  --tensor-model-parallel-size N
  *   --pipeline-model-parallel-size N  --context-parallel-size N
+ *   --encoder-tensor-model-parallel-size N  --encoder-pipeline-model-parallel-size N
  *   --cp-comm-type p2p|a2a
  *   --expert-model-parallel-size N  --rank-order tp-cp-ep-dp-pp  --rank-list 3,0,2,1
  *   --sequence-parallel

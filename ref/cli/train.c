@@ -65,6 +65,7 @@ static void usage(FILE *f) {
         "only --optim repeats, with another KEY each time\n"
         "model and training overrides (Megatron-style):\n"
         "  --num-layers N  --hidden-size N  --num-attention-heads N  --ffn-hidden-size N\n"
+        "  --encoder-num-layers N  --encoder-seq-length N   (an encoder-decoder, arch t5)\n"
         "  --seq-length N  --vocab-size N  --global-batch-size N  --micro-batch-size N\n"
         "  --seed N  --untie-embeddings-and-output-weights\n"
         "  --hidden-dropout P  --attention-dropout P\n"
@@ -101,6 +102,13 @@ static void usage(FILE *f) {
           f);
 }
 
+/* "2 encoder + " before an encoder-decoder's decoder layers ("" for a GPT). */
+static const char *enc_layers(const model_config_t *c) {
+    static char buf[48];
+    snprintf(buf, sizeof buf, "%d encoder + ", c->encoder_layers);
+    return c->arch == MODEL_GPT ? "" : buf;
+}
+
 /* OPT_TRUE: a flag without a value that clears its field (untie);
  * OPT_SET: one that sets it to 1; OPT_DROP: probs | position. */
 typedef enum { OPT_INT, OPT_FLOAT, OPT_U64, OPT_TRUE, OPT_SET, OPT_PAD, OPT_DROP } opt_kind_t;
@@ -115,6 +123,8 @@ typedef struct {
 #define OFF(f) offsetof(model_config_t, f)
 static const cfg_opt_t cfg_opts[] = {
     {"--num-layers", OPT_INT, OFF(layers)},
+    {"--encoder-num-layers", OPT_INT, OFF(encoder_layers)},
+    {"--encoder-seq-length", OPT_INT, OFF(encoder_seq_length)},
     {"--hidden-size", OPT_INT, OFF(hidden)},
     {"--num-attention-heads", OPT_INT, OFF(heads)},
     {"--ffn-hidden-size", OPT_INT, OFF(ffn)},
@@ -800,9 +810,10 @@ static int run_golden(const run_output_t *o, train_inputs_t *in, int load) {
     dump_t *dump = NULL;
     int rc = golden_dump(o, g, &dump) ? 2 : 0;
     if (rc == 0 && !o->quiet)
-        printf("parity train: model %s (%zu parameters, %d layers, hidden %d, heads %d, "
+        printf("parity train: model %s (%zu parameters, %s%d layers, hidden %d, heads %d, "
                "seq %d, batch %d x %d tokens, microbatch %d), backend %s%s\n",
-               cfg->name, g->table.total, cfg->layers, cfg->hidden, cfg->heads, cfg->seq_length,
+               cfg->name, g->table.total, enc_layers(cfg), cfg->layers, cfg->hidden, cfg->heads,
+               cfg->seq_length,
                cfg->global_batch, cfg->seq_length, cfg->micro_batch,
                tile_backend_name(tile_get_backend()),
                accum_plain_sums() ? ", PLAIN fp32 SUMS (diagnostic build, not golden)" : "");

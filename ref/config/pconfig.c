@@ -78,6 +78,8 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
         {"--virtual-pipeline-model-parallel-size", &pc->vpp, 1, PC_MAX_CHUNKS, 0},
         {"--num-layers-per-virtual-pipeline-stage", &pc->layers_per_vstage, 1, 4096, 0},
         {"--zero-stage", &pc->zero_stage, 0, 3, PC_GIVEN_ZERO},
+        {"--encoder-tensor-model-parallel-size", &pc->encoder_tp, 1, PARITY_MAX_DEVICES, 0},
+        {"--encoder-pipeline-model-parallel-size", &pc->encoder_pp, 0, PARITY_MAX_DEVICES, 0},
     };
     for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
         if (strcmp(flag, ints[k].flag)) continue;
@@ -206,6 +208,51 @@ static const char *dtype_name(pc_dtype_t d) {
     return d == PC_DTYPE_BF16 ? "bf16" : d == PC_DTYPE_FP16 ? "fp16" : "fp32";
 }
 
+/* Megatron-core's rules for an encoder's own degrees (0.9 - 0.13; the
+ * model's, pp.h: an encoder-decoder, a decoder pipeline needs encoder
+ * stages). The encoder's stages join the grid's pipeline axis before
+ * the decoder's: pp becomes epp + pp, and the device count
+ * dp*etp*epp*cp + dp*tp*pp*cp. */
+static int encoder_validate(pconfig_t *pc, perr_t *err) {
+    if (pc->given & PC_ENCODER_STAGES) return 0;
+    pc->decoder_pp = pc->pp;
+    if (pc->encoder_tp && !pc->encoder_pp)
+        return perr_set(err, "encoder-tensor-model-parallel-size: %d needs "
+                             "--encoder-pipeline-model-parallel-size > 0 (Megatron's rule: the "
+                             "encoder's own tensor-parallel degree lives on pipeline ranks of its own)",
+                        pc->encoder_tp);
+    if (!pc->encoder_tp) pc->encoder_tp = pc->tp; /* Megatron's default */
+    if (pc->encoder_tp > pc->tp)
+        return perr_set(err, "encoder-tensor-model-parallel-size: %d exceeds "
+                             "tensor-model-parallel-size %d (Megatron's rule: an encoder never has "
+                             "more tensor parallelism than its decoder)", pc->encoder_tp, pc->tp);
+    if (!pc->encoder_pp) return 0;
+    if (pc->tp % pc->encoder_tp)
+        return perr_set(err, "encoder-tensor-model-parallel-size: %d does not divide "
+                             "tensor-model-parallel-size %d (each encoder rank feeds tp/etp decoder "
+                             "ranks)", pc->encoder_tp, pc->tp);
+    if (pc->encoder_tp < pc->tp)
+        return perr_set(err, "encoder-tensor-model-parallel-size: %d < tensor-model-parallel-size "
+                             "%d: heterogeneous meshes (an encoder mesh of dp*etp*epp*cp = %d devices "
+                             "beside the decoder's) are not built yet (issue 27); give %d",
+                        pc->encoder_tp, pc->tp,
+                        (pc->dp ? pc->dp : 1) * pc->encoder_tp * pc->encoder_pp * (pc->cp ? pc->cp : 1),
+                        pc->tp);
+    if (pc->vpp > 1 || pc->layers_per_vstage)
+        return perr_set(err, "encoder-pipeline-model-parallel-size: not with virtual pipeline "
+                             "stages (Megatron's encoder pipeline has one chunk a stage)");
+    if (pc->n_layer_split)
+        return perr_set(err, "pipeline-layer-split: not with --encoder-pipeline-model-parallel-size "
+                             "(the encoder's layers split evenly over its %d stages, the decoder's "
+                             "over its %d)", pc->encoder_pp, pc->pp);
+    if ((long long)pc->pp + pc->encoder_pp > PC_MAX_SPLIT)
+        return perr_set(err, "encoder-pipeline-model-parallel-size: %d + pipeline-model-parallel-size "
+                             "%d stages: at most %d", pc->encoder_pp, pc->pp, PC_MAX_SPLIT);
+    pc->pp += pc->encoder_pp;
+    pc->given |= PC_ENCODER_STAGES;
+    return 0;
+}
+
 /* The pipeline flags among themselves (pp.h checks them against the
  * model's layers): a schedule, and virtual stages only when interleaved. */
 static int pipeline_validate(pconfig_t *pc, perr_t *err) {
@@ -295,7 +342,7 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
         return perr_set(err, "cp-comm-type: a2a (Ulysses) needs context-parallel-size > 1");
     if ((pc->given & PC_GIVEN_CP_COMM) && pc->cp == 1) /* p2p too: accepted and ignored otherwise */
         return perr_set(err, "cp-comm-type: p2p (ring attention) needs context-parallel-size > 1");
-    if (pipeline_validate(pc, err)) return -1;
+    if (encoder_validate(pc, err) || pipeline_validate(pc, err)) return -1;
     if (pc->tp_row_linears && pc->tp == 1)
         return perr_set(err, "tensor-parallel-row-linears: needs tensor-model-parallel-size > 1");
     if (pc->tp_row_linears && pc->sequence_parallel)
@@ -400,7 +447,11 @@ void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
     if (pc->tp > 1)
         snprintf(tp, sizeof tp, "tp=%d%s%s ", pc->tp, pc->sequence_parallel ? " sp" : "",
                  pc->tp_row_linears ? " row" : "");
-    if (pc->pp > 1) snprintf(pp, sizeof pp, "pp=%d %s ", pc->pp, sched[pc->pp_schedule]);
+    if (pc->encoder_pp)
+        snprintf(pp, sizeof pp, "epp=%d pp=%d %s ", pc->encoder_pp, pc->decoder_pp,
+                 sched[pc->pp_schedule]);
+    else if (pc->pp > 1)
+        snprintf(pp, sizeof pp, "pp=%d %s ", pc->pp, sched[pc->pp_schedule]);
     char cp[32] = "";
     if (pc->cp > 1) snprintf(cp, sizeof cp, "cp=%d %s ", pc->cp, pc->cp_comm ? "a2a" : "p2p");
     char ep[32] = ""; /* expert-parallel ranks, out of the data-parallel ones */
@@ -426,6 +477,10 @@ void pconfig_print_help(FILE *f) {
           "                            parallel, outputs completed across tp), attention and GeLU whole\n"
           "  --pipeline-model-parallel-size N   pipeline stages (layers split uniformly)\n"
           "  --pipeline-layer-split A,B,..  layers per stage instead (one entry per stage)\n"
+          "  --encoder-pipeline-model-parallel-size N   an encoder-decoder's encoder on N stages of\n"
+          "                            its own before the decoder's pp (Megatron-core 0.9-0.13)\n"
+          "  --encoder-tensor-model-parallel-size N   the encoder's tp (<= tp; default tp; needs the\n"
+          "                            encoder's own stages; below tp: not built yet)\n"
           "  --pipeline-schedule gpipe|1f1b|interleaved|naive   (default 1f1b; interleaved with virtual\n"
           "                            stages; naive: one microbatch at a time, no pipelining)\n"
           "  --virtual-pipeline-model-parallel-size V | --num-layers-per-virtual-pipeline-stage N\n"

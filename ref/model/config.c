@@ -87,7 +87,7 @@ int model_config_builtin(const char *name, model_config_t *c, perr_t *err) {
         /* An encoder-decoder (MODEL.md "Encoder-decoder models"): 16
          * source then 16 target positions a sequence, 2 encoder and 2
          * decoder layers; 8 heads (tp 2, 4, 8), 8 token tiles (sp). */
-        c->arch = MODEL_T5;
+        c->arch = MODEL_T5, c->tied = 0; /* T5 v1.1's own LM head */
         c->vocab = 256, c->seq_length = 32, c->hidden = 64, c->heads = 8, c->layers = 2;
         c->encoder_layers = 2, c->encoder_seq_length = 16;
         c->ffn = 256;
@@ -96,7 +96,7 @@ int model_config_builtin(const char *name, model_config_t *c, perr_t *err) {
     } else if (!strcmp(name, "t5-small")) {
         /* The encoder-decoder benchmark: gpt-small's widths, 128 source
          * and 128 target positions, 4 + 4 layers, no dropout. */
-        c->arch = MODEL_T5;
+        c->arch = MODEL_T5, c->tied = 0;
         c->vocab = 256, c->seq_length = 256, c->hidden = 256, c->heads = 8, c->layers = 4;
         c->encoder_layers = 4, c->encoder_seq_length = 128;
         c->ffn = 1024;

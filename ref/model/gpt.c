@@ -153,6 +153,10 @@ static int cp_local_dims(const model_config_t *c, int tp, int cp_rank, unsigned 
     const int cp = gpt_opts_cp(opts);
     const cp_comm_t comm = opts & GPT_CP_ULYSSES ? CP_ULYSSES : CP_RING;
     if (cp_rank < 0 || cp_rank >= cp) return perr_set(err, "context-parallel rank %d of %d", cp_rank, cp);
+    if (cp > 1 && c->arch != MODEL_GPT)
+        return perr_set(err, "context-parallel-size: %d with an encoder-decoder (arch %s): not "
+                        "built (the ring's and Ulysses' attention are causal over one sequence)",
+                        cp, model_arch_name(c->arch));
     /* every linear row-parallel keeps every head on every tp rank */
     if (cp_check(cp, comm, c->seq_length, c->tile_tokens, c->heads, out->row_linears ? 1 : tp, err))
         return -1;

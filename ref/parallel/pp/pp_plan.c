@@ -5,9 +5,37 @@
 
 _Static_assert((int)PC_MAX_CHUNKS == (int)GPT_MAX_CHUNKS, "pconfig's chunk bound is the model's");
 
+/* An encoder-decoder (Megatron-core's rules): a decoder pipeline needs
+ * encoder stages of its own; with them, the encoder's layers split evenly
+ * over its stages (the last also holding its final LayerNorm) and the
+ * decoder's over the stages after. */
+static int split_encoder(pp_plan_t *p, const model_config_t *cfg, const pconfig_t *pc,
+                         perr_t *err) {
+    const int epp = pc->encoder_pp, dpp = pc->pp - epp, Le = cfg->encoder_layers, L = cfg->layers;
+    if (cfg->arch == MODEL_GPT)
+        return perr_set(err, "encoder-pipeline-model-parallel-size: %d, but model %s (arch gpt) has "
+                             "no encoder", epp, cfg->name);
+    if (Le % epp)
+        return perr_set(err, "encoder-pipeline-model-parallel-size: %d does not divide the %d "
+                             "encoder layers", epp, Le);
+    if (L % dpp)
+        return perr_set(err, "pipeline-model-parallel-size: %d does not divide the %d decoder layers",
+                        dpp, L);
+    for (int r = 0; r < p->pp; r++)
+        p->stage_layers[r] = r < epp ? Le / epp + (r == epp - 1) : L / dpp;
+    return 0;
+}
+
 /* Layers per stage: the custom split, or uniform. */
-static int split_layers(pp_plan_t *p, const pconfig_t *pc, perr_t *err) {
+static int split_layers(pp_plan_t *p, const model_config_t *cfg, const pconfig_t *pc,
+                        perr_t *err) {
     const int pp = p->pp, L = p->layers;
+    if (cfg->arch != MODEL_GPT && !pc->encoder_pp && pp > 1)
+        return perr_set(err, "pipeline-model-parallel-size: %d with an encoder-decoder (arch %s) "
+                             "needs --encoder-pipeline-model-parallel-size > 0 (Megatron's rule: the "
+                             "encoder and the decoder cannot share a pipeline rank)",
+                        pp, model_arch_name(cfg->arch));
+    if (pc->encoder_pp) return split_encoder(p, cfg, pc, err);
     if (pp > L)
         return perr_set(err, "pipeline-model-parallel-size: %d stages for a model of %d layers "
                              "(each stage needs at least one layer)", pp, L);
@@ -61,7 +89,7 @@ int pp_plan_build(pp_plan_t *p, const model_config_t *cfg, const pconfig_t *pc, 
     p->sched = pc->pp_schedule ? pc->pp_schedule : PC_PP_1F1B;
     if (p->pp > PC_MAX_SPLIT)
         return perr_set(err, "pipeline-model-parallel-size: %d, at most %d stages", p->pp, PC_MAX_SPLIT);
-    if (split_layers(p, pc, err) || chunks(p, pc, err)) return -1;
+    if (split_layers(p, cfg, pc, err) || chunks(p, pc, err)) return -1;
     /* p2p tags name (direction, microbatch, boundary): 2 m pp v of them */
     if (2LL * p->m * p->pp * p->v > (1LL << 30))
         return perr_set(err, "num-microbatches: %d microbatches x %d stages x %d chunks are more "
