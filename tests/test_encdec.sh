@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# test_encdec.sh - encoder-decoder models (issue 27, MODEL.md "Encoder-decoder
+# models", ref/model/unit_encdec.c):
+#  - the golden t5-tiny run learns its task (the loss falls);
+#  - data, ZeRO 1 and 3, accumulation, tensor (+SP, row-parallel linears,
+#    tp 3 on a 6-head model) and pipeline layouts - the encoder on stages
+#    of its own (--encoder-pipeline-model-parallel-size 1, 2) before the
+#    decoder's (pp 1, 2), every schedule - are bit-exact with it over 3
+#    steps with dropout, and each runs on Megatron-core's device count
+#    dp*etp*epp*cp + dp*tp*pp*cp;
+#  - a checkpoint saved on an encoder pipeline resumes elsewhere bit-exact;
+#  - broken variants are caught at an encoder-decoder tensor;
+#  - every Megatron-core rule on the encoder's degrees, and what is not
+#    built, is refused naming the flag.
+# Needs $PARITY (default build/parity). Ends with "RESULT test_encdec.sh: N passed, M failed".
+set -u
+P=${PARITY:-build/parity}
+P=$(cd "$(dirname "$P")" && pwd)/$(basename "$P")
+. tests/refuse.sh parity-encdec
+
+# exact NAME MODEL DP TP ETP EPP PP FLAGS...: bit-exact over 3 steps on
+# dp*etp*epp + dp*tp*pp devices (cp 1)
+exact() {
+  local name=$1 model=$2 dp=$3 tp=$4 etp=$5 epp=$6 pp=$7; shift 7
+  local flags=(--data-parallel-size "$dp" --tensor-model-parallel-size "$tp" --pipeline-model-parallel-size "$pp")
+  [ "$epp" -gt 0 ] && flags+=(--encoder-pipeline-model-parallel-size "$epp" --encoder-tensor-model-parallel-size "$etp")
+  local want=$((dp * etp * epp + dp * tp * pp))
+  out=$("$P" check --model "$model" --steps 3 "${flags[@]}" "$@" 2>&1); rc=$?
+  local devices; devices=$(echo "$out" | tail -1 | awk -F'|' '{gsub(/ /, "", $2); print $2}')
+  if [ $rc = 0 ] && echo "$out" | grep -q '| yes$' && [ "$devices" = "$want" ]; then
+    ok "$name: bit-exact over 3 steps on $devices devices (dp*etp*epp + dp*tp*pp)"
+  else fail "$name" "exit $rc, $devices devices (expected $want)" "$(echo "$out" | tail -4)"; fi
+}
+
+# ---- the golden run ------------------------------------------------------------
+out=$("$P" train --model t5-tiny --steps 12 2>&1); rc=$?
+first=$(echo "$out" | sed -nE 's/^step +0 \| loss ([0-9.]+).*/\1/p')
+last=$(echo "$out" | sed -nE 's/^step +11 \| loss ([0-9.]+).*/\1/p')
+if [ $rc = 0 ] && awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < a - 0.5)}'; then
+  ok "golden t5-tiny learns the reversed source: loss $first -> $last in 12 steps"
+else fail "golden t5-tiny trains" "exit $rc, loss $first -> $last" "$(echo "$out" | tail -3)"; fi
+if echo "$out" | grep -q "2 encoder + 2 layers"; then ok "the banner counts encoder and decoder layers"
+else fail "banner" "$(echo "$out" | grep 'parity train:')"; fi
+
+# ---- layouts -------------------------------------------------------------------
+exact "dp 2" t5-tiny 2 1 1 0 1
+exact "dp 2 ZeRO-3, accumulation 2" t5-tiny 2 1 1 0 1 --zero-stage 3 --accum-degree 2
+exact "tp 2" t5-tiny 1 2 2 0 1
+exact "tp 2 SP x dp 2 ZeRO-1" t5-tiny 2 2 2 0 1 --sequence-parallel --zero-stage 1
+exact "tp 4 SP x dp 2 ZeRO-3" t5-tiny 2 4 4 0 1 --sequence-parallel --zero-stage 3
+exact "tp 2 every linear row-parallel" t5-tiny 1 2 2 0 1 --tensor-parallel-row-linears
+exact "epp 1 pp 1" t5-tiny 1 1 1 1 1
+exact "epp 1 pp 2, 4 microbatches" t5-tiny 1 1 1 1 2 --num-microbatches 4
+exact "epp 2 pp 1 GPipe x dp 2 ZeRO-1" t5-tiny 2 1 1 2 1 --pipeline-schedule gpipe --zero-stage 1 --num-microbatches 2
+exact "epp 2 pp 2 tp 2 SP x dp 2 ZeRO-3" t5-tiny 2 2 2 2 2 --sequence-parallel --zero-stage 3 --num-microbatches 4
+exact "epp 1 pp 2 tp 4 SP x dp 2 ZeRO-1" t5-tiny 2 4 4 1 2 --sequence-parallel --zero-stage 1 --num-microbatches 4
+echo '{"base": "t5-tiny", "name": "t5-tiny-h6", "hidden": 48, "heads": 6, "ffn": 192}' > "$tmp/h6.json"
+exact "tp 3 (6 heads) x dp 2 ZeRO-1" "$tmp/h6.json" 2 3 3 0 1 --zero-stage 1
+exact "tp 3 (6 heads) epp 1 pp 1" "$tmp/h6.json" 1 3 3 1 1
+
+# ---- checkpoints -----------------------------------------------------------------
+"$P" train --model t5-tiny --steps 2 --quiet --save "$tmp/ck" >/dev/null 2>&1
+"$P" train --model t5-tiny --steps 2 --quiet --tensor-model-parallel-size 2 --encoder-pipeline-model-parallel-size 1 --pipeline-model-parallel-size 1 --data-parallel-size 2 --zero-stage 3 --save "$tmp/ck2" >/dev/null 2>&1
+if [ -s "$tmp/ck/model.safetensors" ] && cmp -s "$tmp/ck/model.safetensors" "$tmp/ck2/model.safetensors"; then
+  ok "epp 1 pp 1 tp 2 dp 2 ZeRO-3 saves the golden checkpoint byte for byte"
+else fail "encoder pipeline checkpoint is the golden one" "$(ls -l "$tmp/ck" "$tmp/ck2" 2>&1 | head -6)"; fi
+out=$("$P" check --model t5-tiny --load "$tmp/ck2" --steps 2 --encoder-pipeline-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-microbatches 2 2>&1); rc=$?
+if [ $rc = 0 ] && echo "$out" | grep -q '| yes$'; then ok "it resumes at epp 2 pp 2, bit-exact with the golden resume"
+else fail "resume at epp 2 pp 2" "exit $rc" "$(echo "$out" | tail -4)"; fi
+
+# ---- broken variants are caught ------------------------------------------------------
+out=$("$P" check --model t5-tiny --steps 1 --tensor-model-parallel-size 2 --test-broken tp-fp32-sums 2>&1)
+if echo "$out" | grep -q "| NO$" && echo "$out" | grep -q "encoder layer 0's self_attention.dense.output"; then
+  ok "tp-fp32-sums is caught at the encoder's first row-parallel output"
+else fail "tp-fp32-sums on t5-tiny" "$(echo "$out" | tail -4)"; fi
+
+# ---- refusals ------------------------------------------------------------------
+refuse "decoder pipeline without encoder stages" "pipeline-model-parallel-size: 2 with an encoder-decoder \(arch t5\) needs --encoder-pipeline-model-parallel-size > 0" -- "$P" check --model t5-tiny --pipeline-model-parallel-size 2 --steps 1
+refuse "etp without epp" "encoder-tensor-model-parallel-size: 1 needs --encoder-pipeline-model-parallel-size > 0" -- "$P" check --model t5-tiny --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 --steps 1
+refuse "etp above tp" "encoder-tensor-model-parallel-size: 4 exceeds tensor-model-parallel-size 2" -- "$P" check --model t5-tiny --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 4 --encoder-pipeline-model-parallel-size 1 --steps 1
+refuse "epp on a GPT" "encoder-pipeline-model-parallel-size: 1, but model gpt-micro \(arch gpt\) has no encoder" -- "$P" check --model gpt-micro --encoder-pipeline-model-parallel-size 1 --steps 1
+refuse "epp must divide the encoder layers" "encoder-pipeline-model-parallel-size: 3 does not divide the 2 encoder layers" -- "$P" check --model t5-tiny --encoder-pipeline-model-parallel-size 3 --steps 1
+refuse "pp must divide the decoder layers" "pipeline-model-parallel-size: 3 does not divide the 2 decoder layers" -- "$P" check --model t5-tiny --encoder-pipeline-model-parallel-size 1 --pipeline-model-parallel-size 3 --steps 1
+refuse "a layer split with epp" "pipeline-layer-split: not with --encoder-pipeline-model-parallel-size" -- "$P" check --model t5-tiny --encoder-pipeline-model-parallel-size 1 --pipeline-model-parallel-size 1 --pipeline-layer-split 2 --steps 1
+refuse "context parallelism" "context-parallel-size: 2 with an encoder-decoder \(arch t5\): not built" -- "$P" check --model t5-tiny --context-parallel-size 2 --steps 1
+refuse "MoE in an encoder-decoder" "moe.experts \(--num-experts\) = 4: an encoder-decoder \(arch t5\) has dense MLPs only" -- "$P" train --model t5-tiny --num-experts 4 --steps 1
+refuse "an encoder on a GPT" "a GPT \(arch gpt\) has no encoder" -- "$P" train --model gpt-micro --encoder-num-layers 2 --steps 1
+refuse "source longer than the stream" "encoder.seq_length \(--encoder-seq-length\) = 32: expected a multiple of tiles.tokens = 4 below seq_length = 32" -- "$P" train --model t5-tiny --encoder-seq-length 32 --steps 1
+echo '{"base": "t5-tiny", "arch": "bart"}' > "$tmp/bad.json"
+refuse "JSON arch" "field 'arch': expected \"gpt\" or \"t5\"" -- "$P" train --model "$tmp/bad.json" --steps 1
+echo '{"base": "t5-tiny", "encoder": {"layer": 2}}' > "$tmp/bad2.json"
+refuse "JSON unknown encoder key" "unknown field 'encoder.layer'" -- "$P" train --model "$tmp/bad2.json" --steps 1
+# the config a dump or checkpoint stores carries the encoder and reads back
+"$P" train --model t5-tiny --encoder-num-layers 3 --print-config > "$tmp/t5.json" 2>&1
+back=$("$P" train --model "$tmp/t5.json" --print-config 2>&1)
+if grep -q '"arch": "t5", "encoder": {"layers": 3, "seq_length": 16}' "$tmp/t5.json" && [ "$back" = "$(cat "$tmp/t5.json")" ]; then
+  ok "--print-config carries arch and encoder and reads back the same"
+else fail "t5 config round trip" "$(cat "$tmp/t5.json")" "$back"; fi
+
+echo "RESULT test_encdec.sh: $passed passed, $failed failed"
+[ "$failed" = 0 ]
