@@ -80,6 +80,11 @@ typedef struct {
     int broken_pp_mask_key;   /* dropout masks keyed by a stage's microbatch count (PyTorch 55036) */
     int broken_pp_tied_grad;  /* the tied embedding's gradient skips the embedding group */
     int broken_cp_online_softmax; /* the ring merges blocks with online softmax (flash-style) */
+    /* the encoder's last stage sends its output to the decoder's first
+     * stage of the next data-parallel replica, and the gradient comes back
+     * from there (Megatron-LM 5a3b6bcf1f fixed such a mix-up of DP and PP
+     * ranks in the encoder-decoder bridge) */
+    int broken_encdec_dp_mixup;
     unsigned broken_moe;          /* GPT_BROKEN_MOE_* bits: routing bugs of MoE frameworks */
     const char *trace_path;   /* --trace: a Chrome trace-event file of the run, or NULL */
     /* Test-only: 1 + the rank whose parameter replica drifts (one bit of

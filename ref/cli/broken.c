@@ -60,6 +60,13 @@ static const char *needs_cp_ring(const broken_where_t *w) {
                : "the ring (context-parallel-size > 1, --cp-comm-type p2p)";
 }
 
+/* Across the encoder-decoder bridge: encoder stages of their own and a
+ * second data-parallel replica to send to by mistake. */
+static const char *needs_encdec_dp(const broken_where_t *w) {
+    if (w->cfg->arch == MODEL_GPT) return "an encoder-decoder model (--model t5-tiny)";
+    if (!w->pc->encoder_pp) return "encoder stages of its own (--encoder-pipeline-model-parallel-size > 0)";
+    return w->pc->dp > 1 ? NULL : "data-parallel-size > 1";
+}
 static const char *needs_replica(const broken_where_t *w) {
     if (w->pc->zero_stage == 3)
         return "ZeRO stage 0-2 (ZeRO-3 keeps no parameter replicas to perturb)";
@@ -130,6 +137,7 @@ static void set_tp_vocab_pad(engine_run_t *r, int d) { (void)d, r->broken_tp_voc
 static void set_pp_mask_key(engine_run_t *r, int d) { (void)d, r->broken_pp_mask_key = 1; }
 static void set_pp_tied_grad(engine_run_t *r, int d) { (void)d, r->broken_pp_tied_grad = 1; }
 static void set_cp_online(engine_run_t *r, int d) { (void)d, r->broken_cp_online_softmax = 1; }
+static void set_encdec_mixup(engine_run_t *r, int d) { (void)d, r->broken_encdec_dp_mixup = 1; }
 static void set_replica(engine_run_t *r, int d) { r->broken_replica = d + 1; /* 0 is off */ }
 
 static const broken_variant_t variants[] = {
@@ -202,6 +210,14 @@ static const broken_variant_t variants[] = {
      "--num-experts 4 --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 "
      "--expert-model-parallel-size 2", -1,
      "an MoE model with ep folded onto tp (ep = tp > 1, etp 1)", 0, needs_moe_fold, set_moe_norm_tp},
+    {"encdec-dp-mixup",
+     "send the encoder's output to the decoder stage of the next data-parallel replica and take "
+     "the gradient back from there (Megatron-LM 5a3b6bcf1f fixed such a DP/PP rank mix-up in the "
+     "encoder-decoder bridge)",
+     "act.decoder.layers.0.*",
+     "--model t5-tiny --encoder-pipeline-model-parallel-size 1 --data-parallel-size 2", -1,
+     "an encoder-decoder with encoder stages of its own, dp > 1", 0, needs_encdec_dp,
+     set_encdec_mixup},
     {"replica",
      "flip one bit of device R's parameter replica after every update, ZeRO 0-2 (a replica that "
      "silently drifts, as after a missed broadcast)",

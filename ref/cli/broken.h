@@ -31,7 +31,8 @@ typedef struct broken_variant {
     const char *breaks;   /* one line: what goes wrong, and the real bug it models */
     const char *diverges; /* the first divergent tensor on `example`: a shell glob of
                              its name without the "stepN." prefix */
-    const char *example;  /* a gpt-micro layout where it fires (check's flags) */
+    const char *example;  /* a gpt-micro layout where it fires (check's flags; one that
+                             starts with --model names its own model) */
     int example_device;   /* replica:R's R on that layout; -1 when it takes none */
     const char *requires; /* one line: the precondition `needs` checks */
     /* Only what a check shows: parity train needs --dump or --digest. */

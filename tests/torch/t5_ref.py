@@ -228,7 +228,7 @@ WRONG = ("encoder_causal",      # the encoder's self-attention causal
 def slice_masks(masks, cfg):
     """The stream's dumped masks -> each part's (None where absent)."""
     masks = masks or {}
-    P, B, T, C, H = cfg.P, None, cfg.T, cfg.C, cfg.H
+    P, T, C, H = cfg.P, cfg.T, cfg.C, cfg.H
 
     def get(site, shape):
         m = masks.get(site)
@@ -272,7 +272,7 @@ def t5_forward(params, cfg, input_ids, labels, masks=None, acts=None, probes=Non
     rec = acts if acts is not None else Recorder(False)
     M = slice_masks(masks, cfg)
     Pm = params
-    Pn, T, H, D, eps = cfg.P, cfg.T, cfg.H, cfg.D, cfg.ln_eps
+    Pn, T, eps = cfg.P, cfg.T, cfg.ln_eps
     ph = cfg.hidden_dropout
 
     def probe(name, t):

@@ -92,6 +92,42 @@ static int take_slot(engine_rank_t *r, int c, uint8_t *busy) {
     return -1;
 }
 
+/* The broken variant broken_encdec_dp_mixup: across the boundary from
+ * the encoder's last stage to the decoder's first, the peer is the
+ * device of the other stage in data-parallel replica dp + shift (mod dp),
+ * over the world group; NULL group: not that boundary (the pipeline
+ * group's own peer). */
+static group_t *mixup_peer(const engine_rank_t *r, int other_stage, int shift, int *peer) {
+    const engine_shared_t *sh = r->sh;
+    const int epp = sh->run->pc.encoder_pp;
+    if (!sh->run->broken_encdec_dp_mixup || !epp || (r->stage != epp - 1 && r->stage != epp) ||
+        (other_stage != epp - 1 && other_stage != epp))
+        return NULL;
+    const grid_device_t me = grid_device(&sh->grid, r->device);
+    const int dp = sh->grid.size[GRID_DP];
+    for (int d = 0; d < sh->grid.world; d++) {
+        const grid_device_t o = grid_device(&sh->grid, d);
+        int same = o.coord[GRID_PP] == other_stage &&
+                   o.coord[GRID_DP] == (me.coord[GRID_DP] + shift + dp) % dp;
+        for (int a = 0; a < GRID_NAXES; a++)
+            if (a != GRID_PP && a != GRID_DP) same &= o.coord[a] == me.coord[a];
+        if (same) {
+            *peer = d;
+            return r->world;
+        }
+    }
+    return NULL;
+}
+
+/* The peer and group of a p2p with the stage of virtual stage `vs2`. */
+static group_t *p2p_peer(const engine_rank_t *r, int vs2, int *peer) {
+    const pp_plan_t *p = &r->sh->pp;
+    *peer = pp_stage_of(p, vs2);
+    /* forward from the encoder: to the next replica; into the decoder: from the previous */
+    group_t *g = mixup_peer(r, *peer, r->stage < *peer ? 1 : -1, peer);
+    return g ? g : r->pp_group;
+}
+
 static void forward(engine_rank_t *r, int64_t step, int mb, int c, int s, const gpt_observer_t *obs) {
     gpt_t *g = r->g;
     const pp_plan_t *p = &r->sh->pp;
@@ -111,9 +147,10 @@ static void forward(engine_rank_t *r, int64_t step, int mb, int c, int s, const 
     if (r->sh->run->broken_pp_mask_key) A->mask_seq = mb;
     const size_t len = stream_len(g, n_seq);
     double t0 = engine_now();
+    int peer;
     if (model_unit_takes_stream(&g->cfg, lo)) {
-        coll_recv(r->pp_group, gpt_slot_stream(g, s, lo), len, COLL_F32, pp_stage_of(p, vs - 1),
-                  tag_of(p, 0, mb, vs - 1));
+        group_t *pg = p2p_peer(r, vs - 1, &peer);
+        coll_recv(pg, gpt_slot_stream(g, s, lo), len, COLL_F32, peer, tag_of(p, 0, mb, vs - 1));
         engine_span(r, "recv activation", "recv", t0, mb, c);
     }
     t0 = engine_now();
@@ -122,8 +159,9 @@ static void forward(engine_rank_t *r, int64_t step, int mb, int c, int s, const 
     pass_span(r, 1, t0, mb, c);
     if (model_unit_gives_stream(&g->cfg, hi - 1)) { /* the span marks the send's posting; the data moves when the peer receives */
         t0 = engine_now();
-        r->slot_send[s] = coll_isend(r->pp_group, gpt_slot_stream(g, s, hi), len, COLL_F32,
-                                     pp_stage_of(p, vs + 1), tag_of(p, 0, mb, vs));
+        group_t *pg = p2p_peer(r, vs + 1, &peer);
+        r->slot_send[s] = coll_isend(pg, gpt_slot_stream(g, s, hi), len, COLL_F32, peer,
+                                     tag_of(p, 0, mb, vs));
         engine_span(r, "send activation", "send", t0, mb, c);
     }
 }
@@ -137,10 +175,11 @@ static void backward(engine_rank_t *r, int mb, int c, int s, const gpt_observer_
     double t0 = engine_now();
     device_note_microbatch(mb, c);
     device_note_pass(DEVICE_PASS_BACKWARD, hi - 1);
+    int peer;
     if (model_unit_gives_stream(&g->cfg, hi - 1)) {
         wait_send(r, s); /* the forward's output has long arrived; d_resid is received into */
-        coll_recv(r->pp_group, A->d_resid, len, COLL_F32, pp_stage_of(p, vs + 1),
-                  tag_of(p, 1, mb, vs));
+        group_t *pg = p2p_peer(r, vs + 1, &peer);
+        coll_recv(pg, A->d_resid, len, COLL_F32, peer, tag_of(p, 1, mb, vs));
         engine_span(r, "recv gradient", "recv", t0, mb, c);
     }
     r->last_micro = mb == p->m - 1; /* the chunk's gradients are final after this one */
@@ -151,8 +190,8 @@ static void backward(engine_rank_t *r, int mb, int c, int s, const gpt_observer_
     if (model_unit_takes_stream(&g->cfg, lo)) {
         wait_send(r, s);
         t0 = engine_now();
-        r->slot_send[s] = coll_isend(r->pp_group, A->d_resid, len, COLL_F32,
-                                     pp_stage_of(p, vs - 1), tag_of(p, 1, mb, vs - 1));
+        group_t *pg = p2p_peer(r, vs - 1, &peer);
+        r->slot_send[s] = coll_isend(pg, A->d_resid, len, COLL_F32, peer, tag_of(p, 1, mb, vs - 1));
         engine_span(r, "send gradient", "send", t0, mb, c);
     }
 }
