@@ -85,6 +85,10 @@ typedef struct {
      * from there (Megatron-LM 5a3b6bcf1f fixed such a mix-up of DP and PP
      * ranks in the encoder-decoder bridge) */
     int broken_encdec_dp_mixup;
+    /* the encoder rank combines the gradient copies of the tp/etp decoder
+     * ranks it feeds as Megatron did: 1 summed (8af3dae72a: x tp/etp), 2
+     * averaged in fp32 (5a3b6bcf1f); 0: one copy, the others checked */
+    int broken_encdec_combine;
     unsigned broken_moe;          /* GPT_BROKEN_MOE_* bits: routing bugs of MoE frameworks */
     const char *trace_path;   /* --trace: a Chrome trace-event file of the run, or NULL */
     /* Test-only: 1 + the rank whose parameter replica drifts (one bit of

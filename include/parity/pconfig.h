@@ -98,6 +98,21 @@ static inline void pconfig_grid_sizes(const pconfig_t *pc, int sizes[5]) {
     const int s[5] = {pc->tp, pc->cp, ep, dp / ep, pc->pp};
     for (int a = 0; a < 5; a++) sizes[a] = s[a] > 1 ? s[a] : 1;
 }
+/* Heterogeneous meshes: an encoder mesh of etp < tp (mesh.h; Megatron-
+ * core's --encoder-tensor-model-parallel-size) at world ranks 0 ..
+ * dp*etp*epp*cp - 1, the decoder's after it. */
+static inline int pconfig_hetero(const pconfig_t *pc) {
+    return pc->encoder_pp > 0 && pc->encoder_tp > 0 && pc->encoder_tp < pc->tp;
+}
+/* The devices of one data-parallel replica: tp*pp*cp, or with an encoder
+ * mesh cp*(etp*epp + tp*decoder_pp) (pp counting both meshes' stages). */
+static inline long long pconfig_replica_devices(const pconfig_t *pc) {
+    const long long cp = pc->cp > 1 ? pc->cp : 1;
+    if (pconfig_hetero(pc))
+        return cp * ((long long)pc->encoder_tp * pc->encoder_pp +
+                     (long long)pc->tp * (pc->pp - pc->encoder_pp));
+    return (long long)(pc->tp > 1 ? pc->tp : 1) * (pc->pp > 1 ? pc->pp : 1) * cp;
+}
 /* The ranks that split the tokens of a step and so sum every weight
  * gradient: data parallelism times context parallelism (Megatron's
  * data-parallel group with context parallelism); ZeRO shards over them. */

@@ -67,6 +67,34 @@ static const char *needs_encdec_dp(const broken_where_t *w) {
     if (!w->pc->encoder_pp) return "encoder stages of its own (--encoder-pipeline-model-parallel-size > 0)";
     return w->pc->dp > 1 ? NULL : "data-parallel-size > 1";
 }
+/* The copies an encoder rank gets back: an encoder mesh of etp < tp
+ * (k = tp/etp decoder ranks a rank), each holding the whole gradient (no
+ * sequence parallelism); the mean of k equal copies is the copy for k = 2
+ * ((g + g) / 2 is exact), so it needs k >= 3. */
+static const char *needs_encdec_copies(const broken_where_t *w, int min_k) {
+    if (w->cfg->arch == MODEL_GPT) return "an encoder-decoder model (--model t5-tiny)";
+    if (!pconfig_hetero(w->pc) || w->pc->tp / w->pc->encoder_tp < min_k) {
+        snprintf(w->buf, w->cap, "an encoder mesh whose ranks each feed at least %d decoder ranks "
+                 "(--encoder-tensor-model-parallel-size etp with tp/etp >= %d, and "
+                 "--encoder-pipeline-model-parallel-size > 0)", min_k, min_k);
+        return w->buf;
+    }
+    return w->pc->sequence_parallel ? "no --sequence-parallel (each decoder rank then sends its "
+                                      "own positions, not a copy)"
+                                    : NULL;
+}
+static const char *needs_encdec_sum(const broken_where_t *w) { return needs_encdec_copies(w, 2); }
+/* With k = 2 or 4 equal copies the fp32 partial sums round back (2g and
+ * 4g are exact, 3g's rounding error is below half an ulp of 4g), so the
+ * mean is the copy: k must be 3 or more and not a power of two. */
+static const char *needs_encdec_mean(const broken_where_t *w) {
+    const char *need = needs_encdec_copies(w, 3);
+    if (need) return need;
+    const int k = w->pc->tp / w->pc->encoder_tp;
+    return k & (k - 1) ? NULL
+                       : "tp/etp not a power of two (the fp32 mean of 2 or 4 equal copies is the "
+                         "copy)";
+}
 static const char *needs_replica(const broken_where_t *w) {
     if (w->pc->zero_stage == 3)
         return "ZeRO stage 0-2 (ZeRO-3 keeps no parameter replicas to perturb)";
@@ -138,6 +166,8 @@ static void set_pp_mask_key(engine_run_t *r, int d) { (void)d, r->broken_pp_mask
 static void set_pp_tied_grad(engine_run_t *r, int d) { (void)d, r->broken_pp_tied_grad = 1; }
 static void set_cp_online(engine_run_t *r, int d) { (void)d, r->broken_cp_online_softmax = 1; }
 static void set_encdec_mixup(engine_run_t *r, int d) { (void)d, r->broken_encdec_dp_mixup = 1; }
+static void set_encdec_sum(engine_run_t *r, int d) { (void)d, r->broken_encdec_combine = 1; }
+static void set_encdec_mean(engine_run_t *r, int d) { (void)d, r->broken_encdec_combine = 2; }
 static void set_replica(engine_run_t *r, int d) { r->broken_replica = d + 1; /* 0 is off */ }
 
 static const broken_variant_t variants[] = {
@@ -218,6 +248,22 @@ static const broken_variant_t variants[] = {
      "--model t5-tiny --encoder-pipeline-model-parallel-size 1 --data-parallel-size 2", -1,
      "an encoder-decoder with encoder stages of its own, dp > 1", 0, needs_encdec_dp,
      set_encdec_mixup},
+    {"encdec-grad-sum",
+     "sum the encoder output's gradient over the tp/etp decoder ranks an encoder rank feeds, each "
+     "of which holds the whole gradient already (Megatron-LM 8af3dae72a: x tp/etp)",
+     "grad*encoder.*",
+     "--model t5-tiny --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 "
+     "--encoder-pipeline-model-parallel-size 1", -1,
+     "an encoder mesh of etp < tp, no sequence parallelism", 0, needs_encdec_sum, set_encdec_sum},
+    {"encdec-grad-mean",
+     "average those tp/etp copies in fp32 (Megatron-LM 5a3b6bcf1f): (g + g + g) / 3 need not be g",
+     "grad*encoder.*",
+     "--model t5-tiny --hidden-size 48 --num-attention-heads 6 --ffn-hidden-size 192 "
+     "--tensor-model-parallel-size 3 --encoder-tensor-model-parallel-size 1 "
+     "--encoder-pipeline-model-parallel-size 1", -1,
+     "an encoder mesh with tp/etp >= 3 and not a power of two, no sequence parallelism", 0,
+     needs_encdec_mean,
+     set_encdec_mean},
     {"replica",
      "flip one bit of device R's parameter replica after every update, ZeRO 0-2 (a replica that "
      "silently drifts, as after a missed broadcast)",
@@ -228,7 +274,7 @@ enum { N_VARIANTS = sizeof variants / sizeof variants[0] };
 static int takes_device(const broken_variant_t *b) { return b->example_device >= 0; }
 
 static int unknown(const char *value, perr_t *err) {
-    char names[256] = "";
+    char names[1024] = "";
     for (size_t k = 0, n = 0; k < N_VARIANTS && n < sizeof names; k++)
         n += (size_t)snprintf(names + n, sizeof names - n, "%s%s%s", k ? ", " : "",
                               variants[k].name, takes_device(&variants[k]) ? ":R" : "");

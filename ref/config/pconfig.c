@@ -231,13 +231,10 @@ static int encoder_validate(pconfig_t *pc, perr_t *err) {
         return perr_set(err, "encoder-tensor-model-parallel-size: %d does not divide "
                              "tensor-model-parallel-size %d (each encoder rank feeds tp/etp decoder "
                              "ranks)", pc->encoder_tp, pc->tp);
-    if (pc->encoder_tp < pc->tp)
+    if (pc->encoder_tp < pc->tp && (pc->n_rank_list || pc->ep > 1))
         return perr_set(err, "encoder-tensor-model-parallel-size: %d < tensor-model-parallel-size "
-                             "%d: heterogeneous meshes (an encoder mesh of dp*etp*epp*cp = %d devices "
-                             "beside the decoder's) are not built yet (issue 27); give %d",
-                        pc->encoder_tp, pc->tp,
-                        (pc->dp ? pc->dp : 1) * pc->encoder_tp * pc->encoder_pp * (pc->cp ? pc->cp : 1),
-                        pc->tp);
+                             "%d (an encoder mesh beside the decoder's): not with %s",
+                        pc->encoder_tp, pc->tp, pc->n_rank_list ? "--rank-list" : "expert parallelism");
     if (pc->vpp > 1 || pc->layers_per_vstage)
         return perr_set(err, "encoder-pipeline-model-parallel-size: not with virtual pipeline "
                              "stages (Megatron's encoder pipeline has one chunk a stage)");
@@ -353,12 +350,12 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
                              "the regions tensor parallelism replicates)");
     /* degrees are <= PARITY_MAX_DEVICES each: their products in 64 bits, the world at most
      * PARITY_MAX_DEVICES simulated devices */
-    const long long mp = (long long)pc->tp * pc->pp * pc->cp;
+    const long long mp = pconfig_replica_devices(pc);
     if (mp > PARITY_MAX_DEVICES || (long long)(pc->dp ? pc->dp : 1) * mp > PARITY_MAX_DEVICES)
         return perr_set(err, "world-size: tp %d x pp %d x cp %d x dp %d devices exceeds the %d "
                              "simulated devices parity runs", pc->tp, pc->pp, pc->cp,
                         pc->dp ? pc->dp : 1, PARITY_MAX_DEVICES);
-    int model_par = (int)mp;
+    int model_par = (int)mp; /* devices of one data-parallel replica */
     const struct { const char *name; int size; } axes[] = {
         {"tp", pc->tp}, {"pp", pc->pp}, {"cp", pc->cp}, {"ep", pc->ep}, {"dp", pc->dp}};
     for (int a = 0; a < 5; a++)

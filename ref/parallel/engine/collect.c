@@ -177,7 +177,7 @@ static void record(engine_shared_t *sh, const char *name, uint64_t flat, int dev
 
 /* The device of data-parallel rank 0 holding model part k. */
 static int part_device(const engine_shared_t *sh, int k) {
-    for (int d = 0; d < sh->grid.world; d++)
+    for (int d = 0; d < sh->world; d++)
         if (sh->ranks[d].part == k && engine_part_lead(&sh->ranks[d])) return d;
     return -1;
 }
@@ -216,7 +216,7 @@ int engine_adam_t(const engine_rank_t *r) { return r->plan->stage == 0 ? r->g->a
 void engine_check_scalars(engine_shared_t *sh, int64_t step) {
     const gpt_step_stats_t *s0 = &sh->ranks[0].step_stats;
     const float t0 = (float)engine_adam_t(&sh->ranks[0]);
-    for (int q = 1; q < sh->grid.world; q++) {
+    for (int q = 1; q < sh->world; q++) {
         const gpt_step_stats_t *s = &sh->ranks[q].step_stats;
         const struct { const char *name; float got, want; } v[] = {
             {"loss", s->loss, s0->loss}, {"lr", s->lr, s0->lr}, {"grad_norm", s->grad_norm, s0->grad_norm},

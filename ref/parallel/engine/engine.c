@@ -97,8 +97,9 @@ static int setup_rank(engine_rank_t *r, device_t *dev) {
     engine_shared_t *sh = r->sh;
     const dp_plan_t *p = r->plan;
     perr_t err;
+    const engine_dev_t gd = engine_device(sh, r->device);
     gpt_shard_t shard = {
-        .tp = sh->grid.size[GRID_TP], .tp_rank = r->tp_rank, .sp = sh->run->pc.sequence_parallel,
+        .tp = gd.size[GRID_TP], .tp_rank = r->tp_rank, .sp = sh->run->pc.sequence_parallel,
         .tp_group = r->tp_group,
         .broken = (sh->run->broken_tp_fp32_sums ? GPT_BROKEN_TP_FP32_SUMS : 0u) |
                   (sh->run->broken_tp_vocab_pad ? GPT_BROKEN_TP_VOCAB_PAD : 0u) |
@@ -106,14 +107,13 @@ static int setup_rank(engine_rank_t *r, device_t *dev) {
                   sh->run->broken_moe |
                   (sh->run->broken_check & ENGINE_BROKEN_TP_INPUT_GRAD ? GPT_BROKEN_TP_INPUT_GRAD : 0u),
         .units = sh->pp.units[r->stage], .row_linears = sh->run->pc.tp_row_linears,
-        .cp = sh->grid.size[GRID_CP], .cp_rank = r->cp_rank,
+        .cp = gd.size[GRID_CP], .cp_rank = r->cp_rank,
         .cp_comm = sh->run->pc.cp_comm ? CP_ULYSSES : CP_RING, .cp_group = r->cp_group,
-        .ep = sh->grid.size[GRID_EP], .ep_rank = r->ep_rank, .ep_group = r->ep_group,
+        .ep = gd.size[GRID_EP], .ep_rank = r->ep_rank, .ep_group = r->ep_group,
         .expert_tp = sh->run->pc.etp > 1, .expert_fold = pconfig_ep_folded(&sh->run->pc),
         .on_grid = 1};
-    const grid_device_t gd = grid_device(&sh->grid, r->device);
     for (int a = 0; a < GRID_NAXES; a++)
-        shard.grid_sizes[a] = sh->grid.size[a], shard.grid_coord[a] = gd.coord[a];
+        shard.grid_sizes[a] = gd.size[a], shard.grid_coord[a] = gd.coord[a];
     const size_t nmb = (size_t)sh->pp.m * (size_t)sh->pp.v;
     r->report->pp_stage = r->stage;
     r->report->pp_slots = engine_stage_slots(&sh->pp, r->stage, r->slot_first);
@@ -129,6 +129,17 @@ static int setup_rank(engine_rank_t *r, device_t *dev) {
     r->ops = calloc(2 * nmb, sizeof *r->ops);
     r->slot_of = calloc(nmb, sizeof *r->slot_of);
     r->slot_send = calloc((size_t)r->g->n_slots, sizeof *r->slot_send);
+    if (engine_bridge_side(r) > 0) { /* the encoder's end of the bridge (schedule.c) */
+        const size_t k = (size_t)engine_bridge_fanout(sh), slots = (size_t)r->g->n_slots;
+        const size_t len = (size_t)sh->cfg.micro_batch * (size_t)sh->cfg.seq_length * (size_t)sh->cfg.hidden;
+        r->bridge_req = calloc(slots * k, sizeof *r->bridge_req);
+        r->bridge_send = malloc(slots * k * len * sizeof(float));
+        r->bridge_recv = malloc(len * sizeof(float));
+        if (!r->bridge_req || !r->bridge_send || !r->bridge_recv) {
+            engine_fail(sh, "dp: out of memory for the encoder-decoder bridge");
+            return -1;
+        }
+    }
     const size_t moe_cells = (size_t)sh->cfg.layers * (size_t)sh->cfg.moe_experts;
     r->moe_counts = moe_cells ? calloc(2 * moe_cells, sizeof *r->moe_counts) : NULL;
     if (!r->ops || !r->slot_of || !r->slot_send || (moe_cells && !r->moe_counts)) {
@@ -182,6 +193,9 @@ static void teardown_rank(engine_rank_t *r, device_t *dev) {
     free(r->ops);
     free(r->slot_of);
     free(r->slot_send);
+    free(r->bridge_req);
+    free(r->bridge_send);
+    free(r->bridge_recv);
     free(r->moe_counts);
     gpt_free(r->g);
     r->g = NULL;
@@ -288,7 +302,7 @@ static int run_step(engine_rank_t *r, int64_t step, int collect) {
      * after the step's barrier) to the last device's last backward; the
      * next step's barrier keeps sched_end until everyone has read it */
     double flush = 0;
-    for (int d = 0; d < sh->grid.world; d++)
+    for (int d = 0; d < sh->world; d++)
         if (sh->sched_end[d] > flush) flush = sh->sched_end[d];
     r->report->pp_span += flush - r->sched_start;
     if (r->device == 0 && run->stats)
@@ -395,11 +409,11 @@ int engine_train(engine_run_t *run, perr_t *err) {
     if (!sh) return perr_set(err, "dp: out of memory");
     sh->run = run;
     engine_replica_config(&run->model, pc, &sh->cfg);
-    const int n = pc->dp, tp = pc->tp, pp = pc->pp, cp = pc->cp, world = n * tp * pp * cp;
+    const int n = pc->dp, tp = pc->tp, pp = pc->pp, cp = pc->cp;
+    const int world = (int)(n * pconfig_replica_devices(pc));
     int rc = -1, have_global = 0;
-    group_t **grad_groups[ENGINE_MAX_GROUPS] = {NULL}, **main_groups[ENGINE_MAX_GROUPS] = {NULL};
+    engine_groups_t grad_groups[ENGINE_MAX_GROUPS] = {{0}}, main_groups[ENGINE_MAX_GROUPS] = {{0}};
     trace_buf_t *traces = NULL;
-    int ngrad[ENGINE_MAX_GROUPS] = {0};
     sh->ranks = calloc((size_t)world, sizeof(engine_rank_t));
     sh->sched_end = calloc((size_t)world, sizeof(double));
     device_report_t *reports = run->reports ? run->reports : calloc((size_t)world, sizeof *reports);
@@ -434,8 +448,20 @@ int engine_train(engine_run_t *run, perr_t *err) {
     int sizes[GRID_NAXES];
     pconfig_grid_sizes(pc, sizes);
     const int ep = sizes[GRID_EP];
-    if (grid_init_mapped(&sh->grid, pc->order, sizes, pc->rank_list, pc->n_rank_list, err)) goto out;
-    sh->have_grid = 1;
+    if (pconfig_hetero(pc)) { /* an encoder mesh beside the decoder's */
+        if (run->model.tied) {
+            perr_set(err, "encoder-tensor-model-parallel-size: %d < tp %d needs an untied head "
+                          "(the embedding's and the head's vocabulary cuts differ between the meshes)",
+                     pc->encoder_tp, tp);
+            goto out;
+        }
+        if (engine_meshes_init(sh, sizes, err)) goto out;
+    } else {
+        if (grid_init_mapped(&sh->grid, pc->order, sizes, pc->rank_list, pc->n_rank_list, err))
+            goto out;
+        sh->have_grid = 1;
+        sh->world = sh->grid.world;
+    }
     if (model_config_validate_replica(&sh->cfg, err) || pp_plan_build(&sh->pp, &sh->cfg, pc, err) ||
         param_table_build(&sh->global, &sh->cfg, err))
         goto out;
@@ -455,38 +481,23 @@ int engine_train(engine_run_t *run, perr_t *err) {
      * data times context parallel, Megatron's data-parallel group with
      * context parallelism); gradient reductions may run on a communication
      * thread, so they get groups of their own */
-    for (int k = 0; k < sh->ngroups; k++) {
-        ngrad[k] = layout_num_groups(&sh->grid.layout, sh->grad_name[k]);
-        grad_groups[k] = calloc((size_t)ngrad[k], sizeof *grad_groups[k]);
-        main_groups[k] = calloc((size_t)ngrad[k], sizeof *main_groups[k]);
-        if (!grad_groups[k] || !main_groups[k]) {
-            perr_set(err, "dp: out of memory");
+    for (int k = 0; k < sh->ngroups; k++)
+        if (engine_groups_create(sh, sh->grad_name[k], "dp", &main_groups[k], err) ||
+            engine_groups_create(sh, sh->grad_name[k], "dp-grads", &grad_groups[k], err))
             goto out;
-        }
-        if (group_create_all(&sh->grid.layout, sh->grad_name[k], "dp", main_groups[k], err)) {
-            free(main_groups[k]);
-            main_groups[k] = NULL;
-            goto out;
-        }
-        if (group_create_all(&sh->grid.layout, sh->grad_name[k], "dp-grads", grad_groups[k],
-                             err)) {
-            free(grad_groups[k]);
-            grad_groups[k] = NULL;
-            goto out;
-        }
-    }
     if (run->trace_path && !(traces = calloc((size_t)world, sizeof *traces))) {
         perr_set(err, "dp: out of memory for the trace");
         goto out;
     }
     const double origin = engine_now();
+    group_t *all = sh->meshes ? sh->meshes->all : sh->grid.all;
     for (int d = 0; d < world; d++) {
-        grid_device_t gd = grid_device(&sh->grid, d);
-        device_note_coords(d, gd.coord, sh->grid.size); /* for debuggers: parity devices */
-        int gid = layout_group_id(&sh->grid.layout, d, sh->grad_name[0]);
-        const int stage = gd.coord[GRID_PP];
+        const engine_dev_t gd = engine_device(sh, d);
+        device_note_coords(d, gd.coord, gd.size); /* for debuggers: parity devices */
+        const int gid = main_groups[0].id_of[d];
+        const int stage = gd.coord[GRID_PP], dtp = gd.size[GRID_TP];
         if (traces) trace_buf_init(&traces[d], origin);
-        sh->ranks[d] = (engine_rank_t){.sh = sh, .rank = group_index_of(main_groups[0][gid], d),
+        sh->ranks[d] = (engine_rank_t){.sh = sh, .rank = group_index_of(main_groups[0].groups[gid], d),
                                    .n = sh->grad_n[0],
                                    .data_rank = gd.coord[GRID_DP] * ep + gd.coord[GRID_EP],
                                    .data_n = n, .cp_rank = gd.coord[GRID_CP],
@@ -494,18 +505,18 @@ int engine_train(engine_run_t *run, perr_t *err) {
                                    .ep_group = ep > 1 ? gd.group[GRID_EP] : NULL,
                                    .cp_group = cp > 1 ? gd.group[GRID_CP] : NULL, .device = d,
                                    .tp_rank = gd.coord[GRID_TP],
-                                   .tp_group = tp > 1 ? gd.group[GRID_TP] : NULL,
+                                   .tp_group = dtp > 1 ? gd.group[GRID_TP] : NULL,
                                    .stage = stage, .part = sh->part_of[d],
                                    .plan = &sh->plans[sh->part_of[d]], .pp_group = gd.group[GRID_PP],
                                    .emb_group = engine_emb_group_of(sh, d),
                                    .trace = traces ? &traces[d] : NULL,
-                                   .world = sh->grid.all, .group = main_groups[0][gid],
-                                   .grad_group = grad_groups[0][gid], .report = &reports[d]};
+                                   .world = all, .group = main_groups[0].groups[gid],
+                                   .grad_group = grad_groups[0].groups[gid], .report = &reports[d]};
         for (int k = 0; k < sh->ngroups; k++) {
             engine_rank_t *r = &sh->ranks[d];
-            const int id = layout_group_id(&sh->grid.layout, d, sh->grad_name[k]);
-            r->groups[k] = main_groups[k][id], r->grad_groups[k] = grad_groups[k][id];
-            r->grank[k] = group_index_of(main_groups[k][id], d), r->gn[k] = sh->grad_n[k];
+            const int id = main_groups[k].id_of[d];
+            r->groups[k] = main_groups[k].groups[id], r->grad_groups[k] = grad_groups[k].groups[id];
+            r->grank[k] = group_index_of(main_groups[k].groups[id], d), r->gn[k] = sh->grad_n[k];
         }
         memset(&reports[d], 0, sizeof reports[d]);
     }
@@ -523,13 +534,12 @@ out:
     free(traces);
     free(sh->diffs);
     for (int k = 0; k < ENGINE_MAX_GROUPS; k++) {
-        if (grad_groups[k]) group_destroy_all(grad_groups[k], ngrad[k]);
-        if (main_groups[k]) group_destroy_all(main_groups[k], ngrad[k]);
-        free(grad_groups[k]);
-        free(main_groups[k]);
+        engine_groups_free(&grad_groups[k]);
+        engine_groups_free(&main_groups[k]);
     }
     engine_free_stages(sh);
     if (sh->have_grid) grid_free(&sh->grid);
+    engine_meshes_free(sh);
     if (have_global) param_table_free(&sh->global);
     free_local(sh);
     engine_ckpt_free(sh);

@@ -7,12 +7,46 @@
 #include "parity/engine.h"
 #include "parity/dump.h"
 #include "parity/grid.h"
+#include "parity/mesh.h"
 #include "parity/pp.h"
 #include "parity/runtime.h"
 #include "parity/trace.h"
 
 typedef struct engine_shared engine_shared_t;
 enum { ENGINE_MAX_GROUPS = 2 };
+struct engine_rank;
+
+/* meshes.c: a device's place - its coordinates (coord[GRID_PP]: the global
+ * pipeline stage), its mesh's sizes (size[GRID_PP]: every stage), its
+ * groups (pp: its mesh's stages), its mesh and rank there. */
+typedef struct {
+    int coord[GRID_NAXES], size[GRID_NAXES];
+    group_t *group[GRID_NAXES];
+    int mesh, local;
+} engine_dev_t;
+engine_dev_t engine_device(const engine_shared_t *sh, int d);
+/* The mesh sizes of pipeline stage `stage`'s devices. */
+void engine_stage_sizes(const engine_shared_t *sh, int stage, int sizes[GRID_NAXES]);
+/* An encoder mesh beside the decoder's (pconfig_hetero): sh->meshes and
+ * sh->world from the grid's sizes (the decoder's tp, every stage). */
+int  engine_meshes_init(engine_shared_t *sh, const int sizes[GRID_NAXES], perr_t *err);
+void engine_meshes_free(engine_shared_t *sh);
+/* Every group along dims ("dp-cp") of every mesh, named prefix; id_of[d]:
+ * device d's. */
+typedef struct {
+    group_t **groups;
+    int n;
+    int *id_of; /* [world] */
+} engine_groups_t;
+int  engine_groups_create(engine_shared_t *sh, const char *dims, const char *prefix,
+                          engine_groups_t *out, perr_t *err);
+void engine_groups_free(engine_groups_t *g);
+/* The encoder-decoder bridge: 1 on the encoder's last stage, -1 on the
+ * decoder's first, 0 elsewhere or with one grid; the decoder ranks each
+ * encoder rank feeds (tp/etp); the world rank of the i-th peer across. */
+int  engine_bridge_side(const struct engine_rank *r);
+int  engine_bridge_fanout(const engine_shared_t *sh);
+int  engine_bridge_peer(const struct engine_rank *r, int i);
 
 /* The parameter-shaped tensors a dump collects, each step: gradients
  * (before the update), then parameters and AdamW's m and v (after it). */
@@ -39,6 +73,11 @@ typedef struct engine_rank {
     pp_op_t *ops;          /* this stage's schedule (pp.h) */
     int nops;
     coll_request_t **slot_send; /* [slots] a send still reading the slot, or NULL */
+    /* the encoder-decoder bridge (schedule.c): per slot, the sends to the
+     * decoder peers still reading their packed streams [slots][fanout],
+     * the packed streams, and the peers' gradients being received */
+    coll_request_t **bridge_req;
+    float *bridge_send, *bridge_recv;
     int *slot_of;          /* [m * v] the slot of (microbatch, chunk) in flight */
     int slot_first[GPT_MAX_CHUNKS + 1]; /* chunk c's pool of slots (engine_stage_slots) */
     trace_buf_t *trace;    /* --trace: this device's spans, or NULL */
@@ -92,6 +131,9 @@ struct engine_shared {
     engine_run_t *run;
     grid_t grid;           /* tp x dp x pp on the layout's order */
     int have_grid;
+    mesh_grid_t *meshes;   /* an encoder mesh beside the decoder's (meshes.c), or NULL */
+    int world;             /* devices */
+    int (*part_sizes)[GRID_NAXES]; /* [nparts] the sizes of part k's mesh */
     param_table_t global;  /* the golden table: reassembled tensors */
     pp_plan_t pp;          /* stages, chunks and schedule */
     param_table_t *tables; /* [pp] a stage's table at its first device (other stages'

@@ -15,7 +15,7 @@ engine_part_t engine_part(const engine_shared_t *sh, int part) {
     engine_part_t p = {&sh->part_tables[part], sh->part_coord[part][GRID_PP],
                        sh->part_coord[part][GRID_TP], {0}, {0}};
     for (int a = 0; a < GRID_NAXES; a++)
-        p.sizes[a] = sh->grid.size[a], p.coord[a] = sh->part_coord[part][a];
+        p.sizes[a] = sh->part_sizes[part][a], p.coord[a] = sh->part_coord[part][a];
     return p;
 }
 
@@ -40,31 +40,40 @@ static int same_blocks(const param_table_t *t, const int sizes[GRID_NAXES], cons
 }
 
 /* The model parts: every stage's distinct sets of blocks (placements at
- * the real grid coordinates), in coordinate order (tp fastest, then cp,
- * ep, dp; stage slowest), each device's part among them. With 1-D tensor
- * parallelism this is stage * tp + tp rank. */
+ * the real coordinates, on the stage's mesh), in coordinate order (tp
+ * fastest, then cp, ep, dp; stage slowest), each device's part among
+ * them. With 1-D tensor parallelism this is stage * tp + tp rank (on an
+ * encoder mesh of etp < tp, the encoder's stages have etp parts each). */
 static int find_parts(engine_shared_t *sh, perr_t *err) {
-    const grid_t *G = &sh->grid;
-    sh->part_coord = calloc((size_t)G->world, sizeof *sh->part_coord);
-    sh->part_of = calloc((size_t)G->world, sizeof *sh->part_of);
-    if (!sh->part_coord || !sh->part_of) return perr_set(err, "dp: out of memory");
+    const int W = sh->world;
+    sh->part_coord = calloc((size_t)W, sizeof *sh->part_coord);
+    sh->part_sizes = calloc((size_t)W, sizeof *sh->part_sizes);
+    sh->part_of = calloc((size_t)W, sizeof *sh->part_of);
+    if (!sh->part_coord || !sh->part_sizes || !sh->part_of) return perr_set(err, "dp: out of memory");
     sh->nparts = 0;
-    int c[GRID_NAXES] = {0};
-    for (int k = 0; k < G->world; k++) { /* coordinates, axis 0 (tp) fastest, pp slowest */
-        int rest = k;
-        for (int a = 0; a < GRID_NAXES; a++) c[a] = rest % G->size[a], rest /= G->size[a];
-        const param_table_t *t = &sh->tables[c[GRID_PP]];
-        int found = 0;
-        for (int q = 0; q < sh->nparts && !found; q++)
-            found = sh->part_coord[q][GRID_PP] == c[GRID_PP] && same_blocks(t, G->size, sh->part_coord[q], c);
-        if (!found) memcpy(sh->part_coord[sh->nparts++], c, sizeof c);
+    for (int s = 0; s < sh->pp.pp; s++) {
+        int size[GRID_NAXES], c[GRID_NAXES], n = 1;
+        engine_stage_sizes(sh, s, size);
+        for (int a = 0; a < GRID_PP; a++) n *= size[a];
+        const param_table_t *t = &sh->tables[s];
+        for (int k = 0; k < n; k++) { /* coordinates, axis 0 (tp) fastest */
+            int rest = k;
+            for (int a = 0; a < GRID_PP; a++) c[a] = rest % size[a], rest /= size[a];
+            c[GRID_PP] = s;
+            int found = 0;
+            for (int q = 0; q < sh->nparts && !found; q++)
+                found = sh->part_coord[q][GRID_PP] == s && same_blocks(t, size, sh->part_coord[q], c);
+            if (found) continue;
+            memcpy(sh->part_coord[sh->nparts], c, sizeof c);
+            memcpy(sh->part_sizes[sh->nparts++], size, sizeof size);
+        }
     }
-    for (int d = 0; d < G->world; d++) {
-        const grid_device_t gd = grid_device(G, d);
+    for (int d = 0; d < W; d++) {
+        const engine_dev_t dv = engine_device(sh, d);
         sh->part_of[d] = -1;
         for (int q = 0; q < sh->nparts && sh->part_of[d] < 0; q++)
-            if (sh->part_coord[q][GRID_PP] == gd.coord[GRID_PP] &&
-                same_blocks(&sh->tables[gd.coord[GRID_PP]], G->size, sh->part_coord[q], gd.coord))
+            if (sh->part_coord[q][GRID_PP] == dv.coord[GRID_PP] &&
+                same_blocks(&sh->tables[dv.coord[GRID_PP]], dv.size, sh->part_coord[q], dv.coord))
                 sh->part_of[d] = q;
     }
     return 0;
@@ -135,7 +144,9 @@ static int grad_axes(engine_shared_t *sh, perr_t *err) {
     if (sh->ngroups == 0) {
         const int64_t one = 1;
         const placement_t r = placement_replicated(1, &one);
-        sh->grad_axes[sh->ngroups++] = placement_reduce_axes_at(&r, sh->grid.size);
+        int size[GRID_NAXES];
+        engine_stage_sizes(sh, 0, size);
+        sh->grad_axes[sh->ngroups++] = placement_reduce_axes_at(&r, size);
     }
     /* the widest first: the dense tensors' (the loss's, the buffers') */
     if (sh->ngroups == 2 && (sh->grad_axes[1] & ~sh->grad_axes[0])) {
@@ -144,9 +155,11 @@ static int grad_axes(engine_shared_t *sh, perr_t *err) {
     }
     for (int k = 0; k < sh->ngroups; k++) {
         placement_reduce_name(sh->grad_axes[k], sh->grad_name[k], sizeof sh->grad_name[k]);
-        sh->grad_n[k] = 1;
+        sh->grad_n[k] = 1; /* the token axes: the same sizes on every mesh */
+        int size[GRID_NAXES];
+        engine_stage_sizes(sh, 0, size);
         for (int a = 0; a < GRID_NAXES; a++)
-            if (sh->grad_axes[k] >> a & 1) sh->grad_n[k] *= sh->grid.size[a];
+            if (sh->grad_axes[k] >> a & 1) sh->grad_n[k] *= size[a];
         if (!sh->grad_name[k][0]) return perr_set(err, "no tensor reduces its gradient over a token axis");
     }
     return 0;
@@ -164,9 +177,10 @@ int engine_build_stages(engine_shared_t *sh, perr_t *err) {
      * placements, the same on every part of the stage, tell which parts
      * hold the same blocks (find_parts) */
     for (int s = 0; s < pp; s++) {
-        int coord[GRID_NAXES] = {0};
+        int coord[GRID_NAXES] = {0}, size[GRID_NAXES];
         coord[GRID_PP] = s;
-        if (param_table_build_at(&sh->tables[s], &sh->cfg, sh->grid.size, coord, &sh->pp.units[s],
+        engine_stage_sizes(sh, s, size);
+        if (param_table_build_at(&sh->tables[s], &sh->cfg, size, coord, &sh->pp.units[s],
                                  pconfig_tp_opts(pc), err))
             return -1;
     }
@@ -179,9 +193,9 @@ int engine_build_stages(engine_shared_t *sh, perr_t *err) {
     if (!sh->part_tables || !sh->plans) return perr_set(err, "dp: out of memory");
     for (int k = 0; k < sh->nparts; k++) {
         const int s = sh->part_coord[k][GRID_PP];
-        if (param_table_build_at(&sh->part_tables[k], &sh->cfg, sh->grid.size, sh->part_coord[k],
+        if (param_table_build_at(&sh->part_tables[k], &sh->cfg, sh->part_sizes[k], sh->part_coord[k],
                                  &sh->pp.units[s], pconfig_tp_opts(pc), err) ||
-            dp_plan_build_grid(&sh->plans[k], &sh->part_tables[k], &sh->cfg, sh->grid.size,
+            dp_plan_build_grid(&sh->plans[k], &sh->part_tables[k], &sh->cfg, sh->part_sizes[k],
                                pc->zero_stage, pc->bucket_cap_mb, err))
             return -1;
         if (pp > 1 && sh->cfg.tied) dp_plan_hold_embedding(&sh->plans[k], &sh->part_tables[k]);
@@ -207,6 +221,7 @@ void engine_free_stages(engine_shared_t *sh) {
     for (int k = 0; k < sh->n_emb_groups; k++) group_destroy(sh->emb_groups[k]);
     free(sh->emb_groups);
     free(sh->part_coord);
+    free(sh->part_sizes);
     free(sh->part_of);
     free(sh->tables);
     free(sh->part_tables);

@@ -61,9 +61,13 @@ static void microbatch(const engine_rank_t *r, int mb, int *first, int *n_seq) {
 }
 
 static void wait_send(engine_rank_t *r, int s) {
-    if (!r->slot_send[s]) return;
-    coll_wait(r->slot_send[s]);
+    if (r->slot_send[s]) coll_wait(r->slot_send[s]);
     r->slot_send[s] = NULL;
+    const int k = engine_bridge_fanout(r->sh);
+    for (int i = 0; r->bridge_req && i < k; i++) {
+        if (r->bridge_req[s * k + i]) coll_wait(r->bridge_req[s * k + i]);
+        r->bridge_req[s * k + i] = NULL;
+    }
 }
 
 int engine_stage_slots(const pp_plan_t *pp, int stage, int *first) {
@@ -103,10 +107,11 @@ static group_t *mixup_peer(const engine_rank_t *r, int other_stage, int shift, i
     if (!sh->run->broken_encdec_dp_mixup || !epp || (r->stage != epp - 1 && r->stage != epp) ||
         (other_stage != epp - 1 && other_stage != epp))
         return NULL;
-    const grid_device_t me = grid_device(&sh->grid, r->device);
-    const int dp = sh->grid.size[GRID_DP];
-    for (int d = 0; d < sh->grid.world; d++) {
-        const grid_device_t o = grid_device(&sh->grid, d);
+    if (sh->meshes) return NULL; /* across meshes: engine_bridge_peer shifts the replica */
+    const engine_dev_t me = engine_device(sh, r->device);
+    const int dp = me.size[GRID_DP];
+    for (int d = 0; d < sh->world; d++) {
+        const engine_dev_t o = engine_device(sh, d);
         int same = o.coord[GRID_PP] == other_stage &&
                    o.coord[GRID_DP] == (me.coord[GRID_DP] + shift + dp) % dp;
         for (int a = 0; a < GRID_NAXES; a++)
@@ -119,13 +124,115 @@ static group_t *mixup_peer(const engine_rank_t *r, int other_stage, int shift, i
     return NULL;
 }
 
-/* The peer and group of a p2p with the stage of virtual stage `vs2`. */
+/* The peer and group of a p2p with the stage of virtual stage `vs2`
+ * within this device's mesh (its pipeline group counts the mesh's stages
+ * from 0). */
 static group_t *p2p_peer(const engine_rank_t *r, int vs2, int *peer) {
     const pp_plan_t *p = &r->sh->pp;
     *peer = pp_stage_of(p, vs2);
     /* forward from the encoder: to the next replica; into the decoder: from the previous */
     group_t *g = mixup_peer(r, *peer, r->stage < *peer ? 1 : -1, peer);
-    return g ? g : r->pp_group;
+    if (g) return g;
+    const int epp = r->sh->run->pc.encoder_pp;
+    if (r->sh->meshes && r->stage >= epp) *peer -= epp;
+    return r->pp_group;
+}
+
+/* ---- the encoder-decoder bridge (meshes.c) ---------------------------------
+ * Encoder rank q of the last encoder stage feeds decoder ranks q*k + i,
+ * i < k = tp/etp. Forward: each gets the stream it holds - all of it, or
+ * under sequence parallelism its positions, block i of the encoder
+ * rank's. Backward: the encoder rank takes the gradient of its input from
+ * them - under sequence parallelism each block from its holder; else
+ * every decoder rank holds the whole gradient, completed over its tp
+ * group, so the encoder takes one copy (i = 0) and checks that the others
+ * are the same bits. Megatron summed the copies (x k), then averaged them
+ * in fp32: the broken variants broken_encdec_combine 1 and 2. */
+
+/* rows of block i (of k) of each sequence's held positions */
+static void bridge_block(float *dst, const float *src, int n_seq, size_t rows_e, int k, int i,
+                         size_t C, int pack) {
+    const size_t rows_d = rows_e / (size_t)k, w = rows_d * C;
+    for (int b = 0; b < n_seq; b++) {
+        const size_t e = ((size_t)b * rows_e + (size_t)i * rows_d) * C, d = (size_t)b * w;
+        if (pack) memcpy(dst + d, src + e, w * sizeof(float));
+        else memcpy(dst + e, src + d, w * sizeof(float));
+    }
+}
+
+static void bridge_send_stream(engine_rank_t *r, int s, const float *buf, int n_seq, size_t len,
+                               int tag) {
+    /* the decoder's ranks hold blocks of positions (sequence parallel) */
+    const int k = engine_bridge_fanout(r->sh), sp = r->sh->run->pc.sequence_parallel;
+    const size_t C = (size_t)r->g->cfg.hidden, rows_e = len / (size_t)n_seq / C;
+    for (int i = 0; i < k; i++) {
+        const float *out = buf;
+        size_t n = len;
+        if (sp) {
+            float *pack = r->bridge_send + ((size_t)s * k + i) * len;
+            bridge_block(pack, buf, n_seq, rows_e, k, i, C, 1);
+            out = pack, n = len / (size_t)k;
+        }
+        r->bridge_req[s * k + i] = coll_isend(r->world, out, n, COLL_F32, engine_bridge_peer(r, i), tag);
+    }
+}
+
+static void bridge_recv_grad(engine_rank_t *r, float *d_resid, int n_seq, size_t len, int tag) {
+    /* the decoder's ranks hold blocks of positions (sequence parallel) */
+    const int k = engine_bridge_fanout(r->sh), sp = r->sh->run->pc.sequence_parallel;
+    const int combine = r->sh->run->broken_encdec_combine;
+    const size_t C = (size_t)r->g->cfg.hidden, rows_e = len / (size_t)n_seq / C;
+    const size_t n = sp ? len / (size_t)k : len;
+    for (int i = 0; i < k; i++) {
+        float *in = i == 0 && !sp ? d_resid : r->bridge_recv;
+        coll_recv(r->world, in, n, COLL_F32, engine_bridge_peer(r, i), tag);
+        if (sp) {
+            bridge_block(d_resid, in, n_seq, rows_e, k, i, C, 0);
+        } else if (combine) { /* Megatron's: the copies summed (then averaged) in fp32 */
+            for (size_t j = 0; i > 0 && j < n; j++) d_resid[j] = d_resid[j] + in[j];
+        } else if (i > 0 && memcmp(d_resid, in, n * sizeof(float))) {
+            size_t j = 0;
+            while (!memcmp(d_resid + j, in + j, sizeof(float))) j++;
+            char msg[256];
+            snprintf(msg, sizeof msg, "device %d: the encoder output's gradient from decoder device "
+                     "%d differs from device %d's at element %zu: the decoder's tensor-parallel "
+                     "ranks did not complete it alike", r->device, engine_bridge_peer(r, i),
+                     engine_bridge_peer(r, 0), j);
+            engine_fail(r->sh, msg);
+        }
+    }
+    if (!sp && combine == 2)
+        for (size_t j = 0; j < n; j++) d_resid[j] = d_resid[j] / (float)k;
+}
+
+/* The stream or its gradient (len floats of slot s) to virtual stage vs2,
+ * and from it. */
+static void send_to(engine_rank_t *r, int s, const float *buf, int n_seq, size_t len, int vs2,
+                    int tag) {
+    int peer;
+    const int side = engine_bridge_side(r), other = pp_stage_of(&r->sh->pp, vs2);
+    if (side > 0 && other > r->stage) {
+        bridge_send_stream(r, s, buf, n_seq, len, tag);
+        return;
+    }
+    if (side < 0 && other < r->stage) peer = engine_bridge_peer(r, 0);
+    group_t *pg = side < 0 && other < r->stage ? r->world : p2p_peer(r, vs2, &peer);
+    r->slot_send[s] = coll_isend(pg, buf, len, COLL_F32, peer, tag);
+}
+
+static void recv_from(engine_rank_t *r, float *buf, int n_seq, size_t len, int vs2, int tag) {
+    int peer;
+    const int side = engine_bridge_side(r), other = pp_stage_of(&r->sh->pp, vs2);
+    if (side > 0 && other > r->stage) {
+        bridge_recv_grad(r, buf, n_seq, len, tag);
+        return;
+    }
+    if (side < 0 && other < r->stage) {
+        coll_recv(r->world, buf, len, COLL_F32, engine_bridge_peer(r, 0), tag);
+        return;
+    }
+    group_t *pg = p2p_peer(r, vs2, &peer);
+    coll_recv(pg, buf, len, COLL_F32, peer, tag);
 }
 
 static void forward(engine_rank_t *r, int64_t step, int mb, int c, int s, const gpt_observer_t *obs) {
@@ -147,10 +254,8 @@ static void forward(engine_rank_t *r, int64_t step, int mb, int c, int s, const 
     if (r->sh->run->broken_pp_mask_key) A->mask_seq = mb;
     const size_t len = stream_len(g, n_seq);
     double t0 = engine_now();
-    int peer;
     if (model_unit_takes_stream(&g->cfg, lo)) {
-        group_t *pg = p2p_peer(r, vs - 1, &peer);
-        coll_recv(pg, gpt_slot_stream(g, s, lo), len, COLL_F32, peer, tag_of(p, 0, mb, vs - 1));
+        recv_from(r, gpt_slot_stream(g, s, lo), n_seq, len, vs - 1, tag_of(p, 0, mb, vs - 1));
         engine_span(r, "recv activation", "recv", t0, mb, c);
     }
     t0 = engine_now();
@@ -159,9 +264,7 @@ static void forward(engine_rank_t *r, int64_t step, int mb, int c, int s, const 
     pass_span(r, 1, t0, mb, c);
     if (model_unit_gives_stream(&g->cfg, hi - 1)) { /* the span marks the send's posting; the data moves when the peer receives */
         t0 = engine_now();
-        group_t *pg = p2p_peer(r, vs + 1, &peer);
-        r->slot_send[s] = coll_isend(pg, gpt_slot_stream(g, s, hi), len, COLL_F32, peer,
-                                     tag_of(p, 0, mb, vs));
+        send_to(r, s, gpt_slot_stream(g, s, hi), n_seq, len, vs + 1, tag_of(p, 0, mb, vs));
         engine_span(r, "send activation", "send", t0, mb, c);
     }
 }
@@ -175,11 +278,9 @@ static void backward(engine_rank_t *r, int mb, int c, int s, const gpt_observer_
     double t0 = engine_now();
     device_note_microbatch(mb, c);
     device_note_pass(DEVICE_PASS_BACKWARD, hi - 1);
-    int peer;
     if (model_unit_gives_stream(&g->cfg, hi - 1)) {
         wait_send(r, s); /* the forward's output has long arrived; d_resid is received into */
-        group_t *pg = p2p_peer(r, vs + 1, &peer);
-        coll_recv(pg, A->d_resid, len, COLL_F32, peer, tag_of(p, 1, mb, vs));
+        recv_from(r, A->d_resid, A->n_seq, len, vs + 1, tag_of(p, 1, mb, vs));
         engine_span(r, "recv gradient", "recv", t0, mb, c);
     }
     r->last_micro = mb == p->m - 1; /* the chunk's gradients are final after this one */
@@ -190,8 +291,7 @@ static void backward(engine_rank_t *r, int mb, int c, int s, const gpt_observer_
     if (model_unit_takes_stream(&g->cfg, lo)) {
         wait_send(r, s);
         t0 = engine_now();
-        group_t *pg = p2p_peer(r, vs - 1, &peer);
-        r->slot_send[s] = coll_isend(pg, A->d_resid, len, COLL_F32, peer, tag_of(p, 1, mb, vs - 1));
+        send_to(r, s, A->d_resid, A->n_seq, len, vs - 1, tag_of(p, 1, mb, vs - 1));
         engine_span(r, "send gradient", "send", t0, mb, c);
     }
 }
