@@ -8,7 +8,10 @@
 #    decoder's (pp 1, 2), every schedule - are bit-exact with it over 3
 #    steps with dropout, and each runs on Megatron-core's device count
 #    dp*etp*epp*cp + dp*tp*pp*cp;
-#  - a checkpoint saved on an encoder pipeline resumes elsewhere bit-exact;
+#  - heterogeneous meshes: an encoder mesh of etp < tp (1 < 2, 2 < 4, 1 < 3,
+#    1 < 4) beside the decoder's, with and without SP, dp 2, ZeRO 1 and 3;
+#  - a checkpoint saved on an encoder pipeline or mesh is the golden one and
+#    resumes on other encoder degrees bit-exact;
 #  - broken variants are caught at an encoder-decoder tensor;
 #  - every Megatron-core rule on the encoder's degrees, and what is not
 #    built, is refused naming the flag.
@@ -19,7 +22,7 @@ P=$(cd "$(dirname "$P")" && pwd)/$(basename "$P")
 . tests/refuse.sh parity-encdec
 
 # exact NAME MODEL DP TP ETP EPP PP FLAGS...: bit-exact over 3 steps on
-# dp*etp*epp + dp*tp*pp devices (cp 1)
+# dp*etp*epp + dp*tp*pp devices (cp 1; etp counts only with epp > 0)
 exact() {
   local name=$1 model=$2 dp=$3 tp=$4 etp=$5 epp=$6 pp=$7; shift 7
   local flags=(--data-parallel-size "$dp" --tensor-model-parallel-size "$tp" --pipeline-model-parallel-size "$pp")
@@ -57,6 +60,15 @@ exact "epp 1 pp 2 tp 4 SP x dp 2 ZeRO-1" t5-tiny 2 4 4 1 2 --sequence-parallel -
 echo '{"base": "t5-tiny", "name": "t5-tiny-h6", "hidden": 48, "heads": 6, "ffn": 192}' > "$tmp/h6.json"
 exact "tp 3 (6 heads) x dp 2 ZeRO-1" "$tmp/h6.json" 2 3 3 0 1 --zero-stage 1
 exact "tp 3 (6 heads) epp 1 pp 1" "$tmp/h6.json" 1 3 3 1 1
+# heterogeneous: an encoder mesh of etp < tp beside the decoder's
+exact "etp 1 < tp 2, epp 1 pp 1" t5-tiny 1 2 1 1 1
+exact "etp 1 < tp 2 SP, epp 1 pp 1 x dp 2 ZeRO-3" t5-tiny 2 2 1 1 1 --sequence-parallel --zero-stage 3
+exact "etp 1 < tp 2, epp 2 pp 2 x dp 2 ZeRO-1" t5-tiny 2 2 1 2 2 --zero-stage 1 --num-microbatches 2
+exact "etp 2 < tp 4 SP, epp 2 pp 2 x dp 2 ZeRO-3" t5-tiny 2 4 2 2 2 --sequence-parallel --zero-stage 3 --num-microbatches 4
+exact "etp 1 < tp 4, epp 1 pp 2 x dp 2 ZeRO-1, GPipe" t5-tiny 2 4 1 1 2 --zero-stage 1 --num-microbatches 2 --pipeline-schedule gpipe
+exact "etp 2 < tp 4, epp 1 pp 1 every linear row-parallel" t5-tiny 1 4 2 1 1 --tensor-parallel-row-linears
+exact "etp 1 < tp 3 (6 heads: 3 decoder ranks an encoder rank), epp 1 pp 1 x dp 2 ZeRO-1" "$tmp/h6.json" 2 3 1 1 1 --zero-stage 1
+exact "etp 1 < tp 3 (6 heads), epp 2 pp 2 x dp 2 ZeRO-3" "$tmp/h6.json" 2 3 1 2 2 --zero-stage 3 --num-microbatches 2
 
 # ---- checkpoints -----------------------------------------------------------------
 "$P" train --model t5-tiny --steps 2 --quiet --save "$tmp/ck" >/dev/null 2>&1
@@ -67,6 +79,13 @@ else fail "encoder pipeline checkpoint is the golden one" "$(ls -l "$tmp/ck" "$t
 out=$("$P" check --model t5-tiny --load "$tmp/ck2" --steps 2 --encoder-pipeline-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-microbatches 2 2>&1); rc=$?
 if [ $rc = 0 ] && echo "$out" | grep -q '| yes$'; then ok "it resumes at epp 2 pp 2, bit-exact with the golden resume"
 else fail "resume at epp 2 pp 2" "exit $rc" "$(echo "$out" | tail -4)"; fi
+"$P" train --model t5-tiny --steps 2 --quiet --tensor-model-parallel-size 4 --encoder-tensor-model-parallel-size 1 --encoder-pipeline-model-parallel-size 1 --data-parallel-size 2 --zero-stage 1 --save "$tmp/ck3" >/dev/null 2>&1
+if cmp -s "$tmp/ck/model.safetensors" "$tmp/ck3/model.safetensors"; then
+  ok "etp 1 < tp 4 (encoder mesh) saves the golden checkpoint byte for byte"
+else fail "encoder mesh checkpoint is the golden one" "$(ls -l "$tmp/ck3" 2>&1 | head -4)"; fi
+out=$("$P" check --model t5-tiny --load "$tmp/ck3" --steps 2 --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 --encoder-pipeline-model-parallel-size 2 --sequence-parallel 2>&1); rc=$?
+if [ $rc = 0 ] && echo "$out" | grep -q '| yes$'; then ok "it resumes at etp 1 < tp 2 SP, epp 2: resharded between encoder degrees"
+else fail "resume at etp 1 tp 2 epp 2" "exit $rc" "$(echo "$out" | tail -4)"; fi
 
 # ---- broken variants are caught ------------------------------------------------------
 out=$("$P" check --model t5-tiny --steps 1 --tensor-model-parallel-size 2 --test-broken tp-fp32-sums 2>&1)
@@ -77,6 +96,9 @@ else fail "tp-fp32-sums on t5-tiny" "$(echo "$out" | tail -4)"; fi
 # ---- refusals ------------------------------------------------------------------
 refuse "decoder pipeline without encoder stages" "pipeline-model-parallel-size: 2 with an encoder-decoder \(arch t5\) needs --encoder-pipeline-model-parallel-size > 0" -- "$P" check --model t5-tiny --pipeline-model-parallel-size 2 --steps 1
 refuse "etp without epp" "encoder-tensor-model-parallel-size: 1 needs --encoder-pipeline-model-parallel-size > 0" -- "$P" check --model t5-tiny --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 --steps 1
+refuse "etp must divide tp" "encoder-tensor-model-parallel-size: 3 does not divide tensor-model-parallel-size 4" -- "$P" check --model t5-tiny --tensor-model-parallel-size 4 --encoder-tensor-model-parallel-size 3 --encoder-pipeline-model-parallel-size 1 --steps 1
+echo '{"base": "t5-tiny", "tied": true}' > "$tmp/tied.json"
+refuse "an encoder mesh with a tied head" "encoder-tensor-model-parallel-size: 1 < tp 2 needs an untied head" -- "$P" check --model "$tmp/tied.json" --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 --encoder-pipeline-model-parallel-size 1 --steps 1
 refuse "etp above tp" "encoder-tensor-model-parallel-size: 4 exceeds tensor-model-parallel-size 2" -- "$P" check --model t5-tiny --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 4 --encoder-pipeline-model-parallel-size 1 --steps 1
 refuse "epp on a GPT" "encoder-pipeline-model-parallel-size: 1, but model gpt-micro \(arch gpt\) has no encoder" -- "$P" check --model gpt-micro --encoder-pipeline-model-parallel-size 1 --steps 1
 refuse "epp must divide the encoder layers" "encoder-pipeline-model-parallel-size: 3 does not divide the 2 encoder layers" -- "$P" check --model t5-tiny --encoder-pipeline-model-parallel-size 3 --steps 1
