@@ -21,10 +21,11 @@ mkdir "$tmp/scratch"
 # the report and table: everything but the digest's own line
 report() { grep -v -e 'digest' -e '^wrote' "$1"; }
 
-same_both_ways() { # name, then the check's arguments
+same_both_ways() { # name, then the check's arguments (gpt-micro unless they name a model)
     local name=$1; shift
-    TMPDIR="$tmp/scratch" "$P" check --model gpt-micro "$@" >"$tmp/s.out" 2>"$tmp/s.err"; local rs=$?
-    TMPDIR="$tmp/scratch" "$P" check --model gpt-micro "$@" --digest "$tmp/d.txt" \
+    local model=(--model gpt-micro); case " $* " in *" --model "*) model=() ;; esac
+    TMPDIR="$tmp/scratch" "$P" check "${model[@]}" "$@" >"$tmp/s.out" 2>"$tmp/s.err"; local rs=$?
+    TMPDIR="$tmp/scratch" "$P" check "${model[@]}" "$@" --digest "$tmp/d.txt" \
         >"$tmp/m.out" 2>"$tmp/m.err"; local rm_=$?
     [ $rs = $rm_ ] && diff <(report "$tmp/s.out") <(report "$tmp/m.out") >"$tmp/diff" &&
         [ -z "$(ls -A "$tmp/scratch")" ]

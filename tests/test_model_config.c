@@ -15,8 +15,12 @@
 /* MODEL.md's parameter count, from the shapes alone. */
 static size_t expected_params(const model_config_t *c) {
     size_t V = c->vocab, T = c->seq_length, C = c->hidden, F = c->ffn, L = c->layers;
-    size_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + F * C + F + C * F + C;
-    return V * C + T * C + L * per_layer + 2 * C + (c->tied ? 0 : V * C);
+    const size_t attention = 2 * C + 3 * C * C + 3 * C + C * C + C; /* LN, qkv, projection */
+    size_t per_layer = attention + 2 * C + F * C + F + C * F + C;
+    size_t n = V * C + T * C + L * per_layer + 2 * C + (c->tied ? 0 : V * C);
+    if (c->arch == MODEL_T5) /* encoder layers, its final LN, each decoder layer's cross-attention */
+        n += (size_t)c->encoder_layers * per_layer + 2 * C + L * attention;
+    return n;
 }
 
 static void test_builtins(void) {
