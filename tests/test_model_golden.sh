@@ -6,7 +6,7 @@
 #   - with $PARITY (the -O2 build), for every run (gpt-micro only when
 #     $PARITY is a sanitizer build);
 #   - with $BUILD/o0/parity (the whole program at -O0, built by
-#     tests/model.mk) for gpt-micro, gpt-tiny and t5-tiny, when that build exists
+#     tests/model.mk) for gpt-micro, gpt-tiny, t5-tiny and llava-tiny, when that build exists
 #     (it is skipped under sanitizers).
 # Also: golden/gpt-micro.safetensors matches its digests, and a single
 # flipped bit in it is detected (the check can fail).
@@ -57,7 +57,7 @@ done <<<"$runs"
 O0=$BUILD/o0/parity
 if [ -x "$O0" ]; then
   while read -r model steps; do
-    case $model in gpt-micro|gpt-tiny|t5-tiny) check_run "$O0" O0 "$model" "$steps" ;; esac
+    case $model in gpt-micro|gpt-tiny|t5-tiny|llava-tiny) check_run "$O0" O0 "$model" "$steps" ;; esac
   done <<<"$runs"
 else
   echo "skip    -O0 reproduction: $O0 not built (sanitizer builds skip it)"

@@ -73,12 +73,13 @@ typedef struct {
      * encoder_seq_length the encoder's (source tokens), the rest the
      * decoder's (target tokens); layers counts the decoder's layers
      * (Megatron's --num-layers, --encoder-num-layers) */
-    int arch;                  /* MODEL_GPT, MODEL_T5 */
+    int arch;                  /* MODEL_GPT, MODEL_T5, MODEL_LLAVA */
     int encoder_layers;        /* --encoder-num-layers (0 for the GPT) */
     int encoder_seq_length;    /* --encoder-seq-length: P (0 for the GPT) */
+    int patch_dim;             /* LLaVA: the values of an image patch (0 otherwise) */
 } model_config_t;
-enum { MODEL_GPT = 0, MODEL_T5 = 1 };
-/* The architecture's name in configs and reports: "gpt", "t5". */
+enum { MODEL_GPT = 0, MODEL_T5 = 1, MODEL_LLAVA = 2 };
+/* The architecture's name in configs and reports: "gpt", "t5", "llava". */
 const char *model_arch_name(int arch);
 /* The positions of a sequence whose tokens have a loss: T, or the
  * decoder's T - P. */
@@ -318,6 +319,8 @@ typedef struct {
     int64_t step;
     int32_t *inputs, *targets;             /* [n]: the positions held (room for whole
                                               sequences, which gpt_slot_begin compacts) */
+    int32_t *words;                        /* LLaVA: inputs with the image rows -1 (they look
+                                              up no word), else NULL */
     float *emb;                            /* [n,C] embedding output (after dropout) */
     uint8_t *emb_keep;                     /* [n,C] or NULL */
     layer_acts_t *layer;                   /* [units]: unit u's at u - 1 */
@@ -752,9 +755,16 @@ void  gpt_step_update(gpt_t *g, float lr, float grad_norm);
  * the GPT's next byte of the corpus; an encoder-decoder's (arch t5)
  * source x = P bytes of the corpus in the source rows, and in the target
  * rows the source reversed, y_t = x[P-1 - t mod P], teacher-forced:
- * inputs [x, BOS, y_0 .. y_{T-P-2}], targets [0 (no loss) x P, y]. */
+ * inputs [x, BOS, y_0 .. y_{T-P-2}], targets [0 (no loss) x P, y].
+ * LLaVA: the text rows are the GPT's sample of T - P bytes; image row p
+ * holds the byte its patch shows, text input p mod (T - P) (the picture,
+ * llava_picture), target 0 (no loss). */
 struct corpus;
 enum { MODEL_BOS = 2 }; /* the decoder's first input: STX, a byte no text holds */
+/* LLaVA's synthetic images: the patch_dim values of the picture of byte
+ * b, normal(0, 1) from the seed, stream "llava.pictures", counter
+ * b * patch_dim + i. */
+void llava_picture(const model_config_t *c, int32_t b, float *out);
 void model_sample(const model_config_t *c, const struct corpus *data, uint64_t s,
                   int32_t *inputs, int32_t *targets);
 

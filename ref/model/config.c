@@ -41,9 +41,11 @@ static void common_defaults(model_config_t *c) {
 }
 
 static const char *const builtin_names[] = {"gpt-micro", "gpt-tiny", "gpt-small", "gpt-124m",
-                                            "t5-tiny",   "t5-small", NULL};
+                                            "t5-tiny",   "t5-small", "llava-tiny", NULL};
 
-const char *model_arch_name(int arch) { return arch == MODEL_T5 ? "t5" : "gpt"; }
+const char *model_arch_name(int arch) {
+    return arch == MODEL_T5 ? "t5" : arch == MODEL_LLAVA ? "llava" : "gpt";
+}
 
 const char *const *model_builtin_names(void) { return builtin_names; }
 
@@ -90,6 +92,17 @@ int model_config_builtin(const char *name, model_config_t *c, perr_t *err) {
         c->arch = MODEL_T5, c->tied = 0; /* T5 v1.1's own LM head */
         c->vocab = 256, c->seq_length = 32, c->hidden = 64, c->heads = 8, c->layers = 2;
         c->encoder_layers = 2, c->encoder_seq_length = 16;
+        c->ffn = 256;
+        c->tile_tokens = 4, c->tile_features = 8, c->tile_ffn = 32;
+        c->global_batch = 8, c->micro_batch = 8;
+    } else if (!strcmp(name, "llava-tiny")) {
+        /* A LLaVA-style model (MODEL.md "Encoder-decoder models"): 16
+         * image patches of 48 values (a ViT of 2 layers and a projector)
+         * before 16 text positions of a 2-layer GPT decoder; the loss on
+         * the text. t5-tiny's widths and tiles. */
+        c->arch = MODEL_LLAVA, c->tied = 0;
+        c->vocab = 256, c->seq_length = 32, c->hidden = 64, c->heads = 8, c->layers = 2;
+        c->encoder_layers = 2, c->encoder_seq_length = 16, c->patch_dim = 48;
         c->ffn = 256;
         c->tile_tokens = 4, c->tile_features = 8, c->tile_ffn = 32;
         c->global_batch = 8, c->micro_batch = 8;
@@ -269,19 +282,20 @@ static int apply_json(const json_t *j, const char *path, model_config_t *c, perr
     const json_t *arch = json_get(j, "arch");
     if (arch) {
         const char *v = json_string(arch);
-        if (!v || (strcmp(v, "gpt") && strcmp(v, "t5")))
-            return perr_set(err, "%s: field 'arch': expected \"gpt\" or \"t5\"", path);
-        c->arch = !strcmp(v, "t5") ? MODEL_T5 : MODEL_GPT;
+        if (!v || (strcmp(v, "gpt") && strcmp(v, "t5") && strcmp(v, "llava")))
+            return perr_set(err, "%s: field 'arch': expected \"gpt\", \"t5\" or \"llava\"", path);
+        c->arch = !strcmp(v, "t5") ? MODEL_T5 : !strcmp(v, "llava") ? MODEL_LLAVA : MODEL_GPT;
     }
     const json_t *enc = json_get(j, "encoder");
     if (enc) {
-        static const char *const keys[] = {"layers", "seq_length", NULL};
+        static const char *const keys[] = {"layers", "seq_length", "patch_dim", NULL};
         if (json_type(enc) != JSON_OBJECT)
-            return perr_set(err, "%s: field 'encoder': expected an object {layers, seq_length}",
-                            path);
+            return perr_set(err, "%s: field 'encoder': expected an object {layers, seq_length, "
+                                 "patch_dim}", path);
         if (check_keys(enc, keys, "encoder.", path, err) ||
             get_int(enc, "layers", path, &c->encoder_layers, err) ||
-            get_int(enc, "seq_length", path, &c->encoder_seq_length, err))
+            get_int(enc, "seq_length", path, &c->encoder_seq_length, err) ||
+            get_int(enc, "patch_dim", path, &c->patch_dim, err))
             return -1;
     }
     const json_t *d = json_get(j, "dropouts");
@@ -348,8 +362,15 @@ static int validate_moe(const model_config_t *c, perr_t *err) {
 
 /* An encoder-decoder's encoder (MODEL.md "Encoder-decoder models"). */
 static int validate_encoder(const model_config_t *c, perr_t *err) {
-    if (c->arch != MODEL_GPT && c->arch != MODEL_T5)
-        return perr_set(err, "arch = %d: expected gpt or t5", c->arch);
+    if (c->arch != MODEL_GPT && c->arch != MODEL_T5 && c->arch != MODEL_LLAVA)
+        return perr_set(err, "arch = %d: expected gpt, t5 or llava", c->arch);
+    if (c->arch == MODEL_LLAVA ? c->patch_dim < 1 || c->patch_dim % c->tile_features
+                               : c->patch_dim != 0)
+        return perr_set(err, "encoder.patch_dim = %d: %s", c->patch_dim,
+                        c->arch == MODEL_LLAVA ? "expected a positive multiple of tiles.features "
+                                                 "(the patch embedding's input tiles)"
+                                               : "only a LLaVA-style model (arch llava) has image "
+                                                 "patches; expected 0");
     if (c->arch == MODEL_GPT) {
         if (c->encoder_layers || c->encoder_seq_length)
             return perr_set(err, "encoder.layers (--encoder-num-layers) = %d, encoder.seq_length "
@@ -368,8 +389,8 @@ static int validate_encoder(const model_config_t *c, perr_t *err) {
                              "rows, then its target rows)",
                         P, c->tile_tokens, c->seq_length);
     if (c->moe_experts)
-        return perr_set(err, "moe.experts (--num-experts) = %d: an encoder-decoder (arch t5) has "
-                             "dense MLPs only", c->moe_experts);
+        return perr_set(err, "moe.experts (--num-experts) = %d: an encoder-decoder (arch %s) has "
+                             "dense MLPs only", c->moe_experts, model_arch_name(c->arch));
     return 0;
 }
 
@@ -541,8 +562,8 @@ char *model_config_json(const model_config_t *c) {
     if (c->arch != MODEL_GPT) { /* the GPT's JSON stays as it was (golden/'s dumps) */
         const size_t at = strlen(s) - 1;
         snprintf(s + at, cap - at, ", \"arch\": \"%s\", \"encoder\": {\"layers\": %d, "
-                 "\"seq_length\": %d}}", model_arch_name(c->arch), c->encoder_layers,
-                 c->encoder_seq_length);
+                 "\"seq_length\": %d, \"patch_dim\": %d}}", model_arch_name(c->arch),
+                 c->encoder_layers, c->encoder_seq_length, c->patch_dim);
     }
     return s;
 }

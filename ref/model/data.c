@@ -2,6 +2,7 @@
 #include "parity/corpus.h"
 #include "parity/fileio.h"
 #include "parity/model.h"
+#include "parity/rng.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -96,10 +97,20 @@ void model_sample(const model_config_t *c, const corpus_t *data, uint64_t s, int
         corpus_sample(data, s, T, inputs, targets);
         return;
     }
+    if (c->arch == MODEL_LLAVA) { /* the text, and the pictures of its bytes */
+        corpus_sample(data, s, T - P, inputs + P, targets + P);
+        for (int p = 0; p < P; p++) inputs[p] = inputs[P + p % (T - P)], targets[p] = 0;
+        return;
+    }
     corpus_sample(data, s, P, inputs, targets); /* the source; targets' first P: scratch */
     for (int t = 0; t < T - P; t++) {
         targets[P + t] = inputs[P - 1 - t % P];
         inputs[P + t] = t == 0 ? MODEL_BOS : targets[P + t - 1];
     }
     for (int t = 0; t < P; t++) targets[t] = 0;
+}
+
+void llava_picture(const model_config_t *c, int32_t b, float *out) {
+    rng_fill_normal(out, (size_t)c->patch_dim, c->seed, rng_stream_id("llava.pictures", 0),
+                    (uint64_t)b * (uint64_t)c->patch_dim);
 }

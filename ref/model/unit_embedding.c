@@ -11,8 +11,6 @@
 #include "tp.h"
 #include "units_internal.h"
 
-enum { E_WTE, E_WPE };
-
 static const unit_tensor_t tensors[] = {
     [E_WTE] = {"embedding.word_embeddings.weight", 2, {DIM_V, DIM_C}, INIT_NORMAL, STD_SIGMA,
                CUT_VOCAB, AL_NONE, 1, WHEN_ALWAYS},
@@ -20,40 +18,41 @@ static const unit_tensor_t tensors[] = {
                CUT_REPL, AL_NONE, 1, WHEN_ALWAYS},
 };
 
-static const unit_checkpoint_t checkpoints[] = {
+const unit_checkpoint_t embedding_checkpoints[] = {
     {"mask", "dropout.embedding", ST_U8, 2, {DIM_T, DIM_C}, 0, WHEN_HDROP, CKPT_COMPUTE},
     {"act", "embedding.output", ST_F32, 2, {DIM_T, DIM_C}, 1, WHEN_ALWAYS, CKPT_TP_VOCAB_EMBEDDING},
 };
 
-static void bind(param_table_t *t, const model_config_t *c, int unit, int first) {
+void embedding_bind(param_table_t *t, const model_config_t *c, int unit, int first) {
     (void)c, (void)unit;
     t->wte = first + E_WTE;
     t->wpe = first + E_WPE;
 }
 
-static void layout(gpt_slot_t *A, int index, const slot_dims_t *d, int held, int next_held,
+void embedding_layout(gpt_slot_t *A, int index, const slot_dims_t *d, int held, int next_held,
                    carver_t *cv) {
     (void)index;
     if (held || next_held) A->emb = CARVE_F(cv, d->ns * d->C);
     A->emb_keep = d->hdrop && held ? CARVE_U8(cv, d->ns * d->C) : NULL;
 }
 
-static float *output(gpt_slot_t *A, int index) {
+float *embedding_output(gpt_slot_t *A, int index) {
     (void)index;
     return A->emb;
 }
 
-static void forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x, const pass_t *p) {
-    (void)x;
+void embedding_unit_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p,
+                            const int32_t *tokens, embedding_rows_fn rows) {
     const model_config_t *c = &g->cfg;
     const int C = c->hidden;
-    float *rows = p->sp ? g->scratch.d_tmp : A->emb;
-    embedding_lookup(rows, A->inputs, p->n, C, unit_param(g, u, E_WTE), g->local.vocab0,
+    float *looked = p->sp ? g->scratch.d_tmp : A->emb;
+    embedding_lookup(looked, tokens, p->n, C, unit_param(g, u, E_WTE), g->local.vocab0,
                      g->local.vocab);
     if (p->sp)
-        sp_reduce_scatter_f32(g, A->emb, rows, p->n_seq, C);
+        sp_reduce_scatter_f32(g, A->emb, looked, p->n_seq, C);
     else if (g->shard.tp > 1)
         tp_sum_f32(g, A->emb, p->nC);
+    if (rows) rows(g, u, A, p);
     for (int s = 0, at = 0; s < p->n_seq; s++)
         for (int k = 0; k < p->runs.n; at += p->runs.len[k++])
             embedding_add_positions(A->emb + (size_t)at * C, 1, p->runs.len[k], p->runs.t0[k], C,
@@ -64,7 +63,13 @@ static void forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x, co
     }
 }
 
-static void backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
+static void forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x, const pass_t *p) {
+    (void)x;
+    embedding_unit_forward(g, u, A, p, A->inputs, NULL);
+}
+
+const float *embedding_unit_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p,
+                                     const int32_t *tokens) {
     const model_config_t *c = &g->cfg;
     const float *d = A->d_resid;
     if (A->emb_keep) {
@@ -77,11 +82,16 @@ static void backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) 
     for (int s = 0, at = 0; s < p->n_seq; s++)
         for (int k = 0; k < r->n; at += r->len[k++])
             embedding_backward(unit_grad(g, u, E_WTE), unit_grad(g, u, E_WPE),
-                               d + (size_t)at * c->hidden, A->inputs + at, 1, r->len[k], r->t0[k],
+                               d + (size_t)at * c->hidden, tokens + at, 1, r->len[k], r->t0[k],
                                c->hidden, g->local.vocab0, g->local.vocab);
+    return d;
 }
 
-static void views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
+static void backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
+    embedding_unit_backward(g, u, A, p, A->inputs);
+}
+
+void embedding_views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
                   const unit_positions_t *pos, unit_view_t *out) {
     (void)g, (void)u;
     out[0] = (unit_view_t){A->emb_keep, -1, 0, 0, pos->stream, 0};
@@ -93,14 +103,14 @@ const unit_kind_t unit_embedding = {
     .prefix = "",
     .tensors = tensors,
     .n_tensors = 2,
-    .checkpoints = checkpoints,
+    .checkpoints = embedding_checkpoints,
     .n_checkpoints = 2,
     .input_grad = NULL,
-    .bind = bind,
-    .layout = layout,
-    .output = output,
+    .bind = embedding_bind,
+    .layout = embedding_layout,
+    .output = embedding_output,
     .forward = forward,
     .after_forward = NULL,
     .backward = backward,
-    .views = views,
+    .views = embedding_views,
 };

@@ -25,7 +25,7 @@
 #include "parity/model.h"
 
 /* Sizes a kind's shapes are made of, as functions of the config. */
-typedef enum { DIM_1, DIM_V, DIM_T, DIM_C, DIM_3C, DIM_F, DIM_H, DIM_2, DIM_E, DIM_K } unit_dim_t;
+typedef enum { DIM_1, DIM_V, DIM_T, DIM_C, DIM_3C, DIM_F, DIM_H, DIM_2, DIM_E, DIM_K, DIM_PATCH } unit_dim_t;
 int64_t unit_dim(const model_config_t *c, unit_dim_t d);
 
 /* How tensor parallelism cuts a tensor: replicated; column-parallel (its
@@ -146,6 +146,8 @@ struct unit_kind {
 extern const unit_kind_t unit_embedding, unit_layer, unit_moe_layer, unit_head;
 /* unit_encdec.c: an encoder-decoder's (MODEL.md "Encoder-decoder models") */
 extern const unit_kind_t unit_encoder_layer, unit_encoder_final, unit_decoder_layer;
+/* unit_llava.c: a LLaVA-style model's image side */
+extern const unit_kind_t unit_patch_embedding, unit_projector;
 
 /* The model's description: the kinds in order, each with a count (0: the
  * config has none). Unit u of the model (first: -1; gpt_unit binds it to

@@ -84,6 +84,11 @@ int model_count_one(const model_config_t *c) { return (void)c, 1; }
 int model_count_layers(const model_config_t *c) { return c->layers; }
 static int count_encoder_layers(const model_config_t *c) { return c->encoder_layers; }
 static int count_t5(const model_config_t *c) { return c->arch == MODEL_T5; }
+static int count_llava(const model_config_t *c) { return c->arch == MODEL_LLAVA; }
+static const unit_kind_t *embedding_kind(const model_config_t *c, int i) {
+    (void)i;
+    return c->arch == MODEL_LLAVA ? &unit_patch_embedding : &unit_embedding;
+}
 static const unit_kind_t *layer_kind(const model_config_t *c, int l) {
     if (c->arch == MODEL_T5) return &unit_decoder_layer;
     return model_layer_is_moe(c, l) ? &unit_moe_layer : &unit_layer;
@@ -92,9 +97,10 @@ static const unit_kind_t *layer_kind(const model_config_t *c, int l) {
  * none of counting 0 (the GPT: no encoder), so a checkpoint's name has
  * one position whatever the model. */
 static const model_run_t gpt_runs[] = {
-    {&unit_embedding, model_count_one, NULL, {NULL}},
+    {&unit_embedding, model_count_one, embedding_kind, {&unit_patch_embedding}},
     {&unit_encoder_layer, count_encoder_layers, NULL, {NULL}},
     {&unit_encoder_final, count_t5, NULL, {NULL}},
+    {&unit_projector, count_llava, NULL, {NULL}},
     {&unit_layer, model_count_layers, layer_kind, {&unit_moe_layer, &unit_decoder_layer}},
     {&unit_head, model_count_one, NULL, {NULL}}};
 static const model_run_t *runs = gpt_runs;
@@ -161,6 +167,7 @@ int64_t unit_dim(const model_config_t *c, unit_dim_t d) {
     case DIM_2: return 2; /* a pair stacked on a leading axis */
     case DIM_E: return c->moe_experts;
     case DIM_K: return c->moe_topk;
+    case DIM_PATCH: return c->patch_dim;
     }
     return 0;
 }

@@ -97,6 +97,28 @@ void attention_unit_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float 
 
 #include "unit_kind.h"
 
+/* unit_embedding.c: the embedding's pieces, which the LLaVA-style patch
+ * embedding (unit_llava.c) is made of. Its tensors' first two are the
+ * word and position embeddings. Forward: the lookup of `tokens` (the
+ * slot's inputs, or a copy whose rows that look up no word are -1),
+ * completed over tp; `rows` (or NULL) then sets rows of A->emb (the
+ * tokens held); positions added; dropout. Backward: the word rows of
+ * `tokens` and every position row; returns the gradient of every
+ * position (gathered under sequence parallelism). */
+enum { E_WTE, E_WPE };
+typedef void (*embedding_rows_fn)(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p);
+void embedding_unit_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p,
+                            const int32_t *tokens, embedding_rows_fn rows);
+const float *embedding_unit_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p,
+                                     const int32_t *tokens);
+extern const unit_checkpoint_t embedding_checkpoints[];
+void   embedding_bind(param_table_t *t, const model_config_t *c, int unit, int first);
+void   embedding_layout(gpt_slot_t *A, int index, const slot_dims_t *d, int held, int next_held,
+                        carver_t *cv);
+float *embedding_output(gpt_slot_t *A, int index);
+void   embedding_views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
+                       const unit_positions_t *pos, unit_view_t *out);
+
 /* moe.c: an MoE layer's MLP (MODEL.md, "Mixture of experts"). Its
  * tensors: the router [E,C], the experts' stacked fc1 [E,F,C] and bias
  * [E,F], fc2 [E,C,F] and bias [E,C]. */
