@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # test_encdec.sh - encoder-decoder models (issue 27, MODEL.md "Encoder-decoder
-# models", ref/model/unit_encdec.c):
-#  - the golden t5-tiny run learns its task (the loss falls);
+# models", ref/model/unit_encdec.c, unit_llava.c):
+#  - the golden t5-tiny and llava-tiny runs learn their tasks (the loss falls);
 #  - data, ZeRO 1 and 3, accumulation, tensor (+SP, row-parallel linears,
 #    tp 3 on a 6-head model) and pipeline layouts - the encoder on stages
 #    of its own (--encoder-pipeline-model-parallel-size 1, 2) before the
 #    decoder's (pp 1, 2), every schedule - are bit-exact with it over 3
-#    steps with dropout, and each runs on Megatron-core's device count
+#    steps with dropout (t5-tiny and llava-tiny), and each runs on Megatron-core's device count
 #    dp*etp*epp*cp + dp*tp*pp*cp;
 #  - heterogeneous meshes: an encoder mesh of etp < tp (1 < 2, 2 < 4, 1 < 3,
 #    1 < 4) beside the decoder's, with and without SP, dp 2, ZeRO 1 and 3;
@@ -70,6 +70,20 @@ exact "etp 2 < tp 4, epp 1 pp 1 every linear row-parallel" t5-tiny 1 4 2 1 1 --t
 exact "etp 1 < tp 3 (6 heads: 3 decoder ranks an encoder rank), epp 1 pp 1 x dp 2 ZeRO-1" "$tmp/h6.json" 2 3 1 1 1 --zero-stage 1
 exact "etp 1 < tp 3 (6 heads), epp 2 pp 2 x dp 2 ZeRO-3" "$tmp/h6.json" 2 3 1 2 2 --zero-stage 3 --num-microbatches 2
 
+# LLaVA-style: a ViT encoder and a projector before a GPT decoder
+exact "llava dp 2 ZeRO-1" llava-tiny 2 1 1 0 1 --zero-stage 1
+exact "llava tp 2 SP x dp 2 ZeRO-3" llava-tiny 2 2 2 0 1 --sequence-parallel --zero-stage 3
+exact "llava tp 2 every linear row-parallel" llava-tiny 1 2 2 0 1 --tensor-parallel-row-linears
+exact "llava etp 1 < tp 2, epp 1 pp 2 x dp 2 (make demo-encdec's)" llava-tiny 2 2 1 1 2 --num-microbatches 2
+exact "llava etp 2 < tp 4 SP, epp 2 pp 2 x dp 2 ZeRO-3" llava-tiny 2 4 2 2 2 --sequence-parallel --zero-stage 3 --num-microbatches 4
+exact "llava etp 1 < tp 2, epp 1 pp 1 GPipe x dp 2 ZeRO-1" llava-tiny 2 2 1 1 1 --zero-stage 1 --num-microbatches 2 --pipeline-schedule gpipe
+out=$("$P" train --model llava-tiny --steps 12 2>&1); rc=$?
+first=$(echo "$out" | sed -nE 's/^step +0 \| loss ([0-9.]+).*/\1/p')
+last=$(echo "$out" | sed -nE 's/^step +11 \| loss ([0-9.]+).*/\1/p')
+if [ $rc = 0 ] && awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < a - 0.5)}'; then
+  ok "golden llava-tiny learns its captions: loss $first -> $last in 12 steps"
+else fail "golden llava-tiny trains" "exit $rc, loss $first -> $last" "$(echo "$out" | tail -3)"; fi
+
 # ---- checkpoints -----------------------------------------------------------------
 "$P" train --model t5-tiny --steps 2 --quiet --save "$tmp/ck" >/dev/null 2>&1
 "$P" train --model t5-tiny --steps 2 --quiet --tensor-model-parallel-size 2 --encoder-pipeline-model-parallel-size 1 --pipeline-model-parallel-size 1 --data-parallel-size 2 --zero-stage 3 --save "$tmp/ck2" >/dev/null 2>&1
@@ -109,7 +123,12 @@ refuse "MoE in an encoder-decoder" "moe.experts \(--num-experts\) = 4: an encode
 refuse "an encoder on a GPT" "a GPT \(arch gpt\) has no encoder" -- "$P" train --model gpt-micro --encoder-num-layers 2 --steps 1
 refuse "source longer than the stream" "encoder.seq_length \(--encoder-seq-length\) = 32: expected a multiple of tiles.tokens = 4 below seq_length = 32" -- "$P" train --model t5-tiny --encoder-seq-length 32 --steps 1
 echo '{"base": "t5-tiny", "arch": "bart"}' > "$tmp/bad.json"
-refuse "JSON arch" "field 'arch': expected \"gpt\" or \"t5\"" -- "$P" train --model "$tmp/bad.json" --steps 1
+refuse "JSON arch" "field 'arch': expected \"gpt\", \"t5\" or \"llava\"" -- "$P" train --model "$tmp/bad.json" --steps 1
+echo '{"base": "llava-tiny", "encoder": {"patch_dim": 50}}' > "$tmp/bad3.json"
+refuse "a patch not of whole feature tiles" "encoder.patch_dim = 50: expected a positive multiple of tiles.features" -- "$P" train --model "$tmp/bad3.json" --steps 1
+echo '{"base": "t5-tiny", "encoder": {"patch_dim": 48}}' > "$tmp/bad4.json"
+refuse "patches on a T5" "encoder.patch_dim = 48: only a LLaVA-style model \(arch llava\) has image patches" -- "$P" train --model "$tmp/bad4.json" --steps 1
+refuse "llava decoder pipeline without encoder stages" "pipeline-model-parallel-size: 2 with an encoder-decoder \(arch llava\) needs --encoder-pipeline-model-parallel-size > 0" -- "$P" check --model llava-tiny --pipeline-model-parallel-size 2 --steps 1
 echo '{"base": "t5-tiny", "encoder": {"layer": 2}}' > "$tmp/bad2.json"
 refuse "JSON unknown encoder key" "unknown field 'encoder.layer'" -- "$P" train --model "$tmp/bad2.json" --steps 1
 # the config a dump or checkpoint stores carries the encoder and reads back
