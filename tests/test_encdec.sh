@@ -84,6 +84,23 @@ if [ $rc = 0 ] && awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < a - 0.5)}'; 
   ok "golden llava-tiny learns its captions: loss $first -> $last in 12 steps"
 else fail "golden llava-tiny trains" "exit $rc, loss $first -> $last" "$(echo "$out" | tail -3)"; fi
 
+# ---- reports ---------------------------------------------------------------------
+out=$("$P" check --model t5-tiny --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 --encoder-pipeline-model-parallel-size 1 --data-parallel-size 2 --print-layout 2>&1); rc=$?
+if [ $rc = 0 ] && echo "$out" | grep -q '"name": "encoder", "offset": 0, "ranks": \[0, 1\], "tp": 1' &&
+   echo "$out" | grep -q '"name": "decoder", "offset": 2, "ranks": \[2, 5\], "tp": 2' &&
+   echo "$out" | grep -q '"value": "2\*1\*1\*1 + 2\*2\*1\*1 = 6", "world_size": 6' &&
+   echo "$out" | grep -q '{"encoder": 0, "decoder": \[2, 3\]}' && echo "$out" | grep -q '{"encoder": 1, "decoder": \[4, 5\]}' &&
+   echo "$out" | grep -q '"rank": 5, "mesh": "decoder", "tp": 1, "pp": 1, "dp": 1'; then
+  ok "--print-layout draws both meshes with their offsets, the bridge's pairs and dp*etp*epp*cp + dp*tp*pp*cp = 6"
+else fail "--print-layout of an encoder mesh" "exit $rc" "$(echo "$out" | head -30)"; fi
+out=$("$P" train --model llava-tiny --steps 2 --tensor-model-parallel-size 4 --encoder-tensor-model-parallel-size 2 --encoder-pipeline-model-parallel-size 1 --data-parallel-size 2 --num-microbatches 2 --sequence-parallel 2>&1); rc=$?
+line=$(echo "$out" | grep 'encoder-decoder bridge')
+mb=$(echo "$line" | sed -nE 's/.* messages, ([0-9.]+) MB sent; formula: .* = ([0-9.]+) MB.*/\1 \2/p')
+if [ $rc = 0 ] && echo "$line" | grep -q ': 4 messages, .* formula: 2 decoder ranks x m = 4 messages' &&
+   [ -n "$mb" ] && [ "${mb% *}" = "${mb#* }" ]; then
+  ok "the bridge's traffic equals its formula (etp 2 < tp 4 SP: $mb MB)"
+else fail "bridge traffic report" "exit $rc" "$line"; fi
+
 # ---- checkpoints -----------------------------------------------------------------
 "$P" train --model t5-tiny --steps 2 --quiet --save "$tmp/ck" >/dev/null 2>&1
 "$P" train --model t5-tiny --steps 2 --quiet --tensor-model-parallel-size 2 --encoder-pipeline-model-parallel-size 1 --pipeline-model-parallel-size 1 --data-parallel-size 2 --zero-stage 3 --save "$tmp/ck2" >/dev/null 2>&1

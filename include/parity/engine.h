@@ -138,6 +138,14 @@ typedef struct {
 enum { ENGINE_BROKEN_ADAM_REPLICA = 1u, ENGINE_BROKEN_ZERO_SHARD = 2u, ENGINE_BROKEN_UNWRITTEN = 4u,
        ENGINE_BROKEN_TP_INPUT_GRAD = 8u };
 /* Trains run->steps steps of the layout; 0, or -1 with a message. */
+/* The two meshes of an encoder-decoder layout with an encoder mesh
+ * (pconfig_hetero; mesh.h): "encoder" (tp = etp, pp = epp) at world rank
+ * 0, "decoder" (tp, the decoder's pp) after it, each on the layout's
+ * order, dp, cp and ep. The engine runs on them; --print-layout draws
+ * them. */
+struct mesh_grid;
+int engine_encdec_meshes(struct mesh_grid *G, const pconfig_t *pc, perr_t *err);
+
 int engine_train(engine_run_t *run, perr_t *err);
 /* The global index of the run's first step: 0, or the checkpoint's. */
 int64_t engine_first_step(const engine_run_t *run);

@@ -61,7 +61,7 @@ typedef struct {
     int ngroups[GRID_NAXES];
 } mesh_t;
 
-typedef struct {
+typedef struct mesh_grid {
     int nmesh, world;
     mesh_t mesh[MESH_MAX];        /* in the caller's order, whatever the offsets */
     group_t *all;                 /* every device: the loss and the gradient norm */

@@ -104,6 +104,12 @@ static inline void pconfig_grid_sizes(const pconfig_t *pc, int sizes[5]) {
 static inline int pconfig_hetero(const pconfig_t *pc) {
     return pc->encoder_pp > 0 && pc->encoder_tp > 0 && pc->encoder_tp < pc->tp;
 }
+/* The tensor-parallel degree of pipeline stage s: the encoder mesh's
+ * stages have etp, every other stage tp. */
+static inline int pconfig_stage_tp(const pconfig_t *pc, int s) {
+    const int tp = pc->tp > 0 ? pc->tp : 1;
+    return pconfig_hetero(pc) && s < pc->encoder_pp ? pc->encoder_tp : tp;
+}
 /* The devices of one data-parallel replica: tp*pp*cp, or with an encoder
  * mesh cp*(etp*epp + tp*decoder_pp) (pp counting both meshes' stages). */
 static inline long long pconfig_replica_devices(const pconfig_t *pc) {

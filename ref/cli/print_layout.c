@@ -14,6 +14,8 @@
 #include <string.h>
 
 #include "parity/grid.h"
+#include "parity/mesh.h"
+#include "parity/engine.h"
 #include "parity/json.h"
 #include "parity/memest.h"
 #include "parity/pp.h"
@@ -90,17 +92,76 @@ static int print_experts(const model_config_t *cfg, const pconfig_t *pc, const g
     return 0;
 }
 
+/* A device's coordinates (pp: its global stage) and mesh (0 encoder,
+ * 1 decoder) on the layout's grid or, with an encoder mesh, its meshes. */
+static void device_at(const grid_t *G, const mesh_grid_t *M, const pconfig_t *pc, int d,
+                      int coord[GRID_NAXES], int *mesh) {
+    if (M) {
+        const mesh_device_t md = mesh_device(M, d);
+        memcpy(coord, md.coord, sizeof md.coord);
+        *mesh = md.mesh;
+        if (md.mesh == 1) coord[GRID_PP] += pc->encoder_pp;
+        return;
+    }
+    const grid_device_t gd = grid_device(G, d);
+    memcpy(coord, gd.coord, sizeof gd.coord);
+    *mesh = gd.coord[GRID_PP] >= pc->encoder_pp;
+}
+
+/* An encoder-decoder's meshes (encoder_pp > 0): each mesh's ranks, the
+ * encoder->decoder pairs of the bridge, Megatron-core's device count and
+ * the bridge's bytes a step (schedule.c: each decoder rank of the first
+ * decoder stage receives the stream it holds and sends its gradient
+ * back, every sequence of its replica). */
+static void print_encdec(const model_config_t *cfg, const pconfig_t *pc, const grid_t *G,
+                         const mesh_grid_t *M, int world, FILE *f) {
+    const int epp = pc->encoder_pp, dpp = pc->pp - epp, etp = pc->encoder_tp, tp = pc->tp;
+    const int dp = pc->dp, cp = pc->cp, enc = dp * etp * epp * cp;
+    fprintf(f, "  \"meshes\": [\n    {\"name\": \"encoder\", \"offset\": 0, \"ranks\": [0, %d], \"tp\": %d, "
+               "\"pp\": %d, \"dp\": %d, \"cp\": %d},\n", enc - 1, etp, epp, dp, cp);
+    fprintf(f, "    {\"name\": \"decoder\", \"offset\": %d, \"ranks\": [%d, %d], \"tp\": %d, \"pp\": %d, "
+               "\"dp\": %d, \"cp\": %d}\n  ],\n", enc, enc, world - 1, tp, dpp, dp, cp);
+    fprintf(f, "  \"device_count\": {\"formula\": \"dp*etp*epp*cp + dp*tp*pp*cp\", "
+               "\"value\": \"%d*%d*%d*%d + %d*%d*%d*%d = %d\", \"world_size\": %d},\n",
+            dp, etp, epp, cp, dp, tp, dpp, cp, enc + dp * tp * dpp * cp, world);
+    fprintf(f, "  \"bridge\": [");
+    int first = 1;
+    for (int d = 0; d < world; d++) {
+        int c[GRID_NAXES], m;
+        device_at(G, M, pc, d, c, &m);
+        if (c[GRID_PP] != epp - 1) continue;
+        fprintf(f, "%s\n    {\"encoder\": %d, \"decoder\": [", first ? "" : ",", d);
+        first = 0;
+        for (int e = 0, n = 0; e < world; e++) { /* the decoder ranks it feeds */
+            int o[GRID_NAXES], om;
+            device_at(G, M, pc, e, o, &om);
+            int same = o[GRID_PP] == epp && o[GRID_TP] / (tp / etp) == c[GRID_TP];
+            for (int a = GRID_CP; a < GRID_PP; a++) same &= o[a] == c[a];
+            if (same) fprintf(f, "%s%d", n++ ? ", " : "", e);
+        }
+        fprintf(f, "]}");
+    }
+    /* a decoder rank's rows of a sequence: all of them, or its SP block */
+    const double rows = (double)cfg->seq_length / (pc->sequence_parallel ? tp : 1);
+    const double bytes = 2.0 * tp * pc->global_batch * rows * cfg->hidden * 4; /* cp is 1 */
+    fprintf(f, "\n  ],\n  \"bridge_bytes_per_step\": %.0f,\n", bytes);
+}
+
 int layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t *mem, FILE *f,
                  perr_t *err) {
     pp_plan_t pp;
     grid_t G;
+    static mesh_grid_t M; /* ~130 KiB: not on a stack */
+    const int hetero = pconfig_hetero(pc);
     int sizes[GRID_NAXES];
     pconfig_grid_sizes(pc, sizes);
     model_config_t rc = *cfg;
     rc.micro_batch = pc->micro_batch, rc.global_batch = pc->global_batch;
-    if (pp_plan_build(&pp, &rc, pc, err) ||
-        grid_init_mapped(&G, pc->order, sizes, pc->rank_list, pc->n_rank_list, err))
+    if (pp_plan_build(&pp, &rc, pc, err)) return -1;
+    if (hetero ? engine_encdec_meshes(&M, pc, err)
+               : grid_init_mapped(&G, pc->order, sizes, pc->rank_list, pc->n_rank_list, err))
         return -1;
+    const int world = hetero ? M.world : G.world;
     char order[32];
     effective_order(pc, order, sizeof order);
     fprintf(f, "{\n  \"model\": ");
@@ -130,18 +191,22 @@ int layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t 
             pc->overlap_param_gather ? "true" : "false", pc->bucket_cap_mb, dtype_name(pc->dtype),
             dtype_name(pc->grad_sync_dtype));
     fprintf(f, "  \"devices\": [");
-    for (int d = 0; d < G.world; d++) {
-        const grid_device_t gd = grid_device(&G, d);
-        fprintf(f, "%s\n    {\"rank\": %d, \"tp\": %d, ", d ? "," : "", d, gd.coord[GRID_TP]);
-        if (pc->cp > 1) fprintf(f, "\"cp\": %d, ", gd.coord[GRID_CP]);
+    for (int d = 0; d < world; d++) {
+        int c[GRID_NAXES], mesh;
+        device_at(&G, hetero ? &M : NULL, pc, d, c, &mesh);
+        fprintf(f, "%s\n    {\"rank\": %d, ", d ? "," : "", d);
+        if (pc->encoder_pp) fprintf(f, "\"mesh\": \"%s\", ", mesh ? "decoder" : "encoder");
+        fprintf(f, "\"tp\": %d, ", c[GRID_TP]);
+        if (pc->cp > 1) fprintf(f, "\"cp\": %d, ", c[GRID_CP]);
         /* the data-parallel rank counts the ep ranks taken out of dp */
-        if (pc->ep > 1) fprintf(f, "\"ep\": %d, ", gd.coord[GRID_EP]);
-        fprintf(f, "\"pp\": %d, \"dp\": %d}", gd.coord[GRID_PP],
-                gd.coord[GRID_DP] * G.size[GRID_EP] + gd.coord[GRID_EP]);
+        if (pc->ep > 1) fprintf(f, "\"ep\": %d, ", c[GRID_EP]);
+        fprintf(f, "\"pp\": %d, \"dp\": %d}", c[GRID_PP], c[GRID_DP] * sizes[GRID_EP] + c[GRID_EP]);
     }
     fprintf(f, "\n  ],\n");
-    const int bad = cfg->moe_experts > 0 && print_experts(cfg, pc, &G, f, err);
-    grid_free(&G);
+    if (pc->encoder_pp) print_encdec(cfg, pc, &G, hetero ? &M : NULL, world, f);
+    const int bad = !hetero && cfg->moe_experts > 0 && print_experts(cfg, pc, &G, f, err);
+    if (hetero) mesh_grid_free(&M);
+    else grid_free(&G);
     if (bad) return -1;
     print_stages(&pp, f);
     fprintf(f, "  \"memory\": {\"device_bytes\": %zu, \"all_devices_bytes\": %zu, \"host_bytes\": %zu}\n}\n",

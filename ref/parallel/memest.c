@@ -32,7 +32,7 @@ int memest_layout(const model_config_t *cfg, const pconfig_t *pc, memest_t *out,
         out->devices = 1;
     } else {
         if (engine_memest(cfg, pc, &d, &all, &host, err)) return -1;
-        out->devices = pconfig_grad_ranks(pc) * (pc->tp > 0 ? pc->tp : 1) * (pc->pp > 0 ? pc->pp : 1);
+        out->devices = (int)((pc->dp > 0 ? pc->dp : 1) * pconfig_replica_devices(pc));
     }
     memest_sum(&d);
     out->max_dev = d;

@@ -34,6 +34,7 @@ static void grid_sizes(const pconfig_t *pc, char *buf, size_t cap) {
              pc->dp, pc->pp > 1 ? pc->pp : 1);
 }
 int report_grid_layout(const pconfig_t *pc, rank_layout_t *L) {
+    if (pconfig_hetero(pc)) return -1; /* two meshes, no one rectangle */
     char sizes[64];
     grid_sizes(pc, sizes, sizeof sizes);
     return layout_init_mapped(L, pc->order, sizes, pc->rank_list, pc->n_rank_list, NULL);

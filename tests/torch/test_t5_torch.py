@@ -105,10 +105,13 @@ def tiny_cfg(hidden_drop=0.0, attn_drop=0.0):
         "arch": "t5", "encoder": {"layers": 2, "seq_length": 3}})
 
 
-def random_params(cfg, gen):
+def random_params(cfg, gen, shapes=None, init_std=None):
+    """Random parameters of the reference's shapes (t5_ref's by default),
+    10x the init's spread (constants jittered)."""
     P = {}
-    for n, s in R5.param_shapes(cfg).items():
-        std = R5.init_std(n, cfg)
+    init_std = init_std or R5.init_std
+    for n, s in (shapes or R5.param_shapes(cfg)).items():
+        std = init_std(n, cfg)
         if std is None:
             P[n] = G.init_const(n) + 0.1 * torch.randn(s, generator=gen, dtype=F64)
         else:
@@ -227,10 +230,10 @@ def selftest_structure(R):
 
 # ------------------------------------------------------ the golden run
 
-def run_parity(parity, dump, log, tries=3):
+def run_parity(parity, dump, log, tries=3, model=MODEL):
     """parity train, from the repository root (ref/data/corpus.txt). Other
     people may rebuild build/parity while this runs: a failure is retried."""
-    cmd = [parity, "train", "--model", MODEL, "--steps", str(STEPS), "--dump", dump, "--backend", "portable"]
+    cmd = [parity, "train", "--model", model, "--steps", str(STEPS), "--dump", dump, "--backend", "portable"]
     why = ""
     for attempt in range(tries):
         t0 = time.time()
@@ -260,6 +263,63 @@ def stream(T, key, cfg):
     """A dumped stream checkpoint as [B, T, last]."""
     t = T[key]
     return t.reshape(cfg.B, cfg.T, -1)
+
+
+def mask_problems(T, s, sites):
+    """Step s's dumped masks: site -> (shape, p, sel) with sel(mask) the
+    region the model uses (None: all); each is 0/1 and keeps 1-p of that
+    region within 6 standard deviations. Returns the problems found."""
+    bad = []
+    for site, (shape, p, sel) in sites.items():
+        m = T.get(f"step{s}.mask.{site}")
+        if m is None:
+            if p > 0:
+                bad.append(f"step {s}: mask.{site} missing with dropout p={p}")
+            continue
+        if m.numel() != math.prod(shape):
+            bad.append(f"step {s}: mask.{site} has {m.numel()} elements, expected shape {shape}")
+            continue
+        m = m.reshape(shape)
+        vals = (m if sel is None else sel(m)).double().reshape(-1)
+        if not bool(((vals == 0) | (vals == 1)).all()):
+            bad.append(f"step {s}: mask.{site} has values other than 0/1")
+        kept, n = float(vals.mean()), vals.numel()
+        sd = math.sqrt(max(p * (1 - p), 1e-12) / n)
+        if abs(kept - (1 - p)) > 6 * sd + 1e-12:
+            bad.append(f"step {s}: mask.{site} keeps {kept:.4f} of the used region, expected "
+                       f"{1 - p:.4f} +- {6 * sd:.4f}")
+    return bad
+
+
+def init_problems(T, cfg, shapes, init_std):
+    """The dump's initial parameters: every one of `shapes` present with its
+    shape, the constants exact, the others N(0, init_std(name, cfg)) within
+    6 standard errors; no parameter the reference lacks. Returns the
+    problems found."""
+    bad = []
+    for n, shape in shapes.items():
+        t = T.get("init." + n)
+        if t is None:
+            bad.append(f"init.{n} missing")
+            continue
+        if tuple(t.shape) != tuple(shape):
+            bad.append(f"init.{n}: shape {tuple(t.shape)}, expected {shape}")
+            continue
+        std = init_std(n, cfg)
+        if std is None:
+            c = G.init_const(n)
+            if not bool((t == c).all()):
+                bad.append(f"init.{n}: expected all {c}")
+        else:
+            x = t.double().reshape(-1)
+            k = x.numel()
+            got = float(x.std())
+            if abs(got / std - 1) > 6 / math.sqrt(2 * k) or abs(float(x.mean())) > 6 * std / math.sqrt(k):
+                bad.append(f"init.{n}: mean {float(x.mean()):.3g} std {got:.5g}, expected N(0, {std:.5g})")
+    extra = [k[5:] for k in T if k.startswith("init.") and k[5:] not in shapes]
+    if extra:
+        bad.append(f"dump has parameters the reference lacks: {extra[:4]}")
+    return bad
 
 
 def check_inputs(R, cfg, T, steps):
@@ -310,46 +370,8 @@ def check_inputs(R, cfg, T, steps):
                     out_sites.append("cross_attention_output_dropout")
                 for site in out_sites:
                     sites[pre + site] = ((B, Tn, C), cfg.hidden_dropout, (lambda r: lambda m: m[:, r])(rows))
-        for site, (shape, p, sel) in sites.items():
-            m = T.get(f"step{s}.mask.{site}")
-            if m is None:
-                if p > 0:
-                    bad.append(f"step {s}: mask.{site} missing with dropout p={p}")
-                continue
-            if m.numel() != math.prod(shape):
-                bad.append(f"step {s}: mask.{site} has {m.numel()} elements, expected shape {shape}")
-                continue
-            m = m.reshape(shape)
-            vals = (m if sel is None else sel(m)).double().reshape(-1)
-            if not bool(((vals == 0) | (vals == 1)).all()):
-                bad.append(f"step {s}: mask.{site} has values other than 0/1")
-            kept, n = float(vals.mean()), vals.numel()
-            sd = math.sqrt(max(p * (1 - p), 1e-12) / n)
-            if abs(kept - (1 - p)) > 6 * sd + 1e-12:
-                bad.append(f"step {s}: mask.{site} keeps {kept:.4f} of the used region, expected "
-                           f"{1 - p:.4f} +- {6 * sd:.4f}")
-    for n, shape in R5.param_shapes(cfg).items():
-        t = T.get("init." + n)
-        if t is None:
-            bad.append(f"init.{n} missing")
-            continue
-        if tuple(t.shape) != tuple(shape):
-            bad.append(f"init.{n}: shape {tuple(t.shape)}, expected {shape}")
-            continue
-        std = R5.init_std(n, cfg)
-        if std is None:
-            c = G.init_const(n)
-            if not bool((t == c).all()):
-                bad.append(f"init.{n}: expected all {c}")
-        else:
-            x = t.double().reshape(-1)
-            k = x.numel()
-            got = float(x.std())
-            if abs(got / std - 1) > 6 / math.sqrt(2 * k) or abs(float(x.mean())) > 6 * std / math.sqrt(k):
-                bad.append(f"init.{n}: mean {float(x.mean()):.3g} std {got:.5g}, expected N(0, {std:.5g})")
-    extra = [k[5:] for k in T if k.startswith("init.") and k[5:] not in R5.param_shapes(cfg)]
-    if extra:
-        bad.append(f"dump has parameters the reference lacks: {extra[:4]}")
+        bad += mask_problems(T, s, sites)
+    bad += init_problems(T, cfg, R5.param_shapes(cfg), R5.init_std)
     R.test(f"{MODEL}: data (source, reversed target, BOS), masks and init follow MODEL.md", not bad,
            "; ".join(bad[:5]))
 
@@ -414,10 +436,10 @@ def compare_step(chk, T, s, ref, cfg, cats, grad_norm=None):
     return covered
 
 
-def check_coverage(R, T, steps, covered, cfg):
+def check_coverage(R, T, steps, covered, cfg, names=None, model=MODEL):
     """Every dumped act/grad_input/grad/param tensor of every step was
     compared (a checkpoint added to the C dump needs a reference)."""
-    names = set(R5.param_shapes(cfg))
+    names = set(R5.param_shapes(cfg) if names is None else names)
     left = []
     for k in T:
         m = re.match(r"step(\d+)\.(act|grad_input|grad|param)\.(.+)$", k)
@@ -429,7 +451,7 @@ def check_coverage(R, T, steps, covered, cfg):
                 left.append(k)
         elif f"{kind}.{name}" not in covered:
             left.append(k)
-    R.test(f"{MODEL}: every dumped activation, grad_input, gradient and parameter has a reference",
+    R.test(f"{model}: every dumped activation, grad_input, gradient and parameter has a reference",
            not left, f"{len(left)} not compared, e.g. {left[:4]}")
 
 
@@ -489,6 +511,90 @@ def check_pass_through(R, T, steps, cfg):
            not bad and n > 0, "; ".join(bad[:4]))
 
 
+def replay(R, model, T, cfg, steps, shapes, forward_backward, compare_step):
+    """The replay of the dumped steps in three modes (per-step from the C
+    run's previous parameters, the reference's own trajectory from init,
+    and the reference AdamW fed the C gradients), with the GPT test's
+    Checker, tolerances and adam_slack. forward_backward(params, cfg, ids,
+    labels, masks) is the reference's (t5_ref's, or another encoder-decoder
+    reference's of the same interface); compare_step(chk, T, s, ref, cfg,
+    cats, grad_norm) compares one step and returns the act/grad_input names
+    it covered. Returns (the per-step reference results, those names)."""
+    init = {n: T["init." + n].to(F64) for n in shapes}
+    chk_step = TG.Checker(R, model, "per-step")
+    chk_par = TG.Checker(R, model, "per-step")
+    chk_traj = TG.Checker(R, model, "trajectory")
+    chk_opt = TG.Checker(R, model, "optimizer")
+    chk_lr = TG.Checker(R, model, "lr")
+    opt_r, opt_t, opt_c = G.AdamW(cfg, shapes), G.AdamW(cfg, shapes), G.AdamW(cfg, shapes)
+    p_traj = init
+    dmax_r = {n: torch.zeros(sh, dtype=F64) for n, sh in shapes.items()}
+    dmax_t = {n: torch.zeros(sh, dtype=F64) for n, sh in shapes.items()}
+    per_step, covered, clipped = [], set(), []
+    for s in steps:
+        ids, lab = T[f"step{s}.input_ids"], T[f"step{s}.labels"]
+        masks = step_masks(T, s)
+        lr = G.lr_at(cfg, s)
+        if f"step{s}.lr" in T:
+            chk_lr(s, "lr", T[f"step{s}.lr"], torch.tensor(lr, dtype=F64), "scalar")
+        else:
+            chk_lr.missing(s, "lr")
+        p_prev_c = init if s == 0 else {n: T[f"step{s - 1}.param.{n}"].to(F64) for n in shapes}
+        cgrads = {n: T[f"step{s}.grad.{n}"].to(F64) for n in shapes if f"step{s}.grad.{n}" in T}
+        have_all = len(cgrads) == len(shapes) and f"step{s}.grad_norm" in T
+        cfac = None
+        if have_all:
+            cnorm = float(T[f"step{s}.grad_norm"].reshape(-1)[0])
+            if cfg.clip_grad > 0 and cnorm > cfg.clip_grad:
+                cfac = cfg.clip_grad / (cnorm + 1e-6)
+
+        # per step, from the C run's previous parameters
+        ref = forward_backward(p_prev_c, cfg, ids, lab, masks)
+        new_r, norm_r, fac_r, info_r = opt_r.step(p_prev_c, ref["grads"], lr)
+        if fac_r is not None:
+            clipped.append(s)
+        covered |= compare_step(chk_step, T, s, ref, cfg, ("scalar", "act", "grad"), norm_r)
+        per_step.append(ref)
+        if have_all:
+            for n in shapes:
+                k = f"step{s}.param.{n}"
+                if k not in T:
+                    chk_par.missing(s, "param." + n)
+                    continue
+                slack = TG.adam_slack(cfg, lr, n, shapes[n], dmax_r, cgrads[n], cfac, ref["grads"][n], fac_r,
+                                      info_r[n], None)
+                chk_par(s, "param." + n, T[k], new_r[n], "param", slack)
+
+        # trajectory: the reference's own parameters from init
+        ref_t = ref if s == 0 else forward_backward(p_traj, cfg, ids, lab, masks)
+        new_t, norm_t, fac_t, info_t = opt_t.step(p_traj, ref_t["grads"], lr)
+        compare_step(chk_traj, T, s, ref_t, cfg, ("traj_fwd", "traj_fwd", "traj_grad"), norm_t)
+        if have_all:
+            for n in shapes:
+                k = f"step{s}.param.{n}"
+                if k in T:
+                    prev_diff = (p_prev_c[n] - p_traj[n]).abs()
+                    slack = TG.adam_slack(cfg, lr, n, shapes[n], dmax_t, cgrads[n], cfac, ref_t["grads"][n],
+                                          fac_t, info_t[n], prev_diff)
+                    chk_traj(s, "param." + n, T[k], new_t[n], "traj_param", slack)
+        p_traj = new_t
+
+        # the optimizer alone: the reference AdamW fed the C gradients
+        if have_all:
+            new_c, _, _, _ = opt_c.step(p_prev_c, cgrads, lr)
+            for n in shapes:
+                k = f"step{s}.param.{n}"
+                if k in T:
+                    chk_opt(s, "param." + n, T[k], new_c[n], "optim")
+    print(f"# {model}: gradient clipping active at steps {clipped} of {steps}")
+    chk_lr.finish(f"{model}: learning rate per step")
+    chk_step.finish(f"{model}: loss/logits/activations/grad_inputs/grads/grad_norm, per step")
+    chk_par.finish(f"{model}: updated params, per step (re-seeded from C params)")
+    chk_opt.finish(f"{model}: AdamW on C's grads == C's updated params")
+    chk_traj.finish(f"{model}: 3-step trajectory from init (own params)")
+    return per_step, covered
+
+
 def check_run(R, path):
     try:
         T, meta = dumpio.load(path)
@@ -521,91 +627,22 @@ def check_run(R, path):
     check_inputs(R, cfg, T, steps)
     check_pass_through(R, T, steps, cfg)
 
-    init = {n: T["init." + n].to(F64) for n in shapes}
-    chk_step = TG.Checker(R, MODEL, "per-step")
-    chk_par = TG.Checker(R, MODEL, "per-step")
-    chk_traj = TG.Checker(R, MODEL, "trajectory")
-    chk_opt = TG.Checker(R, MODEL, "optimizer")
-    chk_lr = TG.Checker(R, MODEL, "lr")
-    opt_r, opt_t, opt_c = G.AdamW(cfg, shapes), G.AdamW(cfg, shapes), G.AdamW(cfg, shapes)
-    p_traj = init
-    dmax_r = {n: torch.zeros(sh, dtype=F64) for n, sh in shapes.items()}
-    dmax_t = {n: torch.zeros(sh, dtype=F64) for n, sh in shapes.items()}
-    per_step, covered, clipped = [], set(), []
-    for s in steps:
-        ids, lab = T[f"step{s}.input_ids"], T[f"step{s}.labels"]
-        masks = step_masks(T, s)
-        lr = G.lr_at(cfg, s)
-        if f"step{s}.lr" in T:
-            chk_lr(s, "lr", T[f"step{s}.lr"], torch.tensor(lr, dtype=F64), "scalar")
-        else:
-            chk_lr.missing(s, "lr")
-        p_prev_c = init if s == 0 else {n: T[f"step{s - 1}.param.{n}"].to(F64) for n in shapes}
-        cgrads = {n: T[f"step{s}.grad.{n}"].to(F64) for n in shapes if f"step{s}.grad.{n}" in T}
-        have_all = len(cgrads) == len(shapes) and f"step{s}.grad_norm" in T
-        cfac = None
-        if have_all:
-            cnorm = float(T[f"step{s}.grad_norm"].reshape(-1)[0])
-            if cfg.clip_grad > 0 and cnorm > cfg.clip_grad:
-                cfac = cfg.clip_grad / (cnorm + 1e-6)
-
-        # per step, from the C run's previous parameters
-        ref = R5.forward_backward(p_prev_c, cfg, ids, lab, masks)
-        new_r, norm_r, fac_r, info_r = opt_r.step(p_prev_c, ref["grads"], lr)
-        if fac_r is not None:
-            clipped.append(s)
-        covered |= compare_step(chk_step, T, s, ref, cfg, ("scalar", "act", "grad"), norm_r)
-        per_step.append(ref)
-        if have_all:
-            for n in shapes:
-                k = f"step{s}.param.{n}"
-                if k not in T:
-                    chk_par.missing(s, "param." + n)
-                    continue
-                slack = TG.adam_slack(cfg, lr, n, shapes[n], dmax_r, cgrads[n], cfac, ref["grads"][n], fac_r,
-                                      info_r[n], None)
-                chk_par(s, "param." + n, T[k], new_r[n], "param", slack)
-
-        # trajectory: the reference's own parameters from init
-        ref_t = ref if s == 0 else R5.forward_backward(p_traj, cfg, ids, lab, masks)
-        new_t, norm_t, fac_t, info_t = opt_t.step(p_traj, ref_t["grads"], lr)
-        compare_step(chk_traj, T, s, ref_t, cfg, ("traj_fwd", "traj_fwd", "traj_grad"), norm_t)
-        if have_all:
-            for n in shapes:
-                k = f"step{s}.param.{n}"
-                if k in T:
-                    prev_diff = (p_prev_c[n] - p_traj[n]).abs()
-                    slack = TG.adam_slack(cfg, lr, n, shapes[n], dmax_t, cgrads[n], cfac, ref_t["grads"][n],
-                                          fac_t, info_t[n], prev_diff)
-                    chk_traj(s, "param." + n, T[k], new_t[n], "traj_param", slack)
-        p_traj = new_t
-
-        # the optimizer alone: the reference AdamW fed the C gradients
-        if have_all:
-            new_c, _, _, _ = opt_c.step(p_prev_c, cgrads, lr)
-            for n in shapes:
-                k = f"step{s}.param.{n}"
-                if k in T:
-                    chk_opt(s, "param." + n, T[k], new_c[n], "optim")
-    print(f"# {MODEL}: gradient clipping active at steps {clipped} of {steps}")
-    chk_lr.finish(f"{MODEL}: learning rate per step")
-    chk_step.finish(f"{MODEL}: loss/logits/activations/grad_inputs/grads/grad_norm, per step")
-    chk_par.finish(f"{MODEL}: updated params, per step (re-seeded from C params)")
-    chk_opt.finish(f"{MODEL}: AdamW on C's grads == C's updated params")
-    chk_traj.finish(f"{MODEL}: 3-step trajectory from init (own params)")
+    per_step, covered = replay(R, MODEL, T, cfg, steps, shapes, R5.forward_backward, compare_step)
     check_coverage(R, T, steps, covered, cfg)
     return per_step, T, cfg
 
 
 # ------------------------------------------------------ negative controls
 
-def worst_step0(T, cfg, wrong, with_grads=False):
+def worst_step0(T, cfg, wrong, with_grads=False, fb=None, compare=None, shapes=None):
     """Step 0 from init with a wrong reference: the worst error/tolerance
     ratio over the dumped logits and activations (and the loss and
     gradients when with_grads), and where."""
-    params = {n: T["init." + n].to(F64) for n in R5.param_shapes(cfg)}
-    ref = R5.forward_backward(params, cfg, T["step0.input_ids"], T["step0.labels"], step_masks(T, 0),
-                              want_acts=True, wrong=wrong)
+    fb = fb or R5.forward_backward
+    compare = compare or compare_step
+    params = {n: T["init." + n].to(F64) for n in (shapes or R5.param_shapes(cfg))}
+    ref = fb(params, cfg, T["step0.input_ids"], T["step0.labels"], step_masks(T, 0),
+             want_acts=True, wrong=wrong)
     rows = []
 
     class Sink:
@@ -617,7 +654,7 @@ def worst_step0(T, cfg, wrong, with_grads=False):
         def missing(self, step, name):
             rows.append((math.inf, name + " (missing)"))
     sink = Sink()
-    compare_step(sink, T, 0, ref, cfg, ("scalar", "act", "grad"))
+    compare(sink, T, 0, ref, cfg, ("scalar", "act", "grad"))
     if not with_grads:
         rows = [r for r in rows if not r[1].startswith(("grad", "loss"))]
     return max(rows) if rows else (0.0, "nothing compared")

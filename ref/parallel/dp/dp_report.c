@@ -64,7 +64,7 @@ static void print_memory(const run_report_t *run, double psi, FILE *f) {
     const pconfig_t *pc = &run->pc;
     const double N = pconfig_grad_ranks(pc), MB = 1e6;
     const int z = pc->zero_stage, tp = pc->tp > 1 ? pc->tp : 1, pp = pc->pp > 1 ? pc->pp : 1;
-    const int cp = pc->cp > 1 ? pc->cp : 1, world = tp * cp * pc->dp * pp;
+    const int cp = pc->cp > 1 ? pc->cp : 1, world = pc->world_size;
     const double p_params = 4 * psi / (z >= 3 ? N : 1), p_grads = 4 * psi / (z >= 2 ? N : 1);
     const double p_opt = 8 * psi / (z >= 1 ? N : 1);
     char ranks[48];

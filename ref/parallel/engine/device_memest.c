@@ -24,7 +24,7 @@ static void add(memest_dev_t *dev, mem_cat_t c, size_t bytes) {
  * reassembly buffers). */
 static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp_plan_t *pp, int s,
                         memest_dev_t *dev, size_t *part, perr_t *err) {
-    const int tp = pc->tp > 0 ? pc->tp : 1;
+    const int tp = pconfig_stage_tp(pc, s); /* an encoder mesh's stages: etp */
     gpt_mem_t g;
     if (gpt_mem_bytes_mp(cfg, tp, pconfig_tp_opts(pc), &pp->units[s], engine_stage_slots(pp, s, NULL),
                          engine_replica_flags(pc, pp, pc->zero_stage), &g, err))
@@ -34,6 +34,7 @@ static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp
     if (param_table_build_mp(&t, cfg, tp, &pp->units[s], pconfig_tp_opts(pc), err)) return -1;
     int sizes[GRID_NAXES];
     pconfig_grid_sizes(pc, sizes);
+    sizes[GRID_TP] = tp;
     if (dp_plan_build_grid(&p, &t, cfg, sizes, pc->zero_stage, pc->bucket_cap_mb, err)) {
         param_table_free(&t);
         return -1;
@@ -72,9 +73,9 @@ int engine_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t
     if (model_config_validate_replica(&cfg, err) || pp_plan_build(&pp, &cfg, pc, err) ||
         param_table_build(&whole, &cfg, err))
         return -1;
-    const size_t ranks_per_stage = (size_t)pconfig_grad_ranks(pc) * (size_t)(pc->tp > 0 ? pc->tp : 1);
     size_t parts = 0;
     for (int s = 0; s < pp.pp; s++) {
+        const size_t ranks_per_stage = (size_t)pconfig_grad_ranks(pc) * (size_t)pconfig_stage_tp(pc, s);
         memest_dev_t d;
         size_t part;
         if (stage_memest(&cfg, pc, &pp, s, &d, &part, err)) {
@@ -91,7 +92,7 @@ int engine_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t
                                  d.workspace};
         for (int c = 0; c < 7; c++)
             if (theirs[c] > *mine[c]) *mine[c] = theirs[c];
-        parts += part * (size_t)(pc->tp > 0 ? pc->tp : 1);
+        parts += part * (size_t)pconfig_stage_tp(pc, s);
     }
     /* engine_train's reassembly of global parameters, gradients and AdamW's
      * m and v, and of every model part's (stage x tp rank), each with the

@@ -455,7 +455,7 @@ int engine_train(engine_run_t *run, perr_t *err) {
                      pc->encoder_tp, tp);
             goto out;
         }
-        if (engine_meshes_init(sh, sizes, err)) goto out;
+        if (engine_meshes_init(sh, err)) goto out;
     } else {
         if (grid_init_mapped(&sh->grid, pc->order, sizes, pc->rank_list, pc->n_rank_list, err))
             goto out;

@@ -28,8 +28,8 @@ engine_dev_t engine_device(const engine_shared_t *sh, int d);
 /* The mesh sizes of pipeline stage `stage`'s devices. */
 void engine_stage_sizes(const engine_shared_t *sh, int stage, int sizes[GRID_NAXES]);
 /* An encoder mesh beside the decoder's (pconfig_hetero): sh->meshes and
- * sh->world from the grid's sizes (the decoder's tp, every stage). */
-int  engine_meshes_init(engine_shared_t *sh, const int sizes[GRID_NAXES], perr_t *err);
+ * sh->world (engine_encdec_meshes). */
+int  engine_meshes_init(engine_shared_t *sh, perr_t *err);
 void engine_meshes_free(engine_shared_t *sh);
 /* Every group along dims ("dp-cp") of every mesh, named prefix; id_of[d]:
  * device d's. */

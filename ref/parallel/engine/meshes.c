@@ -16,18 +16,22 @@
 
 #include "engine_internal.h"
 
-int engine_meshes_init(engine_shared_t *sh, const int sizes[GRID_NAXES], perr_t *err) {
-    const pconfig_t *pc = &sh->run->pc;
-    const int epp = pc->encoder_pp;
+int engine_encdec_meshes(mesh_grid_t *G, const pconfig_t *pc, perr_t *err) {
     int enc[GRID_NAXES], dec[GRID_NAXES];
-    memcpy(enc, sizes, sizeof enc), memcpy(dec, sizes, sizeof dec);
-    enc[GRID_TP] = pc->encoder_tp, enc[GRID_PP] = epp, dec[GRID_PP] = sizes[GRID_PP] - epp;
+    pconfig_grid_sizes(pc, enc);
+    memcpy(dec, enc, sizeof dec);
+    enc[GRID_TP] = pc->encoder_tp, enc[GRID_PP] = pc->encoder_pp;
+    dec[GRID_PP] = pc->pp - pc->encoder_pp;
     int enc_world = 1;
     for (int a = 0; a < GRID_NAXES; a++) enc_world *= enc[a];
     mesh_spec_t spec[2] = {{"encoder", pc->order, {0}, 0}, {"decoder", pc->order, {0}, enc_world}};
     memcpy(spec[0].size, enc, sizeof enc), memcpy(spec[1].size, dec, sizeof dec);
+    return mesh_grid_init(G, spec, 2, 0, err);
+}
+
+int engine_meshes_init(engine_shared_t *sh, perr_t *err) {
     if (!(sh->meshes = calloc(1, sizeof *sh->meshes))) return perr_set(err, "dp: out of memory");
-    if (mesh_grid_init(sh->meshes, spec, 2, 0, err)) {
+    if (engine_encdec_meshes(sh->meshes, &sh->run->pc, err)) {
         free(sh->meshes);
         sh->meshes = NULL;
         return -1;

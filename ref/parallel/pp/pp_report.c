@@ -30,6 +30,29 @@ static int stage_device(const run_report_t *run, int s) {
     return -1;
 }
 
+/* The encoder-decoder edge: the first device of the last encoder stage
+ * sends each microbatch's stream to the k = tp/etp decoder ranks it
+ * feeds (over the world group between two meshes, else its pipeline
+ * group), the stream they hold: every position, or under sequence
+ * parallelism their T/tp. */
+static void print_bridge(const run_report_t *run, const pp_plan_t *pp, FILE *f) {
+    const pconfig_t *pc = &run->pc;
+    const int d = stage_device(run, pc->encoder_pp - 1), k = pc->tp / pc->encoder_tp;
+    if (d < 0) return;
+    const double steps = run->steps > 0 ? run->steps : 1, MB = 1e6;
+    const coll_family_t *fam = coll_counters_family(&run->reports[d].comm,
+                                                    pconfig_hetero(pc) ? "world" : "pp");
+    const coll_tally_t x = fam ? fam->by[COLL_KIND_SEND][COLL_F32] : (coll_tally_t){0, 0, 0, 0, 0};
+    const int per_rank = pc->global_batch / pc->dp;
+    const double rows = (double)run->cfg.seq_length / (pc->sequence_parallel ? pc->tp : 1);
+    fprintf(f, "  encoder-decoder bridge, device %d (the last encoder stage, %d) per step: %.0f "
+               "messages, %.3f MB sent; formula: %d decoder rank%s x m = %d messages, %d sequences x "
+               "T%s x h x 4 B each = %.3f MB (the gradients come back alike)\n",
+            d, pc->encoder_pp - 1, (double)x.calls / steps, (double)x.sent / steps / MB, k,
+            k > 1 ? "s" : "", k * pp->m, per_rank, pc->sequence_parallel ? "/tp" : "",
+            k * per_rank * rows * run->cfg.hidden * 4 / MB);
+}
+
 /* "emb L0-3", "L4-7 head": what each chunk holds, asking the model which
  * units start the residual stream (the embedding), end it (the head) or
  * carry it on (layers, numbered in order). */
@@ -104,6 +127,7 @@ void pp_print_report(const run_report_t *run, FILE *f) {
             boundaries * pp.m, pc->global_batch / pc->dp, pc->sequence_parallel ? "/tp" : "",
             pc->cp > 1 ? "/cp" : "",
             boundaries * (pc->global_batch / pc->dp) * seq / MB);
+    if (pc->encoder_pp) print_bridge(run, &pp, f);
     if (run->trace_path)
         fprintf(f, "  trace: %s (Perfetto or chrome://tracing: one track per device)\n",
                 run->trace_path);

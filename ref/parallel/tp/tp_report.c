@@ -330,6 +330,12 @@ static void print_memory(const run_report_t *run, FILE *f) {
 }
 
 void tp_print_report(const run_report_t *run, FILE *f) {
+    if (pconfig_hetero(&run->pc)) { /* device 0 is an encoder's: its tp is not the run's */
+        fprintf(f, "tensor parallelism: an encoder mesh of tp=%d beside the decoder's tp=%d; the "
+                   "per-group traffic and memory tables are drawn for one grid only (pp report: "
+                   "the encoder-decoder bridge)\n", run->pc.encoder_tp, run->pc.tp);
+        return;
+    }
     if (!run->reports || run->pc.tp < 2) return;
     print_traffic(run, f);
     print_memory(run, f);
