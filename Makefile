@@ -2,6 +2,7 @@
 #
 #   make            library, the `parity` program and the test binaries
 #   make demo       3-D gpt-tiny (dp 2 x tp 2 + SP x pp 2, 1F1B, ZeRO-1) beside the golden run
+#   make demo-encdec  llava-tiny on an encoder mesh (etp 1, epp 1) beside the decoder's (tp 2, pp 2), dp 2
 #   make check      run every test; ends with "N passed, N failed"
 #   make check-slow the slow tests: 16384 simulated devices (tests/test_scale_16k.sh)
 #   make asan | tsan | ubsan   the same tests under a sanitizer
@@ -62,7 +63,7 @@ SCRIPT_TESTS := $(filter-out $(SLOW_TESTS),$(sort $(wildcard tests/test_*.sh))) 
                 $(sort $(wildcard tests/torch/test_*.py))
 EXTRA_TEST_BIN :=
 
-.PHONY: all check check-slow asan tsan ubsan bench clean golden demo
+.PHONY: all check check-slow asan tsan ubsan bench clean golden demo demo-encdec
 all: $(LIB) $(PARITY) $(TEST_BIN)
 
 $(BUILD)/%.o: %.c
@@ -122,6 +123,25 @@ demo: all
 	$(PARITY) svg schedule $(BUILD)/demo-trace.json --logical -o $(BUILD)/demo-schedule.svg
 	@echo "== the checker: every activation, gradient, updated parameter and AdamW state of 3 steps, memcmp"
 	$(PARITY) check --model gpt-tiny --steps 3 $(DEMO_3D)
+
+# The encoder-decoder demo: llava-tiny (a ViT encoder and a projector
+# before a GPT decoder) with the encoder on a mesh of its own - etp 1
+# beside the decoder's tp 2, epp 1 stage before the decoder's pp 2,
+# dp 2: 2 + 8 devices - next to the golden run: both meshes and the
+# bridge (--print-layout), the losses, the bridge's traffic against its
+# formula, then the checker's table: every tensor of 3 steps, bit for bit.
+DEMO_ENCDEC := --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 \
+  --pipeline-model-parallel-size 2 --encoder-pipeline-model-parallel-size 1 \
+  --data-parallel-size 2 --num-microbatches 2
+demo-encdec: all
+	@echo "== the golden run: one device"
+	$(PARITY) train --model llava-tiny --steps 5
+	@echo "== the meshes: $(DEMO_ENCDEC)"
+	$(PARITY) train --model llava-tiny $(DEMO_ENCDEC) --print-layout
+	@echo "== the same 5 steps on them"
+	$(PARITY) train --model llava-tiny --steps 5 $(DEMO_ENCDEC)
+	@echo "== the checker: every activation, gradient, updated parameter and AdamW state of 3 steps, memcmp"
+	$(PARITY) check --model llava-tiny --steps 3 $(DEMO_ENCDEC)
 
 bench: all $(BENCH_BIN)
 	BUILD=$(abspath $(BUILD)) PARITY=$(abspath $(PARITY)) bash tests/bench/run.sh

@@ -119,6 +119,8 @@ void pp_print_report(const run_report_t *run, FILE *f) {
         const int vs = pp_vstage(&pp, r0->pp_stage, c);
         boundaries += (vs < pp.pp * pp.v - 1) + (vs > 0);
     }
+    /* between two meshes the last encoder stage's is the bridge's (below) */
+    if (pconfig_hetero(pc) && r0->pp_stage == pc->encoder_pp - 1) boundaries--;
     const double seq = (double)cfg.seq_length / (pc->sequence_parallel ? pc->tp : 1) /
                        (pc->cp > 1 ? pc->cp : 1) * cfg.hidden * 4;
     fprintf(f, "  point to point, device 0 (stage %d) per step: %.0f messages, %.3f MB sent; formula: "
