@@ -72,7 +72,6 @@ NAME = "test_llava_torch.py"
 try:
     import torch
     import dumpio
-    import gpt_ref as G
     import t5_ref as R5
     import llava_ref as RL
     # the GPT test's comparison machinery and tolerances, the T5 test's replay
@@ -244,9 +243,6 @@ def selftest_pictures(R):
 
 
 # ------------------------------------------------------ the golden run
-
-ROWS = ("img", "txt", "all")
-
 
 def row_slice(cfg, rows):
     return {"img": slice(0, cfg.P), "txt": slice(cfg.P, cfg.T), "all": slice(0, cfg.T)}[rows]
