@@ -73,6 +73,7 @@ mode_bench bench_tp.sh "tensor parallelism on gpt-small (traffic against Megatro
 mode_bench bench_pp.sh "pipeline parallelism: bubble against theory, activation slots, 3-D against golden"
 mode_bench bench_cp.sh "context parallelism: ring and Ulysses on gpt-small with T = 1024 against golden"
 mode_bench bench_moe.sh "mixture of experts on gpt-small: the MoE step against the dense one"
+mode_bench bench_encdec.sh "encoder-decoder: t5-small against PyTorch eager, and on an encoder mesh"
 
 if [ -n "${PARITY_BASE:-}" ]; then
   section "this tree against an earlier build (PARITY_BASE): golden and tp2 x pp2 steps"
