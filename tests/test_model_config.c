@@ -20,6 +20,8 @@ static size_t expected_params(const model_config_t *c) {
     size_t n = V * C + T * C + L * per_layer + 2 * C + (c->tied ? 0 : V * C);
     if (c->arch == MODEL_T5) /* encoder layers, its final LN, each decoder layer's cross-attention */
         n += (size_t)c->encoder_layers * per_layer + 2 * C + L * attention;
+    if (c->arch == MODEL_LLAVA) /* the patch embedding, encoder layers, the projector (C -> F -> C) */
+        n += C * (size_t)c->patch_dim + C + (size_t)c->encoder_layers * per_layer + F * C + F + C * F + C;
     return n;
 }
 

@@ -48,6 +48,9 @@ same "cp 2 ring" "${M[@]}" --context-parallel-size 2 --cp-comm-type p2p
 same "cp 2 all-to-all" "${M[@]}" --context-parallel-size 2 --cp-comm-type a2a
 same "3-D dp 2 x tp 2 + SP x pp 2" "${M[@]}" --data-parallel-size 2 --tensor-model-parallel-size 2 \
   --sequence-parallel --pipeline-model-parallel-size 2 --num-microbatches 2
+same "encoder mesh etp 1 < tp 2 + SP, epp 1 pp 2 x dp 2" --model llava-tiny --data-parallel-size 2 \
+  --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 --sequence-parallel \
+  --encoder-pipeline-model-parallel-size 1 --pipeline-model-parallel-size 2 --num-microbatches 2
 
 # refused with a message naming the flag or variable, exit 2
 refused() {
