@@ -35,13 +35,18 @@ exact() {
   else fail "$name" "exit $rc, $devices devices (expected $want)" "$(echo "$out" | tail -4)"; fi
 }
 
+# learns MODEL WHAT: the golden run's loss falls by 0.5 in 12 steps
+learns() {
+  out=$("$P" train --model "$1" --steps 12 2>&1); rc=$?
+  first=$(echo "$out" | sed -nE 's/^step +0 \| loss ([0-9.]+).*/\1/p')
+  last=$(echo "$out" | sed -nE 's/^step +11 \| loss ([0-9.]+).*/\1/p')
+  if [ $rc = 0 ] && awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < a - 0.5)}'; then
+    ok "golden $1 learns $2: loss $first -> $last in 12 steps"
+  else fail "golden $1 trains" "exit $rc, loss $first -> $last" "$(echo "$out" | tail -3)"; fi
+}
+
 # ---- the golden run ------------------------------------------------------------
-out=$("$P" train --model t5-tiny --steps 12 2>&1); rc=$?
-first=$(echo "$out" | sed -nE 's/^step +0 \| loss ([0-9.]+).*/\1/p')
-last=$(echo "$out" | sed -nE 's/^step +11 \| loss ([0-9.]+).*/\1/p')
-if [ $rc = 0 ] && awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < a - 0.5)}'; then
-  ok "golden t5-tiny learns the reversed source: loss $first -> $last in 12 steps"
-else fail "golden t5-tiny trains" "exit $rc, loss $first -> $last" "$(echo "$out" | tail -3)"; fi
+learns t5-tiny "the reversed source"
 if echo "$out" | grep -q "2 encoder + 2 layers"; then ok "the banner counts encoder and decoder layers"
 else fail "banner" "$(echo "$out" | grep 'parity train:')"; fi
 
@@ -77,12 +82,7 @@ exact "llava tp 2 every linear row-parallel" llava-tiny 1 2 2 0 1 --tensor-paral
 exact "llava etp 1 < tp 2, epp 1 pp 2 x dp 2 (make demo-encdec's)" llava-tiny 2 2 1 1 2 --num-microbatches 2
 exact "llava etp 2 < tp 4 SP, epp 2 pp 2 x dp 2 ZeRO-3" llava-tiny 2 4 2 2 2 --sequence-parallel --zero-stage 3 --num-microbatches 4
 exact "llava etp 1 < tp 2, epp 1 pp 1 GPipe x dp 2 ZeRO-1" llava-tiny 2 2 1 1 1 --zero-stage 1 --num-microbatches 2 --pipeline-schedule gpipe
-out=$("$P" train --model llava-tiny --steps 12 2>&1); rc=$?
-first=$(echo "$out" | sed -nE 's/^step +0 \| loss ([0-9.]+).*/\1/p')
-last=$(echo "$out" | sed -nE 's/^step +11 \| loss ([0-9.]+).*/\1/p')
-if [ $rc = 0 ] && awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < a - 0.5)}'; then
-  ok "golden llava-tiny learns its captions: loss $first -> $last in 12 steps"
-else fail "golden llava-tiny trains" "exit $rc, loss $first -> $last" "$(echo "$out" | tail -3)"; fi
+learns llava-tiny "its captions"
 
 # ---- reports ---------------------------------------------------------------------
 out=$("$P" check --model t5-tiny --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 --encoder-pipeline-model-parallel-size 1 --data-parallel-size 2 --print-layout 2>&1); rc=$?

@@ -119,6 +119,26 @@ static void query_tiles(const attn_shape_t *s, int kj, int *q0, int *q1) {
     if (*q0 > *q1) *q0 = *q1;
 }
 
+/* out [T, D] (row stride ldo), key tile by key tile: round(sum over the
+ * query tiles attending it of S^T.B), S [T, T] a head's scores (query
+ * rows, key columns), B [T, D] the queries' rows (stride ldb); zeros for a
+ * key tile no query attends. */
+static void key_tile_sums(const attn_shape_t *s, const float *S, const float *B, int ldb, float *out,
+                          int ldo, contract_ws_t *ws) {
+    const int T = s->T, D = s->C / s->H, Tt = s->tile, nT = T / Tt;
+    for (int kj = 0; kj < nT; kj++) {
+        int q0, q1;
+        query_tiles(s, kj, &q0, &q1);
+        if (q0 == q1) {
+            for (int i = kj * Tt; i < (kj + 1) * Tt; i++)
+                memset(out + (size_t)i * ldo, 0, (size_t)D * sizeof(float));
+            continue;
+        }
+        contract(CONTRACT_TN, Tt, D, (q1 - q0) * Tt, Tt, D, Tt, S + (size_t)q0 * Tt * T + (size_t)kj * Tt,
+                 T, B + (size_t)q0 * Tt * ldb, ldb, out + (size_t)kj * Tt * ldo, ldo, ws);
+    }
+}
+
 void attention_forward(float *ctx, float *e, float *ehat, float *z, const float *qkv,
                        const uint8_t *keep, const attn_shape_t *s, contract_ws_t *ws) {
     const int T = s->T, C = s->C, H = s->H, D = C / H, Tt = s->tile, nT = T / Tt;
@@ -186,18 +206,7 @@ void attention_backward(float *dqkv, const float *dctx, const float *ctx, const 
                 dZ[i] = attention_row_dz(dU + (size_t)i * D, prod, dO + (size_t)i * C,
                                          O + (size_t)i * C, D, Z[i]);
             /* dV[kj] = round(sum over the query tiles attending it of ehat^T.dU) */
-            for (int kj = 0; kj < nT; kj++) {
-                int q0, q1;
-                query_tiles(s, kj, &q0, &q1);
-                if (q0 == q1) {
-                    for (int i = kj * Tt; i < (kj + 1) * Tt; i++)
-                        memset(dv + (size_t)i * ld, 0, (size_t)D * sizeof(float));
-                    continue;
-                }
-                contract(CONTRACT_TN, Tt, D, (q1 - q0) * Tt, Tt, D, Tt,
-                         Eh + (size_t)q0 * Tt * T + (size_t)kj * Tt, T, dU + (size_t)q0 * Tt * D, D,
-                         dv + (size_t)kj * Tt * ld, ld, ws);
-            }
+            key_tile_sums(s, Eh, dU, D, dv, ld, ws);
             /* dehat = dU.v^T on the tiles attended, then the elementwise chain
              * de = dehat*keep/(1-p) + dZ,  g = (de*e)*scale */
             for (int qi = 0; qi < nT; qi++) {
@@ -226,17 +235,6 @@ void attention_backward(float *dqkv, const float *dctx, const float *ctx, const 
                          G + (size_t)qi * Tt * T + (size_t)k0 * Tt, T, k + (size_t)k0 * Tt * ld, ld,
                          dq + (size_t)qi * Tt * ld, ld, ws);
             }
-            for (int kj = 0; kj < nT; kj++) {
-                int q0, q1;
-                query_tiles(s, kj, &q0, &q1);
-                if (q0 == q1) {
-                    for (int i = kj * Tt; i < (kj + 1) * Tt; i++)
-                        memset(dk + (size_t)i * ld, 0, (size_t)D * sizeof(float));
-                    continue;
-                }
-                contract(CONTRACT_TN, Tt, D, (q1 - q0) * Tt, Tt, D, Tt,
-                         G + (size_t)q0 * Tt * T + (size_t)kj * Tt, T, q + (size_t)q0 * Tt * ld, ld,
-                         dk + (size_t)kj * Tt * ld, ld, ws);
-            }
+            key_tile_sums(s, G, q, ld, dk, ld, ws);
         }
 }

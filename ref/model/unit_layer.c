@@ -121,14 +121,17 @@ void layer_mlp_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
     L->out = CARVE_F(cv, ns * C);
 }
 
+/* A layer another stage runs keeps only where its output arrives (when
+ * the next unit runs here); 1: the layer runs here. */
+static int layer_held(layer_acts_t *L, const slot_dims_t *d, int held, int next_held, carver_t *cv) {
+    if (!held && next_held) L->out = CARVE_F(cv, d->ns * d->C);
+    return held;
+}
+
 void layer_layout(gpt_slot_t *A, int l, const slot_dims_t *d, int held, int next_held,
                   carver_t *cv) {
     layer_acts_t *L = &A->layer[l];
-    if (!held) {
-        /* the output of a layer another stage runs: where it arrives */
-        if (next_held) L->out = CARVE_F(cv, d->ns * d->C);
-        return;
-    }
+    if (!layer_held(L, d, held, next_held, cv)) return;
     layer_attention_layout(L, d, cv);
     layer_ln2_layout(L, d, cv);
     layer_mlp_layout(L, d, cv);
@@ -137,10 +140,7 @@ void layer_layout(gpt_slot_t *A, int l, const slot_dims_t *d, int held, int next
 static void moe_layer_layout(gpt_slot_t *A, int l, const slot_dims_t *d, int held, int next_held,
                              carver_t *cv) {
     layer_acts_t *L = &A->layer[l];
-    if (!held) {
-        if (next_held) L->out = CARVE_F(cv, d->ns * d->C);
-        return;
-    }
+    if (!layer_held(L, d, held, next_held, cv)) return;
     layer_attention_layout(L, d, cv);
     layer_ln2_layout(L, d, cv);
     moe_layout(L, d, cv);
