@@ -117,10 +117,25 @@ static void print_encdec(const model_config_t *cfg, const pconfig_t *pc, const g
                          const mesh_grid_t *M, int world, FILE *f) {
     const int epp = pc->encoder_pp, dpp = pc->pp - epp, etp = pc->encoder_tp, tp = pc->tp;
     const int dp = pc->dp, cp = pc->cp, enc = dp * etp * epp * cp;
-    fprintf(f, "  \"meshes\": [\n    {\"name\": \"encoder\", \"offset\": 0, \"ranks\": [0, %d], \"tp\": %d, "
-               "\"pp\": %d, \"dp\": %d, \"cp\": %d},\n", enc - 1, etp, epp, dp, cp);
-    fprintf(f, "    {\"name\": \"decoder\", \"offset\": %d, \"ranks\": [%d, %d], \"tp\": %d, \"pp\": %d, "
-               "\"dp\": %d, \"cp\": %d}\n  ],\n", enc, enc, world - 1, tp, dpp, dp, cp);
+    /* two meshes: ranks 0.. and enc..; one grid (etp = tp): its stages'
+     * ranks, which the rank order may interleave */
+    fprintf(f, "  \"meshes\": [");
+    for (int m = 0; m < 2; m++) {
+        fprintf(f, "%s\n    {\"name\": \"%s\", ", m ? "," : "", m ? "decoder" : "encoder");
+        if (M) fprintf(f, "\"offset\": %d, \"ranks\": [%d, %d], ", m ? enc : 0, m ? enc : 0,
+                       m ? world - 1 : enc - 1);
+        else {
+            fprintf(f, "\"ranks\": [");
+            for (int d = 0, n = 0; d < world; d++) {
+                int c[GRID_NAXES], dm;
+                device_at(G, M, pc, d, c, &dm);
+                if (dm == m) fprintf(f, "%s%d", n++ ? ", " : "", d);
+            }
+            fprintf(f, "], ");
+        }
+        fprintf(f, "\"tp\": %d, \"pp\": %d, \"dp\": %d, \"cp\": %d}", m ? tp : etp, m ? dpp : epp, dp, cp);
+    }
+    fprintf(f, "\n  ],\n");
     fprintf(f, "  \"device_count\": {\"formula\": \"dp*etp*epp*cp + dp*tp*pp*cp\", "
                "\"value\": \"%d*%d*%d*%d + %d*%d*%d*%d = %d\", \"world_size\": %d},\n",
             dp, etp, epp, cp, dp, tp, dpp, cp, enc + dp * tp * dpp * cp, world);

@@ -217,6 +217,13 @@ static int cmd_grid(int argc, char **argv) {
         return 2;
     }
     const pconfig_t *pc = &lo.pc;
+    if (pconfig_hetero(pc)) {
+        fprintf(stderr, "%s: svg grid: an encoder mesh beside the decoder's "
+                        "(--encoder-tensor-model-parallel-size %d < tp %d) is no one rank grid to draw; "
+                        "--print-layout prints both meshes and the bridge\n",
+                cli_name, pc->encoder_tp, pc->tp);
+        return 2;
+    }
     pp_plan_t pp;
     grid_t G;
     int sizes[GRID_NAXES];
