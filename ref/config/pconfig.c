@@ -250,6 +250,11 @@ static int encoder_validate(pconfig_t *pc, perr_t *err) {
     return 0;
 }
 
+/* What one data-parallel replica's devices are, in messages. */
+static const char *replica_name(const pconfig_t *pc) {
+    return pconfig_hetero(pc) ? "cp*(etp*epp + tp*pp) (an encoder mesh beside the decoder's)" : "tp*pp*cp";
+}
+
 /* The pipeline flags among themselves (pp.h checks them against the
  * model's layers): a schedule, and virtual stages only when interleaved. */
 static int pipeline_validate(pconfig_t *pc, perr_t *err) {
@@ -366,12 +371,13 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
     if (pc->dp == 0) { /* inferred from the world size, as Megatron does */
         int world = pc->world_size ? pc->world_size : model_par; /* dp = 1 */
         if (world % model_par)
-            return perr_set(err, "world-size: %d is not divisible by tp*pp*cp = %d", world, model_par);
+            return perr_set(err, "world-size: %d is not divisible by %s = %d", world, replica_name(pc),
+                            model_par);
         pc->dp = world / model_par;
     }
     if (pc->world_size && pc->world_size != pc->dp * model_par)
-        return perr_set(err, "world-size: %d does not equal data-parallel-size %d x tp*pp*cp %d",
-                        pc->world_size, pc->dp, model_par);
+        return perr_set(err, "world-size: %d does not equal data-parallel-size %d x %s %d",
+                        pc->world_size, pc->dp, replica_name(pc), model_par);
     pc->world_size = pc->dp * model_par;
     if (pc->dp % pc->ep && !pconfig_ep_folded(pc))
         return perr_set(err, "expert-model-parallel-size: %d must divide data-parallel-size %d "
@@ -402,9 +408,9 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
                         pc->global_batch);
     int B = pc->global_batch, dp = pc->dp;
     if (B % dp && dp_inferred && pc->world_size > 1)
-        return perr_set(err, "world-size: %d devices / tp*pp*cp %d = data-parallel-size %d, which does not "
+        return perr_set(err, "world-size: %d devices / %s %d = data-parallel-size %d, which does not "
                              "divide the global batch of %d sequences (each rank needs whole sequences)",
-                        pc->world_size, model_par, dp, B);
+                        pc->world_size, replica_name(pc), model_par, dp, B);
     if (B % dp)
         return perr_set(err, "data-parallel-size: %d does not divide the global batch of %d "
                              "sequences (each rank needs whole sequences)", dp, B);
