@@ -119,6 +119,20 @@ static void query_tiles(const attn_shape_t *s, int kj, int *q0, int *q1) {
     if (*q0 > *q1) *q0 = *q1;
 }
 
+/* out [T, D] (row stride ldo), query tile by query tile: round(sum over
+ * the key tiles it attends of S.B), S [T, T] a head's scores (query rows,
+ * key columns), B [T, D] the keys' rows (stride ldb). */
+static void query_tile_sums(const attn_shape_t *s, const float *S, const float *B, int ldb,
+                            float *out, int ldo, contract_ws_t *ws) {
+    const int T = s->T, D = s->C / s->H, Tt = s->tile, nT = T / Tt;
+    for (int qi = 0; qi < nT; qi++) {
+        int k0, k1;
+        key_tiles(s, qi, &k0, &k1);
+        contract(CONTRACT_NN, Tt, D, (k1 - k0) * Tt, Tt, D, Tt, S + (size_t)qi * Tt * T + (size_t)k0 * Tt,
+                 T, B + (size_t)k0 * Tt * ldb, ldb, out + (size_t)qi * Tt * ldo, ldo, ws);
+    }
+}
+
 /* out [T, D] (row stride ldo), key tile by key tile: round(sum over the
  * query tiles attending it of S^T.B), S [T, T] a head's scores (query
  * rows, key columns), B [T, D] the queries' rows (stride ldb); zeros for a
@@ -169,13 +183,7 @@ void attention_forward(float *ctx, float *e, float *ehat, float *z, const float 
                                               hi, T, scale, inv);
             }
             /* U = round(sum over key tiles of ehat.v), then o = U / Z */
-            for (int qi = 0; qi < nT; qi++) {
-                int k0, k1;
-                key_tiles(s, qi, &k0, &k1);
-                contract(CONTRACT_NN, Tt, D, (k1 - k0) * Tt, Tt, D, Tt,
-                         Eh + (size_t)qi * Tt * T + (size_t)k0 * Tt, T, v + (size_t)k0 * Tt * ld, ld,
-                         O + (size_t)qi * Tt * C, C, ws);
-            }
+            query_tile_sums(s, Eh, v, ld, O, C, ws);
             for (int i = 0; i < T; i++)
                 for (int d = 0; d < D; d++) O[(size_t)i * C + d] = O[(size_t)i * C + d] / Z[i];
         }
@@ -228,13 +236,7 @@ void attention_backward(float *dqkv, const float *dctx, const float *ctx, const 
             }
             /* dQ[qi] = round(sum over its key tiles of g.k);
              * dK[kj] = round(sum over the query tiles attending it of g^T.q) */
-            for (int qi = 0; qi < nT; qi++) {
-                int k0, k1;
-                key_tiles(s, qi, &k0, &k1);
-                contract(CONTRACT_NN, Tt, D, (k1 - k0) * Tt, Tt, D, Tt,
-                         G + (size_t)qi * Tt * T + (size_t)k0 * Tt, T, k + (size_t)k0 * Tt * ld, ld,
-                         dq + (size_t)qi * Tt * ld, ld, ws);
-            }
+            query_tile_sums(s, G, k, ld, dq, ld, ws);
             key_tile_sums(s, G, q, ld, dk, ld, ws);
         }
 }
