@@ -22,9 +22,10 @@ t=""
 if "$py" -c 'import torch' 2>/dev/null; then
   t=$("$py" "$root/tests/bench/t5_torch_step.py" "$cfg" "$steps" 2>&1 | sed -nE 's/^torch step median ([0-9.]+) ms$/\1/p')
 fi
-h=$("$PARITY" train --model t5-small --steps "$steps" --quiet --tensor-model-parallel-size 2 \
+hout=$("$PARITY" train --model t5-small --steps "$steps" --tensor-model-parallel-size 2 \
       --encoder-tensor-model-parallel-size 1 --encoder-pipeline-model-parallel-size 1 \
-      --num-microbatches 2 2>&1 | median)
+      --num-microbatches 2 2>&1)
+h=$(echo "$hout" | median)
 echo "t5-small, $steps steps a run, medians (ms a step):"
 printf '  parity golden step (one thread, stream of 256 rows)   %8s\n' "${p:-failed}"
 if [ -n "$t" ] && [ -n "$p" ]; then
@@ -32,4 +33,9 @@ if [ -n "$t" ] && [ -n "$p" ]; then
 else echo "  PyTorch: skipped (needs python3-torch)"; fi
 if [ -n "$h" ] && [ -n "$p" ]; then
   printf '  etp 1 < tp 2, epp 1 (1 + 2 devices on %s cores)        %8s   %.2fx the golden step'"'"'s speed\n' "$(nproc)" "$h" "$(echo "$p / $h" | bc -l)"
+  # the bridge's traffic and the memory estimate against what the devices used
+  echo "$hout" | grep -E '^  encoder-decoder bridge|^memory estimate per device' | sed 's/^ */  /'
+  echo "$hout" | awk '/^  [0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +\(peak total/ {
+      gsub(/[()]/, ""); if ($NF + 0 > max) max = $NF + 0 }
+    END { if (max) printf "  measured peak of the largest device: %.2f MB\n", max }'
 fi
