@@ -321,6 +321,8 @@ typedef struct {
                                               sequences, which gpt_slot_begin compacts) */
     int32_t *words;                        /* LLaVA: inputs with the image rows -1 (they look
                                               up no word), else NULL */
+    float *pictures;                       /* LLaVA: [n, patch_dim] the image rows' pictures */
+    int32_t *picture_rows;                 /* LLaVA: [n] their rows in the slot */
     float *emb;                            /* [n,C] embedding output (after dropout) */
     uint8_t *emb_keep;                     /* [n,C] or NULL */
     layer_acts_t *layer;                   /* [units]: unit u's at u - 1 */

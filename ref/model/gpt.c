@@ -65,6 +65,7 @@ static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_
     d.cp = (size_t)lc->cp;
     d.ep = (size_t)lc->ep;
     d.Fe = (size_t)lc->expert_ffn;
+    d.patch = (size_t)c->patch_dim;
     /* whole sequences arrive; gpt_slot_begin keeps the positions held */
     A->inputs = (int32_t *)carve(cv, d.mb * d.T * sizeof(int32_t));
     A->targets = (int32_t *)carve(cv, d.mb * d.T * sizeof(int32_t));

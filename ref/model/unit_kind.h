@@ -105,6 +105,7 @@ typedef struct {
     size_t E, K, R, Fe; /* experts, top-k, the experts' input rows (moe_rows), and
                            the FFN width of them held (gpt_local_t.expert_ffn) */
     size_t cp, ep;      /* context- and expert-parallel degrees */
+    size_t patch;       /* LLaVA: the values of an image patch (cfg.patch_dim) */
 } slot_dims_t;
 
 typedef struct unit_kind unit_kind_t;

@@ -13,7 +13,6 @@
  * (llava_picture), so the decoder can learn to read it. An image row's
  * token is that byte, which it does not look up (slot->words: -1).
  */
-#include <stdlib.h>
 #include <string.h>
 
 #include "unit_layer.h"
@@ -36,13 +35,17 @@ static void patch_layout(gpt_slot_t *A, int index, const slot_dims_t *d, int hel
                          carver_t *cv) {
     embedding_layout(A, index, d, held, next_held, cv);
     A->words = held ? (int32_t *)carve(cv, d->n * sizeof(int32_t)) : NULL;
+    A->pictures = held ? CARVE_F(cv, d->n * d->patch) : NULL;
+    A->picture_rows = held ? (int32_t *)carve(cv, d->n * sizeof(int32_t)) : NULL;
 }
 
 /* The image rows among `runs` of n_seq sequences (a subset of the
  * positions the slot holds, sequence parallelism's): their storage rows
- * (at[]) and the pictures of their tokens [k, patch_dim], k returned. */
-static int image_rows(const gpt_t *g, const gpt_slot_t *A, const cp_runs_t *runs, int n_seq,
-                      int *at, float *pictures) {
+ * (A->picture_rows) and the pictures of their tokens (A->pictures
+ * [k, patch_dim]), k returned. */
+static int image_rows(const gpt_t *g, gpt_slot_t *A, const cp_runs_t *runs, int n_seq) {
+    int32_t *at = A->picture_rows;
+    float *pictures = A->pictures;
     const int P = g->cfg.encoder_seq_length, D = g->cfg.patch_dim, Tc = g->local.seq_held;
     const cp_runs_t *all = &g->local.runs; /* the order of A->inputs' positions */
     int k = 0;
@@ -57,7 +60,7 @@ static int image_rows(const gpt_t *g, const gpt_slot_t *A, const cp_runs_t *runs
                         break;
                     }
                 llava_picture(&g->cfg, A->inputs[(size_t)s * Tc + i], pictures + (size_t)k * D);
-                at[k++] = row;
+                at[k++] = (int32_t)row;
             }
     return k;
 }
@@ -71,14 +74,12 @@ static linear_tiles_t patch_tiles(const model_config_t *c) {
 static void patch_rows(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
     const model_config_t *c = &g->cfg;
     const int C = c->hidden, D = c->patch_dim;
-    int *at = malloc((size_t)p->ns * sizeof *at);
-    float *pix = malloc((size_t)p->ns * D * sizeof *pix), *y = malloc((size_t)p->nsC * sizeof *y);
-    if (!at || !pix || !y) parity_fatal("out of memory for the patch embedding");
-    const int k = image_rows(g, A, &p->runs, p->n_seq, at, pix);
-    if (k) linear_forward(y, pix, unit_param(g, u, E_PATCH_W), unit_param(g, u, E_PATCH_B), k, D,
-                          C, patch_tiles(c), &g->ws);
-    for (int i = 0; i < k; i++) memcpy(A->emb + (size_t)at[i] * C, y + (size_t)i * C, C * sizeof(float));
-    free(at), free(pix), free(y);
+    float *y = g->scratch.d_tmp; /* [n, C]: the lookup's rows are already completed */
+    const int k = image_rows(g, A, &p->runs, p->n_seq);
+    if (k) linear_forward(y, A->pictures, unit_param(g, u, E_PATCH_W), unit_param(g, u, E_PATCH_B),
+                          k, D, C, patch_tiles(c), &g->ws);
+    for (int i = 0; i < k; i++)
+        memcpy(A->emb + (size_t)A->picture_rows[i] * C, y + (size_t)i * C, C * sizeof(float));
 }
 
 /* The words looked up: the inputs, -1 on the image rows (every position
@@ -105,15 +106,12 @@ static void patch_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_
     const model_config_t *c = &g->cfg;
     const int C = c->hidden, D = c->patch_dim;
     const float *d = embedding_unit_backward(g, u, A, p, A->words);
-    const size_t n = (size_t)p->n;
-    int *at = malloc(n * sizeof *at);
-    float *pix = malloc(n * D * sizeof *pix), *dy = malloc(n * C * sizeof *dy);
-    if (!at || !pix || !dy) parity_fatal("out of memory for the patch embedding");
-    const int k = image_rows(g, A, &g->local.runs, p->n_seq, at, pix);
-    for (int i = 0; i < k; i++) memcpy(dy + (size_t)i * C, d + (size_t)at[i] * C, C * sizeof(float));
-    if (k) linear_backward(NULL, unit_grad(g, u, E_PATCH_W), unit_grad(g, u, E_PATCH_B), dy, pix,
-                           unit_param(g, u, E_PATCH_W), k, D, C, patch_tiles(c), &g->ws);
-    free(at), free(pix), free(dy);
+    float *dy = g->scratch.d_tmp2; /* [n, C]: not the embedding backward's */
+    const int k = image_rows(g, A, &g->local.runs, p->n_seq);
+    for (int i = 0; i < k; i++)
+        memcpy(dy + (size_t)i * C, d + (size_t)A->picture_rows[i] * C, C * sizeof(float));
+    if (k) linear_backward(NULL, unit_grad(g, u, E_PATCH_W), unit_grad(g, u, E_PATCH_B), dy,
+                           A->pictures, unit_param(g, u, E_PATCH_W), k, D, C, patch_tiles(c), &g->ws);
 }
 
 const unit_kind_t unit_patch_embedding = {
