@@ -30,15 +30,15 @@ static int contains(const char *msg, const char *part) { return strstr(msg, part
 static mesh_grid_t two; /* ~130 KiB: static, not on a stack */
 
 static const mesh_spec_t two_specs[2] = {
-    {"A", "tp-cp-ep-dp-pp", {1, 1, 1, 2, 1}, 0},
-    {"B", "tp-cp-ep-dp-pp", {2, 1, 1, 2, 1}, 2},
+    {"A", "tp-cp-ep-dp-pp", {1, 1, 1, 1, 1, 2, 1}, 0},
+    {"B", "tp-cp-ep-dp-pp", {2, 1, 1, 1, 1, 2, 1}, 2},
 };
 
 /* For each dp d: A's rank with tp 0 on the last stage, then all of B's
  * first stage. */
 static const mesh_sel_t two_bridge[2] = {
-    {0, {0, 0, 0, MESH_ANY, MESH_LAST}},
-    {1, {MESH_ANY, 0, 0, MESH_ANY, 0}},
+    {0, {0, 0, 0, 0, 0, MESH_ANY, MESH_LAST}},
+    {1, {MESH_ANY, 0, 0, 0, 0, MESH_ANY, 0}},
 };
 
 static void test_two_meshes(void) {
@@ -77,7 +77,7 @@ static void test_two_meshes(void) {
     CHECK(GROUP_IS(two.all, 0, 1, 2, 3, 4, 5), "world group");
     /* selections and the bridges */
     int sel[6];
-    CHECK(mesh_select(&two, 1, (const int[GRID_NAXES]){MESH_LAST, 0, 0, MESH_ANY, 0}, sel, &e) == 2 &&
+    CHECK(mesh_select(&two, 1, (const int[GRID_NAXES]){MESH_LAST, 0, 0, 0, 0, MESH_ANY, 0}, sel, &e) == 2 &&
               sel[0] == 3 && sel[1] == 5, "B's last tp ranks: %d %d", sel[0], sel[1]);
     group_t *bridge[2] = {0};
     CHECK(mesh_bridge_create_all(&two, GRID_DP, two_bridge, 2, "bridge", bridge, &e) == 2, "%s", e.msg);
@@ -133,9 +133,9 @@ static void test_run_over_groups(void) {
 static void test_three_meshes(void) {
     static mesh_grid_t G;
     static const mesh_spec_t specs[3] = {
-        {"enc", "tp-pp-dp", {2, 1, 1, 1, 2}, 6},  /* world ranks 6..9 */
-        {"dec", "tp-pp-dp", {1, 1, 1, 2, 3}, 0},  /* 0..5 */
-        {"head", "dp-tp", {1, 1, 1, 2, 1}, 10},   /* 10, 11 */
+        {"enc", "tp-pp-dp", {2, 1, 1, 1, 1, 1, 2}, 6},  /* world ranks 6..9 */
+        {"dec", "tp-pp-dp", {1, 1, 1, 1, 1, 2, 3}, 0},  /* 0..5 */
+        {"head", "dp-tp", {1, 1, 1, 1, 1, 2, 1}, 10},   /* 10, 11 */
     };
     perr_t e = {{0}};
     CHECK(mesh_grid_init(&G, specs, 3, 0, &e) == 0, "%s", e.msg);
@@ -165,17 +165,17 @@ static void test_three_meshes(void) {
           d.coord[GRID_DP]);
     /* Megatron's embedding group: each replica's first and last decoder stage */
     group_t *emb[2] = {0};
-    const mesh_sel_t ends[2] = {{1, {0, 0, 0, MESH_ANY, 0}}, {1, {0, 0, 0, MESH_ANY, MESH_LAST}}};
+    const mesh_sel_t ends[2] = {{1, {0, 0, 0, 0, 0, MESH_ANY, 0}}, {1, {0, 0, 0, 0, 0, MESH_ANY, MESH_LAST}}};
     CHECK(mesh_bridge_create_all(&G, GRID_DP, ends, 2, "embd", emb, &e) == 2, "%s", e.msg);
     CHECK(GROUP_IS(emb[0], 0, 2) && GROUP_IS(emb[1], 3, 5), "embedding groups");
     group_destroy_all(emb, 2);
     /* the encoder's last stage to each decoder replica's head */
-    const mesh_sel_t hand[2] = {{0, {MESH_ANY, 0, 0, 0, MESH_LAST}}, {2, {0, 0, 0, 1, 0}}};
+    const mesh_sel_t hand[2] = {{0, {MESH_ANY, 0, 0, 0, 0, 0, MESH_LAST}}, {2, {0, 0, 0, 0, 0, 1, 0}}};
     group_t *g = mesh_group_select(&G, hand, 2, "hand", &e);
     CHECK(GROUP_IS(g, 8, 9, 11), "%s", e.msg);
     group_destroy(g);
     /* dp sizes differ: enc 1, dec 2 */
-    const mesh_sel_t mixed[2] = {{0, {0, 0, 0, MESH_ANY, MESH_LAST}}, {1, {0, 0, 0, MESH_ANY, 0}}};
+    const mesh_sel_t mixed[2] = {{0, {0, 0, 0, 0, 0, MESH_ANY, MESH_LAST}}, {1, {0, 0, 0, 0, 0, MESH_ANY, 0}}};
     CHECK(mesh_bridge_create_all(&G, GRID_DP, mixed, 2, "mixed", emb, &e) == -1 &&
               contains(e.msg, "mesh \"enc\" has dp=1 but mesh \"dec\" has dp=2"), "%s", e.msg);
     mesh_grid_free(&G);
@@ -195,23 +195,23 @@ static void refuses(const mesh_spec_t *specs, int n, int world, const char *part
 
 static void test_refusals(void) {
     const char *o = "tp-cp-ep-dp-pp";
-    refuses((const mesh_spec_t[]){{"A", o, {2, 1, 1, 2, 1}, 0}, {"B", o, {2, 1, 1, 1, 1}, 3}}, 2, 0,
+    refuses((const mesh_spec_t[]){{"A", o, {2, 1, 1, 1, 1, 2, 1}, 0}, {"B", o, {2, 1, 1, 1, 1, 1, 1}, 3}}, 2, 0,
             "rank 3 is in both mesh \"A\" (ranks 0..3) and mesh \"B\" (ranks 3..4)");
-    refuses((const mesh_spec_t[]){{"A", o, {2, 1, 1, 1, 1}, 0}, {"B", o, {2, 1, 1, 1, 1}, 3}}, 2, 0,
+    refuses((const mesh_spec_t[]){{"A", o, {2, 1, 1, 1, 1, 1, 1}, 0}, {"B", o, {2, 1, 1, 1, 1, 1, 1}, 3}}, 2, 0,
             "rank 2 is in no mesh");
-    refuses((const mesh_spec_t[]){{"A", o, {2, 1, 1, 1, 1}, 0}}, 1, 3, "rank 2 is in no mesh");
-    refuses((const mesh_spec_t[]){{"A", o, {2, 1, 1, 1, 1}, 0}, {"B", o, {1, 1, 1, 0, 1}, 2}}, 2, 0,
+    refuses((const mesh_spec_t[]){{"A", o, {2, 1, 1, 1, 1, 1, 1}, 0}}, 1, 3, "rank 2 is in no mesh");
+    refuses((const mesh_spec_t[]){{"A", o, {2, 1, 1, 1, 1, 1, 1}, 0}, {"B", o, {1, 1, 1, 1, 1, 0, 1}, 2}}, 2, 0,
             "mesh \"B\": dp size 0, expected >= 1");
-    refuses((const mesh_spec_t[]){{"A", o, {1, 1, 1, 1, 1}, 0}, {"B", "tp-zz-dp", {1, 1, 1, 1, 1}, 1}},
+    refuses((const mesh_spec_t[]){{"A", o, {1, 1, 1, 1, 1, 1, 1}, 0}, {"B", "tp-zz-dp", {1, 1, 1, 1, 1, 1, 1}, 1}},
             2, 0, "mesh \"B\": layout order 'tp-zz-dp': unknown dimension 'zz'");
-    refuses((const mesh_spec_t[]){{"A", "tp-pp", {1, 1, 1, 2, 1}, 0}}, 1, 0,
-            "mesh \"A\": layout sizes 'tp=1,cp=1,ep=1,dp=2,pp=1': dimension 'dp' is not in the order");
-    refuses((const mesh_spec_t[]){{"A", o, {1, 1, 1, 1, 1}, -1}}, 1, 0, "mesh \"A\": offset -1");
-    refuses((const mesh_spec_t[]){{"A", o, {4, 1, 1, 1, 1}, 0}}, 1, 2,
+    refuses((const mesh_spec_t[]){{"A", "tp-pp", {1, 1, 1, 1, 1, 2, 1}, 0}}, 1, 0,
+            "mesh \"A\": layout sizes 'tp=1,tp2=1,tp3=1,cp=1,ep=1,dp=2,pp=1': dimension 'dp' is not in the order");
+    refuses((const mesh_spec_t[]){{"A", o, {1, 1, 1, 1, 1, 1, 1}, -1}}, 1, 0, "mesh \"A\": offset -1");
+    refuses((const mesh_spec_t[]){{"A", o, {4, 1, 1, 1, 1, 1, 1}, 0}}, 1, 2,
             "mesh \"A\": ranks 0..3 go beyond the world of 2 devices");
-    refuses((const mesh_spec_t[]){{"A", o, {1, 1, 1, 1, 1}, 0}, {"A", o, {1, 1, 1, 1, 1}, 1}}, 2, 0,
+    refuses((const mesh_spec_t[]){{"A", o, {1, 1, 1, 1, 1, 1, 1}, 0}, {"A", o, {1, 1, 1, 1, 1, 1, 1}, 1}}, 2, 0,
             "mesh 1: name \"A\" is already mesh 0's");
-    refuses((const mesh_spec_t[]){{"", o, {1, 1, 1, 1, 1}, 0}}, 1, 0, "mesh 0: name is empty");
+    refuses((const mesh_spec_t[]){{"", o, {1, 1, 1, 1, 1, 1, 1}, 0}}, 1, 0, "mesh 0: name is empty");
     refuses(two_specs, 0, 0, "meshes: 0 given");
 
     /* groups on a good grid: ranks out of range, twice, bad coordinates */
@@ -224,11 +224,11 @@ static void test_refusals(void) {
     g = mesh_group_create(&bad, (const int[]){0, 2, 2}, 3, "bridge0", &e);
     CHECK(!g && contains(e.msg, "group 'bridge0': rank 2 appears twice (entries 1 and 2)"), "%s", e.msg);
     group_destroy(g);
-    const mesh_sel_t meet[2] = {{1, {0, 0, 0, 0, 0}}, {1, {MESH_ANY, 0, 0, 0, 0}}};
+    const mesh_sel_t meet[2] = {{1, {0, 0, 0, 0, 0, 0, 0}}, {1, {MESH_ANY, 0, 0, 0, 0, 0, 0}}};
     g = mesh_group_select(&bad, meet, 2, "meet", &e);
     CHECK(!g && contains(e.msg, "group 'meet': rank 2 appears twice"), "%s", e.msg);
     group_destroy(g);
-    const mesh_sel_t far[1] = {{1, {0, 0, 0, 2, 0}}};
+    const mesh_sel_t far[1] = {{1, {0, 0, 0, 0, 0, 2, 0}}};
     g = mesh_group_select(&bad, far, 1, "far", &e);
     CHECK(!g && contains(e.msg, "group 'far': selection 0: mesh \"B\": dp coordinate 2, expected 0..1"),
           "%s", e.msg);

@@ -46,7 +46,7 @@ static void grid_device_main(device_t *dev, void *arg) {
 static void test_grid_groups(void) {
     grid_t G;
     perr_t e;
-    int sizes[GRID_NAXES] = {2, 1, 1, 3, 2}, at[12];
+    int sizes[GRID_NAXES] = {2, 1, 1, 1, 1, 3, 2}, at[12];
     for (int c = 0; c < 12; c++) at[c] = c;
     CHECK(grid_init(&G, "tp-cp-ep-dp-pp", sizes, &e) == 0, "%s", e.msg);
     CHECK(G.world == 12, "world %d", G.world);
@@ -62,7 +62,7 @@ static void test_grid_groups(void) {
 static void test_grid_rank_list(void) {
     grid_t G;
     perr_t e;
-    int sizes[GRID_NAXES] = {2, 1, 1, 3, 2}, at[12];
+    int sizes[GRID_NAXES] = {2, 1, 1, 1, 1, 3, 2}, at[12];
     unsigned short list[12];
     for (int c = 0; c < 12; c++) list[c] = (unsigned short)(at[c] = (5 * c + 7) % 12);
     CHECK(grid_init_mapped(&G, "tp-cp-ep-dp-pp", sizes, list, 12, &e) == 0, "%s", e.msg);
@@ -89,13 +89,13 @@ static void test_grid_rank_list(void) {
 static void test_grid_order(void) {
     grid_t G;
     perr_t e;
-    int sizes[GRID_NAXES] = {2, 1, 1, 2, 1};
+    int sizes[GRID_NAXES] = {2, 1, 1, 1, 1, 2, 1};
     CHECK(grid_init(&G, "dp-tp", sizes, &e) == 0, "%s", e.msg);
     grid_device_t d = grid_device(&G, 1);
     CHECK(d.coord[GRID_DP] == 1 && d.coord[GRID_TP] == 0, "dp %d tp %d", d.coord[GRID_DP],
           d.coord[GRID_TP]);
     grid_free(&G);
-    int bad[GRID_NAXES] = {2, 1, 1, 1, 1};
+    int bad[GRID_NAXES] = {2, 1, 1, 1, 1, 1, 1};
     CHECK(grid_init(&G, "dp-pp", bad, &e) != 0 && strstr(e.msg, "tp"),
           "an axis > 1 the order leaves out: '%s'", e.msg);
     bad[GRID_TP] = 0;
@@ -106,7 +106,7 @@ static void test_block_and_runs(void) {
     /* W [6, 8] cut along axis 1 over tp=2 (row-parallel), align 2 */
     int64_t shape[2] = {6, 8};
     placement_t p = placement_cut(placement_replicated(2, shape), 1, GRID_TP, 2);
-    int sizes[GRID_NAXES] = {2, 1, 1, 1, 1}, coord[GRID_NAXES] = {1, 0, 0, 0, 0};
+    int sizes[GRID_NAXES] = {2, 1, 1, 1, 1, 1, 1}, coord[GRID_NAXES] = {1, 0, 0, 0, 0, 0, 0};
     perr_t e;
     CHECK(placement_check(&p, sizes, "w", &e) == 0, "%s", e.msg);
     int64_t lo[PL_MAX_DIMS], ext[PL_MAX_DIMS];
@@ -122,7 +122,7 @@ static void test_block_and_runs(void) {
           (double)local[23]);
     memset(back, 0, sizeof back);
     for (int r = 0; r < 2; r++) {
-        int c2[GRID_NAXES] = {r, 0, 0, 0, 0};
+        int c2[GRID_NAXES] = {r, 0, 0, 0, 0, 0, 0};
         float piece[24];
         placement_take(&p, sizes, c2, global, piece);
         placement_put(&p, sizes, c2, piece, back);
@@ -141,7 +141,7 @@ static void test_nested_cuts(void) {
     int64_t shape[2] = {4, 6};
     placement_t p = placement_cut(placement_cut(placement_replicated(2, shape), 0, GRID_TP, 1), 1,
                                   GRID_CP, 1);
-    int sizes[GRID_NAXES] = {2, 3, 1, 1, 1}, coord[GRID_NAXES] = {1, 2, 0, 0, 0};
+    int sizes[GRID_NAXES] = {2, 1, 1, 3, 1, 1, 1}, coord[GRID_NAXES] = {1, 0, 0, 2, 0, 0, 0};
     int64_t lo[PL_MAX_DIMS], ext[PL_MAX_DIMS];
     placement_block(&p, sizes, coord, lo, ext);
     CHECK(lo[0] == 2 && lo[1] == 4 && ext[0] == 2 && ext[1] == 2, "block %lld,%lld", (long long)lo[0],
@@ -152,8 +152,8 @@ static void test_replicas(void) {
     int64_t shape[1] = {8};
     placement_t rep = placement_replicated(1, shape);
     placement_t col = placement_cut(rep, 0, GRID_TP, 1);
-    int sizes[GRID_NAXES] = {2, 1, 1, 2, 1};
-    int c00[GRID_NAXES] = {0}, c10[GRID_NAXES] = {1, 0, 0, 0, 0}, c01[GRID_NAXES] = {0, 0, 0, 1, 0};
+    int sizes[GRID_NAXES] = {2, 1, 1, 1, 1, 2, 1};
+    int c00[GRID_NAXES] = {0}, c10[GRID_NAXES] = {1, 0, 0, 0, 0, 0, 0}, c01[GRID_NAXES] = {0, 0, 0, 0, 0, 1, 0};
     CHECK(!placement_is_extra_replica(&rep, sizes, c00), "rank (0,0) holds the first copy");
     CHECK(placement_is_extra_replica(&rep, sizes, c10), "a tp replica is extra");
     CHECK(placement_is_extra_replica(&rep, sizes, c01), "a dp replica is extra");
@@ -174,14 +174,14 @@ static void test_replicas(void) {
 static void test_whole_grid_3d(void) {
     const int64_t shape[3] = {2, 8, 6};
     const placement_t p = placement_cut(placement_replicated(3, shape), 1, GRID_TP, 2);
-    const int sizes[GRID_NAXES] = {2, 1, 1, 2, 2};
+    const int sizes[GRID_NAXES] = {2, 1, 1, 1, 1, 2, 2};
     float global[96], back[96], local[48];
     for (int i = 0; i < 96; i++) global[i] = (float)i, back[i] = -1.0f;
     CHECK(placement_check(&p, sizes, "stack", NULL) == 0, "3-D cut fits");
     CHECK(placement_local_numel(&p, sizes) == 48, "block numel %zu", placement_local_numel(&p, sizes));
     int puts = 0;
     for (int k = 0; k < 8; k++) {
-        const int coord[GRID_NAXES] = {k & 1, 0, 0, k >> 1 & 1, k >> 2};
+        const int coord[GRID_NAXES] = {k & 1, 0, 0, 0, 0, k >> 1 & 1, k >> 2};
         int64_t lo[PL_MAX_DIMS], ext[PL_MAX_DIMS];
         placement_block(&p, sizes, coord, lo, ext);
         CHECK(lo[0] == 0 && ext[0] == 2 && lo[1] == 4 * (k & 1) && ext[1] == 4 && ext[2] == 6,
@@ -206,7 +206,7 @@ static void test_whole_grid_3d(void) {
 static void test_errors(void) {
     int64_t shape[2] = {48, 16}; /* e.g. qkv rows of 4 heads x 3 x D=4 */
     placement_t p = placement_cut(placement_replicated(2, shape), 0, GRID_TP, 12);
-    int sizes[GRID_NAXES] = {8, 1, 1, 1, 1};
+    int sizes[GRID_NAXES] = {8, 1, 1, 1, 1, 1, 1};
     perr_t e;
     CHECK(placement_check(&p, sizes, "layers.0.qkv", &e) != 0 && strstr(e.msg, "tp=8") &&
               strstr(e.msg, "layers.0.qkv") && strstr(e.msg, "4 blocks of 12"),
@@ -222,7 +222,7 @@ static void test_errors(void) {
 static void test_uneven(void) {
     const int64_t shape[2] = {33 * 8, 3};
     placement_t p = placement_cut_uneven(placement_replicated(2, shape), 0, GRID_TP, 8);
-    int sizes[GRID_NAXES] = {4, 1, 1, 1, 1}, coord[GRID_NAXES] = {0};
+    int sizes[GRID_NAXES] = {4, 1, 1, 1, 1, 1, 1}, coord[GRID_NAXES] = {0};
     perr_t e;
     CHECK(placement_check(&p, sizes, "wte", &e) == 0, "%s", e.msg);
     float global[33 * 8 * 3], back[33 * 8 * 3], local[9 * 8 * 3];

@@ -106,7 +106,7 @@ static int run_reports(const char *flags, pconfig_t *pc, device_report_t *rep, c
 
 static int grid_stage(const pconfig_t *pc, int device) {
     grid_t G;
-    const int sizes[GRID_NAXES] = {pc->tp, 1, 1, pc->dp, pc->pp};
+    const int sizes[GRID_NAXES] = {pc->tp, 1, 1, 1, 1, pc->dp, pc->pp};
     if (grid_init_mapped(&G, pc->order, sizes, pc->rank_list, pc->n_rank_list, NULL)) return -1;
     int s = grid_device(&G, device).coord[GRID_PP];
     grid_free(&G);

@@ -10,7 +10,7 @@
  * (grid_init_mapped) places the order's positions on any world ranks.
  *
  *   grid_t G;
- *   grid_init(&G, "tp-cp-ep-dp-pp", (int[GRID_NAXES]){tp, cp, ep, dp, pp}, &err);
+ *   grid_init(&G, "tp-cp-ep-dp-pp", (int[GRID_NAXES]){tp, 1, 1, cp, ep, dp, pp}, &err);
  *   ... in a device thread:
  *   grid_device_t d = grid_device(&G, device_self());
  *   coll_all_reduce(d.group[GRID_TP], ...);
@@ -21,9 +21,20 @@
 #include "parity/error.h"
 #include "parity/runtime.h"
 
-typedef enum { GRID_TP, GRID_CP, GRID_EP, GRID_DP, GRID_PP, GRID_NAXES } grid_axis_t;
+/* GRID_TP2 and GRID_TP3 are tensor parallelism's sub-axes (Colossal-AI's
+ * 2-D, 2.5-D and 3-D modes, pconfig.h's tp_mode); with 1-D tensor
+ * parallelism they have size 1 and GRID_TP is the whole tp group. Their
+ * meaning by mode (the stream's features are always cut over GRID_TP, its
+ * sequences over GRID_TP2 x GRID_TP3):
+ *   2-D   tp: column (its groups are the rows)   tp2: row      tp3: -
+ *   2.5-D tp: column                              tp2: row      tp3: depth
+ *   3-D   tp: output                              tp2: input    tp3: weight
+ * An order string's "tp" stands for "tp-tp2-tp3" (tp fastest). */
+typedef enum {
+    GRID_TP, GRID_TP2, GRID_TP3, GRID_CP, GRID_EP, GRID_DP, GRID_PP, GRID_NAXES
+} grid_axis_t;
 
-/* "tp", "cp", "ep", "dp", "pp". */
+/* "tp", "tp2", "tp3", "cp", "ep", "dp", "pp". */
 const char *grid_axis_name(grid_axis_t a);
 
 typedef struct {

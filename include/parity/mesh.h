@@ -17,13 +17,13 @@
  * embedding group joining the first and last pipeline stages.
  *
  *   mesh_spec_t s[2] = {
- *       {"encoder", "tp-cp-ep-dp-pp", {1, 1, 1, 2, 1}, 0},   // world ranks 0,1
- *       {"decoder", "tp-cp-ep-dp-pp", {2, 1, 1, 2, 1}, 2}};  // world ranks 2..5
+ *       {"encoder", "tp-cp-ep-dp-pp", {1, 1, 1, 1, 1, 2, 1}, 0},   // world ranks 0,1
+ *       {"decoder", "tp-cp-ep-dp-pp", {2, 1, 1, 1, 1, 2, 1}, 2}};  // world ranks 2..5
  *   static mesh_grid_t G;                                    // ~130 KiB: not on a stack
  *   mesh_grid_init(&G, s, 2, 6, &err);
  *   // for each dp d: {encoder tp=0 pp=last, dp=d} + {decoder pp=0, dp=d, every tp}
- *   mesh_sel_t b[2] = {{0, {0, 0, 0, MESH_ANY, MESH_LAST}},
- *                      {1, {MESH_ANY, 0, 0, MESH_ANY, 0}}};
+ *   mesh_sel_t b[2] = {{0, {0, 0, 0, 0, 0, MESH_ANY, MESH_LAST}},
+ *                      {1, {MESH_ANY, 0, 0, 0, 0, MESH_ANY, 0}}};
  *   group_t *bridge[2];                          // [0,2,3] [1,4,5]
  *   mesh_bridge_create_all(&G, GRID_DP, b, 2, "bridge", bridge, &err);
  *   ... in a device thread:

@@ -22,6 +22,8 @@ typedef enum { PC_PP_DEFAULT = 0, PC_PP_1F1B, PC_PP_GPIPE, PC_PP_INTERLEAVED, PC
 enum { PC_MAX_SPLIT = 64, PC_MAX_CHUNKS = 16 /* = GPT_MAX_CHUNKS */,
        PC_MAX_RANKS = PARITY_MAX_DEVICES };
 
+typedef enum { PC_TP_1D = 0, PC_TP_2D, PC_TP_25D, PC_TP_3D } pc_tp_mode_t;
+
 typedef struct {
     /* degrees; 0 = not given (inferred or 1) */
     int world_size;
@@ -32,6 +34,12 @@ typedef struct {
     int sequence_parallel;     /* --sequence-parallel: LayerNorm/dropout regions hold T/tp positions */
     int tp_row_linears;        /* --tensor-parallel-row-linears: every linear row-parallel (the
                                   patterns file's sharding_dim 0) instead of Megatron's pairing */
+    /* Colossal-AI's tensor-parallel modes (--tensor-parallel-mode, the
+     * Colossal config's tensor=dict(mode=...)): tp devices as q x q (2-D,
+     * SUMMA), q x q x depth (2.5-D) or q x q x q (3-D); tp_depth is
+     * 2.5-D's depth (0: not given). pconfig_tp_sub gives the sub-axes. */
+    int tp_mode;               /* pc_tp_mode_t */
+    int tp_depth;
     int cp_comm;               /* --cp-comm-type: 0 p2p (the ring), 1 a2a (Ulysses): cp.h's cp_comm_t */
     char order[32];            /* rank order, first varies fastest: "tp-cp-ep-dp-pp" */
     /* An explicit placement (--rank-list, a patterns device_mapping that is
@@ -89,14 +97,38 @@ static inline unsigned pconfig_tp_opts(const pconfig_t *pc) {
            (pc->cp_comm ? 4u : 0u) | (pc->etp > 1 ? 8u : 0u) | (pconfig_ep_folded(pc) ? 1u << 16 : 0u) |
            (cp << 17) | (pconfig_ep_folded(pc) ? 0u : ep << 4);
 }
-/* The grid's sizes along tp, cp, ep, dp, pp (grid.h's axis order): the
- * expert-parallel ranks are taken out of the data-parallel ones
- * (Megatron's rule), so the dp axis holds dp / ep and ep x (dp axis) is
- * the data-parallel degree. */
-static inline void pconfig_grid_sizes(const pconfig_t *pc, int sizes[5]) {
+/* "1d", "2d", "2.5d", "3d". */
+const char *pconfig_tp_mode_name(int mode);
+/* tp's sub-axes (grid.h's GRID_TP, GRID_TP2, GRID_TP3): 1-D {tp, 1, 1};
+ * 2-D {q, q, 1}; 2.5-D {q, q, depth}; 3-D {q, q, q}. */
+static inline void pconfig_tp_sub(const pconfig_t *pc, int sub[3]) {
+    const int tp = pc->tp > 1 ? pc->tp : 1, d = pc->tp_depth > 1 ? pc->tp_depth : 1;
+    int q = 1;
+    if (pc->tp_mode == PC_TP_3D)
+        while ((q + 1) * (q + 1) * (q + 1) <= tp) q++;
+    else if (pc->tp_mode != PC_TP_1D)
+        while ((q + 1) * (q + 1) * d <= tp) q++;
+    sub[0] = pc->tp_mode == PC_TP_1D ? tp : q;
+    sub[1] = pc->tp_mode == PC_TP_1D ? 1 : q;
+    sub[2] = pc->tp_mode == PC_TP_3D ? q : pc->tp_mode == PC_TP_25D ? d : 1;
+}
+/* The blocks a microbatch's sequences are cut into over tp's sub-axes
+ * (2-D: q rows; 2.5-D: q rows x depth; 3-D: q x q): 1 in 1-D. */
+static inline int pconfig_tp_batch_blocks(const pconfig_t *pc) {
+    int sub[3];
+    pconfig_tp_sub(pc, sub);
+    return pc->tp_mode == PC_TP_1D ? 1 : sub[1] * sub[2];
+}
+/* The grid's sizes along tp, tp2, tp3, cp, ep, dp, pp (grid.h's axis
+ * order): the expert-parallel ranks are taken out of the data-parallel
+ * ones (Megatron's rule), so the dp axis holds dp / ep and ep x (dp axis)
+ * is the data-parallel degree. */
+static inline void pconfig_grid_sizes(const pconfig_t *pc, int sizes[7]) {
     const int ep = pc->ep > 1 && !pconfig_ep_folded(pc) ? pc->ep : 1, dp = pc->dp > 1 ? pc->dp : 1;
-    const int s[5] = {pc->tp, pc->cp, ep, dp / ep, pc->pp};
-    for (int a = 0; a < 5; a++) sizes[a] = s[a] > 1 ? s[a] : 1;
+    int sub[3];
+    pconfig_tp_sub(pc, sub);
+    const int s[7] = {sub[0], sub[1], sub[2], pc->cp, ep, dp / ep, pc->pp};
+    for (int a = 0; a < 7; a++) sizes[a] = s[a] > 1 ? s[a] : 1;
 }
 /* Heterogeneous meshes: an encoder mesh of etp < tp (mesh.h; Megatron-
  * core's --encoder-tensor-model-parallel-size) at world ranks 0 ..

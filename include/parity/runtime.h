@@ -180,7 +180,7 @@ typedef enum {
     DEVICE_PASS_SETUP, DEVICE_PASS_FORWARD, DEVICE_PASS_BACKWARD, DEVICE_PASS_REDUCE,
     DEVICE_PASS_OPTIMIZER, DEVICE_PASS_DONE
 } device_pass_t;
-enum { DEVICE_DEBUG_AXES = 5 }; /* tp, cp, ep, dp, pp: grid.h's grid_axis_t order */
+enum { DEVICE_DEBUG_AXES = 7 }; /* tp, tp2, tp3, cp, ep, dp, pp: grid.h's grid_axis_t order */
 typedef struct {
     _Atomic int tid;           /* the device thread's Linux thread id (gdb's LWP) */
     _Atomic int has_coords;    /* coord[] was noted for this run */

@@ -80,6 +80,7 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
         {"--zero-stage", &pc->zero_stage, 0, 3, PC_GIVEN_ZERO},
         {"--encoder-tensor-model-parallel-size", &pc->encoder_tp, 1, PARITY_MAX_DEVICES, 0},
         {"--encoder-pipeline-model-parallel-size", &pc->encoder_pp, 0, PARITY_MAX_DEVICES, 0},
+        {"--tensor-parallel-depth", &pc->tp_depth, 1, PARITY_MAX_DEVICES, 0},
     };
     for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
         if (strcmp(flag, ints[k].flag)) continue;
@@ -115,6 +116,18 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
                             strlen(val) >= sizeof pc->order ? "" : why.msg);
         strcpy(pc->order, val);
         pc->given |= PC_GIVEN_ORDER;
+        *i += 2;
+        return 1;
+    }
+    if (!strcmp(flag, "--tensor-parallel-mode")) {
+        if (num_flag_value(flag, val, err)) return -1;
+        int mode = -1;
+        for (int m = PC_TP_1D; m <= PC_TP_3D; m++)
+            if (!strcmp(val, pconfig_tp_mode_name(m))) mode = m;
+        if (mode < 0)
+            return perr_set(err, "--tensor-parallel-mode: expected 1d, 2d, 2.5d or 3d (Colossal-AI's "
+                                 "modes), got '%s'", val);
+        pc->tp_mode = mode;
         *i += 2;
         return 1;
     }
@@ -317,6 +330,60 @@ static int rank_list_validate(pconfig_t *pc, perr_t *err) {
     return 0;
 }
 
+const char *pconfig_tp_mode_name(int mode) {
+    static const char *const names[] = {"1d", "2d", "2.5d", "3d"};
+    return mode >= PC_TP_1D && mode <= PC_TP_3D ? names[mode] : "?";
+}
+
+/* Colossal-AI's 2-D, 2.5-D and 3-D modes: the degree's shape, and what
+ * they do not combine with (yet). */
+static int tp_mode_validate(const pconfig_t *pc, perr_t *err) {
+    const int tp = pc->tp > 1 ? pc->tp : 1;
+    if (pc->tp_depth && pc->tp_mode != PC_TP_25D)
+        return perr_set(err, "tensor-parallel-depth: only mode 2.5d takes a depth (the mode is %s)",
+                        pconfig_tp_mode_name(pc->tp_mode));
+    if (pc->tp_mode == PC_TP_1D) return 0;
+    const char *mode = pconfig_tp_mode_name(pc->tp_mode);
+    if (pc->tp_mode == PC_TP_25D && !pc->tp_depth)
+        return perr_set(err, "tensor-parallel-depth: missing: mode 2.5d needs --tensor-parallel-depth "
+                             "D (tp = q x q x D)");
+    int sub[3];
+    pconfig_tp_sub(pc, sub);
+    if (tp < 2 || sub[0] * sub[1] * sub[2] != tp || sub[0] < 2)
+        return perr_set(err, "tensor-model-parallel-size: %d for mode %s: expected %s with q >= 2", tp,
+                        mode,
+                        pc->tp_mode == PC_TP_2D    ? "a square q x q (4, 9, 16, ...)"
+                        : pc->tp_mode == PC_TP_3D ? "a cube q x q x q (8, 27, ...)"
+                                                  : "q x q x depth");
+    const struct { int bad; const char *what; } refused[] = {
+        {pc->sequence_parallel, "sequence-parallel (Megatron 1-D's)"},
+        {pc->tp_row_linears, "tensor-parallel-row-linears (Megatron 1-D's)"},
+        {pc->cp > 1, "context-parallel-size > 1"},
+        {pc->ep > 1 || pc->etp > 1, "expert parallelism"},
+        {pc->encoder_pp > 0 || pc->encoder_tp > 0, "an encoder's own degrees"},
+    };
+    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++)
+        if (refused[k].bad)
+            return perr_set(err, "tensor-parallel-mode: %s is not combined with %s in parity", mode,
+                            refused[k].what);
+    return 0;
+}
+
+/* Each microbatch's sequences are cut into whole blocks over tp's
+ * sub-axes (Colossal's [b/q, s, h/q]). */
+static int tp_batch_validate(const pconfig_t *pc, perr_t *err) {
+    const int nb = pconfig_tp_batch_blocks(pc), per = pc->global_batch / pc->dp, m = pc->accum_degree;
+    if (nb == 1) return 0;
+    if (per % m || (per / m) % nb)
+        return perr_set(err, "micro-batch-size: mode %s cuts each microbatch's sequences into %d "
+                             "blocks (%s), but %d sequences per data-parallel rank in %d microbatches "
+                             "are not whole multiples of %d",
+                        pconfig_tp_mode_name(pc->tp_mode), nb,
+                        pc->tp_mode == PC_TP_3D ? "q x q" : pc->tp_mode == PC_TP_25D ? "q x depth" : "q",
+                        per, m, nb);
+    return 0;
+}
+
 int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
     if (pc->dtype != PC_DTYPE_FP32)
         return perr_set(err, "dtype: %s is not yet supported (mixed precision does not exist yet); "
@@ -344,7 +411,7 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
         return perr_set(err, "cp-comm-type: a2a (Ulysses) needs context-parallel-size > 1");
     if ((pc->given & PC_GIVEN_CP_COMM) && pc->cp == 1) /* p2p too: accepted and ignored otherwise */
         return perr_set(err, "cp-comm-type: p2p (ring attention) needs context-parallel-size > 1");
-    if (encoder_validate(pc, err) || pipeline_validate(pc, err)) return -1;
+    if (encoder_validate(pc, err) || pipeline_validate(pc, err) || tp_mode_validate(pc, err)) return -1;
     if (pc->tp_row_linears && pc->tp == 1)
         return perr_set(err, "tensor-parallel-row-linears: needs tensor-model-parallel-size > 1");
     if (pc->tp_row_linears && pc->sequence_parallel)
@@ -437,6 +504,7 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
                             pc->micro_batch, B / dp, B, dp);
         pc->accum_degree = B / dp / pc->micro_batch;
     }
+    if (tp_batch_validate(pc, err)) return -1;
     if (pc->pp_schedule == PC_PP_INTERLEAVED && pc->accum_degree % pc->pp)
         return perr_set(err, "num-microbatches: %d is not a multiple of pipeline-model-parallel-size "
                              "%d, which the interleaved schedule needs (microbatches go round the "
@@ -446,8 +514,13 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
 
 void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
     static const char *sched[] = {"", "1f1b", "gpipe", "interleaved", "naive"};
-    char tp[24] = "", pp[48] = "";
-    if (pc->tp > 1)
+    char tp[64] = "", pp[48] = "";
+    if (pc->tp > 1 && pc->tp_mode != PC_TP_1D) {
+        int sub[3];
+        pconfig_tp_sub(pc, sub);
+        snprintf(tp, sizeof tp, "tp=%d %s(%dx%dx%d) ", pc->tp, pconfig_tp_mode_name(pc->tp_mode),
+                 sub[0], sub[1], sub[2]);
+    } else if (pc->tp > 1)
         snprintf(tp, sizeof tp, "tp=%d%s%s ", pc->tp, pc->sequence_parallel ? " sp" : "",
                  pc->tp_row_linears ? " row" : "");
     if (pc->encoder_pp)
@@ -478,6 +551,10 @@ void pconfig_print_help(FILE *f) {
           "                            (all-gather before column-, reduce-scatter after row-parallel)\n"
           "  --tensor-parallel-row-linears   with tp: every linear split on its input features (row-\n"
           "                            parallel, outputs completed across tp), attention and GeLU whole\n"
+          "  --tensor-parallel-mode 1d|2d|2.5d|3d   Colossal-AI's mode for the tp devices: 1d\n"
+          "                            (Megatron's, the default), 2d (SUMMA on q x q), 2.5d (q x q x\n"
+          "                            depth), 3d (q x q x q); an order's tp is then tp-tp2-tp3\n"
+          "  --tensor-parallel-depth D 2.5d's depth (tp = q x q x D)\n"
           "  --pipeline-model-parallel-size N   pipeline stages (layers split uniformly)\n"
           "  --pipeline-layer-split A,B,..  layers per stage instead (one entry per stage)\n"
           "  --encoder-pipeline-model-parallel-size N   an encoder-decoder's encoder on N stages of\n"

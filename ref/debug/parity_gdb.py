@@ -31,7 +31,7 @@
 import gdb
 import gdb.printing
 
-AXES = ("tp", "cp", "ep", "dp", "pp")
+AXES = ("tp", "tp2", "tp3", "cp", "ep", "dp", "pp")
 PASSES = ("setup", "forward", "backward", "gradient reduction", "optimizer", "finished")
 
 
@@ -70,7 +70,9 @@ def coords_text(r):
     c = coords(r)
     if c is None:
         return "(no grid)"
-    return ", ".join("%s %d" % (AXES[a], c[a]) for a in range(len(AXES)))
+    sizes = grid_sizes()  # tp's sub-axes only where the mode has them (2-D, 2.5-D, 3-D)
+    return ", ".join("%s %d" % (AXES[a], c[a]) for a in range(len(AXES))
+                     if AXES[a] not in ("tp2", "tp3") or sizes[a] > 1)
 
 
 def device_of_thread(thread):

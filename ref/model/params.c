@@ -46,7 +46,7 @@ unsigned placement_reduce_axes_at(const placement_t *pl, const int sizes[GRID_NA
 }
 
 unsigned placement_reduce_axes(const placement_t *pl) {
-    static const int no_ep[GRID_NAXES] = {1, 1, 1, 1, 1};
+    static const int no_ep[GRID_NAXES] = {1, 1, 1, 1, 1, 1, 1};
     return placement_reduce_axes_at(pl, no_ep);
 }
 

@@ -7,7 +7,7 @@ _Static_assert((int)GRID_NAXES == (int)DEVICE_DEBUG_AXES, "runtime.h's debug tab
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const axis_names[GRID_NAXES] = {"tp", "cp", "ep", "dp", "pp"};
+static const char *const axis_names[GRID_NAXES] = {"tp", "tp2", "tp3", "cp", "ep", "dp", "pp"};
 
 const char *grid_axis_name(grid_axis_t a) {
     return (unsigned)a < GRID_NAXES ? axis_names[a] : "?axis";
@@ -17,10 +17,27 @@ int grid_init(grid_t *G, const char *order, const int sizes[GRID_NAXES], perr_t 
     return grid_init_mapped(G, order, sizes, NULL, 0, err);
 }
 
+/* order with its "tp" standing for tp's sub-axes, "tp-tp2-tp3", where they
+ * have size > 1 and the order does not name them itself. */
+static void expand_tp(char *out, size_t cap, const char *order, const int sizes[GRID_NAXES]) {
+    snprintf(out, cap, "%s", order ? order : "");
+    if ((sizes[GRID_TP2] <= 1 && sizes[GRID_TP3] <= 1) || !order || strstr(order, "tp2") ||
+        strstr(order, "tp3"))
+        return;
+    for (const char *p = order; *p; p++) {
+        if (p[0] != 't' || p[1] != 'p') continue;
+        if ((p == order || p[-1] == '-') && (p[2] == 0 || p[2] == '-')) {
+            snprintf(out, cap, "%.*stp-tp2-tp3%s", (int)(p - order), order, p + 2);
+            return;
+        }
+    }
+}
+
 int grid_init_mapped(grid_t *G, const char *order, const int sizes[GRID_NAXES],
                      const unsigned short *ranks, int n, perr_t *err) {
     memset(G, 0, sizeof *G);
-    snprintf(G->order, sizeof G->order, "%s", order ? order : "");
+    expand_tp(G->order, sizeof G->order, order, sizes);
+    order = G->order;
     /* sizes for the axes the order names, and for any axis > 1 (which
      * layout_init then refuses by name if the order leaves it out) */
     char spec[160];

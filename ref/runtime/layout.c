@@ -15,9 +15,9 @@
 #include <string.h>
 
 /* Dimensions the order string may name; extend here for new modes. */
-static const char *const known_dims[] = {"tp", "cp", "ep", "dp", "pp"};
+static const char *const known_dims[] = {"tp", "tp2", "tp3", "cp", "ep", "dp", "pp"};
 #define NKNOWN ((int)(sizeof known_dims / sizeof known_dims[0]))
-#define KNOWN_LIST "tp, cp, ep, dp, pp"
+#define KNOWN_LIST "tp, tp2, tp3, cp, ep, dp, pp"
 
 static int is_known(const char *name, size_t len) {
     for (int i = 0; i < NKNOWN; i++)

@@ -31,8 +31,9 @@ static int mesh_init_one(mesh_t *M, const mesh_spec_t *s, int index, perr_t *e) 
     /* every axis named, so layout_init refuses by name a size > 1 on an
      * axis the order leaves out (size 1 there is accepted) */
     char spec[128];
-    snprintf(spec, sizeof spec, "tp=%d,cp=%d,ep=%d,dp=%d,pp=%d", s->size[GRID_TP], s->size[GRID_CP],
-             s->size[GRID_EP], s->size[GRID_DP], s->size[GRID_PP]);
+    snprintf(spec, sizeof spec, "tp=%d,tp2=%d,tp3=%d,cp=%d,ep=%d,dp=%d,pp=%d", s->size[GRID_TP],
+             s->size[GRID_TP2], s->size[GRID_TP3], s->size[GRID_CP], s->size[GRID_EP],
+             s->size[GRID_DP], s->size[GRID_PP]);
     perr_t why;
     if (layout_init(&M->layout, s->order, spec, &why))
         return perr_set(e, "mesh \"%s\": %s", M->name, why.msg);
