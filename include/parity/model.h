@@ -214,7 +214,7 @@ int  param_table_build_at(param_table_t *t, const model_config_t *cfg,
 enum { GPT_TP_SP = 1u, GPT_TP_ROW_LINEARS = 2u };
 /* Context parallelism in the same options: the degree in the bits from
  * GPT_CP_SHIFT up, and Ulysses (all-to-all) instead of the ring. */
-enum { GPT_CP_ULYSSES = 4u, GPT_CP_SHIFT = 17 };
+enum { GPT_CP_ULYSSES = 4u, GPT_CP_SHIFT = 17, GPT_CP_MASK = 0x7ff /* cp <= 2047 */ };
 /* Expert tensor parallelism (--expert-tensor-parallel-size = tp): each
  * expert's FFN split over the tp group as the dense MLP's is (fc1
  * column-parallel, fc2 row-parallel, whole FFN tiles); without it every
@@ -226,11 +226,17 @@ enum { GPT_EXPERT_TP = 8u };
  * of the tp group runs experts [q E/tp, (q+1) E/tp) on every row and the
  * group all-gathers the outputs: no all-to-all. */
 enum { GPT_EXPERT_FOLD_TP = 1u << 16 };
+/* Colossal-AI's tensor-parallel mode (pconfig.h's pc_tp_mode_t) in bits
+ * GPT_TP_MODE_SHIFT ..+1: its placements (params.c) and the stream's
+ * features held (gpt_local_dims). */
+enum { GPT_TP_MODE_SHIFT = 28 };
+static inline int gpt_opts_tp_mode(unsigned opts) { return (int)(opts >> GPT_TP_MODE_SHIFT & 3u); }
 static inline unsigned gpt_cp_opts(int cp, cp_comm_t comm) {
     return ((unsigned)cp << GPT_CP_SHIFT) | (comm == CP_ULYSSES ? GPT_CP_ULYSSES : 0u);
 }
 static inline int gpt_opts_cp(unsigned opts) {
-    return (opts >> GPT_CP_SHIFT) ? (int)(opts >> GPT_CP_SHIFT) : 1;
+    const unsigned cp = opts >> GPT_CP_SHIFT & GPT_CP_MASK;
+    return cp ? (int)cp : 1;
 }
 /* Expert parallelism too: its degree in bits GPT_EP_SHIFT .. +11 (0: 1),
  * which sizes the experts' receive buffers (moe.c). */
@@ -380,6 +386,15 @@ typedef struct {
     float *moe_fold;                       /* experts folded onto tp: [R,C] the rows sent */
     float *moe_ex_dy, *moe_ex_dh, *moe_ex_dx; /* expert parallel: [ep*R, C] [ep*R, F] [ep*R, C]
                                               the gradients of the rows this rank's experts ran */
+    /* 2-D tensor parallelism (tp2d.c): a SUMMA's open output [n, 3w] and
+     * its q open slots (reduce-scatters), the blocks broadcast to it [n, w]
+     * [3w, w], a sharded vector's gathered pieces and whole, the
+     * sequences' ids and rows over the column [q*n] [q*n, w] (w: the
+     * widest column block) */
+    void *t2_open, *t2_slots;
+    float *t2_a, *t2_b, *t2_vec, *t2_whole, *t2_full;
+    int32_t *t2_ids;
+    size_t t2_slot;                        /* the elements of one slot */
     void *block;
 } gpt_scratch_t;
 
@@ -403,6 +418,13 @@ typedef struct {
     group_t *ep_group;      /* NULL when ep == 1 */
     int expert_tp;          /* experts' FFN split over tp_group (GPT_EXPERT_TP) */
     int expert_fold;        /* experts split over tp_group (GPT_EXPERT_FOLD_TP) */
+    /* Colossal-AI's 2-D and 2.5-D tensor parallelism (tp2d.c; pconfig.h's
+     * tp_mode): tp x tp devices per depth layer, tp_rank the column and
+     * tp_group the row (ranks with the same sequences, every column);
+     * tp_row the row and tp_col_group the column; the sequences' block is
+     * tp_dep * tp + tp_row of tp * tp_depth. tp_mode 0: Megatron's 1-D. */
+    int tp_mode, tp_row, tp_depth, tp_dep;
+    group_t *tp_col_group;
     int on_grid;            /* 1: grid_sizes/grid_coord are the device's place on the run's
                                grid, and its parameter table and init evaluate every
                                placement there (param_table_build_at); 0: a grid of tp alone */
@@ -447,10 +469,20 @@ enum {
      * folded onto tp, the other tp ranks' experts drop out of the norm */
     GPT_BROKEN_MOE_NORM_TP = 512u
 };
+/* 2-D tensor parallelism (tp2d.c), each modelled on Colossal-AI's layers:
+ * LN_FP32: LayerNorm's statistics as fp32 partial sums all-reduced over
+ *   the row (LayerNorm2D's all_reduce of each rank's sum);
+ * SUMMA_ROUNDED: SUMMA rounds each step's product to fp32 and adds it to
+ *   the output step by step (Matmul_AB_2D's C += A.B). */
+enum { GPT_BROKEN_TP2D_LN_FP32 = 1024u, GPT_BROKEN_TP2D_SUMMA_ROUNDED = 2048u };
 static inline gpt_shard_t gpt_shard_none(void) {
     return (gpt_shard_t){.tp = 1, .cp = 1};
 }
 
+/* 2-D tensor parallelism: at most this many rows and columns; the
+ * block tables' kinds (gpt_local_t.t2w). */
+enum { GPT_TP2D_MAX_Q = 32 };
+enum { TP2D_HIDDEN, TP2D_HEADS, TP2D_FFN, TP2D_VOCAB };
 /* A replica's extents of the tensor-parallel axes. */
 typedef struct {
     int heads, head0;       /* attention heads held, and the first one's global index */
@@ -474,6 +506,16 @@ typedef struct {
     int seq_held;
     cp_runs_t runs;
     int att_heads, att_head0;
+    /* the residual stream's features held: all (hid = hidden), or 2-D's
+     * column block [hid0, hid0 + hid) */
+    int hid, hid0;
+    /* 2-D (tp2d.c): q = tp, each column k's block widths of the hidden
+     * features, the attention features (whole heads), the FFN and the
+     * vocabulary (t2w[TP2D_*][k], offsets t2o), and the word embedding's
+     * rows this rank holds (its row's vocabulary block) */
+    int t2q;
+    int t2w[4][GPT_TP2D_MAX_Q], t2o[4][GPT_TP2D_MAX_Q];
+    int emb_vocab, emb_vocab0;
 } gpt_local_t;
 
 /* One replica's block of a batch-shaped checkpoint: n_seq sequences at

@@ -95,7 +95,7 @@ static inline unsigned pconfig_tp_opts(const pconfig_t *pc) {
     const unsigned ep = pc->ep > 1 ? (unsigned)pc->ep : 0u;
     return (pc->sequence_parallel ? 1u : 0u) | (pc->tp_row_linears ? 2u : 0u) |
            (pc->cp_comm ? 4u : 0u) | (pc->etp > 1 ? 8u : 0u) | (pconfig_ep_folded(pc) ? 1u << 16 : 0u) |
-           (cp << 17) | (pconfig_ep_folded(pc) ? 0u : ep << 4);
+           (cp << 17) | (pconfig_ep_folded(pc) ? 0u : ep << 4) | ((unsigned)pc->tp_mode << 28);
 }
 /* "1d", "2d", "2.5d", "3d". */
 const char *pconfig_tp_mode_name(int mode);
@@ -142,6 +142,14 @@ static inline int pconfig_stage_tp(const pconfig_t *pc, int s) {
     const int tp = pc->tp > 0 ? pc->tp : 1;
     return pconfig_hetero(pc) && s < pc->encoder_pp ? pc->encoder_tp : tp;
 }
+/* The tensor-parallel degree the model's own entry points take for stage
+ * s (gpt_local_dims, param_table_build_mp, gpt_mem_bytes_*): tp, an
+ * encoder stage's etp, or the 2-D modes' q (as many rows as columns). */
+static inline int pconfig_model_tp(const pconfig_t *pc, int s) {
+    int sub[3];
+    pconfig_tp_sub(pc, sub);
+    return pc->tp_mode != PC_TP_1D ? sub[0] : pconfig_stage_tp(pc, s);
+}
 /* The devices of one data-parallel replica: tp*pp*cp, or with an encoder
  * mesh cp*(etp*epp + tp*decoder_pp) (pp counting both meshes' stages). */
 static inline long long pconfig_replica_devices(const pconfig_t *pc) {
@@ -155,7 +163,9 @@ static inline long long pconfig_replica_devices(const pconfig_t *pc) {
  * gradient: data parallelism times context parallelism (Megatron's
  * data-parallel group with context parallelism); ZeRO shards over them. */
 static inline int pconfig_grad_ranks(const pconfig_t *pc) {
-    return (pc->dp > 0 ? pc->dp : 1) * (pc->cp > 0 ? pc->cp : 1);
+    /* 2.5-D's depth layers hold the same weights for other sequences */
+    const int depth = pc->tp_mode == PC_TP_25D && pc->tp_depth > 1 ? pc->tp_depth : 1;
+    return (pc->dp > 0 ? pc->dp : 1) * (pc->cp > 0 ? pc->cp : 1) * depth;
 }
 
 enum { /* bits of pconfig_t.given */

@@ -81,7 +81,7 @@ static int print_experts(const model_config_t *cfg, const pconfig_t *pc, const g
     for (int d = 0; d < G->world; d++) {
         const grid_device_t gd = grid_device(G, d);
         gpt_local_t lc;
-        if (gpt_local_dims(cfg, pc->tp, gd.coord[GRID_TP], gd.coord[GRID_CP], pconfig_tp_opts(pc),
+        if (gpt_local_dims(cfg, pconfig_model_tp(pc, gd.coord[GRID_PP]), gd.coord[GRID_TP], gd.coord[GRID_CP], pconfig_tp_opts(pc),
                            &lc, err))
             return -1;
         const int q = gd.coord[fold ? GRID_TP : GRID_EP];

@@ -344,6 +344,9 @@ static int tp_mode_validate(const pconfig_t *pc, perr_t *err) {
                         pconfig_tp_mode_name(pc->tp_mode));
     if (pc->tp_mode == PC_TP_1D) return 0;
     const char *mode = pconfig_tp_mode_name(pc->tp_mode);
+    if (pc->tp_mode == PC_TP_3D)
+        return perr_set(err, "tensor-parallel-mode: 3d is not implemented yet in parity (1d, 2d "
+                             "and 2.5d are)");
     if (pc->tp_mode == PC_TP_25D && !pc->tp_depth)
         return perr_set(err, "tensor-parallel-depth: missing: mode 2.5d needs --tensor-parallel-depth "
                              "D (tp = q x q x D)");
@@ -359,8 +362,8 @@ static int tp_mode_validate(const pconfig_t *pc, perr_t *err) {
         {pc->sequence_parallel, "sequence-parallel (Megatron 1-D's)"},
         {pc->tp_row_linears, "tensor-parallel-row-linears (Megatron 1-D's)"},
         {pc->cp > 1, "context-parallel-size > 1"},
-        {pc->ep > 1 || pc->etp > 1, "expert parallelism"},
-        {pc->encoder_pp > 0 || pc->encoder_tp > 0, "an encoder's own degrees"},
+        {pc->ep > 1, "expert parallelism"},
+        {pc->encoder_pp > 0, "an encoder's own degrees"},
     };
     for (size_t k = 0; k < sizeof refused / sizeof *refused; k++)
         if (refused[k].bad)
@@ -407,6 +410,8 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
     if (pc->etp > 1 && pc->tp_row_linears)
         return perr_set(err, "expert-tensor-parallel-size: %d with every linear row-parallel "
                              "(--tensor-parallel-row-linears): expected 1", pc->etp);
+    if (pc->cp > 2047) /* model.h's options hold it in 11 bits */
+        return perr_set(err, "context-parallel-size: %d, expected at most 2047", pc->cp);
     if (pc->cp_comm && pc->cp == 1)
         return perr_set(err, "cp-comm-type: a2a (Ulysses) needs context-parallel-size > 1");
     if ((pc->given & PC_GIVEN_CP_COMM) && pc->cp == 1) /* p2p too: accepted and ignored otherwise */

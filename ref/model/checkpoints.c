@@ -77,7 +77,9 @@ void gpt_report_input_grad(const gpt_t *g, int unit, int s, const gpt_observer_t
     const int64_t shape[2] = {c->seq_length, c->hidden};
     char name[160];
     snprintf(name, sizeof name, u.kind->input_grad, u.index);
-    report_rows(obs, &g->slot[s], name, ST_F32, g->slot[s].d_resid, 2, shape, -1, 0, 0, &pos, 0);
+    const int split = g->local.hid < c->hidden; /* 2-D: the column's features */
+    report_rows(obs, &g->slot[s], name, ST_F32, g->slot[s].d_resid, 2, shape, split ? 1 : -1,
+                split ? g->local.hid0 : 0, split ? g->local.hid : 0, &pos, 0);
 }
 
 /* The kind's checkpoint list, named and shaped from the config, at the

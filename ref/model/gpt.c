@@ -20,6 +20,7 @@
 #include "parity/rng.h"
 #include "parity/runtime.h"
 #include "units_internal.h"
+#include "tp2d.h"
 
 /* ---- allocation --------------------------------------------------------- */
 
@@ -56,7 +57,7 @@ static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_
     d.mb = (size_t)c->micro_batch, d.T = (size_t)c->seq_length;
     d.Tc = (size_t)lc->seq_held, d.n = d.mb * d.Tc;
     d.ns = d.n / (size_t)lc->seq_parts; /* the sharded regions' tokens */
-    d.C = (size_t)c->hidden, d.H = (size_t)lc->heads, d.A = (size_t)lc->attn;
+    d.C = (size_t)lc->hid, d.H = (size_t)lc->heads, d.A = (size_t)lc->attn;
     d.F = (size_t)lc->ffn, d.V = (size_t)lc->vocab;
     d.hdrop = c->hidden_dropout > 0.0f, d.adrop = c->attention_dropout > 0.0f;
     d.sp = lc->seq_parts > 1, d.ulysses = lc->ulysses;
@@ -146,6 +147,7 @@ static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_
     S->moe_ex_dy = RX ? CARVE_F(cv, RX * C) : NULL;
     S->moe_ex_dh = RX ? CARVE_F(cv, RX * Fe) : NULL;
     S->moe_ex_dx = RX ? CARVE_F(cv, RX * C) : NULL;
+    if (lc->t2q) tp2d_layout_scratch(S, c, lc, n, cv);
 }
 
 /* Context parallelism's part of gpt_local_dims: the positions held. */
@@ -174,6 +176,35 @@ static int cp_local_dims(const model_config_t *c, int tp, int cp_rank, unsigned 
                              "/ cp %d / tile_tokens %d): a rank holds whole canonical tiles (I1)",
                         out->seq_parts, out->seq_held / c->tile_tokens, c->seq_length, cp,
                         c->tile_tokens);
+    return 0;
+}
+
+/* 2-D tensor parallelism's column blocks (tp2d.c): every column's widths
+ * of the hidden features (whole tiles), the heads, the FFN and the
+ * vocabulary as 1-D tensor parallelism over the tp columns cuts them. */
+static int tp2d_local_dims(const model_config_t *c, int q, int col, unsigned opts,
+                           gpt_local_t *out, perr_t *err) {
+    if (q > GPT_TP2D_MAX_Q)
+        return perr_set(err, "tensor-model-parallel-size: 2-D rows of %d, at most %d", q,
+                        GPT_TP2D_MAX_Q);
+    const int tf = c->tile_features;
+    if (tf < 1 || c->hidden % tf || c->hidden / tf < q)
+        return perr_set(err, "tensor-parallel-mode: the hidden size's %d tiles of %d cannot give "
+                             "each of %d columns a whole tile (I1)",
+                        tf > 0 ? c->hidden / tf : 0, tf, q);
+    out->t2q = q;
+    for (int k = 0; k < q; k++) {
+        gpt_local_t lk;
+        perr_t why;
+        if (gpt_local_dims(c, q, k, 0, opts & ~(3u << GPT_TP_MODE_SHIFT), &lk, &why))
+            return perr_set(err, "%s", why.msg);
+        int64_t f0, nf;
+        placement_split(c->hidden / tf, q, k, &f0, &nf);
+        const int w[4] = {(int)nf * tf, lk.attn, lk.ffn, lk.vocab};
+        const int o[4] = {(int)f0 * tf, lk.head0 * (c->hidden / c->heads), lk.ffn0, lk.vocab0};
+        for (int t = 0; t < 4; t++) out->t2w[t][k] = w[t], out->t2o[t][k] = o[t];
+    }
+    out->hid = out->t2w[TP2D_HIDDEN][col], out->hid0 = out->t2o[TP2D_HIDDEN][col];
     return 0;
 }
 
@@ -219,6 +250,9 @@ int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int cp_rank, un
     out->expert_ffn = expert_tp ? out->ffn : c->ffn;
     out->expert_ffn0 = expert_tp ? out->ffn0 : 0;
     out->expert_fold = (opts & GPT_EXPERT_FOLD_TP) && tp > 1;
+    out->hid = c->hidden, out->hid0 = 0;
+    if (gpt_opts_tp_mode(opts) && tp > 1 && tp2d_local_dims(c, tp, tp_rank, opts, out, err))
+        return -1;
     if (row) { /* attention and GeLU whole; each linear contracts its slice of features */
         out->row_linears = 1;
         out->heads = c->heads, out->head0 = 0, out->attn = c->hidden;
@@ -390,13 +424,23 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
                           (shard->cp > 1 ? gpt_cp_opts(shard->cp, shard->cp_comm) : 0u) |
                           (shard->ep > 1 ? (unsigned)shard->ep << GPT_EP_SHIFT : 0u) |
                           (shard->expert_tp ? GPT_EXPERT_TP : 0u) |
-                          (shard->expert_fold ? GPT_EXPERT_FOLD_TP : 0u);
+                          (shard->expert_fold ? GPT_EXPERT_FOLD_TP : 0u) |
+                          ((unsigned)shard->tp_mode << GPT_TP_MODE_SHIFT);
+    if (shard->tp_mode && shard->tp > 1 && !shard->tp_col_group) {
+        free(g);
+        return perr_set(err, "2-D tensor parallelism over %d x %d ranks needs a column group",
+                        shard->tp, shard->tp);
+    }
     if (gpt_local_dims(cfg, shard->tp, shard->tp_rank, shard->cp_rank, opts, &g->local, err) ||
         (shard->on_grid ? param_table_build_at(&g->table, cfg, shard->grid_sizes, shard->grid_coord,
                                                &shard->units, opts, err)
                         : param_table_build_mp(&g->table, cfg, shard->tp, &shard->units, opts, err))) {
         free(g);
         return -1;
+    }
+    if (g->local.t2q) { /* the word embedding's rows: its row's vocabulary block */
+        g->local.emb_vocab = g->local.t2w[TP2D_VOCAB][shard->tp_row];
+        g->local.emb_vocab0 = g->local.t2o[TP2D_VOCAB][shard->tp_row];
     }
     const size_t P = g->table.total;
     const char *what = "";

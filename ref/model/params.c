@@ -25,8 +25,11 @@ typedef struct {
     int axis; /* -1: replicated */
     int align;
     int uneven; /* 1: ranks may hold unequal numbers of whole tiles (placement_split) */
+    /* 2-D tensor parallelism's second cut, over the rows (GRID_TP2): axis
+     * axis2 (-1: none) in pieces of align2 */
+    int axis2, align2;
 } tp_cut_t;
-static const tp_cut_t REPL = {-1, 1, 0};
+static const tp_cut_t REPL = {-1, 1, 0, -1, 1};
 
 /* The token axes: grid axes that split the tokens of a step (data
  * parallelism: sequences; context parallelism: positions). A gradient is
@@ -41,8 +44,13 @@ static const unsigned TOKEN_AXES = 1u << GRID_DP | 1u << GRID_CP;
 unsigned placement_reduce_axes_at(const placement_t *pl, const int sizes[GRID_NAXES]) {
     unsigned cut = pl->partial;
     for (int k = 0; k < pl->ncuts; k++) cut |= 1u << pl->cut[k].over;
-    const unsigned ep = sizes[GRID_EP] > 1 ? 1u << GRID_EP : 0u;
-    return (TOKEN_AXES | ep) & ~cut;
+    unsigned more = sizes[GRID_EP] > 1 ? 1u << GRID_EP : 0u;
+    /* tensor parallelism's sub-axes split a microbatch's sequences
+     * (Colossal's 2-D rows, 2.5-D's depth): a tensor replicated over one
+     * sums its gradient over it */
+    for (int a = GRID_TP2; a <= GRID_TP3; a++)
+        if (sizes[a] > 1) more |= 1u << a;
+    return (TOKEN_AXES | more) & ~cut;
 }
 
 unsigned placement_reduce_axes(const placement_t *pl) {
@@ -51,7 +59,7 @@ unsigned placement_reduce_axes(const placement_t *pl) {
 }
 
 void placement_reduce_name(unsigned axes, char *buf, size_t cap) {
-    static const grid_axis_t order[] = {GRID_DP, GRID_CP, GRID_EP, GRID_TP, GRID_PP};
+    static const grid_axis_t order[] = {GRID_DP, GRID_CP, GRID_EP, GRID_TP3, GRID_TP2, GRID_TP, GRID_PP};
     size_t at = 0;
     buf[0] = 0;
     for (size_t k = 0; k < sizeof order / sizeof *order && at < cap; k++)
@@ -84,6 +92,7 @@ static int add(param_table_t *t, const int sizes[GRID_NAXES], const int coord[GR
     if (cut.axis >= 0)
         p->pl = cut.uneven ? placement_cut_uneven(p->pl, cut.axis, GRID_TP, cut.align)
                            : placement_cut(p->pl, cut.axis, GRID_TP, cut.align);
+    if (cut.axis2 >= 0) p->pl = placement_cut_uneven(p->pl, cut.axis2, GRID_TP2, cut.align2);
     /* expert parallelism: rank q of ep holds experts [q E/ep, (q+1) E/ep)
      * of a stacked expert tensor (axis 0); its gradient then reduces over
      * the expert-data ranks only (placement_reduce_axes_at); folded onto
@@ -115,9 +124,10 @@ static int lcm(int a, int b) {
 
 /* A grid of tensor parallelism alone (every other axis of size 1): the
  * tp-only entry points (tools, tests, the golden run at tp = 1). */
-static void tp_grid(int tp, int tp_rank, int sizes[GRID_NAXES], int coord[GRID_NAXES]) {
+static void tp_grid(int tp, int tp_rank, unsigned opts, int sizes[GRID_NAXES], int coord[GRID_NAXES]) {
     for (int a = 0; a < GRID_NAXES; a++) sizes[a] = a == GRID_TP ? tp : 1, coord[a] = 0;
     coord[GRID_TP] = tp_rank;
+    if (gpt_opts_tp_mode(opts)) sizes[GRID_TP2] = tp; /* 2-D: tp columns, as many rows */
 }
 
 int param_table_build(param_table_t *t, const model_config_t *c, perr_t *err) {
@@ -129,7 +139,7 @@ static int build(param_table_t *t, const model_config_t *c, const int sizes[GRID
 
 int param_table_build_tp(param_table_t *t, const model_config_t *c, int tp, perr_t *err) {
     int sizes[GRID_NAXES], coord[GRID_NAXES];
-    tp_grid(tp, 0, sizes, coord);
+    tp_grid(tp, 0, 0, sizes, coord);
     return build(t, c, sizes, coord, 0, err);
 }
 
@@ -144,6 +154,30 @@ int param_head_unit(const model_config_t *c) {
     const int D = c->hidden / c->heads, tf = c->tile_features;
     const int one = lcm(D, tf) / D, three = lcm(3 * D, tf) / (3 * D);
     return one == three ? one : 0;
+}
+
+/* Colossal-AI's 2-D placements (tp2d.c): a linear's weight [out, in] as
+ * W[out block of the column, in block of the row]; the word embedding and
+ * the head [V, C] as E[vocabulary block of the row, features of the
+ * column]; every vector (biases, LayerNorm) and the position table [T, C]
+ * by the column's block of its last axis, then in pieces over the rows
+ * along its first (Colossal's out/q^2). Blocks: 1-D's (whole heads, FFN
+ * and vocabulary tiles) for the column cut, whole feature tiles for the
+ * hidden axis. */
+static tp_cut_t cut2d_of(const unit_tensor_t *d, const model_config_t *c, tp_cut_t one) {
+    const int tf = c->tile_features, last = d->ndim - 1;
+    const int in_align = d->dim[last] == DIM_F ? c->tile_ffn : d->cut == CUT_ROWPAR ? one.align : tf;
+    switch (d->cut) {
+    case CUT_VOCAB: return (tp_cut_t){last, tf, 1, 0, tf};
+    case CUT_COLPAR:
+    case CUT_ROWPAR:
+        if (d->ndim >= 2) {
+            const int out_align = d->cut == CUT_COLPAR ? one.align : tf;
+            return (tp_cut_t){0, out_align, d->cut == CUT_COLPAR ? one.uneven : 1, last, in_align};
+        }
+        return (tp_cut_t){0, one.align, one.uneven, 0, 1};
+    default: return (tp_cut_t){last, tf, 1, 0, 1}; /* replicated in 1-D: [C], [T, C] */
+    }
 }
 
 static tp_cut_t cut_of(const unit_tensor_t *d, const model_config_t *c, unsigned opts) {
@@ -170,13 +204,13 @@ static tp_cut_t cut_of(const unit_tensor_t *d, const model_config_t *c, unsigned
      * parallelism, else whole on every rank */
     case CUT_EXPERT_FFN: /* fc1's rows, its bias, fc2's columns: the FFN axis */
         for (int a = 0; expert_tp && a < d->ndim; a++)
-            if (d->dim[a] == DIM_F) return (tp_cut_t){a, align, uneven};
+            if (d->dim[a] == DIM_F) return (tp_cut_t){a, align, uneven, -1, 1};
         return REPL;
-    case CUT_VOCAB: return (tp_cut_t){0, tf, 1}; /* whole tiles, unequal counts allowed */
+    case CUT_VOCAB: return (tp_cut_t){0, tf, 1, -1, 1}; /* whole tiles, unequal counts allowed */
     case CUT_COLPAR:
-        if (!row_linears) return (tp_cut_t){out_axis, align, uneven};
-        return d->ndim >= 2 ? (tp_cut_t){in_axis, in_tile, 0} : REPL;
-    case CUT_ROWPAR: return (tp_cut_t){in_axis, row_linears ? in_tile : align, uneven};
+        if (!row_linears) return (tp_cut_t){out_axis, align, uneven, -1, 1};
+        return d->ndim >= 2 ? (tp_cut_t){in_axis, in_tile, 0, -1, 1} : REPL;
+    case CUT_ROWPAR: return (tp_cut_t){in_axis, row_linears ? in_tile : align, uneven, -1, 1};
     }
     return REPL;
 }
@@ -231,7 +265,9 @@ static int build(param_table_t *t, const model_config_t *c, const int sizes[GRID
             const float std = d->std == STD_SIGMA ? SIGMA : d->std == STD_OUT ? out_std : 0.0f;
             int64_t shape[PL_MAX_DIMS];
             for (int a = 0; a < PL_MAX_DIMS; a++) shape[a] = a < d->ndim ? unit_dim(c, d->dim[a]) : 1;
-            bad |= add(t, sizes, coord, nm, d->ndim, shape, d->init, std, cut_of(d, c, opts),
+            const tp_cut_t cut = gpt_opts_tp_mode(opts) && tp > 1 ? cut2d_of(d, c, cut_of(d, c, opts))
+                                                                 : cut_of(d, c, opts);
+            bad |= add(t, sizes, coord, nm, d->ndim, shape, d->init, std, cut,
                        d->cut == CUT_EXPERT_FFN || d->cut == CUT_EXPERT,
                        (opts & GPT_EXPERT_FOLD_TP) != 0, d->weight_decay, err);
         }
@@ -293,7 +329,7 @@ int param_table_build_at(param_table_t *t, const model_config_t *c, const int si
 int param_table_build_mp(param_table_t *t, const model_config_t *c, int tp,
                          const gpt_units_t *units, unsigned opts, perr_t *err) {
     int sizes[GRID_NAXES], coord[GRID_NAXES];
-    tp_grid(tp, 0, sizes, coord);
+    tp_grid(tp, 0, opts, sizes, coord);
     sizes[GRID_EP] = gpt_opts_ep(opts); /* expert parallel rank 0's experts: its sizes */
     return param_table_build_at(t, c, sizes, coord, units, opts, err);
 }
@@ -453,7 +489,7 @@ void params_init_at(const param_table_t *t, const int sizes[GRID_NAXES],
 
 void params_init_tp(const param_table_t *t, int tp, int tp_rank, uint64_t seed, float *data) {
     int sizes[GRID_NAXES], coord[GRID_NAXES];
-    tp_grid(tp, tp_rank, sizes, coord);
+    tp_grid(tp, tp_rank, 0, sizes, coord);
     params_init_at(t, sizes, coord, seed, data);
 }
 

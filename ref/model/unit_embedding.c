@@ -9,6 +9,7 @@
  */
 #include "parity/runtime.h"
 #include "tp.h"
+#include "tp2d.h"
 #include "units_internal.h"
 
 static const unit_tensor_t tensors[] = {
@@ -45,18 +46,23 @@ void embedding_unit_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass
                             const int32_t *tokens, embedding_rows_fn rows) {
     const model_config_t *c = &g->cfg;
     const int C = c->hidden;
-    float *looked = p->sp ? g->scratch.d_tmp : A->emb;
-    embedding_lookup(looked, tokens, p->n, C, unit_param(g, u, E_WTE), g->local.vocab0,
-                     g->local.vocab);
-    if (p->sp)
-        sp_reduce_scatter_f32(g, A->emb, looked, p->n_seq, C);
-    else if (g->shard.tp > 1)
-        tp_sum_f32(g, A->emb, p->nC);
-    if (rows) rows(g, u, A, p);
-    for (int s = 0, at = 0; s < p->n_seq; s++)
-        for (int k = 0; k < p->runs.n; at += p->runs.len[k++])
-            embedding_add_positions(A->emb + (size_t)at * C, 1, p->runs.len[k], p->runs.t0[k], C,
-                                    unit_param(g, u, E_WPE));
+    if (g->local.t2q) { /* 2-D: the row's sequences, the column's features */
+        tp2d_embedding_forward(g, p, A->emb, tokens, unit_param(g, u, E_WTE),
+                               unit_param(g, u, E_WPE));
+    } else {
+        float *looked = p->sp ? g->scratch.d_tmp : A->emb;
+        embedding_lookup(looked, tokens, p->n, C, unit_param(g, u, E_WTE), g->local.vocab0,
+                         g->local.vocab);
+        if (p->sp)
+            sp_reduce_scatter_f32(g, A->emb, looked, p->n_seq, C);
+        else if (g->shard.tp > 1)
+            tp_sum_f32(g, A->emb, p->nC);
+        if (rows) rows(g, u, A, p);
+        for (int s = 0, at = 0; s < p->n_seq; s++)
+            for (int k = 0; k < p->runs.n; at += p->runs.len[k++])
+                embedding_add_positions(A->emb + (size_t)at * C, 1, p->runs.len[k], p->runs.t0[k],
+                                        C, unit_param(g, u, E_WPE));
+    }
     if (A->emb_keep) {
         site_mask(g, A, p, A->emb_keep, site_stream("dropout.embedding", -1, A->step));
         dropout_forward(A->emb, A->emb, A->emb_keep, p->nsC, c->hidden_dropout);
@@ -76,6 +82,10 @@ const float *embedding_unit_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, c
         dropout_backward(g->scratch.d_tmp, d, A->emb_keep, p->nsC, c->hidden_dropout);
         d = g->scratch.d_tmp;
     }
+    if (g->local.t2q) {
+        tp2d_embedding_backward(g, p, unit_grad(g, u, E_WTE), unit_grad(g, u, E_WPE), d, tokens);
+        return d;
+    }
     /* every token's gradient: the word rows held and every position row */
     d = tokens_full(g, p, g->scratch.d_tmp3, d, c->hidden);
     const cp_runs_t *r = &g->local.runs; /* every position the slot holds */
@@ -93,9 +103,9 @@ static void backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) 
 
 void embedding_views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
                   const unit_positions_t *pos, unit_view_t *out) {
-    (void)g, (void)u;
-    out[0] = (unit_view_t){A->emb_keep, -1, 0, 0, pos->stream, 0};
-    out[1] = (unit_view_t){A->emb, -1, 0, 0, pos->stream, 0};
+    (void)u;
+    out[0] = unit_stream_view(g, A->emb_keep, pos->stream);
+    out[1] = unit_stream_view(g, A->emb, pos->stream);
 }
 
 const unit_kind_t unit_embedding = {

@@ -9,6 +9,7 @@
 
 #include "parity/pmath.h"
 #include "tp.h"
+#include "tp2d.h"
 #include "units_internal.h"
 
 enum { H_LNF_W, H_LNF_B, H_OUT };
@@ -79,14 +80,19 @@ static int padded_columns(const gpt_t *g) {
 
 static void forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x, const pass_t *p) {
     const model_config_t *c = &g->cfg;
-    const int n = p->n, C = c->hidden, V = g->local.vocab, v0 = g->local.vocab0;
+    const int n = p->n, C = g->local.hid, V = g->local.vocab, v0 = g->local.vocab0;
     const int split = g->shard.tp > 1;
     float *scratch = g->scratch.row_scratch, *m = A->ce_max, *Z = A->ce_z, *l = g->scratch.ce_tl;
-    layernorm_forward(A->lnf_out, A->lnf_xhat, A->lnf_rstd, x, unit_param(g, u, H_LNF_W),
-                      unit_param(g, u, H_LNF_B), p->ns, C, c->ln_eps, scratch);
+    ln_forward(g, p, A->lnf_out, A->lnf_xhat, A->lnf_rstd, x, unit_param(g, u, H_LNF_W),
+               unit_param(g, u, H_LNF_B));
     tokens_full(g, p, A->lnf_full, A->lnf_out, C);
-    /* vocabulary-parallel LM head (column-parallel over vocabulary rows) */
-    linear_forward(A->logits, A->lnf_full, P_(g, head_weight(g)), NULL, n, C, V, p->t_cc, &g->ws);
+    /* vocabulary-parallel LM head (column-parallel over vocabulary rows;
+     * 2-D: the column's vocabulary block, completed over the row) */
+    if (g->local.t2q)
+        tp2d_head_logits(g, p, A->logits, A->lnf_full, P_(g, head_weight(g)));
+    else
+        linear_forward(A->logits, A->lnf_full, P_(g, head_weight(g)), NULL, n, C, V, p->t_cc,
+                       &g->ws);
     /* cross-entropy's three reductions: max, exact sum of exps, target logit */
     ce_row_max(m, A->logits, n, V);
     const int pad = padded_columns(g);
@@ -119,8 +125,12 @@ static void backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) 
     crossentropy_backward(d_logits, A->logits, A->targets, A->ce_max, A->ce_z, n, V,
                           g->local.vocab0, total_tokens, g->scratch.row_scratch);
     zero_source_rows(g, d_logits, p, c->encoder_seq_length, V);
-    colpar_backward(g, p, g->scratch.d_tmp, &g->grad_acc[head_weight(g)], NULL, d_logits,
-                    A->lnf_full, P_(g, head_weight(g)), C, V, p->t_cc);
+    if (g->local.t2q)
+        tp2d_head_backward(g, p, g->scratch.d_tmp, &g->grad_acc[head_weight(g)], d_logits,
+                           A->lnf_full, P_(g, head_weight(g)));
+    else
+        colpar_backward(g, p, g->scratch.d_tmp, &g->grad_acc[head_weight(g)], NULL, d_logits,
+                        A->lnf_full, P_(g, head_weight(g)), C, V, p->t_cc);
     ln_backward(g, p, A->d_resid, unit_grad(g, u, H_LNF_W), unit_grad(g, u, H_LNF_B),
                 g->scratch.d_tmp, A->lnf_xhat, A->lnf_rstd, unit_param(g, u, H_LNF_W));
 }
@@ -128,7 +138,7 @@ static void backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) 
 static void views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
                   const unit_positions_t *pos, unit_view_t *out) {
     (void)u;
-    out[0] = (unit_view_t){A->lnf_full, -1, 0, 0, pos->all, 0};
+    out[0] = unit_stream_view(g, A->lnf_full, pos->all);
     out[1] = (unit_view_t){A->logits, 1, g->local.vocab0, g->local.vocab, pos->all, 0};
 }
 

@@ -82,6 +82,13 @@ typedef struct {
     const cp_runs_t *runs;  /* the positions held along axis `rows`, NULL: all */
     int rows;
 } unit_view_t;
+/* A [T, C] tensor of the residual stream's width: its features held (all,
+ * or 2-D tensor parallelism's column block) at positions `runs`. */
+static inline unit_view_t unit_stream_view(const gpt_t *g, const void *data, const cp_runs_t *runs) {
+    const int split = g->local.hid < g->cfg.hidden;
+    return (unit_view_t){data, split ? 1 : -1, split ? g->local.hid0 : 0, split ? g->local.hid : 0,
+                         runs, 0};
+}
 /* What a kind's views may point at: the residual stream's positions and
  * the slot's. */
 typedef struct {

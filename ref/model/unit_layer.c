@@ -185,13 +185,13 @@ void attn_block_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *
                         const float *x, const pass_t *p0, const attn_block_t *b) {
     const int l = unit_acts(u), P = g->cfg.encoder_seq_length;
     const model_config_t *c = &g->cfg;
-    const int C = c->hidden, W = g->local.attn;
+    const int C = g->local.hid, W = g->local.attn; /* C: the stream's features held */
     const gpt_local_t *lc = &g->local;
     const int rl = lc->row_linears; /* the seconds contract a slice of whole inputs */
     const pass_t q = block_pass(g, p0, b), *p = &q;
     if (LA->attn_keep) site_mask(g, A, p, LA->attn_keep, site_stream(b->out_site, l, A->step));
-    layernorm_forward(LA->ln1_out, LA->ln1_xhat, LA->ln1_rstd, x, PL(g, u, b->ln_w),
-                      PL(g, u, b->ln_b), p->ns, C, c->ln_eps, g->scratch.row_scratch);
+    ln_forward(g, p, LA->ln1_out, LA->ln1_xhat, LA->ln1_rstd, x, PL(g, u, b->ln_w),
+               PL(g, u, b->ln_b));
     if (b->cross) copy_rows(LA->ln1_out, x, p, ROWS_SOURCE, P, C); /* the encoder's output as it is */
     tokens_full(g, p, LA->ln1_full, LA->ln1_out, C);
     /* column-parallel: this rank's heads (qkv rows are head-ordered) */
@@ -199,22 +199,22 @@ void attn_block_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *
                        3 * W, p->t_cc);
     attention_unit_forward(g, p, LA, site_stream(b->att_site, l, A->step), A->mask_seq);
     pair_second_forward(g, p, LA->attn_out, LA->ctx, W, rl ? lc->cin0 : 0, rl ? lc->cin : W,
-                        PL(g, u, b->dense_w), PL(g, u, b->dense_b), C, p->t_cc);
+                        PL(g, u, b->dense_w), PL(g, u, b->dense_b), C, p->t_cc, TP2D_HEADS);
     zero_rows_outside(LA->attn_out, p, b->rows, P, C);
     residual_dropout(LA->resid1, x, LA->attn_out, LA->attn_keep, p->nsC, c->hidden_dropout);
 }
 
 void ln2_forward(gpt_t *g, const unit_t *u, layer_acts_t *LA, const float *x, const pass_t *p) {
-    const int C = g->cfg.hidden;
-    layernorm_forward(LA->ln2_out, LA->ln2_xhat, LA->ln2_rstd, x, PL(g, u, P_LN2_W),
-                      PL(g, u, P_LN2_B), p->ns, C, g->cfg.ln_eps, g->scratch.row_scratch);
+    const int C = g->local.hid;
+    ln_forward(g, p, LA->ln2_out, LA->ln2_xhat, LA->ln2_rstd, x, PL(g, u, P_LN2_W),
+               PL(g, u, P_LN2_B));
     tokens_full(g, p, LA->ln2_full, LA->ln2_out, C);
 }
 
 void mlp_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA, const float *x,
                  const pass_t *p, layer_rows_t rows) {
     const model_config_t *c = &g->cfg;
-    const int n = p->n, C = c->hidden, F = g->local.ffn;
+    const int n = p->n, C = g->local.hid, F = g->local.ffn;
     const gpt_local_t *lc = &g->local;
     const int rl = lc->row_linears;
     if (LA->mlp_keep)
@@ -223,7 +223,7 @@ void mlp_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA, con
                        p->t_cf);
     gelu_forward(LA->gelu_out, LA->gelu_grad, LA->fc1_out, (size_t)n * F);
     pair_second_forward(g, p, LA->fc2_out, LA->gelu_out, F, rl ? lc->fin0 : 0, rl ? lc->fin : F,
-                        PL(g, u, P_FC2_W), PL(g, u, P_FC2_B), C, p->t_fc);
+                        PL(g, u, P_FC2_W), PL(g, u, P_FC2_B), C, p->t_fc, TP2D_FFN);
     zero_rows_outside(LA->fc2_out, p, rows, c->encoder_seq_length, C);
     residual_dropout(LA->out, x, LA->fc2_out, LA->mlp_keep, p->nsC, c->hidden_dropout);
 }
@@ -326,8 +326,8 @@ static const float *branch_grad(gpt_t *g, const pass_t *p, float *held, float *f
         memcpy(held, d_res, p->nsC * sizeof(float));
         d = held;
     }
-    zero_rows_outside(held, p, rows, g->cfg.encoder_seq_length, g->cfg.hidden);
-    return tokens_full(g, p, full, d, g->cfg.hidden);
+    zero_rows_outside(held, p, rows, g->cfg.encoder_seq_length, g->local.hid);
+    return tokens_full(g, p, full, d, g->local.hid);
 }
 
 void ln2_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA, const pass_t *p,
@@ -341,7 +341,7 @@ void ln2_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA, co
 void attn_block_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA,
                          const pass_t *p0, const attn_block_t *b) {
     const model_config_t *c = &g->cfg;
-    const int C = c->hidden, W = g->local.attn, P = c->encoder_seq_length;
+    const int C = g->local.hid, W = g->local.attn, P = c->encoder_seq_length;
     const gpt_local_t *lc = &g->local;
     const int rl = lc->row_linears;
     const pass_t q = block_pass(g, p0, b), *p = &q;
@@ -351,7 +351,8 @@ void attn_block_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t 
     /* resid1 = x_in + drop(attn_out) */
     const float *d_dense = branch_grad(g, p, d_a, S->d_tmp3, d_res, LA->attn_keep, b->rows);
     pair_second_backward(g, p, d_b, GL(g, u, b->dense_w), GL(g, u, b->dense_b), d_dense, LA->ctx,
-                         W, rl ? lc->cin0 : 0, rl ? lc->cin : W, PL(g, u, b->dense_w), C, p->t_cc);
+                         W, rl ? lc->cin0 : 0, rl ? lc->cin : W, PL(g, u, b->dense_w), C, p->t_cc,
+                         TP2D_HEADS);
     attention_unit_backward(g, p, LA, d_w, d_b);
     pair_first_backward(g, p, d_a, GL(g, u, b->qkv_w), GL(g, u, b->qkv_b), d_w, LA->ln1_full,
                         PL(g, u, b->qkv_w), C, 3 * W, p->t_cc);
@@ -378,7 +379,7 @@ static void broken_input_grad(gpt_t *g, const unit_t *u, gpt_slot_t *A) {
 
 const float *mlp_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA,
                           const pass_t *p, layer_rows_t rows) {
-    const int C = g->cfg.hidden, F = g->local.ffn;
+    const int C = g->local.hid, F = g->local.ffn;
     const gpt_local_t *lc = &g->local;
     const int rl = lc->row_linears;
     gpt_scratch_t *S = &g->scratch;
@@ -387,7 +388,8 @@ const float *mlp_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t
      * token's gradient (its bias gradient is then whole on every rank) */
     const float *d_fc2 = branch_grad(g, p, d_a, S->d_tmp3, A->d_resid, LA->mlp_keep, rows);
     pair_second_backward(g, p, d_w, GL(g, u, P_FC2_W), GL(g, u, P_FC2_B), d_fc2, LA->gelu_out, F,
-                         rl ? lc->fin0 : 0, rl ? lc->fin : F, PL(g, u, P_FC2_W), C, p->t_fc);
+                         rl ? lc->fin0 : 0, rl ? lc->fin : F, PL(g, u, P_FC2_W), C, p->t_fc,
+                         TP2D_FFN);
     gelu_backward(d_w, d_w, LA->gelu_grad, (size_t)p->n * F);
     pair_first_backward(g, p, d_b, GL(g, u, P_FC1_W), GL(g, u, P_FC1_B), d_w, LA->ln2_full,
                         PL(g, u, P_FC1_W), C, F, p->t_cf);
@@ -429,21 +431,21 @@ void layer_attention_views(const gpt_t *g, const layer_acts_t *LA, const unit_po
      * row of the heads it attends */
     masks[0] = (unit_view_t){LA->att_keep, 0, lc->att_head0, lc->att_heads,
                              lc->ulysses ? NULL : pos->all, 1};
-    masks[1] = (unit_view_t){LA->attn_keep, -1, 0, 0, pos->stream, 0};
-    acts[0] = (unit_view_t){LA->ln1_full, -1, 0, 0, pos->all, 0};
+    masks[1] = unit_stream_view(g, LA->attn_keep, pos->stream);
+    acts[0] = unit_stream_view(g, LA->ln1_full, pos->all);
     acts[1] = (unit_view_t){LA->qkv, 1, 3 * D * lc->head0, 3 * W, pos->all, 0};
     acts[2] = (unit_view_t){LA->ctx, 1, D * lc->head0, W, pos->all, 0};
-    acts[3] = (unit_view_t){LA->attn_out, -1, 0, 0, pos->stream, 0};
+    acts[3] = unit_stream_view(g, LA->attn_out, pos->stream);
 }
 
 void layer_mlp_views(const gpt_t *g, const layer_acts_t *LA, const unit_positions_t *pos,
                      unit_view_t *mask, unit_view_t *acts) {
     const gpt_local_t *lc = &g->local;
-    mask[0] = (unit_view_t){LA->mlp_keep, -1, 0, 0, pos->stream, 0};
-    acts[0] = (unit_view_t){LA->ln2_full, -1, 0, 0, pos->all, 0};
+    mask[0] = unit_stream_view(g, LA->mlp_keep, pos->stream);
+    acts[0] = unit_stream_view(g, LA->ln2_full, pos->all);
     acts[1] = (unit_view_t){LA->fc1_out, 1, lc->ffn0, lc->ffn, pos->all, 0};
-    acts[2] = (unit_view_t){LA->fc2_out, -1, 0, 0, pos->stream, 0};
-    acts[3] = (unit_view_t){LA->out, -1, 0, 0, pos->stream, 0};
+    acts[2] = unit_stream_view(g, LA->fc2_out, pos->stream);
+    acts[3] = unit_stream_view(g, LA->out, pos->stream);
 }
 
 /* In the tables' order: masks (attention's two, the MLP's, an MoE's

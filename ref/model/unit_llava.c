@@ -176,7 +176,7 @@ static void projector_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const fl
                        unit_param(g, u, J_FC1_B), C, F, p->t_cf);
     gelu_forward(LA->gelu_out, LA->gelu_grad, LA->fc1_out, (size_t)n * F);
     pair_second_forward(g, p, LA->fc2_out, LA->gelu_out, F, rl ? lc->fin0 : 0, rl ? lc->fin : F,
-                        unit_param(g, u, J_FC2_W), unit_param(g, u, J_FC2_B), C, p->t_fc);
+                        unit_param(g, u, J_FC2_W), unit_param(g, u, J_FC2_B), C, p->t_fc, TP2D_FFN);
     memcpy(LA->out, x, p->nsC * sizeof(float)); /* the text rows pass */
     copy_rows(LA->out, LA->fc2_out, p, ROWS_SOURCE, c->encoder_seq_length, C);
 }
@@ -196,7 +196,7 @@ static void projector_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const p
     const float *d_full = tokens_full(g, p, S->d_tmp3, d_a, C);
     pair_second_backward(g, p, d_w, unit_grad(g, u, J_FC2_W), unit_grad(g, u, J_FC2_B), d_full,
                          LA->gelu_out, F, rl ? lc->fin0 : 0, rl ? lc->fin : F,
-                         unit_param(g, u, J_FC2_W), C, p->t_fc);
+                         unit_param(g, u, J_FC2_W), C, p->t_fc, TP2D_FFN);
     gelu_backward(d_w, d_w, LA->gelu_grad, (size_t)p->n * F);
     pair_first_backward(g, p, d_b, unit_grad(g, u, J_FC1_W), unit_grad(g, u, J_FC1_B), d_w,
                         LA->ln1_full, unit_param(g, u, J_FC1_W), C, F, p->t_cf);

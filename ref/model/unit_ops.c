@@ -8,6 +8,7 @@
 
 #include "parity/rng.h"
 #include "tp.h"
+#include "tp2d.h"
 #include "units_internal.h"
 
 pass_t unit_pass(const gpt_t *g, const gpt_slot_t *A) {
@@ -22,8 +23,8 @@ pass_t unit_pass(const gpt_t *g, const gpt_slot_t *A) {
     p.t0 = g->local.seq_part * p.Tl;
     p.runs = p.sp ? cp_runs_slice(&g->local.runs, p.t0, p.Tl) : g->local.runs;
     p.ns = p.n_seq * p.Tl;
-    p.nC = (size_t)p.n * c->hidden;
-    p.nsC = (size_t)p.ns * c->hidden;
+    p.nC = (size_t)p.n * g->local.hid; /* the stream's features held: all, or 2-D's column */
+    p.nsC = (size_t)p.ns * g->local.hid;
     p.t_cc = (linear_tiles_t){c->tile_tokens, c->tile_features, c->tile_features};
     p.t_cf = (linear_tiles_t){c->tile_tokens, c->tile_features, c->tile_ffn};
     p.t_fc = (linear_tiles_t){c->tile_tokens, c->tile_ffn, c->tile_features};
@@ -44,15 +45,21 @@ uint64_t site_stream(const char *site, int l, int64_t step) {
 
 void site_mask(const gpt_t *g, const gpt_slot_t *A, const pass_t *p, uint8_t *keep,
                uint64_t stream) {
-    const uint64_t C = (uint64_t)g->cfg.hidden;
+    const uint64_t C = (uint64_t)g->cfg.hidden, w = (uint64_t)g->local.hid, c0 = (uint64_t)g->local.hid0;
     size_t at = 0;
     for (int s = 0; s < p->n_seq; s++)
         for (int k = 0; k < p->runs.n; k++) {
-            const uint64_t run = (uint64_t)p->runs.len[k] * C;
             const uint64_t first =
                 ((uint64_t)(A->mask_seq + s) * (uint64_t)p->T + (uint64_t)p->runs.t0[k]) * C;
-            dropout_mask(keep + at, (size_t)run, g->cfg.seed, stream, first, g->cfg.hidden_dropout);
-            at += run;
+            if (w == C) { /* whole rows: one run */
+                const uint64_t run = (uint64_t)p->runs.len[k] * C;
+                dropout_mask(keep + at, (size_t)run, g->cfg.seed, stream, first, g->cfg.hidden_dropout);
+                at += run;
+                continue;
+            }
+            for (int t = 0; t < p->runs.len[k]; t++, at += w) /* 2-D: the column's features */
+                dropout_mask(keep + at, (size_t)w, g->cfg.seed, stream, first + (uint64_t)t * C + c0,
+                             g->cfg.hidden_dropout);
         }
 }
 
@@ -128,6 +135,10 @@ static const float *columns(float *buf, const float *x, int n, int wx, int c0, i
 void pair_first_forward(gpt_t *g, const pass_t *p, float *y, const float *x, const float *w,
                         const float *b, int n_in, int n_out, linear_tiles_t t) {
     const gpt_local_t *lc = &g->local;
+    if (lc->t2q) { /* 2-D: SUMMA over the hidden features' blocks */
+        tp2d_linear_forward(g, p, y, x, w, b, TP2D_HIDDEN, n_out, t);
+        return;
+    }
     if (!lc->row_linears) { /* column-parallel: the rank's output rows, whole */
         linear_forward(y, x, w, b, p->n, n_in, n_out, t, &g->ws);
         return;
@@ -140,6 +151,10 @@ void pair_first_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t 
                          const float *dy, const float *x, const float *w, int n_in, int n_out,
                          linear_tiles_t t) {
     const gpt_local_t *lc = &g->local;
+    if (lc->t2q) {
+        tp2d_linear_backward(g, p, dx, dw, db, dy, x, w, TP2D_HIDDEN, n_out, t);
+        return;
+    }
     if (!lc->row_linears) {
         colpar_backward(g, p, dx, dw, db, dy, x, w, n_in, n_out, t);
         return;
@@ -153,13 +168,22 @@ void pair_first_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t 
 }
 
 void pair_second_forward(gpt_t *g, const pass_t *p, float *y, const float *x, int wx, int c0,
-                         int cl, const float *w, const float *b, int n_out, linear_tiles_t t) {
+                         int cl, const float *w, const float *b, int n_out, linear_tiles_t t,
+                         int in_kind) {
+    if (g->local.t2q) {
+        tp2d_linear_forward(g, p, y, x, w, b, in_kind, n_out, t);
+        return;
+    }
     rowpar_forward(g, p, y, columns(g->scratch.row_in, x, p->n, wx, c0, cl), w, b, cl, n_out, t);
 }
 
 void pair_second_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db,
                           const float *dy, const float *x, int wx, int c0, int cl, const float *w,
-                          int n_out, linear_tiles_t t) {
+                          int n_out, linear_tiles_t t, int in_kind) {
+    if (g->local.t2q) {
+        tp2d_linear_backward(g, p, dx, dw, db, dy, x, w, in_kind, n_out, t);
+        return;
+    }
     const int gather = cl < wx;
     linear_backward(gather ? g->scratch.row_dx : dx, dw, db, dy,
                     columns(g->scratch.row_in, x, p->n, wx, c0, cl), w, p->n, cl, n_out, t, &g->ws);
@@ -172,10 +196,23 @@ const float *tokens_full(gpt_t *g, const pass_t *p, float *buf, const float *hel
     return buf;
 }
 
+void ln_forward(gpt_t *g, const pass_t *p, float *y, float *xhat, float *rstd, const float *x,
+                const float *gamma, const float *beta) {
+    if (g->local.t2q)
+        tp2d_layernorm_forward(g, p, y, xhat, rstd, x, gamma, beta);
+    else
+        layernorm_forward(y, xhat, rstd, x, gamma, beta, p->ns, g->cfg.hidden, g->cfg.ln_eps,
+                          g->scratch.row_scratch);
+}
+
 void ln_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dgamma, acc_t *dbeta,
                  const float *dy, const float *xhat, const float *rstd, const float *gamma) {
     const int C = g->cfg.hidden;
     float *scratch = g->scratch.row_scratch;
+    if (g->local.t2q) {
+        tp2d_layernorm_backward(g, p, dx, dgamma, dbeta, dy, xhat, rstd, gamma);
+        return;
+    }
     if (!p->sp) {
         layernorm_backward(dx, dgamma, dbeta, dy, xhat, rstd, gamma, p->n, C, scratch);
         return;

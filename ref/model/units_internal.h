@@ -72,17 +72,24 @@ void pair_first_forward(gpt_t *g, const pass_t *p, float *y, const float *x, con
 void pair_first_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db,
                          const float *dy, const float *x, const float *w, int n_in, int n_out,
                          linear_tiles_t t);
+/* in_kind: what x's features are (TP2D_HEADS: attention's, TP2D_FFN),
+ * for 2-D's blocks (tp2d.h). */
 void pair_second_forward(gpt_t *g, const pass_t *p, float *y, const float *x, int wx, int c0,
-                         int cl, const float *w, const float *b, int n_out, linear_tiles_t t);
+                         int cl, const float *w, const float *b, int n_out, linear_tiles_t t,
+                         int in_kind);
 /* dx [n, wx]: whole when the rank contracts all of x, else gathered. */
 void pair_second_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db,
                           const float *dy, const float *x, int wx, int c0, int cl, const float *w,
-                          int n_out, linear_tiles_t t);
+                          int n_out, linear_tiles_t t, int in_kind);
 /* full [n,w] from the tokens held [ns,w]: the same pointer without
  * sequence parallelism, else gathered into `buf`. */
 const float *tokens_full(gpt_t *g, const pass_t *p, float *buf, const float *held, int w);
 /* LayerNorm backward over the tokens held; under sequence parallelism
  * gamma/beta gradients of the positions held are completed across tp. */
+/* LayerNorm over the tokens held (p->ns): layernorm.c, or 2-D's over the
+ * row's features. */
+void ln_forward(gpt_t *g, const pass_t *p, float *y, float *xhat, float *rstd, const float *x,
+                const float *gamma, const float *beta);
 void ln_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dgamma, acc_t *dbeta,
                  const float *dy, const float *xhat, const float *rstd, const float *gamma);
 

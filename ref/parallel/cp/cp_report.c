@@ -70,7 +70,7 @@ void cp_print_report(const run_report_t *run, FILE *f) {
     gpt_mem_t whole, mine;
     perr_t err;
     if (gpt_mem_bytes(&cfg, omit, &whole, &err) ||
-        gpt_mem_bytes_mp(&cfg, pc->tp > 1 ? pc->tp : 1, pconfig_tp_opts(pc), &u,
+        gpt_mem_bytes_mp(&cfg, pconfig_model_tp(pc, 0), pconfig_tp_opts(pc), &u,
                          u.n ? r0->pp_slots : 0, omit, &mine, &err))
         return;
     fprintf(f, "  activations per device: measured %.2f MB, allocation table %.2f MB%s, golden run "

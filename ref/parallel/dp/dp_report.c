@@ -50,7 +50,7 @@ static double device_psi(const run_report_t *run) {
     double psi = 0;
     for (int s = 0; s < pp.pp; s++) {
         param_table_t t;
-        if (param_table_build_mp(&t, &cfg, run->pc.tp > 1 ? run->pc.tp : 1, &pp.units[s],
+        if (param_table_build_mp(&t, &cfg, pconfig_model_tp(&run->pc, s), &pp.units[s],
                                  pconfig_tp_opts(&run->pc), NULL))
             return 0;
         if ((double)t.total > psi) psi = (double)t.total;

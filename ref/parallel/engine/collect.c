@@ -257,10 +257,12 @@ static int taken_part(const engine_shared_t *sh, const engine_part_t *p, const p
     } else {
         c[GRID_PP] = 0;
     }
-    for (int k = 0; k < sh->nparts; k++)
-        if (sh->part_coord[k][GRID_TP] == c[GRID_TP] && sh->part_coord[k][GRID_EP] == c[GRID_EP] &&
-            sh->part_coord[k][GRID_PP] == c[GRID_PP])
-            return k;
+    for (int k = 0; k < sh->nparts; k++) {
+        int same = 1; /* parts differ along tp (and its sub-axes), ep and pp */
+        for (int a = 0; a < GRID_NAXES; a++)
+            if (a != GRID_DP && a != GRID_CP && a != GRID_TP3) same &= sh->part_coord[k][a] == c[a];
+        if (same) return k;
+    }
     return 0;
 }
 

@@ -24,7 +24,7 @@ static void add(memest_dev_t *dev, mem_cat_t c, size_t bytes) {
  * reassembly buffers). */
 static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp_plan_t *pp, int s,
                         memest_dev_t *dev, size_t *part, perr_t *err) {
-    const int tp = pconfig_stage_tp(pc, s); /* an encoder mesh's stages: etp */
+    const int tp = pconfig_model_tp(pc, s); /* an encoder mesh's stages: etp; 2-D: q */
     gpt_mem_t g;
     if (gpt_mem_bytes_mp(cfg, tp, pconfig_tp_opts(pc), &pp->units[s], engine_stage_slots(pp, s, NULL),
                          engine_replica_flags(pc, pp, pc->zero_stage), &g, err))
@@ -34,7 +34,7 @@ static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp
     if (param_table_build_mp(&t, cfg, tp, &pp->units[s], pconfig_tp_opts(pc), err)) return -1;
     int sizes[GRID_NAXES];
     pconfig_grid_sizes(pc, sizes);
-    sizes[GRID_TP] = tp;
+    if (pc->tp_mode == PC_TP_1D) sizes[GRID_TP] = tp;
     if (dp_plan_build_grid(&p, &t, cfg, sizes, pc->zero_stage, pc->bucket_cap_mb, err)) {
         param_table_free(&t);
         return -1;
@@ -75,7 +75,8 @@ int engine_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t
         return -1;
     size_t parts = 0;
     for (int s = 0; s < pp.pp; s++) {
-        const size_t ranks_per_stage = (size_t)pconfig_grad_ranks(pc) * (size_t)pconfig_stage_tp(pc, s);
+        const size_t ranks_per_stage = (size_t)(pc->dp > 0 ? pc->dp : 1) *
+                                       (size_t)(pc->cp > 0 ? pc->cp : 1) * (size_t)pconfig_stage_tp(pc, s);
         memest_dev_t d;
         size_t part;
         if (stage_memest(&cfg, pc, &pp, s, &d, &part, err)) {

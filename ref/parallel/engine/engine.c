@@ -111,6 +111,9 @@ static int setup_rank(engine_rank_t *r, device_t *dev) {
         .cp_comm = sh->run->pc.cp_comm ? CP_ULYSSES : CP_RING, .cp_group = r->cp_group,
         .ep = gd.size[GRID_EP], .ep_rank = r->ep_rank, .ep_group = r->ep_group,
         .expert_tp = sh->run->pc.etp > 1, .expert_fold = pconfig_ep_folded(&sh->run->pc),
+        .tp_mode = sh->run->pc.tp_mode, .tp_row = gd.coord[GRID_TP2], .tp_depth = gd.size[GRID_TP3],
+        .tp_dep = gd.coord[GRID_TP3],
+        .tp_col_group = gd.size[GRID_TP2] > 1 ? gd.group[GRID_TP2] : NULL,
         .on_grid = 1};
     for (int a = 0; a < GRID_NAXES; a++)
         shard.grid_sizes[a] = gd.size[a], shard.grid_coord[a] = gd.coord[a];
@@ -251,9 +254,9 @@ static int run_step(engine_rank_t *r, int64_t step, int collect) {
     if (r->plan->stage == 0) engine_all_gather_grads(r);
     engine_span(r, "gradient reduction", "exact-sum", t0, -1, -1);
     xacc_t loss;
-    if (sh->pp.pp == 1) {
+    if (sh->pp.pp == 1 && !r->g->local.t2q) {
         coll_all_reduce(r->group, &r->g->loss_acc.x, &loss, 1, COLL_XACC, COLL_SUM);
-    } else { /* the last stage's tokens, once per tp group: over every device */
+    } else { /* the last stage's tokens, once per tp group (2-D: per row): over every device */
         xacc_t mine;
         xacc_init(&mine);
         if (r->tp_rank == 0) mine = r->g->loss_acc.x;

@@ -44,7 +44,7 @@ static void pass_span(engine_rank_t *r, int fwd, double t0, int mb, int c) {
 /* Floats of the residual stream a slot of n_seq sequences holds. */
 static size_t stream_len(const gpt_t *g, int n_seq) {
     return (size_t)n_seq * (size_t)g->local.seq_held / (size_t)g->local.seq_parts *
-           (size_t)g->cfg.hidden;
+           (size_t)g->local.hid; /* 2-D: the column's features */
 }
 
 /* Tags name a boundary: direction, microbatch and the lower virtual stage. */
@@ -52,12 +52,19 @@ static int tag_of(const pp_plan_t *p, int backward, int mb, int vs) {
     return ((backward * p->m + mb) * p->pp * p->v) + vs;
 }
 
-/* This rank's microbatch mb: its sequences (sizes differ by at most one). */
+/* This rank's microbatch mb: its sequences (sizes differ by at most one);
+ * 2-D tensor parallelism: the block of them of its row (2.5-D: of its
+ * depth and row), pconfig_tp_batch_blocks equal blocks. */
 static void microbatch(const engine_rank_t *r, int mb, int *first, int *n_seq) {
     const int per_rank = r->sh->cfg.global_batch / r->data_n, m = r->sh->pp.m;
     *first = r->data_rank * per_rank;
     for (int k = 0; k < mb; k++) *first += per_rank / m + (k < per_rank % m);
     *n_seq = per_rank / m + (mb < per_rank % m);
+    const gpt_shard_t *sh = &r->g->shard;
+    if (!sh->tp_mode) return;
+    const int blocks = sh->tp_depth * r->g->local.t2q, block = sh->tp_dep * r->g->local.t2q + sh->tp_row;
+    *n_seq /= blocks;
+    *first += block * *n_seq;
 }
 
 static void wait_send(engine_rank_t *r, int s) {

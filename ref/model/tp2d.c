@@ -1,0 +1,379 @@
+/* tp2d.c - Colossal-AI's 2-D tensor parallelism (Optimus: SUMMA on a q x q
+ * grid) and 2.5-D (Tesseract: d such grids, one per depth layer), with
+ * I1-I2 arithmetic (tp2d.h).
+ *
+ * Rank (row i, column j) holds the stream as Colossal does, [b/q, s, h/q]:
+ * the sequences of block i (2.5-D: block dep*q + i) and the features of
+ * column j. A linear's weight W [out, in] is cut over both: rank (i, j)
+ * holds W[out block j, in block i], so
+ *
+ *   Y[i, j] = sum_k X[i, k] . W[j, k]^T                         (AB)
+ *
+ * runs as SUMMA in q steps: step k broadcasts X[i, k] along row i and
+ * W[j, k] along column j. parity's steps add the tile partials of each
+ * product into ONE open exact accumulator, rounded once after the last
+ * step: the golden run's sum over every input tile, grouped by block,
+ * which exactness makes the same bits. The backward's two contractions
+ * are the transposed forms, each a broadcast and an exact reduce (the q
+ * reduces of a step loop fused into one reduce-scatter of open sums):
+ *
+ *   dX[i, m] = sum_j dY[i, j] . W[j, m]     (ABT: W along the column,
+ *                                            reduce-scatter along the row)
+ *   dW[j, k] = sum_r dY[r, j]^T . X[r, k]   (ATB: X along the row,
+ *                                            reduce-scatter along the column)
+ *
+ * Vectors (biases, LayerNorm) are cut out/q^2: rank (i, j) holds piece i
+ * of column j's block, gathered over the column for the forward, their
+ * gradients (column sums over the rank's sequences) reduce-scattered over
+ * it, exact. LayerNorm's statistics are open sums completed over the row.
+ * The word embedding E [V, C] is held as E[vocab block i, features j]:
+ * the lookup gathers the column's token ids, looks up the rows held (-0
+ * elsewhere) and reduce-scatters the sum over the column; the tied head's
+ * logits [i, vocab block j] = sum_k X[i, k] . E[j, k]^T (ABT), and its
+ * cross-entropy reduces over the row as 1-D's does over tp.
+ */
+#include "tp2d.h"
+
+#include <string.h>
+
+#include "parity/coll.h"
+#include "parity/pmath.h"
+#include "tp.h"
+
+static group_t *row_group(const gpt_t *g) { return g->shard.tp_group; }
+static group_t *col_group(const gpt_t *g) { return g->shard.tp_col_group; }
+static int q_of(const gpt_t *g) { return g->local.t2q; }
+static int col_of(const gpt_t *g) { return g->shard.tp_rank; }
+static int row_of(const gpt_t *g) { return g->shard.tp_row; }
+static int width(const gpt_t *g, int kind, int k) { return g->local.t2w[kind][k]; }
+
+static int max_width(const gpt_local_t *lc) {
+    int w = 1;
+    for (int t = 0; t < 4; t++)
+        for (int k = 0; k < lc->t2q; k++) w = lc->t2w[t][k] > w ? lc->t2w[t][k] : w;
+    return w;
+}
+
+void tp2d_layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_local_t *lc,
+                         size_t n, carver_t *cv) {
+    const size_t q = (size_t)lc->t2q, w = (size_t)max_width(lc), T = (size_t)c->seq_length;
+    const size_t pad_rows = (T > 3 * w ? T : 3 * w) / q + 1; /* a sharded vector's piece */
+    size_t slot = n * w;
+    if (3 * w * w > slot) slot = 3 * w * w;
+    if (pad_rows * w > slot) slot = pad_rows * w;
+    S->t2_slot = slot;
+    S->t2_open = carve(cv, acc_storage_bytes(n * 3 * w));
+    S->t2_slots = carve(cv, acc_storage_bytes(q * slot));
+    S->t2_a = CARVE_F(cv, n * w);
+    S->t2_b = CARVE_F(cv, 3 * w * w);
+    S->t2_vec = CARVE_F(cv, q * pad_rows * w);
+    S->t2_whole = CARVE_F(cv, (T > 3 * w ? T : 3 * w) * w);
+    S->t2_full = CARVE_F(cv, q * n * w);
+    S->t2_ids = (int32_t *)carve(cv, q * n * sizeof(int32_t));
+}
+
+/* The block broadcast from group member `root`: mine when this rank is
+ * the root (a broadcast reads the root's buffer only), else into buf. */
+static const float *bcast(group_t *grp, int me, int root, const float *mine, float *buf,
+                          size_t count) {
+    float *at = me == root ? (float *)(uintptr_t)mine : buf;
+    coll_broadcast(grp, at, count, COLL_F32, root);
+    return at;
+}
+
+static acc_t open_over(void *storage, size_t n) {
+    acc_t a;
+    acc_init_with(&a, n, storage);
+    acc_zero(&a);
+    return a;
+}
+
+/* ---- vectors cut out/q^2 -------------------------------------------------
+ * A column block of R rows of w values each (a bias or LayerNorm vector:
+ * w = 1; the position table: R = T positions of the block's features) is
+ * cut by rows over the column's q ranks: piece r holds rows
+ * placement_split(R, q, r). Collectives move equal counts, so pieces
+ * travel padded to ceil(R/q) rows. */
+
+static size_t pad_rows(int R, int q) { return (size_t)(R + q - 1) / (size_t)q; }
+
+const float *tp2d_gather_rows(gpt_t *g, const float *piece, int R, int w) {
+    const int q = q_of(g), me = row_of(g);
+    const size_t pad = pad_rows(R, q) * (size_t)w;
+    float *parts = g->scratch.t2_vec, *whole = g->scratch.t2_whole;
+    int64_t first, count;
+    placement_split(R, q, me, &first, &count);
+    memcpy(parts + (size_t)me * pad, piece, (size_t)count * w * sizeof(float));
+    coll_all_gather(col_group(g), parts + (size_t)me * pad, parts, pad, COLL_F32);
+    for (int r = 0; r < q; r++) {
+        placement_split(R, q, r, &first, &count);
+        memcpy(whole + (size_t)first * w, parts + (size_t)r * pad, (size_t)count * w * sizeof(float));
+    }
+    return whole;
+}
+
+/* The open partial sums of a column block [R, w], in the padded pieces'
+ * layout (slot r: piece r's rows), zeroed. */
+static acc_t rows_partial(gpt_t *g, int R, int w) {
+    return open_over(g->scratch.t2_slots, (size_t)q_of(g) * pad_rows(R, q_of(g)) * (size_t)w);
+}
+
+/* Where row `row` of the block lies in rows_partial's layout. */
+static size_t rows_at(const gpt_t *g, int R, int w, int row) {
+    const int q = q_of(g);
+    for (int r = 0; r < q; r++) {
+        int64_t first, count;
+        placement_split(R, q, r, &first, &count);
+        if (row < first + count) return ((size_t)r * pad_rows(R, q) + (size_t)(row - first)) * w;
+    }
+    return 0;
+}
+
+/* Column sums over n rows of y [n, R] into the partial of a vector [R]. */
+static void add_column_sums(const gpt_t *g, acc_t *part, const float *y, int n, int R) {
+    const int q = q_of(g);
+    for (int r = 0; r < q; r++) {
+        int64_t first, count;
+        placement_split(R, q, r, &first, &count);
+        if (count) acc_add_rows(part, (size_t)r * pad_rows(R, q), y + first, n, (int)count, R);
+    }
+}
+
+/* grad (this rank's piece) += the exact sum over the column of part. */
+static void scatter_rows(gpt_t *g, acc_t *part, int R, int w, acc_t *grad) {
+    const int q = q_of(g), me = row_of(g);
+    const size_t pad = pad_rows(R, q) * (size_t)w;
+    int64_t first, count;
+    placement_split(R, q, me, &first, &count);
+    coll_reduce_scatter_open(col_group(g), &part->x, 0, &part->x, (size_t)me * pad, pad);
+    xvec_merge_range(&grad->x, 0, &part->x, (size_t)me * pad, (size_t)count * w);
+    acc_free(part);
+}
+
+/* ---- linears --------------------------------------------------------------- */
+
+void tp2d_linear_forward(gpt_t *g, const pass_t *p, float *y, const float *x, const float *w,
+                         const float *b, int in_kind, int n_out, linear_tiles_t t) {
+    const int q = q_of(g), n = p->n;
+    gpt_scratch_t *S = &g->scratch;
+    const int rounded = (g->shard.broken & GPT_BROKEN_TP2D_SUMMA_ROUNDED) != 0;
+    acc_t open = open_over(S->t2_open, (size_t)n * n_out);
+    for (int k = 0; k < q; k++) {
+        const int wk = width(g, in_kind, k);
+        const float *xk = bcast(row_group(g), col_of(g), k, x, S->t2_a, (size_t)n * wk);
+        const float *Wk = bcast(col_group(g), row_of(g), k, w, S->t2_b, (size_t)n_out * wk);
+        if (rounded) { /* the broken variant: each step's product rounded, fp32 sums */
+            acc_t step = open_over(S->t2_slots, (size_t)n * n_out);
+            contract_acc(CONTRACT_NT, n, n_out, wk, t.tokens, t.out, t.in, xk, wk, Wk, wk, &step, 0,
+                         (size_t)n_out, &g->ws);
+            float *part = S->t2_full;
+            acc_round(&step, k ? part : y);
+            acc_free(&step);
+            for (size_t e = 0; k && e < (size_t)n * n_out; e++) y[e] = y[e] + part[e];
+            continue;
+        }
+        contract_acc(CONTRACT_NT, n, n_out, wk, t.tokens, t.out, t.in, xk, wk, Wk, wk, &open, 0,
+                     (size_t)n_out, &g->ws);
+    }
+    if (!rounded) acc_round(&open, y);
+    acc_free(&open);
+    if (b) linear_add_bias(y, tp2d_gather_rows(g, b, n_out, 1), n, n_out);
+}
+
+void tp2d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db,
+                          const float *dy, const float *x, const float *w, int in_kind, int n_out,
+                          linear_tiles_t t) {
+    const int q = q_of(g), n = p->n, me_c = col_of(g), me_r = row_of(g);
+    gpt_scratch_t *S = &g->scratch;
+    const size_t slot = S->t2_slot;
+    /* dX (ABT): slot m holds this rank's part of dX[i, m] */
+    acc_t slots = open_over(S->t2_slots, (size_t)q * slot);
+    for (int m = 0; m < q; m++) {
+        const int wm = width(g, in_kind, m);
+        const float *Wm = bcast(col_group(g), me_r, m, w, S->t2_b, (size_t)n_out * wm);
+        contract_acc(CONTRACT_NN, n, wm, n_out, t.tokens, t.in, t.out, dy, n_out, Wm, wm, &slots,
+                     (size_t)m * slot, (size_t)wm, &g->ws);
+    }
+    coll_reduce_scatter_open(row_group(g), &slots.x, 0, &slots.x, (size_t)me_c * slot, slot);
+    acc_round_range(&slots, (size_t)me_c * slot, (size_t)n * width(g, in_kind, me_c), dx);
+    acc_free(&slots);
+    /* dW (ATB): slot k holds this rank's sequences' part of dW[j, k] */
+    slots = open_over(S->t2_slots, (size_t)q * slot);
+    for (int k = 0; k < q; k++) {
+        const int wk = width(g, in_kind, k);
+        const float *xk = bcast(row_group(g), me_c, k, x, S->t2_a, (size_t)n * wk);
+        contract_acc(CONTRACT_TN, n_out, wk, n, t.out, t.in, t.tokens, dy, n_out, xk, wk, &slots,
+                     (size_t)k * slot, (size_t)wk, &g->ws);
+    }
+    coll_reduce_scatter_open(col_group(g), &slots.x, 0, &slots.x, (size_t)me_r * slot, slot);
+    xvec_merge_range(&dw->x, 0, &slots.x, (size_t)me_r * slot, (size_t)n_out * width(g, in_kind, me_r));
+    acc_free(&slots);
+    if (db) {
+        acc_t part = rows_partial(g, n_out, 1);
+        add_column_sums(g, &part, dy, n, n_out);
+        scatter_rows(g, &part, n_out, 1, db);
+    }
+}
+
+/* ---- LayerNorm --------------------------------------------------------------
+ * layernorm.c's arithmetic with its row sums completed over the row:
+ * each statistic is the exact sum of the row's features over every
+ * column, rounded once, then divided by C. */
+
+/* out[i] = round(sum over the row group of rows[i, :w]), i < n. */
+static void row_sums(gpt_t *g, const float *rows, int n, int w, float *out) {
+    xacc_t *s = g->scratch.ce_zacc;
+    if (g->shard.broken & GPT_BROKEN_TP2D_LN_FP32) { /* Colossal's: fp32 partials all-reduced */
+        for (int i = 0; i < n; i++) out[i] = sum_f32(rows + (size_t)i * w, (size_t)w);
+        tp_sum_f32(g, out, (size_t)n);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        xacc_init(&s[i]);
+        xacc_add_array_f32(&s[i], rows + (size_t)i * w, (size_t)w);
+    }
+    tp_sum_xacc(g, s, (size_t)n);
+    for (int i = 0; i < n; i++) out[i] = xacc_round_f32(&s[i]);
+}
+
+void tp2d_layernorm_forward(gpt_t *g, const pass_t *p, float *y, float *xhat, float *rstd,
+                            const float *x, const float *gamma_piece, const float *beta_piece) {
+    const int n = p->ns, w = g->local.hid;
+    const float fC = (float)g->cfg.hidden, eps = g->cfg.ln_eps;
+    float *stat = g->scratch.ce_tl;
+    row_sums(g, x, n, w, stat);
+    for (int i = 0; i < n; i++) {
+        const float mu = stat[i] / fC;
+        for (int c = 0; c < w; c++) {
+            const size_t e = (size_t)i * w + c;
+            xhat[e] = x[e] - mu; /* d for now */
+            y[e] = xhat[e] * xhat[e];
+        }
+    }
+    row_sums(g, y, n, w, stat);
+    float *gb = g->scratch.t2_a; /* gamma then beta, gathered */
+    memcpy(gb, tp2d_gather_rows(g, gamma_piece, w, 1), (size_t)w * sizeof(float));
+    const float *beta = tp2d_gather_rows(g, beta_piece, w, 1);
+    for (int i = 0; i < n; i++) {
+        const float r = pm_rsqrtf(stat[i] / fC + eps);
+        rstd[i] = r;
+        for (int c = 0; c < w; c++) {
+            const size_t e = (size_t)i * w + c;
+            xhat[e] = xhat[e] * r;
+            y[e] = xhat[e] * gb[c] + beta[c];
+        }
+    }
+}
+
+void tp2d_layernorm_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dgamma, acc_t *dbeta,
+                             const float *dy, const float *xhat, const float *rstd,
+                             const float *gamma_piece) {
+    const int n = p->ns, w = g->local.hid;
+    const float fC = (float)g->cfg.hidden;
+    const size_t nw = (size_t)n * w;
+    for (size_t e = 0; e < nw; e++) dx[e] = dy[e] * xhat[e];
+    acc_t part = rows_partial(g, w, 1);
+    add_column_sums(g, &part, dx, n, w);
+    scatter_rows(g, &part, w, 1, dgamma);
+    part = rows_partial(g, w, 1);
+    add_column_sums(g, &part, dy, n, w);
+    scatter_rows(g, &part, w, 1, dbeta);
+    const float *gamma = tp2d_gather_rows(g, gamma_piece, w, 1);
+    float *prod = g->scratch.d_wide, *a = g->scratch.ce_tl, *b = g->scratch.t2_a;
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < w; c++) {
+            const size_t e = (size_t)i * w + c;
+            dx[e] = dy[e] * gamma[c]; /* dxhat */
+            prod[e] = dx[e] * xhat[e];
+        }
+    row_sums(g, dx, n, w, a);
+    row_sums(g, prod, n, w, b);
+    for (int i = 0; i < n; i++) {
+        const float ai = a[i] / fC, bi = b[i] / fC, r = rstd[i];
+        for (int c = 0; c < w; c++) {
+            const size_t e = (size_t)i * w + c;
+            dx[e] = ((dx[e] - ai) - xhat[e] * bi) * r;
+        }
+    }
+}
+
+/* ---- the embedding and the head ---------------------------------------- */
+
+/* Every sequence's ids of the column's blocks, [q][n] in row order. */
+static const int32_t *column_ids(gpt_t *g, const int32_t *tokens, int n) {
+    int32_t *ids = g->scratch.t2_ids;
+    memcpy(ids + (size_t)row_of(g) * n, tokens, (size_t)n * sizeof(int32_t));
+    coll_all_gather(col_group(g), ids + (size_t)row_of(g) * n, ids, (size_t)n, COLL_I32);
+    return ids;
+}
+
+void tp2d_embedding_forward(gpt_t *g, const pass_t *p, float *x, const int32_t *tokens,
+                            const float *wte, const float *wpe_piece) {
+    const int n = p->n, w = g->local.hid, q = q_of(g), T = p->T;
+    const int32_t *ids = column_ids(g, tokens, n);
+    float *looked = g->scratch.t2_full;
+    embedding_lookup(looked, ids, q * n, w, wte, g->local.emb_vocab0, g->local.emb_vocab);
+    coll_reduce_scatter(col_group(g), looked, x, (size_t)n * w, COLL_F32, COLL_SUM);
+    embedding_add_positions(x, p->n_seq, T, 0, w, tp2d_gather_rows(g, wpe_piece, T, w));
+}
+
+void tp2d_embedding_backward(gpt_t *g, const pass_t *p, acc_t *dwte, acc_t *dwpe, const float *d,
+                             const int32_t *tokens) {
+    const int n = p->n, w = g->local.hid, q = q_of(g), T = p->T;
+    const int32_t *ids = column_ids(g, tokens, n);
+    float *full = g->scratch.t2_full;
+    memcpy(full + (size_t)row_of(g) * n * w, d, (size_t)n * w * sizeof(float));
+    coll_all_gather(col_group(g), full + (size_t)row_of(g) * n * w, full, (size_t)n * w, COLL_F32);
+    const int v0 = g->local.emb_vocab0, nv = g->local.emb_vocab;
+    for (size_t i = 0; i < (size_t)q * n; i++) {
+        const int r = ids[i] - v0;
+        if (r >= 0 && r < nv) acc_add(dwte, (size_t)r * w, full + i * w, (size_t)w);
+    }
+    acc_t part = rows_partial(g, T, w);
+    for (int s = 0; s < p->n_seq; s++)
+        for (int t = 0; t < T; t++)
+            acc_add(&part, rows_at(g, T, w, t), d + ((size_t)s * T + t) * w, (size_t)w);
+    scatter_rows(g, &part, T, w, dwpe);
+}
+
+void tp2d_head_logits(gpt_t *g, const pass_t *p, float *logits, const float *x, const float *e) {
+    const int q = q_of(g), n = p->n, me_c = col_of(g), w = g->local.hid;
+    gpt_scratch_t *S = &g->scratch;
+    const int tf = g->cfg.tile_features;
+    const size_t slot = S->t2_slot;
+    acc_t slots = open_over(S->t2_slots, (size_t)q * slot);
+    for (int j = 0; j < q; j++) { /* E[vocab j, features mine] from row j */
+        const int vj = width(g, TP2D_VOCAB, j);
+        const float *Ej = bcast(col_group(g), row_of(g), j, e, S->t2_b, (size_t)vj * w);
+        contract_acc(CONTRACT_NT, n, vj, w, g->cfg.tile_tokens, tf, tf, x, w, Ej, w, &slots,
+                     (size_t)j * slot, (size_t)vj, &g->ws);
+    }
+    coll_reduce_scatter_open(row_group(g), &slots.x, 0, &slots.x, (size_t)me_c * slot, slot);
+    acc_round_range(&slots, (size_t)me_c * slot, (size_t)n * width(g, TP2D_VOCAB, me_c), logits);
+    acc_free(&slots);
+}
+
+void tp2d_head_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *de, const float *dlogits,
+                        const float *x, const float *e) {
+    const int q = q_of(g), n = p->n, me_r = row_of(g), w = g->local.hid;
+    gpt_scratch_t *S = &g->scratch;
+    const int tf = g->cfg.tile_features, tt = g->cfg.tile_tokens;
+    const size_t slot = S->t2_slot;
+    acc_t open = open_over(S->t2_open, (size_t)n * w);
+    acc_t slots = open_over(S->t2_slots, (size_t)q * slot);
+    for (int j = 0; j < q; j++) {
+        const int vj = width(g, TP2D_VOCAB, j);
+        const float *dLj = bcast(row_group(g), col_of(g), j, dlogits, S->t2_a, (size_t)n * vj);
+        const float *Ej = bcast(col_group(g), me_r, j, e, S->t2_b, (size_t)vj * w);
+        /* dX[i, mine] += dL[i, j] . E[j, mine] (AB) */
+        contract_acc(CONTRACT_NN, n, w, vj, tt, tf, tf, dLj, vj, Ej, w, &open, 0, (size_t)w, &g->ws);
+        /* dE[j, mine] += dL[i, j]^T . X[i, mine], completed over the column (ATB) */
+        contract_acc(CONTRACT_TN, vj, w, n, tf, tf, tt, dLj, vj, x, w, &slots, (size_t)j * slot,
+                     (size_t)w, &g->ws);
+    }
+    acc_round(&open, dx);
+    acc_free(&open);
+    coll_reduce_scatter_open(col_group(g), &slots.x, 0, &slots.x, (size_t)me_r * slot, slot);
+    xvec_merge_range(&de->x, 0, &slots.x, (size_t)me_r * slot, (size_t)width(g, TP2D_VOCAB, me_r) * w);
+    acc_free(&slots);
+}

@@ -1,0 +1,52 @@
+/* tp2d.h - Colossal-AI's 2-D (SUMMA) and 2.5-D tensor parallelism in the
+ * units' operations (tp2d.c). Every function is called by all ranks of
+ * the replica's row and column groups (gpt_shard_t.tp_group,
+ * tp_col_group) in the same order. Widths come from the column blocks
+ * (gpt_local_t.t2w); in_kind is TP2D_HIDDEN (qkv, fc1), TP2D_HEADS
+ * (the attention projection) or TP2D_FFN (fc2). */
+#ifndef PARITY_MODEL_TP2D_H
+#define PARITY_MODEL_TP2D_H
+
+#include "unit_kind.h"
+#include "units_internal.h"
+
+void tp2d_layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_local_t *lc,
+                         size_t n, carver_t *cv);
+
+/* A column block [R, w] cut by rows over the column (its piece here:
+ * rows placement_split(R, q, tp_row)), gathered whole (in the scratch). */
+const float *tp2d_gather_rows(gpt_t *g, const float *piece, int R, int w);
+
+/* y [n, n_out] = round(sum over the row's input blocks of x.w^T) + b:
+ * x [n, in block of this column], w [n_out, in block of this row], b the
+ * bias piece (or NULL). Backward: dx [n, in block of this column], the
+ * weight's and the bias piece's gradients added. */
+void tp2d_linear_forward(gpt_t *g, const pass_t *p, float *y, const float *x, const float *w,
+                         const float *b, int in_kind, int n_out, linear_tiles_t t);
+void tp2d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db,
+                          const float *dy, const float *x, const float *w, int in_kind, int n_out,
+                          linear_tiles_t t);
+
+/* LayerNorm over the row's features (layernorm.c's statistics, each an
+ * exact sum over the row), gamma and beta as pieces. */
+void tp2d_layernorm_forward(gpt_t *g, const pass_t *p, float *y, float *xhat, float *rstd,
+                            const float *x, const float *gamma_piece, const float *beta_piece);
+void tp2d_layernorm_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dgamma, acc_t *dbeta,
+                             const float *dy, const float *xhat, const float *rstd,
+                             const float *gamma_piece);
+
+/* The vocabulary-parallel embedding: x [n, hid] of the block's tokens
+ * from the word rows held and the position table's piece; backward:
+ * their gradients from d [n, hid]. */
+void tp2d_embedding_forward(gpt_t *g, const pass_t *p, float *x, const int32_t *tokens,
+                            const float *wte, const float *wpe_piece);
+void tp2d_embedding_backward(gpt_t *g, const pass_t *p, acc_t *dwte, acc_t *dwpe, const float *d,
+                             const int32_t *tokens);
+
+/* The head: logits [n, vocab block of this column] from x [n, hid] and
+ * the word rows held e; backward: dx [n, hid] and e's gradient. */
+void tp2d_head_logits(gpt_t *g, const pass_t *p, float *logits, const float *x, const float *e);
+void tp2d_head_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *de, const float *dlogits,
+                        const float *x, const float *e);
+
+#endif
