@@ -90,6 +90,7 @@ typedef struct {
      * averaged in fp32 (5a3b6bcf1f); 0: one copy, the others checked */
     int broken_encdec_combine;
     unsigned broken_moe;          /* GPT_BROKEN_MOE_* bits: routing bugs of MoE frameworks */
+    unsigned broken_tp2d;         /* GPT_BROKEN_TP2D_* bits: Colossal-AI 2-D layers' arithmetic */
     const char *trace_path;   /* --trace: a Chrome trace-event file of the run, or NULL */
     /* Test-only: 1 + the rank whose parameter replica drifts (one bit of
      * one element flipped after every update; ZeRO 0-2), to prove that

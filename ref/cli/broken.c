@@ -20,6 +20,12 @@ static const char *needs_tp(const broken_where_t *w) {
     return w->pc->tp > 1 ? NULL : "tensor-model-parallel-size > 1";
 }
 
+static const char *needs_tp2d(const broken_where_t *w) {
+    return w->pc->tp > 1 && (w->pc->tp_mode == PC_TP_2D || w->pc->tp_mode == PC_TP_25D)
+               ? NULL
+               : "--tensor-parallel-mode 2d or 2.5d";
+}
+
 /* Megatron pads to a multiple of 128 x tp: a vocabulary that is one
  * already pads nothing. */
 static const char *needs_tp_padding(const broken_where_t *w) {
@@ -168,6 +174,10 @@ static void set_cp_online(engine_run_t *r, int d) { (void)d, r->broken_cp_online
 static void set_encdec_mixup(engine_run_t *r, int d) { (void)d, r->broken_encdec_dp_mixup = 1; }
 static void set_encdec_sum(engine_run_t *r, int d) { (void)d, r->broken_encdec_combine = 1; }
 static void set_encdec_mean(engine_run_t *r, int d) { (void)d, r->broken_encdec_combine = 2; }
+static void set_tp2d_ln(engine_run_t *r, int d) { (void)d, r->broken_tp2d |= GPT_BROKEN_TP2D_LN_FP32; }
+static void set_tp2d_summa(engine_run_t *r, int d) {
+    (void)d, r->broken_tp2d |= GPT_BROKEN_TP2D_SUMMA_ROUNDED;
+}
 static void set_replica(engine_run_t *r, int d) { r->broken_replica = d + 1; /* 0 is off */ }
 
 static const broken_variant_t variants[] = {
@@ -180,6 +190,17 @@ static const broken_variant_t variants[] = {
      "(Megatron-LM 1736's reduction-order kind)",
      "act.layers.0.mlp.dense_4h_to_h.output", "--tensor-model-parallel-size 2", -1, "tp > 1", 0, needs_tp,
      set_tp_fp32_sums},
+    {"tp2d-layernorm-fp32",
+     "take 2-D LayerNorm's statistics as each rank's fp32 partial sums all-reduced over the row "
+     "(Colossal-AI LayerNorm2D's all_reduce of rounded partials)",
+     "act.layers.0.input_layernorm.output", "--tensor-model-parallel-size 4 --tensor-parallel-mode 2d",
+     -1, "--tensor-parallel-mode 2d or 2.5d", 0, needs_tp2d, set_tp2d_ln},
+    {"tp2d-summa-rounded",
+     "round each SUMMA step's product to fp32 and add it to the output step by step "
+     "(Colossal-AI Matmul_AB_2D's C += A.B)",
+     "act.layers.0.self_attention.query_key_value.output",
+     "--tensor-model-parallel-size 4 --tensor-parallel-mode 2d", -1,
+     "--tensor-parallel-mode 2d or 2.5d", 0, needs_tp2d, set_tp2d_summa},
     {"tp-vocab-padding",
      "pad the vocabulary to a multiple of 128 x tp and let the padded columns into the softmax "
      "(Megatron-LM 1754)",

@@ -433,8 +433,9 @@ static long long root(long long x, int k) { /* the largest q with q^k <= x (x <=
     return q;
 }
 
-/* The tensor dict: its size, when the mode is one parity runs (None or '1d'). */
-static int tensor(rd_t *r, long long *tp) {
+/* The tensor dict: its size, and the mode when it is one parity runs
+ * (None or '1d', '2d', '2.5d' with its depth). */
+static int tensor(rd_t *r, long long *tp, int *tp_mode, int *tp_depth) {
     static const char *const modes[] = {"1d", "2d", "2.5d", "3d", "sequence"};
     const val_t *t = &r->slot[S_TENSOR], *m = &r->slot[S_T_MODE], *dv = &r->slot[S_T_DEPTH];
     const long size_line = r->slot[S_T_SIZE].line;
@@ -483,6 +484,11 @@ static int tensor(rd_t *r, long long *tp) {
         return fail(r, size_line, "parallel.tensor.size", "3d needs a cube size, got %lld (a "
                                                           "q x q x q cube)", size);
     if (mode <= 0) return *tp = size, 0;
+    if (mode == 1 || mode == 2) { /* pconfig_t's modes: 2d, 2.5d */
+        *tp = size, *tp_mode = mode == 1 ? PC_TP_2D : PC_TP_25D;
+        *tp_depth = mode == 2 ? (int)depth : 0;
+        return 0;
+    }
     const size_t g = sizeof grid;
     if (mode == 1) snprintf(grid, g, "2-D tensor parallelism, SUMMA on a %lld x %lld grid", q, q);
     if (mode == 2)
@@ -490,7 +496,7 @@ static int tensor(rd_t *r, long long *tp) {
     if (mode == 3) snprintf(grid, g, "3-D tensor parallelism, a %lld x %lld x %lld cube", q, q, q);
     if (mode == 4) snprintf(grid, g, "sequence parallelism, ring attention on %lld devices", size);
     return fail(r, m->line, "parallel.tensor.mode", "'%s' (Colossal-AI %s) is valid but not "
-                "implemented yet in parity; mode '1d' (Megatron 1-D) is", modes[mode], grid);
+                "implemented yet in parity; modes '1d', '2d' and '2.5d' are", modes[mode], grid);
 }
 
 int colossal_parse(const char *text, size_t len, const char *path, pconfig_t *pc, perr_t *err) {
@@ -514,7 +520,8 @@ int colossal_parse(const char *text, size_t len, const char *path, pconfig_t *pc
         return fail(&r, pv->line, "parallel.pipeline.size", "missing: write pipeline=dict(size=N) "
                                                             "or pipeline=N");
     if (pv->k && get_int(&r, pv->k == V_DICT ? S_PIPE_SIZE : S_PIPE, &pp)) return -1;
-    if (r.slot[S_TENSOR].k && tensor(&r, &tp)) return -1;
+    int tp_mode = PC_TP_1D, tp_depth = 0;
+    if (r.slot[S_TENSOR].k && tensor(&r, &tp, &tp_mode, &tp_depth)) return -1;
     if (r.slot[S_DATA].k && get_int(&r, S_DATA, &dp)) return -1;
     /* one source per degree: with a Megatron flag as well, one of the two would go unread */
     if (pc->pp)
@@ -526,7 +533,11 @@ int colossal_parse(const char *text, size_t len, const char *path, pconfig_t *pc
     if (dp && pc->dp)
         return fail(&r, r.slot[S_DATA].line, "parallel.data", "the layout also comes from "
                                                               "--data-parallel-size; give one");
+    if (tp_mode != PC_TP_1D && (pc->tp_mode != PC_TP_1D || pc->tp_depth))
+        return fail(&r, r.par_line, "parallel.tensor.mode", "the mode also comes from "
+                                                            "--tensor-parallel-mode; give one");
     pc->pp = (int)pp, pc->tp = (int)tp;
+    if (tp_mode != PC_TP_1D) pc->tp_mode = tp_mode, pc->tp_depth = tp_depth;
     /* Colossal-AI ignores `data` (it infers world / (pipeline x tensor)); parity
      * keeps it so that pconfig_validate checks it against the world size */
     if (dp) pc->dp = (int)dp, pc->given |= PC_GIVEN_DP;

@@ -104,7 +104,7 @@ static int setup_rank(engine_rank_t *r, device_t *dev) {
         .broken = (sh->run->broken_tp_fp32_sums ? GPT_BROKEN_TP_FP32_SUMS : 0u) |
                   (sh->run->broken_tp_vocab_pad ? GPT_BROKEN_TP_VOCAB_PAD : 0u) |
                   (sh->run->broken_cp_online_softmax ? GPT_BROKEN_CP_ONLINE_SOFTMAX : 0u) |
-                  sh->run->broken_moe |
+                  sh->run->broken_moe | sh->run->broken_tp2d |
                   (sh->run->broken_check & ENGINE_BROKEN_TP_INPUT_GRAD ? GPT_BROKEN_TP_INPUT_GRAD : 0u),
         .units = sh->pp.units[r->stage], .row_linears = sh->run->pc.tp_row_linears,
         .cp = gd.size[GRID_CP], .cp_rank = r->cp_rank,
