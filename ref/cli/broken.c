@@ -198,8 +198,7 @@ static const broken_variant_t variants[] = {
     {"tp2d-summa-rounded",
      "round each SUMMA step's product to fp32 and add it to the output step by step "
      "(Colossal-AI Matmul_AB_2D's C += A.B)",
-     "act.layers.0.self_attention.query_key_value.output",
-     "--tensor-model-parallel-size 4 --tensor-parallel-mode 2d", -1,
+     "act.layers.0.*.output", "--tensor-model-parallel-size 4 --tensor-parallel-mode 2d", -1,
      "--tensor-parallel-mode 2d or 2.5d", 0, needs_tp2d, set_tp2d_summa},
     {"tp-vocab-padding",
      "pad the vocabulary to a multiple of 128 x tp and let the padded columns into the softmax "

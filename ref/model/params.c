@@ -25,11 +25,8 @@ typedef struct {
     int axis; /* -1: replicated */
     int align;
     int uneven; /* 1: ranks may hold unequal numbers of whole tiles (placement_split) */
-    /* 2-D tensor parallelism's second cut, over the rows (GRID_TP2): axis
-     * axis2 (-1: none) in pieces of align2 */
-    int axis2, align2;
 } tp_cut_t;
-static const tp_cut_t REPL = {-1, 1, 0, -1, 1};
+static const tp_cut_t REPL = {-1, 1, 0};
 
 /* The token axes: grid axes that split the tokens of a step (data
  * parallelism: sequences; context parallelism: positions). A gradient is
@@ -85,14 +82,11 @@ static void place(param_table_t *t, param_info_t *p, const int sizes[GRID_NAXES]
 
 static int add(param_table_t *t, const int sizes[GRID_NAXES], const int coord[GRID_NAXES],
                const char *name, int ndim, const int64_t *shape, param_init_t init, float std,
-               tp_cut_t cut, int experts, int fold, int weight_decay, perr_t *err) {
+               placement_t pl, int experts, int fold, int weight_decay, perr_t *err) {
     param_info_t *p = &t->info[t->count++];
     snprintf(p->name, sizeof p->name, "%s", name);
-    p->pl = placement_replicated(ndim, shape);
-    if (cut.axis >= 0)
-        p->pl = cut.uneven ? placement_cut_uneven(p->pl, cut.axis, GRID_TP, cut.align)
-                           : placement_cut(p->pl, cut.axis, GRID_TP, cut.align);
-    if (cut.axis2 >= 0) p->pl = placement_cut_uneven(p->pl, cut.axis2, GRID_TP2, cut.align2);
+    (void)ndim, (void)shape;
+    p->pl = pl;
     /* expert parallelism: rank q of ep holds experts [q E/ep, (q+1) E/ep)
      * of a stacked expert tensor (axis 0); its gradient then reduces over
      * the expert-data ranks only (placement_reduce_axes_at); folded onto
@@ -156,27 +150,48 @@ int param_head_unit(const model_config_t *c) {
     return one == three ? one : 0;
 }
 
-/* Colossal-AI's 2-D placements (tp2d.c): a linear's weight [out, in] as
- * W[out block of the column, in block of the row]; the word embedding and
- * the head [V, C] as E[vocabulary block of the row, features of the
- * column]; every vector (biases, LayerNorm) and the position table [T, C]
- * by the column's block of its last axis, then in pieces over the rows
- * along its first (Colossal's out/q^2). Blocks: 1-D's (whole heads, FFN
- * and vocabulary tiles) for the column cut, whole feature tiles for the
- * hidden axis. */
-static tp_cut_t cut2d_of(const unit_tensor_t *d, const model_config_t *c, tp_cut_t one) {
-    const int tf = c->tile_features, last = d->ndim - 1;
+/* Colossal-AI's 2-D and 3-D placements (tp2d.c, tp3d.c), from 1-D's cut
+ * `one` (its blocks: whole heads, FFN and vocabulary tiles). Cuts nest
+ * (placement.h); `feat` is the hidden axis's cut (whole feature tiles).
+ *   2-D  linear W [out, in]: out over tp (the column), in over tp2 (the row);
+ *        E [V, C]: V over tp2, C over tp; vectors and the position table:
+ *        the last axis over tp, then pieces over tp2 along the first
+ *        (Colossal's out/q^2).
+ *   3-D  the first linear of a pair (qkv, fc1: the stream's features in,
+ *        tp) W: out over tp2 then pieces over tp3, in over tp; the second
+ *        (dense, fc2: tp2 in) out over tp then tp3, in over tp2; E as the
+ *        first (V over tp2 then tp3, C over tp); a vector of the stream's
+ *        width (LayerNorm, the seconds' biases, the position table) over
+ *        tp, then pieces over tp3 then tp2 (the stream's sequence blocks),
+ *        a first's bias over tp2, then over tp3 then tp. */
+static placement_t tp_modes_placement(const unit_tensor_t *d, const model_config_t *c, tp_cut_t one,
+                                      int mode, placement_t pl) {
+    const int tf = c->tile_features, last = d->ndim - 1, three = mode == 3;
+    const grid_axis_t col = GRID_TP, row = GRID_TP2;
     const int in_align = d->dim[last] == DIM_F ? c->tile_ffn : d->cut == CUT_ROWPAR ? one.align : tf;
     switch (d->cut) {
-    case CUT_VOCAB: return (tp_cut_t){last, tf, 1, 0, tf};
+    case CUT_VOCAB:
+        pl = placement_cut_uneven(pl, last, col, tf);
+        pl = placement_cut_uneven(pl, 0, row, tf);
+        return three ? placement_cut_uneven(pl, 0, GRID_TP3, 1) : pl;
     case CUT_COLPAR:
-    case CUT_ROWPAR:
+    case CUT_ROWPAR: {
+        const int first = d->cut == CUT_COLPAR; /* qkv, fc1 */
+        const grid_axis_t out = three && first ? row : col, in = three && first ? col : row;
+        const int out_align = first ? one.align : tf;
+        pl = placement_cut_uneven(pl, 0, out, out_align);
         if (d->ndim >= 2) {
-            const int out_align = d->cut == CUT_COLPAR ? one.align : tf;
-            return (tp_cut_t){0, out_align, d->cut == CUT_COLPAR ? one.uneven : 1, last, in_align};
+            if (three) pl = placement_cut_uneven(pl, 0, GRID_TP3, 1);
+            return placement_cut_uneven(pl, last, in, in_align);
         }
-        return (tp_cut_t){0, one.align, one.uneven, 0, 1};
-    default: return (tp_cut_t){last, tf, 1, 0, 1}; /* replicated in 1-D: [C], [T, C] */
+        if (!three) return placement_cut_uneven(pl, 0, row, 1);
+        pl = placement_cut_uneven(pl, 0, GRID_TP3, 1); /* a first's bias: the inner blocks */
+        return placement_cut_uneven(pl, 0, col, 1);
+    }
+    default: /* replicated in 1-D: [C], [T, C] */
+        pl = placement_cut_uneven(pl, last, col, tf);
+        if (three) pl = placement_cut_uneven(pl, 0, GRID_TP3, 1);
+        return placement_cut_uneven(pl, 0, row, 1);
     }
 }
 
@@ -204,13 +219,13 @@ static tp_cut_t cut_of(const unit_tensor_t *d, const model_config_t *c, unsigned
      * parallelism, else whole on every rank */
     case CUT_EXPERT_FFN: /* fc1's rows, its bias, fc2's columns: the FFN axis */
         for (int a = 0; expert_tp && a < d->ndim; a++)
-            if (d->dim[a] == DIM_F) return (tp_cut_t){a, align, uneven, -1, 1};
+            if (d->dim[a] == DIM_F) return (tp_cut_t){a, align, uneven};
         return REPL;
-    case CUT_VOCAB: return (tp_cut_t){0, tf, 1, -1, 1}; /* whole tiles, unequal counts allowed */
+    case CUT_VOCAB: return (tp_cut_t){0, tf, 1}; /* whole tiles, unequal counts allowed */
     case CUT_COLPAR:
-        if (!row_linears) return (tp_cut_t){out_axis, align, uneven, -1, 1};
-        return d->ndim >= 2 ? (tp_cut_t){in_axis, in_tile, 0, -1, 1} : REPL;
-    case CUT_ROWPAR: return (tp_cut_t){in_axis, row_linears ? in_tile : align, uneven, -1, 1};
+        if (!row_linears) return (tp_cut_t){out_axis, align, uneven};
+        return d->ndim >= 2 ? (tp_cut_t){in_axis, in_tile, 0} : REPL;
+    case CUT_ROWPAR: return (tp_cut_t){in_axis, row_linears ? in_tile : align, uneven};
     }
     return REPL;
 }
@@ -265,9 +280,14 @@ static int build(param_table_t *t, const model_config_t *c, const int sizes[GRID
             const float std = d->std == STD_SIGMA ? SIGMA : d->std == STD_OUT ? out_std : 0.0f;
             int64_t shape[PL_MAX_DIMS];
             for (int a = 0; a < PL_MAX_DIMS; a++) shape[a] = a < d->ndim ? unit_dim(c, d->dim[a]) : 1;
-            const tp_cut_t cut = gpt_opts_tp_mode(opts) && tp > 1 ? cut2d_of(d, c, cut_of(d, c, opts))
-                                                                 : cut_of(d, c, opts);
-            bad |= add(t, sizes, coord, nm, d->ndim, shape, d->init, std, cut,
+            const tp_cut_t cut = cut_of(d, c, opts);
+            placement_t pl = placement_replicated(d->ndim, shape);
+            if (gpt_opts_tp_mode(opts) && tp > 1) /* Colossal's 2-D / 3-D */
+                pl = tp_modes_placement(d, c, cut, gpt_opts_tp_mode(opts), pl);
+            else if (cut.axis >= 0)
+                pl = cut.uneven ? placement_cut_uneven(pl, cut.axis, GRID_TP, cut.align)
+                                : placement_cut(pl, cut.axis, GRID_TP, cut.align);
+            bad |= add(t, sizes, coord, nm, d->ndim, shape, d->init, std, pl,
                        d->cut == CUT_EXPERT_FFN || d->cut == CUT_EXPERT,
                        (opts & GPT_EXPERT_FOLD_TP) != 0, d->weight_decay, err);
         }

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "parity/placement.h"
 #include "parity/run_report.h"
 
 enum { MAX_TERMS = 8 };
@@ -91,6 +92,7 @@ typedef struct {
     double tokens;
     const coll_family_t *fam; /* device 0's "tp" tallies, or NULL */
     double steps;
+    const coll_family_t *fam2; /* 2-D: device 0's "tp2" tallies when they count apart, or NULL */
 } tp_step_t;
 
 static double term_elements(const tp_term_t *t, const tp_step_t *s) {
@@ -100,7 +102,14 @@ static double term_elements(const tp_term_t *t, const tp_step_t *s) {
 
 static coll_tally_t measured(const tp_step_t *s, coll_kind_t k, coll_dtype_t d) {
     coll_tally_t z = {0, 0, 0, 0, 0};
-    return s->fam ? s->fam->by[k][d] : z;
+    for (int i = 0; i < 2; i++) {
+        const coll_family_t *fam = i ? s->fam2 : s->fam;
+        if (!fam) continue;
+        const coll_tally_t *x = &fam->by[k][d];
+        z.calls += x->calls, z.bytes += x->bytes, z.bus_bytes += x->bus_bytes;
+        z.sent += x->sent, z.recv += x->recv;
+    }
+    return z;
 }
 
 static int find_term(const tp_term_t *t, int nt, int k, int d) {
@@ -188,22 +197,28 @@ static void print_exactness(const tp_step_t *s, FILE *f) {
             exc_sent / st, exc_recv / st);
 }
 
+/* Device 0's units by what they do to the residual stream: a layer takes
+ * and gives it, the embedding starts it, the head ends it. */
+static void device0_units(const run_report_t *run, int *L, int *e, int *hd) {
+    const model_config_t *c = &run->model;
+    const gpt_units_t u = run->units0;
+    *L = 0, *e = 0, *hd = 0;
+    for (int k = 0; k < model_num_units(c); k++) {
+        if (!gpt_units_hold(&u, k)) continue;
+        const int in = model_unit_takes_stream(c, k), out = model_unit_gives_stream(c, k);
+        *L += in && out, *e |= !in, *hd |= !out;
+    }
+}
+
 static void print_traffic(const run_report_t *run, FILE *f) {
     const pconfig_t *pc = &run->pc;
     const model_config_t *c = &run->model;
     /* context parallelism: a rank holds T/cp positions of each sequence */
     const int T = c->seq_length / (pc->cp > 1 ? pc->cp : 1), per_rank = pc->global_batch / pc->dp;
-    /* device 0's units by what they do to the residual stream: a layer
-     * takes and gives it, the embedding starts it, the head ends it */
-    const gpt_units_t u = run->units0;
-    int L = 0, e = 0, hd = 0;
-    for (int k = 0; k < model_num_units(c); k++) {
-        if (!gpt_units_hold(&u, k)) continue;
-        const int in = model_unit_takes_stream(c, k), out = model_unit_gives_stream(c, k);
-        L += in && out, e |= !in, hd |= !out;
-    }
+    int L, e, hd;
+    device0_units(run, &L, &e, &hd);
     tp_step_t s = {pc->tp, pc->sequence_parallel, pc->tp_row_linears, L, e, hd, c->hidden, c->ffn, pc->accum_degree, (double)per_rank * T,
-                   coll_counters_family(&run->reports[0].comm, "tp"), run->steps > 0 ? run->steps : 1};
+                   coll_counters_family(&run->reports[0].comm, "tp"), run->steps > 0 ? run->steps : 1, NULL};
     const int even = per_rank % pc->accum_degree == 0;
     fprintf(f, "tensor parallelism: tp=%d%s%s; device 0's tensor-parallel group per step: %d "
                "microbatch%s of b·s = %d x %d = %d tokens%s, h = %d, L = %d%s%s\n",
@@ -329,6 +344,502 @@ static void print_memory(const run_report_t *run, FILE *f) {
             u.n ? ", its stage's units and slots" : "", all / MB);
 }
 
+/* ---- Colossal-AI's 2-D and 2.5-D modes (ref/model/tp2d.c) -----------------
+ * Traffic. Device 0 is row 0, column 0 (and depth 0) of a q x q grid; its
+ * row group (grid axis tp) and its column group (tp2) have q members each.
+ * The count below is tp2d.c's collectives written out, call by call, for
+ * one microbatch: n is the row's tokens (its block of b / (q d) sequences
+ * times s), w_k column k's block width of a kind (hidden, attention,
+ * FFN, vocabulary: gpt_local_t.t2w), out_j column j's output block.
+ *  - a linear [out, in]: forward q broadcasts of X[i, k] [n, w_k] along
+ *    the row and q of W[j, k] [out_j, w_k] along the column, then the bias
+ *    piece's all-gather over the column (q pieces of ceil(out_j / q));
+ *    backward q W broadcasts and a reduce-scatter of q open slots over
+ *    the row (dX), q X broadcasts and a reduce-scatter of q open slots
+ *    over the column (dW), the bias gradient's open pieces reduce-
+ *    scattered over the column. A slot is the scratch's t2_slot, sized for
+ *    the whole microbatch and the widest block of any kind, so the open
+ *    reduce-scatters move more than the blocks they complete ("payload");
+ *  - a LayerNorm: forward 2 all-reduces of n xacc_t over the row (mean,
+ *    variance), the gamma and beta pieces all-gathered over the column;
+ *    backward 2 reduce-scatters (dgamma, dbeta), gamma's all-gather and 2
+ *    all-reduces of n xacc_t;
+ *  - the embedding: the column's token ids all-gathered (i32), the lookup
+ *    reduce-scattered over the column (fp32, -0 elsewhere), the position
+ *    table's pieces all-gathered; backward the ids again, the gradient
+ *    all-gathered over the column and the position table's gradient
+ *    reduce-scattered (open);
+ *  - the head: q broadcasts of E[vocab j, features] along the column and
+ *    the logits' open slots reduce-scattered over the row; cross-entropy's
+ *    max and target logit (fp32) and sum of exps (xacc_t) over the row;
+ *    backward q dlogits broadcasts along the row, q E broadcasts along the
+ *    column, the dE slots reduce-scattered over the column.
+ * The counters tally a group by its name without the trailing digits
+ * (coll.h), so the row groups tp<i> and the column groups tp2<j> both
+ * count as family "tp"; a family "tp2" is added in when there is one.
+ * 2.5-D's depth layers share the weights: their gradients are summed over
+ * depth (with dp and cp) by the data-parallel machinery, families
+ * "dp-grads" and "dp". */
+
+enum { T2_ROW, T2_COL };
+
+typedef struct {
+    double calls, elems, payload; /* payload: the blocks' own elements (an open slot holds more) */
+} t2_cell_t;
+
+typedef struct {
+    t2_cell_t c[2][COLL_NKINDS][COLL_NDTYPES]; /* [T2_ROW | T2_COL] */
+} t2_count_t;
+
+typedef struct {
+    int q, d;
+    double n;    /* the row's tokens per microbatch */
+    double slot; /* the scratch's open slot, elements */
+    int T;       /* positions: the position table's rows */
+    int C, A, F; /* device 0's column blocks: hidden, attention, FFN */
+    const gpt_local_t *lc;
+} t2_dims_t;
+
+static void t2_add(t2_count_t *t, int g, coll_kind_t k, coll_dtype_t dt, double calls, double elems,
+                   double payload) {
+    t2_cell_t *c = &t->c[g][k][dt];
+    c->calls += calls, c->elems += elems, c->payload += payload;
+}
+
+/* placement_split's largest piece: the padded piece a collective moves */
+static double t2_pad(int R, int q) {
+    int64_t first, count;
+    placement_split(R, q, 0, &first, &count);
+    return (double)count;
+}
+
+static double t2_width_sum(const t2_dims_t *D, int kind) {
+    double w = 0;
+    for (int k = 0; k < D->q; k++) w += D->lc->t2w[kind][k];
+    return w;
+}
+
+/* tp2d_gather_rows / scatter_rows of a column block [R, w] */
+static void t2_gather_rows(t2_count_t *t, const t2_dims_t *D, int R, int w) {
+    t2_add(t, T2_COL, COLL_KIND_ALL_GATHER, COLL_F32, 1, D->q * t2_pad(R, D->q) * w, (double)R * w);
+}
+static void t2_scatter_rows(t2_count_t *t, const t2_dims_t *D, int R, int w) {
+    t2_add(t, T2_COL, COLL_KIND_REDUCE_SCATTER, COLL_XVEC, 1, D->q * t2_pad(R, D->q) * w,
+           (double)R * w);
+}
+
+/* tp2d_linear_forward and _backward, with a bias */
+static void t2_linear(t2_count_t *t, const t2_dims_t *D, int kind, int out) {
+    const double q = D->q, n = D->n, K = t2_width_sum(D, kind), O = out, slots = q * D->slot;
+    t2_add(t, T2_ROW, COLL_KIND_BROADCAST, COLL_F32, q, n * K, n * K); /* X[i, k] */
+    t2_add(t, T2_COL, COLL_KIND_BROADCAST, COLL_F32, q, O * K, O * K); /* W[j, k] */
+    t2_gather_rows(t, D, out, 1);                                      /* the bias */
+    t2_add(t, T2_COL, COLL_KIND_BROADCAST, COLL_F32, q, O * K, O * K); /* dX: W[j, m] */
+    t2_add(t, T2_ROW, COLL_KIND_REDUCE_SCATTER, COLL_XVEC, 1, slots, n * K);
+    t2_add(t, T2_ROW, COLL_KIND_BROADCAST, COLL_F32, q, n * K, n * K); /* dW: X[i, k] */
+    t2_add(t, T2_COL, COLL_KIND_REDUCE_SCATTER, COLL_XVEC, 1, slots, O * K);
+    t2_scatter_rows(t, D, out, 1);                                     /* the bias gradient */
+}
+
+static void t2_layernorm(t2_count_t *t, const t2_dims_t *D) {
+    t2_add(t, T2_ROW, COLL_KIND_ALL_REDUCE, COLL_XACC, 4, 4 * D->n, 4 * D->n); /* 2 forward, 2 backward */
+    for (int k = 0; k < 3; k++) t2_gather_rows(t, D, D->C, 1); /* gamma, beta; gamma again */
+    for (int k = 0; k < 2; k++) t2_scatter_rows(t, D, D->C, 1); /* dgamma, dbeta */
+}
+
+static void t2_layer(t2_count_t *t, const t2_dims_t *D) {
+    t2_layernorm(t, D);
+    t2_linear(t, D, TP2D_HIDDEN, 3 * D->A); /* qkv */
+    t2_linear(t, D, TP2D_HEADS, D->C);      /* the attention projection */
+    t2_layernorm(t, D);
+    t2_linear(t, D, TP2D_HIDDEN, D->F);     /* fc1 */
+    t2_linear(t, D, TP2D_FFN, D->C);        /* fc2 */
+}
+
+static void t2_embedding(t2_count_t *t, const t2_dims_t *D) {
+    const double q = D->q, n = D->n, C = D->C;
+    t2_add(t, T2_COL, COLL_KIND_ALL_GATHER, COLL_I32, 2, 2 * q * n, 2 * q * n); /* ids, twice */
+    t2_add(t, T2_COL, COLL_KIND_REDUCE_SCATTER, COLL_F32, 1, q * n * C, q * n * C); /* lookup */
+    t2_gather_rows(t, D, D->T, D->C);                                            /* positions */
+    t2_add(t, T2_COL, COLL_KIND_ALL_GATHER, COLL_F32, 1, q * n * C, q * n * C);   /* gradient */
+    t2_scatter_rows(t, D, D->T, D->C);                         /* the position table's gradient */
+}
+
+static void t2_head(t2_count_t *t, const t2_dims_t *D) {
+    const double q = D->q, n = D->n, C = D->C, V = t2_width_sum(D, TP2D_VOCAB), slots = q * D->slot;
+    t2_layernorm(t, D); /* the final LayerNorm */
+    t2_add(t, T2_COL, COLL_KIND_BROADCAST, COLL_F32, 2 * q, 2 * V * C, 2 * V * C); /* E, twice */
+    t2_add(t, T2_ROW, COLL_KIND_REDUCE_SCATTER, COLL_XVEC, 1, slots, n * V);       /* logits */
+    t2_add(t, T2_ROW, COLL_KIND_ALL_REDUCE, COLL_F32, 2, 2 * n, 2 * n); /* CE max, target logit */
+    t2_add(t, T2_ROW, COLL_KIND_ALL_REDUCE, COLL_XACC, 1, n, n);        /* CE sum of exps */
+    t2_add(t, T2_ROW, COLL_KIND_BROADCAST, COLL_F32, q, n * V, n * V);  /* dlogits */
+    t2_add(t, T2_COL, COLL_KIND_REDUCE_SCATTER, COLL_XVEC, 1, slots, V * C); /* dE */
+}
+
+/* a += k * b */
+static void t2_scale_add(t2_count_t *a, const t2_count_t *b, double k) {
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; i < COLL_NKINDS; i++)
+            for (int d = 0; d < COLL_NDTYPES; d++) {
+                const t2_cell_t *x = &b->c[g][i][d];
+                t2_add(a, g, (coll_kind_t)i, (coll_dtype_t)d, k * x->calls, k * x->elems, k * x->payload);
+            }
+}
+
+/* Totals over both groups: elements of a kind (-1: any), bytes, bus bytes
+ * (nccl-tests' factor over q members), payload bytes. */
+typedef struct {
+    double calls, elems, bytes, bus, payload_bytes;
+} t2_sum_t;
+
+static t2_sum_t t2_sum(const t2_count_t *t, int q, int kind) {
+    t2_sum_t s = {0, 0, 0, 0, 0};
+    for (int g = 0; g < 2; g++)
+        for (int k = 0; k < COLL_NKINDS; k++)
+            for (int d = 0; d < COLL_NDTYPES; d++) {
+                const t2_cell_t *x = &t->c[g][k][d];
+                if ((kind >= 0 && k != kind) || !x->calls) continue;
+                const double es = (double)coll_dtype_size((coll_dtype_t)d);
+                s.calls += x->calls, s.elems += x->elems, s.bytes += x->elems * es;
+                s.bus += x->elems * es * coll_busbw_factor((coll_kind_t)k, q);
+                s.payload_bytes += x->payload * es;
+            }
+    return s;
+}
+
+/* Device 0's dims: its column blocks and the scratch's slot
+ * (tp2d_layout_scratch: n = the microbatch's tokens, w the widest block). */
+static int t2_dims(const run_report_t *run, gpt_local_t *lc, t2_dims_t *D) {
+    const pconfig_t *pc = &run->pc;
+    const model_config_t *c = &run->cfg;
+    int sub[3];
+    pconfig_tp_sub(pc, sub);
+    perr_t err;
+    if (gpt_local_dims(c, sub[0], 0, 0, pconfig_tp_opts(pc), lc, &err) || lc->t2q != sub[0]) return -1;
+    const int q = sub[0], per_rank = pc->global_batch / (pc->dp > 0 ? pc->dp : 1);
+    const int m = pc->accum_degree > 0 ? pc->accum_degree : 1;
+    size_t w = 1;
+    for (int t = 0; t < 4; t++)
+        for (int k = 0; k < q; k++) w = (size_t)lc->t2w[t][k] > w ? (size_t)lc->t2w[t][k] : w;
+    const size_t T = (size_t)c->seq_length, ns = (size_t)c->micro_batch * (size_t)lc->seq_held;
+    const size_t pad = (T > 3 * w ? T : 3 * w) / (size_t)q + 1;
+    size_t slot = ns * w;
+    if (3 * w * w > slot) slot = 3 * w * w;
+    if (pad * w > slot) slot = pad * w;
+    *D = (t2_dims_t){q, sub[2], (double)(per_rank / m / (q * sub[2])) * lc->seq_held, (double)slot,
+                     c->seq_length, lc->hid, lc->attn, lc->ffn, lc};
+    return 0;
+}
+
+
+/* The per-step table: every measured collective of the tp families and
+ * every derived one; returns 1 when they differ. */
+static int t2_print_table(const tp_step_t *s, const t2_count_t *want, FILE *f) {
+    fprintf(f, "  %-20s %-44s | %s\n", "per step", "measured (families tp + tp2)",
+            "formula derived from tp2d.c");
+    fprintf(f, "  %-14s %-5s %6s %11s %12s %12s | %6s %11s %12s %s\n", "collective", "dtype", "calls",
+            "elements", "bytes", "bus bytes", "calls", "elements", "bytes", " row + column elements");
+    int bad = 0;
+    for (int k = 0; k < COLL_NKINDS; k++)
+        for (int d = 0; d < COLL_NDTYPES; d++) {
+            const t2_cell_t *r = &want->c[T2_ROW][k][d], *c = &want->c[T2_COL][k][d];
+            const coll_tally_t x = measured(s, (coll_kind_t)k, (coll_dtype_t)d);
+            if (!x.calls && !r->calls && !c->calls) continue;
+            const double es = (double)coll_dtype_size((coll_dtype_t)d), st = s->steps;
+            const double calls = (double)x.calls / st, elems = (double)x.bytes / es / st;
+            const double wc = r->calls + c->calls, we = r->elems + c->elems;
+            const int differs = calls != wc || elems != we;
+            bad |= differs;
+            char split[64];
+            snprintf(split, sizeof split, "%.0f + %.0f", r->elems, c->elems);
+            fprintf(f, "  %-14s %-5s %6.0f %11.0f %12.0f %12.0f | %6.0f %11.0f %12.0f  %-21s%s%s\n",
+                    coll_kind_name((coll_kind_t)k), coll_dtype_name((coll_dtype_t)d), calls, elems,
+                    (double)x.bytes / st, (double)x.bus_bytes / st, wc, we, we * es, split,
+                    !wc ? "  not in the formula" : "", differs ? "  <- DIFFERS" : "");
+        }
+    return bad;
+}
+
+/* The gradient reduction over 2.5-D's depth layers (with dp and cp). */
+static void t2_print_depth(const run_report_t *run, const t2_dims_t *D, double psi, FILE *f) {
+    const pconfig_t *pc = &run->pc;
+    const coll_counters_t *cc = &run->reports[0].comm;
+    const double st = run->steps > 0 ? run->steps : 1, MB = 1e6, N = pconfig_grad_ranks(pc);
+    double rs = 0, ag = 0, other = 0, rs_bytes = 0, ag_bytes = 0;
+    for (int i = 0; i < cc->nfamilies; i++) {
+        const coll_family_t *fam = &cc->family[i];
+        if (strcmp(fam->name, "dp-grads") && strcmp(fam->name, "dp") && !strstr(fam->name, "tp3"))
+            continue;
+        for (int k = 0; k < COLL_NKINDS; k++)
+            for (int d = 0; d < COLL_NDTYPES; d++) {
+                const coll_tally_t *x = &fam->by[k][d];
+                if (k == COLL_KIND_REDUCE_SCATTER && d == COLL_XVEC)
+                    rs += (double)x->bus_bytes, rs_bytes += (double)x->bytes;
+                else if (k == COLL_KIND_ALL_GATHER && d == COLL_F32)
+                    ag += (double)x->bus_bytes, ag_bytes += (double)x->bytes;
+                else
+                    other += (double)x->bus_bytes;
+            }
+    }
+    const int alone = (pc->dp > 1 ? pc->dp : 1) * (pc->cp > 1 ? pc->cp : 1) == 1;
+    fprintf(f, "  depth (tp3): the %d depth layers hold the same weight blocks for other sequences; "
+               "their gradients are summed over depth%s (N = %.0f ranks) by the data-parallel "
+               "machinery (families dp-grads, dp), once a step:\n",
+            D->d, alone ? "" : " x dp x cp", N);
+    fprintf(f, "    measured per step: reduce-scatter of open sums %.0f B (bus %.0f), all-gather of "
+               "fp32 %.0f B (bus %.0f), other %.0f B bus%s\n",
+            rs_bytes / st, rs / st, ag_bytes / st, ag / st, other / st,
+            alone ? "" : " (the depth's share is not told apart from dp's and cp's)");
+    if (pc->zero_stage <= 2 && psi > 0) {
+        const double want_rs = 8 * psi, want_ag = 4 * psi;
+        const int eq = rs_bytes / st == want_rs && ag_bytes / st == want_ag;
+        fprintf(f, "    formula (ZeRO-%d, Psi = %.0f per device): reduce-scatter 8 Psi = %.0f B, "
+                   "all-gather 4 Psi = %.0f B, bus x (N-1)/N = %.3f MB: %s\n",
+                pc->zero_stage, psi, want_rs, want_ag, (want_rs + want_ag) * (N - 1) / N / MB,
+                eq ? "measured = formula" : "measured DIFFERS from the formula");
+        const double colossal = 2 * psi * 4 * (D->d - 1) / D->d;
+        fprintf(f, "    Colossal-AI all-reduces them in fp32 over depth: 2 Psi (d-1)/d x 4 B = %.3f MB "
+                   "bus; parity's %.3f MB over the depth is %.2fx that (open fp64 sums + fp32 "
+                   "values)\n",
+                colossal / MB, (rs + ag) / st / MB, colossal > 0 ? (rs + ag) / st / colossal : 0);
+    } else {
+        fprintf(f, "    (ZeRO-%d: see the data-parallel report's formula)\n", pc->zero_stage);
+    }
+}
+
+/* 1-D Megatron at the same device count: the formula test_tp_report.sh
+ * holds equal to the measured counters, in bus bytes per step. */
+static double t2_megatron_bus(const run_report_t *run, int P, int L, int e, int hd) {
+    const pconfig_t *pc = &run->pc;
+    const model_config_t *c = &run->model;
+    const int T = c->seq_length / (pc->cp > 1 ? pc->cp : 1), per_rank = pc->global_batch / pc->dp;
+    tp_step_t s = {P, 0, 0, L, e, hd, c->hidden, c->ffn, pc->accum_degree, (double)per_rank * T, NULL, 1,
+                   NULL};
+    tp_term_t t[MAX_TERMS];
+    const int nt = tp_terms(L, e, hd, 0, 0, t);
+    double bus = 0;
+    for (int i = 0; i < nt; i++)
+        bus += term_elements(&t[i], &s) * (double)coll_dtype_size(t[i].dt) *
+               coll_busbw_factor(t[i].kind, P);
+    return bus;
+}
+
+static double t2_paper_fraction(int mode, int q, int d) {
+    return mode == PC_TP_25D ? 3.0 * (q - 1) * (d + 1) / ((double)d * q) : 6.0 * (q - 1) / q;
+}
+
+static double t2_psi(const run_report_t *run, int tp, unsigned opts) {
+    param_table_t t;
+    if (param_table_build_mp(&t, &run->cfg, tp, &run->units0, opts, NULL)) return -1;
+    const double psi = (double)t.total;
+    param_table_free(&t);
+    return psi;
+}
+
+static void t2_print_traffic(const run_report_t *run, const t2_dims_t *D, FILE *f) {
+    const pconfig_t *pc = &run->pc;
+    const model_config_t *c = &run->model;
+    const gpt_local_t *lc = D->lc;
+    const int q = D->q, T = lc->seq_held, m = pc->accum_degree > 0 ? pc->accum_degree : 1;
+    int L, e, hd;
+    device0_units(run, &L, &e, &hd);
+    const coll_counters_t *cc = &run->reports[0].comm;
+    tp_step_t s = {pc->tp, 0, 0, L, e, hd, c->hidden, c->ffn, m, 0, coll_counters_family(cc, "tp"),
+                   run->steps > 0 ? run->steps : 1, coll_counters_family(cc, "tp2")};
+    t2_count_t layer, outer, step;
+    memset(&layer, 0, sizeof layer), memset(&outer, 0, sizeof outer), memset(&step, 0, sizeof step);
+    t2_layer(&layer, D);
+    if (e) t2_embedding(&outer, D);
+    if (hd) t2_head(&outer, D);
+    t2_scale_add(&step, &layer, (double)L * m);
+    t2_scale_add(&step, &outer, m);
+    const int mb = run->cfg.micro_batch, nseq = (int)(D->n / T);
+    char grid[96];
+    if (pc->tp_mode == PC_TP_25D)
+        snprintf(grid, sizeof grid, "q x q x d = %d x %d x %d", q, q, D->d);
+    else
+        snprintf(grid, sizeof grid, "q x q = %d x %d", q, q);
+    fprintf(f, "tensor parallelism: tp=%d %s (Colossal-AI's %s on %s devices); device 0 = row 0, "
+               "column 0%s; per step %d microbatch%s of b·s = %d x %d tokens, of which its row's block "
+               "n = %d x %d = %.0f tokens; h = %d in column blocks of",
+            pc->tp, pconfig_tp_mode_name(pc->tp_mode),
+            pc->tp_mode == PC_TP_25D ? "2.5-D, Tesseract" : "2-D, Optimus: SUMMA", grid,
+            pc->tp_mode == PC_TP_25D ? ", depth 0" : "", m, m > 1 ? "es" : "", mb, T, nseq, T, D->n,
+            c->hidden);
+    for (int k = 0; k < q; k++) fprintf(f, "%s%d", k ? "+" : " ", lc->t2w[TP2D_HIDDEN][k]);
+    fprintf(f, ", L = %d%s\n", L, pc->pp > 1 ? " layers of its pipeline stage" : "");
+    if (pc->tp_mode == PC_TP_25D)
+        fprintf(f, "  2.5-D: d = %d depth layers of q x q, each its own b / (q d) sequence blocks "
+                   "through the same weight blocks\n", D->d);
+    fprintf(f, "  per linear [out, in] and microbatch (tp2d.c): forward q broadcasts of X[i, k] [n, "
+               "w_k] along the row and q of W[j, k] [out_j, w_k] along the column, the bias pieces' "
+               "all-gather over the column; backward q W broadcasts + a reduce-scatter of q open "
+               "slots over the row (dX), q X broadcasts + a reduce-scatter of q open slots over the "
+               "column (dW), the bias gradient's reduce-scatter over the column\n");
+    fprintf(f, "  per LayerNorm: 4 all-reduces of n xacc_t over the row (mean, variance; backward "
+               "2 row sums), 3 all-gathers of q pieces of ceil(w/q) (gamma, beta, gamma), 2 "
+               "reduce-scatters of open pieces (dgamma, dbeta); embedding: ids (i32) all-gathered "
+               "twice, the lookup reduce-scattered and the gradient all-gathered over the column "
+               "[q n, w], the position table's pieces gathered and its gradient reduce-scattered; "
+               "head: 2q E broadcasts along the column, q dlogits broadcasts along the row, the "
+               "logits' and dE's open slots reduce-scattered, cross-entropy's 3 row all-reduces\n");
+    fprintf(f, "  an open slot (tp2d_layout_scratch): max(b·s w_max, 3 w_max^2, (max(s, 3 w_max)/q + 1) "
+               "w_max) = %.0f elements, b·s = %d the whole microbatch, w_max = the widest block of "
+               "any kind\n", D->slot, mb * T);
+    const int bad = t2_print_table(&s, &step, f);
+    fprintf(f, "  %s\n", bad ? "measured and formula DIFFER (a collective added or dropped?)"
+                             : "measured = formula: calls, elements and bytes");
+    if (!s.fam2)
+        fprintf(f, "  (the counters tally a group by its name without the trailing digits: the rows "
+                   "tp<i> and the columns tp2<j> both count as family \"tp\"; the formula's split is "
+                   "row + column)\n");
+    /* the open reduce-scatters: slots against the blocks they complete */
+    const t2_sum_t rs = t2_sum(&step, q, COLL_KIND_REDUCE_SCATTER);
+    fprintf(f, "  reduce-scatters per step: %.0f B of which the blocks they complete are %.0f B "
+               "(%.1f%%); the rest is the open slots' size (the whole microbatch, the widest block)\n",
+            rs.bytes, rs.payload_bytes, rs.bytes > 0 ? 100 * rs.payload_bytes / rs.bytes : 0);
+    /* per layer and microbatch, against Colossal-AI's table */
+    const t2_sum_t ly = t2_sum(&layer, q, -1), bc = t2_sum(&layer, q, COLL_KIND_BROADCAST);
+    const t2_sum_t lrs = t2_sum(&layer, q, COLL_KIND_REDUCE_SCATTER);
+    const double bsh = (double)mb * T * c->hidden, frac = t2_paper_fraction(pc->tp_mode, q, D->d);
+    fprintf(f, "  per layer per microbatch (derived; the step's totals %s): %.0f collectives, %.0f "
+               "elements, %.0f B, %.0f B bus; of it %.0f broadcasts of X and W blocks, %.0f elements "
+               "(%.0f B); %.0f reduce-scatters, %.0f B (%.0f B of blocks)\n",
+            bad ? "DIFFER from the measured ones" : "= measured", ly.calls, ly.elems, ly.bytes, ly.bus, bc.calls, bc.elems, bc.bytes, lrs.calls, lrs.bytes,
+            lrs.payload_bytes);
+    fprintf(f, "  Colossal-AI's table (communication bandwidth, ring, forward + backward; read as a "
+               "fraction of the activation volume b·s·h = %.0f per layer): %s = %.3f -> %.0f "
+               "elements, %.0f B in fp32\n",
+            bsh, pc->tp_mode == PC_TP_25D ? "2.5-D 3(q-1)(d+1)/(d q)" : "2-D 6(q-1)/q", frac,
+            frac * bsh, 4 * frac * bsh);
+    const double P = pc->tp;
+    fprintf(f, "    it counts the activation and weight broadcasts: parity's broadcasts per layer are "
+               "%.0f elements = %.2fx the table's; everything parity moves per layer, %.0f B bus = "
+               "%.2fx its fp32 bytes (the table's 1-D at P = %d: 2(P-1)/P = %.3f)\n",
+            bc.elems, frac > 0 ? bc.elems / (frac * bsh) : 0, ly.bus,
+            frac > 0 ? ly.bus / (4 * frac * bsh) : 0, pc->tp, 2 * (P - 1) / P);
+    print_exactness(&s, f);
+    const double psi = t2_psi(run, q, pconfig_tp_opts(pc));
+    if (pc->tp_mode == PC_TP_25D) t2_print_depth(run, D, psi, f);
+    /* the modes at the same device count */
+    double meas_bus = 0, sent = 0, recv = 0;
+    for (int k = 0; k < COLL_NKINDS; k++)
+        for (int d = 0; d < COLL_NDTYPES; d++) {
+            const coll_tally_t x = measured(&s, (coll_kind_t)k, (coll_dtype_t)d);
+            meas_bus += (double)x.bus_bytes, sent += (double)x.sent, recv += (double)x.recv;
+        }
+    const double mega = t2_megatron_bus(run, pc->tp, L, e, hd), MB = 1e6;
+    const int one_d = t2_psi(run, pc->tp, 0) > 0;
+    fprintf(f, "  device 0 per step: %.3f MB bus (nccl-tests), %.3f MB sent, %.3f MB received "
+               "(coll.h's link bytes, exceptions included)\n",
+            meas_bus / s.steps / MB, sent / s.steps / MB, recv / s.steps / MB);
+    fprintf(f, "  at %d devices: 1-D tp=%d (Megatron) moves %.3f MB bus per step by its formula (= "
+               "measured, test_tp_report.sh)%s; this mode %.2fx that\n",
+            pc->tp, pc->tp, mega / MB, one_d ? "" : " though these tiles do not admit it",
+            mega > 0 ? meas_bus / s.steps / mega : 0);
+}
+
+/* Bytes per token of one layer's slot at device 0's column blocks: the
+ * 1-D table (layer_per_token) with the stream's C, the attention A, the
+ * FFN F and the heads of its column. */
+static double t2_layer_per_token(const model_config_t *c, const gpt_local_t *lc) {
+    const double C = lc->hid, hd = c->hidden_dropout > 0, ad = c->attention_dropout > 0;
+    const double heads = (double)lc->attn / (c->hidden / c->heads);
+    return 32 * C + 2 * C * hd + 8 + 16.0 * lc->attn + 12.0 * lc->ffn +
+           heads * (c->seq_length * (4 + 5 * ad) + 4);
+}
+
+static double t2_table_activations(const model_config_t *cfg, int more, int q, unsigned opts) {
+    model_config_t c = *cfg;
+    c.layers += more;
+    gpt_mem_t m;
+    if (gpt_mem_bytes_tp(&c, q, opts, 0, &m, NULL)) return -1;
+    return (double)m.activations;
+}
+
+static void t2_print_memory(const run_report_t *run, const t2_dims_t *D, FILE *f) {
+    const pconfig_t *pc = &run->pc;
+    const model_config_t cfg = run->cfg;
+    const gpt_local_t *lc = D->lc;
+    const int q = D->q;
+    const unsigned opts = pconfig_tp_opts(pc);
+    const double MB = 1e6;
+    int L, e, hd;
+    device0_units(run, &L, &e, &hd);
+    /* parameters: device 0's blocks, written out */
+    const double C = lc->hid, A = lc->attn, F = lc->ffn, Vr = lc->t2w[TP2D_VOCAB][0];
+    const double pc_ = t2_pad(lc->hid, q);
+    const double layer = 3 * A * C + C * A + F * C + C * F + t2_pad(3 * lc->attn, q) + 2 * pc_ +
+                         t2_pad(lc->ffn, q) + 4 * pc_;
+    const double emb = Vr * C + t2_pad(cfg.seq_length, q) * C;
+    const double want = L * layer + (e || hd ? Vr * C : 0) + (e ? t2_pad(cfg.seq_length, q) * C : 0) +
+                        (hd ? 2 * pc_ + (cfg.tied ? 0 : Vr * C) : 0);
+    const double psi = t2_psi(run, q, opts), golden = t2_psi(run, 1, 0), one_d = t2_psi(run, pc->tp, 0);
+    const double arena = (double)run->reports[0].peak[MEM_PARAMS];
+    fprintf(f, "parameters per device: 2-D placement blocks, every weight [out, in] as W[out block j, "
+               "in block i] (1/q^2 of it), vectors and the position table in out/q^2 pieces%s\n",
+            pc->tp_mode == PC_TP_25D ? ", the same blocks on every depth layer" : "");
+    fprintf(f, "  device 0's blocks: L x (3A C + C A + F C + C F + the bias and LayerNorm pieces) + E "
+               "V_0 C + the position table's piece = %d x %.0f + %.0f = %.0f elements (C = %.0f, A = "
+               "%.0f, F = %.0f, V_0 = %.0f)\n",
+            L, layer, emb, want, C, A, F, Vr);
+    fprintf(f, "  the parameter table: %.0f (%s); measured arena high-water %.0f B = %.0f x 4 B\n", psi,
+            psi == want ? "= formula" : "DIFFERS from the formula", arena, arena / 4);
+    fprintf(f, "  against the golden model's %.0f: 1/%.2f (q^2 = %d)%s; 1-D tp=%d holds ", golden,
+            psi > 0 ? golden / psi : 0, q * q,
+            pc->tp_mode == PC_TP_25D ? ", replicated over depth" : "", pc->tp);
+    if (one_d > 0)
+        fprintf(f, "%.0f per device (this mode: %.2fx)\n", one_d, psi / one_d);
+    else
+        fprintf(f, "- (its tiles do not admit tp=%d)\n", pc->tp);
+    /* activations */
+    const double per_tok = t2_layer_per_token(&cfg, lc), slot_tok = (double)cfg.micro_batch * lc->seq_held;
+    const double all = t2_table_activations(&cfg, 0, q, opts);
+    const double more = all < 0 ? -1 : t2_table_activations(&cfg, 1, q, opts);
+    const double hdp = cfg.hidden_dropout > 0, V = lc->vocab;
+    const double outer = (20 + 4 * V + 16 * C + C * hdp + 4) * slot_tok;
+    fprintf(f, "activation memory per device: its column's blocks C = %.0f, A = %.0f, F = %.0f, %.0f "
+               "heads, vocabulary %.0f; hidden dropout %s, attention dropout %s\n",
+            C, A, F, A / (cfg.hidden / cfg.heads), V, hdp > 0 ? "on" : "off",
+            cfg.attention_dropout > 0 ? "on" : "off");
+    fprintf(f, "  per layer per token (bytes): 32C + 2C[hidden dropout] + 8 + 16A + 12F + heads (T (4 + "
+               "5[attention dropout]) + 4) = %.0f B\n", per_tok);
+    fprintf(f, "  a slot holds b·s = %d x %d = %.0f tokens (the whole microbatch); device 0's row uses n "
+               "= %.0f of them (1/%d)\n",
+            cfg.micro_batch, lc->seq_held, slot_tok, D->n, slot_tok > 0 && D->n > 0 ? (int)(slot_tok / D->n) : 0);
+    fprintf(f, "  %-8s %10s %13s %17s %15s %13s %15s\n", "formula:", "per token", "per layer", "L layers",
+            "table: layer", "emb., head", "rest: scratch");
+    fprintf(f, "  %-8s %8.0f B %10.3f MB %14.3f MB", pc->tp_mode == PC_TP_25D ? "2.5-D" : "2-D", per_tok, per_tok * slot_tok / MB,
+            L * per_tok * slot_tok / MB);
+    if (all < 0 || more < 0)
+        fprintf(f, "   (the layout is not admitted)\n");
+    else
+        fprintf(f, " %12.3f MB %10.3f MB %12.3f MB\n", (more - all) / MB, outer / MB,
+                (all - cfg.layers * (more - all) - outer) / MB);
+    const double colossal = per_tok * D->n;
+    fprintf(f, "  Colossal-AI's table: activations O(1/%s) of one device's: sized for the row's n "
+               "tokens, a layer's slot would be %.3f MB (here %.3f MB)\n",
+            pc->tp_mode == PC_TP_25D ? "(d q^2)" : "q^2", colossal / MB, per_tok * slot_tok / MB);
+    const gpt_units_t u = run->units0;
+    gpt_mem_t m0;
+    const double table = gpt_mem_bytes_mp(&cfg, q, opts, &u, u.n ? run->reports[0].pp_slots : 0, 0,
+                                          &m0, NULL) ? -1 : (double)m0.activations;
+    fprintf(f, "  measured high-water, device 0: %.3f MB; the allocation table: %.3f MB\n",
+            (double)run->reports[0].peak[MEM_ACTIVATIONS] / MB, table / MB);
+}
+
+static void t2_print_report(const run_report_t *run, FILE *f) {
+    gpt_local_t lc;
+    t2_dims_t D;
+    if (t2_dims(run, &lc, &D)) {
+        fprintf(f, "tensor parallelism: tp=%d %s; device 0's blocks cannot be derived (no report)\n",
+                run->pc.tp, pconfig_tp_mode_name(run->pc.tp_mode));
+        return;
+    }
+    t2_print_traffic(run, &D, f);
+    t2_print_memory(run, &D, f);
+}
+
 void tp_print_report(const run_report_t *run, FILE *f) {
     if (pconfig_hetero(&run->pc)) { /* device 0 is an encoder's: its tp is not the run's */
         fprintf(f, "tensor parallelism: an encoder mesh of tp=%d beside the decoder's tp=%d; the "
@@ -337,6 +848,10 @@ void tp_print_report(const run_report_t *run, FILE *f) {
         return;
     }
     if (!run->reports || run->pc.tp < 2) return;
+    if (run->pc.tp_mode == PC_TP_2D || run->pc.tp_mode == PC_TP_25D) {
+        t2_print_report(run, f);
+        return;
+    }
     print_traffic(run, f);
     print_memory(run, f);
 }
