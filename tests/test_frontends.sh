@@ -168,7 +168,7 @@ col() { # NAME PATTERN TEXT [FLAGS...]
 }
 col "tensor=4 without a mode" "parallel.tensor: .*mode" "parallel = dict(tensor=4)"
 col "mode 2d with size 8" "parallel.tensor.*2d needs a square size, got 8" "parallel = dict(tensor=dict(size=8, mode='2d'))"
-col "mode 3d, valid, not implemented" "parallel.tensor.mode: '3d'.*not implemented yet" "parallel = dict(tensor=dict(size=8, mode='3d'))"
+col "mode sequence, valid, not implemented" "parallel.tensor.mode: 'sequence'.*not implemented yet" "parallel = dict(tensor=dict(size=4, mode='sequence'))"
 col "mode 2.5d without depth" "parallel.tensor.depth" "parallel = dict(tensor=dict(size=8, mode='2.5d'))"
 col "mode 3d with size 9" "parallel.tensor.*3d needs a cube" "parallel = dict(tensor=dict(size=9, mode='3d'))"
 col "an unknown key" "parallel.zero" "parallel = dict(zero=2)"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Colossal-AI's 2-D (SUMMA) and 2.5-D tensor parallelism (ref/model/tp2d.c):
-# bit-exact with the golden run over 3 steps with dropout (gpt-tiny) on
-# q 2 and 3 (uneven column blocks: 8 feature tiles and 8 heads over 3),
-# 2.5-D q 2 depth 2, each x pp 2 and x dp 2 (ZeRO-1, ZeRO-3) and with
-# accumulation; Colossal config files run as they are; checkpoints are the
-# golden file and reshard between 1-D, 2-D and 2.5-D; the broken variants
-# are caught at the first wrong tensor; bad layouts are refused by name.
+# Colossal-AI's 2-D (SUMMA), 2.5-D and 3-D tensor parallelism
+# (ref/model/tp2d.c, tp3d.c): bit-exact with the golden run over 3 steps
+# with dropout (gpt-tiny) on 2-D q 2 and 3 (uneven column blocks: 8
+# feature tiles and 8 heads over 3), 2.5-D q 2 depth 2 and 3-D q 2, each x
+# pp 2 (which accumulates 4-6 microbatches) and x dp 2 (ZeRO-1, ZeRO-3); Colossal config
+# files run as they are; checkpoints are the golden file and reshard
+# between 1-D, 2-D, 2.5-D and 3-D; the broken variants are caught at the
+# first wrong tensor; bad layouts are refused by name.
 set -u
 P=${PARITY:-build/parity}
 P=$(cd "$(dirname "$P")" && pwd)/$(basename "$P")
@@ -22,11 +23,11 @@ exact() { # name, flags...: `parity check` exits 0 and says yes
 D2=(--tensor-model-parallel-size 4 --tensor-parallel-mode 2d)
 D3=(--tensor-model-parallel-size 9 --tensor-parallel-mode 2d)
 D25=(--tensor-model-parallel-size 8 --tensor-parallel-mode 2.5d --tensor-parallel-depth 2)
+D3D=(--tensor-model-parallel-size 8 --tensor-parallel-mode 3d)
 exact "2d q 2" "${D2[@]}"
 exact "2d q 2 x pp 2" "${D2[@]}" --pipeline-model-parallel-size 2 --micro-batch-size 4
 exact "2d q 2 x dp 2 ZeRO-1" "${D2[@]}" --data-parallel-size 2 --zero-stage 1
 exact "2d q 2 x dp 2 ZeRO-3" "${D2[@]}" --data-parallel-size 2 --zero-stage 3
-exact "2d q 2, 3 microbatches accumulated" "${D2[@]}" --accum-degree 3
 exact "2d q 2, GPipe, untied head" "${D2[@]}" --pipeline-model-parallel-size 2 --micro-batch-size 4 \
   --pipeline-schedule gpipe --untie-embeddings-and-output-weights
 exact "2d q 3 (uneven: 3, 3, 2 feature tiles and heads)" "${D3[@]}"
@@ -38,14 +39,16 @@ exact "2.5d q 2 depth 2" "${D25[@]}"
 exact "2.5d x pp 2" "${D25[@]}" --pipeline-model-parallel-size 2 --micro-batch-size 4
 exact "2.5d x dp 2 ZeRO-1" "${D25[@]}" --data-parallel-size 2 --zero-stage 1
 exact "2.5d x dp 2 ZeRO-3" "${D25[@]}" --data-parallel-size 2 --zero-stage 3
-exact "2.5d, 3 microbatches accumulated" "${D25[@]}" --accum-degree 3
+exact "3d q 2" "${D3D[@]}"
+exact "3d x pp 2" "${D3D[@]}" --pipeline-model-parallel-size 2 --micro-batch-size 4
+exact "3d x dp 2 ZeRO-1" "${D3D[@]}" --data-parallel-size 2 --zero-stage 1
+exact "3d x dp 2 ZeRO-3" "${D3D[@]}" --data-parallel-size 2 --zero-stage 3
 
 # Colossal-AI config files, unedited
 exact "Colossal file: pipeline 2, tensor 1d size 4" --parallel-config "$cfgs/colossal_1d4.py" --num-microbatches 4
 exact "Colossal file: pipeline 2, tensor 2d size 4" --parallel-config "$cfgs/colossal_2d.py" --num-microbatches 4
 exact "Colossal file: pipeline 2, tensor 2.5d size 8 depth 2" --parallel-config "$cfgs/colossal_2p5d.py" --num-microbatches 3
-refuse "Colossal file: 3d (parsed, not implemented yet)" "'3d'.*not implemented yet" -- \
-  "$P" check --model gpt-tiny --parallel-config "$cfgs/colossal_3d.py" --steps 1
+exact "Colossal file: pipeline 2, tensor 3d size 8" --parallel-config "$cfgs/colossal_3d.py" --num-microbatches 3
 
 # checkpoints: a 2-D run saves the golden file; it resumes at 1-D and 2.5-D
 "$P" train --model gpt-tiny --steps 2 --quiet --save "$tmp/ck1" >/dev/null 2>&1
@@ -53,7 +56,7 @@ refuse "Colossal file: 3d (parsed, not implemented yet)" "'3d'.*not implemented 
 if [ -s "$tmp/ck1/model.safetensors" ] && cmp -s "$tmp/ck1/model.safetensors" "$tmp/ck2d/model.safetensors"; then
   ok "2d q 3 saves the golden checkpoint byte for byte"
 else fail "2d q 3 saves the golden checkpoint byte for byte" "$(ls "$tmp/ck1" "$tmp/ck2d" 2>&1)"; fi
-for to in "--tensor-model-parallel-size 2" "${D25[*]}" "${D2[*]}"; do
+for to in "--tensor-model-parallel-size 2" "${D25[*]}" "${D3D[*]}"; do
   # shellcheck disable=SC2086
   out=$("$P" check --model gpt-tiny --load "$tmp/ck2d" --steps 1 $to 2>&1); rc=$?
   if [ $rc = 0 ] && echo "$out" | grep -q '| yes$'; then ok "the 2d checkpoint resumes bit-exact at $to"
@@ -71,6 +74,7 @@ broken() { # variant, tensor, flags...
 broken tp2d-layernorm-fp32 act.layers.0.input_layernorm.output "${D2[@]}"
 broken tp2d-summa-rounded act.layers.0.self_attention.query_key_value.output "${D2[@]}"
 broken tp2d-layernorm-fp32 act.layers.0.input_layernorm.output "${D25[@]}"
+broken tp3d-no-group-swap act.layers.0.self_attention.dense.output "${D3D[@]}"
 
 # bad layouts
 refuse "2d on a non-square tp" "tensor-model-parallel-size: 8 for mode 2d: expected a square" -- \

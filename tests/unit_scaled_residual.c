@@ -70,7 +70,7 @@ static void sr_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *
 static void sr_views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
                      const unit_positions_t *pos, unit_view_t *out) {
     (void)g;
-    out[0] = (unit_view_t){A->layer[u->index].out, -1, 0, 0, pos->stream, 0};
+    out[0] = (unit_view_t){A->layer[u->index].out, -1, 0, 0, pos->stream, 0, 0};
 }
 
 static const unit_kind_t unit_scaled_residual = {

@@ -425,6 +425,10 @@ typedef struct {
      * tp_dep * tp + tp_row of tp * tp_depth. tp_mode 0: Megatron's 1-D. */
     int tp_mode, tp_row, tp_depth, tp_dep;
     group_t *tp_col_group;
+    /* 3-D (tp3d.c): tp_row and tp_dep are the tp2 and tp3 coordinates,
+     * tp_dep_group the tp3 axis's group, tp_vec_group the stream's
+     * sequence blocks (tp2-tp3) and the inner layout's (tp-tp3) */
+    group_t *tp_dep_group, *tp_vec_group[2];
     int on_grid;            /* 1: grid_sizes/grid_coord are the device's place on the run's
                                grid, and its parameter table and init evaluate every
                                placement there (param_table_build_at); 0: a grid of tp alone */
@@ -475,6 +479,10 @@ enum {
  * SUMMA_ROUNDED: SUMMA rounds each step's product to fp32 and adds it to
  *   the output step by step (Matmul_AB_2D's C += A.B). */
 enum { GPT_BROKEN_TP2D_LN_FP32 = 1024u, GPT_BROKEN_TP2D_SUMMA_ROUNDED = 2048u };
+/* 3-D (tp3d.c): NO_SWAP: the second linear of a pair keeps the first's
+ * input and output groups (Colossal's 3-D layers swap them after every
+ * linear). */
+enum { GPT_BROKEN_TP3D_NO_SWAP = 4096u };
 static inline gpt_shard_t gpt_shard_none(void) {
     return (gpt_shard_t){.tp = 1, .cp = 1};
 }
@@ -594,6 +602,13 @@ struct gpt {
                             sums (and the latter's grads), or NULL */
     unsigned sums_mode;  /* GPT_UNIT_OPEN_SUMS, GPT_GRADS_IN_SUMS or 0 */
 };
+
+/* Whether this replica's token losses are the copy a global loss sum
+ * counts: tp rank 0's of a tensor-parallel group (its ranks share the
+ * loss), 3-D's tp2 coordinate 0 (its logits' vocabulary is cut over tp2). */
+static inline int gpt_counts_loss(const gpt_t *g) {
+    return g->shard.tp_mode == 3 ? g->shard.tp_row == 0 : g->shard.tp_rank == 0;
+}
 
 /* Allocates everything for cfg (validated first) and initialises the
  * parameters (params_init) and the optimizer state (zeros). */

@@ -20,6 +20,10 @@ static const char *needs_tp(const broken_where_t *w) {
     return w->pc->tp > 1 ? NULL : "tensor-model-parallel-size > 1";
 }
 
+static const char *needs_tp3d(const broken_where_t *w) {
+    return w->pc->tp > 1 && w->pc->tp_mode == PC_TP_3D ? NULL : "--tensor-parallel-mode 3d";
+}
+
 static const char *needs_tp2d(const broken_where_t *w) {
     return w->pc->tp > 1 && (w->pc->tp_mode == PC_TP_2D || w->pc->tp_mode == PC_TP_25D)
                ? NULL
@@ -178,6 +182,7 @@ static void set_tp2d_ln(engine_run_t *r, int d) { (void)d, r->broken_tp2d |= GPT
 static void set_tp2d_summa(engine_run_t *r, int d) {
     (void)d, r->broken_tp2d |= GPT_BROKEN_TP2D_SUMMA_ROUNDED;
 }
+static void set_tp3d_swap(engine_run_t *r, int d) { (void)d, r->broken_tp2d |= GPT_BROKEN_TP3D_NO_SWAP; }
 static void set_replica(engine_run_t *r, int d) { r->broken_replica = d + 1; /* 0 is off */ }
 
 static const broken_variant_t variants[] = {
@@ -200,6 +205,12 @@ static const broken_variant_t variants[] = {
      "(Colossal-AI Matmul_AB_2D's C += A.B)",
      "act.layers.0.*.output", "--tensor-model-parallel-size 4 --tensor-parallel-mode 2d", -1,
      "--tensor-parallel-mode 2d or 2.5d", 0, needs_tp2d, set_tp2d_summa},
+    {"tp3d-no-group-swap",
+     "let the second linear of a pair keep the first's input and output groups (Colossal-AI's "
+     "3-D layers swap them after every linear)",
+     "act.layers.0.self_attention.dense.output",
+     "--tensor-model-parallel-size 8 --tensor-parallel-mode 3d --global-batch-size 8", -1,
+     "--tensor-parallel-mode 3d", 0, needs_tp3d, set_tp3d_swap},
     {"tp-vocab-padding",
      "pad the vocabulary to a multiple of 128 x tp and let the padded columns into the softmax "
      "(Megatron-LM 1754)",

@@ -434,7 +434,7 @@ static long long root(long long x, int k) { /* the largest q with q^k <= x (x <=
 }
 
 /* The tensor dict: its size, and the mode when it is one parity runs
- * (None or '1d', '2d', '2.5d' with its depth). */
+ * (None or '1d', '2d', '2.5d' with its depth, '3d'). */
 static int tensor(rd_t *r, long long *tp, int *tp_mode, int *tp_depth) {
     static const char *const modes[] = {"1d", "2d", "2.5d", "3d", "sequence"};
     const val_t *t = &r->slot[S_TENSOR], *m = &r->slot[S_T_MODE], *dv = &r->slot[S_T_DEPTH];
@@ -484,8 +484,8 @@ static int tensor(rd_t *r, long long *tp, int *tp_mode, int *tp_depth) {
         return fail(r, size_line, "parallel.tensor.size", "3d needs a cube size, got %lld (a "
                                                           "q x q x q cube)", size);
     if (mode <= 0) return *tp = size, 0;
-    if (mode == 1 || mode == 2) { /* pconfig_t's modes: 2d, 2.5d */
-        *tp = size, *tp_mode = mode == 1 ? PC_TP_2D : PC_TP_25D;
+    if (mode >= 1 && mode <= 3) { /* pconfig_t's modes: 2d, 2.5d, 3d */
+        *tp = size, *tp_mode = mode == 1 ? PC_TP_2D : mode == 2 ? PC_TP_25D : PC_TP_3D;
         *tp_depth = mode == 2 ? (int)depth : 0;
         return 0;
     }
@@ -496,7 +496,7 @@ static int tensor(rd_t *r, long long *tp, int *tp_mode, int *tp_depth) {
     if (mode == 3) snprintf(grid, g, "3-D tensor parallelism, a %lld x %lld x %lld cube", q, q, q);
     if (mode == 4) snprintf(grid, g, "sequence parallelism, ring attention on %lld devices", size);
     return fail(r, m->line, "parallel.tensor.mode", "'%s' (Colossal-AI %s) is valid but not "
-                "implemented yet in parity; modes '1d', '2d' and '2.5d' are", modes[mode], grid);
+                "implemented yet in parity; modes '1d', '2d', '2.5d' and '3d' are", modes[mode], grid);
 }
 
 int colossal_parse(const char *text, size_t len, const char *path, pconfig_t *pc, perr_t *err) {

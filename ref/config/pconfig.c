@@ -344,9 +344,6 @@ static int tp_mode_validate(const pconfig_t *pc, perr_t *err) {
                         pconfig_tp_mode_name(pc->tp_mode));
     if (pc->tp_mode == PC_TP_1D) return 0;
     const char *mode = pconfig_tp_mode_name(pc->tp_mode);
-    if (pc->tp_mode == PC_TP_3D)
-        return perr_set(err, "tensor-parallel-mode: 3d is not implemented yet in parity (1d, 2d "
-                             "and 2.5d are)");
     if (pc->tp_mode == PC_TP_25D && !pc->tp_depth)
         return perr_set(err, "tensor-parallel-depth: missing: mode 2.5d needs --tensor-parallel-depth "
                              "D (tp = q x q x D)");

@@ -21,6 +21,12 @@
 void report_rows(const gpt_observer_t *obs, const gpt_slot_t *A, const char *name,
                  st_dtype_t dtype, const void *data, int ndim, const int64_t *shape, int cut,
                  int64_t lo, int64_t ext, const cp_runs_t *runs, int rows) {
+    report_rows_of(obs, A, A->first_seq, name, dtype, data, ndim, shape, cut, lo, ext, runs, rows);
+}
+
+void report_rows_of(const gpt_observer_t *obs, const gpt_slot_t *A, int first_seq, const char *name,
+                    st_dtype_t dtype, const void *data, int ndim, const int64_t *shape, int cut,
+                    int64_t lo, int64_t ext, const cp_runs_t *runs, int rows) {
     if (runs && runs->n == 1 && runs->t0[0] == 0 && runs->len[0] == shape[rows]) runs = NULL;
     int64_t le[3], stride[3];
     for (int d = 0; d < ndim; d++) le[d] = d == cut ? ext : shape[d];
@@ -29,7 +35,7 @@ void report_rows(const gpt_observer_t *obs, const gpt_slot_t *A, const char *nam
     if (runs) le[rows] = held;
     for (int d = ndim - 1; d >= 0; d--) stride[d] = d == ndim - 1 ? 1 : stride[d + 1] * le[d + 1];
     const size_t esize = st_dtype_size(dtype), per_seq = (size_t)(stride[0] * le[0]) * esize;
-    gpt_view_t v = {name, dtype, data, A->first_seq, A->n_seq, ndim, {0}, {0}, {0}};
+    gpt_view_t v = {name, dtype, data, first_seq, A->n_seq, ndim, {0}, {0}, {0}};
     for (int d = 0; d < ndim; d++) {
         v.shape[d] = shape[d], v.lo[d] = d == cut ? lo : 0, v.ext[d] = le[d];
     }
@@ -50,7 +56,7 @@ void report_rows(const gpt_observer_t *obs, const gpt_slot_t *A, const char *nam
                 at += x * stride[d];
             }
             for (int k = 0, off = 0; k < runs->n; off += runs->len[k++]) {
-                v.first_seq = A->first_seq + b, v.n_seq = 1;
+                v.first_seq = first_seq + b, v.n_seq = 1;
                 v.lo[rows] = runs->t0[k], v.ext[rows] = runs->len[k];
                 v.data = (const char *)data + (size_t)b * per_seq +
                          (size_t)(at + off * stride[rows]) * esize;
@@ -94,7 +100,7 @@ void gpt_report_unit(const gpt_t *g, int unit, int s, const gpt_observer_t *obs)
     const unit_kind_t *k = u.kind;
     const cp_runs_t stream = stream_positions(&g->local);
     const cp_runs_t whole = {.n = 1, .t0 = {0}, .len = {g->cfg.seq_length}};
-    const unit_positions_t pos = {&stream, &g->local.runs, &whole};
+    const unit_positions_t pos = {&stream, &g->local.runs, &whole, unit_inner_shift(g, A->n_seq)};
     unit_view_t v[UNIT_MAX_CHECKPOINTS];
     if (k->n_checkpoints > UNIT_MAX_CHECKPOINTS)
         parity_fatal("unit kind %s: %d checkpoints, at most %d", k->name, k->n_checkpoints,
@@ -109,7 +115,8 @@ void gpt_report_unit(const gpt_t *g, int unit, int s, const gpt_observer_t *obs)
         for (int d = 0; d < cp->ndim; d++) shape[d] = unit_dim(&g->cfg, cp->dim[d]);
         snprintf(name, sizeof name, "%s%s%s%s", cp->cls, cp->cls[0] ? "." : "", prefix,
                  cp->suffix);
-        report_rows(obs, A, name, cp->dtype, v[i].data, cp->ndim, shape, v[i].cut, v[i].lo,
+        report_rows_of(obs, A, A->first_seq + v[i].seq_shift, name, cp->dtype, v[i].data, cp->ndim,
+                       shape, v[i].cut, v[i].lo,
                     v[i].ext, v[i].runs, v[i].rows);
     }
 }

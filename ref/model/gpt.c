@@ -443,8 +443,21 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
         return -1;
     }
     if (g->local.t2q) { /* the word embedding's rows: its row's vocabulary block */
-        g->local.emb_vocab = g->local.t2w[TP2D_VOCAB][shard->tp_row];
-        g->local.emb_vocab0 = g->local.t2o[TP2D_VOCAB][shard->tp_row];
+        gpt_local_t *lc = &g->local;
+        const int b = shard->tp_row;
+        lc->emb_vocab = lc->t2w[TP2D_VOCAB][b];
+        lc->emb_vocab0 = lc->t2o[TP2D_VOCAB][b];
+        if (shard->tp_mode == 3) { /* 3-D: piece tp_dep of it; the inner layout's blocks are tp2's */
+            int64_t f, nv;
+            placement_split(lc->emb_vocab, lc->t2q, shard->tp_dep, &f, &nv);
+            lc->emb_vocab0 += (int)f, lc->emb_vocab = (int)nv;
+            const int D = cfg->hidden / cfg->heads;
+            lc->attn = lc->t2w[TP2D_HEADS][b], lc->heads = lc->attn / D;
+            lc->head0 = lc->t2o[TP2D_HEADS][b] / D;
+            lc->att_heads = lc->heads, lc->att_head0 = lc->head0;
+            lc->ffn = lc->t2w[TP2D_FFN][b], lc->ffn0 = lc->t2o[TP2D_FFN][b];
+            lc->vocab = lc->t2w[TP2D_VOCAB][b], lc->vocab0 = lc->t2o[TP2D_VOCAB][b];
+        }
     }
     const size_t P = g->table.total;
     const char *what = "";

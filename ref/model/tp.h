@@ -5,17 +5,20 @@
 
 #include <stddef.h>
 
+#include "parity/coll.h"
 #include "parity/model.h"
 
 /* out[i] = round(sum over ranks of a[i]), i < n: the open sums completed
  * exactly and rounded once (or, for GPT_BROKEN_TP_FP32_SUMS and the
  * plain-sums build, rounded per rank and summed in fp32). */
 void tp_complete_open(gpt_t *g, acc_t *a, size_t n, float *out);
-/* In place over the group: fp32 sum (exact when all but one term is -0),
- * max (exact), and exact sums of superaccumulators. */
+/* In place over the group: fp32 sum (exact when all but one term is -0)
+ * and exact sums of superaccumulators. */
 void tp_sum_f32(gpt_t *g, float *x, size_t n);
-void tp_max_f32(gpt_t *g, float *x, size_t n);
 void tp_sum_xacc(gpt_t *g, xacc_t *x, size_t n);
+/* The same over the ranks holding one row's vocabulary blocks (the
+ * cross-entropy's reductions): tp's group, 3-D's tp2. */
+void tp_vocab_reduce(gpt_t *g, void *x, size_t n, coll_dtype_t dt, coll_op_t op);
 
 /* Every linear row-parallel: full [n][tp*w] from every rank's columns
  * [n][w] (a copy: an all-gather and a permutation). */

@@ -47,6 +47,14 @@ static int col_of(const gpt_t *g) { return g->shard.tp_rank; }
 static int row_of(const gpt_t *g) { return g->shard.tp_row; }
 static int width(const gpt_t *g, int kind, int k) { return g->local.t2w[kind][k]; }
 
+/* The widest block of a kind over the columns: a reduce-scatter's slots
+ * are this wide (collectives move equal counts; uneven blocks pad). */
+static size_t widest(const gpt_t *g, int kind) {
+    int w = 0;
+    for (int k = 0; k < q_of(g); k++) w = width(g, kind, k) > w ? width(g, kind, k) : w;
+    return (size_t)w;
+}
+
 static int max_width(const gpt_local_t *lc) {
     int w = 1;
     for (int t = 0; t < 4; t++)
@@ -58,18 +66,18 @@ void tp2d_layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_lo
                          size_t n, carver_t *cv) {
     const size_t q = (size_t)lc->t2q, w = (size_t)max_width(lc), T = (size_t)c->seq_length;
     const size_t pad_rows = (T > 3 * w ? T : 3 * w) / q + 1; /* a sharded vector's piece */
-    size_t slot = n * w;
+    size_t slot = 3 * n * w; /* 2-D: [n, w] slots; 3-D: [q*n, 3w] in q of them */
     if (3 * w * w > slot) slot = 3 * w * w;
     if (pad_rows * w > slot) slot = pad_rows * w;
     S->t2_slot = slot;
-    S->t2_open = carve(cv, acc_storage_bytes(n * 3 * w));
+    S->t2_open = carve(cv, acc_storage_bytes(n * 3 * w > 3 * w * w ? n * 3 * w : 3 * w * w));
     S->t2_slots = carve(cv, acc_storage_bytes(q * slot));
-    S->t2_a = CARVE_F(cv, n * w);
+    S->t2_a = CARVE_F(cv, q * n * 3 * w);
     S->t2_b = CARVE_F(cv, 3 * w * w);
     S->t2_vec = CARVE_F(cv, q * pad_rows * w);
     S->t2_whole = CARVE_F(cv, (T > 3 * w ? T : 3 * w) * w);
     S->t2_full = CARVE_F(cv, q * n * w);
-    S->t2_ids = (int32_t *)carve(cv, q * n * sizeof(int32_t));
+    S->t2_ids = (int32_t *)carve(cv, (q * q + 1) * n * sizeof(int32_t)); /* 3-D: q*q blocks + one */
 }
 
 /* The block broadcast from group member `root`: mine when this rank is
@@ -91,22 +99,43 @@ static acc_t open_over(void *storage, size_t n) {
 /* ---- vectors cut out/q^2 -------------------------------------------------
  * A column block of R rows of w values each (a bias or LayerNorm vector:
  * w = 1; the position table: R = T positions of the block's features) is
- * cut by rows over the column's q ranks: piece r holds rows
- * placement_split(R, q, r). Collectives move equal counts, so pieces
- * travel padded to ceil(R/q) rows. */
+ * cut by rows over the ranks of a vector group (tp2d.h): 2-D's column,
+ * piece r holding rows placement_split(R, q, r); 3-D's sequence blocks,
+ * pieces nested over two axes. Collectives move equal counts, so pieces
+ * travel padded to the largest piece's rows. */
 
-static size_t pad_rows(int R, int q) { return (size_t)(R + q - 1) / (size_t)q; }
+tp2d_vgroup_t tp2d_vgroup(const gpt_t *g, int inner) {
+    const gpt_shard_t *sh = &g->shard;
+    if (sh->tp_mode != 3) return (tp2d_vgroup_t){sh->tp_col_group, sh->tp_row, g->local.t2q, 1};
+    const int q = g->local.t2q, other = inner ? sh->tp_rank : sh->tp_row;
+    return (tp2d_vgroup_t){sh->tp_vec_group[inner], sh->tp_dep * q + other, q, q};
+}
 
-const float *tp2d_gather_rows(gpt_t *g, const float *piece, int R, int w) {
-    const int q = q_of(g), me = row_of(g);
-    const size_t pad = pad_rows(R, q) * (size_t)w;
+/* Piece `r`'s rows of R: split over q1, then (3-D) each over q2. */
+static void piece_rows(const tp2d_vgroup_t *v, int R, int r, int64_t *first, int64_t *count) {
+    placement_split(R, v->q1, r / v->q2, first, count);
+    if (v->q2 == 1) return;
+    int64_t f2, n2;
+    placement_split(*count, v->q2, r % v->q2, &f2, &n2);
+    *first += f2, *count = n2;
+}
+
+static size_t pad_rows(const tp2d_vgroup_t *v, int R) {
+    int64_t first, count;
+    piece_rows(v, R, 0, &first, &count); /* piece 0 is a largest (placement_split) */
+    return (size_t)count;
+}
+
+const float *tp2d_gather_rows(gpt_t *g, const tp2d_vgroup_t *v, const float *piece, int R, int w) {
+    const int n = v->q1 * v->q2;
+    const size_t pad = pad_rows(v, R) * (size_t)w;
     float *parts = g->scratch.t2_vec, *whole = g->scratch.t2_whole;
     int64_t first, count;
-    placement_split(R, q, me, &first, &count);
-    memcpy(parts + (size_t)me * pad, piece, (size_t)count * w * sizeof(float));
-    coll_all_gather(col_group(g), parts + (size_t)me * pad, parts, pad, COLL_F32);
-    for (int r = 0; r < q; r++) {
-        placement_split(R, q, r, &first, &count);
+    piece_rows(v, R, v->me, &first, &count);
+    memcpy(parts + (size_t)v->me * pad, piece, (size_t)count * w * sizeof(float));
+    coll_all_gather(v->grp, parts + (size_t)v->me * pad, parts, pad, COLL_F32);
+    for (int r = 0; r < n; r++) {
+        piece_rows(v, R, r, &first, &count);
         memcpy(whole + (size_t)first * w, parts + (size_t)r * pad, (size_t)count * w * sizeof(float));
     }
     return whole;
@@ -114,40 +143,54 @@ const float *tp2d_gather_rows(gpt_t *g, const float *piece, int R, int w) {
 
 /* The open partial sums of a column block [R, w], in the padded pieces'
  * layout (slot r: piece r's rows), zeroed. */
-static acc_t rows_partial(gpt_t *g, int R, int w) {
-    return open_over(g->scratch.t2_slots, (size_t)q_of(g) * pad_rows(R, q_of(g)) * (size_t)w);
+static acc_t rows_partial(gpt_t *g, const tp2d_vgroup_t *v, int R, int w) {
+    return open_over(g->scratch.t2_slots, (size_t)(v->q1 * v->q2) * pad_rows(v, R) * (size_t)w);
 }
 
 /* Where row `row` of the block lies in rows_partial's layout. */
-static size_t rows_at(const gpt_t *g, int R, int w, int row) {
-    const int q = q_of(g);
-    for (int r = 0; r < q; r++) {
+static size_t rows_at(const tp2d_vgroup_t *v, int R, int w, int row) {
+    for (int r = 0; r < v->q1 * v->q2; r++) {
         int64_t first, count;
-        placement_split(R, q, r, &first, &count);
-        if (row < first + count) return ((size_t)r * pad_rows(R, q) + (size_t)(row - first)) * w;
+        piece_rows(v, R, r, &first, &count);
+        if (row < first + count) return ((size_t)r * pad_rows(v, R) + (size_t)(row - first)) * w;
     }
     return 0;
 }
 
 /* Column sums over n rows of y [n, R] into the partial of a vector [R]. */
-static void add_column_sums(const gpt_t *g, acc_t *part, const float *y, int n, int R) {
-    const int q = q_of(g);
-    for (int r = 0; r < q; r++) {
+static void add_column_sums(const tp2d_vgroup_t *v, acc_t *part, const float *y, int n, int R) {
+    for (int r = 0; r < v->q1 * v->q2; r++) {
         int64_t first, count;
-        placement_split(R, q, r, &first, &count);
-        if (count) acc_add_rows(part, (size_t)r * pad_rows(R, q), y + first, n, (int)count, R);
+        piece_rows(v, R, r, &first, &count);
+        if (count) acc_add_rows(part, (size_t)r * pad_rows(v, R), y + first, n, (int)count, R);
     }
 }
 
-/* grad (this rank's piece) += the exact sum over the column of part. */
-static void scatter_rows(gpt_t *g, acc_t *part, int R, int w, acc_t *grad) {
-    const int q = q_of(g), me = row_of(g);
-    const size_t pad = pad_rows(R, q) * (size_t)w;
+/* grad (this rank's piece) += the exact sum over the group of part. */
+static void scatter_rows(const tp2d_vgroup_t *v, acc_t *part, int R, int w, acc_t *grad) {
+    const size_t pad = pad_rows(v, R) * (size_t)w;
     int64_t first, count;
-    placement_split(R, q, me, &first, &count);
-    coll_reduce_scatter_open(col_group(g), &part->x, 0, &part->x, (size_t)me * pad, pad);
-    xvec_merge_range(&grad->x, 0, &part->x, (size_t)me * pad, (size_t)count * w);
+    piece_rows(v, R, v->me, &first, &count);
+    coll_reduce_scatter_open(v->grp, &part->x, 0, &part->x, (size_t)v->me * pad, pad);
+    xvec_merge_range(&grad->x, 0, &part->x, (size_t)v->me * pad, (size_t)count * w);
     acc_free(part);
+}
+
+void tp2d_vector_grad(gpt_t *g, const tp2d_vgroup_t *v, const float *dy, int n, int R, acc_t *grad) {
+    acc_t part = rows_partial(g, v, R, 1);
+    add_column_sums(v, &part, dy, n, R);
+    scatter_rows(v, &part, R, 1, grad);
+}
+
+void tp2d_rows_grad(gpt_t *g, const tp2d_vgroup_t *v, const acc_t *whole, int R, int w, acc_t *grad) {
+    acc_t part = rows_partial(g, v, R, w);
+    for (int r = 0; r < v->q1 * v->q2; r++) {
+        int64_t first, count;
+        piece_rows(v, R, r, &first, &count);
+        xvec_merge_range(&part.x, (size_t)r * pad_rows(v, R) * w, &whole->x, (size_t)first * w,
+                         (size_t)count * w);
+    }
+    scatter_rows(v, &part, R, w, grad);
 }
 
 /* ---- linears --------------------------------------------------------------- */
@@ -177,7 +220,8 @@ void tp2d_linear_forward(gpt_t *g, const pass_t *p, float *y, const float *x, co
     }
     if (!rounded) acc_round(&open, y);
     acc_free(&open);
-    if (b) linear_add_bias(y, tp2d_gather_rows(g, b, n_out, 1), n, n_out);
+    const tp2d_vgroup_t v = tp2d_vgroup(g, 0);
+    if (b) linear_add_bias(y, tp2d_gather_rows(g, &v, b, n_out, 1), n, n_out);
 }
 
 void tp2d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db,
@@ -185,7 +229,7 @@ void tp2d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t
                           linear_tiles_t t) {
     const int q = q_of(g), n = p->n, me_c = col_of(g), me_r = row_of(g);
     gpt_scratch_t *S = &g->scratch;
-    const size_t slot = S->t2_slot;
+    size_t slot = (size_t)n * widest(g, in_kind);
     /* dX (ABT): slot m holds this rank's part of dX[i, m] */
     acc_t slots = open_over(S->t2_slots, (size_t)q * slot);
     for (int m = 0; m < q; m++) {
@@ -198,6 +242,7 @@ void tp2d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t
     acc_round_range(&slots, (size_t)me_c * slot, (size_t)n * width(g, in_kind, me_c), dx);
     acc_free(&slots);
     /* dW (ATB): slot k holds this rank's sequences' part of dW[j, k] */
+    slot = (size_t)n_out * widest(g, in_kind);
     slots = open_over(S->t2_slots, (size_t)q * slot);
     for (int k = 0; k < q; k++) {
         const int wk = width(g, in_kind, k);
@@ -208,11 +253,8 @@ void tp2d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t
     coll_reduce_scatter_open(col_group(g), &slots.x, 0, &slots.x, (size_t)me_r * slot, slot);
     xvec_merge_range(&dw->x, 0, &slots.x, (size_t)me_r * slot, (size_t)n_out * width(g, in_kind, me_r));
     acc_free(&slots);
-    if (db) {
-        acc_t part = rows_partial(g, n_out, 1);
-        add_column_sums(g, &part, dy, n, n_out);
-        scatter_rows(g, &part, n_out, 1, db);
-    }
+    const tp2d_vgroup_t v = tp2d_vgroup(g, 0);
+    if (db) tp2d_vector_grad(g, &v, dy, n, n_out, db);
 }
 
 /* ---- LayerNorm --------------------------------------------------------------
@@ -251,9 +293,10 @@ void tp2d_layernorm_forward(gpt_t *g, const pass_t *p, float *y, float *xhat, fl
         }
     }
     row_sums(g, y, n, w, stat);
+    const tp2d_vgroup_t v = tp2d_vgroup(g, 0);
     float *gb = g->scratch.t2_a; /* gamma then beta, gathered */
-    memcpy(gb, tp2d_gather_rows(g, gamma_piece, w, 1), (size_t)w * sizeof(float));
-    const float *beta = tp2d_gather_rows(g, beta_piece, w, 1);
+    memcpy(gb, tp2d_gather_rows(g, &v, gamma_piece, w, 1), (size_t)w * sizeof(float));
+    const float *beta = tp2d_gather_rows(g, &v, beta_piece, w, 1);
     for (int i = 0; i < n; i++) {
         const float r = pm_rsqrtf(stat[i] / fC + eps);
         rstd[i] = r;
@@ -272,13 +315,10 @@ void tp2d_layernorm_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dgamma
     const float fC = (float)g->cfg.hidden;
     const size_t nw = (size_t)n * w;
     for (size_t e = 0; e < nw; e++) dx[e] = dy[e] * xhat[e];
-    acc_t part = rows_partial(g, w, 1);
-    add_column_sums(g, &part, dx, n, w);
-    scatter_rows(g, &part, w, 1, dgamma);
-    part = rows_partial(g, w, 1);
-    add_column_sums(g, &part, dy, n, w);
-    scatter_rows(g, &part, w, 1, dbeta);
-    const float *gamma = tp2d_gather_rows(g, gamma_piece, w, 1);
+    const tp2d_vgroup_t v = tp2d_vgroup(g, 0);
+    tp2d_vector_grad(g, &v, dx, n, w, dgamma);
+    tp2d_vector_grad(g, &v, dy, n, w, dbeta);
+    const float *gamma = tp2d_gather_rows(g, &v, gamma_piece, w, 1);
     float *prod = g->scratch.d_wide, *a = g->scratch.ce_tl, *b = g->scratch.t2_a;
     for (int i = 0; i < n; i++)
         for (int c = 0; c < w; c++) {
@@ -299,48 +339,52 @@ void tp2d_layernorm_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dgamma
 
 /* ---- the embedding and the head ---------------------------------------- */
 
-/* Every sequence's ids of the column's blocks, [q][n] in row order. */
-static const int32_t *column_ids(gpt_t *g, const int32_t *tokens, int n) {
+/* Every sequence's ids of the stream's vector group's blocks (2-D: the
+ * column's rows; 3-D: the blocks of the stream's features), [n][ids] in
+ * the group's order, which is the blocks' order in the microbatch. */
+static const int32_t *group_ids(gpt_t *g, const tp2d_vgroup_t *v, const int32_t *tokens, int n) {
     int32_t *ids = g->scratch.t2_ids;
-    memcpy(ids + (size_t)row_of(g) * n, tokens, (size_t)n * sizeof(int32_t));
-    coll_all_gather(col_group(g), ids + (size_t)row_of(g) * n, ids, (size_t)n, COLL_I32);
+    memcpy(ids + (size_t)v->me * n, tokens, (size_t)n * sizeof(int32_t));
+    coll_all_gather(v->grp, ids + (size_t)v->me * n, ids, (size_t)n, COLL_I32);
     return ids;
 }
 
 void tp2d_embedding_forward(gpt_t *g, const pass_t *p, float *x, const int32_t *tokens,
                             const float *wte, const float *wpe_piece) {
-    const int n = p->n, w = g->local.hid, q = q_of(g), T = p->T;
-    const int32_t *ids = column_ids(g, tokens, n);
+    const int n = p->n, w = g->local.hid, T = p->T;
+    const tp2d_vgroup_t v = tp2d_vgroup(g, 0);
+    const int32_t *ids = group_ids(g, &v, tokens, n);
     float *looked = g->scratch.t2_full;
-    embedding_lookup(looked, ids, q * n, w, wte, g->local.emb_vocab0, g->local.emb_vocab);
-    coll_reduce_scatter(col_group(g), looked, x, (size_t)n * w, COLL_F32, COLL_SUM);
-    embedding_add_positions(x, p->n_seq, T, 0, w, tp2d_gather_rows(g, wpe_piece, T, w));
+    embedding_lookup(looked, ids, v.q1 * v.q2 * n, w, wte, g->local.emb_vocab0, g->local.emb_vocab);
+    coll_reduce_scatter(v.grp, looked, x, (size_t)n * w, COLL_F32, COLL_SUM);
+    embedding_add_positions(x, p->n_seq, T, 0, w, tp2d_gather_rows(g, &v, wpe_piece, T, w));
 }
 
 void tp2d_embedding_backward(gpt_t *g, const pass_t *p, acc_t *dwte, acc_t *dwpe, const float *d,
                              const int32_t *tokens) {
-    const int n = p->n, w = g->local.hid, q = q_of(g), T = p->T;
-    const int32_t *ids = column_ids(g, tokens, n);
+    const int n = p->n, w = g->local.hid, T = p->T;
+    const tp2d_vgroup_t v = tp2d_vgroup(g, 0);
+    const int32_t *ids = group_ids(g, &v, tokens, n);
     float *full = g->scratch.t2_full;
-    memcpy(full + (size_t)row_of(g) * n * w, d, (size_t)n * w * sizeof(float));
-    coll_all_gather(col_group(g), full + (size_t)row_of(g) * n * w, full, (size_t)n * w, COLL_F32);
+    memcpy(full + (size_t)v.me * n * w, d, (size_t)n * w * sizeof(float));
+    coll_all_gather(v.grp, full + (size_t)v.me * n * w, full, (size_t)n * w, COLL_F32);
     const int v0 = g->local.emb_vocab0, nv = g->local.emb_vocab;
-    for (size_t i = 0; i < (size_t)q * n; i++) {
+    for (size_t i = 0; i < (size_t)(v.q1 * v.q2) * n; i++) {
         const int r = ids[i] - v0;
         if (r >= 0 && r < nv) acc_add(dwte, (size_t)r * w, full + i * w, (size_t)w);
     }
-    acc_t part = rows_partial(g, T, w);
+    acc_t part = rows_partial(g, &v, T, w);
     for (int s = 0; s < p->n_seq; s++)
         for (int t = 0; t < T; t++)
-            acc_add(&part, rows_at(g, T, w, t), d + ((size_t)s * T + t) * w, (size_t)w);
-    scatter_rows(g, &part, T, w, dwpe);
+            acc_add(&part, rows_at(&v, T, w, t), d + ((size_t)s * T + t) * w, (size_t)w);
+    scatter_rows(&v, &part, T, w, dwpe);
 }
 
 void tp2d_head_logits(gpt_t *g, const pass_t *p, float *logits, const float *x, const float *e) {
     const int q = q_of(g), n = p->n, me_c = col_of(g), w = g->local.hid;
     gpt_scratch_t *S = &g->scratch;
     const int tf = g->cfg.tile_features;
-    const size_t slot = S->t2_slot;
+    const size_t slot = (size_t)n * widest(g, TP2D_VOCAB);
     acc_t slots = open_over(S->t2_slots, (size_t)q * slot);
     for (int j = 0; j < q; j++) { /* E[vocab j, features mine] from row j */
         const int vj = width(g, TP2D_VOCAB, j);
@@ -358,7 +402,7 @@ void tp2d_head_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *de, const f
     const int q = q_of(g), n = p->n, me_r = row_of(g), w = g->local.hid;
     gpt_scratch_t *S = &g->scratch;
     const int tf = g->cfg.tile_features, tt = g->cfg.tile_tokens;
-    const size_t slot = S->t2_slot;
+    const size_t slot = widest(g, TP2D_VOCAB) * (size_t)w;
     acc_t open = open_over(S->t2_open, (size_t)n * w);
     acc_t slots = open_over(S->t2_slots, (size_t)q * slot);
     for (int j = 0; j < q; j++) {

@@ -13,9 +13,21 @@
 void tp2d_layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_local_t *lc,
                          size_t n, carver_t *cv);
 
-/* A column block [R, w] cut by rows over the column (its piece here:
- * rows placement_split(R, q, tp_row)), gathered whole (in the scratch). */
-const float *tp2d_gather_rows(gpt_t *g, const float *piece, int R, int w);
+/* The ranks a vector's pieces are cut over: 2-D's column (q1 = q pieces,
+ * q2 = 1), 3-D's sequence blocks of the stream (inner 0: the tp2-tp3
+ * group) or of the inner layout (inner 1: tp-tp3), pieces nested q1 x q2;
+ * me: this rank's piece. */
+typedef struct {
+    group_t *grp;
+    int me, q1, q2;
+} tp2d_vgroup_t;
+tp2d_vgroup_t tp2d_vgroup(const gpt_t *g, int inner);
+/* A block [R, w] cut by rows over v, gathered whole (in the scratch). */
+const float *tp2d_gather_rows(gpt_t *g, const tp2d_vgroup_t *v, const float *piece, int R, int w);
+/* grad (this rank's piece of a vector [R]) += the exact sum over v of
+ * the column sums of dy [n, R]; of a whole open block [R, w]. */
+void tp2d_vector_grad(gpt_t *g, const tp2d_vgroup_t *v, const float *dy, int n, int R, acc_t *grad);
+void tp2d_rows_grad(gpt_t *g, const tp2d_vgroup_t *v, const acc_t *whole, int R, int w, acc_t *grad);
 
 /* y [n, n_out] = round(sum over the row's input blocks of x.w^T) + b:
  * x [n, in block of this column], w [n_out, in block of this row], b the

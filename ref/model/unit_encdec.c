@@ -122,7 +122,7 @@ static void final_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_
 static void final_views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
                         const unit_positions_t *pos, unit_view_t *out) {
     (void)g;
-    out[0] = (unit_view_t){A->layer[unit_acts(u)].out, -1, 0, 0, pos->stream, 0};
+    out[0] = (unit_view_t){A->layer[unit_acts(u)].out, -1, 0, 0, pos->stream, 0, 0};
 }
 
 const unit_kind_t unit_encoder_final = {

@@ -10,6 +10,7 @@
 #include "parity/pmath.h"
 #include "tp.h"
 #include "tp2d.h"
+#include "tp3d.h"
 #include "units_internal.h"
 
 enum { H_LNF_W, H_LNF_B, H_OUT };
@@ -88,7 +89,10 @@ static void forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x, co
     tokens_full(g, p, A->lnf_full, A->lnf_out, C);
     /* vocabulary-parallel LM head (column-parallel over vocabulary rows;
      * 2-D: the column's vocabulary block, completed over the row) */
-    if (g->local.t2q)
+    if (g->local.t2q && g->shard.tp_mode == 3) /* 3-D: a first linear with E */
+        tp3d_linear_forward(g, p, A->logits, A->lnf_full, P_(g, head_weight(g)), NULL, TP2D_HIDDEN,
+                            1, V, p->t_cc);
+    else if (g->local.t2q)
         tp2d_head_logits(g, p, A->logits, A->lnf_full, P_(g, head_weight(g)));
     else
         linear_forward(A->logits, A->lnf_full, P_(g, head_weight(g)), NULL, n, C, V, p->t_cc,
@@ -97,16 +101,17 @@ static void forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x, co
     ce_row_max(m, A->logits, n, V);
     const int pad = padded_columns(g);
     for (int i = 0; pad && i < n; i++) m[i] = m[i] > 0.0f ? m[i] : 0.0f;
-    if (split) tp_max_f32(g, m, (size_t)n);
+    if (split) tp_vocab_reduce(g, m, (size_t)n, COLL_F32, COLL_MAX);
     ce_exp_sum(Z, split ? g->scratch.ce_zacc : NULL, A->logits, m, n, V, scratch);
     for (int i = 0; pad && i < n; i++)
         for (int k = 0; k < pad; k++) xacc_add_f32(&g->scratch.ce_zacc[i], pm_expf(0.0f - m[i]));
     if (split) {
-        tp_sum_xacc(g, g->scratch.ce_zacc, (size_t)n);
+        tp_vocab_reduce(g, g->scratch.ce_zacc, (size_t)n, COLL_XACC, COLL_SUM);
         for (int i = 0; i < n; i++) Z[i] = xacc_round_f32(&g->scratch.ce_zacc[i]);
     }
-    ce_target_logit(l, A->logits, A->targets, n, V, v0);
-    if (split) tp_sum_f32(g, l, (size_t)n);
+    const int32_t *targets = g->shard.tp_mode == 3 ? tp3d_inner_targets(g, p, A->targets) : A->targets;
+    ce_target_logit(l, A->logits, targets, n, V, v0);
+    if (split) tp_vocab_reduce(g, l, (size_t)n, COLL_F32, COLL_SUM);
     ce_loss(A->token_loss, m, Z, l, n);
     zero_source_rows(g, A->token_loss, p, c->encoder_seq_length, 1);
 }
@@ -122,10 +127,14 @@ static void backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) 
     float *d_logits = g->scratch.d_logits;
     /* 1/N from the GLOBAL count of tokens with a loss, once (I4) */
     const int64_t total_tokens = (int64_t)c->global_batch * model_loss_positions(c);
-    crossentropy_backward(d_logits, A->logits, A->targets, A->ce_max, A->ce_z, n, V,
+    const int32_t *targets = g->shard.tp_mode == 3 ? tp3d_inner_targets(g, p, A->targets) : A->targets;
+    crossentropy_backward(d_logits, A->logits, targets, A->ce_max, A->ce_z, n, V,
                           g->local.vocab0, total_tokens, g->scratch.row_scratch);
     zero_source_rows(g, d_logits, p, c->encoder_seq_length, V);
-    if (g->local.t2q)
+    if (g->local.t2q && g->shard.tp_mode == 3)
+        tp3d_linear_backward(g, p, g->scratch.d_tmp, &g->grad_acc[head_weight(g)], NULL, d_logits,
+                             A->lnf_full, P_(g, head_weight(g)), TP2D_HIDDEN, 1, V, p->t_cc);
+    else if (g->local.t2q)
         tp2d_head_backward(g, p, g->scratch.d_tmp, &g->grad_acc[head_weight(g)], d_logits,
                            A->lnf_full, P_(g, head_weight(g)));
     else
@@ -139,7 +148,8 @@ static void views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
                   const unit_positions_t *pos, unit_view_t *out) {
     (void)u;
     out[0] = unit_stream_view(g, A->lnf_full, pos->all);
-    out[1] = (unit_view_t){A->logits, 1, g->local.vocab0, g->local.vocab, pos->all, 0};
+    out[1] = (unit_view_t){A->logits, 1, g->local.vocab0, g->local.vocab, pos->all, 0,
+                           pos->inner_shift};
 }
 
 const unit_kind_t unit_head = {

@@ -81,13 +81,20 @@ typedef struct {
     int64_t lo, ext;
     const cp_runs_t *runs;  /* the positions held along axis `rows`, NULL: all */
     int rows;
+    int seq_shift;          /* its sequences: the slot's, moved by this many (3-D's inner layout) */
 } unit_view_t;
+/* 3-D tensor parallelism's inner layout (tp3d.c) holds the sequences of
+ * block tp_dep*q + tp_rank, the stream those of tp_dep*q + tp_row: the
+ * first's index minus the second's (0 in every other mode). */
+static inline int unit_inner_shift(const gpt_t *g, int n_seq) {
+    return g->shard.tp_mode == 3 ? (g->shard.tp_rank - g->shard.tp_row) * n_seq : 0;
+}
 /* A [T, C] tensor of the residual stream's width: its features held (all,
  * or 2-D tensor parallelism's column block) at positions `runs`. */
 static inline unit_view_t unit_stream_view(const gpt_t *g, const void *data, const cp_runs_t *runs) {
     const int split = g->local.hid < g->cfg.hidden;
     return (unit_view_t){data, split ? 1 : -1, split ? g->local.hid0 : 0, split ? g->local.hid : 0,
-                         runs, 0};
+                         runs, 0, 0};
 }
 /* What a kind's views may point at: the residual stream's positions and
  * the slot's. */
@@ -95,6 +102,7 @@ typedef struct {
     const cp_runs_t *stream, *all;
     const cp_runs_t *whole; /* every position of a sequence, in order (an MoE's
                                tensors: routing takes whole sequences) */
+    int inner_shift;        /* the inner layout's sequences: unit_inner_shift */
 } unit_positions_t;
 
 /* carves a slot (gpt.c) */

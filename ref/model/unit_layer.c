@@ -197,7 +197,8 @@ void attn_block_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *
     /* column-parallel: this rank's heads (qkv rows are head-ordered) */
     pair_first_forward(g, p, LA->qkv, LA->ln1_full, PL(g, u, b->qkv_w), PL(g, u, b->qkv_b), C,
                        3 * W, p->t_cc);
-    attention_unit_forward(g, p, LA, site_stream(b->att_site, l, A->step), A->mask_seq);
+    attention_unit_forward(g, p, LA, site_stream(b->att_site, l, A->step),
+                           A->mask_seq + unit_inner_shift(g, A->n_seq));
     pair_second_forward(g, p, LA->attn_out, LA->ctx, W, rl ? lc->cin0 : 0, rl ? lc->cin : W,
                         PL(g, u, b->dense_w), PL(g, u, b->dense_b), C, p->t_cc, TP2D_HEADS);
     zero_rows_outside(LA->attn_out, p, b->rows, P, C);
@@ -429,12 +430,13 @@ void layer_attention_views(const gpt_t *g, const layer_acts_t *LA, const unit_po
     const int64_t W = lc->attn, D = lc->heads ? W / lc->heads : 0;
     /* ring: the rank's query rows (axis 1) of its heads; Ulysses: every
      * row of the heads it attends */
+    const int inner = pos->inner_shift;
     masks[0] = (unit_view_t){LA->att_keep, 0, lc->att_head0, lc->att_heads,
-                             lc->ulysses ? NULL : pos->all, 1};
+                             lc->ulysses ? NULL : pos->all, 1, inner};
     masks[1] = unit_stream_view(g, LA->attn_keep, pos->stream);
     acts[0] = unit_stream_view(g, LA->ln1_full, pos->all);
-    acts[1] = (unit_view_t){LA->qkv, 1, 3 * D * lc->head0, 3 * W, pos->all, 0};
-    acts[2] = (unit_view_t){LA->ctx, 1, D * lc->head0, W, pos->all, 0};
+    acts[1] = (unit_view_t){LA->qkv, 1, 3 * D * lc->head0, 3 * W, pos->all, 0, inner};
+    acts[2] = (unit_view_t){LA->ctx, 1, D * lc->head0, W, pos->all, 0, inner};
     acts[3] = unit_stream_view(g, LA->attn_out, pos->stream);
 }
 
@@ -443,7 +445,7 @@ void layer_mlp_views(const gpt_t *g, const layer_acts_t *LA, const unit_position
     const gpt_local_t *lc = &g->local;
     mask[0] = unit_stream_view(g, LA->mlp_keep, pos->stream);
     acts[0] = unit_stream_view(g, LA->ln2_full, pos->all);
-    acts[1] = (unit_view_t){LA->fc1_out, 1, lc->ffn0, lc->ffn, pos->all, 0};
+    acts[1] = (unit_view_t){LA->fc1_out, 1, lc->ffn0, lc->ffn, pos->all, 0, pos->inner_shift};
     acts[2] = unit_stream_view(g, LA->fc2_out, pos->stream);
     acts[3] = unit_stream_view(g, LA->out, pos->stream);
 }
@@ -464,10 +466,10 @@ void layer_views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
     layer_attention_views(g, LA, pos, out, out + 4);
     layer_mlp_views(g, LA, pos, mask, mlp);
     out[2] = mask[0];
-    out[3] = (unit_view_t){LA->moe_kept, -1, 0, 0, pos->whole, 0};
+    out[3] = (unit_view_t){LA->moe_kept, -1, 0, 0, pos->whole, 0, 0};
     out[8] = mlp[0]; /* LN2 */
     const void *moe[4] = {LA->moe_logits, LA->moe_choice, LA->moe_weight, LA->moe_out};
-    for (int i = 0; i < 4; i++) out[9 + i] = (unit_view_t){moe[i], -1, 0, 0, pos->whole, 0};
+    for (int i = 0; i < 4; i++) out[9 + i] = (unit_view_t){moe[i], -1, 0, 0, pos->whole, 0, 0};
     out[13] = mlp[3]; /* the output */
 }
 

@@ -206,8 +206,8 @@ static void projector_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const p
 static void projector_views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
                             const unit_positions_t *pos, unit_view_t *out) {
     const layer_acts_t *LA = &A->layer[unit_acts(u)];
-    out[0] = (unit_view_t){LA->fc1_out, 1, g->local.ffn0, g->local.ffn, pos->all, 0};
-    out[1] = (unit_view_t){LA->out, -1, 0, 0, pos->stream, 0};
+    out[0] = (unit_view_t){LA->fc1_out, 1, g->local.ffn0, g->local.ffn, pos->all, 0, 0};
+    out[1] = (unit_view_t){LA->out, -1, 0, 0, pos->stream, 0, 0};
 }
 
 const unit_kind_t unit_projector = {

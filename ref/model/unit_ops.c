@@ -9,6 +9,7 @@
 #include "parity/rng.h"
 #include "tp.h"
 #include "tp2d.h"
+#include "tp3d.h"
 #include "units_internal.h"
 
 pass_t unit_pass(const gpt_t *g, const gpt_slot_t *A) {
@@ -135,6 +136,10 @@ static const float *columns(float *buf, const float *x, int n, int wx, int c0, i
 void pair_first_forward(gpt_t *g, const pass_t *p, float *y, const float *x, const float *w,
                         const float *b, int n_in, int n_out, linear_tiles_t t) {
     const gpt_local_t *lc = &g->local;
+    if (lc->t2q && g->shard.tp_mode == 3) { /* 3-D: the first of the pair */
+        tp3d_linear_forward(g, p, y, x, w, b, TP2D_HIDDEN, 1, n_out, t);
+        return;
+    }
     if (lc->t2q) { /* 2-D: SUMMA over the hidden features' blocks */
         tp2d_linear_forward(g, p, y, x, w, b, TP2D_HIDDEN, n_out, t);
         return;
@@ -151,6 +156,10 @@ void pair_first_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t 
                          const float *dy, const float *x, const float *w, int n_in, int n_out,
                          linear_tiles_t t) {
     const gpt_local_t *lc = &g->local;
+    if (lc->t2q && g->shard.tp_mode == 3) {
+        tp3d_linear_backward(g, p, dx, dw, db, dy, x, w, TP2D_HIDDEN, 1, n_out, t);
+        return;
+    }
     if (lc->t2q) {
         tp2d_linear_backward(g, p, dx, dw, db, dy, x, w, TP2D_HIDDEN, n_out, t);
         return;
@@ -170,6 +179,10 @@ void pair_first_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t 
 void pair_second_forward(gpt_t *g, const pass_t *p, float *y, const float *x, int wx, int c0,
                          int cl, const float *w, const float *b, int n_out, linear_tiles_t t,
                          int in_kind) {
+    if (g->local.t2q && g->shard.tp_mode == 3) {
+        tp3d_linear_forward(g, p, y, x, w, b, in_kind, 0, n_out, t);
+        return;
+    }
     if (g->local.t2q) {
         tp2d_linear_forward(g, p, y, x, w, b, in_kind, n_out, t);
         return;
@@ -180,6 +193,10 @@ void pair_second_forward(gpt_t *g, const pass_t *p, float *y, const float *x, in
 void pair_second_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db,
                           const float *dy, const float *x, int wx, int c0, int cl, const float *w,
                           int n_out, linear_tiles_t t, int in_kind) {
+    if (g->local.t2q && g->shard.tp_mode == 3) {
+        tp3d_linear_backward(g, p, dx, dw, db, dy, x, w, in_kind, 0, n_out, t);
+        return;
+    }
     if (g->local.t2q) {
         tp2d_linear_backward(g, p, dx, dw, db, dy, x, w, in_kind, n_out, t);
         return;

@@ -38,6 +38,11 @@ pass_t unit_pass(const gpt_t *g, const gpt_slot_t *A);
 void report_rows(const gpt_observer_t *obs, const gpt_slot_t *A, const char *name,
                  st_dtype_t dtype, const void *data, int ndim, const int64_t *shape, int cut,
                  int64_t lo, int64_t ext, const cp_runs_t *runs, int rows);
+/* The same for a block of the slot's sequences starting at first_seq
+ * (3-D's inner layout holds other sequences than the stream's). */
+void report_rows_of(const gpt_observer_t *obs, const gpt_slot_t *A, int first_seq, const char *name,
+                    st_dtype_t dtype, const void *data, int ndim, const int64_t *shape, int cut,
+                    int64_t lo, int64_t ext, const cp_runs_t *runs, int rows);
 
 /* The dropout stream of a site: keyed by site name and step, never by
  * rank (I3); l < 0 for a site outside the layers. */

@@ -260,7 +260,7 @@ static int taken_part(const engine_shared_t *sh, const engine_part_t *p, const p
     for (int k = 0; k < sh->nparts; k++) {
         int same = 1; /* parts differ along tp (and its sub-axes), ep and pp */
         for (int a = 0; a < GRID_NAXES; a++)
-            if (a != GRID_DP && a != GRID_CP && a != GRID_TP3) same &= sh->part_coord[k][a] == c[a];
+            if (a != GRID_DP && a != GRID_CP) same &= sh->part_coord[k][a] == c[a];
         if (same) return k;
     }
     return 0;

@@ -114,6 +114,8 @@ static int setup_rank(engine_rank_t *r, device_t *dev) {
         .tp_mode = sh->run->pc.tp_mode, .tp_row = gd.coord[GRID_TP2], .tp_depth = gd.size[GRID_TP3],
         .tp_dep = gd.coord[GRID_TP3],
         .tp_col_group = gd.size[GRID_TP2] > 1 ? gd.group[GRID_TP2] : NULL,
+        .tp_dep_group = gd.size[GRID_TP3] > 1 ? gd.group[GRID_TP3] : NULL,
+        .tp_vec_group = {r->tp_vec[0], r->tp_vec[1]},
         .on_grid = 1};
     for (int a = 0; a < GRID_NAXES; a++)
         shard.grid_sizes[a] = gd.size[a], shard.grid_coord[a] = gd.coord[a];
@@ -259,7 +261,7 @@ static int run_step(engine_rank_t *r, int64_t step, int collect) {
     } else { /* the last stage's tokens, once per tp group (2-D: per row): over every device */
         xacc_t mine;
         xacc_init(&mine);
-        if (r->tp_rank == 0) mine = r->g->loss_acc.x;
+        if (gpt_counts_loss(r->g)) mine = r->g->loss_acc.x;
         coll_all_reduce(r->world, &mine, &loss, 1, COLL_XACC, COLL_SUM);
     }
     const float loss_value = mean_token_loss(c, xacc_round_f32(&loss));
@@ -416,6 +418,7 @@ int engine_train(engine_run_t *run, perr_t *err) {
     const int world = (int)(n * pconfig_replica_devices(pc));
     int rc = -1, have_global = 0;
     engine_groups_t grad_groups[ENGINE_MAX_GROUPS] = {{0}}, main_groups[ENGINE_MAX_GROUPS] = {{0}};
+    engine_groups_t vec_groups[2] = {{0}}; /* 3-D tensor parallelism's (tp3d.c) */
     trace_buf_t *traces = NULL;
     sh->ranks = calloc((size_t)world, sizeof(engine_rank_t));
     sh->sched_end = calloc((size_t)world, sizeof(double));
@@ -488,6 +491,10 @@ int engine_train(engine_run_t *run, perr_t *err) {
         if (engine_groups_create(sh, sh->grad_name[k], "dp", &main_groups[k], err) ||
             engine_groups_create(sh, sh->grad_name[k], "dp-grads", &grad_groups[k], err))
             goto out;
+    if (pc->tp_mode == PC_TP_3D &&
+        (engine_groups_create(sh, "tp2-tp3", "tp-vec", &vec_groups[0], err) ||
+         engine_groups_create(sh, "tp-tp3", "tp-vec", &vec_groups[1], err)))
+        goto out;
     if (run->trace_path && !(traces = calloc((size_t)world, sizeof *traces))) {
         perr_set(err, "dp: out of memory for the trace");
         goto out;
@@ -515,6 +522,8 @@ int engine_train(engine_run_t *run, perr_t *err) {
                                    .trace = traces ? &traces[d] : NULL,
                                    .world = all, .group = main_groups[0].groups[gid],
                                    .grad_group = grad_groups[0].groups[gid], .report = &reports[d]};
+        for (int k = 0; k < 2 && vec_groups[k].groups; k++)
+            sh->ranks[d].tp_vec[k] = vec_groups[k].groups[vec_groups[k].id_of[d]];
         for (int k = 0; k < sh->ngroups; k++) {
             engine_rank_t *r = &sh->ranks[d];
             const int id = main_groups[k].id_of[d];
@@ -536,6 +545,7 @@ out:
     for (int d = 0; traces && d < world; d++) trace_buf_free(&traces[d]);
     free(traces);
     free(sh->diffs);
+    for (int k = 0; k < 2; k++) engine_groups_free(&vec_groups[k]);
     for (int k = 0; k < ENGINE_MAX_GROUPS; k++) {
         engine_groups_free(&grad_groups[k]);
         engine_groups_free(&main_groups[k]);

@@ -65,6 +65,8 @@ typedef struct engine_rank {
     int device;            /* world rank on the grid */
     int tp_rank;           /* tensor-parallel coordinate */
     group_t *tp_group;     /* the tensor-parallel group (NULL at tp = 1) */
+    group_t *tp_vec[2];    /* 3-D: the stream's and the inner layout's sequence blocks
+                              (tp2-tp3, tp-tp3), or NULL */
     int stage;             /* pipeline coordinate */
     int part;              /* the model part held (engine_part; sh->part_of) */
     const dp_plan_t *plan; /* this stage's buckets and shards */

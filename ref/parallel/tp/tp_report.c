@@ -21,6 +21,10 @@
  * table written out in h, ffn/t, heads/t, T and the dropout switches, and
  * is checked against the allocation table (gpt_mem_bytes_tp) per layer.
  *
+ * Colossal-AI's 2-D and 2.5-D modes (tp2d.c) have their own count, derived
+ * call by call from what tp2d.c moves, next to Colossal-AI's table (see
+ * "2-D and 2.5-D" below); 3-D is not reported yet.
+ *
  * Dependency: engine -> here, never back. The input is run_report.h's
  * run_report_t, which the engine fills after a run (engine/report.c);
  * nothing here includes or calls the engine.
@@ -210,6 +214,26 @@ static void device0_units(const run_report_t *run, int *L, int *e, int *hd) {
     }
 }
 
+/* Colossal-AI's 1-D row (its tensor-parallel table: bandwidth 2(P-1)/P,
+ * read per layer as a fraction of b·s·h) next to one layer of the
+ * formula above, in bus elements (nccl-tests' factors over P). */
+static void print_colossal_1d(const tp_step_t *s, double bs, FILE *f) {
+    tp_term_t t[MAX_TERMS];
+    const int nt = tp_terms(1, 0, 0, s->sp, s->rows, t);
+    tp_step_t one = *s;
+    one.L = 1, one.e = 0, one.hd = 0, one.m = 1, one.tokens = bs;
+    double elems = 0, bus = 0;
+    for (int i = 0; i < nt; i++) {
+        const double x = term_elements(&t[i], &one), fac = coll_busbw_factor(t[i].kind, s->tp);
+        elems += x * fac, bus += x * fac * (double)coll_dtype_size(t[i].dt);
+    }
+    const double P = s->tp, frac = 2 * (P - 1) / P, bsh = bs * s->h;
+    fprintf(f, "  Colossal-AI's table (1-D, communication bandwidth, ring, forward + backward; read as a "
+               "fraction of the activation volume b·s·h = %.0f per layer): 2(P-1)/P = %.3f -> %.0f "
+               "elements; parity's layer above: %.0f bus elements = %.2fx the table's (%.0f B bus)\n",
+            bsh, frac, frac * bsh, elems, frac > 0 ? elems / (frac * bsh) : 0, bus);
+}
+
 static void print_traffic(const run_report_t *run, FILE *f) {
     const pconfig_t *pc = &run->pc;
     const model_config_t *c = &run->model;
@@ -239,6 +263,7 @@ static void print_traffic(const run_report_t *run, FILE *f) {
     const int bad = print_table(&s, f);
     fprintf(f, "  %s\n", bad ? "measured and formula DIFFER (a collective added or dropped?)"
                              : "measured = formula: calls, elements and bytes");
+    print_colossal_1d(&s, (double)pc->micro_batch * T, f);
     print_exactness(&s, f);
 }
 
@@ -521,9 +546,12 @@ static int t2_dims(const run_report_t *run, gpt_local_t *lc, t2_dims_t *D) {
     size_t w = 1;
     for (int t = 0; t < 4; t++)
         for (int k = 0; k < q; k++) w = (size_t)lc->t2w[t][k] > w ? (size_t)lc->t2w[t][k] : w;
+    /* tp2d_layout_scratch's t2_slot, as it is written there (one slot
+     * serves 2-D's [n, w] blocks and 3-D's [q n, 3w] ones): when tp2d.c
+     * changes it this must follow, and test_tp2d_report.sh says so */
     const size_t T = (size_t)c->seq_length, ns = (size_t)c->micro_batch * (size_t)lc->seq_held;
     const size_t pad = (T > 3 * w ? T : 3 * w) / (size_t)q + 1;
-    size_t slot = ns * w;
+    size_t slot = 3 * ns * w;
     if (3 * w * w > slot) slot = 3 * w * w;
     if (pad * w > slot) slot = pad * w;
     *D = (t2_dims_t){q, sub[2], (double)(per_rank / m / (q * sub[2])) * lc->seq_held, (double)slot,
@@ -683,8 +711,8 @@ static void t2_print_traffic(const run_report_t *run, const t2_dims_t *D, FILE *
                "[q n, w], the position table's pieces gathered and its gradient reduce-scattered; "
                "head: 2q E broadcasts along the column, q dlogits broadcasts along the row, the "
                "logits' and dE's open slots reduce-scattered, cross-entropy's 3 row all-reduces\n");
-    fprintf(f, "  an open slot (tp2d_layout_scratch): max(b·s w_max, 3 w_max^2, (max(s, 3 w_max)/q + 1) "
-               "w_max) = %.0f elements, b·s = %d the whole microbatch, w_max = the widest block of "
+    fprintf(f, "  an open slot (tp2d_layout_scratch): max(3 b·s w_max, 3 w_max^2, (max(s, 3 w_max)/q + "
+               "1) w_max) = %.0f elements, b·s = %d the whole microbatch, w_max = the widest block of "
                "any kind\n", D->slot, mb * T);
     const int bad = t2_print_table(&s, &step, f);
     fprintf(f, "  %s\n", bad ? "measured and formula DIFFER (a collective added or dropped?)"
@@ -848,6 +876,11 @@ void tp_print_report(const run_report_t *run, FILE *f) {
         return;
     }
     if (!run->reports || run->pc.tp < 2) return;
+    if (run->pc.tp_mode == PC_TP_3D) { /* not the 1-D tables: they would only say DIFFER */
+        fprintf(f, "tensor parallelism: tp=%d 3d: its traffic and memory are not reported yet (the "
+                   "1-D and 2-D formulas do not describe it)\n", run->pc.tp);
+        return;
+    }
     if (run->pc.tp_mode == PC_TP_2D || run->pc.tp_mode == PC_TP_25D) {
         t2_print_report(run, f);
         return;
