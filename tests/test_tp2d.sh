@@ -50,6 +50,27 @@ exact "Colossal file: pipeline 2, tensor 2d size 4" --parallel-config "$cfgs/col
 exact "Colossal file: pipeline 2, tensor 2.5d size 8 depth 2" --parallel-config "$cfgs/colossal_2p5d.py" --num-microbatches 3
 exact "Colossal file: pipeline 2, tensor 3d size 8" --parallel-config "$cfgs/colossal_3d.py" --num-microbatches 3
 
+# --print-layout: the sub-axes, each rank's sub-coordinates and groups;
+# a Colossal file gives the flags' layout
+L="$P train --model gpt-tiny --print-layout"
+out=$($L "${D2[@]}" --data-parallel-size 2 2>&1)
+if echo "$out" | grep -q '"mode": "2d", "sub_axes": \[{"axis": "tp", "name": "column", "size": 2}, {"axis": "tp2", "name": "row", "size": 2}\]' &&
+   echo "$out" | grep -q '{"rank": 3, "tp": 1, "tp_sub": {"column": 1, "along_column": \[2, 3\], "row": 1, "along_row": \[1, 3\]}, "pp": 0, "dp": 0}' &&
+   echo "$out" | grep -q '{"rank": 5, "tp": 1, "tp_sub": {"column": 1, "along_column": \[4, 5\], "row": 0, "along_row": \[5, 7\]}, "pp": 0, "dp": 1}'; then
+  ok "--print-layout: 2d sub-axes, sub-coordinates and row/column groups"
+else fail "--print-layout 2d" "$(echo "$out" | sed -n 7,10p)"; fi
+out=$($L "${D3D[@]}" 2>&1)
+if echo "$out" | grep -q '{"rank": 6, "tp": 0, "tp_sub": {"output": 0, "along_output": \[6, 7\], "input": 1, "along_input": \[4, 6\], "weight": 1, "along_weight": \[2, 6\]}'; then
+  ok "--print-layout: 3d output, input and weight coordinates and groups"
+else fail "--print-layout 3d" "$(echo "$out" | sed -n 7,16p)"; fi
+for f in 2d 2p5d 3d; do
+  case $f in 2d) flags=("${D2[@]}");; 2p5d) flags=("${D25[@]}");; 3d) flags=("${D3D[@]}");; esac
+  if cmp -s <($L --parallel-config "$cfgs/colossal_$f.py" --num-microbatches 3 2>&1) \
+            <($L "${flags[@]}" --pipeline-model-parallel-size 2 --num-microbatches 3 2>&1); then
+    ok "colossal_$f.py prints the flags' layout"
+  else fail "colossal_$f.py prints the flags' layout"; fi
+done
+
 # checkpoints: a 2-D run saves the golden file; it resumes at 1-D and 2.5-D
 "$P" train --model gpt-tiny --steps 2 --quiet --save "$tmp/ck1" >/dev/null 2>&1
 "$P" train --model gpt-tiny --steps 2 --quiet "${D3[@]}" --save "$tmp/ck2d" >/dev/null 2>&1

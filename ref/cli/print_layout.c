@@ -162,6 +162,42 @@ static void print_encdec(const model_config_t *cfg, const pconfig_t *pc, const g
     fprintf(f, "\n  ],\n  \"bridge_bytes_per_step\": %.0f,\n", bytes);
 }
 
+/* Colossal-AI's tensor-parallel modes: tp's sub-axes by their meaning. */
+static const char *const tp_axis_names[4][3] = {
+    {"tp", "-", "-"}, {"column", "row", "-"}, {"column", "row", "depth"}, {"output", "input", "weight"}};
+
+static void print_tp_mode(const pconfig_t *pc, const int sizes[GRID_NAXES], FILE *f) {
+    const char *const *n = tp_axis_names[pc->tp_mode];
+    fprintf(f, "  \"tp_mode\": {\"mode\": \"%s\", \"sub_axes\": [", pconfig_tp_mode_name(pc->tp_mode));
+    for (int a = 0, k = 0; a < 3; a++)
+        if (sizes[GRID_TP + a] > 1)
+            fprintf(f, "%s{\"axis\": \"%s\", \"name\": \"%s\", \"size\": %d}", k++ ? ", " : "",
+                    grid_axis_name((grid_axis_t)(GRID_TP + a)), n[a], sizes[GRID_TP + a]);
+    fprintf(f, "], \"groups\": \"%s\"},\n",
+            pc->tp_mode == PC_TP_3D
+                ? "a linear's input, weight and output groups are along input, weight and output; "
+                  "the second of a pair swaps input and output"
+                : "a row group (the same sequences, every column) is along_column, a column group "
+                  "along_row");
+}
+
+/* A device's sub-coordinates, and the world ranks of its group along each
+ * ("along_column": the ranks that differ from it in the column only, a
+ * 2-D row). */
+static void print_tp_sub(const pconfig_t *pc, const grid_t *G, int d, FILE *f) {
+    const grid_device_t gd = grid_device(G, d);
+    const char *const *n = tp_axis_names[pc->tp_mode];
+    fprintf(f, "\"tp_sub\": {");
+    for (int a = 0, k = 0; a < 3; a++) {
+        const group_t *g = gd.group[GRID_TP + a];
+        if (G->size[GRID_TP + a] < 2) continue;
+        fprintf(f, "%s\"%s\": %d, \"along_%s\": [", k++ ? ", " : "", n[a], gd.coord[GRID_TP + a], n[a]);
+        for (int i = 0; i < group_size(g); i++) fprintf(f, "%s%d", i ? ", " : "", group_world_rank(g, i));
+        fprintf(f, "]");
+    }
+    fprintf(f, "}, ");
+}
+
 int layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t *mem, FILE *f,
                  perr_t *err) {
     pp_plan_t pp;
@@ -205,6 +241,7 @@ int layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t 
             pc->zero_stage, pc->overlap_grad_reduce ? "true" : "false",
             pc->overlap_param_gather ? "true" : "false", pc->bucket_cap_mb, dtype_name(pc->dtype),
             dtype_name(pc->grad_sync_dtype));
+    if (pc->tp_mode != PC_TP_1D) print_tp_mode(pc, sizes, f);
     fprintf(f, "  \"devices\": [");
     for (int d = 0; d < world; d++) {
         int c[GRID_NAXES], mesh;
@@ -212,6 +249,7 @@ int layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t 
         fprintf(f, "%s\n    {\"rank\": %d, ", d ? "," : "", d);
         if (pc->encoder_pp) fprintf(f, "\"mesh\": \"%s\", ", mesh ? "decoder" : "encoder");
         fprintf(f, "\"tp\": %d, ", c[GRID_TP]);
+        if (pc->tp_mode != PC_TP_1D) print_tp_sub(pc, &G, d, f);
         if (pc->cp > 1) fprintf(f, "\"cp\": %d, ", c[GRID_CP]);
         /* the data-parallel rank counts the ep ranks taken out of dp */
         if (pc->ep > 1) fprintf(f, "\"ep\": %d, ", c[GRID_EP]);
