@@ -40,7 +40,21 @@ int engine_is_batch(const st_tensor_t *t, const char *what) {
 
 void engine_device_name_sub(const pconfig_t *pc, int rank, const char *sub, char *buf, size_t cap) {
     rank_layout_t L;
-    report_device_label(report_grid_layout(pc, &L) == 0 ? &L : NULL, rank, 1, sub, buf, cap);
+    const int have = report_grid_layout(pc, &L) == 0;
+    char both[160];
+    if (have && pc->tp_mode != PC_TP_1D) { /* tp's index over its sub-axes, by their names */
+        static const char *const names[4][3] = {
+            {"", "", ""}, {"column", "row", ""}, {"column", "row", "depth"}, {"output", "input", "weight"}};
+        int s3[3], t = layout_coord(&L, rank, "tp"), at = 0;
+        pconfig_tp_sub(pc, s3);
+        for (int a = 0; a < 3 && at < (int)sizeof both; t /= s3[a], a++)
+            if (s3[a] > 1)
+                at += snprintf(both + at, sizeof both - (size_t)at, "%s%s %d", at ? ", " : "",
+                               names[pc->tp_mode][a], t % s3[a]);
+        if (sub && sub[0] && at < (int)sizeof both) snprintf(both + at, sizeof both - (size_t)at, "; %s", sub);
+        sub = both;
+    }
+    report_device_label(have ? &L : NULL, rank, 1, sub, buf, cap);
 }
 
 void engine_device_name(const pconfig_t *pc, int rank, char *buf, size_t cap) {
