@@ -72,21 +72,31 @@ static const float *gather_weight(gpt_t *g, const groups_t *G, const float *w, i
     return g->scratch.t2_b;
 }
 
+/* out [n, N] = this rank's block of rows of round(A.B) [q*n, N] (K the
+ * contraction), its open sums completed over grp (member me holds rows
+ * me*n ..). */
+static void contract_scatter(gpt_t *g, contract_form_t form, int n, int N, int K, int tm, int tn,
+                             int tk, const float *A, int lda, const float *B, int ldb, group_t *grp,
+                             int me, float *out) {
+    const int q = g->local.t2q;
+    acc_t open = open_over(g->scratch.t2_slots, (size_t)q * n * N);
+    contract_acc(form, q * n, N, K, tm, tn, tk, A, lda, B, ldb, &open, 0, (size_t)N, &g->ws);
+    const size_t mine = (size_t)n * N;
+    coll_reduce_scatter_open(grp, &open.x, 0, &open.x, (size_t)me * mine, mine);
+    acc_round_range(&open, (size_t)me * mine, mine, out);
+    acc_free(&open);
+}
+
 void tp3d_linear_forward(gpt_t *g, const pass_t *p, float *y, const float *x, const float *w,
                          const float *b, int in_kind, int first, int n_out, linear_tiles_t t) {
-    const int q = g->local.t2q, n = p->n;
+    const int n = p->n;
     const groups_t G = linear_groups(g, first);
     const int in_w = g->local.t2w[in_kind][G.out_me];
     gpt_scratch_t *S = &g->scratch;
     const float *xg = gather_rows_of(G.in, G.in_me, x, (size_t)n * in_w, S->t2_full);
     const float *wg = gather_weight(g, &G, w, n_out, in_w);
-    acc_t open = open_over(S->t2_slots, (size_t)q * n * n_out);
-    contract_acc(CONTRACT_NT, q * n, n_out, in_w, t.tokens, t.out, t.in, xg, in_w, wg, in_w, &open,
-                 0, (size_t)n_out, &g->ws);
-    const size_t mine = (size_t)n * n_out;
-    coll_reduce_scatter_open(G.out, &open.x, 0, &open.x, (size_t)G.out_me * mine, mine);
-    acc_round_range(&open, (size_t)G.out_me * mine, mine, y);
-    acc_free(&open);
+    contract_scatter(g, CONTRACT_NT, n, n_out, in_w, t.tokens, t.out, t.in, xg, in_w, wg, in_w, G.out,
+                     G.out_me, y);
     if (b) { /* the output layout's vector */
         const tp2d_vgroup_t v = tp2d_vgroup(g, first);
         linear_add_bias(y, tp2d_gather_rows(g, &v, b, n_out, 1), n, n_out);
@@ -108,13 +118,9 @@ void tp3d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t
     float *dyg = S->t2_a;
     gather_rows_of(G.out, G.out_me, dy, (size_t)n * n_out, dyg);
     const float *wg = gather_weight(g, &G, w, n_out, in_w);
-    acc_t open = open_over(S->t2_slots, (size_t)q * n * in_w);
-    contract_acc(CONTRACT_NN, q * n, in_w, n_out, t.tokens, t.in, t.out, dyg, n_out, wg, in_w, &open,
-                 0, (size_t)in_w, &g->ws);
+    contract_scatter(g, CONTRACT_NN, n, in_w, n_out, t.tokens, t.in, t.out, dyg, n_out, wg, in_w, G.in,
+                     G.in_me, dx);
     const size_t mine = (size_t)n * in_w;
-    coll_reduce_scatter_open(G.in, &open.x, 0, &open.x, (size_t)G.in_me * mine, mine);
-    acc_round_range(&open, (size_t)G.in_me * mine, mine, dx);
-    acc_free(&open);
     /* dW's output block over the sequences of block c, then its pieces
      * completed over the weight group */
     const float *xg = gather_rows_of(G.in, G.in_me, x, mine, S->t2_full);
