@@ -122,6 +122,7 @@ static void tp_grid(int tp, int tp_rank, unsigned opts, int sizes[GRID_NAXES], i
     for (int a = 0; a < GRID_NAXES; a++) sizes[a] = a == GRID_TP ? tp : 1, coord[a] = 0;
     coord[GRID_TP] = tp_rank;
     if (gpt_opts_tp_mode(opts)) sizes[GRID_TP2] = tp; /* 2-D: tp columns, as many rows */
+    if (gpt_opts_tp_mode(opts) == 3) sizes[GRID_TP3] = tp; /* 3-D: a cube */
 }
 
 int param_table_build(param_table_t *t, const model_config_t *c, perr_t *err) {

@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # bench_tp_modes.sh - Colossal-AI's tensor-parallel modes against 1-D
 # (Megatron) at the same device count, in one run: 4 devices = 1-D tp=4
-# vs 2-D q=2; 8 devices = 1-D tp=8 vs 2.5-D q=2 d=2 (3-D q=2 later); 9 =
-# 2-D q=3 (uneven blocks; 1-D tp=9 cannot split 8 heads). On gpt-tiny, and
+# vs 2-D q=2; 8 devices = 1-D tp=8 vs 2.5-D q=2 d=2 vs 3-D q=2; 9 = 2-D
+# q=3 (uneven blocks; 1-D tp=9 cannot split 8 heads). On gpt-tiny, and
 # on gpt-small with --tile-features 64 (as bench_tp.sh: its own 128-wide
 # tiles give 2 hidden tiles, q = 2 columns at most, and admit 1-D tp <= 2;
 # a different tile grid is a different golden run, so the ratios compare
 # layouts of one grid), plus gpt-small's own tiles in 2-D q=2.
 # Per layout: the median step (barrier to barrier) and the run's CPU
 # seconds as ratios to 1-D at the same device count; device 0's
-# tensor-parallel bus bytes per step (the report's measured column, families
-# tp + tp2) against 1-D's, and the report's verdict against its formula
-# (1-D: Megatron's; 2-D, 2.5-D: derived from tp2d.c); 2.5-D's gradient
-# reduction over depth (tp3) on its own; one layer's bus bytes against
-# Colossal-AI's table (bandwidth 2(P-1)/P, 6(q-1)/q, 3(q-1)(d+1)/(d q) of
-# b·s·h, in fp32 bytes). Reports, never asserts. On a 2-core machine 4 to
+# tensor-parallel bus bytes per step (the report's measured column,
+# families tp + tp2, 3-D's + tp-vec) against 1-D's, and the report's
+# verdict against its formula (1-D: Megatron's; 2-D, 2.5-D, 3-D: derived
+# from tp2d.c and tp3d.c); 2.5-D's gradient reduction over depth (tp3) on
+# its own; one layer's bus bytes against Colossal-AI's table (bandwidth
+# 2(P-1)/P, 6(q-1)/q, 3(q-1)(d+1)/(d q), 6(q-1)/q^3 of b·s·h, in fp32
+# bytes). Reports, never asserts. On a 2-core machine 4 to
 # 9 device threads oversubscribe the cores: the step times measure that.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -68,8 +69,8 @@ row() { # model label devices base(1: 1-D reference of this device count) args..
   printf '%-15s %4s %-13s %9s %7s %7s %10s %7s %9s %9s %8s\n' "$name" "$devs" "$label" "$ms" \
     "$(ratio "$ms" "$base_ms")" "$(ratio "$cpu" "$base_cpu")" "$mb" "$(ratio "$mb" "$base_mb")" \
     "$(verdict "$f")" "${dmb:--}" "$(paper_x "$f")"
-  # the slots' share of the open reduce-scatters (2-D modes)
-  sed -nE 's/.*reduce-scatters per step: ([0-9]+) B of which the blocks they complete are ([0-9]+) B \(([0-9.]+)%\).*/    open reduce-scatters \1 B a step, \3% of it the blocks they complete (the rest: slot size)/p' "$f"
+  # the blocks' share of the open reduce-scatters (2-D, 3-D modes)
+  sed -nE 's/.*reduce-scatters per step: ([0-9]+) B of which the blocks they complete are ([0-9]+) B \(([0-9.]+)%\).*/    open reduce-scatters \1 B a step, \3% of it the blocks they complete (the rest: padding of uneven blocks)/p' "$f"
 }
 
 for m in "gpt-tiny" "gpt-small --tile-features 64"; do
@@ -77,14 +78,16 @@ for m in "gpt-tiny" "gpt-small --tile-features 64"; do
   row "$m" "2d q=2" 4 0 --tensor-model-parallel-size 4 --tensor-parallel-mode 2d
   row "$m" "1d tp=8" 8 1 --tensor-model-parallel-size 8
   row "$m" "2.5d q=2 d=2" 8 0 --tensor-model-parallel-size 8 --tensor-parallel-mode 2.5d --tensor-parallel-depth 2
+  row "$m" "3d q=2" 8 0 --tensor-model-parallel-size 8 --tensor-parallel-mode 3d
 done
 base_ms=""; base_cpu=""; base_mb=""
 row "gpt-tiny" "2d q=3" 9 0 --tensor-model-parallel-size 9 --tensor-parallel-mode 2d
 row "gpt-small" "2d q=2" 4 0 --tensor-model-parallel-size 4 --tensor-parallel-mode 2d
 echo "(tf64: --tile-features 64; time x, cpu x, MB x: over 1-D at the same device count and tiles;"
-echo " cpu: the run's CPU seconds, set-up included; tp MB/step: device 0's bus bytes in its row and column groups, nccl-tests"
+echo " cpu: the run's CPU seconds, set-up included; tp MB/step: device 0's bus bytes in its tensor-parallel groups, nccl-tests"
 echo " convention; formula: every collective's calls, elements and bytes equal the report's formula;"
 echo " depth MB: 2.5-D's gradient reduction over depth (tp3), bus; vs paper: one layer's bus bytes over"
-echo " Colossal-AI's bandwidth row for the mode read as a fraction of b·s·h in fp32 bytes)"
+echo " Colossal-AI's bandwidth row for the mode read as a fraction of b·s·h in fp32 bytes; 3-D's row counts one [h, h]"
+echo " linear a layer, parity's 4 linears and exact sums move more: see the report)"
 echo "(load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores)"
 exit 0

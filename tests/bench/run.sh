@@ -70,7 +70,7 @@ mode_bench() { # script title
 }
 mode_bench bench_dp.sh "data parallelism on gpt-small"
 mode_bench bench_tp.sh "tensor parallelism on gpt-small (traffic against Megatron's formulas)"
-mode_bench bench_tp_modes.sh "tensor parallelism's modes: 1-D against 2-D and 2.5-D at the same device count"
+mode_bench bench_tp_modes.sh "tensor parallelism's modes: 1-D against 2-D, 2.5-D and 3-D at the same device count"
 mode_bench bench_pp.sh "pipeline parallelism: bubble against theory, activation slots, 3-D against golden"
 mode_bench bench_cp.sh "context parallelism: ring and Ulysses on gpt-small with T = 1024 against golden"
 mode_bench bench_moe.sh "mixture of experts on gpt-small: the MoE step against the dense one"

@@ -902,13 +902,17 @@ static void t2_print_paper(const run_report_t *run, const t2_dims_t *D, const t2
                    "and W and the reduce-scatter of Y forward, the all-gather of dY and the "
                    "reduce-scatters of dX and dW backward; the weight's block counted as if "
                    "activation-sized, one [h, h] linear a layer). parity's 4 linears a layer (qkv "
-                   "[3A], dense [C], fc1 [F], fc2 [C] outputs) move %.0f bus elements = %.2fx the "
-                   "table's; %.0f (%.2fx) without the backward's second all-gathers of X and W (8 "
-                   "collectives a linear; Colossal keeps the gathered X and W from the forward: 6)\n",
+                   "[3A, C], dense [C, A], fc1 [F, C], fc2 [C, F] on device 0) move %.0f bus "
+                   "elements = %.2fx the table's: 8 collectives a linear, parity gathering X and W "
+                   "again in the backward where Colossal's Linear3D keeps the forward's; without "
+                   "those, %.0f = %.2fx, which is Colossal's 6 a linear on these shapes (the rest "
+                   "of the ratio is the shapes: 4 linears of 3h, h, 4h, h outputs and weights not "
+                   "activation-sized, against one [h, h])\n",
                 lin8, frac > 0 ? lin8 / (frac * bsh) : 0, lin6, frac > 0 ? lin6 / (frac * bsh) : 0);
         fprintf(f, "    everything parity moves per layer, %.0f B bus = %.2fx the table's fp32 bytes "
-                   "(the table's 1-D at P = %d: 2(P-1)/P = %.3f; 2-D at q^2 = %d: 6(q'-1)/q' = %.3f)\n",
-                ly.bus, all_x, pc->tp, 2 * (P - 1) / P, q * q, 6.0 * (q - 1) / q);
+                   "(open sums in fp64, LayerNorm's xacc_t statistics, vectors; the table's 1-D at P "
+                   "= %d: 2(P-1)/P = %.3f)\n",
+                ly.bus, all_x, pc->tp, 2 * (P - 1) / P);
         return;
     }
     const t2_sum_t bc = t2_sum(layer, D, COLL_KIND_BROADCAST, T2_ALL);
@@ -968,7 +972,9 @@ static void t2_print_traffic(const run_report_t *run, const t2_dims_t *D, FILE *
     if (!s.fam2)
         fprintf(f, "  (the counters tally a group by its name without the trailing digits: %s; the "
                    "formula's split over them is not measured, only its sum)\n",
-                three ? "tp<i>, tp2<j> and tp3<k> all count as family \"tp\""
+                three ? "tp<i>, tp2<j> and tp3<k> all count as family \"tp\"; a linear that "
+                        "used the wrong axes with the same counts (--test-broken "
+                        "tp3d-no-group-swap) would look the same here, the golden comparison sees it"
                       : "the rows tp<i> and the columns tp2<j> both count as family \"tp\"");
     /* the reduce-scatters: what they move against the blocks they complete */
     const t2_sum_t rs = t2_sum(&step, D, COLL_KIND_REDUCE_SCATTER, T2_ALL);
@@ -983,10 +989,16 @@ static void t2_print_traffic(const run_report_t *run, const t2_dims_t *D, FILE *
     if (pc->tp_mode == PC_TP_25D) t2_print_depth(run, D, psi, f);
     if (three) {
         const t2_grads_t g = t2_grad_traffic(run);
+        const double N = pconfig_grad_ranks(pc), want = N > 1 ? 12 * psi * (N - 1) / N : 0;
         fprintf(f, "  no depth reduction: each weight piece is held by one device of the replica "
                    "(1/q^3), so no gradient is summed over tp, tp2 or tp3; the data-parallel "
-                   "machinery (families dp-grads, dp) moved %.0f B bus per step (dp = %d)\n",
-                g.rs + g.ag + g.other, pc->dp);
+                   "machinery (families dp-grads, dp; N = %.0f ranks) moved %.0f B bus of gradients "
+                   "per step",
+                N, g.rs + g.ag);
+        if (pc->zero_stage <= 2 && psi > 0)
+            fprintf(f, " (ZeRO-%d: reduce-scatter 8 Psi + all-gather 4 Psi, x (N-1)/N = %.0f B: %s)",
+                    pc->zero_stage, want, g.rs + g.ag == want ? "= formula" : "DIFFERS");
+        fprintf(f, "\n");
     }
     /* the modes at the same device count */
     double meas_bus = 0, sent = 0, recv = 0;
@@ -997,13 +1009,19 @@ static void t2_print_traffic(const run_report_t *run, const t2_dims_t *D, FILE *
         }
     const double mega = t2_megatron_bus(run, pc->tp, L, e, hd), MB = 1e6;
     const int one_d = t2_psi(run, pc->tp, 0) > 0;
+    const t2_grads_t gr = t2_grad_traffic(run);
+    const double depth = pc->tp_mode == PC_TP_25D ? gr.rs + gr.ag : 0;
     fprintf(f, "  device 0 per step: %.3f MB bus (nccl-tests), %.3f MB sent, %.3f MB received "
                "(coll.h's link bytes, exceptions included)\n",
             meas_bus / s.steps / MB, sent / s.steps / MB, recv / s.steps / MB);
     fprintf(f, "  at %d devices: 1-D tp=%d (Megatron) moves %.3f MB bus per step by its formula (= "
-               "measured, test_tp_report.sh)%s; this mode %.2fx that\n",
+               "measured, test_tp_report.sh)%s; this mode %.2fx that",
             pc->tp, pc->tp, mega / MB, one_d ? "" : " though these tiles do not admit it",
             mega > 0 ? meas_bus / s.steps / mega : 0);
+    if (depth > 0)
+        fprintf(f, ", %.2fx with the depth's gradient reduction (%.3f MB bus, which 1-D without dp "
+                   "does not have)", mega > 0 ? (meas_bus / s.steps + depth) / mega : 0, depth / MB);
+    fprintf(f, "\n");
 }
 
 /* Bytes per token of one layer's slot at device 0's blocks: the 1-D table
@@ -1034,7 +1052,7 @@ static double t2_params_formula(const run_report_t *run, const t2_dims_t *D, dou
     int L, e, hd;
     device0_units(run, &L, &e, &hd);
     const double C = D->C, A = D->A, F = D->F;
-    double E, wpe, vC, lnf;
+    double E, wpe, lnf;
     if (t2_three(D)) {
         const double vp = t2_vpad(D, D->C);
         *layer = t2_pad(3 * D->A, q) * C + t2_pad(D->C, q) * A + t2_pad(D->F, q) * C +
@@ -1042,10 +1060,9 @@ static double t2_params_formula(const run_report_t *run, const t2_dims_t *D, dou
         E = t2_pad(D->V, q) * C, wpe = t2_vpad(D, cfg->seq_length) * C, lnf = 2 * vp;
     } else {
         const double pc_ = t2_pad(D->C, q);
-        vC = pc_;
         *layer = 3 * A * C + C * A + F * C + C * F + t2_pad(3 * D->A, q) + 2 * pc_ + t2_pad(D->F, q) +
                  4 * pc_;
-        E = D->lc->t2w[TP2D_VOCAB][0] * C, wpe = t2_pad(cfg->seq_length, q) * C, lnf = 2 * vC;
+        E = D->lc->t2w[TP2D_VOCAB][0] * C, wpe = t2_pad(cfg->seq_length, q) * C, lnf = 2 * pc_;
     }
     *emb = E + wpe;
     return L * *layer + (e || hd ? E : 0) + (e ? wpe : 0) + (hd ? lnf + (cfg->tied ? 0 : E) : 0);
