@@ -13,42 +13,39 @@ P=$(cd "$(dirname "$P")" && pwd)/$(basename "$P")
 cfgs=$(pwd)/tests/configs
 . tests/refuse.sh parity-tp2d
 
-exact() { # name, flags...: `parity check` exits 0 and says yes
-  local name=$1; shift
-  out=$("$P" check --model gpt-tiny --steps 3 "$@" 2>&1); rc=$?
+exact() { # name, flags...: `parity check` exits 0 and says yes (over $STEPS steps, 3)
+  local name=$1 steps=${STEPS:-3}; shift
+  out=$("$P" check --model gpt-tiny --steps "$steps" "$@" 2>&1); rc=$?
   if [ $rc = 0 ] && echo "$out" | grep -q '| yes$'; then
-    ok "$name: bit-exact over 3 steps"
+    ok "$name: bit-exact over $steps step(s)"
   else fail "$name" "exit $rc" "$(echo "$out" | tail -4)"; fi
 }
 D2=(--tensor-model-parallel-size 4 --tensor-parallel-mode 2d)
 D3=(--tensor-model-parallel-size 9 --tensor-parallel-mode 2d)
 D25=(--tensor-model-parallel-size 8 --tensor-parallel-mode 2.5d --tensor-parallel-depth 2)
 D3D=(--tensor-model-parallel-size 8 --tensor-parallel-mode 3d)
+# each mode x pp 2 (1F1B, 3-6 microbatches accumulated) x dp 2 ZeRO-1, and
+# x dp 2 ZeRO-3; 2d q 2 alone, with GPipe and an untied head, and q 3 with
+# accumulation alone
+for mode in D2 D3 D25 D3D; do
+  declare -n mode_flags=$mode
+  mb=4; [ $mode = D3 ] && mb=6
+  exact "${mode_flags[*]:1} x pp 2 x dp 2 ZeRO-1" "${mode_flags[@]}" --pipeline-model-parallel-size 2 \
+    --micro-batch-size $mb --data-parallel-size 2 --zero-stage 1
+  exact "${mode_flags[*]:1} x dp 2 ZeRO-3" "${mode_flags[@]}" --data-parallel-size 2 --zero-stage 3
+  unset -n mode_flags
+done
 exact "2d q 2" "${D2[@]}"
-exact "2d q 2 x pp 2" "${D2[@]}" --pipeline-model-parallel-size 2 --micro-batch-size 4
-exact "2d q 2 x dp 2 ZeRO-1" "${D2[@]}" --data-parallel-size 2 --zero-stage 1
-exact "2d q 2 x dp 2 ZeRO-3" "${D2[@]}" --data-parallel-size 2 --zero-stage 3
 exact "2d q 2, GPipe, untied head" "${D2[@]}" --pipeline-model-parallel-size 2 --micro-batch-size 4 \
   --pipeline-schedule gpipe --untie-embeddings-and-output-weights
-exact "2d q 3 (uneven: 3, 3, 2 feature tiles and heads)" "${D3[@]}"
-exact "2d q 3 x pp 2" "${D3[@]}" --pipeline-model-parallel-size 2 --micro-batch-size 6
-exact "2d q 3 x dp 2 ZeRO-1" "${D3[@]}" --data-parallel-size 2 --zero-stage 1
-exact "2d q 3 x dp 2 ZeRO-3" "${D3[@]}" --data-parallel-size 2 --zero-stage 3
-exact "2d q 3, 2 microbatches accumulated" "${D3[@]}" --accum-degree 2
-exact "2.5d q 2 depth 2" "${D25[@]}"
-exact "2.5d x pp 2" "${D25[@]}" --pipeline-model-parallel-size 2 --micro-batch-size 4
-exact "2.5d x dp 2 ZeRO-1" "${D25[@]}" --data-parallel-size 2 --zero-stage 1
-exact "2.5d x dp 2 ZeRO-3" "${D25[@]}" --data-parallel-size 2 --zero-stage 3
-exact "3d q 2" "${D3D[@]}"
-exact "3d x pp 2" "${D3D[@]}" --pipeline-model-parallel-size 2 --micro-batch-size 4
-exact "3d x dp 2 ZeRO-1" "${D3D[@]}" --data-parallel-size 2 --zero-stage 1
-exact "3d x dp 2 ZeRO-3" "${D3D[@]}" --data-parallel-size 2 --zero-stage 3
+exact "2d q 3 (uneven: 3, 3, 2 feature tiles and heads), 2 microbatches accumulated" "${D3[@]}" --accum-degree 2
 
 # Colossal-AI config files, unedited
-exact "Colossal file: pipeline 2, tensor 1d size 4" --parallel-config "$cfgs/colossal_1d4.py" --num-microbatches 4
-exact "Colossal file: pipeline 2, tensor 2d size 4" --parallel-config "$cfgs/colossal_2d.py" --num-microbatches 4
-exact "Colossal file: pipeline 2, tensor 2.5d size 8 depth 2" --parallel-config "$cfgs/colossal_2p5d.py" --num-microbatches 3
-exact "Colossal file: pipeline 2, tensor 3d size 8" --parallel-config "$cfgs/colossal_3d.py" --num-microbatches 3
+# (one step each: their layouts are the flags' above, compared below)
+STEPS=1 exact "Colossal file: pipeline 2, tensor 1d size 4" --parallel-config "$cfgs/colossal_1d4.py" --num-microbatches 4
+STEPS=1 exact "Colossal file: pipeline 2, tensor 2d size 4" --parallel-config "$cfgs/colossal_2d.py" --num-microbatches 4
+STEPS=1 exact "Colossal file: pipeline 2, tensor 2.5d size 8 depth 2" --parallel-config "$cfgs/colossal_2p5d.py" --num-microbatches 3
+STEPS=1 exact "Colossal file: pipeline 2, tensor 3d size 8" --parallel-config "$cfgs/colossal_3d.py" --num-microbatches 3
 
 # --print-layout: the sub-axes, each rank's sub-coordinates and groups;
 # a Colossal file gives the flags' layout
@@ -119,5 +116,5 @@ refuse "2d of an encoder-decoder" "2-D tensor parallelism runs the GPT" -- \
 refuse "2d of an MoE model" "2-D tensor parallelism runs the GPT" -- \
   "$P" check --model gpt-tiny --num-experts 4 --tensor-model-parallel-size 4 --tensor-parallel-mode 2d --steps 1
 
-echo "$passed passed, $failed failed"
+echo "RESULT test_tp2d.sh: $passed passed, $failed failed"
 [ "$failed" = 0 ]
