@@ -522,6 +522,8 @@ typedef struct {
      * vocabulary (t2w[TP2D_*][k], offsets t2o), and the word embedding's
      * rows this rank holds (its row's vocabulary block) */
     int t2q;
+    int t2blocks;           /* the blocks a microbatch's sequences are cut into that a slot is
+                               sized for: 2-D q (2.5-D q too: an upper bound), 3-D q^2; else 1 */
     int t2w[4][GPT_TP2D_MAX_Q], t2o[4][GPT_TP2D_MAX_Q];
     int emb_vocab, emb_vocab0;
 } gpt_local_t;

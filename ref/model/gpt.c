@@ -50,11 +50,19 @@ static int slot_has(const slot_units_t *su, int unit) {
  * its heads, attention width, FFN columns and vocabulary rows; and of the
  * pipeline's units (su): a unit's activations, plus the residual stream
  * entering the slot's first unit where another stage sends it. */
+/* The sequences a slot holds at most: a microbatch, or 2-D / 3-D's block
+ * of it (pconfig refuses a microbatch that is no whole number of blocks). */
+static int slot_sequences(const model_config_t *c, const gpt_local_t *lc) {
+    const int b = lc->t2blocks > 1 ? lc->t2blocks : 1;
+    return (c->micro_batch + b - 1) / b;
+}
+
 static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_t *lc,
                         const slot_units_t *su, carver_t *cv) {
     /* context parallelism: Tc positions of each sequence, attending to all T */
     slot_dims_t d;
-    d.mb = (size_t)c->micro_batch, d.T = (size_t)c->seq_length;
+    /* the 2-D modes: the rank's block of the microbatch's sequences */
+    d.mb = (size_t)slot_sequences(c, lc), d.T = (size_t)c->seq_length;
     d.Tc = (size_t)lc->seq_held, d.n = d.mb * d.Tc;
     d.ns = d.n / (size_t)lc->seq_parts; /* the sharded regions' tokens */
     d.C = (size_t)lc->hid, d.H = (size_t)lc->heads, d.A = (size_t)lc->attn;
@@ -81,7 +89,7 @@ static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_
 
 static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_local_t *lc,
                            int tp, carver_t *cv) {
-    const size_t n = (size_t)c->micro_batch * (size_t)lc->seq_held;
+    const size_t n = (size_t)slot_sequences(c, lc) * (size_t)lc->seq_held;
     const size_t C = (size_t)c->hidden, F = (size_t)lc->ffn, V = (size_t)lc->vocab;
     const size_t A_ = (size_t)lc->attn, Tt = (size_t)c->tile_tokens;
     const int sp = lc->seq_parts > 1, ring = lc->cp > 1 && !lc->ulysses;
@@ -197,6 +205,7 @@ static int tp2d_local_dims(const model_config_t *c, int q, int col, unsigned opt
                              "each of %d columns a whole tile (I1)",
                         tf > 0 ? c->hidden / tf : 0, tf, q);
     out->t2q = q;
+    out->t2blocks = gpt_opts_tp_mode(opts) == 3 ? q * q : q;
     for (int k = 0; k < q; k++) {
         gpt_local_t lk;
         perr_t why;

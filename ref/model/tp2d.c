@@ -76,7 +76,8 @@ void tp2d_layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_lo
     S->t2_b = CARVE_F(cv, 3 * w * w);
     S->t2_vec = CARVE_F(cv, q * pad_rows * w);
     S->t2_whole = CARVE_F(cv, (T > 3 * w ? T : 3 * w) * w);
-    S->t2_full = CARVE_F(cv, q * n * w);
+    /* a vector group's rows of every block: 2-D q, 3-D q x q blocks */
+    S->t2_full = CARVE_F(cv, (size_t)lc->t2blocks * n * w);
     S->t2_ids = (int32_t *)carve(cv, (q * q + 1) * n * sizeof(int32_t)); /* 3-D: q*q blocks + one */
 }
 

@@ -1110,7 +1110,8 @@ static void t2_print_memory(const run_report_t *run, const t2_dims_t *D, FILE *f
     else
         fprintf(f, "- (its tiles do not admit tp=%d)\n", pc->tp);
     /* activations */
-    const double per_tok = t2_layer_per_token(&cfg, lc), slot_tok = (double)cfg.micro_batch * lc->seq_held;
+    const int slot_seq = (cfg.micro_batch + lc->t2blocks - 1) / lc->t2blocks; /* gpt.c's slot_sequences */
+    const double per_tok = t2_layer_per_token(&cfg, lc), slot_tok = (double)slot_seq * lc->seq_held;
     const double all = t2_table_activations(&cfg, 0, q, opts);
     const double more = all < 0 ? -1 : t2_table_activations(&cfg, 1, q, opts);
     const double hdp = cfg.hidden_dropout > 0, V = lc->vocab;
@@ -1122,10 +1123,11 @@ static void t2_print_memory(const run_report_t *run, const t2_dims_t *D, FILE *f
             cfg.attention_dropout > 0 ? "on" : "off");
     fprintf(f, "  per layer per token (bytes): 32C + 2C[hidden dropout] + 8 + 16A + 12F + heads (T (4 + "
                "5[attention dropout]) + 4) = %.0f B\n", per_tok);
-    fprintf(f, "  a slot holds b·s = %d x %d = %.0f tokens (the whole microbatch); device 0's %s uses n "
-               "= %.0f of them (1/%d)\n",
-            cfg.micro_batch, lc->seq_held, slot_tok, three ? "block" : "row", D->n,
-            slot_tok > 0 && D->n > 0 ? (int)(slot_tok / D->n) : 0);
+    fprintf(f, "  a slot holds b/%d x s = %d x %d = %.0f tokens (its block of the microbatch%s); device "
+               "0's %s uses n = %.0f of them\n",
+            lc->t2blocks, slot_seq, lc->seq_held, slot_tok,
+            pc->tp_mode == PC_TP_25D ? ", sized for a row's: a depth layer's is 1/d of it" : "",
+            three ? "block" : "row", D->n);
     fprintf(f, "  %-8s %10s %13s %17s %15s %13s %15s\n", "formula:", "per token", "per layer", "L layers",
             "table: layer", "emb., head", "rest: scratch");
     fprintf(f, "  %-8s %8.0f B %10.3f MB %14.3f MB",
