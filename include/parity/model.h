@@ -230,6 +230,11 @@ enum { GPT_EXPERT_FOLD_TP = 1u << 16 };
  * GPT_TP_MODE_SHIFT ..+1: its placements (params.c) and the stream's
  * features held (gpt_local_dims). */
 enum { GPT_TP_MODE_SHIFT = 28 };
+/* Full activation recomputation (Megatron's --recompute-granularity full,
+ * uniform, 1 layer): a transformer layer's slot keeps only its output;
+ * its backward runs its forward again (units.c) into one set of buffers
+ * the layers share (gpt_scratch_t.recompute). */
+enum { GPT_RECOMPUTE_FULL = 1u << 30 };
 static inline int gpt_opts_tp_mode(unsigned opts) { return (int)(opts >> GPT_TP_MODE_SHIFT & 3u); }
 static inline unsigned gpt_cp_opts(int cp, cp_comm_t comm) {
     return ((unsigned)cp << GPT_CP_SHIFT) | (comm == CP_ULYSSES ? GPT_CP_ULYSSES : 0u);
@@ -395,6 +400,7 @@ typedef struct {
     float *t2_a, *t2_b, *t2_vec, *t2_whole, *t2_full;
     int32_t *t2_ids;
     size_t t2_slot;                        /* the elements of one slot */
+    layer_acts_t recompute;                /* GPT_RECOMPUTE_FULL: a layer's activations, shared */
     void *block;
 } gpt_scratch_t;
 
@@ -424,6 +430,7 @@ typedef struct {
      * tp_row the row and tp_col_group the column; the sequences' block is
      * tp_dep * tp + tp_row of tp * tp_depth. tp_mode 0: Megatron's 1-D. */
     int tp_mode, tp_row, tp_depth, tp_dep;
+    int recompute;          /* GPT_RECOMPUTE_FULL (full activation recomputation) */
     group_t *tp_col_group;
     /* 3-D (tp3d.c): tp_row and tp_dep are the tp2 and tp3 coordinates,
      * tp_dep_group the tp3 axis's group, tp_vec_group the stream's
@@ -521,6 +528,7 @@ typedef struct {
      * features, the attention features (whole heads), the FFN and the
      * vocabulary (t2w[TP2D_*][k], offsets t2o), and the word embedding's
      * rows this rank holds (its row's vocabulary block) */
+    int recompute;          /* GPT_RECOMPUTE_FULL: layers recompute their activations */
     int t2q;
     int t2blocks;           /* the blocks a microbatch's sequences are cut into that a slot is
                                sized for: 2-D q (2.5-D q too: an upper bound), 3-D q^2; else 1 */

@@ -38,6 +38,8 @@ typedef struct {
      * Colossal config's tensor=dict(mode=...)): tp devices as q x q (2-D,
      * SUMMA), q x q x depth (2.5-D) or q x q x q (3-D); tp_depth is
      * 2.5-D's depth (0: not given). pconfig_tp_sub gives the sub-axes. */
+    int recompute;             /* --recompute-granularity full (uniform, 1 layer): model.h's
+                                  GPT_RECOMPUTE_FULL */
     int tp_mode;               /* pc_tp_mode_t */
     int tp_depth;
     int cp_comm;               /* --cp-comm-type: 0 p2p (the ring), 1 a2a (Ulysses): cp.h's cp_comm_t */
@@ -95,7 +97,8 @@ static inline unsigned pconfig_tp_opts(const pconfig_t *pc) {
     const unsigned ep = pc->ep > 1 ? (unsigned)pc->ep : 0u;
     return (pc->sequence_parallel ? 1u : 0u) | (pc->tp_row_linears ? 2u : 0u) |
            (pc->cp_comm ? 4u : 0u) | (pc->etp > 1 ? 8u : 0u) | (pconfig_ep_folded(pc) ? 1u << 16 : 0u) |
-           (cp << 17) | (pconfig_ep_folded(pc) ? 0u : ep << 4) | ((unsigned)pc->tp_mode << 28);
+           (cp << 17) | (pconfig_ep_folded(pc) ? 0u : ep << 4) | ((unsigned)pc->tp_mode << 28) |
+           (pc->recompute ? 1u << 30 : 0u);
 }
 /* "1d", "2d", "2.5d", "3d". */
 const char *pconfig_tp_mode_name(int mode);

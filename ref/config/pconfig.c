@@ -119,6 +119,25 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
         *i += 2;
         return 1;
     }
+    if (!strcmp(flag, "--recompute-granularity") || !strcmp(flag, "--recompute-method")) {
+        /* Megatron's full recomputation, every layer (uniform, 1 layer a chunk) */
+        if (num_flag_value(flag, val, err)) return -1;
+        const int gran = flag[12] == 'g';
+        if (strcmp(val, gran ? "full" : "uniform"))
+            return perr_set(err, "%s: '%s' is not implemented yet in parity (%s is)", flag, val,
+                            gran ? "full" : "uniform");
+        if (gran) pc->recompute = 1;
+        *i += 2;
+        return 1;
+    }
+    if (!strcmp(flag, "--recompute-num-layers")) {
+        if (num_flag_value(flag, val, err)) return -1;
+        if (strcmp(val, "1"))
+            return perr_set(err, "--recompute-num-layers: %s is not implemented yet in parity (1: "
+                                 "each layer recomputed from its own input)", val);
+        *i += 2;
+        return 1;
+    }
     if (!strcmp(flag, "--tensor-parallel-mode")) {
         if (num_flag_value(flag, val, err)) return -1;
         int mode = -1;
@@ -536,10 +555,10 @@ void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
     if (pc->ep > 1) snprintf(ep, sizeof ep, " ep=%d%s", pc->ep, pconfig_ep_folded(pc) ? "(tp)" : "");
     if (pc->etp == 1 && pc->tp > 1 && !pc->tp_row_linears) /* not the default: say so */
         snprintf(ep + strlen(ep), sizeof ep - strlen(ep), " etp=1");
-    snprintf(buf, len, "%s%s%sdp=%d%s zero=%d accum=%d micro=%d%s%s", tp, cp, pp, pc->dp, ep,
+    snprintf(buf, len, "%s%s%sdp=%d%s zero=%d accum=%d micro=%d%s%s%s", tp, cp, pp, pc->dp, ep,
              pc->zero_stage, pc->accum_degree, pc->micro_batch,
              pc->overlap_grad_reduce ? " overlap-grad" : "",
-             pc->overlap_param_gather ? " overlap-param" : "");
+             pc->overlap_param_gather ? " overlap-param" : "", pc->recompute ? " recompute=full" : "");
 }
 
 void pconfig_print_help(FILE *f) {
@@ -557,6 +576,10 @@ void pconfig_print_help(FILE *f) {
           "                            (Megatron's, the default), 2d (SUMMA on q x q), 2.5d (q x q x\n"
           "                            depth), 3d (q x q x q); an order's tp is then tp-tp2-tp3\n"
           "  --tensor-parallel-depth D 2.5d's depth (tp = q x q x D)\n"
+          "  --recompute-granularity full   full activation recomputation: a layer keeps its\n"
+          "                            output, its backward runs its forward again (the same bits);\n"
+          "                            --recompute-method uniform, --recompute-num-layers 1 (the only\n"
+          "                            ones implemented)\n"
           "  --pipeline-model-parallel-size N   pipeline stages (layers split uniformly)\n"
           "  --pipeline-layer-split A,B,..  layers per stage instead (one entry per stage)\n"
           "  --encoder-pipeline-model-parallel-size N   an encoder-decoder's encoder on N stages of\n"

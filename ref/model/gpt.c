@@ -57,8 +57,8 @@ static int slot_sequences(const model_config_t *c, const gpt_local_t *lc) {
     return (c->micro_batch + b - 1) / b;
 }
 
-static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_t *lc,
-                        const slot_units_t *su, carver_t *cv) {
+/* A slot's dimensions (units_internal.h's slot_dims_t). */
+static slot_dims_t slot_dims_of(const model_config_t *c, const gpt_local_t *lc) {
     /* context parallelism: Tc positions of each sequence, attending to all T */
     slot_dims_t d;
     /* the 2-D modes: the rank's block of the microbatch's sequences */
@@ -75,6 +75,18 @@ static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_
     d.ep = (size_t)lc->ep;
     d.Fe = (size_t)lc->expert_ffn;
     d.patch = (size_t)c->patch_dim;
+    return d;
+}
+
+/* Whether unit u's activations are recomputed in its backward (full
+ * recomputation: the transformer layers). */
+static int recomputed(const gpt_local_t *lc, const unit_t *u) {
+    return lc->recompute && u->kind == &unit_layer;
+}
+
+static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_t *lc,
+                        const slot_units_t *su, carver_t *cv) {
+    const slot_dims_t d = slot_dims_of(c, lc);
     /* whole sequences arrive; gpt_slot_begin keeps the positions held */
     A->inputs = (int32_t *)carve(cv, d.mb * d.T * sizeof(int32_t));
     A->targets = (int32_t *)carve(cv, d.mb * d.T * sizeof(int32_t));
@@ -82,7 +94,11 @@ static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_
     const int U = model_num_units(c);
     for (int u = 0; u < U; u++) {
         const unit_t unit = model_unit_at(c, u);
-        unit.kind->layout(A, unit_acts(&unit), &d, slot_has(su, u), u + 1 < U && slot_has(su, u + 1), cv);
+        const int held = slot_has(su, u), next = u + 1 < U && slot_has(su, u + 1);
+        if (recomputed(lc, &unit)) /* only its output (the next unit's input) stays */
+            unit.kind->layout(A, unit_acts(&unit), &d, 0, held || next, cv);
+        else
+            unit.kind->layout(A, unit_acts(&unit), &d, held, next, cv);
     }
     A->d_resid = CARVE_F(cv, d.ns * d.C);
 }
@@ -156,6 +172,11 @@ static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_
     S->moe_ex_dh = RX ? CARVE_F(cv, RX * Fe) : NULL;
     S->moe_ex_dx = RX ? CARVE_F(cv, RX * C) : NULL;
     if (lc->t2q) tp2d_layout_scratch(S, c, lc, n, cv);
+    if (lc->recompute) { /* one layer's activations, which every recomputed layer uses in turn */
+        const slot_dims_t d = slot_dims_of(c, lc);
+        gpt_slot_t one = {.layer = &S->recompute};
+        unit_layer.layout(&one, 0, &d, 1, 0, cv);
+    }
 }
 
 /* Context parallelism's part of gpt_local_dims: the positions held. */
@@ -264,6 +285,7 @@ int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int cp_rank, un
     out->expert_ffn0 = expert_tp ? out->ffn0 : 0;
     out->expert_fold = (opts & GPT_EXPERT_FOLD_TP) && tp > 1;
     out->hid = c->hidden, out->hid0 = 0;
+    out->recompute = (opts & GPT_RECOMPUTE_FULL) != 0;
     if (gpt_opts_tp_mode(opts) && tp > 1 && tp2d_local_dims(c, tp, tp_rank, opts, out, err))
         return -1;
     if (row) { /* attention and GeLU whole; each linear contracts its slice of features */
@@ -438,7 +460,8 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
                           (shard->ep > 1 ? (unsigned)shard->ep << GPT_EP_SHIFT : 0u) |
                           (shard->expert_tp ? GPT_EXPERT_TP : 0u) |
                           (shard->expert_fold ? GPT_EXPERT_FOLD_TP : 0u) |
-                          ((unsigned)shard->tp_mode << GPT_TP_MODE_SHIFT);
+                          ((unsigned)shard->tp_mode << GPT_TP_MODE_SHIFT) |
+                          (shard->recompute ? GPT_RECOMPUTE_FULL : 0u);
     if (shard->tp_mode && shard->tp > 1 && !shard->tp_col_group) {
         free(g);
         return perr_set(err, "2-D tensor parallelism over %d x %d ranks needs a column group",

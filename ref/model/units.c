@@ -288,10 +288,22 @@ static const float *stream_in(gpt_t *g, gpt_slot_t *A, const unit_t *u) {
     return prev.kind->output(A, unit_acts(&prev));
 }
 
+/* Full recomputation: a layer's slot keeps its output only; its other
+ * activations are the shared set's (gpt_scratch_t.recompute) while it runs. */
+static int recompute_bind(gpt_t *g, gpt_slot_t *A, const unit_t *u) {
+    if (!g->local.recompute || u->kind != &unit_layer) return 0;
+    layer_acts_t *L = &A->layer[unit_acts(u)];
+    float *out = L->out;
+    *L = g->scratch.recompute;
+    L->out = out;
+    return 1;
+}
+
 void gpt_unit_forward_pure(gpt_t *g, int unit, int s) {
     gpt_slot_t *A = slot_at(g, unit, s);
     const pass_t p = unit_pass(g, A);
     const unit_t u = gpt_unit(g, unit);
+    recompute_bind(g, A, &u);
     u.kind->forward(g, &u, A, stream_in(g, A, &u), &p);
 }
 
@@ -318,6 +330,8 @@ void gpt_unit_backward(gpt_t *g, int unit, int s, const gpt_observer_t *obs) {
     const pass_t p = unit_pass(g, A);
     const unit_t u = gpt_unit(g, unit);
     unit_event(g, obs, unit, GPT_BWD_BEGIN);
+    if (recompute_bind(g, A, &u)) /* its activations again: the same bits as the forward's */
+        u.kind->forward(g, &u, A, stream_in(g, A, &u), &p);
     u.kind->backward(g, &u, A, &p);
     gpt_round_unit_grads(g, unit); /* GPT_UNIT_OPEN_SUMS: before the next unit reuses the pool */
     if (obs && obs->batch_tensor) gpt_report_input_grad(g, unit, s, obs);

@@ -111,6 +111,7 @@ static int setup_rank(engine_rank_t *r, device_t *dev) {
         .cp_comm = sh->run->pc.cp_comm ? CP_ULYSSES : CP_RING, .cp_group = r->cp_group,
         .ep = gd.size[GRID_EP], .ep_rank = r->ep_rank, .ep_group = r->ep_group,
         .expert_tp = sh->run->pc.etp > 1, .expert_fold = pconfig_ep_folded(&sh->run->pc),
+        .recompute = sh->run->pc.recompute,
         .tp_mode = sh->run->pc.tp_mode, .tp_row = gd.coord[GRID_TP2], .tp_depth = gd.size[GRID_TP3],
         .tp_dep = gd.coord[GRID_TP3],
         .tp_col_group = gd.size[GRID_TP2] > 1 ? gd.group[GRID_TP2] : NULL,
