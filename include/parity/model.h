@@ -77,7 +77,17 @@ typedef struct {
     int encoder_layers;        /* --encoder-num-layers (0 for the GPT) */
     int encoder_seq_length;    /* --encoder-seq-length: P (0 for the GPT) */
     int patch_dim;             /* LLaVA: the values of an image patch (0 otherwise) */
+    /* activation recomputation (Megatron's --recompute-*; units.c): how a
+     * replica trades memory for a second forward. The same bits either
+     * way, so the golden run keeps none; a layout's replica config
+     * (engine_replica_config) carries the layout's choice. */
+    int recompute;             /* MODEL_RECOMPUTE_NONE, _FULL, _SELECTIVE */
+    int recompute_block;       /* full: 1 = the block method (the first recompute_layers
+                                  layers of each run of layers a replica holds), 0 =
+                                  uniform (every layer, in chunks of recompute_layers) */
+    int recompute_layers;      /* full: N (--recompute-num-layers) */
 } model_config_t;
+enum { MODEL_RECOMPUTE_NONE = 0, MODEL_RECOMPUTE_FULL = 1, MODEL_RECOMPUTE_SELECTIVE = 2 };
 enum { MODEL_GPT = 0, MODEL_T5 = 1, MODEL_LLAVA = 2 };
 /* The architecture's name in configs and reports: "gpt", "t5", "llava". */
 const char *model_arch_name(int arch);
@@ -230,11 +240,6 @@ enum { GPT_EXPERT_FOLD_TP = 1u << 16 };
  * GPT_TP_MODE_SHIFT ..+1: its placements (params.c) and the stream's
  * features held (gpt_local_dims). */
 enum { GPT_TP_MODE_SHIFT = 28 };
-/* Full activation recomputation (Megatron's --recompute-granularity full,
- * uniform, 1 layer): a transformer layer's slot keeps only its output;
- * its backward runs its forward again (units.c) into one set of buffers
- * the layers share (gpt_scratch_t.recompute). */
-enum { GPT_RECOMPUTE_FULL = 1u << 30 };
 static inline int gpt_opts_tp_mode(unsigned opts) { return (int)(opts >> GPT_TP_MODE_SHIFT & 3u); }
 static inline unsigned gpt_cp_opts(int cp, cp_comm_t comm) {
     return ((unsigned)cp << GPT_CP_SHIFT) | (comm == CP_ULYSSES ? GPT_CP_ULYSSES : 0u);
@@ -400,7 +405,12 @@ typedef struct {
     float *t2_a, *t2_b, *t2_vec, *t2_whole, *t2_full;
     int32_t *t2_ids;
     size_t t2_slot;                        /* the elements of one slot */
-    layer_acts_t recompute;                /* GPT_RECOMPUTE_FULL: a layer's activations, shared */
+    layer_acts_t *recompute;               /* full recomputation: one chunk's layers'
+                                              activations, shared (recompute_sets) */
+    layer_acts_t recompute_core[2];        /* selective: one attention core (att_*) shared by
+                                              the self-attention blocks, one by the cross-
+                                              attention blocks (a decoder layer runs both
+                                              before its views are read) */
     void *block;
 } gpt_scratch_t;
 
@@ -430,7 +440,6 @@ typedef struct {
      * tp_row the row and tp_col_group the column; the sequences' block is
      * tp_dep * tp + tp_row of tp * tp_depth. tp_mode 0: Megatron's 1-D. */
     int tp_mode, tp_row, tp_depth, tp_dep;
-    int recompute;          /* GPT_RECOMPUTE_FULL (full activation recomputation) */
     group_t *tp_col_group;
     /* 3-D (tp3d.c): tp_row and tp_dep are the tp2 and tp3 coordinates,
      * tp_dep_group the tp3 axis's group, tp_vec_group the stream's
@@ -528,7 +537,7 @@ typedef struct {
      * features, the attention features (whole heads), the FFN and the
      * vocabulary (t2w[TP2D_*][k], offsets t2o), and the word embedding's
      * rows this rank holds (its row's vocabulary block) */
-    int recompute;          /* GPT_RECOMPUTE_FULL: layers recompute their activations */
+    int recompute;          /* the replica config's MODEL_RECOMPUTE_* */
     int t2q;
     int t2blocks;           /* the blocks a microbatch's sequences are cut into that a slot is
                                sized for: 2-D q (2.5-D q too: an upper bound), 3-D q^2; else 1 */
@@ -686,6 +695,14 @@ typedef struct {
     size_t params, grads, open_sums, optimizer, activations;
 } gpt_mem_t;
 int  gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, perr_t *err);
+/* Full activation recomputation (cfg->recompute, units.c): layer unit u of
+ * a replica holding `units` is recomputed in the chunk [*first, *last]
+ * (uniform: chunks of recompute_layers from the first layer of each run
+ * of layers the replica holds; block: the run's first recompute_layers
+ * layers, each alone); the chunk's last keeps its output in the slot, the
+ * others nothing. 1, or 0 when u keeps its activations. */
+int  gpt_recompute_chunk(const model_config_t *cfg, const gpt_units_t *units, int u, int *first,
+                         int *last);
 /* The same for one rank of tensor parallelism over tp ranks (sp: with
  * sequence parallelism). */
 int  gpt_mem_bytes_tp(const model_config_t *cfg, int tp, unsigned opts, unsigned omit,

@@ -38,8 +38,9 @@ typedef struct {
      * Colossal config's tensor=dict(mode=...)): tp devices as q x q (2-D,
      * SUMMA), q x q x depth (2.5-D) or q x q x q (3-D); tp_depth is
      * 2.5-D's depth (0: not given). pconfig_tp_sub gives the sub-axes. */
-    int recompute;             /* --recompute-granularity full (uniform, 1 layer): model.h's
-                                  GPT_RECOMPUTE_FULL */
+    int recompute;             /* --recompute-granularity: model.h's MODEL_RECOMPUTE_* */
+    int recompute_block;       /* --recompute-method block (1) or uniform (0) */
+    int recompute_layers;      /* --recompute-num-layers (full: default 1) */
     int tp_mode;               /* pc_tp_mode_t */
     int tp_depth;
     int cp_comm;               /* --cp-comm-type: 0 p2p (the ring), 1 a2a (Ulysses): cp.h's cp_comm_t */
@@ -97,8 +98,7 @@ static inline unsigned pconfig_tp_opts(const pconfig_t *pc) {
     const unsigned ep = pc->ep > 1 ? (unsigned)pc->ep : 0u;
     return (pc->sequence_parallel ? 1u : 0u) | (pc->tp_row_linears ? 2u : 0u) |
            (pc->cp_comm ? 4u : 0u) | (pc->etp > 1 ? 8u : 0u) | (pconfig_ep_folded(pc) ? 1u << 16 : 0u) |
-           (cp << 17) | (pconfig_ep_folded(pc) ? 0u : ep << 4) | ((unsigned)pc->tp_mode << 28) |
-           (pc->recompute ? 1u << 30 : 0u);
+           (cp << 17) | (pconfig_ep_folded(pc) ? 0u : ep << 4) | ((unsigned)pc->tp_mode << 28);
 }
 /* "1d", "2d", "2.5d", "3d". */
 const char *pconfig_tp_mode_name(int mode);
@@ -180,6 +180,7 @@ enum { /* bits of pconfig_t.given */
     PC_GIVEN_ORDER = 1u << 9,     /* --rank-order was given (even the default order) */
     PC_GIVEN_CP_COMM = 1u << 10,  /* --cp-comm-type was given */
     PC_GIVEN_SCHEDULE = 1u << 11, /* --pipeline-schedule was given */
+    PC_GIVEN_RECOMPUTE_METHOD = 1u << 13, /* --recompute-method was given */
     PC_ENCODER_STAGES = 1u << 12, /* pp already counts the encoder's stages (validated once) */
 };
 

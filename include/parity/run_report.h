@@ -89,5 +89,8 @@ void ep_print_report(const run_report_t *run, FILE *f);
  * against the theory; point-to-point traffic against the boundaries; the
  * trace file when there is one. */
 void pp_print_report(const run_report_t *run, FILE *f);
+/* recompute_report.c (activation recomputation): device 0's saving by the
+ * layer formula next to the measured one. */
+void recompute_print_report(const run_report_t *run, FILE *f);
 
 #endif

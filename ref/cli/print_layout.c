@@ -242,6 +242,11 @@ int layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t 
             pc->overlap_param_gather ? "true" : "false", pc->bucket_cap_mb, dtype_name(pc->dtype),
             dtype_name(pc->grad_sync_dtype));
     if (pc->tp_mode != PC_TP_1D) print_tp_mode(pc, sizes, f);
+    if (pc->recompute) /* only then: the dialects without it print as they did */
+        fprintf(f, "  \"recompute\": {\"granularity\": \"%s\", \"method\": \"%s\", \"num_layers\": %d},\n",
+                pc->recompute == MODEL_RECOMPUTE_FULL ? "full" : "selective",
+                pc->recompute != MODEL_RECOMPUTE_FULL ? "none" : pc->recompute_block ? "block" : "uniform",
+                pc->recompute == MODEL_RECOMPUTE_FULL ? pc->recompute_layers : 0);
     fprintf(f, "  \"devices\": [");
     for (int d = 0; d < world; d++) {
         int c[GRID_NAXES], mesh;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parity/model.h"
 #include "parity/numparse.h"
 #include "parity/runtime.h"
 
@@ -120,21 +121,24 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
         return 1;
     }
     if (!strcmp(flag, "--recompute-granularity") || !strcmp(flag, "--recompute-method")) {
-        /* Megatron's full recomputation, every layer (uniform, 1 layer a chunk) */
+        /* Megatron's names: full (a layer's input kept; uniform chunks of
+         * N layers or the first N layers, block) or selective (attention's
+         * core recomputed) */
         if (num_flag_value(flag, val, err)) return -1;
         const int gran = flag[12] == 'g';
-        if (strcmp(val, gran ? "full" : "uniform"))
-            return perr_set(err, "%s: '%s' is not implemented yet in parity (%s is)", flag, val,
-                            gran ? "full" : "uniform");
-        if (gran) pc->recompute = 1;
+        const char *names[2][2] = {{"uniform", "block"}, {"full", "selective"}};
+        int k = 0;
+        while (k < 2 && strcmp(val, names[gran][k])) k++;
+        if (k == 2)
+            return perr_set(err, "%s: unknown value '%s' (expected %s or %s)", flag, val,
+                            names[gran][0], names[gran][1]);
+        if (gran) pc->recompute = k ? MODEL_RECOMPUTE_SELECTIVE : MODEL_RECOMPUTE_FULL;
+        else pc->recompute_block = k, pc->given |= PC_GIVEN_RECOMPUTE_METHOD;
         *i += 2;
         return 1;
     }
     if (!strcmp(flag, "--recompute-num-layers")) {
-        if (num_flag_value(flag, val, err)) return -1;
-        if (strcmp(val, "1"))
-            return perr_set(err, "--recompute-num-layers: %s is not implemented yet in parity (1: "
-                                 "each layer recomputed from its own input)", val);
+        if (parse_int(flag, val, 1, MODEL_MAX_LAYERS, &pc->recompute_layers, err)) return -1;
         *i += 2;
         return 1;
     }
@@ -403,6 +407,22 @@ static int tp_batch_validate(const pconfig_t *pc, perr_t *err) {
     return 0;
 }
 
+/* Megatron's rules: a method and a count belong to full recomputation
+ * (given alone they would be ignored); full without them is uniform, one
+ * layer a chunk (Megatron asks for both; the choice is recorded in
+ * CONTRIBUTING). The count's bound is the model's (gpt_local_dims). */
+static int recompute_validate(pconfig_t *pc, perr_t *err) {
+    const int full = pc->recompute == MODEL_RECOMPUTE_FULL;
+    if ((pc->given & PC_GIVEN_RECOMPUTE_METHOD) && !full)
+        return perr_set(err, "recompute-method: needs --recompute-granularity full (%s)",
+                        pc->recompute ? "selective recomputes every attention core" : "not given");
+    if (pc->recompute_layers && !full)
+        return perr_set(err, "recompute-num-layers: needs --recompute-granularity full (%s)",
+                        pc->recompute ? "selective recomputes every attention core" : "not given");
+    if (full && !pc->recompute_layers) pc->recompute_layers = 1;
+    return 0;
+}
+
 int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
     if (pc->dtype != PC_DTYPE_FP32)
         return perr_set(err, "dtype: %s is not yet supported (mixed precision does not exist yet); "
@@ -432,7 +452,9 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
         return perr_set(err, "cp-comm-type: a2a (Ulysses) needs context-parallel-size > 1");
     if ((pc->given & PC_GIVEN_CP_COMM) && pc->cp == 1) /* p2p too: accepted and ignored otherwise */
         return perr_set(err, "cp-comm-type: p2p (ring attention) needs context-parallel-size > 1");
-    if (encoder_validate(pc, err) || pipeline_validate(pc, err) || tp_mode_validate(pc, err)) return -1;
+    if (encoder_validate(pc, err) || pipeline_validate(pc, err) || tp_mode_validate(pc, err) ||
+        recompute_validate(pc, err))
+        return -1;
     if (pc->tp_row_linears && pc->tp == 1)
         return perr_set(err, "tensor-parallel-row-linears: needs tensor-model-parallel-size > 1");
     if (pc->tp_row_linears && pc->sequence_parallel)
@@ -555,10 +577,15 @@ void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
     if (pc->ep > 1) snprintf(ep, sizeof ep, " ep=%d%s", pc->ep, pconfig_ep_folded(pc) ? "(tp)" : "");
     if (pc->etp == 1 && pc->tp > 1 && !pc->tp_row_linears) /* not the default: say so */
         snprintf(ep + strlen(ep), sizeof ep - strlen(ep), " etp=1");
+    char recompute[48] = "";
+    if (pc->recompute == MODEL_RECOMPUTE_SELECTIVE) snprintf(recompute, sizeof recompute, " recompute=selective");
+    else if (pc->recompute)
+        snprintf(recompute, sizeof recompute, " recompute=full %s %d",
+                 pc->recompute_block ? "block" : "uniform", pc->recompute_layers);
     snprintf(buf, len, "%s%s%sdp=%d%s zero=%d accum=%d micro=%d%s%s%s", tp, cp, pp, pc->dp, ep,
              pc->zero_stage, pc->accum_degree, pc->micro_batch,
              pc->overlap_grad_reduce ? " overlap-grad" : "",
-             pc->overlap_param_gather ? " overlap-param" : "", pc->recompute ? " recompute=full" : "");
+             pc->overlap_param_gather ? " overlap-param" : "", recompute);
 }
 
 void pconfig_print_help(FILE *f) {
@@ -576,10 +603,13 @@ void pconfig_print_help(FILE *f) {
           "                            (Megatron's, the default), 2d (SUMMA on q x q), 2.5d (q x q x\n"
           "                            depth), 3d (q x q x q); an order's tp is then tp-tp2-tp3\n"
           "  --tensor-parallel-depth D 2.5d's depth (tp = q x q x D)\n"
-          "  --recompute-granularity full   full activation recomputation: a layer keeps its\n"
-          "                            output, its backward runs its forward again (the same bits);\n"
-          "                            --recompute-method uniform, --recompute-num-layers 1 (the only\n"
-          "                            ones implemented)\n"
+          "  --recompute-granularity full|selective   activation recomputation (the same bits):\n"
+          "                            full keeps a chunk of layers' input and runs its forward again\n"
+          "                            in the backward; selective keeps all but attention's core\n"
+          "                            (scores, softmax, dropout), recomputed from qkv\n"
+          "  --recompute-method uniform|block   full: chunks of N layers (uniform, the default), or\n"
+          "                            only the first N layers of each stage's run, each alone (block)\n"
+          "  --recompute-num-layers N  full: N (default 1; at most the model's layers)\n"
           "  --pipeline-model-parallel-size N   pipeline stages (layers split uniformly)\n"
           "  --pipeline-layer-split A,B,..  layers per stage instead (one entry per stage)\n"
           "  --encoder-pipeline-model-parallel-size N   an encoder-decoder's encoder on N stages of\n"

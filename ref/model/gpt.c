@@ -19,6 +19,7 @@
 #include "parity/pmath.h"
 #include "parity/rng.h"
 #include "parity/runtime.h"
+#include "unit_layer.h"
 #include "units_internal.h"
 #include "tp2d.h"
 
@@ -69,6 +70,7 @@ static slot_dims_t slot_dims_of(const model_config_t *c, const gpt_local_t *lc) 
     d.F = (size_t)lc->ffn, d.V = (size_t)lc->vocab;
     d.hdrop = c->hidden_dropout > 0.0f, d.adrop = c->attention_dropout > 0.0f;
     d.sp = lc->seq_parts > 1, d.ulysses = lc->ulysses;
+    d.core_shared = lc->recompute == MODEL_RECOMPUTE_SELECTIVE;
     d.E = (size_t)c->moe_experts, d.K = (size_t)c->moe_topk;
     d.R = c->moe_experts > 0 ? moe_rows(c, d.mb) : 0;
     d.cp = (size_t)lc->cp;
@@ -78,12 +80,10 @@ static slot_dims_t slot_dims_of(const model_config_t *c, const gpt_local_t *lc) 
     return d;
 }
 
-/* Whether unit u's activations are recomputed in its backward (full
- * recomputation: the transformer layers). */
-static int recomputed(const gpt_local_t *lc, const unit_t *u) {
-    return lc->recompute && u->kind == &unit_layer;
-}
-
+/* Which activations unit u keeps in a slot (gpt_recompute_chunk):
+ * full recomputation keeps a chunk's last output (the next unit's input)
+ * and nothing else; a chunk's other layers keep theirs in the scratch's
+ * sets. */
 static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_t *lc,
                         const slot_units_t *su, carver_t *cv) {
     const slot_dims_t d = slot_dims_of(c, lc);
@@ -95,8 +95,9 @@ static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_
     for (int u = 0; u < U; u++) {
         const unit_t unit = model_unit_at(c, u);
         const int held = slot_has(su, u), next = u + 1 < U && slot_has(su, u + 1);
-        if (recomputed(lc, &unit)) /* only its output (the next unit's input) stays */
-            unit.kind->layout(A, unit_acts(&unit), &d, 0, held || next, cv);
+        int first, last;
+        if (held && gpt_recompute_chunk(c, su->units, u, &first, &last))
+            unit.kind->layout(A, unit_acts(&unit), &d, 0, u == last, cv);
         else
             unit.kind->layout(A, unit_acts(&unit), &d, held, next, cv);
     }
@@ -104,7 +105,7 @@ static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_
 }
 
 static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_local_t *lc,
-                           int tp, carver_t *cv) {
+                           int tp, const gpt_units_t *units, carver_t *cv) {
     const size_t n = (size_t)slot_sequences(c, lc) * (size_t)lc->seq_held;
     const size_t C = (size_t)c->hidden, F = (size_t)lc->ffn, V = (size_t)lc->vocab;
     const size_t A_ = (size_t)lc->attn, Tt = (size_t)c->tile_tokens;
@@ -172,11 +173,20 @@ static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_
     S->moe_ex_dh = RX ? CARVE_F(cv, RX * Fe) : NULL;
     S->moe_ex_dx = RX ? CARVE_F(cv, RX * C) : NULL;
     if (lc->t2q) tp2d_layout_scratch(S, c, lc, n, cv);
-    if (lc->recompute) { /* one layer's activations, which every recomputed layer uses in turn */
-        const slot_dims_t d = slot_dims_of(c, lc);
-        gpt_slot_t one = {.layer = &S->recompute};
+    /* recomputation: full, a chunk's layers' activations (every chunk in
+     * turn); selective, one attention core (every block in turn) */
+    const slot_dims_t d = slot_dims_of(c, lc);
+    const int sets = recompute_sets(c, units);
+    S->recompute = sets ? (layer_acts_t *)carve(cv, (size_t)sets * sizeof(layer_acts_t)) : NULL;
+    for (int k = 0; k < sets; k++) {
+        layer_acts_t set = {0};
+        gpt_slot_t one = {.layer = &set};
         unit_layer.layout(&one, 0, &d, 1, 0, cv);
+        if (S->recompute) S->recompute[k] = set;
     }
+    memset(S->recompute_core, 0, sizeof S->recompute_core);
+    for (int k = 0; k < 1 + (c->arch == MODEL_T5); k++) /* T5's decoder: a cross-attention too */
+        if (lc->recompute == MODEL_RECOMPUTE_SELECTIVE) layer_core_layout(&S->recompute_core[k], &d, cv);
 }
 
 /* Context parallelism's part of gpt_local_dims: the positions held. */
@@ -285,7 +295,14 @@ int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int cp_rank, un
     out->expert_ffn0 = expert_tp ? out->ffn0 : 0;
     out->expert_fold = (opts & GPT_EXPERT_FOLD_TP) && tp > 1;
     out->hid = c->hidden, out->hid0 = 0;
-    out->recompute = (opts & GPT_RECOMPUTE_FULL) != 0;
+    if (c->recompute == MODEL_RECOMPUTE_FULL && (c->moe_experts > 0 || c->arch != MODEL_GPT))
+        return perr_set(err, "recompute-granularity: full is built for the dense GPT's layers, not "
+                             "for %s (selective is)", c->moe_experts > 0 ? "MoE layers" :
+                             "an encoder-decoder's");
+    if (c->recompute == MODEL_RECOMPUTE_FULL && c->recompute_layers > c->layers)
+        return perr_set(err, "recompute-num-layers: %d exceeds the model's %d layers",
+                        c->recompute_layers, c->layers);
+    out->recompute = c->recompute;
     if (gpt_opts_tp_mode(opts) && tp > 1 && tp2d_local_dims(c, tp, tp_rank, opts, out, err))
         return -1;
     if (row) { /* attention and GeLU whole; each linear contracts its slice of features */
@@ -324,10 +341,11 @@ static size_t slot_bytes(const model_config_t *cfg, const gpt_local_t *lc, const
     return measure.used + 64;
 }
 
-static size_t scratch_bytes(const model_config_t *cfg, const gpt_local_t *lc, int tp) {
+static size_t scratch_bytes(const model_config_t *cfg, const gpt_local_t *lc, int tp,
+                            const gpt_units_t *units) {
     gpt_scratch_t S;
     carver_t measure = {NULL, 0};
-    layout_scratch(&S, cfg, lc, tp, &measure);
+    layout_scratch(&S, cfg, lc, tp, units, &measure);
     return measure.used + 64;
 }
 
@@ -407,7 +425,7 @@ static void mem_of(const model_config_t *cfg, const param_table_t *t, unsigned o
     else
         for (int i = 0; i < t->count; i++) m->open_sums += acc_storage_bytes(t->info[i].numel);
     const slot_units_t all = {units, -1};
-    m->activations = scratch_bytes(cfg, lc, tp) +
+    m->activations = scratch_bytes(cfg, lc, tp, units) +
                      (n_slots ? (size_t)n_slots * stage_slot_bytes(cfg, lc, units)
                               : slot_bytes(cfg, lc, &all));
 }
@@ -460,8 +478,7 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
                           (shard->ep > 1 ? (unsigned)shard->ep << GPT_EP_SHIFT : 0u) |
                           (shard->expert_tp ? GPT_EXPERT_TP : 0u) |
                           (shard->expert_fold ? GPT_EXPERT_FOLD_TP : 0u) |
-                          ((unsigned)shard->tp_mode << GPT_TP_MODE_SHIFT) |
-                          (shard->recompute ? GPT_RECOMPUTE_FULL : 0u);
+                          ((unsigned)shard->tp_mode << GPT_TP_MODE_SHIFT);
     if (shard->tp_mode && shard->tp > 1 && !shard->tp_col_group) {
         free(g);
         return perr_set(err, "2-D tensor parallelism over %d x %d ranks needs a column group",
@@ -544,12 +561,12 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
         g->param_ptr[i] = g->params ? g->params + g->table.info[i].offset : NULL;
     }
     if (at != g->acc_storage) free(at);
-    carver_t cv = {model_alloc(arena, scratch_bytes(cfg, &g->local, shard->tp), MEM_ACTIVATIONS,
+    carver_t cv = {model_alloc(arena, scratch_bytes(cfg, &g->local, shard->tp, &g->shard.units), MEM_ACTIVATIONS,
                                what = "activations"),
                    0};
     if (!cv.base) goto oom;
     g->scratch.block = cv.base;
-    layout_scratch(&g->scratch, cfg, &g->local, shard->tp, &cv);
+    layout_scratch(&g->scratch, cfg, &g->local, shard->tp, &g->shard.units, &cv);
     if (gpt_set_slots(g, 1, NULL)) goto oom;
     contract_ws_init(&g->ws);
     if (g->params && !(omit & GPT_NO_INIT)) {

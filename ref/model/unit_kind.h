@@ -117,6 +117,8 @@ void *carve(carver_t *cv, size_t bytes);
 typedef struct {
     size_t mb, T, Tc, n, ns, C, H, A, F, V;
     int hdrop, adrop, sp, ulysses;
+    int core_shared;    /* selective recomputation: attention's core (scores, softmax,
+                           dropout) lives in the scratch's one set, not the slot */
     size_t E, K, R, Fe; /* experts, top-k, the experts' input rows (moe_rows), and
                            the FFN width of them held (gpt_local_t.expert_ffn) */
     size_t cp, ep;      /* context- and expert-parallel degrees */

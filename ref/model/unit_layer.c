@@ -81,20 +81,24 @@ const attn_block_t layer_self_attention = {
 
 /* ---- activations ---------------------------------------------------------- */
 
-void layer_attention_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
-    const size_t mb = d->mb, T = d->T, Tc = d->Tc, n = d->n, ns = d->ns, C = d->C, H = d->H;
-    const size_t A_ = d->A;
-    L->ln1_xhat = CARVE_F(cv, ns * C);
-    L->ln1_rstd = CARVE_F(cv, ns);
-    L->ln1_out = CARVE_F(cv, ns * C);
-    L->ln1_full = d->sp ? CARVE_F(cv, n * C) : L->ln1_out;
-    L->qkv = CARVE_F(cv, n * 3 * A_);
+void layer_core_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
+    const size_t mb = d->mb, T = d->T, Tc = d->Tc, H = d->H;
     /* ring: [mb,H,Tc,T], the rank's queries against every key;
      * Ulysses: [mb,H/cp,T,T], every query of its heads: as many */
     L->att_e = CARVE_F(cv, mb * H * Tc * T);
     L->att_ehat = d->adrop ? CARVE_F(cv, mb * H * Tc * T) : L->att_e;
     L->att_z = CARVE_F(cv, mb * H * Tc);
     L->att_keep = d->adrop ? CARVE_U8(cv, mb * H * Tc * T) : NULL;
+}
+
+void layer_attention_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
+    const size_t n = d->n, ns = d->ns, C = d->C, A_ = d->A;
+    L->ln1_xhat = CARVE_F(cv, ns * C);
+    L->ln1_rstd = CARVE_F(cv, ns);
+    L->ln1_out = CARVE_F(cv, ns * C);
+    L->ln1_full = d->sp ? CARVE_F(cv, n * C) : L->ln1_out;
+    L->qkv = CARVE_F(cv, n * 3 * A_);
+    if (!d->core_shared) layer_core_layout(L, d, cv); /* else attn_core_bind's */
     L->ctx = CARVE_F(cv, n * A_);
     L->qkv_h = d->ulysses ? CARVE_F(cv, n * 3 * A_) : L->qkv;
     L->ctx_h = d->ulysses ? CARVE_F(cv, n * A_) : L->ctx;
@@ -181,6 +185,26 @@ static pass_t block_pass(const gpt_t *g, const pass_t *p, const attn_block_t *b)
     return q;
 }
 
+/* Selective recomputation: an attention block's core (scores, softmax,
+ * dropout) is the scratch's one set while the block runs, which every
+ * block overwrites; 1 when bound. */
+static int core_bind(gpt_t *g, layer_acts_t *LA, const attn_block_t *b) {
+    if (g->local.recompute != MODEL_RECOMPUTE_SELECTIVE) return 0;
+    const layer_acts_t *core = &g->scratch.recompute_core[b->cross ? 1 : 0];
+    LA->att_e = core->att_e, LA->att_ehat = core->att_ehat;
+    LA->att_z = core->att_z, LA->att_keep = core->att_keep;
+    return 1;
+}
+
+/* ctx from qkv: the core, its dropout mask keyed by the layer's site,
+ * the step and the slot's global sequences (I3), so a second run (the
+ * backward's, selective) gives the first's bits. */
+static void core_forward(gpt_t *g, const gpt_slot_t *A, layer_acts_t *LA, const pass_t *p,
+                         const attn_block_t *b, int l) {
+    attention_unit_forward(g, p, LA, site_stream(b->att_site, l, A->step),
+                           A->mask_seq + unit_inner_shift(g, A->n_seq));
+}
+
 void attn_block_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA,
                         const float *x, const pass_t *p0, const attn_block_t *b) {
     const int l = unit_acts(u), P = g->cfg.encoder_seq_length;
@@ -197,8 +221,8 @@ void attn_block_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *
     /* column-parallel: this rank's heads (qkv rows are head-ordered) */
     pair_first_forward(g, p, LA->qkv, LA->ln1_full, PL(g, u, b->qkv_w), PL(g, u, b->qkv_b), C,
                        3 * W, p->t_cc);
-    attention_unit_forward(g, p, LA, site_stream(b->att_site, l, A->step),
-                           A->mask_seq + unit_inner_shift(g, A->n_seq));
+    core_bind(g, LA, b);
+    core_forward(g, A, LA, p, b, l);
     pair_second_forward(g, p, LA->attn_out, LA->ctx, W, rl ? lc->cin0 : 0, rl ? lc->cin : W,
                         PL(g, u, b->dense_w), PL(g, u, b->dense_b), C, p->t_cc, TP2D_HEADS);
     zero_rows_outside(LA->attn_out, p, b->rows, P, C);
@@ -349,6 +373,8 @@ void attn_block_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t 
     const size_t nsC = p->nsC;
     gpt_scratch_t *S = &g->scratch;
     float *d_res = A->d_resid, *d_a = S->d_tmp, *d_b = S->d_tmp2, *d_w = S->d_wide;
+    /* selective: the core again, before the backward's scratch fills */
+    if (core_bind(g, LA, b)) core_forward(g, A, LA, p, b, unit_acts(u));
     /* resid1 = x_in + drop(attn_out) */
     const float *d_dense = branch_grad(g, p, d_a, S->d_tmp3, d_res, LA->attn_keep, b->rows);
     pair_second_backward(g, p, d_b, GL(g, u, b->dense_w), GL(g, u, b->dense_b), d_dense, LA->ctx,

@@ -91,8 +91,10 @@ typedef struct {
 /* The GPT's self-attention: P_LN1_W .. P_DENSE_B, causal, every row. */
 extern const attn_block_t layer_self_attention;
 
-/* Activations: an attention block's; LN2's; the dense MLP's and the
- * layer's output. */
+/* Activations: an attention block's (its core: scores, softmax and
+ * dropout, laid out by layer_core_layout unless slot_dims_t.core_shared);
+ * LN2's; the dense MLP's and the layer's output. */
+void layer_core_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv);
 void layer_attention_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv);
 void layer_ln2_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv);
 void layer_mlp_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv);

@@ -288,14 +288,59 @@ static const float *stream_in(gpt_t *g, gpt_slot_t *A, const unit_t *u) {
     return prev.kind->output(A, unit_acts(&prev));
 }
 
-/* Full recomputation: a layer's slot keeps its output only; its other
- * activations are the shared set's (gpt_scratch_t.recompute) while it runs. */
-static int recompute_bind(gpt_t *g, gpt_slot_t *A, const unit_t *u) {
-    if (!g->local.recompute || u->kind != &unit_layer) return 0;
-    layer_acts_t *L = &A->layer[unit_acts(u)];
+/* ---- activation recomputation ------------------------------------------- */
+
+/* Full recomputation is built for the dense GPT (pconfig refuses it for
+ * MoE models and encoder-decoders): its layers are the units [L0, L0 + L). */
+static int first_layer_unit(const model_config_t *c) {
+    int u = 0;
+    while (model_unit_at(c, u).kind != &unit_layer) u++;
+    return u;
+}
+
+int gpt_recompute_chunk(const model_config_t *c, const gpt_units_t *units, int u, int *first,
+                        int *last) {
+    if (c->recompute != MODEL_RECOMPUTE_FULL || model_unit_at(c, u).kind != &unit_layer) return 0;
+    /* the run of layers u is in: the replica's range of units holding u
+     * (a pipeline stage's, or each of its virtual chunks') */
+    int lo = first_layer_unit(c), hi = lo + c->layers - 1;
+    for (int k = 0; k < units->n; k++)
+        if (u >= units->lo[k] && u < units->hi[k]) {
+            if (units->lo[k] > lo) lo = units->lo[k];
+            if (units->hi[k] - 1 < hi) hi = units->hi[k] - 1;
+        }
+    const int N = c->recompute_layers > 0 ? c->recompute_layers : 1, k = u - lo;
+    if (c->recompute_block) { /* Megatron's block: the run's first N layers, each alone */
+        if (k >= N) return 0;
+        *first = *last = u;
+        return 1;
+    }
+    *first = lo + k / N * N; /* uniform: chunks of N from the run's first layer */
+    *last = *first + N - 1 < hi ? *first + N - 1 : hi;
+    return 1;
+}
+
+int recompute_sets(const model_config_t *c, const gpt_units_t *units) {
+    if (c->recompute != MODEL_RECOMPUTE_FULL) return 0;
+    int most = 0;
+    for (int u = first_layer_unit(c), f, l; u < first_layer_unit(c) + c->layers; u++)
+        if (gpt_units_hold(units, u) && gpt_recompute_chunk(c, units, u, &f, &l) && l - f + 1 > most)
+            most = l - f + 1;
+    return most;
+}
+
+/* Full recomputation: a chunk's layers keep their activations in the
+ * scratch's sets (layer k of the chunk in set k) while they run, the
+ * chunk's last its output in the slot too (the next unit's input).
+ * 1 when bound; 0 when u stores its own. */
+static int recompute_bind(gpt_t *g, gpt_slot_t *A, int unit) {
+    int first, last;
+    if (!gpt_recompute_chunk(&g->cfg, &g->shard.units, unit, &first, &last)) return 0;
+    const unit_t u = gpt_unit(g, unit);
+    layer_acts_t *L = &A->layer[unit_acts(&u)];
     float *out = L->out;
-    *L = g->scratch.recompute;
-    L->out = out;
+    *L = g->scratch.recompute[unit - first];
+    if (unit == last) L->out = out;
     return 1;
 }
 
@@ -303,7 +348,7 @@ void gpt_unit_forward_pure(gpt_t *g, int unit, int s) {
     gpt_slot_t *A = slot_at(g, unit, s);
     const pass_t p = unit_pass(g, A);
     const unit_t u = gpt_unit(g, unit);
-    recompute_bind(g, A, &u);
+    recompute_bind(g, A, unit);
     u.kind->forward(g, &u, A, stream_in(g, A, &u), &p);
 }
 
@@ -330,8 +375,20 @@ void gpt_unit_backward(gpt_t *g, int unit, int s, const gpt_observer_t *obs) {
     const pass_t p = unit_pass(g, A);
     const unit_t u = gpt_unit(g, unit);
     unit_event(g, obs, unit, GPT_BWD_BEGIN);
-    if (recompute_bind(g, A, &u)) /* its activations again: the same bits as the forward's */
-        u.kind->forward(g, &u, A, stream_in(g, A, &u), &p);
+    int first, last;
+    if (gpt_recompute_chunk(&g->cfg, &g->shard.units, unit, &first, &last) && unit == last) {
+        for (int k = first; k <= last; k++) { /* the chunk's forward again: the same bits */
+            const unit_t x = gpt_unit(g, k);
+            /* the chunk's other layers' parameters (ZeRO-3 gathers them for
+             * this forward, releases them, and gathers them again for their
+             * backward, as DeepSpeed's hooks do under checkpointing) */
+            if (k < last) unit_event(g, obs, k, GPT_FWD_BEGIN);
+            recompute_bind(g, A, k);
+            x.kind->forward(g, &x, A, stream_in(g, A, &x), &p);
+            if (k < last) unit_event(g, obs, k, GPT_FWD_END);
+        }
+        if (last > first) device_note_pass(DEVICE_PASS_BACKWARD, unit);
+    }
     u.kind->backward(g, &u, A, &p);
     gpt_round_unit_grads(g, unit); /* GPT_UNIT_OPEN_SUMS: before the next unit reuses the pool */
     if (obs && obs->batch_tensor) gpt_report_input_grad(g, unit, s, obs);

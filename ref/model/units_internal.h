@@ -160,4 +160,8 @@ void   moe_experts_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const m
 void   moe_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dx, const float *dout,
                     const float *x, const moe_params_t *w, const moe_grads_t *gr);
 
+/* units.c: the activation sets a replica's scratch needs for full
+ * recomputation (its longest chunk, gpt_recompute_chunk; 0 without). */
+int recompute_sets(const model_config_t *c, const gpt_units_t *units);
+
 #endif

@@ -111,7 +111,6 @@ static int setup_rank(engine_rank_t *r, device_t *dev) {
         .cp_comm = sh->run->pc.cp_comm ? CP_ULYSSES : CP_RING, .cp_group = r->cp_group,
         .ep = gd.size[GRID_EP], .ep_rank = r->ep_rank, .ep_group = r->ep_group,
         .expert_tp = sh->run->pc.etp > 1, .expert_fold = pconfig_ep_folded(&sh->run->pc),
-        .recompute = sh->run->pc.recompute,
         .tp_mode = sh->run->pc.tp_mode, .tp_row = gd.coord[GRID_TP2], .tp_depth = gd.size[GRID_TP3],
         .tp_dep = gd.coord[GRID_TP3],
         .tp_col_group = gd.size[GRID_TP2] > 1 ? gd.group[GRID_TP2] : NULL,
@@ -357,6 +356,9 @@ void engine_replica_config(const model_config_t *model, const pconfig_t *pc, mod
     *out = *model;
     out->global_batch = pc->global_batch;
     out->micro_batch = pc->micro_batch;
+    out->recompute = pc->recompute;
+    out->recompute_block = pc->recompute_block;
+    out->recompute_layers = pc->recompute_layers;
 }
 
 /* The parts' blocks of the golden initial parameters. */

@@ -54,4 +54,5 @@ void engine_print_report(const engine_run_t *run, FILE *f) {
     if (run->pc.cp > 1) cp_print_report(&rr, f);
     if (run->pc.ep > 1) ep_print_report(&rr, f);
     if (run->pc.pp > 1) pp_print_report(&rr, f);
+    recompute_print_report(&rr, f);
 }

@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "parity/memest.h"
 #include "parity/placement.h"
 #include "parity/run_report.h"
 #include "tp_report_internal.h"
@@ -249,19 +250,10 @@ static void print_traffic(const run_report_t *run, FILE *f) {
 
 /* ---- activation memory -------------------------------------------------- */
 
-/* Bytes per token of one layer's slot (layout_slot): 4-byte values, 1-byte
- * masks. Replicated over tp (sharded along tokens under SP): LayerNorm
- * x-hat and output twice, the attention and MLP outputs, resid1 and out
- * (8 x 4h), their dropout masks (2h), LayerNorm 1/std (2 x 4). Split over
- * tp: qkv and context (16h), fc1 out, GeLU out and derivative (12 ffn),
- * attention probabilities (4T), after dropout (4T) with its mask (T) and
- * the denominators (4), per head. SP keeps both LayerNorm outputs
- * gathered (8h) for the column-parallel weight gradients. */
+/* One layer's slot bytes per token held (memest_layer_per_token). */
 static double layer_per_token(const model_config_t *c, int t, int sp) {
-    const double h = c->hidden, hd = c->hidden_dropout > 0, ad = c->attention_dropout > 0;
-    const double rep = 32 * h + 2 * h * hd + 8;
-    const double split = (16 * h + 12.0 * c->ffn + c->heads * (c->seq_length * (4 + 5 * ad) + 4)) / t;
-    return sp ? rep / t + 8 * h + split : rep + split;
+    double core, out;
+    return memest_layer_per_token(c, t, sp, 0, &core, &out);
 }
 
 /* The slot outside the layers: input and target ids, the losses, the
