@@ -21,43 +21,45 @@ passed=0; failed=0
 ok()   { passed=$((passed + 1)); echo "ok      $1"; }
 fail() { failed=$((failed + 1)); echo "not ok  $1"; shift; for l in "$@"; do echo "  $l"; done; }
 
-# check_run BINARY LABEL MODEL STEPS
+# check_run BINARY LABEL MODEL STEPS [NAME FLAGS]
 check_run() {
-  local bin=$1 label=$2 model=$3 steps=$4
-  local want=golden/$model.sha256 got=$tmp/$model.$label.sha256
+  local bin=$1 label=$2 model=$3 steps=$4 name=${5:-$3} flags=${6:-}
+  local want=golden/$name.sha256 got=$tmp/$name.$label.sha256
   if [ ! -s "$want" ]; then fail "$model ($label): $want missing (make golden)"; return; fi
   local start=$(date +%s.%N)
+  # shellcheck disable=SC2086 # the flags are words
   if ! "$bin" train --model "$model" --steps "$steps" --backend portable --quiet \
-       --digest "$got" >"$tmp/log" 2>&1; then
+       --digest "$got" $flags >"$tmp/log" 2>&1; then
     fail "$model ($label): parity train failed" "$(tail -3 "$tmp/log")"; return
   fi
   local secs; secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
   if cmp -s "$want" "$got"; then
-    ok "$model ($label, portable): $(wc -l <"$want") tensor digests reproduced bit for bit (${secs}s)"
+    ok "$name ($label, portable): $(wc -l <"$want") tensor digests reproduced bit for bit (${secs}s)"
   else
     local first; first=$(diff "$want" "$got" | grep '^[<>]' | head -1 | awk '{print $3}')
-    fail "$model ($label, portable): digests differ" \
+    fail "$name ($label, portable): digests differ" \
          "$(diff "$want" "$got" | grep -c '^<') of $(wc -l <"$want") tensors differ; first: $first"
   fi
 }
 
-runs=$(grep -v '^#' golden/manifest.txt | awk 'NF == 2')
+runs=$(grep -v '^#' golden/manifest.txt | awk 'NF >= 2')
 # Under a sanitizer (make asan/ubsan/tsan) every run is 3-40x slower; the
 # point there is memory and thread errors, which gpt-micro (dropout, two
 # microbatches, every layer) exercises. The normal build checks them all.
 sanitized=0
 if ldd "$PARITY" 2>/dev/null | grep -qE 'lib(a|t|ub)san'; then sanitized=1; fi
-while read -r model steps; do
+while read -r model steps name flags; do
   if [ "$sanitized" = 1 ] && [ "$model" != gpt-micro ]; then
-    echo "skip    $model: sanitizer build (checked by the normal build)"; continue
+    echo "skip    ${name:-$model}: sanitizer build (checked by the normal build)"; continue
   fi
-  check_run "$PARITY" O2 "$model" "$steps"
+  check_run "$PARITY" O2 "$model" "$steps" "$name" "$flags"
 done <<<"$runs"
 
 O0=$BUILD/o0/parity
 if [ -x "$O0" ]; then
-  while read -r model steps; do
-    case $model in gpt-micro|gpt-tiny|t5-tiny|llava-tiny) check_run "$O0" O0 "$model" "$steps" ;; esac
+  while read -r model steps name flags; do
+    case $model in gpt-micro|gpt-tiny|t5-tiny|llava-tiny)
+      check_run "$O0" O0 "$model" "$steps" "$name" "$flags" ;; esac
   done <<<"$runs"
 else
   echo "skip    -O0 reproduction: $O0 not built (sanitizer builds skip it)"

@@ -73,8 +73,11 @@ typedef struct {
     size_t arena_capacity;       /* per device, 0 = unlimited */
     coll_algo_t algo;
     /* Test-only: reduce gradients with plain fp32 ring sums of rounded
-     * local gradients, to prove that the checker catches a real bug. */
+     * local gradients, to prove that the checker catches a real bug; 2:
+     * the local gradients rounded to bf16 first (a bf16 gradient reduction
+     * without fp32 accumulation) */
     int broken_fp32_sums;
+    int broken_fp16_clip_scaled; /* fp16: the norm (and clipping) of still-scaled gradients */
     int broken_tp_fp32_sums;  /* the row-parallel completions in fp32 (Megatron-LM 1736's kind) */
     int broken_tp_vocab_pad;  /* a vocabulary padding that depends on tp (Megatron-LM 1754) */
     int broken_pp_mask_key;   /* dropout masks keyed by a stage's microbatch count (PyTorch 55036) */

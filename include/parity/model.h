@@ -86,7 +86,25 @@ typedef struct {
                                   layers of each run of layers a replica holds), 0 =
                                   uniform (every layer, in chunks of recompute_layers) */
     int recompute_layers;      /* full: N (--recompute-num-layers) */
+    /* mixed precision (MODEL.md "Mixed precision"; --bf16, --fp16): the
+     * dtype activations, their gradients and the parameters' compute copy
+     * are rounded to at the defined points; master weights, gradients and
+     * AdamW's state stay fp32 */
+    int precision;             /* MODEL_FP32, MODEL_BF16, MODEL_FP16 */
+    /* fp16's loss scaling (Megatron's flags): loss_scale > 0 is static; 0
+     * is dynamic from initial_loss_scale, halved (not below min_loss_scale)
+     * once `hysteresis` steps have overflowed, doubled after
+     * loss_scale_window steps without. 0 in the last four: Megatron's
+     * defaults (2^32, 1, 1000, 2; model_loss_scaling) */
+    float loss_scale, initial_loss_scale, min_loss_scale;
+    int loss_scale_window, hysteresis;
 } model_config_t;
+enum { MODEL_FP32 = 0, MODEL_BF16 = 1, MODEL_FP16 = 2 };
+/* "fp32", "bf16", "fp16". */
+const char *model_precision_name(int precision);
+/* The loss scaling c asks for, its zeros replaced by Megatron's defaults. */
+void model_loss_scaling(const model_config_t *c, float *initial, float *min, int *window,
+                        int *hysteresis);
 enum { MODEL_RECOMPUTE_NONE = 0, MODEL_RECOMPUTE_FULL = 1, MODEL_RECOMPUTE_SELECTIVE = 2 };
 enum { MODEL_GPT = 0, MODEL_T5 = 1, MODEL_LLAVA = 2 };
 /* The architecture's name in configs and reports: "gpt", "t5", "llava". */
@@ -575,6 +593,25 @@ typedef struct {
 
 /* Watches a step, for dumps and checkers. Both hooks may be NULL. */
 typedef struct gpt gpt_t;
+
+/* fp16's loss scaler (model.h's config fields; Megatron's
+ * DynamicGradScaler): the scale the loss gradient is multiplied by, the
+ * clean steps since it last grew, the overflowing steps it still
+ * tolerates before it shrinks, and the steps skipped so far. Every rank
+ * updates its copy from the same global gradient norm, so all agree. */
+typedef struct {
+    float scale;
+    int growth, hysteresis_left;
+    int64_t skipped;
+} loss_scaler_t;
+void loss_scaler_init(loss_scaler_t *s, const model_config_t *c);
+/* After a step's gradients are rounded, unscaled and their global norm
+ * known: found_inf = the norm is not finite. Returns 1 when the step must
+ * be skipped (fp16 only: no update, the learning rate's schedule does not
+ * advance), and moves the scale. */
+int  loss_scaler_step(loss_scaler_t *s, const model_config_t *c, int found_inf);
+/* fp16: grads[0..n) *= 1 / scale (exact for a power of two); else nothing. */
+void loss_scaler_unscale(const loss_scaler_t *s, const model_config_t *c, float *grads, size_t n);
 typedef struct {
     void *ctx;
     /* A batch-shaped tensor of one microbatch, as a shard (gpt_view_t).
@@ -602,13 +639,17 @@ struct gpt {
     gpt_shard_t shard;
     gpt_local_t local;
     param_table_t table;
-    float *params;       /* [total], or NULL when a parallel mode owns them */
-    float **param_ptr;   /* [count] where each tensor's values are read:
-                            params + offset, or a gathered shard (ZeRO-3) */
+    float *params;       /* [total], or NULL when a parallel mode owns them: the
+                            master weights (fp32) */
+    float *params_lp;    /* mixed precision: [total] their compute copy, rounded to the
+                            model's dtype (gpt_params_refresh); else NULL */
+    float **param_ptr;   /* [count] where each tensor's values are read: params (or
+                            params_lp) + offset, or a gathered shard (ZeRO-3) */
     float *grads;        /* [total] rounded gradients of the last step */
     acc_t *grad_acc;     /* [count] open exact gradient sums */
     float *adam_m, *adam_v; /* [total] */
     int adam_t;          /* AdamW steps taken */
+    loss_scaler_t scaler; /* fp16's loss scale (inert otherwise) */
     sacc_t loss_acc;     /* sum of token losses of this step */
     gpt_moe_stats_t moe; /* routing statistics of this step (MoE layers) */
     gpt_slot_t *slot;    /* [n_slots] activation slots */
@@ -858,7 +899,16 @@ void model_sample(const model_config_t *c, const struct corpus *data, uint64_t s
 typedef struct {
     float loss, lr, grad_norm;
     double seconds; /* layouts: the step's wall time, barrier to barrier */
+    float loss_scale; /* fp16: the scale this step's backward used (else 0) */
+    int skipped;      /* fp16: the step overflowed and made no update */
 } gpt_step_stats_t;
+/* Mixed precision: params_lp := params rounded to the model's dtype (a
+ * replica's whole block; nothing without a compute copy). After anything
+ * writes the master weights: initialisation, an update, a checkpoint. */
+void gpt_params_refresh(gpt_t *g);
+/* A gathered block of master weights (ZeRO-3) rounded in place to the
+ * model's dtype: the compute copy a unit runs with. */
+void gpt_round_params(const model_config_t *c, float *p, size_t n);
 void gpt_train_step(gpt_t *g, const struct corpus *data, int64_t step,
                     const gpt_observer_t *obs, gpt_step_stats_t *stats);
 

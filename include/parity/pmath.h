@@ -129,4 +129,18 @@ void pm_gelu_tanh_array(float *y, float *grad, const float *x, size_t n);
  * underflow give the fp32 answers +-inf and +-0. */
 float pm_powf_int(float x, int n);
 
+/* Mixed precision's storage dtypes (ref/kernels/lowp.c): x rounded to the
+ * nearest bf16 (8 significant bits, fp32's exponent range) or IEEE fp16
+ * (11 bits, normal range 2^-14 .. 65504, subnormals down to 2^-24), ties
+ * to even, held in an fp32 (every bf16 and fp16 value is one). Integer
+ * arithmetic on the bits, so every machine gives the same ones (I5): a
+ * finite value past the range gives +-inf (fp16: |x| >= 65520), below
+ * half the smallest subnormal +-0 (the sign kept); inf stays; NaN gives
+ * the canonical NaN (PM_NAN_BITS). */
+float pm_round_bf16(float x);
+float pm_round_fp16(float x);
+/* x[i] rounded in place, n elements. */
+void  pm_round_bf16_array(float *x, size_t n);
+void  pm_round_fp16_array(float *x, size_t n);
+
 #endif

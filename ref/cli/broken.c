@@ -16,6 +16,20 @@ static const char *needs_dp(const broken_where_t *w) {
                            "to break)";
 }
 
+static const char *needs_dp_bf16(const broken_where_t *w) {
+    if (w->cfg->precision != MODEL_BF16) return "--bf16";
+    return needs_dp(w);
+}
+
+static const char *needs_fp16_scale(const broken_where_t *w) {
+    float s, min;
+    int window, hysteresis;
+    model_loss_scaling(w->cfg, &s, &min, &window, &hysteresis);
+    if (w->cfg->loss_scale > 0) s = w->cfg->loss_scale;
+    return w->cfg->precision == MODEL_FP16 && s != 1.0f ? NULL
+                                                         : "--fp16 with a loss scale other than 1";
+}
+
 static const char *needs_tp(const broken_where_t *w) {
     return w->pc->tp > 1 ? NULL : "tensor-model-parallel-size > 1";
 }
@@ -170,6 +184,8 @@ static void set_moe_ties(engine_run_t *r, int d) { (void)d, r->broken_moe |= GPT
 static void set_moe_aux(engine_run_t *r, int d) { (void)d, r->broken_moe |= GPT_BROKEN_MOE_AUX_LOCAL; }
 
 static void set_fp32_sums(engine_run_t *r, int d) { (void)d, r->broken_fp32_sums = 1; }
+static void set_bf16_sums(engine_run_t *r, int d) { (void)d, r->broken_fp32_sums = 2; }
+static void set_fp16_clip(engine_run_t *r, int d) { (void)d, r->broken_fp16_clip_scaled = 1; }
 static void set_tp_fp32_sums(engine_run_t *r, int d) { (void)d, r->broken_tp_fp32_sums = 1; }
 static void set_tp_vocab_pad(engine_run_t *r, int d) { (void)d, r->broken_tp_vocab_pad = 1; }
 static void set_pp_mask_key(engine_run_t *r, int d) { (void)d, r->broken_pp_mask_key = 1; }
@@ -190,6 +206,17 @@ static const broken_variant_t variants[] = {
      "reduce the data-parallel gradients with plain fp32 ring sums of rounded local gradients "
      "(the order-dependent all-reduce of DDP over NCCL)",
      "grad.*", "--data-parallel-size 2", -1, "dp > 1", 0, needs_dp, set_fp32_sums},
+    {"bf16-grad-reduce",
+     "round each rank's gradients to bf16 and sum them in a ring (a bf16 gradient all-reduce "
+     "without fp32 accumulation: Megatron's accumulate_allreduce_grads_in_fp32 off, DeepSpeed's "
+     "bf16 communication_data_type)",
+     "grad.*", "--bf16 --data-parallel-size 2", -1, "dp > 1 and --bf16", 0, needs_dp_bf16,
+     set_bf16_sums},
+    {"fp16-clip-scaled",
+     "take the gradient norm (and clip) before unscaling the fp16 loss scale (the ordering "
+     "PyTorch's GradScaler documentation warns about)",
+     "grad_norm", "--fp16 --initial-loss-scale 1024 --data-parallel-size 2", -1,
+     "--fp16 with a loss scale other than 1", 0, needs_fp16_scale, set_fp16_clip},
     {"tp-fp32-sums",
      "complete row-parallel sums in fp32, each rank rounding its partial before the all-reduce "
      "(Megatron-LM 1736's reduction-order kind)",

@@ -39,6 +39,7 @@ int run_golden_step(gpt_t *g, const corpus_t *data, int64_t step, dump_t *dump,
 }
 
 const char *step_not_finite(const gpt_step_stats_t *st) {
+    if (st->skipped) return NULL; /* fp16: an overflow the loss scaler handled */
     if (!isfinite(st->loss)) return "loss";
     if (!isfinite(st->grad_norm)) return "gradient norm";
     return NULL;
@@ -59,6 +60,8 @@ int run_output_step(const run_output_t *o, int s, const gpt_step_stats_t *st, do
     if (print) {
         printf("step %5lld | loss %.6f (0x%08x) | lr %.4e | grad norm %.6f", gs, (double)st->loss, u,
                (double)st->lr, (double)st->grad_norm);
+        if (st->loss_scale > 0)
+            printf(" | loss scale %g%s", (double)st->loss_scale, st->skipped ? " (skipped)" : "");
         if (ms >= 0) printf(" | %8.1f ms", ms);
         putchar('\n');
     }

@@ -445,6 +445,10 @@ void attention_unit_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, uint64_
     } else {
         ring_forward(g, p, LA);
     }
+    /* mixed precision: the core as FlashAttention runs it, in fp32; its
+     * output rounded (and Ulysses' heads-major copy, the backward's) */
+    act_round(g, LA->ctx, (size_t)p->n * lc->attn);
+    if (lc->ulysses) act_round(g, LA->ctx_h, (size_t)p->n * lc->attn);
 }
 
 void attention_unit_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dqkv,
@@ -463,4 +467,5 @@ void attention_unit_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float 
     } else {
         ring_backward(g, p, LA, dqkv, dctx);
     }
+    act_round(g, dqkv, (size_t)p->n * 3 * lc->attn);
 }

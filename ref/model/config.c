@@ -40,6 +40,18 @@ static void common_defaults(model_config_t *c) {
     c->moe_layer_freq = 1;
 }
 
+void model_loss_scaling(const model_config_t *c, float *initial, float *min, int *window,
+                        int *hysteresis) {
+    *initial = c->initial_loss_scale > 0 ? c->initial_loss_scale : 0x1p32f;
+    *min = c->min_loss_scale > 0 ? c->min_loss_scale : 1.0f;
+    *window = c->loss_scale_window > 0 ? c->loss_scale_window : 1000;
+    *hysteresis = c->hysteresis > 0 ? c->hysteresis : 2;
+}
+
+const char *model_precision_name(int precision) {
+    return precision == MODEL_BF16 ? "bf16" : precision == MODEL_FP16 ? "fp16" : "fp32";
+}
+
 static const char *const builtin_names[] = {"gpt-micro", "gpt-tiny", "gpt-small", "gpt-124m",
                                             "t5-tiny",   "t5-small", "llava-tiny", NULL};
 
@@ -199,12 +211,40 @@ static int apply_moe_json(const json_t *m, const char *path, model_config_t *c, 
     return 0;
 }
 
+/* "precision": {"dtype": "fp32"|"bf16"|"fp16", "loss_scale", "initial_loss_scale",
+ * "min_loss_scale", "loss_scale_window", "hysteresis"} */
+static int apply_precision_json(const json_t *m, const char *path, model_config_t *c, perr_t *err) {
+    static const char *const keys[] = {"dtype", "loss_scale", "initial_loss_scale", "min_loss_scale",
+                                       "loss_scale_window", "hysteresis", NULL};
+    if (json_type(m) != JSON_OBJECT)
+        return perr_set(err, "%s: field 'precision': expected an object {dtype, loss_scale, ...}",
+                        path);
+    if (check_keys(m, keys, "precision.", path, err) ||
+        get_float(m, "loss_scale", path, &c->loss_scale, err) ||
+        get_float(m, "initial_loss_scale", path, &c->initial_loss_scale, err) ||
+        get_float(m, "min_loss_scale", path, &c->min_loss_scale, err) ||
+        get_int(m, "loss_scale_window", path, &c->loss_scale_window, err) ||
+        get_int(m, "hysteresis", path, &c->hysteresis, err))
+        return -1;
+    const json_t *dt = json_get(m, "dtype");
+    if (dt) {
+        const char *v = json_string(dt);
+        int k = 0;
+        while (k <= MODEL_FP16 && (!v || strcmp(v, model_precision_name(k)))) k++;
+        if (k > MODEL_FP16)
+            return perr_set(err, "%s: field 'precision.dtype': expected \"fp32\", \"bf16\" or "
+                                 "\"fp16\"", path);
+        c->precision = k;
+    }
+    return 0;
+}
+
 static int apply_json(const json_t *j, const char *path, model_config_t *c, perr_t *err) {
     static const char *const top[] = {
         "name", "base", "vocab", "seq_length", "hidden", "heads", "layers", "ffn", "tied",
         "tiles", "dropouts", "ln_eps", "seed", "global_batch", "micro_batch", "lr", "min_lr",
         "warmup", "decay_steps", "beta1", "beta2", "eps", "weight_decay", "clip_grad",
-        "make_vocab_size_divisible_by", "moe", "arch", "encoder", NULL};
+        "make_vocab_size_divisible_by", "moe", "arch", "encoder", "precision", NULL};
     static const char *const tiles[] = {"tokens", "features", "ffn", NULL};
     static const char *const drops[] = {"hidden", "attention", NULL};
     if (json_type(j) != JSON_OBJECT)
@@ -279,6 +319,8 @@ static int apply_json(const json_t *j, const char *path, model_config_t *c, perr
             return -1;
     }
     if (json_get(j, "moe") && apply_moe_json(json_get(j, "moe"), path, c, err)) return -1;
+    if (json_get(j, "precision") && apply_precision_json(json_get(j, "precision"), path, c, err))
+        return -1;
     const json_t *arch = json_get(j, "arch");
     if (arch) {
         const char *v = json_string(arch);
@@ -394,6 +436,37 @@ static int validate_encoder(const model_config_t *c, perr_t *err) {
     return 0;
 }
 
+/* Mixed precision: the dtype, and loss scaling only where fp16 needs it
+ * (Megatron ignores it in bf16; here a flag that would do nothing is an
+ * error). Built for the dense GPT (MODEL.md "Mixed precision"). */
+static int validate_precision(const model_config_t *c, perr_t *err) {
+    if (c->precision < MODEL_FP32 || c->precision > MODEL_FP16)
+        return perr_set(err, "precision.dtype: %d, expected fp32, bf16 or fp16", c->precision);
+    if (c->precision && (c->moe_experts > 0 || c->arch != MODEL_GPT))
+        return perr_set(err, "--%s: mixed precision is built for the dense GPT, not for %s yet",
+                        model_precision_name(c->precision),
+                        c->moe_experts > 0 ? "MoE layers" : "encoder-decoders");
+    struct { const char *flag; double v; } scaling[] = {
+        {"--loss-scale", c->loss_scale}, {"--initial-loss-scale", c->initial_loss_scale},
+        {"--min-loss-scale", c->min_loss_scale}, {"--loss-scale-window", c->loss_scale_window},
+        {"--hysteresis", c->hysteresis}};
+    for (size_t i = 0; i < sizeof scaling / sizeof scaling[0]; i++) {
+        if (scaling[i].v != 0 && c->precision != MODEL_FP16)
+            return perr_set(err, "%s: loss scaling is for --fp16 (the model is %s)",
+                            scaling[i].flag, model_precision_name(c->precision));
+        if (!(scaling[i].v >= 0 && scaling[i].v <= 0x1p127))
+            return perr_set(err, "%s: %g, expected a finite value >= 0 (0: %s)", scaling[i].flag,
+                            scaling[i].v, i ? "Megatron's default" : "dynamic scaling");
+    }
+    float initial, min;
+    int window, hysteresis;
+    model_loss_scaling(c, &initial, &min, &window, &hysteresis);
+    if (min > initial)
+        return perr_set(err, "--min-loss-scale: %g exceeds --initial-loss-scale %g", (double)min,
+                        (double)initial);
+    return 0;
+}
+
 /* whole_microbatches: micro_batch must divide global_batch (the golden
  * schedule, gpt_train_step); else it need only not exceed it (a replica
  * sized for a layout's largest microbatch, model.h). */
@@ -502,6 +575,7 @@ static int validate(const model_config_t *c, int whole_microbatches, perr_t *err
                         (double)c->clip_grad);
     if (validate_moe(c, err)) return -1;
     if (validate_encoder(c, err)) return -1;
+    if (validate_precision(c, err)) return -1;
     /* Element counts are size_t, but tile calls take int extents. */
     if ((int64_t)c->micro_batch * c->seq_length > (1 << 24) ||
         (int64_t)c->vocab * c->hidden > (1 << 30) || (int64_t)c->ffn * c->hidden > (1 << 30))
@@ -558,6 +632,14 @@ char *model_config_json(const model_config_t *c) {
                  c->moe_pre_softmax ? "true" : "false", (double)c->moe_aux_loss_coeff,
                  (double)c->moe_z_loss_coeff, (double)c->moe_capacity_factor,
                  c->moe_drop_position ? "position" : "probs");
+    }
+    if (c->precision != MODEL_FP32) { /* fp32's JSON stays as it was (golden/'s dumps) */
+        const size_t at = strlen(s) - 1;
+        snprintf(s + at, cap - at, ", \"precision\": {\"dtype\": \"%s\", \"loss_scale\": %.9g, "
+                 "\"initial_loss_scale\": %.9g, \"min_loss_scale\": %.9g, \"loss_scale_window\": "
+                 "%d, \"hysteresis\": %d}}", model_precision_name(c->precision),
+                 (double)c->loss_scale, (double)c->initial_loss_scale, (double)c->min_loss_scale,
+                 c->loss_scale_window, c->hysteresis);
     }
     if (c->arch != MODEL_GPT) { /* the GPT's JSON stays as it was (golden/'s dumps) */
         const size_t at = strlen(s) - 1;

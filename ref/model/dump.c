@@ -400,9 +400,12 @@ int dump_end_step(dump_t *d, const gpt_t *g, const gpt_step_stats_t *st, perr_t 
             }
     /* scalars: every device's copy is compared with the one taken, device 0's */
     static const int32_t device0 = 0;
+    /* fp16: the scale this step's backward used and whether it was skipped
+     * (fp32 and bf16 dumps stay as they were) */
     struct { const char *n; float v; } scalars[] = {
-        {"loss", st->loss}, {"lr", st->lr}, {"grad_norm", st->grad_norm}};
-    for (int k = 0; k < 3; k++) {
+        {"loss", st->loss}, {"lr", st->lr}, {"grad_norm", st->grad_norm},
+        {"loss_scale", st->loss_scale}, {"skipped", (float)st->skipped}};
+    for (int k = 0; k < (g->cfg.precision == MODEL_FP16 ? 5 : 3); k++) {
         snprintf(name, sizeof name, "step%lld.%s", (long long)d->step, scalars[k].n);
         if (emit(d, name, ST_F32, 1, &one, &scalars[k].v, &device0, err)) return -1;
     }

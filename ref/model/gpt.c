@@ -10,6 +10,7 @@
  */
 #include "parity/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,6 +296,9 @@ int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int cp_rank, un
     out->expert_ffn0 = expert_tp ? out->ffn0 : 0;
     out->expert_fold = (opts & GPT_EXPERT_FOLD_TP) && tp > 1;
     out->hid = c->hidden, out->hid0 = 0;
+    if (c->precision != MODEL_FP32 && gpt_opts_tp_mode(opts) && tp > 1)
+        return perr_set(err, "--%s: mixed precision with Colossal-AI's 2-D, 2.5-D and 3-D tensor "
+                             "parallelism is not built yet (1-D is)", model_precision_name(c->precision));
     if (c->recompute == MODEL_RECOMPUTE_FULL && (c->moe_experts > 0 || c->arch != MODEL_GPT))
         return perr_set(err, "recompute-granularity: full is built for the dense GPT's layers, not "
                              "for %s (selective is)", c->moe_experts > 0 ? "MoE layers" :
@@ -414,7 +418,8 @@ static void mem_of(const model_config_t *cfg, const param_table_t *t, unsigned o
                    const gpt_local_t *lc, int tp, const gpt_units_t *units, int n_slots,
                    gpt_mem_t *m) {
     const size_t F4 = t->total * sizeof(float);
-    m->params = omit & GPT_NO_PARAMS ? 0 : F4;
+    /* mixed precision: the master weights and their compute copy */
+    m->params = omit & GPT_NO_PARAMS ? 0 : F4 * (cfg->precision != MODEL_FP32 ? 2 : 1);
     m->grads = omit & GPT_NO_GRADS ? 0 : F4;
     m->optimizer = omit & GPT_NO_OPTIMIZER ? 0 : 2 * F4; /* AdamW m and v */
     m->open_sums = 0;
@@ -524,7 +529,12 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
     if (!g->grad_acc || !g->acc_storage || !g->param_ptr) goto oom;
     gpt_mem_t mem;
     mem_of(cfg, &g->table, omit, &g->local, shard->tp, &shard->units, 0, &mem);
-    if (mem.params && !(g->params = model_alloc(arena, mem.params, MEM_PARAMS, what = "parameters")))
+    const size_t master = mem.params / (cfg->precision != MODEL_FP32 ? 2 : 1);
+    if (mem.params && !(g->params = model_alloc(arena, master, MEM_PARAMS, what = "parameters")))
+        goto oom;
+    if (mem.params && cfg->precision != MODEL_FP32 &&
+        !(g->params_lp = model_alloc(arena, master, MEM_PARAMS,
+                                     what = "the parameters' compute copy (mixed precision)")))
         goto oom;
     if (mode == GPT_GRADS_IN_SUMS) {
         if (!(g->acc_pool = model_alloc(arena, mem.grads + mem.open_sums, MEM_GRADS,
@@ -558,7 +568,8 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
         if (!g->acc_pool && !(at[i] = model_alloc(arena, acc_storage_bytes(n), MEM_GRADS, what)))
             goto oom;
         acc_init_with(&g->grad_acc[i], n, at[i]);
-        g->param_ptr[i] = g->params ? g->params + g->table.info[i].offset : NULL;
+        float *read = g->params_lp ? g->params_lp : g->params;
+        g->param_ptr[i] = read ? read + g->table.info[i].offset : NULL;
     }
     if (at != g->acc_storage) free(at);
     carver_t cv = {model_alloc(arena, scratch_bytes(cfg, &g->local, shard->tp, &g->shard.units), MEM_ACTIVATIONS,
@@ -574,7 +585,9 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
             params_init_at(&g->table, shard->grid_sizes, shard->grid_coord, cfg->seed, g->params);
         else
             params_init_tp(&g->table, shard->tp, shard->tp_rank, cfg->seed, g->params);
+        gpt_params_refresh(g);
     }
+    loss_scaler_init(&g->scaler, cfg);
     sacc_init(&g->loss_acc);
     if (cfg->moe_experts > 0) { /* bookkeeping, outside the arena */
         const size_t cells = (size_t)cfg->layers * (size_t)cfg->moe_experts;
@@ -684,6 +697,7 @@ void gpt_free(gpt_t *g) {
     free(g->grad_acc);
     free(g->param_ptr);
     model_release(arena, g->params);
+    model_release(arena, g->params_lp);
     model_release(arena, g->grads);
     model_release(arena, g->adam_m);
     model_release(arena, g->adam_v);
@@ -728,6 +742,7 @@ float gpt_step_round_grads(gpt_t *g) {
             round_in_place(&g->grad_acc[i], g->grads + p->offset);
         else if (g->sums_mode != GPT_UNIT_OPEN_SUMS) /* that one rounded unit by unit */
             acc_round(&g->grad_acc[i], g->grads + p->offset);
+        loss_scaler_unscale(&g->scaler, &g->cfg, g->grads + p->offset, p->numel);
         sacc_add_squares(&n2, g->grads + p->offset, p->numel);
     }
     return pm_sqrtf(sacc_round(&n2));
@@ -750,6 +765,7 @@ void gpt_step_update(gpt_t *g, float lr, float grad_norm) {
                      g->adam_v + p->offset, p->numel, g->adam_t, lr, c->beta1, c->beta2, c->eps,
                      p->weight_decay ? c->weight_decay : 0.0f);
     }
+    gpt_params_refresh(g);
 }
 
 void gpt_train_step(gpt_t *g, const corpus_t *data, int64_t step, const gpt_observer_t *obs,
@@ -765,8 +781,12 @@ void gpt_train_step(gpt_t *g, const corpus_t *data, int64_t step, const gpt_obse
         gpt_microbatch(g, A->inputs, A->targets, mb, first, step, obs);
     }
     stats->loss = gpt_step_loss(g);
-    stats->lr = lr_schedule(c, step);
+    stats->loss_scale = c->precision == MODEL_FP16 ? g->scaler.scale : 0.0f;
     stats->grad_norm = gpt_step_round_grads(g);
+    /* fp16: a step whose gradients overflowed updates nothing, and the
+     * schedule counts updates (Megatron's skipped iterations) */
+    stats->skipped = loss_scaler_step(&g->scaler, c, !isfinite(stats->grad_norm));
+    stats->lr = lr_schedule(c, step - g->scaler.skipped + stats->skipped);
     if (obs && obs->grads_ready) obs->grads_ready(obs->ctx, g);
-    gpt_step_update(g, stats->lr, stats->grad_norm);
+    if (!stats->skipped) gpt_step_update(g, stats->lr, stats->grad_norm);
 }

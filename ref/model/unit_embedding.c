@@ -67,6 +67,7 @@ void embedding_unit_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass
         site_mask(g, A, p, A->emb_keep, site_stream("dropout.embedding", -1, A->step));
         dropout_forward(A->emb, A->emb, A->emb_keep, p->nsC, c->hidden_dropout);
     }
+    act_round(g, A->emb, p->nsC);
 }
 
 static void forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x, const pass_t *p) {
@@ -80,6 +81,7 @@ const float *embedding_unit_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, c
     const float *d = A->d_resid;
     if (A->emb_keep) {
         dropout_backward(g->scratch.d_tmp, d, A->emb_keep, p->nsC, c->hidden_dropout);
+        act_round(g, g->scratch.d_tmp, p->nsC);
         d = g->scratch.d_tmp;
     }
     if (g->local.t2q) {

@@ -97,6 +97,7 @@ static void forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x, co
     else
         linear_forward(A->logits, A->lnf_full, P_(g, head_weight(g)), NULL, n, C, V, p->t_cc,
                        &g->ws);
+    act_round(g, A->logits, (size_t)n * V); /* the loss in fp32 from them */
     /* cross-entropy's three reductions: max, exact sum of exps, target logit */
     ce_row_max(m, A->logits, n, V);
     const int pad = padded_columns(g);
@@ -131,6 +132,10 @@ static void backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) 
     crossentropy_backward(d_logits, A->logits, targets, A->ce_max, A->ce_z, n, V,
                           g->local.vocab0, total_tokens, g->scratch.row_scratch);
     zero_source_rows(g, d_logits, p, c->encoder_seq_length, V);
+    /* fp16: the loss scale, once, here (I4): every gradient below is scaled */
+    if (c->precision == MODEL_FP16)
+        for (size_t i = 0; i < (size_t)n * V; i++) d_logits[i] = d_logits[i] * g->scaler.scale;
+    act_round(g, d_logits, (size_t)n * V);
     if (g->local.t2q && g->shard.tp_mode == 3)
         tp3d_linear_backward(g, p, g->scratch.d_tmp, &g->grad_acc[head_weight(g)], NULL, d_logits,
                              A->lnf_full, P_(g, head_weight(g)), TP2D_HIDDEN, 1, V, p->t_cc);

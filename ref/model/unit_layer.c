@@ -227,6 +227,7 @@ void attn_block_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *
                         PL(g, u, b->dense_w), PL(g, u, b->dense_b), C, p->t_cc, TP2D_HEADS);
     zero_rows_outside(LA->attn_out, p, b->rows, P, C);
     residual_dropout(LA->resid1, x, LA->attn_out, LA->attn_keep, p->nsC, c->hidden_dropout);
+    act_round(g, LA->resid1, p->nsC);
 }
 
 void ln2_forward(gpt_t *g, const unit_t *u, layer_acts_t *LA, const float *x, const pass_t *p) {
@@ -247,10 +248,12 @@ void mlp_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA, con
     pair_first_forward(g, p, LA->fc1_out, LA->ln2_full, PL(g, u, P_FC1_W), PL(g, u, P_FC1_B), C, F,
                        p->t_cf);
     gelu_forward(LA->gelu_out, LA->gelu_grad, LA->fc1_out, (size_t)n * F);
+    act_round(g, LA->gelu_out, (size_t)n * F);
     pair_second_forward(g, p, LA->fc2_out, LA->gelu_out, F, rl ? lc->fin0 : 0, rl ? lc->fin : F,
                         PL(g, u, P_FC2_W), PL(g, u, P_FC2_B), C, p->t_fc, TP2D_FFN);
     zero_rows_outside(LA->fc2_out, p, rows, c->encoder_seq_length, C);
     residual_dropout(LA->out, x, LA->fc2_out, LA->mlp_keep, p->nsC, c->hidden_dropout);
+    act_round(g, LA->out, p->nsC);
 }
 
 static void forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x, const pass_t *p) {
@@ -346,6 +349,7 @@ static const float *branch_grad(gpt_t *g, const pass_t *p, float *held, float *f
     const float *d = d_res;
     if (keep) {
         dropout_backward(held, d_res, keep, p->nsC, g->cfg.hidden_dropout);
+        act_round(g, held, p->nsC);
         d = held;
     } else if (rows != ROWS_ALL) {
         memcpy(held, d_res, p->nsC * sizeof(float));
@@ -361,6 +365,7 @@ void ln2_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA, co
     ln_backward(g, p, d_a, GL(g, u, P_LN2_W), GL(g, u, P_LN2_B), d_ln2, LA->ln2_xhat, LA->ln2_rstd,
                 PL(g, u, P_LN2_W));
     for (size_t i = 0; i < p->nsC; i++) d_res[i] = d_res[i] + d_a[i];
+    act_round(g, d_res, p->nsC);
 }
 
 void attn_block_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA,
@@ -391,6 +396,7 @@ void attn_block_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t 
                 PL(g, u, b->ln_w));
     if (b->cross) copy_rows(d_b, S->d_tmp3, p, ROWS_SOURCE, P, C);
     for (size_t i = 0; i < nsC; i++) d_res[i] = d_res[i] + d_b[i];
+    act_round(g, d_res, nsC);
 }
 
 /* The GPT layers' own: the checker's control on the last layer. */
@@ -418,6 +424,7 @@ const float *mlp_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t
                          rl ? lc->fin0 : 0, rl ? lc->fin : F, PL(g, u, P_FC2_W), C, p->t_fc,
                          TP2D_FFN);
     gelu_backward(d_w, d_w, LA->gelu_grad, (size_t)p->n * F);
+    act_round(g, d_w, (size_t)p->n * F);
     pair_first_backward(g, p, d_b, GL(g, u, P_FC1_W), GL(g, u, P_FC1_B), d_w, LA->ln2_full,
                         PL(g, u, P_FC1_W), C, F, p->t_cf);
     return d_b;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "parity/rng.h"
+#include "parity/pmath.h"
 #include "tp.h"
 #include "tp2d.h"
 #include "tp3d.h"
@@ -64,6 +65,11 @@ void site_mask(const gpt_t *g, const gpt_slot_t *A, const pass_t *p, uint8_t *ke
         }
 }
 
+void act_round(const gpt_t *g, float *x, size_t n) {
+    if (g->cfg.precision == MODEL_BF16) pm_round_bf16_array(x, n);
+    else if (g->cfg.precision == MODEL_FP16) pm_round_fp16_array(x, n);
+}
+
 void residual_dropout(float *x_out, const float *x, const float *y, const uint8_t *keep,
                       size_t count, float prob) {
     if (keep) {
@@ -88,6 +94,7 @@ void rowpar_forward(gpt_t *g, const pass_t *p, float *y, const float *x, const f
                     const float *b, int n_in, int n_out, linear_tiles_t t) {
     if (g->shard.tp == 1) {
         linear_forward(y, x, w, b, p->n, n_in, n_out, t, &g->ws);
+        act_round(g, y, (size_t)p->n * n_out);
         return;
     }
     acc_t open = open_acc(g, (size_t)p->n * n_out);
@@ -102,12 +109,14 @@ void rowpar_forward(gpt_t *g, const pass_t *p, float *y, const float *x, const f
     }
     acc_free(&open);
     if (b) linear_add_bias(y, b, p->ns, n_out);
+    act_round(g, y, (size_t)p->ns * n_out);
 }
 
 void colpar_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db, const float *dy,
                      const float *x, const float *w, int n_in, int n_out, linear_tiles_t t) {
     if (g->shard.tp == 1) {
         linear_backward(dx, dw, db, dy, x, w, p->n, n_in, n_out, t, &g->ws);
+        act_round(g, dx, (size_t)p->n * n_in);
         return;
     }
     linear_backward(NULL, dw, db, dy, x, w, p->n, n_in, n_out, t, &g->ws);
@@ -122,6 +131,7 @@ void colpar_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db,
         tp_complete_open(g, &open, (size_t)p->n * n_in, dx);
     }
     acc_free(&open);
+    act_round(g, dx, (size_t)p->ns * n_in);
 }
 
 /* x [n, wx] -> its columns [c0, c0 + cl) as [n, cl] in buf (x itself
@@ -146,6 +156,7 @@ void pair_first_forward(gpt_t *g, const pass_t *p, float *y, const float *x, con
     }
     if (!lc->row_linears) { /* column-parallel: the rank's output rows, whole */
         linear_forward(y, x, w, b, p->n, n_in, n_out, t, &g->ws);
+        act_round(g, y, (size_t)p->n * n_out);
         return;
     }
     rowpar_forward(g, p, y, columns(g->scratch.row_in, x, p->n, n_in, lc->cin0, lc->cin), w, b,
@@ -174,6 +185,7 @@ void pair_first_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t 
                     columns(g->scratch.row_in, x, p->n, n_in, lc->cin0, lc->cin), w, p->n, lc->cin,
                     n_out, t, &g->ws);
     tp_gather_cols(g, dx, g->scratch.row_dx, p->n, lc->cin);
+    act_round(g, dx, (size_t)p->n * n_in);
 }
 
 void pair_second_forward(gpt_t *g, const pass_t *p, float *y, const float *x, int wx, int c0,
@@ -205,6 +217,7 @@ void pair_second_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t
     linear_backward(gather ? g->scratch.row_dx : dx, dw, db, dy,
                     columns(g->scratch.row_in, x, p->n, wx, c0, cl), w, p->n, cl, n_out, t, &g->ws);
     if (gather) tp_gather_cols(g, dx, g->scratch.row_dx, p->n, cl);
+    act_round(g, dx, (size_t)p->n * wx);
 }
 
 const float *tokens_full(gpt_t *g, const pass_t *p, float *buf, const float *held, int w) {
@@ -220,6 +233,7 @@ void ln_forward(gpt_t *g, const pass_t *p, float *y, float *xhat, float *rstd, c
     else
         layernorm_forward(y, xhat, rstd, x, gamma, beta, p->ns, g->cfg.hidden, g->cfg.ln_eps,
                           g->scratch.row_scratch);
+    act_round(g, y, (size_t)p->ns * g->local.hid);
 }
 
 void ln_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dgamma, acc_t *dbeta,
@@ -232,6 +246,7 @@ void ln_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dgamma, acc_t *dbe
     }
     if (!p->sp) {
         layernorm_backward(dx, dgamma, dbeta, dy, xhat, rstd, gamma, p->n, C, scratch);
+        act_round(g, dx, (size_t)p->n * C);
         return;
     }
     /* this microbatch's sums over the positions held, completed across tp
@@ -249,4 +264,5 @@ void ln_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dgamma, acc_t *dbe
     acc_merge(dbeta, &pb);
     acc_free(&pg); /* their exception accumulators; the buffer stays */
     acc_free(&pb);
+    act_round(g, dx, (size_t)p->ns * C);
 }

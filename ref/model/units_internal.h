@@ -52,6 +52,11 @@ uint64_t site_stream(const char *site, int l, int64_t step);
 void site_mask(const gpt_t *g, const gpt_slot_t *A, const pass_t *p, uint8_t *keep,
                uint64_t stream);
 /* x_out = x + drop(y) over the tokens held (keep: an already drawn mask, or NULL). */
+/* Mixed precision (MODEL.md "Mixed precision"): x[0..n) rounded to the
+ * model's storage dtype, the activations and activation gradients at the
+ * points MODEL.md lists (nothing in fp32). Elementwise on final values,
+ * so any cut of them (tp, SP, cp, a pipeline stage) rounds alike. */
+void act_round(const gpt_t *g, float *x, size_t n);
 void residual_dropout(float *x_out, const float *x, const float *y, const uint8_t *keep,
                       size_t count, float prob);
 

@@ -54,6 +54,7 @@ void ckpt_state_to_gpt(const ckpt_state_t *s, gpt_t *g) {
     memcpy(g->adam_m, s->adam_m, s->total * sizeof(float));
     memcpy(g->adam_v, s->adam_v, s->total * sizeof(float));
     g->adam_t = s->adam_t;
+    gpt_params_refresh(g); /* mixed precision: the compute copy of the loaded weights */
 }
 
 ckpt_state_t ckpt_state_view_gpt(const gpt_t *g, int64_t next_step) {
@@ -259,6 +260,14 @@ static int config_diff(const json_t *a, const json_t *b, const char *prefix, con
     return 0;
 }
 
+/* "precision" is written only when it is not fp32 (model_config_json):
+ * its absence is fp32, so a mismatch is said as one. */
+static const char *saved_precision(const json_t *config) {
+    const json_t *p = json_get(config, "precision");
+    const char *d = p && json_type(p) == JSON_OBJECT ? json_string(json_get(p, "dtype")) : NULL;
+    return d ? d : p ? "?" : "fp32";
+}
+
 static int check_config(const st_file_t *f, const model_config_t *cfg, const char *who,
                         perr_t *err) {
     const char *saved = st_metadata(f, "config");
@@ -274,7 +283,11 @@ static int check_config(const st_file_t *f, const model_config_t *cfg, const cha
     int rc = !b ? perr_set(err, "checkpoint: out of memory")
              : json_type(a) != JSON_OBJECT
                  ? perr_set(err, "%s: the \"config\" metadata is not a JSON object", who)
-                 : config_diff(a, b, "", who, err);
+                 : strcmp(saved_precision(a), model_precision_name(cfg->precision))
+                     ? perr_set(err, "%s: the checkpoint's model differs from this run's: its "
+                                     "precision is %s, here %s (--bf16, --fp16)", who,
+                                saved_precision(a), model_precision_name(cfg->precision))
+                     : config_diff(a, b, "", who, err);
     json_free(a);
     json_free(b);
     return rc;

@@ -62,9 +62,11 @@ static size_t param_bytes(const model_config_t *cfg) {
 size_t memest_dump_tensor_bytes(const model_config_t *cfg, int steps) {
     const size_t P4 = param_bytes(cfg);
     /* init.<param>, then per step: the batch tensors, loss, lr and
-     * grad_norm, every gradient, every updated parameter, AdamW's m and v
-     * and its step count */
-    return P4 + (size_t)steps * (batch_bytes(cfg) + 3 * sizeof(float) + 4 * P4 + sizeof(int32_t));
+     * grad_norm (fp16: the loss scale and whether the step was skipped),
+     * every gradient, every updated parameter, AdamW's m and v and its
+     * step count */
+    const size_t scalars = cfg->precision == MODEL_FP16 ? 5 : 3;
+    return P4 + (size_t)steps * (batch_bytes(cfg) + scalars * sizeof(float) + 4 * P4 + sizeof(int32_t));
 }
 
 void memest_add_dump(memest_t *m, const model_config_t *cfg, unsigned what, int steps) {

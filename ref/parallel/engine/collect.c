@@ -220,8 +220,9 @@ void engine_check_scalars(engine_shared_t *sh, int64_t step) {
         const gpt_step_stats_t *s = &sh->ranks[q].step_stats;
         const struct { const char *name; float got, want; } v[] = {
             {"loss", s->loss, s0->loss}, {"lr", s->lr, s0->lr}, {"grad_norm", s->grad_norm, s0->grad_norm},
-            {"adam_t", (float)engine_adam_t(&sh->ranks[q]), t0}};
-        for (int k = 0; k < 4; k++) {
+            {"adam_t", (float)engine_adam_t(&sh->ranks[q]), t0},
+            {"loss_scale", s->loss_scale, s0->loss_scale}};
+        for (int k = 0; k < 5; k++) {
             if (!memcmp(&v[k].got, &v[k].want, sizeof(float))) continue;
             char name[64];
             snprintf(name, sizeof name, "step%lld.%s", (long long)step, v[k].name);

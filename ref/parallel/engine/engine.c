@@ -177,6 +177,7 @@ static int setup_rank(engine_rank_t *r, device_t *dev) {
     const float *init = sh->params_local[r->part];
     if (p->stage < 3) {
         memcpy(r->g->params, init, r->g->table.total * sizeof(float));
+        gpt_params_refresh(r->g); /* mixed precision: the compute copy */
     } else {
         for (int b = 0; b < p->nbuckets; b++) {
             size_t lo, hi;
@@ -267,10 +268,19 @@ static int run_step(engine_rank_t *r, int64_t step, int collect) {
     const float loss_value = mean_token_loss(c, xacc_round_f32(&loss));
     if (r->moe_counts) engine_moe_stats(r, step);
     double o0 = engine_now(), oc0 = r->report->seconds_comm;
+    const float scale = c->precision == MODEL_FP16 ? r->g->scaler.scale : 0.0f;
+    /* the broken variant: the norm of still-scaled gradients (PyTorch's
+     * GradScaler docs: unscale before clipping) */
+    const int clip_scaled = run->broken_fp16_clip_scaled;
+    if (!clip_scaled) engine_unscale_grads(r);
     const float norm = engine_grad_norm(r);
+    if (clip_scaled) engine_unscale_grads(r);
     r->report->seconds_optimizer += engine_now() - o0 - (r->report->seconds_comm - oc0);
     engine_span(r, "gradient norm", "collective", o0, -1, -1);
-    const float lr = lr_schedule(c, step);
+    /* fp16: an overflowing step is skipped alike on every rank (the norm is
+     * the exact global one) and the schedule counts updates */
+    const int skipped = loss_scaler_step(&r->g->scaler, c, !isfinite(norm));
+    const float lr = lr_schedule(c, step - r->g->scaler.skipped + skipped);
     if (collect) {
         /* pieces -> this tensor-parallel rank's tensors -> the global ones */
         engine_collect_kind(r, step, COLLECT_GRAD);
@@ -281,19 +291,19 @@ static int run_step(engine_rank_t *r, int64_t step, int collect) {
     }
     o0 = engine_now(), oc0 = r->report->seconds_comm;
     device_note_pass(DEVICE_PASS_OPTIMIZER, -1);
-    engine_update(r, lr, norm);
+    if (!skipped) engine_update(r, lr, norm);
     r->report->seconds_optimizer += engine_now() - o0 - (r->report->seconds_comm - oc0);
     engine_span(r, "optimizer", "optimizer", o0, -1, -1);
     break_after_update(r, step);
     if (collect) {
-        r->step_stats = (gpt_step_stats_t){loss_value, lr, norm, 0.0};
+        r->step_stats = (gpt_step_stats_t){loss_value, lr, norm, 0.0, scale, skipped};
         for (collect_kind_t k = COLLECT_PARAM; k < COLLECT_NKINDS; k++) engine_collect_kind(r, step, k);
         if (r->device == 0) {
             engine_check_scalars(sh, step);
             gpt_t view = engine_global_view(sh, r->g);
             view.adam_t = engine_adam_t(r);
             if (r->moe_counts) view.moe = r->moe_sum; /* the run's, not device 0's */
-            gpt_step_stats_t st = {loss_value, lr, norm, 0.0};
+            gpt_step_stats_t st = {loss_value, lr, norm, 0.0, scale, skipped};
             dump_sources_t src;
             engine_collect_sources(sh, &src);
             dump_set_sources(run->dump, &src);
@@ -312,8 +322,8 @@ static int run_step(engine_rank_t *r, int64_t step, int collect) {
     r->report->pp_span += flush - r->sched_start;
     if (r->device == 0 && run->stats)
         run->stats[step - engine_first_step(run)] =
-            (gpt_step_stats_t){loss_value, lr, norm, engine_now() - step_start};
-    return !isfinite(loss_value) || !isfinite(norm);
+            (gpt_step_stats_t){loss_value, lr, norm, engine_now() - step_start, scale, skipped};
+    return !skipped && (!isfinite(loss_value) || !isfinite(norm));
 }
 
 static void device_main(device_t *dev, void *arg) {

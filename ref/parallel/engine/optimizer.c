@@ -27,6 +27,7 @@ static void gather_bucket(engine_rank_t *r, int b) {
     coll_all_gather(engine_bucket_group(r, b), r->shard_params + bk->shard_off, buf, bk->piece,
                     COLL_F32);
     r->report->seconds_comm += engine_now() - t0;
+    gpt_round_params(&r->sh->cfg, buf, bk->hi - bk->lo); /* mixed precision: the compute copy */
     r->unit_buf[b] = buf;
     for (int t = bk->first; t < bk->last; t++)
         r->g->param_ptr[t] = buf + (r->g->table.info[t].offset - bk->lo);
@@ -60,6 +61,25 @@ void engine_unit_event(void *ctx, gpt_t *g, int unit, int event) {
         int upto = 0;
         while (upto < p->nbuckets && p->buckets[upto].ready_unit >= unit) upto++;
         engine_buckets_ready(r, upto);
+    }
+}
+
+/* ---- fp16: the gradients unscaled before their norm ------------------- */
+
+/* The pieces this rank's norm and update read (DDP: every gradient, which
+ * every rank updates). */
+void engine_unscale_grads(engine_rank_t *r) {
+    const dp_plan_t *p = r->plan;
+    const model_config_t *c = &r->sh->cfg;
+    if (c->precision != MODEL_FP16) return;
+    if (p->stage == 0) {
+        loss_scaler_unscale(&r->g->scaler, c, r->g->grads, r->g->table.total);
+        return;
+    }
+    for (int b = 0; b < p->nbuckets; b++) {
+        size_t lo, hi;
+        dp_piece(p, b, engine_bucket_rank(r, b), &lo, &hi);
+        loss_scaler_unscale(&r->g->scaler, c, engine_grad_piece(r, b), hi - lo);
     }
 }
 
@@ -185,4 +205,5 @@ void engine_update(engine_rank_t *r, float lr, float grad_norm) {
         r->report->seconds_comm += r->t_comm;
         r->t_comm = 0;
     }
+    gpt_params_refresh(r->g); /* mixed precision: the compute copy (ZeRO-3: at each gather) */
 }

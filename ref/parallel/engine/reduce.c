@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "engine_internal.h"
+#include "parity/pmath.h"
 
 /* ---- the communication thread (overlap_grad_reduce, overlap_param_gather) */
 
@@ -261,6 +262,7 @@ static void reduce_broken(engine_rank_t *r, int b, float *out) {
         const param_info_t *pi = &r->g->table.info[t];
         acc_round(&r->g->grad_acc[t], local + (pi->offset - bk->lo));
     }
+    if (r->sh->run->broken_fp32_sums == 2) pm_round_bf16_array(local, padded);
     coll_algo_t was = coll_set_algo(COLL_ALGO_RING);
     coll_reduce_scatter(engine_bucket_comm_group(r, b), local, mine, bk->piece, COLL_F32, COLL_SUM);
     coll_set_algo(was);
