@@ -2,12 +2,20 @@
 #ifndef PARITY_CLI_COMMANDS_H
 #define PARITY_CLI_COMMANDS_H
 
+#include <stddef.h>
+
 /* Each takes the arguments after the subcommand name (argv[0] is the
  * subcommand) and returns the process exit status. */
 int cmd_diff(int argc, char **argv);   /* diff.c  */
 int cmd_train(int argc, char **argv);  /* train.c */
 int cmd_check(int argc, char **argv);  /* train.c: golden vs layout */
 int cmd_svg(int argc, char **argv);    /* svg.c: pictures (schedule, grid, collective) */
+
+/* A memory size flag in MB (10^6 bytes; --arena-mb) to the nearest byte.
+ * Truncating would make 33.0824 MB 33082399 bytes (the product rounds
+ * just below), one byte short of an estimate printed as 33.0824 MB, and
+ * refuse a run that fits. */
+static inline size_t cli_mb_bytes(double mb) { return (size_t)(mb * 1e6 + 0.5); }
 
 /* "parity train", "parity check", "parity diff": the command that was run,
  * which every message names (main.c sets it before dispatching). */
