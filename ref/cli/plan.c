@@ -18,6 +18,7 @@
 #include "parity/json.h"
 #include "parity/numparse.h"
 #include "parity/plan.h"
+#include "parity/safetensors.h"
 
 enum { PLAN_TABLE_TOP = 20 }; /* rows the table shows without --top */
 
@@ -157,8 +158,10 @@ static double mb(size_t bytes) { return (double)bytes / 1e6; }
 static void print_table(const plan_args_t *a, const model_config_t *cfg, const plan_t *p, int shown,
                         const char *model_word) {
     const double flops = plan_step_flops(cfg, 0);
+    char name[ST_ESCAPE_CAP(sizeof cfg->name)];
+    st_escape(cfg->name, name, sizeof name); /* a config file's name field */
     printf("parity plan: model %s, %lld device%s of %.2f MB: %d layout%s fit%s, of %d admitted (%d "
-           "combinations tried)\n", cfg->name, a->devices, a->devices == 1 ? "" : "s", a->budget_mb,
+           "combinations tried)\n", name, a->devices, a->devices == 1 ? "" : "s", a->budget_mb,
            p->n, p->n == 1 ? "" : "s", p->n == 1 ? "s" : "", p->admitted, p->candidates);
     printf("memory per device (MB): memest's estimate = what the arenas allocate (--print-layout's "
            "device_bytes); sums: the open exact gradient sums; comm: collective buffers\n"
@@ -230,17 +233,19 @@ int cmd_plan(int argc, char **argv) {
         fprintf(stderr, "%s: %s\n", cli_name, err.msg);
         return 2;
     }
+    char name[ST_ESCAPE_CAP(sizeof cfg.name)];
+    st_escape(cfg.name, name, sizeof name); /* a config file's name field */
     if (!p.admitted) {
         fprintf(stderr, "%s: nothing fits: no layout of %s runs on --devices %lld (%d combinations "
                         "tried; tp x pp x cp must divide the devices and suit the model's tiles, "
                         "layers and batch; --print-layout says why one is refused)\n",
-                cli_name, cfg.name, a.devices, p.candidates);
+                cli_name, name, a.devices, p.candidates);
         return 1;
     }
     if (!p.n) {
         fprintf(stderr, "%s: nothing fits --device-memory-mb %g: the smallest of the %d layouts of %s "
                         "on %lld devices needs %.2f MB a device (%s)\n",
-                cli_name, a.budget_mb, p.admitted, cfg.name, a.devices, mb(p.smallest.mem.total),
+                cli_name, a.budget_mb, p.admitted, name, a.devices, mb(p.smallest.mem.total),
                 p.smallest.flags);
         plan_free(&p);
         return 1;

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "parity/pp.h"
+#include "parity/safetensors.h"
 
 const plan_costs_t plan_default_costs = {100e12, 100e9};
 
@@ -193,10 +194,11 @@ static int try_choices(plan_t *p, const model_config_t *cfg, int devices, const 
 int plan_build(plan_t *p, const model_config_t *cfg, int devices, size_t budget_bytes,
                const plan_costs_t *costs, perr_t *err) {
     memset(p, 0, sizeof *p);
+    char name[ST_ESCAPE_CAP(sizeof cfg->name)];
     if (cfg->arch != MODEL_GPT || cfg->moe_experts > 0)
         return perr_set(err, "--model %s: plan enumerates dense GPT models only (its communication "
                              "formulas have no encoder mesh or experts); give such a layout by hand",
-                        cfg->name);
+                        st_escape(cfg->name, name, sizeof name));
     int cap = 0;
     /* divisors only: 16384 = 2^14 devices make 680 (tp, pp, cp) */
     for (int tp = 1; tp <= devices; tp++)
