@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# test_help_flags.sh - walks `parity train --help` and `parity check --help`:
+# test_help_flags.sh - walks `parity train --help`, `parity check --help`
+# and `parity plan --help`:
 # every flag they name, given a missing or invalid value (or, for a flag
 # without a value, given where it cannot apply, or twice), must be refused
 # with a non-zero exit that is not a signal, within the time limit, and a
@@ -75,6 +76,28 @@ for cmd in train check; do
   done < <(flags_of $cmd)
   if [ "$n" -lt 40 ]; then fail "$cmd --help names its flags" "only $n flags found"; else ok "$cmd --help names $n flags"; fi
 done
+
+# parity plan's own flags, the same rules (its --help is shorter).
+n=0
+while read -r flag takes; do
+  n=$((n + 1))
+  name=${flag#--}
+  pat="(^|[^a-z-])-?-?$name([^a-z-]|$)"
+  case $flag in # the other required flags, never the one under test
+    --model) b="$P plan --devices 2 --device-memory-mb 1000" ;;
+    --devices) b="$P plan --model gpt-micro --device-memory-mb 1000" ;;
+    --device-memory-mb) b="$P plan --model gpt-micro --devices 2" ;;
+    *) b="$P plan --model gpt-micro --devices 2 --device-memory-mb 1000" ;;
+  esac
+  if [ "$takes" = 1 ]; then
+    refuse "plan $flag with its value missing" "$pat" -- $b $flag
+    refuse "plan $flag followed by a flag" "$pat" -- $b $flag --json
+    refuse "plan $flag with an invalid value" "$pat" -- $b $flag "$(bad_value_of "$flag")"
+  else
+    refuse "plan $flag given twice" "$pat" -- $b $flag $flag
+  fi
+done < <(flags_of plan)
+if [ "$n" -lt 7 ]; then fail "plan --help names its flags" "only $n flags found"; else ok "plan --help names $n flags"; fi
 
 # Every PARITY_* variable the help names, set to garbage.
 vars=$("$P" train --help | grep -oE 'PARITY_[A-Z_]+' | sort -u)

@@ -2,14 +2,29 @@
 #ifndef PARITY_CLI_COMMANDS_H
 #define PARITY_CLI_COMMANDS_H
 
+#include <stddef.h>
+
+#include "parity/model.h"
+
 /* Each takes the arguments after the subcommand name (argv[0] is the
  * subcommand) and returns the process exit status. */
 int cmd_diff(int argc, char **argv);   /* diff.c  */
 int cmd_train(int argc, char **argv);  /* train.c */
 int cmd_check(int argc, char **argv);  /* train.c: golden vs layout */
 int cmd_svg(int argc, char **argv);    /* svg.c: pictures (schedule, grid, collective) */
+int cmd_plan(int argc, char **argv);   /* plan.c: the layouts that fit a device budget */
 
-/* "parity train", "parity check", "parity diff": the command that was run,
+/* A memory size flag in MB (10^6 bytes; --arena-mb) to the nearest byte.
+ * Truncating would make 33.0824 MB 33082399 bytes (the product rounds
+ * just below), one byte short of an estimate printed as 33.0824 MB, and
+ * refuse a run that fits. */
+static inline size_t cli_mb_bytes(double mb) { return (size_t)(mb * 1e6 + 0.5); }
+
+/* train.c: --model's config as train reads it (a built-in, else a JSON
+ * file), validated; 0, or -1 after a message naming --model. */
+int cli_model_config(const char *model, model_config_t *cfg);
+
+/* "parity train", "parity check", "parity plan", ...: the command that was run,
  * which every message names (main.c sets it before dispatching). */
 extern const char *cli_name;
 

@@ -77,7 +77,7 @@ int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *
         if (mb * 1e6 < 1.0) /* 0 bytes would be 0 = unlimited */
             return perr_set(err, "--arena-mb: '%s' MB is less than one byte (the smallest size is "
                                  "1e-6 MB)", v);
-        lo->arena_bytes = (size_t)(mb * 1e6);
+        lo->arena_bytes = cli_mb_bytes(mb);
         *i += 2;
         return 1;
     }

@@ -15,6 +15,7 @@ static void usage(FILE *f) {
           "  check   run the golden run and a parallel layout, compare every tensor bit for bit\n"
           "  diff    compare two .safetensors files tensor by tensor\n"
           "  svg     draw a pipeline schedule, the rank grid or a collective as an SVG picture\n"
+          "  plan    list the layouts that fit N devices of a given memory, cheapest first\n"
           "run `parity <command> --help` for the options of one command\n",
           f);
 }
@@ -64,10 +65,12 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "diff")) cli_name = "parity diff";
     else if (!strcmp(cmd, "train")) cli_name = "parity train";
     else if (!strcmp(cmd, "check")) cli_name = "parity check";
+    else if (!strcmp(cmd, "plan")) cli_name = "parity plan";
     if (!strcmp(cmd, "diff")) rc = cmd_diff(argc - 1, argv + 1);
     else if (!strcmp(cmd, "train")) rc = cmd_train(argc - 1, argv + 1);
     else if (!strcmp(cmd, "check")) rc = cmd_check(argc - 1, argv + 1);
     else if (!strcmp(cmd, "svg")) rc = cmd_svg(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "plan")) rc = cmd_plan(argc - 1, argv + 1);
     else {
         fprintf(stderr, "parity: unknown command '%s'\n", cmd);
         usage(stderr);

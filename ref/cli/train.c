@@ -546,6 +546,16 @@ static int base_config(const char *model, model_config_t *cfg) {
     return 0;
 }
 
+int cli_model_config(const char *model, model_config_t *cfg) {
+    perr_t err;
+    if (base_config(model, cfg)) return -1;
+    if (model_config_validate(cfg, &err)) {
+        fprintf(stderr, "%s: --model %s: invalid config: %s\n", cli_name, model, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
 /* The model: --model, then pass 2, the overrides, then validation; a
  * --micro-batch-size is the layout's too (Megatron's arithmetic). */
 static int model_config(train_args_t *t, char **argv, model_config_t *cfg) {
