@@ -39,13 +39,15 @@ static void usage(FILE *f) {
           "  --link-gbs X             the cost model's device link bandwidth in GB/s (default 100)\n"
           "enumerated: tensor-, pipeline- and context-parallel sizes dividing N, data-parallel\n"
           "the rest; ZeRO 0-3 (1-3 where dp x cp > 1); micro batch sizes dividing a replica's\n"
-          "sequences; recompute none|full; precision fp32; offload none. What pconfig or the\n"
-          "estimate refuses is not listed. Not enumerated (give them by hand): sequence\n"
-          "parallelism, virtual pipeline stages, the 2-D/2.5-D/3-D tensor modes, Ulysses.\n"
+          "sequences; recompute none|selective|full; precision fp32|bf16; offload none. What\n"
+          "the layout check or the estimate refuses is not listed. Not enumerated (give them\n"
+          "by hand): sequence parallelism, virtual pipeline stages, the 2-D/2.5-D/3-D tensor\n"
+          "modes, Ulysses, fp16 (its loss scale is a choice of its own).\n"
           "cost model: step time = compute / (1 - bubble) + comm / bandwidth, compute = the\n"
-          "step's FLOPs (per token 2 Psi + 2 L T h forward, twice that backward, one forward\n"
-          "more recomputed) / N / device FLOP/s, bubble = (p-1)/(m+p-1), comm = the busiest\n"
-          "device's bytes a step, not overlapped. Every flag is given at most once.\n"
+          "step's FLOPs (per token 2 Psi + 2 L T h forward, twice that backward; one forward\n"
+          "more under full recomputation, the attention core's 2 L T h under selective) / N /\n"
+          "device FLOP/s, bubble = (p-1)/(m+p-1), comm = the busiest device's bytes a step,\n"
+          "not overlapped. Every flag is given at most once.\n"
           "exit status: 0 listed, 1 nothing fits (the smallest layout's need is said), 2 an error\n",
           f);
 }
@@ -167,7 +169,7 @@ static void print_table(const plan_args_t *a, const model_config_t *cfg, const p
            "device_bytes); sums: the open exact gradient sums; comm: collective buffers\n"
            "comm MB/step: the busiest device's bus bytes a step (plan_comm.c's formulas)\n");
     printf("cost model: step ms = compute / (1 - bubble) + comm / %g GB/s; compute = %.4g GFLOP a "
-           "step (x4/3 recomputed) / %lld devices / %g TFLOP/s; bubble = (p-1)/(m+p-1)\n",
+           "step (x4/3 with full recomputation; selective: + the attention core again) / %lld devices / %g TFLOP/s; bubble = (p-1)/(m+p-1)\n",
            a->gbs, flops / 1e9, a->devices, a->tflops);
     printf("%3s %3s %3s %3s %4s %4s %4s %9s %9s %7s | %8s %8s %8s %8s %8s %8s %8s %9s | %12s | %9s\n",
            "#", "tp", "pp", "cp", "dp", "zero", "mbs", "recompute", "precision", "offload", "params",

@@ -38,20 +38,25 @@ const plan_costs_t plan_default_costs = {100e12, 100e9};
  * that select it ("": the default). */
 typedef struct {
     const char *name, *flags;
+    int value; /* precisions: the model's (a model flag, not a layout one) */
 } plan_choice_t;
 
 static const plan_choice_t recomputes[] = {
-    {"none", ""},
-    {"full", "--recompute-granularity full"},
+    {"none", "", 0},
+    {"selective", "--recompute-granularity selective", 0},
+    {"full", "--recompute-granularity full", 0},
 };
-/* Training precision: fp32 only today (parity's exact sums are fp32's);
- * bf16 and fp16 are one line each once pconfig_validate admits them. */
+/* Training precision: a model property (model_config_t.precision), so
+ * its flag joins the printed command, not the layout's parse. bf16 keeps
+ * fp32 master weights plus a compute copy (MODEL.md), so it never saves
+ * memory here; fp16 needs a loss scale the plan cannot choose. */
 static const plan_choice_t precisions[] = {
-    {"fp32", ""},
+    {"fp32", "", MODEL_FP32},
+    {"bf16", "--bf16", MODEL_BF16},
 };
 /* Optimizer/parameter offload: not implemented yet; one line each when it is. */
 static const plan_choice_t offloads[] = {
-    {"none", ""},
+    {"none", "", 0},
 };
 #define NCHOICES(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -175,13 +180,15 @@ static int try_choices(plan_t *p, const model_config_t *cfg, int devices, const 
                 char flags[PLAN_FLAGS_MAX] = "";
                 append(flags, base);
                 append(flags, recomputes[rc].flags);
-                append(flags, precisions[pr].flags);
                 append(flags, offloads[of].flags);
+                model_config_t model = *cfg;
+                model.precision = precisions[pr].value;
                 plan_row_t r;
-                const int got = evaluate(cfg, devices, flags, costs, &r, err);
+                const int got = evaluate(&model, devices, flags, costs, &r, err);
                 p->candidates++;
                 if (got < 0) return -1;
                 if (!got) continue;
+                append(r.flags, precisions[pr].flags);
                 r.recompute = recomputes[rc].name;
                 r.precision = precisions[pr].name;
                 r.offload = offloads[of].name;

@@ -96,7 +96,7 @@ static double tp_bytes(const model_config_t *cfg, const pconfig_t *pc, int L, in
     for (int i = 0; i < nt; i++)
         bytes += tp_term_elements(&t[i], &s) * coll_busbw_factor(t[i].kind, pc->tp) *
                  (double)coll_dtype_size(t[i].dt);
-    if (pc->recompute)
+    if (pc->recompute == MODEL_RECOMPUTE_FULL) /* selective's core has no tp collective */
         bytes += 2.0 * L * tokens * cfg->hidden * (double)coll_dtype_size(COLL_XVEC) *
                  coll_busbw_factor(COLL_KIND_ALL_REDUCE, pc->tp);
     return bytes;
@@ -107,7 +107,10 @@ int plan_comm(const model_config_t *model, const pconfig_t *pc, plan_comm_t *out
     if (pc->tp_mode != PC_TP_1D || pconfig_hetero(pc) || pc->ep > 1)
         return perr_set(err, "plan: communication formulas are written for 1-D tensor parallelism "
                              "on one grid without experts");
-    if (pc->recompute && pc->tp > 1 && (pc->sequence_parallel || pc->tp_row_linears))
+    if (pc->recompute == MODEL_RECOMPUTE_FULL && pc->recompute_block)
+        return perr_set(err, "plan: the block method's recomputed layers are not counted");
+    if (pc->recompute == MODEL_RECOMPUTE_FULL && pc->tp > 1 &&
+        (pc->sequence_parallel || pc->tp_row_linears))
         return perr_set(err, "plan: the recomputed forward's tensor-parallel collectives are "
                              "written for Megatron's pairing without sequence parallelism only");
     model_config_t cfg = *model; /* a replica's: the layout's batch (engine_replica_config) */
@@ -132,10 +135,13 @@ int plan_comm(const model_config_t *model, const pconfig_t *pc, plan_comm_t *out
             boundaries += (vs < pp.pp * pp.v - 1) + (vs > 0);
         }
         c.pp = boundaries * n / (pc->sequence_parallel ? tp : 1) * cfg.hidden * 4;
-        /* recomputed: the forward's K and V blocks again (8), Ulysses' forward all-to-alls (16) */
+        /* recomputed (full or selective: the core runs again either way):
+         * the forward's K and V blocks again (8), Ulysses' forward
+         * all-to-alls (16) */
+        const double again = pc->recompute ? 1 : 0;
         if (cp > 1)
-            c.cp = (pc->cp_comm ? (32.0 + 16 * pc->recompute) * ring(cp)
-                                : (32.0 + 8 * pc->recompute) * (cp - 1)) * n * A * L;
+            c.cp = (pc->cp_comm ? (32.0 + 16 * again) * ring(cp) : (32.0 + 8 * again) * (cp - 1)) *
+                   n * A * L;
         if (pp.pp > 1 && cfg.tied && (s == 0 || s == pp.pp - 1))
             c.emb = 8.0 * (double)t.info[t.wte].numel * coll_busbw_factor(COLL_KIND_ALL_REDUCE, 2);
         param_table_free(&t);
@@ -155,6 +161,10 @@ double plan_step_flops(const model_config_t *cfg, int recompute) {
     if (param_table_build(&t, cfg, NULL)) return 0;
     const double psi = (double)t.total;
     param_table_free(&t);
-    const double fwd = 2 * psi + 2.0 * cfg->layers * cfg->seq_length * cfg->hidden;
-    return (double)cfg->global_batch * cfg->seq_length * fwd * (3 + (recompute ? 1 : 0));
+    const double attn = 2.0 * cfg->layers * cfg->seq_length * cfg->hidden, fwd = 2 * psi + attn;
+    /* recomputation runs a forward again: full, all of it; selective, the
+     * attention core (the scores and their product with V) */
+    const double again = recompute == MODEL_RECOMPUTE_FULL ? fwd
+                         : recompute == MODEL_RECOMPUTE_SELECTIVE ? attn : 0;
+    return (double)cfg->global_batch * cfg->seq_length * (3 * fwd + again);
 }
