@@ -145,7 +145,8 @@ refuse "--data-parallel-size not dividing the batch" "data-parallel-size: 3 does
 refuse "--world-size not dividing into the degrees" "world-size" -- $T --world-size 3 --data-parallel-size 2
 refuse "--accum-degree above the sequences per rank" "accum-degree: 9" -- $T --accum-degree 9
 refuse "--micro-batch-size contradicting --accum-degree" "micro-batch-size: 1 contradicts" -- $T --accum-degree 2 --micro-batch-size 1
-refuse "--dtype bf16 (not yet)" "dtype: bf16 is not yet supported" -- $T --dtype bf16
+refuse "--dtype fp16" "dtype: fp16 optimizer state is not supported" -- $T --dtype fp16
+refuse "--grad-sync-dtype fp16" "grad_sync_dtype: fp16 is not supported" -- $T --grad-sync-dtype fp16
 refuse "--overlap-param-gather at ZeRO-0" "overlap-param-gather" -- $T --data-parallel-size 2 --overlap-param-gather
 refuse "an unknown flag" "unknown option '--frobnicate'" -- $T --frobnicate
 refuse "diff --max-rows followed by a flag" "--max-rows" -- $P diff "$w/good.st" "$w/good.st" --max-rows --quiet

@@ -55,6 +55,26 @@ exact "fp16 overflow, tp 2 x pp 2 x dp 2 ZeRO-3" gpt-micro 4 $M4 $F16 --tensor-m
   --pipeline-model-parallel-size 2 --data-parallel-size 2 --zero-stage 3 --global-batch-size 8
 exact "fp16 static scale 1024, dp 2" gpt-micro 3 --fp16 --loss-scale 1024 --data-parallel-size 2
 
+# NeMo's (Apex DistributedFusedAdam's) dtypes, the model's in parity: the
+# reduced gradients rounded to bf16 (grad_sync_dtype), the master weights
+# and AdamW's state after each update (dtype; grad_sync_dtype follows it)
+DFA="--optim model.optim.name=distributed_fused_adam"
+exact "NeMo grad_sync_dtype=bf16, dp 2 (ZeRO-2)" gpt-tiny 3 $DFA --optim model.optim.grad_sync_dtype=bf16 \
+  --data-parallel-size 2
+exact "NeMo dtype=bf16 (and its grad sync), dp 2 (ZeRO-2) with --bf16" gpt-tiny 3 --bf16 $DFA \
+  --optim model.optim.dtype=bf16 --data-parallel-size 2
+exact "--grad-sync-dtype bf16 --dtype bf16, tp 2 x pp 2 x dp 2 ZeRO-3" gpt-tiny 3 --grad-sync-dtype bf16 \
+  --dtype bf16 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --data-parallel-size 2 \
+  --zero-stage 3 --num-microbatches 2
+norm() { "$P" train --model gpt-tiny --steps 2 "$@" 2>&1 | grep '^step     1' | grep -oE 'grad norm [0-9.]+'; }
+n32=$(norm); ng=$(norm --grad-sync-dtype bf16); no=$(norm --dtype bf16)
+if [ -n "$ng" ] && [ -n "$no" ] && [ "$n32" != "$ng" ] && [ "$n32" != "$no" ]; then
+  ok "the dtypes are used: step 1's $n32 in fp32, $ng with bf16 gradients, $no with bf16 state"
+else fail "the NeMo dtypes change the bits" "fp32 $n32 grad $ng state $no"; fi
+if "$P" train --model gpt-tiny --grad-sync-dtype bf16 --print-config 2>&1 | grep -q '"grad_dtype": "bf16"'; then
+  ok "the model's JSON names the gradient dtype (dumps and checkpoints carry it)"
+else fail "the model's JSON names the gradient dtype"; fi
+
 # the precision is used: each gives other bits than fp32 (and each other)
 loss() { "$P" train --model gpt-tiny --steps 2 "$@" 2>&1 | grep '^step     1' | grep -oE '\(0x[0-9a-f]+\)'; }
 l32=$(loss); lb=$(loss --bf16); lh=$(loss --fp16 --loss-scale 1024)

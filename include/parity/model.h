@@ -98,6 +98,12 @@ typedef struct {
      * defaults (2^32, 1, 1000, 2; model_loss_scaling) */
     float loss_scale, initial_loss_scale, min_loss_scale;
     int loss_scale_window, hysteresis;
+    /* NeMo's (Apex DistributedFusedAdam's) dtypes, model properties here so
+     * the golden run does the same (I4): grad_dtype, the reduced
+     * gradients' (grad_sync_dtype: the exact sum rounded to fp32, then to
+     * it); optim_dtype, the master weights' and AdamW state's after every
+     * update (dtype). MODEL_FP32 or MODEL_BF16. */
+    int grad_dtype, optim_dtype;
 } model_config_t;
 enum { MODEL_FP32 = 0, MODEL_BF16 = 1, MODEL_FP16 = 2 };
 /* "fp32", "bf16", "fp16". */
@@ -909,6 +915,14 @@ void gpt_params_refresh(gpt_t *g);
 /* A gathered block of master weights (ZeRO-3) rounded in place to the
  * model's dtype: the compute copy a unit runs with. */
 void gpt_round_params(const model_config_t *c, float *p, size_t n);
+/* x[0..n) rounded in place to a MODEL_FP32/BF16/FP16 dtype (fp32: nothing). */
+void model_round_to(int dtype, float *x, size_t n);
+/* After an update of n elements: the master weights and AdamW's state
+ * rounded to c->optim_dtype (NeMo's dtype; fp32: nothing). */
+void gpt_round_optim_state(const model_config_t *c, float *p, float *m, float *v, size_t n);
+/* The reduced gradients grads[0..n) made what the optimizer reads: rounded
+ * to c->grad_dtype, then unscaled by the fp16 loss scale. */
+void gpt_finish_grads(const loss_scaler_t *s, const model_config_t *c, float *grads, size_t n);
 void gpt_train_step(gpt_t *g, const struct corpus *data, int64_t step,
                     const gpt_observer_t *obs, gpt_step_stats_t *stats);
 

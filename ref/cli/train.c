@@ -598,7 +598,7 @@ static int model_config(train_args_t *t, char **argv, model_config_t *cfg) {
 
 /* The layout against the model, and the negative control against the
  * layout (broken.h). 0, or -1 after a message. */
-static int validate_layout(train_args_t *t, const model_config_t *cfg) {
+static int validate_layout(train_args_t *t, model_config_t *cfg) {
     perr_t err;
     /* a front end's own errors name its keys; later ones name the flags,
      * so they carry the glossary of the file's keys */
@@ -612,6 +612,13 @@ static int validate_layout(train_args_t *t, const model_config_t *cfg) {
                 layout_opts_origin(&t->lo, origin, sizeof origin), err.msg);
         return -1;
     }
+    /* NeMo's dtype and grad_sync_dtype (--dtype, --grad-sync-dtype): what
+     * the gradients and the optimizer state are rounded to, so the golden
+     * run's too (model.h); the model's JSON says them */
+    const pc_dtype_t dt[2] = {t->lo.pc.grad_sync_dtype, t->lo.pc.dtype};
+    int *field[2] = {&cfg->grad_dtype, &cfg->optim_dtype};
+    for (int k = 0; k < 2; k++)
+        *field[k] = dt[k] == PC_DTYPE_BF16 ? MODEL_BF16 : MODEL_FP32;
     if (!t->check && t->lo.broken && t->lo.broken->compared_only && !t->dump_path &&
         !t->digest_path) {
         char name[64];

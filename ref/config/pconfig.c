@@ -240,9 +240,6 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
     return 0;
 }
 
-static const char *dtype_name(pc_dtype_t d) {
-    return d == PC_DTYPE_BF16 ? "bf16" : d == PC_DTYPE_FP16 ? "fp16" : "fp32";
-}
 
 /* Megatron-core's rules for an encoder's own degrees (0.9 - 0.13; the
  * model's, pp.h: an encoder-decoder, a decoder pipeline needs encoder
@@ -424,12 +421,14 @@ static int recompute_validate(pconfig_t *pc, perr_t *err) {
 }
 
 int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
-    if (pc->dtype != PC_DTYPE_FP32)
-        return perr_set(err, "dtype: %s is not yet supported (mixed precision does not exist yet); "
-                             "use fp32", dtype_name(pc->dtype));
-    if (pc->grad_sync_dtype != PC_DTYPE_FP32)
-        return perr_set(err, "grad_sync_dtype: %s is not yet supported; use fp32",
-                        dtype_name(pc->grad_sync_dtype));
+    /* NeMo's (Apex's) optimizer dtypes: the model's in parity (train.c
+     * copies them into the model config, so the golden run does the same) */
+    if (pc->dtype == PC_DTYPE_FP16)
+        return perr_set(err, "dtype: fp16 optimizer state is not supported (bf16 and fp32 are; "
+                             "for fp16 training use --fp16)");
+    if (pc->grad_sync_dtype == PC_DTYPE_FP16)
+        return perr_set(err, "grad_sync_dtype: fp16 is not supported (bf16 and fp32 are; an fp16 "
+                             "gradient sync needs the loss scale there)");
     if (pc->tp == 0) pc->tp = 1;
     if (pc->pp == 0) pc->pp = 1;
     if (pc->cp == 0) pc->cp = 1;

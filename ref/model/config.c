@@ -215,7 +215,8 @@ static int apply_moe_json(const json_t *m, const char *path, model_config_t *c, 
  * "min_loss_scale", "loss_scale_window", "hysteresis"} */
 static int apply_precision_json(const json_t *m, const char *path, model_config_t *c, perr_t *err) {
     static const char *const keys[] = {"dtype", "loss_scale", "initial_loss_scale", "min_loss_scale",
-                                       "loss_scale_window", "hysteresis", NULL};
+                                       "loss_scale_window", "hysteresis", "grad_dtype",
+                                       "optim_dtype", NULL};
     if (json_type(m) != JSON_OBJECT)
         return perr_set(err, "%s: field 'precision': expected an object {dtype, loss_scale, ...}",
                         path);
@@ -226,15 +227,18 @@ static int apply_precision_json(const json_t *m, const char *path, model_config_
         get_int(m, "loss_scale_window", path, &c->loss_scale_window, err) ||
         get_int(m, "hysteresis", path, &c->hysteresis, err))
         return -1;
-    const json_t *dt = json_get(m, "dtype");
-    if (dt) {
+    const char *names[] = {"dtype", "grad_dtype", "optim_dtype"};
+    int *fields[] = {&c->precision, &c->grad_dtype, &c->optim_dtype};
+    for (int f = 0; f < 3; f++) {
+        const json_t *dt = json_get(m, names[f]);
+        if (!dt) continue;
         const char *v = json_string(dt);
         int k = 0;
         while (k <= MODEL_FP16 && (!v || strcmp(v, model_precision_name(k)))) k++;
         if (k > MODEL_FP16)
-            return perr_set(err, "%s: field 'precision.dtype': expected \"fp32\", \"bf16\" or "
-                                 "\"fp16\"", path);
-        c->precision = k;
+            return perr_set(err, "%s: field 'precision.%s': expected \"fp32\", \"bf16\" or "
+                                 "\"fp16\"", path, names[f]);
+        *fields[f] = k;
     }
     return 0;
 }
@@ -442,6 +446,14 @@ static int validate_encoder(const model_config_t *c, perr_t *err) {
 static int validate_precision(const model_config_t *c, perr_t *err) {
     if (c->precision < MODEL_FP32 || c->precision > MODEL_FP16)
         return perr_set(err, "precision.dtype: %d, expected fp32, bf16 or fp16", c->precision);
+    /* NeMo's dtypes: bf16 (fp16 state or gradients would need the loss
+     * scale where Apex keeps them, which is not built) */
+    const struct { const char *field, *nemo; int v; } dts[] = {
+        {"grad_dtype", "grad_sync_dtype", c->grad_dtype}, {"optim_dtype", "dtype", c->optim_dtype}};
+    for (int k = 0; k < 2; k++)
+        if (dts[k].v != MODEL_FP32 && dts[k].v != MODEL_BF16)
+            return perr_set(err, "precision.%s (NeMo's %s): %s, expected fp32 or bf16", dts[k].field,
+                            dts[k].nemo, dts[k].v == MODEL_FP16 ? "fp16" : "unknown");
     if (c->precision && (c->moe_experts > 0 || c->arch != MODEL_GPT))
         return perr_set(err, "--%s: mixed precision is built for the dense GPT, not for %s yet",
                         model_precision_name(c->precision),
@@ -633,13 +645,15 @@ char *model_config_json(const model_config_t *c) {
                  (double)c->moe_z_loss_coeff, (double)c->moe_capacity_factor,
                  c->moe_drop_position ? "position" : "probs");
     }
-    if (c->precision != MODEL_FP32) { /* fp32's JSON stays as it was (golden/'s dumps) */
+    if (c->precision || c->grad_dtype || c->optim_dtype) { /* fp32's JSON stays as it was */
         const size_t at = strlen(s) - 1;
         snprintf(s + at, cap - at, ", \"precision\": {\"dtype\": \"%s\", \"loss_scale\": %.9g, "
                  "\"initial_loss_scale\": %.9g, \"min_loss_scale\": %.9g, \"loss_scale_window\": "
-                 "%d, \"hysteresis\": %d}}", model_precision_name(c->precision),
-                 (double)c->loss_scale, (double)c->initial_loss_scale, (double)c->min_loss_scale,
-                 c->loss_scale_window, c->hysteresis);
+                 "%d, \"hysteresis\": %d, \"grad_dtype\": \"%s\", \"optim_dtype\": \"%s\"}}",
+                 model_precision_name(c->precision), (double)c->loss_scale,
+                 (double)c->initial_loss_scale, (double)c->min_loss_scale, c->loss_scale_window,
+                 c->hysteresis, model_precision_name(c->grad_dtype),
+                 model_precision_name(c->optim_dtype));
     }
     if (c->arch != MODEL_GPT) { /* the GPT's JSON stays as it was (golden/'s dumps) */
         const size_t at = strlen(s) - 1;

@@ -742,7 +742,7 @@ float gpt_step_round_grads(gpt_t *g) {
             round_in_place(&g->grad_acc[i], g->grads + p->offset);
         else if (g->sums_mode != GPT_UNIT_OPEN_SUMS) /* that one rounded unit by unit */
             acc_round(&g->grad_acc[i], g->grads + p->offset);
-        loss_scaler_unscale(&g->scaler, &g->cfg, g->grads + p->offset, p->numel);
+        gpt_finish_grads(&g->scaler, &g->cfg, g->grads + p->offset, p->numel);
         sacc_add_squares(&n2, g->grads + p->offset, p->numel);
     }
     return pm_sqrtf(sacc_round(&n2));
@@ -764,6 +764,8 @@ void gpt_step_update(gpt_t *g, float lr, float grad_norm) {
         adamw_update(g->params + p->offset, g->grads + p->offset, g->adam_m + p->offset,
                      g->adam_v + p->offset, p->numel, g->adam_t, lr, c->beta1, c->beta2, c->eps,
                      p->weight_decay ? c->weight_decay : 0.0f);
+        gpt_round_optim_state(c, g->params + p->offset, g->adam_m + p->offset,
+                              g->adam_v + p->offset, p->numel);
     }
     gpt_params_refresh(g);
 }

@@ -21,9 +21,22 @@
 
 #include "parity/pmath.h"
 
-void gpt_round_params(const model_config_t *c, float *p, size_t n) {
-    if (c->precision == MODEL_BF16) pm_round_bf16_array(p, n);
-    else if (c->precision == MODEL_FP16) pm_round_fp16_array(p, n);
+void model_round_to(int dtype, float *x, size_t n) {
+    if (dtype == MODEL_BF16) pm_round_bf16_array(x, n);
+    else if (dtype == MODEL_FP16) pm_round_fp16_array(x, n);
+}
+
+void gpt_round_params(const model_config_t *c, float *p, size_t n) { model_round_to(c->precision, p, n); }
+
+void gpt_round_optim_state(const model_config_t *c, float *p, float *m, float *v, size_t n) {
+    model_round_to(c->optim_dtype, p, n);
+    model_round_to(c->optim_dtype, m, n);
+    model_round_to(c->optim_dtype, v, n);
+}
+
+void gpt_finish_grads(const loss_scaler_t *s, const model_config_t *c, float *grads, size_t n) {
+    model_round_to(c->grad_dtype, grads, n); /* NeMo's grad_sync_dtype: the sum synced in it */
+    loss_scaler_unscale(s, c, grads, n);
 }
 
 void gpt_params_refresh(gpt_t *g) {

@@ -270,11 +270,11 @@ static int run_step(engine_rank_t *r, int64_t step, int collect) {
     double o0 = engine_now(), oc0 = r->report->seconds_comm;
     const float scale = c->precision == MODEL_FP16 ? r->g->scaler.scale : 0.0f;
     /* the broken variant: the norm of still-scaled gradients (PyTorch's
-     * GradScaler docs: unscale before clipping) */
+     * GradScaler docs: unscale before clipping); it finishes them after */
     const int clip_scaled = run->broken_fp16_clip_scaled;
-    if (!clip_scaled) engine_unscale_grads(r);
+    if (!clip_scaled) engine_finish_grads(r);
     const float norm = engine_grad_norm(r);
-    if (clip_scaled) engine_unscale_grads(r);
+    if (clip_scaled) engine_finish_grads(r);
     r->report->seconds_optimizer += engine_now() - o0 - (r->report->seconds_comm - oc0);
     engine_span(r, "gradient norm", "collective", o0, -1, -1);
     /* fp16: an overflowing step is skipped alike on every rank (the norm is

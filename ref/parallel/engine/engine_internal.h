@@ -316,8 +316,9 @@ void engine_ckpt_free(engine_shared_t *sh);
 
 /* optimizer.c: parameters and the optimizer over shards. */
 void engine_unit_event(void *ctx, gpt_t *g, int unit, int event);
-/* fp16: this rank's gradient pieces (DDP: all) times 1 / the loss scale (else nothing). */
-void  engine_unscale_grads(engine_rank_t *r);
+/* This rank's reduced gradient pieces (DDP: all) made what its norm and
+ * update read: rounded to the gradient dtype, unscaled (fp16). */
+void  engine_finish_grads(engine_rank_t *r);
 float engine_grad_norm(engine_rank_t *r);
 /* DDP: every rank's rounded pieces to every rank (fp32 all-gather). */
 void engine_all_gather_grads(engine_rank_t *r);

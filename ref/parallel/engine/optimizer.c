@@ -64,22 +64,22 @@ void engine_unit_event(void *ctx, gpt_t *g, int unit, int event) {
     }
 }
 
-/* ---- fp16: the gradients unscaled before their norm ------------------- */
+/* ---- the reduced gradients: their dtype, fp16's unscaling ---------------- */
 
 /* The pieces this rank's norm and update read (DDP: every gradient, which
- * every rank updates). */
-void engine_unscale_grads(engine_rank_t *r) {
+ * every rank updates): gpt_finish_grads, as the golden run's. */
+void engine_finish_grads(engine_rank_t *r) {
     const dp_plan_t *p = r->plan;
     const model_config_t *c = &r->sh->cfg;
-    if (c->precision != MODEL_FP16) return;
+    if (c->precision != MODEL_FP16 && c->grad_dtype == MODEL_FP32) return;
     if (p->stage == 0) {
-        loss_scaler_unscale(&r->g->scaler, c, r->g->grads, r->g->table.total);
+        gpt_finish_grads(&r->g->scaler, c, r->g->grads, r->g->table.total);
         return;
     }
     for (int b = 0; b < p->nbuckets; b++) {
         size_t lo, hi;
         dp_piece(p, b, engine_bucket_rank(r, b), &lo, &hi);
-        loss_scaler_unscale(&r->g->scaler, c, engine_grad_piece(r, b), hi - lo);
+        gpt_finish_grads(&r->g->scaler, c, engine_grad_piece(r, b), hi - lo);
     }
 }
 
@@ -191,6 +191,7 @@ void engine_update(engine_rank_t *r, float lr, float grad_norm) {
             size_t x = a - lo;
             adamw_update(pp + x, gp + x, m + x, v + x, e - a, r->adam_t, lr, c->beta1, c->beta2,
                          c->eps, pi->weight_decay ? c->weight_decay : 0.0f);
+            gpt_round_optim_state(c, pp + x, m + x, v + x, e - a);
         }
         if (overlap)
             engine_buckets_ready(r, b + 1);
