@@ -54,7 +54,7 @@ typedef struct {
     float lr, min_lr;
     int warmup, decay_steps;
     float beta1, beta2, eps, weight_decay, clip_grad; /* clip_grad 0 = off */
-    /* the optimizer's state (MODEL.md "AdamW"): MODEL_OPT_ADAM, fp32 m and
+    /* the optimizer's state (MODEL.md "Optimizer"): MODEL_OPT_ADAM, fp32 m and
      * v (Megatron's --optimizer adam, which is AdamW); MODEL_OPT_ADAMW8BIT,
      * bitsandbytes-style 8-bit m and v (adamw8bit.c), quantized in blocks
      * of optimizer_block elements of each tensor's GLOBAL flattened index,

@@ -303,8 +303,11 @@ static int apply_json(const json_t *j, const char *path, model_config_t *c, perr
             return -1;
     }
     if (json_get(j, "moe") && apply_moe_json(json_get(j, "moe"), path, c, err)) return -1;
-    if (json_get(j, "optimizer") && apply_optimizer_json(json_get(j, "optimizer"), path, c, err))
-        return -1;
+    /* no "optimizer": fp32 AdamW, the config every file before it meant,
+     * and the one model_config_json leaves out (so a round trip from any
+     * starting config, even a zeroed one, is exact) */
+    if (!json_get(j, "optimizer")) c->optimizer = MODEL_OPT_ADAM, c->optimizer_block = ADAM8_DEFAULT_BLOCK;
+    else if (apply_optimizer_json(json_get(j, "optimizer"), path, c, err)) return -1;
     const json_t *arch = json_get(j, "arch");
     if (arch) {
         const char *v = json_string(arch);
