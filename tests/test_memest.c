@@ -169,6 +169,28 @@ static void test_layouts_within_estimate(void) {
     printf("estimate / measured peak, total per device: %.4f .. %.4f\n", best_ratio, worst_ratio);
 }
 
+/* adamw8bit: codes and block absmax, sharded at block boundaries (their
+ * pieces are uneven: the buffers are sized for the longest). */
+static void test_adamw8bit_within_estimate(void) {
+    model_config_t m;
+    perr_t err;
+    model_config_builtin(small() ? "gpt-micro" : "gpt-tiny", &m, &err);
+    m.optimizer = MODEL_OPT_ADAMW8BIT, m.optimizer_block = 8;
+    if (small()) m.global_batch = m.micro_batch = 12;
+    static const struct { int dp, z, tp; } L[] = {{2, 1, 1}, {4, 3, 1}, {2, 2, 2}, {3, 1, 1}};
+    for (size_t k = 0; k < sizeof L / sizeof L[0]; k++) {
+        pconfig_t pc;
+        pconfig_defaults(&pc);
+        pc.dp = L[k].dp, pc.zero_stage = L[k].z, pc.tp = L[k].tp;
+        pc.given |= PC_GIVEN_DP | PC_GIVEN_ZERO;
+        if (pconfig_validate(&pc, m.global_batch, &err)) {
+            CHECK(0, "%s", err.msg);
+            continue;
+        }
+        check_layout(&m, &pc);
+    }
+}
+
 /* The golden run (train.c: gpt_new) is estimated with pc = NULL; the same
  * allocations from an arena show its peaks. */
 static void test_golden_within_estimate(void) {
@@ -384,6 +406,7 @@ int main(void) {
     RUN(test_layouts_within_estimate);
     RUN(test_pipeline_within_estimate);
     RUN(test_context_parallel_within_estimate);
+    RUN(test_adamw8bit_within_estimate);
     corpus_free(&corpus);
     return harness_done();
 }

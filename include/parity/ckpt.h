@@ -18,6 +18,9 @@
  *   param.<name>    F32 [global shape]  parameters after the last step run
  *   adam_m.<name>   F32 [global shape]  AdamW first moments
  *   adam_v.<name>   F32 [global shape]  AdamW second moments
+ *                   (adamw8bit: dequantized, code x block absmax, which is
+ *                   the whole 8-bit state, model.h; loading checks that
+ *                   every value is one)
  * in that order, each group in table order, and __metadata__:
  *   format   "parity-ckpt-2"
  *   config   the model and training config JSON (as dumps store it)
@@ -104,9 +107,12 @@ int  ckpt_load_file(const char *file, const char *who, const model_config_t *cfg
                     ckpt_state_t *s, char **backend, perr_t *err);
 /* The golden model (gpt_new: the whole table, with optimizer state) from
  * a state (the same config), and a state that views the model's own
- * vectors, for saving (nothing copied: do not ckpt_state_free it). */
+ * vectors, for saving (do not ckpt_state_free it). Under adamw8bit the
+ * moments are dequantized into scratch[0] and scratch[1] (malloc'd; the
+ * caller frees both; adam_m or adam_v NULL when out of memory), else
+ * nothing is copied and they are NULL. */
 void ckpt_state_to_gpt(const ckpt_state_t *s, gpt_t *g);
-ckpt_state_t ckpt_state_view_gpt(const gpt_t *g, int64_t next_step);
+ckpt_state_t ckpt_state_view_gpt(const gpt_t *g, int64_t next_step, float *scratch[2]);
 /* Host bytes a save (the state and the file built in memory) or a load
  * (the file read whole, and the state) holds: for memest.h's host line. */
 size_t ckpt_host_bytes(const model_config_t *cfg, int load, int save);

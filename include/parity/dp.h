@@ -22,7 +22,12 @@
  *    elements (the last ones shorter or empty: the "bucket padding"), n
  *    the size of its tensors' gradient group; rank k of that group owns
  *    piece k, and a rank's shard is its pieces back to back (shard_len
- *    elements, the same on every rank of a part).
+ *    elements, the same on every rank of a part). Under adamw8bit
+ *    (model.h) a piece must hold whole quantization blocks, so cut k
+ *    moves up from lo + k*ceil(len/n) to the next block boundary of the
+ *    tensor it falls in (a tensor's blocks start at its first element):
+ *    pieces differ in length, `piece` is the longest, and collectives
+ *    still move n pieces of `piece` elements, each padded;
  *  - groups: a bucket holds the tensors of one gradient group (their
  *    placements' reduction axes, param_info_t.reduce). Expert
  *    parallelism has two: dense tensors reduce over dp-ep-cp, experts cut
@@ -51,6 +56,10 @@ typedef struct {
     int ready_unit;        /* final after this unit's backward */
     unsigned reduce;       /* its tensors' gradient reduction axes (param_info_t.reduce):
                               a bucket never mixes groups */
+    const size_t *cut;     /* block-aligned pieces (adamw8bit): [n + 1], piece k is flat
+                              [cut[k], cut[k+1]); NULL: piece k starts at lo + k * piece */
+    size_t qpiece;         /* adamw8bit: absmax entries of the largest piece's state */
+    size_t qshard_off;     /* where this bucket's absmax entries sit in a shard's */
 } dp_bucket_t;
 
 enum { DP_UNIT_MAX_BUCKETS = 4 }; /* a unit's runs of one group (2), the tied embedding's */
@@ -65,6 +74,9 @@ typedef struct {
                                     with no tensors held */
     int *unit_nbuckets;          /* ZeRO-3: [nunits] its buckets (one per run of one group) */
     size_t shard_len;            /* sum of pieces */
+    int qblock;                  /* adamw8bit's block size (0: fp32 AdamW) */
+    size_t shard_qlen;           /* adamw8bit: absmax entries of a shard's state (sum of qpiece) */
+    size_t *cuts;                /* the buckets' cut arrays, one block */
 } dp_plan_t;
 
 int  dp_plan_build(dp_plan_t *p, const param_table_t *t, const model_config_t *cfg, int dp,
@@ -74,11 +86,29 @@ int  dp_plan_build(dp_plan_t *p, const param_table_t *t, const model_config_t *c
  * over dp ranks). */
 int  dp_plan_build_grid(dp_plan_t *p, const param_table_t *t, const model_config_t *cfg,
                         const int sizes[GRID_NAXES], int stage, double bucket_cap_mb, perr_t *err);
+/* DP_PLAN_UNALIGNED: pieces cut at lo + k*ceil(len/n) even under
+ * adamw8bit, whose update then counts blocks from each piece's own start:
+ * the per-shard blocks of --test-broken adamw8bit-shard-blocks. */
+enum { DP_PLAN_UNALIGNED = 1u };
+int  dp_plan_build_grid_ex(dp_plan_t *p, const param_table_t *t, const model_config_t *cfg,
+                           const int sizes[GRID_NAXES], int stage, double bucket_cap_mb,
+                           unsigned flags, perr_t *err);
 void dp_plan_free(dp_plan_t *p);
 /* Rank k's piece of bucket b: flat elements [*lo, *hi) (possibly empty). */
 void dp_piece(const dp_plan_t *p, int b, int k, size_t *lo, size_t *hi);
 /* The bucket holding flat element x, and the rank owning its piece. */
 void dp_owner(const dp_plan_t *p, size_t x, int *bucket, int *rank);
+/* A piece, tensor by tensor: tensor t's flat elements [a, e) of the piece
+ * [lo, hi), at x = a - lo in it, and (adamw8bit) its state's first absmax
+ * entry q, counted from the piece's first (each tensor's part of a piece
+ * starts a block). dp_runs(b) starts; dp_run_next steps, 0 when done. */
+typedef struct {
+    int t, last;
+    size_t lo, hi, a, e, x, q;
+    int qblock;
+} dp_run_t;
+dp_run_t dp_runs(const dp_plan_t *p, int b, size_t lo, size_t hi);
+int  dp_run_next(const param_table_t *t, dp_run_t *r);
 /* ZeRO-3: the buckets a unit's forward or backward reads (its own, and
  * the embeddings' for a tied head), gathered together; returns 0 to
  * DP_UNIT_MAX_BUCKETS (a pipeline stage has no bucket for a unit whose

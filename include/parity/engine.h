@@ -94,6 +94,10 @@ typedef struct {
     int broken_encdec_combine;
     unsigned broken_moe;          /* GPT_BROKEN_MOE_* bits: routing bugs of MoE frameworks */
     unsigned broken_tp2d;         /* GPT_BROKEN_TP2D_* bits: Colossal-AI 2-D layers' arithmetic */
+    /* adamw8bit's ZeRO shards quantize blocks of their own pieces, from
+     * each piece's start, instead of the global tensor's blocks (sharded
+     * 8-bit states with a per-shard absmax) */
+    int broken_adam8_shard_blocks;
     const char *trace_path;   /* --trace: a Chrome trace-event file of the run, or NULL */
     /* Test-only: 1 + the rank whose parameter replica drifts (one bit of
      * one element flipped after every update; ZeRO 0-2), to prove that

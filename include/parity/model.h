@@ -54,6 +54,15 @@ typedef struct {
     float lr, min_lr;
     int warmup, decay_steps;
     float beta1, beta2, eps, weight_decay, clip_grad; /* clip_grad 0 = off */
+    /* the optimizer's state (MODEL.md "Optimizer"): MODEL_OPT_ADAM, fp32 m and
+     * v (Megatron's --optimizer adam, which is AdamW); MODEL_OPT_ADAMW8BIT,
+     * bitsandbytes-style 8-bit m and v (adamw8bit.c), quantized in blocks
+     * of optimizer_block elements of each tensor's GLOBAL flattened index,
+     * so every layout quantizes the same blocks (a layout must hold whole
+     * blocks: adam8_check_blocks). optimizer_block is the default
+     * (ADAM8_DEFAULT_BLOCK) under MODEL_OPT_ADAM. */
+    int optimizer;
+    int optimizer_block;
     /* mixture of experts (ref/model/moe.c, MODEL.md "Mixture of experts"):
      * moe_experts 0 = every MLP dense. Layer l is an MoE layer when
      * l % moe_layer_freq == 0 (Megatron's --moe-layer-freq k). */
@@ -113,6 +122,12 @@ void model_loss_scaling(const model_config_t *c, float *initial, float *min, int
                         int *hysteresis);
 enum { MODEL_RECOMPUTE_NONE = 0, MODEL_RECOMPUTE_FULL = 1, MODEL_RECOMPUTE_SELECTIVE = 2 };
 enum { MODEL_GPT = 0, MODEL_T5 = 1, MODEL_LLAVA = 2 };
+enum { MODEL_OPT_ADAM = 0, MODEL_OPT_ADAMW8BIT = 1 };
+/* adamw8bit's blocks: bitsandbytes' 8-bit optimizers use 256; the update
+ * keeps one block of m and v in fp32 on the stack, so at most 4096. */
+enum { ADAM8_DEFAULT_BLOCK = 256, ADAM8_MAX_BLOCK = 4096 };
+/* "adam" or "adamw8bit" (--optimizer, the config's optimizer.name). */
+const char *model_optimizer_name(int optimizer);
 /* The architecture's name in configs and reports: "gpt", "t5", "llava". */
 const char *model_arch_name(int arch);
 /* The positions of a sequence whose tokens have a loss: T, or the
@@ -653,7 +668,9 @@ struct gpt {
                             params_lp) + offset, or a gathered shard (ZeRO-3) */
     float *grads;        /* [total] rounded gradients of the last step */
     acc_t *grad_acc;     /* [count] open exact gradient sums */
-    float *adam_m, *adam_v; /* [total] */
+    float *adam_m, *adam_v; /* [total] fp32 AdamW state (NULL under adamw8bit) */
+    uint8_t *adam8_m, *adam8_v; /* adamw8bit: [total] the codes of m and v */
+    float *adam8_am, *adam8_av; /* adamw8bit: [adam8_table_blocks] each block's absmax */
     int adam_t;          /* AdamW steps taken */
     loss_scaler_t scaler; /* fp16's loss scale (inert otherwise) */
     sacc_t loss_acc;     /* sum of token losses of this step */
@@ -936,5 +953,57 @@ float adamw_sqrtf(float x);
 /* One AdamW update of n elements (step t counted from 1). */
 void  adamw_update(float *p, const float *g, float *m, float *v, size_t n, int t, float lr,
                    float beta1, float beta2, float eps, float weight_decay);
+
+/* ---- adamw8bit (adamw8bit.c, MODEL.md "8-bit AdamW") -------------------
+ * m and v are stored as one byte a value, a code into a 256-entry dynamic
+ * quantization map, times their block's absmax (fp32): blocks of
+ * cfg->optimizer_block elements of each tensor's global flattened index.
+ * A step dequantizes a block, runs adamw_update's arithmetic in fp32 on
+ * it, and requantizes: absmax = max |x| over the block (exact, order-
+ * free), code = the map entry nearest x / absmax (ties to the lower
+ * entry), both exact IEEE operations. A layout that holds whole blocks
+ * therefore computes the golden bits. Code 0 is 0 in both maps, so zeroed
+ * memory is the initial state (m = v = 0, absmax 0). */
+/* value of code c, c = 0..255: m's signed map (bitsandbytes' signed
+ * dynamic map, its smallest negative entry replaced by -1) or v's
+ * unsigned one; built once from exact rationals, correctly rounded. */
+const float *adam8_map(int is_signed);
+/* The code whose value is nearest x, ties to the lower value. */
+uint8_t adam8_quantize(float x, int is_signed);
+static inline size_t adam8_nblocks(size_t n, int block) {
+    return (n + (size_t)block - 1) / (size_t)block;
+}
+/* The absmax entries of a table's state: its tensors' blocks, each
+ * tensor's from its first element (a block never spans two tensors). */
+size_t adam8_table_blocks(const param_table_t *t, int block);
+/* values[i] = map[codes[i]] * absmax[i / block] for i < n. */
+void  adam8_dequantize(const uint8_t *codes, const float *absmax, size_t n, int block, int is_signed,
+                       float *values);
+/* The state whose dequantization is exactly `values` (a checkpoint holds
+ * dequantized moments: with -1 and 1 in the maps, a block's absmax is its
+ * largest |value|, so they are the whole state). -1 when some value is
+ * no code times its block's absmax (*bad: its index): not a state. */
+int   adam8_from_values(const float *values, size_t n, int block, int is_signed, uint8_t *codes,
+                        float *absmax, size_t *bad);
+/* adamw_update on n elements whose state starts at a block boundary:
+ * codes mq, vq [n], absmax ma, va [adam8_nblocks(n, block)]. */
+void  adamw8bit_update(float *p, const float *g, uint8_t *mq, float *ma, uint8_t *vq, float *va,
+                       size_t n, int block, int t, float lr, float beta1, float beta2, float eps,
+                       float weight_decay);
+/* Whether a layout's blocks of table t (a device's, at grid sizes and
+ * coord) are whole quantization blocks of cfg: every run of the device's
+ * block of a tensor that is contiguous in the global flattened tensor
+ * must start at a multiple of optimizer_block and end at one or at the
+ * tensor's end. The message names the tensor, the cut and the block size. */
+int   adam8_check_blocks(const param_table_t *t, const model_config_t *cfg,
+                         const int sizes[GRID_NAXES], const int coord[GRID_NAXES], perr_t *err);
+/* A replica's AdamW state as fp32 values [total], which = 0: m, 1: v:
+ * its own vector (fp32 AdamW) or, under adamw8bit, the dequantized state
+ * in *buf (malloc'd here, the caller frees it; NULL when out of memory).
+ * NULL without optimizer state. */
+const float *gpt_adam_values(const gpt_t *g, int which, float **buf);
+/* The reverse: the state from fp32 values (a checkpoint's, which
+ * ckpt_load checked are 8-bit states under adamw8bit). */
+void  gpt_adam_set_values(gpt_t *g, int which, const float *values);
 
 #endif

@@ -172,6 +172,14 @@ static const char *needs_moe_fold(const broken_where_t *w) {
                                       "tp > 1, --expert-tensor-parallel-size 1)";
 }
 
+/* Per-shard 8-bit blocks differ from the global ones only where ZeRO
+ * shards the state over more than one rank. */
+static const char *needs_adam8_zero(const broken_where_t *w) {
+    if (w->cfg->optimizer != MODEL_OPT_ADAMW8BIT) return "--optimizer adamw8bit";
+    if (w->pc->zero_stage < 1) return "ZeRO stage >= 1 (DDP keeps the whole state on every rank)";
+    return pconfig_grad_ranks(w->pc) > 1 ? NULL : "data-parallel-size > 1 (shards to cut)";
+}
+
 static void set_moe_norm_tp(engine_run_t *r, int d) { (void)d, r->broken_moe |= GPT_BROKEN_MOE_NORM_TP; }
 static void set_moe_edp(engine_run_t *r, int d) { (void)d, r->broken_moe |= GPT_BROKEN_MOE_EDP_SCALE; }
 static void set_moe_router_tp(engine_run_t *r, int d) {
@@ -200,6 +208,7 @@ static void set_tp2d_summa(engine_run_t *r, int d) {
 }
 static void set_tp3d_swap(engine_run_t *r, int d) { (void)d, r->broken_tp2d |= GPT_BROKEN_TP3D_NO_SWAP; }
 static void set_replica(engine_run_t *r, int d) { r->broken_replica = d + 1; /* 0 is off */ }
+static void set_adam8_shard(engine_run_t *r, int d) { (void)d, r->broken_adam8_shard_blocks = 1; }
 
 static const broken_variant_t variants[] = {
     {"fp32-sums",
@@ -322,6 +331,12 @@ static const broken_variant_t variants[] = {
      "an encoder mesh with tp/etp >= 3 and not a power of two, no sequence parallelism", 0,
      needs_encdec_mean,
      set_encdec_mean},
+    {"adamw8bit-shard-blocks",
+     "cut ZeRO's 8-bit AdamW shards at even pieces and quantize each shard's state in blocks "
+     "counted from its own start, each with its own absmax, instead of the global tensor's "
+     "blocks (sharded 8-bit optimizer states: a block cut by a shard boundary gets two absmax)",
+     "exp_avg*", "--optimizer adamw8bit --data-parallel-size 4 --zero-stage 1", -1,
+     "--optimizer adamw8bit, ZeRO stage >= 1, dp > 1", 0, needs_adam8_zero, set_adam8_shard},
     {"replica",
      "flip one bit of device R's parameter replica after every update, ZeRO 0-2 (a replica that "
      "silently drifts, as after a missed broadcast)",

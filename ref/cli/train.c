@@ -71,6 +71,11 @@ static void usage(FILE *f) {
         "  --hidden-dropout P  --attention-dropout P\n"
         "  --lr X  --min-lr X  --lr-warmup-iters N  --lr-decay-iters N\n"
         "  --adam-beta1 X  --adam-beta2 X  --adam-eps X  --weight-decay X  --clip-grad X\n"
+        "  --optimizer adam|adamw8bit   adam: AdamW, fp32 state (Megatron's adam; default);\n"
+        "                           adamw8bit: bitsandbytes-style 8-bit m and v, quantized in\n"
+        "                           blocks of each tensor's global flattened index (the golden\n"
+        "                           run too; a layout must hold whole blocks)\n"
+        "  --optimizer-block N      adamw8bit's block size (default 256, at most 4096)\n"
         "  --tile-tokens N  --tile-features N  --tile-ffn N   canonical tiles (I1)\n"
         "mixed precision (Megatron's names; MODEL.md, \"Mixed precision\"; the dense GPT):\n"
         "  --bf16 | --fp16          activations, their gradients and the weights' compute copy\n"
@@ -116,10 +121,10 @@ static const char *enc_layers(const model_config_t *c) {
 }
 
 /* OPT_TRUE: a flag without a value that clears its field (untie);
- * OPT_SET: one that sets it to 1; OPT_DROP: probs | position; OPT_BF16,
- * OPT_FP16: the precision (no value). */
+ * OPT_SET: one that sets it to 1; OPT_DROP: probs | position; OPT_OPTIM:
+ * adam | adamw8bit; OPT_BF16, OPT_FP16: the precision (no value). */
 typedef enum {
-    OPT_INT, OPT_FLOAT, OPT_U64, OPT_TRUE, OPT_SET, OPT_PAD, OPT_DROP, OPT_BF16, OPT_FP16
+    OPT_INT, OPT_FLOAT, OPT_U64, OPT_TRUE, OPT_SET, OPT_PAD, OPT_DROP, OPT_OPTIM, OPT_BF16, OPT_FP16
 } opt_kind_t;
 static int opt_has_value(opt_kind_t k) {
     return k != OPT_TRUE && k != OPT_SET && k != OPT_BF16 && k != OPT_FP16;
@@ -156,6 +161,8 @@ static const cfg_opt_t cfg_opts[] = {
     {"--adam-eps", OPT_FLOAT, OFF(eps)},
     {"--weight-decay", OPT_FLOAT, OFF(weight_decay)},
     {"--clip-grad", OPT_FLOAT, OFF(clip_grad)},
+    {"--optimizer", OPT_OPTIM, OFF(optimizer)},
+    {"--optimizer-block", OPT_INT, OFF(optimizer_block)},
     {"--tile-tokens", OPT_INT, OFF(tile_tokens)},
     {"--tile-features", OPT_INT, OFF(tile_features)},
     {"--tile-ffn", OPT_INT, OFF(tile_ffn)},
@@ -234,6 +241,14 @@ static int apply_cfg_opt(model_config_t *c, const cfg_opt_t *o, const char *val)
             return -1;
         }
         *(int *)field = !strcmp(val, "position");
+        return 0;
+    case OPT_OPTIM: /* Megatron's --optimizer adam is AdamW, as parity's */
+        if (strcmp(val, "adam") && strcmp(val, "adamw8bit")) {
+            fprintf(stderr, "%s: %s '%s': expected adam (AdamW, fp32 state) or adamw8bit (8-bit "
+                            "block-wise state)\n", cli_name, o->flag, val);
+            return -1;
+        }
+        *(int *)field = !strcmp(val, "adamw8bit") ? MODEL_OPT_ADAMW8BIT : MODEL_OPT_ADAM;
         return 0;
     case OPT_PAD:
         return 0; /* model_config, after the other overrides */
@@ -871,8 +886,16 @@ static int run_golden(const run_output_t *o, train_inputs_t *in, int load) {
                tile_backend_name(tile_get_backend()),
                accum_plain_sums() ? ", PLAIN fp32 SUMS (diagnostic build, not golden)" : "");
     if (rc == 0) rc = golden_steps(o, cfg, g, &in->data, dump);
-    const ckpt_state_t now = ckpt_state_view_gpt(g, o->first + o->steps);
+    float *scratch[2] = {NULL, NULL}; /* adamw8bit: the dequantized moments */
+    const ckpt_state_t now = o->save_dir && rc == 0 ? ckpt_state_view_gpt(g, o->first + o->steps, scratch)
+                                                    : (ckpt_state_t){0};
+    if (rc == 0 && o->save_dir && (!now.adam_m || !now.adam_v)) {
+        fprintf(stderr, "%s: --save: out of memory for AdamW's state\n", cli_name);
+        rc = 2;
+    }
     if (rc == 0) rc = run_output_finish(o, dump, o->quiet ? NULL : "dump", &now);
+    free(scratch[0]);
+    free(scratch[1]);
     dump_free(dump);
     gpt_free(g);
     return rc;

@@ -5,28 +5,9 @@
  * of the optimizer state (ZeRO) computes the same two numbers. */
 #include "parity/model.h"
 
-#include <stdint.h>
-#include <string.h>
+#include "adamw_internal.h"
 
-#include "parity/pmath.h"
-#include "../kernels/simd.h"
-
-/* sqrt of a non-negative v/bc2. IEEE 754 requires square root to be
- * correctly rounded, so the hardware instruction gives exactly pm_sqrtf's
- * bits (pmath.h: "0 ulp, as IEEE sqrt") at a fraction of the cost of
- * pmath's portable Newton iteration; tests/test_model_config.c checks the
- * two agree bit for bit. NaN and negative input give pm_sqrtf's canonical
- * NaN. Branch-free (with -fno-math-errno, no libm call), so the update
- * loop vectorises. */
-static inline float sqrt_lane(float x) {
-    float nan;
-    const uint32_t bits = PM_NAN_BITS;
-    memcpy(&nan, &bits, sizeof nan);
-    float s = __builtin_sqrtf(x >= 0.0f ? x : 0.0f);
-    return x >= 0.0f ? s : nan;
-}
-
-float adamw_sqrtf(float x) { return sqrt_lane(x); }
+float adamw_sqrtf(float x) { return adamw_sqrt_lane(x); }
 
 /* Stops once |beta^i| <= 2^-26, with the loop's own bits: |pw| never grows
  * again (|beta| < 1, and rounding is monotone), and any double within
@@ -43,17 +24,15 @@ static float bias_correction(float beta, int t) {
     return (float)(1.0 - pw);
 }
 
+adamw_coef_t adamw_coef(int t, float lr, float beta1, float beta2, float eps, float weight_decay) {
+    return (adamw_coef_t){.beta1 = beta1, .beta2 = beta2, .om1 = 1.0f - beta1, .om2 = 1.0f - beta2,
+                          .bc1 = bias_correction(beta1, t), .bc2 = bias_correction(beta2, t),
+                          .eps = eps, .lr = lr, .weight_decay = weight_decay};
+}
+
 PARITY_SIMD_CLONES
 void adamw_update(float *p, const float *g, float *m, float *v, size_t n, int t, float lr,
                   float beta1, float beta2, float eps, float weight_decay) {
-    const float bc1 = bias_correction(beta1, t), bc2 = bias_correction(beta2, t);
-    const float om1 = 1.0f - beta1, om2 = 1.0f - beta2;
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i];
-        m[i] = beta1 * m[i] + om1 * gi;
-        v[i] = beta2 * v[i] + om2 * (gi * gi);
-        float upd = (m[i] / bc1) / (sqrt_lane(v[i] / bc2) + eps);
-        if (weight_decay != 0.0f) upd = upd + weight_decay * p[i];
-        p[i] = p[i] - lr * upd;
-    }
+    const adamw_coef_t c = adamw_coef(t, lr, beta1, beta2, eps, weight_decay);
+    for (size_t i = 0; i < n; i++) adamw_lane(&c, p + i, g[i], m + i, v + i);
 }

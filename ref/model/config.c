@@ -36,6 +36,8 @@ static void common_defaults(model_config_t *c) {
     c->eps = 1e-8f;
     c->weight_decay = 0.1f;
     c->clip_grad = 1.0f;
+    c->optimizer = MODEL_OPT_ADAM;
+    c->optimizer_block = ADAM8_DEFAULT_BLOCK; /* inert under adam */
     c->moe_topk = 2; /* Megatron's defaults; inert while moe_experts is 0 */
     c->moe_layer_freq = 1;
 }
@@ -60,6 +62,10 @@ const char *model_arch_name(int arch) {
 }
 
 const char *const *model_builtin_names(void) { return builtin_names; }
+
+const char *model_optimizer_name(int optimizer) {
+    return optimizer == MODEL_OPT_ADAMW8BIT ? "adamw8bit" : "adam";
+}
 
 int model_config_builtin(const char *name, model_config_t *c, perr_t *err) {
     common_defaults(c);
@@ -243,12 +249,30 @@ static int apply_precision_json(const json_t *m, const char *path, model_config_
     return 0;
 }
 
+/* "optimizer": {"name": "adam"|"adamw8bit", "block": N} */
+static int apply_optimizer_json(const json_t *o, const char *path, model_config_t *c,
+                                perr_t *err) {
+    static const char *const keys[] = {"name", "block", NULL};
+    if (json_type(o) != JSON_OBJECT)
+        return perr_set(err, "%s: field 'optimizer': expected an object {name, block}", path);
+    if (check_keys(o, keys, "optimizer.", path, err)) return -1;
+    const json_t *name = json_get(o, "name");
+    if (name) {
+        const char *v = json_string(name);
+        if (!v || (strcmp(v, "adam") && strcmp(v, "adamw8bit")))
+            return perr_set(err, "%s: field 'optimizer.name': expected \"adam\" or \"adamw8bit\"",
+                            path);
+        c->optimizer = !strcmp(v, "adamw8bit") ? MODEL_OPT_ADAMW8BIT : MODEL_OPT_ADAM;
+    }
+    return get_int(o, "block", path, &c->optimizer_block, err);
+}
+
 static int apply_json(const json_t *j, const char *path, model_config_t *c, perr_t *err) {
     static const char *const top[] = {
         "name", "base", "vocab", "seq_length", "hidden", "heads", "layers", "ffn", "tied",
         "tiles", "dropouts", "ln_eps", "seed", "global_batch", "micro_batch", "lr", "min_lr",
         "warmup", "decay_steps", "beta1", "beta2", "eps", "weight_decay", "clip_grad",
-        "make_vocab_size_divisible_by", "moe", "arch", "encoder", "precision", NULL};
+        "make_vocab_size_divisible_by", "moe", "arch", "encoder", "precision", "optimizer", NULL};
     static const char *const tiles[] = {"tokens", "features", "ffn", NULL};
     static const char *const drops[] = {"hidden", "attention", NULL};
     if (json_type(j) != JSON_OBJECT)
@@ -325,6 +349,11 @@ static int apply_json(const json_t *j, const char *path, model_config_t *c, perr
     if (json_get(j, "moe") && apply_moe_json(json_get(j, "moe"), path, c, err)) return -1;
     if (json_get(j, "precision") && apply_precision_json(json_get(j, "precision"), path, c, err))
         return -1;
+    /* no "optimizer": fp32 AdamW, the config every file before it meant,
+     * and the one model_config_json leaves out (so a round trip from any
+     * starting config, even a zeroed one, is exact) */
+    if (!json_get(j, "optimizer")) c->optimizer = MODEL_OPT_ADAM, c->optimizer_block = ADAM8_DEFAULT_BLOCK;
+    else if (apply_optimizer_json(json_get(j, "optimizer"), path, c, err)) return -1;
     const json_t *arch = json_get(j, "arch");
     if (arch) {
         const char *v = json_string(arch);
@@ -470,6 +499,9 @@ static int validate_precision(const model_config_t *c, perr_t *err) {
             return perr_set(err, "%s: %g, expected a finite value >= 0 (0: %s)", scaling[i].flag,
                             scaling[i].v, i ? "Megatron's default" : "dynamic scaling");
     }
+    if (c->optim_dtype != MODEL_FP32 && c->optimizer != MODEL_OPT_ADAM)
+        return perr_set(err, "precision.optim_dtype (NeMo's dtype, --dtype): bf16 state is for "
+                             "--optimizer adam (adamw8bit keeps its own 8-bit state)");
     float initial, min;
     int window, hysteresis;
     model_loss_scaling(c, &initial, &min, &window, &hysteresis);
@@ -585,6 +617,14 @@ static int validate(const model_config_t *c, int whole_microbatches, perr_t *err
                         "clip_grad (--clip-grad) = %g: expected a finite value >= 0 (0 turns "
                         "clipping off)",
                         (double)c->clip_grad);
+    if (c->optimizer != MODEL_OPT_ADAM && c->optimizer != MODEL_OPT_ADAMW8BIT)
+        return perr_set(err, "optimizer = %d: expected adam or adamw8bit", c->optimizer);
+    if (c->optimizer == MODEL_OPT_ADAM && c->optimizer_block != ADAM8_DEFAULT_BLOCK)
+        return perr_set(err, "optimizer.block (--optimizer-block) = %d: only --optimizer "
+                             "adamw8bit quantizes its state in blocks", c->optimizer_block);
+    if (c->optimizer_block < 1 || c->optimizer_block > ADAM8_MAX_BLOCK)
+        return perr_set(err, "optimizer.block (--optimizer-block) = %d: expected 1 to %d elements",
+                        c->optimizer_block, ADAM8_MAX_BLOCK);
     if (validate_moe(c, err)) return -1;
     if (validate_encoder(c, err)) return -1;
     if (validate_precision(c, err)) return -1;
@@ -654,6 +694,11 @@ char *model_config_json(const model_config_t *c) {
                  (double)c->initial_loss_scale, (double)c->min_loss_scale, c->loss_scale_window,
                  c->hysteresis, model_precision_name(c->grad_dtype),
                  model_precision_name(c->optim_dtype));
+    }
+    if (c->optimizer != MODEL_OPT_ADAM) { /* adam's JSON stays as it was (golden/'s dumps) */
+        const size_t at = strlen(s) - 1;
+        snprintf(s + at, cap - at, ", \"optimizer\": {\"name\": \"%s\", \"block\": %d}}",
+                 model_optimizer_name(c->optimizer), c->optimizer_block);
     }
     if (c->arch != MODEL_GPT) { /* the GPT's JSON stays as it was (golden/'s dumps) */
         const size_t at = strlen(s) - 1;

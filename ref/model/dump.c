@@ -418,12 +418,17 @@ int dump_end_step(dump_t *d, const gpt_t *g, const gpt_step_stats_t *st, perr_t 
     if (emit_params(d, g, name, d->grads, src->grad, err)) return -1;
     snprintf(name, sizeof name, "step%lld.param.", (long long)d->step);
     if (emit_params(d, g, name, g->params, src->param, err)) return -1;
-    /* AdamW's state after the update (the one-device run keeps it whole) */
-    if (g->adam_m && g->adam_v) {
-        snprintf(name, sizeof name, "step%lld.exp_avg.", (long long)d->step);
-        if (emit_params(d, g, name, g->adam_m, src->exp_avg, err)) return -1;
-        snprintf(name, sizeof name, "step%lld.exp_avg_sq.", (long long)d->step);
-        if (emit_params(d, g, name, g->adam_v, src->exp_avg_sq, err)) return -1;
+    /* AdamW's state after the update (the one-device run keeps it whole;
+     * adamw8bit's dequantized: its values are the whole state, model.h) */
+    const char *const state[2] = {"exp_avg", "exp_avg_sq"};
+    for (int k = 0; k < 2 && (g->adam_m || g->adam8_m); k++) {
+        float *buf;
+        const float *x = gpt_adam_values(g, k, &buf);
+        if (!x) return perr_set(err, "dump: out of memory for AdamW's state");
+        snprintf(name, sizeof name, "step%lld.%s.", (long long)d->step, state[k]);
+        const int rc = emit_params(d, g, name, x, k ? src->exp_avg_sq : src->exp_avg, err);
+        free(buf);
+        if (rc) return -1;
     }
     const int32_t adam_t = g->adam_t;
     snprintf(name, sizeof name, "step%lld.adam_t", (long long)d->step);

@@ -411,6 +411,13 @@ static size_t pool_layout(const param_table_t *t, char *pool, void **storage) {
     return most;
 }
 
+/* AdamW's m and v: fp32, or adamw8bit's codes (a byte an element) and
+ * each block's absmax. */
+static size_t adam_state_bytes(const model_config_t *cfg, const param_table_t *t) {
+    if (cfg->optimizer != MODEL_OPT_ADAMW8BIT) return 2 * t->total * sizeof(float);
+    return 2 * t->total + 2 * adam8_table_blocks(t, cfg->optimizer_block) * sizeof(float);
+}
+
 /* What gpt_new_tp takes from its arena: one table for the allocation and
  * for the estimate (gpt_mem_bytes), so they cannot drift apart. One
  * activation slot of every unit held, or n_slots of the largest chunk. */
@@ -421,7 +428,7 @@ static void mem_of(const model_config_t *cfg, const param_table_t *t, unsigned o
     /* mixed precision: the master weights and their compute copy */
     m->params = omit & GPT_NO_PARAMS ? 0 : F4 * (cfg->precision != MODEL_FP32 ? 2 : 1);
     m->grads = omit & GPT_NO_GRADS ? 0 : F4;
-    m->optimizer = omit & GPT_NO_OPTIMIZER ? 0 : 2 * F4; /* AdamW m and v */
+    m->optimizer = omit & GPT_NO_OPTIMIZER ? 0 : adam_state_bytes(cfg, t);
     m->open_sums = 0;
     if (omit & GPT_UNIT_OPEN_SUMS)
         m->open_sums = pool_layout(t, NULL, NULL);
@@ -544,7 +551,15 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
     } else if (mem.grads &&
                !(g->grads = model_alloc(arena, mem.grads, MEM_GRADS, what = "gradients")))
         goto oom;
-    if (mem.optimizer) {
+    if (mem.optimizer && cfg->optimizer == MODEL_OPT_ADAMW8BIT) {
+        const size_t n = g->table.total,
+                     nb = adam8_table_blocks(&g->table, cfg->optimizer_block) * sizeof(float);
+        if (!(g->adam8_m = model_alloc(arena, n, MEM_OPTIMIZER, what = "AdamW m codes (8-bit)")) ||
+            !(g->adam8_v = model_alloc(arena, n, MEM_OPTIMIZER, what = "AdamW v codes (8-bit)")) ||
+            !(g->adam8_am = model_alloc(arena, nb, MEM_OPTIMIZER, what = "AdamW m block absmax")) ||
+            !(g->adam8_av = model_alloc(arena, nb, MEM_OPTIMIZER, what = "AdamW v block absmax")))
+            goto oom;
+    } else if (mem.optimizer) {
         g->adam_m = model_alloc(arena, mem.optimizer / 2, MEM_OPTIMIZER, what = "AdamW m");
         g->adam_v = g->adam_m ? model_alloc(arena, mem.optimizer / 2, MEM_OPTIMIZER, what = "AdamW v")
                               : NULL;
@@ -701,6 +716,10 @@ void gpt_free(gpt_t *g) {
     model_release(arena, g->grads);
     model_release(arena, g->adam_m);
     model_release(arena, g->adam_v);
+    model_release(arena, g->adam8_m);
+    model_release(arena, g->adam8_v);
+    model_release(arena, g->adam8_am);
+    model_release(arena, g->adam8_av);
     free_slots(g);
     free(g->moe.routed);
     free(g->moe.dropped);
@@ -759,15 +778,60 @@ void gpt_step_update(gpt_t *g, float lr, float grad_norm) {
     if (factor != 1.0f)
         for (size_t i = 0; i < g->table.total; i++) g->grads[i] = g->grads[i] * factor;
     g->adam_t++;
+    const int B = c->optimizer_block;
+    size_t qb = 0; /* tensor i's first block: its state's absmax */
     for (int i = 0; i < g->table.count; i++) {
         const param_info_t *p = &g->table.info[i];
-        adamw_update(g->params + p->offset, g->grads + p->offset, g->adam_m + p->offset,
-                     g->adam_v + p->offset, p->numel, g->adam_t, lr, c->beta1, c->beta2, c->eps,
-                     p->weight_decay ? c->weight_decay : 0.0f);
-        gpt_round_optim_state(c, g->params + p->offset, g->adam_m + p->offset,
-                              g->adam_v + p->offset, p->numel);
+        const float wd = p->weight_decay ? c->weight_decay : 0.0f;
+        const size_t o = p->offset;
+        if (c->optimizer == MODEL_OPT_ADAMW8BIT) {
+            adamw8bit_update(g->params + o, g->grads + o, g->adam8_m + o, g->adam8_am + qb,
+                             g->adam8_v + o, g->adam8_av + qb, p->numel, B, g->adam_t, lr, c->beta1,
+                             c->beta2, c->eps, wd);
+            qb += adam8_nblocks(p->numel, B);
+        } else {
+            adamw_update(g->params + o, g->grads + o, g->adam_m + o, g->adam_v + o, p->numel,
+                         g->adam_t, lr, c->beta1, c->beta2, c->eps, wd);
+            gpt_round_optim_state(c, g->params + o, g->adam_m + o, g->adam_v + o, p->numel);
+        }
     }
     gpt_params_refresh(g);
+}
+
+const float *gpt_adam_values(const gpt_t *g, int which, float **buf) {
+    *buf = NULL;
+    const float *f = which ? g->adam_v : g->adam_m;
+    const uint8_t *codes = which ? g->adam8_v : g->adam8_m;
+    const float *absmax = which ? g->adam8_av : g->adam8_am;
+    if (f || !codes) return f;
+    if (!(*buf = malloc((g->table.total + 1) * sizeof(float)))) return NULL;
+    size_t qb = 0;
+    for (int i = 0; i < g->table.count; i++) { /* each tensor's blocks from its first element */
+        const param_info_t *p = &g->table.info[i];
+        adam8_dequantize(codes + p->offset, absmax + qb, p->numel, g->cfg.optimizer_block, !which,
+                         *buf + p->offset);
+        qb += adam8_nblocks(p->numel, g->cfg.optimizer_block);
+    }
+    return *buf;
+}
+
+void gpt_adam_set_values(gpt_t *g, int which, const float *values) {
+    float *f = which ? g->adam_v : g->adam_m;
+    if (f) {
+        memcpy(f, values, g->table.total * sizeof(float));
+        return;
+    }
+    uint8_t *codes = which ? g->adam8_v : g->adam8_m;
+    float *absmax = which ? g->adam8_av : g->adam8_am;
+    size_t qb = 0;
+    for (int i = 0; codes && i < g->table.count; i++) {
+        const param_info_t *p = &g->table.info[i];
+        if (adam8_from_values(values + p->offset, p->numel, g->cfg.optimizer_block, !which,
+                              codes + p->offset, absmax + qb, NULL))
+            parity_fatal("%s: an AdamW %s value is not an 8-bit state (checked on load)", p->name,
+                         which ? "v" : "m");
+        qb += adam8_nblocks(p->numel, g->cfg.optimizer_block);
+    }
 }
 
 void gpt_train_step(gpt_t *g, const corpus_t *data, int64_t step, const gpt_observer_t *obs,

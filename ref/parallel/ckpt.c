@@ -51,15 +51,16 @@ void ckpt_state_free(ckpt_state_t *s) {
 
 void ckpt_state_to_gpt(const ckpt_state_t *s, gpt_t *g) {
     memcpy(g->params, s->params, s->total * sizeof(float));
-    memcpy(g->adam_m, s->adam_m, s->total * sizeof(float));
-    memcpy(g->adam_v, s->adam_v, s->total * sizeof(float));
+    gpt_adam_set_values(g, 0, s->adam_m);
+    gpt_adam_set_values(g, 1, s->adam_v);
     g->adam_t = s->adam_t;
     gpt_params_refresh(g); /* mixed precision: the compute copy of the loaded weights */
 }
 
-ckpt_state_t ckpt_state_view_gpt(const gpt_t *g, int64_t next_step) {
-    return (ckpt_state_t){g->cfg, next_step, g->adam_t, g->table.total, g->params, g->adam_m,
-                          g->adam_v};
+ckpt_state_t ckpt_state_view_gpt(const gpt_t *g, int64_t next_step, float *scratch[2]) {
+    const float *m = gpt_adam_values(g, 0, &scratch[0]), *v = gpt_adam_values(g, 1, &scratch[1]);
+    return (ckpt_state_t){g->cfg, next_step, g->adam_t, g->table.total, g->params, (float *)m,
+                          (float *)v};
 }
 
 size_t ckpt_host_bytes(const model_config_t *cfg, int load, int save) {
@@ -230,6 +231,11 @@ static int config_diff(const json_t *a, const json_t *b, const char *prefix, con
         const json_t *x = json_get(a, key), *y = json_at(b, i);
         snprintf(path, sizeof path, "%s%s", prefix, key);
         if (ignored_key(path)) continue;
+        if (!x && !strcmp(path, "optimizer")) /* written only when not adam */
+            return perr_set(err, "%s: the checkpoint's model differs from this run's: field "
+                                 "'optimizer' is absent (adam) in the checkpoint, %s here "
+                                 "(--optimizer)",
+                            who, json_string(json_get(y, "name")) ? json_string(json_get(y, "name")) : "?");
         if (!x)
             return perr_set(err, "%s: the checkpoint's config has no field '%s' (this "
                                  "run's is not the model it saved)",
@@ -253,7 +259,13 @@ static int config_diff(const json_t *a, const json_t *b, const char *prefix, con
         }
     }
     for (size_t i = 0; i < json_len(a); i++)
-        if (!json_get(b, json_key_at(a, i)))
+        if (!*prefix && !strcmp(json_key_at(a, i), "optimizer") && !json_get(b, "optimizer")) {
+            const char *name = json_string(json_get(json_at(a, i), "name"));
+            return perr_set(err, "%s: the checkpoint's model differs from this run's: field "
+                                 "'optimizer' is %s in the checkpoint, absent (adam) here "
+                                 "(--optimizer)",
+                            who, name ? name : "?");
+        } else if (!json_get(b, json_key_at(a, i)))
             return perr_set(err, "%s: the checkpoint's config has a field '%s%s' this "
                                  "version does not know",
                             who, prefix, json_key_at(a, i));
@@ -393,6 +405,31 @@ static int check_scalars(const st_file_t *f, int64_t *step, int64_t *adam_t, con
     return 0;
 }
 
+/* adamw8bit: each moment tensor, block by block of its global flattened
+ * index, must be a dequantized 8-bit state (model.h: the values are the
+ * whole state), or the run could not continue from it bit for bit. */
+static int check_adam8(const ckpt_state_t *s, const param_table_t *t, const char *who,
+                       perr_t *err) {
+    if (s->cfg.optimizer != MODEL_OPT_ADAMW8BIT) return 0;
+    const size_t B = (size_t)s->cfg.optimizer_block;
+    uint8_t codes[ADAM8_MAX_BLOCK];
+    for (int k = 1; k < NKINDS; k++)
+        for (int i = 0; i < t->count; i++) {
+            const param_info_t *p = &t->info[i];
+            const float *x = cvec(s, k) + p->offset;
+            for (size_t lo = 0, bad; lo < p->numel; lo += B) {
+                float absmax;
+                const size_t len = p->numel - lo < B ? p->numel - lo : B;
+                if (adam8_from_values(x + lo, len, (int)B, k == 1, codes, &absmax, &bad))
+                    return perr_set(err, "%s: tensor '%s%s': element %zu (%.9g) is no 8-bit "
+                                         "state value of optimizer adamw8bit (a code of its map "
+                                         "times its block's absmax): not a checkpoint parity wrote",
+                                    who, kind_prefix[k], p->name, lo + bad, (double)x[lo + bad]);
+            }
+        }
+    return 0;
+}
+
 int ckpt_load_file(const char *file, const char *who, const model_config_t *cfg, ckpt_state_t *s,
                    char **backend, perr_t *err) {
     memset(s, 0, sizeof *s);
@@ -428,6 +465,7 @@ int ckpt_load_file(const char *file, const char *who, const model_config_t *cfg,
                  digest ? digest : "(none)");
         goto out;
     }
+    if (check_adam8(s, &t, who, err)) goto out;
     s->step = step;
     s->adam_t = (int)adam_t;
     if (backend && !(*backend = strdup(st_metadata(f, "backend")))) {

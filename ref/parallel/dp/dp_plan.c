@@ -11,11 +11,16 @@ void dp_plan_free(dp_plan_t *p) {
     free(p->buckets);
     free(p->bucket_of_unit);
     free(p->unit_nbuckets);
+    free(p->cuts);
     memset(p, 0, sizeof *p);
 }
 
 void dp_piece(const dp_plan_t *p, int b, int k, size_t *lo, size_t *hi) {
     const dp_bucket_t *bk = &p->buckets[b];
+    if (bk->cut) {
+        *lo = bk->cut[k], *hi = bk->cut[k + 1];
+        return;
+    }
     size_t a = bk->lo + (size_t)k * bk->piece, e = a + bk->piece;
     *lo = a < bk->hi ? a : bk->hi;
     *hi = e < bk->hi ? e : bk->hi;
@@ -26,7 +31,13 @@ void dp_owner(const dp_plan_t *p, size_t x, int *bucket, int *rank) {
     for (int b = 0; b < p->nbuckets; b++)
         if (x >= p->buckets[b].lo && x < p->buckets[b].hi) {
             *bucket = b;
-            *rank = (int)((x - p->buckets[b].lo) / p->buckets[b].piece);
+            if (!p->buckets[b].cut) {
+                *rank = (int)((x - p->buckets[b].lo) / p->buckets[b].piece);
+                return;
+            }
+            int k = 0; /* the piece [cut[k], cut[k+1]) holding x: empty ones hold nothing */
+            while (x >= p->buckets[b].cut[k + 1]) k++;
+            *rank = k;
             return;
         }
 }
@@ -56,6 +67,76 @@ static int bucket_group_size(unsigned reduce, const int *sizes, int dp) {
     return n;
 }
 
+dp_run_t dp_runs(const dp_plan_t *p, int b, size_t lo, size_t hi) {
+    return (dp_run_t){.t = p->buckets[b].first - 1, .last = p->buckets[b].last, .lo = lo, .hi = hi,
+                      .qblock = p->qblock};
+}
+
+int dp_run_next(const param_table_t *t, dp_run_t *r) {
+    if (r->qblock && r->e > r->a) r->q += adam8_nblocks(r->e - r->a, r->qblock);
+    for (r->t++; r->t < r->last; r->t++) {
+        const param_info_t *pi = &t->info[r->t];
+        const size_t a = pi->offset > r->lo ? pi->offset : r->lo;
+        const size_t e = pi->offset + pi->numel < r->hi ? pi->offset + pi->numel : r->hi;
+        if (a < e) {
+            r->a = a, r->e = e, r->x = a - r->lo;
+            return 1;
+        }
+    }
+    r->a = r->e = 0;
+    return 0;
+}
+
+/* The first block boundary at or after flat element x of the bucket: a
+ * multiple of the block size from the start of the tensor holding x, or
+ * that tensor's end (the next one's start). */
+static size_t block_up(const param_table_t *t, const dp_bucket_t *bk, size_t x, size_t block) {
+    for (int i = bk->first; i < bk->last; i++) {
+        const param_info_t *pi = &t->info[i];
+        if (x < pi->offset || x >= pi->offset + pi->numel) continue;
+        const size_t up = (x - pi->offset + block - 1) / block * block;
+        return pi->offset + (up < pi->numel ? up : pi->numel);
+    }
+    return x; /* the bucket's end */
+}
+
+/* adamw8bit: every bucket's cuts at block boundaries (unless
+ * DP_PLAN_UNALIGNED), its longest piece and its pieces' absmax counts. */
+static int plan_blocks(dp_plan_t *p, const param_table_t *t, unsigned flags, perr_t *err) {
+    size_t ncuts = 0;
+    for (int b = 0; b < p->nbuckets; b++) ncuts += (size_t)p->buckets[b].n + 1;
+    if (!(flags & DP_PLAN_UNALIGNED) && !(p->cuts = malloc(ncuts * sizeof(size_t))))
+        return perr_set(err, "dp plan: out of memory");
+    const size_t B = (size_t)p->qblock;
+    size_t *cut = p->cuts;
+    for (int b = 0; b < p->nbuckets; b++) {
+        dp_bucket_t *bk = &p->buckets[b];
+        const size_t n = (size_t)bk->n;
+        if (cut) {
+            const size_t even = bk->piece;
+            cut[0] = bk->lo, cut[n] = bk->hi, bk->piece = 0;
+            for (size_t k = 1; k < n; k++) {
+                const size_t x = bk->lo + k * even < bk->hi ? bk->lo + k * even : bk->hi;
+                const size_t up = block_up(t, bk, x, B);
+                cut[k] = up > cut[k - 1] ? up : cut[k - 1];
+            }
+            for (size_t k = 0; k < n; k++)
+                if (cut[k + 1] - cut[k] > bk->piece) bk->piece = cut[k + 1] - cut[k];
+            bk->cut = cut;
+            cut += n + 1;
+        }
+        bk->qpiece = 0;
+        for (int k = 0; k < bk->n; k++) {
+            size_t lo, hi;
+            dp_piece(p, b, k, &lo, &hi);
+            dp_run_t r = dp_runs(p, b, lo, hi);
+            while (dp_run_next(t, &r)) {}
+            if (r.q > bk->qpiece) bk->qpiece = r.q;
+        }
+    }
+    return 0;
+}
+
 /* Returns the bucket's index, or -1 when its tensors are all empty
  * (another pipeline stage's): no bucket. */
 static int add_bucket(dp_plan_t *p, const param_table_t *t, int first, int last, const int *sizes) {
@@ -82,25 +163,31 @@ static int group_changes(const param_table_t *t, int i) {
 }
 
 static int build(dp_plan_t *p, const param_table_t *t, const model_config_t *cfg, int dp,
-                 const int *sizes, int stage, double bucket_cap_mb, perr_t *err);
+                 const int *sizes, int stage, double bucket_cap_mb, unsigned flags, perr_t *err);
 
 int dp_plan_build(dp_plan_t *p, const param_table_t *t, const model_config_t *cfg, int dp,
                   int stage, double bucket_cap_mb, perr_t *err) {
-    return build(p, t, cfg, dp, NULL, stage, bucket_cap_mb, err);
+    return build(p, t, cfg, dp, NULL, stage, bucket_cap_mb, 0, err);
 }
 
-int dp_plan_build_grid(dp_plan_t *p, const param_table_t *t, const model_config_t *cfg,
-                       const int sizes[GRID_NAXES], int stage, double bucket_cap_mb, perr_t *err) {
+int dp_plan_build_grid_ex(dp_plan_t *p, const param_table_t *t, const model_config_t *cfg,
+                          const int sizes[GRID_NAXES], int stage, double bucket_cap_mb,
+                          unsigned flags, perr_t *err) {
     int most = 1; /* the largest group: the buffers' */
     for (int i = 0; i < t->count; i++) {
         const int n = bucket_group_size(t->info[i].reduce, sizes, 1);
         most = n > most ? n : most;
     }
-    return build(p, t, cfg, most, sizes, stage, bucket_cap_mb, err);
+    return build(p, t, cfg, most, sizes, stage, bucket_cap_mb, flags, err);
+}
+
+int dp_plan_build_grid(dp_plan_t *p, const param_table_t *t, const model_config_t *cfg,
+                       const int sizes[GRID_NAXES], int stage, double bucket_cap_mb, perr_t *err) {
+    return dp_plan_build_grid_ex(p, t, cfg, sizes, stage, bucket_cap_mb, 0, err);
 }
 
 static int build(dp_plan_t *p, const param_table_t *t, const model_config_t *cfg, int dp,
-                 const int *sizes, int stage, double bucket_cap_mb, perr_t *err) {
+                 const int *sizes, int stage, double bucket_cap_mb, unsigned flags, perr_t *err) {
     memset(p, 0, sizeof *p);
     p->dp = dp;
     p->stage = stage;
@@ -153,11 +240,19 @@ static int build(dp_plan_t *p, const param_table_t *t, const model_config_t *cfg
             }
         }
     }
-    size_t off = 0;
+    p->qblock = cfg->optimizer == MODEL_OPT_ADAMW8BIT ? cfg->optimizer_block : 0;
+    if (p->qblock && plan_blocks(p, t, flags, err)) {
+        dp_plan_free(p);
+        return -1;
+    }
+    size_t off = 0, qoff = 0;
     for (int b = 0; b < p->nbuckets; b++) {
         p->buckets[b].shard_off = off;
+        p->buckets[b].qshard_off = qoff;
         off += p->buckets[b].piece;
+        qoff += p->buckets[b].qpiece;
     }
     p->shard_len = off;
+    p->shard_qlen = qoff;
     return 0;
 }

@@ -66,7 +66,10 @@ static void print_memory(const run_report_t *run, double psi, FILE *f) {
     const int z = pc->zero_stage, tp = pc->tp > 1 ? pc->tp : 1, pp = pc->pp > 1 ? pc->pp : 1;
     const int cp = pc->cp > 1 ? pc->cp : 1, world = pc->world_size;
     const double p_params = 4 * psi / (z >= 3 ? N : 1), p_grads = 4 * psi / (z >= 2 ? N : 1);
-    const double p_opt = 8 * psi / (z >= 1 ? N : 1);
+    /* adamw8bit: a code byte each for m and v, and two fp32 absmax a block */
+    const int q8 = run->cfg.optimizer == MODEL_OPT_ADAMW8BIT;
+    const double opt_bytes = q8 ? 2.0 + 8.0 / run->cfg.optimizer_block : 8.0;
+    const double p_opt = opt_bytes * psi / (z >= 1 ? N : 1);
     char ranks[48];
     if (cp > 1)
         snprintf(ranks, sizeof ranks, "dp x cp = %d x %d = %d", pc->dp, cp, (int)N);
@@ -76,8 +79,9 @@ static void print_memory(const run_report_t *run, double psi, FILE *f) {
             z, ranks, psi, tp > 1 ? " per tensor-parallel rank" : "",
             pp > 1 ? " of the largest pipeline stage" : "", 16 * psi / MB);
     fprintf(f, "  %-22s %12s %12s %12s %12s\n", "device", "params", "grads", "optimizer", "activations");
-    fprintf(f, "  %-22s %12.2f %12.2f %12.2f %12s   (ZeRO, fp32; grads + 8 Psi open exact sums = %.2f)\n",
-            "ZeRO", p_params / MB, p_grads / MB, p_opt / MB, "-", (p_grads + 8 * psi) / MB);
+    fprintf(f, "  %-22s %12.2f %12.2f %12.2f %12s   (ZeRO, fp32%s; grads + 8 Psi open exact sums = %.2f)\n",
+            "ZeRO", p_params / MB, p_grads / MB, p_opt / MB, "-",
+            q8 ? ", 8-bit AdamW (2 + 8/block) Psi" : "", (p_grads + 8 * psi) / MB);
     rank_layout_t L;
     char label[48];
     const int grid = (tp > 1 || pp > 1 || cp > 1) && report_grid_layout(pc, &L) == 0;

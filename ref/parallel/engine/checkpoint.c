@@ -56,16 +56,31 @@ void engine_ckpt_setup_rank(engine_rank_t *r) {
     const dp_plan_t *p = r->plan;
     const float *m = sh->m_local[r->part], *v = sh->v_local[r->part];
     if (p->stage == 0) { /* DDP: every replica holds the whole state */
-        memcpy(r->g->adam_m, m, r->g->table.total * sizeof(float));
-        memcpy(r->g->adam_v, v, r->g->table.total * sizeof(float));
+        gpt_adam_set_values(r->g, 0, m);
+        gpt_adam_set_values(r->g, 1, v);
         r->g->adam_t = in->adam_t;
         return;
     }
     for (int b = 0; b < p->nbuckets; b++) {
         size_t lo, hi;
         dp_piece(p, b, engine_bucket_rank(r, b), &lo, &hi);
-        memcpy(r->shard_m + p->buckets[b].shard_off, m + lo, (hi - lo) * sizeof(float));
-        memcpy(r->shard_v + p->buckets[b].shard_off, v + lo, (hi - lo) * sizeof(float));
+        const size_t o = p->buckets[b].shard_off, qo = p->buckets[b].qshard_off;
+        if (!p->qblock) {
+            memcpy(r->shard_m + o, m + lo, (hi - lo) * sizeof(float));
+            memcpy(r->shard_v + o, v + lo, (hi - lo) * sizeof(float));
+            continue;
+        }
+        /* adamw8bit: the checkpoint's values are dequantized states (ckpt.c
+         * checked them block by block of the global tensors; the piece's
+         * blocks are global ones), so each rebuilds its codes and absmax */
+        dp_run_t run = dp_runs(p, b, lo, hi);
+        while (dp_run_next(&r->g->table, &run))
+            if (adam8_from_values(m + run.a, run.e - run.a, p->qblock, 1, r->shard_mq + o + run.x,
+                                  r->shard_ma + qo + run.q, NULL) ||
+                adam8_from_values(v + run.a, run.e - run.a, p->qblock, 0, r->shard_vq + o + run.x,
+                                  r->shard_va + qo + run.q, NULL))
+                parity_fatal("device %d: %s: the checkpoint's AdamW state is not 8-bit blocks here",
+                             r->device, r->g->table.info[run.t].name);
     }
     r->adam_t = in->adam_t;
 }

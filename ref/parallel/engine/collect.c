@@ -41,14 +41,37 @@ static const float *piece_of(engine_rank_t *r, collect_kind_t k, int b) {
     }
 }
 
-/* This rank's whole copy of kind k, or NULL where its ZeRO stage shards it. */
-static const float *replica_of(const engine_rank_t *r, collect_kind_t k) {
+/* Bucket b's piece [lo, hi) of kind k as fp32 values into out: adamw8bit's
+ * state dequantized (its values are the whole state, model.h), tensor by
+ * tensor as the update ran (dp_runs). */
+static void piece_values(engine_rank_t *r, collect_kind_t k, int b, size_t lo, size_t hi, float *out) {
+    const dp_plan_t *p = r->plan;
+    if (!p->qblock || k == COLLECT_GRAD || k == COLLECT_PARAM) {
+        memcpy(out, piece_of(r, k, b), (hi - lo) * sizeof(float));
+        return;
+    }
+    const int m = k == COLLECT_EXP_AVG;
+    const size_t o = p->buckets[b].shard_off, qo = p->buckets[b].qshard_off;
+    dp_run_t run = dp_runs(p, b, lo, hi);
+    while (dp_run_next(&r->g->table, &run))
+        adam8_dequantize((m ? r->shard_mq : r->shard_vq) + o + run.x,
+                         (m ? r->shard_ma : r->shard_va) + qo + run.q, run.e - run.a, p->qblock, m,
+                         out + run.x);
+}
+
+/* This rank's whole copy of kind k, or NULL where its ZeRO stage shards it;
+ * adamw8bit's DDP replica dequantized into *buf (the caller frees it). */
+static const float *replica_of(const engine_rank_t *r, collect_kind_t k, float **buf) {
     const int stage = r->plan->stage;
+    *buf = NULL;
     switch (k) {
     case COLLECT_GRAD: return stage == 0 ? r->g->grads : NULL; /* DDP's all-gathered copy */
     case COLLECT_PARAM: return stage < 3 ? r->g->params : NULL;
-    case COLLECT_EXP_AVG: return stage == 0 ? r->g->adam_m : NULL;
-    default: return stage == 0 ? r->g->adam_v : NULL;
+    default:
+        if (stage != 0) return NULL;
+        const float *x = gpt_adam_values(r->g, k == COLLECT_EXP_AVG_SQ, buf);
+        if (!x) parity_fatal("dp: out of memory for a replica's AdamW state");
+        return x;
     }
 }
 
@@ -80,7 +103,10 @@ void engine_collect_pieces(engine_rank_t *r, collect_kind_t k, float **outs, int
                             k == COLLECT_GRAD && b == 0 && hi > lo;
         const int np = bucket_parts(r, b, parts);
         for (int i = 0; i < np; i++) {
-            memcpy(outs[parts[i]] + lo + skip, piece_of(r, k, b) + skip, (hi - lo - skip) * sizeof(float));
+            if (skip)
+                memcpy(outs[parts[i]] + lo + skip, piece_of(r, k, b) + skip, (hi - lo - skip) * sizeof(float));
+            else
+                piece_values(r, k, b, lo, hi, outs[parts[i]] + lo);
             mark(srcs ? srcs[parts[i]] : NULL, lo + skip, hi, r->device);
         }
     }
@@ -114,8 +140,10 @@ void engine_part_sources_free(const engine_shared_t *sh, int32_t **b) {
     free(b);
 }
 
-void engine_collect_part(engine_rank_t *r, collect_kind_t k, float **outs, int32_t **srcs) {
-    const float *mine = replica_of(r, k);
+/* The same with this rank's copy of kind k already at hand (mine: NULL
+ * where it is sharded). */
+static void collect_part(engine_rank_t *r, collect_kind_t k, const float *mine, float **outs,
+                         int32_t **srcs) {
     const size_t total = r->g->table.total;
     if (k == COLLECT_GRAD || !mine) {
         engine_collect_pieces(r, k, outs, srcs);
@@ -125,17 +153,24 @@ void engine_collect_part(engine_rank_t *r, collect_kind_t k, float **outs, int32
     }
 }
 
+void engine_collect_part(engine_rank_t *r, collect_kind_t k, float **outs, int32_t **srcs) {
+    float *buf;
+    collect_part(r, k, replica_of(r, k, &buf), outs, srcs);
+    free(buf);
+}
+
 void engine_collect_kind(engine_rank_t *r, int64_t step, collect_kind_t k) {
     engine_shared_t *sh = r->sh;
-    float *local = sh->local[k][r->part];
-    const float *mine = replica_of(r, k);
+    float *local = sh->local[k][r->part], *buf;
+    const float *mine = replica_of(r, k, &buf);
     const int sharded = k == COLLECT_GRAD || !mine;
-    engine_collect_part(r, k, sh->local[k], sh->src_local[k]);
+    collect_part(r, k, mine, sh->local[k], sh->src_local[k]);
     coll_barrier(r->world); /* every rank's pieces are in */
     /* every other replica against the copy taken (DDP's gradients: against
      * each element's owner, whose piece the all-gather copied) */
     if (mine && (sharded || !engine_part_lead(r)))
         engine_check_replica(r, step, kind_name[k], mine, local, sharded ? -1 : 0);
+    free(buf);
     if (r->device == 0) engine_collect_tp(sh, step, k);
 }
 
@@ -146,6 +181,8 @@ gpt_t engine_global_view(const engine_shared_t *sh, const gpt_t *g) {
     v.grads = sh->grads_full;
     v.adam_m = sh->m_full; /* NULL unless collected */
     v.adam_v = sh->v_full;
+    v.adam8_m = v.adam8_v = NULL; /* a replica's own blocks: m_full holds their values */
+    v.adam8_am = v.adam8_av = NULL;
     return v;
 }
 

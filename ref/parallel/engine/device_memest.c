@@ -20,6 +20,31 @@ static void add(memest_dev_t *dev, mem_cat_t c, size_t bytes) {
     *cat += bytes;
 }
 
+/* adamw8bit: every device of stage s holds whole quantization blocks
+ * (adam8_check_blocks), refused here, before anything runs; engine_train
+ * checks each model part again. Only the tensor-cutting axes (tp and its
+ * sub-axes, ep) move a device's blocks. */
+static int stage_blocks(const model_config_t *cfg, const pconfig_t *pc, const pp_plan_t *pp, int s,
+                        const int sizes[GRID_NAXES], perr_t *err) {
+    if (cfg->optimizer != MODEL_OPT_ADAMW8BIT) return 0;
+    static const grid_axis_t cut[] = {GRID_TP, GRID_TP2, GRID_TP3, GRID_EP};
+    enum { NCUT = sizeof cut / sizeof cut[0] };
+    int n = 1;
+    for (int k = 0; k < NCUT; k++) n *= sizes[cut[k]];
+    for (int i = 0; i < n; i++) {
+        int coord[GRID_NAXES] = {0}, rest = i;
+        coord[GRID_PP] = s;
+        for (int k = 0; k < NCUT; k++) coord[cut[k]] = rest % sizes[cut[k]], rest /= sizes[cut[k]];
+        param_table_t t;
+        if (param_table_build_at(&t, cfg, sizes, coord, &pp->units[s], pconfig_tp_opts(pc), err))
+            return -1;
+        const int rc = adam8_check_blocks(&t, cfg, sizes, coord, err);
+        param_table_free(&t);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
 /* One rank of stage s; *part: its table's elements (for the host's
  * reassembly buffers). */
 static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp_plan_t *pp, int s,
@@ -35,7 +60,8 @@ static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp
     int sizes[GRID_NAXES];
     pconfig_grid_sizes(pc, sizes);
     if (pc->tp_mode == PC_TP_1D) sizes[GRID_TP] = tp;
-    if (dp_plan_build_grid(&p, &t, cfg, sizes, pc->zero_stage, pc->bucket_cap_mb, err)) {
+    if (stage_blocks(cfg, pc, pp, s, sizes, err) ||
+        dp_plan_build_grid(&p, &t, cfg, sizes, pc->zero_stage, pc->bucket_cap_mb, err)) {
         param_table_free(&t);
         return -1;
     }
@@ -94,6 +120,10 @@ int engine_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t
         for (int c = 0; c < 7; c++)
             if (theirs[c] > *mine[c]) *mine[c] = theirs[c];
         parts += part * (size_t)pconfig_stage_tp(pc, s);
+        /* adamw8bit under DDP: collecting m or v dequantizes every
+         * replica's state into a host vector at once (collect.c) */
+        if (cfg.optimizer == MODEL_OPT_ADAMW8BIT && pc->zero_stage == 0)
+            *host += ranks_per_stage * part * sizeof(float);
     }
     /* engine_train's reassembly of global parameters, gradients and AdamW's
      * m and v, and of every model part's (stage x tp rank), each with the

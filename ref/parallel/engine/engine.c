@@ -75,12 +75,19 @@ void engine_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, engine_rank_t 
     for (int b = 0; b < p->nbuckets; b++)
         if (p->buckets[b].piece > piece_max) piece_max = p->buckets[b].piece;
     const size_t S = p->shard_len ? p->shard_len : 1, n = (size_t)p->dp;
+    /* adamw8bit: a byte an element, and each block's absmax (dp.h) */
+    const int q8 = p->qblock > 0, opt = p->stage >= 1;
+    const size_t QS = (p->shard_qlen ? p->shard_qlen : 1) * sizeof(float);
     /* the exact reduce-scatter's rounds (reduce.c): n blocks of at most `round` */
     const size_t round = engine_round_elems(piece_max, p->dp);
 #define F(field) (r ? (void **)&r->field : NULL)
     const engine_buf_t bufs[ENGINE_NBUFS] = {
-        {F(shard_m), S * sizeof(float), MEM_OPTIMIZER, "AdamW m shard", p->stage >= 1},
-        {F(shard_v), S * sizeof(float), MEM_OPTIMIZER, "AdamW v shard", p->stage >= 1},
+        {F(shard_m), S * sizeof(float), MEM_OPTIMIZER, "AdamW m shard", opt && !q8},
+        {F(shard_v), S * sizeof(float), MEM_OPTIMIZER, "AdamW v shard", opt && !q8},
+        {F(shard_mq), S, MEM_OPTIMIZER, "AdamW m shard codes (8-bit)", opt && q8},
+        {F(shard_vq), S, MEM_OPTIMIZER, "AdamW v shard codes (8-bit)", opt && q8},
+        {F(shard_ma), QS, MEM_OPTIMIZER, "AdamW m shard block absmax", opt && q8},
+        {F(shard_va), QS, MEM_OPTIMIZER, "AdamW v shard block absmax", opt && q8},
         {F(shard_grads), S * sizeof(float), MEM_GRADS, "gradient shard", p->stage >= 2},
         {F(shard_params), S * sizeof(float), MEM_PARAMS, "parameter shard", p->stage >= 3},
         {F(scratch_mem[0]), (round * n + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1},

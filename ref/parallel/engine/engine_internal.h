@@ -110,7 +110,9 @@ typedef struct engine_rank {
     double t_reduce, t_comm;
     uint64_t rs_elems;
     /* shards (stage >= 1: optimizer; stage >= 2: gradients; 3: parameters) */
-    float *shard_params, *shard_grads, *shard_m, *shard_v; /* [shard_len] */
+    float *shard_params, *shard_grads, *shard_m, *shard_v; /* [shard_len] (m, v: fp32 AdamW) */
+    uint8_t *shard_mq, *shard_vq;  /* adamw8bit: [shard_len] codes of m and v */
+    float *shard_ma, *shard_va;    /* adamw8bit: [shard_qlen] their blocks' absmax */
     /* the exact reduce-scatter's vectors (reduce.c): [0] the send, a
      * round of n blocks of the bucket's open sums; [1] the receive, this
      * rank's block; over scratch_mem, sized by engine_rank_buffers */
@@ -191,7 +193,7 @@ typedef struct {
     const char *name;
     int want;
 } engine_buf_t;
-enum { ENGINE_NBUFS = 8 };
+enum { ENGINE_NBUFS = 12 };
 void engine_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, engine_rank_t *r, engine_buf_t out[ENGINE_NBUFS]);
 /* reduce.c: the exact reduce-scatter moves a bucket in rounds whose
  * send (n blocks of open sums) stays near ENGINE_ROUND_BYTES, so that it is
@@ -300,6 +302,13 @@ void engine_comm_use_for_gather(engine_rank_t *r);
 void engine_gather_params_job(engine_rank_t *r, int b);
 int  engine_comm_start(engine_rank_t *r, device_t *dev);
 void engine_comm_stop(engine_rank_t *r);
+/* optimizer.c: an all-gather's n padded pieces of bucket b in buf
+ * ([piece * n]) moved back to back, the bucket's flat elements
+ * (block-aligned pieces differ in length, dp.h); nothing for even ones. */
+void engine_join_pieces(const dp_plan_t *p, int b, float *buf);
+/* The reverse: the bucket's flat elements in buf to n padded pieces, the
+ * padding zeroed. */
+void engine_split_pieces(const dp_plan_t *p, int b, float *buf);
 /* Where bucket b's rounded gradient piece goes for this stage. */
 float *engine_grad_piece(engine_rank_t *r, int b);
 

@@ -27,6 +27,7 @@ static void gather_bucket(engine_rank_t *r, int b) {
     coll_all_gather(engine_bucket_group(r, b), r->shard_params + bk->shard_off, buf, bk->piece,
                     COLL_F32);
     r->report->seconds_comm += engine_now() - t0;
+    engine_join_pieces(p, b, buf);
     gpt_round_params(&r->sh->cfg, buf, bk->hi - bk->lo); /* mixed precision: the compute copy */
     r->unit_buf[b] = buf;
     for (int t = bk->first; t < bk->last; t++)
@@ -123,6 +124,29 @@ float engine_grad_norm(engine_rank_t *r) {
 
 /* ---- the optimizer on this rank's pieces ------------------------------ */
 
+void engine_split_pieces(const dp_plan_t *p, int b, float *buf) {
+    const dp_bucket_t *bk = &p->buckets[b];
+    if (!bk->cut) return;
+    /* engine_join_pieces backwards: the last piece first, the padding zeroed */
+    for (int k = bk->n - 1; k >= 1; k--) {
+        const size_t len = bk->cut[k + 1] - bk->cut[k];
+        memmove(buf + (size_t)k * bk->piece, buf + (bk->cut[k] - bk->lo), len * sizeof(float));
+        memset(buf + (size_t)k * bk->piece + len, 0, (bk->piece - len) * sizeof(float));
+    }
+    memset(buf + (bk->cut[1] - bk->lo), 0, (bk->piece - (bk->cut[1] - bk->lo)) * sizeof(float));
+}
+
+void engine_join_pieces(const dp_plan_t *p, int b, float *buf) {
+    const dp_bucket_t *bk = &p->buckets[b];
+    if (!bk->cut) return; /* even pieces: already back to back */
+    /* piece k moves down from k * piece to cut[k] - lo <= k * piece (the
+     * pieces before it are at most `piece` long), past every piece still
+     * to move: in increasing k, memmove never overwrites one */
+    for (int k = 1; k < bk->n; k++)
+        memmove(buf + (bk->cut[k] - bk->lo), buf + (size_t)k * bk->piece,
+                (bk->cut[k + 1] - bk->cut[k]) * sizeof(float));
+}
+
 /* Pads this rank's piece of bucket b to `piece` elements, all-gathers the
  * bucket over `group` through buf ([piece * n]) and writes it back to
  * full[lo, hi) of every rank. Returns the seconds spent communicating. */
@@ -142,6 +166,7 @@ static double all_gather_bucket(engine_rank_t *r, group_t *group, float *buf, in
     double t0 = engine_now();
     coll_all_gather(group, send, buf, bk->piece, COLL_F32);
     double dt = engine_now() - t0;
+    engine_join_pieces(p, b, buf);
     memcpy(full + bk->lo, buf, (bk->hi - bk->lo) * sizeof(float));
     return dt;
 }
@@ -180,18 +205,24 @@ void engine_update(engine_rank_t *r, float lr, float grad_norm) {
         dp_piece(p, b, engine_bucket_rank(r, b), &lo, &hi);
         float *gp = engine_grad_piece(r, b);
         float *pp = p->stage == 3 ? r->shard_params + bk->shard_off : r->g->params + lo;
-        float *m = r->shard_m + bk->shard_off, *v = r->shard_v + bk->shard_off;
         if (factor != 1.0f)
             for (size_t k = 0; k < hi - lo; k++) gp[k] = gp[k] * factor;
-        for (int t = bk->first; t < bk->last; t++) {
-            const param_info_t *pi = &r->g->table.info[t];
-            size_t a = pi->offset > lo ? pi->offset : lo;
-            size_t e = pi->offset + pi->numel < hi ? pi->offset + pi->numel : hi;
-            if (a >= e) continue;
-            size_t x = a - lo;
-            adamw_update(pp + x, gp + x, m + x, v + x, e - a, r->adam_t, lr, c->beta1, c->beta2,
-                         c->eps, pi->weight_decay ? c->weight_decay : 0.0f);
-            gpt_round_optim_state(c, pp + x, m + x, v + x, e - a);
+        /* each tensor's part of the piece: whole blocks under adamw8bit (dp.h) */
+        const size_t o = bk->shard_off, qo = bk->qshard_off;
+        dp_run_t run = dp_runs(p, b, lo, hi);
+        while (dp_run_next(&r->g->table, &run)) {
+            const param_info_t *pi = &r->g->table.info[run.t];
+            const size_t x = run.x, n = run.e - run.a;
+            const float wd = pi->weight_decay ? c->weight_decay : 0.0f;
+            if (p->qblock) {
+                adamw8bit_update(pp + x, gp + x, r->shard_mq + o + x, r->shard_ma + qo + run.q,
+                                 r->shard_vq + o + x, r->shard_va + qo + run.q, n, p->qblock,
+                                 r->adam_t, lr, c->beta1, c->beta2, c->eps, wd);
+            } else {
+                adamw_update(pp + x, gp + x, r->shard_m + o + x, r->shard_v + o + x, n, r->adam_t,
+                             lr, c->beta1, c->beta2, c->eps, wd);
+                gpt_round_optim_state(c, pp + x, r->shard_m + o + x, r->shard_v + o + x, n);
+            }
         }
         if (overlap)
             engine_buckets_ready(r, b + 1);

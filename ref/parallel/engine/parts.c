@@ -193,10 +193,16 @@ int engine_build_stages(engine_shared_t *sh, perr_t *err) {
     if (!sh->part_tables || !sh->plans) return perr_set(err, "dp: out of memory");
     for (int k = 0; k < sh->nparts; k++) {
         const int s = sh->part_coord[k][GRID_PP];
+        /* adamw8bit: the part's blocks of every tensor are whole quantization
+         * blocks (or the layout is refused); the plan cuts ZeRO's pieces at
+         * them, unless the broken variant asks for per-shard blocks */
         if (param_table_build_at(&sh->part_tables[k], &sh->cfg, sh->part_sizes[k], sh->part_coord[k],
                                  &sh->pp.units[s], pconfig_tp_opts(pc), err) ||
-            dp_plan_build_grid(&sh->plans[k], &sh->part_tables[k], &sh->cfg, sh->part_sizes[k],
-                               pc->zero_stage, pc->bucket_cap_mb, err))
+            adam8_check_blocks(&sh->part_tables[k], &sh->cfg, sh->part_sizes[k], sh->part_coord[k],
+                               err) ||
+            dp_plan_build_grid_ex(&sh->plans[k], &sh->part_tables[k], &sh->cfg, sh->part_sizes[k],
+                                  pc->zero_stage, pc->bucket_cap_mb,
+                                  sh->run->broken_adam8_shard_blocks ? DP_PLAN_UNALIGNED : 0u, err))
             return -1;
         if (pp > 1 && sh->cfg.tied) dp_plan_hold_embedding(&sh->plans[k], &sh->part_tables[k]);
     }

@@ -235,9 +235,11 @@ static void reduce_exact(engine_rank_t *r, int b, float *out) {
         if (tiny.sum) xvec_zero(send = &tiny);
         else send = fresh(r, 0, n * cj);
         xvec_claim_zero(send); /* every element is stored below */
-        for (size_t k = 0; k < n; k++) {
-            size_t lo = bk->lo + k * P + off, hi = lo + cj;
-            size_t e = hi < bk->hi ? hi : bk->hi, a = lo < e ? lo : e;
+        for (size_t k = 0; k < n; k++) { /* piece k's [off, off + cj), padded */
+            size_t plo, phi;
+            dp_piece(p, b, (int)k, &plo, &phi);
+            size_t lo = plo + off, hi = lo + cj;
+            size_t e = hi < phi ? hi : phi, a = lo < e ? lo : e;
             store_flat(send, k * cj, r->g, bk, a, e, cj - (e - a));
         }
         /* my block into scratch 1; in place for one rank (nothing moves)
@@ -263,6 +265,7 @@ static void reduce_broken(engine_rank_t *r, int b, float *out) {
         acc_round(&r->g->grad_acc[t], local + (pi->offset - bk->lo));
     }
     if (r->sh->run->broken_fp32_sums == 2) pm_round_bf16_array(local, padded);
+    engine_split_pieces(p, b, local); /* block-aligned pieces: to their padded slots */
     coll_algo_t was = coll_set_algo(COLL_ALGO_RING);
     coll_reduce_scatter(engine_bucket_comm_group(r, b), local, mine, bk->piece, COLL_F32, COLL_SUM);
     coll_set_algo(was);
