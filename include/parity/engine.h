@@ -155,6 +155,9 @@ struct mesh_grid;
 int engine_encdec_meshes(struct mesh_grid *G, const pconfig_t *pc, perr_t *err);
 
 int engine_train(engine_run_t *run, perr_t *err);
+/* PARITY_OFFLOAD_KILL_AFTER (offload.c's test hook), when set, must be a
+ * count >= 1. 0, or -1 with a message naming it. */
+int engine_offload_env_check(perr_t *err);
 /* The global index of the run's first step: 0, or the checkpoint's. */
 int64_t engine_first_step(const engine_run_t *run);
 /* Host bytes a layout adds to load or save a checkpoint, beside the

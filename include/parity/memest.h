@@ -39,6 +39,8 @@ typedef struct {
     size_t comm;        /* exact sums being reduced, all-gather buffers */
     size_t workspace;   /* the arena's workspace category */
     size_t total;       /* the sum: what must fit --arena-mb */
+    size_t host;        /* cpu offload: the optimizer shard in the rank's host arena (not in
+                           total: it is not the device's; the run's host figure counts it) */
 } memest_dev_t;
 
 typedef struct {

@@ -15,6 +15,9 @@
 #include "parity/runtime.h"
 
 typedef enum { PC_DTYPE_FP32 = 0, PC_DTYPE_BF16, PC_DTYPE_FP16 } pc_dtype_t;
+enum { PC_OFFLOAD_NONE = 0, PC_OFFLOAD_CPU = 1, PC_OFFLOAD_NVME = 2 };
+/* "none", "cpu", "nvme". */
+const char *pconfig_offload_name(int offload);
 /* Pipeline schedules (pp.h): 1F1B is Megatron's default; interleaved
  * 1F1B when virtual stages are given; naive: one microbatch at a time
  * through every stage (model parallelism without pipelining). */
@@ -78,6 +81,12 @@ typedef struct {
     int zero_stage;            /* 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters */
     int use_distributed_optimizer;
     int overlap_grad_reduce, overlap_param_gather;
+    /* DeepSpeed's ZeRO-Offload / ZeRO-Infinity (--offload-optimizer):
+     * each rank's optimizer shard in a host arena of its own (cpu) or in a
+     * file under offload_path (nvme), read and written bucket by bucket
+     * around the update (ref/parallel/engine/offload.c) */
+    int offload;               /* PC_OFFLOAD_NONE, _CPU, _NVME */
+    char offload_path[256];    /* --offload-path DIR (nvme) */
     double bucket_cap_mb;      /* gradient bucket size; Megatron's default 40 */
     int contiguous_grad_buffer, contiguous_param_buffer;
     pc_dtype_t dtype, grad_sync_dtype;

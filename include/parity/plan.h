@@ -36,6 +36,8 @@ typedef struct {
     double pp;    /* activations forward, their gradients backward */
     double cp;    /* the ring's K/V blocks and dK/dV open sums */
     double emb;   /* the tied word embedding's gradient between first and last stage */
+    double offload; /* cpu offload: the shard's gradients to the host and its updated
+                       parameters back (4 + 4 bytes an element), over the same link */
     double total;
 } plan_comm_t;
 

@@ -23,6 +23,7 @@ typedef struct {
     double predicted[MEM_NCAT];  /* bytes, from the ZeRO formulas (fp32) */
     size_t peak[MEM_NCAT];       /* measured high-water marks */
     size_t peak_total;
+    size_t host_peak; /* cpu offload: the rank's host arena's peak (its optimizer shard) */
     coll_counters_t comm;        /* this rank's collective traffic; by group family
                                     (coll.h) "tp" is tensor parallelism's, the rest
                                     data parallelism's ("dp", "dp-grads", "world") */

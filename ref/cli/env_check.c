@@ -11,6 +11,7 @@
  *   PARITY_COLL_SPIN_US, PARITY_COLL_YIELD_US   microseconds, 0 .. 1e9
  *   PARITY_PIN                0 (no pinning) or 1
  *   PARITY_STEP_THROUGH       0 or 1; PARITY_STEP_THROUGH_DEVICE a device number
+ *   PARITY_OFFLOAD_KILL_AFTER a count >= 1 (tests: nvme offload killed mid-step)
  * (coll_env_check holds the collectives' rules.) The readers refuse the
  * same values where they read them; this only says so first.
  */
@@ -20,6 +21,7 @@
 
 #include "commands.h"
 #include "parity/coll.h"
+#include "parity/engine.h"
 #include "parity/memest.h"
 #include "parity/runtime.h"
 
@@ -33,7 +35,7 @@ int cli_env_check(void) {
     perr_t err;
     if (one_of("PARITY_BACKEND", "openblas", "portable", &err) || memest_env_check(&err) ||
         coll_env_check(&err) || one_of("PARITY_PIN", "0", "1", &err) ||
-        devices_step_env(&(int){0}, &(int){0}, &err)) {
+        devices_step_env(&(int){0}, &(int){0}, &err) || engine_offload_env_check(&err)) {
         fprintf(stderr, "%s: %s\n", cli_name ? cli_name : "parity", err.msg);
         return 2;
     }

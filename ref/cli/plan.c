@@ -39,7 +39,8 @@ static void usage(FILE *f) {
           "  --link-gbs X             the cost model's device link bandwidth in GB/s (default 100)\n"
           "enumerated: tensor-, pipeline- and context-parallel sizes dividing N, data-parallel\n"
           "the rest; ZeRO 0-3 (1-3 where dp x cp > 1); micro batch sizes dividing a replica's\n"
-          "sequences; recompute none|selective|full; precision fp32|bf16; offload none. What\n"
+          "sequences; recompute none|selective|full; precision fp32|bf16; offload none|cpu (its\n"
+          "host transfers, 8 bytes a shard element, count as communication). What\n"
           "the layout check or the estimate refuses is not listed. Not enumerated (give them\n"
           "by hand): sequence parallelism, virtual pipeline stages, the 2-D/2.5-D/3-D tensor\n"
           "modes, Ulysses, fp16 (its loss scale is a choice of its own).\n"
@@ -208,8 +209,9 @@ static void print_json(const plan_t *p, int shown, const char *model_word) {
                m->params, m->grads, m->open_sums, m->optimizer, m->activations, m->comm, m->workspace,
                m->total, r->run_bytes);
         printf("   \"comm_bytes_per_step\": {\"dp\": %.0f, \"tp\": %.0f, \"pp\": %.0f, \"cp\": %.0f, "
-               "\"emb\": %.0f, \"total\": %.0f},\n",
-               r->comm.dp, r->comm.tp, r->comm.pp, r->comm.cp, r->comm.emb, r->comm.total);
+               "\"emb\": %.0f, \"offload\": %.0f, \"total\": %.0f},\n",
+               r->comm.dp, r->comm.tp, r->comm.pp, r->comm.cp, r->comm.emb, r->comm.offload,
+               r->comm.total);
         printf("   \"flops_per_device\": %.6g, \"bubble\": %.6g, \"compute_s\": %.6g, \"comm_s\": %.6g, "
                "\"cost_s\": %.6g,\n", r->flops, r->bubble, r->compute_s, r->comm_s, r->cost_s);
         printf("   \"flags\": ");

@@ -242,6 +242,9 @@ int layout_print(const model_config_t *cfg, const pconfig_t *pc, const memest_t 
             pc->overlap_param_gather ? "true" : "false", pc->bucket_cap_mb, dtype_name(pc->dtype),
             dtype_name(pc->grad_sync_dtype));
     if (pc->tp_mode != PC_TP_1D) print_tp_mode(pc, sizes, f);
+    if (pc->offload) /* only then, as recompute */
+        fprintf(f, "  \"offload_optimizer\": {\"device\": \"%s\", \"path\": \"%s\"},\n",
+                pconfig_offload_name(pc->offload), pc->offload_path);
     if (pc->recompute) /* only then: the dialects without it print as they did */
         fprintf(f, "  \"recompute\": {\"granularity\": \"%s\", \"method\": \"%s\", \"num_layers\": %d},\n",
                 pc->recompute == MODEL_RECOMPUTE_FULL ? "full" : "selective",

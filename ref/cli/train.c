@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "commands.h"
@@ -625,6 +626,17 @@ static int validate_layout(train_args_t *t, model_config_t *cfg) {
         char origin[512];
         fprintf(stderr, "parity %s: invalid layout%s: %s\n", t->cmd,
                 layout_opts_origin(&t->lo, origin, sizeof origin), err.msg);
+        return -1;
+    }
+    /* nvme offload: the directory, before any run (the files are made at
+     * each rank's setup; a write error later names its file) */
+    struct stat st;
+    const char *dir = t->lo.pc.offload_path;
+    if (t->lo.pc.offload == PC_OFFLOAD_NVME &&
+        (stat(dir, &st) || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK))) {
+        fprintf(stderr, "parity %s: --offload-path '%s': %s\n", t->cmd, dir,
+                stat(dir, &st) ? strerror(errno) : !S_ISDIR(st.st_mode) ? "not a directory"
+                                                                        : "not writable");
         return -1;
     }
     /* NeMo's dtype and grad_sync_dtype (--dtype, --grad-sync-dtype): what

@@ -10,6 +10,10 @@
 #include "parity/numparse.h"
 #include "parity/runtime.h"
 
+const char *pconfig_offload_name(int offload) {
+    return offload == PC_OFFLOAD_CPU ? "cpu" : offload == PC_OFFLOAD_NVME ? "nvme" : "none";
+}
+
 void pconfig_defaults(pconfig_t *pc) {
     memset(pc, 0, sizeof *pc);
     strcpy(pc->order, "tp-cp-ep-dp-pp");
@@ -134,6 +138,29 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
                             names[gran][0], names[gran][1]);
         if (gran) pc->recompute = k ? MODEL_RECOMPUTE_SELECTIVE : MODEL_RECOMPUTE_FULL;
         else pc->recompute_block = k, pc->given |= PC_GIVEN_RECOMPUTE_METHOD;
+        *i += 2;
+        return 1;
+    }
+    if (!strcmp(flag, "--offload-optimizer")) {
+        if (num_flag_value(flag, val, err)) return -1;
+        int k = PC_OFFLOAD_NONE;
+        while (k <= PC_OFFLOAD_NVME && strcmp(val, pconfig_offload_name(k))) k++;
+        if (k > PC_OFFLOAD_NVME)
+            return perr_set(err, "%s: unknown value '%s' (expected none, cpu or nvme)", flag, val);
+        pc->offload = k;
+        *i += 2;
+        return 1;
+    }
+    if (!strcmp(flag, "--offload-path")) {
+        if (num_flag_value(flag, val, err)) return -1;
+        if (!val[0] || strlen(val) >= sizeof pc->offload_path)
+            return perr_set(err, "--offload-path: expected a directory of 1 to %zu bytes, got %zu",
+                            sizeof pc->offload_path - 1, strlen(val));
+        for (const char *c = val; *c; c++) /* it is printed in --print-layout's JSON as it is */
+            if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
+                return perr_set(err, "--offload-path: a quote, backslash or control byte is not "
+                                     "accepted in the directory's name");
+        strcpy(pc->offload_path, val);
         *i += 2;
         return 1;
     }
@@ -498,6 +525,16 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
     if (pc->use_distributed_optimizer && !(pc->given & PC_GIVEN_ZERO)) pc->zero_stage = 1;
     if (pc->use_distributed_optimizer && pc->zero_stage == 0)
         return perr_set(err, "zero-stage: 0 contradicts --use-distributed-optimizer (stage >= 1)");
+    if (pc->offload && pc->zero_stage == 0)
+        return perr_set(err, "offload-optimizer: %s needs the optimizer state sharded (--zero-stage "
+                             ">= 1, as DeepSpeed's ZeRO-Offload); DDP keeps it in every replica",
+                        pconfig_offload_name(pc->offload));
+    if (pc->offload == PC_OFFLOAD_NVME && !pc->offload_path[0])
+        return perr_set(err, "offload-optimizer: nvme needs --offload-path DIR (where each rank's "
+                             "optimizer file goes)");
+    if (pc->offload_path[0] && pc->offload != PC_OFFLOAD_NVME)
+        return perr_set(err, "offload-path: only --offload-optimizer nvme reads it (here %s)",
+                        pconfig_offload_name(pc->offload));
     if (pc->overlap_param_gather && pc->zero_stage != 1 && pc->zero_stage != 2)
         return perr_set(err, "overlap-param-gather: needs the distributed optimizer (ZeRO stage 1 "
                              "or 2) whose parameter all-gather it overlaps; stage %d %s",
@@ -581,10 +618,11 @@ void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
     else if (pc->recompute)
         snprintf(recompute, sizeof recompute, " recompute=full %s %d",
                  pc->recompute_block ? "block" : "uniform", pc->recompute_layers);
-    snprintf(buf, len, "%s%s%sdp=%d%s zero=%d accum=%d micro=%d%s%s%s", tp, cp, pp, pc->dp, ep,
+    snprintf(buf, len, "%s%s%sdp=%d%s zero=%d accum=%d micro=%d%s%s%s%s%s", tp, cp, pp, pc->dp, ep,
              pc->zero_stage, pc->accum_degree, pc->micro_batch,
              pc->overlap_grad_reduce ? " overlap-grad" : "",
-             pc->overlap_param_gather ? " overlap-param" : "", recompute);
+             pc->overlap_param_gather ? " overlap-param" : "", recompute,
+             pc->offload ? " offload=" : "", pc->offload ? pconfig_offload_name(pc->offload) : "");
 }
 
 void pconfig_print_help(FILE *f) {
@@ -609,6 +647,10 @@ void pconfig_print_help(FILE *f) {
           "  --recompute-method uniform|block   full: chunks of N layers (uniform, the default), or\n"
           "                            only the first N layers of each stage's run, each alone (block)\n"
           "  --recompute-num-layers N  full: N (default 1; at most the model's layers)\n"
+          "  --offload-optimizer none|cpu|nvme   DeepSpeed's ZeRO-Offload (--zero-stage >= 1): each\n"
+          "                            rank's optimizer shard in a host arena (cpu) or a file read\n"
+          "                            and written bucket by bucket around the update (nvme)\n"
+          "  --offload-path DIR        nvme: the directory of the ranks' optimizer files\n"
           "  --pipeline-model-parallel-size N   pipeline stages (layers split uniformly)\n"
           "  --pipeline-layer-split A,B,..  layers per stage instead (one entry per stage)\n"
           "  --encoder-pipeline-model-parallel-size N   an encoder-decoder's encoder on N stages of\n"

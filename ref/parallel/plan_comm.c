@@ -53,7 +53,7 @@ static double ring(int n) { return n > 1 ? (double)(n - 1) / n : 0; }
 
 /* The data-parallel plan's traffic of one stage (t: its table, u: its units). */
 static int dp_bytes(const model_config_t *cfg, const pconfig_t *pc, const param_table_t *t,
-                    const gpt_units_t *units, double *out, perr_t *err) {
+                    const gpt_units_t *units, double *out, double *offload, perr_t *err) {
     int sizes[GRID_NAXES];
     pconfig_grid_sizes(pc, sizes);
     dp_plan_t p;
@@ -76,6 +76,7 @@ static int dp_bytes(const model_config_t *cfg, const pconfig_t *pc, const param_
             ag += 2.0 * pc->accum_degree * 4 * (double)bk->piece * bk->n * ring(bk->n);
         }
     }
+    *offload = pc->offload ? 8.0 * (double)p.shard_len : 0; /* grads down, params up */
     dp_plan_free(&p);
     *out = rs + ag;
     return 0;
@@ -127,7 +128,7 @@ int plan_comm(const model_config_t *model, const pconfig_t *pc, plan_comm_t *out
         plan_comm_t c = {0};
         int L, e, hd;
         stage_units(&cfg, &pp.units[s], &L, &e, &hd);
-        int rc = dp_bytes(&cfg, pc, &t, &pp.units[s], &c.dp, err);
+        int rc = dp_bytes(&cfg, pc, &t, &pp.units[s], &c.dp, &c.offload, err);
         c.tp = tp_bytes(&cfg, pc, L, e, hd, n);
         int boundaries = 0;
         for (int ch = 0; ch < pp.v; ch++) {
@@ -146,11 +147,12 @@ int plan_comm(const model_config_t *model, const pconfig_t *pc, plan_comm_t *out
             c.emb = 8.0 * (double)t.info[t.wte].numel * coll_busbw_factor(COLL_KIND_ALL_REDUCE, 2);
         param_table_free(&t);
         if (rc) return -1;
-        c.total = c.dp + c.tp + c.pp + c.cp + c.emb;
+        c.total = c.dp + c.tp + c.pp + c.cp + c.emb + c.offload;
         /* the busiest device: each family's largest stage, and the largest sum */
-        double *mine[] = {&out->dp, &out->tp, &out->pp, &out->cp, &out->emb, &out->total};
-        const double theirs[] = {c.dp, c.tp, c.pp, c.cp, c.emb, c.total};
-        for (int k = 0; k < 6; k++)
+        double *mine[] = {&out->dp, &out->tp, &out->pp, &out->cp, &out->emb, &out->offload,
+                          &out->total};
+        const double theirs[] = {c.dp, c.tp, c.pp, c.cp, c.emb, c.offload, c.total};
+        for (int k = 0; k < 7; k++)
             if (theirs[k] > *mine[k]) *mine[k] = theirs[k];
     }
     return 0;

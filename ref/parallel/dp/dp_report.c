@@ -93,6 +93,16 @@ static void print_memory(const run_report_t *run, double psi, FILE *f) {
                 r->peak[MEM_ACTIVATIONS] / MB, r->peak_total / MB,
                 z == 3 ? "; params include the units gathered while they run" : "");
     }
+    /* ZeRO-Offload: where the optimizer column's state went instead */
+    if (pc->offload == PC_OFFLOAD_CPU && run->reports)
+        fprintf(f, "  offload cpu: the optimizer shard in each rank's host arena, device 0's peak "
+                   "%.2f MB (the formula's optimizer column), none in the device's\n",
+                run->reports[0].host_peak / MB);
+    else if (pc->offload == PC_OFFLOAD_NVME)
+        fprintf(f, "  offload nvme: the optimizer shard in %s/parity-optim-rank<R>.bin (%.2f MB a "
+                   "rank: the formula's optimizer column); the device keeps one bucket's piece of "
+                   "m and v (its optimizer column)\n",
+                pc->offload_path, p_opt / MB);
 }
 
 /* Data parallelism's traffic: every family but tensor parallelism's and

@@ -65,6 +65,11 @@ void engine_ckpt_setup_rank(engine_rank_t *r) {
         size_t lo, hi;
         dp_piece(p, b, engine_bucket_rank(r, b), &lo, &hi);
         const size_t o = p->buckets[b].shard_off, qo = p->buckets[b].qshard_off;
+        if (!p->qblock && !r->shard_m) { /* nvme offload: into the rank's file */
+            engine_offload_write(r, 0, o, hi - lo, m + lo);
+            engine_offload_write(r, 1, o, hi - lo, v + lo);
+            continue;
+        }
         if (!p->qblock) {
             memcpy(r->shard_m + o, m + lo, (hi - lo) * sizeof(float));
             memcpy(r->shard_v + o, v + lo, (hi - lo) * sizeof(float));

@@ -46,6 +46,11 @@ static const float *piece_of(engine_rank_t *r, collect_kind_t k, int b) {
  * tensor as the update ran (dp_runs). */
 static void piece_values(engine_rank_t *r, collect_kind_t k, int b, size_t lo, size_t hi, float *out) {
     const dp_plan_t *p = r->plan;
+    if (!p->qblock && !r->shard_m && (k == COLLECT_EXP_AVG || k == COLLECT_EXP_AVG_SQ)) {
+        /* nvme offload: the state is the rank's file's (offload.c) */
+        engine_offload_read(r, k == COLLECT_EXP_AVG_SQ, p->buckets[b].shard_off, hi - lo, out);
+        return;
+    }
     if (!p->qblock || k == COLLECT_GRAD || k == COLLECT_PARAM) {
         memcpy(out, piece_of(r, k, b), (hi - lo) * sizeof(float));
         return;

@@ -71,7 +71,8 @@ static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp
     engine_buf_t bufs[ENGINE_NBUFS];
     engine_rank_buffers(&p, pc, NULL, bufs);
     for (int k = 0; k < ENGINE_NBUFS; k++)
-        if (bufs[k].want) add(dev, bufs[k].cat, bufs[k].bytes);
+        if (bufs[k].want && bufs[k].host) dev->host += bufs[k].bytes; /* cpu offload */
+        else if (bufs[k].want) add(dev, bufs[k].cat, bufs[k].bytes);
     if (p.stage == 3) { /* a unit's buckets live from its begin event to its end */
         size_t most = 0;
         for (int u = 0; u < p.nunits; u++) {
@@ -92,6 +93,9 @@ int engine_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t
     memset(dev, 0, sizeof *dev);
     *host = *all = 0;
     if (engine_check_experts(model, pc, err)) return -1;
+    if (pc->offload == PC_OFFLOAD_NVME && model->optimizer != MODEL_OPT_ADAM)
+        return perr_set(err, "offload-optimizer: nvme offloads fp32 AdamW's m and v (--optimizer "
+                             "adam); adamw8bit's blocks are not built for it (cpu is)");
     model_config_t cfg;
     engine_replica_config(model, pc, &cfg);
     pp_plan_t pp;
@@ -111,6 +115,7 @@ int engine_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t
         }
         memest_sum(&d);
         *all += d.total * ranks_per_stage;
+        *host += d.host * ranks_per_stage; /* cpu offload's host arenas */
         /* stages differ by category (the first holds the most activations,
          * the last the head): the bound of every device, category by category */
         size_t *mine[] = {&dev->params, &dev->grads, &dev->open_sums, &dev->optimizer,
@@ -119,6 +124,7 @@ int engine_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t
                                  d.workspace};
         for (int c = 0; c < 7; c++)
             if (theirs[c] > *mine[c]) *mine[c] = theirs[c];
+        if (d.host > dev->host) dev->host = d.host;
         parts += part * (size_t)pconfig_stage_tp(pc, s);
         /* adamw8bit under DDP: collecting m or v dequantizes every
          * replica's state into a host vector at once (collect.c) */
@@ -128,7 +134,7 @@ int engine_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t
     /* engine_train's reassembly of global parameters, gradients and AdamW's
      * m and v, and of every model part's (stage x tp rank), each with the
      * int32 writer of every element when a dump collects them */
-    *host = 4 * ((whole.total + 1) + parts) * (sizeof(float) + sizeof(int32_t));
+    *host += 4 * ((whole.total + 1) + parts) * (sizeof(float) + sizeof(int32_t));
     param_table_free(&whole);
     return 0;
 }

@@ -76,25 +76,31 @@ void engine_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, engine_rank_t 
         if (p->buckets[b].piece > piece_max) piece_max = p->buckets[b].piece;
     const size_t S = p->shard_len ? p->shard_len : 1, n = (size_t)p->dp;
     /* adamw8bit: a byte an element, and each block's absmax (dp.h) */
-    const int q8 = p->qblock > 0, opt = p->stage >= 1;
+    const int q8 = p->qblock > 0, nvme = pc->offload == PC_OFFLOAD_NVME;
+    const int opt = p->stage >= 1 && !nvme, host = pc->offload == PC_OFFLOAD_CPU;
     const size_t QS = (p->shard_qlen ? p->shard_qlen : 1) * sizeof(float);
     /* the exact reduce-scatter's rounds (reduce.c): n blocks of at most `round` */
     const size_t round = engine_round_elems(piece_max, p->dp);
 #define F(field) (r ? (void **)&r->field : NULL)
     const engine_buf_t bufs[ENGINE_NBUFS] = {
-        {F(shard_m), S * sizeof(float), MEM_OPTIMIZER, "AdamW m shard", opt && !q8},
-        {F(shard_v), S * sizeof(float), MEM_OPTIMIZER, "AdamW v shard", opt && !q8},
-        {F(shard_mq), S, MEM_OPTIMIZER, "AdamW m shard codes (8-bit)", opt && q8},
-        {F(shard_vq), S, MEM_OPTIMIZER, "AdamW v shard codes (8-bit)", opt && q8},
-        {F(shard_ma), QS, MEM_OPTIMIZER, "AdamW m shard block absmax", opt && q8},
-        {F(shard_va), QS, MEM_OPTIMIZER, "AdamW v shard block absmax", opt && q8},
-        {F(shard_grads), S * sizeof(float), MEM_GRADS, "gradient shard", p->stage >= 2},
-        {F(shard_params), S * sizeof(float), MEM_PARAMS, "parameter shard", p->stage >= 3},
-        {F(scratch_mem[0]), (round * n + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1},
-        {F(scratch_mem[1]), (round + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1},
-        {F(gather_buf), (piece_max * n + 1) * sizeof(float), MEM_COMM, "all-gather buffer", 1},
+        {F(shard_m), S * sizeof(float), MEM_OPTIMIZER, "AdamW m shard", opt && !q8, host},
+        {F(shard_v), S * sizeof(float), MEM_OPTIMIZER, "AdamW v shard", opt && !q8, host},
+        {F(shard_mq), S, MEM_OPTIMIZER, "AdamW m shard codes (8-bit)", opt && q8, host},
+        {F(shard_vq), S, MEM_OPTIMIZER, "AdamW v shard codes (8-bit)", opt && q8, host},
+        {F(shard_ma), QS, MEM_OPTIMIZER, "AdamW m shard block absmax", opt && q8, host},
+        {F(shard_va), QS, MEM_OPTIMIZER, "AdamW v shard block absmax", opt && q8, host},
+        /* nvme: one bucket's piece of m and v between the file and the update */
+        {F(off_m), (piece_max + 1) * sizeof(float), MEM_OPTIMIZER, "AdamW m staging (nvme offload)",
+         nvme, 0},
+        {F(off_v), (piece_max + 1) * sizeof(float), MEM_OPTIMIZER, "AdamW v staging (nvme offload)",
+         nvme, 0},
+        {F(shard_grads), S * sizeof(float), MEM_GRADS, "gradient shard", p->stage >= 2, 0},
+        {F(shard_params), S * sizeof(float), MEM_PARAMS, "parameter shard", p->stage >= 3, 0},
+        {F(scratch_mem[0]), (round * n + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1, 0},
+        {F(scratch_mem[1]), (round + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1, 0},
+        {F(gather_buf), (piece_max * n + 1) * sizeof(float), MEM_COMM, "all-gather buffer", 1, 0},
         {F(comm_gather_buf), (piece_max * n + 1) * sizeof(float), MEM_COMM,
-         "all-gather buffer (communication thread)", pc->overlap_param_gather},
+         "all-gather buffer (communication thread)", pc->overlap_param_gather, 0},
     };
 #undef F
     memcpy(out, bufs, sizeof bufs);
@@ -161,16 +167,25 @@ static int setup_rank(engine_rank_t *r, device_t *dev) {
     r->nops = pp_schedule(&sh->pp, r->stage, r->ops);
     engine_buf_t bufs[ENGINE_NBUFS];
     engine_rank_buffers(p, &sh->run->pc, r, bufs);
+    /* cpu offload: the optimizer shards in a host arena of the rank's own
+     * (its peak is reported beside the device's) */
+    if (sh->run->pc.offload == PC_OFFLOAD_CPU && !(r->host_arena = arena_create(dev->rank, 0))) {
+        engine_fail(sh, "dp: out of memory for a host arena (cpu offload)");
+        return -1;
+    }
     for (int k = 0; k < ENGINE_NBUFS; k++) {
         if (!bufs[k].want) continue;
-        *bufs[k].ptr = arena_alloc(dev->arena, bufs[k].bytes, bufs[k].cat, bufs[k].name);
+        arena_t *where = bufs[k].host ? r->host_arena : dev->arena;
+        *bufs[k].ptr = arena_alloc(where, bufs[k].bytes, bufs[k].cat, bufs[k].name);
         if (!*bufs[k].ptr) {
             char msg[4096];
-            snprintf(msg, sizeof msg, "device %d: %s", r->device, arena_last_error(dev->arena));
+            snprintf(msg, sizeof msg, "device %d%s: %s", r->device,
+                     bufs[k].host ? " (its host arena)" : "", arena_last_error(where));
             engine_fail(sh, msg);
             return -1;
         }
     }
+    if (engine_offload_open(r)) return -1;
     xvec_init_with(&r->scratch[0], 0, r->scratch_mem[0]);
     xvec_init_with(&r->scratch[1], 0, r->scratch_mem[1]);
     r->unit_buf = calloc((size_t)p->nbuckets, sizeof(float *));
@@ -200,6 +215,8 @@ static void teardown_rank(engine_rank_t *r, device_t *dev) {
     device_report_t *rep = r->report;
     for (int c = 0; c < MEM_NCAT; c++) rep->peak[c] = arena_high_water(dev->arena, (mem_cat_t)c);
     rep->peak_total = arena_high_water(dev->arena, MEM_NCAT);
+    if (r->host_arena) rep->host_peak = arena_high_water(r->host_arena, MEM_NCAT);
+    engine_offload_close(r);
     xvec_free(&r->scratch[0]);
     xvec_free(&r->scratch[1]);
     free(r->unit_buf);

@@ -113,6 +113,15 @@ typedef struct engine_rank {
     float *shard_params, *shard_grads, *shard_m, *shard_v; /* [shard_len] (m, v: fp32 AdamW) */
     uint8_t *shard_mq, *shard_vq;  /* adamw8bit: [shard_len] codes of m and v */
     float *shard_ma, *shard_va;    /* adamw8bit: [shard_qlen] their blocks' absmax */
+    /* optimizer offload (offload.c): cpu, the shards above come from
+     * host_arena, not the device's; nvme, they live in the file off_path
+     * ([m: shard_len][v: shard_len] fp32) and a bucket's pieces pass
+     * through off_m, off_v ([max piece] each, the device's) */
+    struct arena *host_arena;
+    int off_fd;
+    char off_path[320];
+    float *off_m, *off_v;
+    long off_writes;               /* pieces written (PARITY_OFFLOAD_KILL_AFTER, tests) */
     /* the exact reduce-scatter's vectors (reduce.c): [0] the send, a
      * round of n blocks of the bucket's open sums; [1] the receive, this
      * rank's block; over scratch_mem, sized by engine_rank_buffers */
@@ -192,8 +201,9 @@ typedef struct {
     mem_cat_t cat;
     const char *name;
     int want;
+    int host; /* 1: the rank's host arena (cpu offload), not the device's */
 } engine_buf_t;
-enum { ENGINE_NBUFS = 12 };
+enum { ENGINE_NBUFS = 14 };
 void engine_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, engine_rank_t *r, engine_buf_t out[ENGINE_NBUFS]);
 /* reduce.c: the exact reduce-scatter moves a bucket in rounds whose
  * send (n blocks of open sums) stays near ENGINE_ROUND_BYTES, so that it is
@@ -345,6 +355,21 @@ void engine_run_schedule(engine_rank_t *r, int64_t step, const gpt_observer_t *o
 int  engine_stage_slots(const pp_plan_t *pp, int stage, int *first);
 /* --trace: a span on this device's track (no-op without a trace). */
 void engine_span(engine_rank_t *r, const char *name, const char *cat, double t0, int mb, int chunk);
+
+/* offload.c: the optimizer state off the device (pconfig.h's offload).
+ * engine_offload_open at setup (nvme: creates the rank's file; 0, or -1
+ * after engine_fail naming the file), engine_offload_close at teardown.
+ * For bucket b's piece of n elements at shard offset o: _get returns where
+ * AdamW's m and v of the piece are (the shards, or the staging buffers
+ * read from the file: nvme); _put writes the staging back (nvme; else
+ * nothing). _read/_write move n values of state `which` (0 m, 1 v) at
+ * shard offset o between the file and buf (collection, checkpoints). */
+int  engine_offload_open(engine_rank_t *r);
+void engine_offload_close(engine_rank_t *r);
+void engine_offload_get(engine_rank_t *r, size_t o, size_t n, float **m, float **v);
+void engine_offload_put(engine_rank_t *r, size_t o, size_t n);
+void engine_offload_read(engine_rank_t *r, int which, size_t o, size_t n, float *buf);
+void engine_offload_write(engine_rank_t *r, int which, size_t o, size_t n, const float *buf);
 
 /* MoE models: the step's routing statistics over the run (report.c):
  * each sequence counted once (by its tp and cp coordinate 0 devices,

@@ -207,8 +207,11 @@ void engine_update(engine_rank_t *r, float lr, float grad_norm) {
         float *pp = p->stage == 3 ? r->shard_params + bk->shard_off : r->g->params + lo;
         if (factor != 1.0f)
             for (size_t k = 0; k < hi - lo; k++) gp[k] = gp[k] * factor;
-        /* each tensor's part of the piece: whole blocks under adamw8bit (dp.h) */
+        /* each tensor's part of the piece: whole blocks under adamw8bit (dp.h);
+         * fp32 AdamW's m and v where the offload keeps them (offload.c) */
         const size_t o = bk->shard_off, qo = bk->qshard_off;
+        float *m = NULL, *v = NULL;
+        if (!p->qblock) engine_offload_get(r, o, hi - lo, &m, &v);
         dp_run_t run = dp_runs(p, b, lo, hi);
         while (dp_run_next(&r->g->table, &run)) {
             const param_info_t *pi = &r->g->table.info[run.t];
@@ -219,11 +222,12 @@ void engine_update(engine_rank_t *r, float lr, float grad_norm) {
                                  r->shard_vq + o + x, r->shard_va + qo + run.q, n, p->qblock,
                                  r->adam_t, lr, c->beta1, c->beta2, c->eps, wd);
             } else {
-                adamw_update(pp + x, gp + x, r->shard_m + o + x, r->shard_v + o + x, n, r->adam_t,
-                             lr, c->beta1, c->beta2, c->eps, wd);
-                gpt_round_optim_state(c, pp + x, r->shard_m + o + x, r->shard_v + o + x, n);
+                adamw_update(pp + x, gp + x, m + x, v + x, n, r->adam_t, lr, c->beta1, c->beta2,
+                             c->eps, wd);
+                gpt_round_optim_state(c, pp + x, m + x, v + x, n);
             }
         }
+        if (!p->qblock) engine_offload_put(r, o, hi - lo);
         if (overlap)
             engine_buckets_ready(r, b + 1);
         else if (p->stage < 3)
