@@ -22,17 +22,17 @@ cd "$(dirname "$0")/.."
 A8=(--optimizer adamw8bit)
 exact() { # name, flags...
   local name=$1; shift
-  out=$("$P" check --model gpt-tiny --steps 3 "${A8[@]}" "$@" 2>&1); rc=$?
+  out=$("$P" check --model gpt-micro --num-layers 4 --steps 3 "${A8[@]}" "$@" 2>&1); rc=$?
   if [ $rc = 0 ] && echo "$out" | grep -q '| yes$'; then ok "$name: bit-exact over 3 steps"
   else fail "$name" "exit $rc" "$(echo "$out" | tail -4)"; fi
 }
 exact "dp 2 ZeRO-1" --data-parallel-size 2 --zero-stage 1
 exact "dp 4 ZeRO-3 (pieces moved to block boundaries)" --data-parallel-size 4 --zero-stage 3
-# gpt-tiny's row-parallel weights give a tp 2 rank 32 columns: blocks of 32
-exact "tp 2" --optimizer-block 32 --tensor-model-parallel-size 2
-exact "tp 2 x dp 2 ZeRO-1" --optimizer-block 32 --tensor-model-parallel-size 2 \
+# gpt-micro's row-parallel weights give a tp 2 rank 8 columns: blocks of 8
+exact "tp 2" --optimizer-block 8 --tensor-model-parallel-size 2
+exact "tp 2 x dp 2 ZeRO-1" --optimizer-block 8 --tensor-model-parallel-size 2 \
   --data-parallel-size 2 --zero-stage 1
-exact "tp 2 + SP x pp 2 x dp 2 ZeRO-2" --optimizer-block 32 --tensor-model-parallel-size 2 \
+exact "tp 2 + SP x pp 2 x dp 2 ZeRO-2" --optimizer-block 8 --tensor-model-parallel-size 2 \
   --sequence-parallel --pipeline-model-parallel-size 2 --num-microbatches 2 \
   --data-parallel-size 2 --zero-stage 2
 
@@ -58,8 +58,8 @@ refuse "a block size without adamw8bit" "--optimizer-block\) = 64: only --optimi
 refuse "a block of 0" "optimizer.block \(--optimizer-block\) = 0: expected 1 to 4096" -- \
   "$P" train --model gpt-micro --steps 1 "${A8[@]}" --optimizer-block 0
 
-# checkpoints (gpt-tiny, blocks of 32): the golden 4 steps, then 2 + 2
-M=(--model gpt-tiny "${A8[@]}" --optimizer-block 32 --quiet)
+# checkpoints (gpt-micro, blocks of 8): the golden 4 steps, then 2 + 2
+M=(--model gpt-micro "${A8[@]}" --optimizer-block 8 --quiet)
 ck=$tmp/ck
 mkdir -p "$ck"
 train() { "$P" train "${M[@]}" "$@" >"$tmp/log" 2>&1 || { cat "$tmp/log"; return 1; }; }
@@ -105,7 +105,7 @@ PY
     "$P" train "${M[@]}" --steps 1 --load "$w/bad"
   refuse "--load: an 8-bit checkpoint into fp32 AdamW" \
     "field 'optimizer' is adamw8bit in the checkpoint, absent \(adam\) here" -- \
-    "$P" train --model gpt-tiny --steps 1 --load "$ck/G"
+    "$P" train --model gpt-micro --steps 1 --load "$ck/G"
 else fail "the checkpoint runs" "$(tail -3 "$tmp/log")"; fi
 
 out=$("$P" check --model gpt-micro --steps 1 "${A8[@]}" --data-parallel-size 4 --zero-stage 1 \

@@ -18,7 +18,7 @@ mkdir -p "$off"
 
 exact() { # name, flags...
   local name=$1; shift
-  out=$("$P" check --model gpt-tiny --steps 3 "$@" 2>&1); rc=$?
+  out=$("$P" check --model gpt-micro --num-layers 4 --steps 3 "$@" 2>&1); rc=$?
   if [ $rc = 0 ] && echo "$out" | grep -q '| yes$'; then ok "$name: bit-exact over 3 steps"
   else fail "$name" "exit $rc" "$(echo "$out" | tail -4)"; fi
 }
@@ -27,10 +27,11 @@ NVME="--offload-optimizer nvme --offload-path $off"
 exact "cpu, dp 2 ZeRO-1" $CPU --data-parallel-size 2 --zero-stage 1
 exact "cpu, dp 2 ZeRO-3" $CPU --data-parallel-size 2 --zero-stage 3
 exact "cpu, adamw8bit dp 2 ZeRO-2" $CPU --optimizer adamw8bit --data-parallel-size 2 --zero-stage 2
-exact "nvme, dp 2 ZeRO-1, small buckets" $NVME --data-parallel-size 2 --zero-stage 1 --bucket-cap-mb 0.2
+exact "nvme, dp 2 ZeRO-1, small buckets" $NVME --data-parallel-size 2 --zero-stage 1 --bucket-cap-mb 0.01
 exact "nvme, dp 2 ZeRO-3" $NVME --data-parallel-size 2 --zero-stage 3
 exact "nvme, bf16, tp 2 x pp 2 x dp 2 ZeRO-2" $NVME --bf16 --tensor-model-parallel-size 2 \
-  --pipeline-model-parallel-size 2 --data-parallel-size 2 --zero-stage 2 --num-microbatches 2
+  --pipeline-model-parallel-size 2 --data-parallel-size 2 --zero-stage 2 --num-microbatches 2 \
+  --global-batch-size 8
 
 # the device's optimizer column: the state's (none), the host's, one bucket's piece
 opt_col() { "$P" train --model gpt-tiny --steps 1 --data-parallel-size 2 --zero-stage 1 "$@" 2>&1 |
@@ -64,15 +65,15 @@ else fail "the trace shows the offload's transfers"; fi
 
 # killed during an nvme step: the checkpoint is intact, resuming gives the
 # uninterrupted run's checkpoint byte for byte
-L="--model gpt-tiny --data-parallel-size 2 --zero-stage 1"
+L="--model gpt-micro --num-layers 4 --data-parallel-size 2 --zero-stage 1"
 "$P" train $L --steps 2 --save "$tmp/ck" >/dev/null 2>&1
 before=$(sha256sum "$tmp/ck/model.safetensors")
-PARITY_OFFLOAD_KILL_AFTER=3 "$P" train $L --load "$tmp/ck" --steps 2 $NVME --bucket-cap-mb 0.2 \
+PARITY_OFFLOAD_KILL_AFTER=3 "$P" train $L --load "$tmp/ck" --steps 2 $NVME --bucket-cap-mb 0.01 \
   --save "$tmp/ck-killed" >/dev/null 2>&1 &
 wait $! 2>/dev/null
 krc=$?
 after=$(sha256sum "$tmp/ck/model.safetensors")
-"$P" train $L --load "$tmp/ck" --steps 2 $NVME --bucket-cap-mb 0.2 --save "$tmp/ck-resumed" >/dev/null 2>&1
+"$P" train $L --load "$tmp/ck" --steps 2 $NVME --bucket-cap-mb 0.01 --save "$tmp/ck-resumed" >/dev/null 2>&1
 "$P" train $L --steps 4 --save "$tmp/ck-straight" >/dev/null 2>&1
 if [ "$krc" = 137 ] && [ "$before" = "$after" ] && [ ! -e "$tmp/ck-killed/model.safetensors" ] &&
    cmp -s "$tmp/ck-resumed/model.safetensors" "$tmp/ck-straight/model.safetensors"; then

@@ -20,17 +20,18 @@ exact() { # name, model, steps, flags...
   else fail "$name" "exit $rc" "$(echo "$out" | tail -4)"; fi
 }
 
-# bf16 on gpt-tiny (dropout on): dp ZeRO-1/3, tp + SP, pp 1F1B and
-# interleaved, cp ring, and a tp x pp x dp layout
-exact "bf16, dp 2 ZeRO-1" gpt-tiny 3 --bf16 --data-parallel-size 2 --zero-stage 1
-exact "bf16, dp 2 ZeRO-3" gpt-tiny 3 --bf16 --data-parallel-size 2 --zero-stage 3
-exact "bf16, tp 2 + SP" gpt-tiny 3 --bf16 --tensor-model-parallel-size 2 --sequence-parallel
-exact "bf16, pp 2 1F1B" gpt-tiny 3 --bf16 --pipeline-model-parallel-size 2 --num-microbatches 4
-exact "bf16, pp 2 interleaved" gpt-tiny 3 --bf16 --pipeline-model-parallel-size 2 \
-  --virtual-pipeline-model-parallel-size 2 --num-microbatches 4
-exact "bf16, cp 2 ring" gpt-tiny 3 --bf16 --context-parallel-size 2
-exact "bf16, tp 2 x pp 2 x dp 2 ZeRO-1" gpt-tiny 3 --bf16 --tensor-model-parallel-size 2 \
+# bf16 (dropout on): gpt-tiny on dp ZeRO-1 and a tp x pp x dp layout;
+# gpt-micro with 4 layers on ZeRO-3, tp + SP, pp 1F1B and interleaved, cp
+exact "bf16, gpt-tiny dp 2 ZeRO-1" gpt-tiny 3 --bf16 --data-parallel-size 2 --zero-stage 1
+exact "bf16, gpt-tiny tp 2 x pp 2 x dp 2 ZeRO-1" gpt-tiny 3 --bf16 --tensor-model-parallel-size 2 \
   --pipeline-model-parallel-size 2 --data-parallel-size 2 --zero-stage 1 --num-microbatches 2
+M4="--num-layers 4"
+exact "bf16, dp 2 ZeRO-3" gpt-micro 3 $M4 --bf16 --data-parallel-size 2 --zero-stage 3
+exact "bf16, tp 2 + SP" gpt-micro 3 $M4 --bf16 --tensor-model-parallel-size 2 --sequence-parallel
+exact "bf16, pp 2 1F1B" gpt-micro 3 $M4 --bf16 --pipeline-model-parallel-size 2 --num-microbatches 2
+exact "bf16, pp 2 interleaved" gpt-micro 3 $M4 --bf16 --pipeline-model-parallel-size 2 \
+  --virtual-pipeline-model-parallel-size 2 --num-microbatches 2
+exact "bf16, cp 2 ring" gpt-micro 3 $M4 --bf16 --context-parallel-size 2
 
 # fp16, dynamic scaling from 2^21 on gpt-micro with 4 layers: step 0
 # overflows (skipped, the scale halves: hysteresis 1), two clean steps grow
@@ -43,7 +44,6 @@ if echo "$g" | grep -q '^step     0 .*loss scale 2.09715e+06 (skipped)' &&
    echo "$g" | grep -q '^step     3 .*loss scale 2.09715e+06 (skipped)'; then
   ok "fp16: step 0 overflows and is skipped, the scale halves and the schedule waits; 2 clean steps grow it, step 3 overflows again ($scales)"
 else fail "fp16: the forced overflow" "$(echo "$g" | grep '^step')"; fi
-M4="--num-layers 4"
 exact "fp16 overflow, dp 2 ZeRO-1" gpt-micro 4 $M4 $F16 --data-parallel-size 2 --zero-stage 1
 exact "fp16 overflow, dp 2 ZeRO-3" gpt-micro 4 $M4 $F16 --data-parallel-size 2 --zero-stage 3
 exact "fp16 overflow, tp 2 + SP" gpt-micro 4 $M4 $F16 --tensor-model-parallel-size 2 --sequence-parallel
@@ -59,13 +59,13 @@ exact "fp16 static scale 1024, dp 2" gpt-micro 3 --fp16 --loss-scale 1024 --data
 # reduced gradients rounded to bf16 (grad_sync_dtype), the master weights
 # and AdamW's state after each update (dtype; grad_sync_dtype follows it)
 DFA="--optim model.optim.name=distributed_fused_adam"
-exact "NeMo grad_sync_dtype=bf16, dp 2 (ZeRO-2)" gpt-tiny 3 $DFA --optim model.optim.grad_sync_dtype=bf16 \
+exact "NeMo grad_sync_dtype=bf16, dp 2 (ZeRO-2)" gpt-micro 3 $DFA --optim model.optim.grad_sync_dtype=bf16 \
   --data-parallel-size 2
-exact "NeMo dtype=bf16 (and its grad sync), dp 2 (ZeRO-2) with --bf16" gpt-tiny 3 --bf16 $DFA \
+exact "NeMo dtype=bf16 (and its grad sync), dp 2 (ZeRO-2) with --bf16" gpt-micro 3 --bf16 $DFA \
   --optim model.optim.dtype=bf16 --data-parallel-size 2
-exact "--grad-sync-dtype bf16 --dtype bf16, tp 2 x pp 2 x dp 2 ZeRO-3" gpt-tiny 3 --grad-sync-dtype bf16 \
+exact "--grad-sync-dtype bf16 --dtype bf16, tp 2 x pp 2 x dp 2 ZeRO-3" gpt-micro 3 --grad-sync-dtype bf16 \
   --dtype bf16 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --data-parallel-size 2 \
-  --zero-stage 3 --num-microbatches 2
+  --zero-stage 3 --num-microbatches 2 --global-batch-size 8
 norm() { "$P" train --model gpt-tiny --steps 2 "$@" 2>&1 | grep '^step     1' | grep -oE 'grad norm [0-9.]+'; }
 n32=$(norm); ng=$(norm --grad-sync-dtype bf16); no=$(norm --dtype bf16)
 if [ -n "$ng" ] && [ -n "$no" ] && [ "$n32" != "$ng" ] && [ "$n32" != "$no" ]; then

@@ -23,28 +23,29 @@ exact() { # name, model, flags...
 }
 FULL="--recompute-granularity full"
 SEL="--recompute-granularity selective"
-exact "full, one device" gpt-tiny $FULL
-exact "full, dp 2 ZeRO-3" gpt-tiny $FULL --data-parallel-size 2 --zero-stage 3
-exact "full, tp 2 + SP x pp 2 1F1B" gpt-tiny $FULL --tensor-model-parallel-size 2 \
+M4="--num-layers 4"
+exact "full, one device" gpt-micro $M4 $FULL
+exact "full, dp 2 ZeRO-3" gpt-micro $M4 $FULL --data-parallel-size 2 --zero-stage 3
+exact "full, tp 2 + SP x pp 2 1F1B" gpt-micro $M4 $FULL --tensor-model-parallel-size 2 \
   --sequence-parallel --pipeline-model-parallel-size 2 --num-microbatches 4
-exact "full, cp 2 (ring) x dp 2 ZeRO-1" gpt-tiny $FULL --context-parallel-size 2 \
+exact "full, cp 2 (ring) x dp 2 ZeRO-1" gpt-micro $M4 $FULL --context-parallel-size 2 \
   --data-parallel-size 2 --zero-stage 1
 exact "full, 3d q 2 x dp 2 ZeRO-3" gpt-tiny $FULL --tensor-model-parallel-size 8 \
   --tensor-parallel-mode 3d --data-parallel-size 2 --zero-stage 3
-exact "full uniform 3 (chunks cut by the stage), tp 2 + SP x pp 2" gpt-tiny $FULL \
+exact "full uniform 3 (chunks cut by the stage), tp 2 + SP x pp 2" gpt-micro $M4 $FULL \
   --recompute-num-layers 3 --tensor-model-parallel-size 2 --sequence-parallel \
   --pipeline-model-parallel-size 2 --num-microbatches 4
-exact "full uniform 2, pp 2 interleaved x dp 2 ZeRO-3 (chunk gathers)" gpt-tiny $FULL \
+exact "full uniform 2, pp 2 interleaved x dp 2 ZeRO-3 (chunk gathers)" gpt-micro $M4 $FULL \
   --recompute-num-layers 2 --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 \
-  --num-microbatches 4 --data-parallel-size 2 --zero-stage 3
-exact "full block 3, cp 2 (Ulysses)" gpt-tiny $FULL --recompute-method block \
+  --num-microbatches 4 --data-parallel-size 2 --zero-stage 3 --global-batch-size 8
+exact "full block 3, cp 2 (Ulysses)" gpt-micro $M4 $FULL --recompute-method block \
   --recompute-num-layers 3 --context-parallel-size 2 --cp-comm-type a2a
-exact "selective, dp 2 ZeRO-3" gpt-tiny $SEL --data-parallel-size 2 --zero-stage 3
-exact "selective, tp 2 + SP x pp 2 interleaved" gpt-tiny $SEL --tensor-model-parallel-size 2 \
+exact "selective, dp 2 ZeRO-3" gpt-micro $M4 $SEL --data-parallel-size 2 --zero-stage 3
+exact "selective, tp 2 + SP x pp 2 interleaved" gpt-micro $M4 $SEL --tensor-model-parallel-size 2 \
   --sequence-parallel --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 \
   --num-microbatches 4
-exact "selective, cp 2 (ring)" gpt-tiny $SEL --context-parallel-size 2
-exact "selective, cp 2 (Ulysses)" gpt-tiny $SEL --context-parallel-size 2 --cp-comm-type a2a
+exact "selective, cp 2 (ring)" gpt-micro $M4 $SEL --context-parallel-size 2
+exact "selective, cp 2 (Ulysses)" gpt-micro $M4 $SEL --context-parallel-size 2 --cp-comm-type a2a
 exact "selective, 2d q 2" gpt-tiny $SEL --tensor-model-parallel-size 4 --tensor-parallel-mode 2d
 exact "selective, MoE ep 2" gpt-micro $SEL --num-experts 4 --moe-router-topk 2 \
   --data-parallel-size 2 --expert-model-parallel-size 2
