@@ -89,11 +89,12 @@ void engine_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, engine_rank_t 
         {F(shard_vq), S, MEM_OPTIMIZER, "AdamW v shard codes (8-bit)", opt && q8, host},
         {F(shard_ma), QS, MEM_OPTIMIZER, "AdamW m shard block absmax", opt && q8, host},
         {F(shard_va), QS, MEM_OPTIMIZER, "AdamW v shard block absmax", opt && q8, host},
-        /* nvme: one bucket's piece of m and v between the file and the update */
-        {F(off_m), (piece_max + 1) * sizeof(float), MEM_OPTIMIZER, "AdamW m staging (nvme offload)",
-         nvme, 0},
-        {F(off_v), (piece_max + 1) * sizeof(float), MEM_OPTIMIZER, "AdamW v staging (nvme offload)",
-         nvme, 0},
+        /* nvme: two buckets' pieces of m and v between the file and the
+         * update (one updated while the next is read, offload.c) */
+        {F(off_m), 2 * (piece_max + 1) * sizeof(float), MEM_OPTIMIZER,
+         "AdamW m staging (nvme offload)", nvme, 0},
+        {F(off_v), 2 * (piece_max + 1) * sizeof(float), MEM_OPTIMIZER,
+         "AdamW v staging (nvme offload)", nvme, 0},
         {F(shard_grads), S * sizeof(float), MEM_GRADS, "gradient shard", p->stage >= 2, 0},
         {F(shard_params), S * sizeof(float), MEM_PARAMS, "parameter shard", p->stage >= 3, 0},
         {F(scratch_mem[0]), (round * n + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1, 0},

@@ -120,7 +120,9 @@ typedef struct engine_rank {
     struct arena *host_arena;
     int off_fd;
     char off_path[320];
-    float *off_m, *off_v;
+    float *off_m, *off_v;          /* nvme: two slots each of off_slot floats (double buffering) */
+    size_t off_slot;
+    struct offload_io *off_io;     /* nvme: the slots' asynchronous reads and writes (offload.c) */
     long off_writes;               /* pieces written (PARITY_OFFLOAD_KILL_AFTER, tests) */
     /* the exact reduce-scatter's vectors (reduce.c): [0] the send, a
      * round of n blocks of the bucket's open sums; [1] the receive, this
@@ -359,15 +361,18 @@ void engine_span(engine_rank_t *r, const char *name, const char *cat, double t0,
 /* offload.c: the optimizer state off the device (pconfig.h's offload).
  * engine_offload_open at setup (nvme: creates the rank's file; 0, or -1
  * after engine_fail naming the file), engine_offload_close at teardown.
- * For bucket b's piece of n elements at shard offset o: _get returns where
- * AdamW's m and v of the piece are (the shards, or the staging buffers
- * read from the file: nvme); _put writes the staging back (nvme; else
- * nothing). _read/_write move n values of state `which` (0 m, 1 v) at
- * shard offset o between the file and buf (collection, checkpoints). */
+ * The update: _begin, then for each bucket b in order _get (where AdamW's
+ * m and v of b's piece are: the shards, or a staging slot the file was
+ * read into, nvme, the next bucket's read started behind it) and _put
+ * (nvme: the slot's write started), then _end (every write done). _read
+ * and _write move n values of state `which` (0 m, 1 v) at shard offset o
+ * between the file and buf, synchronously (collection, checkpoints). */
 int  engine_offload_open(engine_rank_t *r);
 void engine_offload_close(engine_rank_t *r);
-void engine_offload_get(engine_rank_t *r, size_t o, size_t n, float **m, float **v);
-void engine_offload_put(engine_rank_t *r, size_t o, size_t n);
+void engine_offload_begin(engine_rank_t *r);
+void engine_offload_get(engine_rank_t *r, int b, float **m, float **v);
+void engine_offload_put(engine_rank_t *r, int b);
+void engine_offload_end(engine_rank_t *r);
 void engine_offload_read(engine_rank_t *r, int which, size_t o, size_t n, float *buf);
 void engine_offload_write(engine_rank_t *r, int which, size_t o, size_t n, const float *buf);
 

@@ -199,6 +199,7 @@ void engine_update(engine_rank_t *r, float lr, float grad_norm) {
     const int overlap = p->stage < 3 && r->sh->run->pc.overlap_param_gather;
     if (overlap) engine_comm_use_for_gather(r);
     r->adam_t++;
+    if (!p->qblock) engine_offload_begin(r);
     for (int b = 0; b < p->nbuckets; b++) {
         const dp_bucket_t *bk = &p->buckets[b];
         size_t lo, hi;
@@ -211,7 +212,7 @@ void engine_update(engine_rank_t *r, float lr, float grad_norm) {
          * fp32 AdamW's m and v where the offload keeps them (offload.c) */
         const size_t o = bk->shard_off, qo = bk->qshard_off;
         float *m = NULL, *v = NULL;
-        if (!p->qblock) engine_offload_get(r, o, hi - lo, &m, &v);
+        if (!p->qblock) engine_offload_get(r, b, &m, &v);
         dp_run_t run = dp_runs(p, b, lo, hi);
         while (dp_run_next(&r->g->table, &run)) {
             const param_info_t *pi = &r->g->table.info[run.t];
@@ -227,7 +228,7 @@ void engine_update(engine_rank_t *r, float lr, float grad_norm) {
                 gpt_round_optim_state(c, pp + x, m + x, v + x, n);
             }
         }
-        if (!p->qblock) engine_offload_put(r, o, hi - lo);
+        if (!p->qblock) engine_offload_put(r, b);
         if (overlap)
             engine_buckets_ready(r, b + 1);
         else if (p->stage < 3)
@@ -235,6 +236,7 @@ void engine_update(engine_rank_t *r, float lr, float grad_norm) {
                 all_gather_bucket(r, engine_bucket_group(r, b), r->gather_buf, b, r->g->params + lo,
                                   r->g->params);
     }
+    if (!p->qblock) engine_offload_end(r);
     if (overlap) {
         engine_comm_finish(r);
         engine_comm_use_for_reduce(r);
