@@ -11,43 +11,32 @@
 #include "parity/pmath.h"
 
 #include <stdint.h>
-#include <string.h>
 
-static inline uint32_t bits_of(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static inline float float_of(uint32_t u) {
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
+#include "bits.h"
 
 float pm_round_bf16(float x) {
-    uint32_t u = bits_of(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return float_of(PM_NAN_BITS);
+    uint32_t u = f32_bits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return f32_from_bits(PM_NAN_BITS);
     u += 0x7fffu + (u >> 16 & 1u); /* 16 bits dropped */
-    return float_of(u & 0xffff0000u);
+    return f32_from_bits(u & 0xffff0000u);
 }
 
 float pm_round_fp16(float x) {
-    const uint32_t u = bits_of(x), sign = u & 0x80000000u, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return float_of(PM_NAN_BITS);
-    if (a >= 0x477ff000u) return float_of(sign | 0x7f800000u); /* >= 65520 (inf too) */
+    const uint32_t u = f32_bits(x), sign = u & 0x80000000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return f32_from_bits(PM_NAN_BITS);
+    if (a >= 0x477ff000u) return f32_from_bits(sign | 0x7f800000u); /* >= 65520 (inf too) */
     if (a >= 0x38800000u) {                                    /* >= 2^-14: fp16 normal, 13 bits dropped */
         const uint32_t r = (a + 0xfffu + (a >> 13 & 1u)) & ~0x1fffu;
-        return float_of(sign | r);
+        return f32_from_bits(sign | r);
     }
-    if (a <= 0x33000000u) return float_of(sign); /* <= 2^-25: half the smallest subnormal, to 0 */
+    if (a <= 0x33000000u) return f32_from_bits(sign); /* <= 2^-25: half the smallest subnormal, to 0 */
     /* a subnormal fp16: a multiple q of 2^-24, q < 1024 (or 1024 = 2^-14) */
     const uint32_t m = (a & 0x7fffffu) | 0x800000u;  /* the significand, 24 bits */
     const int shift = 126 - (int)(a >> 23);          /* value = m 2^(e-150); q = m 2^(e-126) */
     uint32_t q = m >> shift;
     const uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
     if (rem > half || (rem == half && (q & 1u))) q++;
-    return float_of(sign | bits_of((float)q * 0x1p-24f)); /* exact: q <= 1024 */
+    return f32_from_bits(sign | f32_bits((float)q * 0x1p-24f)); /* exact: q <= 1024 */
 }
 
 void pm_round_bf16_array(float *x, size_t n) {

@@ -23,6 +23,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "bits.h"
+
 #define CHUNK_MASK 0xffffffffULL
 /* The lowest top word: what fp32 terms (and fp64 terms below 2^139) reach. */
 #define BASE_TOP 8
@@ -33,18 +35,6 @@
 /* Additions a word absorbs before carries must be propagated. */
 #define ADDS_PER_CARRY (1u << 30)
 #define CANONICAL_NAN_BITS 0x7fc00000u
-
-static inline uint32_t f32_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static inline float f32_from_bits(uint32_t u) {
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
 
 static inline int top_of(const xacc_t *acc) { return BASE_TOP + acc->extra; }
 
