@@ -15,16 +15,16 @@
  *        bytes (open sums 8, softmax denominators sizeof(xacc_t)).
  *   pp   (pp/pp_report.c) per stage boundary a microbatch's residual
  *        stream each way: B/dp sequences x T/cp (/tp under SP) x h x 4 B.
- *   cp   (cp/cp_report.c, the ring) per layer 4 (cp-1) n A floats of K
- *        and V blocks plus (cp-1) n 2A open sums at 8 B: 32 (cp-1) n A
+ *   cp   (cp/cp_report.c's cp_traffic, held equal to the counters by
+ *        tests/test_cp_report.sh; the ring) per layer 4 (cp-1) n A floats
+ *        of K and V blocks plus (cp-1) n 2A open sums at 8 B: 32 (cp-1) n A
  *        bytes, n = B/dp x T/cp tokens, A = h/tp; Ulysses 32 (cp-1)/cp n A.
  *   recompute runs forwards again in the backward, collectives included
  *        (gpt_recomputed_layers: which layers): full, a recomputed layer's
  *        tp collectives (tp_terms: + 2 all-reduces of open sums of
  *        [b·s, h] a microbatch); full or selective, a recomputed core's
- *        exchange: the ring + 8 (cp-1) n A (the forward's K and V),
- *        Ulysses + 16 (cp-1)/cp n A (the forward's all-to-alls). The cp
- *        report's formula leaves this out; the counters have it.
+ *        exchange (cp_traffic: the ring + 8 (cp-1) n A, the forward's K and
+ *        V; Ulysses + 16 (cp-1)/cp n A, the forward's all-to-alls).
  *   emb  the tied word embedding's gradient, all-reduced as open sums
  *        between the first and the last stage: 8 B an element of the
  *        stage's block (bus factor 1 for two ranks).
@@ -34,6 +34,7 @@
  */
 #include <string.h>
 
+#include "cp/cp_report_internal.h"
 #include "parity/dp.h"
 #include "parity/engine.h"
 #include "parity/plan.h"
@@ -117,9 +118,9 @@ int plan_comm(const model_config_t *model, const pconfig_t *pc, plan_comm_t *out
         if (param_table_build_mp(&t, &cfg, pconfig_model_tp(pc, s), &pp.units[s], pconfig_tp_opts(pc), err))
             return -1;
         plan_comm_t c = {0};
-        int L, e, hd;
+        int L, e, hd, cores;
         stage_units(&cfg, &pp.units[s], &L, &e, &hd);
-        const int R = gpt_recomputed_layers(&cfg, &pp.units[s], NULL, NULL);
+        const int R = gpt_recomputed_layers(&cfg, &pp.units[s], NULL, &cores);
         int rc = dp_bytes(&cfg, pc, &t, &pp.units[s], &c.dp, err);
         c.tp = tp_bytes(&cfg, pc, L, e, hd, R, n);
         int boundaries = 0;
@@ -128,13 +129,10 @@ int plan_comm(const model_config_t *model, const pconfig_t *pc, plan_comm_t *out
             boundaries += (vs < pp.pp * pp.v - 1) + (vs > 0);
         }
         c.pp = boundaries * n / (pc->sequence_parallel ? tp : 1) * cfg.hidden * 4;
-        /* recomputed (full or selective: the core runs again either way):
-         * the forward's K and V blocks again (8), Ulysses' forward
-         * all-to-alls (16) */
-        const double again = pc->recompute ? 1 : 0;
-        if (cp > 1)
-            c.cp = (pc->cp_comm ? (32.0 + 16 * again) * ring(cp) : (32.0 + 8 * again) * (cp - 1)) *
-                   n * A * L;
+        if (cp > 1) {
+            const cp_traffic_t x = cp_traffic(cp, pc->cp_comm, n, A, L, cores);
+            c.cp = x.kv + x.open + x.a2a;
+        }
         if (pp.pp > 1 && cfg.tied && (s == 0 || s == pp.pp - 1))
             c.emb = 8.0 * (double)t.info[t.wte].numel * coll_busbw_factor(COLL_KIND_ALL_REDUCE, 2);
         param_table_free(&t);
