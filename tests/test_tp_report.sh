@@ -4,7 +4,9 @@
 # per step, device 0's tensor-parallel group must make exactly the
 # collectives the formula lists (kind, dtype, calls, elements, bytes) and
 # nothing else, so a collective added to or dropped from the model fails
-# it. Also the activation slot's bytes per token per layer, with and
+# it; under full recomputation too, where a recomputed layer's forward
+# collectives come again in its backward (selective recomputation adds
+# none). Also the activation slot's bytes per token per layer, with and
 # without sequence parallelism. Negative control: the deliberately broken
 # fp32 completions (--test-broken tp-fp32-sums) move the row-parallel sums
 # from the open-sum all-reduce to the fp32 one, and both this test's
@@ -22,11 +24,14 @@ fail() { failed=$((failed + 1)); echo "not ok  $1"; shift; for l in "$@"; do ech
 # cfg MODEL KEY: a field of the model's config (--print-config's JSON)
 cfg() { "$PARITY" train --model "$1" --print-config | grep -oE "\"$2\": [0-9.]+" | head -1 | awk '{print $2}'; }
 
-# expected L h T tokens m sp: the formula's rows per step, "kind dtype calls elements",
-# tokens = sequences of device 0's dp rank x T, m = its microbatches per step
+# expected L h T tokens m sp R: the formula's rows per step, "kind dtype calls elements",
+# tokens = sequences of device 0's dp rank x T, m = its microbatches per step,
+# R = the layers full recomputation runs forward again (0: none)
 expected() {
-  awk -v L="$1" -v h="$2" -v tok="$4" -v m="$5" -v sp="$6" 'BEGIN {
-    l4 = 4 * L
+  awk -v L="$1" -v h="$2" -v tok="$4" -v m="$5" -v sp="$6" -v R="${7:-0}" 'BEGIN {
+    # a recomputed layer repeats its forward collectives: the dense and fc2
+    # outputs (SP: the gathers before qkv and fc1 too)
+    l4 = 4 * L + 2 * R
     if (sp == 0) {
       # 4 all-reduces of [b s, h] a layer (dense, fc2 outputs; qkv, fc1 input grads)
       # + the LM-head input gradient, as open sums; the embedding [b s, h], and
@@ -40,7 +45,7 @@ expected() {
       printf "all_gather f32 %.0f %.0f\n", m * (l4 + 2), (l4 + 2) * tok * h
       printf "reduce_scatter xvec %.0f %.0f\n", m * (l4 + 1), (l4 + 1) * tok * h
       printf "reduce_scatter f32 %.0f %.0f\n", m, tok * h
-      printf "all_reduce xvec %.0f %.0f\n", m * (l4 + 2), (l4 + 2) * m * h
+      printf "all_reduce xvec %.0f %.0f\n", m * (4 * L + 2), (4 * L + 2) * m * h
       printf "all_reduce f32 %.0f %.0f\n", 2 * m, 2 * tok
       printf "all_reduce xacc %.0f %.0f\n", m, tok
     }
@@ -83,15 +88,24 @@ check() {
   if ! "$PARITY" train --model "$model" --steps 2 "$@" >"$out" 2>&1; then
     fail "$name: parity train failed" "$(tail -3 "$out")"; return
   fi
-  local layout L h T B dp m sp=0
+  local layout L h T B dp m sp=0 R=0 N
   layout=$(sed -nE 's/.*layout (tp=[^(]*[^( ]) *\(.*/\1/p' "$out" | head -1)
   dp=$(echo "$layout" | sed -nE 's/.*dp=([0-9]+).*/\1/p')
   m=$(echo "$layout" | sed -nE 's/.*accum=([0-9]+).*/\1/p')
   case " $* " in *" --sequence-parallel "*) sp=1 ;; esac
   L=$(cfg "$model" layers); h=$(cfg "$model" hidden); T=$(cfg "$model" seq_length)
   B=$(cfg "$model" global_batch)
+  # full recomputation (no pipeline here): uniform recomputes every layer,
+  # block the first N; selective recomputes attention's core, no collective
+  case " $* " in *" --recompute-granularity full "*)
+    R=$L
+    case " $* " in *" --recompute-method block "*)
+      N=$(echo " $* " | sed -nE 's/.* --recompute-num-layers ([0-9]+) .*/\1/p')
+      R=$(( N < L ? N : L )) ;;
+    esac ;;
+  esac
   local tokens=$(( B / dp * T ))
-  expected "$L" "$h" "$T" "$tokens" "$m" "$sp" >"$tmp/want"
+  expected "$L" "$h" "$T" "$tokens" "$m" "$sp" "$R" >"$tmp/want"
   rows "$out" measured >"$tmp/got"
   rows "$out" formula >"$tmp/formula"
   if ! diff -u "$tmp/want" "$tmp/got" >"$tmp/diff"; then
@@ -102,7 +116,15 @@ check() {
   fi
   if ! bytes_ok "$out" >"$tmp/bytes"; then fail "$name: bytes" "$(cat "$tmp/bytes")"; return; fi
   if ! grep -q "measured = formula" "$out"; then fail "$name: the report's verdict" "$(grep -A8 '^tensor par' "$out")"; return; fi
-  ok "$name: $(wc -l <"$tmp/want") collective rows, calls/elements/bytes = formula ($layout)"
+  local note=""
+  if [ "$R" -gt 0 ]; then # the recomputed collectives are there to count: without them it differs
+    expected "$L" "$h" "$T" "$tokens" "$m" "$sp" 0 >"$tmp/stored"
+    if diff -q "$tmp/stored" "$tmp/got" >/dev/null; then
+      fail "$name: recomputation adds no collective to count" "$(cat "$tmp/got")"; return
+    fi
+    note=", $R layers' forward collectives again"
+  fi
+  ok "$name: $(wc -l <"$tmp/want") collective rows, calls/elements/bytes = formula ($layout$note)"
 }
 
 # memory NAME MODEL tp ARGS...: the slot formula's bytes per token per layer,
@@ -140,6 +162,14 @@ check "gpt-tiny tp=4 dp=2 ZeRO-3 ring" gpt-tiny --tensor-model-parallel-size 4 -
 check "gpt-micro tp=2 ring" gpt-micro --tensor-model-parallel-size 2 --coll-algo ring
 check "gpt-micro tp=2 sequence parallel" gpt-micro --tensor-model-parallel-size 2 --sequence-parallel
 check "gpt-tiny tp=4 sequence parallel"  gpt-tiny --tensor-model-parallel-size 4 --sequence-parallel --accum-degree 3
+# recomputation: full runs a layer's forward again, collectives included
+check "gpt-tiny tp=2 full recomputation" gpt-tiny --tensor-model-parallel-size 2 --recompute-granularity full
+check "gpt-tiny tp=2 SP full recomputation" gpt-tiny --tensor-model-parallel-size 2 --sequence-parallel \
+      --recompute-granularity full
+check "gpt-tiny tp=2 full recomputation, block 3, 2 microbatches" gpt-tiny --tensor-model-parallel-size 2 \
+      --recompute-granularity full --recompute-method block --recompute-num-layers 3 --accum-degree 2
+check "gpt-micro tp=2 SP selective recomputation" gpt-micro --tensor-model-parallel-size 2 --sequence-parallel \
+      --recompute-granularity selective
 memory "gpt-tiny tp=2 memory" gpt-tiny 2
 memory "gpt-micro tp=2 SP memory" gpt-micro 2 --sequence-parallel
 

@@ -767,6 +767,16 @@ int  gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, per
  * others nothing. 1, or 0 when u keeps its activations. */
 int  gpt_recompute_chunk(const model_config_t *cfg, const gpt_units_t *units, int u, int *first,
                          int *last);
+/* Recomputation's repeats in one backward of a replica holding `units`,
+ * for the communication formulas (tp and cp reports, plan_comm): returns
+ * the layers whose whole forward runs again, collectives included (full:
+ * those gpt_recompute_chunk puts in a chunk, the block method's first
+ * recompute_layers of each run of layers only). When not NULL, *held:
+ * the layers held (units that take and give the residual stream); *cores:
+ * those whose attention core runs again (full: the recomputed ones;
+ * selective: every layer held). */
+int  gpt_recomputed_layers(const model_config_t *cfg, const gpt_units_t *units, int *held,
+                           int *cores);
 /* The same for one rank of tensor parallelism over tp ranks (sp: with
  * sequence parallelism). */
 int  gpt_mem_bytes_tp(const model_config_t *cfg, int tp, unsigned opts, unsigned omit,

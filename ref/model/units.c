@@ -320,6 +320,18 @@ int gpt_recompute_chunk(const model_config_t *c, const gpt_units_t *units, int u
     return 1;
 }
 
+int gpt_recomputed_layers(const model_config_t *c, const gpt_units_t *units, int *held, int *cores) {
+    int whole = 0, layers = 0;
+    for (int u = 0, first, last; u < model_num_units(c); u++) {
+        if (!gpt_units_hold(units, u)) continue;
+        layers += model_unit_takes_stream(c, u) && model_unit_gives_stream(c, u);
+        whole += gpt_recompute_chunk(c, units, u, &first, &last);
+    }
+    if (held) *held = layers;
+    if (cores) *cores = c->recompute == MODEL_RECOMPUTE_SELECTIVE ? layers : whole;
+    return whole;
+}
+
 int recompute_sets(const model_config_t *c, const gpt_units_t *units) {
     if (c->recompute != MODEL_RECOMPUTE_FULL) return 0;
     int most = 0;

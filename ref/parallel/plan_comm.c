@@ -15,15 +15,16 @@
  *        bytes (open sums 8, softmax denominators sizeof(xacc_t)).
  *   pp   (pp/pp_report.c) per stage boundary a microbatch's residual
  *        stream each way: B/dp sequences x T/cp (/tp under SP) x h x 4 B.
- *   cp   (cp/cp_report.c, the ring) per layer 4 (cp-1) n A floats of K
- *        and V blocks plus (cp-1) n 2A open sums at 8 B: 32 (cp-1) n A
+ *   cp   (cp/cp_report.c's cp_traffic, held equal to the counters by
+ *        tests/test_cp_report.sh; the ring) per layer 4 (cp-1) n A floats
+ *        of K and V blocks plus (cp-1) n 2A open sums at 8 B: 32 (cp-1) n A
  *        bytes, n = B/dp x T/cp tokens, A = h/tp; Ulysses 32 (cp-1)/cp n A.
- *   recompute (full) runs each layer's forward again in its backward,
- *        collectives included: tp + 2 all-reduces of open sums of [b·s, h]
- *        a layer and microbatch; the ring + 8 (cp-1) n A (the forward's K
- *        and V), Ulysses + 16 (cp-1)/cp n A (the forward's all-to-alls).
- *        The tp and cp reports' formulas leave this out (tp's prints
- *        DIFFERS under recomputation); the counters have it.
+ *   recompute runs forwards again in the backward, collectives included
+ *        (gpt_recomputed_layers: which layers): full, a recomputed layer's
+ *        tp collectives (tp_terms: + 2 all-reduces of open sums of
+ *        [b·s, h] a microbatch); full or selective, a recomputed core's
+ *        exchange (cp_traffic: the ring + 8 (cp-1) n A, the forward's K and
+ *        V; Ulysses + 16 (cp-1)/cp n A, the forward's all-to-alls).
  *   emb  the tied word embedding's gradient, all-reduced as open sums
  *        between the first and the last stage: 8 B an element of the
  *        stage's block (bus factor 1 for two ranks).
@@ -33,7 +34,9 @@
  */
 #include <string.h>
 
+#include "cp/cp_report_internal.h"
 #include "parity/dp.h"
+#include "parity/engine.h"
 #include "parity/plan.h"
 #include "parity/pp.h"
 #include "tp/tp_report_internal.h"
@@ -82,24 +85,20 @@ static int dp_bytes(const model_config_t *cfg, const pconfig_t *pc, const param_
     return 0;
 }
 
-/* Megatron's 1-D tensor-parallel terms of a stage, in bus bytes; full
- * recomputation runs each layer's forward again, its two all-reduces of
- * open sums (the dense and fc2 outputs) with it. */
-static double tp_bytes(const model_config_t *cfg, const pconfig_t *pc, int L, int e, int hd,
+/* Megatron's 1-D tensor-parallel terms of a stage, in bus bytes; R of
+ * its layers recomputed whole (their forward's collectives again). */
+static double tp_bytes(const model_config_t *cfg, const pconfig_t *pc, int L, int e, int hd, int R,
                        double tokens) {
     if (pc->tp < 2) return 0;
     tp_term_t t[MAX_TERMS];
-    const int nt = tp_terms(L, e, hd, pc->sequence_parallel, pc->tp_row_linears, t);
+    const int nt = tp_terms(L, e, hd, pc->sequence_parallel, pc->tp_row_linears, R, t);
     tp_step_t s = {.tp = pc->tp, .sp = pc->sequence_parallel, .rows = pc->tp_row_linears, .L = L,
                    .e = e, .hd = hd, .h = cfg->hidden, .ffn = cfg->ffn, .m = pc->accum_degree,
-                   .tokens = tokens, .steps = 1};
+                   .tokens = tokens, .steps = 1, .R = R};
     double bytes = 0;
     for (int i = 0; i < nt; i++)
         bytes += tp_term_elements(&t[i], &s) * coll_busbw_factor(t[i].kind, pc->tp) *
                  (double)coll_dtype_size(t[i].dt);
-    if (pc->recompute == MODEL_RECOMPUTE_FULL) /* selective's core has no tp collective */
-        bytes += 2.0 * L * tokens * cfg->hidden * (double)coll_dtype_size(COLL_XVEC) *
-                 coll_busbw_factor(COLL_KIND_ALL_REDUCE, pc->tp);
     return bytes;
 }
 
@@ -108,14 +107,8 @@ int plan_comm(const model_config_t *model, const pconfig_t *pc, plan_comm_t *out
     if (pc->tp_mode != PC_TP_1D || pconfig_hetero(pc) || pc->ep > 1)
         return perr_set(err, "plan: communication formulas are written for 1-D tensor parallelism "
                              "on one grid without experts");
-    if (pc->recompute == MODEL_RECOMPUTE_FULL && pc->recompute_block)
-        return perr_set(err, "plan: the block method's recomputed layers are not counted");
-    if (pc->recompute == MODEL_RECOMPUTE_FULL && pc->tp > 1 &&
-        (pc->sequence_parallel || pc->tp_row_linears))
-        return perr_set(err, "plan: the recomputed forward's tensor-parallel collectives are "
-                             "written for Megatron's pairing without sequence parallelism only");
-    model_config_t cfg = *model; /* a replica's: the layout's batch (engine_replica_config) */
-    cfg.global_batch = pc->global_batch, cfg.micro_batch = pc->micro_batch;
+    model_config_t cfg; /* a replica's: the layout's batch and recomputation */
+    engine_replica_config(model, pc, &cfg);
     pp_plan_t pp;
     if (pp_plan_build(&pp, &cfg, pc, err)) return -1;
     const int tp = pc->tp > 1 ? pc->tp : 1, cp = pc->cp > 1 ? pc->cp : 1;
@@ -126,23 +119,21 @@ int plan_comm(const model_config_t *model, const pconfig_t *pc, plan_comm_t *out
         if (param_table_build_mp(&t, &cfg, pconfig_model_tp(pc, s), &pp.units[s], pconfig_tp_opts(pc), err))
             return -1;
         plan_comm_t c = {0};
-        int L, e, hd;
+        int L, e, hd, cores;
         stage_units(&cfg, &pp.units[s], &L, &e, &hd);
+        const int R = gpt_recomputed_layers(&cfg, &pp.units[s], NULL, &cores);
         int rc = dp_bytes(&cfg, pc, &t, &pp.units[s], &c.dp, &c.offload, err);
-        c.tp = tp_bytes(&cfg, pc, L, e, hd, n);
+        c.tp = tp_bytes(&cfg, pc, L, e, hd, R, n);
         int boundaries = 0;
         for (int ch = 0; ch < pp.v; ch++) {
             const int vs = pp_vstage(&pp, s, ch);
             boundaries += (vs < pp.pp * pp.v - 1) + (vs > 0);
         }
         c.pp = boundaries * n / (pc->sequence_parallel ? tp : 1) * cfg.hidden * 4;
-        /* recomputed (full or selective: the core runs again either way):
-         * the forward's K and V blocks again (8), Ulysses' forward
-         * all-to-alls (16) */
-        const double again = pc->recompute ? 1 : 0;
-        if (cp > 1)
-            c.cp = (pc->cp_comm ? (32.0 + 16 * again) * ring(cp) : (32.0 + 8 * again) * (cp - 1)) *
-                   n * A * L;
+        if (cp > 1) {
+            const cp_traffic_t x = cp_traffic(cp, pc->cp_comm, n, A, L, cores);
+            c.cp = x.kv + x.open + x.a2a;
+        }
         if (pp.pp > 1 && cfg.tied && (s == 0 || s == pp.pp - 1))
             c.emb = 8.0 * (double)t.info[t.wte].numel * coll_busbw_factor(COLL_KIND_ALL_REDUCE, 2);
         param_table_free(&t);

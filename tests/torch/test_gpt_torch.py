@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""test_gpt_torch.py - the golden GPT (parity train, fp32) against an
+"""test_gpt_torch.py - the golden GPT (parity train, fp32, bf16, fp16) against an
 independent float64 PyTorch reference written from ref/model/MODEL.md.
 
 For each run variant (dropout on/off, tied/untied, clipping on/off, both
@@ -32,6 +32,25 @@ from the dump; the reference's own routing decisions are checked against
 the dump wherever their margin is clear of rounding, and wrong MoE
 references (load-balancing loss per microbatch, no aux or z-loss
 gradient, top-k weights from the full softmax, no drops) must be flagged.
+
+Mixed-precision runs (LOWP_VARIANTS: --bf16 with dropout, --fp16 with a
+static --loss-scale 1024) are replayed by gpt_ref's Precision, which
+rounds to S at MODEL.md's points: forward values by explicit rounding,
+gradients by autograd Functions whose backward rounds what flows back
+(fp16: the loss scale multiplies the loss's gradient once and divides the
+weight gradients). Each step is compared per unit, teacher-forced from
+the C run's dumped activations and residual-stream gradients, in ulps of
+S: at most 1/500 of the activations (1/20 of the grad_inputs) may differ
+at all, none by more than 2 (16) ulps, norm-wise <= u_S/4; weight
+gradients, fp32 sums, <= 4 ulps, beyond 1/4 ulp for at most 15% of a
+tensor, <= u_S/4 norm-wise (LOWP_TOL says why: fp32-vs-float64 flips of
+single roundings). A free-running replay of step 0 must stay within the
+flips' measured cascade (coarse), the updated fp32 master weights follow
+AdamW on the reference's gradients (adam_slack), and AdamW on the C
+gradients reproduces them. Negative controls: references that forget GeLU's
+output rounding or the residual-gradient rounding (bf16), the logits'
+gradient rounding (fp16), round the weight gradients to S, or take
+dropout's scale as the exact 1/(1-p) must be flagged.
 
 Run from the repository root:  PARITY=build/parity python3 tests/torch/test_gpt_torch.py
 Prints "RESULT test_gpt_torch.py: N passed, M failed"; exits 1 on failure.
@@ -103,6 +122,54 @@ ADAM_SLACK_SAFETY = 2.0
 # The negative controls perturb by a relative 1e-3; they must be flagged.
 PERTURB = 1e-3
 
+# Mixed precision (--bf16, --fp16; MODEL.md "Mixed precision"). The C run
+# and the reference round to S at the same points, so most S values agree
+# exactly; they part where the fp32 arithmetic of a unit that is not an
+# exact sum (LayerNorm, the attention core's exp and softmax, GeLU, the
+# cross-entropy, and their backwards) and the reference's float64 fall on
+# two sides of a rounding boundary of S: a one-ulp flip, rare because the
+# fp32 error (~2^-24) is far below S's spacing (2^-8 bf16, 2^-11 fp16).
+# A flip then spreads: the free-running replay (the reference's own
+# forward and backward) differs at the last layers in ~10% of the
+# elements by a norm of ~1-2 u_S, as much as a reference that forgets a
+# rounding point, so the sharp check is per unit, by teacher forcing
+# (gpt_ref.gpt_forward's force): every dumped activation and residual-
+# stream gradient goes on with the C value, so each unit is compared from
+# the C run's own inputs and sees only its own flips.
+#
+# The rule, with u_S the unit roundoff of S (2^-8 bf16, 2^-11 fp16) and an
+# element's ulp the spacing of S at max(|ref|, 2^-4 max|ref|) (smaller
+# elements are cancellations of larger terms, whose flips are that large):
+#   norm-wise   ||C - ref|| / ||ref||                      <= norm  u_S
+#   every elt   |C - ref|                                  <= elt   ulps
+#   bulk        fraction of elements with |C - ref| > q ulps <= frac
+# q = 0 for S-valued tensors (any difference is a flip); 1/4 ulp for the
+# weight gradients, which are exact sums rounded to fp32 and so never
+# equal. Measured on gpt-tiny (3 steps, bf16 / fp16 with scale 1024):
+# activations and logits differ in <= 0.051% of the elements, by <= 1 ulp,
+# norm <= 0.03 u_S; grad_input (the backward's LayerNorm cancellations)
+# in <= 1.4%, <= 4 ulps, norm <= 0.08 u_S; weight gradients beyond 1/4 ulp
+# in <= 4.7% of an element set (3 of a LayerNorm gain's 64), <= 1 ulp,
+# norm <= 0.09 u_S; grad norm <= 2e-4 u_S. A reference that forgets one
+# rounding point or rounds the weight gradients to S moves >= 19% of the
+# S elements / >= 32% of a gradient's beyond 1/4 ulp and the norm by
+# 0.24..0.9 u_S (the negative controls print their ratios).
+LOWP_UNIT = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
+LOWP_MANT = {"bf16": 7, "fp16": 10}      # stored significand bits
+LOWP_FLOOR = 2.0 ** -4
+LOWP_TOL = {
+    # name: (norm (x u_S), elt (ulps) or None, q (ulps), frac) ; None: a scalar
+    "lp_act": (0.25, 2, 0.0, 0.002),
+    "lp_grad_input": (0.25, 16, 0.0, 0.05),
+    "lp_grad": (0.25, 4, 0.25, 0.15),
+    # loss (fp32 cross-entropy of the same logits) and the grad norm
+    "lp_scalar": (0.005, None, None, None),
+    # free-running: only that the flips' cascade stays at its measured
+    # size (tensors <= 1.9 u_S, loss and norm <= 0.02 u_S), a coarse check
+    "lp_free": (4.0, None, None, None),
+    "lp_free_scalar": (0.1, None, None, None),
+}
+
 
 # ----------------------------------------------------------------- results
 
@@ -156,20 +223,64 @@ def compare(a, b, cat, slack=None):
             "worst": (float(a[worst]), float(b[worst]), float(bound[worst]))}
 
 
-class Checker:
-    """Compares many tensors under one test label and records the table."""
+def ulp_lowp(x, dtype):
+    """The spacing of S at magnitude x (> 0): 2^(floor(log2 x) - stored
+    significand bits); fp16's subnormals are spaced 2^-24."""
+    _, e = torch.frexp(x.clamp_min(1e-300))          # x = m 2^e, m in [0.5, 1)
+    u = torch.ldexp(torch.ones_like(x), e - 1 - LOWP_MANT[dtype])
+    return u.clamp_min(2.0 ** -24) if dtype == "fp16" else u
 
-    def __init__(self, R, variant, mode):
-        self.R, self.variant, self.mode = R, variant, mode
+
+def compare_lowp(a, b, cat, dtype):
+    """compare() for a mixed-precision run (LOWP_TOL's rule above): a, the
+    C tensor, against b, the reference that rounds at the same points."""
+    norm_tol, elt_tol, q, frac = LOWP_TOL[cat]
+    u = LOWP_UNIT[dtype]
+    a = a.to(F64).reshape(-1)
+    b = b.to(F64).reshape(-1)
+    if a.numel() != b.numel():
+        return {"ok": False, "ratio": math.inf, "norm_err": math.inf, "max_abs": math.inf,
+                "detail": f"{a.numel()} elements, reference has {b.numel()}"}
+    if not torch.isfinite(a).all() or not torch.isfinite(b).all():
+        return {"ok": False, "ratio": math.inf, "norm_err": math.inf, "max_abs": math.inf,
+                "detail": "non-finite values in the C tensor or the reference"}
+    if b.numel() == 0:
+        return {"ok": True, "ratio": 0.0, "norm_err": 0.0, "max_abs": 0.0, "detail": ""}
+    diff = (a - b).abs()
+    norm_err = float(diff.norm()) / max(float(b.norm()), 1e-30)
+    ratio = norm_err / (norm_tol * u)
+    detail = f"norm err {norm_err:.3g} = {norm_err / u:.3g} u_S (tol {norm_tol:g} u_S)"
+    if elt_tol is not None:
+        scale = b.abs().clamp_min(LOWP_FLOOR * float(b.abs().max()))
+        e = torch.where(diff == 0, torch.zeros_like(diff), diff / ulp_lowp(scale, dtype))
+        worst = int(torch.argmax(e))
+        bulk = float((e > q).double().mean())
+        ratio = max(ratio, float(e[worst]) / elt_tol, bulk / frac)
+        detail += (f", worst element [flat {worst}] {float(e[worst]):.3g} ulps (tol {elt_tol}; C {float(a[worst]):.8g}"
+                   f", ref {float(b[worst]):.8g}), {100 * bulk:.3g}% of the elements "
+                   f"{'differ' if q == 0 else f'beyond {q:g} ulp'} (tol {100 * frac:g}%)")
+    return {"ok": ratio <= 1.0, "ratio": ratio, "norm_err": norm_err, "max_abs": float(diff.max()),
+            "detail": detail}
+
+
+class Checker:
+    """Compares many tensors under one test label and records the table.
+    dtype: a mixed-precision run's S ("bf16", "fp16"), for the lp_*
+    categories (compare_lowp); the others go to compare."""
+
+    def __init__(self, R, variant, mode, dtype=None):
+        self.R, self.variant, self.mode, self.dtype = R, variant, mode, dtype
         self.bad = []
         self.n = 0
 
     def __call__(self, step, name, a, b, cat, slack=None):
-        c = compare(a, b, cat, slack)
+        c = compare_lowp(a, b, cat, self.dtype) if cat in LOWP_TOL else compare(a, b, cat, slack)
         self.n += 1
         self.R.rows.append((c["ratio"], self.variant, self.mode, step, name, cat,
                             c["norm_err"], c["max_abs"]))
-        if not c["ok"]:
+        if not c["ok"] and "detail" in c:
+            self.bad.append(f"step {step} {name} [{cat}] {c['detail']}")
+        elif not c["ok"]:
             self.bad.append(f"step {step} {name} [{cat}] norm err {c['norm_err']:.3g} "
                             f"(tol {TOL[cat][0]:.0e}), max |diff| {c['max_abs']:.3g}, worst element [flat "
                             f"{c.get('worst_index', '?')}] at {c.get('elem_ratio', math.inf):.3g}x "
@@ -429,6 +540,52 @@ def selftest_dumpio(R, tmp):
     except dumpio.DumpError as e:
         refused = "'" in str(e)
     R.test("self: safetensors reader round trip; truncated file refused", ok and refused)
+
+
+def selftest_lowp_rounding(R):
+    """Mixed precision's rounding (gpt_ref): torch's float32 -> bfloat16
+    conversion against the bit formula of MODEL.md (random fp32 patterns,
+    exact ties both ways, overflow); fp16 at its edges (ties, subnormals
+    down to 2^-24, 65520 -> inf); and the autograd rounding points: a
+    stored value's gradient comes back rounded, a forgotten point is the
+    identity both ways."""
+    bad = []
+    gen = torch.Generator().manual_seed(13)
+    bits = torch.randint(0, 2 ** 31, (1 << 16,), generator=gen, dtype=torch.int64)
+    bits = bits | (torch.randint(0, 2, bits.shape, generator=gen) << 31)
+    low = torch.tensor([0x8000, 0x7FFF, 0x8001, 0x0000, 0xFFFF], dtype=torch.int64)
+    bits[:5 * 256] = (bits[:5 * 256] & ~0xFFFF) | low.repeat_interleave(256)       # ties and neighbours
+    bits = bits[((bits & 0x7F800000) != 0x7F800000)]                               # finite
+    x32 = torch.where(bits >= 2 ** 31, bits - 2 ** 32, bits).to(torch.int32).view(torch.float32)
+    x = x32.to(F64)
+    if not torch.equal(G.round_bf16(x), G.round_bf16_bits(x)):
+        n = int((G.round_bf16(x) != G.round_bf16_bits(x)).sum())
+        bad.append(f"torch's bf16 conversion differs from the bit formula at {n} values")
+    edge = torch.tensor([1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, 3.4028234663852886e38, -(1 + 2.0 ** -8)], dtype=F64)
+    want = torch.tensor([1.0, 1 + 2.0 ** -6, math.inf, -1.0], dtype=F64)
+    if not torch.equal(G.round_bf16_bits(edge), want):
+        bad.append(f"bf16 ties/overflow: {G.round_bf16_bits(edge).tolist()}, expected {want.tolist()}")
+    cases = [(65504.0, 65504.0), (65519.99, 65504.0), (65520.0, math.inf), (-65520.0, -math.inf),
+             (2.0 ** -25, 0.0), (3 * 2.0 ** -25, 2.0 ** -23), (2.0 ** -25 * (1 + 2.0 ** -20), 2.0 ** -24),
+             (1 + 2.0 ** -11, 1.0), (1 + 3 * 2.0 ** -11, 1 + 2.0 ** -9), (2.0 ** -14 * 1.5, 2.0 ** -14 * 1.5)]
+    got = G.round_fp16(torch.tensor([c for c, _ in cases], dtype=F64)).tolist()
+    for (c, w), g in zip(cases, got):
+        if g != w:
+            bad.append(f"fp16({c!r}) = {g!r}, expected {w!r}")
+    if float(G.round_f32(torch.tensor(1 + 2.0 ** -24, dtype=F64))) != 1.0:
+        bad.append("round_f32 tie not to even")
+    prec = G.Precision("bf16")
+    xs = torch.tensor([1.0, 2.0, 3.0], dtype=F64, requires_grad=True)
+    c = torch.tensor([1 + 2.0 ** -9, 1 + 3 * 2.0 ** -9, 1.00390625 + 2.0 ** -12], dtype=F64)
+    (prec.act("gelu", xs * (1 + 2.0 ** -10)) * c).sum().backward()
+    if not torch.equal(xs.grad, G.round_bf16(c) * (1 + 2.0 ** -10)):
+        bad.append(f"act's backward did not round: {xs.grad.tolist()}")
+    xs.grad = None
+    (G.Precision("bf16", forget={"gelu"}).act("gelu", xs * (1 + 2.0 ** -10)) * c).sum().backward()
+    if not torch.equal(xs.grad, c * (1 + 2.0 ** -10)):
+        bad.append("a forgotten rounding point still rounds")
+    R.test("self: mixed precision rounding (bf16 == bit formula, fp16 edges, autograd rounding points)", not bad,
+           "; ".join(bad[:4]))
 
 
 # ------------------------------------------------------ the golden run
@@ -829,6 +986,197 @@ def wrong_model_ratio(T, cfg, attr, fn):
     return worst, worst_name
 
 
+# ------------------------------------------------ mixed precision (bf16, fp16)
+# gpt_ref.Precision rounds at MODEL.md's points; the comparison rule is
+# LOWP_TOL's (top of this file).
+
+# (name, flags, S): bf16 with gpt-tiny's dropout (the dropout scale's
+# rounding matters there, gpt_ref.Precision.dropout), fp16 with a static
+# loss scale (the reference does not re-derive a dynamic scaler's history)
+LOWP_VARIANTS = [
+    ("bf16", ["--bf16"], "bf16"),
+    ("fp16-loss-scale-1024", ["--fp16", "--loss-scale", "1024"], "fp16"),
+]
+
+
+def lowp_force(T, s):
+    """Step s's C values for teacher forcing (gpt_ref.gpt_forward's force):
+    every dumped activation, the logits and the residual stream's
+    gradients (grad_input.*)."""
+    act, gin = f"step{s}.act.", f"step{s}.grad_input."
+    force = {k[len(act):]: v for k, v in T.items() if k.startswith(act)}
+    force.update({k[len(f"step{s}."):]: v for k, v in T.items() if k.startswith(gin)})
+    force["logits"] = T[f"step{s}.logits"]
+    return force
+
+
+def grad_input_names(cfg):
+    return [f"layers.{l}" for l in range(cfg.L)] + ["head"]
+
+
+def compare_grad_inputs(chk, T, s, ref, cfg, cat):
+    for k in grad_input_names(cfg):
+        key = f"step{s}.grad_input.{k}"
+        if key not in T:
+            chk.missing(s, "grad_input." + k)
+        elif k not in ref["grad_inputs"]:
+            chk.missing(s, "grad_input." + k + " (in the reference)")
+        else:
+            chk(s, "grad_input." + k, T[key], ref["grad_inputs"][k], cat)
+
+
+def check_lowp_run(R, variant, path, repo, dtype):
+    """A mixed-precision dump against gpt_ref's Precision, per step from
+    the C run's parameters: teacher-forced per unit (the sharp check),
+    free-running (the flips' cascade stays small), the update (AdamW on
+    the reference's gradients, with adam_slack) and AdamW on the C run's
+    own gradients. No 3-step trajectory: the flips' cascade, not the
+    mathematics, would decide how far it drifts."""
+    try:
+        T, meta = dumpio.load(path)
+    except (OSError, dumpio.DumpError) as e:
+        R.test(f"{variant}: load dump", False, str(e))
+        return None
+    cfg = check_dump_metadata(R, variant, T, meta)
+    if cfg is None:
+        return None
+    if cfg.precision != dtype:
+        R.test(f"{variant}: dump precision", False, f"config precision {cfg.precision!r}, expected {dtype!r}")
+        return None
+    try:
+        prec = G.precision_of(cfg)
+    except ValueError as e:
+        R.test(f"{variant}: precision replayable", False, str(e))
+        return None
+    steps = find_steps(T)
+    shapes = G.param_shapes(cfg)
+    if steps != list(range(len(steps))) or not steps or any("init." + n not in T for n in shapes):
+        R.test(f"{variant}: steps and initial parameters in dump", False, f"steps {steps}")
+        return None
+    print(f"# {variant}: {cfg.precision} (loss scale {prec.loss_scale:g}), L={cfg.L} B={cfg.B} "
+          f"dropout hidden={cfg.hidden_dropout} attention={cfg.attention_dropout}")
+    check_inputs(R, variant, cfg, T, steps, repo)
+    if cfg.precision == "fp16":
+        # a skipped step is not replayed: with a static scale of 1024 none
+        # overflows; say so if that ever changes, rather than mis-compare
+        bad = [f"step {s}: loss_scale {float(T[f'step{s}.loss_scale'])}, skipped {float(T[f'step{s}.skipped'])}"
+               for s in steps if f"step{s}.loss_scale" not in T or f"step{s}.skipped" not in T
+               or float(T[f"step{s}.loss_scale"]) != prec.loss_scale or float(T[f"step{s}.skipped"]) != 0.0]
+        R.test(f"{variant}: static loss scale {prec.loss_scale:g} at every step, no step skipped", not bad,
+               "; ".join(bad[:3]))
+        if bad:
+            return None
+
+    chk_unit = Checker(R, variant, "per-unit", dtype)
+    chk_free = Checker(R, variant, "free-run", dtype)
+    chk_par = Checker(R, variant, "per-step", dtype)
+    chk_opt = Checker(R, variant, "optimizer", dtype)
+    chk_lr = Checker(R, variant, "lr", dtype)
+    opt_r = G.AdamW(cfg, shapes)
+    opt_c = G.AdamW(cfg, shapes)
+    dmax = {n: torch.zeros(sh, dtype=F64) for n, sh in shapes.items()}
+    init = {n: as_f64(T["init." + n]) for n in shapes}
+    for s in steps:
+        ids = T[f"step{s}.input_ids"].reshape(cfg.B, cfg.T)
+        lab = T[f"step{s}.labels"].reshape(cfg.B, cfg.T)
+        masks = reshape_masks(cfg, step_masks(T, s), cfg.B)
+        lr = G.lr_at(cfg, s)
+        chk_lr(s, "lr", T[f"step{s}.lr"], torch.tensor(lr, dtype=F64), "scalar")
+        p_prev_c = init if s == 0 else {n: as_f64(T[f"step{s - 1}.param.{n}"]) for n in shapes}
+        cgrads = {n: as_f64(T[f"step{s}.grad.{n}"]) for n in shapes if f"step{s}.grad.{n}" in T}
+        have_all = len(cgrads) == len(shapes) and f"step{s}.grad_norm" in T
+        cfac = None
+        if have_all:
+            cnorm = float(T[f"step{s}.grad_norm"].reshape(-1)[0])
+            if cfg.clip_grad > 0 and cnorm > cfg.clip_grad:
+                cfac = cfg.clip_grad / (cnorm + 1e-6)
+
+        # per unit: every unit from the C run's own inputs
+        ref = G.forward_backward(p_prev_c, cfg, ids, lab, masks, True, prec, lowp_force(T, s))
+        new_r, norm_r, fac_r, info_r = opt_r.step(p_prev_c, ref["grads"], lr)
+        compare_forward_backward(chk_unit, T, s, ref, cfg, ("lp_scalar", "lp_act", "lp_grad"), norm_r)
+        compare_grad_inputs(chk_unit, T, s, ref, cfg, "lp_grad_input")
+        if have_all:
+            new_c, _, _, _ = opt_c.step(p_prev_c, cgrads, lr)
+            for n in shapes:
+                k = f"step{s}.param.{n}"
+                if k not in T:
+                    chk_par.missing(s, "param." + n)
+                    continue
+                slack = adam_slack(cfg, lr, n, shapes[n], dmax, cgrads[n], cfac, ref["grads"][n], fac_r,
+                                   info_r[n], None)
+                chk_par(s, "param." + n, T[k], new_r[n], "param", slack)
+                chk_opt(s, "param." + n, T[k], new_c[n], "optim")
+
+        # free-running, the reference's own forward and backward: step 0
+        # only (a coarse check of the whole; the per-unit one covers every
+        # step), to keep the test's time down
+        if s == 0:
+            free = G.forward_backward(p_prev_c, cfg, ids, lab, masks, True, prec)
+            free_norm = G.AdamW.global_norm(free["grads"])
+            compare_forward_backward(chk_free, T, s, free, cfg, ("lp_free_scalar", "lp_free", "lp_free"),
+                                     free_norm)
+            compare_grad_inputs(chk_free, T, s, free, cfg, "lp_free")
+    chk_lr.finish(f"{variant}: learning rate per step")
+    chk_unit.finish(f"{variant}: loss/logits/activations/grad_inputs/grads/grad_norm per unit "
+                    f"(teacher-forced, {dtype} ulp rule)")
+    chk_free.finish(f"{variant}: free-running replay of step 0 within the flips' cascade (norm-wise)")
+    chk_par.finish(f"{variant}: updated fp32 master params, per step (AdamW on the reference's grads)")
+    chk_opt.finish(f"{variant}: AdamW on C's grads == C's updated params")
+    return T, cfg, prec
+
+
+def lowp_wrong_ratio(T, cfg, prec, round_grads=False):
+    """Step 0, teacher-forced, with a wrong reference (prec: one that
+    forgets rounding points; round_grads: weight gradients rounded to S):
+    the worst error/tolerance ratio over everything the per-unit check
+    compares, and where."""
+    params = {n: T["init." + n].double() for n in G.param_shapes(cfg)}
+    masks = reshape_masks(cfg, step_masks(T, 0), cfg.B)
+    ref = G.forward_backward(params, cfg, T["step0.input_ids"].reshape(cfg.B, cfg.T),
+                             T["step0.labels"].reshape(cfg.B, cfg.T), masks, True, prec, lowp_force(T, 0))
+    grads = {n: prec.round(g) for n, g in ref["grads"].items()} if round_grads else ref["grads"]
+    pairs = [("logits", T["step0.logits"], ref["logits"], "lp_act"),
+             ("grad_norm", T["step0.grad_norm"], torch.tensor(G.AdamW.global_norm(grads), dtype=F64), "lp_scalar")]
+    pairs += [("act." + a, T[f"step0.act.{a}"], ref["acts"][a], "lp_act") for a in act_names(cfg)]
+    pairs += [("grad_input." + k, T[f"step0.grad_input.{k}"], ref["grad_inputs"][k], "lp_grad_input")
+              for k in grad_input_names(cfg)]
+    pairs += [("grad." + n, T[f"step0.grad.{n}"], grads[n], "lp_grad") for n in grads]
+    worst, worst_name = 0.0, ""
+    for name, a, b, cat in pairs:
+        r = compare_lowp(a, b, cat, prec.dtype)["ratio"]
+        if r > worst:
+            worst, worst_name = r, name
+    return worst, worst_name
+
+
+def lowp_negative_controls(R, variant, T, cfg, prec):
+    """References that get mixed precision wrong must be flagged by the
+    per-unit check: bf16, one that forgets a forward rounding point
+    (GeLU's output) and one that forgets a backward one (the residual
+    stream's gradient sum); fp16, the logits' gradient unrounded (where
+    the scale enters); both, one that rounds the weight gradients to S (a
+    low-precision main-grad); and (bf16, with dropout) one that scales
+    dropout by the exact 1/(1-p) rather than fp32's. (The rounding points
+    are one code path for both dtypes: each is forgotten once.)"""
+    forgets = ([("the logits' gradient not rounded", {"grad:logits"})] if prec.dtype == "fp16" else
+               [("GeLU's output not rounded", {"gelu"}),
+                ("the residual stream's gradient sum not rounded", {"grad:residual"})])
+    cases = [(what, G.Precision(prec.dtype, prec.loss_scale, f), False) for what, f in forgets]
+    cases.append((f"weight gradients rounded to {prec.dtype}", prec, True))
+    for what, wrong, round_grads in cases:
+        worst, name = lowp_wrong_ratio(T, cfg, wrong, round_grads)
+        R.test(f"{variant}: negative control: reference with {what} is flagged (worst ratio {worst:.3g} at {name})",
+               worst > 1.0, f"not flagged: worst ratio {worst:.3g}")
+    if prec.dtype == "bf16" and cfg.hidden_dropout > 0:
+        class ExactDropout(G.Precision):
+            dropout = staticmethod(G.dropout)  # float64's 1/(1-p), no fp32 product
+
+        worst, name = lowp_wrong_ratio(T, cfg, ExactDropout(prec.dtype, prec.loss_scale))
+        R.test(f"{variant}: negative control: reference with the exact dropout scale 1/(1-p) is flagged "
+               f"(worst ratio {worst:.3g} at {name})", worst > 1.0, f"not flagged: worst ratio {worst:.3g}")
+
+
 # ---------------------------------------------------- mixture of experts
 # moe_ref.py's MoE layers: the reference replays the C run's discrete
 # routing (choice, kept), so these check the decisions on their own.
@@ -1184,6 +1532,7 @@ def main():
         selftest_adamw(R)
         selftest_lr(R)
         selftest_dumpio(R, tmp)
+        selftest_lowp_rounding(R)
         selftest_moe_routing(R)
         selftest_moe_finite_differences(R)
 
@@ -1244,8 +1593,20 @@ def main():
                         per_step, T, cfg = res
                         check_moe_routing(R, name, T, cfg, per_step, expect_drops=name in MOE_EXPECT_DROPS)
                         moe_negative_controls(R, name, T, cfg, per_step)
+                lowp_names = {v[0] for v in LOWP_VARIANTS}
+                for name, args, dtype in LOWP_VARIANTS:
+                    dump = os.path.join(tmp, name + ".safetensors")
+                    ok, why = run_parity(parity, args, {}, dump, os.path.join(tmp, name + ".log"))
+                    if not ok:
+                        R.test(f"{name}: parity train", False, why)
+                        continue
+                    res = check_lowp_run(R, name, dump, repo, dtype)
+                    if res is not None:
+                        lowp_negative_controls(R, name, *res)
                 print_table("worst errors per category (ratio = error / tolerance; fail > 1)",
-                            [r for r in R.rows], per_cat=3)
+                            [r for r in R.rows if r[1] not in lowp_names], per_cat=3)
+                print_table("mixed precision: worst errors per category (LOWP_TOL's rule)",
+                            [r for r in R.rows if r[1] in lowp_names], per_cat=3)
                 print_table("MoE runs: worst errors per category",
                             [r for r in R.rows if r[1] in {v[0] for v in MOE_VARIANTS}], per_cat=2)
                 print_table("MoE runs: worst errors of the router and expert tensors",

@@ -16,20 +16,39 @@
  *                  gradients): each moves (cp-1)/cp of its tensor, 3A and
  *                  A wide: 8 (cp-1)/cp n A floats. Copies only: exactness
  *                  adds nothing.
+ *   recomputation  a layer whose attention core runs again in the
+ *                  backward (full: the recomputed layers; selective: every
+ *                  layer) repeats its forward's exchange: the ring's K and
+ *                  V blocks, 2 (cp-1) n A floats more; Ulysses' q,k,v and
+ *                  output all-to-alls, 4 (cp-1)/cp n A.
  *
  * Dependency: engine -> here, never back. The input is run_report.h's
  * run_report_t, which the engine fills after a run (engine/report.c);
  * nothing here includes or calls the engine.
  */
+#include "cp_report_internal.h"
+
 #include "parity/coll.h"
 #include "parity/run_report.h"
+
+cp_traffic_t cp_traffic(int cp, int ulysses, double n, double A, double layers, double cores) {
+    cp_traffic_t t = {0, 0, 0};
+    if (ulysses) { /* 8 all-to-alls of n A floats' worth a layer, the forward's 4 again; one
+                      division last, so a whole number of bytes comes out exact */
+        t.a2a = 4.0 * (cp - 1) * n * A * (8 * layers + 4 * cores) / cp;
+    } else { /* (cp-1) blocks of n A: K, V forward; K and V backward; K, V again */
+        t.kv = 4.0 * (cp - 1) * n * A * (4 * layers + 2 * cores);
+        t.open = 8.0 * (cp - 1) * n * 2 * A * layers;
+    }
+    return t;
+}
 
 void cp_print_report(const run_report_t *run, FILE *f) {
     if (!run->reports) return;
     const pconfig_t *pc = &run->pc;
     const model_config_t cfg = run->cfg;
     const double MB = 1e6, steps = run->steps > 0 ? run->steps : 1, cp = pc->cp;
-    const double L = cfg.layers, A = (double)cfg.hidden / (pc->tp > 1 ? pc->tp : 1);
+    const double A = (double)cfg.hidden / (pc->tp > 1 ? pc->tp : 1);
     const double n = (double)(pc->global_batch / pc->dp) * cfg.seq_length / cp; /* tokens a rank holds */
     const device_report_t *r0 = &run->reports[0];
     const coll_family_t *fam = coll_counters_family(&r0->comm, "cp");
@@ -39,30 +58,47 @@ void cp_print_report(const run_report_t *run, FILE *f) {
         open = fam->by[COLL_KIND_SEND][COLL_XVEC];
         a2a = fam->by[COLL_KIND_ALL_TO_ALL][COLL_F32];
     }
-    /* the layers device 0's stage holds: every layer without a pipeline */
-    const double layers = pc->pp > 1 ? L / pc->pp : L;
-    fprintf(f, "context parallelism (cp=%d, %s), device 0 per step, %.0f layers held, n = %.0f "
-               "tokens held of T/cp positions, A = %.0f attention features:\n",
+    /* the layers device 0's stage holds, and those whose core runs again */
+    int layers, cores;
+    gpt_recomputed_layers(&cfg, &run->units0, &layers, &cores);
+    const cp_traffic_t want = cp_traffic(pc->cp, pc->cp_comm, n, A, layers, cores);
+    const double kv = (double)f32.sent / steps, sums = (double)open.sent / steps,
+                 moved = (double)a2a.sent / steps;
+    fprintf(f, "context parallelism (cp=%d, %s), device 0 per step, %d layers held, n = %.0f "
+               "tokens held of T/cp positions, A = %.0f attention features",
             pc->cp, pc->cp_comm ? "a2a: DeepSpeed-Ulysses" : "p2p: ring, chunks r and 2cp-1-r",
             layers, n, A);
+    if (cores)
+        fprintf(f, "; %d attention core%s again in the backward (%s recomputation)", cores,
+                cores == 1 ? " runs" : "s run",
+                cfg.recompute == MODEL_RECOMPUTE_SELECTIVE ? "selective" : "full");
+    fprintf(f, ":\n");
     if (!pc->cp_comm) {
-        const double kv = (cp - 1) * n * A * 4 * layers;
-        fprintf(f, "  %-44s %10.3f MB   formula 4 (cp-1) n A x 4 B x layers = %.3f MB\n",
-                "forward K and V blocks + backward K,V blocks", (double)f32.sent / steps / MB,
-                4 * kv / MB);
+        fprintf(f, "  %-44s %10.3f MB   formula %s = %.3f MB\n",
+                "forward K and V blocks + backward K,V blocks", kv / MB,
+                cores ? "(4 layers + 2 recomputed) (cp-1) n A x 4 B" : "4 (cp-1) n A x 4 B x layers",
+                want.kv / MB);
         fprintf(f, "  %-44s %10.3f MB   formula (cp-1) n 2A x 8 B x layers = %.3f MB (+ %.3f MB "
                    "of exception accumulators)\n",
-                "backward dK/dV open sums to their owners", (double)open.sent / steps / MB,
-                2 * 2 * kv / MB, ((double)open.sent / steps - 4 * kv) / MB);
+                "backward dK/dV open sums to their owners", sums / MB, want.open / MB,
+                (sums - want.open) / MB);
         fprintf(f, "  exactness adds %.3f MB a step: the open sums' fp64 against a rounded fp32 ring's "
                    "4 bytes an element\n",
-                ((double)open.sent / steps - 2 * kv) / MB);
+                (sums - want.open / 2) / MB);
     } else {
-        const double vol = 8 * (cp - 1) / cp * n * A * 4 * layers;
-        fprintf(f, "  %-44s %10.3f MB   formula 8 (cp-1)/cp n A x 4 B x layers = %.3f MB "
-                   "(exactness adds nothing: copies)\n",
-                "all-to-all of q,k,v, the output, gradients", (double)a2a.sent / steps / MB, vol / MB);
+        fprintf(f, "  %-44s %10.3f MB   formula %s = %.3f MB (exactness adds nothing: copies)\n",
+                "all-to-all of q,k,v, the output, gradients", moved / MB,
+                cores ? "(8 layers + 4 recomputed) (cp-1)/cp n A x 4 B"
+                      : "8 (cp-1)/cp n A x 4 B x layers",
+                want.a2a / MB);
     }
+    /* the open sums carry the exception accumulators on top: at least the formula */
+    const int differs = kv != want.kv || moved != want.a2a || sums < want.open ||
+                        (want.open == 0 && sums != 0);
+    fprintf(f, "  %s\n", differs ? "measured and formula DIFFER (an exchange added or dropped?)"
+                         : pc->cp_comm ? "measured = formula: bytes of the all-to-alls"
+                                       : "measured = formula: bytes of the K/V blocks, and of the open "
+                                         "sums besides their exception accumulators");
     /* activation memory: device 0's allocation table (its stage's units
      * and slots) for T/cp positions, against the golden run's */
     const unsigned omit = GPT_NO_PARAMS | GPT_NO_GRADS | GPT_NO_OPTIMIZER;

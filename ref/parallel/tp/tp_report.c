@@ -9,11 +9,15 @@
  * adds one forward, the LM head's input gradient one backward, and the
  * vocabulary-parallel cross-entropy three of [b·s] (max, sum of exps,
  * target logit). Sequence parallelism replaces each all-reduce by an
- * all-gather / reduce-scatter pair of the same volume. parity moves the
- * same tensors, but what is a sum travels open (COLL_XVEC: one fp64 an
- * element, plus an xacc_t for each element whose sum would round) and the
- * softmax denominators as xacc_t: those bytes are the price of exactness
- * and are printed on their own line. The counters tell tensor-parallel
+ * all-gather / reduce-scatter pair of the same volume. Full recomputation
+ * runs a recomputed layer's forward again in its backward, its
+ * collectives with it: 2 more all-reduces of [b·s, h] (SP: 2 all-gathers
+ * and 2 reduce-scatters; every linear row-parallel: the 4 output
+ * all-reduces); selective recomputes attention's core, which has none.
+ * parity moves the same tensors, but what is a sum travels open
+ * (COLL_XVEC: one fp64 an element, plus an xacc_t for each element whose
+ * sum would round) and the softmax denominators as xacc_t: those bytes
+ * are the price of exactness and are printed on their own line. The counters tell tensor-parallel
  * traffic from data-parallel traffic by group family (coll.h): "tp".
  *
  * Memory. An activation slot (gpt.c's layout_slot) holds per layer and
@@ -39,33 +43,45 @@
 
 /* What device 0's tensor-parallel group carries per microbatch: its L
  * layers, the embedding (e = 1 when it holds it) and the head (hd = 1);
- * without a pipeline every device holds all three. Elements count the
- * whole tensor (S / element size, coll.h): an all-gather or
- * reduce-scatter of [b·s, h] counts b·s·h. Terms with no call are left
- * out. */
-int tp_terms(int L, int e, int hd, int sp, int rows, tp_term_t *t) {
-    const long l4 = 4L * L;
+ * without a pipeline every device holds all three. R of the L layers are
+ * recomputed whole: their forward's collectives (the 2 all-reduces, or
+ * SP's 2 gathers and 2 reduce-scatters; every linear row-parallel, the 4
+ * output all-reduces) come again. Elements count the whole tensor
+ * (S / element size, coll.h): an all-gather or reduce-scatter of [b·s, h]
+ * counts b·s·h. Terms with no call are left out. */
+int tp_terms(int L, int e, int hd, int sp, int rows, int R, tp_term_t *t) {
+    const long l4 = 4L * L, again = 4L * L + 2L * R; /* [b·s, h] a layer, recomputed forward too */
     tp_term_t all[6];
     int n = 0;
     if (rows) { /* every linear row-parallel: 4 open outputs forward, 4 input-gradient gathers */
-        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XVEC, l4 + hd, 5L * L + hd, 0, 0,
-                               "qkv, dense, fc1, fc2 outputs + LM-head input grad", L};
+        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XVEC, l4 + 4L * R + hd, 5L * (L + R) + hd, 0,
+                               0,
+                               R ? "qkv, dense, fc1, fc2 outputs (a recomputed layer's twice) + "
+                                   "LM-head input grad"
+                                 : "qkv, dense, fc1, fc2 outputs + LM-head input grad",
+                               L + R};
         all[n++] = (tp_term_t){COLL_KIND_ALL_GATHER, COLL_F32, l4, 3L * L, 0, 0,
                                "input grads of qkv, dense, fc1 [b·s,h], fc2 [b·s,ffn]", L};
         all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_F32, e + 2 * hd, e, 2 * hd, 0,
                                "embedding [b·s,h]; CE max, target logit [b·s]", 0};
         all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XACC, hd, 0, hd, 0, "CE sum of exps [b·s]", 0};
     } else if (!sp) {
-        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XVEC, l4 + hd, l4 + hd, 0, 0,
-                               "4 a layer + LM-head input grad [b·s,h]", 0};
+        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XVEC, again + hd, again + hd, 0, 0,
+                               R ? "4 a layer, 6 a recomputed one + LM-head input grad [b·s,h]"
+                                 : "4 a layer + LM-head input grad [b·s,h]",
+                               0};
         all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_F32, e + 2 * hd, e, 2 * hd, 0,
                                "embedding [b·s,h]; CE max, target logit [b·s]", 0};
         all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XACC, hd, 0, hd, 0, "CE sum of exps [b·s]", 0};
     } else {
-        all[n++] = (tp_term_t){COLL_KIND_ALL_GATHER, COLL_F32, l4 + hd + e, l4 + hd + e, 0, 0,
-                               "4 a layer + LNf out, embedding grad [b·s,h]", 0};
-        all[n++] = (tp_term_t){COLL_KIND_REDUCE_SCATTER, COLL_XVEC, l4 + hd, l4 + hd, 0, 0,
-                               "4 a layer + LM-head input grad [b·s,h]", 0};
+        all[n++] = (tp_term_t){COLL_KIND_ALL_GATHER, COLL_F32, again + hd + e, again + hd + e, 0, 0,
+                               R ? "4 a layer, 6 a recomputed one + LNf out, embedding grad [b·s,h]"
+                                 : "4 a layer + LNf out, embedding grad [b·s,h]",
+                               0};
+        all[n++] = (tp_term_t){COLL_KIND_REDUCE_SCATTER, COLL_XVEC, again + hd, again + hd, 0, 0,
+                               R ? "4 a layer, 6 a recomputed one + LM-head input grad [b·s,h]"
+                                 : "4 a layer + LM-head input grad [b·s,h]",
+                               0};
         all[n++] = (tp_term_t){COLL_KIND_REDUCE_SCATTER, COLL_F32, e, e, 0, 0, "embedding [b·s,h]", 0};
         all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XVEC, l4 + 2 * hd, 0, 0, l4 + 2 * hd,
                                "LayerNorm weight, bias grads [h]", 0};
@@ -119,7 +135,7 @@ static int print_row(const tp_step_t *s, int k, int d, const tp_term_t *t, FILE 
 /* Every measured collective of the family and every term of the formula. */
 static int print_table(const tp_step_t *s, FILE *f) {
     tp_term_t t[MAX_TERMS];
-    const int nt = tp_terms(s->L, s->e, s->hd, s->sp, s->rows, t);
+    const int nt = tp_terms(s->L, s->e, s->hd, s->sp, s->rows, s->R, t);
     fprintf(f, "  %-20s %-44s | %s\n", "per step", "measured", "formula");
     fprintf(f, "  %-14s %-5s %6s %11s %12s %12s | %6s %11s %12s\n", "collective", "dtype", "calls",
             "elements", "bytes", "bus bytes", "calls", "elements", "bytes");
@@ -199,7 +215,7 @@ void tp_device0_units(const run_report_t *run, int *L, int *e, int *hd) {
  * formula above, in bus elements (nccl-tests' factors over P). */
 static void print_colossal_1d(const tp_step_t *s, double bs, FILE *f) {
     tp_term_t t[MAX_TERMS];
-    const int nt = tp_terms(1, 0, 0, s->sp, s->rows, t);
+    const int nt = tp_terms(1, 0, 0, s->sp, s->rows, 0, t);
     tp_step_t one = *s;
     one.L = 1, one.e = 0, one.hd = 0, one.m = 1, one.tokens = bs;
     double elems = 0, bus = 0;
@@ -223,7 +239,7 @@ static void print_traffic(const run_report_t *run, FILE *f) {
     tp_device0_units(run, &L, &e, &hd);
     tp_step_t s = {pc->tp, pc->sequence_parallel, pc->tp_row_linears, L, e, hd, c->hidden, c->ffn, pc->accum_degree, (double)per_rank * T,
                    coll_counters_family(&run->reports[0].comm, "tp"), run->steps > 0 ? run->steps : 1, NULL,
-                   NULL};
+                   NULL, gpt_recomputed_layers(&run->cfg, &run->units0, NULL, NULL)};
     const int even = per_rank % pc->accum_degree == 0;
     fprintf(f, "tensor parallelism: tp=%d%s%s; device 0's tensor-parallel group per step: %d "
                "microbatch%s of b·s = %d x %d = %d tokens%s, h = %d, L = %d%s%s\n",
@@ -241,6 +257,16 @@ static void print_traffic(const run_report_t *run, FILE *f) {
                    "attention and GeLU run whole on every rank\n");
     else
         print_megatron(&s, (double)pc->micro_batch * T, f);
+    if (s.R)
+        fprintf(f, "  full recomputation: %d of the %d layers run their forward again in the backward, "
+                   "collectives included; each adds per microbatch %s\n",
+                s.R, s.L,
+                s.rows ? "its 4 output all-reduces of open sums"
+                : s.sp ? "2 all-gathers and 2 reduce-scatters of [b·s, h]"
+                       : "2 all-reduces of [b·s, h] (the dense and fc2 outputs)");
+    else if (run->cfg.recompute == MODEL_RECOMPUTE_SELECTIVE)
+        fprintf(f, "  selective recomputation: attention's core runs again in the backward, without a "
+                   "tensor-parallel collective\n");
     const int bad = print_table(&s, f);
     fprintf(f, "  %s\n", bad ? "measured and formula DIFFER (a collective added or dropped?)"
                              : "measured = formula: calls, elements and bytes");

@@ -28,11 +28,14 @@ typedef struct {
     double steps;
     const coll_family_t *fam2; /* 2-D: device 0's "tp2" tallies when they count apart, or NULL */
     const coll_family_t *fam3; /* 3-D: device 0's vector groups' ("tp-vec"), or NULL */
+    int R;                     /* of the L layers, those full recomputation runs forward again
+                                  (gpt_recomputed_layers) */
 } tp_step_t;
 
 /* Megatron's 1-D terms of device 0 (L layers, e: the embedding, hd: the
- * head), into t [MAX_TERMS]; their count. */
-int tp_terms(int L, int e, int hd, int sp, int rows, tp_term_t *t);
+ * head; R of the layers recomputed whole, their forward's collectives
+ * again in the backward), into t [MAX_TERMS]; their count. */
+int tp_terms(int L, int e, int hd, int sp, int rows, int R, tp_term_t *t);
 double tp_term_elements(const tp_term_t *t, const tp_step_t *s);
 /* device 0's tallies of a kind and dtype over its tensor-parallel families */
 coll_tally_t tp_measured(const tp_step_t *s, coll_kind_t k, coll_dtype_t d);
