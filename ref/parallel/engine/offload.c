@@ -10,9 +10,11 @@
  * The update goes bucket by bucket through two staging slots, each the
  * size of the largest piece of m and v (the device's: bounded, whatever
  * the model): while bucket b's slot is updated, bucket b+1's piece is
- * being read into the other and bucket b-1's written back, with POSIX
- * asynchronous I/O (DeepSpeed's swapper double-buffers the same way).
- * Each transfer is a span in the trace, from its start to its wait. Nothing in the file is
+ * being read into the other and bucket b-1's written back by the rank's
+ * I/O thread (DeepSpeed's swapper double-buffers the same way; a thread of
+ * our own rather than POSIX AIO, whose glibc helper threads ThreadSanitizer
+ * cannot follow). Each transfer is a span in the trace, from its start to
+ * its wait. Nothing in the file is
  * a checkpoint: a run killed mid-step leaves it half-updated and resumes
  * from its last --save, which the file never touches. Every I/O error
  * names the file and the errno (a full disk is ENOSPC).
@@ -22,9 +24,9 @@
  *
  * Test hook: PARITY_OFFLOAD_KILL_AFTER=N kills the process (SIGKILL) after
  * N piece writes, to prove that a crash mid-step loses nothing. */
-#include <aio.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
@@ -42,12 +44,21 @@ int engine_offload_env_check(perr_t *err) {
     return num_parse_int("PARITY_OFFLOAD_KILL_AFTER", v, 1, 1000000000LL, &n, err);
 }
 
-/* One slot's two transfers in flight (m and v), and what they move. */
+/* The rank's I/O thread and its two slots' jobs: a slot is queued (its
+ * bucket's piece to read into it or write from it), then done. Jobs run in
+ * the order queued; at most one a slot. */
+enum { SLOT_IDLE, SLOT_QUEUED, SLOT_DONE };
 typedef struct offload_io {
-    struct aiocb cb[2][2]; /* [slot][which] */
-    int busy[2];           /* 0 idle, 1 reading, 2 writing */
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int started, stop;
+    int state[2], write[2], order[2], next; /* order: the queue's slots, next: its length */
+    size_t o[2], n[2];
     double t0[2];
 } offload_io_t;
+
+static int io_start(engine_rank_t *r);
 
 static int nvme(const engine_rank_t *r) { return r->sh->run->pc.offload == PC_OFFLOAD_NVME; }
 
@@ -88,10 +99,24 @@ int engine_offload_open(engine_rank_t *r) {
         for (size_t o = 0; o < S; o += chunk)
             engine_offload_write(r, which, o, S - o < chunk ? S - o : chunk, zeros);
     free(zeros);
+    if (io_start(r)) {
+        engine_fail(r->sh, "dp: cannot start the nvme offload's I/O thread");
+        return -1;
+    }
     return 0;
 }
 
 void engine_offload_close(engine_rank_t *r) {
+    offload_io_t *io = r->off_io;
+    if (io && io->started) { /* every job is done: engine_offload_end waited */
+        pthread_mutex_lock(&io->lock);
+        io->stop = 1;
+        pthread_cond_broadcast(&io->cond);
+        pthread_mutex_unlock(&io->lock);
+        pthread_join(io->thread, NULL);
+        pthread_mutex_destroy(&io->lock);
+        pthread_cond_destroy(&io->cond);
+    }
     if (r->off_path[0] && r->off_fd >= 0) close(r->off_fd);
     free(r->off_io);
     r->off_io = NULL;
@@ -106,94 +131,98 @@ static off_t file_at(const engine_rank_t *r, int which, size_t o) {
     return (off_t)(((size_t)which * r->plan->shard_len + o) * sizeof(float));
 }
 
-void engine_offload_read(engine_rank_t *r, int which, size_t o, size_t n, float *buf) {
-    const double t0 = engine_now();
+/* n values of state `which` at shard offset o between the file and buf,
+ * synchronously; any failure names the file (ENOSPC: a full disk; the last
+ * checkpoint is another file, intact). */
+static void transfer(engine_rank_t *r, int write, int which, size_t o, size_t n, float *buf) {
     size_t done = 0;
     const size_t bytes = n * sizeof(float);
     while (done < bytes) {
-        const ssize_t k = pread(r->off_fd, (char *)buf + done, bytes - done,
-                                file_at(r, which, o) + (off_t)done);
+        const off_t at = file_at(r, which, o) + (off_t)done;
+        const ssize_t k = write ? pwrite(r->off_fd, (const char *)buf + done, bytes - done, at)
+                                : pread(r->off_fd, (char *)buf + done, bytes - done, at);
         if (k <= 0)
-            parity_fatal("device %d: nvme offload: reading %s: %s", r->device, r->off_path,
-                         k < 0 ? strerror(errno) : "unexpected end of file");
+            parity_fatal("device %d: nvme offload: %s %s: %s", r->device,
+                         write ? "writing" : "reading", r->off_path,
+                         k < 0 ? strerror(errno) : write ? "nothing written" : "unexpected end of file");
         done += (size_t)k;
     }
+}
+
+void engine_offload_read(engine_rank_t *r, int which, size_t o, size_t n, float *buf) {
+    const double t0 = engine_now();
+    transfer(r, 0, which, o, n, buf);
     engine_span(r, which ? "offload read v" : "offload read m", "offload", t0, -1, -1);
 }
 
 void engine_offload_write(engine_rank_t *r, int which, size_t o, size_t n, const float *buf) {
     const double t0 = engine_now();
-    size_t done = 0;
-    const size_t bytes = n * sizeof(float);
-    while (done < bytes) {
-        const ssize_t k = pwrite(r->off_fd, (const char *)buf + done, bytes - done,
-                                 file_at(r, which, o) + (off_t)done);
-        if (k <= 0) /* ENOSPC: a full disk; the last checkpoint is another file, intact */
-            parity_fatal("device %d: nvme offload: writing %s: %s", r->device, r->off_path,
-                         k < 0 ? strerror(errno) : "nothing written");
-        done += (size_t)k;
-    }
+    transfer(r, 1, which, o, n, (float *)(uintptr_t)buf);
     engine_span(r, which ? "offload write v" : "offload write m", "offload", t0, -1, -1);
 }
 
 /* ---- the update's double-buffered transfers ------------------------------ */
 
-static void piece(const engine_rank_t *r, int b, size_t *o, size_t *n) {
-    size_t lo, hi;
-    dp_piece(r->plan, b, engine_bucket_rank(r, b), &lo, &hi);
-    *o = r->plan->buckets[b].shard_off, *n = hi - lo;
-}
-
 static float *slot_of(const engine_rank_t *r, int which, int slot) {
     return (which ? r->off_v : r->off_m) + (size_t)slot * r->off_slot;
 }
 
-/* Starts bucket b's read (write: 0) or write of its slot b % 2. */
+/* The I/O thread: each queued slot's m and v, in the order queued. */
+static void *io_main(void *arg) {
+    engine_rank_t *r = arg;
+    offload_io_t *io = r->off_io;
+    pthread_mutex_lock(&io->lock);
+    for (;;) {
+        while (!io->stop && !io->next) pthread_cond_wait(&io->cond, &io->lock);
+        if (!io->next) break;
+        const int slot = io->order[0];
+        const int write = io->write[slot];
+        const size_t o = io->o[slot], n = io->n[slot];
+        pthread_mutex_unlock(&io->lock);
+        for (int which = 0; which < 2; which++) transfer(r, write, which, o, n, slot_of(r, which, slot));
+        pthread_mutex_lock(&io->lock);
+        io->order[0] = io->order[1], io->next--;
+        io->state[slot] = SLOT_DONE;
+        pthread_cond_broadcast(&io->cond);
+    }
+    pthread_mutex_unlock(&io->lock);
+    return NULL;
+}
+
+/* Queues bucket b's read (write: 0) or write of its slot b % 2. */
 static void start(engine_rank_t *r, int b, int write) {
     offload_io_t *io = r->off_io;
     const int slot = b % 2;
-    size_t o, n;
-    piece(r, b, &o, &n);
-    for (int which = 0; which < 2; which++) {
-        struct aiocb *cb = &io->cb[slot][which];
-        memset(cb, 0, sizeof *cb);
-        cb->aio_fildes = r->off_fd;
-        cb->aio_buf = slot_of(r, which, slot);
-        cb->aio_nbytes = n * sizeof(float);
-        cb->aio_offset = file_at(r, which, o);
-        cb->aio_sigevent.sigev_notify = SIGEV_NONE;
-        if ((write ? aio_write(cb) : aio_read(cb)) != 0)
-            parity_fatal("device %d: nvme offload: %s %s: %s", r->device,
-                         write ? "writing" : "reading", r->off_path, strerror(errno));
-    }
-    io->busy[slot] = write ? 2 : 1, io->t0[slot] = engine_now();
+    size_t lo, hi;
+    dp_piece(r->plan, b, engine_bucket_rank(r, b), &lo, &hi);
+    pthread_mutex_lock(&io->lock);
+    io->o[slot] = r->plan->buckets[b].shard_off, io->n[slot] = hi - lo;
+    io->write[slot] = write, io->t0[slot] = engine_now();
+    io->state[slot] = SLOT_QUEUED;
+    io->order[io->next++] = slot;
+    pthread_cond_broadcast(&io->cond);
+    pthread_mutex_unlock(&io->lock);
 }
 
-/* Waits for slot's transfers; a short one is finished synchronously (a
- * regular file returns short only at its end or on a full disk). */
+/* Waits for slot's job, if one was queued. */
 static void finish(engine_rank_t *r, int slot) {
     offload_io_t *io = r->off_io;
-    if (!io->busy[slot]) return;
-    const int write = io->busy[slot] == 2;
-    for (int which = 0; which < 2; which++) {
-        struct aiocb *cb = &io->cb[slot][which];
-        const struct aiocb *list[1] = {cb};
-        int e;
-        while ((e = aio_error(cb)) == EINPROGRESS) aio_suspend(list, 1, NULL);
-        const ssize_t got = aio_return(cb);
-        if (e || got < 0)
-            parity_fatal("device %d: nvme offload: %s %s: %s", r->device,
-                         write ? "writing" : "reading", r->off_path, strerror(e ? e : errno));
-        const size_t rest = cb->aio_nbytes - (size_t)got, at = (size_t)got / sizeof(float);
-        if (rest) { /* the rest, synchronously: it reports the real error */
-            const size_t o = ((size_t)cb->aio_offset / sizeof(float)) - (size_t)which * r->plan->shard_len;
-            float *buf = (float *)(uintptr_t)cb->aio_buf;
-            if (write) engine_offload_write(r, which, o + at, rest / sizeof(float), buf + at);
-            else engine_offload_read(r, which, o + at, rest / sizeof(float), buf + at);
-        }
-    }
-    engine_span(r, write ? "offload write m, v" : "offload read m, v", "offload", io->t0[slot], -1, -1);
-    io->busy[slot] = 0;
+    pthread_mutex_lock(&io->lock);
+    const int queued = io->state[slot] != SLOT_IDLE, write = io->write[slot];
+    while (io->state[slot] == SLOT_QUEUED) pthread_cond_wait(&io->cond, &io->lock);
+    io->state[slot] = SLOT_IDLE;
+    const double t0 = io->t0[slot];
+    pthread_mutex_unlock(&io->lock);
+    if (queued) engine_span(r, write ? "offload write m, v" : "offload read m, v", "offload", t0, -1, -1);
+}
+
+static int io_start(engine_rank_t *r) {
+    offload_io_t *io = r->off_io;
+    pthread_mutex_init(&io->lock, NULL);
+    pthread_cond_init(&io->cond, NULL);
+    if (pthread_create(&io->thread, NULL, io_main, r)) return -1;
+    io->started = 1;
+    return 0;
 }
 
 void engine_offload_begin(engine_rank_t *r) {
