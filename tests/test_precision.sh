@@ -66,7 +66,7 @@ exact "NeMo dtype=bf16 (and its grad sync), dp 2 (ZeRO-2) with --bf16" gpt-micro
 exact "--grad-sync-dtype bf16 --dtype bf16, tp 2 x pp 2 x dp 2 ZeRO-3" gpt-micro 3 --grad-sync-dtype bf16 \
   --dtype bf16 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --data-parallel-size 2 \
   --zero-stage 3 --num-microbatches 2 --global-batch-size 8
-norm() { "$P" train --model gpt-tiny --steps 2 "$@" 2>&1 | grep '^step     1' | grep -oE 'grad norm [0-9.]+'; }
+norm() { "$P" train --model gpt-micro --steps 2 "$@" 2>&1 | grep '^step     1' | grep -oE 'grad norm [0-9.]+'; }
 n32=$(norm); ng=$(norm --grad-sync-dtype bf16); no=$(norm --dtype bf16)
 if [ -n "$ng" ] && [ -n "$no" ] && [ "$n32" != "$ng" ] && [ "$n32" != "$no" ]; then
   ok "the dtypes are used: step 1's $n32 in fp32, $ng with bf16 gradients, $no with bf16 state"
@@ -76,7 +76,7 @@ if "$P" train --model gpt-tiny --grad-sync-dtype bf16 --print-config 2>&1 | grep
 else fail "the model's JSON names the gradient dtype"; fi
 
 # the precision is used: each gives other bits than fp32 (and each other)
-loss() { "$P" train --model gpt-tiny --steps 2 "$@" 2>&1 | grep '^step     1' | grep -oE '\(0x[0-9a-f]+\)'; }
+loss() { "$P" train --model gpt-micro --steps 2 "$@" 2>&1 | grep '^step     1' | grep -oE '\(0x[0-9a-f]+\)'; }
 l32=$(loss); lb=$(loss --bf16); lh=$(loss --fp16 --loss-scale 1024)
 if [ -n "$l32" ] && [ -n "$lb" ] && [ -n "$lh" ] && [ "$l32" != "$lb" ] && [ "$l32" != "$lh" ] && [ "$lb" != "$lh" ]; then
   ok "step 1's loss differs: fp32 $l32, bf16 $lb, fp16 $lh"

@@ -54,7 +54,7 @@ exact "selective, T5 tp 2 (self- and cross-attention cores)" t5-tiny $SEL --tens
 # memory: device 0's saving, formula against the arena's measurement
 saving() { # name, flags...
   local name=$1; shift
-  out=$("$P" train --model gpt-tiny --steps 1 "$@" 2>&1); rc=$?
+  out=$("$P" train --model gpt-micro --num-layers 4 --steps 1 "$@" 2>&1); rc=$?
   line=$(echo "$out" | grep 'formula vs measured:')
   saved=$(echo "$out" | grep -oE 'saved, measured: .* = [-0-9.]+ MB' | grep -oE '[-0-9.]+ MB$')
   if [ $rc = 0 ] && echo "$line" | grep -q ', match ('; then ok "$name: saves $saved, as the formula says"
@@ -76,7 +76,7 @@ pl=$("$P" train --model gpt-tiny $FULL --recompute-method block --recompute-num-
 if echo "$pl" | grep -q '"recompute": {"granularity": "full", "method": "block", "num_layers": 2}'; then
   ok "--print-layout names the recomputation"
 else fail "--print-layout names the recomputation" "$(echo "$pl" | grep recompute)"; fi
-act() { "$P" train --model gpt-tiny --steps 1 --data-parallel-size 2 "$@" 2>&1 |
+act() { "$P" train --model gpt-micro --num-layers 4 --steps 1 --data-parallel-size 2 "$@" 2>&1 |
         grep -oE 'activations [0-9.]+ MB' | head -1 | awk '{print $2}'; }
 a0=$(act); a1=$(act $SEL); a2=$(act $FULL)
 if [ -n "$a2" ] && awk -v a="$a0" -v b="$a1" -v c="$a2" 'BEGIN {exit !(c < b && b < a)}'; then

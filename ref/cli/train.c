@@ -110,7 +110,7 @@ static void usage(FILE *f) {
           "environment (each checked before anything runs; a bad value exits 2): PARITY_BACKEND,\n"
           "PARITY_MEM_AVAILABLE_MB, PARITY_COLL_ALGO, PARITY_COLL_TIMEOUT, PARITY_COLL_WHOLE_BYTES,\n"
           "PARITY_COLL_SPIN_US, PARITY_COLL_YIELD_US, PARITY_PIN, PARITY_STEP_THROUGH,\n"
-          "PARITY_STEP_THROUGH_DEVICE (ref/cli/env_check.c)\n",
+          "PARITY_STEP_THROUGH_DEVICE, PARITY_OFFLOAD_KILL_AFTER (tests) (ref/cli/env_check.c)\n",
           f);
 }
 
