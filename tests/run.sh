@@ -20,7 +20,7 @@ trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$dir"' EXIT
 
 # The longest tests first (measured on the 2-core machine), then the rest
 # in the order given.
-heavy="test_dp test_pp test_ckpt.sh test_tp2d.sh test_recompute.sh test_frontends.sh test_check.sh test_gpt_torch.py"
+heavy="test_dp test_tp2d.sh test_pp test_moe.sh test_gpt_torch.py test_ckpt.sh test_model_golden.sh test_encdec.sh test_check.sh test_frontends.sh test_recompute.sh"
 order=()
 for h in $heavy; do
   for t in "$@"; do [ "$(basename "$t")" = "$h" ] && order+=("$t"); done
