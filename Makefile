@@ -87,7 +87,11 @@ $(BUILD)/bench/%: tests/bench/%.c $(LIB)
 
 -include tests/*.mk tests/bench/*.mk
 
-check: all $(EXTRA_TEST_BIN)
+# The programs and test binaries are built on every core first (a plain
+# `make check` would build its prerequisites one at a time).
+CHECK_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+check:
+	$(MAKE) --no-print-directory -j$(CHECK_JOBS) all $(TEST_BIN) $(EXTRA_TEST_BIN)
 	PARITY=$(abspath $(PARITY)) BUILD=$(abspath $(BUILD)) \
 	  bash tests/run.sh $(TEST_BIN) $(EXTRA_TEST_BIN) $(SCRIPT_TESTS)
 
