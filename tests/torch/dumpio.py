@@ -113,3 +113,10 @@ def save(path, tensors, metadata=None):
         f.write(hjson)
         for c in chunks:
             f.write(c)
+
+
+def clip_factor(T, s, clip_grad):
+    """The C run's clipping factor at step s from its dumped grad_norm
+    (MODEL.md: clip / (norm + 1e-6) when the norm exceeds clip), or None."""
+    cnorm = float(T[f"step{s}.grad_norm"].reshape(-1)[0])
+    return clip_grad / (cnorm + 1e-6) if clip_grad > 0 and cnorm > clip_grad else None

@@ -788,15 +788,21 @@ def adam_slack(cfg, lr, name, shape, dmax, g_c, fac_c, g_ref, fac_ref, info, pre
     return slack
 
 
-def check_run(R, variant, path, repo, backend=None):
-    """All comparisons of one dump. Returns the per-step reference results
-    (for the negative controls) or None when the dump is unusable."""
+def load_checked(R, variant, path):
+    """The dump, its metadata and its config, each failure a test result:
+    (T, meta, cfg), cfg None when the dump is unusable."""
     try:
         T, meta = dumpio.load(path)
     except (OSError, dumpio.DumpError) as e:
         R.test(f"{variant}: load dump", False, str(e))
-        return None
-    cfg = check_dump_metadata(R, variant, T, meta)
+        return None, None, None
+    return T, meta, check_dump_metadata(R, variant, T, meta)
+
+
+def check_run(R, variant, path, repo, backend=None):
+    """All comparisons of one dump. Returns the per-step reference results
+    (for the negative controls) or None when the dump is unusable."""
+    T, meta, cfg = load_checked(R, variant, path)
     if cfg is None:
         return None
     if backend is not None and meta.get("backend") != backend:
@@ -843,11 +849,7 @@ def check_run(R, variant, path, repo, backend=None):
         p_prev_c = init if s == 0 else {n: as_f64(T[f"step{s - 1}.param.{n}"]) for n in shapes}
         cgrads = {n: as_f64(T[f"step{s}.grad.{n}"]) for n in shapes if f"step{s}.grad.{n}" in T}
         have_all = len(cgrads) == len(shapes) and f"step{s}.grad_norm" in T
-        cfac = None
-        if have_all:
-            cnorm = float(T[f"step{s}.grad_norm"].reshape(-1)[0])
-            if cfg.clip_grad > 0 and cnorm > cfg.clip_grad:
-                cfac = cfg.clip_grad / (cnorm + 1e-6)
+        cfac = dumpio.clip_factor(T, s, cfg.clip_grad) if have_all else None
 
         # per step: the reference starts from the C run's previous params
         ref = G.forward_backward(p_prev_c, cfg, ids, lab, masks)
@@ -1032,12 +1034,7 @@ def check_lowp_run(R, variant, path, repo, dtype):
     the reference's gradients, with adam_slack) and AdamW on the C run's
     own gradients. No 3-step trajectory: the flips' cascade, not the
     mathematics, would decide how far it drifts."""
-    try:
-        T, meta = dumpio.load(path)
-    except (OSError, dumpio.DumpError) as e:
-        R.test(f"{variant}: load dump", False, str(e))
-        return None
-    cfg = check_dump_metadata(R, variant, T, meta)
+    T, meta, cfg = load_checked(R, variant, path)
     if cfg is None:
         return None
     if cfg.precision != dtype:
@@ -1085,11 +1082,7 @@ def check_lowp_run(R, variant, path, repo, dtype):
         p_prev_c = init if s == 0 else {n: as_f64(T[f"step{s - 1}.param.{n}"]) for n in shapes}
         cgrads = {n: as_f64(T[f"step{s}.grad.{n}"]) for n in shapes if f"step{s}.grad.{n}" in T}
         have_all = len(cgrads) == len(shapes) and f"step{s}.grad_norm" in T
-        cfac = None
-        if have_all:
-            cnorm = float(T[f"step{s}.grad_norm"].reshape(-1)[0])
-            if cfg.clip_grad > 0 and cnorm > cfg.clip_grad:
-                cfac = cfg.clip_grad / (cnorm + 1e-6)
+        cfac = dumpio.clip_factor(T, s, cfg.clip_grad) if have_all else None
 
         # per unit: every unit from the C run's own inputs
         ref = G.forward_backward(p_prev_c, cfg, ids, lab, masks, True, prec, lowp_force(T, s))

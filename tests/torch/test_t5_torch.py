@@ -542,11 +542,7 @@ def replay(R, model, T, cfg, steps, shapes, forward_backward, compare_step):
         p_prev_c = init if s == 0 else {n: T[f"step{s - 1}.param.{n}"].to(F64) for n in shapes}
         cgrads = {n: T[f"step{s}.grad.{n}"].to(F64) for n in shapes if f"step{s}.grad.{n}" in T}
         have_all = len(cgrads) == len(shapes) and f"step{s}.grad_norm" in T
-        cfac = None
-        if have_all:
-            cnorm = float(T[f"step{s}.grad_norm"].reshape(-1)[0])
-            if cfg.clip_grad > 0 and cnorm > cfg.clip_grad:
-                cfac = cfg.clip_grad / (cnorm + 1e-6)
+        cfac = dumpio.clip_factor(T, s, cfg.clip_grad) if have_all else None
 
         # per step, from the C run's previous parameters
         ref = forward_backward(p_prev_c, cfg, ids, lab, masks)
