@@ -41,6 +41,16 @@ CFLAGS   := -std=c11 $(OPT) -g $(WARN) -ffp-contract=off -fno-fast-math -fno-tra
             -D_GNU_SOURCE -Iinclude -I$(OPENBLAS_INC) -pthread $(EXTRA_CFLAGS)
 LDLIBS   := -L$(OPENBLAS_LIB) -Wl,-rpath,$(OPENBLAS_LIB) -lopenblas -lm -pthread
 
+# The MPI transport (ref/coll/mpi/) when OpenMPI's mpicc is here (Debian's
+# libopenmpi-dev); without it the same files build a parity that refuses
+# to run under mpirun. MPI=0 leaves it out on purpose.
+MPI      ?= $(if $(shell command -v mpicc 2>/dev/null),1,0)
+ifeq ($(MPI),1)
+MPI_CFLAGS := -DPARITY_HAVE_MPI $(patsubst -I%,-isystem %,$(shell mpicc --showme:compile))
+MPI_LIBS   := $(shell mpicc --showme:link)
+LDLIBS     += $(MPI_LIBS)
+endif
+
 ifneq ($(SAN),)
 CFLAGS   += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDLIBS   += -fsanitize=$(SAN)
@@ -69,6 +79,10 @@ all: $(LIB) $(PARITY) $(TEST_BIN)
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/ref/coll/mpi/%.o: ref/coll/mpi/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -MMD -MP -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)

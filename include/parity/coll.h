@@ -290,6 +290,63 @@ void   coll_counters_add(int world_rank, coll_kind_t kind, uint64_t bytes, doubl
 /* nccl-tests' busbw factor for a collective over n ranks. */
 double coll_busbw_factor(coll_kind_t kind, int n);
 
+/* ---- transports: shared memory, or MPI across processes ----
+ *
+ * Shared memory is the default: devices are threads of one process and
+ * read each other's buffers (the algorithms above). Launched by mpirun,
+ * coll_mpi_init makes this process one of P (runtime.h: one device per
+ * process, world rank = MPI rank) and every collective of a run of P
+ * devices travels as MPI messages instead (ref/coll/mpi/):
+ *  - each call first exchanges its record (kind, dtype, op, count, root,
+ *    algorithm, sequence number) with every member, and a disagreement
+ *    is fatal with the same message as above, before any data moves;
+ *  - data moves as the direct algorithm moves it (rank i reduces slice i
+ *    of every member's buffer, then sends the result to all), and an
+ *    fp32 sum adds in the order of the algorithm the call names (direct:
+ *    group order; ring: chunk c from rank c + 1 on), so the bits are the
+ *    shared-memory run's for either setting; exact types are exact;
+ *  - open sums travel in the wire format described above (the fp64 sums,
+ *    then each slow element's index and xacc_t);
+ *  - point-to-point messages carry (dtype, count) ahead of the data and
+ *    the receiver checks them (a mismatch names both ranks); sends are
+ *    synchronous (MPI_Issend), as here;
+ *  - the watchdog names the members whose messages never came and stops
+ *    every process (MPI_Abort); a fatal error in any process does too.
+ * Counters count the same bytes as the shared-memory run. */
+
+/* Under mpirun (OMPI_COMM_WORLD_SIZE or PMIX_RANK set): initialises MPI
+ * with MPI_THREAD_MULTIPLE and tells the runtime this process's place.
+ * Otherwise does nothing. 0, or -1 with a message (MPI missing from the
+ * build, or no thread support). */
+int  coll_mpi_init(int *argc, char ***argv, perr_t *e);
+/* MPI_Finalize on a normal exit (every process must get here); a no-op
+ * when MPI is not up. An exit without it stops every process. */
+void coll_mpi_finalize(void);
+/* Whether this build has the MPI transport. */
+int  coll_mpi_built(void);
+/* "shm" or "mpi": the transport of the current run. */
+const char *coll_transport_name(void);
+/* A barrier of the processes outside any run, without the watchdog: one
+ * process may take long alone (a check's golden run) while the others
+ * wait here. No-op with one process. */
+void coll_processes_barrier(void);
+
+/* Host memory the engine keeps beside its devices (reassembled tensors,
+ * per-device figures) is one copy per process. Every member of g calls
+ * these, from its device thread; g must hold every device of the run.
+ * With one process they are a barrier (the copy is shared already).
+ * Across processes:
+ *  - coll_host_merge: buf becomes, in every process, OR of the
+ *    processes' bytes (each wrote its own elements into zeros), or the
+ *    elementwise max of int32 / fp64 values;
+ *  - coll_host_gather: the process of group rank 0 gets every other
+ *    process's `len` bytes through take(ctx, process, data, len), in
+ *    process order (its own are already in place). */
+typedef enum { COLL_MERGE_OR, COLL_MERGE_MAX_I32, COLL_MERGE_MAX_F64 } coll_merge_t;
+void coll_host_merge(group_t *g, void *buf, size_t bytes, coll_merge_t how);
+typedef void (*coll_host_take_fn)(void *ctx, int process, const void *data, size_t len);
+void coll_host_gather(group_t *g, const void *mine, size_t len, coll_host_take_fn take, void *ctx);
+
 /* ---- host memory of the collectives' own bookkeeping ----
  * Group state, p2p channels, ring scratch and pending requests: what the
  * layer costs beyond the devices' arenas, in bytes, now and at its peak.

@@ -62,6 +62,15 @@ typedef struct {
     float got, want;    /* their values (bytes and integers as numbers) */
 } dump_replica_t;
 void dump_set_writer(dump_t *d, int device);
+/* The step's batch tensors collected so far, with the device that wrote
+ * each element, as bytes (malloc'd into *out): what another process's
+ * devices contributed, for dump_batch_import in the process that ends
+ * the step (a run across processes, runtime.h). 0, or -1 with a message. */
+int dump_batch_export(const dump_t *d, unsigned char **out, size_t *len, perr_t *err);
+/* Places an export's elements as if their devices had written them here
+ * (replicas compared, the lowest device's copy kept). 0, or -1 with a
+ * message when the bytes are not an export of this model's dump. */
+int dump_batch_import(dump_t *d, const unsigned char *in, size_t len, perr_t *err);
 const dump_replica_t *dump_replica_diffs(const dump_t *d, int *n);
 /* The writers of the parameter-shaped tensors (gradients, parameters,
  * AdamW's m and v) of the step the next dump_end_step emits: one int32 per

@@ -114,6 +114,23 @@ typedef void (*device_main_fn)(device_t *dev, void *arg);
  * cores; see device.c for the measurement); PARITY_PIN=0 turns that off. */
 int devices_run(int world, size_t arena_capacity, device_main_fn fn, void *arg, perr_t *err);
 
+/* Processes. By default every device is a thread of this one process.
+ * Under mpirun the MPI transport (coll.h) makes this process one of P: a
+ * run of P > 1 devices then starts only device runtime_process_rank()
+ * here (one device per process; a run of another size than P, other
+ * than a single device, is refused), its collectives cross processes,
+ * and state the engine keeps in host memory is merged between
+ * processes where it is read (coll_host_merge). A run of one device (a
+ * check's golden run) stays in this process. */
+void runtime_set_processes(int nprocs, int rank);
+int  runtime_processes(void);    /* 1 unless the MPI transport is up */
+int  runtime_process_rank(void); /* 0 .. runtime_processes() - 1 */
+/* Whether the current run spans processes (its devices are elsewhere). */
+int  runtime_run_distributed(void);
+/* Whether this process runs device `rank` of the current (or next) run of
+ * `world` devices: every one when the run stays here. */
+int  runtime_hosts_device(int world, int rank);
+
 /* Kernel limits that `world` more threads would cross: past them
  * pthread_create fails halfway through the launch (or a later mmap fails
  * inside a device), so devices_run refuses such a run up front, naming

@@ -396,8 +396,68 @@ out:
     return rc;
 }
 
+/* Across processes (mpirun, the MPI transport): what the engine does not
+ * merge between processes yet is refused, naming the flag. */
+static int mpi_refuse(const layout_job_t *job, perr_t *err) {
+    const layout_opts_t *lo = job->lo;
+    int on = 0, focus = -1;
+    perr_t ignore;
+    devices_step_env(&on, &focus, &ignore);
+    const struct { int bad; const char *what; } r[] = {
+        {lo->trace_path != NULL, "--trace (each process holds its own device's spans)"},
+        {lo->step_through || on, "--step-through (devices take turns inside one process)"},
+        {job->resume != NULL, "--load"},
+        {job->out.save_dir != NULL, "--save"},
+        {job->cfg->moe_experts > 0, "mixture-of-experts models (their routing statistics)"},
+        {lo->pc.offload != PC_OFFLOAD_NONE, "--offload-optimizer"}};
+    if (lo->pc.world_size != runtime_processes())
+        return perr_set(err, "the layout has %d devices but mpirun started %d processes: the MPI "
+                             "transport runs one device per process (mpirun -np %d)",
+                        lo->pc.world_size, runtime_processes(), lo->pc.world_size);
+    for (size_t k = 0; k < sizeof r / sizeof r[0]; k++)
+        if (r[k].bad)
+            return perr_set(err, "under mpirun (%d processes, the MPI transport) %s is not supported "
+                                 "yet; run it without mpirun", runtime_processes(), r[k].what);
+    return 0;
+}
+
+/* The check of a process other than 0 under mpirun: its device's part of
+ * the layout run; process 0 runs the golden run and compares. */
+static int check_peer(const layout_job_t *job) {
+    perr_t err;
+    const int steps = job->out.steps;
+    dump_t *layout = run_output_new_dump(job->cfg, DUMP_TENSORS | DUMP_SOURCES);
+    unsigned char *all = malloc((size_t)steps);
+    gpt_step_stats_t *stats = calloc((size_t)steps, sizeof *stats);
+    coll_processes_barrier(); /* process 0's golden run */
+    int rc = 0;
+    engine_run_t run = {0};
+    if (!layout || !all || !stats) {
+        fprintf(stderr, "parity check (MPI process %d): out of memory\n", runtime_process_rank());
+        rc = 2;
+    } else {
+        memset(all, 1, (size_t)steps);
+        if (run_dp(job, all, layout, stats, NULL, NULL, 0, &run, &err)) {
+            fprintf(stderr, "parity check (MPI process %d): %s\n", runtime_process_rank(), err.msg);
+            rc = 2;
+        }
+    }
+    free(run.replica_diffs);
+    free(all);
+    free(stats);
+    dump_free(layout);
+    return rc;
+}
+
 int layout_check(const layout_job_t *job) {
     perr_t err;
+    if (runtime_processes() > 1) {
+        if (mpi_refuse(job, &err)) {
+            fprintf(stderr, "parity check: %s\n", err.msg);
+            return 2;
+        }
+        if (runtime_process_rank() > 0) return check_peer(job);
+    }
     memest_t mem;
     engine_placement_t pl;
     /* without --dump / --digest neither run's tensors stay in memory:
@@ -426,6 +486,7 @@ int layout_check(const layout_job_t *job) {
     } else {
         gpt_free(g); /* the layout run has its own devices */
         g = NULL;
+        coll_processes_barrier(); /* under mpirun the other processes wait for the golden run */
         if (sp) dump_set_sink(layout, check_spill_sink, sp);
         rc = check_layout_run(job, &pl, golden, sp, layout, golden_bad, golden_what, &err);
         if (rc < 0) {

@@ -4,7 +4,9 @@
 #include <string.h>
 
 #include "commands.h"
+#include "parity/coll.h"
 #include "parity/fileio.h"
+#include "parity/runtime.h"
 
 const char *cli_name = "parity";
 
@@ -57,6 +59,18 @@ int main(int argc, char **argv) {
     pio_cleanup_on_signals();
     pio_txn_begin();
     const char *cmd = argv[1];
+    /* under mpirun: this process runs one device of `parity check` */
+    perr_t e;
+    if (coll_mpi_init(&argc, &argv, &e)) {
+        fprintf(stderr, "parity: %s\n", e.msg);
+        return 2;
+    }
+    if (runtime_processes() > 1 && strcmp(cmd, "check")) {
+        fprintf(stderr, "parity %s: under mpirun (%d processes) only `parity check` runs; start "
+                        "other commands without mpirun\n", cmd, runtime_processes());
+        return 2;
+    }
+    if (runtime_process_rank() > 0 && !freopen("/dev/null", "w", stdout)) return 2; /* process 0 reports */
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;
@@ -76,5 +90,9 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    return finish(cmd, rc);
+    rc = finish(cmd, rc);
+    /* across processes, a normal end (0, or a check's verdict 1) is every
+     * process's; anything else stops them all (coll_mpi_init's exit hook) */
+    if (rc <= 1) coll_mpi_finalize();
+    return rc;
 }

@@ -9,6 +9,7 @@
  * calls named.
  */
 #include "coll_impl.h"
+#include "mpi/net.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,7 +18,7 @@
 
 /* ---- describing calls in error messages ---- */
 
-static void fmt_call(char *buf, size_t n, const coll_call_t *d, int show_algo) {
+void coll_format_call(char *buf, size_t n, const coll_call_t *d, int show_algo) {
     const char *k = coll_kind_name((coll_kind_t)d->kind), *t = coll_dtype_name((coll_dtype_t)d->dtype);
     const char *o = coll_op_name((coll_op_t)d->op);
     int w;
@@ -45,7 +46,7 @@ static void fmt_call(char *buf, size_t n, const coll_call_t *d, int show_algo) {
         snprintf(buf + w, n - (size_t)w, ")");
 }
 
-static int same_call(const coll_call_t *a, const coll_call_t *b) {
+int coll_same_call(const coll_call_t *a, const coll_call_t *b) {
     return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->count == b->count &&
            a->root == b->root && a->algo == b->algo;
 }
@@ -57,18 +58,18 @@ static void check_agreement(const coll_ctx_t *c) {
     const coll_call_t *a = peer_call(c, 0);
     for (int j = 1; j < c->n; j++) {
         const coll_call_t *b = peer_call(c, j);
-        if (same_call(a, b) && a->seq == b->seq) continue;
+        if (coll_same_call(a, b) && a->seq == b->seq) continue;
         char ca[160], cb[160];
         if (a->seq != b->seq) { /* barriers keep calls aligned: this means a bug here */
-            fmt_call(ca, sizeof ca, a, 1), fmt_call(cb, sizeof cb, b, 1);
+            coll_format_call(ca, sizeof ca, a, 1), coll_format_call(cb, sizeof cb, b, 1);
             coll_die("collective sequence mismatch in group '%s': rank 0 (world %d) is in its call #%llu, "
                      "%s, but rank %d (world %d) in its call #%llu, %s",
                      c->g->name, c->g->ranks[0], (unsigned long long)a->seq, ca, j, c->g->ranks[j],
                      (unsigned long long)b->seq, cb);
         }
         int algo = a->algo != b->algo;
-        fmt_call(ca, sizeof ca, a, algo);
-        fmt_call(cb, sizeof cb, b, algo);
+        coll_format_call(ca, sizeof ca, a, algo);
+        coll_format_call(cb, sizeof cb, b, algo);
         coll_die("collective mismatch in group '%s' call #%llu: rank 0 (world %d) called %s but "
                  "rank %d (world %d) called %s",
                  c->g->name, (unsigned long long)c->seq, c->g->ranks[0], ca, j, c->g->ranks[j], cb);
@@ -115,7 +116,7 @@ void coll_bind(coll_ctx_t *c, group_t *g, coll_kind_t kind) {
 
 void coll_bad_call(const coll_ctx_t *c, const coll_call_t *d, const char *fmt, ...) {
     char call[160], msg[512];
-    fmt_call(call, sizeof call, d, 0);
+    coll_format_call(call, sizeof call, d, 0);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -172,6 +173,37 @@ void coll_arrive(coll_ctx_t *c, const coll_call_t *d) {
     coll_barrier_hook(c, completer);
 }
 
+/* Shared memory: the ring or direct algorithm of each kind. */
+static void shm_run(coll_ctx_t *c, coll_call_t *d) {
+    const int ring = d->algo == COLL_ALGO_RING && c->n > 1, open = d->dtype == COLL_XVEC;
+    if (ring && d->kind == COLL_KIND_REDUCE_SCATTER && !open)
+        d->scratch = coll_scratch(c, 2 * d->count * coll_dtype_size((coll_dtype_t)d->dtype));
+    if (ring && d->kind == COLL_KIND_REDUCE) d->scratch = coll_scratch(c, 2 * COLL_PIPE_BYTES);
+    coll_arrive(c, d);
+    if (c->whole) return;
+    switch (d->kind) {
+    case COLL_KIND_ALL_REDUCE:
+        if (open) (ring ? open_ring_all_reduce : open_direct_all_reduce)(c);
+        else (ring ? ring_all_reduce : direct_all_reduce)(c);
+        break;
+    case COLL_KIND_REDUCE_SCATTER:
+        if (open) (ring ? open_ring_reduce_scatter : open_direct_reduce_scatter)(c);
+        else (ring ? ring_reduce_scatter : direct_reduce_scatter)(c);
+        break;
+    case COLL_KIND_ALL_GATHER: (ring ? ring_all_gather : direct_all_gather)(c); break;
+    case COLL_KIND_BROADCAST: (ring ? ring_broadcast : direct_broadcast)(c); break;
+    case COLL_KIND_REDUCE: (ring ? ring_reduce : direct_reduce)(c); break;
+    case COLL_KIND_ALL_TO_ALL: direct_all_to_all(c); break;
+    case COLL_KIND_ALL_TO_ALL_V: direct_all_to_all_v(c); break;
+    default: break; /* the barrier: arriving is all of it */
+    }
+}
+
+void coll_run(coll_ctx_t *c, coll_call_t *d) {
+    if (net_active()) net_run(c, d);
+    else shm_run(c, d);
+}
+
 void coll_leave(coll_ctx_t *c, uint64_t bytes, uint64_t sent, uint64_t recvd) {
     coll_kind_t kind = (coll_kind_t)c->call->kind;
     coll_activity_exit(c->world_rank);
@@ -201,9 +233,7 @@ void coll_all_reduce(group_t *g, const void *send, void *recv, size_t count, col
     need(&c, &d, send, S, "send"), need(&c, &d, recv, S, "recv");
     if (send != recv && coll_overlap(send, S, recv, S))
         coll_bad_call(&c, &d, "send and recv overlap (in-place all_reduce needs send == recv)");
-    coll_arrive(&c, &d);
-    if (coll_use_ring(&c)) ring_all_reduce(&c);
-    else if (!c.whole) direct_all_reduce(&c);
+    coll_run(&c, &d);
     uint64_t bus = (uint64_t)((double)S * coll_busbw_factor(COLL_KIND_ALL_REDUCE, c.n) + 0.5);
     coll_leave(&c, S, bus, bus);
 }
@@ -219,10 +249,7 @@ void coll_reduce_scatter(group_t *g, const void *send, void *recv, size_t recv_c
     int in_place = send && (const char *)recv == (const char *)send + (size_t)c.me * R;
     if (!in_place && coll_overlap(send, S, recv, R))
         coll_bad_call(&c, &d, "send and recv overlap (in place needs recv == send + rank * recv_count)");
-    if (d.algo == COLL_ALGO_RING && c.n > 1) d.scratch = coll_scratch(&c, 2 * R);
-    coll_arrive(&c, &d);
-    if (coll_use_ring(&c)) ring_reduce_scatter(&c);
-    else if (!c.whole) direct_reduce_scatter(&c);
+    coll_run(&c, &d);
     uint64_t bus = (uint64_t)((double)S * coll_busbw_factor(COLL_KIND_REDUCE_SCATTER, c.n) + 0.5);
     coll_leave(&c, S, bus, bus);
 }
@@ -237,9 +264,7 @@ void coll_all_gather(group_t *g, const void *send, void *recv, size_t send_count
     int in_place = recv && (const char *)send == (const char *)recv + (size_t)c.me * B;
     if (!in_place && coll_overlap(send, B, recv, S))
         coll_bad_call(&c, &d, "send and recv overlap (in place needs send == recv + rank * send_count)");
-    coll_arrive(&c, &d);
-    if (coll_use_ring(&c)) ring_all_gather(&c);
-    else if (!c.whole) direct_all_gather(&c);
+    coll_run(&c, &d);
     uint64_t bus = (uint64_t)((double)S * coll_busbw_factor(COLL_KIND_ALL_GATHER, c.n) + 0.5);
     coll_leave(&c, S, bus, bus);
 }
@@ -251,9 +276,7 @@ void coll_broadcast(group_t *g, void *buf, size_t count, coll_dtype_t dt, int ro
     validate_common(&c, &d);
     size_t S = nbytes(&c, &d, count, 1);
     need(&c, &d, buf, S, "buf");
-    coll_arrive(&c, &d);
-    if (coll_use_ring(&c)) ring_broadcast(&c);
-    else if (!c.whole) direct_broadcast(&c);
+    coll_run(&c, &d);
     int one = c.n == 1;
     coll_leave(&c, S, c.me == root && !one ? S : 0, c.me != root ? S : 0);
 }
@@ -271,10 +294,7 @@ void coll_reduce(group_t *g, const void *send, void *recv, size_t count, coll_dt
         if (send != recv && coll_overlap(send, S, recv, S))
             coll_bad_call(&c, &d, "send and recv overlap (in-place reduce needs send == recv at the root)");
     }
-    if (d.algo == COLL_ALGO_RING && c.n > 1) d.scratch = coll_scratch(&c, 2 * COLL_PIPE_BYTES);
-    coll_arrive(&c, &d);
-    if (coll_use_ring(&c)) ring_reduce(&c);
-    else if (!c.whole) direct_reduce(&c);
+    coll_run(&c, &d);
     int one = c.n == 1;
     coll_leave(&c, S, c.me != root ? S : 0, c.me == root && !one ? S : 0);
 }
@@ -288,8 +308,7 @@ void coll_all_to_all(group_t *g, const void *send, void *recv, size_t count_per_
     size_t S = nbytes(&c, &d, count_per_peer, (size_t)c.n);
     need(&c, &d, send, S, "send"), need(&c, &d, recv, S, "recv");
     if (coll_overlap(send, S, recv, S)) coll_bad_call(&c, &d, "send and recv overlap (in-place all_to_all is not supported)");
-    coll_arrive(&c, &d);
-    if (!c.whole) direct_all_to_all(&c);
+    coll_run(&c, &d);
     uint64_t bus = (uint64_t)((double)S * coll_busbw_factor(COLL_KIND_ALL_TO_ALL, c.n) + 0.5);
     coll_leave(&c, S, bus, bus);
 }
@@ -321,8 +340,7 @@ void coll_all_to_all_v(group_t *g, const void *send, const size_t *send_counts,
     size_t RE = extent(&c, &d, recv_counts, recv_displs, "recv");
     need(&c, &d, send, SE, "send"), need(&c, &d, recv, RE, "recv");
     if (coll_overlap(send, SE, recv, RE)) coll_bad_call(&c, &d, "send and recv overlap (in-place all_to_all_v is not supported)");
-    coll_arrive(&c, &d);
-    if (!c.whole) direct_all_to_all_v(&c);
+    coll_run(&c, &d);
     uint64_t total = 0, sent = 0, recvd = 0;
     for (int j = 0; j < c.n; j++) {
         total += send_counts[j] * c.esize;
@@ -335,6 +353,6 @@ void coll_barrier(group_t *g) {
     coll_ctx_t c;
     coll_bind(&c, g, COLL_KIND_BARRIER);
     coll_call_t d = coll_make_call(COLL_KIND_BARRIER, COLL_I32, -1, 0, -1, NULL, NULL);
-    coll_arrive(&c, &d);
+    coll_run(&c, &d);
     coll_leave(&c, 0, 0, 0);
 }

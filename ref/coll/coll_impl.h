@@ -102,6 +102,12 @@ int coll_overlap(const void *a, size_t an, const void *b, size_t bn);
 /* Publishes the record, waits for every member and checks agreement; the
  * last to arrive does a small call whole (c->whole: nothing left to do). */
 void coll_arrive(coll_ctx_t *c, const coll_call_t *d);
+/* The whole call on the run's transport: shared memory (arrive, then the
+ * algorithm) or, when the run spans processes, messages (ref/coll/mpi/). */
+void coll_run(coll_ctx_t *c, coll_call_t *d);
+/* "all_reduce(f32, sum, count=4, algo=ring)" for error messages. */
+void coll_format_call(char *buf, size_t n, const coll_call_t *d, int show_algo);
+int  coll_same_call(const coll_call_t *a, const coll_call_t *b);
 /* Clears the watchdog's activity and counts the call. */
 void coll_leave(coll_ctx_t *c, uint64_t bytes, uint64_t sent, uint64_t recvd);
 
@@ -228,6 +234,23 @@ void open_deliver(const group_t *g, const xvec_t *src, size_t soff, xvec_t *dst,
 void open_member_free(coll_member_t *m);
 
 /* ---- coll_p2p.c ---- */
+struct coll_request {
+    int is_send;
+    group_t *g;
+    int me, peer, tag, world_rank;
+    coll_dtype_t dt;
+    size_t count;
+    void *buf;               /* const for sends; an xvec_t for COLL_XVEC */
+    size_t off;              /* COLL_XVEC: the first element in buf */
+    wword_t done;            /* 1 when the data has moved */
+    /* Two references: the owner's wait and the delivery. The deliverer
+     * still touches `done` (to wake sleepers) after the owner may have
+     * seen it set, so whoever lets go last frees the request. */
+    _Atomic int refs;
+    struct coll_request *next;
+    struct net_req *net;     /* across processes: the MPI transport's state */
+};
+
 /* An empty channel table for n members (O(n) bytes); channels appear
  * as pairs first talk. Freeing also frees requests never waited. */
 p2p_channels_t *coll_p2p_channels_create(int n);

@@ -135,9 +135,7 @@ void coll_all_reduce_open(group_t *g, xvec_t *v, size_t offset, size_t count) {
     d.send_off = d.recv_off = offset;
     check_range(&c, &d, v, offset, count, "v");
     if (count) materialize(v);
-    coll_arrive(&c, &d);
-    if (coll_use_ring(&c)) open_ring_all_reduce(&c);
-    else if (!c.whole) open_direct_all_reduce(&c);
+    coll_run(&c, &d);
     uint64_t S = (uint64_t)count * sizeof(double), bus = bus_bytes(COLL_KIND_ALL_REDUCE, S, c.n);
     coll_leave(&c, S, bus, bus);
 }
@@ -166,9 +164,7 @@ void coll_reduce_scatter_open(group_t *g, const xvec_t *send, size_t send_offset
      * claimed and never cleared; anything less must hold real zeros. */
     if (rc && recv != send && recv_offset == 0 && rc == recv->n) xvec_claim_zero(recv);
     else if (rc) materialize(recv);
-    coll_arrive(&c, &d);
-    if (coll_use_ring(&c)) open_ring_reduce_scatter(&c);
-    else if (!c.whole) open_direct_reduce_scatter(&c);
+    coll_run(&c, &d);
     uint64_t S = (uint64_t)n * rc * sizeof(double), bus = bus_bytes(COLL_KIND_REDUCE_SCATTER, S, c.n);
     coll_leave(&c, S, bus, bus);
 }

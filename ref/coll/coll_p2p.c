@@ -10,25 +10,11 @@
  * same way, as an exact merge into the receiver's xvec (open_deliver).
  */
 #include "coll_impl.h"
+#include "mpi/net.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-struct coll_request {
-    int is_send;
-    group_t *g;
-    int me, peer, tag, world_rank;
-    coll_dtype_t dt;
-    size_t count;
-    void *buf;               /* const for sends; an xvec_t for COLL_XVEC */
-    size_t off;              /* COLL_XVEC: the first element in buf */
-    wword_t done;            /* 1 when the data has moved */
-    /* Two references: the owner's wait and the delivery. The deliverer
-     * still touches `done` (to wake sleepers) after the owner may have
-     * seen it set, so whoever lets go last frees the request. */
-    _Atomic int refs;
-    struct coll_request *next;
-};
 
 /* Each channel has cache lines of its own (coll_alloc), so pairs never
  * share a line. */
@@ -191,6 +177,10 @@ coll_request_t *coll_p2p_post(group_t *g, int is_send, void *buf, size_t off, si
     *req = (coll_request_t){.is_send = is_send, .g = g, .me = me, .peer = peer, .tag = tag,
                             .world_rank = dev->rank, .dt = dt, .count = count, .buf = buf, .off = off};
     atomic_init(&req->refs, 2);
+    uint64_t bytes = count * es, remote = peer != me ? bytes : 0;
+    if (is_send) coll_count(dev->rank, g, COLL_KIND_SEND, dt, bytes, 1.0, remote, 0);
+    else coll_count(dev->rank, g, COLL_KIND_RECV, dt, bytes, 1.0, 0, remote);
+    if (net_active()) return net_p2p_post(req); /* the peer is another process */
     int from = is_send ? me : peer, to = is_send ? peer : me;
     p2p_channel_t *ch = channel_of(coll_state_of(g)->p2p, from, to);
     pthread_mutex_lock(&ch->mu);
@@ -198,9 +188,6 @@ coll_request_t *coll_p2p_post(group_t *g, int is_send, void *buf, size_t off, si
     if (other) deliver(is_send ? req : other, is_send ? other : req);
     else append(is_send ? &ch->sends : &ch->recvs, req);
     pthread_mutex_unlock(&ch->mu);
-    uint64_t bytes = count * es, remote = peer != me ? bytes : 0;
-    if (is_send) coll_count(dev->rank, g, COLL_KIND_SEND, dt, bytes, 1.0, remote, 0);
-    else coll_count(dev->rank, g, COLL_KIND_RECV, dt, bytes, 1.0, 0, remote);
     return req;
 }
 
@@ -228,6 +215,11 @@ void coll_wait(coll_request_t *req) {
                  dev ? "another device" : "a thread that is not a device");
     coll_activity_enter(req->world_rank, req->g, req->is_send ? COLL_KIND_SEND : COLL_KIND_RECV, 0,
                         req->peer, req->tag);
+    if (req->net) {
+        net_p2p_wait(req); /* frees it */
+        coll_activity_exit(req->world_rank);
+        return;
+    }
     coll_wword_wait(&req->done, 1);
     coll_activity_exit(req->world_rank);
     release(req);

@@ -462,3 +462,96 @@ int dump_write_digests(const dump_t *d, const char *path, perr_t *err) {
     free(sorted);
     return pio_out_commit(&out, err);
 }
+
+/* ---- batch tensors between processes ----
+ * An export: uint32 n, then per tensor: uint32 name length, the name,
+ * int32 dtype, int32 ndim, int64 shape[ndim], the data, the writers. */
+
+typedef struct {
+    unsigned char *p;
+    size_t len, cap;
+} bytes_t;
+
+static int put(bytes_t *b, const void *x, size_t n) {
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 4096;
+        while (cap < b->len + n) cap *= 2;
+        unsigned char *grown = realloc(b->p, cap);
+        if (!grown) return -1;
+        b->p = grown, b->cap = cap;
+    }
+    memcpy(b->p + b->len, x, n);
+    b->len += n;
+    return 0;
+}
+
+int dump_batch_export(const dump_t *d, unsigned char **out, size_t *len, perr_t *err) {
+    bytes_t b = {0};
+    uint32_t n = (uint32_t)d->n_batch;
+    int bad = put(&b, &n, sizeof n);
+    for (int i = 0; i < d->n_batch && !bad; i++) {
+        const batch_entry_t *e = &d->batch[i];
+        uint32_t nl = (uint32_t)strlen(e->name);
+        int32_t dt = (int32_t)e->dtype, nd = e->ndim;
+        const size_t elems = (size_t)d->B * (e->per_seq_bytes / e->esize);
+        bad = put(&b, &nl, sizeof nl) || put(&b, e->name, nl) || put(&b, &dt, sizeof dt) ||
+              put(&b, &nd, sizeof nd) || put(&b, e->shape, (size_t)nd * sizeof(int64_t)) ||
+              put(&b, e->data, (size_t)d->B * e->per_seq_bytes) ||
+              put(&b, e->src, elems * sizeof(int32_t));
+    }
+    if (bad) {
+        free(b.p);
+        return perr_set(err, "dump: out of memory exporting the batch tensors");
+    }
+    *out = b.p, *len = b.len;
+    return 0;
+}
+
+static int take(const unsigned char **p, const unsigned char *end, void *x, size_t n) {
+    if ((size_t)(end - *p) < n) return -1;
+    memcpy(x, *p, n);
+    *p += n;
+    return 0;
+}
+
+int dump_batch_import(dump_t *d, const unsigned char *in, size_t len, perr_t *err) {
+    const unsigned char *p = in, *end = in + len;
+    uint32_t n;
+    if (take(&p, end, &n, sizeof n)) return perr_set(err, "dump: a batch export of %zu bytes is cut short", len);
+    const int keep = d->writer;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t nl;
+        int32_t dt, nd;
+        char name[256];
+        int64_t shape[ST_MAX_DIMS];
+        if (take(&p, end, &nl, sizeof nl) || nl >= sizeof name || take(&p, end, name, nl) ||
+            take(&p, end, &dt, sizeof dt) || take(&p, end, &nd, sizeof nd) || nd < 1 ||
+            nd > 4 || nd > ST_MAX_DIMS || take(&p, end, shape, (size_t)nd * sizeof(int64_t)))
+            return perr_set(err, "dump: batch export tensor %u is malformed", i);
+        name[nl] = 0;
+        gpt_view_t v = {.name = name, .dtype = (st_dtype_t)dt, .ndim = nd - 1};
+        for (int k = 1; k < nd; k++) v.shape[k - 1] = shape[k];
+        if (shape[0] != d->B || st_dtype_size(v.dtype) == 0)
+            return perr_set(err, "dump: batch export tensor '%s' is not of this dump (batch %lld, "
+                                 "expected %d)", name, (long long)shape[0], d->B);
+        batch_entry_t *e = batch_entry(d, &v);
+        const size_t elems = (size_t)d->B * (e->per_seq_bytes / e->esize);
+        const unsigned char *data = p, *who = p + elems * e->esize;
+        if ((size_t)(end - p) < elems * (e->esize + sizeof(int32_t)))
+            return perr_set(err, "dump: batch export tensor '%s' is cut short", name);
+        p += elems * (e->esize + sizeof(int32_t));
+        for (size_t k = 0; k < elems;) { /* runs of one writer */
+            int32_t w;
+            memcpy(&w, who + k * sizeof w, sizeof w);
+            size_t m = k + 1;
+            for (int32_t w2; m < elems && (memcpy(&w2, who + m * sizeof w2, sizeof w2), w2 == w);) m++;
+            if (w >= 0) {
+                d->writer = w;
+                place_run(d, e, k, data + k * e->esize, m - k);
+            }
+            k = m;
+        }
+    }
+    d->writer = keep;
+    return 0;
+}

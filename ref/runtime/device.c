@@ -193,7 +193,12 @@ int devices_run(int world, size_t arena_capacity, device_main_fn fn, void *arg, 
         pthread_mutex_unlock(&run_mu);
         return -1;
     }
+    if (runtime_run_begin(world, err) != 0) {
+        pthread_mutex_unlock(&run_mu);
+        return -1;
+    }
     if (step_run_begin(world, err) != 0) {
+        runtime_run_end();
         pthread_mutex_unlock(&run_mu);
         return -1;
     }
@@ -209,7 +214,12 @@ int devices_run(int world, size_t arena_capacity, device_main_fn fn, void *arg, 
         rc = perr_set(err, "devices_run: out of host memory for %d devices", world);
         goto done;
     }
+    /* across processes only this process's device gets an arena and a thread */
+    const int lo = runtime_run_distributed() ? runtime_process_rank() : 0;
+    const int hi = runtime_run_distributed() ? lo + 1 : world;
     for (int r = 0; r < world; r++) {
+        atomic_store(&states[r], DEVICE_NOT_STARTED);
+        if (r < lo || r >= hi) continue;
         slots[r].dev.arena = arena_create(r, arena_capacity);
         if (!slots[r].dev.arena) {
             rc = perr_set(err, "devices_run: out of host memory creating the arena of device %d", r);
@@ -220,21 +230,20 @@ int devices_run(int world, size_t arena_capacity, device_main_fn fn, void *arg, 
         slots[r].fn = fn;
         slots[r].arg = arg;
         slots[r].gate = &gate;
-        atomic_store(&states[r], DEVICE_NOT_STARTED);
     }
     device_debug_begin(world);
     atomic_store(&run_world, world);
     cpu_set_t allowed;
-    int first = 0, ncpu = pin_devices(world, &allowed, &first);
-    int started = 0;
-    for (; started < world; started++) {
+    int first = 0, ncpu = pin_devices(hi - lo, &allowed, &first);
+    int started = lo;
+    for (; started < hi; started++) {
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         if (DEVICE_STACK_BYTES) pthread_attr_setstacksize(&attr, DEVICE_STACK_BYTES);
         if (ncpu) { /* device r on the (first + r)-th CPU we may use */
             cpu_set_t one;
             CPU_ZERO(&one);
-            int want = (first + started) % ncpu;
+            int want = (first + started - lo) % ncpu;
             for (int cpu = 0, k = 0; cpu < CPU_SETSIZE; cpu++)
                 if (CPU_ISSET(cpu, &allowed) && k++ == want) CPU_SET(cpu, &one);
             pthread_attr_setaffinity_np(&attr, sizeof one, &one);
@@ -248,7 +257,7 @@ int devices_run(int world, size_t arena_capacity, device_main_fn fn, void *arg, 
         }
     }
     open_gate(&gate, rc != 0);
-    for (int r = 0; r < started; r++) pthread_join(slots[r].thread, NULL);
+    for (int r = lo; r < started; r++) pthread_join(slots[r].thread, NULL);
     atomic_store(&run_world, 0);
     atomic_store(&run_cpus, 0);
 free_arenas:
@@ -256,6 +265,7 @@ free_arenas:
     free(slots);
 done:
     step_run_end();
+    runtime_run_end();
     device_debug_end();
     pthread_cond_destroy(&gate.cv);
     pthread_mutex_destroy(&gate.mu);

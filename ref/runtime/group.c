@@ -14,6 +14,7 @@
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct group *registry; /* live groups, newest first */
+static uint64_t created;        /* groups made so far (registry_mu) */
 
 /* By world rank, then by entry, so that a repeated rank names its
  * entries in order. */
@@ -78,6 +79,7 @@ group_t *group_create(const int *world_ranks, int n, const char *name, perr_t *e
     pthread_mutex_init(&g->coll_mu, NULL);
     pthread_mutex_lock(&registry_mu);
     g->next_live = registry;
+    g->created = created++;
     registry = g;
     pthread_mutex_unlock(&registry_mu);
     return g;
@@ -110,6 +112,49 @@ int group_registry_check(int world, perr_t *e) {
                           g->name, g->max_rank, world);
     pthread_mutex_unlock(&registry_mu);
     return rc;
+}
+
+/* (name, size, ranks, creation order): the last only orders groups that
+ * are otherwise identical, and every process makes those in one order. */
+static int by_identity(const void *a, const void *b) {
+    const struct group *x = *(struct group *const *)a, *y = *(struct group *const *)b;
+    int c = strcmp(x->name, y->name);
+    if (c) return c;
+    if (x->n != y->n) return x->n < y->n ? -1 : 1;
+    for (int i = 0; i < x->n; i++)
+        if (x->ranks[i] != y->ranks[i]) return x->ranks[i] < y->ranks[i] ? -1 : 1;
+    return (x->created > y->created) - (x->created < y->created);
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+uint64_t group_registry_number(int *n) {
+    pthread_mutex_lock(&registry_mu);
+    int count = 0;
+    for (struct group *g = registry; g; g = g->next_live) count++;
+    struct group **all = malloc((size_t)(count ? count : 1) * sizeof *all);
+    uint64_t h = 0xcbf29ce484222325ULL;
+    if (!all) {
+        pthread_mutex_unlock(&registry_mu);
+        *n = -1;
+        return 0;
+    }
+    int k = 0;
+    for (struct group *g = registry; g; g = g->next_live) all[k++] = g;
+    qsort(all, (size_t)count, sizeof *all, by_identity);
+    for (int i = 0; i < count; i++) {
+        all[i]->net_id = i;
+        h = fnv(h, all[i]->name, strlen(all[i]->name) + 1);
+        h = fnv(h, all[i]->ranks, (size_t)all[i]->n * sizeof(int));
+    }
+    pthread_mutex_unlock(&registry_mu);
+    free(all);
+    *n = count;
+    return h;
 }
 
 int group_size(const group_t *g) { return g->n; }

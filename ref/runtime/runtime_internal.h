@@ -35,10 +35,28 @@ struct group {
     void (*coll_free)(void *);    /* set together with coll */
     pthread_mutex_t coll_mu;      /* held while coll is being created */
     struct group *next_live;      /* registry of live groups (group.c) */
+    uint64_t created;             /* creation order in this process */
+    int net_id;                   /* a run across processes: the group's number,
+                                     the same in every process (group_registry_number) */
 };
 
 /* Checks every live group against a run of `world` devices (group.c). */
 int group_registry_check(int world, perr_t *e);
+
+/* A run across processes (processes.c): numbers the live groups 0, 1, ...
+ * by (name, size, ranks, creation order), which every process that built
+ * the same groups agrees on whatever else it made, and returns a digest
+ * of that list for the processes to compare; *n: how many. */
+uint64_t group_registry_number(int *n);
+
+/* The transport's hooks around a run across processes (processes.c):
+ * begin before any device starts (0, or -1 with a message: the
+ * processes disagree), end after the local device finished. */
+typedef int (*runtime_run_begin_fn)(int world, perr_t *e);
+typedef void (*runtime_run_end_fn)(void);
+void runtime_set_run_hooks(runtime_run_begin_fn begin, runtime_run_end_fn end);
+int  runtime_run_begin(int world, perr_t *e);
+void runtime_run_end(void);
 
 /* Index of world_rank in g, or -1: a binary search (fast path for coll). */
 static inline int group_rank_of_world(const struct group *g, int world_rank) {

@@ -170,7 +170,7 @@ void engine_collect_kind(engine_rank_t *r, int64_t step, collect_kind_t k) {
     const float *mine = replica_of(r, k, &buf);
     const int sharded = k == COLLECT_GRAD || !mine;
     collect_part(r, k, mine, sh->local[k], sh->src_local[k]);
-    coll_barrier(r->world); /* every rank's pieces are in */
+    engine_merge_kind(r, k); /* every rank's pieces are in, in every process */
     /* every other replica against the copy taken (DDP's gradients: against
      * each element's owner, whose piece the all-gather copied) */
     if (mine && (sharded || !engine_part_lead(r)))
@@ -193,12 +193,11 @@ gpt_t engine_global_view(const engine_shared_t *sh, const gpt_t *g) {
 
 /* Keeps one record per tensor: the first differing element over every
  * device (the lowest device on a tie) and how many devices differ. */
-static void record(engine_shared_t *sh, const char *name, uint64_t flat, int device, int taken,
-                   float got, float want) {
+void engine_record_diff(engine_shared_t *sh, const engine_replica_diff_t *d) {
     pthread_mutex_lock(&sh->collect_lock);
     engine_replica_diff_t *e = NULL;
     for (int i = 0; i < sh->ndiffs && !e; i++)
-        if (!strcmp(sh->diffs[i].name, name)) e = &sh->diffs[i];
+        if (!strcmp(sh->diffs[i].name, d->name)) e = &sh->diffs[i];
     if (!e && sh->ndiffs == sh->cap_diffs) {
         int cap = sh->cap_diffs ? 2 * sh->cap_diffs : 16;
         engine_replica_diff_t *grown = realloc(sh->diffs, (size_t)cap * sizeof *grown);
@@ -207,14 +206,22 @@ static void record(engine_shared_t *sh, const char *name, uint64_t flat, int dev
     }
     if (!e) {
         e = &sh->diffs[sh->ndiffs++];
-        memset(e, 0, sizeof *e);
-        snprintf(e->name, sizeof e->name, "%s", name);
+        *e = *d;
+        e->ndiffer = 0;
         e->flat = UINT64_MAX;
     }
-    e->ndiffer++;
-    if (flat < e->flat || (flat == e->flat && device < e->device))
-        e->flat = flat, e->device = device, e->taken = taken, e->got = got, e->want = want;
+    e->ndiffer += d->ndiffer;
+    if (d->flat < e->flat || (d->flat == e->flat && d->device < e->device))
+        e->flat = d->flat, e->device = d->device, e->taken = d->taken, e->got = d->got, e->want = d->want;
     pthread_mutex_unlock(&sh->collect_lock);
+}
+
+static void record(engine_shared_t *sh, const char *name, uint64_t flat, int device, int taken,
+                   float got, float want) {
+    engine_replica_diff_t d = {.flat = flat, .device = device, .taken = taken, .ndiffer = 1,
+                               .got = got, .want = want};
+    snprintf(d.name, sizeof d.name, "%s", name);
+    engine_record_diff(sh, &d);
 }
 
 /* The device of data-parallel rank 0 holding model part k. */
@@ -256,19 +263,14 @@ void engine_check_replica(engine_rank_t *r, int64_t step, const char *kind, cons
 int engine_adam_t(const engine_rank_t *r) { return r->plan->stage == 0 ? r->g->adam_t : r->adam_t; }
 
 void engine_check_scalars(engine_shared_t *sh, int64_t step) {
-    const gpt_step_stats_t *s0 = &sh->ranks[0].step_stats;
-    const float t0 = (float)engine_adam_t(&sh->ranks[0]);
+    static const char *const names[ENGINE_NSCALARS] = {"loss", "lr", "grad_norm", "adam_t", "loss_scale"};
+    const float *s0 = sh->scalars[0]; /* engine_note_scalars, merged across processes */
     for (int q = 1; q < sh->world; q++) {
-        const gpt_step_stats_t *s = &sh->ranks[q].step_stats;
-        const struct { const char *name; float got, want; } v[] = {
-            {"loss", s->loss, s0->loss}, {"lr", s->lr, s0->lr}, {"grad_norm", s->grad_norm, s0->grad_norm},
-            {"adam_t", (float)engine_adam_t(&sh->ranks[q]), t0},
-            {"loss_scale", s->loss_scale, s0->loss_scale}};
-        for (int k = 0; k < 5; k++) {
-            if (!memcmp(&v[k].got, &v[k].want, sizeof(float))) continue;
+        for (int k = 0; k < ENGINE_NSCALARS; k++) {
+            if (!memcmp(&sh->scalars[q][k], &s0[k], sizeof(float))) continue;
             char name[64];
-            snprintf(name, sizeof name, "step%lld.%s", (long long)step, v[k].name);
-            record(sh, name, 0, q, 0, v[k].got, v[k].want);
+            snprintf(name, sizeof name, "step%lld.%s", (long long)step, names[k]);
+            record(sh, name, 0, q, 0, sh->scalars[q][k], s0[k]);
         }
     }
 }

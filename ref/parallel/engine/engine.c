@@ -261,9 +261,11 @@ static int run_step(engine_rank_t *r, int64_t step, int collect) {
     engine_run_t *run = sh->run;
     const model_config_t *c = &sh->cfg;
     gpt_observer_t obs = {r, collect ? engine_collect_batch : NULL, NULL, engine_unit_event};
-    if (collect && r->device == 0) {
+    /* device 0, or across processes each process's device: its dump and copies */
+    if (collect && (r->device == 0 || runtime_run_distributed())) {
         dump_begin_step(run->dump, step, &sh->dump_obs);
         engine_collect_reset(sh); /* nothing written yet: coverage */
+        engine_zero_for_merge(sh);
     }
     device_note_step(step);
     coll_barrier(r->world); /* the dump is ready for everyone's slices */
@@ -322,7 +324,9 @@ static int run_step(engine_rank_t *r, int64_t step, int collect) {
     break_after_update(r, step);
     if (collect) {
         r->step_stats = (gpt_step_stats_t){loss_value, lr, norm, 0.0, scale, skipped};
+        engine_note_scalars(r, &r->step_stats);
         for (collect_kind_t k = COLLECT_PARAM; k < COLLECT_NKINDS; k++) engine_collect_kind(r, step, k);
+        engine_merge_step(r); /* every device's scalars and batch tensors, at device 0 */
         if (r->device == 0) {
             engine_check_scalars(sh, step);
             gpt_t view = engine_global_view(sh, r->g);
@@ -337,7 +341,7 @@ static int run_step(engine_rank_t *r, int64_t step, int collect) {
         }
     }
     /* as PyTorch's DDP anchor times a step: barrier to barrier */
-    coll_barrier(r->world);
+    engine_merge_flush(r);
     /* the pipeline's span: from this device's start (all start together,
      * after the step's barrier) to the last device's last backward; the
      * next step's barrier keeps sched_end until everyone has read it */
@@ -383,6 +387,7 @@ static void device_main(device_t *dev, void *arg) {
     }
     engine_comm_stop(r);
     teardown_rank(r, dev);
+    engine_merge_run(r, r->report - r->device); /* reports[], the disagreements */
 }
 
 /* ---- the run ---------------------------------------------------------------- */
@@ -460,9 +465,10 @@ int engine_train(engine_run_t *run, perr_t *err) {
     trace_buf_t *traces = NULL;
     sh->ranks = calloc((size_t)world, sizeof(engine_rank_t));
     sh->sched_end = calloc((size_t)world, sizeof(double));
+    sh->scalars = calloc((size_t)world, sizeof *sh->scalars);
     device_report_t *reports = run->reports ? run->reports : calloc((size_t)world, sizeof *reports);
     pthread_mutex_init(&sh->collect_lock, NULL);
-    if (!sh->ranks || !reports || !sh->sched_end) {
+    if (!sh->ranks || !reports || !sh->sched_end || !sh->scalars) {
         perr_set(err, "dp: out of memory");
         goto out;
     }
@@ -599,6 +605,7 @@ out:
     free(sh->grads_full);
     free(sh->ranks);
     free(sh->sched_end);
+    free(sh->scalars);
     pthread_mutex_destroy(&sh->collect_lock);
     free(sh);
     return rc;

@@ -13,7 +13,7 @@
 #include "parity/trace.h"
 
 typedef struct engine_shared engine_shared_t;
-enum { ENGINE_MAX_GROUPS = 2 };
+enum { ENGINE_MAX_GROUPS = 2, ENGINE_NSCALARS = 5 };
 struct engine_rank;
 
 /* meshes.c: a device's place - its coordinates (coord[GRID_PP]: the global
@@ -187,6 +187,8 @@ struct engine_shared {
     gpt_observer_t dump_obs;         /* the dump's observer for the current step */
     double *sched_end;               /* [world] when each device's schedule of the
                                         current step ended: the pipeline's flush */
+    float (*scalars)[ENGINE_NSCALARS]; /* [world] each device's loss, lr, norm, AdamW
+                                        step and loss scale (engine_note_scalars) */
     engine_replica_diff_t *diffs;        /* replicas that disagree (collect_lock) */
     int ndiffs, cap_diffs;
     int failed;
@@ -298,6 +300,18 @@ int engine_adam_t(const engine_rank_t *r);
 /* Every rank's loss, lr, norm (step_stats) and AdamW step count against
  * device 0's. */
 void engine_check_scalars(engine_shared_t *sh, int64_t step);
+/* Adds a disagreement to sh->diffs (one record per tensor: the first
+ * element, the lowest device; ndiffer summed). */
+void engine_record_diff(engine_shared_t *sh, const engine_replica_diff_t *d);
+
+/* processes.c: host memory across processes (a run of the MPI transport);
+ * with one process, barriers. */
+void engine_zero_for_merge(engine_shared_t *sh);           /* the step's start, a lead */
+void engine_merge_kind(engine_rank_t *r, collect_kind_t k); /* after the pieces of kind k */
+void engine_note_scalars(engine_rank_t *r, const gpt_step_stats_t *st);
+void engine_merge_step(engine_rank_t *r);                  /* scalars and batch tensors */
+void engine_merge_flush(engine_rank_t *r);                 /* the step's end: sched_end */
+void engine_merge_run(engine_rank_t *r, device_report_t *reports); /* the run's end */
 
 /* reduce.c: the exact reduce-scatter of bucket b into the rank's piece
  * (fp32, rounded once) at out[0 .. piece). */
