@@ -139,7 +139,13 @@ static void reduce_ordered(const coll_ctx_t *c, void *dst, const void **terms, i
     if (!src) parity_fatal("collectives: out of host memory");
     const int ring = c->call->algo == COLL_ALGO_RING;
     for (int k = 0; k < n; k++) src[k] = terms[ring ? coll_mod(first + k, n) : k];
-    coll_reduce_into(dst, src, n, len, (coll_dtype_t)c->call->dtype, (coll_op_t)c->call->op);
+    /* through a buffer: dst may be this member's own terms (in place), and
+     * coll_reduce_into allows aliasing only of its first two sources */
+    void *buf = malloc(len * c->esize + 1);
+    if (!buf) parity_fatal("collectives: out of host memory");
+    coll_reduce_into(buf, src, n, len, (coll_dtype_t)c->call->dtype, (coll_op_t)c->call->op);
+    if (len) memcpy(dst, buf, len * c->esize);
+    free(buf);
     free((void *)src);
 }
 

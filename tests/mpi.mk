@@ -1,0 +1,8 @@
+# mpi.mk - the MPI transport's collective test program (tests/test_mpi.sh
+# runs it as threads and under mpirun). Not a tests/test_*.c: run.sh
+# would start it without mpirun.
+MPI_COLL_BIN := $(BUILD)/tests/mpi_coll
+EXTRA_TEST_BIN += $(MPI_COLL_BIN)
+$(MPI_COLL_BIN): tests/mpi/mpi_coll.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP $< $(LIB) $(LDLIBS) -o $@
