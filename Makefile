@@ -4,6 +4,7 @@
 #   make demo       3-D gpt-tiny (dp 2 x tp 2 + SP x pp 2, 1F1B, ZeRO-1) beside the golden run
 #   make demo-encdec  llava-tiny on an encoder mesh (etp 1, epp 1) beside the decoder's (tp 2, pp 2), dp 2
 #   make check      run every test; ends with "N passed, N failed"
+#   make check-mpi-hosts  the MPI transport between two hosts (network namespaces, root)
 #   make check-slow the slow tests: 16384 simulated devices (tests/test_scale_16k.sh)
 #   make asan | tsan | ubsan   the same tests under a sanitizer
 #   make bench      benchmarks against memcpy, OpenMPI, PyTorch, OpenBLAS
@@ -73,7 +74,7 @@ SCRIPT_TESTS := $(filter-out $(SLOW_TESTS),$(sort $(wildcard tests/test_*.sh))) 
                 $(sort $(wildcard tests/torch/test_*.py))
 EXTRA_TEST_BIN :=
 
-.PHONY: all check check-slow asan tsan ubsan bench clean golden demo demo-encdec
+.PHONY: all check check-mpi-hosts check-slow asan tsan ubsan bench clean golden demo demo-encdec
 all: $(LIB) $(PARITY) $(TEST_BIN)
 
 $(BUILD)/%.o: %.c
@@ -108,6 +109,11 @@ check:
 	$(MAKE) --no-print-directory -j$(CHECK_JOBS) all $(TEST_BIN) $(EXTRA_TEST_BIN)
 	PARITY=$(abspath $(PARITY)) BUILD=$(abspath $(BUILD)) \
 	  bash tests/run.sh $(TEST_BIN) $(EXTRA_TEST_BIN) $(SCRIPT_TESTS)
+
+# The MPI transport between two hosts: network namespaces joined by veth
+# (root and iproute2; tests/mpi_hosts.sh).
+check-mpi-hosts: all $(MPI_COLL_BIN)
+	PARITY=$(abspath $(PARITY)) BUILD=$(abspath $(BUILD)) bash tests/mpi_hosts.sh
 
 # 16384 simulated devices (PARITY_MAX_DEVICES) bit-exact on one host.
 check-slow: all
