@@ -62,6 +62,25 @@ if [ -s "$out/coll.txt" ] && [ -s "$out/mpi.txt" ]; then
   echo "(busbw x > 1 and time x > 1 mean parity is faster; target: busbw x >= 1.5 at >= 1 MiB, time x >= 1 at 4 KiB)"
 fi
 
+if [ -x "$BUILD/bench/bench_mpi" ] && command -v mpirun >/dev/null; then
+  section "MPI transport (parity under mpirun, one device a process) against OpenMPI's MPI_Allreduce, same processes"
+  for np in 2 4; do
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np "$np" \
+      "$BUILD/bench/bench_mpi" 2>/dev/null | tee -a "$out/mpit.txt" | grep -v '^CSV'
+  done
+  if [ -s "$out/coll.txt" ]; then
+    echo "fp32 all-reduce busbw (GB/s): the MPI transport, MPI_Allreduce, the shared-memory transport (bench_coll, direct)"
+    printf '%-6s %-10s %10s %10s %10s %12s %12s
+' devs bytes mpi-trans MPI_Allred shm "MPI/mpi-tr" "shm/mpi-tr"
+    awk -F, 'NR==FNR { if ($1=="CSV" && $2=="all_reduce" && $3=="direct") shm[$4" "$5]=$8; next }
+             $1=="CSV" && $3=="parity-mpi-f32" { p[$4" "$5]=$7 }
+             $1=="CSV" && $3=="openmpi-allreduce" { k=$4" "$5; if (k in p)
+               printf "%-6s %-10s %10.2f %10.2f %10s %12.2f %12s\n", $4, $5, p[k], $7,
+                 (k in shm) ? sprintf("%.2f", shm[k]) : "-", $7/p[k],
+                 (k in shm) ? sprintf("%.2f", shm[k]/p[k]) : "-" }' "$out/coll.txt" "$out/mpit.txt"
+  fi
+fi
+
 # A parallel mode's bench script, when there is one: section title, then it runs.
 mode_bench() { # script title
   [ -f "$root/tests/bench/$1" ] || return 0

@@ -252,8 +252,9 @@ static void move_blocks(coll_ctx_t *c, phase_t *p) {
 
 /* ---- open sums ---- */
 
-/* Receives one packed range of len elements from member j into tmp. */
-static void recv_packed(coll_ctx_t *c, int j, size_t len, xvec_t *tmp) {
+/* Receives one packed range of len elements from member j: added into
+ * dst[off ...] exactly, or (dst NULL) unpacked into a fresh tmp. */
+static void recv_packed(coll_ctx_t *c, int j, size_t len, xvec_t *dst, size_t off, xvec_t *tmp) {
     const int src = group_world_rank(c->g, j);
     MPI_Message m;
     MPI_Status st;
@@ -265,7 +266,8 @@ static void recv_packed(coll_ctx_t *c, int j, size_t len, xvec_t *tmp) {
     if (!buf) parity_fatal("collectives: out of host memory");
     MPI_Mrecv(buf, bytes, MPI_BYTE, &m, MPI_STATUS_IGNORE);
     size_t nslow;
-    if (net_xvec_unpack(buf, (size_t)bytes, len, tmp, &nslow))
+    if (dst ? net_xvec_merge_packed(dst, off, buf, (size_t)bytes, len, &nslow)
+            : net_xvec_unpack(buf, (size_t)bytes, len, tmp, &nslow))
         coll_die("%s of open sums in group '%s': rank %d (world %d) sent %d bytes, not a packed "
                  "range of %zu elements", coll_kind_name((coll_kind_t)c->call->kind), c->g->name, j,
                  src, bytes, len);
@@ -298,13 +300,8 @@ static void open_sum(coll_ctx_t *c, phase_t *p, const xvec_t *send, const size_t
         if (j != me) bufs[j] = send_packed(c, p, send, offs[j], lens[j], j);
     xvec_claim_zero(sum);
     if (len) xvec_store_range(sum, 0, mine, mine_off, len);
-    for (int j = 0; j < n; j++) {
-        if (j == me) continue;
-        xvec_t part;
-        recv_packed(c, j, len, &part);
-        if (len) xvec_merge_range(sum, 0, &part, 0, len);
-        xvec_free(&part);
-    }
+    for (int j = 0; j < n; j++)
+        if (j != me) recv_packed(c, j, len, sum, 0, NULL);
     finish(p, c);
     for (int j = 0; j < n; j++) free(bufs[j]);
     free(bufs);
@@ -330,7 +327,7 @@ static void open_all_reduce(coll_ctx_t *c, phase_t *p) {
     for (int j = 0; j < n; j++) {
         if (j == me) continue;
         xvec_t part;
-        recv_packed(c, j, lens[j], &part);
+        recv_packed(c, j, lens[j], NULL, 0, &part);
         if (lens[j]) xvec_store_range(v, offs[j], &part, 0, lens[j]);
         xvec_free(&part);
     }

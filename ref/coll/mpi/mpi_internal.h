@@ -55,6 +55,10 @@ size_t net_xvec_packed_bytes(const xvec_t *v, size_t off, size_t len, size_t *ns
 void   net_xvec_pack(const xvec_t *v, size_t off, size_t len, unsigned char *out);
 /* Into tmp, a fresh xvec of len elements (0, or -1 when the bytes are
  * not a packed range of len elements); *nslow: its slow elements. */
+/* dst[off + i] += the packed range's element i, exactly, i < len (0, or
+ * -1 when the bytes are not a packed range of len elements). */
+int    net_xvec_merge_packed(xvec_t *dst, size_t off, const unsigned char *in, size_t bytes, size_t len,
+                             size_t *nslow);
 int    net_xvec_unpack(const unsigned char *in, size_t bytes, size_t len, xvec_t *tmp, size_t *nslow);
 
 #endif

@@ -43,6 +43,29 @@ void net_xvec_pack(const xvec_t *v, size_t off, size_t len, unsigned char *out) 
     memcpy(out + len * sizeof(double), &nslow, sizeof nslow);
 }
 
+int net_xvec_merge_packed(xvec_t *dst, size_t off, const unsigned char *in, size_t bytes, size_t len,
+                          size_t *nslow) {
+    uint64_t k;
+    if (bytes < len * sizeof(double) + sizeof k) return -1;
+    memcpy(&k, in + len * sizeof(double), sizeof k);
+    if (bytes != len * sizeof(double) + sizeof k + k * sizeof(slow_entry_t)) return -1;
+    double chunk[256];
+    for (size_t i = 0; i < len; i += 256) { /* a slow element's 0 adds nothing */
+        size_t m = len - i < 256 ? len - i : 256;
+        memcpy(chunk, in + i * sizeof(double), m * sizeof(double));
+        xvec_add_f64_exact(dst, off + i, chunk, m);
+    }
+    const unsigned char *tail = in + len * sizeof(double) + sizeof k;
+    for (uint64_t s = 0; s < k; s++) {
+        slow_entry_t e;
+        memcpy(&e, tail + s * sizeof e, sizeof e);
+        if (e.index >= len) return -1;
+        xvec_add_xacc(dst, off + (size_t)e.index, &e.acc);
+    }
+    *nslow = (size_t)k;
+    return 0;
+}
+
 int net_xvec_unpack(const unsigned char *in, size_t bytes, size_t len, xvec_t *tmp, size_t *nslow) {
     uint64_t k;
     if (bytes < len * sizeof(double) + sizeof k) return -1;
