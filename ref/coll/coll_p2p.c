@@ -216,8 +216,9 @@ void coll_wait(coll_request_t *req) {
     coll_activity_enter(req->world_rank, req->g, req->is_send ? COLL_KIND_SEND : COLL_KIND_RECV, 0,
                         req->peer, req->tag);
     if (req->net) {
+        const int world_rank = req->world_rank;
         net_p2p_wait(req); /* frees it */
-        coll_activity_exit(req->world_rank);
+        coll_activity_exit(world_rank);
         return;
     }
     coll_wword_wait(&req->done, 1);
