@@ -37,8 +37,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 MPIRUN=(timeout 120 mpirun --oversubscribe --mca mpi_yield_when_idle 1)
 # under make asan: no leak report for the processes mpirun starts, whose
 # leaks are OpenMPI's plugins' (unloaded at exit, so not even named); the
-# threaded runs of the same code keep leak detection
-MPIRUN=(env ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" "${MPIRUN[@]}")
+# threaded runs of the same code keep leak detection; under make tsan,
+# OpenMPI's own frames are suppressed (tests/mpi/tsan.supp)
+MPIRUN=(env ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+        TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS }suppressions=$PWD/tests/mpi/tsan.supp" "${MPIRUN[@]}")
 
 # ---- the collectives ----
 for n in 2 3 4 5; do
