@@ -206,8 +206,8 @@ def caller_line(thread):
         inside = False
         while f is not None:
             name = f.name() or ""
-            if name.startswith(("coll_", "step_", "ring_", "direct_", "open_", "wait_slow",
-                                "await_baton", "hand_over", "goal_reached")):
+            if name.startswith(("coll_", "shm_run", "net_", "step_", "ring_", "direct_", "open_",
+                                "wait_slow", "await_baton", "hand_over", "goal_reached")):
                 inside = True
             elif inside or name.startswith(("dp_", "gpt_", "forward", "backward")):
                 sal = f.find_sal()

@@ -80,6 +80,7 @@ group_t *group_create(const int *world_ranks, int n, const char *name, perr_t *e
     pthread_mutex_lock(&registry_mu);
     g->next_live = registry;
     g->created = created++;
+    g->net_id = runtime_run_distributed() ? -1 : 0; /* numbered when a run across processes starts */
     registry = g;
     pthread_mutex_unlock(&registry_mu);
     return g;

@@ -353,6 +353,10 @@ static void open_reduce_scatter(coll_ctx_t *c, phase_t *p) {
 }
 
 void net_run(coll_ctx_t *c, coll_call_t *d) {
+    if (c->g->net_id < 0)
+        coll_die("coll_%s on group '%s': the group was created inside a run across processes; the "
+                 "MPI transport numbers groups when the run starts (create them before devices_run)",
+                 coll_kind_name((coll_kind_t)d->kind), c->g->name);
     c->seq = ++c->self->seq;
     d->seq = c->seq;
     c->call = d;

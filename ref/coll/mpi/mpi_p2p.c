@@ -41,6 +41,9 @@ static pthread_mutex_t pending_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct net_req *pending;
 
 static int mpi_tag(const coll_request_t *r) {
+    if (r->g->net_id < 0)
+        coll_die("coll_%s on group '%s': the group was created inside a run across processes (create "
+                 "it before devices_run)", r->is_send ? "send" : "recv", r->g->name);
     if (r->tag < 0 || r->tag >= (1 << NET_TAG_BITS))
         coll_die("coll_%s on group '%s', rank %d (world %d): tag %d is outside the MPI transport's "
                  "0..%d", r->is_send ? "send" : "recv", r->g->name, r->me, r->world_rank, r->tag,
