@@ -47,6 +47,12 @@ void    dump_begin_step(dump_t *d, int64_t step, gpt_observer_t *obs);
 /* After gpt_train_step: the collected batch tensors, loss, lr, grad_norm,
  * gradients (seen through the observer) and the updated parameters. */
 int     dump_end_step(dump_t *d, const gpt_t *g, const gpt_step_stats_t *st, perr_t *err);
+/* One step of the one-device golden run (gpt_train_step on data),
+ * observed by dump (or NULL): `parity train`'s, `parity check`'s and the
+ * oracle's one golden step path. 0, or -1 when the dump failed. */
+struct corpus;
+int     dump_golden_step(gpt_t *g, const struct corpus *data, int64_t step, dump_t *d,
+                         gpt_step_stats_t *st, perr_t *err);
 int     dump_set_metadata(dump_t *d, const char *key, const char *value, perr_t *err);
 int     dump_save(const dump_t *d, const char *path, perr_t *err);
 int     dump_write_digests(const dump_t *d, const char *path, perr_t *err);

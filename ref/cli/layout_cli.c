@@ -312,7 +312,7 @@ static int check_golden(const layout_job_t *job, gpt_t *g, dump_t *golden, check
         if (!d) return perr_set(err, "golden dump: out of memory");
         gpt_step_stats_t st;
         int rc = s < first ? dump_add_init(d, g, err)
-                           : run_golden_step(g, job->data, s, d, &st, err);
+                           : dump_golden_step(g, job->data, s, d, &st, err);
         if (!rc && sp) rc = check_spill_add(sp, s < first ? CHECK_SPILL_INIT : s, dump_writer(d), err);
         if (sp) dump_free(d);
         if (rc) return -1;

@@ -30,14 +30,6 @@ dump_t *run_output_new_dump(const model_config_t *cfg, unsigned what) {
     return d;
 }
 
-int run_golden_step(gpt_t *g, const corpus_t *data, int64_t step, dump_t *dump,
-                    gpt_step_stats_t *st, perr_t *err) {
-    gpt_observer_t obs = {0};
-    if (dump) dump_begin_step(dump, step, &obs);
-    gpt_train_step(g, data, step, dump ? &obs : NULL, st);
-    return dump ? dump_end_step(dump, g, st, err) : 0;
-}
-
 const char *step_not_finite(const gpt_step_stats_t *st) {
     if (st->skipped) return NULL; /* fp16: an overflow the loss scaler handled */
     if (!isfinite(st->loss)) return "loss";

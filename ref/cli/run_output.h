@@ -36,10 +36,6 @@ void run_output_memest(const run_output_t *o, const model_config_t *cfg, int loa
  * model's memory), or NULL when out of memory. */
 dump_t *run_output_new_dump(const model_config_t *cfg, unsigned what);
 
-/* One step of the one-device golden run, observed by dump (or NULL):
- * 0, or -1 when the dump failed. */
-int run_golden_step(gpt_t *g, const corpus_t *data, int64_t step, dump_t *dump,
-                    gpt_step_stats_t *st, perr_t *err);
 /* The run's s-th step: its line when print (with its time when ms >= 0),
  * then 0, or 1 after a message when its loss or gradient norm is not
  * finite (every run stops there: nothing is written). */

@@ -30,6 +30,7 @@
 #include "parity/fileio.h"
 #include "parity/memest.h"
 #include "parity/model.h"
+#include "parity/model_flags.h"
 #include "parity/numparse.h"
 #include "parity/pconfig.h"
 #include "parity/pool.h"
@@ -121,72 +122,6 @@ static const char *enc_layers(const model_config_t *c) {
     return c->arch == MODEL_GPT ? "" : buf;
 }
 
-/* OPT_TRUE: a flag without a value that clears its field (untie);
- * OPT_SET: one that sets it to 1; OPT_DROP: probs | position; OPT_OPTIM:
- * adam | adamw8bit; OPT_BF16, OPT_FP16: the precision (no value). */
-typedef enum {
-    OPT_INT, OPT_FLOAT, OPT_U64, OPT_TRUE, OPT_SET, OPT_PAD, OPT_DROP, OPT_OPTIM, OPT_BF16, OPT_FP16
-} opt_kind_t;
-static int opt_has_value(opt_kind_t k) {
-    return k != OPT_TRUE && k != OPT_SET && k != OPT_BF16 && k != OPT_FP16;
-}
-
-typedef struct {
-    const char *flag;
-    opt_kind_t kind;
-    size_t offset; /* into model_config_t */
-} cfg_opt_t;
-
-#define OFF(f) offsetof(model_config_t, f)
-static const cfg_opt_t cfg_opts[] = {
-    {"--num-layers", OPT_INT, OFF(layers)},
-    {"--encoder-num-layers", OPT_INT, OFF(encoder_layers)},
-    {"--encoder-seq-length", OPT_INT, OFF(encoder_seq_length)},
-    {"--hidden-size", OPT_INT, OFF(hidden)},
-    {"--num-attention-heads", OPT_INT, OFF(heads)},
-    {"--ffn-hidden-size", OPT_INT, OFF(ffn)},
-    {"--seq-length", OPT_INT, OFF(seq_length)},
-    {"--vocab-size", OPT_INT, OFF(vocab)},
-    {"--global-batch-size", OPT_INT, OFF(global_batch)},
-    {"--micro-batch-size", OPT_INT, OFF(micro_batch)},
-    {"--seed", OPT_U64, OFF(seed)},
-    {"--untie-embeddings-and-output-weights", OPT_TRUE, OFF(tied)},
-    {"--hidden-dropout", OPT_FLOAT, OFF(hidden_dropout)},
-    {"--attention-dropout", OPT_FLOAT, OFF(attention_dropout)},
-    {"--lr", OPT_FLOAT, OFF(lr)},
-    {"--min-lr", OPT_FLOAT, OFF(min_lr)},
-    {"--lr-warmup-iters", OPT_INT, OFF(warmup)},
-    {"--lr-decay-iters", OPT_INT, OFF(decay_steps)},
-    {"--adam-beta1", OPT_FLOAT, OFF(beta1)},
-    {"--adam-beta2", OPT_FLOAT, OFF(beta2)},
-    {"--adam-eps", OPT_FLOAT, OFF(eps)},
-    {"--weight-decay", OPT_FLOAT, OFF(weight_decay)},
-    {"--clip-grad", OPT_FLOAT, OFF(clip_grad)},
-    {"--optimizer", OPT_OPTIM, OFF(optimizer)},
-    {"--optimizer-block", OPT_INT, OFF(optimizer_block)},
-    {"--tile-tokens", OPT_INT, OFF(tile_tokens)},
-    {"--tile-features", OPT_INT, OFF(tile_features)},
-    {"--tile-ffn", OPT_INT, OFF(tile_ffn)},
-    {"--num-experts", OPT_INT, OFF(moe_experts)},
-    {"--moe-router-topk", OPT_INT, OFF(moe_topk)},
-    {"--moe-layer-freq", OPT_INT, OFF(moe_layer_freq)},
-    {"--moe-router-pre-softmax", OPT_SET, OFF(moe_pre_softmax)},
-    {"--moe-aux-loss-coeff", OPT_FLOAT, OFF(moe_aux_loss_coeff)},
-    {"--moe-z-loss-coeff", OPT_FLOAT, OFF(moe_z_loss_coeff)},
-    {"--moe-expert-capacity-factor", OPT_FLOAT, OFF(moe_capacity_factor)},
-    {"--moe-token-drop-policy", OPT_DROP, OFF(moe_drop_position)},
-    {"--bf16", OPT_BF16, OFF(precision)},
-    {"--fp16", OPT_FP16, OFF(precision)},
-    {"--loss-scale", OPT_FLOAT, OFF(loss_scale)},
-    {"--initial-loss-scale", OPT_FLOAT, OFF(initial_loss_scale)},
-    {"--min-loss-scale", OPT_FLOAT, OFF(min_loss_scale)},
-    {"--loss-scale-window", OPT_INT, OFF(loss_scale_window)},
-    {"--hysteresis", OPT_INT, OFF(hysteresis)},
-    /* applied after every other override (model_pad_vocab) */
-    {"--make-vocab-size-divisible-by", OPT_PAD, OFF(vocab)},
-};
-#undef OFF
-
 /* numbers: strict, with the flag named (numparse.h) */
 static int parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out) {
     perr_t e;
@@ -195,66 +130,6 @@ static int parse_int(const char *flag, const char *s, long long lo, long long hi
         return -1;
     }
     return 0;
-}
-
-static int parse_float(const char *flag, const char *s, float *out) {
-    perr_t e;
-    if (num_parse_f32(flag, s, out, &e)) {
-        fprintf(stderr, "%s: %s\n", cli_name, e.msg);
-        return -1;
-    }
-    return 0;
-}
-
-static int apply_cfg_opt(model_config_t *c, const cfg_opt_t *o, const char *val) {
-    char *field = (char *)c + o->offset;
-    long long v;
-    switch (o->kind) {
-    case OPT_INT:
-        if (parse_int(o->flag, val, -2147483647LL, 2147483647LL, &v)) return -1;
-        *(int *)field = (int)v;
-        return 0;
-    case OPT_U64:
-        if (parse_int(o->flag, val, 0, 9007199254740992LL, &v)) return -1;
-        *(uint64_t *)field = (uint64_t)v;
-        return 0;
-    case OPT_FLOAT:
-        return parse_float(o->flag, val, (float *)field);
-    case OPT_TRUE:
-        *(int *)field = 0; /* --untie-embeddings-and-output-weights */
-        return 0;
-    case OPT_SET:
-        *(int *)field = 1;
-        return 0;
-    case OPT_BF16:
-    case OPT_FP16: { /* one precision: given both, which would win is a guess */
-        const int want = o->kind == OPT_BF16 ? MODEL_BF16 : MODEL_FP16;
-        if (*(int *)field && *(int *)field != want) {
-            fprintf(stderr, "%s: --bf16 and --fp16: give one\n", cli_name);
-            return -1;
-        }
-        *(int *)field = want;
-        return 0;
-    }
-    case OPT_DROP:
-        if (strcmp(val, "probs") && strcmp(val, "position")) {
-            fprintf(stderr, "%s: %s '%s': expected probs or position\n", cli_name, o->flag, val);
-            return -1;
-        }
-        *(int *)field = !strcmp(val, "position");
-        return 0;
-    case OPT_OPTIM: /* Megatron's --optimizer adam is AdamW, as parity's */
-        if (strcmp(val, "adam") && strcmp(val, "adamw8bit")) {
-            fprintf(stderr, "%s: %s '%s': expected adam (AdamW, fp32 state) or adamw8bit (8-bit "
-                            "block-wise state)\n", cli_name, o->flag, val);
-            return -1;
-        }
-        *(int *)field = !strcmp(val, "adamw8bit") ? MODEL_OPT_ADAMW8BIT : MODEL_OPT_ADAM;
-        return 0;
-    case OPT_PAD:
-        return 0; /* model_config, after the other overrides */
-    }
-    return -1;
 }
 
 /* "0,1,2" -> flags in want[0..steps), for the run's global steps
@@ -469,19 +344,17 @@ static int parse_other_flag(train_args_t *t, int argc, char **argv, int *i) {
         *i = j - 1;
         return 1;
     }
-    const cfg_opt_t *o = NULL;
-    for (size_t k = 0; k < sizeof cfg_opts / sizeof cfg_opts[0]; k++)
-        if (!strcmp(a, cfg_opts[k].flag)) o = &cfg_opts[k];
-    if (!o) {
+    int takes_value = 0;
+    if (!model_flag_known(a, &takes_value)) {
         fprintf(stderr, "%s: unknown option '%s' (see %s --help)\n", cli_name, a, cli_name);
         return -1;
     }
-    if (o->kind == OPT_DROP && *i + 1 >= argc) {
+    const int drop = !strcmp(a, "--moe-token-drop-policy"); /* its own message */
+    if (drop && *i + 1 >= argc) {
         fprintf(stderr, "parity %s: %s needs a value (probs or position)\n", t->cmd, a);
         return -1;
     }
-    if (opt_has_value(o->kind) && o->kind != OPT_DROP &&
-        num_flag_value(a, *i + 1 < argc ? argv[*i + 1] : NULL, &err)) {
+    if (takes_value && !drop && num_flag_value(a, *i + 1 < argc ? argv[*i + 1] : NULL, &err)) {
         fprintf(stderr, "parity %s: %s\n", t->cmd, err.msg);
         return -1;
     }
@@ -490,7 +363,7 @@ static int parse_other_flag(train_args_t *t, int argc, char **argv, int *i) {
         return -1;
     }
     t->cfg_at[t->n_cfg++] = *i;
-    if (opt_has_value(o->kind)) *i += 1;
+    if (takes_value) *i += 1;
     return 1;
 }
 
@@ -535,36 +408,12 @@ static int parse_args(train_args_t *t, int argc, char **argv, int check) {
     return -1;
 }
 
-/* --model: a built-in, else a config file, starting from empty shape
- * fields (a file must give them). 0, or -1 after a message. */
-static int base_config(const char *model, model_config_t *cfg) {
+int cli_model_config(const char *model, model_config_t *cfg) {
     perr_t err;
-    if (!model_config_builtin(model, cfg, &err)) return 0;
-    const char *ext = strrchr(model, '.');
-    if (access(model, F_OK) && !(ext && !strcmp(ext, ".json"))) {
-        fprintf(stderr, "%s: --model: %s\n", cli_name, err.msg);
-        return -1;
-    }
-    model_config_builtin("gpt-tiny", cfg, NULL);
-    model_config_t empty = *cfg;
-    empty.vocab = empty.seq_length = empty.hidden = empty.heads = empty.layers = 0;
-    empty.ffn = empty.tile_tokens = empty.tile_features = empty.tile_ffn = 0;
-    empty.global_batch = empty.micro_batch = 0;
-    const char *base = strrchr(model, '/');
-    snprintf(empty.name, sizeof empty.name, "%s", base ? base + 1 : model);
-    char *dot = strrchr(empty.name, '.');
-    if (dot && !strcmp(dot, ".json")) *dot = 0;
-    *cfg = empty;
-    if (model_config_load(model, cfg, &err)) {
+    if (model_config_base(model, cfg, &err)) {
         fprintf(stderr, "%s: %s\n", cli_name, err.msg);
         return -1;
     }
-    return 0;
-}
-
-int cli_model_config(const char *model, model_config_t *cfg) {
-    perr_t err;
-    if (base_config(model, cfg)) return -1;
     if (model_config_validate(cfg, &err)) {
         fprintf(stderr, "%s: --model %s: invalid config: %s\n", cli_name, model, err.msg);
         return -1;
@@ -572,37 +421,20 @@ int cli_model_config(const char *model, model_config_t *cfg) {
     return 0;
 }
 
-/* The model: --model, then pass 2, the overrides, then validation; a
+/* The model: --model, then pass 2, the overrides (model_flags.h); a
  * --micro-batch-size is the layout's too (Megatron's arithmetic). */
 static int model_config(train_args_t *t, char **argv, model_config_t *cfg) {
     perr_t err;
-    if (base_config(t->model, cfg)) return -1;
-    int micro_given = 0, pad_at = -1;
+    const char *flag[MAX_CFG_OPTS], *val[MAX_CFG_OPTS];
     for (int j = 0; j < t->n_cfg; j++) {
-        int i = t->cfg_at[j];
-        for (size_t k = 0; k < sizeof cfg_opts / sizeof cfg_opts[0]; k++)
-            if (!strcmp(argv[i], cfg_opts[k].flag)) {
-                const char *val = opt_has_value(cfg_opts[k].kind) ? argv[i + 1] : NULL;
-                if (apply_cfg_opt(cfg, &cfg_opts[k], val)) return -1;
-                if (cfg_opts[k].offset == offsetof(model_config_t, micro_batch)) micro_given = 1;
-                if (cfg_opts[k].kind == OPT_PAD) pad_at = i;
-            }
+        int i = t->cfg_at[j], takes_value = 0;
+        model_flag_known(argv[i], &takes_value);
+        flag[j] = argv[i];
+        val[j] = takes_value ? argv[i + 1] : NULL;
     }
-    if (pad_at >= 0) { /* after --vocab-size wherever it stands */
-        long long n;
-        if (parse_int(argv[pad_at], argv[pad_at + 1], -2147483647LL, 2147483647LL, &n)) return -1;
-        if (model_pad_vocab(cfg, n, argv[pad_at], &err)) {
-            fprintf(stderr, "%s: %s\n", cli_name, err.msg);
-            return -1;
-        }
-    }
-    /* A global batch the built-in's micro batch does not fit: one microbatch
-     * (the golden schedule's; a layout's come from --accum-degree). */
-    if (!micro_given && cfg->global_batch > 0 &&
-        (cfg->micro_batch > cfg->global_batch || cfg->global_batch % cfg->micro_batch))
-        cfg->micro_batch = cfg->global_batch;
-    if (model_config_validate(cfg, &err)) {
-        fprintf(stderr, "%s: invalid config: %s\n", cli_name, err.msg);
+    int micro_given = 0;
+    if (model_config_from_flags(t->model, t->n_cfg, flag, val, cfg, &micro_given, &err)) {
+        fprintf(stderr, "%s: %s\n", cli_name, err.msg);
         return -1;
     }
     if (micro_given) {
@@ -862,7 +694,7 @@ static int golden_steps(const run_output_t *o, const model_config_t *cfg, gpt_t 
     for (int s = 0; s < o->steps && !rc; s++) {
         gpt_step_stats_t st;
         double t0 = now_ms(), c0 = cpu_ms();
-        if (run_golden_step(g, data, o->first + s, dump && o->want[s] ? dump : NULL, &st, &err)) {
+        if (dump_golden_step(g, data, o->first + s, dump && o->want[s] ? dump : NULL, &st, &err)) {
             fprintf(stderr, "%s: dump: %s\n", cli_name, err.msg);
             rc = 2;
             break;

@@ -555,3 +555,11 @@ int dump_batch_import(dump_t *d, const unsigned char *in, size_t len, perr_t *er
     d->writer = keep;
     return 0;
 }
+
+int dump_golden_step(gpt_t *g, const struct corpus *data, int64_t step, dump_t *d,
+                     gpt_step_stats_t *st, perr_t *err) {
+    gpt_observer_t obs = {0};
+    if (d) dump_begin_step(d, step, &obs);
+    gpt_train_step(g, data, step, d ? &obs : NULL, st);
+    return d ? dump_end_step(d, g, st, err) : 0;
+}
