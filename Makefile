@@ -9,6 +9,8 @@
 #   make asan | tsan | ubsan   the same tests under a sanitizer
 #   make bench      benchmarks against memcpy, OpenMPI, PyTorch, OpenBLAS
 #   make fuzz       libFuzzer on the readers of untrusted input (tests/fuzz.mk)
+#   make install PREFIX=DIR   headers, libparity.a, libparity.so, parity.pc, the Python
+#                   binding and the corpus under DIR (default /usr/local)
 #
 # Sources are discovered, not listed: every ref/**/*.c goes into the
 # library except ref/cli/ (the program), every tests/test_*.c becomes one
@@ -74,7 +76,7 @@ SCRIPT_TESTS := $(filter-out $(SLOW_TESTS),$(sort $(wildcard tests/test_*.sh))) 
                 $(sort $(wildcard tests/torch/test_*.py))
 EXTRA_TEST_BIN :=
 
-.PHONY: all check check-mpi-hosts check-slow asan tsan ubsan bench clean golden demo demo-encdec
+.PHONY: all check check-mpi-hosts check-slow asan tsan ubsan bench clean golden demo demo-encdec install shared
 all: $(LIB) $(PARITY) $(TEST_BIN)
 
 $(BUILD)/%.o: %.c
@@ -101,6 +103,47 @@ $(BUILD)/bench/%: tests/bench/%.c $(LIB)
 	$(CC) $(CFLAGS) -MMD -MP $< $(LIB) $(LDLIBS) -o $@
 
 -include tests/*.mk tests/bench/*.mk
+
+# libparity for other programs (README, "Using parity as an oracle"): the
+# static library above, and a shared one from the same sources compiled
+# with -fPIC into $(BUILD)/pic/, so the objects of every other target
+# stay as they are. The shared library exports every external symbol of
+# ref/ (v1: include/parity/*.h is the API; the rest is not promised) and
+# carries its dependencies (OpenBLAS's pthread build by path and rpath,
+# MPI when built with it), so a program links -lparity alone.
+PREFIX   ?= /usr/local
+SHLIB    := $(BUILD)/libparity.so
+PIC_OBJ  := $(LIB_SRC:%.c=$(BUILD)/pic/%.o)
+PC_LIBS_PRIVATE := $(strip $(LDLIBS))
+PYDIR    := lib/python3/dist-packages
+
+shared: $(SHLIB)
+
+$(BUILD)/pic/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -MMD -MP -c $< -o $@
+
+$(BUILD)/pic/ref/coll/mpi/%.o: ref/coll/mpi/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -fPIC -MMD -MP -c $< -o $@
+
+$(SHLIB): $(PIC_OBJ)
+	$(CC) -shared -Wl,-soname,libparity.so -o $@ $^ $(LDLIBS)
+
+# Each file goes in with install(1) (a new file renamed over the old), the
+# .pc last: a pkg-config user never sees a half-installed library.
+install: $(LIB) $(SHLIB)
+	install -d $(DESTDIR)$(PREFIX)/include/parity $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+	  $(DESTDIR)$(PREFIX)/share/parity $(DESTDIR)$(PREFIX)/$(PYDIR)/parity
+	install -m 644 include/parity/*.h $(DESTDIR)$(PREFIX)/include/parity/
+	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/libparity.a
+	install -m 755 $(SHLIB) $(DESTDIR)$(PREFIX)/lib/libparity.so
+	install -m 644 ref/data/corpus.txt $(DESTDIR)$(PREFIX)/share/parity/corpus.txt
+	install -m 644 ref/python/parity/*.py $(DESTDIR)$(PREFIX)/$(PYDIR)/parity/
+	@mkdir -p $(BUILD)
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBS_PRIVATE@|$(PC_LIBS_PRIVATE)|' \
+	  ref/parity.pc.in > $(BUILD)/parity.pc
+	install -m 644 $(BUILD)/parity.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/parity.pc
 
 # The programs and test binaries are built on every core first (a plain
 # `make check` would build its prerequisites one at a time).

@@ -1,0 +1,294 @@
+/* oracle.c - open an oracle, run its golden steps, read its golden
+ * tensors (oracle.h).
+ *
+ * The golden run is `parity train`'s: the model from the same flags
+ * (model_flags.h), the same step path (dump_golden_step) into the same
+ * dump (dump.h), kept in memory. An oracle opened from a dump file reads
+ * the same tensors from the file instead.
+ */
+#include "oracle_internal.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "parity/model_flags.h"
+#include "parity/numparse.h"
+#include "parity/tile.h"
+
+enum { MAX_FLAGS = 256 };
+
+/* The training text: $PARITY_DATA, then the program's lookup (the
+ * working directory, beside the executable), then the installed copy
+ * beside this library (PREFIX/lib/libparity.so ->
+ * PREFIX/share/parity/corpus.txt; a static copy is part of the program,
+ * whose directory was tried already). */
+static int data_path(char *path, size_t cap, perr_t *err) {
+    const char *env = getenv("PARITY_DATA");
+    if (env && *env) {
+        snprintf(path, cap, "%s", env);
+        return 0;
+    }
+    perr_t e;
+    if (!corpus_default_path(path, cap, &e)) return 0;
+    Dl_info info;
+    if (dladdr((void *)data_path, &info) && info.dli_fname) {
+        char lib[4096];
+        snprintf(lib, sizeof lib, "%s", info.dli_fname);
+        char *slash = strrchr(lib, '/');
+        if (slash) {
+            *slash = 0;
+            snprintf(path, cap, "%s/../share/parity/corpus.txt", lib);
+            if (!access(path, R_OK)) return 0;
+        }
+    }
+    return perr_set(err, "%s; or set PARITY_DATA, or install parity (make install puts it in "
+                         "PREFIX/share/parity)", e.msg);
+}
+
+/* --backend: process-wide, through PARITY_BACKEND as `parity train` does,
+ * so that a portable run does not need OpenBLAS's start-up checks. */
+static int set_backend(const char *backend, perr_t *err) {
+    if (backend && strcmp(backend, "openblas") && strcmp(backend, "portable"))
+        return perr_set(err, "--backend: expected openblas or portable, got '%s'", backend);
+    if (backend) setenv("PARITY_BACKEND", backend, 1);
+    if (tile_init(err)) return -1;
+    return backend ? tile_select_backend_from_env(err) : 0;
+}
+
+typedef struct {
+    const char *model, *backend, *data;
+    long long steps;
+    int n;
+    const char *flag[MAX_FLAGS], *val[MAX_FLAGS];
+} open_args_t;
+
+static int given_twice(const char *const *argv, int i) {
+    for (int k = 0; k < i; k++)
+        if (!strcmp(argv[k], argv[i]) && !strncmp(argv[i], "--", 2)) return 1;
+    return 0;
+}
+
+static int parse_args(int argc, const char *const *argv, open_args_t *a, perr_t *err) {
+    memset(a, 0, sizeof *a);
+    a->model = "gpt-tiny";
+    a->steps = 1;
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!f) return perr_set(err, "argument %d is NULL", i);
+        if (given_twice(argv, i)) return perr_set(err, "%s given twice", f);
+        const char **own = !strcmp(f, "--model") || !strcmp(f, "--config") ? &a->model
+                           : !strcmp(f, "--backend")                       ? &a->backend
+                           : !strcmp(f, "--data")                          ? &a->data
+                                                                           : NULL;
+        int takes = 0;
+        if (own || !strcmp(f, "--steps")) {
+            if (num_flag_value(f, v, err)) return -1;
+            if (own) *own = v;
+            else if (num_parse_int("--steps", v, 1, 1000000, &a->steps, err)) return -1;
+            i++;
+        } else if (model_flag_known(f, &takes)) {
+            if (a->n == MAX_FLAGS) return perr_set(err, "more than %d model flags", MAX_FLAGS);
+            a->flag[a->n] = f;
+            a->val[a->n++] = takes ? v : NULL;
+            i += takes;
+        } else {
+            return perr_set(err, "unknown option '%s' (the oracle takes parity train's model "
+                                 "flags: --model, --steps, --backend, --data and the model "
+                                 "overrides; a layout is the backend's own)", f);
+        }
+    }
+    return 0;
+}
+
+oracle_t *oracle_open(int argc, const char *const *argv, perr_t *err) {
+    open_args_t a;
+    if (argc < 0 || (argc > 0 && !argv)) {
+        perr_set(err, "oracle_open: no arguments (argc %d)", argc);
+        return NULL;
+    }
+    if (parse_args(argc, argv, &a, err)) return NULL;
+    oracle_t *o = calloc(1, sizeof *o);
+    if (!o) {
+        perr_set(err, "oracle: out of memory");
+        return NULL;
+    }
+    o->golden_steps = -1;
+    o->default_steps = (int)a.steps;
+    char path[4200];
+    if (model_config_from_flags(a.model, a.n, a.flag, a.val, &o->cfg, NULL, err) ||
+        set_backend(a.backend, err))
+        goto fail;
+    if (a.data) snprintf(path, sizeof path, "%s", a.data);
+    else if (data_path(path, sizeof path, err)) goto fail;
+    if (corpus_load(&o->data, path, err)) goto fail;
+    o->have_data = 1;
+    if (corpus_check(&o->data, o->cfg.vocab, o->cfg.seq_length, err)) goto fail;
+    if (!(o->config_json = model_config_json(&o->cfg))) {
+        perr_set(err, "oracle: out of memory");
+        goto fail;
+    }
+    return o;
+fail:
+    oracle_close(o);
+    return NULL;
+}
+
+/* The steps a dump holds: one more than the largest "step<s>." prefix. */
+static int dump_steps(const st_file_t *f) {
+    int steps = 0;
+    for (size_t i = 0; i < st_count(f); i++) {
+        const char *n = st_tensor(f, i)->name;
+        char *end;
+        if (strncmp(n, "step", 4)) continue;
+        long s = strtol(n + 4, &end, 10);
+        if (*end == '.' && s >= 0 && s < 1000000 && s + 1 > steps) steps = (int)s + 1;
+    }
+    return steps;
+}
+
+oracle_t *oracle_open_dump(const char *path, perr_t *err) {
+    if (!path) {
+        perr_set(err, "oracle_open_dump: no path");
+        return NULL;
+    }
+    oracle_t *o = calloc(1, sizeof *o);
+    if (!o) {
+        perr_set(err, "oracle: out of memory");
+        return NULL;
+    }
+    if (!(o->file = st_open(path, err))) goto fail;
+    const char *cfg = st_metadata(o->file, "config"), *fmt = st_metadata(o->file, "format");
+    if (!fmt || strcmp(fmt, "parity-dump-1") || !cfg) {
+        perr_set(err, "%s: not a parity dump (its __metadata__ has no format \"parity-dump-1\" "
+                      "and config; write one with parity train --dump)", path);
+        goto fail;
+    }
+    if (!(o->config_json = strdup(cfg))) {
+        perr_set(err, "oracle: out of memory");
+        goto fail;
+    }
+    o->golden_steps = o->default_steps = dump_steps(o->file);
+    return o;
+fail:
+    oracle_close(o);
+    return NULL;
+}
+
+static void free_slots(oracle_t *o) {
+    for (int i = 0; i < o->ns; i++) {
+        for (int k = 0; k < o->s[i].np; k++) free(o->s[i].p[k].data);
+        free(o->s[i].p);
+        free(o->s[i].name);
+    }
+    o->ns = 0;
+}
+
+void oracle_clear(oracle_t *o) {
+    if (!o) return;
+    free_slots(o);
+    free(o->asm_values), o->asm_values = NULL;
+    free(o->asm_who), o->asm_who = NULL;
+}
+
+void oracle_close(oracle_t *o) {
+    if (!o) return;
+    oracle_clear(o);
+    free(o->s);
+    dump_free(o->dump);
+    st_close(o->file);
+    if (o->have_data) corpus_free(&o->data);
+    free(o->config_json);
+    free(o);
+}
+
+int oracle_run_golden(oracle_t *o, int steps, perr_t *err) {
+    if (!o) return perr_set(err, "oracle_run_golden: no oracle");
+    if (steps <= 0) steps = o->default_steps;
+    if (o->file) {
+        if (steps > o->golden_steps)
+            return perr_set(err, "%s holds steps 0..%d; %d step%s asked for (write a longer "
+                                 "dump, or open the oracle from the model's flags)",
+                            st_path(o->file), o->golden_steps - 1, steps, steps == 1 ? "" : "s");
+        return 0;
+    }
+    if (o->golden_steps >= 0)
+        return steps == o->golden_steps
+                   ? 0
+                   : perr_set(err, "the golden run holds %d step%s already; open another oracle "
+                                   "for %d", o->golden_steps, o->golden_steps == 1 ? "" : "s",
+                              steps);
+    gpt_t *g = NULL;
+    if (gpt_new(&g, &o->cfg, err)) return -1;
+    int rc = 0;
+    if (!(o->dump = dump_new(g, DUMP_TENSORS))) rc = perr_set(err, "oracle: out of memory");
+    if (!rc) rc = dump_add_init(o->dump, g, err);
+    for (int s = 0; s < steps && !rc; s++) {
+        gpt_step_stats_t st;
+        rc = dump_golden_step(g, &o->data, s, o->dump, &st, err);
+    }
+    gpt_free(g);
+    if (rc) {
+        dump_free(o->dump);
+        o->dump = NULL;
+        return -1;
+    }
+    o->golden_steps = steps;
+    return 0;
+}
+
+const char *oracle_config_json(const oracle_t *o) { return o ? o->config_json : NULL; }
+
+long oracle_golden_count(const oracle_t *o) {
+    if (o->file) return (long)st_count(o->file);
+    return o->dump ? (long)st_writer_count(dump_writer(o->dump)) : 0;
+}
+
+const void *oracle_golden_at(const oracle_t *o, long i, st_tensor_t *t) {
+    if (i < 0 || i >= oracle_golden_count(o)) return NULL;
+    if (!o->file) return st_writer_tensor(dump_writer(o->dump), (size_t)i, t);
+    *t = *st_tensor(o->file, (size_t)i);
+    return st_data(o->file, t);
+}
+
+long oracle_golden_find(const oracle_t *o, const char *name) {
+    if (!o->file) return o->dump ? st_writer_find(dump_writer(o->dump), name) : -1;
+    const st_tensor_t *t = st_find(o->file, name);
+    for (long i = 0; t && i < (long)st_count(o->file); i++)
+        if (st_tensor(o->file, (size_t)i) == t) return i;
+    return -1;
+}
+
+int oracle_count(const oracle_t *o) { return o ? (int)oracle_golden_count(o) : 0; }
+
+int oracle_tensor_at(const oracle_t *o, int i, st_tensor_t *t, const void **data) {
+    const void *d = o ? oracle_golden_at(o, i, t) : NULL;
+    if (data) *data = d;
+    return d || (o && i >= 0 && i < oracle_golden_count(o)) ? 0 : -1;
+}
+
+int oracle_golden(const oracle_t *o, const char *name, st_tensor_t *t, const void **data,
+                  perr_t *err) {
+    if (!o || !name) return perr_set(err, "oracle_golden: no oracle or name");
+    if (o->golden_steps < 0)
+        return perr_set(err, "'%s': no golden run yet (call oracle_run_golden first)", name);
+    long i = oracle_golden_find(o, name);
+    if (i < 0)
+        return perr_set(err, "'%s' is not a golden tensor (names as in dump.h: step<s>.loss, "
+                             "step<s>.grad.<param>, init.<param>, ...)", name);
+    const void *d = oracle_golden_at(o, i, t);
+    if (data) *data = d;
+    return 0;
+}
+
+int oracle_full_name(const char *name, int64_t step, char *buf, size_t cap, perr_t *err) {
+    if (!name || !*name) return perr_set(err, "no tensor name");
+    if (step < -1) return perr_set(err, "'%s': step %lld (a step is >= 0, or -1 for a full "
+                                        "name)", name, (long long)step);
+    int n = step < 0 ? snprintf(buf, cap, "%s", name)
+                     : snprintf(buf, cap, "step%lld.%s", (long long)step, name);
+    if (n < 0 || (size_t)n >= cap) return perr_set(err, "tensor name '%.80s...' is too long", name);
+    return 0;
+}
