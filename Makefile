@@ -146,10 +146,11 @@ install: $(LIB) $(SHLIB)
 	install -m 644 $(BUILD)/parity.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/parity.pc
 
 # The programs and test binaries are built on every core first (a plain
-# `make check` would build its prerequisites one at a time).
+# `make check` would build its prerequisites one at a time); the shared
+# library too, for tests/test_install.sh and the Python binding's tests.
 CHECK_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 check:
-	$(MAKE) --no-print-directory -j$(CHECK_JOBS) all $(TEST_BIN) $(EXTRA_TEST_BIN)
+	$(MAKE) --no-print-directory -j$(CHECK_JOBS) all $(TEST_BIN) $(EXTRA_TEST_BIN) $(SHLIB)
 	PARITY=$(abspath $(PARITY)) BUILD=$(abspath $(BUILD)) \
 	  bash tests/run.sh $(TEST_BIN) $(EXTRA_TEST_BIN) $(SCRIPT_TESTS)
 
