@@ -111,6 +111,10 @@ $(BUILD)/bench/%: tests/bench/%.c $(LIB)
 # ref/ (v1: include/parity/*.h is the API; the rest is not promised) and
 # carries its dependencies (OpenBLAS's pthread build by path and rpath,
 # MPI when built with it), so a program links -lparity alone.
+# -Bsymbolic: parity's calls to its own functions bind to its own, even in
+# a process that loaded another library first exporting the same name
+# (accum.h's acc_init and acc_free are also libgomp's OpenACC functions,
+# and PyTorch loads libgomp: without it the oracle called those).
 PREFIX   ?= /usr/local
 SHLIB    := $(BUILD)/libparity.so
 PIC_OBJ  := $(LIB_SRC:%.c=$(BUILD)/pic/%.o)
@@ -128,7 +132,7 @@ $(BUILD)/pic/ref/coll/mpi/%.o: ref/coll/mpi/%.c
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -fPIC -MMD -MP -c $< -o $@
 
 $(SHLIB): $(PIC_OBJ)
-	$(CC) -shared -Wl,-soname,libparity.so -o $@ $^ $(LDLIBS)
+	$(CC) -shared -Wl,-soname,libparity.so -Wl,-Bsymbolic -o $@ $^ $(LDLIBS)
 
 # Each file goes in with install(1) (a new file renamed over the old), the
 # .pc last: a pkg-config user never sees a half-installed library.
