@@ -8,27 +8,13 @@
 set -u
 PARITY=${PARITY:-build/parity}
 PY=/usr/bin/python3
-passed=0; failed=0
 tmp=$(mktemp -d /tmp/parity_diff_XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
-ok()   { passed=$((passed + 1)); echo "ok      $1"; }
-fail() { failed=$((failed + 1)); echo "not ok  $1"; shift; for l in "$@"; do echo "  $l"; done; }
+source "$(dirname "$0")/expect.sh"
 
 # Runs parity diff; leaves stdout+stderr in $out and the status in $rc.
 run_diff() { out=$("$PARITY" diff "$@" 2>&1); rc=$?; }
-
-# expect NAME RC PATTERN... : last run's status is RC and its output
-# contains every fixed-string PATTERN.
-expect() {
-  local name=$1 want_rc=$2; shift 2
-  if [ "$rc" -ne "$want_rc" ]; then fail "$name" "exit $rc, expected $want_rc" "$out"; return; fi
-  local p
-  for p in "$@"; do
-    if ! grep -qF -- "$p" <<<"$out"; then fail "$name" "output lacks: $p" "$out"; return; fi
-  done
-  ok "$name"
-}
 
 # Fixture writer: gen.py DIR CASE... writes DIR/CASE.safetensors for each
 # case: the base set of tensors with one deliberate change, made at the

@@ -17,25 +17,12 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 PARITY=${PARITY:-$REPO/build/parity}
 BUILD=${BUILD:-$REPO/build}
 PY=/usr/bin/python3
-passed=0; failed=0
 tmp=$(mktemp -d /tmp/parity_install_XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 prefix=$tmp/prefix
 
-ok()   { passed=$((passed + 1)); echo "ok      $1"; }
-fail() { failed=$((failed + 1)); echo "not ok  $1"; shift; local l; for l in "$@"; do echo "  $l"; done; }
+source "$REPO/tests/expect.sh"
 finish() { echo "RESULT test_install.sh: $passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit; }
-
-# expect NAME RC PATTERN... : $out and $rc hold the last run's output and status
-expect() {
-  local name=$1 want_rc=$2; shift 2
-  if [ "$rc" -ne "$want_rc" ]; then fail "$name" "exit $rc, expected $want_rc" "$out"; return; fi
-  local p
-  for p in "$@"; do
-    if ! grep -qF -- "$p" <<<"$out"; then fail "$name" "output lacks: $p" "$out"; return; fi
-  done
-  ok "$name"
-}
 
 out=$(make -s -C "$REPO" install PREFIX="$prefix" BUILD="$BUILD" 2>&1); rc=$?
 expect "make install" 0
