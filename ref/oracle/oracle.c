@@ -264,7 +264,8 @@ long oracle_golden_find(const oracle_t *o, const char *name) {
 int oracle_count(const oracle_t *o) { return o ? (int)oracle_golden_count(o) : 0; }
 
 int oracle_tensor_at(const oracle_t *o, int i, st_tensor_t *t, const void **data) {
-    const void *d = o ? oracle_golden_at(o, i, t) : NULL;
+    st_tensor_t mine;
+    const void *d = o ? oracle_golden_at(o, i, t ? t : &mine) : NULL;
     if (data) *data = d;
     return d || (o && i >= 0 && i < oracle_golden_count(o)) ? 0 : -1;
 }
@@ -278,7 +279,8 @@ int oracle_golden(const oracle_t *o, const char *name, st_tensor_t *t, const voi
     if (i < 0)
         return perr_set(err, "'%s' is not a golden tensor (names as in dump.h: step<s>.loss, "
                              "step<s>.grad.<param>, init.<param>, ...)", name);
-    const void *d = oracle_golden_at(o, i, t);
+    st_tensor_t mine;
+    const void *d = oracle_golden_at(o, i, t ? t : &mine);
     if (data) *data = d;
     return 0;
 }
