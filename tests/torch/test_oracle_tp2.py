@@ -35,6 +35,11 @@ the right tensor and the right rank:
                     dense_4h_to_h.bias (the backward starts at the last
                     layer), rank 1's copy.
 
+The binding's own checks run in the parent process: torch float64 input
+and negative Shard dims, Oracle(dump=) against the golden run in memory
+(a `parity train --dump` file, bit for bit), and bad input raised as
+ParityError naming the field.
+
 Run from the repository root: python3 tests/torch/test_oracle_tp2.py
 (libparity.so: $PARITY_LIB, else $BUILD/libparity.so, else build/).
 Prints "RESULT test_oracle_tp2.py: N passed, M failed"; a missing torch is
@@ -227,6 +232,46 @@ def free_port():
     return port
 
 
+def binding_checks(check, tmp):
+    """The binding itself, in this process: torch input, negative dims, a
+    dump file, and bad input raised as ParityError naming what is wrong."""
+    o = parity.Oracle(*MODEL).run_golden()
+    name = "step0.grad.layers.0.mlp.dense_4h_to_h.weight"  # [C, F]
+    w = torch.from_numpy(o.golden(name)).double()
+    for r, part in enumerate(torch.chunk(w, TP, -1)):
+        o.put(name, -1, part, placements=[parity.Shard(-1)], mesh=[TP], coords=[r])
+    check("binding: float64 torch shards with Shard(-1) match bit for bit", o.compare() is None)
+
+    def raises(what, fn, want):
+        try:
+            fn()
+        except parity.ParityError as e:
+            check(f"binding refuses {what}", want in str(e), f"message: {e}")
+            return
+        check(f"binding refuses {what}", False, "no error")
+
+    raises("placements and mesh of different lengths",
+           lambda: o.put(name, -1, w, placements=[parity.Shard(0)], mesh=[2, 1], coords=[0, 0]),
+           "one entry per mesh dimension")
+    raises("a placement that is neither Shard nor Replicate",
+           lambda: o.put(name, -1, w, placements=["Shard(0)"], mesh=[1], coords=[0]), "neither")
+    raises("a block of the wrong shape", lambda: o.put(name, -1, w[:3]), "a block of shape [3,64]")
+    raises("an unknown tensor", lambda: o.golden("step0.no.such"), "step0.no.such")
+    raises("an unknown scale", lambda: o.compare(scale="relative"), "relative")
+    raises("a bad model flag", lambda: parity.Oracle("--model", "gpt-micro", "--lr", "fast"), "--lr")
+
+    exe = os.environ.get("PARITY", os.path.join(REPO, "build", "parity"))
+    path = os.path.join(tmp, "golden.safetensors")
+    import subprocess
+    r = subprocess.run([exe, "train", *MODEL, "--dump", path, "--quiet"], capture_output=True, text=True)
+    check("parity train --dump", r.returncode == 0, r.stderr)
+    if r.returncode == 0:
+        f = parity.Oracle(dump=path).run_golden()
+        same = all(np.array_equal(f.golden(n), o.golden(n), equal_nan=True) for n in o.names())
+        check("binding: Oracle(dump=) holds the in-memory golden run's tensors, bit for bit",
+              f.names() == o.names() and same)
+
+
 def main():
     passed = failed = 0
 
@@ -247,6 +292,7 @@ def main():
         mp.spawn(worker, args=(free_port(), out), nprocs=TP, join=True)
         with open(out, "rb") as f:
             res = pickle.load(f)
+        binding_checks(check, tmp)
 
     d, worst, exact = res["good"]
     check("good TP=2 MLP: no divergence over 2 steps x 2 layers (activations, gradients) "
