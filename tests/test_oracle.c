@@ -179,6 +179,36 @@ static void test_integers_nan_order(void) {
     oracle_close(o);
 }
 
+/* The config a run reports (the dump's "config"), written to a file and
+ * opened with --model FILE.json, gives the same golden run. */
+static void test_config_file(void) {
+    oracle_t *a = open_micro();
+    if (!a) return;
+    char dir[] = "/tmp/parity-oracle-XXXXXX", path[64];
+    CHECK(harness_mkdtemp(dir) == 0, "mkdtemp");
+    snprintf(path, sizeof path, "%s/micro.json", dir);
+    FILE *f = fopen(path, "w");
+    if (f) fputs(oracle_config_json(a), f), fclose(f);
+    perr_t err;
+    const char *args[] = {"--config", path};
+    oracle_t *b = oracle_open(2, args, &err);
+    CHECK(b && !oracle_run_golden(b, 1, &err), "%s", err.msg);
+    CHECK(b && oracle_count(a) == oracle_count(b), "%d vs %d tensors", oracle_count(a),
+          b ? oracle_count(b) : -1);
+    for (int i = 0; b && i < oracle_count(a); i++) {
+        st_tensor_t ta, tb;
+        const void *da, *db;
+        oracle_tensor_at(a, i, &ta, &da);
+        oracle_tensor_at(b, i, &tb, &db);
+        CHECK(!strcmp(ta.name, tb.name) && st_numel(&ta) == st_numel(&tb) &&
+                  !memcmp(da, db, st_numel(&ta) * st_dtype_size(ta.dtype)),
+              "%s differs", ta.name);
+    }
+    oracle_close(a);
+    oracle_close(b);
+    harness_rmtree(dir);
+}
+
 #define REFUSED(call, want)                                                                    \
     do {                                                                                       \
         perr_t e_ = {{0}};                                                                     \
@@ -244,6 +274,7 @@ int main(void) {
     RUN(test_signed_zero);
     RUN(test_tolerance_scales);
     RUN(test_integers_nan_order);
+    RUN(test_config_file);
     RUN(test_bad_input);
     return harness_done();
 }
