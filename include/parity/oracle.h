@@ -152,7 +152,7 @@ typedef struct {
 
 /* Compares what was put (tol NULL: bit-exact): 0 when every tensor put
  * matches, 1 with the first divergence in *out, -1 on error (nothing
- * put, no golden run yet). out->compared is filled either way. */
+ * put, a bad tolerance). out->compared: the tensors compared (0 and 1). */
 int oracle_compare(oracle_t *o, const oracle_tolerance_t *tol, oracle_divergence_t *out,
                    perr_t *err);
 
