@@ -224,9 +224,9 @@ static void test_bad_input(void) {
                             {"--model", "/nonexistent/m.json", NULL, NULL},
                             {"--model", "gpt-micro", "--data", "/nonexistent/corpus"},
                             {"--model", "gpt-micro", "--data-parallel-size", "2"},
-                            {"--model", "gpt-micro", "--model", "gpt-tiny"}};
+                            {"--model", "gpt-micro", "--config", "gpt-tiny"}};
     const char *want[] = {"--steps", "--backend", "m.json", "/nonexistent/corpus",
-                          "unknown option '--data-parallel-size'", "--model given twice"};
+                          "unknown option '--data-parallel-size'", "--config given twice"};
     for (int k = 0; k < 6; k++) {
         int n = 0;
         while (n < 4 && bad[k][n]) n++;

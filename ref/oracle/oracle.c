@@ -65,9 +65,14 @@ typedef struct {
     const char *flag[MAX_FLAGS], *val[MAX_FLAGS];
 } open_args_t;
 
+/* A flag given twice is refused, as parity train refuses it (never "the
+ * last one wins"); --config is --model's other name. */
+static const char *canon(const char *f) { return !strcmp(f, "--config") ? "--model" : f; }
+
 static int given_twice(const char *const *argv, int i) {
     for (int k = 0; k < i; k++)
-        if (!strcmp(argv[k], argv[i]) && !strncmp(argv[i], "--", 2)) return 1;
+        if (argv[k] && !strcmp(canon(argv[k]), canon(argv[i])) && !strncmp(argv[i], "--", 2))
+            return 1;
     return 0;
 }
 
