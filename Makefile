@@ -75,6 +75,8 @@ SLOW_TESTS   := tests/test_scale_16k.sh
 SCRIPT_TESTS := $(filter-out $(SLOW_TESTS),$(sort $(wildcard tests/test_*.sh))) \
                 $(sort $(wildcard tests/torch/test_*.py))
 EXTRA_TEST_BIN :=
+# Programs the script tests drive (built by make check, never run as tests themselves).
+TEST_HELPERS :=
 
 .PHONY: all check check-mpi-hosts check-slow asan tsan ubsan bench clean golden demo demo-encdec install shared
 all: $(LIB) $(PARITY) $(TEST_BIN)
@@ -154,7 +156,7 @@ install: $(LIB) $(SHLIB)
 # library too, for tests/test_install.sh and the Python binding's tests.
 CHECK_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 check:
-	$(MAKE) --no-print-directory -j$(CHECK_JOBS) all $(TEST_BIN) $(EXTRA_TEST_BIN) $(SHLIB)
+	$(MAKE) --no-print-directory -j$(CHECK_JOBS) all $(TEST_BIN) $(EXTRA_TEST_BIN) $(TEST_HELPERS) $(SHLIB)
 	PARITY=$(abspath $(PARITY)) BUILD=$(abspath $(BUILD)) \
 	  bash tests/run.sh $(TEST_BIN) $(EXTRA_TEST_BIN) $(SCRIPT_TESTS)
 

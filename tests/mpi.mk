@@ -2,7 +2,7 @@
 # runs it as threads and under mpirun). Not a tests/test_*.c: run.sh
 # would start it without mpirun.
 MPI_COLL_BIN := $(BUILD)/tests/mpi_coll
-EXTRA_TEST_BIN += $(MPI_COLL_BIN)
+TEST_HELPERS += $(MPI_COLL_BIN)
 $(MPI_COLL_BIN): tests/mpi/mpi_coll.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP $< $(LIB) $(LDLIBS) -o $@

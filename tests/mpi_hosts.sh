@@ -43,7 +43,7 @@ AGENT
 chmod +x "$tmp/agent"
 printf '%s slots=8\n%s slots=8\n' "$h1" "$h2" >"$tmp/hosts"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPIRUN=(timeout 300 ip netns exec "$ns1" mpirun --hostfile "$tmp/hosts" --map-by node --oversubscribe
+MPIRUN=(timeout -k 10 300 ip netns exec "$ns1" mpirun --hostfile "$tmp/hosts" --map-by node --oversubscribe
         --mca plm_rsh_agent "$tmp/agent" --mca btl tcp,self --mca btl_tcp_if_include "10.77.$net.0/24"
         --mca oob_tcp_if_include "10.77.$net.0/24" --mca mpi_yield_when_idle 1)
 

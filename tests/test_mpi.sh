@@ -34,7 +34,8 @@ if ! command -v mpirun >/dev/null || ! "$BUILD/tests/mpi_coll" 2>&1 | grep -q us
 fi
 # root in CI: OpenMPI refuses root unless told; a watchdog well inside the test's time
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-MPIRUN=(timeout 120 mpirun --oversubscribe --mca mpi_yield_when_idle 1)
+# -k: an mpirun that ignores SIGTERM after an abort is killed 10 s later
+MPIRUN=(timeout -k 10 120 mpirun --oversubscribe --mca mpi_yield_when_idle 1)
 # under make asan: no leak report for the processes mpirun starts, whose
 # leaks are OpenMPI's plugins' (unloaded at exit, so not even named); the
 # threaded runs of the same code keep leak detection; under make tsan,
