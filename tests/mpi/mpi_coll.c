@@ -10,13 +10,14 @@
  *                         mpirun one device per process (N ignored)
  *   mpi_coll mismatch     rank 1's all-reduce count differs: fatal, naming both
  *   mpi_coll p2p-mismatch rank 1 receives fewer elements than rank 0 sends
- *   mpi_coll hang         rank 1 skips a barrier: the watchdog names it
+ *   mpi_coll hang         rank 1 never joins a barrier: the watchdog names it
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "parity/coll.h"
 #include "parity/runtime.h"
@@ -170,7 +171,9 @@ static void device_main(device_t *dev, void *arg) {
         if (me == 0) coll_send(j->pair, x, 8, COLL_F32, 1, 3);
         if (me == 1) coll_recv(j->pair, x, 4, COLL_F32, 0, 3);
     } else if (!strcmp(j->mode, "hang")) {
+        /* rank 1 never comes: it is busy elsewhere until the others' watchdog stops the job */
         if (me != 1) coll_barrier(j->world);
+        else sleep(60);
     }
 }
 
