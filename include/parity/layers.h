@@ -93,6 +93,26 @@ void linear_backward_at(float *dx, acc_t *dw, size_t dw_at, acc_t *db, size_t db
                         const float *dy, const float *x, const float *w, int n, int n_in,
                         int n_out, linear_tiles_t t, contract_ws_t *ws);
 
+/* The split backward of zero-bubble pipeline schedules (wstash.c): B, the
+ * input gradient, now; W, the weight gradient, later. While a stash is
+ * bound to the calling thread, linear_backward_at computes dx only and
+ * appends its weight and bias gradients' work to the stash, with copies
+ * of x and dy; linear_wstash_run does that work (and empties the stash).
+ * The sums are open and exact, so the bits are the fused backward's.
+ * by_reference: keep dy by pointer instead of copying it (the broken
+ * variant: W then reads whatever B's buffer holds by the time it runs). */
+typedef struct linear_wstash linear_wstash_t;
+linear_wstash_t *linear_wstash_new(int by_reference);
+void linear_wstash_free(linear_wstash_t *s);
+void linear_wstash_bind(linear_wstash_t *s); /* NULL: the fused backward */
+linear_wstash_t *linear_wstash_bound(void);
+void linear_wstash_add(linear_wstash_t *s, acc_t *dw, size_t dw_at, acc_t *db, size_t db_at,
+                       const float *dy, const float *x, int n, int n_in, int n_out, linear_tiles_t t);
+void linear_wstash_run(linear_wstash_t *s, contract_ws_t *ws);
+size_t linear_wstash_bytes(const linear_wstash_t *s); /* held now */
+size_t linear_wstash_peak(const linear_wstash_t *s);  /* the most ever held */
+int linear_wstash_count(const linear_wstash_t *s);    /* products waiting */
+
 /* ---- gelu.c ------------------------------------------------------------ */
 
 /* y = gelu_tanh(x) and dydx = gelu_tanh'(x), kept for the backward pass

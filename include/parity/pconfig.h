@@ -21,7 +21,14 @@ const char *pconfig_offload_name(int offload);
 /* Pipeline schedules (pp.h): 1F1B is Megatron's default; interleaved
  * 1F1B when virtual stages are given; naive: one microbatch at a time
  * through every stage (model parallelism without pipelining). */
-typedef enum { PC_PP_DEFAULT = 0, PC_PP_1F1B, PC_PP_GPIPE, PC_PP_INTERLEAVED, PC_PP_NAIVE } pc_pp_schedule_t;
+typedef enum {
+    PC_PP_DEFAULT = 0, PC_PP_1F1B, PC_PP_GPIPE, PC_PP_INTERLEAVED, PC_PP_NAIVE,
+    PC_PP_ZB_H1, PC_PP_ZB_V, PC_PP_DUALPIPEV /* the backward split into B and W (pp.h) */
+} pc_pp_schedule_t;
+/* "1f1b", "gpipe", "interleaved", "naive", "zb-h1", "zb-v", "dualpipev" */
+const char *pconfig_schedule_name(pc_pp_schedule_t s);
+/* Whether schedule s splits each backward into B and W (zb-h1, zb-v, dualpipev). */
+int pconfig_splits_backward(pc_pp_schedule_t s);
 enum { PC_MAX_SPLIT = 64, PC_MAX_CHUNKS = 16 /* = GPT_MAX_CHUNKS */,
        PC_MAX_RANKS = PARITY_MAX_DEVICES };
 
@@ -65,7 +72,7 @@ typedef struct {
      * largest */
     int global_batch, micro_batch, accum_degree;
     /* pipeline parallelism (pp.h) */
-    pc_pp_schedule_t pp_schedule;   /* --pipeline-schedule gpipe|1f1b|interleaved */
+    pc_pp_schedule_t pp_schedule;   /* --pipeline-schedule gpipe|1f1b|interleaved|naive|zb-h1|zb-v|dualpipev */
     int vpp;                        /* --virtual-pipeline-model-parallel-size: chunks per stage */
     int layers_per_vstage;          /* --num-layers-per-virtual-pipeline-stage (0: not given) */
     int layer_split[PC_MAX_SPLIT];  /* --pipeline-layer-split 3,3,2: layers per stage */
@@ -205,7 +212,7 @@ void pconfig_defaults(pconfig_t *pc);
  *   --cp-comm-type p2p|a2a
  *   --expert-model-parallel-size N  --rank-order tp-cp-ep-dp-pp  --rank-list 3,0,2,1
  *   --sequence-parallel
- *   --pipeline-schedule gpipe|1f1b|interleaved  --pipeline-layer-split A,B,..
+ *   --pipeline-schedule gpipe|1f1b|interleaved|naive|zb-h1|zb-v|dualpipev  --pipeline-layer-split A,B,..
  *   --virtual-pipeline-model-parallel-size V  --num-layers-per-virtual-pipeline-stage N
  *   --global-batch-size N  --micro-batch-size N  --accum-degree N  --num-microbatches N
  *   --zero-stage 0..3  --use-distributed-optimizer  --overlap-grad-reduce

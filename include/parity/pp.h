@@ -33,7 +33,9 @@
 
 typedef struct {
     int pp, v, m;             /* stages, chunks per stage, microbatches per step */
-    pc_pp_schedule_t sched;   /* PC_PP_GPIPE, PC_PP_1F1B or PC_PP_INTERLEAVED */
+    pc_pp_schedule_t sched;   /* PC_PP_GPIPE, PC_PP_1F1B, PC_PP_INTERLEAVED, ... */
+    int vshape;               /* chunks in a V (zb-v, dualpipev): chunk 0 of stage r is
+                                 virtual stage r, chunk 1 is 2 pp - 1 - r */
     int layers;               /* L */
     int stage_layers[PC_MAX_SPLIT]; /* layers of each stage (all its chunks) */
     gpt_units_t units[PC_MAX_SPLIT]; /* the units each stage holds, v chunks */
@@ -46,12 +48,20 @@ typedef struct {
  * chunk (every unit) under 1F1B: the golden order, one microbatch at a time. */
 int pp_plan_build(pp_plan_t *p, const model_config_t *cfg, const pconfig_t *pc, perr_t *err);
 
+/* A backward pass whole, or split (zero-bubble schedules): B the input
+ * gradient, W the weight gradient (layers.h's split backward). */
+typedef enum { PP_PASS_WHOLE = 0, PP_PASS_B = 1, PP_PASS_W = 2 } pp_part_t;
+
 typedef struct {
-    int fwd;                  /* 1 forward, 0 backward */
+    int fwd;                  /* 1 forward, 0 backward (whole, B or W) */
     int mb, chunk;
+    int part;                 /* pp_part_t of a backward; PP_PASS_WHOLE for a forward */
 } pp_op_t;
 
-/* Stage r's 2 * m * v passes, in order, into ops; returns their count. */
+/* Room for a stage's passes: 3 m v (split schedules have three a pair). */
+static inline int pp_max_ops(const pp_plan_t *p) { return 3 * p->m * p->v; }
+
+/* Stage r's passes, in order, into ops (room for pp_max_ops); returns their count. */
 int pp_schedule(const pp_plan_t *p, int r, pp_op_t *ops);
 /* The most (microbatch, chunk c) pairs stage r holds between forward
  * and backward, counted on the schedule; c < 0: of any chunk. A stage
@@ -68,11 +78,43 @@ int pp_in_flight_formula(const pp_plan_t *p, int r);
  * interleaved (p - 1) / (v m + p - 1), Megatron's bubble (p - 1)/m shrunk
  * v times; naive (p - 1) / p. */
 double pp_bubble_theory(const pp_plan_t *p);
+/* The formula pp_bubble_theory evaluates, for reports. Split schedules:
+ * their own simulation at T_F = T_B = T_W (pp_simulate), which is the
+ * paper's (p-1)(T_F+T_B-T_W) for ZB-H1 (a third of 1F1B's (p-1)(T_F+
+ * T_B+T_W)), and the stages' skew of p-1 chunk passes for ZB-V and
+ * DualPipeV (whose steady state has none). */
+const char *pp_bubble_formula(const pp_plan_t *p);
+/* A schedule run on paper (pp_sim.c): each stage's passes in order, each as
+ * soon as the passes it needs have finished, F taking f, B b and W w (a
+ * whole backward b + w); sends take no time. span: the last pass's end;
+ * busy[r]: stage r's pass time. -1 when the schedules deadlock (stuck:
+ * the first stage that cannot go on, and the pass it cannot start). */
+typedef struct { double f, b, w; } pp_times_t;
+typedef struct {
+    double span, busy[PC_MAX_SPLIT];
+    int stuck_stage;
+    pp_op_t stuck;
+} pp_sim_t;
+int pp_simulate(const pp_plan_t *p, const pp_times_t *t, pp_sim_t *out);
+/* Stage r's idle share of the span: 1 - busy[r] / span. */
+double pp_sim_bubble(const pp_plan_t *p, const pp_sim_t *s, int r);
+
 /* Virtual stage of chunk c on stage r, and where it sends: the stage of
  * virtual stage vs. */
-static inline int pp_vstage(const pp_plan_t *p, int r, int c) { return c * p->pp + r; }
-static inline int pp_stage_of(const pp_plan_t *p, int vs) { return vs % p->pp; }
-/* "gpipe", "1f1b", "interleaved" */
+static inline int pp_vstage(const pp_plan_t *p, int r, int c) {
+    return p->vshape ? (c == 0 ? r : 2 * p->pp - 1 - r) : c * p->pp + r;
+}
+static inline int pp_stage_of(const pp_plan_t *p, int vs) {
+    return p->vshape ? (vs < p->pp ? vs : 2 * p->pp - 1 - vs) : vs % p->pp;
+}
+static inline int pp_chunk_of(const pp_plan_t *p, int vs) {
+    return p->vshape ? vs >= p->pp : vs / p->pp;
+}
+/* Whether a tied head's word embedding has copies on two stages (the
+ * embedding's and the head's, joined by an embedding group): pp > 1,
+ * except in a V, where both ends of the model are on stage 0. */
+static inline int pp_tied_split(const pp_plan_t *p) { return p->pp > 1 && !p->vshape; }
+/* "gpipe", "1f1b", "interleaved", ... (pconfig_schedule_name) */
 const char *pp_schedule_name(pc_pp_schedule_t s);
 
 #endif

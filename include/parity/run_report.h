@@ -39,6 +39,7 @@ typedef struct {
     int pp_stage, pp_in_flight_peak;
     int pp_slots;
     double pp_busy, pp_span;
+    size_t pp_wstash_peak; /* split schedules: bytes W's inputs held at once (layers.h) */
 } device_report_t;
 
 /* A run, as the reports read it. */

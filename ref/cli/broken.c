@@ -4,6 +4,7 @@
  * negative control that runs and reports "bit-exact yes" would prove
  * nothing, and `parity check` refuses it before its golden run. */
 #include "broken.h"
+#include "parity/pp.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -76,6 +77,13 @@ static const char *needs_pp_tied(const broken_where_t *w) {
     return w->cfg->tied ? NULL
                         : "a head tied to the embedding (without "
                           "--untie-embeddings-and-output-weights)";
+}
+
+static const char *needs_pp_split(const broken_where_t *w) {
+    if (w->pc->pp == 1) return needs_pp(w);
+    return pconfig_splits_backward(w->pc->pp_schedule)
+               ? NULL
+               : "a schedule that splits the backward (--pipeline-schedule zb-h1, zb-v or dualpipev)";
 }
 
 static const char *needs_cp_ring(const broken_where_t *w) {
@@ -198,6 +206,7 @@ static void set_tp_fp32_sums(engine_run_t *r, int d) { (void)d, r->broken_tp_fp3
 static void set_tp_vocab_pad(engine_run_t *r, int d) { (void)d, r->broken_tp_vocab_pad = 1; }
 static void set_pp_mask_key(engine_run_t *r, int d) { (void)d, r->broken_pp_mask_key = 1; }
 static void set_pp_tied_grad(engine_run_t *r, int d) { (void)d, r->broken_pp_tied_grad = 1; }
+static void set_pp_stale_w(engine_run_t *r, int d) { (void)d, r->broken_pp_stale_w = 1; }
 static void set_cp_online(engine_run_t *r, int d) { (void)d, r->broken_cp_online_softmax = 1; }
 static void set_encdec_mixup(engine_run_t *r, int d) { (void)d, r->broken_encdec_dp_mixup = 1; }
 static void set_encdec_sum(engine_run_t *r, int d) { (void)d, r->broken_encdec_combine = 1; }
@@ -262,6 +271,12 @@ static const broken_variant_t variants[] = {
      "first and last stage (Megatron's embedding group)",
      "grad.embedding.word_embeddings.weight", "--pipeline-model-parallel-size 2", -1, "pp > 1, a tied head", 0,
      needs_pp_tied, set_pp_tied_grad},
+    {"pp-stale-w",
+     "let a zero-bubble W pass read the output gradient where its B left it instead of a copy: by "
+     "the time W runs, later passes have overwritten that buffer (a weight-gradient pass scheduled "
+     "before its input is final)",
+     "grad.*", "--pipeline-model-parallel-size 2 --pipeline-schedule zb-h1 --num-microbatches 4", -1,
+     "a schedule that splits the backward (zb-h1, zb-v, dualpipev)", 0, needs_pp_split, set_pp_stale_w},
     {"cp-online-softmax",
      "merge the ring's attention blocks with flash-style online softmax rescaling in arrival "
      "order (ring attention's order-dependent merge)",

@@ -40,7 +40,7 @@ static void effective_order(const pconfig_t *pc, char *buf, size_t cap) {
 }
 
 static void print_stages(const pp_plan_t *pp, FILE *f) {
-    pp_op_t *ops = malloc(2 * (size_t)pp->m * (size_t)pp->v * sizeof *ops);
+    pp_op_t *ops = malloc((size_t)pp_max_ops(pp) * sizeof *ops);
     fprintf(f, "  \"stages\": [");
     for (int r = 0; r < pp->pp; r++) {
         fprintf(f, "%s\n    {\"stage\": %d, \"layers\": %d, \"units\": [", r ? "," : "", r,
@@ -50,7 +50,8 @@ static void print_stages(const pp_plan_t *pp, FILE *f) {
         fprintf(f, "], \"slots\": %d, \"passes\": \"", pp_in_flight_formula(pp, r));
         const int n = ops ? pp_schedule(pp, r, ops) : 0;
         for (int i = 0; i < n; i++) {
-            fprintf(f, "%s%c%d", i ? " " : "", ops[i].fwd ? 'F' : 'B', ops[i].mb);
+            fprintf(f, "%s%c%d", i ? " " : "",
+                    ops[i].fwd ? 'F' : ops[i].part == PP_PASS_W ? 'W' : 'B', ops[i].mb);
             if (pp->v > 1) fprintf(f, ".%d", ops[i].chunk);
         }
         fprintf(f, "\"}");

@@ -195,14 +195,13 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
         return 1;
     }
     if (!strcmp(flag, "--pipeline-schedule")) {
-        static const char *names[] = {"1f1b", "gpipe", "interleaved", "naive"};
         if (num_flag_value(flag, val, err)) return -1;
         int found = -1;
-        for (int k = 0; k < 4; k++)
-            if (!strcmp(val, names[k])) found = k;
+        for (int k = 0; k < 7; k++)
+            if (!strcmp(val, pconfig_schedule_name((pc_pp_schedule_t)(PC_PP_1F1B + k)))) found = k;
         if (found < 0)
-            return perr_set(err, "--pipeline-schedule: expected gpipe, 1f1b, interleaved or naive, "
-                                 "got '%s'", val);
+            return perr_set(err, "--pipeline-schedule: expected gpipe, 1f1b, interleaved, naive, "
+                                 "zb-h1, zb-v or dualpipev, got '%s'", val);
         pc->pp_schedule = (pc_pp_schedule_t)(PC_PP_1F1B + found);
         pc->given |= PC_GIVEN_SCHEDULE;
         *i += 2;
@@ -317,6 +316,22 @@ static const char *replica_name(const pconfig_t *pc) {
 
 /* The pipeline flags among themselves (pp.h checks them against the
  * model's layers): a schedule, and virtual stages only when interleaved. */
+const char *pconfig_schedule_name(pc_pp_schedule_t s) {
+    switch (s) {
+    case PC_PP_GPIPE: return "gpipe";
+    case PC_PP_INTERLEAVED: return "interleaved";
+    case PC_PP_NAIVE: return "naive";
+    case PC_PP_ZB_H1: return "zb-h1";
+    case PC_PP_ZB_V: return "zb-v";
+    case PC_PP_DUALPIPEV: return "dualpipev";
+    default: return "1f1b";
+    }
+}
+
+int pconfig_splits_backward(pc_pp_schedule_t s) {
+    return s == PC_PP_ZB_H1 || s == PC_PP_ZB_V || s == PC_PP_DUALPIPEV;
+}
+
 static int pipeline_validate(pconfig_t *pc, perr_t *err) {
     if (pc->n_layer_split && pc->n_layer_split != pc->pp)
         return perr_set(err, "pipeline-layer-split: %d entries for pipeline-model-parallel-size %d "
@@ -340,17 +355,20 @@ static int pipeline_validate(pconfig_t *pc, perr_t *err) {
             return perr_set(err, "pipeline-schedule: interleaved needs pipeline-model-parallel-size "
                                  ">= 2, got %d", pc->pp);
     } else if (virtual) {
-        return perr_set(err, "pipeline-schedule: %s has one model chunk per stage; virtual stages "
-                             "need --pipeline-schedule interleaved",
-                        pc->pp_schedule == PC_PP_GPIPE   ? "gpipe"
-                        : pc->pp_schedule == PC_PP_NAIVE ? "naive"
-                                                         : "1f1b");
+        return perr_set(err, "pipeline-schedule: %s %s; virtual stages need --pipeline-schedule "
+                             "interleaved", pconfig_schedule_name(pc->pp_schedule),
+                        pc->pp_schedule == PC_PP_ZB_V || pc->pp_schedule == PC_PP_DUALPIPEV
+                            ? "places its two chunks per stage itself (a V)"
+                            : "has one model chunk per stage");
     }
     if ((pc->given & PC_GIVEN_SCHEDULE) && pc->pp < 2) /* accepted and ignored otherwise */
         return perr_set(err, "pipeline-schedule: %s needs pipeline-model-parallel-size > 1 (there is "
                              "no pipeline to schedule at pp %d)",
-                        pc->pp_schedule == PC_PP_GPIPE ? "gpipe" : pc->pp_schedule == PC_PP_NAIVE ? "naive" : "1f1b",
-                        pc->pp);
+                        pconfig_schedule_name(pc->pp_schedule), pc->pp);
+    if (pconfig_splits_backward(pc->pp_schedule) && pc->overlap_grad_reduce)
+        return perr_set(err, "pipeline-schedule: %s defers weight gradients to W passes; "
+                             "--overlap-grad-reduce (buckets reduced as each unit's backward ends) "
+                             "is not built with it", pconfig_schedule_name(pc->pp_schedule));
     if (!pc->vpp) pc->vpp = 1; /* num-layers-per-virtual-pipeline-stage: pp.h derives it */
     return 0;
 }
@@ -584,6 +602,10 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
         pc->accum_degree = B / dp / pc->micro_batch;
     }
     if (tp_batch_validate(pc, err)) return -1;
+    if (pc->pp_schedule == PC_PP_DUALPIPEV && pc->accum_degree < 2 * pc->pp)
+        return perr_set(err, "num-microbatches: %d, but dualpipev needs at least 2 x pipeline-model-"
+                             "parallel-size = %d (microbatches enter at both arms of the V)",
+                        pc->accum_degree, 2 * pc->pp);
     if (pc->pp_schedule == PC_PP_INTERLEAVED && pc->accum_degree % pc->pp)
         return perr_set(err, "num-microbatches: %d is not a multiple of pipeline-model-parallel-size "
                              "%d, which the interleaved schedule needs (microbatches go round the "
@@ -592,7 +614,6 @@ int pconfig_validate(pconfig_t *pc, int model_global_batch, perr_t *err) {
 }
 
 void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
-    static const char *sched[] = {"", "1f1b", "gpipe", "interleaved", "naive"};
     char tp[64] = "", pp[48] = "";
     if (pc->tp > 1 && pc->tp_mode != PC_TP_1D) {
         int sub[3];
@@ -604,9 +625,9 @@ void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
                  pc->tp_row_linears ? " row" : "");
     if (pc->encoder_pp)
         snprintf(pp, sizeof pp, "epp=%d pp=%d %s ", pc->encoder_pp, pc->decoder_pp,
-                 sched[pc->pp_schedule]);
+                 (pc->pp_schedule ? pconfig_schedule_name(pc->pp_schedule) : ""));
     else if (pc->pp > 1)
-        snprintf(pp, sizeof pp, "pp=%d %s ", pc->pp, sched[pc->pp_schedule]);
+        snprintf(pp, sizeof pp, "pp=%d %s ", pc->pp, (pc->pp_schedule ? pconfig_schedule_name(pc->pp_schedule) : ""));
     char cp[32] = "";
     if (pc->cp > 1) snprintf(cp, sizeof cp, "cp=%d %s ", pc->cp, pc->cp_comm ? "a2a" : "p2p");
     char ep[32] = ""; /* expert-parallel ranks, out of the data-parallel ones */
@@ -657,7 +678,8 @@ void pconfig_print_help(FILE *f) {
           "                            its own before the decoder's pp (Megatron-core 0.9-0.13)\n"
           "  --encoder-tensor-model-parallel-size N   the encoder's tp (<= tp; default tp; needs the\n"
           "                            encoder's own stages; below tp: not built yet)\n"
-          "  --pipeline-schedule gpipe|1f1b|interleaved|naive   (default 1f1b; interleaved with virtual\n"
+          "  --pipeline-schedule gpipe|1f1b|interleaved|naive|zb-h1|zb-v|dualpipev   (default 1f1b;\n"
+          "                           zero-bubble ones split each backward into B and W; interleaved with virtual\n"
           "                            stages; naive: one microbatch at a time, no pipelining)\n"
           "  --virtual-pipeline-model-parallel-size V | --num-layers-per-virtual-pipeline-stage N\n"
           "                            interleaving: V model chunks per stage\n"

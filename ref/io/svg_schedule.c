@@ -140,7 +140,7 @@ enum { LEFT = 150, TOP = 44, ROW_H = 26, BAR_H = 18, RIGHT = 20 };
 
 static const char *cat_colour(const char *cat) {
     static const struct { const char *cat, *colour; } map[] = {
-        {"forward", "#4e79a7"},   {"backward", "#59a14f"}, {"recv", "#e15759"},
+        {"forward", "#4e79a7"},   {"backward", "#59a14f"}, {"weight", "#9c755f"}, {"recv", "#e15759"},
         {"send", "#bab0ac"},      {"collective", "#b07aa1"}, {"exact-sum", "#f28e2b"},
         {"optimizer", "#edc948"},
     };
@@ -245,7 +245,8 @@ static int schedule_wall(FILE *f, const svg_trace_t *t, const char *title, perr_
     for (size_t i = 0; i < t->n; i++) {
         const trace_span_t *s = &t->spans[i];
         const double x = LEFT + (s->t0 - lo) / range * W, w = fmax(0.5, (s->t1 - s->t0) / range * W);
-        const int pass = !strcmp(s->cat, "forward") || !strcmp(s->cat, "backward");
+        const int pass = !strcmp(s->cat, "forward") || !strcmp(s->cat, "backward") ||
+                         !strcmp(s->cat, "weight");
         bar(f, s, x, w, row_of(dev, ndev, s->device), pass && w >= 7.0 * (double)strlen(s->name));
         drawn[i] = 1;
     }

@@ -126,6 +126,13 @@ int trace_write(const char *path, trace_buf_t *bufs, int nbufs, perr_t *err) {
             json_write_string(f, s->name);
             fputs(",\"cat\":", f);
             json_write_string(f, s->cat);
+            /* chrome://tracing's reserved colours: a pipeline's F, B and W
+             * passes told apart at a glance (Perfetto colours by name) */
+            const char *cname = !strcmp(s->cat, "forward")    ? "thread_state_running"
+                                : !strcmp(s->cat, "backward") ? "good"
+                                : !strcmp(s->cat, "weight")   ? "yellow"
+                                                              : NULL;
+            if (cname) fprintf(f, ",\"cname\":\"%s\"", cname);
             fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":0,\"tid\":%d,\"args\":{", ts, dur,
                     s->device);
             /* -1 means "not applicable": leave the key out rather than

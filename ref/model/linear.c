@@ -35,6 +35,12 @@ void linear_backward_at(float *dx, acc_t *dw, size_t dw_at, acc_t *db, size_t db
     if (dx)
         contract(CONTRACT_NN, n, n_in, n_out, t.tokens, t.in, t.out, dy, n_out, w, n_in, dx, n_in,
                  ws);
+    /* the split backward: the weight gradient later (wstash.c) */
+    linear_wstash_t *later = linear_wstash_bound();
+    if (later && (dw || db)) {
+        linear_wstash_add(later, dw, dw_at, db, db_at, dy, x, n, n_in, n_out, t);
+        return;
+    }
     /* dw[out,in] += dy[n,out]^T . x[n,in], contracted over token tiles */
     if (dw)
         contract_acc(CONTRACT_TN, n_out, n_in, n, t.out, t.in, t.tokens, dy, n_out, x, n_in, dw,

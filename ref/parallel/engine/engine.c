@@ -28,6 +28,7 @@
 #include "engine_internal.h"
 #include "parity/corpus.h"
 #include "parity/dump.h"
+#include "parity/layers.h"
 
 double engine_now(void) {
     struct timespec ts;
@@ -145,9 +146,21 @@ static int setup_rank(engine_rank_t *r, device_t *dev) {
         engine_fail(sh, msg);
         return -1;
     }
-    r->ops = calloc(2 * nmb, sizeof *r->ops);
+    r->ops = calloc((size_t)pp_max_ops(&sh->pp), sizeof *r->ops);
     r->slot_of = calloc(nmb, sizeof *r->slot_of);
     r->slot_send = calloc((size_t)r->g->n_slots, sizeof *r->slot_send);
+    if (pconfig_splits_backward(sh->pp.sched)) { /* B now, W later: a stash per (microbatch, chunk) */
+        r->wstash = calloc(nmb, sizeof *r->wstash);
+        for (size_t k = 0; r->wstash && k < nmb; k++)
+            if (!(r->wstash[k] = linear_wstash_new(sh->run->broken_pp_stale_w))) {
+                engine_fail(sh, "dp: out of memory for the split backward");
+                return -1;
+            }
+    }
+    if (sh->pp.vshape && !(r->loop = calloc(2 * nmb * (size_t)sh->pp.pp, sizeof *r->loop))) {
+        engine_fail(sh, "dp: out of memory for the schedule");
+        return -1;
+    }
     if (engine_bridge_side(r) > 0) { /* the encoder's end of the bridge (schedule.c) */
         const size_t k = (size_t)engine_bridge_fanout(sh), slots = (size_t)r->g->n_slots;
         const size_t len = (size_t)sh->cfg.micro_batch * (size_t)sh->cfg.seq_length * (size_t)sh->cfg.hidden;
@@ -222,6 +235,14 @@ static void teardown_rank(engine_rank_t *r, device_t *dev) {
     xvec_free(&r->scratch[1]);
     free(r->unit_buf);
     free(r->ops);
+    for (size_t k = 0; r->wstash && k < (size_t)r->sh->pp.m * (size_t)r->sh->pp.v; k++)
+        linear_wstash_free(r->wstash[k]);
+    free(r->wstash);
+    for (size_t k = 0; r->loop && k < 2 * (size_t)r->sh->pp.m * (size_t)r->sh->pp.v * (size_t)r->sh->pp.pp; k++)
+        free(r->loop[k]);
+    free(r->loop);
+    free(r->buffered_req);
+    free(r->buffered);
     free(r->slot_of);
     free(r->slot_send);
     free(r->bridge_req);

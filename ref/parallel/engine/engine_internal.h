@@ -81,6 +81,14 @@ typedef struct engine_rank {
     coll_request_t **bridge_req;
     float *bridge_send, *bridge_recv;
     int *slot_of;          /* [m * v] the slot of (microbatch, chunk) in flight */
+    struct linear_wstash **wstash; /* [m * v] split schedules: each (microbatch, chunk)'s
+                              weight-gradient work between its B and its W (layers.h) */
+    size_t wstash_peak;    /* the most bytes the stashes held at once */
+    coll_request_t **buffered_req; /* a V's sends in flight, with their copies */
+    float **buffered;
+    int nbuffered, cap_buffered;
+    float **loop;          /* [tags] a V's bottom: the hand-offs between this stage's own
+                              chunks, by tag (schedule.c) */
     int slot_first[GPT_MAX_CHUNKS + 1]; /* chunk c's pool of slots (engine_stage_slots) */
     trace_buf_t *trace;    /* --trace: this device's spans, or NULL */
     double busy;           /* this step's forward/backward seconds */

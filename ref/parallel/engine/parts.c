@@ -81,7 +81,7 @@ static int find_parts(engine_shared_t *sh, perr_t *err) {
 
 int engine_part_extra(const engine_shared_t *sh, const engine_part_t *p, int i) {
     if (placement_is_extra_replica(&p->table->info[i].pl, p->sizes, p->coord)) return 1;
-    return sh->pp.pp > 1 && i == p->table->wte && p->stage == sh->pp.pp - 1;
+    return pp_tied_split(&sh->pp) && i == p->table->wte && p->stage == sh->pp.pp - 1;
 }
 
 float **engine_part_buffers(const engine_shared_t *sh) {
@@ -204,9 +204,9 @@ int engine_build_stages(engine_shared_t *sh, perr_t *err) {
                                   pc->zero_stage, pc->bucket_cap_mb,
                                   sh->run->broken_adam8_shard_blocks ? DP_PLAN_UNALIGNED : 0u, err))
             return -1;
-        if (pp > 1 && sh->cfg.tied) dp_plan_hold_embedding(&sh->plans[k], &sh->part_tables[k]);
+        if (pp_tied_split(&sh->pp) && sh->cfg.tied) dp_plan_hold_embedding(&sh->plans[k], &sh->part_tables[k]);
     }
-    if (pp == 1 || !sh->cfg.tied) return 0;
+    if (!pp_tied_split(&sh->pp) || !sh->cfg.tied) return 0;
     const int n = sh->grid.world / pp;
     sh->emb_groups = calloc((size_t)n, sizeof *sh->emb_groups);
     if (!sh->emb_groups) return perr_set(err, "dp: out of memory");

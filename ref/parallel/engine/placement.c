@@ -220,7 +220,7 @@ int engine_param_at(const engine_placement_t *pl, const char *pname, uint64_t fl
     if ((o->i = param_find(&pl->table, pname)) < 0) return -1;
     o->unit = param_unit_of(&pl->table, o->i);
     o->stage = stage_of_unit(&pl->pp, o->unit);
-    o->tied = pl->pp.pp > 1 && pl->cfg.tied && o->i == pl->table.wte;
+    o->tied = pp_tied_split(&pl->pp) && pl->cfg.tied && o->i == pl->table.wte;
     param_table_t t;
     dp_plan_t p;
     int sizes[GRID_NAXES], coord[GRID_NAXES] = {0};

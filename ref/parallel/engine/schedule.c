@@ -25,6 +25,7 @@
 
 #include "engine_internal.h"
 #include "parity/corpus.h"
+#include "parity/layers.h"
 
 
 void engine_span(engine_rank_t *r, const char *name, const char *cat, double t0, int mb, int chunk) {
@@ -32,13 +33,15 @@ void engine_span(engine_rank_t *r, const char *name, const char *cat, double t0,
         return; /* trace_write reports the dropped span */
 }
 
-/* A pass's span name: "F3" or "B3" (microbatch 3), "F3.1" for chunk 1 of several. */
-static void pass_span(engine_rank_t *r, int fwd, double t0, int mb, int c) {
+/* A pass's span name: "F3", "B3" or "W3" (microbatch 3), "F3.1" for chunk 1
+ * of several; category forward, backward (a whole one or B) or weight (W). */
+static void pass_span(engine_rank_t *r, int fwd, int part, double t0, int mb, int c) {
     if (!r->trace) return;
     char name[24];
-    if (r->sh->pp.v > 1) snprintf(name, sizeof name, "%c%d.%d", fwd ? 'F' : 'B', mb, c);
-    else snprintf(name, sizeof name, "%c%d", fwd ? 'F' : 'B', mb);
-    engine_span(r, name, fwd ? "forward" : "backward", t0, mb, c);
+    const char k = fwd ? 'F' : part == PP_PASS_W ? 'W' : 'B';
+    if (r->sh->pp.v > 1) snprintf(name, sizeof name, "%c%d.%d", k, mb, c);
+    else snprintf(name, sizeof name, "%c%d", k, mb);
+    engine_span(r, name, fwd ? "forward" : part == PP_PASS_W ? "weight" : "backward", t0, mb, c);
 }
 
 /* Floats of the residual stream a slot of n_seq sequences holds. */
@@ -212,11 +215,71 @@ static void bridge_recv_grad(engine_rank_t *r, float *d_resid, int n_seq, size_t
         for (size_t j = 0; j < n; j++) d_resid[j] = d_resid[j] / (float)k;
 }
 
+/* A V's bottom (zb-v, dualpipev): the last stage hands chunk 0's output to
+ * its own chunk 1, and chunk 1's input gradient back to chunk 0. A send to
+ * itself would hold its slot until this stage's own later pass receives
+ * it, and the schedule may want that slot first: the stage keeps a copy
+ * by tag instead (r->loop), taken by the receiving pass. */
+static int loop_back(const engine_rank_t *r, int vs2) {
+    return r->sh->pp.vshape && pp_stage_of(&r->sh->pp, vs2) == r->stage;
+}
+
+static void loop_put(engine_rank_t *r, const float *buf, size_t len, int tag) {
+    float *copy = malloc((len ? len : 1) * sizeof *copy);
+    if (!copy) parity_fatal("device %d: out of memory handing the stream to its own chunk", r->device);
+    memcpy(copy, buf, len * sizeof *copy);
+    r->loop[tag] = copy;
+}
+
+static void loop_take(engine_rank_t *r, float *buf, size_t len, int tag) {
+    if (!r->loop[tag])
+        parity_fatal("device %d: pass with tag %d reads its own chunk's hand-off before it was made "
+                     "(a schedule out of order)", r->device, tag);
+    memcpy(buf, r->loop[tag], len * sizeof *buf);
+    free(r->loop[tag]);
+    r->loop[tag] = NULL;
+}
+
+/* In a V (zb-v, dualpipev) a slot is wanted again before the pass that
+ * receives its last send has run on the other stage: both stages would
+ * wait for each other's receive. So the schedules' sends are buffered,
+ * as their authors' implementations are (asynchronous sends): the data
+ * is copied out, the slot is free at once, and the copies are waited for
+ * at the end of the step's schedule (send_flush). */
+static void send_buffered(engine_rank_t *r, group_t *pg, const float *buf, size_t len, int peer,
+                          int tag) {
+    if (r->nbuffered == r->cap_buffered) {
+        const int cap = r->cap_buffered ? 2 * r->cap_buffered : 16;
+        coll_request_t **req = realloc(r->buffered_req, (size_t)cap * sizeof *req);
+        if (req) r->buffered_req = req;
+        float **data = req ? realloc(r->buffered, (size_t)cap * sizeof *data) : NULL;
+        if (!req || !data) parity_fatal("device %d: out of memory buffering a send", r->device);
+        r->buffered = data, r->cap_buffered = cap;
+    }
+    float *copy = malloc((len ? len : 1) * sizeof *copy);
+    if (!copy) parity_fatal("device %d: out of memory buffering a send", r->device);
+    memcpy(copy, buf, len * sizeof *copy);
+    r->buffered[r->nbuffered] = copy;
+    r->buffered_req[r->nbuffered++] = coll_isend(pg, copy, len, COLL_F32, peer, tag);
+}
+
+static void send_flush(engine_rank_t *r) {
+    for (int i = 0; i < r->nbuffered; i++) {
+        coll_wait(r->buffered_req[i]);
+        free(r->buffered[i]);
+    }
+    r->nbuffered = 0;
+}
+
 /* The stream or its gradient (len floats of slot s) to virtual stage vs2,
  * and from it. */
 static void send_to(engine_rank_t *r, int s, const float *buf, int n_seq, size_t len, int vs2,
                     int tag) {
     int peer;
+    if (loop_back(r, vs2)) {
+        loop_put(r, buf, len, tag);
+        return;
+    }
     const int side = engine_bridge_side(r), other = pp_stage_of(&r->sh->pp, vs2);
     if (side > 0 && other > r->stage) {
         bridge_send_stream(r, s, buf, n_seq, len, tag);
@@ -224,11 +287,19 @@ static void send_to(engine_rank_t *r, int s, const float *buf, int n_seq, size_t
     }
     if (side < 0 && other < r->stage) peer = engine_bridge_peer(r, 0);
     group_t *pg = side < 0 && other < r->stage ? r->world : p2p_peer(r, vs2, &peer);
+    if (r->sh->pp.vshape) { /* buffered: see send_buffered */
+        send_buffered(r, pg, buf, len, peer, tag);
+        return;
+    }
     r->slot_send[s] = coll_isend(pg, buf, len, COLL_F32, peer, tag);
 }
 
 static void recv_from(engine_rank_t *r, float *buf, int n_seq, size_t len, int vs2, int tag) {
     int peer;
+    if (loop_back(r, vs2)) {
+        loop_take(r, buf, len, tag);
+        return;
+    }
     const int side = engine_bridge_side(r), other = pp_stage_of(&r->sh->pp, vs2);
     if (side > 0 && other > r->stage) {
         bridge_recv_grad(r, buf, n_seq, len, tag);
@@ -268,7 +339,7 @@ static void forward(engine_rank_t *r, int64_t step, int mb, int c, int s, const 
     t0 = engine_now();
     for (int u = lo; u < hi; u++) gpt_unit_forward(g, u, s, obs);
     r->busy += engine_now() - t0;
-    pass_span(r, 1, t0, mb, c);
+    pass_span(r, 1, PP_PASS_WHOLE, t0, mb, c);
     if (model_unit_gives_stream(&g->cfg, hi - 1)) { /* the span marks the send's posting; the data moves when the peer receives */
         t0 = engine_now();
         send_to(r, s, gpt_slot_stream(g, s, hi), n_seq, len, vs + 1, tag_of(p, 0, mb, vs));
@@ -276,7 +347,7 @@ static void forward(engine_rank_t *r, int64_t step, int mb, int c, int s, const 
     }
 }
 
-static void backward(engine_rank_t *r, int mb, int c, int s, const gpt_observer_t *obs) {
+static void backward(engine_rank_t *r, int mb, int c, int s, int part, const gpt_observer_t *obs) {
     gpt_t *g = r->g;
     const pp_plan_t *p = &r->sh->pp;
     const int vs = pp_vstage(p, r->stage, c), lo = g->shard.units.lo[c], hi = g->shard.units.hi[c];
@@ -292,15 +363,34 @@ static void backward(engine_rank_t *r, int mb, int c, int s, const gpt_observer_
     }
     r->last_micro = mb == p->m - 1; /* the chunk's gradients are final after this one */
     t0 = engine_now();
+    /* B of a split backward: the weight gradients' products wait in the stash */
+    if (part == PP_PASS_B) linear_wstash_bind(r->wstash[mb * p->v + c]);
     for (int u = hi - 1; u >= lo; u--) gpt_unit_backward(g, u, s, obs);
+    linear_wstash_bind(NULL);
     r->busy += engine_now() - t0;
-    pass_span(r, 0, t0, mb, c);
+    pass_span(r, 0, part, t0, mb, c);
+    if (part == PP_PASS_B) { /* what the stashes hold now, for the report */
+        size_t held = 0;
+        for (int k = 0; k < p->m * p->v; k++) held += linear_wstash_bytes(r->wstash[k]);
+        if (held > r->wstash_peak) r->report->pp_wstash_peak = r->wstash_peak = held;
+    }
     if (model_unit_takes_stream(&g->cfg, lo)) {
         wait_send(r, s);
         t0 = engine_now();
         send_to(r, s, A->d_resid, A->n_seq, len, vs - 1, tag_of(p, 1, mb, vs - 1));
         engine_span(r, "send gradient", "send", t0, mb, c);
     }
+}
+
+/* W of a split backward: the weight gradients B left in the stash, added
+ * to the same open sums (no communication: B sent the input gradient). */
+static void weight(engine_rank_t *r, int mb, int c) {
+    const double t0 = engine_now();
+    device_note_microbatch(mb, c);
+    device_note_pass(DEVICE_PASS_BACKWARD, r->g->shard.units.hi[c] - 1);
+    linear_wstash_run(r->wstash[mb * r->sh->pp.v + c], &r->g->ws);
+    r->busy += engine_now() - t0;
+    pass_span(r, 0, PP_PASS_W, t0, mb, c);
 }
 
 /* Tied head over stages: both copies of the word embedding's gradient
@@ -328,14 +418,20 @@ void engine_run_schedule(engine_rank_t *r, int64_t step, const gpt_observer_t *o
             *slot = take_slot(r, op->chunk, busy);
             if (++in_flight > r->report->pp_in_flight_peak) r->report->pp_in_flight_peak = in_flight;
             forward(r, step, op->mb, op->chunk, *slot, obs);
+        } else if (op->part == PP_PASS_W) { /* the microbatch's activations go now */
+            weight(r, op->mb, op->chunk);
+            busy[*slot] = 0;
+            in_flight--;
         } else {
-            backward(r, op->mb, op->chunk, *slot, obs);
+            backward(r, op->mb, op->chunk, *slot, op->part, obs);
+            if (op->part == PP_PASS_B) continue;
             busy[*slot] = 0;
             in_flight--;
         }
     }
     r->sh->sched_end[r->device] = engine_now();
     for (int s = 0; s < r->g->n_slots; s++) wait_send(r, s);
+    send_flush(r);
     free(busy);
     r->last_micro = 0;
     reduce_tied_embedding(r);

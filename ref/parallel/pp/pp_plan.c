@@ -58,6 +58,14 @@ static int split_layers(pp_plan_t *p, const model_config_t *cfg, const pconfig_t
 /* Chunks per stage: given, or from the layers per virtual stage. */
 static int chunks(pp_plan_t *p, const pconfig_t *pc, perr_t *err) {
     p->v = pc->vpp ? pc->vpp : 1;
+    if (pc->pp_schedule == PC_PP_ZB_V || pc->pp_schedule == PC_PP_DUALPIPEV) {
+        p->v = 2, p->vshape = 1; /* two chunks a stage, in a V (pp.h) */
+        for (int r = 0; r < p->pp; r++)
+            if (p->stage_layers[r] % 2)
+                return perr_set(err, "pipeline-schedule: %s puts two chunks on every stage, but "
+                                     "stage %d holds %d layers (an odd number)",
+                                pp_schedule_name(pc->pp_schedule), r, p->stage_layers[r]);
+    }
     if (pc->layers_per_vstage) {
         const int n = pc->layers_per_vstage;
         for (int r = 0; r < p->pp; r++)
@@ -97,7 +105,7 @@ int pp_plan_build(pp_plan_t *p, const model_config_t *cfg, const pconfig_t *pc, 
     /* virtual stages in model order: chunk 0 of every stage, then chunk 1, ... */
     const int V = p->pp * p->v, L = p->layers;
     for (int vs = 0, layer = 0; vs < V; vs++) {
-        const int r = pp_stage_of(p, vs), c = vs / p->pp, n = p->stage_layers[r] / p->v;
+        const int r = pp_stage_of(p, vs), c = pp_chunk_of(p, vs), n = p->stage_layers[r] / p->v;
         gpt_units_t *u = &p->units[r];
         u->n = p->v;
         u->lo[c] = vs == 0 ? 0 : 1 + layer;

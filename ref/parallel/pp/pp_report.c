@@ -101,15 +101,19 @@ void pp_print_report(const run_report_t *run, FILE *f) {
                 (double)r->peak[MEM_ACTIVATIONS] / MB, 1e3 * r->pp_busy / steps,
                 r->pp_span > 0 ? 100 * (1 - r->pp_busy / r->pp_span) : 0.0);
     }
-    fprintf(f, "  (slots in (microbatch, chunk) pairs: GPipe m, 1F1B min(pp - r, m), interleaved "
-               "min(warm-up + 1, m v); act. MB: the device's activation high-water, slots and "
-               "backward scratch)\n");
+    fprintf(f, "  (slots in (microbatch, chunk) pairs held from F to the end of their backward: "
+               "GPipe m, 1F1B min(pp - r, m), interleaved min(warm-up + 1, m v), ZB-H1 min(pp, m), "
+               "ZB-V min(2 pp, 2 m), DualPipeV 2 pp + 1; act. MB: the device's activation "
+               "high-water, slots and backward scratch)\n");
+    if (pconfig_splits_backward(pp.sched)) {
+        size_t most = 0;
+        for (int d = 0; d < pc->world_size; d++)
+            if (run->reports[d].pp_wstash_peak > most) most = run->reports[d].pp_wstash_peak;
+        fprintf(f, "  split backward: W's inputs (copies of x and dy) held between B and W, at most "
+                   "%.3f MB on a device\n", (double)most / MB);
+    }
     fprintf(f, "  bubble: measured %.1f%% (mean over the %d devices), theory %s = %.1f%%\n",
-            n ? 100 * bubble / n : 0.0, n,
-            pp.sched == PC_PP_INTERLEAVED ? "(p-1)/(v m+p-1)"
-            : pp.sched == PC_PP_NAIVE     ? "(p-1)/p"
-                                          : "(p-1)/(m+p-1)",
-            100 * pp_bubble_theory(&pp));
+            n ? 100 * bubble / n : 0.0, n, pp_bubble_formula(&pp), 100 * pp_bubble_theory(&pp));
     /* point to point: device 0's messages against its stage's boundaries */
     const device_report_t *r0 = &run->reports[0];
     const coll_family_t *fam = coll_counters_family(&r0->comm, "pp");
