@@ -21,6 +21,20 @@
  *                (pp - r - 1) * 2 + (v - 1) * pp (all of them when
  *                m == pp), chunk of virtual microbatch k: (k mod pp*v) / pp,
  *                reversed for backward; needs m a multiple of pp.
+ * and three whose backward is split into B (the input gradient, on the
+ * critical path) and W (the weight gradient, free to wait; layers.h's
+ * split backward), each transcribed from its published generator:
+ *   zb-h1        1F1B's F and B order, stage r's W of microbatch k - r
+ *                right after its B of k, the r left at the end (Qi et al.,
+ *                ICLR 2024; PyTorch's ScheduleInterleavedZeroBubble, v 1);
+ *   zb-v         two chunks a stage in a V (chunk 0 of stage r is virtual
+ *                stage r, chunk 1 is 2 pp - 1 - r: both ends of the model on
+ *                stage 0), sail-sg's handcrafted_zb_v.py;
+ *   dualpipev    DeepSeek's DualPipe, V variant (dualpipev.py's eight
+ *                steps), needs m >= 2 pp.
+ * A W holds its (microbatch, chunk)'s slot until it runs (in flight from
+ * F to W); in a V the last stage hands chunk 0's output to chunk 1 (and
+ * the gradient back) locally, and sends are buffered (schedule.c).
  * Exact sums (I2) make every schedule give the golden bits: the order in
  * which a stage's microbatches add to its open gradient sums is free.
  */

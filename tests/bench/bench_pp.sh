@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # bench_pp.sh - pipeline parallelism, in one run:
 #  1. the bubble each schedule measures against its theory, at pp = 4 with
-#     m = 4 and m = 16 microbatches: gpt-small with 8 layers (two a stage;
-#     interleaving: v = 2 chunks of one) and a batch of 16 sequences. The
+#     m = 8 and m = 16 microbatches: GPipe, 1F1B, interleaved, and the
+#     split-backward ZB-H1, ZB-V and DualPipeV, side by side; gpt-small
+#     with 8 layers (two a stage; interleaving, ZB-V, DualPipeV: 2 chunks
+#     of one) and a batch of 16 sequences. The
 #     measured bubble is the mean over devices of 1 - (forward + backward
 #     seconds) / (the step's start to the last backward anywhere), the
-#     report's figure; theory (p-1)/(m+p-1), / v interleaved. With pp = 4
+#     report's figure; theory (p-1)/(m+p-1), / v interleaved; the split
+#     schedules' own simulation at T_F = T_B = T_W (pp_bubble_formula:
+#     ZB-H1's (p-1)/(3m+p-1), a third of 1F1B's). With pp = 4
 #     device threads on fewer cores a stage also waits for a core, so the
 #     measured bubble here is not the schedule's alone;
 #  2. per stage: activation slots (the schedule's formula, and what the
@@ -25,8 +29,8 @@ model="--model gpt-small --num-layers 8 --global-batch-size 16"
 echo "bubble: gpt-small with 8 layers, a batch of 16 x 128 tokens, pp = 4, $steps steps each"
 printf '%-12s %4s %10s %10s %10s   %s\n' schedule m "measured" "theory" "step ms" \
   "per stage: slots formula/held, activations MB"
-for m in 4 16; do
-  for s in gpipe 1f1b interleaved; do
+for m in 8 16; do
+  for s in gpipe 1f1b interleaved zb-h1 zb-v dualpipev; do
     f="$tmp/$s$m"
     extra=""; [ "$s" = interleaved ] && extra="--virtual-pipeline-model-parallel-size 2"
     if ! "$PARITY" train $model --steps "$steps" --pipeline-model-parallel-size 4 \
@@ -42,7 +46,8 @@ for m in 4 16; do
   done
 done
 echo "(slots: (microbatch, chunk) pairs; GPipe holds m, 1F1B min(pp - r, m), interleaved"
-echo " min(warm-up + 1, m v) chunks of half a stage; MB: the stage's activation high-water)"
+echo " min(warm-up + 1, m v) chunks of half a stage, ZB-H1 min(pp, m), ZB-V min(2 pp, 2 m),"
+echo " DualPipeV 2 pp + 1 (until W); MB: the stage's activation high-water)"
 
 echo
 echo "3-D gpt-small against the golden step, same run, $((steps * 2)) steps each"
