@@ -2,7 +2,9 @@
 # test_zb.sh - pipeline schedules II: zero-bubble ZB-H1 and ZB-V, and
 # DualPipeV, with each backward split into B (the input gradient) and W
 # (the weight gradient):
-#  - each schedule's pass order at pp 4, m 8 equals a table transcribed
+#  - each schedule's pass order at pp 4, m 8 (the schedule, and the
+#    order of every device's F, B and W spans in a run's trace) equals a
+#    table transcribed
 #    from the published generators: ZB-H1 as PyTorch's
 #    ScheduleInterleavedZeroBubble with one chunk a stage (the same order
 #    as the authors' ZB-1p heuristic, sail-sg zb.py, at T_F=T_B=T_W);
@@ -50,6 +52,22 @@ for s in zb-h1 zb-v dualpipev; do
   grep "^$s " "$tmp/tables" >"$tmp/want.$s"
   if [ -s "$tmp/got.$s" ] && cmp -s "$tmp/got.$s" "$tmp/want.$s"; then ok "$s at pp 4, m 8: the published pass order, every stage"
   else fail "$s pass order" "$(diff "$tmp/want.$s" "$tmp/got.$s" | head -4)"; fi
+done
+
+# ---- the same order in the run itself: each device's pass spans in its trace ----
+for s in zb-h1 zb-v dualpipev; do
+  "$PARITY" train --model gpt-micro --num-layers 8 --steps 1 --pipeline-model-parallel-size 4 --global-batch-size 8 \
+    --micro-batch-size 1 --pipeline-schedule $s --trace "$tmp/$s.json" >/dev/null 2>&1
+  python3 - "$tmp/$s.json" "$s" >"$tmp/traced.$s" <<'PY'
+import json, sys
+spans = [e for e in json.load(open(sys.argv[1]))["traceEvents"]
+         if e.get("ph") == "X" and e.get("cat") in ("forward", "backward", "weight")]
+for dev in sorted({e["tid"] for e in spans}):
+    mine = sorted((e for e in spans if e["tid"] == dev), key=lambda e: e["ts"])
+    print(sys.argv[2], dev, " ".join(e["name"] for e in mine))
+PY
+  if [ -s "$tmp/traced.$s" ] && cmp -s "$tmp/traced.$s" "$tmp/want.$s"; then ok "$s at pp 4, m 8: the trace runs the published order on every device"
+  else fail "$s traced order" "$(diff "$tmp/want.$s" "$tmp/traced.$s" | head -4)"; fi
 done
 
 # ---- bit-exact matrix ----
