@@ -23,14 +23,31 @@ fi
 # signal_case NAME SIGNAL WHEN -- COMMAND...: start COMMAND in $w; WHEN is
 # "temp" (send the signal once a temporary output file exists), "temp:DIR"
 # (once one exists in $w/DIR), "spill" (once a check's golden step file
-# exists under $w/scratch) or a number of seconds to wait first.
+# exists under $w/scratch), "commit" (the command runs with
+# PARITY_STOP_BEFORE_COMMIT: once it has stopped itself with every output
+# finished in its temporary file and none renamed; then SIGCONT) or a
+# number of seconds to wait first.
 signal_case() {
   local name=$1 sig=$2 when=$3
   shift 4
   local before; before=$(snapshot)
-  (cd "$w" && exec "$@" >/dev/null 2>"$tmp/err") &
+  if [ "$when" = commit ]; then
+    (cd "$w" && PARITY_STOP_BEFORE_COMMIT=1 exec "$@" >/dev/null 2>"$tmp/err") &
+  else
+    (cd "$w" && exec "$@" >/dev/null 2>"$tmp/err") &
+  fi
   local pid=$! waited=0
-  if [ "$when" = spill ]; then # a streamed check's golden step file in $w/scratch
+  if [ "$when" = commit ]; then # state T in /proc/PID/stat: stopped
+    while [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != T ] && kill -0 "$pid" 2>/dev/null \
+          && [ "$waited" -lt 2400 ]; do
+      sleep 0.05; waited=$((waited + 1))
+    done
+    if [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != T ]; then
+      kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+      fail "$name" "the run never stopped before its commit" "$(tail -3 "$tmp/err")"
+      return
+    fi
+  elif [ "$when" = spill ]; then # a streamed check's golden step file in $w/scratch
     while [ -z "$(find "$w/scratch" -name '*.safetensors' 2>/dev/null)" ] && kill -0 "$pid" 2>/dev/null \
           && [ "$waited" -lt 1200 ]; do
       sleep 0.05; waited=$((waited + 1))
@@ -51,6 +68,7 @@ signal_case() {
     sleep "$when"
   fi
   kill -"$sig" "$pid"
+  [ "$when" != commit ] || kill -CONT "$pid" # the signal is delivered as it resumes
   { wait "$pid"; } 2>/dev/null # not bash's "Hangup" job notice
   local rc=$? want=$((128 + $(kill -l "$sig")))
   local after; after=$(snapshot)
@@ -70,7 +88,7 @@ signal_case() {
 BIG="$P train --model gpt-small --steps 2 --quiet"
 signal_case "SIGTERM while the dump and checkpoint are written" TERM temp -- \
   $BIG --dump "$w/old.st" --save "$w/ck"
-signal_case "SIGHUP while the checkpoint is written into a new directory" HUP temp:newck -- \
+signal_case "SIGHUP with the outputs finished, before the commit, checkpoint in a new directory" HUP commit -- \
   $BIG --dump "$w/new.st" --digest "$w/old.sha256" --save "$w/newck"
 signal_case "SIGTERM while training (the golden run)" TERM 1 -- \
   $BIG --dump "$w/old.st" --save "$w/ck"

@@ -357,6 +357,12 @@ void pio_txn_abort(void) {
 }
 
 int pio_txn_commit(perr_t *err) {
+    /* PARITY_STOP_BEFORE_COMMIT, a test hook: every output is finished in
+     * its temporary file and not renamed yet; the process stops itself so
+     * that a test can send a signal at exactly this moment (polling for a
+     * temporary file races with a fast last write). */
+    const char *stop = getenv("PARITY_STOP_BEFORE_COMMIT");
+    if (stop && *stop && strcmp(stop, "0")) raise(SIGSTOP);
     /* no signal between the first rename and the last */
     sigset_t block, old;
     sigemptyset(&block);
