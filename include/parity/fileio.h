@@ -31,8 +31,10 @@ FILE *pio_open_input(const char *path, const char *what, long long *size, perr_t
 char *pio_read_text(const char *path, const char *what, size_t max_bytes, size_t *len, perr_t *err);
 
 /* Checks, without creating anything, that `path` can become an output:
- * an existing target is a regular file (after symbolic links) and its
- * directory exists and is writable. For failing early, before a run. */
+ * an existing target is a regular file (after symbolic links), not one
+ * of the command's inputs (pio_note_input), and its directory exists and
+ * is writable. For failing early, before a run; `what` names the output
+ * in messages (its flag). */
 int pio_check_output(const char *path, const char *what, perr_t *err);
 
 /* Whether two output paths name the same file (after symbolic links and
@@ -42,6 +44,22 @@ int pio_same_output(const char *a, const char *b);
 /* Whether an output path is the directory `dir` or lies inside it (at
  * any depth), spelled either way; `dir` need not exist yet. */
 int pio_output_inside(const char *path, const char *dir);
+
+/* Inputs are never outputs. A command notes each file it will read as it
+ * parses the flag that names it (`flag`: "--data", a string that lives
+ * as long as the process); pio_check_output then refuses an output that
+ * names a noted input, by device and inode (the input, a symbolic link
+ * or a hard link to it) or by its path with links and "." / ".." resolved
+ * (one that does not exist yet), with both flags and paths in the
+ * message. So every output is compared with every input, before anything
+ * runs: note the inputs first, then check the outputs. */
+void pio_note_input(const char *path, const char *flag);
+/* Every regular file in directory `dir` (--load's checkpoint) as an
+ * input of `flag`. `may_replace`: the one output (by its pio_check_output
+ * `what`) allowed to replace them, NULL for none: --save into the
+ * directory --load reads, which is safe because the checkpoint is read
+ * whole before the run and replaced only when the run succeeds (ckpt.h). */
+void pio_note_input_dir(const char *dir, const char *flag, const char *may_replace);
 
 typedef struct {
     char *target; /* the file that is replaced on commit (links resolved) */

@@ -55,9 +55,14 @@ typedef struct {
     size_t n;
 } svg_trace_t;
 
+/* The latest time a trace may hold, ts + dur in microseconds: 1e12, about
+ * 11.6 days of run. A later one (ts 1e300) is no run parity traced, and
+ * would shrink every other span of the picture to nothing. */
+#define SVG_TRACE_MAX_US 1e12
+
 /* Reads a trace written by trace_write. Errors name the file and the
- * event and field ("event 12: \"dur\": expected a number >= 0"); a trace
- * with no complete events is an error. */
+ * event and field ("event 12: \"dur\": expected a number from 0 to
+ * 1e+12"); a trace with no complete events is an error. */
 int  svg_trace_read(const char *path, svg_trace_t *t, perr_t *err);
 void svg_trace_free(svg_trace_t *t);
 /* logical = 0: wall-clock bars of every span, a time axis in ms.

@@ -36,6 +36,7 @@ int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *
         if (lo->parallel_config)
             return perr_set(err, "--parallel-config: given twice ('%s' and '%s')", lo->parallel_config, v);
         lo->parallel_config = v;
+        pio_note_input(v, "--parallel-config"); /* never an output (fileio.h) */
         *i += 2;
         return 1;
     }

@@ -31,12 +31,14 @@ static void usage(FILE *f) {
           "  --model NAME             built-in GPT model (gpt-micro, gpt-tiny, gpt-small, gpt-124m)\n"
           "                           or a JSON config FILE.json; default gpt-tiny\n"
           "  --devices N              the device count, 1..16384 (required)\n"
-          "  --device-memory-mb X     each device's memory in MB (10^6 bytes), as --arena-mb\n"
-          "                           (required)\n"
+          "  --device-memory-mb X     each device's memory in MB (10^6 bytes), as --arena-mb:\n"
+          "                           1e-6 (a byte) to 1e9 (required)\n"
           "  --top K                  list the K cheapest (default: 20 in the table, all with --json)\n"
           "  --json                   a JSON array of the rows, for tools\n"
-          "  --device-tflops X        the cost model's device arithmetic rate (default 100)\n"
-          "  --link-gbs X             the cost model's device link bandwidth in GB/s (default 100)\n"
+          "  --device-tflops X        the cost model's device arithmetic rate, 0.001 to 1e6\n"
+          "                           (default 100)\n"
+          "  --link-gbs X             the cost model's device link bandwidth in GB/s, 0.001 to\n"
+          "                           1e6 (default 100)\n"
           "enumerated: tensor-, pipeline- and context-parallel sizes dividing N, data-parallel\n"
           "the rest; ZeRO 0-3 (1-3 where dp x cp > 1); micro batch sizes dividing a replica's\n"
           "sequences; recompute none|selective|full; precision fp32|bf16; offload none|cpu (its\n"
@@ -60,13 +62,25 @@ typedef struct {
     int json;
 } plan_args_t;
 
-/* A positive finite number (MB, TFLOP/s, GB/s) at most `most`. */
-static int parse_positive(const char *flag, const char *v, double most, double *out) {
+/* The cost model's rates: from a slow embedded core's GFLOP/s and a
+ * 1 MB/s link to 1000 times today's fastest, so that every cost plan
+ * prints is a finite number of a sensible size (1e-320 GB/s made the
+ * communication time inf, 1e-300 TFLOP/s a 300-digit cost). */
+#define PLAN_RATE_MIN 1e-3
+#define PLAN_RATE_MAX 1e6
+
+/* A finite number (MB, TFLOP/s, GB/s) in (0, most], and at least
+ * `least` when that is > 0. */
+static int parse_positive(const char *flag, const char *v, double least, double most, double *out) {
     char *end;
     const double x = strtod(v, &end);
-    if (end == v || *end || !isfinite(x) || !(x > 0) || x > most) {
-        fprintf(stderr, "%s: %s: expected a number > 0 and at most %g, got '%s'\n", cli_name, flag,
-                most, v);
+    if (end == v || *end || !isfinite(x) || !(x > 0) || x < least || x > most) {
+        if (least > 0)
+            fprintf(stderr, "%s: %s: expected a number from %g to %g, got '%s'\n", cli_name, flag,
+                    least, most, v);
+        else
+            fprintf(stderr, "%s: %s: expected a number > 0 and at most %g, got '%s'\n", cli_name,
+                    flag, most, v);
         return -1;
     }
     *out = x;
@@ -117,12 +131,13 @@ static int parse_args(plan_args_t *a, int argc, char **argv) {
             bad = num_parse_int(f, v, 1, PARITY_MAX_DEVICES, &a->devices, &err);
         else if (!strcmp(f, "--top")) bad = num_parse_int(f, v, 1, 1000000000LL, &a->top, &err);
         else if (!strcmp(f, "--device-memory-mb")) {
-            if (parse_positive(f, v, 1e9, &a->budget_mb)) return 2;
+            if (parse_positive(f, v, 0, 1e9, &a->budget_mb)) return 2;
             if (a->budget_mb * 1e6 < 1.0) { /* as --arena-mb: 0 bytes would mean unlimited */
                 fprintf(stderr, "%s: --device-memory-mb: '%s' MB is less than one byte\n", cli_name, v);
                 return 2;
             }
-        } else if (parse_positive(f, v, 1e9, !strcmp(f, "--device-tflops") ? &a->tflops : &a->gbs))
+        } else if (parse_positive(f, v, PLAN_RATE_MIN, PLAN_RATE_MAX,
+                                  !strcmp(f, "--device-tflops") ? &a->tflops : &a->gbs))
             return 2;
         if (bad) {
             fprintf(stderr, "%s: %s\n", cli_name, err.msg);
@@ -189,6 +204,32 @@ static void print_table(const plan_args_t *a, const model_config_t *cfg, const p
     if (shown < p->n)
         printf("(%d more layout%s fit; --top %d lists them all)\n", p->n - shown,
                p->n - shown == 1 ? "" : "s", p->n);
+}
+
+/* Every fractional number a row prints, finite: JSON has no inf or NaN,
+ * and a table of them says nothing. The flags' ranges keep them finite;
+ * this is the last word, before a byte is printed (exit 2, nothing
+ * printed). */
+static int rows_finite(const plan_t *p, int shown) {
+    for (int i = 0; i < shown; i++) {
+        const plan_row_t *r = &p->rows[i];
+        const struct { const char *name; double v; } num[] = {
+            {"comm_bytes_per_step.dp", r->comm.dp},   {"comm_bytes_per_step.tp", r->comm.tp},
+            {"comm_bytes_per_step.pp", r->comm.pp},   {"comm_bytes_per_step.cp", r->comm.cp},
+            {"comm_bytes_per_step.emb", r->comm.emb}, {"comm_bytes_per_step.offload", r->comm.offload},
+            {"comm_bytes_per_step.total", r->comm.total}, {"flops_per_device", r->flops},
+            {"bubble", r->bubble}, {"compute_s", r->compute_s}, {"comm_s", r->comm_s},
+            {"cost_s", r->cost_s},
+        };
+        for (size_t k = 0; k < sizeof num / sizeof num[0]; k++)
+            if (!isfinite(num[k].v)) {
+                fprintf(stderr, "%s: row %d (%s): %s is %g, not a number; the cost model "
+                                "overflowed (see --device-tflops and --link-gbs)\n",
+                        cli_name, i + 1, r->flags, num[k].name, num[k].v);
+                return -1;
+            }
+    }
+    return 0;
 }
 
 static void print_json(const plan_t *p, int shown, const char *model_word) {
@@ -258,8 +299,9 @@ int cmd_plan(int argc, char **argv) {
     shell_word(a.model, word, sizeof word);
     const int want = a.top ? (int)(a.top < p.n ? a.top : p.n) : a.json ? p.n
                                                              : (p.n < PLAN_TABLE_TOP ? p.n : PLAN_TABLE_TOP);
-    if (a.json) print_json(&p, want, word);
-    else print_table(&a, &cfg, &p, want, word);
+    rc = rows_finite(&p, want) ? 2 : 0;
+    if (!rc && a.json) print_json(&p, want, word);
+    else if (!rc) print_table(&a, &cfg, &p, want, word);
     plan_free(&p);
-    return 0;
+    return rc;
 }

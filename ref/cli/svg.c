@@ -24,7 +24,10 @@ static void usage(FILE *f) {
           "       parity svg collective KIND --ranks N [--algo direct|ring] -o OUT.svg\n"
           "pictures for the documentation, drawn from parity's own data (SVG):\n"
           "  schedule     the pipeline schedule of a trace written by parity train|check --trace:\n"
-          "               a row per device, a bar per span coloured by category, a time axis\n"
+          "               a row per device, a bar per span coloured by category, a time axis;\n"
+          "               each event's ts and dur are from 0 to 1e12 microseconds (11.6 days),\n"
+          "               ts + dur too (a later one is refused, naming the event); -o never\n"
+          "               names TRACE.json\n"
           "    --logical  forward and backward passes only, in slots (forward 1, backward 2),\n"
           "               each after its row's previous pass and the pass it waits for on the\n"
           "               neighbouring virtual stage; the same bytes on every run\n"
@@ -122,6 +125,7 @@ static int cmd_schedule(int argc, char **argv) {
     if (!trace) return fail("schedule: TRACE.json missing (a file written by parity train --trace)");
     if (!out) return fail("-o OUT.svg missing");
     perr_t err;
+    pio_note_input(trace, "TRACE.json"); /* -o never replaces it (fileio.h) */
     if (pio_check_output(out, "-o", &err)) return fail(err.msg);
     schedule_ctx_t c = {.logical = logical};
     if (svg_trace_read(trace, &c.t, &err)) return fail(err.msg);

@@ -190,7 +190,9 @@ static int check_outputs(const char *trace_path, const char *dump_path, const ch
     perr_t e;
     const char *outs[3] = {trace_path, dump_path, digest_path};
     const char *flag[3] = {"--trace", "--dump", "--digest"};
-    for (int k = 1; k < 3; k++) /* --trace was checked as it was parsed */
+    /* --trace again: it was checked as it was parsed, maybe before the
+     * inputs it must not name */
+    for (int k = 0; k < 3; k++)
         if (outs[k] && pio_check_output(outs[k], flag[k], &e)) {
             fprintf(stderr, "%s: %s\n", cli_name, e.msg);
             return -1;
@@ -240,6 +242,22 @@ static int check_outputs(const char *trace_path, const char *dump_path, const ch
     }
     free(file);
     return rc;
+}
+
+/* What the run reads, noted before its outputs are checked, so that no
+ * output replaces one (fileio.h); --parallel-config is noted as it is
+ * parsed (layout_cli.c). --save may replace --load's checkpoint: it was
+ * read whole before the run and is replaced only when the run succeeds
+ * (ckpt.h), as Megatron's --save and --load name one directory. */
+static void note_inputs(const char *data_path, const char *model, const char *load_dir) {
+    static char default_data[4200];
+    perr_t e;
+    if (!data_path && corpus_default_path(default_data, sizeof default_data, &e) == 0)
+        pio_note_input(default_data, "--data (default)");
+    pio_note_input(data_path, "--data");
+    model_config_t builtin;
+    if (model_config_builtin(model, &builtin, NULL)) pio_note_input(model, "--model");
+    if (load_dir) pio_note_input_dir(load_dir, "--load", "--save");
 }
 
 /* One rule for every flag of train and check: given twice is an error,
@@ -626,6 +644,7 @@ static int prepare_inputs(const train_args_t *t, train_inputs_t *in) {
     }
     /* output files: fail now, not after the training run, and create
      * nothing until the run has succeeded (fileio.h) */
+    note_inputs(t->data_path, t->model, t->load_dir);
     if (check_outputs(t->lo.trace_path, t->dump_path, t->digest_path, t->dump_steps, t->save_dir,
                       t->check))
         return -1;

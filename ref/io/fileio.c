@@ -1,6 +1,7 @@
 /* fileio.c - regular-file inputs and all-or-nothing outputs (fileio.h). */
 #include "parity/fileio.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -166,10 +167,75 @@ static char *resolve_output(const char *path, const char *what, perr_t *err) {
     return copy;
 }
 
+/* ---- inputs are never outputs ---------------------------------------------- */
+
+/* The command's inputs, noted as they are parsed. Fixed, small and only
+ * appended to: a command reads a handful of files (a checkpoint
+ * directory's few among them); one more than fits is refused by
+ * pio_check_output rather than forgotten. */
+#define PIO_MAX_INPUTS 64
+static struct {
+    char *path;
+    const char *flag, *may_replace;
+} inputs[PIO_MAX_INPUTS];
+static int n_inputs, inputs_lost;
+
+static void note_input(const char *path, const char *flag, const char *may_replace) {
+    char *copy = n_inputs < PIO_MAX_INPUTS ? strdup(path) : NULL;
+    if (!copy) {
+        inputs_lost = 1;
+        return;
+    }
+    inputs[n_inputs].path = copy;
+    inputs[n_inputs].flag = flag;
+    inputs[n_inputs++].may_replace = may_replace;
+}
+
+void pio_note_input(const char *path, const char *flag) {
+    if (path && *path) note_input(path, flag, NULL);
+}
+
+void pio_note_input_dir(const char *dir, const char *flag, const char *may_replace) {
+    DIR *d = dir && *dir ? opendir(dir) : NULL;
+    if (!d) return; /* nothing in it to replace; reading it reports why */
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t n = strlen(dir) + strlen(e->d_name) + 2;
+        char *file = malloc(n);
+        struct stat sb;
+        if (!file) {
+            inputs_lost = 1;
+            break;
+        }
+        snprintf(file, n, "%s/%s", dir, e->d_name);
+        if (stat(file, &sb) == 0 && S_ISREG(sb.st_mode)) note_input(file, flag, may_replace);
+        free(file);
+    }
+    closedir(d);
+}
+
+/* An output `path` (`what`: its flag) that names a noted input: -1 with
+ * a message naming both. `what` equal to an input's may_replace passes,
+ * and so does any input with a may_replace when `early` is 0: at
+ * pio_out_open, whose `what` is a writer's ("safetensors file"), the
+ * check before the run has already decided those. */
+static int refuse_input(const char *path, const char *what, int early, perr_t *err) {
+    if (inputs_lost)
+        return perr_set(err, "%s '%s': more inputs than parity can compare its outputs with "
+                             "(%d)", what, path, PIO_MAX_INPUTS);
+    for (int k = 0; k < n_inputs; k++) {
+        if (inputs[k].may_replace && (!early || !strcmp(inputs[k].may_replace, what))) continue;
+        if (pio_same_output(path, inputs[k].path))
+            return perr_set(err, "%s '%s' names the %s file '%s', which this command reads; an "
+                                 "output never replaces an input: name another file",
+                            what, path, inputs[k].flag, inputs[k].path);
+    }
+    return 0;
+}
+
 int pio_check_output(const char *path, const char *what, perr_t *err) {
     char *t = resolve_output(path, what, err);
     free(t);
-    return t ? 0 : -1;
+    return t ? refuse_input(path, what, 1, err) : -1;
 }
 
 /* A canonical spelling of an output path, existing or not. */
@@ -405,6 +471,10 @@ int pio_out_open(pio_out_t *o, const char *path, const char *what, perr_t *err) 
     o->what = what;
     o->slot = -1;
     if (!(o->target = resolve_output(path, what, err))) return -1;
+    if (refuse_input(path, what, 0, err)) { /* the check before the run missed it */
+        pio_out_abort(o);
+        return -1;
+    }
     if (txn_on && txn_n == PIO_MAX_TEMPS) {
         pio_out_abort(o);
         return perr_set(err, "%s '%s': more than %d outputs in one run", what, path,

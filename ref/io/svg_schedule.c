@@ -68,10 +68,13 @@ static int str_field(const json_t *e, const char *key, char *dst, size_t cap, si
     return 0;
 }
 
+/* A time of the event, microseconds: finite, 0 .. SVG_TRACE_MAX_US. */
 static int num_field(const json_t *e, const char *key, double *out, size_t i, perr_t *err) {
     const json_t *v = json_get(e, key);
-    if (json_type(v) != JSON_NUMBER || !isfinite(json_number(v)) || json_number(v) < 0)
-        return perr_set(err, "event %zu: \"%s\": expected a number >= 0", i, key);
+    if (json_type(v) != JSON_NUMBER || !isfinite(json_number(v)) || json_number(v) < 0 ||
+        json_number(v) > SVG_TRACE_MAX_US)
+        return perr_set(err, "event %zu: \"%s\": expected a number from 0 to %g (microseconds)", i,
+                        key, SVG_TRACE_MAX_US);
     *out = json_number(v);
     return 0;
 }
@@ -86,6 +89,9 @@ static int read_span(const json_t *e, size_t i, trace_span_t *s, perr_t *err) {
         return -1;
     if (json_int64(json_get(e, "tid"), &tid) || tid < 0 || tid >= 4096)
         return perr_set(err, "event %zu: \"tid\": expected a device number 0..4095", i);
+    if (ts + dur > SVG_TRACE_MAX_US)
+        return perr_set(err, "event %zu: \"ts\" + \"dur\" = %.15g: beyond the %g microseconds a "
+                             "trace may span", i, ts + dur, SVG_TRACE_MAX_US);
     s->device = (int)tid;
     s->t0 = ts;
     s->t1 = ts + dur;
@@ -237,7 +243,9 @@ static int schedule_wall(FILE *f, const svg_trace_t *t, const char *title, perr_
         lo = fmin(lo, t->spans[i].t0);
         hi = fmax(hi, t->spans[i].t1);
     }
-    const double W = 900, range = hi > lo ? hi - lo : 1; /* microseconds */
+    /* microseconds; under the trace's resolution (%.3f: a nanosecond)
+     * one, so that the ticks' power of ten stays a normal number */
+    const double W = 900, range = hi - lo >= 1e-3 ? hi - lo : 1;
     const int h = TOP + ndev * ROW_H + 60;
     svg_begin(f, LEFT + (int)W + RIGHT, h, title);
     svg_text(f, 10, 20, "font-size=\"14\" font-weight=\"bold\"", title);
