@@ -169,11 +169,11 @@ static char *resolve_output(const char *path, const char *what, perr_t *err) {
 
 /* ---- inputs are never outputs ---------------------------------------------- */
 
-/* The command's inputs, noted as they are parsed. Fixed, small and only
- * appended to: a command reads a handful of files (a checkpoint
- * directory's few among them); one more than fits is refused by
- * pio_check_output rather than forgotten. */
-#define PIO_MAX_INPUTS 64
+/* The command's inputs, noted as they are parsed (the main thread) and
+ * only appended to. A command reads a handful of files, a checkpoint
+ * directory's among them; one more than fits makes every output check
+ * fail rather than be forgotten. */
+#define PIO_MAX_INPUTS 256
 static struct {
     char *path;
     const char *flag, *may_replace;
@@ -206,7 +206,7 @@ void pio_note_input_dir(const char *dir, const char *flag, const char *may_repla
             inputs_lost = 1;
             break;
         }
-        snprintf(file, n, "%s/%s", dir, e->d_name);
+        snprintf(file, n, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", e->d_name);
         if (stat(file, &sb) == 0 && S_ISREG(sb.st_mode)) note_input(file, flag, may_replace);
         free(file);
     }
@@ -222,14 +222,19 @@ static int refuse_input(const char *path, const char *what, int early, perr_t *e
     if (inputs_lost)
         return perr_set(err, "%s '%s': more inputs than parity can compare its outputs with "
                              "(%d)", what, path, PIO_MAX_INPUTS);
-    for (int k = 0; k < n_inputs; k++) {
+    /* pio_same_output's buffers are static, and any thread may open an output */
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    int rc = 0;
+    pthread_mutex_lock(&lock);
+    for (int k = 0; k < n_inputs && !rc; k++) {
         if (inputs[k].may_replace && (!early || !strcmp(inputs[k].may_replace, what))) continue;
         if (pio_same_output(path, inputs[k].path))
-            return perr_set(err, "%s '%s' names the %s file '%s', which this command reads; an "
-                                 "output never replaces an input: name another file",
-                            what, path, inputs[k].flag, inputs[k].path);
+            rc = perr_set(err, "%s '%s' names the %s file '%s', which this command reads; an "
+                               "output never replaces an input: name another file",
+                          what, path, inputs[k].flag, inputs[k].path);
     }
-    return 0;
+    pthread_mutex_unlock(&lock);
+    return rc;
 }
 
 int pio_check_output(const char *path, const char *what, perr_t *err) {
