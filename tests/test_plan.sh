@@ -154,6 +154,20 @@ refuse "--device-memory-mb under a byte" "--device-memory-mb: '1e-7' MB is less 
 refuse "--top 0" "--top.*0" -- $G --devices 8 --device-memory-mb 100 --top 0
 refuse "--link-gbs inf" "--link-gbs.*inf" -- $G --devices 8 --device-memory-mb 100 --link-gbs inf
 refuse "--device-tflops -1" "--device-tflops.*-1" -- $G --devices 8 --device-memory-mb 100 --device-tflops -1
+refuse "--link-gbs 1e-320 (its comm time was inf in the JSON)" "--link-gbs: expected a number from 0.001 to 1e\+06, got '1e-320'" -- $G --devices 8 --device-memory-mb 100 --link-gbs 1e-320 --json
+refuse "--link-gbs 1e300" "--link-gbs: expected a number from 0.001 to 1e\+06" -- $G --devices 8 --device-memory-mb 100 --link-gbs 1e300
+refuse "--device-tflops 1e-300 (a 300-digit cost)" "--device-tflops: expected a number from 0.001 to 1e\+06, got '1e-300'" -- $G --devices 8 --device-memory-mb 100 --device-tflops 1e-300
+refuse "--device-tflops 1e7" "--device-tflops: expected a number from 0.001 to 1e\+06" -- $G --devices 8 --device-memory-mb 100 --device-tflops 1e7
+# the ranges' ends: finite numbers only (Python's json.load would take Infinity and NaN)
+for rates in "0.001 0.001" "1e6 1e6"; do
+  set -- $rates
+  "$P" plan --model gpt-small --devices 8 --device-memory-mb 1e9 --device-tflops "$1" --link-gbs "$2" --json --top 50 >"$tmp/ends.json"; rc=$?
+  if [ $rc = 0 ] && python3 -c "import json,sys
+def bad(c): raise ValueError(c)
+json.load(open(sys.argv[1]), parse_constant=bad)" "$tmp/ends.json" && ! grep -qiE 'inf|nan' "$tmp/ends.json"; then
+    ok "--device-tflops $1 --link-gbs $2: finite JSON"
+  else fail "--device-tflops $1 --link-gbs $2" "exit $rc" "$(head -c 300 "$tmp/ends.json")"; fi
+done
 refuse "--json twice" "--json given twice" -- $G --devices 8 --device-memory-mb 100 --json --json
 refuse "--devices twice" "--devices given twice" -- $G --devices 8 --devices 4 --device-memory-mb 100
 refuse "an unknown flag" "unknown option '--arena-mb'" -- $G --devices 8 --device-memory-mb 100 --arena-mb 5

@@ -213,6 +213,17 @@ printf '{"traceEvents": [{"name":"F0","cat":"forward","ph":"X","ts":"x","dur":1,
 refuse_svg "schedule: malformed JSON" "trace file.*line" "$o" "$PARITY" svg schedule "$tmp/bad.json" -o "$o"
 refuse_svg "schedule: a trace with no spans" "no spans" "$o" "$PARITY" svg schedule "$tmp/empty.json" -o "$o"
 refuse_svg "schedule: a span without a number ts" '"ts"' "$o" "$PARITY" svg schedule "$tmp/badts.json" -o "$o"
+# absurd times: a span at 1e300 us (or ending past 1e12 us) would shrink every
+# other span to nothing; refused naming the event and field
+span() { printf '{"traceEvents": [{"name":"F0","cat":"forward","ph":"X","ts":0,"dur":5,"pid":0,"tid":0},
+  {"name":"B0","cat":"backward","ph":"X","ts":%s,"dur":%s,"pid":0,"tid":1}]}' "$1" "$2" >"$tmp/$3"; }
+span 1e300 1 hugets.json; span 5 1e300 hugedur.json; span 1e12 1 pastend.json; span 1e-320 1e-320 tiny.json
+refuse_svg "schedule: a span at ts 1e300" 'event 1: "ts": expected a number from 0 to 1e\+12' "$o" "$PARITY" svg schedule "$tmp/hugets.json" -o "$o"
+refuse_svg "schedule: a span of dur 1e300" 'event 1: "dur": expected a number from 0 to 1e\+12' "$o" "$PARITY" svg schedule "$tmp/hugedur.json" -o "$o"
+refuse_svg "schedule: a span ending past 1e12 us" 'event 1: "ts" \+ "dur" = 1000000000001: beyond' "$o" "$PARITY" svg schedule "$tmp/pastend.json" -o "$o"
+if "$PARITY" svg schedule "$tmp/tiny.json" -o "$tmp/tiny.svg" 2>"$tmp/err" && $PY -c "import xml.etree.ElementTree as ET; ET.parse('$tmp/tiny.svg')"; then
+  ok "schedule: subnormal times draw (a range under a nanosecond is one)"
+else fail "schedule: subnormal times" "$(cat "$tmp/err")"; fi
 refuse_svg "schedule: missing trace file" "trace file" "$o" "$PARITY" svg schedule "$tmp/none.json" -o "$o"
 refuse_svg "schedule: no TRACE" "TRACE" "$o" "$PARITY" svg schedule -o "$o"
 refuse_svg "schedule: missing -o" "-o" "$o" "$PARITY" svg schedule "$tmp/T.json"
