@@ -62,9 +62,9 @@ typedef struct {
 
 /* A positive finite number (MB, TFLOP/s, GB/s) at most `most`. */
 static int parse_positive(const char *flag, const char *v, double most, double *out) {
-    char *end;
-    const double x = strtod(v, &end);
-    if (end == v || *end || !isfinite(x) || !(x > 0) || x > most) {
+    double x = 0;
+    perr_t err;
+    if (num_parse_double(flag, v, 0.0, most, &x, &err) || !(x > 0)) {
         fprintf(stderr, "%s: %s: expected a number > 0 and at most %g, got '%s'\n", cli_name, flag,
                 most, v);
         return -1;
