@@ -137,6 +137,7 @@ rows() {
 --zero-stage 1 | $M --data-parallel-size 2 | lay | -
 --pipeline-model-parallel-size 2 | $M | lay | -
 --pipeline-layer-split 3,5 | $G4 --pipeline-model-parallel-size 2 | lay | $G4
+--pipeline-layer-split 8 | - | - | $G4; $G4 --pipeline-model-parallel-size 1
 --encoder-pipeline-model-parallel-size 1 | $T5 | lay | $M; $MOE
 --encoder-pipeline-model-parallel-size 0 | $T5 | same: the encoder shares the decoder's stages, the default | $M
 --encoder-tensor-model-parallel-size 1 | $T5 --tensor-model-parallel-size 2 --encoder-pipeline-model-parallel-size 1 | lay | $M; $M --encoder-pipeline-model-parallel-size 1

@@ -326,6 +326,9 @@ int pconfig_splits_backward(pc_pp_schedule_t s) {
 }
 
 static int pipeline_validate(pconfig_t *pc, perr_t *err) {
+    if (pc->n_layer_split && pc->pp < 2) /* one stage holds every layer: nothing to split */
+        return perr_set(err, "pipeline-layer-split: needs pipeline-model-parallel-size > 1 (at pp %d "
+                             "one stage holds every layer)", pc->pp);
     if (pc->n_layer_split && pc->n_layer_split != pc->pp)
         return perr_set(err, "pipeline-layer-split: %d entries for pipeline-model-parallel-size %d "
                              "(one per stage)", pc->n_layer_split, pc->pp);
