@@ -19,7 +19,8 @@
 # REFUSED-ON: command lines, ";" between them, where the flag must be
 # refused (exit 2, the work directory untouched) with a message naming it
 # ("-": none). $M, $MOE, $T5, $LL, $G4 (below) name the model families.
-# Then every numeric value of the table, spelt with a leading blank, a '+'
+# Every flag a --help text names must have a row (a new flag is decided
+# here). Then every numeric value of the table, spelt with a leading blank, a '+'
 # or in hex, must be refused naming its flag (numbers are decimal).
 #
 # Needs $PARITY (default build/parity). Runs in a private directory.
@@ -174,6 +175,8 @@ rows() {
 --link-gbs 1 | plan --model gpt-micro --devices 2 --device-memory-mb 1000 | out | -
 --model gpt-micro | plan --devices 2 --device-memory-mb 1000 | out | -
 --logical - | svg schedule $w/t.json -o $w/g.svg | svg | -
+--output $w/g.svg | svg collective all-reduce --ranks 4 | rc | -
+--ranks 2 | svg collective all-reduce -o $w/g.svg | rc | -
 --algo ring | svg collective all-reduce --ranks 4 -o $w/g.svg | svg | -
 --model gpt-micro | svg grid --data-parallel-size 2 -o $w/g.svg | svg | -
 --sequence-parallel - | svg grid --tensor-model-parallel-size 2 -o $w/g.svg | svg | -
@@ -269,6 +272,16 @@ while IFS='|' read -r fv line effect refused_on; do
   if [ "$line" != - ] && [[ $value =~ ^[0-9][0-9.,]*$ ]]; then numeric+=("$flag|$value|$line"); fi
 done < <(rows)
 [ "$n" -ge 120 ] && ok "the table has $n rows" || fail "the table has $n rows, expected >= 120"
+
+# every flag a --help names has a row: a new flag is decided here
+helps=$(for c in train check plan svg diff; do "$P" $c --help 2>&1; done)
+missing=""
+for f in $(grep -oE -- '--[a-z0-9][a-z0-9-]*' <<<"$helps" | sort -u); do
+  [ "$f" = --help ] && continue
+  rows | grep -qE -- "^$f( |$)" || missing="$missing $f"
+done
+[ -z "$missing" ] && ok "every flag the --help texts name has a row" ||
+  fail "flags of the --help texts without a row:$missing"
 
 # numbers have one spelling: a leading blank, a '+', hex, refused by name
 for e in "${numeric[@]}"; do
