@@ -243,7 +243,7 @@ refuse "JSON drop_policy" "field 'moe.drop_policy': expected \"probs\" or \"posi
 echo '{"base": "gpt-micro", "moe": {"experts": 4, "top_k": 2}}' > "$tmp/bad2.json"
 refuse "JSON unknown moe key" "unknown field 'moe.top_k'" -- "$P" train --model "$tmp/bad2.json" --steps 1
 # the config a dump or checkpoint stores carries the MoE settings and reads back
-"$P" train --model gpt-micro --num-experts 8 --moe-router-topk 1 --moe-token-drop-policy position --print-config > "$tmp/moe.json" 2>&1
+"$P" train --model gpt-micro --num-experts 8 --moe-router-topk 1 --moe-expert-capacity-factor 1.5 --moe-token-drop-policy position --print-config > "$tmp/moe.json" 2>&1
 back=$("$P" train --model "$tmp/moe.json" --print-config 2>&1)
 if grep -q '"moe": {"experts": 8, "topk": 1' "$tmp/moe.json" && [ "$back" = "$(cat "$tmp/moe.json")" ]; then
   ok "--print-config carries the MoE settings and reads back the same"

@@ -64,7 +64,7 @@ saving "selective, dp 2" $SEL --data-parallel-size 2
 saving "full, dp 2" $FULL --data-parallel-size 2
 saving "full uniform 2, tp 2 + SP x pp 2" $FULL --recompute-num-layers 2 \
   --tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2 --num-microbatches 4
-saving "full block 3, pp 2" $FULL --recompute-method block --recompute-num-layers 3 \
+saving "full block 2, pp 2" $FULL --recompute-method block --recompute-num-layers 2 \
   --pipeline-model-parallel-size 2 --num-microbatches 4
 saving "selective, pp 2 interleaved (6 slots)" $SEL --pipeline-model-parallel-size 2 \
   --virtual-pipeline-model-parallel-size 2 --num-microbatches 4

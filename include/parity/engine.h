@@ -38,9 +38,11 @@ void engine_replica_config(const model_config_t *model, const pconfig_t *pc, mod
  * (gpt_mem_bytes), the shards and collective buffers a rank allocates,
  * and ZeRO-3's largest set of units gathered at once, from the tables the
  * allocations use. */
-/* Expert parallelism against the model: MoE layers, ep dividing the
- * experts; 0, or -1 with the message. */
-int  engine_check_experts(const model_config_t *model, const pconfig_t *pc, perr_t *err);
+/* The layout's flags against the model, in one place: the expert
+ * degrees need MoE layers (ep dividing the experts), the encoder's
+ * degrees an encoder; a flag that cannot apply is refused by name, never
+ * ignored. 0, or -1 with the message. */
+int  engine_check_model(const model_config_t *model, const pconfig_t *pc, perr_t *err);
 int  engine_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t *dev, size_t *all,
                    size_t *host, perr_t *err);
 

@@ -197,6 +197,9 @@ enum { /* bits of pconfig_t.given */
     PC_GIVEN_CP_COMM = 1u << 10,  /* --cp-comm-type was given */
     PC_GIVEN_SCHEDULE = 1u << 11, /* --pipeline-schedule was given */
     PC_GIVEN_RECOMPUTE_METHOD = 1u << 13, /* --recompute-method was given */
+    PC_GIVEN_ETP = 1u << 14,        /* --expert-tensor-parallel-size was given */
+    PC_GIVEN_ENCODER_TP = 1u << 15, /* --encoder-tensor-model-parallel-size was given */
+    PC_GIVEN_ENCODER_PP = 1u << 16, /* --encoder-pipeline-model-parallel-size was given (0 too) */
     PC_ENCODER_STAGES = 1u << 12, /* pp already counts the encoder's stages (validated once) */
 };
 

@@ -17,7 +17,7 @@
  * Exit status: 0 iff every tensor is present in both files and
  * bit-exact; 1 if anything differs or is missing; 2 on bad input.
  */
-#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "parity/numparse.h"
 #include "parity/safetensors.h"
 #include "parity/tensor_diff.h"
 
@@ -157,16 +158,15 @@ static int same_shape(const st_tensor_t *a, const st_tensor_t *b) {
 }
 
 static int parse_max_rows(const char *s, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < 0) {
+    long long v = -1;
+    perr_t err;
+    if (num_parse_int("--max-rows", s, 0, LONG_MAX, &v, &err)) {
         char *e = escaped(s);
         fprintf(stderr, "parity diff: --max-rows: expected a non-negative integer, got '%s'\n", e);
         free(e);
         return -1;
     }
-    *out = v;
+    *out = (long)v;
     return 0;
 }
 
@@ -180,7 +180,14 @@ int cmd_diff(int argc, char **argv) {
             usage(stdout);
             return 0;
         } else if (!strcmp(arg, "--quiet") || !strcmp(arg, "-q")) {
+            if (quiet) { /* one rule for every command: a flag is given once */
+                fprintf(stderr, "parity diff: %s: --quiet (-q) given twice\n", arg);
+                return 2;
+            }
             quiet = 1;
+        } else if (max_rows >= 0 && !strncmp(arg, "--max-rows", 10)) {
+            fputs("parity diff: --max-rows given twice\n", stderr);
+            return 2;
         } else if (!strcmp(arg, "--max-rows")) {
             if (i + 1 >= argc) {
                 fputs("parity diff: --max-rows: missing value\n", stderr);

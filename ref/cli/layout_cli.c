@@ -70,11 +70,10 @@ int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *
         return 1;
     }
     if (!strcmp(a, "--arena-mb")) {
-        char *end;
-        double mb = v ? strtod(v, &end) : 0;
-        if (!v || end == v || *end || !(mb > 0) || mb > 1e9)
-            return perr_set(err, "--arena-mb: expected a device memory size in MB > 0, got '%s'",
-                            v ? v : "(nothing)");
+        double mb;
+        if (num_parse_double(a, v, 0.0, 1e9, &mb, err)) return -1;
+        if (!(mb > 0))
+            return perr_set(err, "--arena-mb: expected a device memory size in MB > 0, got '%s'", v);
         if (mb * 1e6 < 1.0) /* 0 bytes would be 0 = unlimited */
             return perr_set(err, "--arena-mb: '%s' MB is less than one byte (the smallest size is "
                                  "1e-6 MB)", v);

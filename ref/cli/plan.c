@@ -69,12 +69,12 @@ typedef struct {
 #define PLAN_RATE_MIN 1e-3
 #define PLAN_RATE_MAX 1e6
 
-/* A finite number (MB, TFLOP/s, GB/s) in (0, most], and at least
- * `least` when that is > 0. */
+/* A finite decimal number (MB, TFLOP/s, GB/s) in (0, most], and at
+ * least `least` when that is > 0. */
 static int parse_positive(const char *flag, const char *v, double least, double most, double *out) {
-    char *end;
-    const double x = strtod(v, &end);
-    if (end == v || *end || !isfinite(x) || !(x > 0) || x < least || x > most) {
+    double x = 0;
+    perr_t err;
+    if (num_parse_double(flag, v, 0.0, most, &x, &err) || !(x > 0) || x < least) {
         if (least > 0)
             fprintf(stderr, "%s: %s: expected a number from %g to %g, got '%s'\n", cli_name, flag,
                     least, most, v);

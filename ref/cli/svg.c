@@ -34,11 +34,16 @@ static void usage(FILE *f) {
           "  grid         the rank grid --print-layout prints: a box per device (world rank,\n"
           "               tp cp dp pp), a panel per pipeline stage, tp groups outlined, dp groups\n"
           "               coloured\n"
-          "    --model NAME   built-in model (gpt-micro, gpt-tiny, gpt-small; default gpt-tiny)\n"
+          "    --model NAME   built-in model (gpt-micro, gpt-tiny, gpt-small, gpt-124m, t5-tiny,\n"
+          "               t5-small, llava-tiny; default gpt-tiny)\n"
           "    layout flags   those of parity train (see parity train --help) that place devices:\n"
-          "               degrees, --order, --sequence-parallel, --parallel-config, the pipeline\n"
-          "               flags; run-only flags (--trace, --coll-algo, --arena-mb, --optim,\n"
-          "               --step-through, --test-broken) and batch overrides are refused\n"
+          "               degrees, --rank-order, --rank-list, --parallel-config, the pipeline\n"
+          "               and encoder flags, --expert-tensor-parallel-size; --sequence-parallel,\n"
+          "               --tensor-parallel-row-linears and --tensor-parallel-mode are said in\n"
+          "               the title. Refused by name: run-only flags (--trace, --coll-algo,\n"
+          "               --arena-mb, --optim, --step-through, --test-broken), batch overrides,\n"
+          "               and what a device does rather than where it sits (recompute, offload,\n"
+          "               ZeRO, overlap, buckets, dtypes, --cp-comm-type, microbatches)\n"
           "  collective   one collective's data movement among N ranks, step by step\n"
           "    KIND       all-reduce, reduce-scatter, all-gather, broadcast, all-to-all, send-recv\n"
           "    --ranks N  1..64 (send-recv: 2..64)\n"
@@ -140,7 +145,7 @@ typedef struct {
     const grid_t *G;
     char notes[PC_MAX_SPLIT][160];
     const char *note_of[PC_MAX_SPLIT];
-    char title[96];
+    char title[160];
 } grid_ctx_t;
 
 static int draw_grid(FILE *f, void *ctx, perr_t *err) {
@@ -163,11 +168,30 @@ static int describe_units(char *buf, size_t cap, int lo, int hi, int L) {
     return n;
 }
 
-/* Flags layout_opts_parse knows that change nothing in the picture. */
-static int run_only(const char *a) {
-    return !strcmp(a, "--trace") || !strcmp(a, "--coll-algo") || !strcmp(a, "--arena-mb") ||
-           !strcmp(a, "--optim") || !strcmp(a, "--test-broken") || !strcmp(a, "--global-batch-size") ||
-           !strcmp(a, "--micro-batch-size") || !strncmp(a, "--step-through", 14);
+/* Flags layout_opts_parse knows that change nothing in the picture: a
+ * run's, and the layout's that say what a device does rather than where
+ * it sits (the grid is the same with or without them). Refused by name
+ * (a flag is used or refused); --sequence-parallel, the row-parallel
+ * linears and the tensor-parallel mode are said in the title. */
+static const char *not_drawn(const char *a) {
+    static const char *const run[] = {"--trace", "--coll-algo", "--arena-mb", "--optim",
+                                      "--test-broken", "--global-batch-size", "--micro-batch-size",
+                                      NULL};
+    static const char *const what[] = {
+        "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
+        "--offload-optimizer", "--offload-path", "--zero-stage", "--use-distributed-optimizer",
+        "--overlap-grad-reduce", "--overlap-param-gather", "--bucket-cap-mb", "--dtype",
+        "--grad-sync-dtype", "--no-contiguous-grad-buffer", "--no-contiguous-param-buffer",
+        "--cp-comm-type", "--accum-degree", "--num-microbatches", NULL};
+    for (const char *const *r = run; *r; r++)
+        if (!strcmp(a, *r)) return "a run's flag; parity svg grid draws the layout of the built-in "
+                                   "model's batch";
+    if (!strncmp(a, "--step-through", 14))
+        return "a run's flag; parity svg grid draws the layout of the built-in model's batch";
+    for (const char *const *w = what; *w; w++)
+        if (!strcmp(a, *w)) return "it changes what a device does, not where it sits; see "
+                                   "--print-layout";
+    return NULL;
 }
 
 static int cmd_grid(int argc, char **argv) {
@@ -186,9 +210,8 @@ static int cmd_grid(int argc, char **argv) {
             if (take_value(argc, argv, &i, &out)) return 2;
         } else if (!strcmp(a, "--model")) {
             if (take_value(argc, argv, &i, &model)) return 2;
-        } else if (run_only(a)) {
-            fprintf(stderr, "%s: %s: not part of the rank grid (a run's flag; parity svg grid draws "
-                            "the layout of the built-in model's batch)\n", cli_name, a);
+        } else if (not_drawn(a)) {
+            fprintf(stderr, "%s: %s: not part of the rank grid (%s)\n", cli_name, a, not_drawn(a));
             return 2;
         } else {
             int j = i;
@@ -256,7 +279,12 @@ static int cmd_grid(int argc, char **argv) {
         }
         c->note_of[r] = c->notes[r];
     }
-    snprintf(c->title, sizeof c->title, "rank grid of %s on %d devices", cfg.name, G.world);
+    char tp[48] = ""; /* what the tp devices split, where the picture cannot show it */
+    if (pc->tp > 1 && (pc->sequence_parallel || pc->tp_row_linears || pc->tp_mode != PC_TP_1D))
+        snprintf(tp, sizeof tp, " (tp %s%s%s)", pconfig_tp_mode_name(pc->tp_mode),
+                 pc->sequence_parallel ? ", sequence parallel" : "",
+                 pc->tp_row_linears ? ", row-parallel linears" : "");
+    snprintf(c->title, sizeof c->title, "rank grid of %s on %d devices%s", cfg.name, G.world, tp);
     const int code = write_svg(out, draw_grid, c);
     grid_free(&G);
     free(c);

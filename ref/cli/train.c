@@ -10,6 +10,7 @@
  * whatever its position on the command line.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stddef.h>
 #include <math.h>
 #include <stdio.h>
@@ -40,9 +41,10 @@
 static void usage(FILE *f) {
     fputs(
         "usage: parity train [options]\n"
-        "  --model NAME|FILE.json   built-in model (gpt-micro, gpt-tiny, gpt-small, gpt-124m)\n"
-        "                           or a JSON config file (the \"config\" a dump stores);\n"
-        "                           default gpt-tiny\n"
+        "  --model NAME|FILE.json   built-in model (gpt-micro, gpt-tiny, gpt-small, gpt-124m;\n"
+        "                           encoder-decoders t5-tiny, t5-small; llava-tiny; MoE: a GPT\n"
+        "                           with --num-experts E) or a JSON config file (the \"config\"\n"
+        "                           a dump stores); default gpt-tiny\n"
         "  --steps N                training steps (default 10)\n"
         "  --backend B              tile backend: openblas or portable (default: $PARITY_BACKEND,\n"
         "                           else openblas; portable: golden/'s bits on any machine)\n"
@@ -66,7 +68,10 @@ static void usage(FILE *f) {
         "  --quiet                  only the summary line\n"
         "  --print-config           print the resolved config as JSON and exit\n"
         "every flag is given at most once (a repeat is refused, never \"the last one wins\");\n"
-        "only --optim repeats, with another KEY each time; no output (--dump, --digest,\n"
+        "only --optim repeats, with another KEY each time. A flag that cannot apply to the\n"
+        "model or layout (MoE flags without experts, encoder flags on a GPT, the dynamic\n"
+        "scaler's knobs beside a static --loss-scale) is refused by name, never ignored;\n"
+        "numbers are decimal (no blanks, '+', hex, inf or nan). No output (--dump, --digest,\n"
         "--trace, --save's file) may name an input (--data or its default, --model FILE.json,\n"
         "--parallel-config, --load's files), by any path or link: refused before the run\n"
         "model and training overrides (Megatron-style):\n"
@@ -81,19 +86,21 @@ static void usage(FILE *f) {
         "                           adamw8bit: bitsandbytes-style 8-bit m and v, quantized in\n"
         "                           blocks of each tensor's global flattened index (the golden\n"
         "                           run too; a layout must hold whole blocks)\n"
-        "  --optimizer-block N      adamw8bit's block size (default 256, at most 4096)\n"
+        "  --optimizer-block N      adamw8bit's block size (default 256, at most 4096; only\n"
+        "                           with --optimizer adamw8bit)\n"
         "  --tile-tokens N  --tile-features N  --tile-ffn N   canonical tiles (I1)\n"
         "mixed precision (Megatron's names; MODEL.md, \"Mixed precision\"; the dense GPT):\n"
         "  --bf16 | --fp16          activations, their gradients and the weights' compute copy\n"
         "                           rounded to bf16/fp16 at fixed points; fp32 master weights,\n"
         "                           gradients and AdamW state\n"
         "  --loss-scale X (fp16, static; 0: dynamic)  --initial-loss-scale X (2^32)\n"
-        "  --min-loss-scale X (1)  --loss-scale-window N (1000)  --hysteresis N (2)\n"
+        "  --min-loss-scale X (1)  --loss-scale-window N (1000)  --hysteresis N (2)   the\n"
+        "                           dynamic scaler's knobs: > 0, not with a static scale\n"
         "mixture of experts (Megatron-core names; MODEL.md, \"Mixture of experts\"):\n"
         "  --num-experts E  --moe-router-topk K (default 2)  --moe-layer-freq N (default 1)\n"
         "  --moe-router-pre-softmax  --moe-aux-loss-coeff X  --moe-z-loss-coeff X\n"
         "  --moe-expert-capacity-factor X (0: dropless; capacity is per sequence)\n"
-        "  --moe-token-drop-policy probs|position (default probs)\n"
+        "  --moe-token-drop-policy probs|position (default probs; needs a capacity factor)\n"
         "  --make-vocab-size-divisible-by N   pad vocab up to a multiple of N (Megatron pads to\n"
         "                           N x tp; parity to N alone, so the model does not depend on\n"
         "                           the layout, I4); padded rows are ordinary parameters\n",
@@ -139,29 +146,28 @@ static int parse_int(const char *flag, const char *s, long long lo, long long hi
 /* "0,1,2" -> flags in want[0..steps), for the run's global steps
  * first .. first+steps-1 (first > 0 resumes a checkpoint). */
 static int parse_steps_list(const char *s, long long first, int steps, unsigned char *want) {
-    const char *p = s;
-    if (!*p) goto bad;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (errno || end == p || v < 0) goto bad;
-        if (v < first || v - first >= steps) {
-            fprintf(stderr, "%s: --dump-steps: step %ld is not run (--steps %d runs "
-                            "%lld..%lld%s)\n", cli_name,
-                    v, steps, first, first + steps - 1, first ? ", from the checkpoint's step" : "");
-            return -1;
-        }
-        want[v - first] = 1;
-        p = end;
-        if (*p == ',') p++;
-        else if (*p) goto bad;
+    perr_t err;
+    int n = 1, rc = 0;
+    for (const char *c = s; *c; c++) n += *c == ',';
+    long long *v = malloc((size_t)n * sizeof *v);
+    if (!v || num_parse_int_list("--dump-steps", s, 0, LLONG_MAX, n, v, &n, &err)) {
+        fprintf(stderr, "%s: --dump-steps: expected a comma-separated list of steps, got '%s'\n",
+                cli_name, s);
+        free(v);
+        return -1;
     }
-    return 0;
-bad:
-    fprintf(stderr, "%s: --dump-steps: expected a comma-separated list of steps, got '%s'\n", cli_name,
-            s);
-    return -1;
+    for (int k = 0; k < n && !rc; k++) {
+        if (v[k] < first || v[k] - first >= steps) {
+            fprintf(stderr, "%s: --dump-steps: step %lld is not run (--steps %d runs "
+                            "%lld..%lld%s)\n", cli_name, v[k], steps, first, first + steps - 1,
+                    first ? ", from the checkpoint's step" : "");
+            rc = -1;
+        } else {
+            want[v[k] - first] = 1;
+        }
+    }
+    free(v);
+    return rc;
 }
 
 static double clock_ms(clockid_t id) {
@@ -511,17 +517,30 @@ static int validate_layout(train_args_t *t, model_config_t *cfg) {
     return 0;
 }
 
+/* The first flag given that runs something (--print-layout and
+ * --print-config run nothing), or NULL; trace: --trace counts. */
+static const char *runs_flag(const train_args_t *t, int trace) {
+    const struct { int given; const char *flag; } r[] = {
+        {t->dump_path != NULL, "--dump"},   {t->digest_path != NULL, "--digest"},
+        {t->dump_steps != NULL, "--dump-steps"}, {t->save_dir != NULL, "--save"},
+        {t->load_dir != NULL, "--load"},   {t->lo.step_through, "--step-through"},
+        {trace && t->lo.trace_path != NULL, "--trace"}};
+    for (size_t k = 0; k < sizeof r / sizeof r[0]; k++)
+        if (r[k].given) return r[k].flag;
+    return NULL;
+}
+
 /* --print-layout and --print-config: -1 to go on (neither given), else
- * the exit status. Each refuses the flags that would run something. */
+ * the exit status. Each refuses the flags that would run something,
+ * naming the first. */
 static int print_only(const train_args_t *t, const model_config_t *cfg) {
     perr_t err;
-    const int runs = t->dump_path || t->digest_path || t->dump_steps || t->save_dir ||
-                     t->load_dir || t->lo.step_through;
     if (t->print_layout) {
-        if (t->print_config || runs || t->lo.trace_path) {
-            fprintf(stderr, "parity %s: --print-layout prints the layout and exits; it runs "
+        const char *run = t->print_config ? "--print-config" : runs_flag(t, 1);
+        if (run) {
+            fprintf(stderr, "parity %s: %s: --print-layout prints the layout and exits; it runs "
                             "nothing to print a config of, dump, trace, step through, load or save%s\n",
-                    t->cmd, t->lo.trace_path ? " (--trace writes no file)" : "");
+                    t->cmd, run, !strcmp(run, "--trace") ? " (--trace writes no file)" : "");
             return 2;
         }
         memest_t mem;
@@ -534,10 +553,11 @@ static int print_only(const train_args_t *t, const model_config_t *cfg) {
         return 0;
     }
     if (!t->print_config) return -1;
-    if (runs) {
-        fprintf(stderr, "parity %s: --print-config prints the resolved config and exits; it runs "
-                        "nothing to --dump, --digest, --load, --save or --step-through\n",
-                t->cmd);
+    const char *run = runs_flag(t, 0);
+    if (run) {
+        fprintf(stderr, "parity %s: %s: --print-config prints the resolved config and exits; it "
+                        "runs nothing to --dump, --digest, --load, --save or --step-through\n",
+                t->cmd, run);
         return 2;
     }
     char *j = model_config_json(cfg);

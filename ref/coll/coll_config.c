@@ -3,6 +3,7 @@
  * memory that state takes (coll_host_memory).
  */
 #include "coll_impl.h"
+#include "parity/numparse.h"
 
 #include <errno.h>
 #include <math.h>
@@ -50,7 +51,7 @@ int coll_env_number(const char *name, double max, int integer, double *out, perr
     char *end;
     errno = 0;
     double d = strtod(v, &end);
-    if (end == v || *end || errno || !isfinite(d) || !(d >= 0) || d > max || (integer && d != floor(d)))
+    if (!num_is_decimal(v, 1) || end == v || *end || errno || !isfinite(d) || !(d >= 0) || d > max || (integer && d != floor(d)))
         return perr_set(e, "%s='%.100s' is not valid: expected %s from 0 to %g", name, v,
                         integer ? "an integer" : "a number", max);
     *out = d;

@@ -11,6 +11,7 @@
  * and the watchdog prints, for every device of the run, what it is doing.
  */
 #include "coll_impl.h"
+#include "parity/numparse.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -261,7 +262,7 @@ int64_t coll_timeout_ns(void) {
     if (env && *env) {
         char *end;
         s = strtod(env, &end);
-        if (*end || !(s > 0) || s > 1e9)
+        if (!num_is_decimal(env, 1) || *end || !(s > 0) || s > 1e9)
             coll_die("PARITY_COLL_TIMEOUT='%s' is not a timeout: expected a positive number of seconds",
                      env);
     }

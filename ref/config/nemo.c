@@ -83,10 +83,9 @@ static int parse_dtype(const char *key, const char *v, pc_dtype_t *out, perr_t *
 }
 
 static int parse_bucket(const char *v, double *out, perr_t *err) {
-    float f; /* numparse's rules: a finite number, within fp32's range */
-    if (num_parse_f32(PREFIX "bucket_cap_mb", v, &f, err)) return -1;
-    const double x = strtod(v, NULL); /* which reads hex, "infinity", blanks; Hydra does not: */
-    if (strspn(v, "0123456789.eE+-") != strlen(v) || !(x > 0.0) || x > 1e6)
+    double x = 0; /* numparse's rules: one decimal spelling, as Hydra's */
+    perr_t why;
+    if (num_parse_double(PREFIX "bucket_cap_mb", v, 0.0, 1e6, &x, &why) || !(x > 0.0))
         return perr_set(err, PREFIX "bucket_cap_mb: expected a size in MiB > 0 and <= 1e6, got '%s'", v);
     *out = x;
     return 0;

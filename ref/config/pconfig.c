@@ -40,23 +40,21 @@ static int parse_dtype(const char *flag, const char *s, pc_dtype_t *out, perr_t 
 }
 
 /* A list of integers such as 3,3,2, each in [lo, hi], at most max of
- * them, into out[0 .. *n); otherwise "FLAG: expected WHAT, got '...'" or
- * "FLAG: more than MAX NOUN". */
+ * them, into out[0 .. *n) (numparse's list); otherwise "FLAG: expected
+ * WHAT, got '...'" or "FLAG: more than MAX NOUN". */
 static int parse_list(const char *flag, const char *val, long lo, long hi, int max, const char *what,
                       const char *noun, int *out, int *n, perr_t *err) {
-    *n = 0;
-    for (const char *at = val;;) {
-        char *end;
-        errno = 0;
-        long v = strtol(at, &end, 10);
-        if (*at < '0' || *at > '9' || end == at || errno == ERANGE || v < lo || v > hi ||
-            (*end && *end != ','))
-            return perr_set(err, "%s: expected %s, got '%s'", flag, what, val);
-        if (*n == max) return perr_set(err, "%s: more than %d %s", flag, max, noun);
-        out[(*n)++] = (int)v;
-        if (!*end) return 0;
-        at = end + 1;
-    }
+    perr_t why;
+    int entries = 1;
+    for (const char *c = val; *c; c++) entries += *c == ',';
+    if (entries > max) return perr_set(err, "%s: more than %d %s", flag, max, noun);
+    long long *v = malloc((size_t)entries * sizeof *v);
+    if (!v) return perr_set(err, "%s: out of memory", flag);
+    const int bad = num_parse_int_list(flag, val, lo, hi, entries, v, n, &why);
+    for (int k = 0; !bad && k < *n; k++) out[k] = (int)v[k];
+    free(v);
+    if (bad) return perr_set(err, "%s: expected %s, got '%s'", flag, what, val);
+    return 0;
 }
 
 typedef struct {
@@ -75,7 +73,7 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
         {"--pipeline-model-parallel-size", &pc->pp, 1, PARITY_MAX_DEVICES, 0},
         {"--context-parallel-size", &pc->cp, 1, PARITY_MAX_DEVICES, 0},
         {"--expert-model-parallel-size", &pc->ep, 1, PARITY_MAX_DEVICES, 0},
-        {"--expert-tensor-parallel-size", &pc->etp, 1, PARITY_MAX_DEVICES, 0},
+        {"--expert-tensor-parallel-size", &pc->etp, 1, PARITY_MAX_DEVICES, PC_GIVEN_ETP},
         {"--global-batch-size", &pc->global_batch, 1, INT_MAX, PC_GIVEN_GLOBAL},
         {"--micro-batch-size", &pc->micro_batch, 1, INT_MAX, PC_GIVEN_MICRO},
         {"--accum-degree", &pc->accum_degree, 1, INT_MAX, PC_GIVEN_ACCUM},
@@ -83,8 +81,10 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
         {"--virtual-pipeline-model-parallel-size", &pc->vpp, 1, PC_MAX_CHUNKS, 0},
         {"--num-layers-per-virtual-pipeline-stage", &pc->layers_per_vstage, 1, 4096, 0},
         {"--zero-stage", &pc->zero_stage, 0, 3, PC_GIVEN_ZERO},
-        {"--encoder-tensor-model-parallel-size", &pc->encoder_tp, 1, PARITY_MAX_DEVICES, 0},
-        {"--encoder-pipeline-model-parallel-size", &pc->encoder_pp, 0, PARITY_MAX_DEVICES, 0},
+        {"--encoder-tensor-model-parallel-size", &pc->encoder_tp, 1, PARITY_MAX_DEVICES,
+         PC_GIVEN_ENCODER_TP},
+        {"--encoder-pipeline-model-parallel-size", &pc->encoder_pp, 0, PARITY_MAX_DEVICES,
+         PC_GIVEN_ENCODER_PP},
         {"--tensor-parallel-depth", &pc->tp_depth, 1, PARITY_MAX_DEVICES, 0},
     };
     for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
@@ -94,15 +94,10 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
             !(pc->given & PC_GIVEN_NUM_MB) != !(ints[k].given & PC_GIVEN_NUM_MB))
             return perr_set(err, "%s: --num-microbatches and --accum-degree are one setting; give one",
                             flag);
-        if (!strcmp(flag, "--zero-stage") && val) {
-            /* a clearer message than the range for the common mistake;
-             * the digits as given (a huge number saturates strtol) */
-            char *end;
-            errno = 0;
-            long z = strtol(val, &end, 10);
-            if (*end == 0 && end != val && (errno == ERANGE || z < 0 || z > 3))
-                return perr_set(err, "--zero-stage: unknown ZeRO stage %s (expected 0, 1, 2 or 3)", val);
-        }
+        if (!strcmp(flag, "--zero-stage") && val && num_is_decimal(val, 0) &&
+            strcmp(val, "0") && strcmp(val, "1") && strcmp(val, "2") && strcmp(val, "3"))
+            /* a clearer message than the range for the common mistake */
+            return perr_set(err, "--zero-stage: unknown ZeRO stage %s (expected 0, 1, 2 or 3)", val);
         if (parse_int(flag, val, ints[k].lo, ints[k].hi, ints[k].field, err)) return -1;
         pc->given |= ints[k].given;
         *i += 2;
@@ -230,12 +225,10 @@ int pconfig_parse_flag(pconfig_t *pc, int argc, char **argv, int *i, perr_t *err
         return 1;
     }
     if (!strcmp(flag, "--bucket-cap-mb")) {
-        if (num_flag_value(flag, val, err)) return -1;
-        char *end;
-        double v = strtod(val, &end);
-        if (end == val || *end || !(v > 0.0) || v > 1e6)
-            return perr_set(err, "--bucket-cap-mb: expected a size in MB > 0, got '%s'",
-                            val ? val : "(nothing)");
+        double v;
+        if (num_parse_double(flag, val, 0.0, 1e6, &v, err)) return -1;
+        if (!(v > 0.0))
+            return perr_set(err, "--bucket-cap-mb: expected a size in MB > 0, got '%s'", val);
         pc->bucket_cap_mb = v;
         pc->given |= PC_GIVEN_BUCKET;
         *i += 2;
@@ -333,6 +326,9 @@ int pconfig_splits_backward(pc_pp_schedule_t s) {
 }
 
 static int pipeline_validate(pconfig_t *pc, perr_t *err) {
+    if (pc->n_layer_split && pc->pp < 2) /* one stage holds every layer: nothing to split */
+        return perr_set(err, "pipeline-layer-split: needs pipeline-model-parallel-size > 1 (at pp %d "
+                             "one stage holds every layer)", pc->pp);
     if (pc->n_layer_split && pc->n_layer_split != pc->pp)
         return perr_set(err, "pipeline-layer-split: %d entries for pipeline-model-parallel-size %d "
                              "(one per stage)", pc->n_layer_split, pc->pp);
@@ -667,7 +663,8 @@ void pconfig_print_help(FILE *f) {
           "                            (scores, softmax, dropout), recomputed from qkv\n"
           "  --recompute-method uniform|block   full: chunks of N layers (uniform, the default), or\n"
           "                            only the first N layers of each stage's run, each alone (block)\n"
-          "  --recompute-num-layers N  full: N (default 1; at most the model's layers)\n"
+          "  --recompute-num-layers N  full: N (default 1; at most the model's layers; block: at\n"
+          "                            most a stage's run of layers)\n"
           "  --offload-optimizer none|cpu|nvme   DeepSpeed's ZeRO-Offload (--zero-stage >= 1): each\n"
           "                            rank's optimizer shard in a host arena (cpu) or a file read\n"
           "                            and written bucket by bucket around the update (nvme)\n"
@@ -693,7 +690,8 @@ void pconfig_print_help(FILE *f) {
           "                            rows exchanged by all-to-all-v); N divides dp and E,\n"
           "                            or N = tp with --expert-tensor-parallel-size 1: folded\n"
           "                            onto the tp ranks (Megatron's parallel folding)\n"
-          "  --expert-tensor-parallel-size N   tp (default: each expert's FFN split over tp) or 1 (whole)\n"
+          "  --expert-tensor-parallel-size N   MoE models: tp (default: each expert's FFN split over\n"
+          "                            tp) or 1 (whole)\n"
           "  --rank-order ORDER        Megatron's rank order, first fastest (default tp-cp-ep-dp-pp)\n"
           "  --rank-list R0,R1,..      the world rank at each position of the rank order (a\n"
           "                            permutation of 0..world-1): e.g. tp=2 pp=2 with 3,0,2,1 puts\n"

@@ -498,6 +498,12 @@ static int validate_precision(const model_config_t *c, perr_t *err) {
         if (!(scaling[i].v >= 0 && scaling[i].v <= 0x1p127))
             return perr_set(err, "%s: %g, expected a finite value >= 0 (0: %s)", scaling[i].flag,
                             scaling[i].v, i ? "Megatron's default" : "dynamic scaling");
+        /* the dynamic scaler's knobs: a static scale never moves */
+        if (i && scaling[i].v != 0 && c->loss_scale != 0)
+            return perr_set(err, "%s: a knob of the dynamic loss scaler, but --loss-scale %g is "
+                                 "static (never grown or backed off); give --loss-scale 0 or leave "
+                                 "it out for dynamic scaling", scaling[i].flag,
+                            (double)c->loss_scale);
     }
     if (c->optim_dtype != MODEL_FP32 && c->optimizer != MODEL_OPT_ADAM)
         return perr_set(err, "precision.optim_dtype (NeMo's dtype, --dtype): bf16 state is for "

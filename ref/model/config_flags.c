@@ -110,10 +110,18 @@ static int apply_opt(model_config_t *c, const cfg_opt_t *o, const char *val, per
         return 0;
     case OPT_FLOAT:
         return num_parse_f32(o->flag, val, (float *)field, err);
+    /* a flag without a value turns one thing on; given where the model
+     * already has it, it would change nothing: refused, as any flag that
+     * cannot apply (flag_applies) */
     case OPT_TRUE:
+        if (*(int *)field == 0)
+            return perr_set(err, "%s: model %s's output weights are already its own (untied "
+                                 "from the embedding)", o->flag, c->name);
         *(int *)field = 0; /* --untie-embeddings-and-output-weights */
         return 0;
     case OPT_SET:
+        if (*(int *)field == 1)
+            return perr_set(err, "%s: model %s has it already", o->flag, c->name);
         *(int *)field = 1;
         return 0;
     case OPT_BF16:
@@ -121,6 +129,9 @@ static int apply_opt(model_config_t *c, const cfg_opt_t *o, const char *val, per
         const int want = o->kind == OPT_BF16 ? MODEL_BF16 : MODEL_FP16;
         if (*(int *)field && *(int *)field != want)
             return perr_set(err, "--bf16 and --fp16: give one");
+        if (*(int *)field == want)
+            return perr_set(err, "%s: model %s is %s already", o->flag, c->name,
+                            model_precision_name(want));
         *(int *)field = want;
         return 0;
     }
@@ -139,6 +150,45 @@ static int apply_opt(model_config_t *c, const cfg_opt_t *o, const char *val, per
         return 0; /* model_config_from_flags, after the other overrides */
     }
     return -1;
+}
+
+/* The dynamic loss scaler's knobs: 0 in a config means "the default",
+ * so a flag's 0 would silently mean 2^32 (or 1, 1000, 2). */
+static int is_scaler_knob(const char *flag) {
+    return !strcmp(flag, "--initial-loss-scale") || !strcmp(flag, "--min-loss-scale") ||
+           !strcmp(flag, "--loss-scale-window") || !strcmp(flag, "--hysteresis");
+}
+
+/* A flag that cannot apply to the model it is given for is refused,
+ * naming it and why (CONTRIBUTING, "Files, flags and bad input"), never
+ * accepted and ignored: here, after every override (--num-experts may
+ * come after --moe-router-topk), is where what the model has is known.
+ * The layout's flags against the model: engine_check_model. */
+static int flag_applies(const cfg_opt_t *o, const model_config_t *c, perr_t *err) {
+    const char *f = o->flag;
+    const void *field = (const char *)c + o->offset;
+    if (!strncmp(f, "--moe-", 6) && c->moe_experts == 0)
+        return perr_set(err, "%s: model %s has no experts (a dense MLP in every layer); give "
+                             "--num-experts E for a mixture of experts", f, c->name);
+    if (!strcmp(f, "--moe-token-drop-policy") && !(c->moe_capacity_factor > 0.0f))
+        return perr_set(err, "%s: the experts are dropless (--moe-expert-capacity-factor 0): no "
+                             "token is dropped, so there is nothing to choose by", f);
+    if (!strncmp(f, "--encoder-", 10) && c->arch == MODEL_GPT)
+        return perr_set(err, "%s: model %s is decoder-only: a GPT (arch gpt) has no encoder", f,
+                        c->name);
+    if (!strcmp(f, "--optimizer-block") && c->optimizer != MODEL_OPT_ADAMW8BIT)
+        return perr_set(err, "%s: only --optimizer adamw8bit quantizes its state in blocks (the "
+                             "optimizer is %s)", f, model_optimizer_name(c->optimizer));
+    /* validate refuses a nonzero scale without fp16; a 0 (dynamic, or a
+     * knob's default) would be ignored there */
+    if ((is_scaler_knob(f) || !strcmp(f, "--loss-scale")) && c->precision != MODEL_FP16)
+        return perr_set(err, "%s: loss scaling is for --fp16 (the model is %s)", f,
+                        model_precision_name(c->precision));
+    if (is_scaler_knob(f) &&
+        (o->kind == OPT_FLOAT ? *(const float *)field == 0.0f : *(const int *)field == 0))
+        return perr_set(err, "%s: 0 is no setting of the dynamic loss scaler (leave the flag out "
+                             "for its default)", f);
+    return 0;
 }
 
 int model_config_base(const char *model, model_config_t *cfg, perr_t *err) {
@@ -186,5 +236,7 @@ int model_config_from_flags(const char *model, int n, const char *const *flag,
         cfg->micro_batch = cfg->global_batch;
     if (micro_given) *micro_given = micro;
     if (model_config_validate(cfg, &e)) return perr_set(err, "invalid config: %s", e.msg);
+    for (int k = 0; k < n; k++)
+        if (flag_applies(find_opt(flag[k]), cfg, err)) return -1;
     return 0;
 }

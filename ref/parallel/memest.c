@@ -14,6 +14,7 @@
 
 #include "parity/engine.h"
 #include "parity/dump.h"
+#include "parity/numparse.h"
 
 void memest_sum(memest_dev_t *d) {
     d->total = d->params + d->grads + d->open_sums + d->optimizer + d->activations + d->comm +
@@ -100,7 +101,7 @@ static double env_mb(const char **raw) {
     char *end;
     errno = 0;
     double mb = strtod(env, &end);
-    if (end == env || *end || errno || !isfinite(mb) || !(mb >= MEMEST_ENV_MIN_MB) || mb > MEMEST_ENV_MAX_MB)
+    if (!num_is_decimal(env, 1) || end == env || *end || errno || !isfinite(mb) || !(mb >= MEMEST_ENV_MIN_MB) || mb > MEMEST_ENV_MAX_MB)
         return -2;
     return mb;
 }

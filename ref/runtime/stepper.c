@@ -28,6 +28,7 @@
  */
 #include "parity/runtime.h"
 #include "runtime_internal.h"
+#include "parity/numparse.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -61,7 +62,7 @@ static int env_int(const char *name, long lo, long hi, long *out, perr_t *e) {
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
-    if (*end || errno || x < lo || x > hi)
+    if (!num_is_decimal(v, 0) || *end || errno || x < lo || x > hi)
         return perr_set(e, "%s='%.100s' is not valid: expected an integer from %ld to %ld", name, v,
                         lo, hi);
     *out = x;

@@ -92,7 +92,7 @@ int engine_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t
                   size_t *host, perr_t *err) {
     memset(dev, 0, sizeof *dev);
     *host = *all = 0;
-    if (engine_check_experts(model, pc, err)) return -1;
+    if (engine_check_model(model, pc, err)) return -1;
     if (pc->offload == PC_OFFLOAD_NVME && model->optimizer != MODEL_OPT_ADAM)
         return perr_set(err, "offload-optimizer: nvme offloads fp32 AdamW's m and v (--optimizer "
                              "adam); adamw8bit's blocks are not built for it (cpu is)");

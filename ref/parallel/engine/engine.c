@@ -459,7 +459,17 @@ static void free_local(engine_shared_t *sh) {
     free(sh->v_full);
 }
 
-int engine_check_experts(const model_config_t *model, const pconfig_t *pc, perr_t *err) {
+int engine_check_model(const model_config_t *model, const pconfig_t *pc, perr_t *err) {
+    if ((pc->given & PC_GIVEN_ETP) && model->moe_experts <= 0)
+        return perr_set(err, "expert-tensor-parallel-size: %d, but model %s has no experts (a dense "
+                             "MLP in every layer; --num-experts E)", pc->etp, model->name);
+    const unsigned enc[2] = {PC_GIVEN_ENCODER_TP, PC_GIVEN_ENCODER_PP};
+    const char *enc_flag[2] = {"encoder-tensor-model-parallel-size",
+                               "encoder-pipeline-model-parallel-size"};
+    for (int k = 0; k < 2; k++)
+        if ((pc->given & enc[k]) && model->arch == MODEL_GPT)
+            return perr_set(err, "%s: model %s is decoder-only: a GPT (arch gpt) has no encoder",
+                            enc_flag[k], model->name);
     if (pc->ep > 1 && model->moe_experts <= 0)
         return perr_set(err, "expert-model-parallel-size: %d needs mixture-of-experts layers "
                              "(--num-experts E)", pc->ep);
@@ -472,7 +482,7 @@ int engine_check_experts(const model_config_t *model, const pconfig_t *pc, perr_
 
 int engine_train(engine_run_t *run, perr_t *err) {
     pconfig_t *pc = &run->pc;
-    if (engine_check_experts(&run->model, pc, err)) return -1;
+    if (engine_check_model(&run->model, pc, err)) return -1;
     run->replica_diffs = NULL, run->n_replica_diffs = 0;
     engine_shared_t *sh = calloc(1, sizeof *sh);
     if (!sh) return perr_set(err, "dp: out of memory");

@@ -98,6 +98,14 @@ int pp_plan_build(pp_plan_t *p, const model_config_t *cfg, const pconfig_t *pc, 
     if (p->pp > PC_MAX_SPLIT)
         return perr_set(err, "pipeline-model-parallel-size: %d, at most %d stages", p->pp, PC_MAX_SPLIT);
     if (split_layers(p, cfg, pc, err) || chunks(p, pc, err)) return -1;
+    /* block: the first N layers of each run (a stage's chunk) alone; a run
+     * of fewer layers recomputes them all, N or not (uniform cuts chunks
+     * at a stage's end on purpose, CONTRIBUTING) */
+    for (int r = 0; r < p->pp && pc->recompute == MODEL_RECOMPUTE_FULL && pc->recompute_block; r++)
+        if (pc->recompute_layers > p->stage_layers[r] / p->v)
+            return perr_set(err, "recompute-num-layers: %d, but --recompute-method block recomputes "
+                                 "the first N layers of each stage's run, and stage %d's runs hold "
+                                 "%d layer(s) each", pc->recompute_layers, r, p->stage_layers[r] / p->v);
     /* p2p tags name (direction, microbatch, boundary): 2 m pp v of them */
     if (2LL * p->m * p->pp * p->v > (1LL << 30))
         return perr_set(err, "num-microbatches: %d microbatches x %d stages x %d chunks are more "
