@@ -113,5 +113,56 @@ expect "parity train is refused under mpirun" "only .parity check. runs" \
   -- "${MPIRUN[@]}" -np 2 "$PARITY" train "${M[@]}"
 if [ ! -e "$tmp/t.json" ]; then ok "the refused run wrote no trace"; else fail "a refused run wrote $tmp/t.json"; fi
 
+# ---- the processes agree on what they were given (coll.h) ----
+# agree NAME PATTERN -- MPMD ARGS: refused before any work with PATTERN,
+# fast (no watchdog), every process exiting 2 on its own (no MPI_Abort)
+# and no output written
+agree() {
+  local name=$1 pat=$2; shift 3
+  rm -f "$tmp/rc."* "$tmp/agree.sha"
+  local t0=$SECONDS
+  "${MPIRUN[@]}" "$@" >"$tmp/out" 2>&1; local rc=$? took=$((SECONDS - t0))
+  local codes; codes=$(cat "$tmp/rc."* 2>/dev/null | sort | uniq -c | tr -s ' ')
+  if [ $rc -ne 0 ] && [ $rc -lt 124 ] && [ "$codes" = " 2 2" ] && [ $took -lt 30 ] &&
+     grep -Eq -- "$pat" "$tmp/out" && ! grep -q MPI_ABORT "$tmp/out" && [ ! -e "$tmp/agree.sha" ]; then
+    ok "$name"
+  else
+    fail "$name" "mpirun exit $rc after $took s, process exits: ${codes:-none}, expected a message matching: $pat" \
+         "$(grep -v '^\[' "$tmp/out" | head -5)"
+  fi
+}
+# each process through a shell that records its own exit status
+printf '#!/bin/sh\n"%s" "$@"; r=$?; echo $r >"%s/rc.$OMPI_COMM_WORLD_RANK"; exit $r\n' \
+  "$(cd "$(dirname "$PARITY")" && pwd)/$(basename "$PARITY")" "$tmp" >"$tmp/rank.sh"
+chmod +x "$tmp/rank.sh"
+rank() { echo "$tmp/rank.sh"; }
+A=(check --model gpt-micro --steps 2 --quiet --data-parallel-size 2)
+agree "a different --steps on one process is refused naming the process and the flag" \
+  "MPI process 1 was started with other arguments than process 0: argument [0-9]+ is '--steps 3' on process 1 and '--steps 2' on process 0" \
+  -- -np 1 $(rank) "${A[@]}" : -np 1 $(rank) check --model gpt-micro --steps 3 --quiet --data-parallel-size 2
+agree "a different --seed on one process is refused, not blamed on the layout" \
+  "argument [0-9]+ is '--seed 7' on process 1 and nothing on process 0" \
+  -- -np 1 $(rank) "${A[@]}" : -np 1 $(rank) "${A[@]}" --seed 7
+agree "a different PARITY_BACKEND on one process is refused naming the variable" \
+  "PARITY_BACKEND is 'portable' on process 1 and unset on process 0" \
+  -- -np 1 $(rank) "${A[@]}" : -np 1 -x PARITY_BACKEND=portable $(rank) "${A[@]}"
+agree "--digest on process 1 only is refused, not dropped" \
+  "argument [0-9]+ is '--digest $tmp/agree.sha' on process 1 and nothing on process 0" \
+  -- -np 1 $(rank) "${A[@]}" : -np 1 $(rank) "${A[@]}" --digest "$tmp/agree.sha"
+mkdir -p "$tmp/wa" "$tmp/wb"
+head -c 100000 ref/data/corpus.txt >"$tmp/wa/text.txt"
+{ head -c 99999 ref/data/corpus.txt; printf '~'; } >"$tmp/wb/text.txt"
+agree "the same --data naming other text on two hosts is refused before any step" \
+  "MPI process 1 resolved the training text differently from process 0" \
+  -- -np 1 -wdir "$tmp/wa" $(rank) "${A[@]}" --data text.txt : -np 1 -wdir "$tmp/wb" $(rank) "${A[@]}" --data text.txt
+"${MPIRUN[@]}" -np 1 "$PARITY" "${A[@]}" --digest "$tmp/one.sha" >"$tmp/out" 2>&1; rc=$?
+"$PARITY" "${A[@]}" --digest "$tmp/threads.sha" >/dev/null 2>&1
+if [ $rc = 0 ] && grep -q "mpirun started 1 process, so the layout's 2 devices run as its threads" "$tmp/out" &&
+   cmp -s "$tmp/one.sha" "$tmp/threads.sha"; then
+  ok "mpirun -np 1 for a 2-device layout says it runs the devices as threads, with the threaded bits"
+else
+  fail "mpirun -np 1 for a 2-device layout" "exit $rc" "$(grep -v '^\[' "$tmp/out" | head -5)"
+fi
+
 echo "RESULT test_mpi.sh: $passed passed, $failed failed"
 [ $failed -eq 0 ]

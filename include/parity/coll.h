@@ -322,14 +322,37 @@ int  coll_mpi_init(int *argc, char ***argv, perr_t *e);
 /* MPI_Finalize on a normal exit (every process must get here); a no-op
  * when MPI is not up. An exit without it stops every process. */
 void coll_mpi_finalize(void);
-/* Whether this build has the MPI transport. */
+/* Whether this build has the MPI transport; whether mpirun started this
+ * process (MPI is up, even with one process). */
 int  coll_mpi_built(void);
+int  coll_mpi_launched(void);
 /* "shm" or "mpi": the transport of the current run. */
 const char *coll_transport_name(void);
 /* A barrier of the processes outside any run, without the watchdog: one
  * process may take long alone (a check's golden run) while the others
  * wait here. No-op with one process. */
 void coll_processes_barrier(void);
+
+/* Before any work, every process must have been given the same things
+ * (ref/coll/mpi/mpi_agree.c). coll_processes_agree_args compares the
+ * argument lists and every PARITY_* variable; a difference names the
+ * process and the first differing argument or variable. Then
+ * coll_processes_agree_items compares what the arguments resolved to
+ * (the model config, the layout, the data, a checkpoint: digests of
+ * each item's bytes). Every process reaches the same verdict at once:
+ * 0, or -1 with the same message on each, and then
+ * coll_processes_stopped_together() is 1 (the processes may end with
+ * MPI_Finalize, as on success, instead of stopping each other). No-ops
+ * with one process. */
+typedef struct {
+    const char *what;   /* "the model config" */
+    const char *source; /* where it came from, for the message: "--model and its file" */
+    const void *data;
+    size_t len;
+} coll_agree_item_t;
+int coll_processes_agree_args(int argc, char **argv, perr_t *e);
+int coll_processes_agree_items(int n, const coll_agree_item_t *items, perr_t *e);
+int coll_processes_stopped_together(void);
 
 /* Host memory the engine keeps beside its devices (reassembled tensors,
  * per-device figures) is one copy per process. Every member of g calls

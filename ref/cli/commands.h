@@ -4,7 +4,10 @@
 
 #include <stddef.h>
 
+#include "parity/ckpt.h"
+#include "parity/corpus.h"
 #include "parity/model.h"
+#include "parity/pconfig.h"
 
 /* Each takes the arguments after the subcommand name (argv[0] is the
  * subcommand) and returns the process exit status. */
@@ -31,5 +34,11 @@ extern const char *cli_name;
 /* env_check.c: every PARITY_* variable a run reads, at start-up; 0, or 2
  * after a message naming the variable and its valid values. */
 int cli_env_check(void);
+
+/* agree.c: under mpirun, every process resolved the same model config,
+ * layout, text and checkpoint (coll.h); 0, or -1 after a message (every
+ * process reaches the same verdict). */
+int cli_agree_inputs(const model_config_t *cfg, const pconfig_t *pc, const char *parallel_config,
+                     const corpus_t *data, const ckpt_state_t *resume);
 
 #endif

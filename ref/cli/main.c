@@ -70,6 +70,13 @@ int main(int argc, char **argv) {
                         "other commands without mpirun\n", cmd, runtime_processes());
         return 2;
     }
+    /* every process was given the same arguments and PARITY_* variables,
+     * or none starts (each names the same difference, exit 2) */
+    if (coll_processes_agree_args(argc, argv, &e)) {
+        if (runtime_process_rank() == 0) fprintf(stderr, "parity %s: %s\n", cmd, e.msg);
+        coll_mpi_finalize();
+        return 2;
+    }
     if (runtime_process_rank() > 0 && !freopen("/dev/null", "w", stdout)) return 2; /* process 0 reports */
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
@@ -92,7 +99,8 @@ int main(int argc, char **argv) {
     }
     rc = finish(cmd, rc);
     /* across processes, a normal end (0, or a check's verdict 1) is every
-     * process's; anything else stops them all (coll_mpi_init's exit hook) */
-    if (rc <= 1) coll_mpi_finalize();
+     * process's, and so is a refusal they agreed on (coll.h); anything
+     * else stops them all (coll_mpi_init's exit hook) */
+    if (rc <= 1 || coll_processes_stopped_together()) coll_mpi_finalize();
     return rc;
 }

@@ -801,7 +801,8 @@ static int train_main(int argc, char **argv, int check) {
     train_inputs_t in = {0};
     if (model_config(&t, argv, &in.cfg) || validate_layout(&t, &in.cfg)) return 2;
     if ((rc = print_only(&t, &in.cfg)) >= 0) return rc;
-    if (prepare_inputs(&t, &in)) {
+    if (prepare_inputs(&t, &in) ||
+        cli_agree_inputs(&in.cfg, &t.lo.pc, t.lo.parallel_config, &in.data, t.load_dir ? &in.resume : NULL)) {
         inputs_free(&in);
         return 2;
     }

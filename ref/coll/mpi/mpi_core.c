@@ -20,6 +20,7 @@ MPI_Comm net_coll_comm = MPI_COMM_NULL, net_p2p_comm = MPI_COMM_NULL, net_host_c
 static int up, finalized;
 
 int coll_mpi_built(void) { return 1; }
+int coll_mpi_launched(void) { return up; }
 
 int net_active(void) { return up && runtime_run_distributed(); }
 
@@ -201,6 +202,7 @@ void coll_processes_barrier(void) {
 #include <stdlib.h>
 
 int coll_mpi_built(void) { return 0; }
+int coll_mpi_launched(void) { return 0; }
 int net_active(void) { return 0; }
 
 int coll_mpi_init(int *argc, char ***argv, perr_t *e) {
