@@ -17,8 +17,10 @@
  * PARITY_DP_MATRIX=small (the sanitizer builds) runs the same tests on
  * gpt-micro with a batch of 12, and a matrix without dp 3 and 8.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "layout_run.h"
@@ -76,6 +78,20 @@ static void test_small_buckets(void) {
     int n, ok = run_layout("--data-parallel-size 3 --zero-stage 2 --bucket-cap-mb 0.01 --overlap-grad-reduce",
                            COLL_ALGO_RING, 0, &n, stderr);
     CHECK(ok, "many small buckets");
+}
+
+/* nvme offload through engine_train alone (a library caller, no CLI):
+ * the engine takes --offload-path's lock and its own directory itself
+ * and leaves the directory as it found it (offload.c). */
+static void test_nvme_offload_leaves_nothing(void) {
+    char dir[] = "/tmp/parity-dp-offload-XXXXXX", flags[128];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(flags, sizeof flags, "--data-parallel-size 2 --zero-stage 1 --offload-optimizer nvme "
+                                  "--offload-path %s", dir);
+    int n, ok = run_layout(flags, COLL_ALGO_RING, 0, &n, stderr);
+    CHECK(ok, "nvme offload, golden bits");
+    CHECK(!engine_offload_claimed(), "the engine released what it claimed");
+    CHECK(rmdir(dir) == 0, "%s is empty after the run: %s", dir, strerror(errno));
 }
 
 /* Measured device memory and traffic against the ZeRO formulas (fp32:
@@ -354,6 +370,7 @@ int main(void) {
     RUN(test_tensor_parallel);
     RUN(test_drifting_replica_is_caught);
     RUN(test_small_buckets);
+    RUN(test_nvme_offload_leaves_nothing);
     RUN(test_overlap_and_algorithms);
     RUN(test_matrix);
     dump_free(golden);

@@ -161,6 +161,20 @@ int engine_train(engine_run_t *run, perr_t *err);
 /* PARITY_OFFLOAD_KILL_AFTER (offload.c's test hook), when set, must be a
  * count >= 1. 0, or -1 with a message naming it. */
 int engine_offload_env_check(perr_t *err);
+/* nvme offload's place (offload.c): checks --offload-path `dir`, takes
+ * its lock (held: refused naming the holder's pid, host and directory;
+ * left by a run that died: taken over with a note on stderr, that run's
+ * directory removed) and creates this process's own directory in it,
+ * parity-offload-<pid>-XXXXXX (0700), where every rank's file is created
+ * exclusively. Held until engine_offload_release, which removes it all;
+ * atexit and the signal handlers (fileio.h) release it too, so nothing
+ * is left after any exit. Claiming again the same dir is a no-op.
+ * engine_train claims (and releases) when its caller has not; the CLI
+ * claims before anything runs, for the whole process. 0, or -1 with a
+ * message naming --offload-path. */
+int  engine_offload_claim(const char *dir, perr_t *err);
+int  engine_offload_claimed(void);
+void engine_offload_release(void);
 /* The global index of the run's first step: 0, or the checkpoint's. */
 int64_t engine_first_step(const engine_run_t *run);
 /* Host bytes a layout adds to load or save a checkpoint, beside the

@@ -16,6 +16,7 @@
 #ifndef PARITY_FILEIO_H
 #define PARITY_FILEIO_H
 
+#include <signal.h>
 #include <stdio.h>
 
 #include "parity/error.h"
@@ -36,6 +37,12 @@ char *pio_read_text(const char *path, const char *what, size_t max_bytes, size_t
  * is writable. For failing early, before a run; `what` names the output
  * in messages (its flag). */
 int pio_check_output(const char *path, const char *what, perr_t *err);
+
+/* Checks that `path` names an existing directory (a symbolic link to one
+ * is resolved) in which this process may create files: 0, or -1 with a
+ * message naming `what` and the path (--offload-path's check, shared by
+ * every command that takes the flag). */
+int pio_check_dir(const char *path, const char *what, perr_t *err);
 
 /* Whether two output paths name the same file (after symbolic links and
  * "." / ".." in the directory part, or one file by device and inode: a
@@ -103,6 +110,15 @@ void pio_txn_made_dir(const char *dir);
  * release) after removing it. */
 int pio_scratch_dir_claim(const char *dir);
 void pio_scratch_dir_release(int slot);
+/* A file of the run's own outside any transaction (nvme offload's lock
+ * file): a signal unlinks it. Claim it once it is the run's; release
+ * the slot after removing it. */
+int pio_scratch_file_claim(const char *path);
+void pio_scratch_file_release(int slot);
+/* Empties a scratch directory (its entries, one level: unlinked, links
+ * not followed) and removes it, with system calls only: what the signal
+ * handler does, for a caller outside one. */
+void pio_scratch_dir_remove(const char *dir);
 
 /* Installs handlers for SIGINT, SIGTERM and SIGHUP that remove every
  * temporary file (and noted directory) parity has open, then re-raise
@@ -110,6 +126,12 @@ void pio_scratch_dir_release(int slot);
  * registry is a fixed static array written before a temporary file is
  * created, so the handler only calls unlink, rmdir and raise. */
 void pio_cleanup_on_signals(void);
+
+/* Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (*old: the
+ * mask to restore with pthread_sigmask(SIG_SETMASK, old, NULL)): while
+ * files are made and their names registered, a signal waits until both
+ * agree. */
+void pio_block_cleanup_signals(sigset_t *old);
 
 /* Checks that everything printed to stdout reached it (a full disk, a
  * closed pipe): 0, or -1 with a message. Call before exiting 0. */

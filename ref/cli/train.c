@@ -488,15 +488,11 @@ static int validate_layout(train_args_t *t, model_config_t *cfg) {
                 layout_opts_origin(&t->lo, origin, sizeof origin), err.msg);
         return -1;
     }
-    /* nvme offload: the directory, before any run (the files are made at
-     * each rank's setup; a write error later names its file) */
-    struct stat st;
-    const char *dir = t->lo.pc.offload_path;
+    /* nvme offload: the directory, before any run (its lock and the run's
+     * own directory in it are taken once the inputs are read: train_main) */
     if (t->lo.pc.offload == PC_OFFLOAD_NVME &&
-        (stat(dir, &st) || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK))) {
-        fprintf(stderr, "parity %s: --offload-path '%s': %s\n", t->cmd, dir,
-                stat(dir, &st) ? strerror(errno) : !S_ISDIR(st.st_mode) ? "not a directory"
-                                                                        : "not writable");
+        pio_check_dir(t->lo.pc.offload_path, "--offload-path", &err)) {
+        fprintf(stderr, "parity %s: %s\n", t->cmd, err.msg);
         return -1;
     }
     /* NeMo's dtype and grad_sync_dtype (--dtype, --grad-sync-dtype): what
@@ -801,8 +797,18 @@ static int train_main(int argc, char **argv, int check) {
     train_inputs_t in = {0};
     if (model_config(&t, argv, &in.cfg) || validate_layout(&t, &in.cfg)) return 2;
     if ((rc = print_only(&t, &in.cfg)) >= 0) return rc;
-    if (prepare_inputs(&t, &in) ||
-        cli_agree_inputs(&in.cfg, &t.lo.pc, t.lo.parallel_config, &in.data, t.load_dir ? &in.resume : NULL)) {
+    /* nvme offload: --offload-path's lock (a run there already: refused,
+     * naming it) and this run's own directory, held until the process
+     * ends, any way but SIGKILL, and then removed (offload.c) */
+    perr_t err;
+    int bad = prepare_inputs(&t, &in) ||
+              cli_agree_inputs(&in.cfg, &t.lo.pc, t.lo.parallel_config, &in.data,
+                               t.load_dir ? &in.resume : NULL);
+    if (!bad && t.lo.pc.offload == PC_OFFLOAD_NVME && engine_offload_claim(t.lo.pc.offload_path, &err)) {
+        fprintf(stderr, "parity %s: %s\n", t.cmd, err.msg);
+        bad = 1;
+    }
+    if (bad) {
         inputs_free(&in);
         return 2;
     }

@@ -243,6 +243,18 @@ int pio_check_output(const char *path, const char *what, perr_t *err) {
     return t ? refuse_input(path, what, 1, err) : -1;
 }
 
+int pio_check_dir(const char *path, const char *what, perr_t *err) {
+    struct stat sb;
+    if (!path || !*path) return perr_set(err, "%s: empty directory name", what);
+    if (stat(path, &sb)) return perr_set(err, "%s '%s': %s", what, path, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return perr_set(err, "%s '%s': not a directory (%s)", what, path,
+                        S_ISREG(sb.st_mode) ? "a regular file" : kind_of(sb.st_mode));
+    if (access(path, W_OK | X_OK))
+        return perr_set(err, "%s '%s': not writable: %s", what, path, strerror(errno));
+    return 0;
+}
+
 /* A canonical spelling of an output path, existing or not. */
 static void canonical(const char *path, char *out, size_t cap) {
     char *real = realpath(path, NULL);
@@ -321,9 +333,9 @@ static volatile sig_atomic_t committing, pending_sig;
 
 /* Empties and removes a scratch directory with nothing but system calls
  * (readdir may allocate, which a signal handler must not). */
-static void remove_scratch(const char *dir) {
+void pio_scratch_dir_remove(const char *dir) {
     static char buf[4096] __attribute__((aligned(8)));
-    const int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC); /* a link: nothing */
     if (fd < 0) return;
     for (;;) {
         const long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
@@ -349,7 +361,7 @@ static void on_signal(int sig) {
     const int saved = errno;
     for (int k = 0; k < PIO_MAX_TEMPS; k++)
         if (atomic_load(&reg_kind[k]) == REG_FILE) unlink(reg_path[k]);
-        else if (atomic_load(&reg_kind[k]) == REG_SCRATCH) remove_scratch(reg_path[k]);
+        else if (atomic_load(&reg_kind[k]) == REG_SCRATCH) pio_scratch_dir_remove(reg_path[k]);
     for (int k = PIO_MAX_TEMPS - 1; k >= 0; k--) /* after the files they hold */
         if (atomic_load(&reg_kind[k]) == REG_DIR) rmdir(reg_path[k]);
     errno = saved;
@@ -359,6 +371,10 @@ static void on_signal(int sig) {
 int pio_scratch_dir_claim(const char *dir) { return reg_claim(dir, REG_SCRATCH); }
 
 void pio_scratch_dir_release(int slot) { reg_release(slot); }
+
+int pio_scratch_file_claim(const char *path) { return reg_claim(path, REG_FILE); }
+
+void pio_scratch_file_release(int slot) { reg_release(slot); }
 
 void pio_cleanup_on_signals(void) {
     const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
@@ -374,6 +390,15 @@ void pio_cleanup_on_signals(void) {
         if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
         sigaction(sigs[i], &sa, NULL);
     }
+}
+
+void pio_block_cleanup_signals(sigset_t *old) {
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &block, old);
 }
 
 /* ---- the transaction --------------------------------------------------------- */
@@ -435,12 +460,8 @@ int pio_txn_commit(perr_t *err) {
     const char *stop = getenv("PARITY_STOP_BEFORE_COMMIT");
     if (stop && *stop && strcmp(stop, "0")) raise(SIGSTOP);
     /* no signal between the first rename and the last */
-    sigset_t block, old;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    sigaddset(&block, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &block, &old);
+    sigset_t old;
+    pio_block_cleanup_signals(&old);
     committing = 1;
     int rc = 0;
     for (int i = 0; i < txn_n && rc == 0; i++) {

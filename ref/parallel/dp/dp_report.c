@@ -99,9 +99,10 @@ static void print_memory(const run_report_t *run, double psi, FILE *f) {
                    "%.2f MB (the formula's optimizer column), none in the device's\n",
                 run->reports[0].host_peak / MB);
     else if (pc->offload == PC_OFFLOAD_NVME)
-        fprintf(f, "  offload nvme: the optimizer shard in %s/parity-optim-rank<R>.bin (%.2f MB a "
-                   "rank: the formula's optimizer column); the device keeps one bucket's piece of "
-                   "m and v (its optimizer column)\n",
+        fprintf(f, "  offload nvme: the optimizer shard in %s/parity-offload-<pid>-XXXXXX/"
+                   "parity-optim-rank<R>.bin (%.2f MB a rank: the formula's optimizer column; "
+                   "removed at the end); the device keeps one bucket's piece of m and v (its "
+                   "optimizer column)\n",
                 pc->offload_path, p_opt / MB);
 }
 

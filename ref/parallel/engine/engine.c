@@ -484,8 +484,16 @@ int engine_train(engine_run_t *run, perr_t *err) {
     pconfig_t *pc = &run->pc;
     if (engine_check_model(&run->model, pc, err)) return -1;
     run->replica_diffs = NULL, run->n_replica_diffs = 0;
+    /* nvme offload: the directory's lock and the run's own place in it,
+     * for this run unless the caller holds them already (the CLI does,
+     * for the whole process) */
+    const int own_claim = pc->offload == PC_OFFLOAD_NVME && !engine_offload_claimed();
+    if (own_claim && engine_offload_claim(pc->offload_path, err)) return -1;
     engine_shared_t *sh = calloc(1, sizeof *sh);
-    if (!sh) return perr_set(err, "dp: out of memory");
+    if (!sh) {
+        if (own_claim) engine_offload_release();
+        return perr_set(err, "dp: out of memory");
+    }
     sh->run = run;
     engine_replica_config(&run->model, pc, &sh->cfg);
     const int n = pc->dp, tp = pc->tp, pp = pc->pp, cp = pc->cp;
@@ -639,5 +647,6 @@ out:
     free(sh->scalars);
     pthread_mutex_destroy(&sh->collect_lock);
     free(sh);
+    if (own_claim) engine_offload_release();
     return rc;
 }

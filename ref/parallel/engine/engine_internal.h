@@ -127,7 +127,7 @@ typedef struct engine_rank {
      * through off_m, off_v ([max piece] each, the device's) */
     struct arena *host_arena;
     int off_fd;
-    char off_path[320];
+    char off_path[512];            /* nvme: <claimed directory>/parity-optim-rank<R>.bin */
     float *off_m, *off_v;          /* nvme: two slots each of off_slot floats (double buffering) */
     size_t off_slot;
     struct offload_io *off_io;     /* nvme: the slots' asynchronous reads and writes (offload.c) */

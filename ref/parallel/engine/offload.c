@@ -5,8 +5,14 @@
  * (engine.c's buffer table marks them), so the device arena holds none;
  * the update reads and writes them there, with the same arithmetic.
  *
- * nvme: the shards live in one file per rank, <offload-path>/
- * parity-optim-rank<R>.bin, laid out [m: shard_len][v: shard_len] fp32.
+ * nvme: the shards live in one file per rank, laid out [m: shard_len]
+ * [v: shard_len] fp32, <offload-path>/parity-offload-<pid>-XXXXXX/
+ * parity-optim-rank<R>.bin: inside a directory of the run's own, made
+ * exclusively (mkdtemp, 0700), each file created O_EXCL | O_NOFOLLOW, so
+ * no file of the user's and no link is ever written through; a lock in
+ * --offload-path refuses a second run there, naming the holder; all of
+ * it is removed when the run ends, however it ends but SIGKILL, whose
+ * leftovers the next run in the directory removes (engine_offload_claim).
  * The update goes bucket by bucket through two staging slots, each the
  * size of the largest piece of m and v (the device's: bounded, whatever
  * the model): while bucket b's slot is updated, bucket b+1's piece is
@@ -26,15 +32,19 @@
  * N piece writes, to prove that a crash mid-step loses nothing. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine_internal.h"
+#include "parity/fileio.h"
 #include "parity/numparse.h"
 
 int engine_offload_env_check(perr_t *err) {
@@ -42,6 +52,204 @@ int engine_offload_env_check(perr_t *err) {
     long long n;
     if (!v || !*v) return 0;
     return num_parse_int("PARITY_OFFLOAD_KILL_AFTER", v, 1, 1000000000LL, &n, err);
+}
+
+/* ---- the run's own place in --offload-path ------------------------------ */
+
+/* The lock is a file in --offload-path, parity-offload.lock, one a
+ * process (mpirun refuses offload: layout_cli.c), held with flock: the kernel
+ * drops it when its holder dies, however it dies, so a lock is never
+ * stale while its holder lives, and never held by a dead one. It holds
+ * the holder's record, for the message a second run prints. A record in
+ * a file nobody holds was left by a run that could not clean up
+ * (SIGKILL): that run's directory is removed and the lock taken over,
+ * with a note. A file of that name that holds no record is the user's
+ * (or a run's killed as it started): refused, never overwritten. */
+#define LOCK_MAGIC "parity offload lock\n"
+#define OWN_PREFIX "parity-offload-"
+
+static struct {
+    pthread_mutex_t mu; /* a rank's file creation against the release (a fatal exit's atexit) */
+    int held, fd, lock_slot, dir_slot, atexit_done;
+    char path[256];     /* --offload-path as given */
+    char lock[320], dir[320];
+} own = {.mu = PTHREAD_MUTEX_INITIALIZER, .fd = -1, .lock_slot = -1, .dir_slot = -1};
+
+typedef struct {
+    long pid;
+    char host[256], dir[256]; /* dir: a name in --offload-path, OWN_PREFIX... */
+} holder_t;
+
+/* The lock file's record: 0 with *h, or -1 when it holds none. */
+static int record_read(int fd, holder_t *h) {
+    char text[1024];
+    const ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    text[n > 0 ? n : 0] = 0;
+    const size_t m = strlen(LOCK_MAGIC);
+    if (strncmp(text, LOCK_MAGIC, m) ||
+        sscanf(text + m, "pid %ld host %255s dir %255s", &h->pid, h->host, h->dir) != 3)
+        return -1;
+    /* the directory a takeover removes: only a run's own, in --offload-path */
+    return strncmp(h->dir, OWN_PREFIX, strlen(OWN_PREFIX)) || strchr(h->dir, '/') ? -1 : 0;
+}
+
+static int record_write(int fd) {
+    char host[256] = "?", text[1024];
+    if (gethostname(host, sizeof host - 1) || !host[0]) snprintf(host, sizeof host, "?");
+    const char *base = strrchr(own.dir, '/') + 1;
+    const int n = snprintf(text, sizeof text, LOCK_MAGIC "pid %ld\nhost %s\ndir %s\n",
+                           (long)getpid(), host, base);
+    return ftruncate(fd, 0) || pwrite(fd, text, (size_t)n, 0) != n ? -1 : 0;
+}
+
+/* A dead holder's leftovers: its directory (its files) removed, a note. */
+static void stale_clear(const holder_t *h) {
+    char stale[PATH_MAX + 256];
+    snprintf(stale, sizeof stale, "%s/%s", own.path, h->dir);
+    struct stat sb;
+    const int there = lstat(stale, &sb) == 0;
+    if (there && S_ISDIR(sb.st_mode) && sb.st_uid == geteuid()) pio_scratch_dir_remove(stale);
+    const int left = lstat(stale, &sb) == 0;
+    fprintf(stderr, "parity: note: --offload-path '%s': taking over the lock %s left by pid %ld "
+                    "on host %s, which ended without removing it (killed?); %s%s%s\n",
+            own.path, own.lock, h->pid, h->host,
+            !there ? "its directory is gone: " : left ? "could not remove its directory " :
+                                                        "removed its directory ",
+            stale, left ? " (remove it by hand)" : "");
+}
+
+/* Takes the lock (own.fd) and writes this run's record: 0, or -1 naming
+ * the holder, or the file that is in the way. A file without a record
+ * is, for a moment, a run's that is starting (created, then locked, then
+ * written): tried again for a second before it is called in the way. */
+static int lock_take(perr_t *err) {
+    for (int tries = 0; tries < 100; tries++) {
+        if (tries) usleep(10000);
+        int created = 1;
+        int fd = open(own.lock, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0 && errno == EEXIST) {
+            created = 0; /* O_NONBLOCK: a FIFO of that name is refused below, not waited on */
+            fd = open(own.lock, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+            if (fd < 0 && errno == ENOENT) continue; /* its holder just removed it */
+        }
+        if (fd < 0)
+            return perr_set(err, "--offload-path '%s': %s: %s", own.path, own.lock,
+                            errno == ELOOP ? "a symbolic link; parity follows no link in "
+                                             "--offload-path (remove it)"
+                                           : strerror(errno));
+        struct stat fs, ls;
+        holder_t h;
+        if (fstat(fd, &fs) || !S_ISREG(fs.st_mode)) {
+            close(fd);
+            return perr_set(err, "--offload-path '%s': %s exists and is not a regular file; "
+                                 "parity replaces nothing in --offload-path (remove it)",
+                            own.path, own.lock);
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB)) {
+            const int e = errno, known = record_read(fd, &h) == 0;
+            close(fd);
+            if (e != EWOULDBLOCK)
+                return perr_set(err, "--offload-path '%s': cannot lock %s: %s", own.path,
+                                own.lock, strerror(e));
+            if (!known) continue; /* its holder is writing its record */
+            return perr_set(err, "--offload-path '%s': in use by another parity run, pid %ld "
+                                 "on host %s (it holds %s; its files are in %s/%s): two runs "
+                                 "there would share the directory, so this one does not start; "
+                                 "give another --offload-path or wait for it to end",
+                            own.path, h.pid, h.host, own.lock, own.path, h.dir);
+        }
+        if (lstat(own.lock, &ls) || ls.st_dev != fs.st_dev || ls.st_ino != fs.st_ino) {
+            close(fd); /* its last holder removed it as we opened it: a fresh one */
+            continue;
+        }
+        if (!created && record_read(fd, &h)) {
+            close(fd); /* a run's that is starting, or not a lock at all */
+            continue;
+        }
+        if (!created) stale_clear(&h);
+        if (record_write(fd)) {
+            const int e = errno;
+            if (created) unlink(own.lock);
+            close(fd);
+            return perr_set(err, "--offload-path '%s': cannot write the lock %s: %s", own.path,
+                            own.lock, strerror(e));
+        }
+        own.fd = fd;
+        return 0;
+    }
+    return perr_set(err, "--offload-path '%s': %s exists and holds no record of a parity run "
+                         "(a file of yours, or left by a run killed as it started): parity "
+                         "overwrites nothing it did not create; remove it or give another "
+                         "--offload-path", own.path, own.lock);
+}
+
+int engine_offload_claimed(void) { return own.held; }
+
+int engine_offload_claim(const char *dir, perr_t *err) {
+    if (own.held)
+        return strcmp(own.path, dir) ? perr_set(err, "--offload-path '%s': this process holds "
+                                                     "'%s' already", dir, own.path)
+                                     : 0;
+    if (pio_check_dir(dir, "--offload-path", err)) return -1;
+    if (strlen(dir) >= sizeof own.path)
+        return perr_set(err, "--offload-path: longer than %zu bytes", sizeof own.path - 1);
+    /* no signal while the registry and the files disagree: one that comes
+     * meanwhile is handled after, with everything made registered */
+    sigset_t old;
+    pio_block_cleanup_signals(&old);
+    int rc = -1;
+    snprintf(own.path, sizeof own.path, "%s", dir);
+    snprintf(own.lock, sizeof own.lock, "%s/parity-offload.lock", dir);
+    snprintf(own.dir, sizeof own.dir, "%s/" OWN_PREFIX "%ld-XXXXXX", dir, (long)getpid());
+    if (!mkdtemp(own.dir)) {
+        perr_set(err, "--offload-path '%s': cannot create a directory in it: %s", dir,
+                 strerror(errno));
+        goto done;
+    }
+    own.dir_slot = pio_scratch_dir_claim(own.dir);
+    if (lock_take(err)) {
+        pio_scratch_dir_remove(own.dir);
+        pio_scratch_dir_release(own.dir_slot);
+        own.dir_slot = -1;
+        goto done;
+    }
+    own.lock_slot = pio_scratch_file_claim(own.lock);
+    own.held = 1;
+    if (!own.atexit_done && atexit(engine_offload_release) == 0) own.atexit_done = 1;
+    rc = 0;
+done:
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+void engine_offload_release(void) {
+    pthread_mutex_lock(&own.mu);
+    if (own.held) { /* the directory first: the lock, gone, lets the next run in */
+        pio_scratch_dir_remove(own.dir);
+        pio_scratch_dir_release(own.dir_slot);
+        unlink(own.lock);
+        pio_scratch_file_release(own.lock_slot);
+        close(own.fd);
+        own.held = 0, own.fd = own.dir_slot = own.lock_slot = -1;
+    }
+    pthread_mutex_unlock(&own.mu);
+}
+
+/* Creates device's file in the run's directory, exclusively: the fd, or
+ * -1 with errno (no directory claimed, or released by an exit under way:
+ * ENOENT). */
+static int own_file_open(int device, char *path, size_t cap) {
+    int fd = -1;
+    pthread_mutex_lock(&own.mu);
+    if (own.held) {
+        snprintf(path, cap, "%s/parity-optim-rank%d.bin", own.dir, device);
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    } else {
+        snprintf(path, cap, "%s/parity-optim-rank%d.bin", own.path, device);
+        errno = ENOENT;
+    }
+    pthread_mutex_unlock(&own.mu);
+    return fd;
 }
 
 /* The rank's I/O thread and its two slots' jobs: a slot is queued (its
@@ -66,11 +274,8 @@ int engine_offload_open(engine_rank_t *r) {
     r->off_fd = -1;
     r->off_path[0] = 0;
     if (!nvme(r)) return 0;
-    const pconfig_t *pc = &r->sh->run->pc;
-    snprintf(r->off_path, sizeof r->off_path, "%s/parity-optim-rank%d.bin", pc->offload_path,
-             r->device);
     const size_t S = r->plan->shard_len;
-    char msg[512];
+    char msg[1024];
     size_t piece_max = 0;
     for (int b = 0; b < r->plan->nbuckets; b++)
         if (r->plan->buckets[b].piece > piece_max) piece_max = r->plan->buckets[b].piece;
@@ -79,7 +284,7 @@ int engine_offload_open(engine_rank_t *r) {
         engine_fail(r->sh, "dp: out of memory (nvme offload)");
         return -1;
     }
-    r->off_fd = open(r->off_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    r->off_fd = own_file_open(r->device, r->off_path, sizeof r->off_path);
     if (r->off_fd < 0) {
         snprintf(msg, sizeof msg, "--offload-path: cannot create %s: %s", r->off_path,
                  strerror(errno));
@@ -117,7 +322,10 @@ void engine_offload_close(engine_rank_t *r) {
         pthread_mutex_destroy(&io->lock);
         pthread_cond_destroy(&io->cond);
     }
-    if (r->off_path[0] && r->off_fd >= 0) close(r->off_fd);
+    if (r->off_path[0] && r->off_fd >= 0) { /* scratch: gone with the run */
+        close(r->off_fd);
+        unlink(r->off_path);
+    }
     free(r->off_io);
     r->off_io = NULL;
     r->off_path[0] = 0;
