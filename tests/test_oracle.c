@@ -390,18 +390,30 @@ static void test_inf_in_tolerance(void) {
 }
 
 /* A dump of gpt-micro's initial parameters with `config` (NULL: its own)
- * in its metadata, at path. */
-static int write_dump(const char *path, const model_config_t *config, perr_t *err) {
+ * in its metadata, at path; with `wide` also an F64 tensor step0.wide [1]
+ * holding *wide. */
+static int write_dump(const char *path, const model_config_t *config, const double *wide,
+                      perr_t *err) {
     model_config_t cfg;
     model_config_builtin("gpt-micro", &cfg, NULL);
     gpt_t *g = NULL;
     if (gpt_new(&g, &cfg, err)) return -1;
     dump_t *d = dump_new(g, DUMP_TENSORS);
-    int rc = !d || dump_add_init(d, g, err);
-    char *json = config ? model_config_json(config) : NULL;
-    if (!rc && json) rc = dump_set_metadata(d, "config", json, err);
-    if (!rc) rc = dump_save(d, path, err);
+    st_writer_t *w = st_writer_new();
+    int rc = !d || !w || dump_add_init(d, g, err);
+    char *json = model_config_json(config ? config : &cfg);
+    for (size_t i = 0; !rc && i < st_writer_count(dump_writer(d)); i++) {
+        st_tensor_t t;
+        const void *data = st_writer_tensor(dump_writer(d), i, &t);
+        rc = st_writer_add(w, t.name, t.dtype, t.ndim, t.shape, data, err);
+    }
+    const int64_t one = 1;
+    if (!rc && wide) rc = st_writer_add(w, "step0.wide", ST_F64, 1, &one, wide, err);
+    if (!rc) rc = !json || st_writer_set_metadata(w, "config", json, err) ||
+                  st_writer_set_metadata(w, "format", "parity-dump-1", err) ||
+                  st_writer_save(w, path, err);
     free(json);
+    st_writer_free(w);
     dump_free(d);
     gpt_free(g);
     return rc ? -1 : 0;
@@ -414,7 +426,7 @@ static void test_dump_config(void) {
     CHECK(harness_mkdtemp(dir) == 0, "mkdtemp");
     snprintf(path, sizeof path, "%s/d.safetensors", dir);
     perr_t err;
-    CHECK(!write_dump(path, NULL, &err), "%s", err.msg);
+    CHECK(!write_dump(path, NULL, NULL, &err), "%s", err.msg);
     oracle_t *o = oracle_open_dump(path, &err);
     CHECK(o != NULL, "its own config: %s", err.msg);
     oracle_close(o);
@@ -430,11 +442,33 @@ static void test_dump_config(void) {
         if (k == 0) c.layers = 1;
         if (k == 1) c.layers = 3;
         if (k == 2) c.ffn = 32;
-        CHECK(!write_dump(path, &c, &err), "%s", err.msg);
+        CHECK(!write_dump(path, &c, NULL, &err), "%s", err.msg);
         o = oracle_open_dump(path, &err);
         CHECK(!o && strstr(err.msg, want[k]), "case %d: %s", k, o ? "opened" : err.msg);
         oracle_close(o);
     }
+    harness_rmtree(dir);
+}
+
+/* A tensor-scale tolerance is max_ulp ULPs of the tensor's largest
+ * element: 2^62 of 1e308's (2^971 each) is no finite distance, and would
+ * pass every value. */
+static void test_tolerance_not_finite(void) {
+    char dir[] = "/tmp/parity-oracle-XXXXXX", path[64];
+    CHECK(harness_mkdtemp(dir) == 0, "mkdtemp");
+    snprintf(path, sizeof path, "%s/d.safetensors", dir);
+    perr_t err;
+    const double wide = 1e308, off = -1e308;
+    CHECK(!write_dump(path, NULL, &wide, &err), "%s", err.msg);
+    oracle_t *o = oracle_open_dump(path, &err);
+    CHECK(o && !oracle_run_golden(o, 1, &err), "%s", err.msg);
+    const int64_t one = 1;
+    oracle_divergence_t d;
+    CHECK(o && !oracle_put(o, "step0.wide", -1, ST_F64, 1, &one, &off, NULL, -1, &err), "%s",
+          err.msg);
+    oracle_tolerance_t huge = {(uint64_t)1 << 62, ORACLE_ULP_TENSOR};
+    REFUSED(oracle_compare(o, &huge, &d, &e_), "is not a finite distance");
+    oracle_close(o);
     harness_rmtree(dir);
 }
 
@@ -451,5 +485,6 @@ int main(void) {
     RUN(test_tolerance_wrap);
     RUN(test_inf_in_tolerance);
     RUN(test_dump_config);
+    RUN(test_tolerance_not_finite);
     return harness_done();
 }

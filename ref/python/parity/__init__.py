@@ -19,12 +19,14 @@ backend's own last rounding. torch tensors are accepted (.detach().cpu()).
 libparity.so is found through $PARITY_LIB, else beside this package as
 `make install` lays it out (PREFIX/lib/python3/dist-packages/parity ->
 PREFIX/lib/libparity.so), else in the source tree's build/.
+
 Every argument is checked here before the C call, so nothing is
 truncated or wrapped by ctypes: integers must be integers (not bool, not
 float) inside the C type's range and the argument's own (a coordinate
 inside its mesh, a step >= -1, max_ulp 0 to 2^63-1); arrays must be
 numbers (complex, object, string and None refused) that convert to the
-golden dtype exactly, or by float rounding; Shard(dim) must name an axis
+golden dtype exactly, or by float rounding (a 0-d array, a torch loss,
+is a [1] tensor); Shard(dim) must name an axis
 of the tensor (negative dims count from the end, as PyTorch's); names
 and flags must not hold NUL. Errors are ParityError subclasses:
 ParityTypeError (also a TypeError) and ParityValueError (also a
