@@ -422,6 +422,9 @@ def one_put(rng, o, goldens, tally):
     mine = who == want_rank
     if int(mine.sum()) != block.size:
         return f"an accepted put covers {int(mine.sum())} elements, its block has {block.size}"
+    # a rectangular block's elements, in the global row-major order, are its own row-major ones
+    if not np.array_equal(v[mine], a.astype(g.dtype).ravel(), equal_nan=True):
+        return f"an accepted put's values are not the block's (dtype {a.dtype} into {g.dtype})"
     return None
 
 
