@@ -313,7 +313,11 @@ def one_put(rng, o, goldens, tally):
         elif (pname if step_int < 0 else f"step{step_int}.{pname}") not in goldens:
             want, name_ok = LIBPARITY, False
     placements, mesh, coords, ranks = [], [], [], 1
-    for _ in range(rng.choice([0, 0, 1, 1, 2, 3, 4, 5])):
+    nmesh = rng.choice([0, 0, 1, 1, 2, 3, 4, 5])
+    if nmesh > 4:  # ORACLE_MAX_MESH
+        want = max(want, BINDING)
+        why += " mesh dims"
+    for _ in range(nmesh):
         r = rng.random()
         if r < 0.4:
             placements.append(parity.Replicate())
