@@ -2,12 +2,20 @@
  * cuts (uneven, empty blocks, nested mesh dimensions), reassembly's
  * ranks, bit-exactness down to the sign of zero, the two tolerance
  * scales, integers always exact, NaN, the execution order of the report,
- * and bad input refused with a message naming what is wrong.
+ * and bad input refused with a message naming what is wrong: step counts
+ * past what memory holds, negative ranks and steps, meshes of more ranks
+ * than an int counts, a tolerance that wrapped, an infinity inside a
+ * tolerance, a dump whose config is another model's.
  * tests/test_install.sh runs the same API from an installed copy. */
 #include "harness.h"
 
+#include <limits.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include "parity/dump.h"
 #include "parity/oracle.h"
 
 #define FC "step0.act.layers.0.mlp.dense_h_to_4h.output" /* [4,16,64] */
@@ -269,6 +277,201 @@ static void test_bad_input(void) {
     oracle_close(o);
 }
 
+
+/* oracle_run_golden(o, steps) in a child with `mem_mb` of memory
+ * (PARITY_MEM_AVAILABLE_MB) and 5 s: 0 when refused with a message
+ * holding `want` before anything ran, 1 when it ran (or ran on: the
+ * alarm ends it), 2 when refused with another message. */
+static int run_golden_refused(int steps, const char *mem_mb, const char *want) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(5);
+        setenv("PARITY_MEM_AVAILABLE_MB", mem_mb, 1);
+        perr_t err = {{0}};
+        const char *args[] = {"--model", "gpt-micro"};
+        oracle_t *o = oracle_open(2, args, &err);
+        if (!o) _exit(3);
+        int rc = oracle_run_golden(o, steps, &err);
+        if (rc && !strstr(err.msg, want)) fprintf(stderr, "    steps %d: %s\n", steps, err.msg);
+        _exit(!rc ? 1 : strstr(err.msg, want) ? 0 : 2);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) return 1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+/* Step counts: INT_MAX ran until memory ran out; 1000 steps of
+ * gpt-micro keep ~300 MB of golden tensors, more than 64 MB allow; a
+ * negative count ran the default. */
+static void test_step_bounds(void) {
+    CHECK(run_golden_refused(INT_MAX, "100000", "steps 2147483647: expected 1 to 1000000") == 0,
+          "INT_MAX steps not refused by the --steps bound");
+    CHECK(run_golden_refused(1000, "64", "host memory") == 0,
+          "1000 steps in 64 MB not refused by the memory estimate");
+    CHECK(run_golden_refused(-1, "100000", "steps -1") == 0, "steps -1 not refused");
+}
+
+static void put_inf(void *data, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++)
+        if (((float *)data)[i] > 0) {
+            ((float *)data)[i] = INFINITY;
+            g_small = (long)i;
+            return;
+        }
+}
+static void put_huge(void *data, uint64_t n) {
+    (void)n;
+    ((float *)data)[0] = 1e30f;
+}
+
+/* oracle_rank_of(NULL) was rank 0, a mesh of 2^124 ranks overflowed. */
+static void test_rank_of_bounds(void) {
+    CHECK(oracle_rank_of(NULL) == -1, "rank_of(NULL) = %d", oracle_rank_of(NULL));
+    oracle_placement_t big = {.ndim = 4, .mesh = {INT_MAX, INT_MAX, INT_MAX, INT_MAX},
+                              .coord = {1, 1, 1, 1}};
+    CHECK(oracle_rank_of(&big) == -1, "a mesh of 2^124 ranks: rank %d", oracle_rank_of(&big));
+    oracle_placement_t bad = {.ndim = 1, .mesh = {2}, .coord = {5}, .shard = {0}};
+    CHECK(oracle_rank_of(&bad) == -1, "coordinate 5 of 2: rank %d", oracle_rank_of(&bad));
+    oracle_placement_t ok = {.ndim = 2, .mesh = {2, 3}, .coord = {1, 2}, .shard = {0, 1}};
+    CHECK(oracle_rank_of(&ok) == 5, "rank_of [1,2] of [2,3] = %d", oracle_rank_of(&ok));
+}
+
+/* A put at a mesh of 2^124 ranks, or from rank -5, was accepted. */
+static void test_put_rank_bounds(void) {
+    oracle_t *o = open_micro();
+    if (!o) return;
+    st_tensor_t t;
+    const float *g = golden_f32(o, GW, &t);
+    oracle_placement_t big = {.ndim = 4, .mesh = {INT_MAX, INT_MAX, INT_MAX, INT_MAX},
+                              .coord = {1, 1, 1, 1},
+                              .shard = {ORACLE_REPLICATE, ORACLE_REPLICATE, ORACLE_REPLICATE,
+                                        ORACLE_REPLICATE}};
+    REFUSED(oracle_put(o, GW, -1, ST_F32, 2, t.shape, g, &big, -1, &e_),
+            "a mesh of more than 2147483647 ranks");
+    oracle_clear(o);
+    REFUSED(oracle_put(o, GW, -1, ST_F32, 2, t.shape, g, NULL, -5, &e_), "rank -5");
+    oracle_clear(o);
+    REFUSED(oracle_put(o, GW, -1, ST_F32, 2, t.shape, g, NULL, INT_MIN, &e_), "rank -2147483648");
+    oracle_close(o);
+}
+
+/* max_ulp -1 cast to uint64 passed a 1e30 error. */
+static void test_tolerance_wrap(void) {
+    oracle_t *o = open_micro();
+    if (!o) return;
+    perr_t err;
+    oracle_divergence_t d;
+    CHECK(!put_whole(o, GW, put_huge, &err), "%s", err.msg);
+    oracle_tolerance_t wrapped = {(uint64_t)-1, ORACLE_ULP_ELEMENT},
+                       wrapped_t = {(uint64_t)1 << 63, ORACLE_ULP_TENSOR};
+    REFUSED(oracle_compare(o, &wrapped, &d, &e_), "max_ulp 18446744073709551615");
+    REFUSED(oracle_compare(o, &wrapped_t, &d, &e_), "max_ulp 9223372036854775808");
+    oracle_tolerance_t most = {ORACLE_MAX_ULP, ORACLE_ULP_ELEMENT};
+    CHECK(oracle_compare(o, &most, &d, &err) == 0, "2^63-1 ulp: %s", err.msg);
+    oracle_close(o);
+}
+
+/* +inf is fewer than 2^31 ulps above a positive float, and passed such a
+ * tolerance: no tolerance makes an overflow that float. */
+static void test_inf_in_tolerance(void) {
+    oracle_t *o = open_micro();
+    if (!o) return;
+    perr_t err;
+    oracle_divergence_t d;
+    CHECK(!put_whole(o, GW, put_inf, &err), "%s", err.msg);
+    oracle_tolerance_t wide = {(uint64_t)1 << 31, ORACLE_ULP_ELEMENT},
+                       wide_t = {(uint64_t)1 << 31, ORACLE_ULP_TENSOR};
+    CHECK(oracle_compare(o, &wide, &d, &err) == 1 && d.flat == (uint64_t)g_small && isinf(d.got),
+          "+inf within 2^31 ulp of the element: %s", d.report);
+    CHECK(oracle_compare(o, &wide_t, &d, &err) == 1 && d.flat == (uint64_t)g_small,
+          "+inf within 2^31 ulp of the tensor: %s", d.report);
+    oracle_close(o);
+}
+
+/* A dump of gpt-micro's initial parameters with `config` (NULL: its own)
+ * in its metadata, at path; with `wide` also an F64 tensor step0.wide [1]
+ * holding *wide. */
+static int write_dump(const char *path, const model_config_t *config, const double *wide,
+                      perr_t *err) {
+    model_config_t cfg;
+    model_config_builtin("gpt-micro", &cfg, NULL);
+    gpt_t *g = NULL;
+    if (gpt_new(&g, &cfg, err)) return -1;
+    dump_t *d = dump_new(g, DUMP_TENSORS);
+    st_writer_t *w = st_writer_new();
+    int rc = !d || !w || dump_add_init(d, g, err);
+    char *json = model_config_json(config ? config : &cfg);
+    for (size_t i = 0; !rc && i < st_writer_count(dump_writer(d)); i++) {
+        st_tensor_t t;
+        const void *data = st_writer_tensor(dump_writer(d), i, &t);
+        rc = st_writer_add(w, t.name, t.dtype, t.ndim, t.shape, data, err);
+    }
+    const int64_t one = 1;
+    if (!rc && wide) rc = st_writer_add(w, "step0.wide", ST_F64, 1, &one, wide, err);
+    if (!rc) rc = !json || st_writer_set_metadata(w, "config", json, err) ||
+                  st_writer_set_metadata(w, "format", "parity-dump-1", err) ||
+                  st_writer_save(w, path, err);
+    free(json);
+    st_writer_free(w);
+    dump_free(d);
+    gpt_free(g);
+    return rc ? -1 : 0;
+}
+
+/* A dump whose config is another model's than its tensors' is refused,
+ * naming the first tensor or parameter that disagrees. */
+static void test_dump_config(void) {
+    char dir[] = "/tmp/parity-oracle-XXXXXX", path[64];
+    CHECK(harness_mkdtemp(dir) == 0, "mkdtemp");
+    snprintf(path, sizeof path, "%s/d.safetensors", dir);
+    perr_t err;
+    CHECK(!write_dump(path, NULL, NULL, &err), "%s", err.msg);
+    oracle_t *o = oracle_open_dump(path, &err);
+    CHECK(o != NULL, "its own config: %s", err.msg);
+    oracle_close(o);
+    model_config_t c;
+    const char *want[3] = {"tensor 'init.layers.1.input_layernorm.weight': its config has no "
+                           "parameter 'layers.1.input_layernorm.weight'",
+                           "its config's parameter 'layers.2.input_layernorm.weight' has no "
+                           "tensor 'init.layers.2.input_layernorm.weight'",
+                           "tensor 'init.layers.0.mlp.dense_h_to_4h.weight' is F32 [64,16], its "
+                           "config's parameter 'layers.0.mlp.dense_h_to_4h.weight' is F32 [32,16]"};
+    for (int k = 0; k < 3; k++) {
+        model_config_builtin("gpt-micro", &c, NULL);
+        if (k == 0) c.layers = 1;
+        if (k == 1) c.layers = 3;
+        if (k == 2) c.ffn = 32;
+        CHECK(!write_dump(path, &c, NULL, &err), "%s", err.msg);
+        o = oracle_open_dump(path, &err);
+        CHECK(!o && strstr(err.msg, want[k]), "case %d: %s", k, o ? "opened" : err.msg);
+        oracle_close(o);
+    }
+    harness_rmtree(dir);
+}
+
+/* A tensor-scale tolerance is max_ulp ULPs of the tensor's largest
+ * element: 2^62 of 1e308's (2^971 each) is no finite distance, and would
+ * pass every value. */
+static void test_tolerance_not_finite(void) {
+    char dir[] = "/tmp/parity-oracle-XXXXXX", path[64];
+    CHECK(harness_mkdtemp(dir) == 0, "mkdtemp");
+    snprintf(path, sizeof path, "%s/d.safetensors", dir);
+    perr_t err;
+    const double wide = 1e308, off = -1e308;
+    CHECK(!write_dump(path, NULL, &wide, &err), "%s", err.msg);
+    oracle_t *o = oracle_open_dump(path, &err);
+    CHECK(o && !oracle_run_golden(o, 1, &err), "%s", err.msg);
+    const int64_t one = 1;
+    oracle_divergence_t d;
+    CHECK(o && !oracle_put(o, "step0.wide", -1, ST_F64, 1, &one, &off, NULL, -1, &err), "%s",
+          err.msg);
+    oracle_tolerance_t huge = {(uint64_t)1 << 62, ORACLE_ULP_TENSOR};
+    REFUSED(oracle_compare(o, &huge, &d, &e_), "is not a finite distance");
+    oracle_close(o);
+    harness_rmtree(dir);
+}
+
 int main(void) {
     RUN(test_chunk_cuts);
     RUN(test_signed_zero);
@@ -276,5 +479,12 @@ int main(void) {
     RUN(test_integers_nan_order);
     RUN(test_config_file);
     RUN(test_bad_input);
+    RUN(test_step_bounds);
+    RUN(test_rank_of_bounds);
+    RUN(test_put_rank_bounds);
+    RUN(test_tolerance_wrap);
+    RUN(test_inf_in_tolerance);
+    RUN(test_dump_config);
+    RUN(test_tolerance_not_finite);
     return harness_done();
 }

@@ -151,6 +151,10 @@ int model_config_builtin(const char *name, model_config_t *cfg, perr_t *err);
  * name one with "base"); unknown keys and wrong types are errors naming
  * the key. Does not validate: call model_config_validate. */
 int model_config_load(const char *path, model_config_t *cfg, perr_t *err);
+/* The same from JSON text (a dump's "config" metadata); `what` names it
+ * in messages. */
+int model_config_parse(const char *text, size_t len, const char *what, model_config_t *cfg,
+                       perr_t *err);
 /* Every constraint of MODEL.md, with a message naming the field. Every
  * size and count is checked in 64 bits before any int product of them is
  * formed: layers <= MODEL_MAX_LAYERS (the parameter table's 4 + 12 x layers

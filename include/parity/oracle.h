@@ -67,13 +67,21 @@ typedef struct oracle oracle_t;
 oracle_t *oracle_open(int argc, const char *const *argv, perr_t *err);
 /* A golden dump written by `parity train ... --dump FILE`: its tensors
  * are the golden ones (nothing runs; oracle_run_golden only checks that
- * the steps asked for are in it). */
+ * the steps asked for are in it). Its "config" must describe its
+ * tensors: every parameter of the config's table is there as
+ * init.<param>, and every init./step<s>.{grad,param,exp_avg,exp_avg_sq}.
+ * tensor is a parameter of the table, F32 of its shape; the first
+ * mismatch is named. */
 oracle_t *oracle_open_dump(const char *path, perr_t *err);
 void oracle_close(oracle_t *o);
 
 /* Runs golden steps 0 .. steps-1 in memory, keeping every tensor the
- * dump would hold (steps <= 0: --steps, default 1). Runs once; calling
- * again with the same count is a no-op, another is an error. */
+ * dump would hold (steps 0: --steps, default 1; negative: an error).
+ * At most 1000000 steps (--steps' bound), and only as many as the
+ * memory estimate (memest.h: the model, and every step's golden tensors
+ * kept) says fit in the memory available; more are refused with the
+ * estimate before anything runs. Runs once; calling again with the same
+ * count is a no-op, another is an error. */
 int oracle_run_golden(oracle_t *o, int steps, perr_t *err);
 /* The model's config as JSON (the dump's "config"; valid while o lives). */
 const char *oracle_config_json(const oracle_t *o);
@@ -96,11 +104,14 @@ typedef struct {
                                     ORACLE_REPLICATE */
 } oracle_placement_t;
 
-/* The row-major rank of pl's coordinates (DeviceMesh(arange(n)).view(mesh)). */
+/* The row-major rank of pl's coordinates (DeviceMesh(arange(n)).view(mesh)),
+ * or -1 when pl is NULL or no placement (mesh dimensions 0..ORACLE_MAX_MESH,
+ * sizes >= 1 whose product is at most INT_MAX, coordinates inside them). */
 int oracle_rank_of(const oracle_placement_t *pl);
 
 /* One block of tensor `name` of step `step` (dtype, local shape, data:
- * row-major, copied) from rank `rank` (-1: oracle_rank_of(pl)) at
+ * row-major, copied) from rank `rank` (-1: oracle_rank_of(pl); below -1
+ * refused) at
  * placement pl (NULL: the global tensor). The dtype and the shape the
  * placement gives must be the golden tensor's; a rank may put a block
  * once. */
@@ -123,8 +134,13 @@ int oracle_assembled(oracle_t *o, const char *name, const void **values, const i
  * tensor's largest golden magnitude: a float backend's sum of n terms
  * is off by about n roundings of its terms, which can be millions of
  * ULPs of an element that nearly cancels, yet tiny against the tensor.
- * Integers (token ids, masks, step counts) are always exact. */
+ * Integers (token ids, masks, step counts) are always exact, and an
+ * infinity matches only itself (it is one ULP past the largest float,
+ * but an overflow is not a rounding). max_ulp above ORACLE_MAX_ULP (a
+ * negative count cast to unsigned) is refused, and so is a tensor-scale
+ * tolerance that is no finite distance. */
 enum { ORACLE_ULP_ELEMENT = 0, ORACLE_ULP_TENSOR = 1 };
+#define ORACLE_MAX_ULP ((uint64_t)INT64_MAX)
 typedef struct {
     uint64_t max_ulp;
     int scale; /* ORACLE_ULP_* */

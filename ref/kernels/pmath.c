@@ -401,7 +401,7 @@ PARITY_LANE float sincos_lane(float x, int want_cos, int below_2p31) {
     int finite = x - x == 0.0f;
     int small = (double)ax < 0.5 * PIO2_HI;
     uint64_t n;
-    double r = reduce_pio2(small | !finite ? 1.0f : ax, below_2p31, &n);
+    double r = reduce_pio2((small | !finite) ? 1.0f : ax, below_2p31, &n);
     r = small ? (double)ax : r;
     n = small ? 0 : n;
     double sp = sin_poly(r), cp = cos_poly(r);

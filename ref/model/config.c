@@ -386,16 +386,22 @@ static int apply_json(const json_t *j, const char *path, model_config_t *c, perr
     return 0;
 }
 
+int model_config_parse(const char *text, size_t len, const char *what, model_config_t *c,
+                       perr_t *err) {
+    perr_t jerr;
+    json_t *j = json_parse(text, len, &jerr);
+    if (!j) return perr_set(err, "model config '%s': malformed JSON: %s", what, jerr.msg);
+    int rc = apply_json(j, what, c, err);
+    json_free(j);
+    return rc;
+}
+
 int model_config_load(const char *path, model_config_t *c, perr_t *err) {
     size_t len;
     char *text = pio_read_text(path, "model config", (size_t)64 << 20, &len, err);
     if (!text) return -1;
-    perr_t jerr;
-    json_t *j = json_parse(text, len, &jerr);
+    int rc = model_config_parse(text, len, path, c, err);
     free(text);
-    if (!j) return perr_set(err, "model config '%s': malformed JSON: %s", path, jerr.msg);
-    int rc = apply_json(j, path, c, err);
-    json_free(j);
     return rc;
 }
 

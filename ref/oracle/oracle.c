@@ -14,11 +14,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "parity/memest.h"
 #include "parity/model_flags.h"
 #include "parity/numparse.h"
 #include "parity/tile.h"
 
-enum { MAX_FLAGS = 256 };
+enum { MAX_FLAGS = 256, MAX_STEPS = 1000000 /* parity train's --steps */ };
 
 /* The training text: $PARITY_DATA, then the program's lookup (the
  * working directory, beside the executable), then the installed copy
@@ -92,7 +93,7 @@ static int parse_args(int argc, const char *const *argv, open_args_t *a, perr_t 
         if (own || !strcmp(f, "--steps")) {
             if (num_flag_value(f, v, err)) return -1;
             if (own) *own = v;
-            else if (num_parse_int("--steps", v, 1, 1000000, &a->steps, err)) return -1;
+            else if (num_parse_int("--steps", v, 1, MAX_STEPS, &a->steps, err)) return -1;
             i++;
         } else if (model_flag_known(f, &takes)) {
             if (a->n == MAX_FLAGS) return perr_set(err, "more than %d model flags", MAX_FLAGS);
@@ -154,6 +155,69 @@ static int dump_steps(const st_file_t *f) {
     return steps;
 }
 
+/* The parameter a dump tensor's name holds, or NULL when it holds none:
+ * init.<param>, step<s>.{grad,param,exp_avg,exp_avg_sq}.<param> (dump.h). */
+static const char *param_part(const char *n) {
+    if (!strncmp(n, "init.", 5)) return n + 5;
+    if (strncmp(n, "step", 4)) return NULL;
+    char *end;
+    strtoll(n + 4, &end, 10);
+    if (end == n + 4 || *end != '.') return NULL;
+    static const char *const kinds[] = {"grad.", "param.", "exp_avg.", "exp_avg_sq."};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        if (!strncmp(end + 1, kinds[k], strlen(kinds[k]))) return end + 1 + strlen(kinds[k]);
+    return NULL;
+}
+
+/* A dump's config must describe its tensors: every parameter of the
+ * config's table is there as init.<param>, and every tensor named for a
+ * parameter is one of the table's, F32 of its shape. Otherwise the
+ * config a backend reads (oracle_config_json) builds another model than
+ * the golden tensors it is compared with. The first mismatch is named. */
+static int check_dump_config(const st_file_t *f, const char *cfg_json, perr_t *err) {
+    model_config_t cfg;
+    perr_t e;
+    model_config_builtin("gpt-tiny", &cfg, NULL);
+    if (model_config_parse(cfg_json, strlen(cfg_json), "config", &cfg, &e) ||
+        model_config_validate(&cfg, &e))
+        return perr_set(err, "%s: its \"config\" metadata: %s", st_path(f), e.msg);
+    param_table_t t;
+    if (param_table_build(&t, &cfg, &e))
+        return perr_set(err, "%s: its \"config\" metadata: %s", st_path(f), e.msg);
+    int rc = 0;
+    char want[96], got[96], name[160];
+    for (int i = 0; i < t.count && !rc; i++) {
+        snprintf(name, sizeof name, "init.%s", t.info[i].name);
+        if (!st_find(f, name))
+            rc = perr_set(err, "%s: its config's parameter '%s' has no tensor '%s' (the config "
+                               "does not describe the dump's tensors)", st_path(f),
+                          t.info[i].name, name);
+    }
+    for (size_t k = 0; k < st_count(f) && !rc; k++) {
+        const st_tensor_t *x = st_tensor(f, k);
+        const char *pn = param_part(x->name);
+        if (!pn) continue;
+        const int i = param_find(&t, pn);
+        if (i < 0) {
+            rc = perr_set(err, "%s: tensor '%s': its config has no parameter '%s' (the config "
+                               "does not describe the dump's tensors)", st_path(f), x->name, pn);
+            break;
+        }
+        const param_info_t *p = &t.info[i];
+        int same = x->dtype == ST_F32 && x->ndim == p->ndim;
+        for (int d = 0; same && d < p->ndim; d++) same = x->shape[d] == p->shape[d];
+        if (!same) {
+            oracle_fmt_shape(p->ndim, p->shape, want, sizeof want);
+            oracle_fmt_shape(x->ndim, x->shape, got, sizeof got);
+            rc = perr_set(err, "%s: tensor '%s' is %s %s, its config's parameter '%s' is F32 %s "
+                               "(the config does not describe the dump's tensors)", st_path(f),
+                          x->name, st_dtype_name(x->dtype), got, pn, want);
+        }
+    }
+    param_table_free(&t);
+    return rc;
+}
+
 oracle_t *oracle_open_dump(const char *path, perr_t *err) {
     if (!path) {
         perr_set(err, "oracle_open_dump: no path");
@@ -171,6 +235,7 @@ oracle_t *oracle_open_dump(const char *path, perr_t *err) {
                       "and config; write one with parity train --dump)", path);
         goto fail;
     }
+    if (check_dump_config(o->file, cfg, err)) goto fail;
     if (!(o->config_json = strdup(cfg))) {
         perr_set(err, "oracle: out of memory");
         goto fail;
@@ -209,9 +274,28 @@ void oracle_close(oracle_t *o) {
     free(o);
 }
 
+/* Whether the golden run of `steps` steps fits: at most --steps' bound,
+ * and the dump it keeps in memory (every step's tensors) within the
+ * memory available (memest.h, as parity train --dump estimates it). */
+static int check_steps(const oracle_t *o, int steps, perr_t *err) {
+    if (steps > MAX_STEPS)
+        return perr_set(err, "oracle_run_golden: steps %d: expected 1 to %d (parity train's "
+                             "--steps)", steps, MAX_STEPS);
+    memest_t m;
+    perr_t e;
+    if (memest_layout(&o->cfg, NULL, &m, err)) return -1;
+    memest_add_dump(&m, &o->cfg, DUMP_TENSORS, steps);
+    if (memest_check(&m, 0, &e))
+        return perr_set(err, "oracle_run_golden: steps %d: the golden tensors of every step are "
+                             "kept in memory; %s", steps, e.msg);
+    return 0;
+}
+
 int oracle_run_golden(oracle_t *o, int steps, perr_t *err) {
     if (!o) return perr_set(err, "oracle_run_golden: no oracle");
-    if (steps <= 0) steps = o->default_steps;
+    if (steps < 0)
+        return perr_set(err, "oracle_run_golden: steps %d (>= 1, or 0 for --steps)", steps);
+    if (!steps) steps = o->default_steps;
     if (o->file) {
         if (steps > o->golden_steps)
             return perr_set(err, "%s holds steps 0..%d; %d step%s asked for (write a longer "
@@ -225,6 +309,7 @@ int oracle_run_golden(oracle_t *o, int steps, perr_t *err) {
                    : perr_set(err, "the golden run holds %d step%s already; open another oracle "
                                    "for %d", o->golden_steps, o->golden_steps == 1 ? "" : "s",
                               steps);
+    if (check_steps(o, steps, err)) return -1;
     gpt_t *g = NULL;
     if (gpt_new(&g, &o->cfg, err)) return -1;
     int rc = 0;

@@ -36,10 +36,25 @@ static double value_of(st_dtype_t dt, uint64_t b) {
     }
 }
 
-static int is_nan(st_dtype_t dt, uint64_t b) {
-    double v = value_of(dt, b);
-    return (dt == ST_F32 || dt == ST_F64) && v != v;
+/* 1 for +-inf, 2 for NaN, 0 otherwise, from the bits of every float
+ * dtype with an all-ones exponent meaning them (F8_E4M3 has no inf:
+ * its all-ones pattern is NaN). */
+static int nonfinite(st_dtype_t dt, uint64_t b) {
+    unsigned ebits, mbits;
+    switch (dt) {
+    case ST_F64: ebits = 11, mbits = 52; break;
+    case ST_F32: ebits = 8, mbits = 23; break;
+    case ST_F16: ebits = 5, mbits = 10; break;
+    case ST_BF16: ebits = 8, mbits = 7; break;
+    case ST_F8_E5M2: ebits = 5, mbits = 2; break;
+    case ST_F8_E4M3: return (b & 0x7f) == 0x7f ? 2 : 0;
+    default: return 0;
+    }
+    const uint64_t e = (b >> mbits) & ((1ull << ebits) - 1), m = b & ((1ull << mbits) - 1);
+    return e != (1ull << ebits) - 1 ? 0 : m ? 2 : 1;
 }
+
+static int is_nan(st_dtype_t dt, uint64_t b) { return nonfinite(dt, b) == 2; }
 
 /* What one comparison of a tensor needs. */
 typedef struct {
@@ -78,6 +93,9 @@ static int within(const cmp_t *c, uint64_t got, uint64_t want, uint64_t *ulp) {
     if (!gn && !wn) *ulp = tensor_ulp_distance(got, want, c->es);
     if (!c->tol || !c->tol->max_ulp) return 0;
     if (gn || wn) return gn && wn; /* NaN payloads are no backend's promise */
+    /* an infinity is one ULP past the largest float, but no tolerance
+     * makes an overflow the same result as a finite value */
+    if (nonfinite(c->dt, got) || nonfinite(c->dt, want)) return 0;
     if (*ulp <= c->tol->max_ulp) return 1;
     if (c->tol->scale != ORACLE_ULP_TENSOR || (c->dt != ST_F32 && c->dt != ST_F64)) return 0;
     return fabs(value_of(c->dt, got) - value_of(c->dt, want)) <= c->abs_tol;
@@ -193,8 +211,15 @@ static int compare_slot(const oracle_t *o, const oracle_slot_t *s, const oracle_
         rc = perr_set(err, "oracle: out of memory comparing '%s'", s->name);
         goto done;
     }
-    if (tol && tol->scale == ORACLE_ULP_TENSOR)
+    if (tol && tol->scale == ORACLE_ULP_TENSOR) {
         c.abs_tol = (double)tol->max_ulp * tensor_ulp(g.dtype, gd, numel, c.es);
+        if (!isfinite(c.abs_tol)) {
+            rc = perr_set(err, "tolerance max_ulp %llu of '%s''s largest element is not a "
+                               "finite distance (a tolerance that passes every value compares "
+                               "nothing)", (unsigned long long)tol->max_ulp, s->name);
+            goto done;
+        }
+    }
     for (int j = 0; j < s->np; j++) {
         c.src = s->p[j].data, c.rank = s->p[j].rank;
         oracle_piece_walk(&g, &s->p[j], compare_one, &c);
@@ -240,6 +265,10 @@ int oracle_compare(oracle_t *o, const oracle_tolerance_t *tol, oracle_divergence
     if (tol && tol->scale != ORACLE_ULP_ELEMENT && tol->scale != ORACLE_ULP_TENSOR)
         return perr_set(err, "tolerance scale %d (ORACLE_ULP_ELEMENT or ORACLE_ULP_TENSOR)",
                         tol->scale);
+    if (tol && tol->max_ulp > ORACLE_MAX_ULP)
+        return perr_set(err, "tolerance max_ulp %llu: expected 0 to 2^63-1 (a negative count "
+                             "wrapped to unsigned would pass every value)",
+                        (unsigned long long)tol->max_ulp);
     order_t *ord = malloc((size_t)o->ns * sizeof *ord);
     if (!ord) return perr_set(err, "oracle: out of memory");
     for (int i = 0; i < o->ns; i++) {

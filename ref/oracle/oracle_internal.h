@@ -50,6 +50,16 @@ long        oracle_golden_find(const oracle_t *o, const char *name);
 /* "step<s>.<name>", or name itself for step -1, into buf. */
 int oracle_full_name(const char *name, int64_t step, char *buf, size_t cap, perr_t *err);
 
+/* "[2,16,64]" for a message. */
+void oracle_fmt_shape(int ndim, const int64_t *shape, char *buf, size_t cap);
+
+/* Whether pl is a placement (mesh dimensions, sizes >= 1 whose product
+ * is an int rank count, coordinates inside them, sharded axes of a
+ * tensor of tensor_ndim axes; tensor_ndim -1: any axis >= 0). 0, or -1
+ * with a message starting with `what`. */
+int oracle_check_placement(const char *what, const oracle_placement_t *pl, int tensor_ndim,
+                           perr_t *err);
+
 /* Calls fn for every element of a piece (of golden tensor g) with its
  * global flat index and its index in the piece, in the piece's order. */
 void oracle_piece_walk(const st_tensor_t *g, const oracle_piece_t *p,

@@ -8,42 +8,51 @@
  */
 #include "oracle_internal.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+int oracle_check_placement(const char *what, const oracle_placement_t *pl, int tensor_ndim,
+                           perr_t *err) {
+    if (!pl) return perr_set(err, "%s: no placement", what);
+    if (pl->ndim < 0 || pl->ndim > ORACLE_MAX_MESH)
+        return perr_set(err, "%s: placement over %d mesh dimensions (0 to %d)", what, pl->ndim,
+                        ORACLE_MAX_MESH);
+    int64_t ranks = 1;
+    for (int i = 0; i < pl->ndim; i++) {
+        if (pl->mesh[i] < 1)
+            return perr_set(err, "%s: mesh dimension %d has size %d (>= 1)", what, i,
+                            pl->mesh[i]);
+        /* ranks are ints: a mesh of more is no mesh of this process's */
+        if ((ranks *= pl->mesh[i]) > INT_MAX)
+            return perr_set(err, "%s: a mesh of more than %d ranks (the product of its sizes "
+                                 "up to dimension %d)", what, INT_MAX, i);
+        if (pl->coord[i] < 0 || pl->coord[i] >= pl->mesh[i])
+            return perr_set(err, "%s: coordinate %d along mesh dimension %d of size %d", what,
+                            pl->coord[i], i, pl->mesh[i]);
+        const int top = tensor_ndim < 0 ? INT_MAX : tensor_ndim;
+        if (pl->shard[i] != ORACLE_REPLICATE && (pl->shard[i] < 0 || pl->shard[i] >= top))
+            return perr_set(err, "%s: mesh dimension %d shards axis %d of a %d-axis tensor "
+                                 "(Shard(axis) with 0 <= axis < %d, or Replicate)",
+                            what, i, pl->shard[i], tensor_ndim, tensor_ndim);
+    }
+    return 0;
+}
+
 int oracle_rank_of(const oracle_placement_t *pl) {
-    int r = 0;
-    for (int i = 0; pl && i < pl->ndim; i++) r = r * pl->mesh[i] + pl->coord[i];
+    perr_t e;
+    if (oracle_check_placement("oracle_rank_of", pl, -1, &e)) return -1;
+    int r = 0; /* < the product of the sizes, an int (checked) */
+    for (int i = 0; i < pl->ndim; i++) r = r * pl->mesh[i] + pl->coord[i];
     return r;
 }
 
-/* "[2,16,64]" */
-static void fmt_shape(int ndim, const int64_t *shape, char *buf, size_t cap) {
+void oracle_fmt_shape(int ndim, const int64_t *shape, char *buf, size_t cap) {
     size_t n = (size_t)snprintf(buf, cap, "[");
     for (int d = 0; d < ndim && n < cap; d++)
         n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? "," : "", (long long)shape[d]);
     if (n < cap) snprintf(buf + n, cap - n, "]");
-}
-
-static int check_placement(const char *name, const st_tensor_t *g, const oracle_placement_t *pl,
-                           perr_t *err) {
-    if (pl->ndim < 0 || pl->ndim > ORACLE_MAX_MESH)
-        return perr_set(err, "'%s': placement over %d mesh dimensions (0 to %d)", name, pl->ndim,
-                        ORACLE_MAX_MESH);
-    for (int i = 0; i < pl->ndim; i++) {
-        if (pl->mesh[i] < 1)
-            return perr_set(err, "'%s': mesh dimension %d has size %d (>= 1)", name, i,
-                            pl->mesh[i]);
-        if (pl->coord[i] < 0 || pl->coord[i] >= pl->mesh[i])
-            return perr_set(err, "'%s': coordinate %d along mesh dimension %d of size %d", name,
-                            pl->coord[i], i, pl->mesh[i]);
-        if (pl->shard[i] != ORACLE_REPLICATE && (pl->shard[i] < 0 || pl->shard[i] >= g->ndim))
-            return perr_set(err, "'%s': mesh dimension %d shards axis %d of a %d-axis tensor "
-                                 "(Shard(axis) with 0 <= axis < %d, or Replicate)",
-                            name, i, pl->shard[i], g->ndim, g->ndim);
-    }
-    return 0;
 }
 
 /* The block at pl: torch.chunk's cut of every sharded axis, mesh
@@ -81,17 +90,22 @@ int oracle_put(oracle_t *o, const char *name, int64_t step, st_dtype_t dtype, in
                         st_dtype_name(dtype), st_dtype_name(g.dtype));
     const oracle_placement_t global = {0};
     if (!pl) pl = &global;
-    if (check_placement(full, &g, pl, err)) return -1;
+    char what[176];
+    snprintf(what, sizeof what, "'%s'", full);
+    if (oracle_check_placement(what, pl, g.ndim, err)) return -1;
+    if (rank < -1)
+        return perr_set(err, "'%s': rank %d (>= 0, or -1 for the placement's row-major rank)",
+                        full, rank);
     if (rank < 0) rank = oracle_rank_of(pl);
     int64_t lo[ST_MAX_DIMS], ext[ST_MAX_DIMS];
     placement_block_of(&g, pl, lo, ext);
     char want[160], got[160], glob[160];
-    fmt_shape(g.ndim, ext, want, sizeof want);
-    fmt_shape(g.ndim, g.shape, glob, sizeof glob);
+    oracle_fmt_shape(g.ndim, ext, want, sizeof want);
+    oracle_fmt_shape(g.ndim, g.shape, glob, sizeof glob);
     int same = ndim == g.ndim && (ndim == 0 || shape);
     for (int d = 0; same && d < ndim; d++) same = shape[d] == ext[d];
     if (!same) {
-        if (ndim >= 0 && ndim <= ST_MAX_DIMS && (ndim == 0 || shape)) fmt_shape(ndim, shape, got, sizeof got);
+        if (ndim >= 0 && ndim <= ST_MAX_DIMS && (ndim == 0 || shape)) oracle_fmt_shape(ndim, shape, got, sizeof got);
         else snprintf(got, sizeof got, "(%d axes)", ndim);
         return perr_set(err, "'%s' from rank %d: a block of shape %s, but its placement gives "
                              "%s of the global %s", full, rank, got, want, glob);

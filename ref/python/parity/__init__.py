@@ -19,25 +19,216 @@ backend's own last rounding. torch tensors are accepted (.detach().cpu()).
 libparity.so is found through $PARITY_LIB, else beside this package as
 `make install` lays it out (PREFIX/lib/python3/dist-packages/parity ->
 PREFIX/lib/libparity.so), else in the source tree's build/.
+
+Every argument is checked here before the C call, so nothing is
+truncated or wrapped by ctypes: integers must be integers (not bool, not
+float) inside the C type's range and the argument's own (a coordinate
+inside its mesh, a step >= -1, max_ulp 0 to 2^63-1); arrays must be
+numbers (complex, object, string and None refused) that convert to the
+golden dtype exactly, or by float rounding (a 0-d array, a torch loss,
+is a [1] tensor); Shard(dim) must name an axis
+of the tensor (negative dims count from the end, as PyTorch's); names
+and flags must not hold NUL. Errors are ParityError subclasses:
+ParityTypeError (also a TypeError) and ParityValueError (also a
+ValueError) name the argument (.argument); ParityClosedError (also a
+ValueError) is any method of a closed Oracle; a plain ParityError is
+libparity's own message.
 """
 import ctypes
+import operator
 import os
 
 import numpy as np
 
-__all__ = ["Oracle", "Shard", "Replicate", "Divergence", "ParityError"]
+__all__ = ["Oracle", "Shard", "Replicate", "Divergence", "ParityError", "ParityArgumentError",
+           "ParityTypeError", "ParityValueError", "ParityClosedError"]
 
 
 class ParityError(Exception):
-    """A message from libparity (bad input is reported, never a crash)."""
+    """A message from libparity or the binding (bad input is reported, never a crash)."""
+
+
+class ParityArgumentError(ParityError):
+    """An argument refused before the C call; .argument names it."""
+
+    def __init__(self, argument, message):
+        super().__init__(f"{argument}: {message}")
+        self.argument = argument
+
+
+class ParityTypeError(ParityArgumentError, TypeError):
+    """An argument of the wrong type (a float or bool for an integer, a
+    complex or object array, None)."""
+
+
+class ParityValueError(ParityArgumentError, ValueError):
+    """An argument of the right type out of its range (a negative rank, a
+    coordinate outside its mesh, an axis the tensor lacks, a NUL in a name)."""
+
+
+class ParityClosedError(ParityError, ValueError):
+    """A method of an Oracle after close()."""
+
+
+# ------------------------------------------------------- argument checks
+# One set for every method: each returns the value the C call takes, or
+# raises a ParityArgumentError naming the argument.
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def _show(v):
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def _int(arg, v, lo, hi, why=""):
+    """v as an int in lo..hi: an integer (int, numpy or torch integer), never
+    a bool or a float, which ctypes would truncate or take as 0/1."""
+    if isinstance(v, (bool, np.bool_)) or not hasattr(type(v), "__index__"):
+        raise ParityTypeError(arg, f"expected an integer, got {type(v).__name__} {_show(v)}")
+    try:
+        n = operator.index(v)
+    except TypeError as e:  # a torch tensor of floats, a numpy array of several
+        raise ParityTypeError(arg, f"expected an integer, got {_show(v)} ({e})") from None
+    if not lo <= n <= hi:
+        raise ParityValueError(arg, f"{n} is out of range {lo}..{hi}{why}")
+    return n
+
+
+def _text(arg, v):
+    """A str for the C side: NUL-free UTF-8 (C would cut it at the NUL)."""
+    if not isinstance(v, str):
+        raise ParityTypeError(arg, f"expected a str, got {type(v).__name__} {_show(v)}")
+    if "\0" in v:
+        raise ParityValueError(arg, f"{_show(v)} holds a NUL character")
+    try:
+        return v.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ParityValueError(arg, f"{_show(v)} is not UTF-8 ({e.reason})") from None
+
+
+def _path(arg, v):
+    if not isinstance(v, (str, bytes, os.PathLike)):
+        raise ParityTypeError(arg, f"expected a path, got {type(v).__name__} {_show(v)}")
+    b = os.fsencode(v)
+    if b"\0" in b:
+        raise ParityValueError(arg, f"{_show(v)} holds a NUL character")
+    return b
+
+
+def _flag(arg, v):
+    """A model flag or its value: a str, or a number written as one."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (str, int, float, np.integer,
+                                                             np.floating)):
+        raise ParityTypeError(arg, f"expected a str or a number, got {type(v).__name__} "
+                                   f"{_show(v)}")
+    return _text(arg, v if isinstance(v, str) else str(v))
+
+
+def _list(arg, v):
+    """A sequence argument (None: empty)."""
+    if v is None:
+        return []
+    if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+        raise ParityTypeError(arg, f"expected a list, got {type(v).__name__} {_show(v)}")
+    return list(v)
+
+
+def _mesh(full, placements, mesh, coords, ndim):
+    """The placement (placements, mesh, coords) of a block of an ndim-axis
+    tensor as _Placement fields: sizes 1..2^31-1 whose product is an int,
+    coordinates inside them, Shard dims of the tensor (negative ones from
+    its end)."""
+    placements = _list("placements", placements)
+    mesh, coords = _list("mesh", mesh), _list("coords", coords)
+    if not (len(placements) == len(mesh) == len(coords)):
+        raise ParityValueError("placements", f"{full}: placements {placements}, mesh {mesh} and "
+                               f"coords {coords} must have one entry per mesh dimension")
+    if len(mesh) > _MAX_MESH:
+        raise ParityValueError("mesh", f"{full}: a mesh of {len(mesh)} dimensions (at most "
+                                       f"{_MAX_MESH})")
+    sizes, at, shard, ranks = [], [], [], 1
+    for i, (p, m, c) in enumerate(zip(placements, mesh, coords)):
+        m = _int(f"mesh[{i}]", m, 1, INT32_MAX)
+        ranks *= m
+        if ranks > INT32_MAX:
+            raise ParityValueError("mesh", f"{full}: a mesh of {ranks} ranks up to dimension {i} "
+                                           f"(at most {INT32_MAX})")
+        sizes.append(m)
+        at.append(_int(f"coords[{i}]", c, 0, m - 1, f" (mesh[{i}] is {m})"))
+        if isinstance(p, Replicate):
+            shard.append(_REPLICATE)
+        elif isinstance(p, Shard):
+            if not -ndim <= p.dim < ndim:
+                raise ParityValueError(f"placements[{i}]", f"{full}: {p!r} of a {ndim}-axis "
+                                       f"tensor (dims {-ndim}..{ndim - 1})")
+            shard.append(p.dim % ndim)
+        else:
+            raise ParityTypeError(f"placements[{i}]", f"{full}: placement {_show(p)} is neither "
+                                  f"Shard(dim) nor Replicate()")
+    return sizes, at, shard
+
+
+# numpy kinds that are no number a tensor holds
+_NOT_NUMBERS = {"c": "complex", "O": "object (None, or mixed Python values)", "U": "string",
+                "S": "bytes", "V": "structured", "M": "datetime", "m": "timedelta"}
+
+
+def _values(arg, tensor, dtype, full):
+    """tensor (numpy, torch, nested lists) as a C-contiguous array of the
+    golden dtype: numbers only, converted exactly, or by rounding to the
+    golden float type (the backend's own last rounding)."""
+    if tensor is None:
+        raise ParityTypeError(arg, f"{full}: expected an array, got None")
+    if hasattr(tensor, "detach"):  # torch
+        try:
+            tensor = tensor.detach().cpu().numpy()
+        except (TypeError, RuntimeError) as e:  # bfloat16 and other types numpy lacks
+            raise ParityTypeError(arg, f"{full}: torch {tensor.dtype} has no numpy type ({e})") \
+                from None
+    try:
+        a = np.asarray(tensor)
+    except (TypeError, ValueError) as e:  # ragged lists
+        raise ParityTypeError(arg, f"{full}: not an array ({e})") from None
+    if a.ndim == 0:  # a scalar (a torch loss is 0-d): the dump's scalars are [1]
+        a = a.reshape(1)
+    if a.dtype.kind in _NOT_NUMBERS:
+        raise ParityTypeError(arg, f"{full}: a {_NOT_NUMBERS[a.dtype.kind]} array ({a.dtype}); "
+                                   f"the golden tensor is {dtype}")
+    if a.ndim > _MAX_DIMS:
+        raise ParityValueError(arg, f"{full}: {a.ndim} axes (at most {_MAX_DIMS})")
+    want = _NUMPY.get(dtype)
+    if want is None:
+        raise ParityTypeError(arg, f"{full}: the golden tensor is {dtype}, which numpy has no "
+                                   f"type for")
+    w = np.dtype(want)
+    if w.kind == "f":
+        if a.dtype.kind == "b":
+            raise ParityTypeError(arg, f"{full}: a bool array for a {dtype} tensor")
+        return np.ascontiguousarray(a.astype(w, copy=False))
+    # integers and bool: exactly, or refused (never wrapped or truncated)
+    lo, hi = (0, 1) if w.kind == "b" else (int(np.iinfo(w).min), int(np.iinfo(w).max))
+    if a.size and a.dtype.kind != "b":
+        if a.dtype.kind == "f":  # hi + 1 and lo are powers of two: exact as floats
+            with np.errstate(invalid="ignore"):
+                exact = bool(np.all(np.isfinite(a)) and np.all(a == np.floor(a)) and
+                             a.min() >= lo and a.max() < hi + 1)
+        else:
+            exact = int(a.min()) >= lo and int(a.max()) <= hi
+        if not exact:
+            raise ParityValueError(arg, f"{full}: values that {dtype} (the golden tensor's "
+                                        f"dtype) does not hold exactly, in {lo}..{hi}")
+    return np.ascontiguousarray(a.astype(w))
 
 
 class Shard:
     """DTensor's Shard(dim): the mesh dimension cuts tensor axis `dim` as
-    torch.chunk does."""
+    torch.chunk does (negative: from the last axis, as PyTorch counts)."""
 
     def __init__(self, dim):
-        self.dim = int(dim)
+        self.dim = _int("Shard.dim", dim, -INT32_MAX, INT32_MAX)
 
     def __repr__(self):
         return f"Shard({self.dim})"
@@ -180,20 +371,31 @@ class Divergence:
 
 
 class Oracle:
-    """The golden run of a model (parity train's model flags) or of a dump."""
+    """The golden run of a model (parity train's model flags) or of a dump.
+    Every method of a closed Oracle raises ParityClosedError."""
 
     def __init__(self, *args, dump=None):
+        self._o = None  # before anything can fail: close() and __del__ read it
         lib = _load()
         err = _err()
         if dump is not None:
             if args:
-                raise ParityError("Oracle: give model flags or dump=, not both")
-            self._o = lib.oracle_open_dump(os.fsencode(dump), err)
+                raise ParityValueError("dump", "give model flags or dump=, not both")
+            self._o = lib.oracle_open_dump(_path("dump", dump), err)
         else:
-            argv = (ctypes.c_char_p * max(len(args), 1))(*[str(a).encode() for a in args])
-            self._o = lib.oracle_open(len(args), argv, err)
+            flags = [_flag(f"args[{i}]", a) for i, a in enumerate(args)]
+            argv = (ctypes.c_char_p * max(len(flags), 1))(*flags)
+            self._o = lib.oracle_open(len(flags), argv, err)
         if not self._o:
+            self._o = None
             _raise(err)
+
+    def _handle(self):
+        """The C oracle; a closed one is an error, never a NULL the C side
+        would answer with an empty list or a zero."""
+        if not getattr(self, "_o", None):
+            raise ParityClosedError("the Oracle is closed")
+        return self._o
 
     def close(self):
         if getattr(self, "_o", None):
@@ -207,32 +409,37 @@ class Oracle:
             pass
 
     def __enter__(self):
+        self._handle()
         return self
 
     def __exit__(self, *exc):
         self.close()
 
     def run_golden(self, steps=0):
+        """Runs golden steps 0..steps-1 (0: the --steps given, default 1)."""
+        o, steps = self._handle(), _int("steps", steps, 0, INT32_MAX)
         err = _err()
-        if _load().oracle_run_golden(self._o, int(steps), err):
+        if _load().oracle_run_golden(o, steps, err):
             _raise(err)
         return self
 
     def config(self):
         """The model's config (a dict, the dump's "config")."""
         import json
-        return json.loads(_load().oracle_config_json(self._o).decode())
+        return json.loads(_load().oracle_config_json(self._handle()).decode())
 
     def names(self):
-        lib, t, out = _load(), _Tensor(), []
-        for i in range(lib.oracle_count(self._o)):
-            lib.oracle_tensor_at(self._o, i, ctypes.byref(t), None)
+        o, lib, t, out = self._handle(), _load(), _Tensor(), []
+        for i in range(lib.oracle_count(o)):
+            if lib.oracle_tensor_at(o, i, ctypes.byref(t), None):
+                raise ParityError(f"names: golden tensor {i} of {lib.oracle_count(o)} is missing")
             out.append(t.name.decode())
         return out
 
-    def _golden(self, name):
+    def _golden(self, name, arg="name"):
+        o, key = self._handle(), _text(arg, name)
         err, t, data = _err(), _Tensor(), ctypes.c_void_p()
-        if _load().oracle_golden(self._o, name.encode(), ctypes.byref(t), ctypes.byref(data), err):
+        if _load().oracle_golden(o, key, ctypes.byref(t), ctypes.byref(data), err):
             _raise(err)
         return t, data
 
@@ -247,44 +454,33 @@ class Oracle:
         placements: one Shard(dim) or Replicate() per mesh dimension (None:
         the global tensor); mesh: its sizes; coords: this rank's coordinates.
         rank -1: the row-major rank of coords."""
+        o = self._handle()
+        key = _text("name", name)
+        step = _int("step", step, -1, INT64_MAX)
+        rank = _int("rank", rank, -1, INT32_MAX)
         full = name if step < 0 else f"step{step}.{name}"
         t, _ = self._golden(full)
-        want = _NUMPY.get(_DTYPES[t.dtype])
-        if hasattr(tensor, "detach"):  # torch
-            tensor = tensor.detach().cpu().numpy()
-        a = np.ascontiguousarray(np.asarray(tensor).astype(want, copy=False))
+        a = _values("tensor", tensor, _DTYPES[t.dtype], full)
+        sizes, at, shard = _mesh(full, placements, mesh, coords, t.ndim)
         pl = _Placement()
-        placements = list(placements or [])
-        mesh, coords = list(mesh or []), list(coords or [])
-        if not (len(placements) == len(mesh) == len(coords)):
-            raise ParityError(f"{full}: placements {placements}, mesh {mesh} and coords {coords} "
-                              f"must have one entry per mesh dimension")
-        if len(mesh) > _MAX_MESH:
-            raise ParityError(f"{full}: a mesh of {len(mesh)} dimensions (at most {_MAX_MESH})")
-        pl.ndim = len(mesh)
-        for i, (p, m, c) in enumerate(zip(placements, mesh, coords)):
-            pl.mesh[i], pl.coord[i] = int(m), int(c)
-            if isinstance(p, Shard):
-                pl.shard[i] = p.dim + t.ndim if p.dim < 0 else p.dim
-            elif isinstance(p, Replicate):
-                pl.shard[i] = _REPLICATE
-            else:
-                raise ParityError(f"{full}: placement {p!r} is neither Shard(dim) nor Replicate()")
+        pl.ndim = len(sizes)
+        for i in range(pl.ndim):
+            pl.mesh[i], pl.coord[i], pl.shard[i] = sizes[i], at[i], shard[i]
         shape = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
         err = _err()
-        if _load().oracle_put(self._o, name.encode(), int(step), t.dtype, a.ndim, shape,
-                              a.ctypes.data_as(ctypes.c_void_p), ctypes.byref(pl), int(rank), err):
+        if _load().oracle_put(o, key, step, t.dtype, a.ndim, shape,
+                              a.ctypes.data_as(ctypes.c_void_p), ctypes.byref(pl), rank, err):
             _raise(err)
 
     def clear(self):
-        _load().oracle_clear(self._o)
+        _load().oracle_clear(self._handle())
 
     def assembled(self, name):
         """The reassembled global tensor of a full name and, per element, the
         rank that supplied it (-1: none): two numpy arrays."""
+        o, key = self._handle(), _text("name", name)
         err, values, who = _err(), ctypes.c_void_p(), ctypes.c_void_p()
-        if _load().oracle_assembled(self._o, name.encode(), ctypes.byref(values),
-                                    ctypes.byref(who), err):
+        if _load().oracle_assembled(o, key, ctypes.byref(values), ctypes.byref(who), err):
             _raise(err)
         t, _ = self._golden(name)
         w = _Tensor(name=t.name, dtype=_DTYPES.index("I32"), ndim=t.ndim, shape=t.shape)
@@ -293,12 +489,18 @@ class Oracle:
     def compare(self, max_ulp=0, scale="element"):
         """None when every tensor put matches (bit for bit, or within max_ulp
         ULPs of the element, or of the tensor's largest element with
-        scale="tensor"); else the first Divergence in execution order."""
+        scale="tensor"); else the first Divergence in execution order.
+        max_ulp: 0 to 2^63-1."""
+        o = self._handle()
+        max_ulp = _int("max_ulp", max_ulp, 0, INT64_MAX)
+        if not isinstance(scale, str):
+            raise ParityTypeError("scale", f"expected \"element\" or \"tensor\", got "
+                                           f"{type(scale).__name__} {_show(scale)}")
         if scale not in ("element", "tensor"):
-            raise ParityError(f"compare: scale {scale!r} (element or tensor)")
-        tol = _Tolerance(int(max_ulp), 0 if scale == "element" else 1)
+            raise ParityValueError("scale", f"{scale!r} (element or tensor)")
+        tol = _Tolerance(max_ulp, 0 if scale == "element" else 1)
         d, err = _Divergence(), _err()
-        rc = _load().oracle_compare(self._o, ctypes.byref(tol), ctypes.byref(d), err)
+        rc = _load().oracle_compare(o, ctypes.byref(tol), ctypes.byref(d), err)
         if rc < 0:
             _raise(err)
         return Divergence(d) if rc == 1 else None
