@@ -128,7 +128,7 @@ agree() {
   local rc=$? took=$((SECONDS - t0))
   local codes; codes=$(cat "$tmp/rc."* 2>/dev/null | sort | uniq -c | tr -s ' ')
   if [ $rc -lt 124 ] && [ "$codes" = " 2 2" ] && [ $took -lt 30 ] &&
-     grep -Eq -- "$pat" "$tmp/out" && ! grep -q MPI_ABORT "$tmp/out" && [ ! -e "$tmp/agree.sha" ]; then
+     grep -Ezq -- "$pat" "$tmp/out" && ! grep -q MPI_ABORT "$tmp/out" && [ ! -e "$tmp/agree.sha" ]; then
     ok "$name"
   else
     fail "$name" "mpirun exit $rc after $took s, process exits: ${codes:-none}, expected a message matching: $pat" \
@@ -159,6 +159,10 @@ head -c 100000 ref/data/corpus.txt >"$tmp/wa/text.txt"
 agree "the same --data naming other text on two hosts is refused before any step" \
   "MPI process 1 resolved the training text differently from process 0" \
   -- -np 1 -wdir "$tmp/wa" $(rank) "${A[@]}" --data text.txt : -np 1 -wdir "$tmp/wb" $(rank) "${A[@]}" --data text.txt
+mkdir -p "$tmp/wc"
+agree "a --data missing on one host stops every process, the others not waiting" \
+  "data file 'text.txt': cannot open.*MPI process 1 resolved whether its inputs could be read" \
+  -- -np 1 -wdir "$tmp/wa" $(rank) "${A[@]}" --data text.txt : -np 1 -wdir "$tmp/wc" $(rank) "${A[@]}" --data text.txt
 "${MPIRUN[@]}" -np 1 "$PARITY" "${A[@]}" --digest "$tmp/one.sha" >"$tmp/out" 2>&1; rc=$?
 "$PARITY" "${A[@]}" --digest "$tmp/threads.sha" >/dev/null 2>&1
 if [ $rc = 0 ] && grep -q "mpirun started 1 process, so the layout's 2 devices run as its threads" "$tmp/out" &&

@@ -350,9 +350,13 @@ typedef struct {
     const void *data;
     size_t len;
 } coll_agree_item_t;
+enum { COLL_AGREE_MAX_ITEMS = 16 };
 int coll_processes_agree_args(int argc, char **argv, perr_t *e);
 int coll_processes_agree_items(int n, const coll_agree_item_t *items, perr_t *e);
 int coll_processes_stopped_together(void);
+/* Every process failed alike (an agreement proved it): they end
+ * together, as after a refused agreement. */
+void coll_processes_stop_together(void);
 
 /* Host memory the engine keeps beside its devices (reassembled tensors,
  * per-device figures) is one copy per process. Every member of g calls

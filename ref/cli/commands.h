@@ -37,8 +37,10 @@ int cli_env_check(void);
 
 /* agree.c: under mpirun, every process resolved the same model config,
  * layout, text and checkpoint (coll.h); 0, or -1 after a message (every
- * process reaches the same verdict). */
+ * process reaches the same verdict). A process whose inputs could not be
+ * read (failed_here, after its own message) takes part too, so that the
+ * others stop with it instead of waiting. */
 int cli_agree_inputs(const model_config_t *cfg, const pconfig_t *pc, const char *parallel_config,
-                     const corpus_t *data, const ckpt_state_t *resume);
+                     const corpus_t *data, const ckpt_state_t *resume, int failed_here);
 
 #endif

@@ -801,9 +801,9 @@ static int train_main(int argc, char **argv, int check) {
      * naming it) and this run's own directory, held until the process
      * ends, any way but SIGKILL, and then removed (offload.c) */
     perr_t err;
-    int bad = prepare_inputs(&t, &in) ||
-              cli_agree_inputs(&in.cfg, &t.lo.pc, t.lo.parallel_config, &in.data,
-                               t.load_dir ? &in.resume : NULL);
+    int bad = prepare_inputs(&t, &in);
+    bad = cli_agree_inputs(&in.cfg, &t.lo.pc, t.lo.parallel_config, &in.data,
+                           t.load_dir ? &in.resume : NULL, bad) != 0;
     if (!bad && t.lo.pc.offload == PC_OFFLOAD_NVME && engine_offload_claim(t.lo.pc.offload_path, &err)) {
         fprintf(stderr, "parity %s: %s\n", t.cmd, err.msg);
         bad = 1;

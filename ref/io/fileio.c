@@ -332,9 +332,11 @@ static void reg_release(int slot) {
 static volatile sig_atomic_t committing, pending_sig;
 
 /* Empties and removes a scratch directory with nothing but system calls
- * (readdir may allocate, which a signal handler must not). */
+ * (readdir may allocate, which a signal handler must not). The buffer is
+ * on the stack: a handler on one thread may run this while another
+ * thread empties the same directory at exit. */
 void pio_scratch_dir_remove(const char *dir) {
-    static char buf[4096] __attribute__((aligned(8)));
+    char buf[4096] __attribute__((aligned(8)));
     const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC); /* a link: nothing */
     if (fd < 0) return;
     for (;;) {
@@ -344,6 +346,7 @@ void pio_scratch_dir_remove(const char *dir) {
             /* struct linux_dirent64: ino 8, off 8, reclen 2, type 1, name */
             unsigned short reclen;
             memcpy(&reclen, buf + at + 16, sizeof reclen);
+            if (reclen < 20 || at + reclen > n) break; /* never past what the kernel gave */
             const char *name = buf + at + 19;
             if (strcmp(name, ".") && strcmp(name, "..")) unlinkat(fd, name, 0);
             at += reclen;

@@ -31,8 +31,13 @@ static int stopped_together;
 int coll_processes_stopped_together(void) { return stopped_together; }
 
 /* Every process's bytes, gathered on every process: all[p] (lens[p]
- * bytes) inside one buffer, NULL when out of memory. */
-static char *gather_all(const char *mine, int len, int *lens, int *offs) {
+ * bytes) inside one buffer, NULL when out of memory (on any process:
+ * then on every one, so that none waits for another). The counts are
+ * static, so that no allocation can keep a process out of the
+ * collectives (one thread calls this, before any device runs). */
+static int lens[PARITY_MAX_DEVICES], offs[PARITY_MAX_DEVICES];
+
+static char *gather_all(const char *mine, int len) {
     const int P = runtime_processes();
     net_wait_t w = {NULL, "the processes' agreement", 0, &no_peer};
     MPI_Request r;
@@ -87,7 +92,7 @@ static char *given_records(int argc, char **argv, int *len) {
     const char *env[1024];
     int nenv = 0;
     for (char **v = environ; v && *v && nenv < 1024; v++)
-        if (!strncmp(*v, "PARITY_", 7)) env[nenv++] = *v;
+        if (!strncmp(*v, "PARITY_", 7) && strchr(*v, '=')) env[nenv++] = *v; /* execve allows none */
     qsort(env, (size_t)nenv, sizeof *env, cmp_str);
     size_t n = 0;
     for (int i = 1; i < argc && i <= 4096; i++) n += strlen(argv[i]) + 2;
@@ -156,9 +161,9 @@ static int name_difference(int p, const given_t *mine, const given_t *zero, perr
 int coll_processes_agree_args(int argc, char **argv, perr_t *e) {
     if (runtime_processes() < 2) return 0;
     const int P = runtime_processes();
-    int len = 0, *lens = malloc((size_t)P * sizeof *lens), *offs = malloc((size_t)P * sizeof *offs);
+    int len = 0;
     char *mine = given_records(argc, argv, &len);
-    char *all = lens && offs ? gather_all(mine ? mine : "", mine ? len : 0, lens, offs) : NULL;
+    char *all = gather_all(mine ? mine : "", mine ? len : 0); /* out of memory: none of ours */
     int rc = 0;
     given_t *g = malloc(2 * sizeof *g);
     if (!mine || !all || !g) {
@@ -176,8 +181,6 @@ int coll_processes_agree_args(int argc, char **argv, perr_t *e) {
     free(g);
     free(all);
     free(mine);
-    free(lens);
-    free(offs);
     return rc;
 }
 
@@ -186,10 +189,10 @@ int coll_processes_agree_args(int argc, char **argv, perr_t *e) {
 int coll_processes_agree_items(int n, const coll_agree_item_t *items, perr_t *e) {
     if (runtime_processes() < 2) return 0;
     const int P = runtime_processes();
-    uint8_t *mine = malloc((size_t)n * 32 + 1);
-    int *lens = malloc((size_t)P * sizeof *lens), *offs = malloc((size_t)P * sizeof *offs);
-    for (int i = 0; mine && i < n; i++) sha256(items[i].data, items[i].len, mine + 32 * i);
-    char *all = mine && lens && offs ? gather_all((const char *)mine, n * 32, lens, offs) : NULL;
+    uint8_t mine[COLL_AGREE_MAX_ITEMS * 32];
+    if (n > COLL_AGREE_MAX_ITEMS) n = COLL_AGREE_MAX_ITEMS; /* the rest compared by none */
+    for (int i = 0; i < n; i++) sha256(items[i].data, items[i].len, mine + 32 * i);
+    char *all = gather_all((const char *)mine, n * 32);
     int rc = all ? 0 : perr_set(e, "out of host memory comparing the processes' inputs");
     for (int p = 1; p < P && !rc; p++)
         for (int i = 0; i < n && !rc; i++)
@@ -200,11 +203,10 @@ int coll_processes_agree_items(int n, const coll_agree_item_t *items, perr_t *e)
                               p, items[i].what, items[i].source);
     stopped_together = rc != 0;
     free(all);
-    free(mine);
-    free(lens);
-    free(offs);
     return rc;
 }
+
+void coll_processes_stop_together(void) { stopped_together = runtime_processes() > 1; }
 
 #else /* built without MPI: one process, nothing to agree on */
 
@@ -221,4 +223,5 @@ int coll_processes_agree_items(int n, const coll_agree_item_t *items, perr_t *e)
 }
 
 int coll_processes_stopped_together(void) { return 0; }
+void coll_processes_stop_together(void) {}
 #endif

@@ -145,8 +145,12 @@ static int lock_take(perr_t *err) {
                                  "parity replaces nothing in --offload-path (remove it)",
                             own.path, own.lock);
         }
-        if (flock(fd, LOCK_EX | LOCK_NB)) {
+        /* a file this run created is held by others only for the moment
+         * they look at it (it has no record yet): wait for them, so that
+         * two runs starting together cannot both give up on it */
+        if (flock(fd, created ? LOCK_EX : LOCK_EX | LOCK_NB)) {
             const int e = errno, known = record_read(fd, &h) == 0;
+            if (created) unlink(own.lock); /* never left behind without a record */
             close(fd);
             if (e != EWOULDBLOCK)
                 return perr_set(err, "--offload-path '%s': cannot lock %s: %s", own.path,
