@@ -43,6 +43,7 @@ except ImportError:
     torch = None
 
 sys.path.insert(0, os.environ.get("PARITY_PYTHON", os.path.join(REPO, "ref", "python")))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tally.py
 os.environ.setdefault("PARITY_LIB", os.path.join(os.environ.get("BUILD", os.path.join(REPO, "build")),
                                                  "libparity.so"))
 LIB = os.environ["PARITY_LIB"]
@@ -67,6 +68,7 @@ if _sanitized(LIB):
     sys.exit(0)
 
 import parity  # noqa: E402
+from tally import Tally  # noqa: E402
 
 MODEL = ["--model", "gpt-micro", "--steps", "1"]
 GW = "grad.layers.0.mlp.dense_h_to_4h.weight"          # step0., F32 [64,16]
@@ -75,19 +77,8 @@ IDS = "input_ids"                                      # step0., I32 [4,16]
 PROPERTY_SECONDS = 12.0
 SEED = 44
 
-passed = failed = 0
-
-
-def check(name, cond, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-        print(f"ok      {name}")
-    else:
-        failed += 1
-        print(f"not ok  {name}")
-        if detail:
-            print(f"  {detail}")
+TALLY = Tally(NAME)
+check = TALLY.check
 
 
 def refused(what, fn, argument, kind):
@@ -531,5 +522,4 @@ def property_test():
 if __name__ == "__main__":
     cases()
     property_test()
-    print(f"RESULT {NAME}: {passed} passed, {failed} failed")
-    sys.exit(0 if failed == 0 else 1)
+    sys.exit(TALLY.finish())

@@ -93,6 +93,7 @@ if _sanitized(os.environ["PARITY_LIB"]):
 
 import parity  # noqa: E402
 from gpt_ref import gelu_tanh  # noqa: E402
+from tally import Tally  # noqa: E402
 
 MODEL = ["--model", "gpt-micro", "--steps", "2"]
 STEPS, TP = 2, 2
@@ -273,18 +274,8 @@ def binding_checks(check, tmp):
 
 
 def main():
-    passed = failed = 0
-
-    def check(name, cond, detail=""):
-        nonlocal passed, failed
-        if cond:
-            passed += 1
-            print(f"ok      {name}")
-        else:
-            failed += 1
-            print(f"not ok  {name}")
-            if detail:
-                print(f"  {detail}")
+    tally = Tally(NAME)
+    check = tally.check
 
     import pickle
     with tempfile.TemporaryDirectory(prefix="parity_oracle_tp2_") as tmp:
@@ -314,8 +305,7 @@ def main():
         if d:
             print(f"        {d[4]}")
 
-    print(f"RESULT {NAME}: {passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+    return tally.finish()
 
 
 if __name__ == "__main__":
