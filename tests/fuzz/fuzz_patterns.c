@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_REQUIRE(err.msg[0] != 0);
         return 0;
     }
-    FUZZ_REQUIRE(pc.tp >= 1 && pc.tp <= 4096 && pc.pp >= 1 && pc.pp <= 4096);
+    FUZZ_REQUIRE(pc.tp >= 1 && pc.tp <= PARITY_MAX_DEVICES && pc.pp >= 1 && pc.pp <= PARITY_MAX_DEVICES);
     FUZZ_REQUIRE(pc.n_rank_list == 0 || pc.n_rank_list == pc.tp * pc.pp);
     FUZZ_REQUIRE(pc.n_rank_list == 0 || layout_check_ranks(pc.rank_list, pc.n_rank_list,
                                                            pc.n_rank_list, NULL) == 0);
