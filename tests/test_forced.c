@@ -233,6 +233,32 @@ static void test_nothing_supplied(void) {
     dump_free(gold);
 }
 
+/* The forced step depends on its inputs alone: one model forced through
+ * the steps in any order (step 0's AdamW state from nothing) gives each
+ * golden step. */
+static void test_inputs_alone(void) {
+    model_config_t c;
+    if (micro(&c, MODEL_FP32)) return;
+    dump_t *gold = golden_run(&c, NULL);
+    gpt_t *g = model(&c);
+    if (!gold || !g) return;
+    static const int order[] = {2, 0, 1, 0};
+    for (int k = 0; k < 4; k++) {
+        const int s = order[k];
+        backend_t b = {.w = dump_writer(gold), .step = s};
+        const forced_inputs_t in = {backend_get, &b};
+        dump_t *d = dump_new(g, DUMP_TENSORS);
+        gpt_step_stats_t st;
+        perr_t err;
+        CHECK(d && !dump_forced_step(g, &corpus, s, &in, d, &st, &err), "%s", err.msg);
+        CHECK(d && compare_step(dump_writer(gold), dump_writer(d), s) == 0,
+              "step %d forced after step %d on one model is not golden", s, k ? order[k - 1] : -1);
+        dump_free(d);
+    }
+    gpt_free(g);
+    dump_free(gold);
+}
+
 /* (3) A moved input reaches exactly the units after its boundary. */
 typedef struct {
     const char *change, *omit;
@@ -353,11 +379,17 @@ static void test_refusals(void) {
     refused("llava-tiny", MODEL_FP32, MODEL_OPT_ADAM, "llava");
     model_config_t c;
     if (micro(&c, MODEL_FP32)) return;
+    c.recompute = MODEL_RECOMPUTE_FULL, c.recompute_layers = 2;
     gpt_t *g = model(&c);
     gpt_step_stats_t st;
     perr_t err;
+    CHECK(g && dump_forced_step(g, &corpus, 0, NULL, NULL, &st, &err) == -1 &&
+              strstr(err.msg, "recompute full: not supported yet"), "recompute: %s", err.msg);
+    gpt_free(g);
+    c.recompute = MODEL_RECOMPUTE_NONE;
+    g = model(&c);
     CHECK(g && dump_forced_step(g, &corpus, -1, NULL, NULL, &st, &err) == -1 &&
-              strstr(err.msg, "step -1"), "a negative step: %s", err.msg);
+              strstr(err.msg, "step -1, expected 0 .."), "a negative step: %s", err.msg);
     gpt_free(g);
 }
 
@@ -370,6 +402,7 @@ int main(void) {
     RUN(test_forced_golden_fp32);
     RUN(test_forced_golden_bf16);
     RUN(test_nothing_supplied);
+    RUN(test_inputs_alone);
     RUN(test_locality);
     RUN(test_refusals);
     corpus_free(&corpus);

@@ -28,6 +28,7 @@
  */
 #include "parity/forced.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,7 +77,9 @@ static void stream_name(const model_config_t *c, int u, char *buf, size_t cap) {
 /* The one-device dense GPT the golden run is, or -1 naming what is not. */
 static int forceable(const gpt_t *g, int64_t step, perr_t *err) {
     const model_config_t *c = &g->cfg;
-    if (step < 0) return perr_set(err, "dump_forced_step: step %lld, expected >= 0", (long long)step);
+    if (step < 0 || step >= INT_MAX) /* AdamW's count is an int */
+        return perr_set(err, "dump_forced_step: step %lld, expected 0 .. %d", (long long)step,
+                        INT_MAX - 1);
     if (c->arch != MODEL_GPT || c->moe_experts > 0)
         return perr_set(err, "dump_forced_step: a %s model%s: not supported yet (the dense GPT only)",
                         model_arch_name(c->arch), c->moe_experts > 0 ? " with experts" : "");
@@ -86,6 +89,9 @@ static int forceable(const gpt_t *g, int64_t step, perr_t *err) {
     if (c->optimizer != MODEL_OPT_ADAM)
         return perr_set(err, "dump_forced_step: optimizer %s: not supported yet (fp32 AdamW only)",
                         model_optimizer_name(c->optimizer));
+    if (c->recompute == MODEL_RECOMPUTE_FULL) /* the golden run keeps none (model.h) */
+        return perr_set(err, "dump_forced_step: recompute full: not supported yet (a recomputed "
+                             "chunk's later layers would read parity's streams, not the backend's)");
     const gpt_shard_t *s = &g->shard;
     if (s->tp != 1 || s->cp != 1 || s->ep > 1 || s->units.n || !g->params || !g->grads ||
         !g->adam_m || g->n_slots < 1)
@@ -100,14 +106,17 @@ static int forceable(const gpt_t *g, int64_t step, perr_t *err) {
     return 0;
 }
 
-/* The supplied tensors `<prefix><param>` (or NULL) copied over x [total]. */
-static void force_params(const gpt_t *g, const forced_inputs_t *in, const char *prefix, float *x) {
+/* The supplied tensors `<prefix><param>` copied over x [total]; one not
+ * supplied keeps x's, or with `zero` becomes zeros. */
+static void force_params(const gpt_t *g, const forced_inputs_t *in, const char *prefix, float *x,
+                         int zero) {
     char name[160];
     for (int i = 0; i < g->table.count; i++) {
         const param_info_t *p = &g->table.info[i];
         snprintf(name, sizeof name, "%s%s", prefix, p->name);
         const float *v = get(in, name, p->numel);
         if (v) memcpy(x + p->offset, v, p->numel * sizeof(float));
+        else if (zero) memset(x + p->offset, 0, p->numel * sizeof(float));
     }
 }
 
@@ -134,11 +143,13 @@ int dump_forced_step(gpt_t *g, const struct corpus *data, int64_t step,
         f.d_out[u] = get(in, name, batch);
     }
     /* the state the step starts from: the master weights (and their
-     * compute copy), AdamW's m and v after `step` updates */
-    force_params(g, in, "param.", g->params);
+     * compute copy), AdamW's m and v after `step` updates (none before
+     * step 0: zeros, whatever g held, as the bias correction's t = 1
+     * assumes) */
+    force_params(g, in, "param.", g->params, 0);
     gpt_params_refresh(g);
-    force_params(g, in, "exp_avg.", g->adam_m);
-    force_params(g, in, "exp_avg_sq.", g->adam_v);
+    force_params(g, in, "exp_avg.", g->adam_m, step == 0);
+    force_params(g, in, "exp_avg_sq.", g->adam_v, step == 0);
     g->adam_t = (int)step;
     gpt_observer_t obs = {.ctx = &f, .batch_tensor = pass_batch, .unit = force_unit};
     if (d) dump_begin_step(d, step, &f.inner);
@@ -148,7 +159,7 @@ int dump_forced_step(gpt_t *g, const struct corpus *data, int64_t step,
     st->grad_norm = gpt_step_round_grads(g);
     st->lr = lr_schedule(c, step);
     if (f.inner.grads_ready) f.inner.grads_ready(f.inner.ctx, g); /* parity's, of the forced backward */
-    force_params(g, in, "grad.", g->grads);
+    force_params(g, in, "grad.", g->grads, 0);
     st->grad_norm = gpt_grad_norm(g); /* of the gradients the update reads */
     gpt_step_update(g, st->lr, st->grad_norm);
     free(f.stream), free(f.d_out);
