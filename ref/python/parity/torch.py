@@ -57,7 +57,9 @@ dropout_mask(seed, site, layer, step, global_shape, p, index=None)
     dump's mask.* names: dropout.embedding, attention_dropout ([B, H, T, T];
     keys after the query are 0), attention_output_dropout,
     mlp_output_dropout ([B, T, C]). index: this rank's slice of the global
-    tensor, a tuple of slices, ranges, index arrays or ints (None: all).
+    tensor, a tuple of slices, ranges, index arrays or ints (None: all);
+    each entry selects along its own axis (np.ix_'s outer product, not
+    numpy's broadcast of several index arrays), an int drops its axis.
 Dropout(seed, site, layer=None, p=0.1)   an nn.Module
     forward(x, index=None, global_shape=None): x * keep / (1 - p) (float32
     scale, dropped elements +0) with the mask of .step (set by Capture.step
