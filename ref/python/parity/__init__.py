@@ -16,9 +16,17 @@ A tensor put is converted to the golden tensor's dtype first (numpy's
 astype: a float64 result is rounded to nearest float32), which is the
 backend's own last rounding. torch tensors are accepted (.detach().cpu()).
 
-libparity.so is found through $PARITY_LIB, else beside this package as
-`make install` lays it out (PREFIX/lib/python3/dist-packages/parity ->
-PREFIX/lib/libparity.so), else in the source tree's build/.
+libparity.so is found through $PARITY_LIB, else $PARITY_PREFIX/lib, else
+beside this package as `make install` lays it out
+(PREFIX/lib/python3/dist-packages/parity -> PREFIX/lib/libparity.so), else
+`pkg-config --variable=libdir parity`, /usr/local/lib, /usr/lib, else the
+source tree's build/ (the tree `pip install ref/python` built from, or
+the one this file is in); none: a ParityError saying what to set or run.
+It is loaded by the first Oracle, not by `import parity`.
+
+The submodules parity.rankfile (rank files for `parity judge`, numpy only)
+and parity.torch (capture from PyTorch, parity's dropout; the only one
+that imports torch) are documented in their docstrings and README.md.
 
 Every argument is checked here before the C call, so nothing is
 truncated or wrapped by ctypes: integers must be integers (not bool, not
@@ -281,27 +289,79 @@ class _Divergence(ctypes.Structure):
                 ("report", ctypes.c_char * 1024)]
 
 
+def _candidates():
+    """Where libparity.so may be, in the order searched (README.md)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = []
+    prefix = os.environ.get("PARITY_PREFIX")
+    if prefix:
+        out.append(("$PARITY_PREFIX/lib", os.path.join(prefix, "lib", "libparity.so")))
+    # make install: PREFIX/lib/python3/dist-packages/parity -> PREFIX/lib
+    out.append(("beside the package (make install)",
+                os.path.join(here, "..", "..", "..", "libparity.so")))
+    try:
+        import subprocess
+        libdir = subprocess.run(["pkg-config", "--variable=libdir", "parity"],
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+        if libdir:
+            out.append(("pkg-config parity", os.path.join(libdir, "libparity.so")))
+    except (OSError, subprocess.SubprocessError):
+        pass
+    out += [("/usr/local/lib", "/usr/local/lib/libparity.so"), ("/usr/lib", "/usr/lib/libparity.so")]
+    # the source tree: the one a pip-installed wheel was built from, or ours
+    try:
+        import json
+        with open(os.path.join(here, "_where.json")) as f:
+            src = json.load(f)["source"]
+        out.append(("the source tree pip installed from", os.path.join(src, "..", "..", "build",
+                                                                       "libparity.so")))
+    except (OSError, ValueError, KeyError, TypeError):  # not pip-installed: in the tree
+        out.append(("the source tree", os.path.join(here, "..", "..", "..", "build",
+                                                    "libparity.so")))
+    return [(why, os.path.normpath(c)) for why, c in out]
+
+
 def _find_library():
     env = os.environ.get("PARITY_LIB")
     if env:
+        if not os.path.exists(env):
+            raise ParityError(f"PARITY_LIB={env}: no such file (set it to libparity.so's path, "
+                              f"e.g. build/libparity.so after `make shared`)")
         return env
-    here = os.path.dirname(os.path.abspath(__file__))
-    for cand in (os.path.join(here, "..", "..", "..", "libparity.so"),          # installed
-                 os.path.join(here, "..", "..", "..", "build", "libparity.so")):  # source tree
+    cands = _candidates()
+    for _, cand in cands:
         if os.path.exists(cand):
-            return os.path.normpath(cand)
-    raise ParityError("libparity.so not found: set PARITY_LIB, or `make install PREFIX=...` and "
-                      "import parity from PREFIX/lib/python3/dist-packages")
+            return cand
+    looked = "; ".join(f"{why}: {c}" for why, c in cands)
+    raise ParityError("libparity.so not found. Set PARITY_LIB=/path/to/libparity.so (built by "
+                      "`make shared` in parity's tree: build/libparity.so), or PARITY_PREFIX to "
+                      "the prefix of `make install PREFIX=...` (or put PREFIX/lib/pkgconfig on "
+                      f"PKG_CONFIG_PATH). Looked at: {looked}")
 
 
 _lib = None
+_lib_path = None
+
+
+def _default_data(args):
+    """["--data", corpus] when the library is a source tree's build (which
+    finds no corpus of its own from a python outside the tree) and the
+    caller chose none (--data, $PARITY_DATA); else []."""
+    if any(isinstance(a, str) and (a == "--data" or a.startswith("--data=")) for a in args) \
+            or os.environ.get("PARITY_DATA") or not _lib_path:
+        return []
+    tree = os.path.dirname(os.path.dirname(os.path.abspath(_lib_path)))  # <tree>/build/libparity.so
+    corpus = os.path.join(tree, "ref", "data", "corpus.txt")
+    return [b"--data", os.fsencode(corpus)] if os.path.isfile(corpus) else []
 
 
 def _load():
     global _lib
     if _lib is not None:
         return _lib
-    lib = ctypes.CDLL(_find_library())
+    global _lib_path
+    _lib_path = _find_library()
+    lib = ctypes.CDLL(_lib_path)
     P, I, E = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
     sig = {
         "oracle_open": (P, [I, ctypes.POINTER(ctypes.c_char_p), E]),
@@ -383,7 +443,7 @@ class Oracle:
                 raise ParityValueError("dump", "give model flags or dump=, not both")
             self._o = lib.oracle_open_dump(_path("dump", dump), err)
         else:
-            flags = [_flag(f"args[{i}]", a) for i, a in enumerate(args)]
+            flags = [_flag(f"args[{i}]", a) for i, a in enumerate(args)] + _default_data(args)
             argv = (ctypes.c_char_p * max(len(flags), 1))(*flags)
             self._o = lib.oracle_open(len(flags), argv, err)
         if not self._o:

@@ -1,0 +1,347 @@
+#!/usr/bin/env python3
+"""test_parity_torch.py - parity.rankfile and parity.torch (ref/python):
+
+  - `import parity` and `import parity.rankfile` import no torch;
+  - dropout_mask is parity's mask bit for bit: every step<s>.mask.* of a
+    `parity train --model gpt-micro --steps 2 --dump` file, whole and in
+    several slices (a tp rank's heads, an sp rank's positions, index
+    lists, ints, negative indices), and Dropout applies it (1/(1-p) in
+    float32, dropped elements +0, the same in the backward);
+  - RankWriter's file parses back with exactly the format's metadata keys,
+    its placements (p, microbatch's @mb<m> suffix, scale, flat), BF16 bits,
+    and refuses bad input naming the field;
+  - Capture on a tiny model named as parity's sites writes the expected
+    tensor names and placements (Megatron styles on a dp x tp mesh, sp,
+    a plan override, prefix and layer_offset), and its grad_input is
+    autograd's gradient of the unit's input.
+
+Run from the repository root: python3 tests/torch/test_parity_torch.py
+($PARITY: the program, default build/parity). Prints
+"RESULT test_parity_torch.py: N passed, M failed"; a missing torch is a
+printed SKIP.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+NAME = "test_parity_torch.py"
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+PKG = os.path.join(REPO, "ref", "python")
+PARITY = os.environ.get("PARITY", os.path.join(REPO, "build", "parity"))
+
+try:
+    import torch
+except ImportError:
+    print("SKIP: torch is not installed (python3-torch)")
+    print(f"RESULT {NAME}: 0 passed, 0 failed")
+    sys.exit(0)
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, PKG)
+sys.path.insert(0, HERE)
+from tally import Tally  # noqa: E402
+from parity.rankfile import RankWriter, read_rank_file, RankFileError  # noqa: E402
+from parity.torch import Capture, Dropout, dropout_mask  # noqa: E402
+
+T = Tally(NAME)
+tmp = tempfile.mkdtemp(prefix="parity_torch_")
+
+
+def raises(what, fn, *needles):
+    try:
+        fn()
+    except RankFileError as e:
+        msg = str(e)
+        T.check(what, all(n in msg for n in needles), f"message {msg!r} lacks {needles}")
+        return
+    except Exception as e:  # noqa: BLE001 - any other exception is the failure reported
+        T.check(what, False, f"raised {type(e).__name__}: {e}, not a RankFileError")
+        return
+    T.check(what, False, "nothing raised")
+
+
+# ------------------------------------------------------- no torch by import
+for mod in ("parity", "parity.rankfile"):
+    r = subprocess.run([sys.executable, "-c", f"import sys, {mod}; print('torch' in sys.modules)"],
+                       capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=PKG))
+    T.check(f"import {mod} does not import torch", r.stdout.strip() == "False",
+            r.stdout + r.stderr)
+
+# ------------------------------------------------------ masks vs the dump
+dump = os.path.join(tmp, "run.safetensors")
+r = subprocess.run([PARITY, "train", "--model", "gpt-micro", "--steps", "2", "--dump", dump],
+                   capture_output=True, text=True)
+T.check("parity train --dump for the masks", r.returncode == 0, r.stderr[-500:])
+if r.returncode == 0:
+    d = read_rank_file(dump)
+    cfg = json.loads(d.metadata["config"])
+    masks = {k: v for k, v in d.tensors.items() if ".mask." in k}
+    T.check("the dump has masks of every site, two steps", len(masks) == 14, sorted(masks))
+    for k, v in sorted(masks.items()):
+        step = int(re.match(r"step([0-9]+)\.", k).group(1))
+        site = k.split(".mask.", 1)[1]
+        m = re.match(r"layers\.([0-9]+)\.(.+)$", site)
+        layer, sn = (int(m.group(1)), m.group(2)) if m else (None, site)
+        p = cfg["dropouts"]["attention" if sn == "attention_dropout" else "hidden"]
+        want = v.astype(bool)
+        slices = [None]
+        if v.ndim == 4:  # [B, H, T, T]: tp rank 1's head, a query range, one sequence
+            slices += [(slice(None), slice(1, 2)), (2, slice(None), slice(5, 12)),
+                       (slice(None), -1, [0, 7, 15], slice(3, None))]
+        else:            # [B, T, C]: an sp rank's positions, a 2-D column, index lists
+            slices += [(slice(None), slice(8, 16)), (slice(0, 2), slice(None), range(4, 12)),
+                       ([3, 0], -1, slice(0, 16, 5))]
+        bad = []
+        for ix in slices:
+            got = dropout_mask(cfg["seed"], sn, layer, step, v.shape, p, ix)
+            w = want if ix is None else want[ix]
+            if got.shape != w.shape or not np.array_equal(got, w):
+                bad.append(ix)
+        T.check(f"dropout_mask = {k} (whole and {len(slices) - 1} slices)", not bad,
+                f"differs at slices {bad}")
+    # Dropout: the mask applied, forward and backward
+    k = "step1.mask.layers.0.mlp_output_dropout"
+    keep = torch.from_numpy(masks[k].astype(bool))
+    drop = Dropout(cfg["seed"], "mlp_output_dropout", layer=0, p=cfg["dropouts"]["hidden"])
+    drop.step = 1
+    x = torch.randn(masks[k].shape, dtype=torch.float32, requires_grad=True)
+    y = drop(x)
+    scale = np.float32(1) / (np.float32(1) - np.float32(cfg["dropouts"]["hidden"]))
+    want = torch.where(keep, x.detach() * float(scale), torch.zeros(()))
+    T.check("Dropout forward: x * 1/(1-p) where kept, +0 where dropped",
+            torch.equal(y.detach(), want) and not torch.signbit(y.detach()[~keep]).any())
+    y.backward(torch.ones_like(y))
+    T.check("Dropout backward: 1/(1-p) where kept, 0 where dropped",
+            torch.equal(x.grad, torch.where(keep, torch.full((), float(scale)), torch.zeros(()))))
+    xs = x.detach()[:, 8:16]
+    ys = drop(xs, index=(slice(None), slice(8, 16)), global_shape=masks[k].shape)
+    T.check("Dropout on an sp rank's slice draws the golden slice",
+            torch.equal(ys, want[:, 8:16]))
+
+# ------------------------------------------------------------- RankWriter
+w = RankWriter({"pp": 2, "dp": 2, "tp": 2}, {"pp": 1, "dp": 0, "tp": 1}, names="hf-gpt2",
+               precision="bf16")
+T.check("RankWriter.rank is row-major over the mesh", w.rank == 5, str(w.rank))
+g = np.arange(12, dtype=np.float32).reshape(4, 3)
+w.put("step0.grad.transformer.h.0.mlp.c_fc.weight", g, p=["Replicate()", "Replicate()", "Shard(1)"])
+act = torch.randn(2, 4, 8).to(torch.bfloat16)
+w.put("step0.act.layers.1.output", act, p=["Replicate()", "Shard(0)", "Replicate()"],
+      microbatch=(3, 4))
+w.put("step0.grad_input.layers.1", torch.ones(2, 4, 8), p=["Replicate()", "Shard(0)", "Shard(1)"],
+      scale=0.5)
+w.put("step0.loss", torch.tensor(1.5))
+w.put_flat("step0.grad.flat.bucket0", np.arange(7, dtype=np.float32), 5,
+           [("step0.grad.transformer.h.0.ln_1.weight", (8,), None),
+            ("step0.grad.transformer.h.0.ln_1.bias", [8], ["Replicate()", "Replicate()",
+                                                          "Replicate()"])],
+           p=["Replicate()", "Shard(0)", "Replicate()"])
+path = w.save(os.path.join(tmp, "rank5.safetensors"))
+T.check("save leaves no temp file", sorted(os.listdir(tmp)) == ["rank5.safetensors", "run.safetensors"]
+        or sorted(os.listdir(tmp)) == ["rank5.safetensors"], str(os.listdir(tmp)))
+rf = read_rank_file(path)
+T.check("metadata keys are exactly the format's",
+        sorted(rf.metadata) == ["parity.coords", "parity.format", "parity.mesh", "parity.names",
+                                "parity.placements", "parity.precision"], str(sorted(rf.metadata)))
+T.check("format, names, precision", (rf.metadata["parity.format"], rf.names, rf.precision)
+        == ("1", "hf-gpt2", "bf16"))
+T.check("mesh in mesh order, coords", list(rf.mesh.items()) == [("pp", 2), ("dp", 2), ("tp", 2)]
+        and rf.coords == {"pp": 1, "dp": 0, "tp": 1}, f"{rf.mesh} {rf.coords}")
+T.check("tensor names (the microbatch's @mb suffix)", sorted(rf.tensors) == sorted([
+    "step0.grad.transformer.h.0.mlp.c_fc.weight", "step0.act.layers.1.output@mb3",
+    "step0.grad_input.layers.1", "step0.loss", "step0.grad.flat.bucket0"]), str(sorted(rf.tensors)))
+T.check("values round-trip", np.array_equal(rf.tensors["step0.grad.transformer.h.0.mlp.c_fc.weight"], g)
+        and rf.tensors["step0.loss"].shape == (1,) and rf.tensors["step0.loss"][0] == 1.5)
+with open(path, "rb") as f:
+    n = int.from_bytes(f.read(8), "little")
+    header = json.loads(f.read(n))
+T.check("a bf16 tensor is BF16 with torch's bits",
+        header["step0.act.layers.1.output@mb3"]["dtype"] == "BF16" and np.array_equal(
+            rf.raw_bf16["step0.act.layers.1.output@mb3"],
+            act.view(torch.int16).numpy().view(np.uint16)), header["step0.act.layers.1.output@mb3"])
+T.check("the header is padded to 8 bytes", n % 8 == 0, str(n))
+pl = rf.placements
+T.check("placements: p, microbatch, scale, flat", pl == {
+    "step0.grad.transformer.h.0.mlp.c_fc.weight": {"p": ["Replicate()", "Replicate()", "Shard(1)"]},
+    "step0.act.layers.1.output@mb3": {"p": ["Replicate()", "Shard(0)", "Replicate()"],
+                                      "microbatch": [3, 4]},
+    "step0.grad_input.layers.1": {"p": ["Replicate()", "Shard(0)", "Shard(1)"], "scale": 0.5},
+    "step0.grad.flat.bucket0": {"flat": {"offset": 5, "members": [
+        {"name": "step0.grad.transformer.h.0.ln_1.weight", "shape": [8],
+         "p": ["Replicate()", "Replicate()", "Replicate()"]},
+        {"name": "step0.grad.transformer.h.0.ln_1.bias", "shape": [8],
+         "p": ["Replicate()", "Replicate()", "Replicate()"]}]},
+        "p": ["Replicate()", "Shard(0)", "Replicate()"]}}, json.dumps(pl, indent=1))
+raises("bad placement refused by name", lambda: w.put("step1.grad.x", g, p=["Shard(0)", "Nope", "Replicate()"]),
+       "step1.grad.x", "p[1]", "Nope")
+raises("p of the wrong length refused", lambda: w.put("step1.grad.x", g, p=["Shard(0)"]),
+       "p has 1 entries", "3 axes")
+raises("Shard of an axis the tensor lacks refused", lambda: w.put("step1.grad.x", g,
+       p=["Shard(2)", "Replicate()", "Replicate()"]), "Shard(2) of a 2-axis tensor")
+raises("a tensor put twice refused", lambda: w.put("step0.loss", g), "step0.loss", "put twice")
+raises("a name without <when>. refused", lambda: w.put("grad.x", g), "grad.x", "step<s>")
+raises("a coordinate outside the mesh refused", lambda: RankWriter({"tp": 2}, {"tp": 2}),
+       "coords['tp']", "0..1")
+raises("coords missing an axis refused", lambda: RankWriter({"dp": 2, "tp": 2}, {"tp": 0}),
+       "coords", "one coordinate per mesh axis")
+raises("an unknown naming scheme refused", lambda: RankWriter({}, {}, names="hf"), "names", "hf-gpt2")
+raises("microbatch m >= M refused", lambda: w.put("step1.act.x", g, microbatch=(4, 4)),
+       "microbatch (4, 4)")
+raises("a flat offset past the members refused", lambda: w.put_flat(
+    "step1.grad.flat", np.ones(3, np.float32), 16, [("step1.grad.a", (4, 4), None)]), "offset 16")
+
+
+# ---------------------------------------------------------------- Capture
+class Lin(torch.nn.Linear):
+    pass
+
+
+class Attn(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.query_key_value = torch.nn.Linear(c, 3 * c)
+        self.dense = torch.nn.Linear(c, c)
+
+    def forward(self, x):
+        return self.dense(self.query_key_value(x)[..., : x.shape[-1]])
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.dense_h_to_4h = torch.nn.Linear(c, 4 * c)
+        self.dense_4h_to_h = torch.nn.Linear(4 * c, c)
+
+    def forward(self, x):
+        return self.dense_4h_to_h(torch.nn.functional.gelu(self.dense_h_to_4h(x)))
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.input_layernorm = torch.nn.LayerNorm(c)
+        self.self_attention = Attn(c)
+        self.post_attention_layernorm = torch.nn.LayerNorm(c)
+        self.mlp = Mlp(c)
+
+    def forward(self, x):
+        x = x + self.self_attention(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self, c=8, v=16, layers=2):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(v, c)
+        self.layers = torch.nn.ModuleList(Layer(c) for _ in range(layers))
+        self.final_layernorm = torch.nn.LayerNorm(c)
+
+    def forward(self, ids):
+        x = self.embedding(ids)
+        for layer in self.layers:
+            x = layer(x)
+        return self.final_layernorm(x) @ self.embedding.weight.t()
+
+
+def run_capture(mesh, coords, steps=1, mbs=None, **kw):
+    torch.manual_seed(0)
+    model = Tiny()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    wr = RankWriter(mesh, coords)
+    cap = Capture(wr, model, **kw)
+    cap.params(-1)
+    seen = {}
+    for s in range(steps):
+        cap.step(s)
+        for mb in (range(mbs) if mbs else [None]):
+            if mb is not None:
+                cap.microbatch(mb, mbs)
+            ids = torch.randint(0, 16, (2, 4))
+            cap.batch(ids, ids)
+            x0 = []
+            h = model.layers[0].register_forward_pre_hook(
+                lambda m, i: (i[0].retain_grad(), x0.append(i[0]))[-1] and None)
+            logits = model(ids)
+            h.remove()
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 16), ids.reshape(-1))
+            loss.backward()
+            seen[(s, mb)] = x0[0].grad.clone()
+        cap.microbatch(None)
+        if not mbs:
+            cap.loss(loss)
+        cap.grads(s)
+        opt.step()
+        opt.zero_grad()
+        cap.params(s)
+        cap.optimizer_state(opt, s)
+    cap.close()
+    return read_rank_file(wr.save(os.path.join(tmp, f"cap{wr.rank}.safetensors"))), seen
+
+
+rf, seen = run_capture({"dp": 2, "tp": 2}, {"dp": 1, "tp": 0})
+names = set(rf.tensors)
+want_acts = ["embedding", "layers.0.input_layernorm", "layers.0.self_attention.query_key_value",
+             "layers.0.self_attention.dense", "layers.0.post_attention_layernorm",
+             "layers.0.mlp.dense_h_to_4h", "layers.0.mlp.dense_4h_to_h", "layers.0",
+             "layers.1", "final_layernorm"]
+T.check("Capture: act.<site>.output of every site", all(f"step0.act.{a}.output" in names
+                                                        for a in want_acts),
+        str(sorted(n for n in names if ".act." in n)))
+T.check("Capture: grad_input of every layer and the head", {"step0.grad_input.layers.0",
+        "step0.grad_input.layers.1", "step0.grad_input.head"} <= names)
+nparam = len(list(Tiny().parameters()))
+for when in ("init.", "step0.param.", "step0.grad.", "step0.exp_avg.", "step0.exp_avg_sq."):
+    got = [n for n in names if n.startswith(when)]
+    T.check(f"Capture: {when}<param> of every parameter", len(got) == nparam,
+            f"{len(got)} of {nparam}: {sorted(got)}")
+T.check("Capture: the batch and the loss", {"step0.input_ids", "step0.labels", "step0.loss"} <= names)
+P = rf.placements
+expect = {
+    "step0.act.layers.0.self_attention.query_key_value.output": ["Shard(0)", "Shard(-1)"],
+    "step0.act.layers.0.self_attention.dense.output": ["Shard(0)", "Replicate()"],
+    "step0.act.layers.0.mlp.dense_h_to_4h.output": ["Shard(0)", "Shard(-1)"],
+    "step0.act.layers.0.output": ["Shard(0)", "Replicate()"],
+    "init.layers.0.self_attention.query_key_value.weight": ["Replicate()", "Shard(0)"],
+    "init.layers.0.self_attention.query_key_value.bias": ["Replicate()", "Shard(0)"],
+    "step0.grad.layers.1.mlp.dense_4h_to_h.weight": ["Replicate()", "Shard(1)"],
+    "step0.grad.layers.1.mlp.dense_4h_to_h.bias": ["Replicate()", "Replicate()"],
+    "step0.exp_avg.layers.0.input_layernorm.weight": ["Replicate()", "Replicate()"],
+    "step0.input_ids": ["Shard(0)", "Replicate()"],
+    "step0.loss": ["Partial(sum)", "Replicate()"],
+}
+bad = {k: P.get(k, {}).get("p") for k, v in expect.items() if P.get(k, {}).get("p") != v}
+T.check("Capture: Megatron placements on dp x tp", not bad, str(bad))
+T.check("Capture: grad_input is scaled 1/dp", P["step0.grad_input.layers.0"] ==
+        {"p": ["Shard(0)", "Replicate()"], "scale": 0.5}, str(P["step0.grad_input.layers.0"]))
+T.check("Capture: the loss is scaled 1/dp", P["step0.loss"].get("scale") == 0.5)
+T.check("Capture: grad_input.layers.0 is autograd's gradient of layer 0's input",
+        np.array_equal(rf.tensors["step0.grad_input.layers.0"], seen[(0, None)].numpy()))
+
+rf, seen = run_capture({"tp": 2}, {"tp": 1}, steps=2, mbs=2, sp=True,
+                       plan={"layers.*.mlp.dense_h_to_4h": "replicate"}, layer_offset=2)
+P, names = rf.placements, set(rf.tensors)
+T.check("Capture: microbatches and steps get @mb<m> names",
+        {"step0.act.layers.2.output@mb0", "step0.act.layers.2.output@mb1",
+         "step1.act.layers.3.output@mb1", "step1.grad_input.head@mb1"} <= names,
+        str(sorted(n for n in names if "@mb" in n)[:8]))
+T.check("Capture: layer_offset renames layers", "init.layers.3.mlp.dense_4h_to_h.weight" in names
+        and not any(".layers.0." in n for n in names))
+expect = {
+    "step0.act.layers.2.self_attention.dense.output@mb0": {"p": ["Shard(1)"], "microbatch": [0, 2]},
+    "step0.act.layers.2.input_layernorm.output@mb1": {"p": ["Shard(1)"], "microbatch": [1, 2]},
+    "step0.act.layers.2.self_attention.query_key_value.output@mb1":
+        {"p": ["Shard(-1)"], "microbatch": [1, 2]},
+    "step1.grad_input.layers.3@mb0": {"p": ["Shard(1)"], "microbatch": [0, 2]},
+    "init.layers.2.mlp.dense_h_to_4h.weight": {"p": ["Replicate()"]},
+    "init.layers.2.mlp.dense_4h_to_h.weight": {"p": ["Shard(1)"]},
+}
+bad = {k: P.get(k) for k, v in expect.items() if P.get(k) != v}
+T.check("Capture: sp placements, the plan's override, the microbatch", not bad, str(bad))
+T.check("Capture: a microbatch's grad_input is its own gradient",
+        np.array_equal(rf.tensors["step1.grad_input.layers.2@mb1"], seen[(1, 1)].numpy()))
+
+sys.exit(T.finish())
