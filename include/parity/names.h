@@ -133,7 +133,9 @@ char *names_weights_path(const char *dir);
  * naming the file and the tensor: a dtype other than F32, a name the
  * scheme does not know, a shape other than the scheme's, a parameter
  * named twice or missing, a tied alias whose values differ from the word
- * embedding's, a declared scheme other than the file's parity.names. */
+ * embedding's, a declared scheme other than the file's parity.names.
+ * The file's own "config" metadata is information: the model is c, and
+ * the shapes must be c's. */
 int names_weights_read(const model_config_t *c, const char *path, int declared,
                        names_scheme_t *s, float *params, perr_t *err);
 

@@ -118,6 +118,14 @@ static int file_scheme(const model_config_t *c, const st_file_t *f, int declared
     return rc;
 }
 
+/* "2,48" for a message (at most ST_MAX_DIMS axes: fits 96 bytes). */
+static void fmt_shape(int ndim, const int64_t *shape, char *buf, size_t cap) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int d = 0; d < ndim && at < cap; d++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%lld", d ? "," : "", (long long)shape[d]);
+}
+
 /* One tensor of f into params: F32, of the map's shape, named once. */
 static int read_tensor(const model_config_t *c, names_scheme_t s, const st_file_t *f,
                        const st_tensor_t *x, const param_table_t *t, unsigned char *seen,
@@ -130,12 +138,8 @@ static int read_tensor(const model_config_t *c, names_scheme_t s, const st_file_
     int same = x->ndim == m.ndim;
     for (int d = 0; same && d < m.ndim; d++) same = x->shape[d] == m.shape[d];
     if (x->dtype != ST_F32 || !same) {
-        int at = 0;
-        for (int d = 0; d < x->ndim; d++) at += snprintf(got + at, sizeof got - (size_t)at, "%s%lld",
-                                                          d ? "," : "", (long long)x->shape[d]);
-        at = 0;
-        for (int d = 0; d < m.ndim; d++) at += snprintf(want + at, sizeof want - (size_t)at, "%s%lld",
-                                                         d ? "," : "", (long long)m.shape[d]);
+        fmt_shape(x->ndim, x->shape, got, sizeof got);
+        fmt_shape(m.ndim, m.shape, want, sizeof want);
         return perr_set(err, "%s: tensor '%s' is %s [%s]; the %s names expect F32 [%s] (parity's "
                              "'%s')", st_path(f), st_escape(x->name, esc, sizeof esc),
                         st_dtype_name(x->dtype), got, names_scheme_name(s), want, pn);
