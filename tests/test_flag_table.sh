@@ -67,6 +67,8 @@ rows() {
 --digest $w/d.txt | $M | file | $M --print-layout
 --save $w/sv | $M | file | $C
 --load $w/ck | $M | loss | $M --print-config
+--export-weights $w/ex | $M --names nanogpt | file | $C --names nanogpt; $M --names nanogpt --print-config; $M
+--names hf-gpt2 | $M --export-weights $w/ex | rc | $M; $M --export-weights $w/ex --num-experts 4
 --threads 2 | $M | same: a contraction's blocks over threads, the same bits (pool.h) | $M --data-parallel-size 2; $C
 --quiet - | train --model gpt-micro --steps 2 | out | -
 --print-config - | $M | out | $M --dump $w/x.st

@@ -62,8 +62,15 @@ typedef struct oracle oracle_t;
  * backend, process-wide: PARITY_BACKEND), --data FILE (the training
  * text; default: $PARITY_DATA, then ref/data/corpus.txt found as the
  * program finds it, then share/parity/corpus.txt beside the installed
- * library). Layout flags are refused: the golden run is one device, the
- * layout is the backend's. NULL with a message on any error. */
+ * library). The golden run starts from the seeded init, or from
+ * --load DIR (a checkpoint, read as parity train --load reads it: its
+ * parameters, AdamW state and step S; the golden steps are then the
+ * global steps S, S+1, ..., named step<S>. as parity train --load --dump
+ * names them) or --weights FILE (parameters in any scheme of names.h,
+ * --names SCHEME or the file's parity.names or detected; fresh AdamW
+ * state, step 0); init.<param> holds what it starts from. Layout flags
+ * are refused: the golden run is one device, the layout is the
+ * backend's. NULL with a message on any error. */
 oracle_t *oracle_open(int argc, const char *const *argv, perr_t *err);
 /* A golden dump written by `parity train ... --dump FILE`: its tensors
  * are the golden ones (nothing runs; oracle_run_golden only checks that

@@ -32,6 +32,7 @@
 #include "parity/memest.h"
 #include "parity/model.h"
 #include "parity/model_flags.h"
+#include "parity/names.h"
 #include "parity/numparse.h"
 #include "parity/pconfig.h"
 #include "parity/pool.h"
@@ -62,6 +63,14 @@ static void usage(FILE *f) {
         "                           run's (except name and micro_batch); --save may name DIR\n"
         "                           too, continuing it in place (no other output may replace\n"
         "                           a file in it)\n"
+        "  --export-weights DIR     write the weights this run starts from (the seeded init, or\n"
+        "                           --load's) to DIR/model.safetensors (DIR created if missing)\n"
+        "                           in --names' names and layouts, F32, for a backend to start\n"
+        "                           from; then the steps run as asked (--save writes the end)\n"
+        "  --names SCHEME           the export's names (needed with --export-weights, refused\n"
+        "                           without): megatron-lm (parity's), megatron-core, hf-gpt2\n"
+        "                           (Conv1D [in, out], c_attn q|k|v), nanogpt (include/parity/\n"
+        "                           names.h; the last three: the dense GPT)\n"
         "  --threads N              compute threads for the one-device golden run (default 1):\n"
         "                           a contraction's blocks spread over N threads, the same bits\n"
         "                           (pool.h); a layout's devices already share the cores\n"
@@ -254,6 +263,53 @@ static int check_outputs(const char *trace_path, const char *dump_path, const ch
     return rc;
 }
 
+/* --export-weights and --names: the scheme named, the directory able to
+ * take DIR/model.safetensors, no other output (--save's file, --dump,
+ * --digest, --trace) the same file; parity check and mpirun refused. */
+static int check_export(const char *cmd, int check, const char *export_dir, const char *names,
+                        const char *const outs[4], const char *const flag[4]) {
+    perr_t e;
+    names_scheme_t s;
+    if (names && !export_dir) {
+        fprintf(stderr, "parity %s: --names: it names the scheme of --export-weights' file; "
+                        "give --export-weights DIR too\n", cmd);
+        return -1;
+    }
+    if (!export_dir) return 0;
+    if (check) {
+        fprintf(stderr, "parity check: --export-weights: the checker compares runs and writes no "
+                        "weights; use parity train --export-weights\n");
+        return -1;
+    }
+    if (runtime_processes() > 1) {
+        fprintf(stderr, "parity %s: --export-weights: not under mpirun (%d processes); the weights "
+                        "are the same from any layout: run it without mpirun\n", cmd,
+                runtime_processes());
+        return -1;
+    }
+    if (!names) {
+        fprintf(stderr, "parity %s: --export-weights: give --names SCHEME (megatron-lm, "
+                        "megatron-core, hf-gpt2 or nanogpt): the names and layouts to write\n", cmd);
+        return -1;
+    }
+    if (names_scheme_parse(names, &s, &e) || ckpt_check_save_dir(export_dir, "--export-weights", &e)) {
+        fprintf(stderr, "parity %s: %s\n", cmd, e.msg);
+        return -1;
+    }
+    char *file = names_weights_path(export_dir), *save = outs[3] ? ckpt_file_path(outs[3]) : NULL;
+    int rc = file && (save || !outs[3]) ? 0 : (fprintf(stderr, "%s: out of memory\n", cli_name), -1);
+    for (int k = 0; k < 4 && !rc; k++) {
+        const char *o = k < 3 ? outs[k] : save;
+        if (o && (pio_same_output(o, file) || pio_output_inside(o, export_dir)))
+            rc = -1, fprintf(stderr, "parity %s: %s '%s' is --export-weights '%s' or inside it, "
+                                     "which holds only the weights; each needs its own\n", cmd,
+                             flag[k], outs[k], export_dir);
+    }
+    free(save);
+    free(file);
+    return rc;
+}
+
 /* What the run reads, noted before its outputs are checked, so that no
  * output replaces one (fileio.h); --parallel-config is noted as it is
  * parsed (layout_cli.c). --save may replace --load's checkpoint: it was
@@ -303,7 +359,7 @@ typedef struct {
     const char *cmd; /* argv[0]: train or check, for messages */
     int check;
     const char *model, *backend, *data_path, *dump_path, *dump_steps, *digest_path;
-    const char *save_dir, *load_dir, *compare;
+    const char *save_dir, *load_dir, *compare, *export_dir, *names;
     long long steps, threads;
     int quiet, print_config, print_layout, layout_given;
     /* pass 1 keeps the positions of the config overrides; pass 2
@@ -326,7 +382,7 @@ static const struct { const char *flag; size_t offset; } path_flags[] = {
     {"--model", ARG(model)},         {"--config", ARG(model)},       {"--backend", ARG(backend)},
     {"--data", ARG(data_path)},      {"--dump", ARG(dump_path)},     {"--dump-steps", ARG(dump_steps)},
     {"--digest", ARG(digest_path)},  {"--save", ARG(save_dir)},      {"--load", ARG(load_dir)},
-    {"--compare", ARG(compare)},
+    {"--compare", ARG(compare)},     {"--export-weights", ARG(export_dir)}, {"--names", ARG(names)},
 };
 #undef ARG
 
@@ -519,7 +575,8 @@ static const char *runs_flag(const train_args_t *t, int trace) {
     const struct { int given; const char *flag; } r[] = {
         {t->dump_path != NULL, "--dump"},   {t->digest_path != NULL, "--digest"},
         {t->dump_steps != NULL, "--dump-steps"}, {t->save_dir != NULL, "--save"},
-        {t->load_dir != NULL, "--load"},   {t->lo.step_through, "--step-through"},
+        {t->load_dir != NULL, "--load"},   {t->export_dir != NULL, "--export-weights"},
+        {t->lo.step_through, "--step-through"},
         {trace && t->lo.trace_path != NULL, "--trace"}};
     for (size_t k = 0; k < sizeof r / sizeof r[0]; k++)
         if (r[k].given) return r[k].flag;
@@ -552,7 +609,8 @@ static int print_only(const train_args_t *t, const model_config_t *cfg) {
     const char *run = runs_flag(t, 0);
     if (run) {
         fprintf(stderr, "parity %s: %s: --print-config prints the resolved config and exits; it "
-                        "runs nothing to --dump, --digest, --load, --save or --step-through\n",
+                        "runs nothing to --dump, --digest, --load, --save, --export-weights or "
+                        "--step-through\n",
                 t->cmd, run);
         return 2;
     }
@@ -560,6 +618,34 @@ static int print_only(const train_args_t *t, const model_config_t *cfg) {
     printf("%s\n", j ? j : "");
     free(j);
     return 0;
+}
+
+/* --export-weights: the parameters the run starts from (--load's, or the
+ * seeded init: the golden table's, which every layout cuts its blocks
+ * from) in the scheme's names. Written inside the command's output
+ * transaction (fileio.h): renamed into place only when the run succeeds. */
+static int export_weights(const train_args_t *t, const train_inputs_t *in) {
+    if (!t->export_dir) return 0;
+    perr_t err;
+    names_scheme_t s;
+    param_table_t tab;
+    names_scheme_parse(t->names, &s, &err); /* checked by check_export */
+    if (param_table_build(&tab, &in->cfg, &err)) {
+        fprintf(stderr, "parity %s: --export-weights: %s\n", t->cmd, err.msg);
+        return -1;
+    }
+    float *init = t->load_dir ? NULL : malloc((tab.total + 1) * sizeof *init);
+    int rc = 0;
+    if (!t->load_dir && !init) rc = perr_set(&err, "out of memory");
+    if (init) params_init(&tab, in->cfg.seed, init);
+    if (!rc) rc = names_weights_export(&in->cfg, s, init ? init : in->resume.params, t->export_dir, &err);
+    if (rc) fprintf(stderr, "parity %s: --export-weights: %s\n", t->cmd, err.msg);
+    else if (!t->quiet)
+        printf("weights: %d parameters (%s names) of step %lld -> %s/%s\n", tab.count, t->names,
+               (long long)in->resume.step, t->export_dir, CKPT_FILE);
+    free(init);
+    param_table_free(&tab);
+    return rc;
 }
 
 static void inputs_free(train_inputs_t *in) {
@@ -665,8 +751,11 @@ static int prepare_inputs(const train_args_t *t, train_inputs_t *in) {
     /* output files: fail now, not after the training run, and create
      * nothing until the run has succeeded (fileio.h) */
     note_inputs(t->data_path, t->model, t->load_dir);
+    const char *const outs[4] = {t->lo.trace_path, t->dump_path, t->digest_path, t->save_dir};
+    const char *const flag[4] = {"--trace", "--dump", "--digest", "--save"};
     if (check_outputs(t->lo.trace_path, t->dump_path, t->digest_path, t->dump_steps, t->save_dir,
-                      t->check))
+                      t->check) ||
+        check_export(t->cmd, t->check, t->export_dir, t->names, outs, flag))
         return -1;
     if (load_data(t, in) || load_resume(t, in) || run_options(t, in)) return -1;
     return 0;
@@ -808,6 +897,7 @@ static int train_main(int argc, char **argv, int check) {
         fprintf(stderr, "parity %s: %s\n", t.cmd, err.msg);
         bad = 1;
     }
+    if (!bad && export_weights(&t, &in)) bad = 1;
     if (bad) {
         inputs_free(&in);
         return 2;

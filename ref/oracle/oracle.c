@@ -16,6 +16,7 @@
 
 #include "parity/memest.h"
 #include "parity/model_flags.h"
+#include "parity/names.h"
 #include "parity/numparse.h"
 #include "parity/tile.h"
 
@@ -60,7 +61,7 @@ static int set_backend(const char *backend, perr_t *err) {
 }
 
 typedef struct {
-    const char *model, *backend, *data;
+    const char *model, *backend, *data, *load, *weights, *names;
     long long steps;
     int n;
     const char *flag[MAX_FLAGS], *val[MAX_FLAGS];
@@ -88,6 +89,9 @@ static int parse_args(int argc, const char *const *argv, open_args_t *a, perr_t 
         const char **own = !strcmp(f, "--model") || !strcmp(f, "--config") ? &a->model
                            : !strcmp(f, "--backend")                       ? &a->backend
                            : !strcmp(f, "--data")                          ? &a->data
+                           : !strcmp(f, "--load")                          ? &a->load
+                           : !strcmp(f, "--weights")                       ? &a->weights
+                           : !strcmp(f, "--names")                         ? &a->names
                                                                            : NULL;
         int takes = 0;
         if (own || !strcmp(f, "--steps")) {
@@ -102,10 +106,38 @@ static int parse_args(int argc, const char *const *argv, open_args_t *a, perr_t 
             i += takes;
         } else {
             return perr_set(err, "unknown option '%s' (the oracle takes parity train's model "
-                                 "flags: --model, --steps, --backend, --data and the model "
-                                 "overrides; a layout is the backend's own)", f);
+                                 "flags: --model, --steps, --backend, --data, --load, --weights, "
+                                 "--names and the model overrides; a layout is the backend's "
+                                 "own)", f);
         }
     }
+    if (a->names && !a->weights)
+        return perr_set(err, "--names: the scheme of --weights' file; give --weights FILE too");
+    if (a->load && a->weights)
+        return perr_set(err, "--load and --weights: the golden run starts from one of them");
+    return 0;
+}
+
+/* --load DIR (a checkpoint, read as parity train --load reads it) or
+ * --weights FILE (parameters alone, in any scheme: fresh AdamW state,
+ * step 0): the state the golden run starts from (o->start). */
+static int load_start(oracle_t *o, const open_args_t *a, perr_t *err) {
+    if (a->load) {
+        if (o->cfg.precision == MODEL_FP16)
+            return perr_set(err, "--load: checkpoints of --fp16 runs are not built yet (ckpt.h)");
+        char *backend = NULL;
+        if (ckpt_load(a->load, &o->cfg, &o->start, &backend, err)) return -1;
+        free(backend);
+        return o->have_start = 1, 0;
+    }
+    if (!a->weights) return 0;
+    names_scheme_t s = NAMES_MEGATRON_LM;
+    perr_t e;
+    if (a->names && names_scheme_parse(a->names, &s, err)) return -1;
+    if (ckpt_state_alloc(&o->start, &o->cfg, err)) return -1;
+    o->have_start = 1;
+    if (names_weights_read(&o->cfg, a->weights, a->names != NULL, &s, o->start.params, &e))
+        return perr_set(err, "--weights: %s", e.msg);
     return 0;
 }
 
@@ -131,7 +163,8 @@ oracle_t *oracle_open(int argc, const char *const *argv, perr_t *err) {
     else if (data_path(path, sizeof path, err)) goto fail;
     if (corpus_load(&o->data, path, err)) goto fail;
     o->have_data = 1;
-    if (corpus_check(&o->data, o->cfg.vocab, o->cfg.seq_length, err)) goto fail;
+    if (corpus_check(&o->data, o->cfg.vocab, o->cfg.seq_length, err) || load_start(o, &a, err))
+        goto fail;
     if (!(o->config_json = model_config_json(&o->cfg))) {
         perr_set(err, "oracle: out of memory");
         goto fail;
@@ -270,6 +303,7 @@ void oracle_close(oracle_t *o) {
     dump_free(o->dump);
     st_close(o->file);
     if (o->have_data) corpus_free(&o->data);
+    if (o->have_start) ckpt_state_free(&o->start);
     free(o->config_json);
     free(o);
 }
@@ -313,11 +347,12 @@ int oracle_run_golden(oracle_t *o, int steps, perr_t *err) {
     gpt_t *g = NULL;
     if (gpt_new(&g, &o->cfg, err)) return -1;
     int rc = 0;
+    if (o->have_start) ckpt_state_to_gpt(&o->start, g); /* the golden table is the state's */
     if (!(o->dump = dump_new(g, DUMP_TENSORS))) rc = perr_set(err, "oracle: out of memory");
     if (!rc) rc = dump_add_init(o->dump, g, err);
     for (int s = 0; s < steps && !rc; s++) {
         gpt_step_stats_t st;
-        rc = dump_golden_step(g, &o->data, s, o->dump, &st, err);
+        rc = dump_golden_step(g, &o->data, o->start.step + s, o->dump, &st, err);
     }
     gpt_free(g);
     if (rc) {

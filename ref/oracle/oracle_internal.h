@@ -5,6 +5,7 @@
 #ifndef PARITY_ORACLE_INTERNAL_H
 #define PARITY_ORACLE_INTERNAL_H
 
+#include "parity/ckpt.h"
 #include "parity/corpus.h"
 #include "parity/dump.h"
 #include "parity/model.h"
@@ -35,6 +36,9 @@ struct oracle {
     dump_t *dump;        /* a golden run in memory ... */
     st_file_t *file;     /* ... or a dump file */
     int golden_steps;    /* steps held; -1 before oracle_run_golden */
+    ckpt_state_t start;  /* --load's or --weights' state (have_start); else the seeded init */
+    int have_start;      /* from step start.step: the golden steps are named step<start.step>
+                            ..., the global steps, as parity train --load --dump names them */
     oracle_slot_t *s;
     int ns, cap;
     unsigned char *asm_values; /* oracle_assembled's buffers */

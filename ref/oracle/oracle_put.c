@@ -81,8 +81,9 @@ int oracle_put(oracle_t *o, const char *name, int64_t step, st_dtype_t dtype, in
         return perr_set(err, "'%s': no golden run yet (call oracle_run_golden first)", full);
     const long gi = oracle_golden_find(o, full);
     if (gi < 0)
-        return perr_set(err, "'%s' is not a golden tensor (the golden run holds steps 0..%d; names "
-                             "as in dump.h)", full, o->golden_steps - 1);
+        return perr_set(err, "'%s' is not a golden tensor (the golden run holds steps %lld..%lld; "
+                             "names as in dump.h)", full, (long long)o->start.step,
+                        (long long)o->start.step + o->golden_steps - 1);
     st_tensor_t g;
     oracle_golden_at(o, gi, &g);
     if ((unsigned)dtype >= ST_DTYPE_COUNT || dtype != g.dtype)
