@@ -6,9 +6,13 @@
  * Otherwise (a sum that needs more than 53 bits, inf, NaN) the whole sum
  * goes to the superaccumulator. Both give the same bits
  * (tests/test_xacc.c).
+ *
+ * Under a float order (float_order.h) the same terms are summed in fp32
+ * in that order instead: one test per sum.
  */
 #include "parity/xacc.h"
 
+#include "float_order_sum.h"
 #include "fold.h"
 #include "simd.h"
 
@@ -47,6 +51,8 @@ static int fast_sum(const float *x, size_t n, size_t stride, double *out) {
 }
 
 float xsum_f32_strided(const float *x, size_t n, size_t stride) {
+    const float_order_t *o = forder_sums();
+    if (o) return forder_sum(o, x, n, stride);
     double sum;
     if (fast_path_enabled && fast_sum(x, n, stride, &sum)) {
         count_fast++;

@@ -1,6 +1,8 @@
 /* accum.c - the model's sums: exact (xacc.h) or, in the diagnostic
  * -DPARITY_PLAIN_SUMS build, plain fp32 in arrival order, held in the
- * same xvec_t and xacc_t (accum.h). */
+ * same xvec_t and xacc_t (accum.h). Under a float order (float_order.h)
+ * the sums are the plain build's, except that terms handed over together
+ * (acc_add_rows' rows, sacc_add's array) are first summed in the order. */
 #include "parity/accum.h"
 
 #include <math.h>
@@ -8,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kernels/float_order_sum.h"
 #include "../kernels/fold.h"
 #include "../kernels/simd.h"
 #include "parity/error.h"
@@ -19,6 +22,9 @@ enum { PLAIN = 0 };
 #endif
 
 int accum_plain_sums(void) { return PLAIN; }
+
+/* fp32 sums: the diagnostic build, or the calling thread's float order. */
+static int plain(void) { return PLAIN || forder_sums() != NULL; }
 
 int acc_init(acc_t *a, size_t n) {
     memset(a, 0, sizeof *a);
@@ -44,7 +50,7 @@ void acc_zero(acc_t *a) { xvec_zero(&a->x); }
 /* a[offset + i] (+)= x[i]: added when store is 0, stored into a claimed
  * accumulator when 1; exact, or plain fp32 in the diagnostic build. */
 static void put_run(acc_t *a, size_t offset, const float *x, size_t n, int store) {
-    if (PLAIN)
+    if (plain())
         (store ? xvec_store_plain : xvec_add_plain)(&a->x, offset, x, n);
     else
         (store ? xvec_store : xvec_add)(&a->x, offset, x, n);
@@ -75,7 +81,7 @@ void acc_store_tile(acc_t *a, size_t offset, size_t ld, const float *tile, int r
 }
 
 static void put_exact_f64(acc_t *a, size_t offset, const double *x, size_t n, int store) {
-    if (PLAIN) { /* each x[i] rounded to fp32, then added */
+    if (plain()) { /* each x[i] rounded to fp32, then added */
         enum { CHUNK = 64 };
         float f[CHUNK];
         for (size_t base = 0; base < n; base += CHUNK) {
@@ -103,8 +109,24 @@ static void column_sums(double *sum, double *comp, double *err, const float *row
     fold_columns_dd(sum, comp, err, rows, (size_t)ld, nrows, w);
 }
 
+/* acc_add_rows under a float order: each column's nrows terms summed in
+ * the order, then one fp32 addition to the running value. */
+static void add_rows_ordered(acc_t *a, const float_order_t *o, size_t offset, const float *rows,
+                             int nrows, int width, int ld) {
+    float *col = malloc((width > 0 ? (size_t)width : 1) * sizeof(float));
+    if (!col) parity_fatal("acc_add_rows: out of memory for %d columns", width);
+    for (int c = 0; c < width; c++) col[c] = forder_sum(o, rows + c, (size_t)nrows, (size_t)ld);
+    acc_add(a, offset, col, (size_t)width);
+    free(col);
+}
+
 void acc_add_rows(acc_t *a, size_t offset, const float *rows, int nrows, int width, int ld) {
-    if (PLAIN || nrows <= 1) {
+    const float_order_t *o = PLAIN ? NULL : forder_sums();
+    if (o && nrows > 1) {
+        add_rows_ordered(a, o, offset, rows, nrows, width, ld);
+        return;
+    }
+    if (plain() || nrows <= 1) {
         for (int r = 0; r < nrows; r++)
             acc_add(a, offset, rows + (size_t)r * ld, (size_t)width);
         return;
@@ -143,7 +165,7 @@ void acc_add_rows(acc_t *a, size_t offset, const float *rows, int nrows, int wid
 }
 
 void acc_merge(acc_t *dst, const acc_t *src) {
-    if (!PLAIN) {
+    if (!plain()) {
         xvec_merge(&dst->x, &src->x);
         return;
     }
@@ -175,6 +197,21 @@ static void plain_add(sacc_t *s, const float *x, size_t n, int squares) {
     xacc_add_f32(&s->x, v);
 }
 
+/* Under a float order: the n terms (or their fp32 squares) summed in the
+ * order, then added to the running fp32 value s holds. */
+static void ordered_add(sacc_t *s, const float_order_t *o, const float *x, size_t n, int squares) {
+    float *sq = NULL;
+    if (squares) {
+        sq = malloc((n ? n : 1) * sizeof(float));
+        if (!sq) parity_fatal("sacc_add_squares: out of memory for %zu terms", n);
+        for (size_t i = 0; i < n; i++) sq[i] = x[i] * x[i];
+    }
+    const float v = xacc_round_f32(&s->x) + forder_sum(o, squares ? sq : x, n, 1);
+    free(sq);
+    xacc_init(&s->x);
+    xacc_add_f32(&s->x, v);
+}
+
 /* Cloned per vector width (simd.h): fold.h's double-double array sum. */
 PARITY_SIMD_CLONES
 static int array_sum_dd(const float *x, size_t n, double *hi, double *lo) {
@@ -184,6 +221,11 @@ static int array_sum_dd(const float *x, size_t n, double *hi, double *lo) {
 void sacc_add(sacc_t *s, const float *x, size_t n) {
     if (PLAIN) {
         plain_add(s, x, n, 0);
+        return;
+    }
+    const float_order_t *o = forder_sums();
+    if (o) {
+        ordered_add(s, o, x, n, 0);
         return;
     }
     /* chunks whose double-double sum is exact enter as two terms each */
@@ -204,6 +246,11 @@ void sacc_add(sacc_t *s, const float *x, size_t n) {
 void sacc_add_squares(sacc_t *s, const float *x, size_t n) {
     if (PLAIN) {
         plain_add(s, x, n, 1);
+        return;
+    }
+    const float_order_t *o = forder_sums();
+    if (o) {
+        ordered_add(s, o, x, n, 1);
         return;
     }
     enum { CHUNK = 1024 };

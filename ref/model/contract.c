@@ -29,7 +29,14 @@
  * directly. Into a zero accumulator the first sums are stored, not added.
  *
  * In the -DPARITY_PLAIN_SUMS diagnostic build every sum is a plain fp32
- * sum in K-tile order (accum.h), to measure what exactness costs. */
+ * sum in K-tile order (accum.h), to measure what exactness costs.
+ *
+ * Under a float order (float_order.h, tested once per call) a block's K
+ * tiles' partials are summed in fp32 in the order's tree instead
+ * (block_ordered), and with bf16 the operands are rounded copies and the
+ * results are rounded; contract_acc then forms each block's product and
+ * adds it to the open sums as one fp32 term per element. The helpers get
+ * the caller's order through the plan. */
 #include "parity/contract.h"
 
 #include <math.h>
@@ -41,8 +48,10 @@
 #include <unistd.h>
 
 #include "parity/error.h"
+#include "parity/pmath.h"
 #include "parity/pool.h"
 #include "parity/tile.h"
+#include "../kernels/float_order_sum.h"
 #include "../kernels/fold.h"
 #include "../kernels/simd.h"
 
@@ -382,14 +391,23 @@ typedef struct {
     size_t offset, ld;
     int store;
     pthread_mutex_t lock;
+    /* the caller's float order: NULL for exact sums, else &order_copy */
+    const float_order_t *order;
+    float_order_t order_copy;
+    uint64_t key; /* the call's RANDOM chunking (forder_key) */
+    int bf16;     /* results rounded to bfloat16 (operands already are) */
 } plan_t;
 
 static contract_ws_t helper_ws[POOL_MAX_THREADS]; /* zeroed: contract_ws_init's state */
 
 static contract_ws_t *worker_ws(const plan_t *p, int worker) {
     contract_ws_t *ws = worker == 0 ? p->ws : &helper_ws[worker];
-    ws_reserve(ws, (size_t)p->H * (size_t)p->W, (size_t)p->H * (size_t)fold_groups(p->W),
-               vec_sums(&p->job) ? 1 : FOLD_TERMS);
+    int terms = vec_sums(&p->job) ? 1 : FOLD_TERMS;
+    if (p->order) { /* block_ordered's rows */
+        const int rows = forder_rows_buffers(p->order, p->job.K / p->job.tk);
+        terms = rows > terms ? rows : terms;
+    }
+    ws_reserve(ws, (size_t)p->H * (size_t)p->W, (size_t)p->H * (size_t)fold_groups(p->W), terms);
     return ws;
 }
 
@@ -454,6 +472,60 @@ static long block_pair(const job_t *j, int i0, int j0, int h, int w, float *c, i
     return (long)n_slow;
 }
 
+/* A float order's block: each element's K/tk partials summed in fp32 in
+ * the order's tree (float_order_sum.h), one block_partials call a term. */
+typedef struct {
+    const job_t *j;
+    int i0, j0, h, w;
+} leaf_t;
+
+static void block_leaf(void *ctx, int k, float *buf) {
+    const leaf_t *l = ctx;
+    block_partials(l->j, l->i0, l->j0, l->h, l->w, k * l->j->tk, buf);
+}
+
+static void block_ordered(const plan_t *p, int i0, int j0, int h, int w, float *c, int ldc,
+                          contract_ws_t *ws) {
+    leaf_t l = {&p->job, i0, j0, h, w};
+    const float *sum = forder_sum_rows(p->order, p->key, p->job.K / p->job.tk,
+                                       (size_t)h * (size_t)w, block_leaf, &l, ws->partial);
+    for (int r = 0; r < h; r++)
+        memcpy(c + (size_t)r * ldc, sum + (size_t)r * w, (size_t)w * sizeof(float));
+}
+
+/* bf16's output rounding of a block of C. */
+static void round_block(float *c, int ldc, int h, int w) {
+    for (int r = 0; r < h; r++) pm_round_bf16_array(c + (size_t)r * ldc, (size_t)w);
+}
+
+/* The block's product (K tiles summed exactly, or in the float order)
+ * into c (row stride ldc). */
+static void block_result(const plan_t *p, int i0, int j0, int h, int w, float *c, int ldc,
+                         contract_ws_t *ws) {
+    if (p->order) {
+        block_ordered(p, i0, j0, h, w, c, ldc, ws);
+        return;
+    }
+    if (p->job.K == p->job.tk) { /* one tile: its partial (contract_acc's bf16 blocks) */
+        tiles_product(&p->job, i0, j0, 0, h, w, c, ldc);
+        return;
+    }
+    const int vec = vec_sums(&p->job); /* its own sums, A packed, beat the pair's two calls */
+    long pair = !vec && p->job.K == 2 * p->job.tk
+                    ? block_pair(&p->job, i0, j0, h, w, c, ldc, ws)
+                    : -1;
+    size_t n_slow = pair >= 0 ? (size_t)pair
+                    : vec     ? block_sums_vec(&p->job, i0, j0, h, w, c, ldc, ws)
+                              : block_sums(&p->job, i0, j0, h, w, c, ldc, ws);
+    if (n_slow) {
+        xacc_t *acc = block_slow(&p->job, i0, j0, h, w, n_slow, ws);
+        for (size_t s = 0; s < n_slow; s++) {
+            const size_t i = ws->slow_idx[s];
+            c[(i / (size_t)w) * (size_t)ldc + i % (size_t)w] = xacc_round_f32(&acc[s]);
+        }
+    }
+}
+
 /* contract's piece: block -> C. */
 static void contract_block(void *arg, int piece, int worker) {
     const plan_t *p = arg;
@@ -466,21 +538,9 @@ static void contract_block(void *arg, int piece, int worker) {
         if (p->bias) add_bias(c, p->ldc, p->bias, j0, h, w);
         return;
     }
-    const int vec = vec_sums(&p->job); /* its own sums, A packed, beat the pair's two calls */
-    long pair = !vec && p->job.K == 2 * p->job.tk
-                    ? block_pair(&p->job, i0, j0, h, w, c, p->ldc, ws)
-                    : -1;
-    size_t n_slow = pair >= 0 ? (size_t)pair
-                    : vec     ? block_sums_vec(&p->job, i0, j0, h, w, c, p->ldc, ws)
-                              : block_sums(&p->job, i0, j0, h, w, c, p->ldc, ws);
-    if (n_slow) {
-        xacc_t *acc = block_slow(&p->job, i0, j0, h, w, n_slow, ws);
-        for (size_t s = 0; s < n_slow; s++) {
-            const size_t i = ws->slow_idx[s];
-            c[(i / (size_t)w) * (size_t)p->ldc + i % (size_t)w] = xacc_round_f32(&acc[s]);
-        }
-    }
+    block_result(p, i0, j0, h, w, c, p->ldc, ws);
     if (p->bias) add_bias(c, p->ldc, p->bias, j0, h, w);
+    if (p->bf16) round_block(c, p->ldc, h, w);
 }
 
 /* contract's one-K-tile piece: a band of tm rows, its partials are C. */
@@ -492,6 +552,49 @@ static void contract_band(void *arg, int piece, int worker) {
     float *c = p->C + (size_t)i0 * p->ldc;
     tiles_product(j, i0, 0, 0, j->tm, p->N, c, p->ldc);
     if (p->bias) add_bias(c, p->ldc, p->bias, 0, j->tm, p->N);
+    if (p->bf16) round_block(c, p->ldc, j->tm, p->N);
+}
+
+/* ---- a float order's operands (float_order.h) ------------------------------ */
+
+/* A rows x cols operand (row stride ld) rounded to bfloat16, packed. */
+static float *bf16_copy(const float *x, int rows, int cols, int ld) {
+    const size_t n = (size_t)rows * (size_t)cols;
+    float *y = malloc((n ? n : 1) * sizeof(float));
+    if (!y) parity_fatal("contract: out of memory for a %d x %d bf16 operand", rows, cols);
+    for (int r = 0; r < rows; r++) {
+        memcpy(y + (size_t)r * cols, x + (size_t)r * ld, (size_t)cols * sizeof(float));
+        pm_round_bf16_array(y + (size_t)r * cols, (size_t)cols);
+    }
+    return y;
+}
+
+/* The caller's order into the plan: its sums, the call's RANDOM key (its
+ * shape and first operands' bits), and with bf16 A, B and the bias
+ * replaced by rounded copies, returned in *owned for the caller to free. */
+static void plan_order(plan_t *p, const float_order_t *o, int M, int N, const float **bias,
+                       float *owned[3]) {
+    job_t *j = &p->job;
+    owned[0] = owned[1] = owned[2] = NULL;
+    p->order_copy = *o;
+    p->order = o->kind == FLOAT_ORDER_EXACT ? NULL : &p->order_copy;
+    const uint64_t shape = (uint64_t)j->form << 60 ^ (uint64_t)M << 40 ^ (uint64_t)N << 20 ^
+                           (uint64_t)j->K;
+    uint32_t a, b;
+    memcpy(&a, j->A, sizeof a);
+    memcpy(&b, j->B, sizeof b);
+    p->key = forder_key(o, shape, (uint64_t)a | (uint64_t)b << 32);
+    p->bf16 = o->bf16;
+    if (!o->bf16) return;
+    const int tn = j->form == CONTRACT_TN, nt = j->form == CONTRACT_NT;
+    owned[0] = bf16_copy(j->A, tn ? j->K : M, tn ? M : j->K, j->lda);
+    owned[1] = bf16_copy(j->B, nt ? N : j->K, nt ? j->K : N, j->ldb);
+    j->A = owned[0], j->lda = tn ? M : j->K;
+    j->B = owned[1], j->ldb = nt ? j->K : N;
+    if (bias && *bias) {
+        owned[2] = bf16_copy(*bias, 1, N, N);
+        *bias = owned[2];
+    }
 }
 
 void contract_add_bias(contract_form_t form, int M, int N, int K, int tm, int tn, int tk,
@@ -499,19 +602,24 @@ void contract_add_bias(contract_form_t form, int M, int N, int K, int tm, int tn
                        float *C, int ldc, contract_ws_t *ws) {
     check_grid("contract", M, N, K, tm, tn, tk);
     if (M == 0 || N == 0) return;
+    const float_order_t *o = float_order_is_exact() ? NULL : float_order_get();
     if (K == 0) {
         for (int i = 0; i < M; i++) memset(C + (size_t)i * ldc, 0, (size_t)N * sizeof(float));
         if (bias) add_bias(C, ldc, bias, 0, M, N);
+        if (o && o->bf16) round_block(C, ldc, M, N);
         return;
     }
     plan_t p = {.job = {form, K, tm, tn, tk, A, B, lda, ldb, atomic_fetch_add(&calls, 1) + 1},
                 .ws = ws, .C = C, .ldc = ldc, .bias = bias};
+    float *owned[3] = {NULL, NULL, NULL};
+    if (o) plan_order(&p, o, M, N, &p.bias, owned);
     if (K == tk) { /* one tile: its partial is the result */
         p.M = M, p.N = N;
         pool_run(contract_band, &p, M / tm);
-        return;
+    } else {
+        pool_run(contract_block, &p, plan_blocks(&p, M, N));
     }
-    pool_run(contract_block, &p, plan_blocks(&p, M, N));
+    for (int i = 0; i < 3; i++) free(owned[i]);
 }
 
 void contract(contract_form_t form, int M, int N, int K, int tm, int tn, int tk,
@@ -529,6 +637,17 @@ static void acc_block(void *arg, int piece, int worker) {
     block_at(p, piece, &i0, &j0, &h, &w);
     const size_t n = (size_t)h * (size_t)w, ld = p->ld;
     const size_t at = p->offset + (size_t)i0 * ld + (size_t)j0;
+    if (p->order || p->bf16) { /* the block's product, then one fp32 term an element */
+        float *prod = malloc(n * sizeof(float));
+        if (!prod) parity_fatal("contract_acc: out of memory for a block of %zu", n);
+        block_result(p, i0, j0, h, w, prod, w, ws);
+        if (p->bf16) round_block(prod, w, h, w);
+        pthread_mutex_lock(&p->lock);
+        (p->store ? acc_store_tile : acc_add_tile)(p->acc, at, ld, prod, h, w, w);
+        pthread_mutex_unlock(&p->lock);
+        free(prod);
+        return;
+    }
     if (accum_plain_sums() || j->K == j->tk) {
         for (int k0 = 0; k0 < j->K; k0 += j->tk) {
             block_partials(j, i0, j0, h, w, k0, ws->partial);
@@ -575,8 +694,11 @@ void contract_acc(contract_form_t form, int M, int N, int K, int tm, int tn, int
      * element is in exactly one block. */
     p.store = offset == 0 && ld == (size_t)N && (size_t)M * (size_t)N == acc->n &&
               acc_claim_zero(acc);
+    float *owned[3] = {NULL, NULL, NULL};
+    if (!float_order_is_exact()) plan_order(&p, float_order_get(), M, N, NULL, owned);
     const int pieces = plan_blocks(&p, M, N);
     pthread_mutex_init(&p.lock, NULL);
     pool_run(acc_block, &p, pieces);
+    for (int i = 0; i < 3; i++) free(owned[i]);
     pthread_mutex_destroy(&p.lock);
 }
