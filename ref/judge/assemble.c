@@ -146,8 +146,8 @@ static int block_of(const judge_file_t *f, const judge_piece_t *pc, const st_ten
     char want[160], got[160], glob[160];
     if (pc->ndim != g->ndim) {
         fmt_shape(g->ndim, g->shape, glob, sizeof glob);
-        return FAIL("%s: %s: '%s' is %d-D here, the global tensor is %s", f->path, pc->where,
-                    pc->name, pc->ndim, glob);
+        return FAIL("%s: %s: %d-D here, the global tensor is %s", f->path, pc->where, pc->ndim,
+                    glob);
     }
     for (int d = 0; d < g->ndim; d++) lo[d] = 0, ext[d] = g->shape[d];
     for (int a = 0; a < f->mesh.n; a++) {
@@ -171,13 +171,13 @@ static int block_of(const judge_file_t *f, const judge_piece_t *pc, const st_ten
         fmt_shape(g->ndim, ext, want, sizeof want);
         fmt_shape(pc->ndim, pc->shape, got, sizeof got);
         fmt_shape(g->ndim, g->shape, glob, sizeof glob);
-        return FAIL("%s: %s: '%s' has shape %s, but its placement gives %s of the global %s",
-                    f->path, pc->where, pc->name, got, want, glob);
+        return FAIL("%s: %s: shape %s, but its placement gives %s of the global %s", f->path,
+                    pc->where, got, want, glob);
     }
     const int gfloat = st_dtype_is_float(g->dtype), pfloat = st_dtype_is_float(pc->dtype);
     if (gfloat != pfloat)
-        return FAIL("%s: %s: '%s' is %s, the tensor is %s (expected a %s dtype)", f->path,
-                    pc->where, pc->name, st_dtype_name(pc->dtype), st_dtype_name(g->dtype),
+        return FAIL("%s: %s: dtype %s, the golden tensor is %s (expected a %s dtype)", f->path,
+                    pc->where, st_dtype_name(pc->dtype), st_dtype_name(g->dtype),
                     gfloat ? "float" : "integer");
     return 0;
 }
