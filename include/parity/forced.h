@@ -22,6 +22,21 @@
  * cannot compound across units or steps: a tensor far from its forced
  * value is wrong in the unit that produced it. With the golden run's own
  * tensors supplied, the forced step is the golden step, bit for bit.
+ *
+ * What d records (dump_golden_step's names) is parity's recomputation:
+ * each activation and input gradient from its unit's supplied inputs,
+ * grad.<p> the forced backward's gradients; grad_norm, then param.<p>,
+ * exp_avg.<p>, exp_avg_sq.<p> and adam_t after the update, from the
+ * supplied gradients and starting state. A tensor not supplied is
+ * parity's own: g's parameters and AdamW state as they are (before step
+ * 0 AdamW's state is zeros unless supplied), the unit's own input. The
+ * supplied values are used as they are (no rounding to the model's
+ * dtype) and need only live until dump_forced_step returns; get is asked
+ * once per name per call. g is the judge's: a one-device model from
+ * gpt_new, left holding the forced step's result. Dense GPT, fp32 or
+ * bf16, fp32 AdamW; other models, fp16 and adamw8bit are refused ("...
+ * not supported yet"), as a step outside 0 .. INT_MAX-1, changing
+ * nothing. d may be NULL. 0, or -1 with err set.
  */
 #ifndef PARITY_FORCED_H
 #define PARITY_FORCED_H

@@ -909,6 +909,10 @@ static inline void gpt_moe_print_step(const gpt_t *g, FILE *f) { moe_print_stats
 /* Rounds every gradient once into g->grads; returns the global norm
  * pm_sqrtf(round(sum g*g)) before clipping. */
 float gpt_step_round_grads(gpt_t *g);
+/* That norm of whatever g->grads holds now: pm_sqrtf(round(exact sum of
+ * g*g)) over every tensor (a teacher-forced step's, of the backend's
+ * gradients, forced.h). */
+float gpt_grad_norm(const gpt_t *g);
 /* MODEL.md's clipping: every gradient is multiplied by this factor
  * (exactly 1.0f, and no multiply, when the norm is within clip_grad). */
 float clip_factor(const model_config_t *cfg, float grad_norm);
@@ -954,6 +958,11 @@ void gpt_round_optim_state(const model_config_t *c, float *p, float *m, float *v
 /* The reduced gradients grads[0..n) made what the optimizer reads: rounded
  * to c->grad_dtype, then unscaled by the fp16 loss scale. */
 void gpt_finish_grads(const loss_scaler_t *s, const model_config_t *c, float *grads, size_t n);
+/* gpt_step_begin, then every microbatch of step `step`'s global batch
+ * (data: corpus.h) through gpt_microbatch in slot 0: the golden step up
+ * to its open gradient sums and loss sum (gpt_train_step's first half). */
+void gpt_step_microbatches(gpt_t *g, const struct corpus *data, int64_t step,
+                           const gpt_observer_t *obs);
 void gpt_train_step(gpt_t *g, const struct corpus *data, int64_t step,
                     const gpt_observer_t *obs, gpt_step_stats_t *stats);
 

@@ -753,8 +753,6 @@ static void round_in_place(const acc_t *a, float *out) {
 }
 
 float gpt_step_round_grads(gpt_t *g) {
-    sacc_t n2;
-    sacc_init(&n2);
     for (int i = 0; i < g->table.count; i++) {
         const param_info_t *p = &g->table.info[i];
         if (g->sums_mode == GPT_GRADS_IN_SUMS)
@@ -762,8 +760,15 @@ float gpt_step_round_grads(gpt_t *g) {
         else if (g->sums_mode != GPT_UNIT_OPEN_SUMS) /* that one rounded unit by unit */
             acc_round(&g->grad_acc[i], g->grads + p->offset);
         gpt_finish_grads(&g->scaler, &g->cfg, g->grads + p->offset, p->numel);
-        sacc_add_squares(&n2, g->grads + p->offset, p->numel);
     }
+    return gpt_grad_norm(g);
+}
+
+float gpt_grad_norm(const gpt_t *g) {
+    sacc_t n2; /* exact: the tensors' order changes no bit */
+    sacc_init(&n2);
+    for (int i = 0; i < g->table.count; i++)
+        sacc_add_squares(&n2, g->grads + g->table.info[i].offset, g->table.info[i].numel);
     return pm_sqrtf(sacc_round(&n2));
 }
 
@@ -834,8 +839,8 @@ void gpt_adam_set_values(gpt_t *g, int which, const float *values) {
     }
 }
 
-void gpt_train_step(gpt_t *g, const corpus_t *data, int64_t step, const gpt_observer_t *obs,
-                    gpt_step_stats_t *stats) {
+void gpt_step_microbatches(gpt_t *g, const corpus_t *data, int64_t step,
+                           const gpt_observer_t *obs) {
     const model_config_t *c = &g->cfg;
     const int B = c->global_batch, mb = c->micro_batch, T = c->seq_length;
     gpt_step_begin(g);
@@ -846,6 +851,12 @@ void gpt_train_step(gpt_t *g, const corpus_t *data, int64_t step, const gpt_obse
                          A->inputs + (size_t)b * T, A->targets + (size_t)b * T);
         gpt_microbatch(g, A->inputs, A->targets, mb, first, step, obs);
     }
+}
+
+void gpt_train_step(gpt_t *g, const corpus_t *data, int64_t step, const gpt_observer_t *obs,
+                    gpt_step_stats_t *stats) {
+    const model_config_t *c = &g->cfg;
+    gpt_step_microbatches(g, data, step, obs);
     stats->loss = gpt_step_loss(g);
     stats->loss_scale = c->precision == MODEL_FP16 ? g->scaler.scale : 0.0f;
     stats->grad_norm = gpt_step_round_grads(g);
