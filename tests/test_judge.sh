@@ -81,6 +81,13 @@ judge --golden "$tmp/golden.safetensors" "$tmp"/bad/rank*.safetensors \
   --mask 'step0.grad.layers.1.mlp.dense_h_to_4h.weight[32,5]=known rounding'
 expect "--mask skips the element and lists it with its reason" 0 \
   "masked step0.grad.layers.1.mlp.dense_h_to_4h.weight[32,5] (flat 517)" "known rounding"
+cut act perturb:0:step0.act.layers.0.output@mb0:9:1.01
+judge --model gpt-micro "$tmp"/act/rank*.safetensors
+expect "local: the unit whose recomputation disagrees first is named" 1 \
+  "FIRST DIVERGENCE step0.act.layers.0.output[0,0,9]" "microbatch 0, rank 0 (dp=0,tp=0" \
+  "FIRST LOCAL DIVERGENCE: the layer 0 forward's recomputation disagrees first, at step0.act.layers.0.output"
+judge --golden "$tmp/golden.safetensors" "$tmp"/act/rank*.safetensors
+expect "from a dump the local judgment is not run, and says so" 1 "local: not judged (the golden run is a dump"
 cut drift perturb:1:step0.param.layers.0.mlp.dense_h_to_4h.bias:7:1.5
 judge --golden "$tmp/golden.safetensors" "$tmp"/drift/rank*.safetensors
 expect "a drifting replica is named at its own rank" 1 \

@@ -188,7 +188,7 @@ int cmd_judge(int argc, char **argv) {
     args_t a = {0};
     judge_set_t s = {0};
     oracle_t *o = NULL;
-    judge_verdict_t *v = NULL;
+    judge_verdict_t *v = NULL, *local = NULL;
     int *order = NULL;
     perr_t err;
     int rc;
@@ -211,13 +211,16 @@ int cmd_judge(int argc, char **argv) {
     order = calloc((size_t)s.nt, sizeof *order);
     if (!v || !order) goto oom;
     if (judge_verdicts(&s, &op, NULL, v, &err)) goto fail;
+    /* the local judgment needs the model and its text: not from a dump */
+    if (!a.golden && (!(local = calloc((size_t)s.nt, sizeof *local)) || judge_local(&s, o, &op, local, &err)))
+        goto fail;
     judge_exec_order(&s, order);
     const char *env = "the floor: one ulp of each tensor's largest golden magnitude (no float-order "
                       "runs)";
-    judge_print(stdout, &s, &op, v, order, env);
-    if (a.report && judge_write_json(a.report, &s, &op, v, order, env, &err)) goto fail;
+    judge_print(stdout, &s, &op, v, local, order, env);
+    if (a.report && judge_write_json(a.report, &s, &op, v, local, order, env, &err)) goto fail;
     rc = 0;
-    for (int i = 0; i < s.nt; i++) rc |= v[i].beyond;
+    for (int i = 0; i < s.nt; i++) rc |= v[i].beyond || (local && local[i].tensor >= 0 && local[i].beyond);
     goto done;
 oom:
     perr_set(&err, "out of memory");
@@ -226,6 +229,7 @@ fail:
     rc = 2;
 done:
     free(v);
+    free(local);
     free(order);
     oracle_close(o);
     judge_set_free(&s);

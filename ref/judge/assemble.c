@@ -103,6 +103,24 @@ static int check_files(judge_set_t *s, perr_t *err) {
     return 0;
 }
 
+/* t's per-element arrays, fresh (masked and name are the caller's). */
+static int tensor_arrays(judge_tensor_t *t) {
+    const size_t n = t->numel ? t->numel : 1;
+    t->value = calloc(n, sizeof *t->value);
+    t->dev = malloc(n * sizeof *t->dev);
+    t->got = calloc(n, sizeof *t->got);
+    t->who = malloc(n * sizeof *t->who);
+    t->copies = calloc(n, sizeof *t->copies);
+    t->mb = malloc(n * sizeof *t->mb);
+    if (!t->value || !t->dev || !t->got || !t->who || !t->copies || !t->mb) return -1;
+    for (uint64_t e = 0; e < t->numel; e++) t->dev[e] = -1, t->who[e] = -1, t->mb[e] = -1;
+    return 0;
+}
+
+static void tensor_arrays_free(judge_tensor_t *t) {
+    free(t->value), free(t->dev), free(t->got), free(t->who), free(t->copies), free(t->mb);
+}
+
 /* The global tensors the files name, first appearance first. */
 static int collect_names(judge_set_t *s, oracle_t *o, perr_t *err) {
     for (int i = 0; i < s->nfiles; i++)
@@ -122,19 +140,11 @@ static int collect_names(judge_set_t *s, oracle_t *o, perr_t *err) {
             if (!grown) return FAIL("judge: out of memory");
             s->t = grown;
             t.numel = st_numel(&t.g);
-            const size_t n = t.numel ? t.numel : 1;
             t.name = strdup(pc->name);
-            t.value = calloc(n, sizeof *t.value);
-            t.dev = malloc(n * sizeof *t.dev);
-            t.got = calloc(n, sizeof *t.got);
-            t.who = malloc(n * sizeof *t.who);
-            t.copies = calloc(n, sizeof *t.copies);
-            t.masked = calloc(n, 1);
-            t.mb = malloc(n * sizeof *t.mb);
+            t.masked = calloc(t.numel ? t.numel : 1, 1);
+            const int bad = tensor_arrays(&t);
             s->t[s->nt++] = t;
-            if (!t.name || !t.value || !t.dev || !t.got || !t.who || !t.copies || !t.masked || !t.mb)
-                return FAIL("judge: out of memory");
-            for (uint64_t e2 = 0; e2 < t.numel; e2++) t.dev[e2] = -1, t.who[e2] = -1, t.mb[e2] = -1;
+            if (bad || !t.name || !t.masked) return FAIL("judge: out of memory");
         }
     return 0;
 }
@@ -316,11 +326,24 @@ int judge_assemble(judge_set_t *s, oracle_t *o, perr_t *err) {
     return 0;
 }
 
+int judge_assemble_against(judge_set_t *s, const judge_tensor_t *t, const void *ref,
+                           judge_tensor_t *out, perr_t *err) {
+    *out = *t;
+    out->gd = ref;
+    if (tensor_arrays(out)) {
+        tensor_arrays_free(out);
+        return FAIL("judge: out of memory");
+    }
+    return assemble_one(s, out, err);
+}
+
+void judge_tensor_free(judge_tensor_t *t) { tensor_arrays_free(t); }
+
 void judge_set_free(judge_set_t *s) {
     for (int i = 0; i < s->nt; i++) {
         judge_tensor_t *t = &s->t[i];
-        free(t->name), free(t->value), free(t->dev), free(t->got), free(t->who);
-        free(t->copies), free(t->masked), free(t->mb);
+        tensor_arrays_free(t);
+        free(t->name), free(t->masked);
     }
     free(s->t);
     for (int i = 0; i < s->nfiles; i++) judge_file_close(&s->files[i]);

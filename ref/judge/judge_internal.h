@@ -153,14 +153,32 @@ typedef struct {
 int judge_verdicts(const judge_set_t *s, const judge_opts_t *op, const double *envelope,
                    judge_verdict_t *v, perr_t *err);
 
+/* One tensor's judgment against the reference t->gd (the golden run's,
+ * or the teacher-forced step's); x->tensor is left 0. */
+void judge_verdict_one(const judge_tensor_t *t, const judge_opts_t *op, double envelope,
+                       judge_verdict_t *x);
+
+/* The local judgment (local.c): each step recomputed teacher-forced from
+ * the backend's reassembled tensors (forced.h) and every tensor of the
+ * step compared with its recomputation; local[i].tensor is -1 for a
+ * tensor the forced step does not recompute (init.*, the batch). Needs
+ * the golden run from model flags (o holds the model and its text). */
+int judge_local(judge_set_t *s, oracle_t *o, const judge_opts_t *op, judge_verdict_t *local,
+                perr_t *err);
+/* Re-reads tensor t's pieces against another reference ref (t's shape and
+ * dtype) into *out: out's dev, got, who, copies, value, mb are fresh. */
+int judge_assemble_against(judge_set_t *s, const judge_tensor_t *t, const void *ref,
+                           judge_tensor_t *out, perr_t *err);
+void judge_tensor_free(judge_tensor_t *t);
+
 /* The tensors' indices in data-flow order (check_exec_key). */
 void judge_exec_order(const judge_set_t *s, int *order);
 
 /* stdout; and the JSON report (path NULL: none), written atomically. */
 void judge_print(FILE *f, const judge_set_t *s, const judge_opts_t *op, const judge_verdict_t *v,
-                 const int *order, const char *envelope_what);
+                 const judge_verdict_t *local, const int *order, const char *envelope_what);
 int  judge_write_json(const char *path, const judge_set_t *s, const judge_opts_t *op,
-                      const judge_verdict_t *v, const int *order, const char *envelope_what,
-                      perr_t *err);
+                      const judge_verdict_t *v, const judge_verdict_t *local, const int *order,
+                      const char *envelope_what, perr_t *err);
 
 #endif

@@ -63,7 +63,34 @@ static double golden_value(const judge_tensor_t *t, uint64_t e) {
     return d;
 }
 
-static void print_first(FILE *f, const judge_set_t *s, const judge_verdict_t *x) {
+/* "BEYOND, 12.5 x the envelope (tolerance 32 x)" of a local verdict. */
+static const char *fmt_local(const judge_verdict_t *l, char *buf, size_t cap) {
+    char r[32];
+    if (!l || l->tensor < 0) snprintf(buf, cap, "not recomputed (no unit computes it)");
+    else snprintf(buf, cap, "%s, %s x the envelope of its teacher-forced recomputation (tolerance "
+                  "%g x)", l->beyond ? "BEYOND" : "within", fmt_x(l->ratio, r, sizeof r), l->multiple);
+    return buf;
+}
+
+/* The unit a tensor's name says produced it. */
+static void fmt_unit(const char *name, char *buf, size_t cap) {
+    const char *w = strchr(name, '.');
+    w = w ? w + 1 : name;
+    long l;
+    if (sscanf(w, "act.layers.%ld.", &l) == 1) snprintf(buf, cap, "layer %ld forward", l);
+    else if (!strncmp(w, "act.embedding", 13)) snprintf(buf, cap, "embedding forward");
+    else if (!strncmp(w, "act.", 4) || !strcmp(w, "logits") || !strcmp(w, "loss"))
+        snprintf(buf, cap, "head forward");
+    else if (sscanf(w, "grad_input.layers.%ld", &l) == 1 || sscanf(w, "grad.layers.%ld.", &l) == 1)
+        snprintf(buf, cap, "layer %ld backward", l);
+    else if (!strncmp(w, "grad_input.head", 15) || !strncmp(w, "grad.final_layernorm", 20))
+        snprintf(buf, cap, "head backward");
+    else if (!strncmp(w, "grad.", 5)) snprintf(buf, cap, "embedding backward");
+    else snprintf(buf, cap, "optimizer");
+}
+
+static void print_first(FILE *f, const judge_set_t *s, const judge_verdict_t *x,
+                        const judge_verdict_t *local) {
     const judge_tensor_t *t = &s->t[x->tensor];
     const uint64_t e = x->first;
     char idx[128], who[512], got[96], want[96], r[32], u[32], mb[48] = "";
@@ -91,7 +118,9 @@ static void print_first(FILE *f, const judge_set_t *s, const judge_verdict_t *x)
             fprintf(f, "  trajectory: BEYOND: an integer tensor must be exact (off by %s)\n",
                     fmt_x(t->dev[e], r, sizeof r));
     }
-    fprintf(f, "  local: not judged (this build has no teacher-forced recomputation)\n");
+    char l[256];
+    fprintf(f, "  local: %s\n", local ? fmt_local(&local[x->tensor], l, sizeof l)
+                                      : "not judged (the golden run is a dump: give --model)");
     fprintf(f, "  %llu of %llu elements of this tensor beyond, %llu missing, %llu masked\n",
             (unsigned long long)x->nbeyond, (unsigned long long)t->numel,
             (unsigned long long)x->nmissing, (unsigned long long)x->nmasked);
@@ -119,22 +148,25 @@ static row_t *rows_worst_first(const judge_set_t *s, const judge_verdict_t *v, c
 
 /* Per class: the largest ratio (the multiple it would have needed), and
  * whether it has tensors at all. */
-static void class_needs(const judge_set_t *s, const judge_verdict_t *v, double *need, int *have) {
-    for (int c = 0; c < JC_COUNT; c++) need[c] = 0, have[c] = 0;
+static void class_needs(const judge_set_t *s, const judge_verdict_t *v, const judge_verdict_t *local,
+                        double *need, double *lneed, int *have) {
+    for (int c = 0; c < JC_COUNT; c++) need[c] = 0, lneed[c] = 0, have[c] = 0;
     for (int i = 0; i < s->nt; i++) {
         have[v[i].cls] = 1;
         if (v[i].ratio > need[v[i].cls]) need[v[i].cls] = v[i].ratio;
+        if (local && local[i].tensor >= 0 && local[i].ratio > lneed[v[i].cls])
+            lneed[v[i].cls] = local[i].ratio;
     }
 }
 
-static int count_beyond(const judge_set_t *s, const judge_verdict_t *v) {
+static int count_beyond(const judge_set_t *s, const judge_verdict_t *v, const judge_verdict_t *local) {
     int n = 0;
-    for (int i = 0; i < s->nt; i++) n += v[i].beyond;
+    for (int i = 0; i < s->nt; i++) n += v[i].beyond || (local && local[i].tensor >= 0 && local[i].beyond);
     return n;
 }
 
 void judge_print(FILE *f, const judge_set_t *s, const judge_opts_t *op, const judge_verdict_t *v,
-                 const int *order, const char *envelope_what) {
+                 const judge_verdict_t *local, const int *order, const char *envelope_what) {
     const judge_file_t *f0 = &s->files[0];
     char mesh[256] = "";
     for (int a = 0, n = 0; a < f0->mesh.n; a++)
@@ -147,18 +179,32 @@ void judge_print(FILE *f, const judge_set_t *s, const judge_opts_t *op, const ju
     int first = -1;
     for (int k = 0; k < s->nt && first < 0; k++)
         if (v[order[k]].beyond) first = order[k];
-    if (first >= 0) print_first(f, s, &v[first]);
+    if (first >= 0) print_first(f, s, &v[first], local);
     else fprintf(f, "no divergence: every tensor within its tolerance\n");
+    int lfirst = -1;
+    for (int k = 0; local && k < s->nt && lfirst < 0; k++)
+        if (local[order[k]].tensor >= 0 && local[order[k]].beyond) lfirst = order[k];
+    if (lfirst >= 0) {
+        char unit[64], l[256];
+        fmt_unit(s->t[lfirst].name, unit, sizeof unit);
+        fprintf(f, "FIRST LOCAL DIVERGENCE: the %s's recomputation disagrees first, at %s: %s\n",
+                unit, s->t[lfirst].name, fmt_local(&local[lfirst], l, sizeof l));
+    } else if (local) {
+        fprintf(f, "local: every unit's teacher-forced recomputation agrees within tolerance\n");
+    }
     row_t *rows = rows_worst_first(s, v, order);
     fprintf(f, "summary, worst first (ratio: x the envelope; ulp: of the tensor's largest "
                "golden magnitude, and of the worst element):\n");
-    fprintf(f, "  %-7s %12s %10s %14s %12s %-10s %s\n", "verdict", "trajectory", "tolerance",
-            "ulp(tensor)", "ulp(elem)", "class", "tensor");
+    fprintf(f, "  %-7s %12s %12s %10s %14s %12s %-10s %s\n", "verdict", "trajectory", "local",
+            "tolerance", "ulp(tensor)", "ulp(elem)", "class", "tensor");
     for (int k = 0; rows && k < s->nt; k++) {
         const judge_verdict_t *x = rows[k].v;
-        char r[32], u[32];
-        fprintf(f, "  %-7s %12s %10g %14s %12llu %-10s %s\n", x->beyond ? "BEYOND" : "within",
-                fmt_x(x->ratio, r, sizeof r), x->multiple,
+        char r[32], u[32], l[32] = "-";
+        const judge_verdict_t *lx = local && local[x->tensor].tensor >= 0 ? &local[x->tensor] : NULL;
+        if (lx) fmt_x(lx->ratio, l, sizeof l);
+        fprintf(f, "  %-7s %12s %12s %10g %14s %12llu %-10s %s\n",
+                x->beyond || (lx && lx->beyond) ? "BEYOND" : "within", fmt_x(x->ratio, r, sizeof r),
+                l, x->multiple,
                 fmt_x(x->floor > 0 ? x->dev / x->floor : x->dev > 0 ? INFINITY : 0, u, sizeof u),
                 (unsigned long long)x->elem_ulp, judge_class_name(x->cls), s->t[x->tensor].name);
     }
@@ -174,17 +220,20 @@ void judge_print(FILE *f, const judge_set_t *s, const judge_opts_t *op, const ju
                 (unsigned long long)k->flat,
                 fmt_x(t->copies[k->flat] ? t->dev[k->flat] : INFINITY, d, sizeof d), k->reason);
     }
-    double need[JC_COUNT];
+    double need[JC_COUNT], lneed[JC_COUNT];
     int have[JC_COUNT];
-    class_needs(s, v, need, have);
-    fprintf(f, "per class, the tolerance this backend needed (x the envelope) and the one given:\n");
+    class_needs(s, v, local, need, lneed, have);
+    fprintf(f, "per class, the tolerance this backend needed (x the envelope: trajectory, local) "
+               "and the one given:\n");
     for (int c = 0; c < JC_COUNT; c++) {
         if (!have[c]) continue;
-        char r[32];
-        fprintf(f, "  %-10s needed %10s   given %g\n", judge_class_name(c), fmt_x(need[c], r, sizeof r),
+        char r[32], l[32] = "-";
+        if (local) fmt_x(lneed[c], l, sizeof l);
+        fprintf(f, "  %-10s needed %10s %10s   given %g\n", judge_class_name(c),
+                fmt_x(need[c], r, sizeof r), l,
                 op->class_multiple[c] > 0 ? op->class_multiple[c] : op->multiple);
     }
-    const int nb = count_beyond(s, v);
+    const int nb = count_beyond(s, v, local);
     if (nb) fprintf(f, "verdict: BEYOND: %d of %d tensors beyond their tolerance\n", nb, s->nt);
     else fprintf(f, "verdict: WITHIN: all %d tensors within their tolerance\n", s->nt);
 }
@@ -195,7 +244,8 @@ static void jnum(FILE *f, double x) {
     else fprintf(f, "\"%s\"", isnan(x) ? "nan" : x > 0 ? "inf" : "-inf");
 }
 
-static void json_tensor(FILE *f, const judge_set_t *s, const judge_verdict_t *x) {
+static void json_tensor(FILE *f, const judge_set_t *s, const judge_verdict_t *x,
+                        const judge_verdict_t *l) {
     const judge_tensor_t *t = &s->t[x->tensor];
     const uint64_t e = x->beyond ? x->first : x->worst;
     fprintf(f, "{\"tensor\": ");
@@ -234,12 +284,23 @@ static void json_tensor(FILE *f, const judge_set_t *s, const judge_verdict_t *x)
     jnum(f, t->numel && t->copies[e] ? t->got[e] : NAN);
     fprintf(f, ", \"want\": ");
     jnum(f, t->numel ? golden_value(t, e) : 0);
-    fprintf(f, ", \"local\": null}");
+    if (!l || l->tensor < 0) {
+        fprintf(f, ", \"local\": null}");
+        return;
+    }
+    fprintf(f, ", \"local\": {\"verdict\": \"%s\", \"ratio\": ", l->beyond ? "beyond" : "within");
+    jnum(f, l->ratio);
+    fprintf(f, ", \"floor\": ");
+    jnum(f, l->floor);
+    fprintf(f, ", \"deviation\": ");
+    jnum(f, l->dev);
+    fprintf(f, ", \"element\": %llu, \"elements_beyond\": %llu}}",
+            (unsigned long long)(l->beyond ? l->first : l->worst), (unsigned long long)l->nbeyond);
 }
 
 int judge_write_json(const char *path, const judge_set_t *s, const judge_opts_t *op,
-                     const judge_verdict_t *v, const int *order, const char *envelope_what,
-                     perr_t *err) {
+                     const judge_verdict_t *v, const judge_verdict_t *local, const int *order,
+                     const char *envelope_what, perr_t *err) {
     pio_out_t out;
     if (pio_out_open(&out, path, "--report", err)) return -1;
     FILE *f = out.f;
@@ -251,21 +312,24 @@ int judge_write_json(const char *path, const judge_set_t *s, const judge_opts_t 
     json_write_string(f, envelope_what);
     fprintf(f, ", \"envelope_runs\": %d, \"verdict\": \"%s\",\n \"first_divergence\": ",
             op->envelope_runs, first >= 0 ? "beyond" : "within");
-    if (first >= 0) json_tensor(f, s, &v[first]);
+    if (first >= 0) json_tensor(f, s, &v[first], local ? &local[first] : NULL);
     else fprintf(f, "null");
     fprintf(f, ",\n \"tensors\": [");
     for (int k = 0; k < s->nt; k++) {
         fprintf(f, "%s\n  ", k ? "," : "");
-        json_tensor(f, s, &v[order[k]]);
+        json_tensor(f, s, &v[order[k]], local ? &local[order[k]] : NULL);
     }
-    double need[JC_COUNT];
+    double need[JC_COUNT], lneed[JC_COUNT];
     int have[JC_COUNT];
-    class_needs(s, v, need, have);
+    class_needs(s, v, local, need, lneed, have);
     fprintf(f, "],\n \"classes\": {");
     for (int c = 0, n = 0; c < JC_COUNT; c++) {
         if (!have[c]) continue;
         fprintf(f, "%s\"%s\": {\"needed\": ", n++ ? ", " : "", judge_class_name(c));
         jnum(f, need[c]);
+        fprintf(f, ", \"needed_local\": ");
+        if (local) jnum(f, lneed[c]);
+        else fprintf(f, "null");
         fprintf(f, ", \"given\": ");
         jnum(f, op->class_multiple[c] > 0 ? op->class_multiple[c] : op->multiple);
         fprintf(f, "}");

@@ -89,38 +89,41 @@ static uint64_t elem_ulp(const judge_tensor_t *t, uint64_t e) {
     return tensor_ulp_distance(a, b, 4);
 }
 
+void judge_verdict_one(const judge_tensor_t *t, const judge_opts_t *op, double envelope,
+                       judge_verdict_t *x) {
+    memset(x, 0, sizeof *x);
+    x->cls = judge_class_of(t->name);
+    x->multiple = multiple_for(op, t->name, x->cls);
+    x->floor = judge_tensor_ulp(&t->g, t->gd);
+    x->envelope = envelope;
+    const double scale = x->envelope > x->floor ? x->envelope : x->floor;
+    int have_first = 0;
+    x->dev = -1;
+    for (uint64_t e = 0; e < t->numel; e++) {
+        if (t->masked[e]) {
+            x->nmasked++;
+            continue;
+        }
+        const double d = t->copies[e] ? t->dev[e] : INFINITY;
+        if (!t->copies[e]) x->nmissing++;
+        if (d > x->dev) x->dev = d, x->worst = e;
+        const int bad = scale > 0 ? d > x->multiple * scale : d > 0;
+        if (!bad) continue;
+        x->nbeyond++;
+        if (!have_first) have_first = 1, x->first = e;
+    }
+    if (x->dev < 0) x->dev = 0; /* every element masked */
+    x->beyond = have_first;
+    x->ratio = scale > 0 ? x->dev / scale : x->dev > 0 ? INFINITY : 0;
+    x->elem_ulp = elem_ulp(t, have_first ? x->first : x->worst);
+}
+
 int judge_verdicts(const judge_set_t *s, const judge_opts_t *op, const double *envelope,
                    judge_verdict_t *v, perr_t *err) {
     if (apply_masks(s, op, err)) return -1;
     for (int i = 0; i < s->nt; i++) {
-        const judge_tensor_t *t = &s->t[i];
-        judge_verdict_t *x = &v[i];
-        memset(x, 0, sizeof *x);
-        x->tensor = i;
-        x->cls = judge_class_of(t->name);
-        x->multiple = multiple_for(op, t->name, x->cls);
-        x->floor = judge_tensor_ulp(&t->g, t->gd);
-        x->envelope = envelope ? envelope[i] : 0;
-        const double scale = x->envelope > x->floor ? x->envelope : x->floor;
-        int have_first = 0;
-        x->dev = -1;
-        for (uint64_t e = 0; e < t->numel; e++) {
-            if (t->masked[e]) {
-                x->nmasked++;
-                continue;
-            }
-            const double d = t->copies[e] ? t->dev[e] : INFINITY;
-            if (!t->copies[e]) x->nmissing++;
-            if (d > x->dev) x->dev = d, x->worst = e;
-            const int bad = scale > 0 ? d > x->multiple * scale : d > 0;
-            if (!bad) continue;
-            x->nbeyond++;
-            if (!have_first) have_first = 1, x->first = e;
-        }
-        if (x->dev < 0) x->dev = 0; /* every element masked */
-        x->beyond = have_first;
-        x->ratio = scale > 0 ? x->dev / scale : x->dev > 0 ? INFINITY : 0;
-        x->elem_ulp = elem_ulp(t, have_first ? x->first : x->worst);
+        judge_verdict_one(&s->t[i], op, envelope ? envelope[i] : 0, &v[i]);
+        v[i].tensor = i;
     }
     return 0;
 }
