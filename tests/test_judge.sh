@@ -165,6 +165,8 @@ judge --golden "$tmp/golden.safetensors" "$tmp"/ok/rank*.safetensors --tolerance
 expect "bad input: an unknown tolerance class" 2 "CLASS one of act, grad_input"
 judge --golden "$tmp/golden.safetensors" --model gpt-micro "$tmp"/ok/rank*.safetensors
 expect "bad input: two golden runs" 2 "give one golden run"
+judge --golden "$tmp/golden.safetensors" "$tmp"/ok/rank*.safetensors --multiple 2 --multiple 3
+expect "bad input: a flag given twice" 2 "--multiple given twice"
 judge --tensor-parallel 2 "$tmp"/ok/rank*.safetensors
 expect "bad input: a layout flag" 2 "unknown option '--tensor-parallel'"
 

@@ -127,6 +127,7 @@ typedef struct {
     int nmodel;
     char **files;
     int nfiles;
+    unsigned seen; /* the flags that may be given once */
 } args_t;
 
 static int parse_args(int argc, char **argv, args_t *a, judge_opts_t *op) {
@@ -162,6 +163,12 @@ static int parse_args(int argc, char **argv, args_t *a, judge_opts_t *op) {
             continue;
         }
         i++;
+        /* a flag given twice is refused, never "the last one wins" (--tolerance-for
+         * and --mask add one each) */
+        const int once = !strcmp(f, "--golden") ? 1 : !strcmp(f, "--report") ? 2
+                         : !strcmp(f, "--multiple") ? 4 : !strcmp(f, "--tolerance") ? 8 : 0;
+        if (a->seen & once) return bad("%s given twice%s", f, "");
+        a->seen |= once;
         if (!strcmp(f, "--golden")) a->golden = v, pio_note_input(v, "--golden");
         else if (!strcmp(f, "--report")) a->report = v;
         else if (!strcmp(f, "--multiple")) {
