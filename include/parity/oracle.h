@@ -111,6 +111,12 @@ typedef struct {
                                     ORACLE_REPLICATE */
 } oracle_placement_t;
 
+/* torch.chunk's cut of an axis of n elements into `parts` (>= 1): piece
+ * `index` (0 <= index < parts) starts at *start and holds *len elements
+ * (ceil(n/parts) a piece, the last ones shorter or empty). The oracle's
+ * and `parity judge`'s one cut. */
+void oracle_chunk(int64_t n, int parts, int index, int64_t *start, int64_t *len);
+
 /* The row-major rank of pl's coordinates (DeviceMesh(arange(n)).view(mesh)),
  * or -1 when pl is NULL or no placement (mesh dimensions 0..ORACLE_MAX_MESH,
  * sizes >= 1 whose product is at most INT_MAX, coordinates inside them). */
@@ -152,6 +158,11 @@ typedef struct {
     uint64_t max_ulp;
     int scale; /* ORACLE_ULP_* */
 } oracle_tolerance_t;
+
+/* The spacing of floats at the largest finite magnitude of numel F32 (or
+ * F64) values: ORACLE_ULP_TENSOR's unit, and `parity judge`'s floor of
+ * every envelope. */
+double oracle_tensor_ulp(st_dtype_t dt, const void *data, uint64_t numel);
 
 enum { ORACLE_DIFF_VALUE = 1, ORACLE_DIFF_MISSING = 2 };
 typedef struct {

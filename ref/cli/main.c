@@ -18,6 +18,7 @@ static void usage(FILE *f) {
           "  diff    compare two .safetensors files tensor by tensor\n"
           "  svg     draw a pipeline schedule, the rank grid or a collective as an SVG picture\n"
           "  plan    list the layouts that fit N devices of a given memory, cheapest first\n"
+          "  judge   judge a backend's rank files against the golden run (ref/judge/RANKFILES.md)\n"
           "run `parity <command> --help` for the options of one command\n",
           f);
 }
@@ -35,7 +36,7 @@ static int finish(const char *cmd, int rc) {
         fprintf(stderr, "parity %s: %s\n", cmd, e.msg);
         rc = rc ? rc : 2;
     }
-    if (!out_bad && (rc == 0 || (rc == 1 && !strcmp(cmd, "check")))) {
+    if (!out_bad && (rc == 0 || (rc == 1 && (!strcmp(cmd, "check") || !strcmp(cmd, "judge"))))) {
         if (pio_txn_commit(&e)) {
             fprintf(stderr, "parity %s: %s\n", cmd, e.msg);
             rc = 2;
@@ -87,11 +88,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "train")) cli_name = "parity train";
     else if (!strcmp(cmd, "check")) cli_name = "parity check";
     else if (!strcmp(cmd, "plan")) cli_name = "parity plan";
+    else if (!strcmp(cmd, "judge")) cli_name = "parity judge";
     if (!strcmp(cmd, "diff")) rc = cmd_diff(argc - 1, argv + 1);
     else if (!strcmp(cmd, "train")) rc = cmd_train(argc - 1, argv + 1);
     else if (!strcmp(cmd, "check")) rc = cmd_check(argc - 1, argv + 1);
     else if (!strcmp(cmd, "svg")) rc = cmd_svg(argc - 1, argv + 1);
     else if (!strcmp(cmd, "plan")) rc = cmd_plan(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "judge")) rc = cmd_judge(argc - 1, argv + 1);
     else {
         fprintf(stderr, "parity: unknown command '%s'\n", cmd);
         usage(stderr);

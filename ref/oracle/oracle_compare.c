@@ -70,7 +70,9 @@ typedef struct {
 } cmp_t;
 
 /* The spacing of floats at the tensor's largest finite golden magnitude. */
-static double tensor_ulp(st_dtype_t dt, const unsigned char *g, uint64_t numel, size_t es) {
+double oracle_tensor_ulp(st_dtype_t dt, const void *data, uint64_t numel) {
+    const unsigned char *g = data;
+    const size_t es = st_dtype_size(dt);
     double m = 0;
     for (uint64_t i = 0; i < numel; i++) {
         double v = fabs(value_of(dt, bits_at(g + i * es, es)));
@@ -212,7 +214,7 @@ static int compare_slot(const oracle_t *o, const oracle_slot_t *s, const oracle_
         goto done;
     }
     if (tol && tol->scale == ORACLE_ULP_TENSOR) {
-        c.abs_tol = (double)tol->max_ulp * tensor_ulp(g.dtype, gd, numel, c.es);
+        c.abs_tol = (double)tol->max_ulp * oracle_tensor_ulp(g.dtype, gd, numel);
         if (!isfinite(c.abs_tol)) {
             rc = perr_set(err, "tolerance max_ulp %llu of '%s''s largest element is not a "
                                "finite distance (a tolerance that passes every value compares "

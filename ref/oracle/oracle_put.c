@@ -55,6 +55,12 @@ void oracle_fmt_shape(int ndim, const int64_t *shape, char *buf, size_t cap) {
     if (n < cap) snprintf(buf + n, cap - n, "]");
 }
 
+void oracle_chunk(int64_t n, int parts, int index, int64_t *start, int64_t *len) {
+    const int64_t chunk = (n + parts - 1) / parts;
+    *start = chunk * index < n ? chunk * index : n;
+    *len = n - *start < chunk ? n - *start : chunk;
+}
+
 /* The block at pl: torch.chunk's cut of every sharded axis, mesh
  * dimensions nesting in order. */
 static void placement_block_of(const st_tensor_t *g, const oracle_placement_t *pl, int64_t *lo,
@@ -63,10 +69,8 @@ static void placement_block_of(const st_tensor_t *g, const oracle_placement_t *p
     for (int i = 0; pl && i < pl->ndim; i++) {
         const int a = pl->shard[i];
         if (a == ORACLE_REPLICATE) continue;
-        const int64_t chunk = (ext[a] + pl->mesh[i] - 1) / pl->mesh[i];
-        int64_t start = chunk * pl->coord[i];
-        if (start > ext[a]) start = ext[a];
-        const int64_t len = ext[a] - start < chunk ? ext[a] - start : chunk;
+        int64_t start, len;
+        oracle_chunk(ext[a], pl->mesh[i], pl->coord[i], &start, &len);
         lo[a] += start, ext[a] = len;
     }
 }

@@ -1,0 +1,246 @@
+/* judge.c - `parity judge [model flags | --golden DUMP] RANKFILE...`: a
+ * backend's rank files (ref/judge/RANKFILES.md) against parity's golden
+ * run. Reads every file, reassembles every tensor (ref/judge/assemble.c),
+ * judges each against its envelope (verdict.c) and reports the first
+ * divergence in data-flow order and every tensor worst first (report.c).
+ * Exit 0: every tensor within its tolerance; 1: some tensor beyond; 2:
+ * bad input (a message naming the file, rank or field). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../judge/judge_internal.h"
+#include "commands.h"
+#include "parity/fileio.h"
+#include "parity/model_flags.h"
+#include "parity/numparse.h"
+
+enum { MAX_ARGS = 256 };
+
+static void usage(FILE *f) {
+    fputs("usage: parity judge [--model NAME|FILE.json [model overrides] | --golden DUMP]\n"
+          "                    [--multiple M] [--tolerance CLASS=M,...] [--tolerance-for GLOB=M]\n"
+          "                    [--mask 'NAME[i,j,..]=reason'] [--report FILE.json] RANKFILE...\n"
+          "  Judges a backend's rank files (one safetensors file per rank, format in\n"
+          "  ref/judge/RANKFILES.md) against parity's golden run of the same model:\n"
+          "  reassembles every tensor over the mesh and compares it with the golden one.\n"
+          "  --model ...          the model, as parity train takes it (--model, overrides,\n"
+          "                       --data, --backend); the steps are the files' own\n"
+          "  --golden DUMP        the golden run from a `parity train --dump` file instead\n"
+          "  --multiple M         a tensor is beyond when an element is more than M x its\n"
+          "                       envelope from the golden one (default 32)\n"
+          "  --tolerance C=M,...  per class: act, grad_input, grad, param, exp_avg,\n"
+          "                       exp_avg_sq, logits, loss, grad_norm, batch\n"
+          "  --tolerance-for G=M  per tensor name pattern (fnmatch; the first match wins,\n"
+          "                       before the class's)\n"
+          "  --mask 'N[i,j]=why'  skip one element (flat index N[k] or one per axis), listed\n"
+          "                       in the report with the reason\n"
+          "  --report FILE.json   every number, as JSON (written atomically)\n"
+          "  The envelope is one ulp of each tensor's largest golden magnitude (the floor).\n"
+          "exit status: 0 within tolerance, 1 beyond, 2 bad input\n",
+          f);
+}
+
+static int bad(const char *fmt, const char *a, const char *b) {
+    fprintf(stderr, "%s: ", cli_name);
+    fprintf(stderr, fmt, a, b);
+    fputc('\n', stderr);
+    return 2;
+}
+
+/* "act=8,grad=64" */
+static int parse_tolerance(const char *v, judge_opts_t *op) {
+    char *copy = strdup(v), *save = NULL;
+    if (!copy) return bad("%s%s", "out of memory", "");
+    int rc = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        int c = 0;
+        if (eq) *eq = 0;
+        while (c < JC_COUNT && strcmp(judge_class_name(c), tok)) c++;
+        perr_t e;
+        double m;
+        if (!eq || c == JC_COUNT)
+            rc = bad("--tolerance '%s': expected CLASS=M, CLASS one of act, grad_input, grad, "
+                     "param, exp_avg, exp_avg_sq, logits, loss, grad_norm, batch%s", tok, "");
+        else if (num_parse_double("--tolerance", eq + 1, 0, 1e300, &m, &e) || !(m > 0))
+            rc = bad("--tolerance %s: the multiple must be a number > 0, got '%s'", tok, eq + 1);
+        else op->class_multiple[c] = m;
+    }
+    free(copy);
+    return rc;
+}
+
+static int parse_glob(const char *v, judge_opts_t *op) {
+    const char *eq = strrchr(v, '=');
+    perr_t e;
+    double m;
+    if (!eq || eq == v || num_parse_double("--tolerance-for", eq + 1, 0, 1e300, &m, &e) || !(m > 0))
+        return bad("--tolerance-for '%s': expected GLOB=M with M a number > 0%s", v, "");
+    judge_glob_t *g = realloc(op->globs, (size_t)(op->nglobs + 1) * sizeof *g);
+    if (!g) return bad("%s%s", "out of memory", "");
+    op->globs = g;
+    if (!(g[op->nglobs].pattern = strndup(v, (size_t)(eq - v)))) return bad("%s%s", "out of memory", "");
+    g[op->nglobs++].multiple = m;
+    return 0;
+}
+
+/* "NAME[i,j,k]=reason" or "NAME[flat]=reason" (one index: flat unless the
+ * tensor is 1-D, where both mean the same). */
+static int parse_mask(const char *v, judge_opts_t *op) {
+    const char *lb = strchr(v, '['), *rb = lb ? strchr(lb, ']') : NULL;
+    if (!lb || lb == v || !rb || rb[1] != '=' || !rb[2])
+        return bad("--mask '%s': expected NAME[flat or i,j,k]=reason%s", v, "");
+    judge_mask_t k = {0};
+    char idx[256];
+    snprintf(idx, sizeof idx, "%.*s", (int)(rb - lb - 1), lb + 1);
+    perr_t e;
+    long long vals[ST_MAX_DIMS];
+    int n = 0;
+    if (num_parse_int_list("--mask", idx, 0, (long long)1 << 62, ST_MAX_DIMS, vals, &n, &e) || n < 1)
+        return bad("--mask '%s': %s", v, n < 1 && !e.msg[0] ? "no index" : e.msg);
+    if (n == 1) k.flat = (uint64_t)vals[0];
+    else {
+        k.nidx = n;
+        for (int d = 0; d < n; d++) k.idx[d] = vals[d];
+    }
+    k.name = strndup(v, (size_t)(lb - v));
+    k.reason = strdup(rb + 2);
+    judge_mask_t *m = realloc(op->masks, (size_t)(op->nmasks + 1) * sizeof *m);
+    if (!m || !k.name || !k.reason) return free(m), bad("%s%s", "out of memory", "");
+    op->masks = m;
+    m[op->nmasks++] = k;
+    return 0;
+}
+
+static void opts_free(judge_opts_t *op) {
+    for (int i = 0; i < op->nglobs; i++) free(op->globs[i].pattern);
+    for (int i = 0; i < op->nmasks; i++) free(op->masks[i].name), free(op->masks[i].reason);
+    free(op->globs);
+    free(op->masks);
+}
+
+typedef struct {
+    const char *golden, *report;
+    const char *model[MAX_ARGS];
+    int nmodel;
+    char **files;
+    int nfiles;
+    unsigned seen; /* the flags that may be given once */
+} args_t;
+
+static int parse_args(int argc, char **argv, args_t *a, judge_opts_t *op) {
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        perr_t e;
+        int takes = 0;
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+            usage(stdout);
+            return 1;
+        }
+        if (strncmp(f, "--", 2)) {
+            pio_note_input(argv[i], "RANKFILE");
+            a->files[a->nfiles++] = argv[i];
+            continue;
+        }
+        const int ours = !strcmp(f, "--golden") || !strcmp(f, "--report") ||
+                         !strcmp(f, "--multiple") || !strcmp(f, "--tolerance") ||
+                         !strcmp(f, "--tolerance-for") || !strcmp(f, "--mask");
+        /* the oracle's own flags, then parity train's model overrides (model_flags.h) */
+        const int oracle_flag = !strcmp(f, "--model") || !strcmp(f, "--config") ||
+                                !strcmp(f, "--backend") || !strcmp(f, "--data") ||
+                                !strcmp(f, "--steps");
+        const int override = !ours && !oracle_flag && model_flag_known(f, &takes);
+        if (!ours && !oracle_flag && !override)
+            return bad("unknown option '%s' (see %s --help)", f, cli_name);
+        const int valued = ours || oracle_flag || takes;
+        if (valued && num_flag_value(f, v, &e)) return bad("%s%s", e.msg, "");
+        if (!ours) {
+            if (a->nmodel + 2 > MAX_ARGS) return bad("more than %s model flags%s", "128", "");
+            a->model[a->nmodel++] = f;
+            if (valued) a->model[a->nmodel++] = v, i++;
+            continue;
+        }
+        i++;
+        /* a flag given twice is refused, never "the last one wins" (--tolerance-for
+         * and --mask add one each) */
+        const int once = !strcmp(f, "--golden") ? 1 : !strcmp(f, "--report") ? 2
+                         : !strcmp(f, "--multiple") ? 4 : !strcmp(f, "--tolerance") ? 8 : 0;
+        if (a->seen & once) return bad("%s given twice%s", f, "");
+        a->seen |= once;
+        if (!strcmp(f, "--golden")) a->golden = v, pio_note_input(v, "--golden");
+        else if (!strcmp(f, "--report")) a->report = v;
+        else if (!strcmp(f, "--multiple")) {
+            if (num_parse_double("--multiple", v, 0, 1e300, &op->multiple, &e) || !(op->multiple > 0))
+                return bad("--multiple: expected a number > 0, got '%s'%s", v, "");
+        } else if (!strcmp(f, "--tolerance")) {
+            if (parse_tolerance(v, op)) return 2;
+        } else if (!strcmp(f, "--tolerance-for")) {
+            if (parse_glob(v, op)) return 2;
+        } else if (parse_mask(v, op)) {
+            return 2;
+        }
+    }
+    if (a->golden && a->nmodel)
+        return bad("--golden %s and the model flags (%s ...): give one golden run", a->golden,
+                   a->model[0]);
+    if (!a->nfiles) return bad("no rank files given (%s --help)%s", cli_name, "");
+    return 0;
+}
+
+int cmd_judge(int argc, char **argv) {
+    cli_name = "parity judge";
+    judge_opts_t op = {.multiple = JUDGE_DEFAULT_MULTIPLE};
+    args_t a = {0};
+    judge_set_t s = {0};
+    oracle_t *o = NULL;
+    judge_verdict_t *v = NULL, *local = NULL;
+    int *order = NULL;
+    perr_t err;
+    int rc;
+    if (!(a.files = calloc((size_t)argc, sizeof *a.files))) return bad("%s%s", "out of memory", "");
+    if ((rc = parse_args(argc, argv, &a, &op))) {
+        rc = rc == 1 ? 0 : rc;
+        goto done;
+    }
+    rc = 2;
+    if (a.report && pio_check_output(a.report, "--report", &err)) goto fail;
+    if (!(s.files = calloc((size_t)a.nfiles, sizeof *s.files))) goto oom;
+    for (int i = 0; i < a.nfiles; i++, s.nfiles++)
+        if (judge_file_open(&s.files[i], a.files[i], &err)) {
+            s.nfiles++;
+            goto fail;
+        }
+    o = a.golden ? oracle_open_dump(a.golden, &err) : oracle_open(a.nmodel, a.model, &err);
+    if (!o || judge_assemble(&s, o, &err)) goto fail;
+    v = calloc((size_t)s.nt, sizeof *v);
+    order = calloc((size_t)s.nt, sizeof *order);
+    if (!v || !order) goto oom;
+    if (judge_verdicts(&s, &op, NULL, v, &err)) goto fail;
+    /* the local judgment needs the model and its text: not from a dump */
+    if (!a.golden && (!(local = calloc((size_t)s.nt, sizeof *local)) || judge_local(&s, o, &op, local, &err)))
+        goto fail;
+    judge_exec_order(&s, order);
+    const char *env = "the floor: one ulp of each tensor's largest golden magnitude (no float-order "
+                      "runs)";
+    judge_print(stdout, &s, &op, v, local, order, env);
+    if (a.report && judge_write_json(a.report, &s, &op, v, local, order, env, &err)) goto fail;
+    rc = 0;
+    for (int i = 0; i < s.nt; i++) rc |= v[i].beyond || (local && local[i].tensor >= 0 && local[i].beyond);
+    goto done;
+oom:
+    perr_set(&err, "out of memory");
+fail:
+    fprintf(stderr, "%s: %s\n", cli_name, err.msg);
+    rc = 2;
+done:
+    free(v);
+    free(local);
+    free(order);
+    oracle_close(o);
+    judge_set_free(&s);
+    opts_free(&op);
+    free(a.files);
+    return rc;
+}

@@ -1,0 +1,184 @@
+/* judge_internal.h - `parity judge`'s pieces, one concern a file:
+ *   rankfile.c  one rank file: its metadata, its tensors' placements (RANKFILES.md)
+ *   assemble.c  every rank's blocks of a tensor back into the global tensor,
+ *               each copy's deviation from the golden one
+ *   envelope.c  how far a correct backend may be: the tensor's scale and spread
+ *   verdict.c   the rank files against the golden run, tolerances and masks
+ *   report.c    what stdout and --report say
+ * Everything a judgment reads lives in a judge_t; nothing is global. */
+#ifndef PARITY_JUDGE_INTERNAL_H
+#define PARITY_JUDGE_INTERNAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "parity/error.h"
+#include "parity/oracle.h"
+#include "parity/safetensors.h"
+
+enum { JUDGE_MAX_AXES = 8, JUDGE_AXIS_NAME = 32, JUDGE_MAX_RANKS = 1 << 16 };
+/* A placement's entry for one mesh axis: a tensor axis >= 0 it shards, or */
+enum { JP_REPLICATE = -1, JP_PARTIAL = -2 };
+
+/* The mesh of parity.mesh: axis names and sizes in mesh order. */
+typedef struct {
+    int n;
+    char name[JUDGE_MAX_AXES][JUDGE_AXIS_NAME];
+    int size[JUDGE_MAX_AXES];
+    int ranks; /* their product */
+} judge_mesh_t;
+
+/* One contiguous range of a rank's block of one global tensor: elements
+ * r0 .. r1-1 (row-major) of the block the placement gives. A whole file
+ * tensor is one piece (r0 0, r1 its numel); a flat buffer gives one piece
+ * per member it overlaps. */
+typedef struct {
+    char *name;                 /* the global tensor's full name, "step0.act.layers.0.output" */
+    int p[JUDGE_MAX_AXES];      /* per mesh axis: Shard's tensor axis, JP_REPLICATE, JP_PARTIAL */
+    int mb, nmb;                /* microbatch mb of nmb (nmb 0: none) */
+    double scale;               /* the global values are the local ones times this */
+    int ndim;                   /* the local block's shape */
+    int64_t shape[ST_MAX_DIMS];
+    uint64_t r0, r1;            /* its elements this piece holds */
+    st_dtype_t dtype;
+    const unsigned char *data;  /* r1 - r0 elements (into the open file) */
+    char *where;                /* the file's tensor it came from, for messages */
+} judge_piece_t;
+
+/* One rank file. */
+typedef struct {
+    char *path;
+    st_file_t *f;
+    judge_mesh_t mesh;
+    int coord[JUDGE_MAX_AXES];
+    int rank;                   /* row-major over the mesh */
+    char names[32];             /* parity.names */
+    int bf16;                   /* parity.precision is bf16 */
+    judge_piece_t *pc;
+    int npc;
+    int64_t max_step;           /* the highest step<s> named; -1 for init only */
+} judge_file_t;
+
+/* Reads one rank file and checks its metadata and every placement (shape
+ * against the golden tensor is assemble.c's). 0, or -1 with a message
+ * naming the file and the field. */
+int  judge_file_open(judge_file_t *jf, const char *path, perr_t *err);
+void judge_file_close(judge_file_t *jf);
+/* "dp=1,tp=0" */
+void judge_fmt_coords(const judge_mesh_t *m, const int *coord, char *buf, size_t cap);
+
+/* One copy of a global tensor: a rank's block, or the exact sum of the
+ * addends of a Partial(sum) group (its lowest rank named). */
+typedef struct {
+    char *name;                 /* full name */
+    st_tensor_t g;              /* the golden tensor */
+    const void *gd;
+    uint64_t numel;
+    float *value;               /* [numel] the assembled tensor (lowest rank's copy) */
+    double *dev;                /* [numel] max over copies |copy - golden|; -1 none supplied */
+    double *got;                /* [numel] the worst copy's value */
+    int32_t *who;               /* [numel] the worst copy's rank */
+    int32_t *copies;            /* [numel] how many copies */
+    int32_t *mb;                /* [numel] the worst copy's microbatch (-1: none) */
+    unsigned char *masked;      /* [numel] 1: skipped (--mask) */
+} judge_tensor_t;
+
+/* The whole set of rank files reassembled against the golden tensors. */
+typedef struct {
+    judge_file_t *files;
+    int nfiles;
+    judge_file_t **by_rank;     /* [mesh.ranks] */
+    judge_tensor_t *t;
+    int nt;
+} judge_set_t;
+
+/* Reassembles every tensor the files hold (o: the golden run, run for
+ * every step the files name). 0, or -1 with a message (exit 2). */
+int  judge_assemble(judge_set_t *s, oracle_t *o, perr_t *err);
+void judge_set_free(judge_set_t *s);
+
+/* The tolerance classes (--tolerance CLASS=M). */
+typedef enum {
+    JC_ACT, JC_GRAD_INPUT, JC_GRAD, JC_PARAM, JC_EXP_AVG, JC_EXP_AVG_SQ, JC_LOGITS, JC_LOSS,
+    JC_GRAD_NORM, JC_BATCH, JC_COUNT
+} judge_class_t;
+const char *judge_class_name(judge_class_t c);
+judge_class_t judge_class_of(const char *full_name);
+
+/* The spacing of floats at the tensor's largest finite golden magnitude:
+ * the floor of every envelope, so an exactly reproducible tensor still
+ * has a scale. 0 for integer tensors (they must be exact). */
+double judge_tensor_ulp(const st_tensor_t *g, const void *gd);
+
+/* What the user asked for. */
+typedef struct {
+    char *pattern;
+    double multiple;
+} judge_glob_t;
+typedef struct {
+    char *name;                 /* full tensor name */
+    int nidx;                   /* 0: flat given; else the index by axis */
+    int64_t idx[ST_MAX_DIMS];
+    uint64_t flat;
+    char *reason;
+} judge_mask_t;
+typedef struct {
+    double multiple;            /* --multiple (default JUDGE_DEFAULT_MULTIPLE) */
+    double class_multiple[JC_COUNT]; /* 0: --multiple's */
+    judge_glob_t *globs;
+    int nglobs;
+    judge_mask_t *masks;
+    int nmasks;
+    int envelope_runs;          /* --envelope-runs K */
+} judge_opts_t;
+#define JUDGE_DEFAULT_MULTIPLE 32.0
+
+/* One tensor's judgment. */
+typedef struct {
+    int tensor;                 /* index in the set */
+    judge_class_t cls;
+    double multiple;            /* the tolerance that applies */
+    double envelope, floor;     /* spread over the float runs; one tensor-scale ulp */
+    double dev;                 /* max over unmasked elements and copies */
+    double ratio;               /* dev / max(envelope, floor); inf: integers differ, or missing */
+    int beyond;
+    uint64_t first;             /* first element beyond (flat), when beyond */
+    uint64_t worst;             /* the element of dev */
+    uint64_t nbeyond, nmissing, nmasked;
+    uint64_t elem_ulp;          /* ulps of the element `first` (or worst), float32 */
+} judge_verdict_t;
+
+/* Judges every tensor of s against the golden run; v[s->nt] in the
+ * set's order. envelope[i]: tensor i's spread (0: none measured). */
+int judge_verdicts(const judge_set_t *s, const judge_opts_t *op, const double *envelope,
+                   judge_verdict_t *v, perr_t *err);
+
+/* One tensor's judgment against the reference t->gd (the golden run's,
+ * or the teacher-forced step's); x->tensor is left 0. */
+void judge_verdict_one(const judge_tensor_t *t, const judge_opts_t *op, double envelope,
+                       judge_verdict_t *x);
+
+/* The local judgment (local.c): each step recomputed teacher-forced from
+ * the backend's reassembled tensors (forced.h) and every tensor of the
+ * step compared with its recomputation; local[i].tensor is -1 for a
+ * tensor the forced step does not recompute (init.*, the batch). Needs
+ * the golden run from model flags (o holds the model and its text). */
+int judge_local(judge_set_t *s, oracle_t *o, const judge_opts_t *op, judge_verdict_t *local,
+                perr_t *err);
+/* Re-reads tensor t's pieces against another reference ref (t's shape and
+ * dtype) into *out: out's dev, got, who, copies, value, mb are fresh. */
+int judge_assemble_against(judge_set_t *s, const judge_tensor_t *t, const void *ref,
+                           judge_tensor_t *out, perr_t *err);
+void judge_tensor_free(judge_tensor_t *t);
+
+/* The tensors' indices in data-flow order (check_exec_key). */
+void judge_exec_order(const judge_set_t *s, int *order);
+
+/* stdout; and the JSON report (path NULL: none), written atomically. */
+void judge_print(FILE *f, const judge_set_t *s, const judge_opts_t *op, const judge_verdict_t *v,
+                 const judge_verdict_t *local, const int *order, const char *envelope_what);
+int  judge_write_json(const char *path, const judge_set_t *s, const judge_opts_t *op,
+                      const judge_verdict_t *v, const judge_verdict_t *local, const int *order,
+                      const char *envelope_what, perr_t *err);
+
+#endif

@@ -1,0 +1,98 @@
+/* local.c - the local (teacher-forced) judgment: for each step, parity
+ * recomputes every unit exactly from the backend's own reassembled inputs
+ * (forced.h: the parameters and AdamW state the step starts from, each
+ * unit's input stream and arriving gradient, the update's gradients), and
+ * each tensor of the step is compared with its recomputation. A backend's
+ * error cannot compound across units or steps there, so the first tensor
+ * in data-flow order beyond its local tolerance is in the unit that is
+ * wrong. An input the backend did not write (or wrote only in part) is
+ * parity's own, and the report says a verdict then mixes in upstream
+ * error. The golden model and its text are the oracle's (it is opened
+ * from model flags: a dump file has no text to draw batches from). */
+#include "judge_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../oracle/oracle_internal.h" /* the oracle's model and text: the judge is its client */
+#include "parity/forced.h"
+
+typedef struct {
+    judge_set_t *s;
+    int64_t step;
+    char name[256];
+} get_ctx_t;
+
+/* The backend's tensor that dump_forced_step asks for, by parity's name
+ * without the step: the starting state is the step before's (init. and,
+ * at step 0, AdamW's zeros), the rest the step's own. Only a tensor every
+ * element of which some rank supplied is used. */
+static const float *get_input(void *ctx, const char *name, size_t numel) {
+    get_ctx_t *c = ctx;
+    const int state = !strncmp(name, "param.", 6) || !strncmp(name, "exp_avg.", 8) ||
+                      !strncmp(name, "exp_avg_sq.", 11);
+    if (state && c->step == 0) {
+        if (strncmp(name, "param.", 6)) return NULL;
+        snprintf(c->name, sizeof c->name, "init.%s", name + 6);
+    } else {
+        snprintf(c->name, sizeof c->name, "step%lld.%s", (long long)(c->step - state), name);
+    }
+    for (int i = 0; i < c->s->nt; i++) {
+        const judge_tensor_t *t = &c->s->t[i];
+        if (strcmp(t->name, c->name) || t->numel != numel || t->g.dtype != ST_F32) continue;
+        for (uint64_t e = 0; e < t->numel; e++)
+            if (!t->copies[e]) return NULL;
+        return t->value;
+    }
+    return NULL;
+}
+
+static int64_t step_of(const char *name) {
+    return strncmp(name, "step", 4) ? -1 : strtoll(name + 4, NULL, 10);
+}
+
+int judge_local(judge_set_t *s, oracle_t *o, const judge_opts_t *op, judge_verdict_t *local,
+                perr_t *err) {
+    for (int i = 0; i < s->nt; i++) local[i].tensor = -1;
+    if (!o->have_data)
+        return perr_set(err, "the local judgment recomputes from the model and its text: give "
+                             "the model flags (--model ...), not --golden");
+    int64_t steps = 0;
+    for (int i = 0; i < s->nt; i++)
+        if (step_of(s->t[i].name) + 1 > steps) steps = step_of(s->t[i].name) + 1;
+    gpt_t *g = NULL;
+    if (gpt_new(&g, &o->cfg, err)) return -1;
+    int rc = 0;
+    for (int64_t step = 0; step < steps && !rc; step++) {
+        dump_t *d = dump_new(g, DUMP_TENSORS);
+        if (!d) {
+            rc = perr_set(err, "judge: out of memory");
+            break;
+        }
+        get_ctx_t ctx = {.s = s, .step = step};
+        forced_inputs_t in = {.get = get_input, .ctx = &ctx};
+        gpt_step_stats_t st;
+        if ((rc = dump_forced_step(g, &o->data, step, &in, d, &st, err))) {
+            dump_free(d);
+            break;
+        }
+        const st_writer_t *w = dump_writer(d);
+        for (int i = 0; i < s->nt && !rc; i++) {
+            const judge_tensor_t *t = &s->t[i];
+            const long k = step_of(t->name) == step ? st_writer_find(w, t->name) : -1;
+            st_tensor_t ft;
+            const void *fd = k >= 0 ? st_writer_tensor(w, (size_t)k, &ft) : NULL;
+            if (!fd || ft.dtype != t->g.dtype || st_numel(&ft) != t->numel) continue;
+            judge_tensor_t lt;
+            rc = judge_assemble_against(s, t, fd, &lt, err);
+            if (!rc) {
+                judge_verdict_one(&lt, op, 0, &local[i]);
+                local[i].tensor = i;
+            }
+            judge_tensor_free(&lt);
+        }
+        dump_free(d);
+    }
+    gpt_free(g);
+    return rc;
+}

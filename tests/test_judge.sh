@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# test_judge.sh - `parity judge` on rank files cut from a `parity train
+# --dump` file's own tensors by an independent writer (tests/judge/cut.py:
+# numpy, struct, json) on a dp=2 x tp=2 mesh, with every placement kind:
+#   - cut correctly, they reassemble to the golden bits (exit 0, every
+#     tensor 0 x the envelope), against the dump and against the golden
+#     run from the model flags;
+#   - one element perturbed on one rank: exit 1, naming the tensor, the
+#     element, the rank and its coordinates; a masked element is skipped;
+#   - bad input of every kind the judge refuses: exit 2 with a message
+#     naming the file and the field.
+# Ends with "RESULT test_judge.sh: N passed, M failed".
+set -u
+PARITY=${PARITY:-build/parity}
+PY=/usr/bin/python3
+CUT="$(cd "$(dirname "$0")" && pwd)/judge/cut.py"
+tmp=$(mktemp -d /tmp/parity_judge_XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/expect.sh"
+
+"$PARITY" train --model gpt-micro --steps 2 --dump "$tmp/golden.safetensors" >/dev/null 2>&1 ||
+  { echo "parity train --dump failed"; echo "RESULT test_judge.sh: 0 passed, 1 failed"; exit 1; }
+
+# cut NAME EDIT...: rank files in $tmp/NAME
+cut() { local d=$tmp/$1; shift; mkdir -p "$d"; "$PY" "$CUT" "$tmp/golden.safetensors" "$d" "$@"; }
+judge() { out=$("$PARITY" judge "$@" 2>&1); rc=$?; }
+
+# --- correct backends ------------------------------------------------------
+cut ok
+judge --golden "$tmp/golden.safetensors" "$tmp"/ok/rank*.safetensors --report "$tmp/ok.json"
+expect "exact rank files judge as within (golden from the dump)" 0 \
+  "4 rank files, mesh dp=2,tp=2 (4 ranks)" "no divergence" "verdict: WITHIN: all 322 tensors"
+if "$PY" - "$tmp/ok.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+ts = r["tensors"]
+assert r["verdict"] == "within" and r["first_divergence"] is None, r["verdict"]
+assert len(ts) == 322
+# every placement kind reassembled to the golden bits: deviation 0 everywhere
+assert all(t["deviation"] == 0 and t["missing"] == 0 for t in ts), [t["tensor"] for t in ts if t["deviation"]]
+kinds = {t["tensor"] for t in ts}
+for n in ["step0.grad.layers.1.self_attention.dense.bias",          # Partial(sum) over dp and tp
+          "step1.grad.layers.0.self_attention.query_key_value.weight", # a flat buffer's member
+          "step0.act.layers.1.output",                                # microbatches @mb<m>
+          "step0.grad_input.layers.0",                                # scale 1/dp
+          "step1.logits", "step0.exp_avg.layers.0.mlp.dense_4h_to_h.bias"]:
+    assert n in kinds, n
+PY
+then ok "--report: every tensor 0 from the golden one, each placement kind present"
+else fail "--report: every tensor 0 from the golden one, each placement kind present"; fi
+judge --model gpt-micro "$tmp"/ok/rank*.safetensors
+expect "exact rank files judge as within (golden run from --model)" 0 "verdict: WITHIN"
+
+# --- a one-element perturbation --------------------------------------------
+cut bad perturb:3:step0.grad.layers.1.mlp.dense_h_to_4h.weight:5:1.001
+judge --model gpt-micro "$tmp"/bad/rank*.safetensors --report "$tmp/bad.json"
+expect "a perturbed element on one rank: beyond, named with rank and coordinates" 1 \
+  "FIRST DIVERGENCE step0.grad.layers.1.mlp.dense_h_to_4h.weight[32,5] (flat 517 of 1024)" \
+  "rank 3 (dp=1,tp=1" "x the envelope" "ulp of the element" "verdict: BEYOND: 1 of 322"
+if "$PY" - "$tmp/bad.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+f = r["first_divergence"]
+assert f["tensor"] == "step0.grad.layers.1.mlp.dense_h_to_4h.weight" and f["index"] == [32, 5], f
+assert f["rank"] == 3 and f["coords"] == "dp=1,tp=1" and f["trajectory_ratio"] > 32, f
+# the ratio is what the numbers say: deviation over the floor
+assert abs(f["trajectory_ratio"] - f["deviation"] / f["floor"]) <= 1e-9 * f["trajectory_ratio"]
+assert abs(f["deviation"] - abs(f["got"] - f["want"])) == 0
+PY
+then ok "--report names the same divergence, ratio = deviation / floor"
+else fail "--report names the same divergence, ratio = deviation / floor"; fi
+judge --golden "$tmp/golden.safetensors" "$tmp"/bad/rank*.safetensors --multiple 1e9
+expect "--multiple above the ratio passes it" 0 "verdict: WITHIN"
+judge --golden "$tmp/golden.safetensors" "$tmp"/bad/rank*.safetensors --tolerance grad=1e9
+expect "--tolerance grad= above the ratio passes it" 0 "verdict: WITHIN"
+judge --golden "$tmp/golden.safetensors" "$tmp"/bad/rank*.safetensors --tolerance act=1e9
+expect "--tolerance of another class does not" 1 "BEYOND"
+judge --golden "$tmp/golden.safetensors" "$tmp"/bad/rank*.safetensors --tolerance-for 'step0.grad.layers.1.*=1e9'
+expect "--tolerance-for a matching pattern passes it" 0 "verdict: WITHIN"
+judge --golden "$tmp/golden.safetensors" "$tmp"/bad/rank*.safetensors \
+  --mask 'step0.grad.layers.1.mlp.dense_h_to_4h.weight[32,5]=known rounding'
+expect "--mask skips the element and lists it with its reason" 0 \
+  "masked step0.grad.layers.1.mlp.dense_h_to_4h.weight[32,5] (flat 517)" "known rounding"
+cut act perturb:0:step0.act.layers.0.output@mb0:9:1.01
+judge --model gpt-micro "$tmp"/act/rank*.safetensors
+expect "local: the unit whose recomputation disagrees first is named" 1 \
+  "FIRST DIVERGENCE step0.act.layers.0.output[0,0,9]" "microbatch 0, rank 0 (dp=0,tp=0" \
+  "FIRST LOCAL DIVERGENCE: the layer 0 forward's recomputation disagrees first, at step0.act.layers.0.output"
+judge --golden "$tmp/golden.safetensors" "$tmp"/act/rank*.safetensors
+expect "from a dump the local judgment is not run, and says so" 1 "local: not judged (the golden run is a dump"
+cut drift perturb:1:step0.param.layers.0.mlp.dense_h_to_4h.bias:7:1.5
+judge --golden "$tmp/golden.safetensors" "$tmp"/drift/rank*.safetensors
+expect "a drifting replica is named at its own rank" 1 \
+  "FIRST DIVERGENCE step0.param.layers.0.mlp.dense_h_to_4h.bias[7]" "rank 1 (dp=0,tp=1" "4 copies"
+cut order perturb:0:step1.loss:0:2 perturb:2:step0.act.layers.1.output@mb1:3:1.01
+judge --golden "$tmp/golden.safetensors" "$tmp"/order/rank*.safetensors
+expect "the first divergence in data-flow order, with its microbatch" 1 \
+  "FIRST DIVERGENCE step0.act.layers.1.output[3,0,3]" "microbatch 1, rank 2 (dp=1,tp=0" \
+  "verdict: BEYOND: 2 of 322"
+cut part perturb:1:step0.grad.layers.1.self_attention.dense.bias:4:2
+judge --golden "$tmp/golden.safetensors" "$tmp"/part/rank*.safetensors
+expect "a wrong Partial(sum) addend: the sum is named at the group's lowest rank" 1 \
+  "FIRST DIVERGENCE step0.grad.layers.1.self_attention.dense.bias[4]" "rank 0 (dp=0,tp=0" "1 copy"
+cut flat perturb:3:step1.flat_grads.layers.0:0:1.5
+judge --golden "$tmp/golden.safetensors" "$tmp"/flat/rank*.safetensors
+expect "a flat buffer's element: named in its member, at its rank" 1 \
+  "FIRST DIVERGENCE step1.grad.layers.0." "rank 3 (dp=1,tp=1"
+
+# --- bad input: exit 2, the file and the field named ------------------------
+bad_case() { # NAME PATTERN EDIT...
+  local name=$1 pat=$2; shift 2
+  local d=bad_$((++nbad)); cut "$d" "$@"
+  judge --golden "$tmp/golden.safetensors" "$tmp/$d"/rank*.safetensors
+  expect "bad input: $name" 2 "$pat"
+}
+nbad=0
+bad_case "a missing rank" "no rank file for the rank at dp=1,tp=0 (rank 2" drop:2
+bad_case "two files with the same coords" "both are the rank at dp=0,tp=1" dup:2:1
+bad_case "meshes differ" "their parity.mesh differ" 'meta:3:parity.mesh:{"tp": 2, "dp": 2}'
+bad_case "coords outside the mesh" "parity.coords 'tp': expected an integer 0 to 1" 'meta:1:parity.coords:{"dp": 0, "tp": 2}'
+bad_case "no parity.format" "no metadata 'parity.format'" meta:0:parity.format:
+bad_case "a format of the future" "parity.format '2'" meta:0:parity.format:2
+bad_case "mesh not JSON" "metadata 'parity.mesh' is not JSON" 'meta:0:parity.mesh:{dp: 2}'
+bad_case "coords lack an axis" "parity.coords lacks mesh axis 'tp'" 'meta:0:parity.coords:{"dp": 0}'
+bad_case "bad placement string" "is 'Shard(x)'; expected Replicate(), Shard(d) or Partial(sum)" \
+  'place:0:step0.loss:{"p": ["Shard(x)", "Replicate()"]}'
+bad_case "Shard past the tensor's axes" "placement 'Shard(5)' on mesh axis 'dp' shards an axis a 1-axis block does not have" \
+  'place:0:step0.loss:{"p": ["Shard(5)", "Replicate()"]}'
+bad_case "Partial(max)" "is 'Partial(max)'" 'place:0:step0.loss:{"p": ["Partial(max)", "Replicate()"]}'
+bad_case "p of the wrong length" "must be an array of 2 strings" 'place:0:step0.loss:{"p": ["Replicate()"]}'
+bad_case "microbatch out of range" '"microbatch" must be [m, M] with 0 <= m < M' \
+  'place:0:step0.act.layers.0.output@mb1:{"p": ["Shard(0)", "Replicate()"], "microbatch": [2, 2]}'
+bad_case "microbatch disagreeing with the suffix" "its name says microbatch 1, its placement 0" \
+  'place:0:step0.act.layers.0.output@mb1:{"p": ["Shard(0)", "Replicate()"], "microbatch": [0, 2]}'
+bad_case "a scale that is not a number" '"scale" must be a finite non-zero number' \
+  'place:0:step0.loss:{"scale": "inf"}'
+bad_case "a scale of 0" '"scale" must be a finite non-zero number' 'place:0:step0.loss:{"scale": 0}'
+bad_case "an unknown placement field" "unknown placement field 'shard'" 'place:0:step0.loss:{"shard": 1}'
+bad_case "wrong shape for the placement" "tensor 'step0.grad_input.head': shape [2,16,16], but its placement gives [1,16,16] of the global [4,16,16]" \
+  'place:0:step0.grad_input.head:{"p": ["Shard(0)", "Replicate()"]}' \
+  'place:0:step0.grad_input.head:{"p": ["Shard(0)", "Shard(0)"]}'
+bad_case "flat offset past its members" "flat offset 99999 is past the members'" \
+  'place:1:step0.flat_grads.layers.0:{"flat": {"offset": 99999, "members": [{"name": "step0.grad.layers.0.input_layernorm.bias", "shape": [16]}]}}'
+bad_case "flat members inconsistent with the buffer" "is given twice by this rank" \
+  'place:0:step0.flat_grads.layers.0:{"flat": {"offset": 0, "members": [{"name": "step0.grad.layers.0.input_layernorm.bias", "shape": [16]}, {"name": "step0.grad.layers.0.input_layernorm.bias", "shape": [16]}]}}'
+bad_case "an unknown tensor name" "unknown tensor 'step0.grad.layers.7.mlp.dense_h_to_4h.weight'" \
+  'place:0:step0.flat_grads.layers.0:{"flat": {"offset": 0, "members": [{"name": "step0.grad.layers.7.mlp.dense_h_to_4h.weight", "shape": [16]}]}}'
+bad_case "a placements entry for no tensor" "names tensor 'step0.nothing', which the file does not hold" \
+  'place:0:step0.nothing:{}'
+bad_case "an unknown naming scheme" "parity.names 'pytorch'" meta:0:parity.names:pytorch
+bad_case "Partial(sum) addends missing" "has 3 of its 4 Partial(sum) addends" \
+  'place:3:step0.grad.layers.1.self_attention.dense.bias:{"p": ["Replicate()", "Replicate()"]}'
+bad_case "an integer tensor as floats" "tensor 'step0.input_ids': dtype F64, the golden tensor is I32" dtype:0:step0.input_ids:F64
+printf 'not a safetensors file' >"$tmp/bad_1/rank0.safetensors"
+judge --golden "$tmp/golden.safetensors" "$tmp"/bad_1/rank*.safetensors
+expect "bad input: not safetensors" 2 "rank0.safetensors"
+head -c 100 "$tmp/ok/rank1.safetensors" >"$tmp/trunc.safetensors"
+judge --golden "$tmp/golden.safetensors" "$tmp/trunc.safetensors"
+expect "bad input: a truncated file" 2 "trunc.safetensors"
+judge --golden "$tmp/golden.safetensors"
+expect "bad input: no files" 2 "no rank files given"
+judge --golden "$tmp/golden.safetensors" "$tmp"/ok/rank*.safetensors --mask 'step0.loss[3]=x'
+expect "bad input: a mask outside its tensor" 2 "--mask 'step0.loss': element 3 of 1"
+judge --golden "$tmp/golden.safetensors" "$tmp"/ok/rank*.safetensors --tolerance weights=3
+expect "bad input: an unknown tolerance class" 2 "CLASS one of act, grad_input"
+judge --golden "$tmp/golden.safetensors" --model gpt-micro "$tmp"/ok/rank*.safetensors
+expect "bad input: two golden runs" 2 "give one golden run"
+judge --golden "$tmp/golden.safetensors" "$tmp"/ok/rank*.safetensors --multiple 2 --multiple 3
+expect "bad input: a flag given twice" 2 "--multiple given twice"
+judge --tensor-parallel 2 "$tmp"/ok/rank*.safetensors
+expect "bad input: a layout flag" 2 "unknown option '--tensor-parallel'"
+
+echo "RESULT test_judge.sh: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
