@@ -189,8 +189,9 @@ class Capture:
             self.w.put(key, t.detach(), p=self._p("param", n))
 
     def adam_state(self, named, opt, s):
+        state = getattr(opt, "optim", opt).state  # ZeroRedundancyOptimizer: this rank's shard
         for n, p in named:
-            st = opt.state.get(p, {})
+            st = state.get(p, {})
             for k in ("exp_avg", "exp_avg_sq"):
                 if k in st:
                     self.w.put(f"step{s}.{k}.{n}", st[k], p=self._p("param", n))
@@ -236,15 +237,18 @@ def load_init(model, job, shard=None):
 
 
 def train(job, cap, model, opt, named, *, net=None, dp=1, dp_rank=0, M=1, dp_group=None,
-          reduce=None, clip=None):
+          reduce=None, clip=None, sharded=None):
     """The training loop every non-pipelined backend runs: M microbatches
     a step (gradient accumulation), then `reduce()` (the backend's own
     gradient reductions, if any), the clip, AdamW with the schedule.
     named(): the (parity name, parameter) pairs this rank writes; net:
-    what the forward calls (a DDP wrapper of model; default model)."""
+    what the forward calls (a DDP wrapper of model; default model);
+    sharded: a ZeRO-3 backend's hooks (fsdp.Sharded: gather() before each
+    forward, reduce(m) after each backward, put(kind, s) for the rank's
+    flat shards of parameters, gradients and AdamW state)."""
     cfg = job.cfg
     cap.hook(model)
-    cap.params(named(), -1)
+    cap.params(named(), -1) if sharded is None else sharded.put("init", -1)
     B_local = cfg.B // dp
     mb = B_local // M
     divide = 1 if "loss_not_divided" in job.bugs else M  # BUG: accumulated M times too large
@@ -257,10 +261,14 @@ def train(job, cap, model, opt, named, *, net=None, dp=1, dp_rank=0, M=1, dp_gro
             r0 = dp_rank * B_local + m * mb
             job.rows = slice(r0, r0 + mb)
             cap.mb = (m, M) if M > 1 else None
+            if sharded is not None:
+                sharded.gather()
             with job.autocast():
                 logits, loss = (net or model)(ids[job.rows], labels[job.rows])
             cap.put("logits", "logits", logits)
             (loss / divide).backward()
+            if sharded is not None:
+                sharded.reduce(m)
             total += loss.detach().double() / M
         cap.mb = None
         if reduce is not None:
@@ -268,12 +276,16 @@ def train(job, cap, model, opt, named, *, net=None, dp=1, dp_rank=0, M=1, dp_gro
         if dp_group is not None:
             dist.all_reduce(total, group=dp_group)
         cap.scalar("loss", total.item() / dp)
-        cap.params(named(), s, grads=True)
+        cap.params(named(), s, grads=True) if sharded is None else sharded.put("grad", s)
         norm = clip() if clip is not None else torch.nn.utils.clip_grad_norm_(
             [p for _, p in named()], cfg.clip)
         cap.scalar("grad_norm", norm)
         cap.scalar("lr", set_lr(opt, cfg, s))
         opt.step()
-        cap.params(named(), s)
-        cap.adam_state(named(), opt, s)
+        if sharded is None:
+            cap.params(named(), s)
+            cap.adam_state(named(), opt, s)
+        else:
+            sharded.put("param", s)
+            sharded.put("state", s)
     cap.save(job.path())
