@@ -80,9 +80,9 @@ def _all_reduce(x, par):
 
 
 def _all_gather(x, par, dim):
-    parts = [torch.empty_like(x) for _ in range(par.tp)]
-    dist.all_gather(parts, x.contiguous(), group=par.group)
-    return torch.cat(parts, dim)
+    parts = [torch.empty(x.shape) for _ in range(par.tp)]
+    dist.all_gather(parts, x.float().contiguous(), group=par.group)
+    return torch.cat(parts, dim).to(x.dtype)
 
 
 def _reduce_scatter(x, par, dim):
