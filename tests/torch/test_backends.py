@@ -21,6 +21,7 @@ Prints "RESULT test_backends.py: N passed, M failed"; exits 1 on failure.
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -163,6 +164,10 @@ def main():
     if weakest:
         print(f"weakest caught bug: {weakest[1]} at {weakest[0]:.3g} x the envelope")
     print(f"time: {time.time() - t0:.1f} s")
+    if os.environ.get("PARITY_KEEP"):
+        print(f"rank files kept in {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     return tally.finish()
 
 
