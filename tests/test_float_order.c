@@ -23,6 +23,7 @@
 #include "parity/corpus.h"
 #include "parity/dump.h"
 #include "parity/float_order.h"
+#include "parity/pool.h"
 #include "parity/tile.h"
 
 enum { STEPS = 2 };
@@ -78,7 +79,7 @@ static void test_sum_trees(void) {
     }
     CHECK(differs > 0, "no seed's chunking changed the sum");
     CHECK(sum_under(&seq, x, 0) == 0.0f && sum_under(&pw, x, 1) == 1.0f, "empty and single sums");
-    /* a strided sum (acc_add_rows' columns) takes the same tree */
+    /* a strided sum takes the same tree */
     float strided[34];
     for (int i = 0; i < 17; i++) strided[2 * i] = x[i], strided[2 * i + 1] = 1e9f;
     float_order_set(&g2);
@@ -133,6 +134,87 @@ static void test_contract_trees(void) {
     float_order_set(NULL);
     contract(CONTRACT_NT, 1, 1, 2, 1, 1, 1, pair, 2, ones, 2, &c, 1, &ws);
     CHECK(c == 1.0f + 0x1p-9f, "fp32 again after the order is reset: %a", c);
+    contract_ws_free(&ws);
+}
+
+/* accum.h's sites: buffered terms (acc_add_rows' rows, sacc_add's array,
+ * sacc_add_squares' squares) in the order's tree; incremental adds
+ * (acc_add, one call a term) in arrival order whatever the kind. */
+static void test_accumulators(void) {
+    float x[17], rows[17 * 2], roots[17];
+    ones_and_halves(x, 16);
+    for (int i = 0; i < 17; i++) {
+        rows[2 * i] = x[i], rows[2 * i + 1] = -x[i];
+        roots[i] = i == 0 ? 1.0f : 0x1p-12f; /* squares: 1 and 2^-24 */
+    }
+    const float_order_t g2 = {FLOAT_ORDER_GROUPED, 2, 0, 0}, pw = {FLOAT_ORDER_PAIRWISE, 0, 0, 0};
+    const float want = 1.0f + 0x1p-21f; /* test_sum_trees' grouped(2) */
+    acc_t a;
+    CHECK(!acc_init(&a, 2), "acc_init");
+    float_order_set(&g2);
+    acc_add_rows(&a, 0, rows, 17, 2, 2);
+    float_order_set(NULL);
+    float out[2];
+    acc_round(&a, out);
+    CHECK(out[0] == want && out[1] == -want, "acc_add_rows grouped(2): %a %a", out[0], out[1]);
+    acc_zero(&a);
+    float_order_set(&pw);
+    for (int i = 0; i < 17; i++) acc_add(&a, 0, &x[i], 1);
+    float_order_set(NULL);
+    acc_round(&a, out);
+    CHECK(out[0] == 1.0f, "acc_add term by term under pairwise is sequential: %a", out[0]);
+    acc_zero(&a);
+    for (int i = 0; i < 17; i++) acc_add(&a, 0, &x[i], 1);
+    acc_round(&a, out);
+    CHECK(out[0] == 1.0f + 0x1p-20f, "acc_add exact again: %a", out[0]);
+    acc_free(&a);
+    sacc_t s, q;
+    sacc_init(&s);
+    sacc_init(&q);
+    float_order_set(&g2);
+    sacc_add(&s, x, 17);
+    sacc_add_squares(&q, roots, 17);
+    float_order_set(NULL);
+    CHECK(sacc_round(&s) == want && sacc_round(&q) == want, "sacc grouped(2): %a %a", sacc_round(&s),
+          sacc_round(&q));
+}
+
+/* A contraction spread over pool helpers: they sum in the caller's order
+ * (the plan carries it), so the bits are those of one thread, and not the
+ * exact ones. 512 x 512 with 8 K tiles: several blocks, so several pieces. */
+static void test_pool_threads(void) {
+    enum { M = 512, N = 512, K = 64 };
+    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * N * K);
+    float *c[3];
+    for (int i = 0; i < 3; i++) c[i] = malloc(sizeof(float) * M * N);
+    uint32_t r = 12345;
+    for (int i = 0; i < M * K; i++) a[i] = (float)((r = r * 1103515245u + 12345u) >> 8) * 0x1p-24f - 0.5f;
+    for (int i = 0; i < N * K; i++) b[i] = (float)((r = r * 1103515245u + 12345u) >> 8) * 0x1p-24f - 0.5f;
+    contract_ws_t ws;
+    contract_ws_init(&ws);
+    const float_order_t r9 = {FLOAT_ORDER_RANDOM, 0, 9, 1};
+    perr_t err;
+    acc_t acc[2];
+    for (int threads = 1; threads <= 2; threads++) {
+        CHECK(!pool_set_threads(threads, &err), "%s", err.msg);
+        float_order_set(&r9);
+        contract(CONTRACT_NT, M, N, K, 4, 8, 8, a, K, b, K, c[threads - 1], N, &ws);
+        CHECK(!acc_init(&acc[threads - 1], (size_t)M * N), "acc_init");
+        contract_acc(CONTRACT_NT, M, N, K, 4, 8, 8, a, K, b, K, &acc[threads - 1], 0, N, &ws);
+        contract_acc(CONTRACT_NT, M, N, K, 4, 8, 8, b, K, a, K, &acc[threads - 1], 0, N, &ws);
+        float_order_set(NULL);
+    }
+    CHECK(!pool_set_threads(1, &err), "%s", err.msg);
+    contract(CONTRACT_NT, M, N, K, 4, 8, 8, a, K, b, K, c[2], N, &ws);
+    CHECK(!memcmp(c[0], c[1], sizeof(float) * M * N), "two threads changed random(9)+bf16's bits");
+    CHECK(memcmp(c[0], c[2], sizeof(float) * M * N), "random(9)+bf16 gave the exact bits");
+    float *g0 = malloc(sizeof(float) * M * N), *g1 = malloc(sizeof(float) * M * N);
+    acc_round(&acc[0], g0);
+    acc_round(&acc[1], g1);
+    CHECK(!memcmp(g0, g1, sizeof(float) * M * N), "two threads changed contract_acc's bits");
+    free(g0), free(g1), free(a), free(b);
+    for (int i = 0; i < 3; i++) free(c[i]);
+    acc_free(&acc[0]), acc_free(&acc[1]);
     contract_ws_free(&ws);
 }
 
@@ -472,6 +554,8 @@ int main(void) {
     }
     RUN(test_sum_trees);
     RUN(test_contract_trees);
+    RUN(test_accumulators);
+    RUN(test_pool_threads);
     RUN(test_names);
     head_dim = micro.hidden / micro.heads;
     golden = run(&micro, NULL, STEPS, NULL);

@@ -43,8 +43,9 @@
  *     running value per element, added to in the order the calls come
  *     (every kind is sequential here: no backend reorders its `+=`).
  *   - acc_add_rows (bias and LayerNorm gradients: a buffer of rows
- *     summed over tokens): each column's rows in the order, then added
- *     to the running value.
+ *     summed over tokens): each column's rows in the order (RANDOM: one
+ *     chunking for the call, drawn from its extents and first and last
+ *     terms), then added to the running value.
  *   - sacc_add, sacc_add_squares (the loss sum, the squared grad norm):
  *     the buffered terms (or their fp32 squares) in the order, then added
  *     to the running fp32 value.

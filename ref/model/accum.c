@@ -109,20 +109,39 @@ static void column_sums(double *sum, double *comp, double *err, const float *row
     fold_columns_dd(sum, comp, err, rows, (size_t)ld, nrows, w);
 }
 
-/* acc_add_rows under a float order: each column's nrows terms summed in
- * the order, then one fp32 addition to the running value. */
+/* acc_add_rows under a float order: the column sums over the rows in the
+ * order's tree (the row form, one tree for every column: RANDOM's cuts
+ * drawn from the call's extents and first terms), then one fp32 addition
+ * each to the running values. */
+typedef struct {
+    const float *rows;
+    int width, ld;
+} rows_leaf_t;
+
+static void row_leaf(void *ctx, int k, float *buf) {
+    const rows_leaf_t *r = ctx;
+    memcpy(buf, r->rows + (size_t)k * (size_t)r->ld, (size_t)r->width * sizeof(float));
+}
+
 static void add_rows_ordered(acc_t *a, const float_order_t *o, size_t offset, const float *rows,
                              int nrows, int width, int ld) {
-    float *col = malloc((width > 0 ? (size_t)width : 1) * sizeof(float));
-    if (!col) parity_fatal("acc_add_rows: out of memory for %d columns", width);
-    for (int c = 0; c < width; c++) col[c] = forder_sum(o, rows + c, (size_t)nrows, (size_t)ld);
-    acc_add(a, offset, col, (size_t)width);
-    free(col);
+    const size_t w = width > 0 ? (size_t)width : 1;
+    float *bufs = malloc((size_t)forder_rows_buffers(o, nrows) * w * sizeof(float));
+    if (!bufs) parity_fatal("acc_add_rows: out of memory for %d columns", width);
+    uint32_t first, last;
+    memcpy(&first, rows, sizeof first);
+    memcpy(&last, rows + (size_t)(nrows - 1) * (size_t)ld + (size_t)(width - 1), sizeof last);
+    const uint64_t key = forder_key(o, (uint64_t)nrows << 32 | (uint64_t)width,
+                                    (uint64_t)first | (uint64_t)last << 32);
+    const rows_leaf_t r = {rows, width, ld};
+    const float *sum = forder_sum_rows(o, key, nrows, (size_t)width, row_leaf, (void *)&r, bufs);
+    acc_add(a, offset, sum, (size_t)width);
+    free(bufs);
 }
 
 void acc_add_rows(acc_t *a, size_t offset, const float *rows, int nrows, int width, int ld) {
     const float_order_t *o = PLAIN ? NULL : forder_sums();
-    if (o && nrows > 1) {
+    if (o && nrows > 1 && width > 0) {
         add_rows_ordered(a, o, offset, rows, nrows, width, ld);
         return;
     }
