@@ -13,7 +13,8 @@
   - Capture on a tiny model named as parity's sites writes the expected
     tensor names and placements (Megatron styles on a dp x tp mesh, sp,
     a plan override, prefix and layer_offset), and its grad_input is
-    autograd's gradient of the unit's input.
+    autograd's gradient of the unit's input; logits, scalars and flat
+    shards get their placements, one device none.
 
 Run from the repository root: python3 tests/torch/test_parity_torch.py
 ($PARITY: the program, default build/parity). Prints
@@ -343,5 +344,53 @@ bad = {k: P.get(k) for k, v in expect.items() if P.get(k) != v}
 T.check("Capture: sp placements, the plan's override, the microbatch", not bad, str(bad))
 T.check("Capture: a microbatch's grad_input is its own gradient",
         np.array_equal(rf.tensors["step1.grad_input.layers.2@mb1"], seen[(1, 1)].numpy()))
+
+# logits, scalars and flat shards (what the backends in tests/torch/backends put)
+torch.manual_seed(0)
+model = Tiny()
+wr = RankWriter({"dp": 2, "tp": 2}, {"dp": 0, "tp": 1})
+cap = Capture(wr, model)
+cap.scalar("lr", 1e-3)  # no step yet: nothing written
+cap.step(0).microbatch(1, 2)
+cap.logits(torch.zeros(1, 4, 8))
+cap.microbatch(None)
+cap.logits(torch.zeros(2, 4, 16), vocab_parallel=False)
+cap.scalar("grad_norm", torch.tensor(1.5, dtype=torch.float64))
+members = [("layers.0.mlp.dense_h_to_4h.weight", model.layers[0].mlp.dense_h_to_4h.weight),
+           ("final_layernorm.bias", (8,))]
+cap.flat("exp_avg", 0, "b0", torch.arange(5.0), 250, members)
+cap.flat("param", -1, "b0", torch.arange(5.0), 0, members)
+try:
+    cap.flat("weights", 0, "b", torch.zeros(1), 0, members)
+    T.check("Capture.flat refuses an unknown kind", False, "nothing raised")
+except ValueError as e:
+    T.check("Capture.flat refuses an unknown kind", "'weights'" in str(e), str(e))
+rf = read_rank_file(wr.save(os.path.join(tmp, "extras.safetensors")))
+P = rf.placements
+T.check("Capture.logits: vocab-cut on tp, batch on dp, the microbatch's name",
+        P.get("step0.logits@mb1") == {"p": ["Shard(0)", "Shard(-1)"], "microbatch": [1, 2]}
+        and P.get("step0.logits") == {"p": ["Shard(0)", "Replicate()"]}, str(P.get("step0.logits@mb1")))
+T.check("Capture.scalar: float32 [1], replicated, only inside a step",
+        rf.tensors["step0.grad_norm"].dtype == np.float32 and rf.tensors["step0.grad_norm"].tolist() == [1.5]
+        and P["step0.grad_norm"] == {"p": ["Replicate()", "Replicate()"]}
+        and not any(n.endswith(".lr") for n in rf.tensors), str(sorted(rf.tensors)))
+fl = P.get("step0.exp_avg.flat.b0", {})
+T.check("Capture.flat: members named and placed as params() would, the buffer cut on dp",
+        fl.get("p") == ["Shard(0)", "Replicate()"] and fl.get("flat", {}).get("offset") == 250
+        and fl["flat"]["members"] == [
+            {"name": "step0.exp_avg.layers.0.mlp.dense_h_to_4h.weight", "shape": [32, 8],
+             "p": ["Replicate()", "Shard(0)"]},
+            {"name": "step0.exp_avg.final_layernorm.bias", "shape": [8], "p": ["Replicate()", "Replicate()"]}]
+        and "init.flat.b0" in rf.tensors, str(fl))
+wr = RankWriter({}, {})
+cap = Capture(wr, Tiny())
+cap.params(-1)
+cap.step(0)
+cap.loss(torch.tensor(2.0))
+cap.logits(torch.zeros(2, 4, 16))
+rf = read_rank_file(wr.save(os.path.join(tmp, "one.safetensors")))
+T.check("Capture on one device (mesh {}): no placement entries", rf.placements == {}
+        and {"init.final_layernorm.weight", "step0.loss", "step0.logits"} <= set(rf.tensors),
+        str(rf.placements))
 
 sys.exit(T.finish())

@@ -22,7 +22,12 @@ Capture(writer, model, plan=None, tp="tp", dp="dp", sp=False, acts="auto",
       grad.<param>, param.<param> (init.<param> for step -1),
       exp_avg.<param>, exp_avg_sq.<param>: cap.grads(s), cap.params(s),
                             cap.optimizer_state(opt, s);
-      input_ids, labels, loss: cap.batch(ids, labels), cap.loss(loss).
+      input_ids, labels, loss: cap.batch(ids, labels), cap.loss(loss);
+      logits                cap.logits(t) (vocabulary-cut on tp);
+      grad_norm, lr, ...    cap.scalar(what, v): one number, replicated;
+      <when>flat.<tag>      cap.flat(what, step, tag, data, offset, params):
+                            a ZeRO/FSDP flat-buffer shard of params, grads
+                            or AdamW state (RANKFILES.md "flat").
     The model's fqns are the tensor names after removing `prefix` (e.g.
     "module." of DDP) and adding `layer_offset` to the layer number (a
     pipeline stage holding layers 2..3 as layers.0..1 says 2).
@@ -280,6 +285,8 @@ class Capture:
         return "sequence" if self.sp else "replicate"
 
     def _p(self, tp_place, batch=False):
+        if not self.axes:
+            return None  # one device: the whole tensor, no placement entry
         out = []
         for a in self.axes:
             if a == self.tp:
@@ -402,6 +409,40 @@ class Capture:
         if labels is not None:
             self._put_act("labels", labels, p)
 
+    def logits(self, logits, vocab_parallel=True):
+        """step<s>.logits [B, T, V] of the current step (and microbatch): cut by
+        the vocabulary on tp (Megatron's parallel LM head; vocab_parallel=False:
+        each tp rank holds all of it), by the batch on dp."""
+        self._put_act("logits", logits, self._p("Shard(-1)" if vocab_parallel else "Replicate()",
+                                                batch=True))
+
+    def scalar(self, what, value):
+        """step<s>.<what>: one number every rank holds (grad_norm, lr), as a
+        float32 [1]; a rank that does not have it puts nothing."""
+        if self._step is None:
+            return
+        if torch.is_tensor(value):
+            value = value.detach().double().reshape(-1)[0].item()
+        self.w.put(f"step{self._step}.{what}", np.asarray([value], dtype=np.float32),
+                   p=self._p("Replicate()"))
+
+    def flat(self, what, step, tag, data, offset, params):
+        """A flat-buffer shard (ZeRO, FSDP1's FlatParameter): `data` (1-D) is
+        elements offset.. of the buffer that concatenates `params` (a list of
+        (fqn, parameter or local shape), in buffer order) flattened, padding
+        after the last allowed. what: "param" (step -1: init), "grad",
+        "exp_avg" or "exp_avg_sq"; the file's name is "<when>flat.<tag>",
+        the members' placements are their modules' (as params() puts them),
+        the buffer itself is cut on dp."""
+        if what not in ("param", "grad", "exp_avg", "exp_avg_sq"):
+            raise ValueError(f"Capture.flat: what {what!r}, expected param, grad, exp_avg or "
+                             f"exp_avg_sq")
+        when = "init." if step == -1 and what == "param" else f"step{int(step)}.{what}."
+        members = [(when + self.rename(n), tuple(t.shape) if torch.is_tensor(t) else tuple(t),
+                    self._param_p(n)) for n, t in params]
+        self.w.put_flat(f"{when}flat.{tag}", data.detach() if torch.is_tensor(data) else data,
+                        int(offset), members, p=self._p("Replicate()", batch=True))
+
     def loss(self, loss):
         """step<s>.loss: the rank's local mean loss, Partial(sum) x 1/dp over dp."""
         if self._step is None:
@@ -410,7 +451,7 @@ class Capture:
             raise ValueError("Capture.loss: the step's loss is one number; add up the "
                              "microbatches' losses and put it after cap.microbatch(None)")
         p = ["Partial(sum)" if a == self.dp and self.dp_size > 1 else "Replicate()"
-             for a in self.axes]
+             for a in self.axes] or None
         self.w.put(f"step{self._step}.loss", loss.detach().reshape(1), p=p,
                    scale=1.0 / self.dp_size if self.dp_size > 1 else None)
 

@@ -1,18 +1,14 @@
-"""common.py - what every backend shares: parity's inputs (initial
-weights, batches, dropout masks), the AdamW set-up and schedule, the
-distributed grad-norm clip, and the capture that writes rank files.
+"""common.py - what every backend shares and is not parity-specific:
+parity's inputs (the config, initial weights and batches of a `parity
+train --model gpt-micro --seed N --steps S --dump F` file, read with
+parity.rankfile.read_rank_file), the AdamW set-up and schedule, the
+distributed grad-norm clip and the training loop.
 
-Inputs come from a `parity train --model gpt-micro --seed N --steps S
---dump F` file: `init.<param>`, `step<s>.input_ids/labels`; dropout masks
-from parity.torch.dropout_mask when the package has it, else from the
-dump's `step<s>.mask.<site>` (the same bits; RANKFILES.md's judge checks
-the backend against parity's masks either way).
-
-Capture (`Capture`) is the parity-specific part of a backend: forward
-hooks on parity's site modules (`layers.0.mlp.dense_h_to_4h` ->
-`act.layers.0.mlp.dense_h_to_4h.output`), tensor hooks for the unit input
-gradients, and put_* calls for logits, loss, gradients, parameters and
-AdamW state, each with its placement over the mesh (RANKFILES.md).
+The parity-specific part of a backend is parity.torch's: a Capture (its
+hooks write the activations and unit input gradients, its calls the
+logits, loss, gradients, parameters and AdamW state, each with its
+placement) into a parity.rankfile.RankWriter, and model.py's dropouts,
+parity.torch.Dropout (parity's position-keyed masks).
 """
 import json
 import os
@@ -23,47 +19,34 @@ import torch.distributed as dist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-sys.path.insert(0, os.path.dirname(HERE))  # tests/torch: dumpio
 sys.path.insert(0, os.environ.get("PARITY_PYTHON", os.path.join(REPO, "ref", "python")))
 
-import dumpio  # noqa: E402
-from parity.rankfile import RankWriter  # noqa: E402
+from parity.rankfile import RankWriter, read_rank_file  # noqa: E402
+from parity.torch import Capture  # noqa: E402
 
 from model import Config  # noqa: E402
 
-SITES = ("input_layernorm", "self_attention.query_key_value", "self_attention.core_attention",
-         "self_attention.dense", "post_attention_layernorm", "mlp.dense_h_to_4h", "mlp.dense_4h_to_h")
-
 
 class Inputs:
-    """A parity dump's config, initial weights, batches and masks."""
+    """A parity dump's config, initial weights and batches."""
 
     def __init__(self, path):
-        self.t, meta = dumpio.load(path)
-        self.cfg = Config(json.loads(meta["config"]))
+        f = read_rank_file(path)
+        self.t = f.tensors
+        self.cfg = Config(json.loads(f.metadata["config"]))
         self.steps = 1 + max(int(k.split(".")[0][4:]) for k in self.t if k.startswith("step"))
-        try:
-            from parity.torch import dropout_mask
-            self._mask_fn = dropout_mask
-        except ImportError:
-            self._mask_fn = None
 
     def init(self, name):
-        return self.t["init." + name].clone()
+        return torch.from_numpy(self.t["init." + name].copy())
 
     def batch(self, s):
-        return self.t[f"step{s}.input_ids"].long(), self.t[f"step{s}.labels"].long()
+        return (torch.from_numpy(self.t[f"step{s}.input_ids"]).long(),
+                torch.from_numpy(self.t[f"step{s}.labels"]).long())
 
-    def mask(self, s, site, index):
-        """The keep mask (uint8) of slice `index` of site's global tensor at step s."""
-        full = self.t[f"step{s}.mask.{site}"]
-        if self._mask_fn is None:
-            return full[index]
-        layer, short = (int(site.split(".")[1]), site.split(".", 2)[2]) if site.startswith("layers.") \
-            else (None, site)
-        p = self.cfg.p_attn if short == "attention_dropout" else self.cfg.p_hidden
-        keep = self._mask_fn(self.cfg.seed, short, layer, s, tuple(full.shape), p, index)
-        return torch.from_numpy(keep.astype("uint8"))
+
+def capture(job, model, mesh, coords, **kw):
+    """parity.torch's Capture of `model` on this rank into a RankWriter."""
+    return Capture(RankWriter(mesh, coords, precision=job.precision), model, **kw)
 
 
 def decayed(name, p):
@@ -119,106 +102,20 @@ def clip_grads(cfg, params, counted, group=None, bugs=()):
     return norm
 
 
-class Capture:
-    """Writes one rank's tensors. mesh/coords: RANKFILES.md's; place(kind,
-    name) -> {axis: placement} for this backend's layout (kinds: "act",
-    "grad_input", "logits", "param"); axes not given are Replicate();
-    dp: the data-parallel axis name (acts are Shard(0) on it, grad_input
-    scaled by 1/dp) or None."""
-
-    def __init__(self, mesh, coords, place, precision, dp=None):
-        self.mesh, self.place, self.dp = mesh, place, dp
-        self.w = RankWriter(mesh, coords, precision=precision)
-        self.s, self.mb = -1, None
-
-    def _p(self, kind, name):
-        pl = dict(self.place(kind, name) or {})
-        if self.dp and kind in ("act", "grad_input", "logits"):
-            pl[self.dp] = "Shard(0)"
-        return [pl.get(a, "Replicate()") for a in self.mesh] if self.mesh else None
-
-    def put(self, kind, what, t, microbatched=True):
-        scale = None
-        if kind == "grad_input" and self.dp and self.mesh[self.dp] > 1:
-            scale = 1.0 / self.mesh[self.dp]
-        mb = self.mb if microbatched else None
-        self.w.put(f"step{self.s}.{what}", t.detach(), p=self._p(kind, what), microbatch=mb, scale=scale)
-
-    def hook(self, model):
-        """Forward hooks on parity's site modules, input-gradient hooks on
-        the layers and the head."""
-        def act(name):
-            return lambda mod, inp, out: self.put("act", f"act.{name}.output", out)
-
-        def grad_in(name):
-            def pre(mod, inp):
-                x = inp[0]
-                if x.requires_grad:
-                    mb = self.mb
-                    x.register_hook(lambda g: self._put_mb("grad_input", f"grad_input.{name}", g, mb))
-            return pre
-
-        for fqn, mod in model.named_modules():
-            parts = fqn.split(".")
-            if fqn == "embedding" and hasattr(mod, "dropout"):
-                mod.register_forward_hook(act(fqn))
-            elif fqn == "final_layernorm":
-                mod.register_forward_hook(act(fqn))
-                mod.register_forward_pre_hook(grad_in("head"))
-            elif len(parts) == 2 and parts[0] == "layers":
-                mod.register_forward_hook(act(fqn))
-                mod.register_forward_pre_hook(grad_in(fqn))
-            elif parts[0] == "layers" and ".".join(parts[2:]) in SITES:
-                mod.register_forward_hook(act(fqn))
-
-    def _put_mb(self, kind, what, t, mb):
-        keep, self.mb = self.mb, mb
-        try:
-            self.put(kind, what, t)
-        finally:
-            self.mb = keep
-
-    def params(self, named, s, when=None, grads=False):
-        """param.<name> (init.<name> for s == -1) or grad.<name> of every
-        (name, tensor) this rank holds."""
-        for n, p in named:
-            t = p.grad if grads else p
-            if t is None:
-                continue
-            key = f"init.{n}" if s < 0 else f"step{s}." + ("grad." if grads else "param.") + n
-            self.w.put(key, t.detach(), p=self._p("param", n))
-
-    def adam_state(self, named, opt, s):
-        state = getattr(opt, "optim", opt).state  # ZeroRedundancyOptimizer: this rank's shard
-        for n, p in named:
-            st = state.get(p, {})
-            for k in ("exp_avg", "exp_avg_sq"):
-                if k in st:
-                    self.w.put(f"step{s}.{k}.{n}", st[k], p=self._p("param", n))
-
-    def scalar(self, what, v):
-        self.w.put(f"step{self.s}.{what}", torch.tensor([float(v)], dtype=torch.float32))
-
-    def save(self, path):
-        self.w.save(path)
-
-
 # ------------------------------------------------------------------ a run
 
 class Job:
     """One training run on this rank: the inputs, precision ("fp32" or
     "bf16": torch.autocast to bf16), injected bugs, the output directory;
-    `step` and `rows` say what the dropout masks are drawn for."""
+    `rows`: the global batch rows of the current microbatch (the dropout
+    masks' index, model.GPT's rows())."""
 
     def __init__(self, dump, precision, bugs, out, rank, world):
         self.inputs = Inputs(dump)
         self.cfg = self.inputs.cfg
         self.precision, self.bugs, self.out = precision, set(bugs), out
         self.rank, self.world = rank, world
-        self.step, self.rows = 0, slice(0, self.cfg.B)
-
-    def masks(self, site, index):
-        return self.inputs.mask(self.step, site, index)
+        self.rows = slice(0, self.cfg.B)
 
     def autocast(self):
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.precision == "bf16")
@@ -236,56 +133,54 @@ def load_init(model, job, shard=None):
             p.copy_(shard(n, t) if shard else t)
 
 
-def train(job, cap, model, opt, named, *, net=None, dp=1, dp_rank=0, M=1, dp_group=None,
-          reduce=None, clip=None, sharded=None):
+def train(job, cap, model, opt, *, net=None, dp=1, dp_rank=0, M=1, reduce=None, clip=None,
+          sharded=None):
     """The training loop every non-pipelined backend runs: M microbatches
     a step (gradient accumulation), then `reduce()` (the backend's own
-    gradient reductions, if any), the clip, AdamW with the schedule.
-    named(): the (parity name, parameter) pairs this rank writes; net:
-    what the forward calls (a DDP wrapper of model; default model);
-    sharded: a ZeRO-3 backend's hooks (fsdp.Sharded: gather() before each
-    forward, reduce(m) after each backward, put(kind, s) for the rank's
-    flat shards of parameters, gradients and AdamW state)."""
+    gradient reductions, if any), the clip, AdamW with the schedule; `cap`
+    (parity.torch.Capture) writes the rank file. net: what the forward
+    calls (a DDP wrapper of model; default model); sharded: a ZeRO-3
+    backend's hooks (fsdp.Sharded: gather() before each forward, reduce(m)
+    after each backward, put(what, s) for the rank's flat shards of
+    parameters, gradients and AdamW state)."""
     cfg = job.cfg
-    cap.hook(model)
-    cap.params(named(), -1) if sharded is None else sharded.put("init", -1)
+    cap.params(-1) if sharded is None else sharded.put("param", -1)
     B_local = cfg.B // dp
     mb = B_local // M
     divide = 1 if "loss_not_divided" in job.bugs else M  # BUG: accumulated M times too large
     for s in range(job.inputs.steps):
-        cap.s, job.step = s, s
+        cap.step(s)
         ids, labels = job.inputs.batch(s)
         opt.zero_grad(set_to_none=True)
         total = torch.zeros(1, dtype=torch.float64)
         for m in range(M):
             r0 = dp_rank * B_local + m * mb
             job.rows = slice(r0, r0 + mb)
-            cap.mb = (m, M) if M > 1 else None
+            cap.microbatch(m if M > 1 else None, M)
             if sharded is not None:
                 sharded.gather()
             with job.autocast():
                 logits, loss = (net or model)(ids[job.rows], labels[job.rows])
-            cap.put("logits", "logits", logits)
+            cap.logits(logits)
             (loss / divide).backward()
             if sharded is not None:
                 sharded.reduce(m)
             total += loss.detach().double() / M
-        cap.mb = None
+        cap.microbatch(None)
         if reduce is not None:
             reduce()
-        if dp_group is not None:
-            dist.all_reduce(total, group=dp_group)
-        cap.scalar("loss", total.item() / dp)
-        cap.params(named(), s, grads=True) if sharded is None else sharded.put("grad", s)
+        cap.loss(total.float())  # this rank's mean loss: Partial(sum) x 1/dp on dp
+        cap.grads(s) if sharded is None else sharded.put("grad", s)
         norm = clip() if clip is not None else torch.nn.utils.clip_grad_norm_(
-            [p for _, p in named()], cfg.clip)
+            model.parameters(), cfg.clip)
         cap.scalar("grad_norm", norm)
         cap.scalar("lr", set_lr(opt, cfg, s))
         opt.step()
         if sharded is None:
-            cap.params(named(), s)
-            cap.adam_state(named(), opt, s)
+            cap.params(s)
+            cap.optimizer_state(opt, s)
         else:
             sharded.put("param", s)
-            sharded.put("state", s)
-    cap.save(job.path())
+            sharded.put("exp_avg", s)
+            sharded.put("exp_avg_sq", s)
+    cap.w.save(job.path())

@@ -8,7 +8,7 @@ common.param_groups take (adam_bc_off, wd_layernorm)."""
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import Capture, adamw, load_init, param_groups, train
+from common import adamw, capture, load_init, param_groups, train
 from model import GPT
 
 WORLD = 2
@@ -16,11 +16,11 @@ WORLD = 2
 
 def main(job):
     cfg, dp, r = job.cfg, job.world, job.rank
-    model = GPT(cfg, masks=job.masks, rows=lambda: job.rows)
+    model = GPT(cfg, rows=lambda: job.rows)
     load_init(model, job)
     ddp = DDP(model)
     opt = adamw(cfg, param_groups(model, job.bugs), job.bugs)
-    cap = Capture({"dp": dp}, {"dp": r}, lambda kind, name: None, job.precision, dp="dp")
+    cap = capture(job, model, {"dp": dp}, {"dp": r})  # parity
     kw = {}
     if "clip_before_reduce" in job.bugs:
         # BUG: DDP's reduction skipped (no_sync), each rank clips its own
@@ -35,8 +35,8 @@ def main(job):
         ddp_call = _NoSyncAlways(ddp)
     else:
         ddp_call = ddp
-    train(job, cap, model, opt, model.named_parameters, dp=dp, dp_rank=r,
-          M=cfg.B // dp // cfg.micro_batch, dp_group=dist.group.WORLD, net=ddp_call, **kw)
+    train(job, cap, model, opt, dp=dp, dp_rank=r, M=cfg.B // dp // cfg.micro_batch, net=ddp_call,
+          **kw)
 
 
 class _NoSyncAlways:

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from common import Capture, clip_grads, decayed, load_init, train
+from common import capture, clip_grads, decayed, load_init, train
 from model import GPT
 
 WORLD = 2
@@ -57,9 +57,6 @@ class Flat:
         dist.all_reduce(g)
         self.shard.grad += g[self.offset:self.offset + self.size] / (self.dp * divide)
 
-    def put(self, cap, when, t):
-        members = [(f"{when}{n}", tuple(p.shape), None) for n, p in self.members]
-        cap.w.put_flat(f"{when}flat.{self.tag}", t.detach(), self.offset, members, p=["Shard(0)"])
 
 
 class Sharded:
@@ -79,18 +76,12 @@ class Sharded:
         for f in self.flats:
             f.reduce(divide)
 
-    def put(self, kind, s):
+    def put(self, what, s):
+        """The rank's flat shards of `what` (param, grad, exp_avg, exp_avg_sq)."""
         for f in self.flats:
-            if kind == "init":
-                f.put(self.cap, "init.", f.shard)
-            elif kind == "grad":
-                f.put(self.cap, f"step{s}.grad.", f.shard.grad)
-            elif kind == "param":
-                f.put(self.cap, f"step{s}.param.", f.shard)
-            else:
-                st = self.opt.state[f.shard]
-                f.put(self.cap, f"step{s}.exp_avg.", st["exp_avg"])
-                f.put(self.cap, f"step{s}.exp_avg_sq.", st["exp_avg_sq"])
+            t = {"param": f.shard, "grad": f.shard.grad}.get(what)
+            t = self.opt.state[f.shard][what] if t is None else t
+            self.cap.flat(what, s, f.tag, t, f.offset, f.members)  # parity
 
     def zero_grad(self):
         for f in self.flats:
@@ -99,7 +90,7 @@ class Sharded:
 
 def main(job):
     cfg, dp, r = job.cfg, job.world, job.rank
-    model = GPT(cfg, masks=job.masks, rows=lambda: job.rows)
+    model = GPT(cfg, rows=lambda: job.rows)
     load_init(model, job)
     named = list(model.named_parameters())
     flats = [Flat("decay", [(n, p) for n, p in named if decayed(n, p)], dp, r),
@@ -107,10 +98,10 @@ def main(job):
     opt = torch.optim.AdamW([{"params": [flats[0].shard]},
                              {"params": [flats[1].shard], "weight_decay": 0.0}],
                             lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.wd)
-    cap = Capture({"dp": dp}, {"dp": r}, lambda kind, name: None, job.precision, dp="dp")
+    cap = capture(job, model, {"dp": dp}, {"dp": r})  # parity
     M = cfg.B // dp
     sharded = Sharded(flats, cap, opt, M, job.bugs)
     opt.zero_grad = lambda set_to_none=True: sharded.zero_grad()
     shards = [f.shard for f in flats]
-    train(job, cap, model, opt, lambda: [], dp=dp, dp_rank=r, M=M, dp_group=dist.group.WORLD,
-          sharded=sharded, clip=lambda: clip_grads(cfg, shards, lambda p: True, dist.group.WORLD, job.bugs))
+    train(job, cap, model, opt, dp=dp, dp_rank=r, M=M, sharded=sharded,
+          clip=lambda: clip_grads(cfg, shards, lambda p: True, dist.group.WORLD, job.bugs))

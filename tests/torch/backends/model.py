@@ -3,7 +3,8 @@ training code, with optional Megatron-style tensor parallelism.
 
 The formulas are gpt_ref.py's (pre-LN blocks, tanh GeLU, LayerNorm with
 eps inside the root, causal attention scaled by 1/sqrt(D), dropout on the
-attention probabilities and on both residual branches and the embedding,
+attention probabilities and on both residual branches and the embedding
+(parity.torch.Dropout: parity's masks),
 tied LM head, mean token loss); the code is what a user writes: nn.Linear
 shards, nn.LayerNorm, F.gelu, softmax. Module names are parity's sites
 (megatron-lm names), so forward hooks find `layers.0.mlp.dense_h_to_4h`.
@@ -27,6 +28,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+
+import parity.torch
 
 
 class Config:
@@ -190,33 +193,31 @@ class RowLinear(nn.Module):
         return from_row_output(F.linear(x, self.weight), self.par) + self.bias
 
 
-class Dropout(nn.Module):
-    """Dropout with parity's position-keyed masks: `masks(site, index)`
-    gives the keep mask of this rank's slice `index` of the site's global
-    tensor (set per step and microbatch by the training loop)."""
+class Dropout(parity.torch.Dropout):
+    """parity's dropout (its position-keyed masks; .step set by
+    Capture.step) on this rank's slice `where(x)` of the site's global
+    tensor: [B, H, T, T] attention probabilities, else [B, T, C]."""
 
-    def __init__(self, site, p, masks, where):
-        super().__init__()
-        self.site, self.p, self.masks, self.where = site, p, masks, where
-        self.scale = float(torch.tensor(1.0) / (1.0 - torch.tensor(p, dtype=torch.float32)))
+    def __init__(self, cfg, site, layer, where):
+        p = cfg.p_attn if site == "attention_dropout" else cfg.p_hidden
+        super().__init__(cfg.seed, site, layer, p)
+        self.where = where
+        self.shape = (cfg.B, cfg.H, cfg.T, cfg.T) if site == "attention_dropout" else (cfg.B, cfg.T, cfg.C)
 
     def forward(self, x):
-        if not self.training or self.p == 0.0:
-            return x
-        keep = self.masks(self.site, self.where(x))
-        return x * keep.to(x.dtype) * self.scale
+        return super().forward(x, self.where(x), self.shape)
 
 
 class Embedding(nn.Module):
     """Word (vocab-parallel under tp) plus position embedding, dropout."""
 
-    def __init__(self, cfg, par, masks, where):
+    def __init__(self, cfg, par, where):
         super().__init__()
         self.par, self.cfg = par, cfg
         self.v_lo = par.rank * (cfg.V // par.tp)
         self.word_embeddings = nn.Embedding(cfg.V // par.tp, cfg.C)
         self.position_embeddings = nn.Embedding(cfg.T, cfg.C)
-        self.dropout = Dropout("dropout.embedding", cfg.p_hidden, masks, where)
+        self.dropout = Dropout(cfg, "dropout.embedding", None, where)
 
     def forward(self, ids):  # ids [B, T] -> [B, T/tp or T, C]
         par = self.par
@@ -237,10 +238,10 @@ class CoreAttention(nn.Module):
     """Causal softmax attention over this rank's heads.
     qkv [B, T, 3C/tp] (Megatron row order) -> ctx [B, T, C/tp]."""
 
-    def __init__(self, cfg, heads, site, masks, where):
+    def __init__(self, cfg, heads, layer, where):
         super().__init__()
         self.heads, self.D = heads, cfg.D
-        self.dropout = Dropout(site, cfg.p_attn, masks, where)
+        self.dropout = Dropout(cfg, "attention_dropout", layer, where)
 
     def forward(self, qkv):
         B, T, _ = qkv.shape
@@ -253,13 +254,12 @@ class CoreAttention(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    def __init__(self, cfg, par, l, masks, where):
+    def __init__(self, cfg, par, l, where):
         super().__init__()
         C, tp = cfg.C, par.tp
         self.par = par
         self.query_key_value = ColumnLinear(C, 3 * C, par)
-        self.core_attention = CoreAttention(cfg, cfg.H // tp, f"layers.{l}.attention_dropout", masks,
-                                            where)
+        self.core_attention = CoreAttention(cfg, cfg.H // tp, l, where)
         self.dense = RowLinear(C, C, par)
 
     def forward(self, a):
@@ -277,15 +277,14 @@ class MLP(nn.Module):
 
 
 class Layer(nn.Module):
-    def __init__(self, cfg, par, l, masks, where):
+    def __init__(self, cfg, par, l, where):
         super().__init__()
         self.input_layernorm = nn.LayerNorm(cfg.C, eps=cfg.eps_ln)
-        self.self_attention = SelfAttention(cfg, par, l, masks, where)
-        self.attention_output_dropout = Dropout(f"layers.{l}.attention_output_dropout", cfg.p_hidden,
-                                                masks, where)
+        self.self_attention = SelfAttention(cfg, par, l, where)
+        self.attention_output_dropout = Dropout(cfg, "attention_output_dropout", l, where)
         self.post_attention_layernorm = nn.LayerNorm(cfg.C, eps=cfg.eps_ln)
         self.mlp = MLP(cfg, par)
-        self.mlp_output_dropout = Dropout(f"layers.{l}.mlp_output_dropout", cfg.p_hidden, masks, where)
+        self.mlp_output_dropout = Dropout(cfg, "mlp_output_dropout", l, where)
 
     def forward(self, x):  # [B, T/tp or T, C]
         x = x + self.attention_output_dropout(self.self_attention(self.input_layernorm(x)))
@@ -347,24 +346,23 @@ def _vocab_parallel_ce(z, labels, par, v_lo):
 class GPT(nn.Module):
     """The whole model, or a pipeline stage of it (`layers`: which layers
     this stage holds; `first`/`last`: whether it has the embedding / the
-    head). `masks(site, index)`: parity's dropout masks (Dropout);
-    `rows()`: the global batch rows of the current microbatch (the masks'
-    index)."""
+    head). `rows()`: the global batch rows of the current microbatch
+    (the dropout masks' index)."""
 
-    def __init__(self, cfg, par=NOPAR, masks=None, rows=None, layers=None, first=True, last=True):
+    def __init__(self, cfg, par=NOPAR, rows=None, layers=None, first=True, last=True):
         super().__init__()
         self.cfg, self.par = cfg, par
         self.first, self.last = first, last
         self.rows = rows
         if first:
-            self.embedding = Embedding(cfg, par, masks, self.where)
+            self.embedding = Embedding(cfg, par, self.where)
         elif last:
             # the last pipeline stage holds its own copy of the tied word
             # embedding (Megatron's), under the same name
             self.embedding = nn.Module()
             self.embedding.word_embeddings = nn.Embedding(cfg.V // par.tp, cfg.C)
         ls = range(cfg.L) if layers is None else layers
-        self.layers = nn.ModuleDict({str(l): Layer(cfg, par, l, masks, self.where) for l in ls})
+        self.layers = nn.ModuleDict({str(l): Layer(cfg, par, l, self.where) for l in ls})
         if last:
             self.final_layernorm = nn.LayerNorm(cfg.C, eps=cfg.eps_ln)
 

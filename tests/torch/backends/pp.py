@@ -14,7 +14,7 @@ microbatch i+1), tied_not_summed, loss_not_divided, norm_not_reduced."""
 import torch
 import torch.distributed as dist
 
-from common import Capture, adamw, clip_grads, load_init, param_groups, set_lr
+from common import adamw, capture, clip_grads, load_init, param_groups, set_lr
 from model import GPT
 
 WORLD = 2
@@ -40,30 +40,28 @@ def main(job, dp=1):
     stage, d = job.rank // dp, job.rank % dp
     pp_group, dp_group = groups(2, dp, job.rank)
     peer = job.rank + dp if stage == 0 else job.rank - dp
-    model = GPT(cfg, masks=job.masks, rows=lambda: job.rows, layers=[stage], first=stage == 0,
-                last=stage == 1)
+    model = GPT(cfg, rows=lambda: job.rows, layers=[stage], first=stage == 0, last=stage == 1)
     load_init(model, job)
-    named = model.named_parameters
     wte = model.embedding.word_embeddings.weight
     opt = adamw(cfg, param_groups(model, bugs), bugs)
     mesh, coords = {"pp": 2, "dp": dp}, {"pp": stage, "dp": d}
-    cap = Capture(mesh, coords, lambda kind, name: None, job.precision, dp="dp")
-    cap.hook(model)
-    cap.params(named(), -1)
+    cap = capture(job, model, mesh, coords)  # parity
+    cap.params(-1)  # parity
     B_local = cfg.B // dp
     M = B_local // cfg.micro_batch if dp == 1 else B_local  # microbatches of 1 under dp
     mb = B_local // M
     divide = 1 if "loss_not_divided" in bugs else M
     shape = (mb, cfg.T, cfg.C)
     for s in range(job.inputs.steps):
-        cap.s, job.step = s, s
+        cap.step(s)  # parity
         ids, labels = job.inputs.batch(s)
         opt.zero_grad(set_to_none=True)
         kept, total = [], torch.zeros(1, dtype=torch.float64)
         for i in range(M):
             m = (i + 1) % M if stage == 1 and "wrong_microbatch" in bugs else i  # BUG: off by one
             r0 = d * B_local + m * mb
-            job.rows, cap.mb = slice(r0, r0 + mb), (m, M)
+            job.rows = slice(r0, r0 + mb)
+            cap.microbatch(m, M)  # parity
             with job.autocast():
                 if stage == 0:
                     x = model(ids[job.rows])
@@ -74,7 +72,7 @@ def main(job, dp=1):
                     dist.recv(x, peer)
                     x.requires_grad_(True)
                     logits, loss = model(x, labels[job.rows])
-                    cap.put("logits", "logits", logits)
+                    cap.logits(logits)  # parity
                     total += loss.detach().double() / M
                     kept.append((x, loss))
         for i in range(M):
@@ -86,22 +84,21 @@ def main(job, dp=1):
                 g = torch.empty(shape)
                 dist.recv(g, peer)
                 kept[i].backward(g.to(kept[i].dtype))
-        cap.mb = None
+        cap.microbatch(None)  # parity
         if "tied_not_summed" not in bugs:  # BUG: each stage keeps its own share of the tied gradient
             dist.all_reduce(wte.grad, group=pp_group)
         if dp_group is not None:
             for p in model.parameters():
                 dist.all_reduce(p.grad, group=dp_group)
                 p.grad /= dp
-            dist.all_reduce(total, group=dp_group)
         if stage == 1:
-            cap.scalar("loss", total.item() / dp)
-        cap.params(named(), s, grads=True)
+            cap.loss(total.float())  # parity
+        cap.grads(s)  # parity
         norm = clip_grads(cfg, list(model.parameters()), lambda p: stage == 0 or p is not wte,
                           pp_group, bugs)
-        cap.scalar("grad_norm", norm)
-        cap.scalar("lr", set_lr(opt, cfg, s))
+        cap.scalar("grad_norm", norm)  # parity
+        cap.scalar("lr", set_lr(opt, cfg, s))  # parity
         opt.step()
-        cap.params(named(), s)
-        cap.adam_state(named(), opt, s)
-    cap.save(job.path())
+        cap.params(s)  # parity
+        cap.optimizer_state(opt, s)  # parity
+    cap.w.save(job.path())  # parity

@@ -13,7 +13,7 @@ Bugs: row_bwd_no_allreduce (tp_nosp.py), sp_allreduce, vocab_pad,
 same_dropout_mask, norm_not_reduced (model.py, common.clip_grads)."""
 import torch.distributed as dist
 
-from common import Capture, adamw, clip_grads, load_init, param_groups, train
+from common import adamw, capture, clip_grads, load_init, param_groups, train
 from model import GPT, Par
 
 WORLD = 2
@@ -28,16 +28,9 @@ def tp_dim(name):
     return 1 if name.endswith(ROW) else None
 
 
-def place(sp):
-    """Placements on the tp axis (Capture's place)."""
-    def p(kind, name):
-        if kind == "param":
-            d = tp_dim(name)
-            return {} if d is None else {"tp": f"Shard({d})"}
-        if kind == "logits" or any(c in name for c in COLUMN) or "core_attention" in name:
-            return {"tp": "Shard(2)"}
-        return {"tp": "Shard(1)"} if sp else {}
-    return p
+# parity.torch.Capture's plan: its Megatron defaults (by the module names)
+# and the vocab-parallel word embedding
+PLAN = {"embedding.word_embeddings": "vocab"}
 
 
 def build(job, group, rank, tp, sp):
@@ -45,7 +38,7 @@ def build(job, group, rank, tp, sp):
     reduction over tp and the clip: (model, opt, reduce, clip)."""
     cfg = job.cfg
     par = Par(group, tp, rank, sp, job.bugs)
-    model = GPT(cfg, par, masks=job.masks, rows=lambda: job.rows)
+    model = GPT(cfg, par, rows=lambda: job.rows)
 
     def shard(name, t):
         d = tp_dim(name)
@@ -68,6 +61,5 @@ def build(job, group, rank, tp, sp):
 
 def main(job, sp=True):
     model, opt, reduce, clip = build(job, dist.group.WORLD, job.rank, job.world, sp)
-    cap = Capture({"tp": job.world}, {"tp": job.rank}, place(sp), job.precision)
-    train(job, cap, model, opt, model.named_parameters, M=job.cfg.B // job.cfg.micro_batch,
-          reduce=reduce, clip=clip)
+    cap = capture(job, model, {"tp": job.world}, {"tp": job.rank}, sp=sp, plan=PLAN)  # parity
+    train(job, cap, model, opt, M=job.cfg.B // job.cfg.micro_batch, reduce=reduce, clip=clip)

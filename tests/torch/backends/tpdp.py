@@ -4,7 +4,7 @@ gradients after backward (Megatron's data-parallel all-reduce)."""
 import torch.distributed as dist
 
 import tp as tpmod
-from common import Capture, train
+from common import capture, train
 
 WORLD = 4
 
@@ -21,6 +21,6 @@ def main(job, sp=True):
         for p in model.parameters():
             dist.all_reduce(p.grad, group=dp_groups[t])
             p.grad /= D
-    cap = Capture({"dp": D, "tp": T}, {"dp": d, "tp": t}, tpmod.place(sp), job.precision, dp="dp")
-    train(job, cap, model, opt, model.named_parameters, dp=D, dp_rank=d,
-          M=job.cfg.B // D // job.cfg.micro_batch, dp_group=dp_groups[t], reduce=reduce, clip=clip)
+    cap = capture(job, model, {"dp": D, "tp": T}, {"dp": d, "tp": t}, sp=sp, plan=tpmod.PLAN)  # parity
+    train(job, cap, model, opt, dp=D, dp_rank=d, M=job.cfg.B // D // job.cfg.micro_batch,
+          reduce=reduce, clip=clip)
