@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "parity/error.h"
+#include "parity/float_order.h"
 #include "parity/oracle.h"
 #include "parity/safetensors.h"
 
@@ -110,6 +111,15 @@ judge_class_t judge_class_of(const char *full_name);
  * has a scale. 0 for integer tensors (they must be exact). */
 double judge_tensor_ulp(const st_tensor_t *g, const void *gd);
 
+/* The envelope's float orders (envelope.c): the first k of sequential,
+ * pairwise, reversed, grouped(g) for each distinct mesh degree g > 1 of
+ * the files, random(1), random(2), ...; each with bf16 when the files'
+ * parity.precision is bf16. orders[k]; returns k. */
+int judge_envelope_orders(const judge_set_t *s, int k, float_order_t *orders);
+/* max |w's tensor t->name - ref| over its elements (ref: t's shape and
+ * dtype); 0 when w does not hold it or a difference is not finite. */
+double judge_spread(const judge_tensor_t *t, const st_writer_t *w, const void *ref);
+
 /* What the user asked for. */
 typedef struct {
     char *pattern;
@@ -132,6 +142,14 @@ typedef struct {
     int envelope_runs;          /* --envelope-runs K */
 } judge_opts_t;
 #define JUDGE_DEFAULT_MULTIPLE 32.0
+#define JUDGE_DEFAULT_ENVELOPE_RUNS 8
+
+/* The trajectory envelope: env[i] = tensor i's largest |run - golden| over
+ * op->envelope_runs golden runs of o's model (every step the golden run
+ * holds) under judge_envelope_orders. All 0 (the floor) for a golden run
+ * from a dump file. 0, or -1 with err set. */
+int judge_envelope_trajectory(const judge_set_t *s, oracle_t *o, const judge_opts_t *op,
+                              double *env, perr_t *err);
 
 /* One tensor's judgment. */
 typedef struct {

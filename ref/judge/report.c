@@ -290,6 +290,8 @@ static void json_tensor(FILE *f, const judge_set_t *s, const judge_verdict_t *x,
     }
     fprintf(f, ", \"local\": {\"verdict\": \"%s\", \"ratio\": ", l->beyond ? "beyond" : "within");
     jnum(f, l->ratio);
+    fprintf(f, ", \"envelope\": ");
+    jnum(f, l->envelope);
     fprintf(f, ", \"floor\": ");
     jnum(f, l->floor);
     fprintf(f, ", \"deviation\": ");
