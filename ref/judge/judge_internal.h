@@ -82,6 +82,8 @@ typedef struct {
     int32_t *copies;            /* [numel] how many copies */
     int32_t *mb;                /* [numel] the worst copy's microbatch (-1: none) */
     unsigned char *masked;      /* [numel] 1: skipped (--mask) */
+    unsigned char *ill;         /* [numel] or NULL: 1: an ill-conditioned update, skipped by
+                                   the trajectory (judge_ill_conditioned) */
 } judge_tensor_t;
 
 /* The whole set of rank files reassembled against the golden tensors. */
@@ -162,7 +164,7 @@ typedef struct {
     int beyond;
     uint64_t first;             /* first element beyond (flat), when beyond */
     uint64_t worst;             /* the element of dev */
-    uint64_t nbeyond, nmissing, nmasked;
+    uint64_t nbeyond, nmissing, nmasked, nill;
     uint64_t elem_ulp;          /* ulps of the element `first` (or worst), float32 */
 } judge_verdict_t;
 
@@ -170,6 +172,21 @@ typedef struct {
  * set's order. envelope[i]: tensor i's spread (0: none measured). */
 int judge_verdicts(const judge_set_t *s, const judge_opts_t *op, const double *envelope,
                    judge_verdict_t *v, perr_t *err);
+
+/* AdamW's update is ill-conditioned where the gradient is within its
+ * envelope of 0: at step 0 it is lr x sign(g), so a legitimate float
+ * difference in a gradient next to 0 flips the update by 2 lr, and the
+ * parameter keeps that difference in every later step. The float-order
+ * runs sample such a flip only by chance; no envelope of a few runs
+ * covers it. So for each parameter the elements whose golden gradient at
+ * some step <= S is within grad's tolerance (its multiple x its envelope)
+ * of 0 are skipped by the trajectory's verdicts of step S's param.,
+ * exp_avg. and exp_avg_sq. (counted, reported), and only there: the local
+ * judgment recomputes those updates exactly from the backend's own
+ * gradients, so a wrong update is still caught. Needs the gradients in
+ * the rank files (a parameter without them is judged whole). env: the
+ * trajectory envelopes. 0, or -1 when out of memory. */
+int judge_ill_conditioned(judge_set_t *s, const judge_opts_t *op, const double *env, perr_t *err);
 
 /* One tensor's judgment against the reference t->gd (the golden run's,
  * or the teacher-forced step's); x->tensor is left 0. */
