@@ -254,7 +254,7 @@ int cmd_judge(int argc, char **argv) {
     if (!v || !order) goto oom;
     if (!(env = calloc((size_t)s.nt, sizeof *env))) goto oom;
     if (judge_envelope_trajectory(&s, o, &op, env, &err) ||
-        judge_ill_conditioned(&s, &op, env, &err) || judge_verdicts(&s, &op, env, v, &err))
+        judge_ill_conditioned(&s, env, &err) || judge_verdicts(&s, &op, env, v, &err))
         goto fail;
     /* the local judgment needs the model and its text: not from a dump */
     if (!a.golden && (!(local = calloc((size_t)s.nt, sizeof *local)) || judge_local(&s, o, &op, local, &err)))

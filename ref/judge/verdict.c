@@ -126,11 +126,11 @@ static int64_t step_of(const char *name) {
     return strncmp(name, "step", 4) ? -1 : strtoll(name + 4, NULL, 10);
 }
 
-int judge_ill_conditioned(judge_set_t *s, const judge_opts_t *op, const double *env, perr_t *err) {
+int judge_ill_conditioned(judge_set_t *s, const double *env, perr_t *err) {
     for (int i = 0; i < s->nt; i++) {
         judge_tensor_t *t = &s->t[i];
         const judge_class_t c = judge_class_of(t->name);
-        if ((c != JC_PARAM && c != JC_EXP_AVG && c != JC_EXP_AVG_SQ) || t->g.dtype != ST_F32)
+        if (c != JC_PARAM || t->g.dtype != ST_F32) /* the moments are linear in g: no flip */
             continue;
         const int64_t step = step_of(t->name);
         const char *w = strchr(t->name, '.'), *p = w ? strchr(w + 1, '.') : NULL;
@@ -145,7 +145,7 @@ int judge_ill_conditioned(judge_set_t *s, const judge_opts_t *op, const double *
                 gt->g.dtype != ST_F32)
                 continue;
             const double fl = judge_tensor_ulp(&gt->g, gt->gd);
-            const double tol = multiple_for(op, gt->name, JC_GRAD) * (env[j] > fl ? env[j] : fl);
+            const double tol = JUDGE_ILL_ENVELOPES * (env[j] > fl ? env[j] : fl);
             const float *g = gt->gd;
             for (uint64_t e = 0; e < t->numel; e++) {
                 if (!(fabs((double)g[e]) <= tol)) continue;
