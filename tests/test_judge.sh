@@ -63,12 +63,13 @@ r = json.load(open(sys.argv[1]))
 f = r["first_divergence"]
 assert f["tensor"] == "step0.grad.layers.1.mlp.dense_h_to_4h.weight" and f["index"] == [32, 5], f
 assert f["rank"] == 3 and f["coords"] == "dp=1,tp=1" and f["trajectory_ratio"] > 32, f
-# the ratio is what the numbers say: deviation over the floor
-assert abs(f["trajectory_ratio"] - f["deviation"] / f["floor"]) <= 1e-9 * f["trajectory_ratio"]
+# the ratio is what the numbers say: deviation over the envelope (at least the floor)
+scale = max(f["envelope"], f["floor"])
+assert abs(f["trajectory_ratio"] - f["deviation"] / scale) <= 1e-9 * f["trajectory_ratio"]
 assert abs(f["deviation"] - abs(f["got"] - f["want"])) == 0
 PY
-then ok "--report names the same divergence, ratio = deviation / floor"
-else fail "--report names the same divergence, ratio = deviation / floor"; fi
+then ok "--report names the same divergence, ratio = deviation / max(envelope, floor)"
+else fail "--report names the same divergence, ratio = deviation / max(envelope, floor)"; fi
 judge --golden "$tmp/golden.safetensors" "$tmp"/bad/rank*.safetensors --multiple 1e9
 expect "--multiple above the ratio passes it" 0 "verdict: WITHIN"
 judge --golden "$tmp/golden.safetensors" "$tmp"/bad/rank*.safetensors --tolerance grad=1e9
@@ -105,6 +106,50 @@ cut flat perturb:3:step1.flat_grads.layers.0:0:1.5
 judge --golden "$tmp/golden.safetensors" "$tmp"/flat/rank*.safetensors
 expect "a flat buffer's element: named in its member, at its rank" 1 \
   "FIRST DIVERGENCE step1.grad.layers.0." "rank 3 (dp=1,tp=1"
+
+# --- the envelope: parity's own float-order runs ----------------------------
+# a golden run in a float order the envelope does not run (random(99)),
+# cut as a correct backend writes it: every tensor within the envelope
+# (trajectory and local), and a summed tensor's envelope above its floor
+LIB=${BUILD:-$(dirname "$PARITY")}/libparity.so
+if "$PY" "$(dirname "$CUT")/order_dump.py" "$LIB" "random(99)" "$tmp/order.safetensors" \
+     --model gpt-micro --steps 2 >"$tmp/order.log" 2>&1; then
+  mkdir -p "$tmp/fo" && "$PY" "$CUT" "$tmp/order.safetensors" "$tmp/fo"
+  judge --model gpt-micro "$tmp"/fo/rank*.safetensors --report "$tmp/fo.json"
+  expect "a float-order run's own tensors judge within the envelope" 0 "verdict: WITHIN" \
+    "over 8 float-order runs" "grouped(2)"
+  if "$PY" - "$tmp/fo.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+ts = {t["tensor"]: t for t in r["tensors"]}
+w = ts["step0.grad.layers.0.mlp.dense_h_to_4h.weight"]   # a sum over every token
+assert w["envelope"] > w["floor"] and w["deviation"] > 0, w
+assert w["local"]["envelope"] > w["local"]["floor"], w["local"]
+assert max(t["trajectory_ratio"] for t in r["tensors"]) > 0   # the run does differ
+PY
+  then ok "a summed tensor's envelope is above its floor (trajectory and local)"
+  else fail "a summed tensor's envelope is above its floor (trajectory and local)"; fi
+  judge --model gpt-micro --envelope-runs 0 "$tmp"/fo/rank*.safetensors --report "$tmp/fo0.json"
+  if "$PY" - "$tmp/fo.json" "$tmp/fo0.json" <<'PY'
+import json, sys
+k8, k0 = (json.load(open(p)) for p in sys.argv[1:])
+a = {t["tensor"]: t for t in k8["tensors"]}
+b = {t["tensor"]: t for t in k0["tensors"]}
+n = "step0.grad.layers.0.mlp.dense_h_to_4h.weight"
+assert k0["envelope_runs"] == 0 and b[n]["envelope"] == 0, b[n]
+# the floor alone is the smaller scale: every ratio at least the envelope's
+assert all(b[k]["trajectory_ratio"] >= a[k]["trajectory_ratio"] for k in a), n
+assert b[n]["trajectory_ratio"] > a[n]["trajectory_ratio"], (a[n], b[n])
+PY
+  then ok "--envelope-runs 0: the floor alone, every ratio at least the envelope's"
+  else fail "--envelope-runs 0: the floor alone, every ratio at least the envelope's"; fi
+else
+  fail "order_dump.py random(99): $(tail -3 "$tmp/order.log")"
+fi
+judge --model gpt-micro --envelope-runs x "$tmp"/ok/rank*.safetensors
+expect "bad input: --envelope-runs x" 2 "--envelope-runs"
+judge --model gpt-micro --envelope-runs 2 --envelope-runs 3 "$tmp"/ok/rank*.safetensors
+expect "bad input: --envelope-runs twice" 2 "--envelope-runs given twice"
 
 # --- bad input: exit 2, the file and the field named ------------------------
 bad_case() { # NAME PATTERN EDIT...

@@ -21,7 +21,8 @@ enum { MAX_ARGS = 256 };
 static void usage(FILE *f) {
     fputs("usage: parity judge [--model NAME|FILE.json [model overrides] | --golden DUMP]\n"
           "                    [--multiple M] [--tolerance CLASS=M,...] [--tolerance-for GLOB=M]\n"
-          "                    [--mask 'NAME[i,j,..]=reason'] [--report FILE.json] RANKFILE...\n"
+          "                    [--mask 'NAME[i,j,..]=reason'] [--envelope-runs K] [--report FILE.json]\n"
+          "                    RANKFILE...\n"
           "  Judges a backend's rank files (one safetensors file per rank, format in\n"
           "  ref/judge/RANKFILES.md) against parity's golden run of the same model:\n"
           "  reassembles every tensor over the mesh and compares it with the golden one.\n"
@@ -37,7 +38,13 @@ static void usage(FILE *f) {
           "  --mask 'N[i,j]=why'  skip one element (flat index N[k] or one per axis), listed\n"
           "                       in the report with the reason\n"
           "  --report FILE.json   every number, as JSON (written atomically)\n"
-          "  The envelope is one ulp of each tensor's largest golden magnitude (the floor).\n"
+          "  --envelope-runs K    the float-order runs the envelope is measured over\n"
+          "                       (default 8; 0: the floor only)\n"
+          "  Each tensor's envelope is its largest |run - reference| over K legitimate float\n"
+          "  executions parity runs itself (sequential, pairwise, reversed, grouped by each\n"
+          "  mesh degree, random chunkings; bf16-rounded when parity.precision is bf16):\n"
+          "  golden runs for the trajectory, teacher-forced steps for the local judgment;\n"
+          "  never less than one ulp of the tensor's largest golden magnitude.\n"
           "exit status: 0 within tolerance, 1 beyond, 2 bad input\n",
           f);
 }
@@ -146,7 +153,8 @@ static int parse_args(int argc, char **argv, args_t *a, judge_opts_t *op) {
         }
         const int ours = !strcmp(f, "--golden") || !strcmp(f, "--report") ||
                          !strcmp(f, "--multiple") || !strcmp(f, "--tolerance") ||
-                         !strcmp(f, "--tolerance-for") || !strcmp(f, "--mask");
+                         !strcmp(f, "--tolerance-for") || !strcmp(f, "--mask") ||
+                         !strcmp(f, "--envelope-runs");
         /* the oracle's own flags, then parity train's model overrides (model_flags.h) */
         const int oracle_flag = !strcmp(f, "--model") || !strcmp(f, "--config") ||
                                 !strcmp(f, "--backend") || !strcmp(f, "--data") ||
@@ -166,7 +174,8 @@ static int parse_args(int argc, char **argv, args_t *a, judge_opts_t *op) {
         /* a flag given twice is refused, never "the last one wins" (--tolerance-for
          * and --mask add one each) */
         const int once = !strcmp(f, "--golden") ? 1 : !strcmp(f, "--report") ? 2
-                         : !strcmp(f, "--multiple") ? 4 : !strcmp(f, "--tolerance") ? 8 : 0;
+                         : !strcmp(f, "--multiple") ? 4 : !strcmp(f, "--tolerance") ? 8
+                         : !strcmp(f, "--envelope-runs") ? 16 : 0;
         if (a->seen & once) return bad("%s given twice%s", f, "");
         a->seen |= once;
         if (!strcmp(f, "--golden")) a->golden = v, pio_note_input(v, "--golden");
@@ -174,6 +183,11 @@ static int parse_args(int argc, char **argv, args_t *a, judge_opts_t *op) {
         else if (!strcmp(f, "--multiple")) {
             if (num_parse_double("--multiple", v, 0, 1e300, &op->multiple, &e) || !(op->multiple > 0))
                 return bad("--multiple: expected a number > 0, got '%s'%s", v, "");
+        } else if (!strcmp(f, "--envelope-runs")) {
+            long long k;
+            if (num_parse_int("--envelope-runs", v, 0, 1000, &k, &e))
+                return bad("--envelope-runs: expected a whole number 0 to 1000, got '%s'%s", v, "");
+            op->envelope_runs = (int)k;
         } else if (!strcmp(f, "--tolerance")) {
             if (parse_tolerance(v, op)) return 2;
         } else if (!strcmp(f, "--tolerance-for")) {
@@ -189,14 +203,35 @@ static int parse_args(int argc, char **argv, args_t *a, judge_opts_t *op) {
     return 0;
 }
 
+/* What the envelope is, for the report's first lines: its float orders. */
+static void envelope_what(const judge_set_t *s, const judge_opts_t *op, int from_dump, char *buf,
+                          size_t cap) {
+    float_order_t orders[64];
+    const int k = judge_envelope_orders(s, op->envelope_runs < 64 ? op->envelope_runs : 64, orders);
+    size_t n = (size_t)snprintf(buf, cap, "the largest |run - reference| over %d float-order run%s "
+                                "(%s", op->envelope_runs, op->envelope_runs == 1 ? "" : "s",
+                                from_dump ? "local only: the trajectory's golden run is a dump" :
+                                "trajectory: golden runs; local: forced steps");
+    for (int i = 0; i < k && n < cap; i++) {
+        char o[64];
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : ": ",
+                              float_order_name(&orders[i], o, sizeof o));
+    }
+    if (n < cap)
+        snprintf(buf + n, cap - n, "%s), at least one ulp of the tensor's largest golden magnitude",
+                 op->envelope_runs > 64 ? ", ..." : "");
+}
+
 int cmd_judge(int argc, char **argv) {
     cli_name = "parity judge";
-    judge_opts_t op = {.multiple = JUDGE_DEFAULT_MULTIPLE};
+    judge_opts_t op = {.multiple = JUDGE_DEFAULT_MULTIPLE,
+                       .envelope_runs = JUDGE_DEFAULT_ENVELOPE_RUNS};
     args_t a = {0};
     judge_set_t s = {0};
     oracle_t *o = NULL;
     judge_verdict_t *v = NULL, *local = NULL;
     int *order = NULL;
+    double *env = NULL;
     perr_t err;
     int rc;
     if (!(a.files = calloc((size_t)argc, sizeof *a.files))) return bad("%s%s", "out of memory", "");
@@ -217,15 +252,18 @@ int cmd_judge(int argc, char **argv) {
     v = calloc((size_t)s.nt, sizeof *v);
     order = calloc((size_t)s.nt, sizeof *order);
     if (!v || !order) goto oom;
-    if (judge_verdicts(&s, &op, NULL, v, &err)) goto fail;
+    if (!(env = calloc((size_t)s.nt, sizeof *env))) goto oom;
+    if (judge_envelope_trajectory(&s, o, &op, env, &err) ||
+        judge_ill_conditioned(&s, env, &err) || judge_verdicts(&s, &op, env, v, &err))
+        goto fail;
     /* the local judgment needs the model and its text: not from a dump */
     if (!a.golden && (!(local = calloc((size_t)s.nt, sizeof *local)) || judge_local(&s, o, &op, local, &err)))
         goto fail;
     judge_exec_order(&s, order);
-    const char *env = "the floor: one ulp of each tensor's largest golden magnitude (no float-order "
-                      "runs)";
-    judge_print(stdout, &s, &op, v, local, order, env);
-    if (a.report && judge_write_json(a.report, &s, &op, v, local, order, env, &err)) goto fail;
+    char what[512];
+    envelope_what(&s, &op, a.golden != NULL, what, sizeof what);
+    judge_print(stdout, &s, &op, v, local, order, what);
+    if (a.report && judge_write_json(a.report, &s, &op, v, local, order, what, &err)) goto fail;
     rc = 0;
     for (int i = 0; i < s.nt; i++) rc |= v[i].beyond || (local && local[i].tensor >= 0 && local[i].beyond);
     goto done;
@@ -236,6 +274,7 @@ fail:
     rc = 2;
 done:
     free(v);
+    free(env);
     free(local);
     free(order);
     oracle_close(o);

@@ -330,6 +330,7 @@ int judge_assemble_against(judge_set_t *s, const judge_tensor_t *t, const void *
                            judge_tensor_t *out, perr_t *err) {
     *out = *t;
     out->gd = ref;
+    out->ill = NULL; /* the local judgment judges every update (judge_ill_conditioned) */
     if (tensor_arrays(out)) {
         tensor_arrays_free(out);
         return FAIL("judge: out of memory");
@@ -343,7 +344,7 @@ void judge_set_free(judge_set_t *s) {
     for (int i = 0; i < s->nt; i++) {
         judge_tensor_t *t = &s->t[i];
         tensor_arrays_free(t);
-        free(t->name), free(t->masked);
+        free(t->name), free(t->masked), free(t->ill);
     }
     free(s->t);
     for (int i = 0; i < s->nfiles; i++) judge_file_close(&s->files[i]);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "parity/error.h"
+#include "parity/float_order.h"
 #include "parity/oracle.h"
 #include "parity/safetensors.h"
 
@@ -81,6 +82,8 @@ typedef struct {
     int32_t *copies;            /* [numel] how many copies */
     int32_t *mb;                /* [numel] the worst copy's microbatch (-1: none) */
     unsigned char *masked;      /* [numel] 1: skipped (--mask) */
+    unsigned char *ill;         /* [numel] or NULL: 1: an ill-conditioned update, skipped by
+                                   the trajectory (judge_ill_conditioned) */
 } judge_tensor_t;
 
 /* The whole set of rank files reassembled against the golden tensors. */
@@ -110,6 +113,15 @@ judge_class_t judge_class_of(const char *full_name);
  * has a scale. 0 for integer tensors (they must be exact). */
 double judge_tensor_ulp(const st_tensor_t *g, const void *gd);
 
+/* The envelope's float orders (envelope.c): the first k of sequential,
+ * pairwise, reversed, grouped(g) for each distinct mesh degree g > 1 of
+ * the files, random(1), random(2), ...; each with bf16 when the files'
+ * parity.precision is bf16. orders[k]; returns k. */
+int judge_envelope_orders(const judge_set_t *s, int k, float_order_t *orders);
+/* max |w's tensor t->name - ref| over its elements (ref: t's shape and
+ * dtype); 0 when w does not hold it or a difference is not finite. */
+double judge_spread(const judge_tensor_t *t, const st_writer_t *w, const void *ref);
+
 /* What the user asked for. */
 typedef struct {
     char *pattern;
@@ -132,6 +144,14 @@ typedef struct {
     int envelope_runs;          /* --envelope-runs K */
 } judge_opts_t;
 #define JUDGE_DEFAULT_MULTIPLE 32.0
+#define JUDGE_DEFAULT_ENVELOPE_RUNS 8
+
+/* The trajectory envelope: env[i] = tensor i's largest |run - golden| over
+ * op->envelope_runs golden runs of o's model (every step the golden run
+ * holds) under judge_envelope_orders. All 0 (the floor) for a golden run
+ * from a dump file. 0, or -1 with err set. */
+int judge_envelope_trajectory(const judge_set_t *s, oracle_t *o, const judge_opts_t *op,
+                              double *env, perr_t *err);
 
 /* One tensor's judgment. */
 typedef struct {
@@ -144,7 +164,7 @@ typedef struct {
     int beyond;
     uint64_t first;             /* first element beyond (flat), when beyond */
     uint64_t worst;             /* the element of dev */
-    uint64_t nbeyond, nmissing, nmasked;
+    uint64_t nbeyond, nmissing, nmasked, nill;
     uint64_t elem_ulp;          /* ulps of the element `first` (or worst), float32 */
 } judge_verdict_t;
 
@@ -152,6 +172,26 @@ typedef struct {
  * set's order. envelope[i]: tensor i's spread (0: none measured). */
 int judge_verdicts(const judge_set_t *s, const judge_opts_t *op, const double *envelope,
                    judge_verdict_t *v, perr_t *err);
+
+/* AdamW's update is ill-conditioned where the gradient is within its
+ * envelope of 0: at step 0 it is lr x sign(g), so a legitimate float
+ * difference in a gradient next to 0 flips the update by 2 lr, and the
+ * parameter keeps that difference in every later step. The float-order
+ * runs sample such a flip only by chance; no envelope of a few runs
+ * covers it. So for each parameter the elements whose golden gradient at
+ * some step <= S is within JUDGE_ILL_ENVELOPES x its envelope of 0 are
+ * skipped by the trajectory's verdict of step S's param. (counted,
+ * reported; the moments are linear in g and judged whole), and only there: the local
+ * judgment recomputes those updates exactly from the backend's own
+ * gradients, so a wrong update is still caught. Needs the gradients in
+ * the rank files (a parameter without them is judged whole). env: the
+ * trajectory envelopes. JUDGE_ILL_ENVELOPES is the correct backends'
+ * worst gradient ratio measured (7.1 in bf16, tests/torch/test_backends.py)
+ * rounded up, not grad's tolerance: a bf16 gradient's envelope is a few
+ * bf16 ulps of its largest element, and 32 of them would cover most of
+ * the tensor. 0, or -1 when out of memory. */
+#define JUDGE_ILL_ENVELOPES 8.0
+int judge_ill_conditioned(judge_set_t *s, const double *env, perr_t *err);
 
 /* One tensor's judgment against the reference t->gd (the golden run's,
  * or the teacher-forced step's); x->tensor is left 0. */

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../oracle/oracle_internal.h" /* the oracle's model and text: the judge is its client */
+#include "parity/ckpt.h"
 #include "parity/forced.h"
 
 typedef struct {
@@ -51,6 +52,42 @@ static int64_t step_of(const char *name) {
     return strncmp(name, "step", 4) ? -1 : strtoll(name + 4, NULL, 10);
 }
 
+/* One forced step under order ord (NULL: exact) into a fresh dump *d. A
+ * tensor the backend did not supply is parity's own, g's as the steps
+ * before left it: the exact run steps g itself, a float-order run a copy
+ * of g's state (taken before the exact run steps g). */
+static int forced_run(judge_set_t *s, oracle_t *o, gpt_t *g, int64_t step,
+                      const float_order_t *ord, dump_t **d, perr_t *err) {
+    gpt_t *run = g;
+    if (ord) {
+        float *scratch[2] = {NULL, NULL};
+        const ckpt_state_t view = ckpt_state_view_gpt(g, step, scratch);
+        if (gpt_new(&run, &o->cfg, err)) return free(scratch[0]), free(scratch[1]), -1;
+        ckpt_state_to_gpt(&view, run);
+        free(scratch[0]), free(scratch[1]);
+    }
+    int rc = 0;
+    if (!(*d = dump_new(run, DUMP_TENSORS))) rc = perr_set(err, "judge: out of memory");
+    get_ctx_t ctx = {.s = s, .step = step};
+    forced_inputs_t in = {.get = get_input, .ctx = &ctx};
+    gpt_step_stats_t st;
+    const float_order_t before = float_order_set(ord);
+    if (!rc) rc = dump_forced_step(run, &o->data, step, &in, *d, &st, err);
+    float_order_set(&before);
+    if (run != g) gpt_free(run);
+    if (rc) dump_free(*d), *d = NULL;
+    return rc;
+}
+
+/* The forced run's value of tensor t (w: its dump), or NULL when t is not
+ * of this step or the forced step does not recompute it. */
+static const void *forced_of(const st_writer_t *w, const judge_tensor_t *t, int64_t step) {
+    const long j = step_of(t->name) == step ? st_writer_find(w, t->name) : -1;
+    st_tensor_t ft;
+    const void *fd = j >= 0 ? st_writer_tensor(w, (size_t)j, &ft) : NULL;
+    return fd && ft.dtype == t->g.dtype && st_numel(&ft) == t->numel ? fd : NULL;
+}
+
 int judge_local(judge_set_t *s, oracle_t *o, const judge_opts_t *op, judge_verdict_t *local,
                 perr_t *err) {
     for (int i = 0; i < s->nt; i++) local[i].tensor = -1;
@@ -60,33 +97,40 @@ int judge_local(judge_set_t *s, oracle_t *o, const judge_opts_t *op, judge_verdi
     int64_t steps = 0;
     for (int i = 0; i < s->nt; i++)
         if (step_of(s->t[i].name) + 1 > steps) steps = step_of(s->t[i].name) + 1;
+    const int kmax = op->envelope_runs > 0 ? op->envelope_runs : 0;
+    float_order_t *orders = malloc((size_t)(kmax ? kmax : 1) * sizeof *orders);
+    double *env = calloc((size_t)(s->nt ? s->nt : 1), sizeof *env);
     gpt_t *g = NULL;
-    if (gpt_new(&g, &o->cfg, err)) return -1;
-    int rc = 0;
+    int rc = orders && env ? 0 : perr_set(err, "judge: out of memory");
+    if (!rc) rc = gpt_new(&g, &o->cfg, err);
+    if (!rc && o->have_start) ckpt_state_to_gpt(&o->start, g);
+    const int k = rc ? 0 : judge_envelope_orders(s, kmax, orders);
+    dump_t **dr = calloc((size_t)(k ? k : 1), sizeof *dr);
+    if (!rc && !dr) rc = perr_set(err, "judge: out of memory");
     for (int64_t step = 0; step < steps && !rc; step++) {
-        dump_t *d = dump_new(g, DUMP_TENSORS);
-        if (!d) {
-            rc = perr_set(err, "judge: out of memory");
-            break;
+        /* the envelope: the same forced step in K float orders against the exact one */
+        for (int r = 0; r < k && !rc; r++) rc = forced_run(s, o, g, step, &orders[r], &dr[r], err);
+        dump_t *d = NULL;
+        if (!rc) rc = forced_run(s, o, g, step, NULL, &d, err);
+        const st_writer_t *w = d ? dump_writer(d) : NULL;
+        for (int r = 0; r < k && !rc; r++) {
+            for (int i = 0; i < s->nt; i++) {
+                const judge_tensor_t *t = &s->t[i];
+                const void *fd = forced_of(w, t, step);
+                if (!fd) continue;
+                const double x = judge_spread(t, dump_writer(dr[r]), fd);
+                if (x > env[i]) env[i] = x;
+            }
         }
-        get_ctx_t ctx = {.s = s, .step = step};
-        forced_inputs_t in = {.get = get_input, .ctx = &ctx};
-        gpt_step_stats_t st;
-        if ((rc = dump_forced_step(g, &o->data, step, &in, d, &st, err))) {
-            dump_free(d);
-            break;
-        }
-        const st_writer_t *w = dump_writer(d);
+        for (int r = 0; r < k; r++) dump_free(dr[r]), dr[r] = NULL;
         for (int i = 0; i < s->nt && !rc; i++) {
             const judge_tensor_t *t = &s->t[i];
-            const long k = step_of(t->name) == step ? st_writer_find(w, t->name) : -1;
-            st_tensor_t ft;
-            const void *fd = k >= 0 ? st_writer_tensor(w, (size_t)k, &ft) : NULL;
-            if (!fd || ft.dtype != t->g.dtype || st_numel(&ft) != t->numel) continue;
+            const void *fd = forced_of(w, t, step);
+            if (!fd) continue;
             judge_tensor_t lt;
             rc = judge_assemble_against(s, t, fd, &lt, err);
             if (!rc) {
-                judge_verdict_one(&lt, op, 0, &local[i]);
+                judge_verdict_one(&lt, op, env[i], &local[i]);
                 local[i].tensor = i;
             }
             judge_tensor_free(&lt);
@@ -94,5 +138,8 @@ int judge_local(judge_set_t *s, oracle_t *o, const judge_opts_t *op, judge_verdi
         dump_free(d);
     }
     gpt_free(g);
+    free(dr);
+    free(orders);
+    free(env);
     return rc;
 }

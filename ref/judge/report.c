@@ -121,9 +121,11 @@ static void print_first(FILE *f, const judge_set_t *s, const judge_verdict_t *x,
     char l[256];
     fprintf(f, "  local: %s\n", local ? fmt_local(&local[x->tensor], l, sizeof l)
                                       : "not judged (the golden run is a dump: give --model)");
-    fprintf(f, "  %llu of %llu elements of this tensor beyond, %llu missing, %llu masked\n",
+    fprintf(f, "  %llu of %llu elements of this tensor beyond, %llu missing, %llu masked, %llu "
+               "ill-conditioned updates (gradient within its envelope of 0: judged locally)\n",
             (unsigned long long)x->nbeyond, (unsigned long long)t->numel,
-            (unsigned long long)x->nmissing, (unsigned long long)x->nmasked);
+            (unsigned long long)x->nmissing, (unsigned long long)x->nmasked,
+            (unsigned long long)x->nill);
 }
 
 typedef struct {
@@ -265,9 +267,10 @@ static void json_tensor(FILE *f, const judge_set_t *s, const judge_verdict_t *x,
     fprintf(f, ", \"ulp_tensor\": ");
     jnum(f, x->floor > 0 ? x->dev / x->floor : x->dev > 0 ? INFINITY : 0);
     fprintf(f, ", \"ulp_element\": %llu, \"elements_beyond\": %llu, \"missing\": %llu, "
-               "\"masked\": %llu, \"element\": %llu, \"index\": [",
+               "\"masked\": %llu, \"ill_conditioned\": %llu, \"element\": %llu, \"index\": [",
             (unsigned long long)x->elem_ulp, (unsigned long long)x->nbeyond,
-            (unsigned long long)x->nmissing, (unsigned long long)x->nmasked, (unsigned long long)e);
+            (unsigned long long)x->nmissing, (unsigned long long)x->nmasked, (unsigned long long)x->nill,
+            (unsigned long long)e);
     uint64_t r = e;
     int64_t idx[ST_MAX_DIMS];
     for (int d = t->g.ndim - 1; d >= 0; d--) idx[d] = (int64_t)(r % (uint64_t)t->g.shape[d]), r /= (uint64_t)t->g.shape[d];
@@ -290,6 +293,8 @@ static void json_tensor(FILE *f, const judge_set_t *s, const judge_verdict_t *x,
     }
     fprintf(f, ", \"local\": {\"verdict\": \"%s\", \"ratio\": ", l->beyond ? "beyond" : "within");
     jnum(f, l->ratio);
+    fprintf(f, ", \"envelope\": ");
+    jnum(f, l->envelope);
     fprintf(f, ", \"floor\": ");
     jnum(f, l->floor);
     fprintf(f, ", \"deviation\": ");

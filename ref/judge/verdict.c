@@ -104,6 +104,10 @@ void judge_verdict_one(const judge_tensor_t *t, const judge_opts_t *op, double e
             x->nmasked++;
             continue;
         }
+        if (t->ill && t->ill[e]) {
+            x->nill++;
+            continue;
+        }
         const double d = t->copies[e] ? t->dev[e] : INFINITY;
         if (!t->copies[e]) x->nmissing++;
         if (d > x->dev) x->dev = d, x->worst = e;
@@ -116,6 +120,41 @@ void judge_verdict_one(const judge_tensor_t *t, const judge_opts_t *op, double e
     x->beyond = have_first;
     x->ratio = scale > 0 ? x->dev / scale : x->dev > 0 ? INFINITY : 0;
     x->elem_ulp = elem_ulp(t, have_first ? x->first : x->worst);
+}
+
+static int64_t step_of(const char *name) {
+    return strncmp(name, "step", 4) ? -1 : strtoll(name + 4, NULL, 10);
+}
+
+int judge_ill_conditioned(judge_set_t *s, const double *env, perr_t *err) {
+    for (int i = 0; i < s->nt; i++) {
+        judge_tensor_t *t = &s->t[i];
+        const judge_class_t c = judge_class_of(t->name);
+        if (c != JC_PARAM || t->g.dtype != ST_F32) /* the moments are linear in g: no flip */
+            continue;
+        const int64_t step = step_of(t->name);
+        const char *w = strchr(t->name, '.'), *p = w ? strchr(w + 1, '.') : NULL;
+        if (step < 0 || !p) continue; /* init.<p>: no update yet */
+        p++; /* step<s>.param.<p>: the parameter's name */
+        for (int j = 0; j < s->nt; j++) {
+            const judge_tensor_t *gt = &s->t[j];
+            const int64_t gs = step_of(gt->name);
+            char want[320];
+            snprintf(want, sizeof want, "step%lld.grad.%s", (long long)gs, p);
+            if (gs < 0 || gs > step || strcmp(gt->name, want) || gt->numel != t->numel ||
+                gt->g.dtype != ST_F32)
+                continue;
+            const double fl = judge_tensor_ulp(&gt->g, gt->gd);
+            const double tol = JUDGE_ILL_ENVELOPES * (env[j] > fl ? env[j] : fl);
+            const float *g = gt->gd;
+            for (uint64_t e = 0; e < t->numel; e++) {
+                if (!(fabs((double)g[e]) <= tol)) continue;
+                if (!t->ill && !(t->ill = calloc(t->numel, 1))) return perr_set(err, "judge: out of memory");
+                t->ill[e] = 1;
+            }
+        }
+    }
+    return 0;
 }
 
 int judge_verdicts(const judge_set_t *s, const judge_opts_t *op, const double *envelope,

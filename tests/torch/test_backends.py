@@ -88,6 +88,17 @@ def worst_ratio(rep):
     return best, name
 
 
+def class_ratios(rep, into):
+    """Per (judgment, class), the largest ratio to the envelope of one
+    report, merged into `into`: {(kind, class): (ratio, tensor)}."""
+    for t in rep.get("tensors", []):
+        loc = t.get("local")
+        for kind, v in (("trajectory", t.get("trajectory_ratio")),
+                        ("local", loc.get("ratio") if isinstance(loc, dict) else None)):
+            if isinstance(v, (int, float)) and v > into.get((kind, t["class"]), (-1.0,))[0]:
+                into[(kind, t["class"])] = (float(v), t["tensor"])
+
+
 def first_ratio(fd):
     loc = fd.get("local")
     if isinstance(loc, dict) and isinstance(loc.get("ratio"), (int, float)):
@@ -129,12 +140,19 @@ def main():
                     r.returncode == 0, r.stdout[-2000:])
 
     worst = {}  # precision -> (ratio, what)
+    per_class = {p: {} for p in PRECISIONS}
+    correct_runs, false_alarms, multiple = 0, 0, None
     for b in BACKENDS:
         for s, prec, bug, out in jobs[b]:
             if bug != "-":
                 continue
             rc, rep, text = judge(s, out, out + ".json")
             ratio, name = worst_ratio(rep) if rep else (float("nan"), "-")
+            correct_runs += 1
+            false_alarms += rc != 0
+            if rep:
+                class_ratios(rep, per_class[prec])
+                multiple = multiple or next((t["multiple"] for t in rep.get("tensors", [])), None)
             tally.check(f"{b} {prec} seed {s}: within tolerance (worst {ratio:.3g} x the envelope, {name})",
                         rc == 0, text[-1500:])
             if rep and ratio > worst.get(prec, (-1.0,))[0]:
@@ -159,10 +177,20 @@ def main():
     print("bug table: bug | backend | caught at | rank | ratio to the envelope")
     for bug, b, name, where, ratio in rows:
         print(f"  {bug} | {b} | {name} | {where} | {ratio:.3g}")
+    for prec in PRECISIONS:
+        print(f"worst correct {prec} run per class (x the envelope):")
+        for (kind, cls), (ratio, what) in sorted(per_class[prec].items()):
+            print(f"  {kind:10s} {cls:11s} {ratio:8.3g}  {what}")
     for prec, (ratio, what, _) in sorted(worst.items()):
         print(f"worst correct {prec} run: {ratio:.3g} x the envelope ({what})")
+    print(f"false alarms: {false_alarms} of {correct_runs} correct runs "
+          f"({100.0 * false_alarms / max(correct_runs, 1):.3g}%)")
     if weakest:
         print(f"weakest caught bug: {weakest[1]} at {weakest[0]:.3g} x the envelope")
+    if multiple and worst and weakest:
+        w = max(r for r, _, _ in worst.values())
+        print(f"threshold: {multiple:g} x the envelope; margins: worst correct run {multiple / max(w, 1e-300):.3g}x "
+              f"below it, weakest caught bug {weakest[0] / multiple:.3g}x above it")
     print(f"time: {time.time() - t0:.1f} s")
     if os.environ.get("PARITY_KEEP"):
         print(f"rank files kept in {tmp}")
