@@ -125,14 +125,15 @@ static void tensor_arrays_free(judge_tensor_t *t) {
 static int scheme_layout(judge_tensor_t *t, const judge_piece_t *pc, const model_config_t *c,
                          const char *scheme) {
     char b[320];
+    const char *alias = t->backend ? strstr(t->backend, "its tied alias ") : NULL;
     if (pc->map.alias) {
-        if (t->backend && strstr(t->backend, "tied alias")) return 0;
-        snprintf(b, sizeof b, "%s%s%s: its tied alias %s", t->backend ? t->backend : "",
-                 t->backend ? ", and " : "", scheme, pc->backend);
+        if (alias) return 0;
+        if (t->backend) snprintf(b, sizeof b, "%s and its tied alias %s", t->backend, pc->backend);
+        else snprintf(b, sizeof b, "%s: its tied alias %s", scheme, pc->backend);
     } else {
         if (t->from_scheme) return 0;
-        snprintf(b, sizeof b, "%s: %s%s%s", scheme, pc->backend, t->backend ? ", and " : "",
-                 t->backend ? t->backend : "");
+        snprintf(b, sizeof b, "%s: %s%s%s", scheme, pc->backend, alias ? " and " : "",
+                 alias ? alias : "");
     }
     char *nb = strdup(b);
     if (!nb) return -1;
@@ -373,11 +374,13 @@ static int assemble_one(judge_set_t *s, judge_tensor_t *t, perr_t *err) {
 
 int judge_assemble(judge_set_t *s, oracle_t *o, perr_t *err) {
     if (!s->nfiles) return FAIL("no rank files given (parity judge ... RANKFILE.safetensors...)");
-    if (check_files(s, err) || judge_names_resolve(s, &o->cfg, err)) return -1;
+    if (check_files(s, err)) return -1;
     int64_t steps = 0;
     for (int i = 0; i < s->nfiles; i++)
         if (s->files[i].max_step + 1 > steps) steps = s->files[i].max_step + 1;
-    if (oracle_run_golden(o, steps ? (int)steps : 1, err)) return -1;
+    /* the names after the golden run: a dump's model is known from then on */
+    if (oracle_run_golden(o, steps ? (int)steps : 1, err) || judge_names_resolve(s, &o->cfg, err))
+        return -1;
     if (collect_names(s, o, err)) return -1;
     if (!s->nt) return FAIL("the rank files hold no tensor (nothing to judge)");
     for (int i = 0; i < s->nt; i++)
