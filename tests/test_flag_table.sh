@@ -42,6 +42,11 @@ LL="train --model llava-tiny --steps 2 --quiet"
 G4="train --model gpt-tiny --steps 1 --quiet" # 8 layers, 8 heads: pp, vpp, 2-D tp
 C="check --model gpt-micro --steps 1 --quiet"
 GRID="svg grid --model gpt-micro --data-parallel-size 2 -o $w/g.svg"
+# parity judge on rank files cut from the dump a.st (tests/judge/cut.py):
+# exact ones (JR) and one element perturbed (JP: exit 1 unless a flag
+# forgives it)
+JR="judge --golden $w/a.st $w/rk/rank0.st $w/rk/rank1.st $w/rk/rank2.st $w/rk/rank3.st"
+JP="judge --golden $w/a.st $w/pk/rank0.st $w/pk/rank1.st $w/pk/rank2.st $w/pk/rank3.st"
 
 # inputs some rows read: another training text, a checkpoint, a trace,
 # two dumps that differ, a patterns file, an offload directory
@@ -52,7 +57,10 @@ setup() {
    "$P" train --model gpt-micro --steps 1 --quiet --data-parallel-size 2 --trace t.json >/dev/null &&
    "$P" train --model gpt-micro --steps 1 --quiet --dump a.st >/dev/null &&
    "$P" train --model gpt-micro --steps 1 --quiet --seed 7 --dump b.st >/dev/null &&
-   printf 'parallel = dict(pipeline=2)\n' >pp2.py && mkdir -p off)
+   printf 'parallel = dict(pipeline=2)\n' >pp2.py && mkdir -p off rk pk &&
+   /usr/bin/python3 "$root/tests/judge/cut.py" a.st rk &&
+   /usr/bin/python3 "$root/tests/judge/cut.py" a.st pk perturb:3:step0.grad.layers.1.mlp.dense_h_to_4h.weight:5:1.001 &&
+   for d in rk pk; do for r in 0 1 2 3; do mv $d/rank$r.safetensors $d/rank$r.st; done; done)
 }
 setup || { echo "not ok  setup"; echo "RESULT test_flag_table.sh: 0 passed, 1 failed"; exit 1; }
 
@@ -192,6 +200,13 @@ rows() {
 --num-microbatches 2 | - | - | $GRID
 --quiet - | diff $w/a.st $w/b.st | out | -
 --max-rows 1 | diff $w/a.st $w/b.st | out | -
+--golden $w/a.st | judge $w/rk/rank0.st $w/rk/rank1.st $w/rk/rank2.st $w/rk/rank3.st | rc | $M
+--multiple 1000000 | $JP | rc | $M
+--tolerance grad=1000000 | $JP | rc | $M
+--tolerance-for 'step0.grad.*=1000000' | $JP | rc | $M
+--mask 'step0.grad.layers.1.mlp.dense_h_to_4h.weight[32,5]=known rounding' | $JP | rc | $M
+--envelope-runs 2 | $JR | out | $M
+--report $w/j.json | $JR | file | $M
 EOF
 }
 
@@ -276,7 +291,7 @@ done < <(rows)
 [ "$n" -ge 120 ] && ok "the table has $n rows" || fail "the table has $n rows, expected >= 120"
 
 # every flag a --help names has a row: a new flag is decided here
-helps=$(for c in train check plan svg diff; do "$P" $c --help 2>&1; done)
+helps=$(for c in train check plan svg diff judge; do "$P" $c --help 2>&1; done)
 missing=""
 for f in $(grep -oE -- '--[a-z0-9][a-z0-9-]*' <<<"$helps" | sort -u); do
   [ "$f" = --help ] && continue

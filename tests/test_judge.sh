@@ -107,6 +107,84 @@ judge --golden "$tmp/golden.safetensors" "$tmp"/flat/rank*.safetensors
 expect "a flat buffer's element: named in its member, at its rank" 1 \
   "FIRST DIVERGENCE step1.grad.layers.0." "rank 3 (dp=1,tp=1"
 
+# --- rank files in a backend's naming scheme (names.h) ----------------------
+# rename.py writes the dump's parameter tensors in the scheme's names and
+# layouts (hf-gpt2's Conv1D [in, out], the GPT-2 schemes' q | k | v columns
+# or rows, nanogpt's tied lm_head.weight); cut.py cuts them as the backend
+# holds them (a transposed weight's tensor-parallel cut on axis 1)
+RENAME="$(dirname "$CUT")/rename.py"
+scheme() { # NAME SCHEME [WRONG...] then cut EDITs after --
+  local name=$1 sch=$2; shift 2
+  local -a wrong=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do wrong+=("$1"); shift; done
+  [ "${1:-}" = -- ] && shift
+  "$PY" "$RENAME" "$tmp/golden.safetensors" "$tmp/$name.st" "$sch" "${wrong[@]}" && cut "$name" "$@" --from "$tmp/$name.st"
+}
+cut() { local d=$tmp/$1 src=$tmp/golden.safetensors; shift; local -a e=()
+  while [ $# -gt 0 ]; do if [ "$1" = --from ]; then src=$2; shift 2; else e+=("$1"); shift; fi; done
+  mkdir -p "$d"; "$PY" "$CUT" "$src" "$d" "${e[@]}"; }
+auto_all='meta:0:parity.names:auto meta:1:parity.names:auto meta:2:parity.names:auto meta:3:parity.names:auto'
+for sch in hf-gpt2 nanogpt megatron-core; do
+  scheme "s_$sch" "$sch"
+  judge --golden "$tmp/golden.safetensors" "$tmp/s_$sch"/rank*.safetensors --report "$tmp/s_$sch.json"
+  expect "$sch rank files judge exact (names and layouts mapped to parity's)" 0 \
+    "names $sch, fp32; 322 tensors" "verdict: WITHIN: all 322 tensors"
+  if "$PY" - "$tmp/s_$sch.json" "$sch" <<'PY'
+import json, sys
+r, sch = json.load(open(sys.argv[1])), sys.argv[2]
+ts = {t["tensor"]: t for t in r["tensors"]}
+assert all(t["deviation"] == 0 and t["missing"] == 0 for t in ts.values())
+qkv = {"megatron-core": "decoder.layers.0.self_attention.linear_qkv.weight"}.get(sch, "transformer.h.0.attn.c_attn.weight")
+for w in ("init.", "step1.grad.", "step0.exp_avg_sq."):   # a flat buffer's member, too
+    t = ts[w + "layers.0.self_attention.query_key_value.weight"]
+    assert t["backend"] == sch + ": " + qkv, t["backend"]
+assert ts["step0.act.layers.0.output"]["backend"] is None
+if sch == "nanogpt":   # the tied head's key: more copies of the word embedding
+    assert "its tied alias lm_head.weight" in ts["init.embedding.word_embeddings.weight"]["backend"]
+PY
+  then ok "$sch: every tensor 0 from the golden one, named by parity's name and the backend's"
+  else fail "$sch: every tensor 0 from the golden one, named by parity's name and the backend's"; fi
+done
+judge --model gpt-micro "$tmp"/s_hf-gpt2/rank*.safetensors
+expect "hf-gpt2 rank files judge within, trajectory and local (--model)" 0 "verdict: WITHIN" \
+  "local: every unit's teacher-forced recomputation agrees"
+scheme s_tr hf-gpt2 transpose:layers.0.self_attention.dense.weight
+judge --golden "$tmp/golden.safetensors" "$tmp"/s_tr/rank*.safetensors
+expect "hf-gpt2: a Conv1D weight written untransposed is caught, by both names" 1 \
+  "FIRST DIVERGENCE init.layers.0.self_attention.dense.weight[" "(hf-gpt2: transformer.h.0.attn.c_proj.weight; the backend's element ["
+scheme s_qk nanogpt qk:layers.1.self_attention.query_key_value.weight
+judge --golden "$tmp/golden.safetensors" "$tmp"/s_qk/rank*.safetensors
+expect "nanogpt: c_attn's q and k rows swapped are caught, by both names" 1 \
+  "FIRST DIVERGENCE init.layers.1.self_attention.query_key_value.weight[" "(nanogpt: transformer.h.1.attn.c_attn.weight"
+cut s_alias perturb:2:init.lm_head.weight:7:1.5 --from "$tmp/s_nanogpt.st"
+judge --golden "$tmp/golden.safetensors" "$tmp"/s_alias/rank*.safetensors
+expect "nanogpt: the tied lm_head.weight is judged as the word embedding (a wrong copy caught)" 1 \
+  "FIRST DIVERGENCE init.embedding.word_embeddings.weight[0,7]" "its tied alias lm_head.weight" "rank 2 (dp=1,tp=0"
+for sch in hf-gpt2 nanogpt megatron-core; do
+  cut "a_$sch" $auto_all --from "$tmp/s_$sch.st"
+  judge --golden "$tmp/golden.safetensors" "$tmp/a_$sch"/rank*.safetensors
+  expect "parity.names auto detects $sch (hf-gpt2 and nanogpt: by the whole tensors' shapes)" 0 \
+    "names auto: $sch, fp32" "verdict: WITHIN"
+done
+mkdir -p "$tmp/mix"; cp "$tmp"/s_hf-gpt2/rank[01].safetensors "$tmp"/s_megatron-core/rank[23].safetensors "$tmp/mix"
+judge --golden "$tmp/golden.safetensors" "$tmp"/mix/rank*.safetensors
+expect "bad input: files in two schemes, both named" 2 \
+  "mix/rank1.safetensors and $tmp/mix/rank2.safetensors: their tensors are in different naming schemes, hf-gpt2 and megatron-core"
+cp "$tmp"/a_nanogpt/rank[01].safetensors "$tmp"/a_megatron-core/rank[23].safetensors "$tmp/mix"
+judge --golden "$tmp/golden.safetensors" "$tmp"/mix/rank*.safetensors
+expect "bad input: auto files detected in two schemes, both named" 2 \
+  "their tensors are in different naming schemes, nanogpt and megatron-core (parity.names 'auto' and 'auto')"
+scheme s_name hf-gpt2 name:layers.0.mlp.dense_h_to_4h.weight
+judge --golden "$tmp/golden.safetensors" "$tmp"/s_name/rank*.safetensors
+expect "bad input: a name the scheme does not know, named" 2 \
+  "rank0.safetensors: tensor 'init.transformer.h.0.mlp.c_fc.wieght': 'transformer.h.0.mlp.c_fc.wieght' is not a parameter of model gpt-micro in the hf-gpt2 names"
+cut s_name_auto $auto_all --from "$tmp/s_name.st"
+judge --golden "$tmp/golden.safetensors" "$tmp"/s_name_auto/rank*.safetensors
+expect "bad input: auto, a name no scheme knows, named" 2 "parity.names auto:" "transformer.h.0.mlp.c_fc.wieght"
+cut s_lm meta:0:parity.names:hf-gpt2 meta:1:parity.names:hf-gpt2 meta:2:parity.names:hf-gpt2 meta:3:parity.names:hf-gpt2
+judge --golden "$tmp/golden.safetensors" "$tmp"/s_lm/rank*.safetensors
+expect "bad input: parity's own names declared as hf-gpt2" 2 "rank0.safetensors" "is not a parameter of model gpt-micro in the hf-gpt2 names"
+
 # --- the envelope: parity's own float-order runs ----------------------------
 # a golden run in a float order the envelope does not run (random(99)),
 # cut as a correct backend writes it: every tensor within the envelope

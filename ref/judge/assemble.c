@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../oracle/oracle_internal.h" /* the model the names name */
 #include "parity/xacc.h"
 
 #define FAIL(...) (perr_set(err, __VA_ARGS__), -1)
@@ -71,9 +72,6 @@ static int check_files(judge_set_t *s, perr_t *err) {
         if (!same)
             return FAIL("%s and %s: their parity.mesh differ (every rank file of a run has the "
                         "same mesh, axes in the same order)", a->path, b->path);
-        if (strcmp(a->names, b->names))
-            return FAIL("%s and %s: parity.names '%s' and '%s' differ", a->path, b->path,
-                        a->names, b->names);
         if (a->bf16 != b->bf16)
             return FAIL("%s and %s: parity.precision differs", a->path, b->path);
     }
@@ -97,9 +95,6 @@ static int check_files(judge_set_t *s, perr_t *err) {
         return FAIL("no rank file for the rank at %s (rank %d of the mesh's %d; %d file%s given)",
                     c, r, a->mesh.ranks, s->nfiles, s->nfiles == 1 ? "" : "s");
     }
-    if (strcmp(a->names, "megatron-lm"))
-        return FAIL("%s: parity.names '%s': this build judges megatron-lm names only (parity's "
-                    "own; the other schemes' maps come with names.h)", a->path, a->names);
     return 0;
 }
 
@@ -121,14 +116,64 @@ static void tensor_arrays_free(judge_tensor_t *t) {
     free(t->value), free(t->dev), free(t->got), free(t->who), free(t->copies), free(t->mb);
 }
 
+/* A scheme tensor's layout (the first piece of it in the scheme's names):
+ * its shape there and the permutation of its elements into parity's,
+ * read off names_values_to_parity itself (the indices as two floats of
+ * 24 bits each, both exact), so the judge and the weights files cannot
+ * disagree about a layout. An alias piece (the tied head's second key)
+ * is the word embedding's own layout and only adds to the name. */
+static int scheme_layout(judge_tensor_t *t, const judge_piece_t *pc, const model_config_t *c,
+                         const char *scheme) {
+    char b[320];
+    const char *alias = t->backend ? strstr(t->backend, "its tied alias ") : NULL;
+    if (pc->map.alias) {
+        if (alias) return 0;
+        if (t->backend) snprintf(b, sizeof b, "%s and its tied alias %s", t->backend, pc->backend);
+        else snprintf(b, sizeof b, "%s: its tied alias %s", scheme, pc->backend);
+    } else {
+        if (t->from_scheme) return 0;
+        snprintf(b, sizeof b, "%s: %s%s%s", scheme, pc->backend, alias ? " and " : "",
+                 alias ? alias : "");
+    }
+    char *nb = strdup(b);
+    if (!nb) return -1;
+    free(t->backend);
+    t->backend = nb;
+    if (pc->map.alias) return 0;
+    const uint64_t n = t->numel ? t->numel : 1;
+    float *in = malloc(n * sizeof *in), *lo = malloc(n * sizeof *lo), *hi = malloc(n * sizeof *hi);
+    t->to_scheme = malloc(n * sizeof *t->to_scheme);
+    t->from_scheme = malloc(n * sizeof *t->from_scheme);
+    int rc = in && lo && hi && t->to_scheme && t->from_scheme ? 0 : -1;
+    if (!rc) {
+        for (uint64_t i = 0; i < t->numel; i++) in[i] = (float)(i & 0xFFFFFF);
+        names_values_to_parity(c, &pc->map, in, lo);
+        for (uint64_t i = 0; i < t->numel; i++) in[i] = (float)(i >> 24);
+        names_values_to_parity(c, &pc->map, in, hi);
+        for (uint64_t e = 0; e < t->numel; e++) {
+            t->to_scheme[e] = (uint64_t)hi[e] << 24 | (uint64_t)lo[e];
+            t->from_scheme[t->to_scheme[e]] = e;
+        }
+        t->sndim = pc->map.ndim;
+        for (int d = 0; d < t->sndim; d++) t->sshape[d] = pc->map.shape[d];
+    }
+    free(in), free(lo), free(hi);
+    return rc;
+}
+
 /* The global tensors the files name, first appearance first. */
 static int collect_names(judge_set_t *s, oracle_t *o, perr_t *err) {
+    const char *scheme = strchr(s->names, ' ') ? strchr(s->names, ' ') + 1 : s->names;
     for (int i = 0; i < s->nfiles; i++)
         for (int k = 0; k < s->files[i].npc; k++) {
             const judge_piece_t *pc = &s->files[i].pc[k];
             int j = 0;
             while (j < s->nt && strcmp(s->t[j].name, pc->name)) j++;
-            if (j < s->nt) continue;
+            if (j < s->nt) {
+                if (pc->backend && scheme_layout(&s->t[j], pc, &o->cfg, scheme))
+                    return FAIL("judge: out of memory");
+                continue;
+            }
             judge_tensor_t t = {0};
             perr_t e;
             char b[160];
@@ -144,7 +189,9 @@ static int collect_names(judge_set_t *s, oracle_t *o, perr_t *err) {
             t.masked = calloc(t.numel ? t.numel : 1, 1);
             const int bad = tensor_arrays(&t);
             s->t[s->nt++] = t;
-            if (bad || !t.name || !t.masked) return FAIL("judge: out of memory");
+            if (bad || !t.name || !t.masked ||
+                (pc->backend && scheme_layout(&s->t[s->nt - 1], pc, &o->cfg, scheme)))
+                return FAIL("judge: out of memory");
         }
     return 0;
 }
@@ -222,9 +269,9 @@ typedef struct {
     int key, rank, want; /* the group; its lowest rank; addends an element takes */
     xvec_t sum;
     int32_t *n;          /* [numel] addends so far */
-} group_t;
+} addends_t;
 
-static group_t *group_for(group_t **gs, int *ng, const judge_file_t *f, const judge_piece_t *pc,
+static addends_t *group_for(addends_t **gs, int *ng, const judge_file_t *f, const judge_piece_t *pc,
                           uint64_t numel) {
     int key = 0, want = 1, low = 0;
     for (int a = 0; a < f->mesh.n; a++) {
@@ -233,12 +280,13 @@ static group_t *group_for(group_t **gs, int *ng, const judge_file_t *f, const ju
         low = key;
         if (partial) want *= f->mesh.size[a];
     }
+    key = 2 * key + pc->map.alias; /* the tied head's addends sum apart: another copy */
     for (int i = 0; i < *ng; i++)
         if ((*gs)[i].key == key) return &(*gs)[i];
-    group_t *grown = realloc(*gs, (size_t)(*ng + 1) * sizeof *grown);
+    addends_t *grown = realloc(*gs, (size_t)(*ng + 1) * sizeof *grown);
     if (!grown) return NULL;
     *gs = grown;
-    group_t *g = &grown[*ng];
+    addends_t *g = &grown[*ng];
     memset(g, 0, sizeof *g);
     g->key = key, g->rank = low, g->want = want;
     if (xvec_init(&g->sum, numel ? numel : 1)) return NULL;
@@ -247,21 +295,32 @@ static group_t *group_for(group_t **gs, int *ng, const judge_file_t *f, const ju
     return g;
 }
 
+/* A tensor's pieces are cut in the scheme's layout when the backend
+ * names it in another scheme (sg: that shape; from_scheme moves each
+ * element to parity's index). The tied head's second key (map.alias) is
+ * another copy of the word embedding, with its own stamps. */
 static int assemble_one(judge_set_t *s, judge_tensor_t *t, perr_t *err) {
-    int32_t *stamp = malloc((t->numel ? t->numel : 1) * sizeof *stamp);
-    group_t *gs = NULL;
-    int ng = 0, rc = stamp ? 0 : FAIL("judge: out of memory");
-    for (uint64_t e = 0; e < t->numel && !rc; e++) stamp[e] = -1;
+    const size_t n = t->numel ? t->numel : 1;
+    int32_t *stamps = malloc(2 * n * sizeof *stamps);
+    addends_t *gs = NULL;
+    int ng = 0, rc = stamps ? 0 : FAIL("judge: out of memory");
+    for (uint64_t e = 0; e < 2 * t->numel && !rc; e++) stamps[e] = -1;
+    st_tensor_t sg = t->g;
+    if (t->from_scheme) {
+        sg.ndim = t->sndim;
+        for (int d = 0; d < t->sndim; d++) sg.shape[d] = t->sshape[d];
+    }
     for (int r = 0; r < s->files[0].mesh.ranks && !rc; r++) {
         const judge_file_t *f = s->by_rank[r];
         for (int k = 0; k < f->npc && !rc; k++) {
             const judge_piece_t *pc = &f->pc[k];
             if (strcmp(pc->name, t->name)) continue;
             int64_t lo[ST_MAX_DIMS], ext[ST_MAX_DIMS];
-            if ((rc = block_of(f, pc, &t->g, lo, ext, err))) break;
+            if ((rc = block_of(f, pc, &sg, lo, ext, err))) break;
+            int32_t *stamp = stamps + (pc->map.alias ? t->numel : 0);
             int partial = 0;
             for (int a = 0; a < f->mesh.n; a++) partial |= pc->p[a] == JP_PARTIAL;
-            group_t *g = NULL;
+            addends_t *g = NULL;
             if (partial && !st_dtype_is_float(t->g.dtype)) {
                 rc = FAIL("%s: %s: Partial(sum) of the integer tensor '%s'", f->path, pc->where,
                           t->name);
@@ -272,7 +331,8 @@ static int assemble_one(judge_set_t *s, judge_tensor_t *t, perr_t *err) {
                 break;
             }
             for (uint64_t i = pc->r0; i < pc->r1; i++) {
-                const uint64_t e = global_of(&t->g, lo, ext, i);
+                uint64_t e = global_of(&sg, lo, ext, i);
+                if (t->from_scheme) e = t->from_scheme[e];
                 if (stamp[e] == r) {
                     rc = FAIL("%s: %s: element %llu of '%s' is given twice by this rank",
                               f->path, pc->where, (unsigned long long)e, t->name);
@@ -291,7 +351,7 @@ static int assemble_one(judge_set_t *s, judge_tensor_t *t, perr_t *err) {
         }
     }
     for (int i = 0; i < ng; i++) {
-        group_t *g = &gs[i];
+        addends_t *g = &gs[i];
         for (uint64_t e = 0; e < t->numel && !rc; e++) {
             if (!g->n[e]) continue;
             if (g->n[e] != g->want) {
@@ -308,7 +368,7 @@ static int assemble_one(judge_set_t *s, judge_tensor_t *t, perr_t *err) {
         free(g->n);
     }
     free(gs);
-    free(stamp);
+    free(stamps);
     return rc;
 }
 
@@ -318,7 +378,9 @@ int judge_assemble(judge_set_t *s, oracle_t *o, perr_t *err) {
     int64_t steps = 0;
     for (int i = 0; i < s->nfiles; i++)
         if (s->files[i].max_step + 1 > steps) steps = s->files[i].max_step + 1;
-    if (oracle_run_golden(o, steps ? (int)steps : 1, err)) return -1;
+    /* the names after the golden run: a dump's model is known from then on */
+    if (oracle_run_golden(o, steps ? (int)steps : 1, err) || judge_names_resolve(s, &o->cfg, err))
+        return -1;
     if (collect_names(s, o, err)) return -1;
     if (!s->nt) return FAIL("the rank files hold no tensor (nothing to judge)");
     for (int i = 0; i < s->nt; i++)
@@ -331,6 +393,7 @@ int judge_assemble_against(judge_set_t *s, const judge_tensor_t *t, const void *
     *out = *t;
     out->gd = ref;
     out->ill = NULL; /* the local judgment judges every update (judge_ill_conditioned) */
+    out->backend = NULL; /* t's own (the layout's arrays are shared, not freed here) */
     if (tensor_arrays(out)) {
         tensor_arrays_free(out);
         return FAIL("judge: out of memory");
@@ -345,6 +408,7 @@ void judge_set_free(judge_set_t *s) {
         judge_tensor_t *t = &s->t[i];
         tensor_arrays_free(t);
         free(t->name), free(t->masked), free(t->ill);
+        free(t->backend), free(t->from_scheme), free(t->to_scheme);
     }
     free(s->t);
     for (int i = 0; i < s->nfiles; i++) judge_file_close(&s->files[i]);

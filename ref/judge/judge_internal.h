@@ -1,5 +1,6 @@
 /* judge_internal.h - `parity judge`'s pieces, one concern a file:
  *   rankfile.c  one rank file: its metadata, its tensors' placements (RANKFILES.md)
+ *   schemes.c   a backend's parameter names (parity.names, names.h) onto parity's
  *   assemble.c  every rank's blocks of a tensor back into the global tensor,
  *               each copy's deviation from the golden one
  *   envelope.c  how far a correct backend may be: the tensor's scale and spread
@@ -14,6 +15,7 @@
 
 #include "parity/error.h"
 #include "parity/float_order.h"
+#include "parity/names.h"
 #include "parity/oracle.h"
 #include "parity/safetensors.h"
 
@@ -44,6 +46,11 @@ typedef struct {
     st_dtype_t dtype;
     const unsigned char *data;  /* r1 - r0 elements (into the open file) */
     char *where;                /* the file's tensor it came from, for messages */
+    char *backend;              /* the scheme's parameter name when parity.names is not parity's
+                                   ("transformer.h.0.attn.c_attn.weight"; name is then parity's
+                                   full name), else NULL */
+    names_map_t map;            /* backend's: the scheme's layout, which shape and placement
+                                   speak of (map.alias: the tied head's second key) */
 } judge_piece_t;
 
 /* One rank file. */
@@ -84,6 +91,12 @@ typedef struct {
     unsigned char *masked;      /* [numel] 1: skipped (--mask) */
     unsigned char *ill;         /* [numel] or NULL: 1: an ill-conditioned update, skipped by
                                    the trajectory (judge_ill_conditioned) */
+    char *backend;              /* "hf-gpt2: transformer.h.0.attn.c_attn.weight" (a scheme
+                                   tensor), else NULL */
+    int sndim;                  /* the scheme's shape of it (backend only) */
+    int64_t sshape[ST_MAX_DIMS];
+    uint64_t *from_scheme;      /* [numel] the scheme's flat index -> parity's; NULL: the same */
+    uint64_t *to_scheme;        /* [numel] its inverse */
 } judge_tensor_t;
 
 /* The whole set of rank files reassembled against the golden tensors. */
@@ -93,7 +106,15 @@ typedef struct {
     judge_file_t **by_rank;     /* [mesh.ranks] */
     judge_tensor_t *t;
     int nt;
+    char names[48];             /* the scheme the files use ("hf-gpt2", "auto: nanogpt") */
 } judge_set_t;
+
+/* Every file's parameter tensors (init., param., grad., exp_avg.,
+ * exp_avg_sq. of a scheme name) renamed to parity's, each piece keeping
+ * the scheme's name and map (schemes.c). One scheme for all files: the
+ * declared one, or (auto) names_detect's over the file's names. 0, or -1
+ * with a message naming the file, the tensor and the name (exit 2). */
+int judge_names_resolve(judge_set_t *s, const model_config_t *c, perr_t *err);
 
 /* Reassembles every tensor the files hold (o: the golden run, run for
  * every step the files name). 0, or -1 with a message (exit 2). */

@@ -388,7 +388,8 @@ int judge_file_open(judge_file_t *jf, const char *path, perr_t *err) {
 }
 
 void judge_file_close(judge_file_t *jf) {
-    for (int i = 0; i < jf->npc; i++) free(jf->pc[i].name), free(jf->pc[i].where);
+    for (int i = 0; i < jf->npc; i++)
+        free(jf->pc[i].name), free(jf->pc[i].where), free(jf->pc[i].backend);
     free(jf->pc);
     st_close(jf->f);
     free(jf->path);

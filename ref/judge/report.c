@@ -98,7 +98,16 @@ static void print_first(FILE *f, const judge_set_t *s, const judge_verdict_t *x,
     fmt_rank(s, t->copies[e] ? t->who[e] : -1, who, sizeof who);
     fmt_value(t, golden_value(t, e), want, sizeof want);
     if (t->mb[e] >= 0) snprintf(mb, sizeof mb, ", microbatch %d", t->mb[e]);
-    fprintf(f, "FIRST DIVERGENCE %s%s (flat %llu of %llu), step %lld%s, %s\n", t->name, idx,
+    char bk[512] = "";
+    if (t->backend) {
+        /* the element as the backend holds it: its index in the scheme's layout */
+        char sidx[128];
+        const uint64_t se = t->to_scheme ? t->to_scheme[e] : e;
+        tensor_format_coords(t->to_scheme ? t->sndim : t->g.ndim,
+                             t->to_scheme ? t->sshape : t->g.shape, se, sidx, sizeof sidx);
+        snprintf(bk, sizeof bk, " (%s; the backend's element %s)", t->backend, sidx);
+    }
+    fprintf(f, "FIRST DIVERGENCE %s%s%s (flat %llu of %llu), step %lld%s, %s\n", t->name, idx, bk,
             (unsigned long long)e, (unsigned long long)t->numel, (long long)step_of(t->name), mb,
             who);
     if (!t->copies[e]) {
@@ -176,7 +185,7 @@ void judge_print(FILE *f, const judge_set_t *s, const judge_opts_t *op, const ju
                       f0->mesh.size[a]);
     fprintf(f, "parity judge: %d rank file%s, mesh %s (%d rank%s), names %s, %s; %d tensors\n",
             s->nfiles, s->nfiles == 1 ? "" : "s", f0->mesh.n ? mesh : "{}", f0->mesh.ranks,
-            f0->mesh.ranks == 1 ? "" : "s", f0->names, f0->bf16 ? "bf16" : "fp32", s->nt);
+            f0->mesh.ranks == 1 ? "" : "s", s->names[0] ? s->names : f0->names, f0->bf16 ? "bf16" : "fp32", s->nt);
     fprintf(f, "envelope: %s\n", envelope_what);
     int first = -1;
     for (int k = 0; k < s->nt && first < 0; k++)
@@ -204,11 +213,14 @@ void judge_print(FILE *f, const judge_set_t *s, const judge_opts_t *op, const ju
         char r[32], u[32], l[32] = "-";
         const judge_verdict_t *lx = local && local[x->tensor].tensor >= 0 ? &local[x->tensor] : NULL;
         if (lx) fmt_x(lx->ratio, l, sizeof l);
-        fprintf(f, "  %-7s %12s %12s %10g %14s %12llu %-10s %s\n",
+        fprintf(f, "  %-7s %12s %12s %10g %14s %12llu %-10s %s%s%s%s\n",
                 x->beyond || (lx && lx->beyond) ? "BEYOND" : "within", fmt_x(x->ratio, r, sizeof r),
                 l, x->multiple,
                 fmt_x(x->floor > 0 ? x->dev / x->floor : x->dev > 0 ? INFINITY : 0, u, sizeof u),
-                (unsigned long long)x->elem_ulp, judge_class_name(x->cls), s->t[x->tensor].name);
+                (unsigned long long)x->elem_ulp, judge_class_name(x->cls), s->t[x->tensor].name,
+                s->t[x->tensor].backend ? " (" : "",
+                s->t[x->tensor].backend ? s->t[x->tensor].backend : "",
+                s->t[x->tensor].backend ? ")" : "");
     }
     free(rows);
     for (int m = 0; m < op->nmasks; m++) {
@@ -252,6 +264,9 @@ static void json_tensor(FILE *f, const judge_set_t *s, const judge_verdict_t *x,
     const uint64_t e = x->beyond ? x->first : x->worst;
     fprintf(f, "{\"tensor\": ");
     json_write_string(f, t->name);
+    fprintf(f, ", \"backend\": ");
+    if (t->backend) json_write_string(f, t->backend);
+    else fprintf(f, "null");
     fprintf(f, ", \"class\": \"%s\", \"step\": %lld, \"numel\": %llu, \"verdict\": \"%s\", "
                "\"trajectory_ratio\": ", judge_class_name(x->cls), (long long)step_of(t->name),
             (unsigned long long)t->numel, x->beyond ? "beyond" : "within");

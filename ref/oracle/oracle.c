@@ -207,7 +207,8 @@ static const char *param_part(const char *n) {
  * parameter is one of the table's, F32 of its shape. Otherwise the
  * config a backend reads (oracle_config_json) builds another model than
  * the golden tensors it is compared with. The first mismatch is named. */
-static int check_dump_config(const st_file_t *f, const char *cfg_json, perr_t *err) {
+static int check_dump_config(const st_file_t *f, const char *cfg_json, model_config_t *out,
+                             perr_t *err) {
     model_config_t cfg;
     perr_t e;
     model_config_builtin("gpt-tiny", &cfg, NULL);
@@ -248,6 +249,7 @@ static int check_dump_config(const st_file_t *f, const char *cfg_json, perr_t *e
         }
     }
     param_table_free(&t);
+    if (!rc) *out = cfg;
     return rc;
 }
 
@@ -268,7 +270,7 @@ oracle_t *oracle_open_dump(const char *path, perr_t *err) {
                       "and config; write one with parity train --dump)", path);
         goto fail;
     }
-    if (check_dump_config(o->file, cfg, err)) goto fail;
+    if (check_dump_config(o->file, cfg, &o->cfg, err)) goto fail; /* the model, as from flags */
     if (!(o->config_json = strdup(cfg))) {
         perr_set(err, "oracle: out of memory");
         goto fail;

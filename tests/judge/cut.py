@@ -17,6 +17,11 @@ EDITs change the result after cutting:
   drop:RANK                            no file for that rank
   dup:RANK:OTHER                       write rank OTHER's file again as RANK's
   dtype:RANK:FILETENSOR:F64            store one tensor as another float dtype
+
+DUMP may be rename.py's (a backend's naming scheme): its metadata then
+gives the scheme (parity.names), each key's parity name (the placement
+rules below are parity's names) and the keys held [in, out] (their
+tensor-parallel cut moves to axis 1: a Conv1D's output columns).
 """
 import json, struct, sys
 import numpy as np
@@ -36,6 +41,12 @@ def load(path):
         b, e = v["data_offsets"]
         out[k] = np.frombuffer(raw[8 + n + b:8 + n + e], dtype=DT[v["dtype"]]).reshape(v["shape"])
     return out
+
+
+def load_meta(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n)).get("__metadata__", {})
 
 
 def save(path, tensors, meta):
@@ -84,7 +95,16 @@ def split_exact(g, parts):
 
 def main():
     dump, outdir, edits = sys.argv[1], sys.argv[2], sys.argv[3:]
-    g = load(dump)
+    g, m = load(dump), load_meta(dump)
+    scheme = m.get("names", "megatron-lm")
+    parity_of = json.loads(m.get("parity_of", "{}"))
+    transposed = set(json.loads(m.get("transposed", "[]")))
+    pk = lambda k: parity_of.get(k, k)  # the rules speak of parity's names
+
+    def sw(k, p):  # a transposed 2-D tensor's cuts along the other axis
+        if k not in transposed:
+            return p
+        return [{"Shard(0)": "Shard(1)", "Shard(1)": "Shard(0)"}.get(x, x) for x in p]
     mesh = {"dp": 2, "tp": 2}
     sizes = list(mesh.values())
     steps = sorted({k.split(".")[0] for k in g if k.startswith("step")})
@@ -96,6 +116,7 @@ def main():
 
         def put(name, p, a=None, **extra):
             a = g[name] if a is None else a
+            p = sw(name, p)
             T[name] = block(a, p, coord, sizes).copy()
             P[name] = dict(p=p, **extra)
 
@@ -104,7 +125,7 @@ def main():
                 put(k, ["Replicate()", "Replicate()"])
         for s in steps:
             for k in [k for k in g if k.startswith(s + ".")]:
-                w = k[len(s) + 1:]
+                w = pk(k)[len(s) + 1:]
                 if w in ("input_ids", "labels") or w.startswith("mask."):
                     put(k, ["Shard(0)", "Replicate()"])
                 elif w == "logits":
@@ -133,8 +154,8 @@ def main():
                     put(k, ["Replicate()", "Replicate()"])
             # layer 0's gradients: one flat buffer of the tp rank's blocks, cut over dp
             members, parts = [], []
-            for k in [k for k in g if k.startswith(s + ".grad.layers.0.")]:
-                p = ["Replicate()", "Shard(0)"] if g[k].ndim == 2 else ["Replicate()", "Replicate()"]
+            for k in [k for k in g if pk(k).startswith(s + ".grad.layers.0.")]:
+                p = sw(k, ["Replicate()", "Shard(0)"] if g[k].ndim == 2 else ["Replicate()", "Replicate()"])
                 b = block(g[k], p, coord, sizes)
                 members.append({"name": k, "shape": list(b.shape), "p": p})
                 parts.append(b.reshape(-1))
@@ -144,7 +165,7 @@ def main():
             T[name] = buf[lo:lo + n].copy()
             P[name] = {"p": ["Shard(0)", "Replicate()"], "flat": {"offset": lo, "members": members}}
         meta = {"parity.format": "1", "parity.mesh": json.dumps(mesh),
-                "parity.coords": json.dumps({"dp": dp, "tp": tp}), "parity.names": "megatron-lm",
+                "parity.coords": json.dumps({"dp": dp, "tp": tp}), "parity.names": scheme,
                 "parity.placements": json.dumps(P)}
         files[r] = (T, meta, P)
     drop, dup = set(), {}
@@ -181,4 +202,5 @@ def main():
         save("%s/rank%d.safetensors" % (outdir, r), T, meta)
 
 
-main()
+if __name__ == "__main__":
+    main()
