@@ -185,6 +185,17 @@ raises("Shard of an axis the tensor lacks refused", lambda: w.put("step1.grad.x"
        p=["Shard(2)", "Replicate()", "Replicate()"]), "Shard(2) of a 2-axis tensor")
 raises("a tensor put twice refused", lambda: w.put("step0.loss", g), "step0.loss", "put twice")
 raises("a name without <when>. refused", lambda: w.put("grad.x", g), "grad.x", "step<s>")
+raises("a step above the judge's 999999 refused", lambda: w.put("step1000000.grad.x", g),
+       "step1000000.grad.x", "999999")
+T.check("step 999999 accepted (the judge's largest)", w.put("step999999.lr", np.ones(1, np.float32))
+        == "step999999.lr")
+for dt in (np.int8, np.int16, np.uint16, np.uint32, np.uint64):
+    raises(f"dtype {np.dtype(dt).name} refused (the judge reads only I32, I64, U8, BOOL integers)",
+           lambda: w.put("step1.input_ids", np.zeros(4, dt)), "step1.input_ids", np.dtype(dt).name,
+           "int32, int64")
+for dt in (np.int32, np.int64, np.uint8, np.bool_):
+    T.check(f"dtype {np.dtype(dt).name} accepted (the judge reads it)",
+            w.put(f"step2.mask_{np.dtype(dt).name}", np.zeros(4, dt)) == f"step2.mask_{np.dtype(dt).name}")
 raises("a coordinate outside the mesh refused", lambda: RankWriter({"tp": 2}, {"tp": 2}),
        "coords['tp']", "0..1")
 raises("coords missing an axis refused", lambda: RankWriter({"dp": 2, "tp": 2}, {"tp": 0}),

@@ -63,15 +63,20 @@ FORMAT = "1"
 SCHEMES = ("megatron-lm", "megatron-core", "hf-gpt2", "nanogpt", "auto")
 PRECISIONS = ("fp32", "bf16")
 
-_NAME = re.compile(r"^(init|step(0|[1-9][0-9]*))\.[^@\s]+$")
+# steps 0..999999: the judge's limit (ref/judge/rankfile.c step_of)
+_NAME = re.compile(r"^(init|step(0|[1-9][0-9]{0,5}))\.[^@\s]+$")
 _PLACEMENT = re.compile(r"^(Shard\((-?[0-9]+)\)|Replicate\(\)|Partial\(sum\))$")
 
-# numpy dtype -> safetensors dtype (BF16 comes from torch or raw bits)
+# numpy dtype -> safetensors dtype, the ones the judge reads
+# (ref/judge/rankfile.c: floats for values, I32/I64/U8/BOOL for the batch
+# and masks); BF16 comes from torch or raw bits
 _ST = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(np.float16): "F16",
-       np.dtype(np.int64): "I64", np.dtype(np.int32): "I32", np.dtype(np.int16): "I16",
-       np.dtype(np.int8): "I8", np.dtype(np.uint8): "U8", np.dtype(np.bool_): "BOOL",
-       np.dtype(np.uint16): "U16", np.dtype(np.uint32): "U32", np.dtype(np.uint64): "U64"}
-_NP = {v: k for k, v in _ST.items()}
+       np.dtype(np.int64): "I64", np.dtype(np.int32): "I32", np.dtype(np.uint8): "U8",
+       np.dtype(np.bool_): "BOOL"}
+# what read_rank_file reads back: those, and the other integers a file
+# written by other tools may hold
+_NP = {**{v: k for k, v in _ST.items()}, "I8": np.dtype(np.int8), "I16": np.dtype(np.int16),
+       "U16": np.dtype(np.uint16), "U32": np.dtype(np.uint32), "U64": np.dtype(np.uint64)}
 
 
 class RankFileError(Exception):
@@ -123,8 +128,9 @@ def _array(name, a):
         arr = arr.reshape(1)
     dt = _ST.get(arr.dtype)
     if dt is None:
-        raise RankFileTypeError(f"{name}: dtype {arr.dtype} has no safetensors type here "
-                                f"(F32, F64, F16, BF16 from torch, integers, bool)")
+        raise RankFileTypeError(f"{name}: dtype {arr.dtype} is not one parity judge reads "
+                                f"(float32, float64, float16, bf16 from torch; int32, int64, "
+                                f"uint8 or bool for the batch and masks)")
     return np.ascontiguousarray(arr), dt
 
 
@@ -181,7 +187,8 @@ class RankWriter:
             raise RankFileTypeError(f"tensor name: expected a str, got {type(name).__name__}")
         if not _NAME.match(name):
             raise RankFileValueError(f"tensor name {name!r}: expected \"init.<what>\" or "
-                                     f"\"step<s>.<what>\" without '@' or spaces (RANKFILES.md)")
+                                     f"\"step<s>.<what>\" (s 0..999999, no leading zero) without "
+                                     f"'@' or spaces (RANKFILES.md)")
         return name
 
     def _add(self, key, arr, dt, placement):
