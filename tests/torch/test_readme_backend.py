@@ -8,9 +8,9 @@ says and passes `parity judge` with the default tolerances:
     OUT/rank0.safetensors and OUT/rank1.safetensors (mesh tp=2);
   - `parity judge --model gpt-micro OUT/*.safetensors` exits 0 (its worst
     ratio to the envelope and the local verdict are printed);
-  - when README.md has the markers <!-- readme-backend:begin --> and
-    <!-- readme-backend:end -->, the code block between them is the file,
-    character for character (else that check is skipped, and says so).
+  - README.md has the markers <!-- readme-backend:begin --> and
+    <!-- readme-backend:end --> (missing ones fail), and the code block
+    between them is the file, character for character.
 
 Run from the repository root: python3 tests/torch/test_readme_backend.py
 ($PARITY: the program, default build/parity). Prints
@@ -134,9 +134,12 @@ def main():
         fake = f"# x\n{BEGIN}\n```python\n{code}```\n{END}\n"
         T.check("the README block extraction gives back a pasted file", readme_block(fake) == code
                 and readme_block("no markers") is None)
-        if block is None:
-            print(f"skip: README.md has no {BEGIN} ... {END} block to compare with readme_backend.py")
-        else:
+        # README's example is the file this test runs: without the markers
+        # nothing ties them, so their absence is a failure, not a skip
+        T.check(f"README.md has the {BEGIN} ... {END} block", block is not None,
+                f"README.md lacks {BEGIN} or {END}: put them around the example backend's "
+                "```python block (tests/torch/readme_backend.py)")
+        if block is not None:
             T.check("README's example block is tests/torch/readme_backend.py, character for character",
                     block == code, "README's block differs from readme_backend.py (paste the file "
                     "between the markers, in one ```python fence)")
