@@ -102,8 +102,12 @@ class _CopyToTp(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        if "row_bwd_no_allreduce" in ctx.par.bugs:
-            return g, None  # BUG: each rank keeps its own heads' share
+        if "f_no_allreduce" in ctx.par.bugs:
+            # BUG: the column-parallel input gradient without its all-reduce
+            # (Megatron's f; in plain TP the row-parallel side's backward is
+            # the identity, so this is where a missing all-reduce lives):
+            # each rank keeps its own heads'/ffn columns' share
+            return g, None
         return _all_reduce(g, ctx.par), None
 
 

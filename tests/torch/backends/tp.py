@@ -9,7 +9,8 @@ tp after backward (Megatron's allreduce of the layernorm grads).
 The grad norm counts a tp-sharded parameter on every tp rank and a
 replicated one once, summed over tp.
 
-Bugs: row_bwd_no_allreduce (tp_nosp.py), sp_allreduce, vocab_pad,
+Bugs: f_no_allreduce (tp_nosp.py: the column-parallel input gradient
+without its all-reduce), sp_allreduce, vocab_pad,
 same_dropout_mask, norm_not_reduced (model.py, common.clip_grads)."""
 import torch.distributed as dist
 
