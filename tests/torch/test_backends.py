@@ -58,7 +58,8 @@ BUGS = [
     # linear is the first to use it, mlp.dense_4h_to_h.weight (its bias
     # gradient, a sum over this rank's positions then all-reduced, is
     # right). Both tp shards [C, F/tp] are wrong; the row-major first
-    # element (row 0, column 0) is tp rank 0's.
+    # element (row 0, column 0) is tp rank 0's. (Until the judge orders a
+    # unit's gradients by the backward, it reports input_layernorm first.)
     ("tp", "sp_allreduce", ("step0.grad.layers.1.mlp.dense_4h_to_h.weight",), {"tp": 0}),
     # the padded zero logits enter the softmax's sum of exps after the
     # all-reduce: the loss (all-reduced, the same wrong value on every rank)
