@@ -86,9 +86,11 @@ cut act perturb:0:step0.act.layers.0.output@mb0:9:1.01
 judge --model gpt-micro "$tmp"/act/rank*.safetensors
 expect "local: the unit whose recomputation disagrees first is named" 1 \
   "FIRST DIVERGENCE step0.act.layers.0.output[0,0,9]" "microbatch 0, rank 0 (dp=0,tp=0" \
-  "FIRST LOCAL DIVERGENCE: the layer 0 forward's recomputation disagrees first, at step0.act.layers.0.output"
+  "FIRST LOCAL DIVERGENCE step0.act.layers.0.output[0,0,9] (flat 9 of 1024), step 0, microbatch 0, rank 0 (dp=0,tp=0" \
+  "the layer 0 forward's recomputation disagrees first" "found by both"
 judge --golden "$tmp/golden.safetensors" "$tmp"/act/rank*.safetensors
-expect "from a dump the local judgment is not run, and says so" 1 "local: not judged (the golden run is a dump"
+expect "from a dump the local judgment is not run, and says so" 1 "local judgment: not available (the golden run is a dump" \
+  "  local: not available (the golden run is a dump"
 cut drift perturb:1:step0.param.layers.0.mlp.dense_h_to_4h.bias:7:1.5
 judge --golden "$tmp/golden.safetensors" "$tmp"/drift/rank*.safetensors
 expect "a drifting replica is named at its own rank" 1 \
@@ -292,6 +294,100 @@ judge --golden "$tmp/golden.safetensors" "$tmp"/ok/rank*.safetensors --multiple 
 expect "bad input: a flag given twice" 2 "--multiple given twice"
 judge --tensor-parallel 2 "$tmp"/ok/rank*.safetensors
 expect "bad input: a layout flag" 2 "unknown option '--tensor-parallel'"
+
+# --- the report: local and trajectory together, data-flow order, units ----
+# one1 OUT MODE: a one-device rank file of the dump's own step-0 tensors
+# (init., grad., param.; the embedding's mask and the batch), one edit:
+#   ill      a key-part qkv bias element of the update +0.5 (its gradient
+#            is 0: the trajectory skips it as ill-conditioned, only the
+#            local judgment judges it)
+#   fwd/rev  two layer-1 gradients perturbed, the file in the dump's / the
+#            reversed order
+#   mask     one element of the embedding's dropout mask flipped
+one1() {
+  "$PY" - "$tmp/golden.safetensors" "$1" "$2" <<'PY'
+import json, struct, sys, numpy as np
+dump, out, mode = sys.argv[1:4]
+raw = open(dump, "rb").read(); n = struct.unpack("<Q", raw[:8])[0]; h = json.loads(raw[8:8 + n])
+DT = {"F32": np.float32, "I32": np.int32, "U8": np.uint8}
+def get(k):
+    b, e = h[k]["data_offsets"]
+    return np.frombuffer(raw[8 + n + b:8 + n + e], dtype=DT[h[k]["dtype"]]).reshape(h[k]["shape"]).copy()
+keys = [k for k in h if k.startswith(("init.", "step0.grad.", "step0.param."))]
+keys += ["step0.input_ids", "step0.mask.dropout.embedding"]
+T = {k: get(k) for k in (keys[::-1] if mode == "rev" else keys)}
+if mode == "ill":
+    T["step0.param.layers.0.self_attention.query_key_value.bias"][9] += 0.5
+elif mode in ("fwd", "rev"):
+    for k in ["step0.grad.layers.1.input_layernorm.weight", "step0.grad.layers.1.mlp.dense_4h_to_h.weight",
+              "step0.grad.layers.1.mlp.dense_h_to_4h.bias"]:
+        T[k].flat[3] *= 1.5
+elif mode == "mask":
+    T["step0.mask.dropout.embedding"].flat[5] ^= 1
+meta = {"parity.format": "1", "parity.mesh": "{}", "parity.coords": "{}", "parity.placements": "{}"}
+hdr, blobs, off = {"__metadata__": meta}, [], 0
+for k, a in T.items():
+    b = a.tobytes()
+    hdr[k] = {"dtype": {np.float32: "F32", np.int32: "I32", np.uint8: "U8"}[a.dtype.type],
+              "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+    blobs.append(b); off += len(b)
+hj = json.dumps(hdr).encode()
+open(out, "wb").write(struct.pack("<Q", len(hj)) + hj + b"".join(blobs))
+PY
+}
+one1 "$tmp/ill.st" ill
+judge --model gpt-micro "$tmp/ill.st" --report "$tmp/ill.json"
+expect "a divergence only the local judgment finds: the trajectory within, the verdict beyond" 1 \
+  "trajectory: every tensor within its tolerance" \
+  "FIRST LOCAL DIVERGENCE step0.param.layers.0.self_attention.query_key_value.bias[9] (flat 9 of 48), step 0, rank 0 ((one device)" \
+  "  got 0.5 (0x3f000000), recomputed " "  local: BEYOND: " "the optimizer's recomputation disagrees first" \
+  "found by local" "verdict: BEYOND: 1 of"
+if ! grep -q "^no divergence" <<<"$out" && grep -q "^  BEYOND .*step0.param.layers.0.self_attention.query_key_value.bias$" <<<"$out"
+then ok "no 'no divergence' line; the tensor's summary row says BEYOND"
+else fail "no 'no divergence' line; the tensor's summary row says BEYOND"; fi
+if "$PY" - "$tmp/ill.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["verdict"] == "beyond" and r["trajectory_verdict"] == "within", r["verdict"]
+assert r["first_divergence"] is None and r["local"] == {"verdict": "beyond"} and r["local_unavailable"] is None
+q = "step0.param.layers.0.self_attention.query_key_value.bias"
+assert r["first"] == {"tensor": q, "unit": "optimizer", "found_by": "local"}, r["first"]
+f = r["first_local_divergence"]
+assert f["tensor"] == q and f["step"] == 0 and f["element"] == 9 and f["flat"] == 9 and f["index"] == [9], f
+assert f["rank"] == 0 and f["coords"] == "(one device)" and f["microbatch"] == -1 and f["copies"] == 1, f
+assert f["got"] == 0.5 and abs(f["want"]) < 1e-6 and f["unit"] == "optimizer" and f["ulp_element"] > 0, f
+scale = max(f["envelope"], f["floor"])
+assert abs(f["ratio"] - f["deviation"] / scale) <= 1e-9 * f["ratio"] and f["ratio"] > f["multiple"], f
+assert abs(f["deviation"] - abs(f["got"] - f["want"])) <= 1e-12, f
+t = [x for x in r["tensors"] if x["tensor"] == q][0]
+assert t["verdict"] == "beyond" and t["trajectory_verdict"] == "within" and t["local"]["verdict"] == "beyond", t
+assert all(x["verdict"] == "within" for x in r["tensors"] if x["tensor"] != q)
+units = {x["tensor"]: x["unit"] for x in r["tensors"]}
+assert units["step0.input_ids"].startswith("batch") and units["step0.mask.dropout.embedding"] == "embedding forward", units
+PY
+then ok "--report: verdict beyond, first_local_divergence with element, rank, got/want, ratio; units of batch and mask"
+else fail "--report: verdict beyond, first_local_divergence with element, rank, got/want, ratio; units of batch and mask"; fi
+judge --golden "$tmp/golden.safetensors" "$tmp/ill.st" --report "$tmp/illg.json"
+expect "without the local judgment the report says it is not available" "$rc" \
+  "local judgment: not available (the golden run is a dump"
+if "$PY" -c "import json,sys;r=json.load(open(sys.argv[1]));assert r['local'] is None and 'dump' in r['local_unavailable'] and r['first_local_divergence'] is None" "$tmp/illg.json"
+then ok "--report without the local judgment: local null, local_unavailable says why"
+else fail "--report without the local judgment: local null, local_unavailable says why"; fi
+for o in fwd rev; do
+  one1 "$tmp/$o.st" $o
+  judge --model gpt-micro "$tmp/$o.st"
+  expect "inside a unit, gradients in backward order ($o file order)" 1 \
+    "FIRST DIVERGENCE step0.grad.layers.1.mlp.dense_4h_to_h.weight[0,3]"
+done
+one1 "$tmp/mask.st" mask
+judge --model gpt-micro "$tmp/mask.st"
+expect "a wrong dropout mask is the embedding forward's" 1 \
+  "FIRST LOCAL DIVERGENCE step0.mask.dropout.embedding[" "the embedding forward's recomputation disagrees first"
+judge --golden "$tmp/golden.safetensors" "$tmp"/ok/rank*.safetensors --tolerance-for 'step0.grad.layers.1.*=64' --report "$tmp/pat.json"
+npat=$("$PY" -c "import json,sys,fnmatch;r=json.load(open(sys.argv[1]));print(sum(1 for t in r['tensors'] if t['class']=='grad' and fnmatch.fnmatchcase(t['tensor'],'step0.grad.layers.1.*')))" "$tmp/pat.json")
+expect "the per-class given column counts --tolerance-for's tensors" 0 "  grad  " \
+  "given 32 (64 for $npat tensors by pattern)"
+[ "${npat:-0}" -gt 0 ] && ok "the pattern matched some gradients ($npat)" || fail "the pattern matched no gradient"
 
 echo "RESULT test_judge.sh: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

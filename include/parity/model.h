@@ -853,6 +853,10 @@ void  gpt_report_input_grad(const gpt_t *g, int unit, int s, const gpt_observer_
  * before it higher; 0 when no kind has it. */
 int   gpt_checkpoint_position(const char *name, long *unit, long *order);
 long  gpt_backward_position(const char *name);
+/* A parameter's place in its unit kind's table ("layers.3.mlp.dense_4h_to_h.bias":
+ * 11), the forward order its unit uses it in; the backward produces the
+ * gradients roughly in reverse. -1 when no kind has it. */
+int   gpt_param_position(const char *name);
 /* The bytes of one sequence's batch tensors a dump collects: input ids,
  * labels, every unit's checkpoints present under cfg (dropout masks only
  * with dropout) and every unit's input gradient. */

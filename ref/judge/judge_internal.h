@@ -107,6 +107,8 @@ typedef struct {
     judge_tensor_t *t;
     int nt;
     char names[48];             /* the scheme the files use ("hf-gpt2", "auto: nanogpt") */
+    const char *local_unavailable; /* NULL when the local judgment ran, else why not ("the
+                                      forced step does not support MoE yet") */
 } judge_set_t;
 
 /* Every file's parameter tensors (init., param., grad., exp_avg.,
@@ -133,6 +135,8 @@ judge_class_t judge_class_of(const char *full_name);
  * the floor of every envelope, so an exactly reproducible tensor still
  * has a scale. 0 for integer tensors (they must be exact). */
 double judge_tensor_ulp(const st_tensor_t *g, const void *gd);
+/* Element e of the reference t->gd as a double (f32, i32, u8, f64). */
+double judge_value(const judge_tensor_t *t, uint64_t e);
 
 /* The envelope's float orders (envelope.c): the first k of sequential,
  * pairwise, reversed, grouped(g) for each distinct mesh degree g > 1 of
@@ -187,6 +191,10 @@ typedef struct {
     uint64_t worst;             /* the element of dev */
     uint64_t nbeyond, nmissing, nmasked, nill;
     uint64_t elem_ulp;          /* ulps of the element `first` (or worst), float32 */
+    /* that element (`first`, or worst) as the report names it: */
+    double got, want;           /* the worst copy's value, the reference's */
+    double elem_dev;            /* |got - want| (inf: no copy) */
+    int who, mb, copies;        /* the worst copy's rank (-1: none), microbatch (-1), copies */
 } judge_verdict_t;
 
 /* Judges every tensor of s against the golden run; v[s->nt] in the

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "parity/check.h"
+#include "parity/model.h"
 #include "parity/tensor_diff.h"
 
 static const char *const CLASS_NAMES[JC_COUNT] = {
@@ -80,6 +81,24 @@ static int apply_masks(const judge_set_t *s, const judge_opts_t *op, perr_t *err
     return 0;
 }
 
+double judge_value(const judge_tensor_t *t, uint64_t e) {
+    const unsigned char *p = (const unsigned char *)t->gd;
+    if (t->g.dtype == ST_F32) {
+        float f;
+        memcpy(&f, p + 4 * e, 4);
+        return f;
+    }
+    if (t->g.dtype == ST_I32) {
+        int32_t i;
+        memcpy(&i, p + 4 * e, 4);
+        return i;
+    }
+    if (t->g.dtype == ST_U8) return p[e];
+    double d = 0;
+    if (t->g.dtype == ST_F64) memcpy(&d, p + 8 * e, 8);
+    return d;
+}
+
 static uint64_t elem_ulp(const judge_tensor_t *t, uint64_t e) {
     if (t->g.dtype != ST_F32 || !t->copies[e] || isnan(t->got[e])) return 0;
     const float got = (float)t->got[e];
@@ -119,7 +138,15 @@ void judge_verdict_one(const judge_tensor_t *t, const judge_opts_t *op, double e
     if (x->dev < 0) x->dev = 0; /* every element masked */
     x->beyond = have_first;
     x->ratio = scale > 0 ? x->dev / scale : x->dev > 0 ? INFINITY : 0;
-    x->elem_ulp = elem_ulp(t, have_first ? x->first : x->worst);
+    const uint64_t e = have_first ? x->first : x->worst;
+    x->elem_ulp = elem_ulp(t, e);
+    x->who = x->mb = -1;
+    if (!t->numel) return;
+    x->copies = t->copies[e];
+    x->want = judge_value(t, e);
+    x->got = x->copies ? t->got[e] : NAN;
+    x->elem_dev = x->copies ? t->dev[e] : INFINITY;
+    if (x->copies) x->who = t->who[e], x->mb = t->mb[e];
 }
 
 static int64_t step_of(const char *name) {
@@ -167,16 +194,45 @@ int judge_verdicts(const judge_set_t *s, const judge_opts_t *op, const double *e
     return 0;
 }
 
+enum { NKEY = 5 };
 typedef struct {
-    long key[4];
+    long key[NKEY];
     int i;
 } order_t;
 
 static int by_exec(const void *pa, const void *pb) {
     const order_t *a = pa, *b = pb;
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < NKEY; k++)
         if (a->key[k] != b->key[k]) return a->key[k] < b->key[k] ? -1 : 1;
     return a->i - b->i;
+}
+
+/* check_exec_key orders the units; inside one unit it gives every
+ * gradient (and every optimizer tensor) the same key. Here the
+ * parameter's place in its kind's table breaks the tie: gradients in
+ * reverse (the backward uses the parameters last to first: a layer's
+ * mlp.dense_4h_to_h before its input_layernorm), the optimizer's tensors
+ * and init.* in the table's order; activations keep their checkpoint
+ * order (check_exec_key's key[3]). Never the file's order. */
+static void exec_key(const char *name, long key[NKEY]) {
+    check_exec_key(name, key);
+    key[4] = 0;
+    const char *w = strncmp(name, "init.", 5) ? strchr(name, '.') : name + 4;
+    if (!w) return;
+    w++;
+    static const char *const opt[] = {"exp_avg.", "exp_avg_sq.", "param.", NULL};
+    if (!strncmp(name, "step", 4) && !strncmp(w, "grad.", 5)) {
+        const int p = gpt_param_position(w + 5);
+        key[4] = p >= 0 ? -p : 0;
+        return;
+    }
+    const char *p = !strncmp(name, "init.", 5) ? w : NULL;
+    for (int k = 0; opt[k] && !p; k++)
+        if (!strncmp(w, opt[k], strlen(opt[k]))) p = w + strlen(opt[k]);
+    if (!p) return;
+    /* the optimizer walks the table: units first to last, each's tensors in order */
+    key[2] = -gpt_backward_position(p);
+    key[4] = gpt_param_position(p);
 }
 
 void judge_exec_order(const judge_set_t *s, int *order) {
@@ -185,7 +241,7 @@ void judge_exec_order(const judge_set_t *s, int *order) {
         for (int i = 0; i < s->nt; i++) order[i] = i;
         return;
     }
-    for (int i = 0; i < s->nt; i++) check_exec_key(s->t[i].name, o[i].key), o[i].i = i;
+    for (int i = 0; i < s->nt; i++) exec_key(s->t[i].name, o[i].key), o[i].i = i;
     qsort(o, (size_t)s->nt, sizeof *o, by_exec);
     for (int i = 0; i < s->nt; i++) order[i] = o[i].i;
     free(o);

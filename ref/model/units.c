@@ -252,6 +252,18 @@ long gpt_backward_position(const char *name) {
     return 0;
 }
 
+int gpt_param_position(const char *name) {
+    for (int r = 0; r < N_RUNS; r++)
+        for (int alt = 0; alt < 3; alt++) {
+            const unit_kind_t *k = alt ? runs[r].alts[alt - 1] : runs[r].kind;
+            const char *rest;
+            const int i = k ? match_prefix(k, name, &rest) : -1;
+            for (int t = 0; i >= 0 && t < k->n_tensors; t++)
+                if (!strcmp(rest, k->tensors[t].suffix)) return t;
+        }
+    return -1;
+}
+
 static size_t dtype_bytes(st_dtype_t t) { return st_dtype_size(t); }
 
 size_t gpt_batch_bytes_per_seq(const model_config_t *c) {
