@@ -260,6 +260,61 @@ static void test_export_read(void) {
     harness_rmtree(dir);
 }
 
+/* parity's own names take every model: a mixture of experts' 3-axis
+ * expert weights keep all three axes in the map (its shape held two:
+ * the export read past it and wrote [E, F, 0]), and their export reads
+ * back bit for bit. */
+static void test_moe_megatron_lm(void) {
+    model_config_t c = config(2, 1);
+    perr_t e;
+    c.moe_experts = 2;
+    c.moe_topk = 1;
+    c.moe_layer_freq = 1;
+    if (model_config_validate(&c, &e)) {
+        CHECK(0, "MoE config: %s", e.msg);
+        return;
+    }
+    param_table_t t;
+    if (param_table_build(&t, &c, &e)) {
+        CHECK(0, "table: %s", e.msg);
+        return;
+    }
+    int three = 0;
+    for (int i = 0; i < t.count; i++) {
+        const param_info_t *p = &t.info[i];
+        char name[160];
+        names_map_t m;
+        const int rc = names_from_parity(&c, NAMES_MEGATRON_LM, i, name, sizeof name, &m, &e);
+        CHECK(rc == 0, "%s: %s", p->name, e.msg);
+        if (rc) continue;
+        size_t numel = 1;
+        for (int d = 0; d < m.ndim; d++) numel *= (size_t)m.shape[d];
+        three += m.ndim == 3;
+        CHECK(m.ndim == p->pl.ndim && numel == p->numel, "%s: map %d-D of %zu elements, parity's "
+              "%d-D of %zu", p->name, m.ndim, numel, p->pl.ndim, p->numel);
+    }
+    CHECK(three > 0, "the MoE model has 3-axis expert weights");
+    char dir[] = "/tmp/test_names_moe.XXXXXX";
+    if (harness_mkdtemp(dir)) {
+        param_table_free(&t);
+        return;
+    }
+    float *in = malloc(t.total * sizeof *in), *back = calloc(t.total, sizeof *back);
+    fill(in, t.total, 13);
+    char file[600];
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    names_scheme_t got = NAMES_COUNT;
+    int rc = names_weights_export(&c, NAMES_MEGATRON_LM, in, dir, &e);
+    CHECK(rc == 0, "export: %s", e.msg);
+    if (!rc) rc = names_weights_read(&c, file, 0, &got, back, &e);
+    CHECK(rc == 0 && got == NAMES_MEGATRON_LM && !memcmp(in, back, t.total * sizeof *in),
+          "MoE export read back: %s", rc ? e.msg : "values differ");
+    free(in);
+    free(back);
+    param_table_free(&t);
+    harness_rmtree(dir);
+}
+
 int main(void) {
     RUN(test_round_trip);
     RUN(test_qkv_layouts);
@@ -267,5 +322,6 @@ int main(void) {
     RUN(test_tied_head);
     RUN(test_refusals);
     RUN(test_export_read);
+    RUN(test_moe_megatron_lm);
     return harness_done();
 }

@@ -74,7 +74,7 @@ typedef struct {
     int alias;                   /* 1: the tied head's name for the word embedding
                                     (lm_head.weight): the same values, not another tensor */
     int ndim;
-    int64_t shape[2];            /* the scheme's shape */
+    int64_t shape[PL_MAX_DIMS];  /* the scheme's shape (an expert weight has 3 axes) */
 } names_map_t;
 
 /* The parity parameter name of a scheme's name ("transformer.h.0.attn.

@@ -114,8 +114,10 @@ static int parse_mask(const char *v, judge_opts_t *op) {
     }
     k.name = strndup(v, (size_t)(lb - v));
     k.reason = strdup(rb + 2);
-    judge_mask_t *m = realloc(op->masks, (size_t)(op->nmasks + 1) * sizeof *m);
-    if (!m || !k.name || !k.reason) return free(m), bad("%s%s", "out of memory", "");
+    /* a grown array is op's at once: opts_free frees it, never the old one */
+    judge_mask_t *m = k.name && k.reason ? realloc(op->masks, (size_t)(op->nmasks + 1) * sizeof *m)
+                                         : NULL;
+    if (!m) return free(k.name), free(k.reason), bad("%s%s", "out of memory", "");
     op->masks = m;
     m[op->nmasks++] = k;
     return 0;

@@ -113,11 +113,12 @@ int judge_names_resolve(judge_set_t *s, const model_config_t *c, perr_t *err) {
         const judge_file_t *f = &s->files[i];
         names_scheme_t mine;
         int none = 0;
+        perr_t e; /* not err: a message formatted from itself overlaps (vsnprintf) */
         if (!strcmp(f->names, "auto")) {
             any_auto = 1;
             if (detect(f, c, &mine, &none, err)) return -1;
-        } else if (names_scheme_parse(f->names, &mine, err)) {
-            return FAIL("%s: parity.names: %s", f->path, err->msg);
+        } else if (names_scheme_parse(f->names, &mine, &e)) {
+            return FAIL("%s: parity.names: %s", f->path, e.msg);
         }
         if (none) continue;
         if (from >= 0 && mine != scheme) {

@@ -92,7 +92,7 @@ static void fill_map(const param_info_t *p, int param, names_scheme_t s, const n
     m->transpose = r && r->linear && s == NAMES_HF_GPT2;
     m->qkv = r && r->qkv && (s == NAMES_HF_GPT2 || s == NAMES_NANOGPT);
     m->ndim = p->pl.ndim;
-    for (int d = 0; d < m->ndim && d < 2; d++) m->shape[d] = p->pl.shape[d];
+    for (int d = 0; d < m->ndim; d++) m->shape[d] = p->pl.shape[d];
     if (m->transpose) m->shape[0] = p->pl.shape[1], m->shape[1] = p->pl.shape[0];
 }
 
@@ -224,10 +224,12 @@ static int64_t qkv_scheme_row(const model_config_t *c, int64_t p) {
     return w * C + h * D + d;
 }
 
-/* Parity's tensor is [R, K] (K = 1 for a vector); the scheme's holds
- * parity's element (p, k) at scheme_at. */
+/* Parity's tensor is [R, K] (K = 1 for a vector, the product of the
+ * later axes for an expert's 3-axis weight, which no scheme transposes);
+ * the scheme's holds parity's element (p, k) at scheme_at. */
 static void parity_dims(const names_map_t *m, int64_t *R, int64_t *K) {
-    const int64_t a = m->shape[0], b = m->ndim > 1 ? m->shape[1] : 1;
+    int64_t a = m->ndim > 0 ? m->shape[0] : 1, b = 1;
+    for (int d = 1; d < m->ndim; d++) b *= m->shape[d];
     *R = m->transpose ? b : a;
     *K = m->transpose ? a : b;
 }
