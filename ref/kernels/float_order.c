@@ -236,6 +236,10 @@ float *forder_sum_rows(const float_order_t *o, uint64_t key, int nk, size_t w,
                        forder_leaf_fn *leaf, void *ctx, float *bufs) {
     const rows_t r = {leaf, ctx, bufs, w};
     float *total = bufs, *chunk = bufs + w, *term = bufs + 2 * w;
+    if (nk <= 0) { /* an empty sum is +0 (and the halving below would never end) */
+        for (size_t e = 0; e < w; e++) total[e] = 0.0f;
+        return total;
+    }
     if (o->kind == FLOAT_ORDER_PAIRWISE) {
         pairwise_rows(&r, 0, nk, 0);
         return total;
