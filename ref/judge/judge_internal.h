@@ -227,7 +227,9 @@ int judge_verdicts(const judge_set_t *s, const judge_opts_t *op, const double *e
  * worst gradient ratio measured (7.1 in bf16, tests/torch/test_backends.py)
  * rounded up, not grad's tolerance: a bf16 gradient's envelope is a few
  * bf16 ulps of its largest element, and 32 of them would cover most of
- * the tensor. 0, or -1 when out of memory. */
+ * the tensor. Called only when the local judgment ran (cmd_judge): with
+ * --golden, or a model the forced step refuses, the trajectory judges
+ * every element. 0, or -1 when out of memory. */
 #define JUDGE_ILL_ENVELOPES 8.0
 int judge_ill_conditioned(judge_set_t *s, const double *env, perr_t *err);
 
