@@ -47,6 +47,8 @@ GRID="svg grid --model gpt-micro --data-parallel-size 2 -o $w/g.svg"
 # forgives it)
 JR="judge --golden $w/a.st $w/rk/rank0.st $w/rk/rank1.st $w/rk/rank2.st $w/rk/rank3.st"
 JP="judge --golden $w/a.st $w/pk/rank0.st $w/pk/rank1.st $w/pk/rank2.st $w/pk/rank3.st"
+# the same exact rank files against the golden run from the model flags
+JM="judge --model gpt-micro $w/rk/rank0.st $w/rk/rank1.st $w/rk/rank2.st $w/rk/rank3.st"
 
 # inputs some rows read: another training text, a checkpoint, a trace,
 # two dumps that differ, a patterns file, an offload directory
@@ -57,6 +59,7 @@ setup() {
    "$P" train --model gpt-micro --steps 1 --quiet --data-parallel-size 2 --trace t.json >/dev/null &&
    "$P" train --model gpt-micro --steps 1 --quiet --dump a.st >/dev/null &&
    "$P" train --model gpt-micro --steps 1 --quiet --seed 7 --dump b.st >/dev/null &&
+   "$P" train --model gpt-micro --steps 1 --quiet --seed 7 --export-weights w7 --names hf-gpt2 >/dev/null &&
    printf 'parallel = dict(pipeline=2)\n' >pp2.py && mkdir -p off rk pk &&
    /usr/bin/python3 "$root/tests/judge/cut.py" a.st rk &&
    /usr/bin/python3 "$root/tests/judge/cut.py" a.st pk perturb:3:step0.grad.layers.1.mlp.dense_h_to_4h.weight:5:1.001 &&
@@ -205,8 +208,11 @@ rows() {
 --tolerance grad=1000000 | $JP | rc | $M
 --tolerance-for 'step0.grad.*=1000000' | $JP | rc | $M
 --mask 'step0.grad.layers.1.mlp.dense_h_to_4h.weight[32,5]=known rounding' | $JP | rc | $M
---envelope-runs 2 | $JR | out | $M
+--envelope-runs 2 | $JM | out | $M
 --report $w/j.json | $JR | file | $M
+--load $w/ck | $JM | rc | $JR
+--weights $w/w7/model.safetensors | $JM | rc | $JR
+--names nanogpt | $JM --weights $w/w7/model.safetensors | rc | $JR; $JM
 EOF
 }
 

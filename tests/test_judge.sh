@@ -388,6 +388,112 @@ npat=$("$PY" -c "import json,sys,fnmatch;r=json.load(open(sys.argv[1]));print(su
 expect "the per-class given column counts --tolerance-for's tensors" 0 "  grad  " \
   "given 32 (64 for $npat tensors by pattern)"
 [ "${npat:-0}" -gt 0 ] && ok "the pattern matched some gradients ($npat)" || fail "the pattern matched no gradient"
+# --- issue-45 review: one-device rank files written here from a dump ---------
+# one.py DUMP OUT MODE: init.*, step<s>.grad.*, step<s>.param.* of the
+# dump, then MODE: plain; ill (the step-0 param element whose golden
+# gradient is nearest 0, moved by 0.5); flatp (a flat shard whose own p
+# is garbage); flatfar (a flat member this shard holds none of, of a
+# shape that does not fit); flatwrap (a member of [2^40]*4 elements);
+# late (one tensor renamed to step 1000); init (init.* alone)
+ONE=$tmp/one.py
+cat >"$ONE" <<'PY'
+import json, struct, sys
+import numpy as np
+dump, out, mode = sys.argv[1:4]
+raw = open(dump, 'rb').read(); n = struct.unpack('<Q', raw[:8])[0]; h = json.loads(raw[8:8 + n])
+def get(k):
+    v = h[k]; b, e = v["data_offsets"]
+    return np.frombuffer(raw[8 + n + b:8 + n + e], dtype=np.float32).reshape(v["shape"]).copy()
+keep = lambda k: k.startswith('init.') or '.grad.' in k or '.param.' in k
+T = {k: get(k) for k in h if k != '__metadata__' and keep(k)}
+P = {}
+if mode == "ill":
+    k = 'layers.0.self_attention.query_key_value.bias'
+    e = np.argmin(np.abs(T['step0.grad.' + k]))   # a key bias: next to no effect on the loss
+    T['step0.param.' + k].flat[e] += 0.5
+elif mode.startswith("flat"):
+    b = 'step0.grad.layers.0.mlp.dense_h_to_4h.bias'
+    T = {'step0.flat': T[b]}
+    far = {"name": 'step0.grad.layers.0.input_layernorm.bias', "shape": [7]}
+    if mode == "flatwrap": far = {"name": 'step0.grad.layers.0.input_layernorm.bias', "shape": [2**40] * 4}
+    fl = {"offset": 0, "members": [{"name": b, "shape": list(T['step0.flat'].shape)}, far]}
+    P = {'step0.flat': {"flat": fl}}
+    if mode == "flatp": P['step0.flat']["p"] = "garbage"; fl["members"].pop()
+elif mode == "init":
+    T = {k: a for k, a in T.items() if k.startswith('init.')}
+elif mode == "late":
+    T['step1000.grad.layers.0.mlp.dense_h_to_4h.bias'] = T.pop('step0.grad.layers.0.mlp.dense_h_to_4h.bias')
+meta = {"parity.format": "1", "parity.mesh": "{}", "parity.coords": "{}", "parity.placements": json.dumps(P)}
+hdr, blobs, off = {"__metadata__": meta}, [], 0
+for k, a in T.items():
+    b = a.tobytes(); hdr[k] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+    blobs.append(b); off += len(b)
+hj = json.dumps(hdr).encode(); open(out, 'wb').write(struct.pack('<Q', len(hj)) + hj + b''.join(blobs))
+PY
+one() { "$PY" "$ONE" "$1" "$tmp/$2.st" "$3"; }
+"$PARITY" train --model gpt-micro --steps 1 --dump "$tmp/g1.st" >/dev/null 2>&1
+one "$tmp/g1.st" ill ill
+judge --golden "$tmp/g1.st" "$tmp/ill.st"
+expect "--golden: an ill-conditioned param element is judged by the trajectory (no local judgment)" 1 \
+  "FIRST DIVERGENCE step0.param.layers.0.self_attention.query_key_value.bias[" \
+  "no float-order runs: the golden run is a dump and the local judgment did not run" "verdict: BEYOND"
+judge --model gpt-micro "$tmp/ill.st"
+expect "--model: the local judgment catches the same element" 1 "FIRST LOCAL DIVERGENCE" \
+  "over 8 float-order runs (trajectory: golden runs; local: forced steps" "verdict: BEYOND"
+one "$tmp/g1.st" plain plain
+judge --model gpt-micro "$tmp/plain.st"
+expect "a unit input the files lack: the step's missing inputs listed, parity's own used" 0 \
+  "local: step 0: 6 of its" "parity's own recomputation used instead" "step0.act.layers.0.output" \
+  "step0.grad_input.head" "verdict: WITHIN"
+
+# a model the forced step does not support: the trajectory alone, the reason given
+"$PARITY" train --model gpt-micro --num-experts 2 --steps 1 --dump "$tmp/moe.st" >/dev/null 2>&1
+one "$tmp/moe.st" moe_ok plain
+judge --model gpt-micro --num-experts 2 "$tmp/moe_ok.st"
+expect "MoE: judged on the trajectory, the local judgment unavailable and why (exit 0)" 0 \
+  "trajectory only: golden runs" "no local judgment: dump_forced_step: a gpt model with experts: not supported yet" \
+  "verdict: WITHIN"
+one "$tmp/moe.st" moe_ill ill
+judge --model gpt-micro --num-experts 2 "$tmp/moe_ill.st"
+expect "MoE: a wrong param is caught by the trajectory (exit 1, not 2)" 1 \
+  "FIRST DIVERGENCE step0.param.layers.0.self_attention.query_key_value.bias[" "no local judgment:"
+
+# --load: the steps are the checkpoint's (S, S+1, ...), the first one starts from its state
+"$PARITY" train --model gpt-micro --steps 1 --save "$tmp/ck" >/dev/null 2>&1
+"$PARITY" train --model gpt-micro --steps 1 --load "$tmp/ck" --dump "$tmp/gl.st" >/dev/null 2>&1
+one "$tmp/gl.st" ld plain
+judge --model gpt-micro --load "$tmp/ck" "$tmp/ld.st"
+expect "--load: the files' step 1 judged within, trajectory and local" 0 "verdict: WITHIN" \
+  "local: every unit's teacher-forced recomputation agrees"
+judge --model gpt-micro --load "$tmp/ck" "$tmp/plain.st"
+expect "--load: a step before the checkpoint's is refused, naming file and tensor" 2 \
+  "plain.st: tensor 'step0." "before the golden run's first step 1"
+judge --model gpt-micro "$tmp/ld.st"
+expect "without --load the same files are not the golden run" 1 "verdict: BEYOND"
+"$PARITY" train --model gpt-micro --steps 1 --seed 7 --export-weights "$tmp/w7" --names megatron-lm >/dev/null 2>&1
+"$PARITY" train --model gpt-micro --steps 1 --seed 7 --dump "$tmp/g7.st" >/dev/null 2>&1
+one "$tmp/g7.st" w7 init
+judge --model gpt-micro --weights "$tmp/w7/model.safetensors" "$tmp/w7.st"
+expect "--weights: the golden run starts from the file's parameters" 0 "verdict: WITHIN"
+judge --model gpt-micro "$tmp/w7.st"
+expect "without --weights the seed-7 parameters are not the golden init" 1 "verdict: BEYOND"
+judge --model gpt-micro --names hf-gpt2 "$tmp/w7.st"
+expect "bad input: --names without --weights" 2 "--names"
+
+# rank-file checks
+for m in flatp flatfar flatwrap late; do one "$tmp/g1.st" "$m" "$m"; done
+judge --golden "$tmp/g1.st" "$tmp/flatp.st"
+expect "bad input: a flat shard's own p is parsed" 2 "tensor 'step0.flat': placement \"p\" must be an array"
+judge --golden "$tmp/g1.st" "$tmp/flatfar.st"
+expect "bad input: a flat member this shard holds none of is still checked" 2 \
+  "tensor 'step0.flat': shape [7], but its placement gives [16]"
+judge --golden "$tmp/g1.st" "$tmp/flatwrap.st"
+expect "bad input: a member's element count past 2^48 (no wrap to 0)" 2 "more than 2^48 elements"
+judge --model gpt-micro "$tmp/late.st"
+expect "bad input: a step past the bound, naming file and tensor" 2 \
+  "late.st: tensor 'step1000.grad.layers.0.mlp.dense_h_to_4h.bias'" "bound of 1000 steps"
+judge --model gpt-micro --steps 3 "$tmp/plain.st"
+expect "bad input: --steps (the steps are the files')" 2 "--steps: the steps judged are the rank files' own"
 
 echo "RESULT test_judge.sh: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -19,7 +19,8 @@
 enum { MAX_ARGS = 256 };
 
 static void usage(FILE *f) {
-    fputs("usage: parity judge [--model NAME|FILE.json [model overrides] | --golden DUMP]\n"
+    fputs("usage: parity judge [--model NAME|FILE.json [model overrides]\n"
+          "                     [--load DIR | --weights FILE [--names SCHEME]] | --golden DUMP]\n"
           "                    [--multiple M] [--tolerance CLASS=M,...] [--tolerance-for GLOB=M]\n"
           "                    [--mask 'NAME[i,j,..]=reason'] [--envelope-runs K] [--report FILE.json]\n"
           "                    RANKFILE...\n"
@@ -27,7 +28,16 @@ static void usage(FILE *f) {
           "  ref/judge/RANKFILES.md) against parity's golden run of the same model:\n"
           "  reassembles every tensor over the mesh and compares it with the golden one.\n"
           "  --model ...          the model, as parity train takes it (--model, overrides,\n"
-          "                       --data, --backend); the steps are the files' own\n"
+          "                       --data, --backend); the steps are the files' own (no\n"
+          "                       --steps: step<s>. of the names, at most 1000 steps)\n"
+          "  --load DIR           the golden run starts from a checkpoint (parity train\n"
+          "                       --save's): its parameters, AdamW state and step S; the\n"
+          "                       files then name steps S, S+1, ... (init.: its parameters)\n"
+          "  --weights FILE       the golden run starts from these parameters (any scheme of\n"
+          "                       RANKFILES.md, e.g. parity train --export-weights'), fresh\n"
+          "                       AdamW state, step 0\n"
+          "  --names SCHEME       --weights' scheme (default: the file's parity.names, or\n"
+          "                       detected)\n"
           "  --golden DUMP        the golden run from a `parity train --dump` file instead\n"
           "  --multiple M         a tensor is beyond when an element is more than M x its\n"
           "                       envelope from the golden one (default 32)\n"
@@ -45,6 +55,9 @@ static void usage(FILE *f) {
           "  mesh degree, random chunkings; bf16-rounded when parity.precision is bf16):\n"
           "  golden runs for the trajectory, teacher-forced steps for the local judgment;\n"
           "  never less than one ulp of the tensor's largest golden magnitude.\n"
+          "  The local judgment needs the model flags and a model the forced step supports\n"
+          "  (the dense GPT, fp32 or bf16, AdamW, no full recompute); otherwise only the\n"
+          "  trajectory is judged and the report says why the local judgment is unavailable.\n"
           "exit status: 0 within tolerance, 1 beyond, 2 bad input\n",
           f);
 }
@@ -160,7 +173,11 @@ static int parse_args(int argc, char **argv, args_t *a, judge_opts_t *op) {
         /* the oracle's own flags, then parity train's model overrides (model_flags.h) */
         const int oracle_flag = !strcmp(f, "--model") || !strcmp(f, "--config") ||
                                 !strcmp(f, "--backend") || !strcmp(f, "--data") ||
-                                !strcmp(f, "--steps");
+                                !strcmp(f, "--load") || !strcmp(f, "--weights") ||
+                                !strcmp(f, "--names");
+        if (!strcmp(f, "--steps"))
+            return bad("--steps: the steps judged are the rank files' own (their step<s>. "
+                       "names); parity judge takes no --steps%s%s", "", "");
         const int override = !ours && !oracle_flag && model_flag_known(f, &takes);
         if (!ours && !oracle_flag && !override)
             return bad("unknown option '%s' (see %s --help)", f, cli_name);
@@ -205,15 +222,17 @@ static int parse_args(int argc, char **argv, args_t *a, judge_opts_t *op) {
     return 0;
 }
 
-/* What the envelope is, for the report's first lines: its float orders. */
-static void envelope_what(const judge_set_t *s, const judge_opts_t *op, int from_dump, char *buf,
+/* The float orders' part of it: which runs, in which orders. */
+static void envelope_runs(const judge_set_t *s, const judge_opts_t *op, int from_dump, char *buf,
                           size_t cap) {
+    const int local = !s->local_unavailable;
     float_order_t orders[64];
     const int k = judge_envelope_orders(s, op->envelope_runs < 64 ? op->envelope_runs : 64, orders);
     size_t n = (size_t)snprintf(buf, cap, "the largest |run - reference| over %d float-order run%s "
                                 "(%s", op->envelope_runs, op->envelope_runs == 1 ? "" : "s",
-                                from_dump ? "local only: the trajectory's golden run is a dump" :
-                                "trajectory: golden runs; local: forced steps");
+                                from_dump ? "local only: the trajectory's golden run is a dump"
+                                : local ? "trajectory: golden runs; local: forced steps"
+                                        : "trajectory only: golden runs");
     for (int i = 0; i < k && n < cap; i++) {
         char o[64];
         n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : ": ",
@@ -222,6 +241,37 @@ static void envelope_what(const judge_set_t *s, const judge_opts_t *op, int from
     if (n < cap)
         snprintf(buf + n, cap - n, "%s), at least one ulp of the tensor's largest golden magnitude",
                  op->envelope_runs > 64 ? ", ..." : "");
+}
+
+/* What the envelope is, for the report's first lines: the float orders
+ * and which judgments ran them (a dump has no trajectory runs; the local
+ * judgment may be unavailable). */
+static void envelope_what(const judge_set_t *s, const judge_opts_t *op, int from_dump, char *buf,
+                          size_t cap) {
+    const int local = !s->local_unavailable;
+    if (op->envelope_runs < 1 || (from_dump && !local)) {
+        snprintf(buf, cap, "one ulp of the tensor's largest golden magnitude (no float-order runs: "
+                 "%s)", op->envelope_runs < 1 ? "--envelope-runs 0"
+                        : "the golden run is a dump and the local judgment did not run");
+    } else {
+        envelope_runs(s, op, from_dump, buf, cap);
+    }
+    const size_t n = strlen(buf);
+    if (!local && !from_dump && n < cap)
+        snprintf(buf + n, cap - n, "; no local judgment: %s", s->local_unavailable);
+}
+
+/* Which inputs of the local judgment the files lacked, step by step: there
+ * the forced step used parity's own recomputation instead, so a verdict
+ * downstream of it mixes in the error of the units before (RANKFILES.md
+ * "What a local judgment reads"). */
+static void print_missing(FILE *f, const judge_set_t *s) {
+    for (int i = 0; i < s->nlocal_missing; i++) {
+        const judge_local_missing_t *m = &s->local_missing[i];
+        fprintf(f, "local: step %lld: %d of its %d inputs not in the rank files (or not whole); "
+                "parity's own recomputation used instead (verdicts after them mix in the units "
+                "before): %s\n", (long long)m->step, m->missing, m->asked, m->names);
+    }
 }
 
 int cmd_judge(int argc, char **argv) {
@@ -255,16 +305,36 @@ int cmd_judge(int argc, char **argv) {
     order = calloc((size_t)s.nt, sizeof *order);
     if (!v || !order) goto oom;
     if (!(env = calloc((size_t)s.nt, sizeof *env))) goto oom;
-    if (judge_envelope_trajectory(&s, o, &op, env, &err) ||
-        judge_ill_conditioned(&s, env, &err) || judge_verdicts(&s, &op, env, v, &err))
+    /* the masks first (judge_verdicts applies them; the local judgment
+     * reads them), then the local judgment, which needs the model and its
+     * text (not a dump) and a model the forced step supports */
+    if (judge_envelope_trajectory(&s, o, &op, env, &err) || judge_verdicts(&s, &op, env, v, &err))
         goto fail;
-    /* the local judgment needs the model and its text: not from a dump */
-    if (!a.golden && (!(local = calloc((size_t)s.nt, sizeof *local)) || judge_local(&s, o, &op, local, &err)))
+    char why[sizeof err.msg];
+    if (a.golden) {
+        s.local_unavailable = "the golden run is a dump (--golden): the local judgment recomputes "
+                              "from the model and its text";
+    } else {
+        if (!(local = calloc((size_t)s.nt, sizeof *local))) goto oom;
+        const int lr = judge_local(&s, o, &op, local, &err);
+        if (lr < 0) goto fail;
+        if (lr > 0) {
+            snprintf(why, sizeof why, "%s", err.msg);
+            s.local_unavailable = why;
+            free(local), local = NULL;
+        }
+    }
+    /* an ill-conditioned update is skipped by the trajectory only where
+     * the local judgment judged it (judge_ill_conditioned): else the
+     * trajectory judges every element */
+    if (!s.local_unavailable &&
+        (judge_ill_conditioned(&s, env, &err) || judge_verdicts(&s, &op, env, v, &err)))
         goto fail;
     judge_exec_order(&s, order);
-    char what[512];
+    char what[1024];
     envelope_what(&s, &op, a.golden != NULL, what, sizeof what);
     judge_print(stdout, &s, &op, v, local, order, what);
+    print_missing(stdout, &s);
     if (a.report && judge_write_json(a.report, &s, &op, v, local, order, what, &err)) goto fail;
     rc = 0;
     for (int i = 0; i < s.nt; i++) rc |= v[i].beyond || (local && local[i].tensor >= 0 && local[i].beyond);

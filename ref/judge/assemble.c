@@ -161,6 +161,22 @@ static int scheme_layout(judge_tensor_t *t, const judge_piece_t *pc, const model
     return rc;
 }
 
+static int block_of(const judge_file_t *f, const judge_piece_t *pc, const st_tensor_t *g,
+                    int64_t *lo, int64_t *ext, perr_t *err);
+
+/* A flat member a shard holds no element of, of golden tensor g: its
+ * shape still fits its placement (a scheme name: in the scheme's layout). */
+static int unheld_shape(const judge_file_t *f, const judge_piece_t *pc, const st_tensor_t *g,
+                        perr_t *err) {
+    st_tensor_t sg = *g;
+    if (pc->backend && !pc->map.alias) {
+        sg.ndim = pc->map.ndim;
+        for (int d = 0; d < sg.ndim; d++) sg.shape[d] = pc->map.shape[d];
+    }
+    int64_t lo[ST_MAX_DIMS], ext[ST_MAX_DIMS];
+    return block_of(f, pc, &sg, lo, ext, err);
+}
+
 /* The global tensors the files name, first appearance first. */
 static int collect_names(judge_set_t *s, oracle_t *o, perr_t *err) {
     const char *scheme = strchr(s->names, ' ') ? strchr(s->names, ' ') + 1 : s->names;
@@ -179,8 +195,14 @@ static int collect_names(judge_set_t *s, oracle_t *o, perr_t *err) {
             char b[160];
             if (oracle_golden(o, pc->name, &t.g, &t.gd, &e))
                 return FAIL("%s: %s: unknown tensor '%s' (RANKFILES.md's names of this model, "
-                            "steps 0..%lld)", s->files[i].path, pc->where,
-                            st_escape(pc->name, b, sizeof b), (long long)s->files[i].max_step);
+                            "steps %lld..%lld)", s->files[i].path, pc->where,
+                            st_escape(pc->name, b, sizeof b),
+                            (long long)(o->have_start ? o->start.step : 0),
+                            (long long)s->files[i].max_step);
+            if (pc->unheld) { /* checked, never judged: no rank holds an element of it here */
+                if (unheld_shape(&s->files[i], pc, &t.g, err)) return -1;
+                continue;
+            }
             judge_tensor_t *grown = realloc(s->t, (size_t)(s->nt + 1) * sizeof *grown);
             if (!grown) return FAIL("judge: out of memory");
             s->t = grown;
@@ -372,12 +394,45 @@ static int assemble_one(judge_set_t *s, judge_tensor_t *t, perr_t *err) {
     return rc;
 }
 
+static int64_t step_of(const char *name) {
+    return strncmp(name, "step", 4) ? -1 : strtoll(name + 4, NULL, 10);
+}
+
+/* The golden steps the files need, from the golden run's first (--load's
+ * step S: the files name steps S, S+1, ...; a dump's steps count from 0),
+ * at most JUDGE_MAX_STEPS: each is a golden step, K envelope runs and K+1
+ * forced steps. A name outside them is refused naming its file. */
+static int golden_steps(const judge_set_t *s, const oracle_t *o, int64_t *steps, perr_t *err) {
+    const int64_t first = o->have_start ? o->start.step : 0;
+    *steps = 0;
+    char b[160];
+    for (int i = 0; i < s->nfiles; i++)
+        for (int k = 0; k < s->files[i].npc; k++) {
+            const judge_file_t *f = &s->files[i];
+            const int64_t st = step_of(f->pc[k].name);
+            if (st < 0) continue;
+            if (st < first)
+                return FAIL("%s: %s: tensor '%s' is of step %lld, before the golden run's "
+                            "first step %lld (--load's checkpoint is at step %lld)", f->path,
+                            f->pc[k].where, st_escape(f->pc[k].name, b, sizeof b), (long long)st,
+                            (long long)first, (long long)first);
+            if (st - first >= JUDGE_MAX_STEPS)
+                return FAIL("%s: %s: tensor '%s' is of step %lld: judging it would run %lld "
+                            "golden steps (and %lld forced ones per float order), more than the "
+                            "judge's bound of %d steps", f->path, f->pc[k].where,
+                            st_escape(f->pc[k].name, b, sizeof b), (long long)st,
+                            (long long)(st - first + 1), (long long)(st - first + 1),
+                            JUDGE_MAX_STEPS);
+            if (st - first + 1 > *steps) *steps = st - first + 1;
+        }
+    return 0;
+}
+
 int judge_assemble(judge_set_t *s, oracle_t *o, perr_t *err) {
     if (!s->nfiles) return FAIL("no rank files given (parity judge ... RANKFILE.safetensors...)");
     if (check_files(s, err)) return -1;
     int64_t steps = 0;
-    for (int i = 0; i < s->nfiles; i++)
-        if (s->files[i].max_step + 1 > steps) steps = s->files[i].max_step + 1;
+    if (golden_steps(s, o, &steps, err)) return -1;
     /* the names after the golden run: a dump's model is known from then on */
     if (oracle_run_golden(o, steps ? (int)steps : 1, err) || judge_names_resolve(s, &o->cfg, err))
         return -1;
@@ -411,6 +466,8 @@ void judge_set_free(judge_set_t *s) {
         free(t->backend), free(t->from_scheme), free(t->to_scheme);
     }
     free(s->t);
+    for (int i = 0; i < s->nlocal_missing; i++) free(s->local_missing[i].names);
+    free(s->local_missing);
     for (int i = 0; i < s->nfiles; i++) judge_file_close(&s->files[i]);
     free(s->files);
     free(s->by_rank);

@@ -51,6 +51,8 @@ typedef struct {
                                    full name), else NULL */
     names_map_t map;            /* backend's: the scheme's layout, which shape and placement
                                    speak of (map.alias: the tied head's second key) */
+    int unheld;                 /* a flat member this shard holds no element of: its name
+                                   and shape are checked, it adds no tensor (r0 = r1 = 0) */
 } judge_piece_t;
 
 /* One rank file. */
@@ -99,6 +101,14 @@ typedef struct {
     uint64_t *to_scheme;        /* [numel] its inverse */
 } judge_tensor_t;
 
+/* One step of the local judgment whose forced step asked for inputs the
+ * files did not hold (whole): parity's own recomputation stood in. */
+typedef struct {
+    int64_t step;
+    int asked, missing;         /* inputs the forced step asked for; of them not supplied */
+    char *names;                /* "act.layers.0.output, grad_input.head, ... (and 3 more)" */
+} judge_local_missing_t;
+
 /* The whole set of rank files reassembled against the golden tensors. */
 typedef struct {
     judge_file_t *files;
@@ -107,9 +117,14 @@ typedef struct {
     judge_tensor_t *t;
     int nt;
     char names[48];             /* the scheme the files use ("hf-gpt2", "auto: nanogpt") */
-    const char *local_unavailable; /* NULL when the local judgment ran, else why not ("the
-                                      forced step does not support MoE yet") */
+    const char *local_unavailable; /* NULL when the local judgment ran, else a one-line reason */
+    judge_local_missing_t *local_missing; /* the steps with inputs not supplied (judge_local) */
+    int nlocal_missing;
 } judge_set_t;
+
+/* The most steps a judgment runs (the golden run, K envelope runs and
+ * K+1 forced steps each): a file naming a later step is refused. */
+#define JUDGE_MAX_STEPS 1000
 
 /* Every file's parameter tensors (init., param., grad., exp_avg.,
  * exp_avg_sq. of a scheme name) renamed to parity's, each piece keeping
@@ -218,7 +233,9 @@ int judge_verdicts(const judge_set_t *s, const judge_opts_t *op, const double *e
  * worst gradient ratio measured (7.1 in bf16, tests/torch/test_backends.py)
  * rounded up, not grad's tolerance: a bf16 gradient's envelope is a few
  * bf16 ulps of its largest element, and 32 of them would cover most of
- * the tensor. 0, or -1 when out of memory. */
+ * the tensor. Called only when the local judgment ran (cmd_judge): with
+ * --golden, or a model the forced step refuses, the trajectory judges
+ * every element. 0, or -1 when out of memory. */
 #define JUDGE_ILL_ENVELOPES 8.0
 int judge_ill_conditioned(judge_set_t *s, const double *env, perr_t *err);
 
@@ -227,11 +244,15 @@ int judge_ill_conditioned(judge_set_t *s, const double *env, perr_t *err);
 void judge_verdict_one(const judge_tensor_t *t, const judge_opts_t *op, double envelope,
                        judge_verdict_t *x);
 
-/* The local judgment (local.c): each step recomputed teacher-forced from
- * the backend's reassembled tensors (forced.h) and every tensor of the
- * step compared with its recomputation; local[i].tensor is -1 for a
- * tensor the forced step does not recompute (init.*, the batch). Needs
- * the golden run from model flags (o holds the model and its text). */
+/* The local judgment (local.c): each step from the golden run's first
+ * (o->start.step with --load) recomputed teacher-forced from the
+ * backend's reassembled tensors (forced.h) and every tensor of the step
+ * compared with its recomputation; local[i].tensor is -1 for a tensor
+ * the forced step does not recompute (init.*, the batch). The steps
+ * whose inputs the files lacked go to s->local_missing. Needs the golden
+ * run from model flags (o holds the model and its text) and a model the
+ * forced step supports: 1 with the reason in err when it is not (a
+ * dump, an MoE model, fp16, ...; nothing judged), 0, or -1 on error. */
 int judge_local(judge_set_t *s, oracle_t *o, const judge_opts_t *op, judge_verdict_t *local,
                 perr_t *err);
 /* Re-reads tensor t's pieces against another reference ref (t's shape and

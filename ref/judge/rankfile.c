@@ -166,9 +166,16 @@ static int parse_shape(const judge_file_t *jf, const char *what, const json_t *s
     return 0;
 }
 
+/* The elements of a shape, or UINT64_MAX past MAX_NUMEL (each axis is at
+ * most 2^40: the product could wrap). */
+static const uint64_t MAX_NUMEL = (uint64_t)1 << 48;
 static uint64_t numel_of(int ndim, const int64_t *shape) {
     uint64_t n = 1;
-    for (int d = 0; d < ndim; d++) n *= (uint64_t)shape[d];
+    for (int d = 0; d < ndim; d++) {
+        if (!shape[d]) return 0;
+        if (n > MAX_NUMEL / (uint64_t)shape[d]) return UINT64_MAX;
+        n *= (uint64_t)shape[d];
+    }
     return n;
 }
 
@@ -264,13 +271,18 @@ static int add_flat(judge_file_t *jf, const st_tensor_t *t, const char *what, co
             parse_p(jf, mwhat, json_get(m, "p"), pc.ndim, pc.p, err))
             return -1;
         const uint64_t size = numel_of(pc.ndim, pc.shape);
+        if (size > MAX_NUMEL || start + size > MAX_NUMEL)
+            return FAIL("%s: %s: \"shape\" has more than 2^48 elements (with the members "
+                        "before it)", jf->path, mwhat);
         const uint64_t lo = start > (uint64_t)offset ? start : (uint64_t)offset;
         const uint64_t hi = start + size < (uint64_t)offset + n ? start + size : (uint64_t)offset + n;
-        if (lo < hi) {
-            pc.r0 = lo - start, pc.r1 = hi - start;
-            pc.data = data + (lo - (uint64_t)offset) * es;
-            if (add_piece(jf, &pc, err)) return -1;
-        }
+        /* a member this shard holds none of is still checked (its name, its
+         * shape against its placement: assemble.c), so a wrong one is never
+         * hidden by where the buffer happens to be cut */
+        pc.unheld = lo >= hi;
+        pc.r0 = pc.unheld ? 0 : lo - start, pc.r1 = pc.unheld ? 0 : hi - start;
+        pc.data = pc.unheld ? data : data + (lo - (uint64_t)offset) * es;
+        if (add_piece(jf, &pc, err)) return -1;
         start += size;
     }
     if (n && (uint64_t)offset >= start)
@@ -317,6 +329,10 @@ static int add_tensor(judge_file_t *jf, const st_tensor_t *t, const json_t *pj, 
             if (mj || mb >= 0)
                 return FAIL("%s: %s: a flat-buffer shard has no microbatch (its members are "
                             "whole tensors)", jf->path, what);
+            /* the flat tensor's own "p" only says which axis cut the buffer,
+             * but it is still a placement (RANKFILES.md): a typo is refused */
+            int fp[JUDGE_MAX_AXES];
+            if (parse_p(jf, what, json_get(pj, "p"), 1, fp, err)) return -1;
             return add_flat(jf, t, what, json_get(pj, "flat"), pc.scale, err);
         }
         if (parse_p(jf, what, json_get(pj, "p"), t->ndim, pc.p, err)) return -1;
