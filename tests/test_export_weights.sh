@@ -57,20 +57,27 @@ run_ok "save a checkpoint" train --model gpt-micro --steps 2 --quiet --save "$tm
 export_ok "export from --load" --load "$tmp/ck" --export-weights "$tmp/from-ck" --names nanogpt
 
 # the layouts' meaning, the oracle from the exports, the oracle's refusals
-if PARITY_LIB=$BUILD/libparity.so /usr/bin/python3 tests/names_check.py "$tmp" >"$tmp/py" 2>&1; then
-  r=0
-else
-  r=1
-fi
-while read -r line; do
-  case $line in
-    "ok "*) ok "${line#ok }" ;;
-    "not ok "*) fail "${line#not ok }" ;;
-    *) [ $r -ne 0 ] && echo "  $line" ;;
-  esac
-done <"$tmp/py"
-grep -q '^ok ' "$tmp/py" || fail "names_check.py ran no check" "$(tail -5 "$tmp/py")"
-[ $r -eq 0 ] || grep -q '^not ok ' "$tmp/py" || fail "names_check.py failed outside its checks" "$(tail -5 "$tmp/py")"
+# (python cannot load a sanitized library first: CONTRIBUTING.md, LD_PRELOAD)
+case "$(ldd "$BUILD/libparity.so" 2>/dev/null)" in
+  *libasan*|*libtsan*|*libubsan*)
+    echo "skip: names_check.py (a sanitized libparity.so)" ;;
+  *)
+  if PARITY_LIB=$BUILD/libparity.so /usr/bin/python3 tests/names_check.py "$tmp" >"$tmp/py" 2>&1; then
+    r=0
+  else
+    r=1
+  fi
+  while read -r line; do
+    case $line in
+      "ok "*) ok "${line#ok }" ;;
+      "not ok "*) fail "${line#not ok }" ;;
+      *) [ $r -ne 0 ] && echo "  $line" ;;
+    esac
+  done <"$tmp/py"
+  grep -q '^ok ' "$tmp/py" || fail "names_check.py ran no check" "$(tail -5 "$tmp/py")"
+  [ $r -eq 0 ] || grep -q '^not ok ' "$tmp/py" || fail "names_check.py failed outside its checks" "$(tail -5 "$tmp/py")"
+    ;;
+esac
 
 # train's refusals: exit 2, the flag or value named, nothing written
 refuse "--names foo" "'foo'.*megatron-lm" -- "$P" "${M[@]}" --export-weights ex --names foo
