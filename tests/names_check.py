@@ -23,6 +23,8 @@ import numpy as np
 
 DIR = sys.argv[1]
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from st_write import write_safetensors  # noqa: E402
 sys.path.insert(0, os.environ.get("PARITY_PYTHON", os.path.join(os.path.dirname(HERE), "ref", "python")))
 failed = 0
 
@@ -49,18 +51,7 @@ def read_st(path):
 
 
 def write_st(path, tensors, meta):
-    head, blobs, at = {}, [], 0
-    if meta:
-        head["__metadata__"] = meta
-    for k, (dtype, a) in tensors.items():
-        raw = a.tobytes()
-        head[k] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [at, at + len(raw)]}
-        blobs.append(raw)
-        at += len(raw)
-    h = json.dumps(head).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    write_safetensors(path, {k: (dt, a.shape, a.tobytes()) for k, (dt, a) in tensors.items()}, meta)
 
 
 def q_k_v_parity(p, l, x, H):

@@ -16,11 +16,13 @@ source "$(dirname "$0")/expect.sh"
 # Runs parity diff; leaves stdout+stderr in $out and the status in $rc.
 run_diff() { out=$("$PARITY" diff "$@" 2>&1); rc=$?; }
 
-# Fixture writer: gen.py DIR CASE... writes DIR/CASE.safetensors for each
+# Fixture writer: gen.py TESTS DIR CASE... (TESTS: the folder of st_write.py) writes DIR/CASE.safetensors for each
 # case: the base set of tensors with one deliberate change, made at the
 # bit level with struct. base2 is base again, written separately.
 cat >"$tmp/gen.py" <<'EOF'
 import json, struct, sys
+sys.path.insert(0, sys.argv.pop(1))  # tests/: st_write.py
+from st_write import write_safetensors
 
 def f32_bits(x): return struct.unpack("<I", struct.pack("<f", x))[0]
 def f64_bits(x): return struct.unpack("<Q", struct.pack("<d", x))[0]
@@ -40,16 +42,9 @@ def base():
 FMT = {"F32": "<I", "F64": "<Q", "I32": "<i", "I64": "<q", "BF16": "<H", "U8": "<B"}
 
 def save(path, tensors):
-    header, blobs, off = {"__metadata__": {"made_by": "test_diff.sh"}}, [], 0
-    for name, (dt, shape, vals) in tensors.items():
-        blob = b"".join(struct.pack(FMT[dt], v) for v in vals)
-        header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(blob)]}
-        blobs.append(blob)
-        off += len(blob)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    write_safetensors(path, {name: (dt, shape, b"".join(struct.pack(FMT[dt], v) for v in vals))
+                             for name, (dt, shape, vals) in tensors.items()},
+                      {"made_by": "test_diff.sh"})
 
 def make(case):
     t = base()
@@ -77,7 +72,7 @@ for case in sys.argv[2:]:
     save("%s/%s.safetensors" % (sys.argv[1], case), make(case))
 EOF
 
-if ! "$PY" "$tmp/gen.py" "$tmp" base base2 ulp1 cross0 signedzero int nanpayload missing shape; then
+if ! "$PY" "$tmp/gen.py" "$(cd "$(dirname "$0")" && pwd)" "$tmp" base base2 ulp1 cross0 signedzero int nanpayload missing shape; then
   fail "generate fixtures" "python fixture writer failed"
 fi
 
