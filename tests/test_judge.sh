@@ -168,6 +168,49 @@ for sch in hf-gpt2 nanogpt megatron-core; do
   expect "parity.names auto detects $sch (hf-gpt2 and nanogpt: by the whole tensors' shapes)" 0 \
     "names auto: $sch, fp32" "verdict: WITHIN"
 done
+# a tensor-parallel backend's fused c_attn (q | k | v of every head): rank r
+# holds the r-th part of each of the three strips, Shard(d, strips=3) on tp
+# (cut.py qkvtp:strips); the same blocks described as a plain Shard(d) are
+# another tensor, caught naming c_attn; a bad strips value is refused
+for sch in hf-gpt2 nanogpt; do
+  d=$([ $sch = hf-gpt2 ] && echo 1 || echo 0)
+  cut "q_$sch" qkvtp:strips --from "$tmp/s_$sch.st"
+  judge --golden "$tmp/golden.safetensors" "$tmp/q_$sch"/rank*.safetensors --report "$tmp/q_$sch.json"
+  expect "$sch: c_attn cut over tp as a TP backend holds it, Shard($d, strips=3), judges exact" 0 \
+    "names $sch, fp32; 322 tensors" "verdict: WITHIN: all 322 tensors"
+  if "$PY" - "$tmp/q_$sch" "$tmp/q_$sch.json" "$d" <<'PY'
+import json, struct, sys
+d, r = sys.argv[1], json.load(open(sys.argv[2]))
+assert all(t["deviation"] == 0 and t["missing"] == 0 for t in r["tensors"])
+raw = open(d + "/rank1.safetensors", "rb").read()
+P = json.loads(json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])["__metadata__"]["parity.placements"])
+want = ["Replicate()", "Shard(%s, strips=3)" % sys.argv[3]]
+assert P["init.transformer.h.0.attn.c_attn.weight"]["p"] == want, P
+assert P["step1.param.transformer.h.1.attn.c_attn.bias"]["p"] == ["Replicate()", "Shard(0, strips=3)"], P
+flat = P["step0.flat_grads.layers.0"]["flat"]["members"]   # a flat member strided too
+assert [m["p"] for m in flat if m["name"].endswith("c_attn.weight")] == [want], flat
+PY
+  then ok "$sch: every tensor 0 from the golden one; c_attn (a flat member too) placed with strips=3"
+  else fail "$sch: every tensor 0 from the golden one; c_attn (a flat member too) placed with strips=3"; fi
+  cut "qp_$sch" qkvtp:plain --from "$tmp/s_$sch.st"
+  judge --golden "$tmp/golden.safetensors" "$tmp/qp_$sch"/rank*.safetensors
+  expect "$sch: the same c_attn blocks described as a plain Shard($d) are caught, naming c_attn" 1 \
+    "FIRST DIVERGENCE init.layers.0.self_attention.query_key_value.weight[" \
+    "($sch: transformer.h.0.attn.c_attn.weight; the backend's element [" "verdict: BEYOND"
+done
+qb() { # NAME PATTERN PLACEMENT: hf-gpt2's c_attn weight on rank 1 placed so
+  cut "qb_$1" qkvtp:strips "place:1:init.transformer.h.0.attn.c_attn.weight:{\"p\": [\"Replicate()\", \"$3\"]}" \
+    --from "$tmp/s_hf-gpt2.st"
+  judge --golden "$tmp/golden.safetensors" "$tmp/qb_$1"/rank*.safetensors
+  expect "bad input: $1" 2 "qb_$1/rank1.safetensors: tensor 'init.transformer.h.0.attn.c_attn.weight'" "$2"
+}
+qb "strips=0" "placement 'Shard(1, strips=0)' on mesh axis 'tp': strips must be an integer >= 1" "Shard(1, strips=0)"
+qb "strips=-3" "placement 'Shard(1, strips=-3)' on mesh axis 'tp': strips must be an integer >= 1" "Shard(1, strips=-3)"
+qb "strips=x" "placement 'Shard(1, strips=x)' on mesh axis 'tp': strips must be an integer >= 1" "Shard(1, strips=x)"
+qb "strips=3 with garbage after it" "is 'Shard(1, strips=3]'; expected Replicate(), Shard(d), Shard(d, strips=k)" "Shard(1, strips=3]"
+qb "strips not dividing the axis" \
+  "placement Shard(1, strips=5) on mesh axis 'tp': the 48 positions of axis 1 (of the global 48, after the mesh axes before it) do not split into 5 equal strips" \
+  "Shard(1, strips=5)"
 mkdir -p "$tmp/mix"; cp "$tmp"/s_hf-gpt2/rank[01].safetensors "$tmp"/s_megatron-core/rank[23].safetensors "$tmp/mix"
 judge --golden "$tmp/golden.safetensors" "$tmp"/mix/rank*.safetensors
 expect "bad input: files in two schemes, both named" 2 \
@@ -251,7 +294,7 @@ bad_case "no parity.format" "no metadata 'parity.format'" meta:0:parity.format:
 bad_case "a format of the future" "parity.format '2'" meta:0:parity.format:2
 bad_case "mesh not JSON" "metadata 'parity.mesh' is not JSON" 'meta:0:parity.mesh:{dp: 2}'
 bad_case "coords lack an axis" "parity.coords lacks mesh axis 'tp'" 'meta:0:parity.coords:{"dp": 0}'
-bad_case "bad placement string" "is 'Shard(x)'; expected Replicate(), Shard(d) or Partial(sum)" \
+bad_case "bad placement string" "is 'Shard(x)'; expected Replicate(), Shard(d), Shard(d, strips=k) or Partial(sum)" \
   'place:0:step0.loss:{"p": ["Shard(x)", "Replicate()"]}'
 bad_case "Shard past the tensor's axes" "placement 'Shard(5)' on mesh axis 'dp' shards an axis a 1-axis block does not have" \
   'place:0:step0.loss:{"p": ["Shard(5)", "Replicate()"]}'

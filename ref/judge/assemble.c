@@ -5,6 +5,10 @@
  * order, Shard(d) cuts tensor axis d as torch.chunk does (oracle_chunk:
  * axes sharding the same tensor axis nest, the first outermost), then a
  * microbatch [m, M] cuts axis 0 into M equal pieces and keeps the m-th.
+ * Shard(d, strips=k) (DTensor's _StridedShard) first cuts the axis into k
+ * equal strips and keeps the rank's chunk of each, concatenated: a fused
+ * q | k | v weight's tensor-parallel block. So a block is, along each
+ * axis, a list of global indices (block_t), not always a range.
  * A copy is what one rank holds, except along Partial(sum) axes: there
  * the ranks that differ only in those coordinates hold addends, summed
  * exactly (xvec, DESIGN.md I2) and rounded once, so a correct backend's
@@ -161,8 +165,22 @@ static int scheme_layout(judge_tensor_t *t, const judge_piece_t *pc, const model
     return rc;
 }
 
+/* A rank's block of a global tensor: along axis d its ext[d] positions
+ * hold the global indices at[d][0 .. ext[d]-1], in order (a range for
+ * Shard(d), a range per strip for Shard(d, strips=k)). */
+typedef struct {
+    int ndim;
+    int64_t ext[ST_MAX_DIMS];
+    int64_t *at[ST_MAX_DIMS];
+} block_t;
+
+static void block_free(block_t *b) {
+    for (int d = 0; d < b->ndim; d++) free(b->at[d]);
+    memset(b, 0, sizeof *b);
+}
+
 static int block_of(const judge_file_t *f, const judge_piece_t *pc, const st_tensor_t *g,
-                    int64_t *lo, int64_t *ext, perr_t *err);
+                    block_t *b, perr_t *err);
 
 /* A flat member a shard holds no element of, of golden tensor g: its
  * shape still fits its placement (a scheme name: in the scheme's layout). */
@@ -173,8 +191,10 @@ static int unheld_shape(const judge_file_t *f, const judge_piece_t *pc, const st
         sg.ndim = pc->map.ndim;
         for (int d = 0; d < sg.ndim; d++) sg.shape[d] = pc->map.shape[d];
     }
-    int64_t lo[ST_MAX_DIMS], ext[ST_MAX_DIMS];
-    return block_of(f, pc, &sg, lo, ext, err);
+    block_t b;
+    const int rc = block_of(f, pc, &sg, &b, err);
+    block_free(&b);
+    return rc;
 }
 
 /* The global tensors the files name, first appearance first. */
@@ -218,36 +238,64 @@ static int collect_names(judge_set_t *s, oracle_t *o, perr_t *err) {
     return 0;
 }
 
-/* The piece's block in the global tensor (lo, ext by axis), checked
- * against the piece's shape and dtype. */
+/* Cuts one axis's global indices at[0 .. n-1] over a mesh axis of `parts`
+ * at `coord`: into `strips` equal strips, each as torch.chunk cuts it,
+ * keeping the rank's chunk of every strip in strip order (in place: a
+ * kept index never moves right). Returns how many are kept. */
+static int64_t cut_axis(int64_t *at, int64_t n, int64_t strips, int parts, int coord) {
+    const int64_t w = n / strips;
+    int64_t kept = 0;
+    for (int64_t s = 0; s < strips; s++) {
+        int64_t start, len;
+        oracle_chunk(w, parts, coord, &start, &len);
+        memmove(at + kept, at + s * w + start, (size_t)len * sizeof *at);
+        kept += len;
+    }
+    return kept;
+}
+
+/* The piece's block in the global tensor, checked against the piece's
+ * shape and dtype (b is the caller's to free, even on failure). */
 static int block_of(const judge_file_t *f, const judge_piece_t *pc, const st_tensor_t *g,
-                    int64_t *lo, int64_t *ext, perr_t *err) {
+                    block_t *b, perr_t *err) {
     char want[160], got[160], glob[160];
+    memset(b, 0, sizeof *b);
     if (pc->ndim != g->ndim) {
         fmt_shape(g->ndim, g->shape, glob, sizeof glob);
         return FAIL("%s: %s: %d-D here, the global tensor is %s", f->path, pc->where, pc->ndim,
                     glob);
     }
-    for (int d = 0; d < g->ndim; d++) lo[d] = 0, ext[d] = g->shape[d];
+    b->ndim = g->ndim;
+    for (int d = 0; d < g->ndim; d++) {
+        if (!(b->at[d] = malloc((size_t)(g->shape[d] ? g->shape[d] : 1) * sizeof *b->at[d])))
+            return FAIL("judge: out of memory");
+        for (int64_t i = 0; i < g->shape[d]; i++) b->at[d][i] = i;
+        b->ext[d] = g->shape[d];
+    }
     for (int a = 0; a < f->mesh.n; a++) {
         const int d = pc->p[a];
         if (d < 0) continue;
-        int64_t start, len;
-        oracle_chunk(ext[d], f->mesh.size[a], f->coord[a], &start, &len);
-        lo[d] += start, ext[d] = len;
+        const int64_t k = pc->strips[a];
+        if (b->ext[d] % k)
+            return FAIL("%s: %s: placement Shard(%d, strips=%lld) on mesh axis '%s': the %lld "
+                        "positions of axis %d (of the global %lld, after the mesh axes before "
+                        "it) do not split into %lld equal strips", f->path, pc->where, d,
+                        (long long)k, f->mesh.name[a], (long long)b->ext[d], d,
+                        (long long)g->shape[d], (long long)k);
+        b->ext[d] = cut_axis(b->at[d], b->ext[d], k, f->mesh.size[a], f->coord[a]);
     }
     if (pc->nmb) {
-        if (ext[0] % pc->nmb)
+        if (b->ext[0] % pc->nmb)
             return FAIL("%s: %s: microbatch [%d, %d]: the rank's %lld rows of axis 0 do not "
                         "split into %d equal microbatches", f->path, pc->where, pc->mb, pc->nmb,
-                        (long long)ext[0], pc->nmb);
-        ext[0] /= pc->nmb;
-        lo[0] += ext[0] * pc->mb;
+                        (long long)b->ext[0], pc->nmb);
+        b->ext[0] /= pc->nmb;
+        memmove(b->at[0], b->at[0] + b->ext[0] * pc->mb, (size_t)b->ext[0] * sizeof *b->at[0]);
     }
     int same = 1;
-    for (int d = 0; d < g->ndim; d++) same &= pc->shape[d] == ext[d];
+    for (int d = 0; d < g->ndim; d++) same &= pc->shape[d] == b->ext[d];
     if (!same) {
-        fmt_shape(g->ndim, ext, want, sizeof want);
+        fmt_shape(g->ndim, b->ext, want, sizeof want);
         fmt_shape(pc->ndim, pc->shape, got, sizeof got);
         fmt_shape(g->ndim, g->shape, glob, sizeof glob);
         return FAIL("%s: %s: shape %s, but its placement gives %s of the global %s", f->path,
@@ -261,15 +309,15 @@ static int block_of(const judge_file_t *f, const judge_piece_t *pc, const st_ten
     return 0;
 }
 
-/* The global flat index of element r of a block (lo, ext) of g. */
-static uint64_t global_of(const st_tensor_t *g, const int64_t *lo, const int64_t *ext, uint64_t r) {
+/* The global flat index of element r (row-major) of a block b of g. */
+static uint64_t global_of(const st_tensor_t *g, const block_t *b, uint64_t r) {
     int64_t idx[ST_MAX_DIMS];
     for (int d = g->ndim - 1; d >= 0; d--) {
-        idx[d] = ext[d] ? (int64_t)(r % (uint64_t)ext[d]) : 0;
-        r = ext[d] ? r / (uint64_t)ext[d] : 0;
+        idx[d] = b->ext[d] ? b->at[d][r % (uint64_t)b->ext[d]] : 0;
+        r = b->ext[d] ? r / (uint64_t)b->ext[d] : 0;
     }
     uint64_t flat = 0;
-    for (int d = 0; d < g->ndim; d++) flat = flat * (uint64_t)g->shape[d] + (uint64_t)(lo[d] + idx[d]);
+    for (int d = 0; d < g->ndim; d++) flat = flat * (uint64_t)g->shape[d] + (uint64_t)idx[d];
     return flat;
 }
 
@@ -337,8 +385,11 @@ static int assemble_one(judge_set_t *s, judge_tensor_t *t, perr_t *err) {
         for (int k = 0; k < f->npc && !rc; k++) {
             const judge_piece_t *pc = &f->pc[k];
             if (strcmp(pc->name, t->name)) continue;
-            int64_t lo[ST_MAX_DIMS], ext[ST_MAX_DIMS];
-            if ((rc = block_of(f, pc, &sg, lo, ext, err))) break;
+            block_t b;
+            if ((rc = block_of(f, pc, &sg, &b, err))) {
+                block_free(&b);
+                break;
+            }
             int32_t *stamp = stamps + (pc->map.alias ? t->numel : 0);
             int partial = 0;
             for (int a = 0; a < f->mesh.n; a++) partial |= pc->p[a] == JP_PARTIAL;
@@ -346,14 +397,16 @@ static int assemble_one(judge_set_t *s, judge_tensor_t *t, perr_t *err) {
             if (partial && !st_dtype_is_float(t->g.dtype)) {
                 rc = FAIL("%s: %s: Partial(sum) of the integer tensor '%s'", f->path, pc->where,
                           t->name);
+                block_free(&b);
                 break;
             }
             if (partial && !(g = group_for(&gs, &ng, f, pc, t->numel))) {
                 rc = FAIL("judge: out of memory");
+                block_free(&b);
                 break;
             }
             for (uint64_t i = pc->r0; i < pc->r1; i++) {
-                uint64_t e = global_of(&sg, lo, ext, i);
+                uint64_t e = global_of(&sg, &b, i);
                 if (t->from_scheme) e = t->from_scheme[e];
                 if (stamp[e] == r) {
                     rc = FAIL("%s: %s: element %llu of '%s' is given twice by this rank",
@@ -370,6 +423,7 @@ static int assemble_one(judge_set_t *s, judge_tensor_t *t, perr_t *err) {
                     g->n[e]++;
                 }
             }
+            block_free(&b);
         }
     }
     for (int i = 0; i < ng; i++) {

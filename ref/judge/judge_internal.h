@@ -38,6 +38,7 @@ typedef struct {
 typedef struct {
     char *name;                 /* the global tensor's full name, "step0.act.layers.0.output" */
     int p[JUDGE_MAX_AXES];      /* per mesh axis: Shard's tensor axis, JP_REPLICATE, JP_PARTIAL */
+    int64_t strips[JUDGE_MAX_AXES]; /* per mesh axis: Shard(d, strips=k)'s k (1: plain Shard) */
     int mb, nmb;                /* microbatch mb of nmb (nmb 0: none) */
     double scale;               /* the global values are the local ones times this */
     int ndim;                   /* the local block's shape */

@@ -112,9 +112,11 @@ static int parse_coords(judge_file_t *jf, perr_t *err) {
     return rc;
 }
 
-/* "Replicate()", "Partial(sum)", "Shard(d)" (d may count from the end of
- * an ndim-axis tensor) into *out. */
-static int parse_one_placement(const char *s, int ndim, int *out) {
+/* "Replicate()", "Partial(sum)", "Shard(d)" or "Shard(d, strips=k)" (d may
+ * count from the end of an ndim-axis tensor) into *out and *strips (1
+ * without). -1 not a placement, -2 d outside the block, -3 a bad k. */
+static int parse_one_placement(const char *s, int ndim, int *out, int64_t *strips) {
+    *strips = 1;
     if (!strcmp(s, "Replicate()")) return *out = JP_REPLICATE, 0;
     if (!strcmp(s, "Partial(sum)")) return *out = JP_PARTIAL, 0;
     if (strncmp(s, "Shard(", 6)) return -1;
@@ -123,16 +125,26 @@ static int parse_one_placement(const char *s, int ndim, int *out) {
     if (!((*num >= '0' && *num <= '9') || (*num == '-' && num[1] >= '0' && num[1] <= '9')))
         return -1;
     long d = strtol(num, &end, 10);
-    if (strcmp(end, ")")) return -1;
+    if (!strncmp(end, ", strips=", 9) || !strncmp(end, ",strips=", 8)) {
+        const char *k = strchr(end, '=') + 1;
+        if (*k < '0' || *k > '9') return -3;
+        const long long v = strtoll(k, &end, 10);
+        if (strcmp(end, ")")) return -1;
+        if (v < 1 || v > MAX_DIM) return -3;
+        *strips = v;
+    } else if (strcmp(end, ")")) {
+        return -1;
+    }
     if (d < 0) d += ndim;
     if (d < 0 || d >= ndim) return -2;
     return *out = (int)d, 0;
 }
 
-/* A "p" array over the mesh into p[]. what: "tensor 'x'" for messages. */
+/* A "p" array over the mesh into p[] and strips[]. what: "tensor 'x'" for
+ * messages. */
 static int parse_p(const judge_file_t *jf, const char *what, const json_t *pj, int ndim, int *p,
-                   perr_t *err) {
-    for (int a = 0; a < JUDGE_MAX_AXES; a++) p[a] = JP_REPLICATE;
+                   int64_t *strips, perr_t *err) {
+    for (int a = 0; a < JUDGE_MAX_AXES; a++) p[a] = JP_REPLICATE, strips[a] = 1;
     if (!pj) return 0;
     if (json_type(pj) != JSON_ARRAY || (int)json_len(pj) != jf->mesh.n)
         return FAIL("%s: %s: placement \"p\" must be an array of %d string%s, one per mesh axis",
@@ -140,14 +152,19 @@ static int parse_p(const judge_file_t *jf, const char *what, const json_t *pj, i
     char b[160];
     for (int a = 0; a < jf->mesh.n; a++) {
         const char *s = json_string(json_at(pj, a));
-        const int rc = s ? parse_one_placement(s, ndim, &p[a]) : -1;
+        const int rc = s ? parse_one_placement(s, ndim, &p[a], &strips[a]) : -1;
         if (rc == -2)
             return FAIL("%s: %s: placement '%s' on mesh axis '%s' shards an axis a %d-axis "
-                        "block does not have", jf->path, what, s, jf->mesh.name[a], ndim);
+                        "block does not have", jf->path, what, esc(s, b, sizeof b),
+                        jf->mesh.name[a], ndim);
+        if (rc == -3)
+            return FAIL("%s: %s: placement '%s' on mesh axis '%s': strips must be an integer "
+                        ">= 1 (Shard(d, strips=k))", jf->path, what, esc(s, b, sizeof b),
+                        jf->mesh.name[a]);
         if (rc)
             return FAIL("%s: %s: placement on mesh axis '%s' is '%s'; expected Replicate(), "
-                        "Shard(d) or Partial(sum)", jf->path, what, jf->mesh.name[a],
-                        s ? esc(s, b, sizeof b) : "(not a string)");
+                        "Shard(d), Shard(d, strips=k) or Partial(sum)", jf->path, what,
+                        jf->mesh.name[a], s ? esc(s, b, sizeof b) : "(not a string)");
     }
     return 0;
 }
@@ -268,7 +285,7 @@ static int add_flat(judge_file_t *jf, const st_tensor_t *t, const char *what, co
         judge_piece_t pc = {.name = (char *)name, .scale = scale, .dtype = t->dtype,
                             .where = (char *)what};
         if (parse_shape(jf, mwhat, json_get(m, "shape"), &pc.ndim, pc.shape, err) ||
-            parse_p(jf, mwhat, json_get(m, "p"), pc.ndim, pc.p, err))
+            parse_p(jf, mwhat, json_get(m, "p"), pc.ndim, pc.p, pc.strips, err))
             return -1;
         const uint64_t size = numel_of(pc.ndim, pc.shape);
         if (size > MAX_NUMEL || start + size > MAX_NUMEL)
@@ -313,7 +330,7 @@ static int add_tensor(judge_file_t *jf, const st_tensor_t *t, const json_t *pj, 
     memcpy(pc.shape, t->shape, sizeof pc.shape);
     pc.r1 = st_numel(t);
     pc.data = st_data(jf->f, t);
-    for (int a = 0; a < JUDGE_MAX_AXES; a++) pc.p[a] = JP_REPLICATE;
+    for (int a = 0; a < JUDGE_MAX_AXES; a++) pc.p[a] = JP_REPLICATE, pc.strips[a] = 1;
     if (pj) {
         if (json_type(pj) != JSON_OBJECT)
             return FAIL("%s: %s: its placement must be a JSON object {p, microbatch, scale, flat}",
@@ -332,10 +349,11 @@ static int add_tensor(judge_file_t *jf, const st_tensor_t *t, const json_t *pj, 
             /* the flat tensor's own "p" only says which axis cut the buffer,
              * but it is still a placement (RANKFILES.md): a typo is refused */
             int fp[JUDGE_MAX_AXES];
-            if (parse_p(jf, what, json_get(pj, "p"), 1, fp, err)) return -1;
+            int64_t fs[JUDGE_MAX_AXES];
+            if (parse_p(jf, what, json_get(pj, "p"), 1, fp, fs, err)) return -1;
             return add_flat(jf, t, what, json_get(pj, "flat"), pc.scale, err);
         }
-        if (parse_p(jf, what, json_get(pj, "p"), t->ndim, pc.p, err)) return -1;
+        if (parse_p(jf, what, json_get(pj, "p"), t->ndim, pc.p, pc.strips, err)) return -1;
         if (mj) {
             int64_t m, n;
             if (json_type(mj) != JSON_ARRAY || json_len(mj) != 2 || json_int64(json_at(mj, 0), &m) ||

@@ -4,7 +4,8 @@
  * 0..JUDGE_MAX_AXES axes whose sizes multiply to its rank count, its
  * coordinates inside them and its rank their row-major number; every
  * piece's range lies inside its block's shape, its placements are
- * Replicate, Partial or a Shard of an axis the block has, its microbatch
+ * Replicate, Partial or a Shard of an axis the block has (strips >= 1,
+ * only on a Shard), its microbatch
  * is inside its count, its scale finite and non-zero, and its data lies
  * inside the file's buffer (read every byte: ASan would see one outside). */
 #include <math.h>
@@ -40,9 +41,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         uint64_t n = 1;
         for (int d = 0; d < pc->ndim; d++) n *= (uint64_t)pc->shape[d];
         FUZZ_REQUIRE(pc->ndim >= 0 && pc->ndim <= ST_MAX_DIMS && pc->r0 <= pc->r1 && pc->r1 <= n);
-        for (int a = 0; a < jf.mesh.n; a++)
+        for (int a = 0; a < jf.mesh.n; a++) {
             FUZZ_REQUIRE(pc->p[a] == JP_REPLICATE || pc->p[a] == JP_PARTIAL ||
                          (pc->p[a] >= 0 && pc->p[a] < pc->ndim));
+            FUZZ_REQUIRE(pc->strips[a] >= 1 && (pc->strips[a] == 1 || pc->p[a] >= 0));
+        }
         FUZZ_REQUIRE(!pc->nmb || (pc->mb >= 0 && pc->mb < pc->nmb));
         FUZZ_REQUIRE(isfinite(pc->scale) && pc->scale != 0);
         const size_t bytes = (size_t)(pc->r1 - pc->r0) * st_dtype_size(pc->dtype);

@@ -17,6 +17,14 @@ EDITs change the result after cutting:
   drop:RANK                            no file for that rank
   dup:RANK:OTHER                       write rank OTHER's file again as RANK's
   dtype:RANK:FILETENSOR:F64            store one tensor as another float dtype
+  qkvtp:strips|plain                   (applies while cutting) every fused qkv tensor
+                                       (parity's query_key_value weight and bias, any
+                                       step and kind) cut over tp as a tensor-parallel
+                                       backend holds a q | k | v fusion (hf-gpt2's and
+                                       nanogpt's c_attn): the rank's part of each of the
+                                       three strips, Replicate over dp; described as
+                                       Shard(d, strips=3) (strips), or as a plain
+                                       Shard(d) (plain: the description is wrong)
 
 DUMP may be rename.py's (a backend's naming scheme): its metadata then
 gives the scheme (parity.names), each key's parity name (the placement
@@ -71,15 +79,17 @@ def chunk(n, k, i):
 
 
 def block(a, p, coord, sizes):
-    """The block of a at placement p (torch.chunk cuts, mesh axes nesting)."""
-    sl = [slice(0, s) for s in a.shape]
-    for ax, (pl, c, k) in enumerate(zip(p, coord, sizes)):
+    """The block of a at placement p (torch.chunk cuts, mesh axes nesting;
+    Shard(d, strips=k): the rank's chunk of each of k equal strips)."""
+    at = [np.arange(s) for s in a.shape]  # per axis, the global indices held
+    for pl, c, k in zip(p, coord, sizes):
         if pl.startswith("Shard("):
-            d = int(pl[6:-1]) % a.ndim
-            lo, ext = sl[d].start, sl[d].stop - sl[d].start
-            s, n = chunk(ext, k, c)
-            sl[d] = slice(lo + s, lo + s + n)
-    return a[tuple(sl)]
+            d, _, st = pl[6:-1].partition(", strips=")
+            d, strips = int(d) % a.ndim, int(st or 1)
+            w = len(at[d]) // strips
+            lo, n = chunk(w, k, c)
+            at[d] = np.concatenate([at[d][j * w + lo:j * w + lo + n] for j in range(strips)])
+    return a[np.ix_(*at)] if a.ndim else a
 
 
 def split_exact(g, parts):
@@ -108,6 +118,15 @@ def main():
     mesh = {"dp": 2, "tp": 2}
     sizes = list(mesh.values())
     steps = sorted({k.split(".")[0] for k in g if k.startswith("step")})
+    qkvtp = [e.split(":", 1)[1] for e in edits if e.startswith("qkvtp:")]
+    edits = [e for e in edits if not e.startswith("qkvtp:")]
+
+    def qkv(k):  # k's tp cut as a q | k | v fusion: (the true p, the p written) or None
+        if not qkvtp or not pk(k).endswith((".query_key_value.weight", ".query_key_value.bias")):
+            return None
+        d = 1 if k in transposed else 0
+        true = ["Replicate()", "Shard(%d, strips=3)" % d]
+        return true, (true if qkvtp[0] == "strips" else ["Replicate()", "Shard(%d)" % d])
     files = {}
     for r in range(4):
         dp, tp = divmod(r, 2)
@@ -116,9 +135,9 @@ def main():
 
         def put(name, p, a=None, **extra):
             a = g[name] if a is None else a
-            p = sw(name, p)
+            p, written = qkv(name) or (sw(name, p),) * 2
             T[name] = block(a, p, coord, sizes).copy()
-            P[name] = dict(p=p, **extra)
+            P[name] = dict(p=written, **extra)
 
         for k in g:
             if k.startswith("init."):
@@ -156,8 +175,9 @@ def main():
             members, parts = [], []
             for k in [k for k in g if pk(k).startswith(s + ".grad.layers.0.")]:
                 p = sw(k, ["Replicate()", "Shard(0)"] if g[k].ndim == 2 else ["Replicate()", "Replicate()"])
+                p, written = qkv(k) or (p, p)
                 b = block(g[k], p, coord, sizes)
-                members.append({"name": k, "shape": list(b.shape), "p": p})
+                members.append({"name": k, "shape": list(b.shape), "p": written})
                 parts.append(b.reshape(-1))
             buf = np.concatenate(parts + [np.zeros(3, np.float32)])  # alignment padding
             lo, n = chunk(len(buf), 2, dp)

@@ -14,7 +14,10 @@
     tensor names and placements (Megatron styles on a dp x tp mesh, sp,
     a plan override, prefix and layer_offset), and its grad_input is
     autograd's gradient of the unit's input; logits, scalars and flat
-    shards get their placements, one device none.
+    shards get their placements, one device none;
+  - Capture on a tiny hf-gpt2 / nanogpt model with a colwise fused c_attn
+    writes Shard(d, strips=3) (megatron's per-head query_key_value none),
+    and RankWriter reads DTensor's _StridedShard and refuses bad strips.
 
 Run from the repository root: python3 tests/torch/test_parity_torch.py
 ($PARITY: the program, default build/parity). Prints
@@ -403,5 +406,77 @@ rf = read_rank_file(wr.save(os.path.join(tmp, "one.safetensors")))
 T.check("Capture on one device (mesh {}): no placement entries", rf.placements == {}
         and {"init.final_layernorm.weight", "step0.loss", "step0.logits"} <= set(rf.tensors),
         str(rf.placements))
+
+# --- a fused q | k | v (the GPT-2 schemes' c_attn): a tp rank's block is
+# its part of each of the three strips: Shard(d, strips=3) (RANKFILES.md)
+
+
+class Conv1D(torch.nn.Module):  # HF's [in, out] linear: the type name is what Capture reads
+    def __init__(self, nin, nout):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(nin, nout))
+        self.bias = torch.nn.Parameter(torch.randn(nout))
+
+    def forward(self, x):
+        return x @ self.weight + self.bias
+
+
+def gpt2_like(linear):
+    """transformer.h.0.attn.{c_attn, c_proj}, the local blocks of tp rank 1 of 2 (C 8)."""
+    attn = torch.nn.Module()
+    attn.c_attn, attn.c_proj = linear(8, 12), linear(4, 8)
+    h0 = torch.nn.Module()
+    h0.attn = attn
+    m = torch.nn.Module()
+    m.transformer = torch.nn.Module()
+    m.transformer.h = torch.nn.ModuleList([h0])
+    return m
+
+
+def nn_linear(nin, nout):
+    return torch.nn.Linear(nin, nout)
+
+
+for names, linear, plan, wd in [("hf-gpt2", Conv1D, None, 1), ("nanogpt", nn_linear, None, 0),
+                                ("auto", Conv1D, {"*.c_attn": "colwise", "*.c_proj": "rowwise"}, 1)]:
+    wr = RankWriter({"dp": 2, "tp": 2}, {"dp": 0, "tp": 1}, names=names)
+    cap = Capture(wr, gpt2_like(linear), plan=plan,
+                  acts={"transformer.h.0.attn.c_attn": "act.layers.0.self_attention.query_key_value.output"})
+    cap.params(-1)
+    cap.step(0)
+    cap.model.transformer.h[0].attn.c_attn(torch.randn(2, 3, 8))
+    P = read_rank_file(wr.save(os.path.join(tmp, f"fused_{names}.safetensors"))).placements
+    a = "init.transformer.h.0.attn."
+    T.check(f"Capture {names}{' (a plan)' if plan else ''}: colwise c_attn weight and bias "
+            f"Shard(d, strips=3), its output Shard(-1, strips=3); c_proj rowwise plain",
+            P[a + "c_attn.weight"]["p"] == ["Replicate()", f"Shard({wd}, strips=3)"]
+            and P[a + "c_attn.bias"]["p"] == ["Replicate()", "Shard(0, strips=3)"]
+            and P["step0.act.layers.0.self_attention.query_key_value.output"]["p"]
+            == ["Shard(0)", "Shard(-1, strips=3)"]
+            and P[a + "c_proj.weight"]["p"] == ["Replicate()", f"Shard({1 - wd})"]
+            and P[a + "c_proj.bias"]["p"] == ["Replicate()", "Replicate()"], str(P))
+wr = RankWriter({"dp": 2, "tp": 2}, {"dp": 0, "tp": 1})
+qkv = torch.nn.Module()
+qkv.layers = torch.nn.ModuleList([torch.nn.Module()])
+qkv.layers[0].self_attention = torch.nn.Module()
+qkv.layers[0].self_attention.query_key_value = torch.nn.Linear(8, 12)
+Capture(wr, qkv).params(-1)
+P = read_rank_file(wr.save(os.path.join(tmp, "perhead.safetensors"))).placements
+T.check("Capture megatron-lm: the per-head query_key_value is a plain Shard(0) (whole heads contiguous)",
+        P["init.layers.0.self_attention.query_key_value.weight"]["p"] == ["Replicate()", "Shard(0)"]
+        and P["init.layers.0.self_attention.query_key_value.bias"]["p"] == ["Replicate()", "Shard(0)"], str(P))
+wr = RankWriter({"tp": 2}, {"tp": 0})
+wr.put("init.x", np.zeros((4, 6), np.float32), p=["_StridedShard(dim=1, sf=3)"])
+wr.put("init.y", np.zeros((6,), np.float32), p=["Shard(-1,strips=2)"])
+P = read_rank_file(wr.save(os.path.join(tmp, "strided.safetensors"))).placements
+T.check("RankWriter: DTensor's _StridedShard(dim=1, sf=3) is Shard(1, strips=3); 'Shard(-1,strips=2)' normalized",
+        P["init.x"]["p"] == ["Shard(1, strips=3)"] and P["init.y"]["p"] == ["Shard(-1, strips=2)"], str(P))
+raises("strips=0 refused", lambda: wr.put("init.z", np.zeros(6, np.float32), p=["Shard(0, strips=0)"]),
+       "init.z", "strips must be an integer >= 1")
+raises("strips not dividing the block refused", lambda: wr.put("init.z", np.zeros(7, np.float32),
+                                                               p=["Shard(0, strips=3)"]),
+       "init.z", "7 positions, not a multiple of its 3 strips")
+raises("a malformed strips refused", lambda: wr.put("init.z", np.zeros(6, np.float32), p=["Shard(0, strips=x)"]),
+       "init.z", "Shard(d, strips=k)")
 
 sys.exit(T.finish())

@@ -25,9 +25,11 @@ RankWriter(mesh, coords, names="megatron-lm", precision="fp32")
     name: "<when>.<what>", when "init" or "step<s>" (RANKFILES.md, "Tensor
     names"); array: numpy or torch (detached and copied now, so the
     caller may reuse its buffer); a 0-d array is stored as [1]. p: one
-    placement per mesh axis, "Shard(d)", "Replicate()" or "Partial(sum)"
-    (parity.Shard/Replicate objects and DTensor placements are taken by
-    their repr); None is Replicate on every axis. microbatch (m, M): the
+    placement per mesh axis, "Shard(d)", "Shard(d, strips=k)" (a fused
+    q | k | v's tensor-parallel block: RANKFILES.md), "Replicate()" or
+    "Partial(sum)" (parity.Shard/Replicate objects and DTensor placements
+    are taken by their repr, _StridedShard(dim=d, sf=k) as Shard(d,
+    strips=k)); None is Replicate on every axis. microbatch (m, M): the
     block is microbatch m of M; the file's tensor is named "<name>@mb<m>".
     scale: the global tensor is the values times scale (1/dp for a
     data-parallel rank's grad_input). A tensor put with none of p,
@@ -65,7 +67,9 @@ PRECISIONS = ("fp32", "bf16")
 
 # steps 0..999999: the judge's limit (ref/judge/rankfile.c step_of)
 _NAME = re.compile(r"^(init|step(0|[1-9][0-9]{0,5}))\.[^@\s]+$")
-_PLACEMENT = re.compile(r"^(Shard\((-?[0-9]+)\)|Replicate\(\)|Partial\(sum\))$")
+_PLACEMENT = re.compile(r"^(Shard\((-?[0-9]+)(, strips=([0-9]+))?\)|Replicate\(\)|Partial\(sum\))$")
+# DTensor's _StridedShard (torch >= 2.4): the same cut as strips wherever they cut evenly
+_STRIDED = re.compile(r"^_StridedShard\(dim=(-?[0-9]+), sf=([0-9]+)\)$")
 
 # numpy dtype -> safetensors dtype, the ones the judge reads
 # (ref/judge/rankfile.c: floats for values, I32/I64/U8/BOOL for the batch
@@ -92,14 +96,22 @@ class RankFileTypeError(RankFileError, TypeError):
 
 
 def placement_str(p, where):
-    """One placement as the format's text: "Shard(d)", "Replicate()",
-    "Partial(sum)" (str, parity.Shard/Replicate, DTensor's by repr)."""
+    """One placement as the format's text: "Shard(d)", "Shard(d, strips=k)",
+    "Replicate()", "Partial(sum)" (str, parity.Shard/Replicate, DTensor's
+    by repr)."""
     s = p if isinstance(p, str) else repr(p)
     s = {"Replicate": "Replicate()", "Partial": "Partial(sum)", "Partial()": "Partial(sum)"}.get(s, s)
+    m = _STRIDED.match(s)
+    if m:
+        s = f"Shard({m.group(1)}, strips={m.group(2)})"
     s = s.replace("Shard(dim=", "Shard(").replace("Partial(reduce_op=sum)", "Partial(sum)")
-    if not _PLACEMENT.match(s):
+    s = s.replace(",strips=", ", strips=")
+    m = _PLACEMENT.match(s)
+    if not m:
         raise RankFileValueError(f"{where}: placement {p!r}: expected \"Shard(d)\", "
-                                 f"\"Replicate()\" or \"Partial(sum)\"")
+                                 f"\"Shard(d, strips=k)\", \"Replicate()\" or \"Partial(sum)\"")
+    if m.group(4) is not None and int(m.group(4)) < 1:
+        raise RankFileValueError(f"{where}: placement {p!r}: strips must be an integer >= 1")
     return s
 
 
@@ -166,7 +178,7 @@ class RankWriter:
         self._placements = {}  # file name -> placement dict
 
     # ------------------------------------------------------------ helpers
-    def _p(self, where, p, ndim):
+    def _p(self, where, p, ndim, shape=None):
         if p is None:
             return ["Replicate()"] * len(self.mesh)
         if isinstance(p, (str, bytes)) or not hasattr(p, "__iter__"):
@@ -180,6 +192,11 @@ class RankWriter:
             m = _PLACEMENT.match(s)
             if m.group(2) is not None and not -ndim <= int(m.group(2)) < ndim:
                 raise RankFileValueError(f"{where}: p[{i}] {s} of a {ndim}-axis tensor")
+            # the rank's block is k equal pieces, one of each strip
+            if m.group(4) is not None and shape is not None and shape[int(m.group(2))] % int(m.group(4)):
+                raise RankFileValueError(f"{where}: p[{i}] {s}: the block's axis {m.group(2)} "
+                                         f"has {shape[int(m.group(2))]} positions, not a multiple "
+                                         f"of its {m.group(4)} strips")
         return out
 
     def _name(self, name):
@@ -206,7 +223,7 @@ class RankWriter:
         arr, dt = _array(name, array)
         placement = {}
         if p is not None:
-            placement["p"] = self._p(name, p, arr.ndim)
+            placement["p"] = self._p(name, p, arr.ndim, arr.shape)
         key = name
         if microbatch is not None:
             try:
@@ -255,7 +272,7 @@ class RankWriter:
                     from None
             if any(s < 0 for s in shape):
                 raise RankFileValueError(f"{where} {mn}: negative size in shape {shape}")
-            out.append({"name": mn, "shape": shape, "p": self._p(f"{where} {mn}", mp, len(shape))})
+            out.append({"name": mn, "shape": shape, "p": self._p(f"{where} {mn}", mp, len(shape), shape)})
             total += int(np.prod(shape)) if shape else 1
         if not out:
             raise RankFileValueError(f"{name}: members is empty")

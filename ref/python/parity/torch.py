@@ -40,7 +40,11 @@ Capture(writer, model, plan=None, tp="tp", dp="dp", sp=False, acts="auto",
     "replicate"|"vocab"} that overrides them, or per-module explicit
     p lists: {fqn glob: {"output": [...], "weight": [...], "bias": [...]}}.
     On the tp axis: column -> weight and bias Shard(0) (Conv1D: weight
-    Shard(1)), output Shard(-1); row -> weight Shard(1) (Conv1D: Shard(0)),
+    Shard(1)), output Shard(-1), each with strips=3 when the module is the
+    GPT-2 schemes' fused q | k | v (c_attn, writer names hf-gpt2, nanogpt
+    or auto: a tp rank holds its heads of q, of k and of v, RANKFILES.md;
+    megatron's per-head query_key_value/linear_qkv need none);
+    row -> weight Shard(1) (Conv1D: Shard(0)),
     bias Replicate, output Replicate (Shard(1), the sequence, with sp);
     sequence -> output Shard(1); vocab (an nn.Embedding cut by rows) ->
     weight Shard(0). On the dp axis activations, the batch and
@@ -214,6 +218,9 @@ _SITE = re.compile(r"^(embedding|final_layernorm|layers\.[0-9]+(\.(input_layerno
 _LAYER = re.compile(r"(^|\.)(layers|h)\.([0-9]+)(?=\.|$)")
 _COLUMN = {"query_key_value", "dense_h_to_4h", "linear_qkv", "linear_fc1", "c_attn", "c_fc"}
 _ROW = {"dense", "dense_4h_to_h", "linear_proj", "linear_fc2", "c_proj"}
+# the GPT-2 schemes' fused linears: last name -> the strips a column cut keeps
+# a piece of (c_attn: q | k | v of every head, RANKFILES.md "Shard(d, strips=k)")
+_FUSED = {"c_attn": 3}
 _STYLES = {"column": "colwise", "colwise": "colwise", "row": "rowwise", "rowwise": "rowwise",
            "sequence": "sequence", "replicate": "replicate", "vocab": "vocab",
            "core": "core"}
@@ -297,11 +304,19 @@ class Capture:
                 out.append("Replicate()")
         return out
 
+    def _strips(self, fqn, shard):
+        """shard ("Shard(d)") with the strips of a fused module's column cut."""
+        k = _FUSED.get(self.rename(fqn).rsplit(".", 1)[-1])
+        if not k or self.w.names not in ("hf-gpt2", "nanogpt", "auto"):
+            return shard
+        return f"{shard[:-1]}, strips={k})"
+
     def _act_p(self, fqn):
         style = self._style(fqn)
         if isinstance(style, dict):
             return style.get("output") or self._p("Replicate()", batch=True)
-        tp = {"colwise": "Shard(-1)", "core": "Shard(-1)", "sequence": "Shard(1)",
+        tp = {"colwise": self._strips(fqn, "Shard(-1)"), "core": "Shard(-1)",
+              "sequence": "Shard(1)",
               "rowwise": "Shard(1)" if self.sp else "Replicate()"}.get(style, "Replicate()")
         return self._p(tp, batch=True)
 
@@ -316,6 +331,7 @@ class Capture:
         tp = "Replicate()"
         if style == "colwise":
             tp = "Shard(1)" if (leaf == "weight" and (conv1d or emb)) else "Shard(0)"
+            tp = self._strips(owner, tp)
         elif style == "rowwise" and leaf == "weight":
             tp = "Shard(0)" if (conv1d or emb) else "Shard(1)"
         elif style == "vocab" and leaf == "weight":
