@@ -209,6 +209,7 @@ rows() {
 --tolerance-for 'step0.grad.*=1000000' | $JP | rc | $M
 --mask 'step0.grad.layers.1.mlp.dense_h_to_4h.weight[32,5]=known rounding' | $JP | rc | $M
 --envelope-runs 2 | $JM | out | $M
+--envelope-runs-for 'step0.grad.*=2' | $JM | out | $M
 --report $w/j.json | $JR | file | $M
 --load $w/ck | $JM | rc | $JR
 --weights $w/w7/model.safetensors | $JM | rc | $JR

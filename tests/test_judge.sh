@@ -275,6 +275,26 @@ else
 fi
 judge --model gpt-micro --envelope-runs x "$tmp"/ok/rank*.safetensors
 expect "bad input: --envelope-runs x" 2 "--envelope-runs"
+# K per class and per pattern: only the tensors asked for get float-order runs
+judge --model gpt-micro --envelope-runs 0 --envelope-runs-for exp_avg=2 \
+  --envelope-runs-for 'step0.grad.layers.0.mlp.dense_h_to_4h.weight=8' "$tmp"/ok/rank*.safetensors \
+  --report "$tmp/kfor.json"
+expect "--envelope-runs-for: within, the settings named" 0 "2 --envelope-runs-for settings"
+if "$PY" - "$tmp/kfor.json" <<'PY'
+import json, sys
+ts = {t["tensor"]: t for t in json.load(open(sys.argv[1]))["tensors"]}
+g0, g1 = ts["step0.grad.layers.0.mlp.dense_h_to_4h.weight"], ts["step0.grad.layers.1.mlp.dense_h_to_4h.weight"]
+m = ts["step0.exp_avg.layers.0.mlp.dense_h_to_4h.weight"]
+assert g0["envelope"] > 0 and g0["local"]["envelope"] > 0, g0        # the pattern: 8 runs
+assert g1["envelope"] == 0 and g1["local"]["envelope"] == 0, g1      # --envelope-runs 0
+assert m["envelope"] > 0, m                                          # the class: 2 runs
+PY
+then ok "--envelope-runs-for: a pattern's and a class's tensors get runs, the others none"
+else fail "--envelope-runs-for: a pattern's and a class's tensors get runs, the others none"; fi
+judge --model gpt-micro --envelope-runs-for grad "$tmp"/ok/rank*.safetensors
+expect "bad input: --envelope-runs-for without =K" 2 "--envelope-runs-for 'grad'"
+judge --model gpt-micro --envelope-runs-for 'step0.*=1001' "$tmp"/ok/rank*.safetensors
+expect "bad input: --envelope-runs-for K past 1000" 2 "0 to 1000"
 judge --model gpt-micro --envelope-runs 2 --envelope-runs 3 "$tmp"/ok/rank*.safetensors
 expect "bad input: --envelope-runs twice" 2 "--envelope-runs given twice"
 

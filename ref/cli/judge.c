@@ -22,7 +22,7 @@ static void usage(FILE *f) {
     fputs("usage: parity judge [--model NAME|FILE.json [model overrides]\n"
           "                     [--load DIR | --weights FILE [--names SCHEME]] | --golden DUMP]\n"
           "                    [--multiple M] [--tolerance CLASS=M,...] [--tolerance-for GLOB=M]\n"
-          "                    [--mask 'NAME[i,j,..]=reason'] [--envelope-runs K] [--report FILE.json]\n"
+          "                    [--mask 'NAME[i,j,..]=reason'] [--envelope-runs K] [--envelope-runs-for C=K|G=K] [--report FILE.json]\n"
           "                    RANKFILE...\n"
           "  Judges a backend's rank files (one safetensors file per rank, format in\n"
           "  ref/judge/RANKFILES.md) against parity's golden run of the same model:\n"
@@ -50,6 +50,9 @@ static void usage(FILE *f) {
           "  --report FILE.json   every number, as JSON (written atomically)\n"
           "  --envelope-runs K    the float-order runs the envelope is measured over\n"
           "                       (default 8; 0: the floor only)\n"
+          "  --envelope-runs-for C=K or G=K  K runs for a class (as --tolerance's) or a\n"
+          "                       tensor name pattern (fnmatch, the first match wins,\n"
+          "                       before the class's); repeatable\n"
           "  Each tensor's envelope is its largest |run - reference| over K legitimate float\n"
           "  executions parity runs itself (sequential, pairwise, reversed, grouped by each\n"
           "  mesh degree, random chunkings; bf16-rounded when parity.precision is bf16):\n"
@@ -106,6 +109,30 @@ static int parse_glob(const char *v, judge_opts_t *op) {
     return 0;
 }
 
+/* --envelope-runs-for "grad=16" (a class) or "step0.exp_avg_sq.*=16" (a pattern) */
+static int parse_runs_for(const char *v, judge_opts_t *op) {
+    const char *eq = strrchr(v, '=');
+    perr_t e;
+    long long k;
+    if (!eq || eq == v || num_parse_int("--envelope-runs-for", eq + 1, 0, 1000, &k, &e))
+        return bad("--envelope-runs-for '%s': expected CLASS=K or GLOB=K with K a whole number "
+                   "0 to 1000%s", v, "");
+    int c = 0;
+    while (c < JC_COUNT && (strlen(judge_class_name(c)) != (size_t)(eq - v) ||
+                            strncmp(judge_class_name(c), v, (size_t)(eq - v))))
+        c++;
+    if (c < JC_COUNT) {
+        op->class_runs[c] = (int)k;
+        return 0;
+    }
+    judge_glob_t *g = realloc(op->run_globs, (size_t)(op->nrun_globs + 1) * sizeof *g);
+    if (!g) return bad("%s%s", "out of memory", "");
+    op->run_globs = g;
+    if (!(g[op->nrun_globs].pattern = strndup(v, (size_t)(eq - v)))) return bad("%s%s", "out of memory", "");
+    g[op->nrun_globs++].runs = (int)k;
+    return 0;
+}
+
 /* "NAME[i,j,k]=reason" or "NAME[flat]=reason" (one index: flat unless the
  * tensor is 1-D, where both mean the same). */
 static int parse_mask(const char *v, judge_opts_t *op) {
@@ -139,7 +166,9 @@ static int parse_mask(const char *v, judge_opts_t *op) {
 static void opts_free(judge_opts_t *op) {
     for (int i = 0; i < op->nglobs; i++) free(op->globs[i].pattern);
     for (int i = 0; i < op->nmasks; i++) free(op->masks[i].name), free(op->masks[i].reason);
+    for (int i = 0; i < op->nrun_globs; i++) free(op->run_globs[i].pattern);
     free(op->globs);
+    free(op->run_globs);
     free(op->masks);
 }
 
@@ -169,7 +198,7 @@ static int parse_args(int argc, char **argv, args_t *a, judge_opts_t *op) {
         const int ours = !strcmp(f, "--golden") || !strcmp(f, "--report") ||
                          !strcmp(f, "--multiple") || !strcmp(f, "--tolerance") ||
                          !strcmp(f, "--tolerance-for") || !strcmp(f, "--mask") ||
-                         !strcmp(f, "--envelope-runs");
+                         !strcmp(f, "--envelope-runs") || !strcmp(f, "--envelope-runs-for");
         /* the oracle's own flags, then parity train's model overrides (model_flags.h) */
         const int oracle_flag = !strcmp(f, "--model") || !strcmp(f, "--config") ||
                                 !strcmp(f, "--backend") || !strcmp(f, "--data") ||
@@ -207,6 +236,8 @@ static int parse_args(int argc, char **argv, args_t *a, judge_opts_t *op) {
             if (num_parse_int("--envelope-runs", v, 0, 1000, &k, &e))
                 return bad("--envelope-runs: expected a whole number 0 to 1000, got '%s'%s", v, "");
             op->envelope_runs = (int)k;
+        } else if (!strcmp(f, "--envelope-runs-for")) {
+            if (parse_runs_for(v, op)) return 2;
         } else if (!strcmp(f, "--tolerance")) {
             if (parse_tolerance(v, op)) return 2;
         } else if (!strcmp(f, "--tolerance-for")) {
@@ -227,9 +258,10 @@ static void envelope_runs(const judge_set_t *s, const judge_opts_t *op, int from
                           size_t cap) {
     const int local = !s->local_unavailable;
     float_order_t orders[64];
-    const int k = judge_envelope_orders(s, op->envelope_runs < 64 ? op->envelope_runs : 64, orders);
+    const int runs = judge_runs_max(op);
+    const int k = judge_envelope_orders(s, runs < 64 ? runs : 64, orders);
     size_t n = (size_t)snprintf(buf, cap, "the largest |run - reference| over %d float-order run%s "
-                                "(%s", op->envelope_runs, op->envelope_runs == 1 ? "" : "s",
+                                "(%s", runs, runs == 1 ? "" : "s",
                                 from_dump ? "local only: the trajectory's golden run is a dump"
                                 : local ? "trajectory: golden runs; local: forced steps"
                                         : "trajectory only: golden runs");
@@ -239,8 +271,13 @@ static void envelope_runs(const judge_set_t *s, const judge_opts_t *op, int from
                               float_order_name(&orders[i], o, sizeof o));
     }
     if (n < cap)
-        snprintf(buf + n, cap - n, "%s), at least one ulp of the tensor's largest golden magnitude",
-                 op->envelope_runs > 64 ? ", ..." : "");
+        n += (size_t)snprintf(buf + n, cap - n, "%s), at least one ulp of the tensor's largest "
+                              "golden magnitude", runs > 64 ? ", ..." : "");
+    int set = op->nrun_globs;
+    for (int c = 0; c < JC_COUNT; c++) set += op->class_runs[c] >= 0;
+    if (set && n < cap)
+        snprintf(buf + n, cap - n, "; %d --envelope-runs-for setting%s: a tensor of K runs takes "
+                 "the first K", set, set == 1 ? "" : "s");
 }
 
 /* What the envelope is, for the report's first lines: the float orders
@@ -249,9 +286,9 @@ static void envelope_runs(const judge_set_t *s, const judge_opts_t *op, int from
 static void envelope_what(const judge_set_t *s, const judge_opts_t *op, int from_dump, char *buf,
                           size_t cap) {
     const int local = !s->local_unavailable;
-    if (op->envelope_runs < 1 || (from_dump && !local)) {
+    if (judge_runs_max(op) < 1 || (from_dump && !local)) {
         snprintf(buf, cap, "one ulp of the tensor's largest golden magnitude (no float-order runs: "
-                 "%s)", op->envelope_runs < 1 ? "--envelope-runs 0"
+                 "%s)", judge_runs_max(op) < 1 ? "--envelope-runs 0"
                         : "the golden run is a dump and the local judgment did not run");
     } else {
         envelope_runs(s, op, from_dump, buf, cap);
@@ -278,6 +315,7 @@ int cmd_judge(int argc, char **argv) {
     cli_name = "parity judge";
     judge_opts_t op = {.multiple = JUDGE_DEFAULT_MULTIPLE,
                        .envelope_runs = JUDGE_DEFAULT_ENVELOPE_RUNS};
+    for (int c = 0; c < JC_COUNT; c++) op.class_runs[c] = -1; /* --envelope-runs' */
     args_t a = {0};
     judge_set_t s = {0};
     oracle_t *o = NULL;

@@ -74,11 +74,12 @@ double judge_spread(const judge_tensor_t *t, const st_writer_t *w, const void *r
 int judge_envelope_trajectory(const judge_set_t *s, oracle_t *o, const judge_opts_t *op,
                               double *env, perr_t *err) {
     for (int i = 0; i < s->nt; i++) env[i] = 0;
-    if (!o->have_data || op->envelope_runs < 1) return 0; /* a dump file: the floor only */
+    const int kmax = judge_runs_max(op);
+    if (!o->have_data || kmax < 1) return 0; /* a dump file: the floor only */
     int steps = o->golden_steps;
-    float_order_t *orders = malloc((size_t)op->envelope_runs * sizeof *orders);
+    float_order_t *orders = malloc((size_t)kmax * sizeof *orders);
     if (!orders) return perr_set(err, "judge: out of memory");
-    const int k = judge_envelope_orders(s, op->envelope_runs, orders);
+    const int k = judge_envelope_orders(s, kmax, orders);
     int rc = 0;
     for (int r = 0; r < k && !rc; r++) {
         gpt_t *g = NULL;
@@ -95,6 +96,7 @@ int judge_envelope_trajectory(const judge_set_t *s, oracle_t *o, const judge_opt
         }
         float_order_set(&before);
         for (int i = 0; i < s->nt && !rc; i++) {
+            if (r >= judge_runs_for(op, s->t[i].name)) continue; /* its K runs are done */
             const double x = judge_spread(&s->t[i], dump_writer(d), s->t[i].gd);
             if (x > env[i]) env[i] = x;
         }

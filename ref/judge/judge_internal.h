@@ -166,7 +166,8 @@ double judge_spread(const judge_tensor_t *t, const st_writer_t *w, const void *r
 /* What the user asked for. */
 typedef struct {
     char *pattern;
-    double multiple;
+    double multiple;            /* --tolerance-for's multiple */
+    int runs;                   /* --envelope-runs-for's K */
 } judge_glob_t;
 typedef struct {
     char *name;                 /* full tensor name */
@@ -183,9 +184,19 @@ typedef struct {
     judge_mask_t *masks;
     int nmasks;
     int envelope_runs;          /* --envelope-runs K */
+    int class_runs[JC_COUNT];   /* --envelope-runs-for CLASS=K; -1: envelope_runs */
+    judge_glob_t *run_globs;    /* --envelope-runs-for GLOB=K (the first match wins) */
+    int nrun_globs;
 } judge_opts_t;
 #define JUDGE_DEFAULT_MULTIPLE 32.0
 #define JUDGE_DEFAULT_ENVELOPE_RUNS 8
+
+/* The float-order runs the envelope of tensor `name` (a full name) is
+ * measured over: the first --envelope-runs-for pattern it matches, else
+ * its class's, else --envelope-runs; and the most any tensor asks for
+ * (the runs made: a tensor of K takes the spread of the first K). */
+int judge_runs_for(const judge_opts_t *op, const char *name);
+int judge_runs_max(const judge_opts_t *op);
 
 /* The trajectory envelope: env[i] = tensor i's largest |run - golden| over
  * op->envelope_runs golden runs of o's model (every step the golden run

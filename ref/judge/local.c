@@ -149,7 +149,7 @@ int judge_local(judge_set_t *s, oracle_t *o, const judge_opts_t *op, judge_verdi
     int64_t last = first - 1;
     for (int i = 0; i < s->nt; i++)
         if (step_of(s->t[i].name) > last) last = step_of(s->t[i].name);
-    const int kmax = op->envelope_runs > 0 ? op->envelope_runs : 0;
+    const int kmax = judge_runs_max(op) > 0 ? judge_runs_max(op) : 0;
     float_order_t *orders = malloc((size_t)(kmax ? kmax : 1) * sizeof *orders);
     double *env = calloc((size_t)(s->nt ? s->nt : 1), sizeof *env);
     gpt_t *g = NULL;
@@ -183,7 +183,7 @@ int judge_local(judge_set_t *s, oracle_t *o, const judge_opts_t *op, judge_verdi
             for (int i = 0; i < s->nt; i++) {
                 const judge_tensor_t *t = &s->t[i];
                 const void *fd = forced_of(w, t, step);
-                if (!fd) continue;
+                if (!fd || r >= judge_runs_for(op, t->name)) continue;
                 const double x = judge_spread(t, dump_writer(dr[r]), fd);
                 if (x > env[i]) env[i] = x;
             }

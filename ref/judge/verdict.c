@@ -51,6 +51,22 @@ static double multiple_for(const judge_opts_t *op, const char *name, judge_class
     return op->class_multiple[c] > 0 ? op->class_multiple[c] : op->multiple;
 }
 
+int judge_runs_for(const judge_opts_t *op, const char *name) {
+    for (int i = 0; i < op->nrun_globs; i++)
+        if (!fnmatch(op->run_globs[i].pattern, name, 0)) return op->run_globs[i].runs;
+    const int c = op->class_runs[judge_class_of(name)];
+    return c >= 0 ? c : op->envelope_runs;
+}
+
+int judge_runs_max(const judge_opts_t *op) {
+    int k = op->envelope_runs;
+    for (int c = 0; c < JC_COUNT; c++)
+        if (op->class_runs[c] > k) k = op->class_runs[c];
+    for (int i = 0; i < op->nrun_globs; i++)
+        if (op->run_globs[i].runs > k) k = op->run_globs[i].runs;
+    return k;
+}
+
 /* --mask entries onto the tensors' masked[]: each must name a judged
  * tensor and an element inside it. */
 static int apply_masks(const judge_set_t *s, const judge_opts_t *op, perr_t *err) {
