@@ -31,8 +31,11 @@ gives the scheme (parity.names), each key's parity name (the placement
 rules below are parity's names) and the keys held [in, out] (their
 tensor-parallel cut moves to axis 1: a Conv1D's output columns).
 """
-import json, struct, sys
+import json, os, struct, sys
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
+from st_write import write_safetensors  # noqa: E402
 
 DT = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "U8": np.uint8, "BF16": None}
 
@@ -57,19 +60,13 @@ def load_meta(path):
         return json.loads(f.read(n)).get("__metadata__", {})
 
 
+DTYPE = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64",
+         np.dtype(np.int32): "I32", np.dtype(np.uint8): "U8"}
+
+
 def save(path, tensors, meta):
-    header, blobs, off = {"__metadata__": meta}, [], 0
-    for name, a in tensors.items():
-        blob = np.ascontiguousarray(a).tobytes()
-        dt = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64",
-              np.dtype(np.int32): "I32", np.dtype(np.uint8): "U8"}[a.dtype]
-        header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(blob)]}
-        blobs.append(blob)
-        off += len(blob)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    write_safetensors(path, {name: (DTYPE[a.dtype], a.shape, np.ascontiguousarray(a).tobytes())
+                             for name, a in tensors.items()}, meta)
 
 
 def chunk(n, k, i):
