@@ -41,7 +41,7 @@ WARN     := -Wall -Wextra -Werror
 CFLAGS   := -std=c11 $(OPT) -g $(WARN) -ffp-contract=off -fno-fast-math -fno-trapping-math \
             -fno-math-errno \
             -fvect-cost-model=cheap \
-            -D_GNU_SOURCE -Iinclude -I$(OPENBLAS_INC) -pthread $(EXTRA_CFLAGS)
+            -D_GNU_SOURCE -Iinclude -Iref -I$(OPENBLAS_INC) -pthread $(EXTRA_CFLAGS)
 LDLIBS   := -L$(OPENBLAS_LIB) -Wl,-rpath,$(OPENBLAS_LIB) -lopenblas -lm -pthread
 
 # The MPI transport (ref/coll/mpi/) when OpenMPI's mpicc is here (Debian's

@@ -15,7 +15,7 @@
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD   := build-fuzz
-FUZZ_CFLAGS  := -std=c11 -O1 -g $(WARN) -ffp-contract=off -D_GNU_SOURCE -Iinclude -I$(OPENBLAS_INC) \
+FUZZ_CFLAGS  := -std=c11 -O1 -g $(WARN) -ffp-contract=off -D_GNU_SOURCE -Iinclude -Iref -I$(OPENBLAS_INC) \
                 -pthread -fsanitize=address,undefined -fno-sanitize-recover=all \
                 -DPARITY_NO_SIMD_CLONES
 FUZZ_SRC     := $(sort $(wildcard tests/fuzz/fuzz_*.c))

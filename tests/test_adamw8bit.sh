@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The 8-bit optimizer (--optimizer adamw8bit: ref/model/adamw8bit.c, the
+# The 8-bit optimizer (--optimizer adamw8bit: ref/model/optim/adamw8bit.c, the
 # golden run included) from the outside:
 #  - bit-exact with the golden run over 3 steps (losses, gradients,
 #    parameters and the dequantized m and v, memcmp) on dp ZeRO-1 and

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_encdec.sh - encoder-decoder models (issue 27, MODEL.md "Encoder-decoder
-# models", ref/model/unit_encdec.c, unit_llava.c):
+# models", ref/model/units/unit_encdec.c, unit_llava.c):
 #  - the golden t5-tiny and llava-tiny runs learn their tasks (the loss falls);
 #  - data, ZeRO 1 and 3, accumulation, tensor (+SP, row-parallel linears,
 #    tp 3 on a 6-head model) and pipeline layouts - the encoder on stages

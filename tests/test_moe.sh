@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_moe.sh - mixture-of-experts layers (issue 26, ref/model/moe.c):
+# test_moe.sh - mixture-of-experts layers (issue 26, ref/model/units/moe.c):
 #  - the golden run routes, drops over capacity and prints per-expert
 #    statistics every step;
 #  - data, ZeRO, accumulation, tensor (+SP), context (ring, Ulysses),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mixed precision (--bf16, --fp16 with loss scaling; MODEL.md "Mixed
-# precision", ref/model/precision.c, units_internal.h's act_round): the
+# precision", ref/model/optim/precision.c, units_internal.h's act_round): the
 # golden run and every layout round activations, their gradients and the
 # parameters' compute copy at the same points, so they stay bit-exact.
 # bf16 over 3 steps with dropout on the layout matrix's representatives;

@@ -127,7 +127,7 @@ GDB
   n=$(sec where | grep -cE '^  device [0-7] ')
   w3=$(sec where | grep -A1 '^  device 3 ')
   if [ "$n" -eq 8 ] && grep -q "reduce-scatter call #1 of group 'tp1'" <<<"$w3" &&
-     grep -q "called from sp_reduce_scatter_f32 (ref/model/tp.c:" <<<"$w3"; then
+     grep -q "called from sp_reduce_scatter_f32 (ref/model/styles/tp.c:" <<<"$w3"; then
     ok "gdb: parity where names each device's wait point and its caller"
   else fail "gdb: parity where" "$(sec where | head -20)"; fi
   sec tensor | grep -q "layers.0.self_attention.query_key_value.weight: global shape \[.*\]; axis 0 split over tp" &&

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Colossal-AI's 2-D (SUMMA), 2.5-D and 3-D tensor parallelism
-# (ref/model/tp2d.c, tp3d.c): bit-exact with the golden run over 3 steps
+# (ref/model/styles/tp2d.c, tp3d.c): bit-exact with the golden run over 3 steps
 # with dropout (gpt-tiny) on 2-D q 2 and 3 (uneven column blocks: 8
 # feature tiles and 8 heads over 3), 2.5-D q 2 depth 2 and 3-D q 2, each x
 # pp 2 (which accumulates 4-6 microbatches) and x dp 2 (ZeRO-1, ZeRO-3); Colossal config

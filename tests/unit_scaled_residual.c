@@ -21,8 +21,8 @@
  */
 #include <string.h>
 
-#include "../ref/model/unit_kind.h"
-#include "../ref/model/units_internal.h"
+#include "model/units/unit_kind.h"
+#include "model/units/units_internal.h"
 
 enum { SR_SCALE, SR_N };
 static const unit_tensor_t sr_tensors[SR_N] = {

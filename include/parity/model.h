@@ -63,7 +63,7 @@ typedef struct {
      * (ADAM8_DEFAULT_BLOCK) under MODEL_OPT_ADAM. */
     int optimizer;
     int optimizer_block;
-    /* mixture of experts (ref/model/moe.c, MODEL.md "Mixture of experts"):
+    /* mixture of experts (ref/model/units/moe.c, MODEL.md "Mixture of experts"):
      * moe_experts 0 = every MLP dense. Layer l is an MoE layer when
      * l % moe_layer_freq == 0 (Megatron's --moe-layer-freq k). */
     int moe_experts;           /* E (--num-experts) */
@@ -209,7 +209,7 @@ unsigned placement_reduce_axes_at(const placement_t *pl, const int sizes[GRID_NA
 /* Those axes as a layout's group name: "dp-cp" (layout.h). */
 void placement_reduce_name(unsigned axes, char *buf, size_t cap);
 
-/* Built from the model's unit list (ref/model/unit_kind.h): each unit's
+/* Built from the model's unit list (ref/model/units/unit_kind.h): each unit's
  * tensors, its kind's order, one contiguous run of indices. */
 typedef struct {
     int count;

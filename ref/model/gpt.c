@@ -20,9 +20,9 @@
 #include "parity/pmath.h"
 #include "parity/rng.h"
 #include "parity/runtime.h"
-#include "unit_layer.h"
-#include "units_internal.h"
-#include "tp2d.h"
+#include "model/units/unit_layer.h"
+#include "model/units/units_internal.h"
+#include "model/styles/tp2d.h"
 
 /* ---- allocation --------------------------------------------------------- */
 

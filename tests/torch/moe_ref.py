@@ -1,6 +1,6 @@
 """moe_ref.py - the mixture-of-experts MLP of parity's golden GPT, written
 again in PyTorch float64 (Megatron-core's router, top-k and capacity
-semantics made per sequence, as ref/model/moe.c defines them).
+semantics made per sequence, as ref/model/units/moe.c defines them).
 
 With x = LN2's output [B, T, C] of an MoE layer:
 

@@ -1,5 +1,5 @@
 /* tp_modes_report.c - the traffic and memory of Colossal-AI's 2-D, 2.5-D
- * and 3-D tensor-parallel modes (ref/model/tp2d.c, tp3d.c) next to the
+ * and 3-D tensor-parallel modes (ref/model/styles/tp2d.c, tp3d.c) next to the
  * counters and Colossal's table: tp_report.c's report for those modes. */
 #include <stdio.h>
 #include <string.h>
@@ -8,7 +8,7 @@
 #include "parity/run_report.h"
 #include "tp_report_internal.h"
 
-/* ---- Colossal-AI's 2-D, 2.5-D and 3-D modes (ref/model/tp2d.c, tp3d.c) ------
+/* ---- Colossal-AI's 2-D, 2.5-D and 3-D modes (ref/model/styles/tp2d.c, tp3d.c) ------
  * Traffic. Device 0 is at coordinate 0 of every tensor-parallel axis. Its
  * groups: tp (2-D: its row), tp2 (its column), tp3 (3-D: the weights'
  * group), of q members each, and 3-D's two vector groups (tp2-tp3 for the

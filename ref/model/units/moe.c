@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "parity/pmath.h"
-#include "units_internal.h"
+#include "model/units/units_internal.h"
 
 /* Capacity of an expert in one sequence of T tokens: Megatron's
  * ceil(k T / E * factor), at most T (a token picks an expert once);

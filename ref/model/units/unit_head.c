@@ -8,10 +8,10 @@
 #include <string.h>
 
 #include "parity/pmath.h"
-#include "tp.h"
-#include "tp2d.h"
-#include "tp3d.h"
-#include "units_internal.h"
+#include "model/styles/tp.h"
+#include "model/styles/tp2d.h"
+#include "model/styles/tp3d.h"
+#include "model/units/units_internal.h"
 
 enum { H_LNF_W, H_LNF_B, H_OUT };
 

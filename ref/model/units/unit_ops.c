@@ -8,10 +8,10 @@
 
 #include "parity/rng.h"
 #include "parity/pmath.h"
-#include "tp.h"
-#include "tp2d.h"
-#include "tp3d.h"
-#include "units_internal.h"
+#include "model/styles/tp.h"
+#include "model/styles/tp2d.h"
+#include "model/styles/tp3d.h"
+#include "model/units/units_internal.h"
 
 pass_t unit_pass(const gpt_t *g, const gpt_slot_t *A) {
     const model_config_t *c = &g->cfg;

@@ -5,7 +5,7 @@
  * of the optimizer state (ZeRO) computes the same two numbers. */
 #include "parity/model.h"
 
-#include "adamw_internal.h"
+#include "model/optim/adamw_internal.h"
 
 float adamw_sqrtf(float x) { return adamw_sqrt_lane(x); }
 

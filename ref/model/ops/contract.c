@@ -51,9 +51,9 @@
 #include "parity/pmath.h"
 #include "parity/pool.h"
 #include "parity/tile.h"
-#include "../kernels/float_order_sum.h"
-#include "../kernels/fold.h"
-#include "../kernels/simd.h"
+#include "kernels/float_order_sum.h"
+#include "kernels/fold.h"
+#include "kernels/simd.h"
 
 void contract_ws_init(contract_ws_t *ws) { memset(ws, 0, sizeof *ws); }
 

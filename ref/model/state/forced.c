@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "parity/corpus.h"
-#include "unit_kind.h"
+#include "model/units/unit_kind.h"
 
 /* What the step's units read, fetched once before it runs. */
 typedef struct {

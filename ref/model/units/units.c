@@ -21,8 +21,8 @@
 
 #include "parity/pmath.h"
 #include "parity/runtime.h"
-#include "tp.h"
-#include "units_internal.h"
+#include "model/styles/tp.h"
+#include "model/units/units_internal.h"
 
 static void unit_event(gpt_t *g, const gpt_observer_t *obs, int unit, int event) {
     if (event == GPT_FWD_BEGIN || event == GPT_BWD_BEGIN) /* for debuggers: parity devices */

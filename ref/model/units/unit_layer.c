@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "parity/coll.h"
-#include "unit_layer.h"
+#include "model/units/unit_layer.h"
 
 static const unit_tensor_t tensors[P_PER_LAYER] = {
     LAYER_ATTENTION_TENSORS("input_layernorm", "self_attention"),

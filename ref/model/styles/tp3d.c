@@ -25,12 +25,12 @@
  * tp); LayerNorm, the embedding and the vectors are tp2d.c's with the
  * stream's sequence blocks for the vector group.
  */
-#include "tp3d.h"
+#include "model/styles/tp3d.h"
 
 #include <string.h>
 
 #include "parity/coll.h"
-#include "tp2d.h"
+#include "model/styles/tp2d.h"
 
 /* A linear's three groups and this rank's coordinate along each. */
 typedef struct {

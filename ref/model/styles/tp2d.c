@@ -32,13 +32,13 @@
  * logits [i, vocab block j] = sum_k X[i, k] . E[j, k]^T (ABT), and its
  * cross-entropy reduces over the row as 1-D's does over tp.
  */
-#include "tp2d.h"
+#include "model/styles/tp2d.h"
 
 #include <string.h>
 
 #include "parity/coll.h"
 #include "parity/pmath.h"
-#include "tp.h"
+#include "model/styles/tp.h"
 
 static group_t *row_group(const gpt_t *g) { return g->shard.tp_group; }
 static group_t *col_group(const gpt_t *g) { return g->shard.tp_col_group; }

@@ -15,7 +15,7 @@
  */
 #include <string.h>
 
-#include "unit_layer.h"
+#include "model/units/unit_layer.h"
 
 /* ---- patch embedding ------------------------------------------------------ */
 

@@ -21,7 +21,7 @@
  */
 #include <string.h>
 
-#include "unit_layer.h"
+#include "model/units/unit_layer.h"
 
 /* ---- encoder layer -------------------------------------------------------- */
 

@@ -7,8 +7,8 @@
 #ifndef PARITY_MODEL_TP2D_H
 #define PARITY_MODEL_TP2D_H
 
-#include "unit_kind.h"
-#include "units_internal.h"
+#include "model/units/unit_kind.h"
+#include "model/units/units_internal.h"
 
 void tp2d_layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_local_t *lc,
                          size_t n, carver_t *cv);

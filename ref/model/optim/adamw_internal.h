@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "parity/pmath.h"
-#include "../kernels/simd.h"
+#include "kernels/simd.h"
 
 /* sqrt of a non-negative v/bc2. IEEE 754 requires square root to be
  * correctly rounded, so the hardware instruction gives exactly pm_sqrtf's

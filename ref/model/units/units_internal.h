@@ -112,7 +112,7 @@ void attention_unit_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, uint64_
 void attention_unit_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dqkv,
                              const float *dctx);
 
-#include "unit_kind.h"
+#include "model/units/unit_kind.h"
 
 /* unit_embedding.c: the embedding's pieces, which the LLaVA-style patch
  * embedding (unit_llava.c) is made of. Its tensors' first two are the

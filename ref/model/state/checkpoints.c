@@ -11,7 +11,7 @@
 
 #include "parity/runtime.h"
 
-#include "units_internal.h"
+#include "model/units/units_internal.h"
 
 /* One view per block the slot holds contiguously: the whole tensor when
  * the positions held are one run starting the per-sequence shape (the

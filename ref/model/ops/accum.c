@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/float_order_sum.h"
-#include "../kernels/fold.h"
-#include "../kernels/simd.h"
+#include "kernels/float_order_sum.h"
+#include "kernels/fold.h"
+#include "kernels/simd.h"
 #include "parity/error.h"
 
 #ifdef PARITY_PLAIN_SUMS

@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "parity/coll.h"
-#include "tp.h"
-#include "units_internal.h"
+#include "model/styles/tp.h"
+#include "model/units/units_internal.h"
 
 /* ---- the experts' rows ------------------------------------------------------ */
 

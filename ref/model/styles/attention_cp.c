@@ -31,7 +31,7 @@
 #include "parity/coll.h"
 #include "parity/pmath.h"
 #include "parity/runtime.h"
-#include "units_internal.h"
+#include "model/units/units_internal.h"
 
 enum { TAG_K = 1, TAG_V = 2, TAG_KV = 3, TAG_DKV = 4 };
 

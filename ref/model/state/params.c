@@ -13,7 +13,7 @@
 #include "parity/pmath.h"
 #include "parity/pool.h"
 #include "parity/rng.h"
-#include "unit_kind.h"
+#include "model/units/unit_kind.h"
 
 static const float SIGMA = 0.02f;
 

@@ -8,9 +8,9 @@
  * rank holds.
  */
 #include "parity/runtime.h"
-#include "tp.h"
-#include "tp2d.h"
-#include "units_internal.h"
+#include "model/styles/tp.h"
+#include "model/styles/tp2d.h"
+#include "model/units/units_internal.h"
 
 static const unit_tensor_t tensors[] = {
     [E_WTE] = {"embedding.word_embeddings.weight", 2, {DIM_V, DIM_C}, INIT_NORMAL, STD_SIGMA,

@@ -32,7 +32,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "adamw_internal.h"
+#include "model/optim/adamw_internal.h"
 
 typedef struct {
     float value[256];   /* by code */
