@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/gpt.h"
 #include "harness.h"
 #include "parity/check_layout.h"
 #include "parity/corpus.h"

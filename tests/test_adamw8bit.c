@@ -25,7 +25,7 @@
 #include "parity/corpus.h"
 #include "parity/engine.h"
 #include "parity/memest.h"
-#include "parity/model.h"
+#include "model/gpt.h"
 #include "parity/runtime.h"
 #include "parity/tile.h"
 

@@ -3,6 +3,7 @@
  * message naming the file, the line and the key. */
 #include <string.h>
 
+#include "model/gpt.h"
 #include "harness.h"
 #include "parity/colossal.h"
 

@@ -1,6 +1,7 @@
 /* test_dump_views.c - the dump's side of the observer (dump.h): shards
  * placed by their global offsets, and blocks several replicas report
  * compared, naming the device whose copy differs. */
+#include "model/gpt.h"
 #include "harness.h"
 #include "parity/dump.h"
 

@@ -13,6 +13,7 @@
  * per thread: a golden run beside a perturbed one keeps the golden bits.
  * Step times, exact against every kind, are printed for gpt-micro (and
  * gpt-small with PARITY_FLOAT_ORDER_BENCH=1). */
+#include "model/gpt.h"
 #include "harness.h"
 
 #include <math.h>

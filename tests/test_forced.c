@@ -4,6 +4,7 @@
  * refuses, it refuses by name. gpt-micro with dropout, 2 microbatches. */
 #include <time.h>
 
+#include "model/gpt.h"
 #include "harness.h"
 #include "parity/corpus.h"
 #include "parity/dump.h"

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "model/gpt.h"
 #include "harness.h"
 #include "parity/corpus.h"
 #include "parity/dump.h"

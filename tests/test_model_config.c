@@ -9,7 +9,7 @@
 
 #include "harness.h"
 #include "parity/corpus.h"
-#include "parity/model.h"
+#include "model/gpt.h"
 #include "parity/pmath.h"
 
 /* MODEL.md's parameter count, from the shapes alone. */

@@ -20,7 +20,7 @@
 #include "harness.h"
 #include "parity/contract.h"
 #include "parity/corpus.h"
-#include "parity/model.h"
+#include "model/gpt.h"
 #include "parity/pool.h"
 #include "parity/tile.h"
 #include "parity/xacc.h"

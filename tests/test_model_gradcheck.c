@@ -31,7 +31,7 @@
 
 #include "harness.h"
 #include "parity/layers.h"
-#include "parity/model.h"
+#include "model/gpt.h"
 #include "parity/rng.h"
 #include "parity/tile.h"
 

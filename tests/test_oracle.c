@@ -7,6 +7,7 @@
  * than an int counts, a tolerance that wrapped, an infinity inside a
  * tolerance, a dump whose config is another model's.
  * tests/test_install.sh runs the same API from an installed copy. */
+#include "model/gpt.h"
 #include "harness.h"
 
 #include <limits.h>

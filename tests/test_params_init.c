@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "parity/model.h"
+#include "model/gpt.h"
 #include "parity/pool.h"
 #include "parity/rng.h"
 

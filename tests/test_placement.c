@@ -6,7 +6,7 @@
 #include "harness.h"
 #include "parity/coll.h"
 #include "parity/grid.h"
-#include "parity/model.h"
+#include "model/gpt.h"
 #include "parity/placement.h"
 
 /* Every device of a tp=2 x dp=3 x pp=2 grid: its coordinates match the

@@ -16,7 +16,7 @@
 
 #include "harness.h"
 #include "parity/corpus.h"
-#include "parity/model.h"
+#include "model/gpt.h"
 #include "parity/tile.h"
 
 /* An observer that counts its calls and hashes what it is shown. */

@@ -38,7 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parity/model.h"
+#include "model/gpt.h"
 #include "parity/tensor_diff.h"
 
 /* Execution order from the model's unit kinds (gpt_checkpoint_position,

@@ -3,6 +3,7 @@
  * An entry's `needs` refuses a layout on which the bug cannot fire: a
  * negative control that runs and reports "bit-exact yes" would prove
  * nothing, and `parity check` refuses it before its golden run. */
+#include "model/gpt.h"
 #include "broken.h"
 #include "parity/pp.h"
 

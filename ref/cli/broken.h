@@ -14,7 +14,7 @@
 #include <stdio.h>
 
 #include "parity/engine.h"
-#include "parity/model.h"
+#include "model/gpt.h"
 #include "parity/pconfig.h"
 
 /* What a precondition looks at; buf takes a message built on the spot. */

@@ -6,7 +6,7 @@
 
 #include "parity/ckpt.h"
 #include "parity/corpus.h"
-#include "parity/model.h"
+#include "model/gpt.h"
 #include "parity/pconfig.h"
 
 /* Each takes the arguments after the subcommand name (argv[0] is the

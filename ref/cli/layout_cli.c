@@ -1,4 +1,5 @@
 /* layout_cli.c - run a parallel layout for `parity train` / `parity check`. */
+#include "model/gpt.h"
 #include "layout_cli.h"
 
 #include "broken.h"

@@ -8,7 +8,7 @@
 
 #include "parity/coll.h"
 #include "parity/corpus.h"
-#include "parity/model.h"
+#include "model/gpt.h"
 #include "parity/memest.h"
 #include "parity/pconfig.h"
 #include "run_output.h"

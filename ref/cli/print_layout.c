@@ -7,6 +7,7 @@
  * stage's units, slots and passes, and the memory estimate. Two
  * descriptions of one layout print the same bytes: the order is printed
  * without its size-1 axes, which place no device differently. */
+#include "model/gpt.h"
 #include "layout_cli.h"
 
 #include <stdio.h>

@@ -1,5 +1,6 @@
 /* run_output.c - the one step path of `parity train` and `parity check`
  * (run_output.h): step lines, the non-finite stop, dump, digests, save. */
+#include "model/gpt.h"
 #include "run_output.h"
 
 #include <math.h>

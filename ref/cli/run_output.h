@@ -15,7 +15,7 @@
 #include "parity/corpus.h"
 #include "parity/dump.h"
 #include "parity/memest.h"
-#include "parity/model.h"
+#include "model/gpt.h"
 
 typedef struct {
     const char *dump_path, *digest_path; /* --dump, --digest, or NULL */

@@ -30,7 +30,7 @@
 #include "parity/dump.h"
 #include "parity/fileio.h"
 #include "parity/memest.h"
-#include "parity/model.h"
+#include "model/gpt.h"
 #include "parity/model_flags.h"
 #include "parity/names.h"
 #include "parity/numparse.h"

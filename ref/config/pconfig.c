@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parity/model.h"
+#include "model/gpt.h"
 #include "parity/numparse.h"
 #include "parity/runtime.h"
 

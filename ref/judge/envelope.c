@@ -19,6 +19,7 @@
  * to count in. Integer tensors (the batch, masks) have no floor: they
  * must be exact.
  */
+#include "model/gpt.h"
 #include "judge_internal.h"
 
 #include <math.h>

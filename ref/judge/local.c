@@ -14,6 +14,7 @@
  * holds the state the first step starts from). The golden model and its
  * text are the oracle's (it is opened from model flags: a dump file has
  * no text to draw batches from). */
+#include "model/gpt.h"
 #include "judge_internal.h"
 
 #include <stdlib.h>

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "parity/check.h"
-#include "parity/model.h"
+#include "model/gpt.h"
 #include "parity/tensor_diff.h"
 
 static const char *const CLASS_NAMES[JC_COUNT] = {

@@ -8,7 +8,7 @@
  * Residual connections: x_out = x + drop(branch(x)). The gradient that
  * reaches x is d_out + d_branch, one fp32 add, the residual term first.
  */
-#include "parity/model.h"
+#include "model/gpt.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +22,7 @@
 #include "parity/runtime.h"
 #include "model/units/unit_layer.h"
 #include "model/units/units_internal.h"
+#include "model/styles/style.h"
 #include "model/styles/tp2d.h"
 
 /* ---- allocation --------------------------------------------------------- */
@@ -105,8 +106,8 @@ static void layout_slot(gpt_slot_t *A, const model_config_t *c, const gpt_local_
     A->d_resid = CARVE_F(cv, d.ns * d.C);
 }
 
-static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_local_t *lc,
-                           int tp, const gpt_units_t *units, carver_t *cv) {
+static void layout_scratch(gpt_scratch_t *S, gpt_styles_t *st, const model_config_t *c,
+                           const gpt_local_t *lc, int tp, const gpt_units_t *units, carver_t *cv) {
     const size_t n = (size_t)slot_sequences(c, lc) * (size_t)lc->seq_held;
     const size_t C = (size_t)c->hidden, F = (size_t)lc->ffn, V = (size_t)lc->vocab;
     const size_t A_ = (size_t)lc->attn, Tt = (size_t)c->tile_tokens;
@@ -188,6 +189,8 @@ static void layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_
     memset(S->recompute_core, 0, sizeof S->recompute_core);
     for (int k = 0; k < 1 + (c->arch == MODEL_T5); k++) /* T5's decoder: a cross-attention too */
         if (lc->recompute == MODEL_RECOMPUTE_SELECTIVE) layer_core_layout(&S->recompute_core[k], &d, cv);
+    styles_choose(st, c, lc);
+    styles_layout_scratch(st, c, lc, n, cv);
 }
 
 /* Context parallelism's part of gpt_local_dims: the positions held. */
@@ -348,8 +351,9 @@ static size_t slot_bytes(const model_config_t *cfg, const gpt_local_t *lc, const
 static size_t scratch_bytes(const model_config_t *cfg, const gpt_local_t *lc, int tp,
                             const gpt_units_t *units) {
     gpt_scratch_t S;
+    gpt_styles_t st;
     carver_t measure = {NULL, 0};
-    layout_scratch(&S, cfg, lc, tp, units, &measure);
+    layout_scratch(&S, &st, cfg, lc, tp, units, &measure);
     return measure.used + 64;
 }
 
@@ -592,7 +596,7 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
                    0};
     if (!cv.base) goto oom;
     g->scratch.block = cv.base;
-    layout_scratch(&g->scratch, cfg, &g->local, shard->tp, &g->shard.units, &cv);
+    layout_scratch(&g->scratch, &g->styles, cfg, &g->local, shard->tp, &g->shard.units, &cv);
     if (gpt_set_slots(g, 1, NULL)) goto oom;
     contract_ws_init(&g->ws);
     if (g->params && !(omit & GPT_NO_INIT)) {

@@ -6,6 +6,7 @@
  * dump (dump.h), kept in memory. An oracle opened from a dump file reads
  * the same tensors from the file instead.
  */
+#include "model/gpt.h"
 #include "oracle_internal.h"
 
 #include <dlfcn.h>

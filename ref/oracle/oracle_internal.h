@@ -8,7 +8,7 @@
 #include "parity/ckpt.h"
 #include "parity/corpus.h"
 #include "parity/dump.h"
-#include "parity/model.h"
+#include "model/gpt.h"
 #include "parity/oracle.h"
 
 /* One block a rank put: where it lies in the global tensor, its bytes. */

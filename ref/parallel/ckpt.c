@@ -1,6 +1,7 @@
 /* ckpt.c - layout-free checkpoints: global tensors in one safetensors
  * file (ckpt.h). A layout reassembles into, and cuts from, the state here;
  * this file knows nothing of layouts. */
+#include "model/gpt.h"
 #include "parity/ckpt.h"
 
 #include <errno.h>

@@ -4,6 +4,7 @@
  * is one replica with nothing left out (gpt_mem_bytes). The host check
  * adds the run-wide buffers: the reassembly of global tensors, dumps, and
  * in `parity check` the golden model kept beside the layout. */
+#include "model/gpt.h"
 #include "parity/memest.h"
 
 #include <errno.h>

@@ -34,6 +34,7 @@
  */
 #include <string.h>
 
+#include "model/gpt.h"
 #include "cp/cp_report_internal.h"
 #include "parity/dp.h"
 #include "parity/engine.h"

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "model/gpt.h"
 #include "parity/memest.h"
 #include "parity/run_report.h"
 

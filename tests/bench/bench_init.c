@@ -20,7 +20,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "parity/model.h"
+#include "model/gpt.h"
 #include "parity/pool.h"
 #include "parity/rng.h"
 

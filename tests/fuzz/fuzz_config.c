@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "parity/model.h"
+#include "model/gpt.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

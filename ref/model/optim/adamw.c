@@ -3,7 +3,7 @@
  * The bias corrections 1 - beta^t come from repeated fp64 products of
  * the fp32 betas, rounded once to fp32, so every rank that holds a shard
  * of the optimizer state (ZeRO) computes the same two numbers. */
-#include "parity/model.h"
+#include "model/gpt.h"
 
 #include "model/optim/adamw_internal.h"
 

@@ -26,7 +26,7 @@
  * entry (c + z) mod 256, z the index of 0): zeroed memory is the initial
  * state, as for fp32 AdamW, and no allocation needs an initialiser.
  */
-#include "parity/model.h"
+#include "model/gpt.h"
 
 #include <pthread.h>
 #include <stdint.h>

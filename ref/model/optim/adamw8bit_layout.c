@@ -14,7 +14,7 @@
  * models). ZeRO's pieces are cut at block boundaries by the
  * data-parallel plan (dp.h).
  */
-#include "parity/model.h"
+#include "model/gpt.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -15,7 +15,7 @@
  * (not below the minimum), doubling after loss_scale_window clean steps.
  * The norm is the exact global one every rank computes alike (I2), so
  * every layout skips the same steps with the same scales. */
-#include "parity/model.h"
+#include "model/gpt.h"
 
 #include <math.h>
 

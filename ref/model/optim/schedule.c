@@ -3,7 +3,7 @@
  * MODEL.md's formula, in fp32 with pmath's cosine. Megatron's decay
  * ratio: (s - warmup) / (decay_steps - warmup). decay_steps = 0 means no
  * decay (lr after warm-up); past decay_steps the rate stays at min_lr. */
-#include "parity/model.h"
+#include "model/gpt.h"
 
 #include "parity/pmath.h"
 

@@ -5,7 +5,7 @@
  * the observer after the unit's forward (gpt_unit_after_forward). A
  * kind's forward never calls an observer.
  */
-#include "parity/model.h"
+#include "model/gpt.h"
 
 #include <stdio.h>
 

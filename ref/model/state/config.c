@@ -4,7 +4,7 @@
  * metadata, so any dump's config can be fed back in. Fields present
  * override the starting config; "base" names a built-in to start from.
  */
-#include "parity/model.h"
+#include "model/gpt.h"
 
 #include <errno.h>
 #include <float.h>

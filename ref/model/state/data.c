@@ -1,7 +1,7 @@
 /* data.c - byte-level samples of a text file (corpus.h). */
 #include "parity/corpus.h"
 #include "parity/fileio.h"
-#include "parity/model.h"
+#include "model/gpt.h"
 #include "parity/rng.h"
 
 #include <errno.h>

@@ -4,6 +4,7 @@
  * Batch-shaped tensors arrive one microbatch at a time through the model's
  * observer and are assembled into whole [B, ...] tensors here, so a dump
  * never depends on the microbatch count. */
+#include "model/gpt.h"
 #include "parity/dump.h"
 
 #include <stdio.h>

@@ -26,6 +26,7 @@
  * encoder-decoder and MoE units pass more than the residual stream: those
  * are refused by name.
  */
+#include "model/gpt.h"
 #include "parity/forced.h"
 
 #include <limits.h>

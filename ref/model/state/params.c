@@ -4,7 +4,7 @@
  * table is the single description of it: every loop over parameters
  * (init, gradients, AdamW, dumps) walks it. Order and names follow
  * MODEL.md's table. */
-#include "parity/model.h"
+#include "model/gpt.h"
 
 #include <stdio.h>
 #include <stdlib.h>

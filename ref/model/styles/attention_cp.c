@@ -28,6 +28,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "model/gpt.h"
 #include "parity/coll.h"
 #include "parity/pmath.h"
 #include "parity/runtime.h"

@@ -11,6 +11,7 @@
  * to the working precision and all-reduce those: the order then decides
  * the bits, Megatron-LM issues 1736 and 1754, torchtitan 1750.)
  */
+#include "model/gpt.h"
 #include "model/styles/tp.h"
 
 #include <string.h>

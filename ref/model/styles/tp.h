@@ -6,7 +6,7 @@
 #include <stddef.h>
 
 #include "parity/coll.h"
-#include "parity/model.h"
+#include "model/gpt.h"
 
 /* out[i] = round(sum over ranks of a[i]), i < n: the open sums completed
  * exactly and rounded once (or, for GPT_BROKEN_TP_FP32_SUMS and the

@@ -32,6 +32,7 @@
  * logits [i, vocab block j] = sum_k X[i, k] . E[j, k]^T (ABT), and its
  * cross-entropy reduces over the row as 1-D's does over tp.
  */
+#include "model/gpt.h"
 #include "model/styles/tp2d.h"
 
 #include <string.h>

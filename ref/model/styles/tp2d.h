@@ -7,6 +7,7 @@
 #ifndef PARITY_MODEL_TP2D_H
 #define PARITY_MODEL_TP2D_H
 
+#include "model/gpt.h"
 #include "model/units/unit_kind.h"
 #include "model/units/units_internal.h"
 

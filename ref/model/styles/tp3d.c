@@ -25,6 +25,7 @@
  * tp); LayerNorm, the embedding and the vectors are tp2d.c's with the
  * stream's sequence blocks for the vector group.
  */
+#include "model/gpt.h"
 #include "model/styles/tp3d.h"
 
 #include <string.h>

@@ -8,6 +8,7 @@
 #ifndef PARITY_MODEL_TP3D_H
 #define PARITY_MODEL_TP3D_H
 
+#include "model/gpt.h"
 #include "model/units/units_internal.h"
 
 void tp3d_linear_forward(gpt_t *g, const pass_t *p, float *y, const float *x, const float *w,

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/gpt.h"
 #include "parity/pmath.h"
 #include "model/units/units_internal.h"
 

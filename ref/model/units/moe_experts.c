@@ -9,6 +9,7 @@
  */
 #include <string.h>
 
+#include "model/gpt.h"
 #include "parity/coll.h"
 #include "model/styles/tp.h"
 #include "model/units/units_internal.h"

@@ -7,6 +7,7 @@
  * sequence parallelism the sum is reduce-scattered to the positions each
  * rank holds.
  */
+#include "model/gpt.h"
 #include "parity/runtime.h"
 #include "model/styles/tp.h"
 #include "model/styles/tp2d.h"

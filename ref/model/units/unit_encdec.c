@@ -21,6 +21,7 @@
  */
 #include <string.h>
 
+#include "model/gpt.h"
 #include "model/units/unit_layer.h"
 
 /* ---- encoder layer -------------------------------------------------------- */

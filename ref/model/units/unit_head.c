@@ -7,6 +7,7 @@
  */
 #include <string.h>
 
+#include "model/gpt.h"
 #include "parity/pmath.h"
 #include "model/styles/tp.h"
 #include "model/styles/tp2d.h"

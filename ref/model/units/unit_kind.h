@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "parity/model.h"
+#include "model/gpt.h"
 
 /* Sizes a kind's shapes are made of, as functions of the config. */
 typedef enum { DIM_1, DIM_V, DIM_T, DIM_C, DIM_3C, DIM_F, DIM_H, DIM_2, DIM_E, DIM_K, DIM_PATCH } unit_dim_t;
@@ -105,14 +105,6 @@ typedef struct {
     int inner_shift;        /* the inner layout's sequences: unit_inner_shift */
 } unit_positions_t;
 
-/* carves a slot (gpt.c) */
-typedef struct {
-    char *base;
-    size_t used;
-} carver_t;
-void *carve(carver_t *cv, size_t bytes);
-#define CARVE_F(cv, n) ((float *)carve(cv, (size_t)(n) * sizeof(float)))
-#define CARVE_U8(cv, n) ((uint8_t *)carve(cv, (size_t)(n)))
 /* The extents a slot is laid out with. */
 typedef struct {
     size_t mb, T, Tc, n, ns, C, H, A, F, V;

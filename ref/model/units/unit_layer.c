@@ -15,6 +15,7 @@
  */
 #include <string.h>
 
+#include "model/gpt.h"
 #include "parity/coll.h"
 #include "model/units/unit_layer.h"
 

@@ -15,6 +15,7 @@
 #ifndef PARITY_UNIT_LAYER_H
 #define PARITY_UNIT_LAYER_H
 
+#include "model/gpt.h"
 #include "model/units/units_internal.h"
 
 /* A layer's tensors, in MODEL.md's table order. */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model/gpt.h"
 #include "parity/rng.h"
 #include "parity/pmath.h"
 #include "model/styles/tp.h"

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/gpt.h"
 #include "parity/pmath.h"
 #include "parity/runtime.h"
 #include "model/styles/tp.h"

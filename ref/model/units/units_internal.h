@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "parity/layers.h"
-#include "parity/model.h"
+#include "model/gpt.h"
 
 static inline float *P_(gpt_t *g, int idx) { return g->param_ptr[idx]; }
 

@@ -26,6 +26,7 @@
  * run_report_t, which the engine fills after a run (engine/report.c);
  * nothing here includes or calls the engine.
  */
+#include "model/gpt.h"
 #include "cp_report_internal.h"
 
 #include "parity/coll.h"

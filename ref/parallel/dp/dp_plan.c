@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/gpt.h"
 #include "parity/dp.h"
 
 void dp_plan_free(dp_plan_t *p) {

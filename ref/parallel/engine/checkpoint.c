@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/gpt.h"
 #include "engine_internal.h"
 #include "parity/ckpt.h"
 

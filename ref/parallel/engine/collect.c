@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/gpt.h"
 #include "engine_internal.h"
 #include "parity/dump.h"
 

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model/gpt.h"
 #include "placement.h"
 #include "parity/cp.h"
 

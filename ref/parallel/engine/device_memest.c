@@ -9,6 +9,7 @@
  * bound for every device. */
 #include <string.h>
 
+#include "model/gpt.h"
 #include "engine_internal.h"
 
 static void add(memest_dev_t *dev, mem_cat_t c, size_t bytes) {

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "model/gpt.h"
 #include "engine_internal.h"
 #include "parity/corpus.h"
 #include "parity/dump.h"

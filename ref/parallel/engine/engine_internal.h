@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 
+#include "model/gpt.h"
 #include "parity/engine.h"
 #include "parity/dump.h"
 #include "parity/grid.h"

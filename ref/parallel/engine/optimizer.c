@@ -10,6 +10,7 @@
  */
 #include <string.h>
 
+#include "model/gpt.h"
 #include "engine_internal.h"
 #include "parity/pmath.h"
 

@@ -4,6 +4,7 @@
  * tensor-parallel block that holds the element and the bucket piece (the
  * data-parallel plan, dp.h) whose owner rounds or updates it.
  */
+#include "model/gpt.h"
 #include "placement.h"
 
 #include <stdio.h>

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/gpt.h"
 #include "engine_internal.h"
 #include "parity/dump.h"
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model/gpt.h"
 #include "engine_internal.h"
 #include "parity/coll.h"
 #include "parity/run_report.h"

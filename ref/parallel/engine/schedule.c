@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/gpt.h"
 #include "engine_internal.h"
 #include "parity/corpus.h"
 #include "parity/layers.h"

@@ -1,6 +1,7 @@
 /* pp_plan.c - which layers each pipeline stage and model chunk holds (pp.h). */
 #include <string.h>
 
+#include "model/gpt.h"
 #include "parity/pp.h"
 
 _Static_assert((int)PC_MAX_CHUNKS == (int)GPT_MAX_CHUNKS, "pconfig's chunk bound is the model's");

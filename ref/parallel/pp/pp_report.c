@@ -20,6 +20,7 @@
  */
 #include <stdio.h>
 
+#include "model/gpt.h"
 #include "parity/pp.h"
 #include "parity/run_report.h"
 

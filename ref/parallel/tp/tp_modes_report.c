@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model/gpt.h"
 #include "parity/placement.h"
 #include "parity/run_report.h"
 #include "tp_report_internal.h"

@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model/gpt.h"
 #include "parity/memest.h"
 #include "parity/placement.h"
 #include "parity/run_report.h"

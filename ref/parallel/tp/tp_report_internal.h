@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 
+#include "model/gpt.h"
 #include "parity/run_report.h"
 
 enum { MAX_TERMS = 8 };

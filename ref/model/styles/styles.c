@@ -1,0 +1,52 @@
+/* styles.c - the tables of styles, one a family (style.h). A new style is
+ * its own file and one line here. */
+#include <stddef.h>
+
+#include "model/styles/style.h"
+
+enum { STYLE_MAX_REGISTERED = 8 };
+
+/* The built-in tables, most specific first, NULL-terminated. */
+static const style_t *const linear_table[] = {NULL};
+static const style_t *const norm_table[] = {NULL};
+static const style_t *const vocab_table[] = {NULL};
+static const style_t *const attention_table[] = {NULL};
+static const style_t *const experts_table[] = {NULL};
+
+static const style_t *const *const tables[STYLE_NFAMILIES] = {
+    [STYLE_LINEAR] = linear_table,       [STYLE_NORM] = norm_table,
+    [STYLE_VOCAB] = vocab_table,         [STYLE_ATTENTION] = attention_table,
+    [STYLE_EXPERTS] = experts_table,
+};
+
+static const style_t *registered[STYLE_NFAMILIES][STYLE_MAX_REGISTERED];
+static int n_registered[STYLE_NFAMILIES];
+
+int style_register(const style_t *s) {
+    const int f = (int)s->family;
+    if (f < 0 || f >= STYLE_NFAMILIES || n_registered[f] == STYLE_MAX_REGISTERED) return -1;
+    registered[f][n_registered[f]++] = s;
+    return 0;
+}
+
+void styles_choose(gpt_styles_t *out, const model_config_t *c, const gpt_local_t *lc) {
+    for (int f = 0; f < STYLE_NFAMILIES; f++) {
+        out->style[f] = NULL;
+        out->scratch[f] = NULL;
+        for (int k = n_registered[f] - 1; k >= 0 && !out->style[f]; k--)
+            if (registered[f][k]->applies(c, lc)) out->style[f] = registered[f][k];
+        for (const style_t *const *s = tables[f]; *s && !out->style[f]; s++)
+            if ((*s)->applies(c, lc)) out->style[f] = *s;
+    }
+}
+
+void styles_layout_scratch(gpt_styles_t *s, const model_config_t *c, const gpt_local_t *lc,
+                           size_t n, carver_t *cv) {
+    for (int f = 0; f < STYLE_NFAMILIES; f++)
+        if (s->style[f] && s->style[f]->layout_scratch)
+            s->style[f]->layout_scratch(&s->scratch[f], c, lc, n, cv);
+}
+
+const char *styles_name(const gpt_styles_t *s, style_family_t f) {
+    return s->style[f] ? s->style[f]->name : "-";
+}
