@@ -33,15 +33,20 @@ tp2pp2="--backend openblas --tensor-model-parallel-size 2 --pipeline-model-paral
 # $tmp/CASE.WHICH.cpu
 run() {
   local which=$1 prog=$2 case=$3; shift 3
-  if "$prog" train --model gpt-small --steps "$STEPS" "$@" >"$tmp/last" 2>&1; then
+  local model=gpt-small steps=$STEPS
+  [ "$case" = large ] && model=gpt-124m steps=2
+  if "$prog" train --model "$model" --steps "$steps" "$@" >"$tmp/last" 2>&1; then
     sed -nE 's/.*step median ([0-9.]+) ms.*/\1/p' "$tmp/last" | tail -1 >>"$tmp/$case.$which"
     sed -nE 's/.*cpu median ([0-9.]+) ms.*/\1/p' "$tmp/last" | tail -1 >>"$tmp/$case.$which.cpu"
   else
     echo "$case ($which) failed: $(tail -1 "$tmp/last")"
   fi
 }
+large="--backend openblas"
+cases="golden tp2pp2"
+[ "${BENCH_REFACTOR_124M:-1}" = 0 ] || cases="$cases large"
 for r in $(seq "$ROUNDS"); do
-  for case in golden tp2pp2; do
+  for case in $cases; do
     opts=${!case}
     # shellcheck disable=SC2086 # the options are words
     if [ $((r % 2)) = 1 ]; then
@@ -52,7 +57,7 @@ for r in $(seq "$ROUNDS"); do
   done
 done
 med() { [ -s "$1" ] && sort -n "$1" | awk '{v[NR]=$1} END{print v[int((NR+1)/2)]}'; }
-echo "gpt-small, $STEPS steps a run, $ROUNDS alternating rounds; the step's median of each run,"
+echo "gpt-small, $STEPS steps a run (gpt-124m: 2), $ROUNDS alternating rounds; the step's median of each run,"
 echo "then the median over rounds (base: $PARITY_BASE)"
 printf '%-40s %10s %10s %9s\n' case "base ms" "this ms" "this/base"
 line() { # label file-suffix
@@ -65,5 +70,7 @@ line() { # label file-suffix
 line "golden step (1 device), cpu" golden .cpu
 line "golden step (1 device), wall" golden ""
 line "tp2 x pp2 step (4 devices, m 4), wall" tp2pp2 ""
+line "gpt-124m golden step (2 steps a run), cpu" large .cpu
+line "gpt-124m golden step (2 steps a run), wall" large ""
 echo "(this/base <= 1: no slower; load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores)"
 exit 0
