@@ -70,6 +70,41 @@ static void break_after_update(engine_rank_t *r, int64_t step) {
         flip_bit(r->shard_v + r->plan->shard_len / 2);
 }
 
+/* The step's mean token loss: the exact sum of every counted token's
+ * loss over the devices that hold them. */
+static float step_loss(engine_rank_t *r) {
+    xacc_t loss;
+    if (r->sh->pp.pp == 1 && !gpt_tp_cuts_batch(r->g)) {
+        coll_all_reduce(r->group, &r->g->loss_acc.x, &loss, 1, COLL_XACC, COLL_SUM);
+    } else { /* the last stage's tokens, once per tp group (2-D: per row): over every device */
+        xacc_t mine;
+        xacc_init(&mine);
+        if (gpt_counts_loss(r->g)) mine = r->g->loss_acc.x;
+        coll_all_reduce(r->world, &mine, &loss, 1, COLL_XACC, COLL_SUM);
+    }
+    return mean_token_loss(&r->sh->cfg, xacc_round_f32(&loss));
+}
+
+/* A collected step, after the update: the scalars, parameters and AdamW
+ * state reassembled, checked across replicas and, at device 0, dumped. */
+static void collect_after_update(engine_rank_t *r, int64_t step, gpt_step_stats_t st) {
+    engine_shared_t *sh = r->sh;
+    r->step_stats = st;
+    engine_note_scalars(r, &r->step_stats);
+    for (collect_kind_t k = COLLECT_PARAM; k < COLLECT_NKINDS; k++) engine_collect_kind(r, step, k);
+    engine_merge_step(r); /* every device's scalars and batch tensors, at device 0 */
+    if (r->device != 0) return;
+    engine_check_scalars(sh, step);
+    gpt_t view = engine_global_view(sh, r->g);
+    view.adam_t = engine_adam_t(r);
+    if (r->moe.counts) view.moe = r->moe.sum; /* the run's, not device 0's */
+    dump_sources_t src;
+    engine_collect_sources(sh, &src);
+    dump_set_sources(sh->run->dump, &src);
+    perr_t err;
+    if (dump_end_step(sh->run->dump, &view, &st, &err)) engine_fail(sh, err.msg);
+}
+
 /* One step on one device; returns whether its loss or gradient norm is
  * not finite (the same answer on every device). */
 static int run_step(engine_rank_t *r, int64_t step, int collect) {
@@ -99,16 +134,7 @@ static int run_step(engine_rank_t *r, int64_t step, int collect) {
     engine_reduce_pending(r);
     if (r->plan->stage == 0) engine_all_gather_grads(r);
     engine_span(r, "gradient reduction", "exact-sum", t0, -1, -1);
-    xacc_t loss;
-    if (sh->pp.pp == 1 && !gpt_tp_cuts_batch(r->g)) {
-        coll_all_reduce(r->group, &r->g->loss_acc.x, &loss, 1, COLL_XACC, COLL_SUM);
-    } else { /* the last stage's tokens, once per tp group (2-D: per row): over every device */
-        xacc_t mine;
-        xacc_init(&mine);
-        if (gpt_counts_loss(r->g)) mine = r->g->loss_acc.x;
-        coll_all_reduce(r->world, &mine, &loss, 1, COLL_XACC, COLL_SUM);
-    }
-    const float loss_value = mean_token_loss(c, xacc_round_f32(&loss));
+    const float loss_value = step_loss(r);
     if (r->moe.counts) engine_moe_stats(r, step);
     double o0 = engine_now(), oc0 = r->report->seconds_comm;
     const float scale = c->precision == MODEL_FP16 ? r->g->scaler.scale : 0.0f;
@@ -138,24 +164,8 @@ static int run_step(engine_rank_t *r, int64_t step, int collect) {
     r->report->seconds_optimizer += engine_now() - o0 - (r->report->seconds_comm - oc0);
     engine_span(r, "optimizer", "optimizer", o0, -1, -1);
     break_after_update(r, step);
-    if (collect) {
-        r->step_stats = (gpt_step_stats_t){loss_value, lr, norm, 0.0, scale, skipped};
-        engine_note_scalars(r, &r->step_stats);
-        for (collect_kind_t k = COLLECT_PARAM; k < COLLECT_NKINDS; k++) engine_collect_kind(r, step, k);
-        engine_merge_step(r); /* every device's scalars and batch tensors, at device 0 */
-        if (r->device == 0) {
-            engine_check_scalars(sh, step);
-            gpt_t view = engine_global_view(sh, r->g);
-            view.adam_t = engine_adam_t(r);
-            if (r->moe.counts) view.moe = r->moe.sum; /* the run's, not device 0's */
-            gpt_step_stats_t st = {loss_value, lr, norm, 0.0, scale, skipped};
-            dump_sources_t src;
-            engine_collect_sources(sh, &src);
-            dump_set_sources(run->dump, &src);
-            perr_t err;
-            if (dump_end_step(run->dump, &view, &st, &err)) engine_fail(sh, err.msg);
-        }
-    }
+    const gpt_step_stats_t st = {loss_value, lr, norm, 0.0, scale, skipped};
+    if (collect) collect_after_update(r, step, st);
     /* as PyTorch's DDP anchor times a step: barrier to barrier */
     engine_merge_flush(r);
     /* the pipeline's span: from this device's start (all start together,
