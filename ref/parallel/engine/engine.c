@@ -1,6 +1,7 @@
 /* engine.c - the driver every layout runs on (engine.h): the run's set-up
  * (grid, groups, each stage's tables and data-parallel plan), each
- * device's main, and its step:
+ * device's main (its set-up and teardown: rank.c, features.c, links.c),
+ * and its step:
  *
  *   this stage's schedule over this rank's microbatches    (schedule.c):
  *       forward + backward into open exact sums      (the model's code)

@@ -15,9 +15,11 @@
  *   stage (embedding) and the last (head) each hold a part of, is
  *   all-reduced over the two, exactly (I2), before any bucket is reduced
  *
- * Sends are non-blocking (a send completes when its receiver has the
- * data, coll.h) and are waited for before their slot is reused;
- * receives block. With pp = 1 the schedule is forward, backward, one
+ * Every send and receive is one call on the chunk's link to its
+ * neighbour (links.h: r->next[c], r->prev[c]; p2p, buffered, loop-back or
+ * the encoder-decoder bridge, decided at setup). Sends are non-blocking
+ * (a send completes when its receiver has the data, coll.h) and are
+ * waited for before their slot is reused; receives block. With pp = 1 the schedule is forward, backward, one
  * microbatch at a time: the golden order.
  */
 #include <stdlib.h>
