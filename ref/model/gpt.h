@@ -666,4 +666,21 @@ const float *gpt_adam_values(const gpt_t *g, int which, float **buf);
 void  gpt_adam_set_values(gpt_t *g, int which, const float *values);
 
 
+/* ---- queries for the engine (query.c) ----------------------------------
+ * What the engine asks a replica about its extents, so that it reads no
+ * gpt_local_t or gpt_shard_t field itself. */
+/* Floats of the residual stream a slot of n_seq sequences holds:
+ * n_seq * seq_held / seq_parts positions, hid features each (2-D: the
+ * column's block). */
+size_t gpt_stream_floats(const gpt_t *g, int n_seq);
+/* The blocks a rank's microbatch of sequences is cut into across tensor
+ * parallelism (2-D: tp, 2.5-D: tp * depth; 1 without) and this replica's
+ * block (2.5-D: depth * tp + row). */
+int  gpt_batch_blocks(const gpt_t *g, int *block);
+/* Whether the tensor-parallel ranks hold different sequences (2-D, 2.5-D,
+ * 3-D): the loss is then summed over every device, not the gradient group. */
+int  gpt_tp_cuts_batch(const gpt_t *g);
+/* Pipeline chunk c's units [*lo, *hi). */
+void gpt_chunk_units(const gpt_t *g, int c, int *lo, int *hi);
+
 #endif

@@ -1,6 +1,7 @@
 /* engine.c - the driver every layout runs on (engine.h): the run's set-up
  * (grid, groups, each stage's tables and data-parallel plan), each
- * device's main, and its step:
+ * device's main (its set-up and teardown: rank.c, features.c, links.c),
+ * and its step:
  *
  *   this stage's schedule over this rank's microbatches    (schedule.c):
  *       forward + backward into open exact sums      (the model's code)
@@ -48,212 +49,6 @@ void engine_fail(engine_shared_t *sh, const char *msg) {
     pthread_mutex_unlock(&sh->collect_lock);
 }
 
-/* ---- setup -------------------------------------------------------------- */
-
-unsigned engine_replica_omits(int stage) {
-    unsigned omit = GPT_NO_INIT; /* parameters copied from params_full */
-    if (stage >= 1) omit |= GPT_NO_OPTIMIZER;
-    if (stage >= 2) omit |= GPT_NO_GRADS;
-    if (stage >= 3) omit |= GPT_NO_PARAMS;
-    return omit;
-}
-
-/* Open sums only where a reduction is open (DESIGN.md): a unit's
- * gradients are complete once its backward has run on the step's last
- * microbatch. With one microbatch, a gradient group of one (no bucket
- * waits for a reduce-scatter) and one stage (no tied-embedding
- * all-reduce after the schedule), they are rounded right then, where
- * the group of one's reduction would round them (ZeRO >= 2 keeps no
- * replica gradients: not there), and the units take turns over one
- * unit's worth of open sums. With more microbatches every sum stays
- * open across them: that is the open reduction. */
-unsigned engine_replica_flags(const pconfig_t *pc, const pp_plan_t *pp, int stage) {
-    const int per_unit = pconfig_grad_ranks(pc) == 1 && pp->pp == 1 && pp->m == 1 && stage < 2;
-    return engine_replica_omits(stage) | (per_unit ? (unsigned)GPT_UNIT_OPEN_SUMS : 0u);
-}
-
-void engine_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, engine_rank_t *r, engine_buf_t out[ENGINE_NBUFS]) {
-    size_t piece_max = 0;
-    for (int b = 0; b < p->nbuckets; b++)
-        if (p->buckets[b].piece > piece_max) piece_max = p->buckets[b].piece;
-    const size_t S = p->shard_len ? p->shard_len : 1, n = (size_t)p->dp;
-    /* adamw8bit: a byte an element, and each block's absmax (dp.h) */
-    const int q8 = p->qblock > 0, nvme = pc->offload == PC_OFFLOAD_NVME;
-    const int opt = p->stage >= 1 && !nvme, host = pc->offload == PC_OFFLOAD_CPU;
-    const size_t QS = (p->shard_qlen ? p->shard_qlen : 1) * sizeof(float);
-    /* the exact reduce-scatter's rounds (reduce.c): n blocks of at most `round` */
-    const size_t round = engine_round_elems(piece_max, p->dp);
-#define F(field) (r ? (void **)&r->field : NULL)
-    const engine_buf_t bufs[ENGINE_NBUFS] = {
-        {F(shard_m), S * sizeof(float), MEM_OPTIMIZER, "AdamW m shard", opt && !q8, host},
-        {F(shard_v), S * sizeof(float), MEM_OPTIMIZER, "AdamW v shard", opt && !q8, host},
-        {F(shard_mq), S, MEM_OPTIMIZER, "AdamW m shard codes (8-bit)", opt && q8, host},
-        {F(shard_vq), S, MEM_OPTIMIZER, "AdamW v shard codes (8-bit)", opt && q8, host},
-        {F(shard_ma), QS, MEM_OPTIMIZER, "AdamW m shard block absmax", opt && q8, host},
-        {F(shard_va), QS, MEM_OPTIMIZER, "AdamW v shard block absmax", opt && q8, host},
-        /* nvme: two buckets' pieces of m and v between the file and the
-         * update (one updated while the next is read, offload.c) */
-        {F(off_m), 2 * (piece_max + 1) * sizeof(float), MEM_OPTIMIZER,
-         "AdamW m staging (nvme offload)", nvme, 0},
-        {F(off_v), 2 * (piece_max + 1) * sizeof(float), MEM_OPTIMIZER,
-         "AdamW v staging (nvme offload)", nvme, 0},
-        {F(shard_grads), S * sizeof(float), MEM_GRADS, "gradient shard", p->stage >= 2, 0},
-        {F(shard_params), S * sizeof(float), MEM_PARAMS, "parameter shard", p->stage >= 3, 0},
-        {F(scratch_mem[0]), (round * n + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1, 0},
-        {F(scratch_mem[1]), (round + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1, 0},
-        {F(gather_buf), (piece_max * n + 1) * sizeof(float), MEM_COMM, "all-gather buffer", 1, 0},
-        {F(comm_gather_buf), (piece_max * n + 1) * sizeof(float), MEM_COMM,
-         "all-gather buffer (communication thread)", pc->overlap_param_gather, 0},
-    };
-#undef F
-    memcpy(out, bufs, sizeof bufs);
-}
-
-static int setup_rank(engine_rank_t *r, device_t *dev) {
-    engine_shared_t *sh = r->sh;
-    const dp_plan_t *p = r->plan;
-    perr_t err;
-    const engine_dev_t gd = engine_device(sh, r->device);
-    gpt_shard_t shard = {
-        .tp = gd.size[GRID_TP], .tp_rank = r->tp_rank, .sp = sh->run->pc.sequence_parallel,
-        .tp_group = r->tp_group,
-        .broken = (sh->run->broken_tp_fp32_sums ? GPT_BROKEN_TP_FP32_SUMS : 0u) |
-                  (sh->run->broken_tp_vocab_pad ? GPT_BROKEN_TP_VOCAB_PAD : 0u) |
-                  (sh->run->broken_cp_online_softmax ? GPT_BROKEN_CP_ONLINE_SOFTMAX : 0u) |
-                  sh->run->broken_moe | sh->run->broken_tp2d |
-                  (sh->run->broken_check & ENGINE_BROKEN_TP_INPUT_GRAD ? GPT_BROKEN_TP_INPUT_GRAD : 0u),
-        .units = sh->pp.units[r->stage], .row_linears = sh->run->pc.tp_row_linears,
-        .cp = gd.size[GRID_CP], .cp_rank = r->cp_rank,
-        .cp_comm = sh->run->pc.cp_comm ? CP_ULYSSES : CP_RING, .cp_group = r->cp_group,
-        .ep = gd.size[GRID_EP], .ep_rank = r->ep_rank, .ep_group = r->ep_group,
-        .expert_tp = sh->run->pc.etp > 1, .expert_fold = pconfig_ep_folded(&sh->run->pc),
-        .tp_mode = sh->run->pc.tp_mode, .tp_row = gd.coord[GRID_TP2], .tp_depth = gd.size[GRID_TP3],
-        .tp_dep = gd.coord[GRID_TP3],
-        .tp_col_group = gd.size[GRID_TP2] > 1 ? gd.group[GRID_TP2] : NULL,
-        .tp_dep_group = gd.size[GRID_TP3] > 1 ? gd.group[GRID_TP3] : NULL,
-        .tp_vec_group = {r->tp_vec[0], r->tp_vec[1]},
-        .on_grid = 1};
-    for (int a = 0; a < GRID_NAXES; a++)
-        shard.grid_sizes[a] = gd.size[a], shard.grid_coord[a] = gd.coord[a];
-    const size_t nmb = (size_t)sh->pp.m * (size_t)sh->pp.v;
-    r->report->pp_stage = r->stage;
-    r->report->pp_slots = engine_stage_slots(&sh->pp, r->stage, r->slot_first);
-    const unsigned flags = engine_replica_flags(&sh->run->pc, &sh->pp, p->stage);
-    r->unit_sums = (flags & GPT_UNIT_OPEN_SUMS) != 0;
-    if (gpt_new_tp(&r->g, &sh->cfg, &shard, flags, dev->arena, &err) ||
-        gpt_set_stage_slots(r->g, r->report->pp_slots, &err)) {
-        char msg[sizeof err.msg + 64];
-        snprintf(msg, sizeof msg, "device %d: %s", r->device, err.msg);
-        engine_fail(sh, msg);
-        return -1;
-    }
-    r->ops = calloc((size_t)pp_max_ops(&sh->pp), sizeof *r->ops);
-    r->slot_of = calloc(nmb, sizeof *r->slot_of);
-    r->slot_send = calloc((size_t)r->g->n_slots, sizeof *r->slot_send);
-    if (pconfig_splits_backward(sh->pp.sched)) { /* B now, W later: a stash per (microbatch, chunk) */
-        r->wstash = calloc(nmb, sizeof *r->wstash);
-        for (size_t k = 0; r->wstash && k < nmb; k++)
-            if (!(r->wstash[k] = linear_wstash_new(sh->run->broken_pp_stale_w))) {
-                engine_fail(sh, "dp: out of memory for the split backward");
-                return -1;
-            }
-    }
-    if (sh->pp.vshape && !(r->loop = calloc(2 * nmb * (size_t)sh->pp.pp, sizeof *r->loop))) {
-        engine_fail(sh, "dp: out of memory for the schedule");
-        return -1;
-    }
-    if (engine_bridge_side(r) > 0) { /* the encoder's end of the bridge (schedule.c) */
-        const size_t k = (size_t)engine_bridge_fanout(sh), slots = (size_t)r->g->n_slots;
-        const size_t len = (size_t)sh->cfg.micro_batch * (size_t)sh->cfg.seq_length * (size_t)sh->cfg.hidden;
-        r->bridge_req = calloc(slots * k, sizeof *r->bridge_req);
-        r->bridge_send = malloc(slots * k * len * sizeof(float));
-        r->bridge_recv = malloc(len * sizeof(float));
-        if (!r->bridge_req || !r->bridge_send || !r->bridge_recv) {
-            engine_fail(sh, "dp: out of memory for the encoder-decoder bridge");
-            return -1;
-        }
-    }
-    const size_t moe_cells = (size_t)sh->cfg.layers * (size_t)sh->cfg.moe_experts;
-    r->moe_counts = moe_cells ? calloc(2 * moe_cells, sizeof *r->moe_counts) : NULL;
-    if (!r->ops || !r->slot_of || !r->slot_send || (moe_cells && !r->moe_counts)) {
-        engine_fail(sh, "dp: out of memory for the schedule");
-        return -1;
-    }
-    r->nops = pp_schedule(&sh->pp, r->stage, r->ops);
-    engine_buf_t bufs[ENGINE_NBUFS];
-    engine_rank_buffers(p, &sh->run->pc, r, bufs);
-    /* cpu offload: the optimizer shards in a host arena of the rank's own
-     * (its peak is reported beside the device's) */
-    if (sh->run->pc.offload == PC_OFFLOAD_CPU && !(r->host_arena = arena_create(dev->rank, 0))) {
-        engine_fail(sh, "dp: out of memory for a host arena (cpu offload)");
-        return -1;
-    }
-    for (int k = 0; k < ENGINE_NBUFS; k++) {
-        if (!bufs[k].want) continue;
-        arena_t *where = bufs[k].host ? r->host_arena : dev->arena;
-        *bufs[k].ptr = arena_alloc(where, bufs[k].bytes, bufs[k].cat, bufs[k].name);
-        if (!*bufs[k].ptr) {
-            char msg[4096];
-            snprintf(msg, sizeof msg, "device %d%s: %s", r->device,
-                     bufs[k].host ? " (its host arena)" : "", arena_last_error(where));
-            engine_fail(sh, msg);
-            return -1;
-        }
-    }
-    if (engine_offload_open(r)) return -1;
-    xvec_init_with(&r->scratch[0], 0, r->scratch_mem[0]);
-    xvec_init_with(&r->scratch[1], 0, r->scratch_mem[1]);
-    r->unit_buf = calloc((size_t)p->nbuckets, sizeof(float *));
-    if (!r->unit_buf) {
-        engine_fail(sh, "dp: out of memory");
-        return -1;
-    }
-    /* The golden initial values (position-keyed, I3), computed once by
-     * engine_train as DDP broadcasts rank 0's: this tensor-parallel rank's
-     * blocks, whole or cut to this data-parallel shard. */
-    const float *init = sh->params_local[r->part];
-    if (p->stage < 3) {
-        memcpy(r->g->params, init, r->g->table.total * sizeof(float));
-        gpt_params_refresh(r->g); /* mixed precision: the compute copy */
-    } else {
-        for (int b = 0; b < p->nbuckets; b++) {
-            size_t lo, hi;
-            dp_piece(p, b, engine_bucket_rank(r, b), &lo, &hi);
-            memcpy(r->shard_params + p->buckets[b].shard_off, init + lo, (hi - lo) * sizeof(float));
-        }
-    }
-    engine_ckpt_setup_rank(r); /* a resumed run: the checkpoint's AdamW state */
-    return 0;
-}
-
-static void teardown_rank(engine_rank_t *r, device_t *dev) {
-    device_report_t *rep = r->report;
-    for (int c = 0; c < MEM_NCAT; c++) rep->peak[c] = arena_high_water(dev->arena, (mem_cat_t)c);
-    rep->peak_total = arena_high_water(dev->arena, MEM_NCAT);
-    if (r->host_arena) rep->host_peak = arena_high_water(r->host_arena, MEM_NCAT);
-    engine_offload_close(r);
-    xvec_free(&r->scratch[0]);
-    xvec_free(&r->scratch[1]);
-    free(r->unit_buf);
-    free(r->ops);
-    for (size_t k = 0; r->wstash && k < (size_t)r->sh->pp.m * (size_t)r->sh->pp.v; k++)
-        linear_wstash_free(r->wstash[k]);
-    free(r->wstash);
-    for (size_t k = 0; r->loop && k < 2 * (size_t)r->sh->pp.m * (size_t)r->sh->pp.v * (size_t)r->sh->pp.pp; k++)
-        free(r->loop[k]);
-    free(r->loop);
-    free(r->buffered_req);
-    free(r->buffered);
-    free(r->slot_of);
-    free(r->slot_send);
-    free(r->bridge_req);
-    free(r->bridge_send);
-    free(r->bridge_recv);
-    free(r->moe_counts);
-    gpt_free(r->g);
-    r->g = NULL;
-}
-
 /* ---- one step ------------------------------------------------------------ */
 
 /* The negative controls that act on the optimizer's results: a parameter
@@ -274,6 +69,41 @@ static void break_after_update(engine_rank_t *r, int64_t step) {
     if ((run->broken_check & ENGINE_BROKEN_ZERO_SHARD) && r->rank == 1 && r->shard_v &&
         step == engine_first_step(run) + run->steps - 1 && r->plan->shard_len > 0)
         flip_bit(r->shard_v + r->plan->shard_len / 2);
+}
+
+/* The step's mean token loss: the exact sum of every counted token's
+ * loss over the devices that hold them. */
+static float step_loss(engine_rank_t *r) {
+    xacc_t loss;
+    if (r->sh->pp.pp == 1 && !gpt_tp_cuts_batch(r->g)) {
+        coll_all_reduce(r->group, &r->g->loss_acc.x, &loss, 1, COLL_XACC, COLL_SUM);
+    } else { /* the last stage's tokens, once per tp group (2-D: per row): over every device */
+        xacc_t mine;
+        xacc_init(&mine);
+        if (gpt_counts_loss(r->g)) mine = r->g->loss_acc.x;
+        coll_all_reduce(r->world, &mine, &loss, 1, COLL_XACC, COLL_SUM);
+    }
+    return mean_token_loss(&r->sh->cfg, xacc_round_f32(&loss));
+}
+
+/* A collected step, after the update: the scalars, parameters and AdamW
+ * state reassembled, checked across replicas and, at device 0, dumped. */
+static void collect_after_update(engine_rank_t *r, int64_t step, gpt_step_stats_t st) {
+    engine_shared_t *sh = r->sh;
+    r->step_stats = st;
+    engine_note_scalars(r, &r->step_stats);
+    for (collect_kind_t k = COLLECT_PARAM; k < COLLECT_NKINDS; k++) engine_collect_kind(r, step, k);
+    engine_merge_step(r); /* every device's scalars and batch tensors, at device 0 */
+    if (r->device != 0) return;
+    engine_check_scalars(sh, step);
+    gpt_t view = engine_global_view(sh, r->g);
+    view.adam_t = engine_adam_t(r);
+    if (r->moe.counts) view.moe = r->moe.sum; /* the run's, not device 0's */
+    dump_sources_t src;
+    engine_collect_sources(sh, &src);
+    dump_set_sources(sh->run->dump, &src);
+    perr_t err;
+    if (dump_end_step(sh->run->dump, &view, &st, &err)) engine_fail(sh, err.msg);
 }
 
 /* One step on one device; returns whether its loss or gradient norm is
@@ -305,17 +135,8 @@ static int run_step(engine_rank_t *r, int64_t step, int collect) {
     engine_reduce_pending(r);
     if (r->plan->stage == 0) engine_all_gather_grads(r);
     engine_span(r, "gradient reduction", "exact-sum", t0, -1, -1);
-    xacc_t loss;
-    if (sh->pp.pp == 1 && !r->g->local.t2q) {
-        coll_all_reduce(r->group, &r->g->loss_acc.x, &loss, 1, COLL_XACC, COLL_SUM);
-    } else { /* the last stage's tokens, once per tp group (2-D: per row): over every device */
-        xacc_t mine;
-        xacc_init(&mine);
-        if (gpt_counts_loss(r->g)) mine = r->g->loss_acc.x;
-        coll_all_reduce(r->world, &mine, &loss, 1, COLL_XACC, COLL_SUM);
-    }
-    const float loss_value = mean_token_loss(c, xacc_round_f32(&loss));
-    if (r->moe_counts) engine_moe_stats(r, step);
+    const float loss_value = step_loss(r);
+    if (r->moe.counts) engine_moe_stats(r, step);
     double o0 = engine_now(), oc0 = r->report->seconds_comm;
     const float scale = c->precision == MODEL_FP16 ? r->g->scaler.scale : 0.0f;
     /* the broken variant: the norm of still-scaled gradients (PyTorch's
@@ -344,24 +165,8 @@ static int run_step(engine_rank_t *r, int64_t step, int collect) {
     r->report->seconds_optimizer += engine_now() - o0 - (r->report->seconds_comm - oc0);
     engine_span(r, "optimizer", "optimizer", o0, -1, -1);
     break_after_update(r, step);
-    if (collect) {
-        r->step_stats = (gpt_step_stats_t){loss_value, lr, norm, 0.0, scale, skipped};
-        engine_note_scalars(r, &r->step_stats);
-        for (collect_kind_t k = COLLECT_PARAM; k < COLLECT_NKINDS; k++) engine_collect_kind(r, step, k);
-        engine_merge_step(r); /* every device's scalars and batch tensors, at device 0 */
-        if (r->device == 0) {
-            engine_check_scalars(sh, step);
-            gpt_t view = engine_global_view(sh, r->g);
-            view.adam_t = engine_adam_t(r);
-            if (r->moe_counts) view.moe = r->moe_sum; /* the run's, not device 0's */
-            gpt_step_stats_t st = {loss_value, lr, norm, 0.0, scale, skipped};
-            dump_sources_t src;
-            engine_collect_sources(sh, &src);
-            dump_set_sources(run->dump, &src);
-            perr_t err;
-            if (dump_end_step(run->dump, &view, &st, &err)) engine_fail(sh, err.msg);
-        }
-    }
+    const gpt_step_stats_t st = {loss_value, lr, norm, 0.0, scale, skipped};
+    if (collect) collect_after_update(r, step, st);
     /* as PyTorch's DDP anchor times a step: barrier to barrier */
     engine_merge_flush(r);
     /* the pipeline's span: from this device's start (all start together,
@@ -381,7 +186,7 @@ static void device_main(device_t *dev, void *arg) {
     engine_shared_t *sh = arg;
     engine_rank_t *r = &sh->ranks[dev->rank];
     coll_set_algo(sh->run->algo);
-    int32_t ok = setup_rank(r, dev) == 0, all_ok;
+    int32_t ok = engine_setup_rank(r, dev) == 0, all_ok;
     const pconfig_t *pc = &sh->run->pc;
     if (ok && (pc->overlap_grad_reduce || pc->overlap_param_gather) && engine_comm_start(r, dev)) {
         engine_fail(sh, "dp: cannot start a communication thread");
@@ -408,7 +213,7 @@ static void device_main(device_t *dev, void *arg) {
         engine_ckpt_collect(r); /* --save: the final state, reassembled */
     }
     engine_comm_stop(r);
-    teardown_rank(r, dev);
+    engine_teardown_rank(r, dev);
     engine_merge_run(r, r->report - r->device); /* reports[], the disagreements */
 }
 
@@ -481,6 +286,176 @@ int engine_check_model(const model_config_t *model, const pconfig_t *pc, perr_t 
     return 0;
 }
 
+/* The broken variants' preconditions: each names what it needs. */
+static int check_broken(const engine_run_t *run, int world, perr_t *err) {
+    const pconfig_t *pc = &run->pc;
+    if (run->broken_replica && (run->broken_replica > world || pc->zero_stage == 3))
+        return perr_set(err, "broken_replica: %s", pc->zero_stage == 3
+                            ? "ZeRO-3 keeps no parameter replicas to perturb"
+                            : "no such device (expected a rank below the world size)");
+    if ((run->broken_pp_mask_key || run->broken_pp_tied_grad) && pc->pp == 1)
+        return perr_set(err, "broken_pp_%s: needs pipeline-model-parallel-size > 1",
+                        run->broken_pp_mask_key ? "mask_key" : "tied_grad");
+    if (run->broken_cp_online_softmax && (pc->cp == 1 || pc->cp_comm))
+        return perr_set(err, "broken_cp_online_softmax: needs the ring (context-parallel-size > 1, "
+                             "--cp-comm-type p2p)");
+    if (run->broken_pp_tied_grad && !run->model.tied)
+        return perr_set(err, "broken_pp_tied_grad: the model's head is not tied to the embedding");
+    return 0;
+}
+
+/* Where the devices sit (one grid, or an encoder mesh beside the
+ * decoder's), the pipeline's plan, the golden table, the stages' tables
+ * and plans, and the golden initial parameters cut to the parts. */
+static int build_layout(engine_shared_t *sh, perr_t *err) {
+    const engine_run_t *run = sh->run;
+    const pconfig_t *pc = &run->pc;
+    /* expert parallelism takes its ranks from the data-parallel ones
+     * (Megatron's rule): the grid's ep axis times its dp axis is dp;
+     * folded onto the tp ranks, the grid has no ep axis */
+    int sizes[GRID_NAXES];
+    pconfig_grid_sizes(pc, sizes);
+    if (pconfig_hetero(pc)) { /* an encoder mesh beside the decoder's */
+        if (run->model.tied)
+            return perr_set(err, "encoder-tensor-model-parallel-size: %d < tp %d needs an untied head "
+                                 "(the embedding's and the head's vocabulary cuts differ between the meshes)",
+                            pc->encoder_tp, pc->tp);
+        if (engine_meshes_init(sh, err)) return -1;
+    } else {
+        if (grid_init_mapped(&sh->grid, pc->order, sizes, pc->rank_list, pc->n_rank_list, err))
+            return -1;
+        sh->have_grid = 1;
+        sh->world = sh->grid.world;
+    }
+    if (model_config_validate_replica(&sh->cfg, err) || pp_plan_build(&sh->pp, &sh->cfg, pc, err) ||
+        param_table_build(&sh->global, &sh->cfg, err))
+        return -1;
+    sh->have_global = 1;
+    if (engine_build_stages(sh, err)) return -1; /* tables, parts, gradient group, plans */
+    sh->params_full = calloc(sh->global.total + 1, sizeof(float));
+    sh->grads_full = calloc(sh->global.total + 1, sizeof(float));
+    if (!sh->params_full || !sh->grads_full) return perr_set(err, "dp: out of memory");
+    params_init(&sh->global, sh->cfg.seed, sh->params_full);
+    if (engine_ckpt_prepare(sh, err)) return -1; /* --load: the checkpoint's state instead */
+    return init_local(sh, err);
+}
+
+/* The run's groups beyond the grid's own: the gradient groups (and their
+ * communication thread's copies), 3-D tensor parallelism's vector groups. */
+typedef struct {
+    engine_groups_t main[ENGINE_MAX_GROUPS], grad[ENGINE_MAX_GROUPS];
+    engine_groups_t vec[2]; /* 3-D tensor parallelism's (tp3d.c) */
+} run_groups_t;
+
+static int make_groups(engine_shared_t *sh, run_groups_t *G, perr_t *err) {
+    /* the ranks that split a step's tokens sum every weight gradient: the
+     * token axes the placements replicate it over (engine_build_stages:
+     * data times context parallel, Megatron's data-parallel group with
+     * context parallelism); gradient reductions may run on a communication
+     * thread, so they get groups of their own */
+    for (int k = 0; k < sh->ngroups; k++)
+        if (engine_groups_create(sh, sh->grad_name[k], "dp", &G->main[k], err) ||
+            engine_groups_create(sh, sh->grad_name[k], "dp-grads", &G->grad[k], err))
+            return -1;
+    if (sh->run->pc.tp_mode == PC_TP_3D &&
+        (engine_groups_create(sh, "tp2-tp3", "tp-vec", &G->vec[0], err) ||
+         engine_groups_create(sh, "tp-tp3", "tp-vec", &G->vec[1], err)))
+        return -1;
+    return 0;
+}
+
+static void free_groups(run_groups_t *G) {
+    for (int k = 0; k < 2; k++) engine_groups_free(&G->vec[k]);
+    for (int k = 0; k < ENGINE_MAX_GROUPS; k++) {
+        engine_groups_free(&G->grad[k]);
+        engine_groups_free(&G->main[k]);
+    }
+}
+
+/* Every device's rank: its coordinates, groups, part and plan. */
+static void init_ranks(engine_shared_t *sh, int world, const run_groups_t *G, trace_buf_t *traces,
+                       device_report_t *reports) {
+    const pconfig_t *pc = &sh->run->pc;
+    int sizes[GRID_NAXES];
+    pconfig_grid_sizes(pc, sizes);
+    const int ep = sizes[GRID_EP], cp = pc->cp;
+    const double origin = engine_now();
+    group_t *all = sh->meshes ? sh->meshes->all : sh->grid.all;
+    for (int d = 0; d < world; d++) {
+        const engine_dev_t gd = engine_device(sh, d);
+        device_note_coords(d, gd.coord, gd.size); /* for debuggers: parity devices */
+        const int gid = G->main[0].id_of[d];
+        const int stage = gd.coord[GRID_PP], dtp = gd.size[GRID_TP];
+        if (traces) trace_buf_init(&traces[d], origin);
+        sh->ranks[d] = (engine_rank_t){.sh = sh, .rank = group_index_of(G->main[0].groups[gid], d),
+                                   .n = sh->grad_n[0],
+                                   .data_rank = gd.coord[GRID_DP] * ep + gd.coord[GRID_EP],
+                                   .data_n = pc->dp, .cp_rank = gd.coord[GRID_CP],
+                                   .ep_rank = gd.coord[GRID_EP],
+                                   .ep_group = ep > 1 ? gd.group[GRID_EP] : NULL,
+                                   .cp_group = cp > 1 ? gd.group[GRID_CP] : NULL, .device = d,
+                                   .tp_rank = gd.coord[GRID_TP],
+                                   .tp_group = dtp > 1 ? gd.group[GRID_TP] : NULL,
+                                   .stage = stage, .part = sh->part_of[d],
+                                   .plan = &sh->plans[sh->part_of[d]], .pp_group = gd.group[GRID_PP],
+                                   .emb_group = engine_emb_group_of(sh, d),
+                                   .trace = traces ? &traces[d] : NULL,
+                                   .world = all, .group = G->main[0].groups[gid],
+                                   .grad_group = G->grad[0].groups[gid], .report = &reports[d]};
+        for (int k = 0; k < 2 && G->vec[k].groups; k++)
+            sh->ranks[d].tp_vec[k] = G->vec[k].groups[G->vec[k].id_of[d]];
+        for (int k = 0; k < sh->ngroups; k++) {
+            engine_rank_t *r = &sh->ranks[d];
+            const int id = G->main[k].id_of[d];
+            r->groups[k] = G->main[k].groups[id], r->grad_groups[k] = G->grad[k].groups[id];
+            r->grank[k] = group_index_of(G->main[k].groups[id], d), r->gn[k] = sh->grad_n[k];
+        }
+        memset(&reports[d], 0, sizeof reports[d]);
+    }
+}
+
+/* Everything build_layout made (after a failure part way too). */
+static void free_layout(engine_shared_t *sh) {
+    engine_free_stages(sh);
+    if (sh->have_grid) grid_free(&sh->grid);
+    engine_meshes_free(sh);
+    if (sh->have_global) param_table_free(&sh->global);
+    free_local(sh);
+    engine_ckpt_free(sh);
+    free(sh->params_full);
+    free(sh->grads_full);
+}
+
+/* The layout built, every device's main run on it, the traces written. */
+static int run_devices(engine_shared_t *sh, int world, device_report_t *reports, perr_t *err) {
+    engine_run_t *run = sh->run;
+    run_groups_t G;
+    memset(&G, 0, sizeof G);
+    trace_buf_t *traces = NULL;
+    int rc = -1;
+    if (build_layout(sh, err) || make_groups(sh, &G, err)) goto out;
+    if (run->trace_path && !(traces = calloc((size_t)world, sizeof *traces))) {
+        perr_set(err, "dp: out of memory for the trace");
+        goto out;
+    }
+    init_ranks(sh, world, &G, traces, reports);
+    if (devices_run(world, run->arena_capacity, device_main, sh, err)) goto out;
+    if (sh->failed) {
+        perr_set(err, "%s", sh->err.msg);
+        goto out;
+    }
+    if (traces && trace_write(run->trace_path, traces, world, err)) goto out;
+    run->replica_diffs = sh->diffs, run->n_replica_diffs = sh->ndiffs;
+    sh->diffs = NULL;
+    rc = 0;
+out:
+    for (int d = 0; traces && d < world; d++) trace_buf_free(&traces[d]);
+    free(traces);
+    free_groups(&G);
+    free_layout(sh);
+    return rc;
+}
+
 int engine_train(engine_run_t *run, perr_t *err) {
     pconfig_t *pc = &run->pc;
     if (engine_check_model(&run->model, pc, err)) return -1;
@@ -497,152 +472,17 @@ int engine_train(engine_run_t *run, perr_t *err) {
     }
     sh->run = run;
     engine_replica_config(&run->model, pc, &sh->cfg);
-    const int n = pc->dp, tp = pc->tp, pp = pc->pp, cp = pc->cp;
-    const int world = (int)(n * pconfig_replica_devices(pc));
-    int rc = -1, have_global = 0;
-    engine_groups_t grad_groups[ENGINE_MAX_GROUPS] = {{0}}, main_groups[ENGINE_MAX_GROUPS] = {{0}};
-    engine_groups_t vec_groups[2] = {{0}}; /* 3-D tensor parallelism's (tp3d.c) */
-    trace_buf_t *traces = NULL;
+    const int world = (int)(pc->dp * pconfig_replica_devices(pc));
+    int rc = -1;
     sh->ranks = calloc((size_t)world, sizeof(engine_rank_t));
     sh->sched_end = calloc((size_t)world, sizeof(double));
     sh->scalars = calloc((size_t)world, sizeof *sh->scalars);
     device_report_t *reports = run->reports ? run->reports : calloc((size_t)world, sizeof *reports);
     pthread_mutex_init(&sh->collect_lock, NULL);
-    if (!sh->ranks || !reports || !sh->sched_end || !sh->scalars) {
-        perr_set(err, "dp: out of memory");
-        goto out;
-    }
-    if (run->broken_replica && (run->broken_replica > world || pc->zero_stage == 3)) {
-        perr_set(err, "broken_replica: %s", pc->zero_stage == 3
-                     ? "ZeRO-3 keeps no parameter replicas to perturb"
-                     : "no such device (expected a rank below the world size)");
-        goto out;
-    }
-    if ((run->broken_pp_mask_key || run->broken_pp_tied_grad) && pp == 1) {
-        perr_set(err, "broken_pp_%s: needs pipeline-model-parallel-size > 1",
-                 run->broken_pp_mask_key ? "mask_key" : "tied_grad");
-        goto out;
-    }
-    if (run->broken_cp_online_softmax && (cp == 1 || pc->cp_comm)) {
-        perr_set(err, "broken_cp_online_softmax: needs the ring (context-parallel-size > 1, "
-                      "--cp-comm-type p2p)");
-        goto out;
-    }
-    if (run->broken_pp_tied_grad && !run->model.tied) {
-        perr_set(err, "broken_pp_tied_grad: the model's head is not tied to the embedding");
-        goto out;
-    }
-    /* expert parallelism takes its ranks from the data-parallel ones
-     * (Megatron's rule): the grid's ep axis times its dp axis is dp;
-     * folded onto the tp ranks, the grid has no ep axis */
-    int sizes[GRID_NAXES];
-    pconfig_grid_sizes(pc, sizes);
-    const int ep = sizes[GRID_EP];
-    if (pconfig_hetero(pc)) { /* an encoder mesh beside the decoder's */
-        if (run->model.tied) {
-            perr_set(err, "encoder-tensor-model-parallel-size: %d < tp %d needs an untied head "
-                          "(the embedding's and the head's vocabulary cuts differ between the meshes)",
-                     pc->encoder_tp, tp);
-            goto out;
-        }
-        if (engine_meshes_init(sh, err)) goto out;
-    } else {
-        if (grid_init_mapped(&sh->grid, pc->order, sizes, pc->rank_list, pc->n_rank_list, err))
-            goto out;
-        sh->have_grid = 1;
-        sh->world = sh->grid.world;
-    }
-    if (model_config_validate_replica(&sh->cfg, err) || pp_plan_build(&sh->pp, &sh->cfg, pc, err) ||
-        param_table_build(&sh->global, &sh->cfg, err))
-        goto out;
-    have_global = 1;
-    if (engine_build_stages(sh, err)) goto out; /* tables, parts, gradient group, plans */
-    sh->params_full = calloc(sh->global.total + 1, sizeof(float));
-    sh->grads_full = calloc(sh->global.total + 1, sizeof(float));
-    if (!sh->params_full || !sh->grads_full) {
-        perr_set(err, "dp: out of memory");
-        goto out;
-    }
-    params_init(&sh->global, sh->cfg.seed, sh->params_full);
-    if (engine_ckpt_prepare(sh, err)) goto out; /* --load: the checkpoint's state instead */
-    if (init_local(sh, err)) goto out;
-    /* the ranks that split a step's tokens sum every weight gradient: the
-     * token axes the placements replicate it over (engine_build_stages:
-     * data times context parallel, Megatron's data-parallel group with
-     * context parallelism); gradient reductions may run on a communication
-     * thread, so they get groups of their own */
-    for (int k = 0; k < sh->ngroups; k++)
-        if (engine_groups_create(sh, sh->grad_name[k], "dp", &main_groups[k], err) ||
-            engine_groups_create(sh, sh->grad_name[k], "dp-grads", &grad_groups[k], err))
-            goto out;
-    if (pc->tp_mode == PC_TP_3D &&
-        (engine_groups_create(sh, "tp2-tp3", "tp-vec", &vec_groups[0], err) ||
-         engine_groups_create(sh, "tp-tp3", "tp-vec", &vec_groups[1], err)))
-        goto out;
-    if (run->trace_path && !(traces = calloc((size_t)world, sizeof *traces))) {
-        perr_set(err, "dp: out of memory for the trace");
-        goto out;
-    }
-    const double origin = engine_now();
-    group_t *all = sh->meshes ? sh->meshes->all : sh->grid.all;
-    for (int d = 0; d < world; d++) {
-        const engine_dev_t gd = engine_device(sh, d);
-        device_note_coords(d, gd.coord, gd.size); /* for debuggers: parity devices */
-        const int gid = main_groups[0].id_of[d];
-        const int stage = gd.coord[GRID_PP], dtp = gd.size[GRID_TP];
-        if (traces) trace_buf_init(&traces[d], origin);
-        sh->ranks[d] = (engine_rank_t){.sh = sh, .rank = group_index_of(main_groups[0].groups[gid], d),
-                                   .n = sh->grad_n[0],
-                                   .data_rank = gd.coord[GRID_DP] * ep + gd.coord[GRID_EP],
-                                   .data_n = n, .cp_rank = gd.coord[GRID_CP],
-                                   .ep_rank = gd.coord[GRID_EP],
-                                   .ep_group = ep > 1 ? gd.group[GRID_EP] : NULL,
-                                   .cp_group = cp > 1 ? gd.group[GRID_CP] : NULL, .device = d,
-                                   .tp_rank = gd.coord[GRID_TP],
-                                   .tp_group = dtp > 1 ? gd.group[GRID_TP] : NULL,
-                                   .stage = stage, .part = sh->part_of[d],
-                                   .plan = &sh->plans[sh->part_of[d]], .pp_group = gd.group[GRID_PP],
-                                   .emb_group = engine_emb_group_of(sh, d),
-                                   .trace = traces ? &traces[d] : NULL,
-                                   .world = all, .group = main_groups[0].groups[gid],
-                                   .grad_group = grad_groups[0].groups[gid], .report = &reports[d]};
-        for (int k = 0; k < 2 && vec_groups[k].groups; k++)
-            sh->ranks[d].tp_vec[k] = vec_groups[k].groups[vec_groups[k].id_of[d]];
-        for (int k = 0; k < sh->ngroups; k++) {
-            engine_rank_t *r = &sh->ranks[d];
-            const int id = main_groups[k].id_of[d];
-            r->groups[k] = main_groups[k].groups[id], r->grad_groups[k] = grad_groups[k].groups[id];
-            r->grank[k] = group_index_of(main_groups[k].groups[id], d), r->gn[k] = sh->grad_n[k];
-        }
-        memset(&reports[d], 0, sizeof reports[d]);
-    }
-    if (devices_run(world, run->arena_capacity, device_main, sh, err)) goto out;
-    if (sh->failed) {
-        perr_set(err, "%s", sh->err.msg);
-        goto out;
-    }
-    if (traces && trace_write(run->trace_path, traces, world, err)) goto out;
-    run->replica_diffs = sh->diffs, run->n_replica_diffs = sh->ndiffs;
-    sh->diffs = NULL;
-    rc = 0;
-out:
-    for (int d = 0; traces && d < world; d++) trace_buf_free(&traces[d]);
-    free(traces);
+    if (!sh->ranks || !reports || !sh->sched_end || !sh->scalars) perr_set(err, "dp: out of memory");
+    else if (!check_broken(run, world, err)) rc = run_devices(sh, world, reports, err);
     free(sh->diffs);
-    for (int k = 0; k < 2; k++) engine_groups_free(&vec_groups[k]);
-    for (int k = 0; k < ENGINE_MAX_GROUPS; k++) {
-        engine_groups_free(&grad_groups[k]);
-        engine_groups_free(&main_groups[k]);
-    }
-    engine_free_stages(sh);
-    if (sh->have_grid) grid_free(&sh->grid);
-    engine_meshes_free(sh);
-    if (have_global) param_table_free(&sh->global);
-    free_local(sh);
-    engine_ckpt_free(sh);
     if (reports != run->reports) free(reports);
-    free(sh->params_full);
-    free(sh->grads_full);
     free(sh->ranks);
     free(sh->sched_end);
     free(sh->scalars);

@@ -12,6 +12,8 @@
 #include "parity/pp.h"
 #include "parity/runtime.h"
 #include "parity/trace.h"
+#include "features.h"
+#include "links.h"
 
 typedef struct engine_shared engine_shared_t;
 enum { ENGINE_MAX_GROUPS = 2, ENGINE_NSCALARS = 5 };
@@ -75,21 +77,16 @@ typedef struct engine_rank {
     group_t *emb_group;    /* tied head, pp > 1: the first and last stage (else NULL) */
     pp_op_t *ops;          /* this stage's schedule (pp.h) */
     int nops;
-    coll_request_t **slot_send; /* [slots] a send still reading the slot, or NULL */
-    /* the encoder-decoder bridge (schedule.c): per slot, the sends to the
-     * decoder peers still reading their packed streams [slots][fanout],
-     * the packed streams, and the peers' gradients being received */
-    coll_request_t **bridge_req;
-    float *bridge_send, *bridge_recv;
+    /* chunk c's links to virtual stages vs + 1 and vs - 1 (links.h) */
+    engine_link_t next[GPT_MAX_CHUNKS], prev[GPT_MAX_CHUNKS];
     int *slot_of;          /* [m * v] the slot of (microbatch, chunk) in flight */
-    struct linear_wstash **wstash; /* [m * v] split schedules: each (microbatch, chunk)'s
-                              weight-gradient work between its B and its W (layers.h) */
-    size_t wstash_peak;    /* the most bytes the stashes held at once */
-    coll_request_t **buffered_req; /* a V's sends in flight, with their copies */
-    float **buffered;
-    int nbuffered, cap_buffered;
-    float **loop;          /* [tags] a V's bottom: the hand-offs between this stage's own
-                              chunks, by tag (schedule.c) */
+    /* the features a layout switches on (features.h; zeroed when off) */
+    engine_wstash_t wstash;     /* split backward: B's weight work until its W */
+    engine_loop_t loop;         /* a V's bottom: hand-offs to its own chunk */
+    engine_buffered_t buffered; /* a V's sends in flight */
+    engine_bridge_t bridge;     /* the encoder's end of the encoder-decoder bridge */
+    engine_offload_t off;       /* optimizer state off the device */
+    engine_moe_t moe;           /* MoE routing statistics */
     int slot_first[GPT_MAX_CHUNKS + 1]; /* chunk c's pool of slots (engine_stage_slots) */
     trace_buf_t *trace;    /* --trace: this device's spans, or NULL */
     double busy;           /* this step's forward/backward seconds */
@@ -122,17 +119,6 @@ typedef struct engine_rank {
     float *shard_params, *shard_grads, *shard_m, *shard_v; /* [shard_len] (m, v: fp32 AdamW) */
     uint8_t *shard_mq, *shard_vq;  /* adamw8bit: [shard_len] codes of m and v */
     float *shard_ma, *shard_va;    /* adamw8bit: [shard_qlen] their blocks' absmax */
-    /* optimizer offload (offload.c): cpu, the shards above come from
-     * host_arena, not the device's; nvme, they live in the file off_path
-     * ([m: shard_len][v: shard_len] fp32) and a bucket's pieces pass
-     * through off_m, off_v ([max piece] each, the device's) */
-    struct arena *host_arena;
-    int off_fd;
-    char off_path[512];            /* nvme: <claimed directory>/parity-optim-rank<R>.bin */
-    float *off_m, *off_v;          /* nvme: two slots each of off_slot floats (double buffering) */
-    size_t off_slot;
-    struct offload_io *off_io;     /* nvme: the slots' asynchronous reads and writes (offload.c) */
-    long off_writes;               /* pieces written (PARITY_OFFLOAD_KILL_AFTER, tests) */
     /* the exact reduce-scatter's vectors (reduce.c): [0] the send, a
      * round of n blocks of the bucket's open sums; [1] the receive, this
      * rank's block; over scratch_mem, sized by engine_rank_buffers */
@@ -144,9 +130,6 @@ typedef struct engine_rank {
     int unit_sums;         /* GPT_UNIT_OPEN_SUMS: gradients rounded unit by unit */
     int adam_t;
     gpt_step_stats_t step_stats; /* this rank's loss, lr and norm (replicas) */
-    int64_t *moe_counts;   /* MoE: [2][L][E] the step's routed and dropped counts, summed
-                              over the world (engine_moe_stats), or NULL */
-    gpt_moe_stats_t moe_sum; /* the same with the auxiliary losses' sums: the run's */
     device_report_t *report;
     const gpt_observer_t *collect; /* forwards batch tensors to the dump */
 } engine_rank_t;
@@ -155,6 +138,7 @@ struct engine_shared {
     engine_run_t *run;
     grid_t grid;           /* tp x dp x pp on the layout's order */
     int have_grid;
+    int have_global;       /* global below is built (engine.c) */
     mesh_grid_t *meshes;   /* an encoder mesh beside the decoder's (meshes.c), or NULL */
     int world;             /* devices */
     int (*part_sizes)[GRID_NAXES]; /* [nparts] the sizes of part k's mesh */
@@ -204,7 +188,7 @@ struct engine_shared {
     perr_t err;
 };
 
-/* engine.c: the buffers a rank allocates beside its replica (shards, the
+/* rank.c: the buffers a rank allocates beside its replica (shards, the
  * exact sums being reduced, all-gather buffers), sized by the plan; one
  * table for setup and for the estimate (engine_memest), so they cannot drift.
  * With r, ptr is the field setup fills; without, NULL. */
@@ -218,6 +202,10 @@ typedef struct {
 } engine_buf_t;
 enum { ENGINE_NBUFS = 14 };
 void engine_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, engine_rank_t *r, engine_buf_t out[ENGINE_NBUFS]);
+/* rank.c: a device's set-up (0, or -1 after engine_fail) and teardown
+ * (after a failed set-up too). */
+int  engine_setup_rank(engine_rank_t *r, device_t *dev);
+void engine_teardown_rank(engine_rank_t *r, device_t *dev);
 /* reduce.c: the exact reduce-scatter moves a bucket in rounds whose
  * send (n blocks of open sums) stays near ENGINE_ROUND_BYTES, so that it is
  * still in cache when the peers read it; a round's block length for
@@ -349,7 +337,7 @@ float *engine_grad_piece(engine_rank_t *r, int b);
 
 /* checkpoint.c: layout-free checkpoints (ckpt.h). prepare: before the tp
  * blocks are cut (engine_train), the resumed parameters replace the initial
- * ones and the AdamW state is cut to tp blocks; setup_rank: the rank's
+ * ones and the AdamW state is cut to tp blocks; engine_setup_rank: the rank's
  * optimizer state (replica or ZeRO shard) and step count; collect: after
  * the last step, every rank's parameters and AdamW state into run->save
  * (a collective over the world: every device calls it). */

@@ -275,24 +275,24 @@ static int io_start(engine_rank_t *r);
 static int nvme(const engine_rank_t *r) { return r->sh->run->pc.offload == PC_OFFLOAD_NVME; }
 
 int engine_offload_open(engine_rank_t *r) {
-    r->off_fd = -1;
-    r->off_path[0] = 0;
+    r->off.fd = -1;
+    r->off.path[0] = 0;
     if (!nvme(r)) return 0;
     const size_t S = r->plan->shard_len;
     char msg[1024];
     size_t piece_max = 0;
     for (int b = 0; b < r->plan->nbuckets; b++)
         if (r->plan->buckets[b].piece > piece_max) piece_max = r->plan->buckets[b].piece;
-    r->off_slot = piece_max + 1; /* engine_rank_buffers' staging: two slots of this */
-    if (!(r->off_io = calloc(1, sizeof *r->off_io))) {
+    r->off.slot = piece_max + 1; /* engine_rank_buffers' staging: two slots of this */
+    if (!(r->off.io = calloc(1, sizeof *r->off.io))) {
         engine_fail(r->sh, "dp: out of memory (nvme offload)");
         return -1;
     }
-    r->off_fd = own_file_open(r->device, r->off_path, sizeof r->off_path);
-    if (r->off_fd < 0) {
-        snprintf(msg, sizeof msg, "--offload-path: cannot create %s: %s", r->off_path,
+    r->off.fd = own_file_open(r->device, r->off.path, sizeof r->off.path);
+    if (r->off.fd < 0) {
+        snprintf(msg, sizeof msg, "--offload-path: cannot create %s: %s", r->off.path,
                  strerror(errno));
-        r->off_path[0] = 0;
+        r->off.path[0] = 0;
         engine_fail(r->sh, msg);
         return -1;
     }
@@ -316,7 +316,7 @@ int engine_offload_open(engine_rank_t *r) {
 }
 
 void engine_offload_close(engine_rank_t *r) {
-    offload_io_t *io = r->off_io;
+    offload_io_t *io = r->off.io;
     if (io && io->started) { /* every job is done: engine_offload_end waited */
         pthread_mutex_lock(&io->lock);
         io->stop = 1;
@@ -326,16 +326,16 @@ void engine_offload_close(engine_rank_t *r) {
         pthread_mutex_destroy(&io->lock);
         pthread_cond_destroy(&io->cond);
     }
-    if (r->off_path[0] && r->off_fd >= 0) { /* scratch: gone with the run */
-        close(r->off_fd);
-        unlink(r->off_path);
+    if (r->off.path[0] && r->off.fd >= 0) { /* scratch: gone with the run */
+        close(r->off.fd);
+        unlink(r->off.path);
     }
-    free(r->off_io);
-    r->off_io = NULL;
-    r->off_path[0] = 0;
-    r->off_fd = -1;
-    arena_destroy(r->host_arena);
-    r->host_arena = NULL;
+    free(r->off.io);
+    r->off.io = NULL;
+    r->off.path[0] = 0;
+    r->off.fd = -1;
+    arena_destroy(r->off.host_arena);
+    r->off.host_arena = NULL;
 }
 
 /* The file's byte offset of state `which`'s element o. */
@@ -351,11 +351,11 @@ static void transfer(engine_rank_t *r, int write, int which, size_t o, size_t n,
     const size_t bytes = n * sizeof(float);
     while (done < bytes) {
         const off_t at = file_at(r, which, o) + (off_t)done;
-        const ssize_t k = write ? pwrite(r->off_fd, (const char *)buf + done, bytes - done, at)
-                                : pread(r->off_fd, (char *)buf + done, bytes - done, at);
+        const ssize_t k = write ? pwrite(r->off.fd, (const char *)buf + done, bytes - done, at)
+                                : pread(r->off.fd, (char *)buf + done, bytes - done, at);
         if (k <= 0)
             parity_fatal("device %d: nvme offload: %s %s: %s", r->device,
-                         write ? "writing" : "reading", r->off_path,
+                         write ? "writing" : "reading", r->off.path,
                          k < 0 ? strerror(errno) : write ? "nothing written" : "unexpected end of file");
         done += (size_t)k;
     }
@@ -376,13 +376,13 @@ void engine_offload_write(engine_rank_t *r, int which, size_t o, size_t n, const
 /* ---- the update's double-buffered transfers ------------------------------ */
 
 static float *slot_of(const engine_rank_t *r, int which, int slot) {
-    return (which ? r->off_v : r->off_m) + (size_t)slot * r->off_slot;
+    return (which ? r->off.v : r->off.m) + (size_t)slot * r->off.slot;
 }
 
 /* The I/O thread: each queued slot's m and v, in the order queued. */
 static void *io_main(void *arg) {
     engine_rank_t *r = arg;
-    offload_io_t *io = r->off_io;
+    offload_io_t *io = r->off.io;
     pthread_mutex_lock(&io->lock);
     for (;;) {
         while (!io->stop && !io->next) pthread_cond_wait(&io->cond, &io->lock);
@@ -403,7 +403,7 @@ static void *io_main(void *arg) {
 
 /* Queues bucket b's read (write: 0) or write of its slot b % 2. */
 static void start(engine_rank_t *r, int b, int write) {
-    offload_io_t *io = r->off_io;
+    offload_io_t *io = r->off.io;
     const int slot = b % 2;
     size_t lo, hi;
     dp_piece(r->plan, b, engine_bucket_rank(r, b), &lo, &hi);
@@ -418,7 +418,7 @@ static void start(engine_rank_t *r, int b, int write) {
 
 /* Waits for slot's job, if one was queued. */
 static void finish(engine_rank_t *r, int slot) {
-    offload_io_t *io = r->off_io;
+    offload_io_t *io = r->off.io;
     pthread_mutex_lock(&io->lock);
     const int queued = io->state[slot] != SLOT_IDLE, write = io->write[slot];
     while (io->state[slot] == SLOT_QUEUED) pthread_cond_wait(&io->cond, &io->lock);
@@ -429,7 +429,7 @@ static void finish(engine_rank_t *r, int slot) {
 }
 
 static int io_start(engine_rank_t *r) {
-    offload_io_t *io = r->off_io;
+    offload_io_t *io = r->off.io;
     pthread_mutex_init(&io->lock, NULL);
     pthread_cond_init(&io->cond, NULL);
     if (pthread_create(&io->thread, NULL, io_main, r)) return -1;
@@ -460,7 +460,7 @@ void engine_offload_put(engine_rank_t *r, int b) {
     if (!nvme(r)) return;
     start(r, b, 1);
     const char *kill_after = getenv("PARITY_OFFLOAD_KILL_AFTER"); /* checked at start-up */
-    if (kill_after && *kill_after && ++r->off_writes >= atol(kill_after)) raise(SIGKILL);
+    if (kill_after && *kill_after && ++r->off.writes >= atol(kill_after)) raise(SIGKILL);
 }
 
 void engine_offload_end(engine_rank_t *r) {

@@ -17,7 +17,7 @@ void engine_moe_stats(engine_rank_t *r, int64_t step) {
     const gpt_moe_stats_t *st = &r->g->moe;
     const size_t cells = (size_t)r->sh->cfg.layers * (size_t)r->sh->cfg.moe_experts;
     const int mine = r->tp_rank == 0 && r->cp_rank == 0;
-    int64_t *v = r->moe_counts;
+    int64_t *v = r->moe.counts;
     for (size_t i = 0; i < cells; i++) {
         v[i] = mine ? st->routed[i] : 0;
         v[cells + i] = mine ? st->dropped[i] : 0;
@@ -28,7 +28,7 @@ void engine_moe_stats(engine_rank_t *r, int64_t step) {
     if (mine) sums[0] = st->aux, sums[1] = st->z;
     coll_all_reduce(r->world, v, v, 2 * cells, COLL_I64, COLL_SUM);
     coll_all_reduce(r->world, sums, sums, 2, COLL_XACC, COLL_SUM);
-    r->moe_sum = (gpt_moe_stats_t){v, v + cells, sums[0], sums[1]};
+    r->moe.sum = (gpt_moe_stats_t){v, v + cells, sums[0], sums[1]};
     if (r->device != 0 || !run->moe_steps) return;
     gpt_moe_stats_t *out = &run->moe_steps[step - engine_first_step(run)];
     memcpy(out->routed, v, cells * sizeof *v);
