@@ -53,9 +53,11 @@ typedef struct vocab_style {
     /* dx [n, hid] = dlogits . e; de += dlogits^T . x (left open). */
     void (*head_backward)(gpt_t *g, const pass_t *p, float *dx, acc_t *de, const float *dlogits,
                           const float *x, const float *e);
-    /* The softmax over every vocabulary row: m, Z [n] its max and
-     * denominator, loss [n] each token's (m + log Z) - logit of its target
-     * (targets [n] the slot's). */
+    /* The softmax of each row of logits over the whole vocabulary (the
+     * columns of every rank that holds a block of it): m, Z [n] its max
+     * and denominator, loss [n] each token's (m + log Z) - logit of its
+     * target (targets [n]: the slot's; 3-D maps them to its logits'
+     * rows, the inner layout's sequences). */
     void (*crossentropy_forward)(gpt_t *g, const pass_t *p, float *loss, float *m, float *Z,
                                  const float *logits, const int32_t *targets);
     /* The logits' gradient [n, V] (the style's scratch, valid until the
