@@ -115,7 +115,6 @@ static void layout_scratch(gpt_scratch_t *S, gpt_styles_t *st, const model_confi
     S->d_tmp = CARVE_F(cv, n * C);
     S->d_tmp2 = CARVE_F(cv, n * C);
     S->d_wide = CARVE_F(cv, n * max3(3 * (size_t)lc->attn, F, C));
-    S->d_logits = CARVE_F(cv, n * V);
     attn_shape_t s = {c->micro_batch, c->seq_length, lc->attn, lc->heads, c->tile_tokens,
                       c->attention_dropout, c->heads, lc->head0, NULL, ATTN_CAUSAL, 0};
     S->att_scratch = CARVE_F(cv, attention_scratch_floats(&s));
@@ -124,8 +123,8 @@ static void layout_scratch(gpt_scratch_t *S, gpt_styles_t *st, const model_confi
      * linear row-parallel up to [n, max(3C, F)] */
     const size_t widest = lc->row_linears ? max3(3 * C, F, C) : C;
     S->open = tp > 1 ? carve(cv, acc_storage_bytes(n * widest)) : NULL;
-    S->ce_zacc = tp > 1 ? (xacc_t *)carve(cv, n * sizeof(xacc_t)) : NULL;
-    S->ce_tl = CARVE_F(cv, n);
+    S->ce_zacc = lc->t2q ? (xacc_t *)carve(cv, n * sizeof(xacc_t)) : NULL; /* tp2d.c's LayerNorm */
+    S->ce_tl = lc->t2q ? CARVE_F(cv, n) : NULL;
     S->open_local = sp ? carve(cv, acc_storage_bytes(n / (size_t)lc->seq_parts * C)) : NULL;
     S->ln_part = sp ? carve(cv, 2 * acc_storage_bytes(C)) : NULL;
     S->sp_buf = sp ? CARVE_F(cv, n * C) : NULL;

@@ -107,7 +107,6 @@ typedef struct {
 typedef struct {
     float *d_tmp, *d_tmp2;                 /* [n,C] each */
     float *d_wide;                         /* [n,max(3C,F)] */
-    float *d_logits;                       /* [n,V] */
     float *att_scratch;                    /* attention_scratch_floats() */
     float *row_scratch;                    /* [max(C,V,F) * 2] */
     /* tensor parallelism (tp > 1): open sums the group completes */
@@ -120,7 +119,6 @@ typedef struct {
     /* every linear row-parallel: a linear's input columns held
      * [n, max(C,F)/tp], their gradient, and a gather's parts [n, max(C,F)] */
     float *row_in, *row_dx, *row_parts;
-    xacc_t *ce_zacc;                       /* [n] open softmax denominators */
     /* context parallelism (attention_cp.c): the ring's key/value blocks
      * [n, 2A] (own, and two being received), the open sums of a block's
      * dK/dV sent to its owner (two in flight) and of this rank's own, of
@@ -131,7 +129,11 @@ typedef struct {
     void **cp_recv;                        /* [cp] the backward's receive requests */
     void *cp_send[2], *cp_own, *cp_open;
     float *ul_send, *ul_recv, *ul_dctx, *ul_dqkv;
-    float *ce_tl;                          /* [n] target logits */
+    /* 2-D LayerNorm's row sums [n] and statistics [n] (tp2d.c; the head's
+     * softmax has its own, styles/vocab.h), until the norm family's 2-D
+     * style carves them */
+    xacc_t *ce_zacc;
+    float *ce_tl;
     /* mixture of experts' backward (moe.c): the experts' rows' output and
      * hidden gradients [R,C] [R,F], their input gradients [R,C], the
      * router's logit and weight gradients [n,E] [n,k] */
@@ -330,11 +332,10 @@ struct gpt {
 };
 
 /* Whether this replica's token losses are the copy a global loss sum
- * counts: tp rank 0's of a tensor-parallel group (its ranks share the
- * loss), 3-D's tp2 coordinate 0 (its logits' vocabulary is cut over tp2). */
-static inline int gpt_counts_loss(const gpt_t *g) {
-    return g->shard.tp_mode == 3 ? g->shard.tp_row == 0 : g->shard.tp_rank == 0;
-}
+ * counts: one of the ranks that share a row's loss, as its vocabulary
+ * style says (styles/vocab.h: tp rank 0 of a tensor-parallel group, 3-D's
+ * tp2 coordinate 0, whose logits' vocabulary is cut over tp2). */
+int gpt_counts_loss(const gpt_t *g);
 
 /* Allocates everything for cfg (validated first) and initialises the
  * parameters (params_init) and the optimizer state (zeros). */

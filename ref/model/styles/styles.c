@@ -3,13 +3,20 @@
 #include <stddef.h>
 
 #include "model/styles/style.h"
+#include "model/styles/vocab.h"
 
 enum { STYLE_MAX_REGISTERED = 8 };
 
 /* The built-in tables, most specific first, NULL-terminated. */
 static const style_t *const linear_table[] = {NULL};
 static const style_t *const norm_table[] = {NULL};
-static const style_t *const vocab_table[] = {NULL};
+static const style_t *const vocab_table[] = {
+    &vocab_3d.base,    /* vocab_3d.c: Colossal-AI's 3-D */
+    &vocab_2d.base,    /* vocab_2d.c: 2-D and 2.5-D */
+    &vocab_1d.base,    /* vocab_1d.c: Megatron's vocabulary-parallel */
+    &vocab_local.base, /* vocab_local.c: the golden run's */
+    NULL,
+};
 static const style_t *const attention_table[] = {NULL};
 static const style_t *const experts_table[] = {NULL};
 

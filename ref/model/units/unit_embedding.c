@@ -2,15 +2,12 @@
  *
  *   x = drop(wte[tokens] + wpe)
  *
- * Vocabulary-parallel: each rank looks up the rows it holds (-0
- * elsewhere) and the sum over the group is the owner's row; under
- * sequence parallelism the sum is reduce-scattered to the positions each
- * rank holds.
+ * The lookup in the replica's vocabulary style (styles/vocab.h): whole,
+ * or vocabulary-parallel (each rank looks up the rows it holds, -0
+ * elsewhere, and the sum over the group is the owner's row).
  */
 #include "model/gpt.h"
-#include "parity/runtime.h"
-#include "model/styles/tp.h"
-#include "model/styles/tp2d.h"
+#include "model/styles/vocab.h"
 #include "model/units/units_internal.h"
 
 static const unit_tensor_t tensors[] = {
@@ -46,24 +43,9 @@ float *embedding_output(gpt_slot_t *A, int index) {
 void embedding_unit_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p,
                             const int32_t *tokens, embedding_rows_fn rows) {
     const model_config_t *c = &g->cfg;
-    const int C = c->hidden;
-    if (g->local.t2q) { /* 2-D: the row's sequences, the column's features */
-        tp2d_embedding_forward(g, p, A->emb, tokens, unit_param(g, u, E_WTE),
-                               unit_param(g, u, E_WPE));
-    } else {
-        float *looked = p->sp ? g->scratch.d_tmp : A->emb;
-        embedding_lookup(looked, tokens, p->n, C, unit_param(g, u, E_WTE), g->local.vocab0,
-                         g->local.vocab);
-        if (p->sp)
-            sp_reduce_scatter_f32(g, A->emb, looked, p->n_seq, C);
-        else if (g->shard.tp > 1)
-            tp_sum_f32(g, A->emb, p->nC);
-        if (rows) rows(g, u, A, p);
-        for (int s = 0, at = 0; s < p->n_seq; s++)
-            for (int k = 0; k < p->runs.n; at += p->runs.len[k++])
-                embedding_add_positions(A->emb + (size_t)at * C, 1, p->runs.len[k], p->runs.t0[k],
-                                        C, unit_param(g, u, E_WPE));
-    }
+    const vocab_rows_hook_t hook = {rows, u, A};
+    vocab_style(g)->embedding_forward(g, p, A->emb, tokens, unit_param(g, u, E_WTE),
+                                      unit_param(g, u, E_WPE), &hook);
     if (A->emb_keep) {
         site_mask(g, A, p, A->emb_keep, site_stream("dropout.embedding", -1, A->step));
         dropout_forward(A->emb, A->emb, A->emb_keep, p->nsC, c->hidden_dropout);
@@ -85,19 +67,8 @@ const float *embedding_unit_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, c
         act_round(g, g->scratch.d_tmp, p->nsC);
         d = g->scratch.d_tmp;
     }
-    if (g->local.t2q) {
-        tp2d_embedding_backward(g, p, unit_grad(g, u, E_WTE), unit_grad(g, u, E_WPE), d, tokens);
-        return d;
-    }
-    /* every token's gradient: the word rows held and every position row */
-    d = tokens_full(g, p, g->scratch.d_tmp3, d, c->hidden);
-    const cp_runs_t *r = &g->local.runs; /* every position the slot holds */
-    for (int s = 0, at = 0; s < p->n_seq; s++)
-        for (int k = 0; k < r->n; at += r->len[k++])
-            embedding_backward(unit_grad(g, u, E_WTE), unit_grad(g, u, E_WPE),
-                               d + (size_t)at * c->hidden, tokens + at, 1, r->len[k], r->t0[k],
-                               c->hidden, g->local.vocab0, g->local.vocab);
-    return d;
+    return vocab_style(g)->embedding_backward(g, p, unit_grad(g, u, E_WTE), unit_grad(g, u, E_WPE),
+                                              d, tokens);
 }
 
 static void backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {

@@ -8,10 +8,7 @@
 #include <string.h>
 
 #include "model/gpt.h"
-#include "parity/pmath.h"
-#include "model/styles/tp.h"
-#include "model/styles/tp2d.h"
-#include "model/styles/tp3d.h"
+#include "model/styles/vocab.h"
 #include "model/units/units_internal.h"
 
 enum { H_LNF_W, H_LNF_B, H_OUT };
@@ -68,53 +65,18 @@ static void zero_source_rows(const gpt_t *g, float *x, const pass_t *p, int P, i
 
 static int head_weight(const gpt_t *g) { return g->cfg.tied ? g->table.wte : g->table.out; }
 
-/* The deliberately broken variant GPT_BROKEN_TP_VOCAB_PAD: Megatron
- * pads the vocabulary to a multiple of 128 x tp, so at tp = 4 a 256-word
- * vocabulary becomes 512, and the padded rows' logits enter the softmax.
- * Emulated with zero rows held by tensor-parallel rank 0: each padded
- * column has logit +0, so it joins the max and adds exp(0 - m) to Z. */
-static int padded_columns(const gpt_t *g) {
-    if (!(g->shard.broken & GPT_BROKEN_TP_VOCAB_PAD) || g->shard.tp == 1 || g->shard.tp_rank)
-        return 0;
-    const int unit = 128 * g->shard.tp, V = g->cfg.vocab;
-    return (V + unit - 1) / unit * unit - V;
-}
-
+/* logits = LNf(x) . wte^T in the replica's vocabulary style, then the
+ * cross-entropy's reductions (max, exact sum of exps, target logit) over
+ * the ranks that hold a row's vocabulary blocks. */
 static void forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x, const pass_t *p) {
     const model_config_t *c = &g->cfg;
-    const int n = p->n, C = g->local.hid, V = g->local.vocab, v0 = g->local.vocab0;
-    const int split = g->shard.tp > 1;
-    float *scratch = g->scratch.row_scratch, *m = A->ce_max, *Z = A->ce_z, *l = g->scratch.ce_tl;
+    const vocab_style_t *vs = vocab_style(g);
     ln_forward(g, p, A->lnf_out, A->lnf_xhat, A->lnf_rstd, x, unit_param(g, u, H_LNF_W),
                unit_param(g, u, H_LNF_B));
-    tokens_full(g, p, A->lnf_full, A->lnf_out, C);
-    /* vocabulary-parallel LM head (column-parallel over vocabulary rows;
-     * 2-D: the column's vocabulary block, completed over the row) */
-    if (g->local.t2q && g->shard.tp_mode == 3) /* 3-D: a first linear with E */
-        tp3d_linear_forward(g, p, A->logits, A->lnf_full, P_(g, head_weight(g)), NULL, TP2D_HIDDEN,
-                            1, V, p->t_cc);
-    else if (g->local.t2q)
-        tp2d_head_logits(g, p, A->logits, A->lnf_full, P_(g, head_weight(g)));
-    else
-        linear_forward(A->logits, A->lnf_full, P_(g, head_weight(g)), NULL, n, C, V, p->t_cc,
-                       &g->ws);
-    act_round(g, A->logits, (size_t)n * V); /* the loss in fp32 from them */
-    /* cross-entropy's three reductions: max, exact sum of exps, target logit */
-    ce_row_max(m, A->logits, n, V);
-    const int pad = padded_columns(g);
-    for (int i = 0; pad && i < n; i++) m[i] = m[i] > 0.0f ? m[i] : 0.0f;
-    if (split) tp_vocab_reduce(g, m, (size_t)n, COLL_F32, COLL_MAX);
-    ce_exp_sum(Z, split ? g->scratch.ce_zacc : NULL, A->logits, m, n, V, scratch);
-    for (int i = 0; pad && i < n; i++)
-        for (int k = 0; k < pad; k++) xacc_add_f32(&g->scratch.ce_zacc[i], pm_expf(0.0f - m[i]));
-    if (split) {
-        tp_vocab_reduce(g, g->scratch.ce_zacc, (size_t)n, COLL_XACC, COLL_SUM);
-        for (int i = 0; i < n; i++) Z[i] = xacc_round_f32(&g->scratch.ce_zacc[i]);
-    }
-    const int32_t *targets = g->shard.tp_mode == 3 ? tp3d_inner_targets(g, p, A->targets) : A->targets;
-    ce_target_logit(l, A->logits, targets, n, V, v0);
-    if (split) tp_vocab_reduce(g, l, (size_t)n, COLL_F32, COLL_SUM);
-    ce_loss(A->token_loss, m, Z, l, n);
+    tokens_full(g, p, A->lnf_full, A->lnf_out, g->local.hid);
+    vs->head_forward(g, p, A->logits, A->lnf_full, P_(g, head_weight(g)));
+    act_round(g, A->logits, (size_t)p->n * g->local.vocab); /* the loss in fp32 from them */
+    vs->crossentropy_forward(g, p, A->token_loss, A->ce_max, A->ce_z, A->logits, A->targets);
     zero_source_rows(g, A->token_loss, p, c->encoder_seq_length, 1);
 }
 
@@ -125,27 +87,19 @@ static void after_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t
 
 static void backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
     const model_config_t *c = &g->cfg;
-    const int n = p->n, C = c->hidden, V = g->local.vocab;
-    float *d_logits = g->scratch.d_logits;
+    const vocab_style_t *vs = vocab_style(g);
+    const int n = p->n, V = g->local.vocab;
     /* 1/N from the GLOBAL count of tokens with a loss, once (I4) */
     const int64_t total_tokens = (int64_t)c->global_batch * model_loss_positions(c);
-    const int32_t *targets = g->shard.tp_mode == 3 ? tp3d_inner_targets(g, p, A->targets) : A->targets;
-    crossentropy_backward(d_logits, A->logits, targets, A->ce_max, A->ce_z, n, V,
-                          g->local.vocab0, total_tokens, g->scratch.row_scratch);
+    float *d_logits = vs->crossentropy_backward(g, p, A->logits, A->targets, A->ce_max, A->ce_z,
+                                                total_tokens); /* [n, V] */
     zero_source_rows(g, d_logits, p, c->encoder_seq_length, V);
     /* fp16: the loss scale, once, here (I4): every gradient below is scaled */
     if (c->precision == MODEL_FP16)
         for (size_t i = 0; i < (size_t)n * V; i++) d_logits[i] = d_logits[i] * g->scaler.scale;
     act_round(g, d_logits, (size_t)n * V);
-    if (g->local.t2q && g->shard.tp_mode == 3)
-        tp3d_linear_backward(g, p, g->scratch.d_tmp, &g->grad_acc[head_weight(g)], NULL, d_logits,
-                             A->lnf_full, P_(g, head_weight(g)), TP2D_HIDDEN, 1, V, p->t_cc);
-    else if (g->local.t2q)
-        tp2d_head_backward(g, p, g->scratch.d_tmp, &g->grad_acc[head_weight(g)], d_logits,
-                           A->lnf_full, P_(g, head_weight(g)));
-    else
-        colpar_backward(g, p, g->scratch.d_tmp, &g->grad_acc[head_weight(g)], NULL, d_logits,
-                        A->lnf_full, P_(g, head_weight(g)), C, V, p->t_cc);
+    vs->head_backward(g, p, g->scratch.d_tmp, &g->grad_acc[head_weight(g)], d_logits, A->lnf_full,
+                      P_(g, head_weight(g)));
     ln_backward(g, p, A->d_resid, unit_grad(g, u, H_LNF_W), unit_grad(g, u, H_LNF_B),
                 g->scratch.d_tmp, A->lnf_xhat, A->lnf_rstd, unit_param(g, u, H_LNF_W));
 }
