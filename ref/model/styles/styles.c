@@ -3,6 +3,7 @@
 #include <stddef.h>
 
 #include "model/styles/style.h"
+#include "model/styles/attention.h"
 
 enum { STYLE_MAX_REGISTERED = 8 };
 
@@ -10,7 +11,8 @@ enum { STYLE_MAX_REGISTERED = 8 };
 static const style_t *const linear_table[] = {NULL};
 static const style_t *const norm_table[] = {NULL};
 static const style_t *const vocab_table[] = {NULL};
-static const style_t *const attention_table[] = {NULL};
+static const style_t *const attention_table[] = {&attention_ulysses.base, &attention_ring.base,
+                                                 &attention_local.base, NULL};
 static const style_t *const experts_table[] = {NULL};
 
 static const style_t *const *const tables[STYLE_NFAMILIES] = {
