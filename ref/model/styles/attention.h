@@ -84,6 +84,9 @@ typedef struct {
 } ring_scratch_t;
 void ring_layout_scratch(void **priv, const model_config_t *c, const gpt_local_t *lc, size_t n,
                          carver_t *cv);
+/* ctx [n, A] and the core's activations from qkv [n, 3A] of the rank's
+ * positions (its mask already drawn); backward: dqkv [n, 3A] from dctx
+ * [n, A]. */
 void ring_forward(gpt_t *g, const pass_t *p, attn_acts_t *LA);
 void ring_backward(gpt_t *g, const pass_t *p, attn_acts_t *LA, float *dqkv, const float *dctx);
 
