@@ -71,7 +71,10 @@ static slot_dims_t slot_dims_of(const model_config_t *c, const gpt_local_t *lc) 
     d.C = (size_t)lc->hid, d.H = (size_t)lc->heads, d.A = (size_t)lc->attn;
     d.F = (size_t)lc->ffn, d.V = (size_t)lc->vocab;
     d.hdrop = c->hidden_dropout > 0.0f, d.adrop = c->attention_dropout > 0.0f;
-    d.sp = lc->seq_parts > 1, d.ulysses = lc->ulysses;
+    d.sp = lc->seq_parts > 1;
+    gpt_styles_t st; /* the styles layout_scratch chooses too */
+    styles_choose(&st, c, lc);
+    d.attention = st.style[STYLE_ATTENTION];
     d.core_shared = lc->recompute == MODEL_RECOMPUTE_SELECTIVE;
     d.E = (size_t)c->moe_experts, d.K = (size_t)c->moe_topk;
     d.R = c->moe_experts > 0 ? moe_rows(c, d.mb) : 0;
@@ -110,8 +113,7 @@ static void layout_scratch(gpt_scratch_t *S, gpt_styles_t *st, const model_confi
                            const gpt_local_t *lc, int tp, const gpt_units_t *units, carver_t *cv) {
     const size_t n = (size_t)slot_sequences(c, lc) * (size_t)lc->seq_held;
     const size_t C = (size_t)c->hidden, F = (size_t)lc->ffn, V = (size_t)lc->vocab;
-    const size_t A_ = (size_t)lc->attn, Tt = (size_t)c->tile_tokens;
-    const int sp = lc->seq_parts > 1, ring = lc->cp > 1 && !lc->ulysses;
+    const int sp = lc->seq_parts > 1;
     S->d_tmp = CARVE_F(cv, n * C);
     S->d_tmp2 = CARVE_F(cv, n * C);
     S->d_wide = CARVE_F(cv, n * max3(3 * (size_t)lc->attn, F, C));
@@ -135,20 +137,6 @@ static void layout_scratch(gpt_scratch_t *S, gpt_styles_t *st, const model_confi
     S->row_in = lc->row_linears ? CARVE_F(cv, part / (size_t)tp) : NULL;
     S->row_dx = lc->row_linears ? CARVE_F(cv, part / (size_t)tp) : NULL;
     S->row_parts = lc->row_linears ? CARVE_F(cv, part) : NULL;
-    for (int k = 0; k < 3; k++) S->cp_kv[k] = ring ? CARVE_F(cv, n * 2 * A_) : NULL;
-    for (int k = 0; k < 2; k++) S->cp_send[k] = ring ? carve(cv, acc_storage_bytes(n * 2 * A_)) : NULL;
-    S->cp_own = ring ? carve(cv, acc_storage_bytes(n * 2 * A_)) : NULL;
-    S->cp_open = ring ? carve(cv, acc_storage_bytes(n * A_)) : NULL;
-    S->cp_du = ring ? CARVE_F(cv, n * A_) : NULL;
-    S->cp_dz = ring ? CARVE_F(cv, n * (size_t)lc->heads) : NULL;
-    S->cp_round = ring ? CARVE_F(cv, n * 2 * A_) : NULL;
-    S->cp_tile = ring ? CARVE_F(cv, Tt * Tt) : NULL;
-    S->cp_tiles = ring ? (int *)carve(cv, (size_t)c->seq_length / Tt * sizeof(int)) : NULL;
-    S->cp_recv = ring ? (void **)carve(cv, (size_t)lc->cp * sizeof(void *)) : NULL;
-    S->ul_send = lc->ulysses ? CARVE_F(cv, n * 3 * A_) : NULL;
-    S->ul_recv = lc->ulysses ? CARVE_F(cv, n * 3 * A_) : NULL;
-    S->ul_dctx = lc->ulysses ? CARVE_F(cv, n * A_) : NULL;
-    S->ul_dqkv = lc->ulysses ? CARVE_F(cv, n * 3 * A_) : NULL;
     const int moe = c->moe_experts > 0;
     const size_t R = moe ? moe_rows(c, (size_t)c->micro_batch) : 0;
     const size_t nT = (size_t)c->micro_batch * (size_t)c->seq_length; /* whole sequences */

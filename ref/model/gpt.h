@@ -19,9 +19,12 @@ void *carve(carver_t *cv, size_t bytes);
 
 /* ---- the model --------------------------------------------------------- */
 
-/* Activations of one layer for one microbatch of n = micro_batch * T tokens,
- * kept for the backward pass. */
-typedef struct layer_acts {
+/* The activations a layer kind keeps for the backward pass, for one
+ * microbatch of n = micro_batch * T tokens, in parts carved by the code
+ * that uses them: an attention block's (unit_layer.c; its core's own
+ * layout by the attention style, styles/attention.h), an MLP's, an MoE
+ * layer's (moe.c), a decoder layer's second attention block. */
+typedef struct {
     float *ln1_xhat, *ln1_rstd, *ln1_out;  /* [n,C] [n] [n,C] (sequence parallel: [ns,...],
                                               the positions held; ns = n/tp) */
     float *ln1_full;                       /* [n,C] ln1_out of every position (gathered under
@@ -31,11 +34,19 @@ typedef struct layer_acts {
     float *att_z;                          /* [b,H,T] softmax denominators */
     uint8_t *att_keep;                     /* [b,H,T,T] or NULL (p = 0) */
     float *ctx;                            /* [n,C] core attention output */
-    float *qkv_h, *ctx_h;                  /* Ulysses: qkv and ctx re-sharded to every
-                                              position of heads/cp heads (else qkv, ctx) */
+    float *core_qkv, *core_ctx;            /* qkv and ctx as the attention style's core reads
+                                              and writes them ([n,3C] [n,C]: Ulysses' re-shard
+                                              to every position of heads/cp heads; else qkv,
+                                              ctx themselves) */
     float *attn_out;                       /* [n,C] dense output, before dropout */
     uint8_t *attn_keep;                    /* [n,C] or NULL */
     float *resid1;                         /* [n,C] x after the attention residual */
+} attn_acts_t;
+
+/* LN2 and a dense MLP's (an MoE layer's LN2 and output dropout mask too;
+ * LLaVA's projector: its input gathered in ln2_full, the MLP; an
+ * encoder's final LayerNorm: its xhat and rstd in ln2's). */
+typedef struct {
     float *ln2_xhat, *ln2_rstd, *ln2_out;  /* [n,C] [n] [n,C] */
     float *ln2_full;                       /* [n,C] as ln1_full */
     float *fc1_out;                        /* [n,F] before GeLU */
@@ -43,7 +54,13 @@ typedef struct layer_acts {
     float *gelu_grad;                      /* [n,F] GeLU's derivative at fc1_out */
     float *fc2_out;                        /* [n,C] before dropout */
     uint8_t *mlp_keep;                     /* [n,C] or NULL */
-    float *out;                            /* [n,C] block output */
+} mlp_acts_t;
+
+typedef struct layer_acts {
+    attn_acts_t attn;                      /* the (self-)attention block */
+    mlp_acts_t mlp;                        /* LN2 and the MLP */
+    float *out;                            /* [n,C] the unit's output: the residual stream it
+                                              leaves (every layer-like kind's) */
     /* an MoE layer's MLP (moe.c; NULL in a dense layer): the router's
      * logits and softmax over every expert, each token's k choices (best
      * first), their weights, whether each is within capacity and its row
@@ -68,9 +85,9 @@ typedef struct layer_acts {
     float *moe_in;                         /* [b*T,C] the MoE input of every position,
                                               gathered over cp (context parallel; else
                                               ln2_full) */
-    /* a decoder layer's cross-attention block: a second attention
-     * block's activations (ln1_*: its input, qkv .. resid1), or NULL */
-    struct layer_acts *cross;
+    /* a decoder layer's cross-attention block: a second attention part
+     * (ln1_*: its input, qkv .. resid1), carved in the slot, or NULL */
+    attn_acts_t *cross;
 } layer_acts_t;
 
 /* One in-flight microbatch: what its forward pass keeps for its backward
@@ -107,7 +124,9 @@ typedef struct {
 typedef struct {
     float *d_tmp, *d_tmp2;                 /* [n,C] each */
     float *d_wide;                         /* [n,max(3C,F)] */
-    float *att_scratch;                    /* attention_scratch_floats() */
+    float *att_scratch;                    /* attention_scratch_floats(): the golden core's
+                                              backward, which every attention style runs or
+                                              borrows from (styles/attention.h) */
     float *row_scratch;                    /* [max(C,V,F) * 2] */
     /* tensor parallelism (tp > 1): open sums the group completes */
     void *open;                            /* acc_storage_bytes(n*C) */
@@ -119,16 +138,6 @@ typedef struct {
     /* every linear row-parallel: a linear's input columns held
      * [n, max(C,F)/tp], their gradient, and a gather's parts [n, max(C,F)] */
     float *row_in, *row_dx, *row_parts;
-    /* context parallelism (attention_cp.c): the ring's key/value blocks
-     * [n, 2A] (own, and two being received), the open sums of a block's
-     * dK/dV sent to its owner (two in flight) and of this rank's own, of
-     * U and dQ [n, A]; dU [n, A] and dZ [n/T.. per head], and rounding
-     * room [n, 2A]. Ulysses: the all-to-all's two buffers [n, 3A]. */
-    float *cp_kv[3], *cp_du, *cp_dz, *cp_round, *cp_tile;
-    int *cp_tiles;                         /* [cp][T/cp/tile]: each rank's global token tiles */
-    void **cp_recv;                        /* [cp] the backward's receive requests */
-    void *cp_send[2], *cp_own, *cp_open;
-    float *ul_send, *ul_recv, *ul_dctx, *ul_dqkv;
     /* 2-D LayerNorm's row sums [n] and statistics [n] (tp2d.c; the head's
      * softmax has its own, styles/vocab.h), until the norm family's 2-D
      * style carves them */
@@ -159,7 +168,7 @@ typedef struct {
     size_t t2_slot;                        /* the elements of one slot */
     layer_acts_t *recompute;               /* full recomputation: one chunk's layers'
                                               activations, shared (recompute_sets) */
-    layer_acts_t recompute_core[2];        /* selective: one attention core (att_*) shared by
+    attn_acts_t recompute_core[2];         /* selective: one attention core (att_*) shared by
                                               the self-attention blocks, one by the cross-
                                               attention blocks (a decoder layer runs both
                                               before its views are read) */

@@ -1,5 +1,6 @@
-/* attention_cp.c - causal attention over a context-parallel group, with
- * the golden bits (MODEL.md, Attention; DESIGN.md §5, split-key attention).
+/* attention_cp.c - causal attention over a context-parallel ring, with
+ * the golden bits (MODEL.md, Attention; DESIGN.md §5, split-key attention):
+ * the kernels of the ring style (attention_ring.c, attention.h).
  *
  * Ring (Megatron's --cp-comm-type p2p). A rank keeps its query tiles
  * (chunks r and 2cp-1-r) and sees every key and value tile once as the
@@ -19,11 +20,6 @@
  * key tile 0; key tile nT-1 against query tile nT-1) is the result
  * itself in golden (contract.h), keeping a -0; both lie on the rank that
  * holds tile 0 or nT-1 as query and key, which stores them directly.
- *
- * Ulysses (DeepSpeed-Ulysses, --cp-comm-type a2a): an all-to-all turns
- * [n_seq, Tc, 3A] (every head, the rank's positions) into [n_seq, T, 3A/cp]
- * (every position, heads/cp heads), the golden attention runs, and
- * another all-to-all turns the output back. Copies only.
  */
 #include <math.h>
 #include <string.h>
@@ -32,7 +28,7 @@
 #include "parity/coll.h"
 #include "parity/pmath.h"
 #include "parity/runtime.h"
-#include "model/units/units_internal.h"
+#include "model/styles/attention.h"
 
 enum { TAG_K = 1, TAG_V = 2, TAG_KV = 3, TAG_DKV = 4 };
 
@@ -42,7 +38,7 @@ typedef struct {
                                            size, heads*D, qkv row */
     int cp, rank;
     int *tiles;                          /* [cp][Tc/Tt]: the global tile of each of owner o's
-                                            local tiles (the scratch's cp_tiles) */
+                                            local tiles (the scratch's tiles) */
     const int *qt;                       /* this rank's: tiles + rank * Tc/Tt */
     float scale, inv;
 } ring_t;
@@ -59,7 +55,7 @@ static ring_t ring_of(const gpt_t *g, const pass_t *p) {
                 pm_rsqrtf((float)(g->cfg.hidden / g->cfg.heads)),
                 p->as.p > 0.0f ? dropout_scale(p->as.p) : 1.0f};
     const int nq = R.Tc / R.Tt;
-    R.tiles = g->scratch.cp_tiles;
+    R.tiles = ((ring_scratch_t *)attention_scratch(g))->tiles;
     for (int o = 0; o < R.cp; o++) {
         const cp_runs_t r = cp_runs(R.cp, o, R.T, CP_RING);
         tiles_of(&r, R.Tt, R.tiles + (size_t)o * nq);
@@ -89,13 +85,13 @@ static void pack_heads(float *out, int w_out, int out_col, const float *qkv, con
  * step s the block of rank (rank - s) mod cp is handed to visit while the
  * next one arrives (non-blocking send to the next rank, receive from the
  * previous, two receive buffers). */
-typedef void (*visit_fn)(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t *LA,
+typedef void (*visit_fn)(gpt_t *g, const pass_t *p, const ring_t *R, attn_acts_t *LA,
                          const float *blk, int owner, int step, void *ctx);
 
-static void ring_pass(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t *LA, size_t count,
+static void ring_pass(gpt_t *g, const pass_t *p, const ring_t *R, attn_acts_t *LA, size_t count,
                       int tag, visit_fn visit, void *ctx) {
     group_t *grp = g->shard.cp_group;
-    float **kv = g->scratch.cp_kv;
+    float **kv = ((ring_scratch_t *)attention_scratch(g))->kv;
     const float *cur = kv[0];
     for (int s = 0; s < R->cp; s++) {
         coll_request_t *req[2] = {NULL, NULL};
@@ -112,7 +108,7 @@ static void ring_pass(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t *
 
 /* ---- forward ------------------------------------------------------------ */
 
-static void visit_scores(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t *LA,
+static void visit_scores(gpt_t *g, const pass_t *p, const ring_t *R, attn_acts_t *LA,
                          const float *blk, int owner, int step, void *ctx) {
     (void)p, (void)step, (void)ctx;
     const int *kt = block_tiles(R, owner);
@@ -131,7 +127,7 @@ static void visit_scores(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_
         }
 }
 
-static void softmax_rows(layer_acts_t *LA, const ring_t *R) {
+static void softmax_rows(attn_acts_t *LA, const ring_t *R) {
     const uint8_t *keep = LA->att_keep;
     for (size_t bh = 0; bh < (size_t)R->nb * R->H; bh++)
         for (int li = 0; li < R->Tc; li++) {
@@ -145,7 +141,7 @@ static void softmax_rows(layer_acts_t *LA, const ring_t *R) {
 
 /* U[qi] += ehat[qi, kj].v[kj] for the block's key tiles, open; query tile
  * 0's only term stored as the result. */
-static void visit_values(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t *LA,
+static void visit_values(gpt_t *g, const pass_t *p, const ring_t *R, attn_acts_t *LA,
                          const float *blk, int owner, int step, void *ctx) {
     (void)p, (void)step;
     acc_t *U = ctx;
@@ -175,7 +171,7 @@ static void visit_values(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_
 /* The deliberately broken merge (GPT_BROKEN_CP_ONLINE_SOFTMAX): each
  * arriving block's scores (still raw) rescale a running fp32 max, sum and
  * output in ring order, as flash-attention-style ring kernels do. */
-static void visit_online(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t *LA,
+static void visit_online(gpt_t *g, const pass_t *p, const ring_t *R, attn_acts_t *LA,
                          const float *blk, int owner, int step, void *ctx) {
     (void)g, (void)p;
     float *run = ctx; /* [nb*H*Tc][2]: running max and sum */
@@ -213,19 +209,19 @@ static void visit_online(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_
             }
 }
 
-static void ring_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA) {
+void ring_forward(gpt_t *g, const pass_t *p, attn_acts_t *LA) {
     const ring_t R = ring_of(g, p);
-    gpt_scratch_t *S = &g->scratch;
+    ring_scratch_t *S = attention_scratch(g);
     const size_t n = (size_t)R.nb * R.Tc, count = n * R.A;
-    pack_heads(S->cp_kv[0], R.A, 0, LA->qkv, &R, R.D);
+    pack_heads(S->kv[0], R.A, 0, LA->qkv, &R, R.D);
     ring_pass(g, p, &R, LA, count, TAG_K, visit_scores, NULL);
-    pack_heads(S->cp_kv[0], R.A, 0, LA->qkv, &R, 2 * R.D);
+    pack_heads(S->kv[0], R.A, 0, LA->qkv, &R, 2 * R.D);
     if (g->shard.broken & GPT_BROKEN_CP_ONLINE_SOFTMAX) {
-        ring_pass(g, p, &R, LA, count, TAG_V, visit_online, S->cp_round);
+        ring_pass(g, p, &R, LA, count, TAG_V, visit_online, S->round);
         for (int b = 0; b < R.nb; b++)
             for (int h = 0; h < R.H; h++)
                 for (int li = 0; li < R.Tc; li++) {
-                    const float l = S->cp_round[2 * (((size_t)b * R.H + h) * R.Tc + li) + 1];
+                    const float l = S->round[2 * (((size_t)b * R.H + h) * R.Tc + li) + 1];
                     float *o = LA->ctx + ((size_t)b * R.Tc + li) * R.A + (size_t)h * R.D;
                     for (int d = 0; d < R.D; d++) o[d] = o[d] / l;
                 }
@@ -234,16 +230,16 @@ static void ring_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA) {
     }
     softmax_rows(LA, &R);
     acc_t U;
-    acc_init_with(&U, count, S->cp_open);
+    acc_init_with(&U, count, S->open);
     acc_zero(&U);
     ring_pass(g, p, &R, LA, count, TAG_V, visit_values, &U);
-    acc_round(&U, S->cp_round);
+    acc_round(&U, S->round);
     acc_free(&U);
     for (int b = 0; b < R.nb; b++)
         for (int li = 0; li < R.Tc; li++) {
             float *o = LA->ctx + ((size_t)b * R.Tc + li) * R.A;
             if (R.qt[li / R.Tt] != 0) /* query tile 0 holds its only term already */
-                memcpy(o, S->cp_round + ((size_t)b * R.Tc + li) * R.A, (size_t)R.A * sizeof(float));
+                memcpy(o, S->round + ((size_t)b * R.Tc + li) * R.A, (size_t)R.A * sizeof(float));
             for (int h = 0; h < R.H; h++) {
                 const float z = LA->att_z[((size_t)b * R.H + h) * R.Tc + li];
                 for (int d = 0; d < R.D; d++) o[h * R.D + d] = o[h * R.D + d] / z;
@@ -263,7 +259,7 @@ typedef struct {
 /* The block's g tiles, then dQ (open over blocks), and dK/dV partials of
  * the block's keys: into this rank's own sums, or a buffer sent to the
  * owner. */
-static void visit_grads(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t *LA,
+static void visit_grads(gpt_t *g, const pass_t *p, const ring_t *R, attn_acts_t *LA,
                         const float *blk, int owner, int step, void *ctx) {
     (void)p;
     ring_grads_t *G = ctx;
@@ -277,7 +273,8 @@ static void visit_grads(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t
     }
     const int *kt = block_tiles(R, owner);
     const int Tt = R->Tt, nq = R->Tc / Tt, D = R->D, A2 = 2 * R->A;
-    float *gt = g->scratch.cp_tile;
+    const ring_scratch_t *RS = attention_scratch(g);
+    float *gt = RS->tile;
     for (int b = 0; b < R->nb; b++)
         for (int h = 0; h < R->H; h++) {
             const size_t bh = (size_t)b * R->H + h;
@@ -286,7 +283,7 @@ static void visit_grads(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t
             const float *k = blk + (size_t)b * R->Tc * A2 + (size_t)h * D, *v = k + R->A;
             const float *E = LA->att_e + bh * R->Tc * R->T, *Eh = LA->att_ehat + bh * R->Tc * R->T;
             const uint8_t *keep = LA->att_keep ? LA->att_keep + bh * R->Tc * R->T : NULL;
-            const float *dU = g->scratch.cp_du + bh * R->Tc * D, *dZ = g->scratch.cp_dz + bh * R->Tc;
+            const float *dU = RS->du + bh * R->Tc * D, *dZ = RS->dz + bh * R->Tc;
             for (int a = 0; a < nq; a++)
                 for (int t = 0; t < nq; t++) {
                     const int qi = R->qt[a], kj = kt[t];
@@ -338,135 +335,68 @@ static void visit_grads(gpt_t *g, const pass_t *p, const ring_t *R, layer_acts_t
                 G->recv[o] = coll_irecv_open(g->shard.cp_group, &G->own.x, 0, G->own.n, o, TAG_DKV);
 }
 
-static void ring_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dqkv,
-                          const float *dctx) {
+void ring_backward(gpt_t *g, const pass_t *p, attn_acts_t *LA, float *dqkv,
+                   const float *dctx) {
     const ring_t R = ring_of(g, p);
-    gpt_scratch_t *S = &g->scratch;
+    ring_scratch_t *S = attention_scratch(g);
     const size_t n = (size_t)R.nb * R.Tc;
-    float *prod = S->att_scratch; /* [D]: the ring does not use the whole-sequence scratch */
+    float *prod = g->scratch.att_scratch; /* [D]: the ring does not use the golden core's
+                                              scratch otherwise */
     for (int b = 0; b < R.nb; b++)
         for (int h = 0; h < R.H; h++)
             for (int li = 0; li < R.Tc; li++) {
                 const size_t bh = (size_t)b * R.H + h, tok = ((size_t)b * R.Tc + li) * R.A + h * R.D;
-                S->cp_dz[bh * R.Tc + li] =
-                    attention_row_dz(S->cp_du + (bh * R.Tc + li) * R.D, prod, dctx + tok,
+                S->dz[bh * R.Tc + li] =
+                    attention_row_dz(S->du + (bh * R.Tc + li) * R.D, prod, dctx + tok,
                                      LA->ctx + tok, R.D, LA->att_z[bh * R.Tc + li]);
             }
-    pack_heads(S->cp_kv[0], 2 * R.A, 0, LA->qkv, &R, R.D);
-    pack_heads(S->cp_kv[0], 2 * R.A, R.A, LA->qkv, &R, 2 * R.D);
-    ring_grads_t G = {.dqkv = dqkv, .recv = (coll_request_t **)S->cp_recv};
+    pack_heads(S->kv[0], 2 * R.A, 0, LA->qkv, &R, R.D);
+    pack_heads(S->kv[0], 2 * R.A, R.A, LA->qkv, &R, 2 * R.D);
+    ring_grads_t G = {.dqkv = dqkv, .recv = (coll_request_t **)S->recv};
     for (int o = 0; o < R.cp; o++) G.recv[o] = NULL;
-    acc_init_with(&G.dq, n * R.A, S->cp_open);
-    acc_init_with(&G.own, n * 2 * R.A, S->cp_own);
-    for (int k = 0; k < 2; k++) acc_init_with(&G.send[k], n * 2 * R.A, S->cp_send[k]);
+    acc_init_with(&G.dq, n * R.A, S->open);
+    acc_init_with(&G.own, n * 2 * R.A, S->own);
+    for (int k = 0; k < 2; k++) acc_init_with(&G.send[k], n * 2 * R.A, S->send[k]);
     acc_zero(&G.dq);
     acc_zero(&G.own);
     ring_pass(g, p, &R, LA, n * 2 * R.A, TAG_KV, visit_grads, &G);
     coll_wait_all(R.cp, G.recv);
     coll_wait_all(2, G.sent);
     /* round once: dQ (but query tile 0's), dK and dV (but key tile nT-1's) */
-    acc_round(&G.dq, S->cp_round);
+    acc_round(&G.dq, S->round);
     for (size_t i = 0; i < n; i++)
         if (R.qt[(i % R.Tc) / R.Tt] != 0)
             for (int h = 0; h < R.H; h++)
-                memcpy(dqkv + i * R.ld + (size_t)h * 3 * R.D, S->cp_round + i * R.A + (size_t)h * R.D,
+                memcpy(dqkv + i * R.ld + (size_t)h * 3 * R.D, S->round + i * R.A + (size_t)h * R.D,
                        (size_t)R.D * sizeof(float));
-    acc_round(&G.own, S->cp_round);
+    acc_round(&G.own, S->round);
     for (size_t i = 0; i < n; i++)
         if (R.qt[(i % R.Tc) / R.Tt] != R.nT - 1)
             for (int h = 0; h < R.H; h++)
                 for (int w = 0; w < 2; w++)
                     memcpy(dqkv + i * R.ld + (size_t)h * 3 * R.D + (size_t)(1 + w) * R.D,
-                           S->cp_round + i * 2 * R.A + (size_t)w * R.A + (size_t)h * R.D,
+                           S->round + i * 2 * R.A + (size_t)w * R.A + (size_t)h * R.D,
                            (size_t)R.D * sizeof(float));
     acc_free(&G.dq);
     acc_free(&G.own);
     for (int k = 0; k < 2; k++) acc_free(&G.send[k]);
 }
 
-/* ---- Ulysses ---------------------------------------------------------------- */
+/* ---- private scratch ---------------------------------------------------- */
 
-/* src [nb][Tc][W] (every head, this rank's positions) -> dst [nb][T][W/cp]
- * (every position, head group `rank`): block j of the all-to-all is head
- * group j of this rank's positions; what arrives from rank j is head
- * group `rank` of rank j's positions. */
-static void seq_to_heads(gpt_t *g, const pass_t *p, float *dst, const float *src, int W) {
-    const int cp = g->local.cp, nb = p->n_seq, Tc = p->Tc, w = W / cp;
-    const size_t blk = (size_t)nb * Tc * w;
-    float *send = g->scratch.ul_send, *recv = g->scratch.ul_recv;
-    for (int j = 0; j < cp; j++)
-        for (size_t i = 0; i < (size_t)nb * Tc; i++)
-            memcpy(send + j * blk + i * w, src + i * W + (size_t)j * w, (size_t)w * sizeof(float));
-    coll_all_to_all(g->shard.cp_group, send, recv, blk, COLL_F32);
-    for (int j = 0; j < cp; j++)
-        for (int b = 0; b < nb; b++)
-            memcpy(dst + ((size_t)b * p->T + (size_t)j * Tc) * w, recv + j * blk + (size_t)b * Tc * w,
-                   (size_t)Tc * w * sizeof(float));
-}
-
-/* The inverse: src [nb][T][W/cp] -> dst [nb][Tc][W]. */
-static void heads_to_seq(gpt_t *g, const pass_t *p, float *dst, const float *src, int W) {
-    const int cp = g->local.cp, nb = p->n_seq, Tc = p->Tc, w = W / cp;
-    const size_t blk = (size_t)nb * Tc * w;
-    float *send = g->scratch.ul_send, *recv = g->scratch.ul_recv;
-    for (int j = 0; j < cp; j++)
-        for (int b = 0; b < nb; b++)
-            memcpy(send + j * blk + (size_t)b * Tc * w, src + ((size_t)b * p->T + (size_t)j * Tc) * w,
-                   (size_t)Tc * w * sizeof(float));
-    coll_all_to_all(g->shard.cp_group, send, recv, blk, COLL_F32);
-    for (int j = 0; j < cp; j++)
-        for (size_t i = 0; i < (size_t)nb * Tc; i++)
-            memcpy(dst + i * W + (size_t)j * w, recv + j * blk + i * w, (size_t)w * sizeof(float));
-}
-
-/* The golden attention's shape for the heads Ulysses attends. */
-static attn_shape_t ulysses_shape(const gpt_t *g, const pass_t *p) {
-    attn_shape_t s = p->as;
-    s.H = g->local.att_heads, s.C = p->as.C / g->local.cp, s.head0 = g->local.att_head0;
-    s.q_runs = NULL;
-    return s;
-}
-
-/* ---- the unit's entry points -------------------------------------------- */
-
-void attention_unit_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, uint64_t mask_stream,
-                            int mask_seq) {
-    const gpt_local_t *lc = &g->local;
-    attn_shape_t s = lc->ulysses ? ulysses_shape(g, p) : p->as;
-    if (lc->cp > 1 && !lc->ulysses) s.q_runs = &lc->runs;
-    if (LA->att_keep) attention_mask(LA->att_keep, &s, mask_seq, g->cfg.seed, mask_stream);
-    if (lc->cp == 1) {
-        attention_forward(LA->ctx, LA->att_e, LA->att_ehat, LA->att_z, LA->qkv, LA->att_keep, &s,
-                          &g->ws);
-    } else if (lc->ulysses) {
-        seq_to_heads(g, p, LA->qkv_h, LA->qkv, 3 * lc->attn);
-        attention_forward(LA->ctx_h, LA->att_e, LA->att_ehat, LA->att_z, LA->qkv_h, LA->att_keep,
-                          &s, &g->ws);
-        heads_to_seq(g, p, LA->ctx, LA->ctx_h, lc->attn);
-    } else {
-        ring_forward(g, p, LA);
-    }
-    /* mixed precision: the core as FlashAttention runs it, in fp32; its
-     * output rounded (and Ulysses' heads-major copy, the backward's) */
-    act_round(g, LA->ctx, (size_t)p->n * lc->attn);
-    if (lc->ulysses) act_round(g, LA->ctx_h, (size_t)p->n * lc->attn);
-}
-
-void attention_unit_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dqkv,
-                             const float *dctx) {
-    const gpt_local_t *lc = &g->local;
-    gpt_scratch_t *S = &g->scratch;
-    if (lc->cp == 1) {
-        attention_backward(dqkv, dctx, LA->ctx, LA->att_e, LA->att_ehat, LA->att_z, LA->qkv,
-                           LA->att_keep, &p->as, S->att_scratch, &g->ws);
-    } else if (lc->ulysses) {
-        const attn_shape_t s = ulysses_shape(g, p);
-        seq_to_heads(g, p, S->ul_dctx, dctx, lc->attn);
-        attention_backward(S->ul_dqkv, S->ul_dctx, LA->ctx_h, LA->att_e, LA->att_ehat, LA->att_z,
-                           LA->qkv_h, LA->att_keep, &s, S->att_scratch, &g->ws);
-        heads_to_seq(g, p, dqkv, S->ul_dqkv, 3 * lc->attn);
-    } else {
-        ring_backward(g, p, LA, dqkv, dctx);
-    }
-    act_round(g, dqkv, (size_t)p->n * 3 * lc->attn);
+void ring_layout_scratch(void **priv, const model_config_t *c, const gpt_local_t *lc, size_t n,
+                         carver_t *cv) {
+    ring_scratch_t measure;
+    ring_scratch_t *S = style_scratch_struct(priv, cv, sizeof *S, &measure);
+    const size_t A_ = (size_t)lc->attn, Tt = (size_t)c->tile_tokens;
+    for (int k = 0; k < 3; k++) S->kv[k] = CARVE_F(cv, n * 2 * A_);
+    for (int k = 0; k < 2; k++) S->send[k] = carve(cv, acc_storage_bytes(n * 2 * A_));
+    S->own = carve(cv, acc_storage_bytes(n * 2 * A_));
+    S->open = carve(cv, acc_storage_bytes(n * A_));
+    S->du = CARVE_F(cv, n * A_);
+    S->dz = CARVE_F(cv, n * (size_t)lc->heads);
+    S->round = CARVE_F(cv, n * 2 * A_);
+    S->tile = CARVE_F(cv, Tt * Tt);
+    S->tiles = (int *)carve(cv, (size_t)c->seq_length / Tt * sizeof(int));
+    S->recv = (void **)carve(cv, (size_t)lc->cp * sizeof(void *));
 }

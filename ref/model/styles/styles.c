@@ -3,6 +3,7 @@
 #include <stddef.h>
 
 #include "model/styles/style.h"
+#include "model/styles/attention.h"
 #include "model/styles/vocab.h"
 
 enum { STYLE_MAX_REGISTERED = 8 };
@@ -17,7 +18,12 @@ static const style_t *const vocab_table[] = {
     &vocab_local.base, /* vocab_local.c: the golden run's */
     NULL,
 };
-static const style_t *const attention_table[] = {NULL};
+static const style_t *const attention_table[] = {
+    &attention_ulysses.base, /* attention_ulysses.c: context parallel, all-to-all */
+    &attention_ring.base,    /* attention_ring.c: context parallel, ring */
+    &attention_local.base,   /* attention_local.c: the golden core (heads held) */
+    NULL,
+};
 static const style_t *const experts_table[] = {NULL};
 
 static const style_t *const *const tables[STYLE_NFAMILIES] = {

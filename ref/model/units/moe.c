@@ -73,7 +73,7 @@ void moe_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
     L->moe_y = CARVE_F(cv, R * C);
     L->moe_out = CARVE_F(cv, n * C);
     L->moe_out_held = d->sp || d->cp > 1 ? CARVE_F(cv, d->ns * C) : L->moe_out;
-    L->moe_in = d->cp > 1 ? CARVE_F(cv, n * C) : L->ln2_full;
+    L->moe_in = d->cp > 1 ? CARVE_F(cv, n * C) : L->mlp.ln2_full;
     const size_t RX = d->ep > 1 ? d->ep * R : 0; /* rows this rank's experts run */
     L->moe_ep_rows = RX ? (int32_t *)carve(cv, d->ep * (E + 1) * sizeof(int32_t)) : NULL;
     L->moe_ex_x = RX ? CARVE_F(cv, RX * C) : NULL;

@@ -46,15 +46,15 @@ static const attn_block_t encoder_self = {
 static void encoder_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x,
                             const pass_t *p) {
     layer_acts_t *LA = &A->layer[unit_acts(u)];
-    attn_block_forward(g, u, A, LA, x, p, &encoder_self);
-    ln2_forward(g, u, LA, LA->resid1, p);
-    mlp_forward(g, u, A, LA, LA->resid1, p, ROWS_SOURCE);
+    attn_block_forward(g, u, A, &LA->attn, x, p, &encoder_self);
+    ln2_forward(g, u, &LA->mlp, LA->attn.resid1, p);
+    mlp_forward(g, u, A, LA, LA->attn.resid1, p, ROWS_SOURCE);
 }
 
 static void encoder_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
     layer_acts_t *LA = &A->layer[unit_acts(u)];
-    ln2_backward(g, u, A, LA, p, mlp_backward(g, u, A, LA, p, ROWS_SOURCE));
-    attn_block_backward(g, u, A, LA, p, &encoder_self);
+    ln2_backward(g, u, A, &LA->mlp, p, mlp_backward(g, u, A, LA, p, ROWS_SOURCE));
+    attn_block_backward(g, u, A, &LA->attn, p, &encoder_self);
 }
 
 const unit_kind_t unit_encoder_layer = {
@@ -85,13 +85,14 @@ static const unit_checkpoint_t final_checkpoints[] = {
     {"act", "final_layernorm.output", ST_F32, 2, {DIM_T, DIM_C}, 0, WHEN_ALWAYS, CKPT_COMPUTE},
 };
 
-/* Its LayerNorm's xhat and rstd in ln1's fields; the stream in out. */
+/* Its LayerNorm's xhat and rstd in the MLP part's ln2 fields; the
+ * stream in out. */
 static void final_layout(gpt_slot_t *A, int l, const slot_dims_t *d, int held, int next_held,
                          carver_t *cv) {
     layer_acts_t *L = &A->layer[l];
     if (held) {
-        L->ln1_xhat = CARVE_F(cv, d->ns * d->C);
-        L->ln1_rstd = CARVE_F(cv, d->ns);
+        L->mlp.ln2_xhat = CARVE_F(cv, d->ns * d->C);
+        L->mlp.ln2_rstd = CARVE_F(cv, d->ns);
     }
     if (held || next_held) L->out = CARVE_F(cv, d->ns * d->C);
 }
@@ -100,7 +101,7 @@ static void final_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float 
                           const pass_t *p) {
     layer_acts_t *LA = &A->layer[unit_acts(u)];
     const model_config_t *c = &g->cfg;
-    layernorm_forward(LA->out, LA->ln1_xhat, LA->ln1_rstd, x, unit_param(g, u, F_LN_W),
+    layernorm_forward(LA->out, LA->mlp.ln2_xhat, LA->mlp.ln2_rstd, x, unit_param(g, u, F_LN_W),
                       unit_param(g, u, F_LN_B), p->ns, c->hidden, c->ln_eps,
                       g->scratch.row_scratch);
     copy_rows(LA->out, x, p, ROWS_TARGET, c->encoder_seq_length, c->hidden);
@@ -115,8 +116,8 @@ static void final_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_
     float *d_a = g->scratch.d_tmp, *d_b = g->scratch.d_tmp2;
     memcpy(d_a, A->d_resid, p->nsC * sizeof(float));
     zero_rows_outside(d_a, p, ROWS_SOURCE, P, C);
-    ln_backward(g, p, d_b, unit_grad(g, u, F_LN_W), unit_grad(g, u, F_LN_B), d_a, LA->ln1_xhat,
-                LA->ln1_rstd, unit_param(g, u, F_LN_W));
+    ln_backward(g, p, d_b, unit_grad(g, u, F_LN_W), unit_grad(g, u, F_LN_B), d_a,
+                LA->mlp.ln2_xhat, LA->mlp.ln2_rstd, unit_param(g, u, F_LN_W));
     copy_rows(A->d_resid, d_b, p, ROWS_SOURCE, P, C);
 }
 
@@ -173,12 +174,12 @@ static const attn_block_t decoder_cross = {
     "cross_attention_dropout", "cross_attention_output_dropout"};
 
 /* The dense layer's activations and, carved in the slot, a second
- * attention block's for the cross-attention. */
+ * attention part for the cross-attention. */
 static void decoder_layout(gpt_slot_t *A, int l, const slot_dims_t *d, int held, int next_held,
                            carver_t *cv) {
     layer_layout(A, l, d, held, next_held, cv);
     if (!held) return;
-    layer_acts_t measure, *X = carve(cv, sizeof *X);
+    attn_acts_t measure, *X = carve(cv, sizeof *X);
     if (!X) X = &measure; /* measuring */
     memset(X, 0, sizeof *X);
     layer_attention_layout(X, d, cv);
@@ -187,18 +188,19 @@ static void decoder_layout(gpt_slot_t *A, int l, const slot_dims_t *d, int held,
 
 static void decoder_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x,
                             const pass_t *p) {
-    layer_acts_t *LA = &A->layer[unit_acts(u)], *X = LA->cross;
-    attn_block_forward(g, u, A, LA, x, p, &decoder_self);
-    attn_block_forward(g, u, A, X, LA->resid1, p, &decoder_cross);
-    ln2_forward(g, u, LA, X->resid1, p);
+    layer_acts_t *LA = &A->layer[unit_acts(u)];
+    attn_acts_t *X = LA->cross;
+    attn_block_forward(g, u, A, &LA->attn, x, p, &decoder_self);
+    attn_block_forward(g, u, A, X, LA->attn.resid1, p, &decoder_cross);
+    ln2_forward(g, u, &LA->mlp, X->resid1, p);
     mlp_forward(g, u, A, LA, X->resid1, p, ROWS_TARGET);
 }
 
 static void decoder_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
     layer_acts_t *LA = &A->layer[unit_acts(u)];
-    ln2_backward(g, u, A, LA, p, mlp_backward(g, u, A, LA, p, ROWS_TARGET));
+    ln2_backward(g, u, A, &LA->mlp, p, mlp_backward(g, u, A, LA, p, ROWS_TARGET));
     attn_block_backward(g, u, A, LA->cross, p, &decoder_cross);
-    attn_block_backward(g, u, A, LA, p, &decoder_self);
+    attn_block_backward(g, u, A, &LA->attn, p, &decoder_self);
 }
 
 static void decoder_views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,

@@ -108,7 +108,9 @@ typedef struct {
 /* The extents a slot is laid out with. */
 typedef struct {
     size_t mb, T, Tc, n, ns, C, H, A, F, V;
-    int hdrop, adrop, sp, ulysses;
+    int hdrop, adrop, sp;
+    const struct style *attention; /* the replica's attention style (styles/attention.h):
+                                      lays out its core's own activations */
     int core_shared;    /* selective recomputation: attention's core (scores, softmax,
                            dropout) lives in the scratch's one set, not the slot */
     size_t E, K, R, Fe; /* experts, top-k, the experts' input rows (moe_rows), and

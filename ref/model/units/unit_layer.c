@@ -17,6 +17,7 @@
 
 #include "model/gpt.h"
 #include "parity/coll.h"
+#include "model/styles/attention.h"
 #include "model/units/unit_layer.h"
 
 static const unit_tensor_t tensors[P_PER_LAYER] = {
@@ -82,7 +83,7 @@ const attn_block_t layer_self_attention = {
 
 /* ---- activations ---------------------------------------------------------- */
 
-void layer_core_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
+void layer_core_layout(attn_acts_t *L, const slot_dims_t *d, carver_t *cv) {
     const size_t mb = d->mb, T = d->T, Tc = d->Tc, H = d->H;
     /* ring: [mb,H,Tc,T], the rank's queries against every key;
      * Ulysses: [mb,H/cp,T,T], every query of its heads: as many */
@@ -92,7 +93,7 @@ void layer_core_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
     L->att_keep = d->adrop ? CARVE_U8(cv, mb * H * Tc * T) : NULL;
 }
 
-void layer_attention_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
+void layer_attention_layout(attn_acts_t *L, const slot_dims_t *d, carver_t *cv) {
     const size_t n = d->n, ns = d->ns, C = d->C, A_ = d->A;
     L->ln1_xhat = CARVE_F(cv, ns * C);
     L->ln1_rstd = CARVE_F(cv, ns);
@@ -101,14 +102,15 @@ void layer_attention_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv)
     L->qkv = CARVE_F(cv, n * 3 * A_);
     if (!d->core_shared) layer_core_layout(L, d, cv); /* else attn_core_bind's */
     L->ctx = CARVE_F(cv, n * A_);
-    L->qkv_h = d->ulysses ? CARVE_F(cv, n * 3 * A_) : L->qkv;
-    L->ctx_h = d->ulysses ? CARVE_F(cv, n * A_) : L->ctx;
+    L->core_qkv = L->qkv, L->core_ctx = L->ctx; /* unless the style keeps its own */
+    const attention_style_t *st = attention_style_of(d->attention);
+    if (st->layout_acts) st->layout_acts(L, d, cv);
     L->attn_out = CARVE_F(cv, ns * C);
     L->attn_keep = d->hdrop ? CARVE_U8(cv, ns * C) : NULL;
     L->resid1 = CARVE_F(cv, ns * C);
 }
 
-void layer_ln2_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
+void layer_ln2_layout(mlp_acts_t *L, const slot_dims_t *d, carver_t *cv) {
     const size_t n = d->n, ns = d->ns, C = d->C;
     L->ln2_xhat = CARVE_F(cv, ns * C);
     L->ln2_rstd = CARVE_F(cv, ns);
@@ -118,11 +120,12 @@ void layer_ln2_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
 
 void layer_mlp_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
     const size_t n = d->n, ns = d->ns, C = d->C, F = d->F;
-    L->fc1_out = CARVE_F(cv, n * F);
-    L->gelu_out = CARVE_F(cv, n * F);
-    L->gelu_grad = CARVE_F(cv, n * F);
-    L->fc2_out = CARVE_F(cv, ns * C);
-    L->mlp_keep = d->hdrop ? CARVE_U8(cv, ns * C) : NULL;
+    mlp_acts_t *M = &L->mlp;
+    M->fc1_out = CARVE_F(cv, n * F);
+    M->gelu_out = CARVE_F(cv, n * F);
+    M->gelu_grad = CARVE_F(cv, n * F);
+    M->fc2_out = CARVE_F(cv, ns * C);
+    M->mlp_keep = d->hdrop ? CARVE_U8(cv, ns * C) : NULL;
     L->out = CARVE_F(cv, ns * C);
 }
 
@@ -137,8 +140,8 @@ void layer_layout(gpt_slot_t *A, int l, const slot_dims_t *d, int held, int next
                   carver_t *cv) {
     layer_acts_t *L = &A->layer[l];
     if (!layer_held(L, d, held, next_held, cv)) return;
-    layer_attention_layout(L, d, cv);
-    layer_ln2_layout(L, d, cv);
+    layer_attention_layout(&L->attn, d, cv);
+    layer_ln2_layout(&L->mlp, d, cv);
     layer_mlp_layout(L, d, cv);
 }
 
@@ -146,10 +149,10 @@ static void moe_layer_layout(gpt_slot_t *A, int l, const slot_dims_t *d, int hel
                              carver_t *cv) {
     layer_acts_t *L = &A->layer[l];
     if (!layer_held(L, d, held, next_held, cv)) return;
-    layer_attention_layout(L, d, cv);
-    layer_ln2_layout(L, d, cv);
+    layer_attention_layout(&L->attn, d, cv);
+    layer_ln2_layout(&L->mlp, d, cv);
     moe_layout(L, d, cv);
-    L->mlp_keep = d->hdrop ? CARVE_U8(cv, d->ns * d->C) : NULL;
+    L->mlp.mlp_keep = d->hdrop ? CARVE_U8(cv, d->ns * d->C) : NULL;
     L->out = CARVE_F(cv, d->ns * d->C);
 }
 
@@ -189,24 +192,27 @@ static pass_t block_pass(const gpt_t *g, const pass_t *p, const attn_block_t *b)
 /* Selective recomputation: an attention block's core (scores, softmax,
  * dropout) is the scratch's one set while the block runs, which every
  * block overwrites; 1 when bound. */
-static int core_bind(gpt_t *g, layer_acts_t *LA, const attn_block_t *b) {
+static int core_bind(gpt_t *g, attn_acts_t *LA, const attn_block_t *b) {
     if (g->local.recompute != MODEL_RECOMPUTE_SELECTIVE) return 0;
-    const layer_acts_t *core = &g->scratch.recompute_core[b->cross ? 1 : 0];
+    const attn_acts_t *core = &g->scratch.recompute_core[b->cross ? 1 : 0];
     LA->att_e = core->att_e, LA->att_ehat = core->att_ehat;
     LA->att_z = core->att_z, LA->att_keep = core->att_keep;
     return 1;
 }
 
-/* ctx from qkv: the core, its dropout mask keyed by the layer's site,
- * the step and the slot's global sequences (I3), so a second run (the
- * backward's, selective) gives the first's bits. */
-static void core_forward(gpt_t *g, const gpt_slot_t *A, layer_acts_t *LA, const pass_t *p,
+/* ctx from qkv: the attention style's core, its dropout mask keyed by
+ * the layer's site, the step and the slot's global sequences (I3), so a
+ * second run (the backward's, selective) gives the first's bits. Mixed
+ * precision: the core as FlashAttention runs it, in fp32; its output
+ * rounded. */
+static void core_forward(gpt_t *g, const gpt_slot_t *A, attn_acts_t *LA, const pass_t *p,
                          const attn_block_t *b, int l) {
-    attention_unit_forward(g, p, LA, site_stream(b->att_site, l, A->step),
-                           A->mask_seq + unit_inner_shift(g, A->n_seq));
+    attention_style(g)->forward(g, p, LA, site_stream(b->att_site, l, A->step),
+                                A->mask_seq + unit_inner_shift(g, A->n_seq));
+    act_round(g, LA->ctx, (size_t)p->n * g->local.attn);
 }
 
-void attn_block_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA,
+void attn_block_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, attn_acts_t *LA,
                         const float *x, const pass_t *p0, const attn_block_t *b) {
     const int l = unit_acts(u), P = g->cfg.encoder_seq_length;
     const model_config_t *c = &g->cfg;
@@ -231,11 +237,11 @@ void attn_block_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *
     act_round(g, LA->resid1, p->nsC);
 }
 
-void ln2_forward(gpt_t *g, const unit_t *u, layer_acts_t *LA, const float *x, const pass_t *p) {
+void ln2_forward(gpt_t *g, const unit_t *u, mlp_acts_t *M, const float *x, const pass_t *p) {
     const int C = g->local.hid;
-    ln_forward(g, p, LA->ln2_out, LA->ln2_xhat, LA->ln2_rstd, x, PL(g, u, P_LN2_W),
+    ln_forward(g, p, M->ln2_out, M->ln2_xhat, M->ln2_rstd, x, PL(g, u, P_LN2_W),
                PL(g, u, P_LN2_B));
-    tokens_full(g, p, LA->ln2_full, LA->ln2_out, C);
+    tokens_full(g, p, M->ln2_full, M->ln2_out, C);
 }
 
 void mlp_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA, const float *x,
@@ -244,24 +250,25 @@ void mlp_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA, con
     const int n = p->n, C = g->local.hid, F = g->local.ffn;
     const gpt_local_t *lc = &g->local;
     const int rl = lc->row_linears;
-    if (LA->mlp_keep)
-        site_mask(g, A, p, LA->mlp_keep, site_stream("mlp_output_dropout", unit_acts(u), A->step));
-    pair_first_forward(g, p, LA->fc1_out, LA->ln2_full, PL(g, u, P_FC1_W), PL(g, u, P_FC1_B), C, F,
+    mlp_acts_t *M = &LA->mlp;
+    if (M->mlp_keep)
+        site_mask(g, A, p, M->mlp_keep, site_stream("mlp_output_dropout", unit_acts(u), A->step));
+    pair_first_forward(g, p, M->fc1_out, M->ln2_full, PL(g, u, P_FC1_W), PL(g, u, P_FC1_B), C, F,
                        p->t_cf);
-    gelu_forward(LA->gelu_out, LA->gelu_grad, LA->fc1_out, (size_t)n * F);
-    act_round(g, LA->gelu_out, (size_t)n * F);
-    pair_second_forward(g, p, LA->fc2_out, LA->gelu_out, F, rl ? lc->fin0 : 0, rl ? lc->fin : F,
+    gelu_forward(M->gelu_out, M->gelu_grad, M->fc1_out, (size_t)n * F);
+    act_round(g, M->gelu_out, (size_t)n * F);
+    pair_second_forward(g, p, M->fc2_out, M->gelu_out, F, rl ? lc->fin0 : 0, rl ? lc->fin : F,
                         PL(g, u, P_FC2_W), PL(g, u, P_FC2_B), C, p->t_fc, TP2D_FFN);
-    zero_rows_outside(LA->fc2_out, p, rows, c->encoder_seq_length, C);
-    residual_dropout(LA->out, x, LA->fc2_out, LA->mlp_keep, p->nsC, c->hidden_dropout);
+    zero_rows_outside(M->fc2_out, p, rows, c->encoder_seq_length, C);
+    residual_dropout(LA->out, x, M->fc2_out, M->mlp_keep, p->nsC, c->hidden_dropout);
     act_round(g, LA->out, p->nsC);
 }
 
 static void forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x, const pass_t *p) {
     layer_acts_t *LA = &A->layer[unit_acts(u)];
-    attn_block_forward(g, u, A, LA, x, p, &layer_self_attention);
-    ln2_forward(g, u, LA, LA->resid1, p);
-    mlp_forward(g, u, A, LA, LA->resid1, p, ROWS_ALL);
+    attn_block_forward(g, u, A, &LA->attn, x, p, &layer_self_attention);
+    ln2_forward(g, u, &LA->mlp, LA->attn.resid1, p);
+    mlp_forward(g, u, A, LA, LA->attn.resid1, p, ROWS_ALL);
 }
 
 static moe_params_t moe_params(gpt_t *g, const unit_t *u) {
@@ -307,7 +314,7 @@ static const float *cp_whole(gpt_t *g, const pass_t *p, float *whole, const floa
     float *parts = g->scratch.moe_cp_parts, *mine = parts + (size_t)g->local.cp_rank * count;
     memcpy(mine, held, count * sizeof(float));
     coll_all_gather(g->shard.cp_group, mine, parts, count, COLL_F32);
-    const cp_comm_t comm = g->local.ulysses ? CP_ULYSSES : CP_RING;
+    const cp_comm_t comm = attention_style(g)->comm; /* who holds which positions */
     for (int r = 0; r < cp; r++) {
         const cp_runs_t runs = cp_runs(cp, r, p->T, comm);
         const float *part = parts + (size_t)r * count;
@@ -324,16 +331,16 @@ static void moe_layer_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const fl
                               const pass_t *p) {
     layer_acts_t *LA = &A->layer[unit_acts(u)];
     const int C = g->cfg.hidden;
-    if (LA->mlp_keep)
-        site_mask(g, A, p, LA->mlp_keep, site_stream("mlp_output_dropout", unit_acts(u), A->step));
-    attn_block_forward(g, u, A, LA, x, p, &layer_self_attention);
-    ln2_forward(g, u, LA, LA->resid1, p);
+    uint8_t *keep = LA->mlp.mlp_keep;
+    if (keep) site_mask(g, A, p, keep, site_stream("mlp_output_dropout", unit_acts(u), A->step));
+    attn_block_forward(g, u, A, &LA->attn, x, p, &layer_self_attention);
+    ln2_forward(g, u, &LA->mlp, LA->attn.resid1, p);
     const moe_params_t w = moe_params(g, u);
     const pass_t whole = whole_sequences(p, C);
-    moe_forward(g, &whole, LA, cp_whole(g, p, LA->moe_in, LA->ln2_full, C), &w);
+    moe_forward(g, &whole, LA, cp_whole(g, p, LA->moe_in, LA->mlp.ln2_full, C), &w);
     if (LA->moe_out_held != LA->moe_out)
         rows_at_runs(LA->moe_out_held, LA->moe_out, &p->runs, p->n_seq, p->T, C);
-    residual_dropout(LA->out, LA->resid1, LA->moe_out_held, LA->mlp_keep, p->nsC,
+    residual_dropout(LA->out, LA->attn.resid1, LA->moe_out_held, keep, p->nsC,
                      g->cfg.hidden_dropout);
 }
 
@@ -360,16 +367,16 @@ static const float *branch_grad(gpt_t *g, const pass_t *p, float *held, float *f
     return tokens_full(g, p, full, d, g->local.hid);
 }
 
-void ln2_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA, const pass_t *p,
+void ln2_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, mlp_acts_t *M, const pass_t *p,
                   const float *d_ln2) {
     float *d_res = A->d_resid, *d_a = g->scratch.d_tmp;
-    ln_backward(g, p, d_a, GL(g, u, P_LN2_W), GL(g, u, P_LN2_B), d_ln2, LA->ln2_xhat, LA->ln2_rstd,
+    ln_backward(g, p, d_a, GL(g, u, P_LN2_W), GL(g, u, P_LN2_B), d_ln2, M->ln2_xhat, M->ln2_rstd,
                 PL(g, u, P_LN2_W));
     for (size_t i = 0; i < p->nsC; i++) d_res[i] = d_res[i] + d_a[i];
     act_round(g, d_res, p->nsC);
 }
 
-void attn_block_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA,
+void attn_block_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, attn_acts_t *LA,
                          const pass_t *p0, const attn_block_t *b) {
     const model_config_t *c = &g->cfg;
     const int C = g->local.hid, W = g->local.attn, P = c->encoder_seq_length;
@@ -386,7 +393,8 @@ void attn_block_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t 
     pair_second_backward(g, p, d_b, GL(g, u, b->dense_w), GL(g, u, b->dense_b), d_dense, LA->ctx,
                          W, rl ? lc->cin0 : 0, rl ? lc->cin : W, PL(g, u, b->dense_w), C, p->t_cc,
                          TP2D_HEADS);
-    attention_unit_backward(g, p, LA, d_w, d_b);
+    attention_style(g)->backward(g, p, LA, d_w, d_b);
+    act_round(g, d_w, (size_t)p->n * 3 * W);
     pair_first_backward(g, p, d_a, GL(g, u, b->qkv_w), GL(g, u, b->qkv_b), d_w, LA->ln1_full,
                         PL(g, u, b->qkv_w), C, 3 * W, p->t_cc);
     if (b->cross) { /* the source rows' gradient skips the LayerNorm */
@@ -418,23 +426,24 @@ const float *mlp_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t
     const int rl = lc->row_linears;
     gpt_scratch_t *S = &g->scratch;
     float *d_a = S->d_tmp, *d_b = S->d_tmp2, *d_w = S->d_wide;
+    const mlp_acts_t *M = &LA->mlp;
     /* out = x + drop(fc2_out); the row-parallel backward needs every
      * token's gradient (its bias gradient is then whole on every rank) */
-    const float *d_fc2 = branch_grad(g, p, d_a, S->d_tmp3, A->d_resid, LA->mlp_keep, rows);
-    pair_second_backward(g, p, d_w, GL(g, u, P_FC2_W), GL(g, u, P_FC2_B), d_fc2, LA->gelu_out, F,
+    const float *d_fc2 = branch_grad(g, p, d_a, S->d_tmp3, A->d_resid, M->mlp_keep, rows);
+    pair_second_backward(g, p, d_w, GL(g, u, P_FC2_W), GL(g, u, P_FC2_B), d_fc2, M->gelu_out, F,
                          rl ? lc->fin0 : 0, rl ? lc->fin : F, PL(g, u, P_FC2_W), C, p->t_fc,
                          TP2D_FFN);
-    gelu_backward(d_w, d_w, LA->gelu_grad, (size_t)p->n * F);
+    gelu_backward(d_w, d_w, M->gelu_grad, (size_t)p->n * F);
     act_round(g, d_w, (size_t)p->n * F);
-    pair_first_backward(g, p, d_b, GL(g, u, P_FC1_W), GL(g, u, P_FC1_B), d_w, LA->ln2_full,
+    pair_first_backward(g, p, d_b, GL(g, u, P_FC1_W), GL(g, u, P_FC1_B), d_w, M->ln2_full,
                         PL(g, u, P_FC1_W), C, F, p->t_cf);
     return d_b;
 }
 
 static void backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
     layer_acts_t *LA = &A->layer[unit_acts(u)];
-    ln2_backward(g, u, A, LA, p, mlp_backward(g, u, A, LA, p, ROWS_ALL));
-    attn_block_backward(g, u, A, LA, p, &layer_self_attention);
+    ln2_backward(g, u, A, &LA->mlp, p, mlp_backward(g, u, A, LA, p, ROWS_ALL));
+    attn_block_backward(g, u, A, &LA->attn, p, &layer_self_attention);
     broken_input_grad(g, u, A);
 }
 
@@ -442,7 +451,7 @@ static void moe_layer_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const p
     layer_acts_t *LA = &A->layer[unit_acts(u)];
     gpt_scratch_t *S = &g->scratch;
     const float *d_moe =
-        branch_grad(g, p, S->d_tmp, S->d_tmp3, A->d_resid, LA->mlp_keep, ROWS_ALL);
+        branch_grad(g, p, S->d_tmp, S->d_tmp3, A->d_resid, LA->mlp.mlp_keep, ROWS_ALL);
     const moe_params_t w = moe_params(g, u);
     const moe_grads_t gr = {GL(g, u, P_ROUTER), GL(g, u, P_EXP_FC1_W), GL(g, u, P_EXP_FC1_B),
                             GL(g, u, P_EXP_FC2_W), GL(g, u, P_EXP_FC2_B)};
@@ -451,22 +460,22 @@ static void moe_layer_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const p
     moe_backward(g, &whole, LA, whole_held ? S->d_tmp2 : S->moe_dx_full,
                  cp_whole(g, p, S->moe_dout, d_moe, C), LA->moe_in, &w, &gr);
     if (!whole_held) rows_at_runs(S->d_tmp2, S->moe_dx_full, &p->runs, p->n_seq, p->T, C);
-    ln2_backward(g, u, A, LA, p, S->d_tmp2);
-    attn_block_backward(g, u, A, LA, p, &layer_self_attention);
+    ln2_backward(g, u, A, &LA->mlp, p, S->d_tmp2);
+    attn_block_backward(g, u, A, &LA->attn, p, &layer_self_attention);
     broken_input_grad(g, u, A);
 }
 
 /* ---- views ---------------------------------------------------------------- */
 
-void layer_attention_views(const gpt_t *g, const layer_acts_t *LA, const unit_positions_t *pos,
+void layer_attention_views(const gpt_t *g, const attn_acts_t *LA, const unit_positions_t *pos,
                            unit_view_t *masks, unit_view_t *acts) {
     const gpt_local_t *lc = &g->local;
     const int64_t W = lc->attn, D = lc->heads ? W / lc->heads : 0;
-    /* ring: the rank's query rows (axis 1) of its heads; Ulysses: every
-     * row of the heads it attends */
+    /* the query rows (axis 1) of the heads the core attends, as its
+     * style holds them (the slot's positions, or every row) */
     const int inner = pos->inner_shift;
     masks[0] = (unit_view_t){LA->att_keep, 0, lc->att_head0, lc->att_heads,
-                             lc->ulysses ? NULL : pos->all, 1, inner};
+                             attention_style(g)->mask_rows(pos), 1, inner};
     masks[1] = unit_stream_view(g, LA->attn_keep, pos->stream);
     acts[0] = unit_stream_view(g, LA->ln1_full, pos->all);
     acts[1] = (unit_view_t){LA->qkv, 1, 3 * D * lc->head0, 3 * W, pos->all, 0, inner};
@@ -477,10 +486,11 @@ void layer_attention_views(const gpt_t *g, const layer_acts_t *LA, const unit_po
 void layer_mlp_views(const gpt_t *g, const layer_acts_t *LA, const unit_positions_t *pos,
                      unit_view_t *mask, unit_view_t *acts) {
     const gpt_local_t *lc = &g->local;
-    mask[0] = unit_stream_view(g, LA->mlp_keep, pos->stream);
-    acts[0] = unit_stream_view(g, LA->ln2_full, pos->all);
-    acts[1] = (unit_view_t){LA->fc1_out, 1, lc->ffn0, lc->ffn, pos->all, 0, pos->inner_shift};
-    acts[2] = unit_stream_view(g, LA->fc2_out, pos->stream);
+    const mlp_acts_t *M = &LA->mlp;
+    mask[0] = unit_stream_view(g, M->mlp_keep, pos->stream);
+    acts[0] = unit_stream_view(g, M->ln2_full, pos->all);
+    acts[1] = (unit_view_t){M->fc1_out, 1, lc->ffn0, lc->ffn, pos->all, 0, pos->inner_shift};
+    acts[2] = unit_stream_view(g, M->fc2_out, pos->stream);
     acts[3] = unit_stream_view(g, LA->out, pos->stream);
 }
 
@@ -491,13 +501,13 @@ void layer_views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
     const layer_acts_t *LA = &A->layer[unit_acts(u)];
     if (u->kind != &unit_moe_layer) {
         unit_view_t mlp[4];
-        layer_attention_views(g, LA, pos, out, out + 3);
+        layer_attention_views(g, &LA->attn, pos, out, out + 3);
         layer_mlp_views(g, LA, pos, out + 2, mlp);
         out[7] = mlp[0], out[8] = mlp[1], out[9] = mlp[2], out[10] = mlp[3];
         return;
     }
     unit_view_t mask[1], mlp[4];
-    layer_attention_views(g, LA, pos, out, out + 4);
+    layer_attention_views(g, &LA->attn, pos, out, out + 4);
     layer_mlp_views(g, LA, pos, mask, mlp);
     out[2] = mask[0];
     out[3] = (unit_view_t){LA->moe_kept, -1, 0, 0, pos->whole, 0, 0};

@@ -92,26 +92,27 @@ typedef struct {
 /* The GPT's self-attention: P_LN1_W .. P_DENSE_B, causal, every row. */
 extern const attn_block_t layer_self_attention;
 
-/* Activations: an attention block's (its core: scores, softmax and
- * dropout, laid out by layer_core_layout unless slot_dims_t.core_shared);
- * LN2's; the dense MLP's and the layer's output. */
-void layer_core_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv);
-void layer_attention_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv);
-void layer_ln2_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv);
+/* Activations: an attention part (its core: scores, softmax and
+ * dropout, laid out by layer_core_layout unless slot_dims_t.core_shared;
+ * the core's own layout by the attention style); LN2's; the dense MLP's
+ * and the layer's output. */
+void layer_core_layout(attn_acts_t *L, const slot_dims_t *d, carver_t *cv);
+void layer_attention_layout(attn_acts_t *L, const slot_dims_t *d, carver_t *cv);
+void layer_ln2_layout(mlp_acts_t *L, const slot_dims_t *d, carver_t *cv);
 void layer_mlp_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv);
 
 /* LA->resid1 = x + drop(block(x)); backward: A->d_resid from the
  * gradient of LA->resid1 to that of x. */
-void attn_block_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA,
+void attn_block_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, attn_acts_t *LA,
                         const float *x, const pass_t *p, const attn_block_t *b);
-void attn_block_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA,
+void attn_block_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, attn_acts_t *LA,
                          const pass_t *p, const attn_block_t *b);
-/* LA->ln2_full = LN2(x) (gathered under sequence parallelism); backward:
+/* M->ln2_full = LN2(x) (gathered under sequence parallelism); backward:
  * A->d_resid += the gradient through LN2 of d_ln2 (LN2's output's). */
-void ln2_forward(gpt_t *g, const unit_t *u, layer_acts_t *LA, const float *x, const pass_t *p);
-void ln2_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA, const pass_t *p,
+void ln2_forward(gpt_t *g, const unit_t *u, mlp_acts_t *M, const float *x, const pass_t *p);
+void ln2_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, mlp_acts_t *M, const pass_t *p,
                   const float *d_ln2);
-/* LA->out = x + drop(mlp(LA->ln2_full)) on `rows`; backward: from
+/* LA->out = x + drop(mlp(LA->mlp.ln2_full)) on `rows`; backward: from
  * A->d_resid (LA->out's gradient), returns the gradient of LN2's output
  * (the tokens held, in the scratch). */
 void mlp_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t *LA, const float *x,
@@ -121,7 +122,7 @@ const float *mlp_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, layer_acts_t
 /* The checkpoints' views of an attention block [6] (its two masks, then
  * its LayerNorm's output, qkv, core attention and projection) and of the
  * dense MLP with the output [5] (its mask, LN2, fc1, fc2, out). */
-void layer_attention_views(const gpt_t *g, const layer_acts_t *LA, const unit_positions_t *pos,
+void layer_attention_views(const gpt_t *g, const attn_acts_t *LA, const unit_positions_t *pos,
                            unit_view_t *masks, unit_view_t *acts);
 void layer_mlp_views(const gpt_t *g, const layer_acts_t *LA, const unit_positions_t *pos,
                      unit_view_t *mask, unit_view_t *acts);

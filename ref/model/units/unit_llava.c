@@ -150,12 +150,13 @@ static const unit_checkpoint_t projector_checkpoints[] = {
     {"act", "output", ST_F32, 2, {DIM_T, DIM_C}, 1, WHEN_ALWAYS, CKPT_TP_ROW},
 };
 
-/* Its input gathered in ln1_full, the MLP's fields, the stream in out. */
+/* Its input gathered in the MLP part's ln2_full, the MLP's fields, the
+ * stream in out. */
 static void projector_layout(gpt_slot_t *A, int l, const slot_dims_t *d, int held, int next_held,
                              carver_t *cv) {
     layer_acts_t *L = &A->layer[l];
     if (held) {
-        L->ln1_full = d->sp ? CARVE_F(cv, d->n * d->C) : NULL;
+        L->mlp.ln2_full = d->sp ? CARVE_F(cv, d->n * d->C) : NULL;
         layer_mlp_layout(L, d, cv);
     } else if (next_held) {
         L->out = CARVE_F(cv, d->ns * d->C);
@@ -164,28 +165,29 @@ static void projector_layout(gpt_slot_t *A, int l, const slot_dims_t *d, int hel
 
 static void projector_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float *x,
                               const pass_t *p) {
-    layer_acts_t *LA = &A->layer[unit_acts(u)];
+    layer_acts_t *L = &A->layer[unit_acts(u)];
+    mlp_acts_t *LA = &L->mlp;
     const model_config_t *c = &g->cfg;
     const int n = p->n, C = c->hidden, F = g->local.ffn;
     const gpt_local_t *lc = &g->local;
     const int rl = lc->row_linears;
     /* gathered under sequence parallelism, else the input itself (the
      * previous unit's output, which the slot keeps for the backward) */
-    float *full = (float *)tokens_full(g, p, LA->ln1_full, x, C);
-    LA->ln1_full = full;
+    float *full = (float *)tokens_full(g, p, LA->ln2_full, x, C);
+    LA->ln2_full = full;
     pair_first_forward(g, p, LA->fc1_out, full, unit_param(g, u, J_FC1_W),
                        unit_param(g, u, J_FC1_B), C, F, p->t_cf);
     gelu_forward(LA->gelu_out, LA->gelu_grad, LA->fc1_out, (size_t)n * F);
     pair_second_forward(g, p, LA->fc2_out, LA->gelu_out, F, rl ? lc->fin0 : 0, rl ? lc->fin : F,
                         unit_param(g, u, J_FC2_W), unit_param(g, u, J_FC2_B), C, p->t_fc, TP2D_FFN);
-    memcpy(LA->out, x, p->nsC * sizeof(float)); /* the text rows pass */
-    copy_rows(LA->out, LA->fc2_out, p, ROWS_SOURCE, c->encoder_seq_length, C);
+    memcpy(L->out, x, p->nsC * sizeof(float)); /* the text rows pass */
+    copy_rows(L->out, LA->fc2_out, p, ROWS_SOURCE, c->encoder_seq_length, C);
 }
 
 /* The image rows' gradient through the MLP (no residual: it replaces
  * them); the text rows' passes as it is. */
 static void projector_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
-    layer_acts_t *LA = &A->layer[unit_acts(u)];
+    const mlp_acts_t *LA = &A->layer[unit_acts(u)].mlp;
     const model_config_t *c = &g->cfg;
     const int C = c->hidden, F = g->local.ffn, P = c->encoder_seq_length;
     const gpt_local_t *lc = &g->local;
@@ -200,14 +202,14 @@ static void projector_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const p
                          unit_param(g, u, J_FC2_W), C, p->t_fc, TP2D_FFN);
     gelu_backward(d_w, d_w, LA->gelu_grad, (size_t)p->n * F);
     pair_first_backward(g, p, d_b, unit_grad(g, u, J_FC1_W), unit_grad(g, u, J_FC1_B), d_w,
-                        LA->ln1_full, unit_param(g, u, J_FC1_W), C, F, p->t_cf);
+                        LA->ln2_full, unit_param(g, u, J_FC1_W), C, F, p->t_cf);
     copy_rows(A->d_resid, d_b, p, ROWS_SOURCE, P, C);
 }
 
 static void projector_views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
                             const unit_positions_t *pos, unit_view_t *out) {
     const layer_acts_t *LA = &A->layer[unit_acts(u)];
-    out[0] = (unit_view_t){LA->fc1_out, 1, g->local.ffn0, g->local.ffn, pos->all, 0, 0};
+    out[0] = (unit_view_t){LA->mlp.fc1_out, 1, g->local.ffn0, g->local.ffn, pos->all, 0, 0};
     out[1] = (unit_view_t){LA->out, -1, 0, 0, pos->stream, 0, 0};
 }
 

@@ -103,15 +103,6 @@ void ln_forward(gpt_t *g, const pass_t *p, float *y, float *xhat, float *rstd, c
 void ln_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dgamma, acc_t *dbeta,
                  const float *dy, const float *xhat, const float *rstd, const float *gamma);
 
-/* attention_cp.c: core attention of a layer, whole (cp = 1), around the
- * context-parallel ring, or between Ulysses' all-to-alls; the mask drawn
- * first (site stream, sequences keyed from mask_seq). Backward: dctx
- * [n, attn] -> dqkv [n, 3 attn]. */
-void attention_unit_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, uint64_t mask_stream,
-                            int mask_seq);
-void attention_unit_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dqkv,
-                             const float *dctx);
-
 #include "model/units/unit_kind.h"
 
 /* unit_embedding.c: the embedding's pieces, which the LLaVA-style patch
