@@ -2,6 +2,7 @@
  * its own file and one line here. */
 #include <stddef.h>
 
+#include "model/styles/experts.h"
 #include "model/styles/style.h"
 
 enum { STYLE_MAX_REGISTERED = 8 };
@@ -11,7 +12,8 @@ static const style_t *const linear_table[] = {NULL};
 static const style_t *const norm_table[] = {NULL};
 static const style_t *const vocab_table[] = {NULL};
 static const style_t *const attention_table[] = {NULL};
-static const style_t *const experts_table[] = {NULL};
+static const style_t *const experts_table[] = {&experts_ep.base, &experts_folded.base,
+                                                &experts_local.base, NULL};
 
 static const style_t *const *const tables[STYLE_NFAMILIES] = {
     [STYLE_LINEAR] = linear_table,       [STYLE_NORM] = norm_table,
