@@ -214,7 +214,11 @@ static void route(gpt_t *g, const pass_t *p, moe_acts_t *ma, const float *x) {
             keep_claims(g, ma, cl, m, cap);
         }
     /* rows: expert-major, then sequence, then position; blocks of whole
-     * tiles, the padding zero */
+     * tiles, the padding zero. A kept claim always finds room (moe_rows);
+     * only the broken pooled capacity keeps more of a sequence than its
+     * capacity, and what finds no room it drops from the rows (its kept
+     * mask, where it is caught, stays as it chose) */
+    const int room = (int)moe_rows(c, (size_t)p->n_seq);
     int row = 0;
     for (int e = 0; e < E; e++) {
         ma->rows_of[e] = row;
@@ -224,7 +228,7 @@ static void route(gpt_t *g, const pass_t *p, moe_acts_t *ma, const float *x) {
                 for (int j = 0; j < K; j++) {
                     const size_t tj = (size_t)t * K + j;
                     if (ma->choice[tj] != e) continue;
-                    if (!ma->kept[tj]) {
+                    if (!ma->kept[tj] || row == room) {
                         ma->row[tj] = -1;
                         continue;
                     }
@@ -267,7 +271,7 @@ void moe_forward(gpt_t *g, const pass_t *p, moe_acts_t *ma, const float *x,
             int m = 0;
             for (int j = 0; j < K; j++) {
                 const int r = ma->row[(size_t)t * K + j];
-                if (ma->kept[(size_t)t * K + j])
+                if (r >= 0)
                     terms[m++] = ma->weight[(size_t)t * K + j] * ma->y[(size_t)r * C + ch];
             }
             ma->out[(size_t)t * C + ch] = exact_sum_few(terms, m);
@@ -374,7 +378,7 @@ void moe_backward(gpt_t *g, const pass_t *p, moe_acts_t *ma, float *dx, const fl
         for (int j = 0; j < K; j++) {
             const size_t tj = (size_t)t * K + j;
             ms->dweight[tj] = 0.0f;
-            if (!ma->kept[tj]) continue;
+            if (ma->row[tj] < 0) continue;
             const float *y = ma->y + (size_t)ma->row[tj] * C, *d = dout + (size_t)t * C;
             ms->dweight[tj] = dot_rounded_terms(prod, d, y, C);
             float *dy = ms->dy + (size_t)ma->row[tj] * C;
@@ -425,7 +429,7 @@ void moe_backward(gpt_t *g, const pass_t *p, moe_acts_t *ma, float *dx, const fl
             buf[m++] = dx_router[(size_t)t * C + ch];
             for (int j = 0; j < K; j++) {
                 const size_t tj = (size_t)t * K + j;
-                if (ma->kept[tj]) buf[m++] = ms->dx[(size_t)ma->row[tj] * C + ch];
+                if (ma->row[tj] >= 0) buf[m++] = ms->dx[(size_t)ma->row[tj] * C + ch];
             }
             dx[(size_t)t * C + ch] = exact_sum_few(buf, m);
         }
