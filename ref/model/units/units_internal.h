@@ -151,7 +151,7 @@ int    moe_capacity(const model_config_t *c);
 size_t moe_rows(const model_config_t *c, size_t n_seq);
 size_t moe_claims_bytes(const model_config_t *c);
 void   moe_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv);
-/* moe_out [n,C] from x [n,C] (pure); the statistics after it (once). */
+/* ma->out [n,C] from x [n,C] (pure); the statistics after it (once). */
 void   moe_forward(gpt_t *g, const pass_t *p, struct moe_acts *ma, const float *x,
                    const moe_params_t *w);
 void   moe_after_forward(gpt_t *g, const pass_t *p, const struct moe_acts *ma, int l);
