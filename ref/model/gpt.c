@@ -20,6 +20,7 @@
 #include "parity/pmath.h"
 #include "parity/rng.h"
 #include "parity/runtime.h"
+#include "model/units/moe.h"
 #include "model/units/unit_layer.h"
 #include "model/units/units_internal.h"
 #include "model/styles/style.h"
@@ -137,30 +138,7 @@ static void layout_scratch(gpt_scratch_t *S, gpt_styles_t *st, const model_confi
     S->row_in = lc->row_linears ? CARVE_F(cv, part / (size_t)tp) : NULL;
     S->row_dx = lc->row_linears ? CARVE_F(cv, part / (size_t)tp) : NULL;
     S->row_parts = lc->row_linears ? CARVE_F(cv, part) : NULL;
-    const int moe = c->moe_experts > 0;
-    const size_t R = moe ? moe_rows(c, (size_t)c->micro_batch) : 0;
-    const size_t nT = (size_t)c->micro_batch * (size_t)c->seq_length; /* whole sequences */
-    const int cpm = moe && lc->cp > 1;
-    const size_t E = (size_t)c->moe_experts, K = (size_t)c->moe_topk;
-    S->moe_dy = moe ? CARVE_F(cv, R * C) : NULL;
-    const size_t Fe = (size_t)lc->expert_ffn;
-    S->moe_dh = moe ? CARVE_F(cv, R * Fe) : NULL;
-    /* expert tensor parallelism: fc2's open outputs and fc1's open input
-     * gradients, one expert's rows at a time (at most every token) */
-    S->moe_open = moe && Fe < (size_t)c->ffn ? carve(cv, acc_storage_bytes(nT * C)) : NULL;
-    S->moe_fold = moe && lc->expert_fold ? CARVE_F(cv, R * C) : NULL;
-    S->moe_dx = moe ? CARVE_F(cv, R * C) : NULL;
-    S->moe_dlogits = moe ? CARVE_F(cv, nT * E) : NULL;
-    S->moe_dweight = moe ? CARVE_F(cv, nT * K) : NULL;
-    S->moe_claims = moe ? carve(cv, moe_claims_bytes(c)) : NULL;
-    S->moe_dx_full = moe && (sp || cpm) ? CARVE_F(cv, nT * C) : NULL;
-    S->moe_dx_router = moe ? CARVE_F(cv, nT * C) : NULL;
-    S->moe_dout = cpm ? CARVE_F(cv, nT * C) : NULL;
-    S->moe_cp_parts = cpm ? CARVE_F(cv, nT * C) : NULL;
-    const size_t RX = moe && lc->ep > 1 ? (size_t)lc->ep * R : 0; /* rows from every ep peer */
-    S->moe_ex_dy = RX ? CARVE_F(cv, RX * C) : NULL;
-    S->moe_ex_dh = RX ? CARVE_F(cv, RX * Fe) : NULL;
-    S->moe_ex_dx = RX ? CARVE_F(cv, RX * C) : NULL;
+    moe_layout_scratch(&S->moe, c, lc, cv);
     if (lc->t2q) tp2d_layout_scratch(S, c, lc, n, cv);
     /* recomputation: full, a chunk's layers' activations (every chunk in
      * turn); selective, one attention core (every block in turn) */

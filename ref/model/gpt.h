@@ -61,30 +61,7 @@ typedef struct layer_acts {
     mlp_acts_t mlp;                        /* LN2 and the MLP */
     float *out;                            /* [n,C] the unit's output: the residual stream it
                                               leaves (every layer-like kind's) */
-    /* an MoE layer's MLP (moe.c; NULL in a dense layer): the router's
-     * logits and softmax over every expert, each token's k choices (best
-     * first), their weights, whether each is within capacity and its row
-     * in the experts' input; the experts' rows (per expert, per sequence,
-     * whole token tiles) through fc1, GeLU and fc2; the weighted sum */
-    float *moe_logits, *moe_probs;         /* [n,E] */
-    int32_t *moe_choice;                   /* [n,k] */
-    float *moe_weight;                     /* [n,k] */
-    uint8_t *moe_kept;                     /* [n,k] */
-    int32_t *moe_row;                      /* [n,k] -1: dropped */
-    int32_t *moe_rows_of;                  /* [E+1] expert e's rows: [rows_of[e], rows_of[e+1]) */
-    int32_t *moe_ep_rows;                  /* [ep][E+1] every expert-parallel peer's rows_of
-                                              (expert parallel; else NULL) */
-    /* expert parallel: the rows of this rank's experts from every peer
-     * (peer-major, then expert), through fc1, GeLU and fc2 */
-    float *moe_ex_x, *moe_ex_fc1, *moe_ex_h, *moe_ex_hgrad, *moe_ex_y; /* [ep*R, C or F] */
-    float *moe_x, *moe_fc1, *moe_h, *moe_hgrad, *moe_y; /* [R,C] [R,F] [R,F] [R,F] [R,C] */
-    float *moe_out;                        /* [b*T,C] combined, before dropout: every
-                                              position of the slot's sequences */
-    float *moe_out_held;                   /* [ns,C] its positions held (sequence or context
-                                              parallel; else moe_out) */
-    float *moe_in;                         /* [b*T,C] the MoE input of every position,
-                                              gathered over cp (context parallel; else
-                                              ln2_full) */
+    struct moe_acts *moe;                  /* an MoE layer's MLP (units/moe.h), or NULL */
     /* a decoder layer's cross-attention block: a second attention part
      * (ln1_*: its input, qkv .. resid1), carved in the slot, or NULL */
     attn_acts_t *cross;
@@ -143,20 +120,7 @@ typedef struct {
      * style carves them */
     xacc_t *ce_zacc;
     float *ce_tl;
-    /* mixture of experts' backward (moe.c): the experts' rows' output and
-     * hidden gradients [R,C] [R,F], their input gradients [R,C], the
-     * router's logit and weight gradients [n,E] [n,k] */
-    float *moe_dy, *moe_dh, *moe_dx, *moe_dlogits, *moe_dweight;
-    struct moe_claim *moe_claims;          /* [T] one sequence's claims on an expert */
-    float *moe_dx_full;                    /* [b*T,C] the MoE input's gradient, every
-                                              position (sequence or context parallel) */
-    float *moe_dx_router;                  /* [b*T,C] the router's part of it */
-    float *moe_dout;                       /* [b*T,C] the output's gradient gathered over cp */
-    float *moe_cp_parts;                   /* [b*T,C] an all-gather's parts over cp */
-    void *moe_open;                        /* expert tensor parallel: [b*T,C] open sums */
-    float *moe_fold;                       /* experts folded onto tp: [R,C] the rows sent */
-    float *moe_ex_dy, *moe_ex_dh, *moe_ex_dx; /* expert parallel: [ep*R, C] [ep*R, F] [ep*R, C]
-                                              the gradients of the rows this rank's experts ran */
+    struct moe_scratch *moe;               /* an MoE model's backward (units/moe.h), or NULL */
     /* 2-D tensor parallelism (tp2d.c): a SUMMA's open output [n, 3w] and
      * its q open slots (reduce-scatters), the blocks broadcast to it [n, w]
      * [3w, w], a sharded vector's gathered pieces and whole, the

@@ -2,6 +2,7 @@
  * its own file and one line here. */
 #include <stddef.h>
 
+#include "model/styles/experts.h"
 #include "model/styles/style.h"
 #include "model/styles/attention.h"
 #include "model/styles/vocab.h"
@@ -24,7 +25,12 @@ static const style_t *const attention_table[] = {
     &attention_local.base,   /* attention_local.c: the golden core (heads held) */
     NULL,
 };
-static const style_t *const experts_table[] = {NULL};
+static const style_t *const experts_table[] = {
+    &experts_ep.base,     /* experts_ep.c: expert parallel, all-to-all */
+    &experts_folded.base, /* experts_folded.c: experts folded onto tp */
+    &experts_local.base,  /* experts_local.c: the golden run's */
+    NULL,
+};
 
 static const style_t *const *const tables[STYLE_NFAMILIES] = {
     [STYLE_LINEAR] = linear_table,       [STYLE_NORM] = norm_table,

@@ -22,7 +22,7 @@
  * the tile products are canonical (I1) and the weight gradients, exact
  * sums over the rows, are the same however the blocks are grouped.
  * Where the experts run on them (this rank, its ep peers, its tp group)
- * is moe_experts.c's.
+ * is the experts' dispatch style's (model/styles/experts.h).
  *
  * forward is pure (it may run twice); moe_after_forward counts the
  * routing statistics and the auxiliary losses' values once.
@@ -33,6 +33,8 @@
 
 #include "model/gpt.h"
 #include "parity/pmath.h"
+#include "model/styles/experts.h"
+#include "model/units/moe.h"
 #include "model/units/units_internal.h"
 
 /* Capacity of an expert in one sequence of T tokens: Megatron's
@@ -59,28 +61,50 @@ size_t moe_rows(const model_config_t *c, size_t n_seq) {
 void moe_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv) {
     /* routing takes whole sequences: every position of the slot's */
     const size_t n = d->mb * d->T, E = d->E, K = d->K, R = d->R, C = d->C, F = d->Fe;
-    L->moe_logits = CARVE_F(cv, n * E);
-    L->moe_probs = CARVE_F(cv, n * E);
-    L->moe_choice = (int32_t *)carve(cv, n * K * sizeof(int32_t));
-    L->moe_weight = CARVE_F(cv, n * K);
-    L->moe_kept = CARVE_U8(cv, n * K);
-    L->moe_row = (int32_t *)carve(cv, n * K * sizeof(int32_t));
-    L->moe_rows_of = (int32_t *)carve(cv, (E + 1) * sizeof(int32_t));
-    L->moe_x = CARVE_F(cv, R * C);
-    L->moe_fc1 = CARVE_F(cv, R * F);
-    L->moe_h = CARVE_F(cv, R * F);
-    L->moe_hgrad = CARVE_F(cv, R * F);
-    L->moe_y = CARVE_F(cv, R * C);
-    L->moe_out = CARVE_F(cv, n * C);
-    L->moe_out_held = d->sp || d->cp > 1 ? CARVE_F(cv, d->ns * C) : L->moe_out;
-    L->moe_in = d->cp > 1 ? CARVE_F(cv, n * C) : L->mlp.ln2_full;
-    const size_t RX = d->ep > 1 ? d->ep * R : 0; /* rows this rank's experts run */
-    L->moe_ep_rows = RX ? (int32_t *)carve(cv, d->ep * (E + 1) * sizeof(int32_t)) : NULL;
-    L->moe_ex_x = RX ? CARVE_F(cv, RX * C) : NULL;
-    L->moe_ex_fc1 = RX ? CARVE_F(cv, RX * F) : NULL;
-    L->moe_ex_h = RX ? CARVE_F(cv, RX * F) : NULL;
-    L->moe_ex_hgrad = RX ? CARVE_F(cv, RX * F) : NULL;
-    L->moe_ex_y = RX ? CARVE_F(cv, RX * C) : NULL;
+    moe_acts_t a;
+    a.logits = CARVE_F(cv, n * E);
+    a.probs = CARVE_F(cv, n * E);
+    a.choice = (int32_t *)carve(cv, n * K * sizeof(int32_t));
+    a.weight = CARVE_F(cv, n * K);
+    a.kept = CARVE_U8(cv, n * K);
+    a.row = (int32_t *)carve(cv, n * K * sizeof(int32_t));
+    a.rows_of = (int32_t *)carve(cv, (E + 1) * sizeof(int32_t));
+    a.x = CARVE_F(cv, R * C);
+    a.fc1 = CARVE_F(cv, R * F);
+    a.h = CARVE_F(cv, R * F);
+    a.hgrad = CARVE_F(cv, R * F);
+    a.y = CARVE_F(cv, R * C);
+    a.out = CARVE_F(cv, n * C);
+    a.out_held = d->sp || d->cp > 1 ? CARVE_F(cv, d->ns * C) : a.out;
+    a.in = d->cp > 1 ? CARVE_F(cv, n * C) : L->mlp.ln2_full;
+    a.dispatch = experts_layout_acts(d, cv);
+    moe_acts_t *at = carve(cv, sizeof a);
+    if (at) *at = a;
+    L->moe = at;
+}
+
+void moe_layout_scratch(moe_scratch_t **out, const model_config_t *c, const gpt_local_t *lc,
+                        carver_t *cv) {
+    *out = NULL;
+    if (c->moe_experts <= 0) return;
+    const size_t R = moe_rows(c, (size_t)c->micro_batch), C = (size_t)c->hidden;
+    const size_t nT = (size_t)c->micro_batch * (size_t)c->seq_length; /* whole sequences */
+    const size_t E = (size_t)c->moe_experts, K = (size_t)c->moe_topk;
+    /* the layer holds some positions only: sequence or context parallel */
+    const int cp = lc->cp > 1, part = lc->seq_parts > 1 || cp;
+    moe_scratch_t s;
+    s.dy = CARVE_F(cv, R * C);
+    s.dx = CARVE_F(cv, R * C);
+    s.dlogits = CARVE_F(cv, nT * E);
+    s.dweight = CARVE_F(cv, nT * K);
+    s.claims = carve(cv, moe_claims_bytes(c));
+    s.dx_full = part ? CARVE_F(cv, nT * C) : NULL;
+    s.dx_router = CARVE_F(cv, nT * C);
+    s.dout = cp ? CARVE_F(cv, nT * C) : NULL;
+    s.cp_parts = cp ? CARVE_F(cv, nT * C) : NULL;
+    moe_scratch_t *at = carve(cv, sizeof s);
+    if (at) *at = s;
+    *out = at;
 }
 
 /* ---- routing ------------------------------------------------------------ */
@@ -153,24 +177,24 @@ static int by_weight_late(const void *a, const void *b) {
 
 /* Which of m claims on one expert are kept: all within capacity `cap`,
  * else the first cap by position or by weight. */
-static void keep_claims(const gpt_t *g, layer_acts_t *LA, claim_t *cl, int m, int cap) {
+static void keep_claims(const gpt_t *g, moe_acts_t *ma, claim_t *cl, int m, int cap) {
     const model_config_t *c = &g->cfg;
     const int K = c->moe_topk, late = (g->shard.broken & GPT_BROKEN_MOE_TIE_ORDER) != 0;
     if (m > cap && !c->moe_drop_position)
         qsort(cl, (size_t)m, sizeof *cl, late ? by_weight_late : by_weight);
-    for (int i = 0; i < m; i++) LA->moe_kept[(size_t)cl[i].t * K + cl[i].j] = i < cap;
+    for (int i = 0; i < m; i++) ma->kept[(size_t)cl[i].t * K + cl[i].j] = i < cap;
 }
 
 /* Routes the slot's tokens and lays out the experts' input rows. */
-static void route(gpt_t *g, const pass_t *p, layer_acts_t *LA, const float *x) {
+static void route(gpt_t *g, const pass_t *p, moe_acts_t *ma, const float *x) {
     const model_config_t *c = &g->cfg;
     const int E = c->moe_experts, K = c->moe_topk, T = p->T, C = c->hidden;
     const int tm = c->tile_tokens;
     const int tie_broken = (g->shard.broken & GPT_BROKEN_MOE_TIE_ORDER) != 0;
     for (int t = 0; t < p->n; t++)
-        route_token(c, LA->moe_logits + (size_t)t * E, LA->moe_probs + (size_t)t * E,
-                    LA->moe_choice + (size_t)t * K, LA->moe_weight + (size_t)t * K, tie_broken);
-    claim_t *cl = g->scratch.moe_claims; /* [n]: a token claims an expert once */
+        route_token(c, ma->logits + (size_t)t * E, ma->probs + (size_t)t * E,
+                    ma->choice + (size_t)t * K, ma->weight + (size_t)t * K, tie_broken);
+    claim_t *cl = g->scratch.moe->claims; /* [n]: a token claims an expert once */
     /* capacity, per sequence and expert; broken: over every token the
      * slot holds (Megatron's get_capacity on local tokens) */
     const int pooled = (g->shard.broken & GPT_BROKEN_MOE_LOCAL_CAPACITY) != 0;
@@ -185,34 +209,38 @@ static void route(gpt_t *g, const pass_t *p, layer_acts_t *LA, const float *x) {
             int m = 0;
             for (int t = s * unit; t < (s + 1) * unit; t++)
                 for (int j = 0; j < K; j++)
-                    if (LA->moe_choice[(size_t)t * K + j] == e)
-                        cl[m++] = (claim_t){t, j, LA->moe_weight[(size_t)t * K + j]};
-            keep_claims(g, LA, cl, m, cap);
+                    if (ma->choice[(size_t)t * K + j] == e)
+                        cl[m++] = (claim_t){t, j, ma->weight[(size_t)t * K + j]};
+            keep_claims(g, ma, cl, m, cap);
         }
     /* rows: expert-major, then sequence, then position; blocks of whole
-     * tiles, the padding zero */
+     * tiles, the padding zero. A kept claim always finds room (moe_rows);
+     * only the broken pooled capacity keeps more of a sequence than its
+     * capacity, and what finds no room it drops from the rows (its kept
+     * mask, where it is caught, stays as it chose) */
+    const int room = (int)moe_rows(c, (size_t)p->n_seq);
     int row = 0;
     for (int e = 0; e < E; e++) {
-        LA->moe_rows_of[e] = row;
+        ma->rows_of[e] = row;
         for (int s = 0; s < p->n_seq; s++) {
             const int start = row;
             for (int t = s * T; t < (s + 1) * T; t++)
                 for (int j = 0; j < K; j++) {
                     const size_t tj = (size_t)t * K + j;
-                    if (LA->moe_choice[tj] != e) continue;
-                    if (!LA->moe_kept[tj]) {
-                        LA->moe_row[tj] = -1;
+                    if (ma->choice[tj] != e) continue;
+                    if (!ma->kept[tj] || row == room) {
+                        ma->row[tj] = -1;
                         continue;
                     }
-                    memcpy(LA->moe_x + (size_t)row * C, x + (size_t)t * C, (size_t)C * sizeof(float));
-                    LA->moe_row[tj] = row++;
+                    memcpy(ma->x + (size_t)row * C, x + (size_t)t * C, (size_t)C * sizeof(float));
+                    ma->row[tj] = row++;
                 }
             const int padded = start + (row - start + tm - 1) / tm * tm;
-            memset(LA->moe_x + (size_t)row * C, 0, (size_t)(padded - row) * C * sizeof(float));
+            memset(ma->x + (size_t)row * C, 0, (size_t)(padded - row) * C * sizeof(float));
             row = padded;
         }
     }
-    LA->moe_rows_of[E] = row;
+    ma->rows_of[E] = row;
 }
 
 /* ---- forward ------------------------------------------------------------- */
@@ -228,48 +256,48 @@ static inline float exact_sum_few(const float *t, int m) {
     return xsum_f32(t, (size_t)m);
 }
 
-void moe_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const float *x,
+void moe_forward(gpt_t *g, const pass_t *p, moe_acts_t *ma, const float *x,
                  const moe_params_t *w) {
     const model_config_t *c = &g->cfg;
     const int E = c->moe_experts, K = c->moe_topk, C = c->hidden;
     const linear_tiles_t router = {c->tile_tokens, c->tile_features, E}; /* tokens, in, out */
-    linear_forward(LA->moe_logits, x, w->router, NULL, p->n, C, E, router, &g->ws);
-    route(g, p, LA, x);
-    moe_experts_forward(g, p, LA, w);
+    linear_forward(ma->logits, x, w->router, NULL, p->n, C, E, router, &g->ws);
+    route(g, p, ma, x);
+    experts_style(g)->forward(g, p, ma, w);
     /* the weighted sum over the kept experts, exact, rounded once */
     float terms[MODEL_MAX_EXPERTS];
     for (int t = 0; t < p->n; t++)
         for (int ch = 0; ch < C; ch++) {
             int m = 0;
             for (int j = 0; j < K; j++) {
-                const int r = LA->moe_row[(size_t)t * K + j];
-                if (LA->moe_kept[(size_t)t * K + j])
-                    terms[m++] = LA->moe_weight[(size_t)t * K + j] * LA->moe_y[(size_t)r * C + ch];
+                const int r = ma->row[(size_t)t * K + j];
+                if (r >= 0)
+                    terms[m++] = ma->weight[(size_t)t * K + j] * ma->y[(size_t)r * C + ch];
             }
-            LA->moe_out[(size_t)t * C + ch] = exact_sum_few(terms, m);
+            ma->out[(size_t)t * C + ch] = exact_sum_few(terms, m);
         }
 }
 
 /* Tokens of sequence s (slot tokens [s T, (s+1) T)) routed to each
  * expert, before capacity: f [E]. */
-static void routed_counts(const model_config_t *c, const layer_acts_t *LA, int s, int T,
+static void routed_counts(const model_config_t *c, const moe_acts_t *ma, int s, int T,
                           int64_t *f) {
     const int E = c->moe_experts, K = c->moe_topk;
     for (int e = 0; e < E; e++) f[e] = 0;
     for (int t = s * T; t < (s + 1) * T; t++)
-        for (int j = 0; j < K; j++) f[LA->moe_choice[(size_t)t * K + j]]++;
+        for (int j = 0; j < K; j++) f[ma->choice[(size_t)t * K + j]]++;
 }
 
-void moe_after_forward(gpt_t *g, const pass_t *p, const layer_acts_t *LA, int l) {
+void moe_after_forward(gpt_t *g, const pass_t *p, const moe_acts_t *ma, int l) {
     const model_config_t *c = &g->cfg;
     const int E = c->moe_experts, K = c->moe_topk, T = p->T;
     gpt_moe_stats_t *st = &g->moe;
     int64_t f[MODEL_MAX_EXPERTS];
     for (int s = 0; s < p->n_seq; s++) {
-        routed_counts(c, LA, s, T, f);
+        routed_counts(c, ma, s, T, f);
         for (int e = 0; e < E; e++) {
             /* P_e: the sequence's summed probabilities, exact, rounded once */
-            const float P = xsum_f32_strided(LA->moe_probs + (size_t)s * T * E + e, (size_t)T,
+            const float P = xsum_f32_strided(ma->probs + (size_t)s * T * E + e, (size_t)T,
                                              (size_t)E);
             /* P f is exact in fp64 (24 + 29 bits, a multiple of 2^-149) */
             xacc_add_f64_exact(&st->aux, (double)P * (double)f[e]);
@@ -278,10 +306,10 @@ void moe_after_forward(gpt_t *g, const pass_t *p, const layer_acts_t *LA, int l)
     }
     for (int t = 0; t < p->n; t++) {
         for (int j = 0; j < K; j++)
-            if (!LA->moe_kept[(size_t)t * K + j] && st->dropped)
-                st->dropped[(size_t)l * E + LA->moe_choice[(size_t)t * K + j]]++;
+            if (!ma->kept[(size_t)t * K + j] && st->dropped)
+                st->dropped[(size_t)l * E + ma->choice[(size_t)t * K + j]]++;
         if (c->moe_z_loss_coeff > 0.0f) {
-            const float *lg = LA->moe_logits + (size_t)t * E;
+            const float *lg = ma->logits + (size_t)t * E;
             float mx = lg[0], e_[MODEL_MAX_EXPERTS];
             for (int e = 1; e < E; e++) mx = lg[e] > mx ? lg[e] : mx;
             for (int e = 0; e < E; e++) e_[e] = pm_expf(lg[e] - mx);
@@ -302,12 +330,12 @@ static float dot_rounded_terms(float *buf, const float *a, const float *b, int m
 /* The logits' gradient of token t (in sequence position order s): the
  * top-k softmax's, the full softmax's (pre-softmax weights, the
  * load-balancing loss), the z-loss's, added in that order in fp32. */
-static void router_grad(const model_config_t *c, const layer_acts_t *LA, size_t t,
+static void router_grad(const model_config_t *c, const moe_acts_t *ma, size_t t,
                         const float *dweight, const int64_t *f, float aux_scale, float z_scale,
                         float *dl, float *buf) {
     const int E = c->moe_experts, K = c->moe_topk;
-    const float *w = LA->moe_weight + t * K, *pr = LA->moe_probs + t * E;
-    const int32_t *ch = LA->moe_choice + t * K;
+    const float *w = ma->weight + t * K, *pr = ma->probs + t * E;
+    const int32_t *ch = ma->choice + t * K;
     for (int e = 0; e < E; e++) dl[e] = 0.0f;
     if (!c->moe_pre_softmax) {
         const float s = dot_rounded_terms(buf, w, dweight, K);
@@ -325,7 +353,7 @@ static void router_grad(const model_config_t *c, const layer_acts_t *LA, size_t 
         for (int e = 0; e < E; e++) dl[e] = dl[e] + pr[e] * (dp[e] - s);
     }
     if (c->moe_z_loss_coeff > 0.0f) {
-        const float *lg = LA->moe_logits + t * E;
+        const float *lg = ma->logits + t * E;
         float mx = lg[0];
         for (int e = 1; e < E; e++) mx = lg[e] > mx ? lg[e] : mx;
         for (int e = 0; e < E; e++) buf[e] = pm_expf(lg[e] - mx);
@@ -335,28 +363,29 @@ static void router_grad(const model_config_t *c, const layer_acts_t *LA, size_t 
     }
 }
 
-void moe_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dx, const float *dout,
+void moe_backward(gpt_t *g, const pass_t *p, moe_acts_t *ma, float *dx, const float *dout,
                   const float *x, const moe_params_t *w, const moe_grads_t *gr) {
     const model_config_t *c = &g->cfg;
     const int E = c->moe_experts, K = c->moe_topk, C = c->hidden, T = p->T;
     gpt_scratch_t *S = &g->scratch;
-    const int R = LA->moe_rows_of[E];
+    moe_scratch_t *ms = S->moe;
+    const int R = ma->rows_of[E];
     float buf[MODEL_MAX_EXPERTS + 1];
     float *prod = S->row_scratch; /* [C] products */
     /* the weights' gradients, and the experts' output rows' */
-    memset(S->moe_dy, 0, (size_t)R * C * sizeof(float));
+    memset(ms->dy, 0, (size_t)R * C * sizeof(float));
     for (int t = 0; t < p->n; t++)
         for (int j = 0; j < K; j++) {
             const size_t tj = (size_t)t * K + j;
-            S->moe_dweight[tj] = 0.0f;
-            if (!LA->moe_kept[tj]) continue;
-            const float *y = LA->moe_y + (size_t)LA->moe_row[tj] * C, *d = dout + (size_t)t * C;
-            S->moe_dweight[tj] = dot_rounded_terms(prod, d, y, C);
-            float *dy = S->moe_dy + (size_t)LA->moe_row[tj] * C;
-            for (int ch = 0; ch < C; ch++) dy[ch] = LA->moe_weight[tj] * d[ch];
+            ms->dweight[tj] = 0.0f;
+            if (ma->row[tj] < 0) continue;
+            const float *y = ma->y + (size_t)ma->row[tj] * C, *d = dout + (size_t)t * C;
+            ms->dweight[tj] = dot_rounded_terms(prod, d, y, C);
+            float *dy = ms->dy + (size_t)ma->row[tj] * C;
+            for (int ch = 0; ch < C; ch++) dy[ch] = ma->weight[tj] * d[ch];
         }
     /* each expert's rows back through fc2, GeLU and fc1 */
-    moe_experts_backward(g, p, LA, w, gr);
+    experts_style(g)->backward(g, p, ma, ms->dy, ms->dx, w, gr);
     /* the router: its logits' gradient, then its weight's and input's */
     /* the load-balancing loss per sequence; broken: over the slot's
      * tokens as one unit, scaled by their count */
@@ -367,21 +396,21 @@ void moe_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dx, const 
                                     ((double)K * U * U * B * units_per_seq));
     const float z_scale = (float)(2.0 * (double)c->moe_z_loss_coeff / (B * (double)T));
     int64_t f[MODEL_MAX_EXPERTS];
-    if (pooled) routed_counts(c, LA, 0, p->n, f);
+    if (pooled) routed_counts(c, ma, 0, p->n, f);
     for (int s = 0; s < p->n_seq; s++) {
-        if (!pooled) routed_counts(c, LA, s, T, f);
+        if (!pooled) routed_counts(c, ma, s, T, f);
         for (int t = s * T; t < (s + 1) * T; t++)
-            router_grad(c, LA, (size_t)t, S->moe_dweight + (size_t)t * K, f, aux_scale, z_scale,
-                        S->moe_dlogits + (size_t)t * E, buf);
+            router_grad(c, ma, (size_t)t, ms->dweight + (size_t)t * K, f, aux_scale, z_scale,
+                        ms->dlogits + (size_t)t * E, buf);
     }
     const linear_tiles_t router = {c->tile_tokens, c->tile_features, E}; /* tokens, in, out */
-    float *dx_router = S->moe_dx_router;
+    float *dx_router = ms->dx_router;
     const int cp = g->local.cp;
     /* the broken variant: each tp rank adds its sequence-parallel
      * positions' partial, which nothing completes */
     const int router_bug = (g->shard.broken & GPT_BROKEN_MOE_ROUTER_TP) && g->local.seq_parts > 1;
     const int split = cp > 1 || router_bug;
-    linear_backward_at(dx_router, split ? NULL : gr->router, 0, NULL, 0, S->moe_dlogits, x,
+    linear_backward_at(dx_router, split ? NULL : gr->router, 0, NULL, 0, ms->dlogits, x,
                        w->router, p->n, C, E, router, &g->ws);
     /* context parallel: each rank adds the token tiles it holds */
     const int Tl = g->local.seq_held / g->local.seq_parts;
@@ -390,7 +419,7 @@ void moe_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dx, const 
     for (int s = 0; split && s < p->n_seq; s++)
         for (int k = 0; k < mine.n; k++) {
             const size_t t0 = (size_t)s * T + (size_t)mine.t0[k];
-            linear_backward_at(NULL, gr->router, 0, NULL, 0, S->moe_dlogits + t0 * E,
+            linear_backward_at(NULL, gr->router, 0, NULL, 0, ms->dlogits + t0 * E,
                                x + t0 * C, w->router, mine.len[k], C, E, router, &g->ws);
         }
     /* x's gradient: the router's and each kept expert's, exact, rounded once */
@@ -400,7 +429,7 @@ void moe_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dx, const 
             buf[m++] = dx_router[(size_t)t * C + ch];
             for (int j = 0; j < K; j++) {
                 const size_t tj = (size_t)t * K + j;
-                if (LA->moe_kept[tj]) buf[m++] = S->moe_dx[(size_t)LA->moe_row[tj] * C + ch];
+                if (ma->row[tj] >= 0) buf[m++] = ms->dx[(size_t)ma->row[tj] * C + ch];
             }
             dx[(size_t)t * C + ch] = exact_sum_few(buf, m);
         }

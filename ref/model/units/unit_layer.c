@@ -18,6 +18,7 @@
 #include "model/gpt.h"
 #include "parity/coll.h"
 #include "model/styles/attention.h"
+#include "model/units/moe.h"
 #include "model/units/unit_layer.h"
 
 static const unit_tensor_t tensors[P_PER_LAYER] = {
@@ -311,7 +312,7 @@ static const float *cp_whole(gpt_t *g, const pass_t *p, float *whole, const floa
     const int cp = g->local.cp;
     if (cp == 1) return held;
     const size_t count = (size_t)p->n_seq * p->Tc * w;
-    float *parts = g->scratch.moe_cp_parts, *mine = parts + (size_t)g->local.cp_rank * count;
+    float *parts = g->scratch.moe->cp_parts, *mine = parts + (size_t)g->local.cp_rank * count;
     memcpy(mine, held, count * sizeof(float));
     coll_all_gather(g->shard.cp_group, mine, parts, count, COLL_F32);
     const cp_comm_t comm = attention_style(g)->comm; /* who holds which positions */
@@ -337,16 +338,16 @@ static void moe_layer_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const fl
     ln2_forward(g, u, &LA->mlp, LA->attn.resid1, p);
     const moe_params_t w = moe_params(g, u);
     const pass_t whole = whole_sequences(p, C);
-    moe_forward(g, &whole, LA, cp_whole(g, p, LA->moe_in, LA->mlp.ln2_full, C), &w);
-    if (LA->moe_out_held != LA->moe_out)
-        rows_at_runs(LA->moe_out_held, LA->moe_out, &p->runs, p->n_seq, p->T, C);
-    residual_dropout(LA->out, LA->attn.resid1, LA->moe_out_held, keep, p->nsC,
+    moe_acts_t *ma = LA->moe;
+    moe_forward(g, &whole, ma, cp_whole(g, p, ma->in, LA->mlp.ln2_full, C), &w);
+    if (ma->out_held != ma->out) rows_at_runs(ma->out_held, ma->out, &p->runs, p->n_seq, p->T, C);
+    residual_dropout(LA->out, LA->attn.resid1, ma->out_held, keep, p->nsC,
                      g->cfg.hidden_dropout);
 }
 
 static void moe_layer_after_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
     const pass_t whole = whole_sequences(p, g->cfg.hidden);
-    moe_after_forward(g, &whole, &A->layer[unit_acts(u)], u->index);
+    moe_after_forward(g, &whole, A->layer[unit_acts(u)].moe, u->index);
 }
 
 /* The gradient of a residual branch's input, drop(y), on the rows the
@@ -455,11 +456,12 @@ static void moe_layer_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const p
     const moe_params_t w = moe_params(g, u);
     const moe_grads_t gr = {GL(g, u, P_ROUTER), GL(g, u, P_EXP_FC1_W), GL(g, u, P_EXP_FC1_B),
                             GL(g, u, P_EXP_FC2_W), GL(g, u, P_EXP_FC2_B)};
-    const int C = g->cfg.hidden, whole_held = S->moe_dx_full == NULL; /* no sp, no cp */
+    const moe_scratch_t *ms = S->moe;
+    const int C = g->cfg.hidden, whole_held = ms->dx_full == NULL; /* no sp, no cp */
     const pass_t whole = whole_sequences(p, C);
-    moe_backward(g, &whole, LA, whole_held ? S->d_tmp2 : S->moe_dx_full,
-                 cp_whole(g, p, S->moe_dout, d_moe, C), LA->moe_in, &w, &gr);
-    if (!whole_held) rows_at_runs(S->d_tmp2, S->moe_dx_full, &p->runs, p->n_seq, p->T, C);
+    moe_backward(g, &whole, LA->moe, whole_held ? S->d_tmp2 : ms->dx_full,
+                 cp_whole(g, p, ms->dout, d_moe, C), LA->moe->in, &w, &gr);
+    if (!whole_held) rows_at_runs(S->d_tmp2, ms->dx_full, &p->runs, p->n_seq, p->T, C);
     ln2_backward(g, u, A, &LA->mlp, p, S->d_tmp2);
     attn_block_backward(g, u, A, &LA->attn, p, &layer_self_attention);
     broken_input_grad(g, u, A);
@@ -510,9 +512,9 @@ void layer_views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
     layer_attention_views(g, &LA->attn, pos, out, out + 4);
     layer_mlp_views(g, LA, pos, mask, mlp);
     out[2] = mask[0];
-    out[3] = (unit_view_t){LA->moe_kept, -1, 0, 0, pos->whole, 0, 0};
+    out[3] = (unit_view_t){LA->moe->kept, -1, 0, 0, pos->whole, 0, 0};
     out[8] = mlp[0]; /* LN2 */
-    const void *moe[4] = {LA->moe_logits, LA->moe_choice, LA->moe_weight, LA->moe_out};
+    const void *moe[4] = {LA->moe->logits, LA->moe->choice, LA->moe->weight, LA->moe->out};
     for (int i = 0; i < 4; i++) out[9 + i] = (unit_view_t){moe[i], -1, 0, 0, pos->whole, 0, 0};
     out[13] = mlp[3]; /* the output */
 }

@@ -142,18 +142,12 @@ int    moe_capacity(const model_config_t *c);
 size_t moe_rows(const model_config_t *c, size_t n_seq);
 size_t moe_claims_bytes(const model_config_t *c);
 void   moe_layout(layer_acts_t *L, const slot_dims_t *d, carver_t *cv);
-/* moe_out [n,C] from x [n,C] (pure); the statistics after it (once). */
-void   moe_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const float *x,
+/* ma->out [n,C] from x [n,C] (pure); the statistics after it (once). */
+void   moe_forward(gpt_t *g, const pass_t *p, struct moe_acts *ma, const float *x,
                    const moe_params_t *w);
-void   moe_after_forward(gpt_t *g, const pass_t *p, const layer_acts_t *LA, int l);
-/* moe_experts.c: every expert on its rows (LA->moe_x -> moe_y; backward
- * S->moe_dy -> moe_dx, the experts' gradients into gr), wherever the
- * layout runs them. */
-void   moe_experts_forward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const moe_params_t *w);
-void   moe_experts_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, const moe_params_t *w,
-                            const moe_grads_t *gr);
+void   moe_after_forward(gpt_t *g, const pass_t *p, const struct moe_acts *ma, int l);
 /* dx [n,C] from dout [n,C] (moe_out's gradient) and x; gradients into gr. */
-void   moe_backward(gpt_t *g, const pass_t *p, layer_acts_t *LA, float *dx, const float *dout,
+void   moe_backward(gpt_t *g, const pass_t *p, struct moe_acts *ma, float *dx, const float *dout,
                     const float *x, const moe_params_t *w, const moe_grads_t *gr);
 
 /* units.c: the activation sets a replica's scratch needs for full
