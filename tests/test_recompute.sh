@@ -8,7 +8,7 @@
 # run (which stores) over 3 steps with dropout on data, tensor (+SP),
 # pipeline (1F1B, interleaved), context (ring, Ulysses), 3-D tensor
 # parallel, expert-parallel and encoder-decoder layouts; the activation
-# memory device 0 saves matches the layer formula (memest_layer_per_token)
+# memory device 0 saves matches the layer formula (report_layer_per_token)
 # for each granularity; what is wrong is refused by name.
 set -u
 P=${PARITY:-build/parity}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_tp2d_report.sh - the tensor-parallel report of `parity train` for
-# Colossal-AI's 2-D, 2.5-D and 3-D modes (ref/parallel/tp/tp_report.c,
+# Colossal-AI's 2-D, 2.5-D and 3-D modes (ref/parallel/reports/tp_modes_count.c,
 # counting what ref/model/styles/tp2d.c and tp3d.c move). Per step, device 0's
 # tensor-parallel groups (tp, tp2, tp3 all tallied as family "tp"; 3-D's
 # vector groups as "tp-vec") must make exactly the collectives the report

@@ -200,13 +200,3 @@ void memest_print(const memest_t *m, FILE *f) {
             m->devices == 1 ? "" : "s", fmt(a, sizeof a, m->all_devices),
             fmt(b, sizeof b, m->host_shared), fmt(c, sizeof c, m->all_devices + m->host_shared));
 }
-
-double memest_layer_per_token(const model_config_t *c, int t, int sp, int ulysses, double *core,
-                              double *out) {
-    const double h = c->hidden, hd = c->hidden_dropout > 0, ad = c->attention_dropout > 0;
-    const double rep = 32 * h + 2 * h * hd + 8;
-    *core = c->heads * (c->seq_length * (4 + 5 * ad) + 4) / t;
-    *out = sp ? 4 * h / t : 4 * h;
-    const double split = (16 * h * (ulysses ? 2 : 1) + 12.0 * c->ffn) / t + *core;
-    return sp ? rep / t + 8 * h + split : rep + split;
-}

@@ -1,5 +1,5 @@
 /* recompute_report.c - activation recomputation's memory: what device 0
- * saves by the layer formula (memest_layer_per_token, written from the
+ * saves by the layer formula (report_layer_per_token, written from the
  * shapes) next to what its arena measured (the allocation table without
  * recomputation minus this run's high-water).
  *
@@ -11,7 +11,6 @@
 #include <stdio.h>
 
 #include "model/gpt.h"
-#include "parity/memest.h"
 #include "parity/run_report.h"
 
 /* The savings the formula predicts for device 0. A slot holds one chunk
@@ -67,7 +66,7 @@ void recompute_print_report(const run_report_t *run, FILE *f) {
     const int slots = units->n ? run->reports[0].pp_slots : 1;
     const double n = (double)c->micro_batch * c->seq_length / cp, MB = 1e6;
     double core, out;
-    const double layer = memest_layer_per_token(c, t, sp, ulysses, &core, &out) * n;
+    const double layer = report_layer_per_token(c, t, sp, ulysses, &core, &out) * n;
     core *= n, out *= n;
     int held, buffers;
     const double saved = formula_saved(c, units, slots, layer, core, out, &held, &buffers);
@@ -98,4 +97,15 @@ void recompute_print_report(const run_report_t *run, FILE *f) {
     fprintf(f, "  formula vs measured: %.0f bytes apart, %s (bound: 64-byte alignment of %d buffers "
                "= %.0f bytes)\n", measured - saved,
             fabs(measured - saved) <= bound ? "match" : "DIFFER", buffers, bound);
+}
+
+/* run_report.h: one layer's slot bytes per token held, from the shapes */
+double report_layer_per_token(const model_config_t *c, int t, int sp, int ulysses, double *core,
+                              double *out) {
+    const double h = c->hidden, hd = c->hidden_dropout > 0, ad = c->attention_dropout > 0;
+    const double rep = 32 * h + 2 * h * hd + 8;
+    *core = c->heads * (c->seq_length * (4 + 5 * ad) + 4) / t;
+    *out = sp ? 4 * h / t : 4 * h;
+    const double split = (16 * h * (ulysses ? 2 : 1) + 12.0 * c->ffn) / t + *core;
+    return sp ? rep / t + 8 * h + split : rep + split;
 }

@@ -37,7 +37,6 @@
 #include <string.h>
 
 #include "model/gpt.h"
-#include "parity/memest.h"
 #include "parity/placement.h"
 #include "parity/run_report.h"
 #include "tp_report_internal.h"
@@ -277,10 +276,10 @@ static void print_traffic(const run_report_t *run, FILE *f) {
 
 /* ---- activation memory -------------------------------------------------- */
 
-/* One layer's slot bytes per token held (memest_layer_per_token). */
+/* One layer's slot bytes per token held (report_layer_per_token). */
 static double layer_per_token(const model_config_t *c, int t, int sp) {
     double core, out;
-    return memest_layer_per_token(c, t, sp, 0, &core, &out);
+    return report_layer_per_token(c, t, sp, 0, &core, &out);
 }
 
 /* The slot outside the layers: input and target ids, the losses, the
