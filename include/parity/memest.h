@@ -5,7 +5,7 @@
  * to the OOM killer. The estimate is computed from the same size tables
  * the allocations use (gpt_mem_bytes for a replica, the data-parallel
  * plan for shards and collective buffers), so it is what the arenas will
- * count: tests/test_memest.c holds it at or above every category's
+ * count: tests/unit/test_memest.c holds it at or above every category's
  * measured high-water mark and close to it.
  *
  *   memest_t m;

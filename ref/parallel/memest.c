@@ -46,7 +46,7 @@ int memest_layout(const model_config_t *cfg, const pconfig_t *pc, memest_t *out,
 /* Bytes per step of the batch-shaped tensors a dump collects (dump.h):
  * inputs, labels and every unit's checkpoints (its kind's list: logits,
  * activations, masks) and input gradient, as gpt_microbatch reports
- * them. tests/test_memest.c holds this equal to a real dump's bytes, so
+ * them. tests/unit/test_memest.c holds this equal to a real dump's bytes, so
  * a new checkpoint cannot make it drift unseen. */
 static size_t batch_bytes(const model_config_t *c) {
     /* each unit kind's checkpoints and input gradient (gpt_batch_bytes_per_seq) */

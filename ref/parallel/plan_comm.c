@@ -10,13 +10,13 @@
  *        each microbatch (the tied head gathers the embedding's too):
  *        2 m x 4 S (n-1)/n over a unit's buckets.
  *   tp   (reports/tp_report.c's tp_terms, held equal to the counters by
- *        tests/test_tp_report.sh) Megatron's 1-D terms of the stage's
+ *        tests/reports/test_tp_report.sh) Megatron's 1-D terms of the stage's
  *        layers, embedding and head, x coll_busbw_factor x the dtype's
  *        bytes (open sums 8, softmax denominators sizeof(xacc_t)).
  *   pp   (pp/pp_report.c) per stage boundary a microbatch's residual
  *        stream each way: B/dp sequences x T/cp (/tp under SP) x h x 4 B.
  *   cp   (reports/cp_report.c's cp_traffic, held equal to the counters by
- *        tests/test_cp_report.sh; the ring) per layer 4 (cp-1) n A floats
+ *        tests/reports/test_cp_report.sh; the ring) per layer 4 (cp-1) n A floats
  *        of K and V blocks plus (cp-1) n 2A open sums at 8 B: 32 (cp-1) n A
  *        bytes, n = B/dp x T/cp tokens, A = h/tp; Ulysses 32 (cp-1)/cp n A.
  *   recompute runs forwards again in the backward, collectives included

@@ -13,7 +13,7 @@
 set -u
 PARITY=${PARITY:-build/parity}
 PARITY=$(cd "$(dirname "$PARITY")" && pwd)/$(basename "$PARITY")
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$(pwd)
 . tests/refuse.sh parity-bad
 

@@ -11,7 +11,7 @@ PY=/usr/bin/python3
 tmp=$(mktemp -d /tmp/parity_diff_XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
-source "$(dirname "$0")/expect.sh"
+source "$(dirname "$0")/../expect.sh"
 
 # Runs parity diff; leaves stdout+stderr in $out and the status in $rc.
 run_diff() { out=$("$PARITY" diff "$@" 2>&1); rc=$?; }
@@ -72,7 +72,7 @@ for case in sys.argv[2:]:
     save("%s/%s.safetensors" % (sys.argv[1], case), make(case))
 EOF
 
-if ! "$PY" "$tmp/gen.py" "$(cd "$(dirname "$0")" && pwd)" "$tmp" base base2 ulp1 cross0 signedzero int nanpayload missing shape; then
+if ! "$PY" "$tmp/gen.py" "$(cd "$(dirname "$0")/.." && pwd)" "$tmp" base base2 ulp1 cross0 signedzero int nanpayload missing shape; then
   fail "generate fixtures" "python fixture writer failed"
 fi
 

@@ -20,7 +20,7 @@
 set -u
 PARITY=${PARITY:-build/parity}
 PARITY=$(cd "$(dirname "$PARITY")" && pwd)/$(basename "$PARITY")
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-$PWD/build}
 . tests/refuse.sh parity-export
 P="$PARITY"

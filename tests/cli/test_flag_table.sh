@@ -28,7 +28,7 @@
 set -u
 PARITY=${PARITY:-build/parity}
 PARITY=$(cd "$(dirname "$PARITY")" && pwd)/$(basename "$PARITY")
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 . tests/refuse.sh parity-flags
 P="$PARITY"
 root=$PWD

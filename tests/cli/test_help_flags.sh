@@ -16,7 +16,7 @@
 set -u
 PARITY=${PARITY:-build/parity}
 PARITY=$(cd "$(dirname "$PARITY")" && pwd)/$(basename "$PARITY")
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 . tests/refuse.sh parity-help
 P="$PARITY"
 missing=/nonexistent-parity-dir/x # a path whose directory does not exist

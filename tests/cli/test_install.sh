@@ -13,7 +13,7 @@
 # Needs $PARITY (the built program), pkg-config and readelf.
 # Ends with "RESULT test_install.sh: N passed, M failed".
 set -u
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 PARITY=${PARITY:-$REPO/build/parity}
 BUILD=${BUILD:-$REPO/build}
 PY=/usr/bin/python3

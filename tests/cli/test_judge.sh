@@ -13,10 +13,10 @@
 set -u
 PARITY=${PARITY:-build/parity}
 PY=/usr/bin/python3
-CUT="$(cd "$(dirname "$0")" && pwd)/judge/cut.py"
+CUT="$(cd "$(dirname "$0")/.." && pwd)/judge/cut.py"
 tmp=$(mktemp -d /tmp/parity_judge_XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-source "$(dirname "$0")/expect.sh"
+source "$(dirname "$0")/../expect.sh"
 
 "$PARITY" train --model gpt-micro --steps 2 --dump "$tmp/golden.safetensors" >/dev/null 2>&1 ||
   { echo "parity train --dump failed"; echo "RESULT test_judge.sh: 0 passed, 1 failed"; exit 1; }

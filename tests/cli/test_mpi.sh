@@ -19,7 +19,7 @@
 set -u
 PARITY=${PARITY:-build/parity}
 BUILD=${BUILD:-build}
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d /tmp/parity-mpi-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 passed=0; failed=0

@@ -17,7 +17,7 @@
 # python3-venv package) or numpy is missing.
 # Ends with "RESULT test_pip_install.sh: N passed, M failed".
 set -u
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$REPO/build}
 PY=/usr/bin/python3
 NAME=test_pip_install.sh

@@ -13,7 +13,7 @@
 set -u
 PARITY=${PARITY:-build/parity}
 PARITY=$(cd "$(dirname "$PARITY")" && pwd)/$(basename "$PARITY")
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=/usr/bin/python3
 . tests/refuse.sh parity-svg # $tmp (removed on exit), ok, fail
 
@@ -202,7 +202,7 @@ r = ET.parse('$tmp/esc.svg').getroot()
 assert any(t.text == 'a<b>&\"c\" (send)' for t in r.iter(ns + 'title')), 'no escaped title'"
 
 # The committed pictures are the walkthrough pages' (ref/**/WALKTHROUGH*.md):
-# tests/test_walkthroughs.sh regenerates each with the page's own command
+# tests/cli/test_walkthroughs.sh regenerates each with the page's own command
 # and compares it byte for byte.
 
 # Bad input: exit 2, a message naming the argument, no output file.

@@ -19,7 +19,7 @@
 # Ends with "RESULT test_walkthroughs.sh: N passed, M failed".
 set -u
 PARITY=${PARITY:-build/parity}
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$PWD
 if [ -n "${PARITY_WALK_OUT:-}" ]; then
   tmp=$PARITY_WALK_OUT; mkdir -p "$tmp"

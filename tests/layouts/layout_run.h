@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "model/gpt.h"
-#include "harness.h"
+#include "../harness.h"
 #include "parity/check_layout.h"
 #include "parity/corpus.h"
 #include "parity/dump.h"

@@ -16,7 +16,7 @@
 set -u
 P=${PARITY:-build/parity}
 P=$(cd "$(dirname "$P")" && pwd)/$(basename "$P")
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 . tests/refuse.sh parity-adam8
 
 A8=(--optimizer adamw8bit)

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "layout_run.h"
 
 /* The report names `tensor` (a prefix of the name on its "tensor" line)

@@ -9,7 +9,7 @@
 # Needs $PARITY (default build/parity). gpt-micro, 1-2 steps: seconds.
 # Ends with "RESULT test_check_stream.sh: N passed, M failed".
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 P=${PARITY:-build/parity}
 tmp=$(mktemp -d /tmp/parity-stream-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT

@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "layout_run.h"
 #include "parity/cp.h"
 

@@ -9,7 +9,7 @@
 # among the tensors compared, and still catch a broken reduction.
 # Ends with "RESULT test_custom_check.sh: N passed, M failed".
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 P=$BUILD/tests/parity-scaled
 GPT=${PARITY:-$BUILD/parity}

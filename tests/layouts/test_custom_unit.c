@@ -6,14 +6,14 @@
  * pipeline x data parallel with ZeRO-3 among them), each compared with
  * the golden run by the checker: memcmp of every tensor of every step
  * (activations, input gradients, parameter gradients, updated
- * parameters, AdamW state). tests/test_custom_check.sh runs `parity check`
+ * parameters, AdamW state). tests/layouts/test_custom_check.sh runs `parity check`
  * itself on the kind (the program linked with it, tests/custom_unit.mk).
  */
 #include <string.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "layout_run.h"
-#include "unit_scaled_residual.c"
+#include "../unit_scaled_residual.c"
 
 static const model_run_t scaled_model[] = {{&unit_embedding, model_count_one, NULL, {NULL}},
                                            {&unit_scaled_residual, model_count_layers, NULL, {NULL}},

@@ -22,7 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "layout_run.h"
 #include "parity/check.h"
 #include "parity/corpus.h"

@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "../harness.h"
 
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 #define SANITIZED 1

@@ -12,7 +12,7 @@
 # flipped bit in it is detected (the check can fail).
 # Ends with "RESULT test_model_golden.sh: N passed, M failed".
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PARITY=${PARITY:-build/parity}
 BUILD=${BUILD:-build}
 tmp=$(mktemp -d /tmp/parity-golden-XXXXXX)

@@ -9,7 +9,7 @@
 # intact and resuming from it gives the uninterrupted run's checkpoint,
 # byte for byte; bad paths and impossible combinations are
 # refused naming the flag or the file. The files themselves (the run's
-# own, locked, removed): tests/test_offload_files.sh.
+# own, locked, removed): tests/cli/test_offload_files.sh.
 set -u
 P=${PARITY:-build/parity}
 P=$(cd "$(dirname "$P")" && pwd)/$(basename "$P")
@@ -48,7 +48,7 @@ if [ -n "$on" ] && awk -v a="$on" -v b="$o0" 'BEGIN {exit !(a < b / 4)}'; then
 else fail "nvme: bounded staging" "stored $o0 nvme $on"; fi
 
 # the run's transfers in its trace (its files, their contents and their
-# removal: tests/test_offload_files.sh)
+# removal: tests/cli/test_offload_files.sh)
 "$P" train --model gpt-tiny --steps 2 --data-parallel-size 2 --zero-stage 1 $NVME --bucket-cap-mb 0.1 \
   --trace "$tmp/t.json" >/dev/null 2>&1
 if grep -q '"offload write m, v"' "$tmp/t.json" && grep -q '"offload read m, v"' "$tmp/t.json"; then
@@ -90,7 +90,7 @@ refuse "an unknown device" "offload-optimizer: unknown value 'gpu'" -- \
   "$P" check --model gpt-micro --steps 1 --offload-optimizer gpu
 refuse "nvme with adamw8bit" "offload-optimizer: nvme offloads fp32 AdamW" -- \
   "$P" check --model gpt-micro --steps 1 --data-parallel-size 2 --zero-stage 1 --optimizer adamw8bit $NVME
-# a full disk: tests/test_offload_files.sh (the message, and nothing left)
+# a full disk: tests/cli/test_offload_files.sh (the message, and nothing left)
 
 echo "RESULT test_offload.sh: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -19,7 +19,7 @@
 # Skipped where the plain build is absent (sanitizer builds do not build it).
 # Ends with "RESULT test_plain_sums.sh: N passed, M failed".
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 PLAIN=$BUILD/plain/parity
 tmp=$(mktemp -d /tmp/parity-plain-XXXXXX)

@@ -27,7 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "layout_run.h"
 #include "parity/json.h"
 #include "parity/pp.h"

@@ -71,7 +71,7 @@ saving "selective, pp 2 interleaved (6 slots)" $SEL --pipeline-model-parallel-si
 saving "selective, cp 2 Ulysses" $SEL --context-parallel-size 2 --cp-comm-type a2a
 
 # and it falls: full below selective below storing (the estimate, which the
-# arena's high-water equals: tests/test_memest.c); --print-layout says which
+# arena's high-water equals: tests/unit/test_memest.c); --print-layout says which
 pl=$("$P" train --model gpt-tiny $FULL --recompute-method block --recompute-num-layers 2 --print-layout 2>&1)
 if echo "$pl" | grep -q '"recompute": {"granularity": "full", "method": "block", "num_layers": 2}'; then
   ok "--print-layout names the recomputation"

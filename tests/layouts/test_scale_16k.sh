@@ -13,7 +13,7 @@
 # `make check`; `make check-slow` runs it.
 set -u
 P=${PARITY:-build/parity}
-HERE=$(cd "$(dirname "$0")" && pwd)
+HERE=$(cd "$(dirname "$0")/.." && pwd)
 MODEL=$HERE/configs/gpt_scale_16k.json
 # PARITY_SCALE_DP: fewer data-parallel replicas for a quick try (the test
 # is the default, 128)

@@ -10,7 +10,7 @@
 # Ends with "RESULT test_step_through.sh: N passed, M failed".
 set -u
 PARITY=${PARITY:-build/parity}
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d /tmp/parity-step-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 passed=0; failed=0

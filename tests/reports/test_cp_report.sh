@@ -17,7 +17,7 @@
 # Ends with "RESULT test_cp_report.sh: N passed, M failed".
 set -u
 PARITY=${PARITY:-build/parity}
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d /tmp/parity-cp-report-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 passed=0; failed=0

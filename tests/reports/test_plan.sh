@@ -12,7 +12,7 @@
 set -u
 P=${PARITY:-build/parity}
 P=$(cd "$(dirname "$P")" && pwd)/$(basename "$P")
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 . tests/refuse.sh parity-plan
 
 # --print-layout's per-device estimate (bytes) of a layout

@@ -24,7 +24,7 @@
 # Ends with "RESULT test_tp2d_report.sh: N passed, M failed".
 set -u
 PARITY=${PARITY:-build/parity}
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 tmp=$(mktemp -d /tmp/parity-tp2d-report-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 passed=0; failed=0

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "parity/corpus.h"
 #include "parity/engine.h"
 #include "parity/memest.h"

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "../harness.h"
 
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 #define SANITIZED 1

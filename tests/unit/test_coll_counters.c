@@ -6,7 +6,7 @@
  * COLL_MAX_FAMILIES families (the rest under "*"), and reset zeroes them. */
 #include <string.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "parity/coll.h"
 #include "parity/runtime.h"
 

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "../harness.h"
 
 #ifdef __SANITIZE_THREAD__
 /* TSan sleeps a second at exit while other threads run (they do here: a

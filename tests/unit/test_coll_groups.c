@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "harness.h"
+#include "../harness.h"
 
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 #define SANITIZED 1

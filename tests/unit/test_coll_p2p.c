@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "../harness.h"
 
 #define MAXW 8
 

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "model/gpt.h"
-#include "harness.h"
+#include "../harness.h"
 #include "parity/colossal.h"
 
 static int parse_n(const char *text, size_t len, pconfig_t *pc, perr_t *err) {

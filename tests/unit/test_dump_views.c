@@ -2,7 +2,7 @@
  * placed by their global offsets, and blocks several replicas report
  * compared, naming the device whose copy differs. */
 #include "model/gpt.h"
-#include "harness.h"
+#include "../harness.h"
 #include "parity/dump.h"
 
 static gpt_t *model(void) {

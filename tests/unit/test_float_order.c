@@ -14,7 +14,7 @@
  * Step times, exact against every kind, are printed for gpt-micro (and
  * gpt-small with PARITY_FLOAT_ORDER_BENCH=1). */
 #include "model/gpt.h"
-#include "harness.h"
+#include "../harness.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -5,7 +5,7 @@
 #include <time.h>
 
 #include "model/gpt.h"
-#include "harness.h"
+#include "../harness.h"
 #include "parity/corpus.h"
 #include "parity/dump.h"
 #include "parity/forced.h"

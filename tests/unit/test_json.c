@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "parity/json.h"
 
 static json_t *parse(const char *s) {

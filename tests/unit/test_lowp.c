@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "parity/pmath.h"
 
 static uint32_t fbits(float x) { uint32_t b; memcpy(&b, &x, 4); return b; }

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "model/gpt.h"
-#include "harness.h"
+#include "../harness.h"
 #include "parity/corpus.h"
 #include "parity/dump.h"
 #include "parity/engine.h"

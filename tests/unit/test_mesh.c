@@ -10,7 +10,7 @@
 
 #include "parity/coll.h"
 
-#include "harness.h"
+#include "../harness.h"
 
 /* Whether g holds exactly want[0..n) in that order, and its index table
  * agrees. */

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "parity/corpus.h"
 #include "model/gpt.h"
 #include "parity/pmath.h"

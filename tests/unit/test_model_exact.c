@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "parity/contract.h"
 #include "parity/corpus.h"
 #include "model/gpt.h"

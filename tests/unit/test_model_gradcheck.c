@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "parity/layers.h"
 #include "model/gpt.h"
 #include "parity/rng.h"

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "parity/names.h"
 
 static model_config_t config(int heads, int tied) {

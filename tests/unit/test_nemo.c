@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "parity/nemo.h"
 #include "parity/pconfig.h"
 

@@ -6,9 +6,9 @@
  * past what memory holds, negative ranks and steps, meshes of more ranks
  * than an int counts, a tolerance that wrapped, an infinity inside a
  * tolerance, a dump whose config is another model's.
- * tests/test_install.sh runs the same API from an installed copy. */
+ * tests/cli/test_install.sh runs the same API from an installed copy. */
 #include "model/gpt.h"
-#include "harness.h"
+#include "../harness.h"
 
 #include <limits.h>
 #include <math.h>

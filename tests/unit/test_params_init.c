@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "model/gpt.h"
 #include "parity/pool.h"
 #include "parity/rng.h"

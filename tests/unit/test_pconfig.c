@@ -2,7 +2,7 @@
  * the field. */
 #include <string.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "parity/pconfig.h"
 
 /* Parses a space-separated flag string into pc; returns the parse or

@@ -3,7 +3,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "parity/coll.h"
 #include "parity/grid.h"
 #include "model/gpt.h"

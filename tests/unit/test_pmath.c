@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "parity/pmath.h"
 
 static int64_t dense_div = 1;
@@ -136,7 +136,7 @@ static long double r_sin(long double x) { return sinl(x); }
 static long double r_cos(long double x) { return cosl(x); }
 static long double r_sqrt(long double x) { return sqrtl(x); }
 
-#include "pmath/pmath_ref.h"
+#include "../pmath/pmath_ref.h"
 
 /* ----------------------------------------------------------------- tests */
 

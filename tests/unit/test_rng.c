@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "parity/pmath.h"
 #include "parity/rng.h"
 

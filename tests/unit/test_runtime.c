@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "../harness.h"
 
 #define KiB ((size_t)1024)
 
@@ -174,7 +174,7 @@ static void test_devices_run(void) {
 
 static void test_thread_limits(void) {
     /* this host's figures: the largest world must pass (the 16384-device
-     * run, tests/test_scale_16k.sh) */
+     * run, tests/layouts/test_scale_16k.sh) */
     host_limits_t h;
     host_limits_read(&h);
     perr_t e;

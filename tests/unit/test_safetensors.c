@@ -3,14 +3,14 @@
  * hand-built files, every class of corruption (each with the message it
  * must give), writer misuse, and thousands of random mutations that must
  * never crash (run under `make asan` / `make ubsan`). Interoperability
- * with an independent Python reader is in tests/test_diff.sh. */
+ * with an independent Python reader is in tests/cli/test_diff.sh. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "parity/safetensors.h"
 
 static char tmpdir[] = "/tmp/parity_st_XXXXXX";

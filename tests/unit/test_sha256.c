@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "parity/sha256.h"
 
 /* FIPS 180-2, appendix B (one-block, multi-block, long message) and the

@@ -16,7 +16,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "harness.h"
+#include "../harness.h"
 
 enum { WORLD = 4, ROUNDS = 3 };
 

@@ -9,7 +9,7 @@
  * The order of the RUN lines matters at the top: the first tests run
  * before tile_init has ever succeeded.
  */
-#include "harness.h"
+#include "../harness.h"
 #include "parity/tile.h"
 
 #include <cblas.h>

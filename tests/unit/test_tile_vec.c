@@ -9,7 +9,7 @@
  * On a CPU without AVX2 the vector kernel does not run; every test then
  * checks only that tile_vec_ksum refuses.
  */
-#include "harness.h"
+#include "../harness.h"
 #include "parity/tile.h"
 #include "parity/xacc.h"
 

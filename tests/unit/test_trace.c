@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "parity/json.h"
 #include "parity/trace.h"
 

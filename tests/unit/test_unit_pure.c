@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "parity/corpus.h"
 #include "model/gpt.h"
 #include "parity/tile.h"

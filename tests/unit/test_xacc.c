@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "harness.h"
+#include "../harness.h"
 #include "parity/xacc.h"
 
 /* ---- the oracle: 1280-bit two's complement, units of 2^-149 --------- */

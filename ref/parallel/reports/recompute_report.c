@@ -71,7 +71,7 @@ void recompute_print_report(const run_report_t *run, FILE *f) {
     int held, buffers;
     const double saved = formula_saved(c, units, slots, layer, core, out, &held, &buffers);
     /* measured: the allocation table without recomputation (what a run
-     * that stores allocates, tests/test_memest.c) minus this run's peak */
+     * that stores allocates, tests/unit/test_memest.c) minus this run's peak */
     model_config_t stored = *c;
     stored.recompute = MODEL_RECOMPUTE_NONE;
     gpt_mem_t m;
