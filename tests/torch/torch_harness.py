@@ -517,7 +517,7 @@ def replay(R, model, T, cfg, steps, shapes, forward_backward, compare_step, inpu
                     chk_par.missing(s, "param." + n)
                     continue
                 slack = adam_slack(cfg, lr, n, shapes[n], dmax_r, cgrads[n], cfac, ref["grads"][n], fac_r,
-                                      info_r[n], None)
+                                   info_r[n], None)
                 chk_par(s, "param." + n, T[k], new_r[n], "param", slack)
 
         # trajectory: the reference's own parameters from init
@@ -530,7 +530,7 @@ def replay(R, model, T, cfg, steps, shapes, forward_backward, compare_step, inpu
                 if k in T:
                     prev_diff = (p_prev_c[n] - p_traj[n]).abs()
                     slack = adam_slack(cfg, lr, n, shapes[n], dmax_t, cgrads[n], cfac, ref_t["grads"][n],
-                                          fac_t, info_t[n], prev_diff)
+                                       fac_t, info_t[n], prev_diff)
                     chk_traj(s, "param." + n, T[k], new_t[n], "traj_param", slack)
         p_traj = new_t
 
