@@ -5,7 +5,7 @@
 #   make demo-encdec  llava-tiny on an encoder mesh (etp 1, epp 1) beside the decoder's (tp 2, pp 2), dp 2
 #   make check      run every test; ends with "N passed, N failed"
 #   make check-mpi-hosts  the MPI transport between two hosts (network namespaces, root)
-#   make check-slow the slow tests: 16384 simulated devices (tests/test_scale_16k.sh)
+#   make check-slow the slow tests: 16384 simulated devices (tests/layouts/test_scale_16k.sh)
 #   make asan | tsan | ubsan   the same tests under a sanitizer
 #   make bench      benchmarks against memcpy, OpenMPI, PyTorch, OpenBLAS
 #   make fuzz       libFuzzer on the readers of untrusted input (tests/fuzz.mk)
@@ -13,9 +13,11 @@
 #                   binding and the corpus under DIR (default /usr/local)
 #
 # Sources are discovered, not listed: every ref/**/*.c goes into the
-# library except ref/cli/ (the program), every tests/test_*.c becomes one
-# test binary, every tests/bench/bench_*.c one benchmark binary. Extra rules live
-# in tests/*.mk and tests/bench/*.mk fragments.
+# library except ref/cli/ (the program), every test_*.c of a test folder
+# (TEST_DIRS: tests/ itself, unit/, layouts/, cli/, reports/; tests/README.md)
+# becomes one test binary $(BUILD)/tests/test_NAME, every
+# tests/bench/bench_*.c one benchmark binary. Extra rules live in tests/*.mk
+# and tests/bench/*.mk fragments.
 
 CC       ?= cc
 BUILD    ?= build
@@ -61,18 +63,21 @@ endif
 
 LIB_SRC   := $(shell find ref -name '*.c' -not -path 'ref/cli/*' | sort)
 CLI_SRC   := $(sort $(wildcard ref/cli/*.c))
-TEST_SRC  := $(sort $(wildcard tests/test_*.c))
+# The folders whose test_*.c and test_*.sh make check runs; other folders
+# under tests/ (torch/ aside) hold helpers or add their tests in a tests/*.mk.
+TEST_DIRS := tests tests/unit tests/layouts tests/cli tests/reports
+TEST_SRC  := $(sort $(foreach d,$(TEST_DIRS),$(wildcard $(d)/test_*.c)))
 BENCH_SRC := $(sort $(wildcard tests/bench/bench_*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/%.o)
-TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_BIN  := $(addprefix $(BUILD)/tests/,$(notdir $(TEST_SRC:.c=)))
 BENCH_BIN := $(BENCH_SRC:tests/bench/%.c=$(BUILD)/bench/%)
 LIB       := $(BUILD)/libparity.a
 PARITY    := $(BUILD)/parity
 # Script tests: shell and Python checks that drive the parity program.
 # Slow tests (minutes, most of the host's memory) run only in check-slow.
-SLOW_TESTS   := tests/test_scale_16k.sh
-SCRIPT_TESTS := $(filter-out $(SLOW_TESTS),$(sort $(wildcard tests/test_*.sh))) \
+SLOW_TESTS   := tests/layouts/test_scale_16k.sh
+SCRIPT_TESTS := $(filter-out $(SLOW_TESTS),$(sort $(foreach d,$(TEST_DIRS),$(wildcard $(d)/test_*.sh)))) \
                 $(sort $(wildcard tests/torch/test_*.py))
 EXTRA_TEST_BIN :=
 # Programs the script tests drive (built by make check, never run as tests themselves).
@@ -96,9 +101,13 @@ $(LIB): $(LIB_OBJ)
 $(PARITY): $(CLI_OBJ) $(LIB)
 	$(CC) $(CFLAGS) $(CLI_OBJ) $(LIB) $(LDLIBS) -o $@
 
-$(BUILD)/tests/%: tests/%.c tests/harness.h $(LIB)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP $< $(LIB) $(LDLIBS) -o $@
+# one rule per test folder; the binaries sit side by side in $(BUILD)/tests/
+define test_rule
+$$(BUILD)/tests/%: $(1)/%.c tests/harness.h $$(LIB)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CFLAGS) -MMD -MP $$< $$(LIB) $$(LDLIBS) -o $$@
+endef
+$(foreach d,$(TEST_DIRS),$(eval $(call test_rule,$(d))))
 
 $(BUILD)/bench/%: tests/bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
@@ -153,7 +162,7 @@ install: $(LIB) $(SHLIB)
 
 # The programs and test binaries are built on every core first (a plain
 # `make check` would build its prerequisites one at a time); the shared
-# library too, for tests/test_install.sh and the Python binding's tests.
+# library too, for tests/cli/test_install.sh and the Python binding's tests.
 CHECK_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 check:
 	$(MAKE) --no-print-directory -j$(CHECK_JOBS) all $(TEST_BIN) $(EXTRA_TEST_BIN) $(TEST_HELPERS) $(SHLIB)
@@ -223,4 +232,9 @@ bench: all $(BENCH_BIN)
 clean:
 	rm -rf build build-asan build-tsan build-ubsan build-o0 build-fuzz
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -name '*.d' -not -path '$(BUILD)/tests/*' 2>/dev/null)
+# A test's dependency file names its source first; one whose source has
+# moved to another test folder would stop make ("No rule to make target"),
+# so it is left out and the test rebuilt.
+TEST_DEP_FILES := $(shell find $(BUILD)/tests -name '*.d' 2>/dev/null)
+-include $(foreach d,$(TEST_DEP_FILES),$(if $(wildcard $(word 2,$(file <$(d)))),$(d)))

@@ -5,7 +5,7 @@
 # with tests/parity_scaled.c, which registers the test-only unit kind of
 # tests/unit_scaled_residual.c (a scaled residual layer with a 3-D
 # parameter) in place of the transformer layer before main runs. No file
-# under ref/ knows the kind: tests/test_custom_check.sh runs `parity
+# under ref/ knows the kind: tests/layouts/test_custom_check.sh runs `parity
 # check` on it, the same command line a user types.
 
 CUSTOM_PARITY := $(BUILD)/tests/parity-scaled

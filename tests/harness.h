@@ -1,4 +1,4 @@
-/* harness.h - the tiny test harness every tests/test_*.c uses.
+/* harness.h - the tiny test harness every test_*.c under tests/ uses.
  *
  * A test is a void function; RUN(fn) runs it and counts it passed when no
  * CHECK inside failed. Each test binary ends with `return harness_done();`,

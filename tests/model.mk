@@ -4,14 +4,14 @@
 #                 golden/<model>.sha256 for each run in golden/manifest.txt
 #                 and the full dump golden/gpt-micro.safetensors
 #   make check    also builds $(BUILD)/o0/parity, the whole program at -O0,
-#                 so tests/test_model_golden.sh can show that the digests
+#                 so tests/layouts/test_model_golden.sh can show that the digests
 #                 reproduce at -O0 as well as at -O2 (not under sanitizers,
 #                 whose builds already take long enough)
 #   $(BUILD)/plain/parity   the diagnostic build with plain fp32 sums instead
 #                 of exact ones (-DPARITY_PLAIN_SUMS), for the benchmark's
 #                 cost-of-exactness figure and the demo of drift; never
 #                 golden. make check builds it too (not under sanitizers)
-#                 for tests/test_plain_sums.sh
+#                 for tests/layouts/test_plain_sums.sh
 
 MODEL_O0_PARITY := $(BUILD)/o0/parity
 MODEL_PLAIN_PARITY := $(BUILD)/plain/parity

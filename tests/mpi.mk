@@ -1,5 +1,5 @@
-# mpi.mk - the MPI transport's collective test program (tests/test_mpi.sh
-# runs it as threads and under mpirun). Not a tests/test_*.c: run.sh
+# mpi.mk - the MPI transport's collective test program (tests/cli/test_mpi.sh
+# runs it as threads and under mpirun). Not a test_*.c of a test folder: run.sh
 # would start it without mpirun.
 MPI_COLL_BIN := $(BUILD)/tests/mpi_coll
 TEST_HELPERS += $(MPI_COLL_BIN)

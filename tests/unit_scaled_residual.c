@@ -1,5 +1,5 @@
 /* unit_scaled_residual.c - a test-only unit kind, in one file: a scaled
- * residual layer whose one parameter is 3-D. tests/test_custom_unit.c
+ * residual layer whose one parameter is 3-D. tests/layouts/test_custom_unit.c
  * includes it and registers it (model_set_runs) in place of the
  * transformer layer, with no edit under ref/parallel, ref/cli or
  * ref/config: the parameter table, placements, buckets, ZeRO shards,

@@ -6,7 +6,7 @@
  * the placements (DESIGN.md §2, §6). So a checkpoint written at
  * tp=4 x dp=2 under ZeRO-1 holds the golden run's tensors at the same
  * step (the whole file is byte for byte the golden one when the config
- * and backend are the same: tests/test_ckpt.sh), and any layout can
+ * and backend are the same: tests/cli/test_ckpt.sh), and any layout can
  * continue from it with the golden bits: data, dropout masks and the
  * learning rate are keyed by the global step (I3), which the checkpoint
  * carries.

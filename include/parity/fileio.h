@@ -94,7 +94,7 @@ void pio_out_abort(pio_out_t *o);
  * pio_txn_made_dir, leaving all targets as they were. main() begins one
  * per command and commits only when the whole run, stdout included,
  * has succeeded. With PARITY_STOP_BEFORE_COMMIT set (a test hook,
- * tests/test_signals.sh) pio_txn_commit first stops the process with
+ * tests/cli/test_signals.sh) pio_txn_commit first stops the process with
  * SIGSTOP, every temporary file finished, for a signal to arrive then. */
 void pio_txn_begin(void);
 int  pio_txn_commit(perr_t *err);

@@ -5,7 +5,7 @@
  * to the OOM killer. The estimate is computed from the same size tables
  * the allocations use (gpt_mem_bytes for a replica, the data-parallel
  * plan for shards and collective buffers), so it is what the arenas will
- * count: tests/test_memest.c holds it at or above every category's
+ * count: tests/unit/test_memest.c holds it at or above every category's
  * measured high-water mark and close to it.
  *
  *   memest_t m;
@@ -99,21 +99,5 @@ int memest_env_check(perr_t *err);
 /* Two lines: the largest device by category, then all devices and the
  * host buffers. */
 void memest_print(const memest_t *m, FILE *f);
-
-/* The formula of one dense GPT layer's activations in a slot, bytes per
- * token held (MODEL.md's storage: 4-byte values, 1-byte dropout masks),
- * written out from the shapes rather than measured, so that the tables'
- * sizes (gpt_mem_bytes) can be held against it. Replicated over tp (split
- * along tokens under SP): LayerNorm x-hat and output twice, the attention
- * and MLP outputs, resid1 and out (8 x 4h), their dropout masks (2h),
- * LayerNorm 1/std (2 x 4). Split over tp: qkv and context (16h; Ulysses
- * keeps both again in heads-major order, 16h more), fc1 out, GeLU out
- * and derivative (12 ffn), and attention's core: per head the
- * probabilities against all T keys (4T), after dropout (4T) with its mask
- * (T), the denominator (4). SP keeps both LayerNorm outputs gathered (8h).
- * *core: the core's share (what selective recomputation does not keep);
- * *out: the layer output's (4h, or 4h/t under SP: what full keeps). */
-double memest_layer_per_token(const model_config_t *c, int t, int sp, int ulysses, double *core,
-                              double *out);
 
 #endif

@@ -28,7 +28,7 @@
  *   everything else     <= 1 ULP (the bound the design gives: fp64 error
  *                       < 2^-50 relative, then one rounding), and in fact
  *                       correctly rounded on every input tested so far.
- * tests/test_pmath.c checks this against glibc's x87 long double functions
+ * tests/unit/test_pmath.c checks this against glibc's x87 long double functions
  * on ~2.5 million inputs per function (about 400 million with
  * PMATH_DENSE=1), covering exp on [-104, 89] and densely on the softmax
  * range [-100, 0]; log on (0, 1e6] with subnormals and every float in

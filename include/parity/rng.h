@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 /* The raw Philox4x32-10 block function (the Random123 known-answer
- * vectors hold: tests/test_rng.c). */
+ * vectors hold: tests/unit/test_rng.c). */
 void philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
 /* A bijective 64-bit mixer: x ^= x >> 32; x *= C1; x ^= x >> 29;

@@ -74,17 +74,17 @@ void report_device_label(const rank_layout_t *L, int rank, int full, const char 
  * 0's data-parallel traffic next to 2 Psi / 3 Psi, and its time by phase;
  * -1 when the layout's tables cannot be built (nothing else to report). */
 int  dp_print_zero_report(const run_report_t *run, FILE *f);
-/* tp/tp_report.c (tp > 1): the tensor-parallel group's traffic of device
+/* reports/tp_report.c (tp > 1): the tensor-parallel group's traffic of device
  * 0 by collective and dtype next to Megatron's formulas, the bytes
  * exactness adds, and activation memory per device next to the slot's
  * formula, with and without sequence parallelism. */
 void tp_print_report(const run_report_t *run, FILE *f);
-/* cp/cp_report.c (cp > 1): the context-parallel group's traffic of
+/* reports/cp_report.c (cp > 1): the context-parallel group's traffic of
  * device 0 per layer next to the ring's or Ulysses' formula, the bytes
  * exactness adds, and activation memory per device next to the golden
  * run's and the slot's formula for T / cp positions. */
 void cp_print_report(const run_report_t *run, FILE *f);
-/* ep/ep_report.c: expert parallelism's all-to-alls against the formula. */
+/* reports/ep_report.c: expert parallelism's all-to-alls against the formula. */
 void ep_print_report(const run_report_t *run, FILE *f);
 /* pp/pp_report.c (pp > 1): per stage the units, activation slots against
  * the schedule's formula, activation memory and the measured bubble
@@ -94,5 +94,23 @@ void pp_print_report(const run_report_t *run, FILE *f);
 /* recompute_report.c (activation recomputation): device 0's saving by the
  * layer formula next to the measured one. */
 void recompute_print_report(const run_report_t *run, FILE *f);
+
+/* The formula of one dense GPT layer's activations in a slot, bytes per
+ * token held (MODEL.md's storage: 4-byte values, 1-byte dropout masks),
+ * written out from the shapes rather than measured, so that the tables'
+ * sizes (gpt_mem_bytes) can be held against it. Replicated over tp (split
+ * along tokens under SP): LayerNorm x-hat and output twice, the attention
+ * and MLP outputs, resid1 and out (8 x 4h), their dropout masks (2h),
+ * LayerNorm 1/std (2 x 4). Split over tp: qkv and context (16h; Ulysses
+ * keeps both again in heads-major order, 16h more), fc1 out, GeLU out
+ * and derivative (12 ffn), and attention's core: per head the
+ * probabilities against all T keys (4T), after dropout (4T) with its mask
+ * (T), the denominator (4). SP keeps both LayerNorm outputs gathered (8h).
+ * *core: the core's share (what selective recomputation does not keep);
+ * *out: the layer output's (4h, or 4h/t under SP: what full keeps).
+ * A report's formula (recompute_report.c), not the estimate's: memest.h
+ * sizes a run from the tables themselves. */
+double report_layer_per_token(const model_config_t *c, int t, int sp, int ulysses, double *core,
+                              double *out);
 
 #endif

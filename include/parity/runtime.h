@@ -32,7 +32,7 @@
 /* The largest world devices_run accepts: the one cap every other limit
  * derives from (per-rank tables of the collectives, pconfig's degrees
  * and rank lists, the front ends' sizes). 16384 = tp 8 x pp 16 x dp 128
- * of a small model on a 24 GB host (tests/test_scale_16k.sh). Rank lists
+ * of a small model on a 24 GB host (tests/layouts/test_scale_16k.sh). Rank lists
  * are unsigned short, so it stays below 32768. */
 #define PARITY_MAX_DEVICES 16384
 

@@ -14,7 +14,7 @@
  *               the direct and ring algorithms (coll.h).
  * What is drawn from integers only (logical schedules, grids,
  * collectives) is byte-identical from run to run: committed pictures are
- * regenerated and compared by tests/test_svg.sh.
+ * regenerated and compared by tests/cli/test_svg.sh.
  *
  * Every document is <?xml ...?> + <svg xmlns=...> with a <title>; text
  * is in <text> elements with & < > " escaped. Machine-readable classes

@@ -32,7 +32,7 @@
  * smaller), so two results differ by at most 2 gamma_K S, which is
  * K 2^-23 S to first order. tile_backend_tolerance() returns twice that
  * (covering the (1 - K u) term for any K < 2^22) plus K subnormal steps for
- * gradual underflow; tests/test_tile.c checks it on random tiles.
+ * gradual underflow; tests/unit/test_tile.c checks it on random tiles.
  *
  * Thread safety: call tile_init() once per process before any device thread
  * runs a kernel. After that the tile_gemm_* functions may be called from any

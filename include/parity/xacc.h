@@ -40,7 +40,7 @@
  * checked exact by TwoSum (ref/kernels/fold.h) is the exact sum, so one
  * conversion to fp32 gives the correctly rounded result. xsum_* falls
  * back to the accumulator when a check fails; both paths give identical
- * bits (tests/test_xacc.c).
+ * bits (tests/unit/test_xacc.c).
  */
 #ifndef PARITY_XACC_H
 #define PARITY_XACC_H

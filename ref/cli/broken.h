@@ -2,7 +2,7 @@
  *
  * Each variant re-creates a real framework bug in one place of the
  * layout run, so that `parity check` must catch it: the test that runs
- * them all (tests/test_broken.sh) reads this table through
+ * them all (tests/layouts/test_broken.sh) reads this table through
  * `--test-broken list` and holds every entry to the tensor it names as
  * the first to diverge. A variant is selected by `--test-broken NAME`
  * (replica takes its device, `replica:R`); adding one is one entry in

@@ -19,7 +19,9 @@ static void usage(FILE *f) {
           "  svg     draw a pipeline schedule, the rank grid or a collective as an SVG picture\n"
           "  plan    list the layouts that fit N devices of a given memory, cheapest first\n"
           "  judge   judge a backend's rank files against the golden run (ref/judge/RANKFILES.md)\n"
-          "run `parity <command> --help` for the options of one command\n",
+          "run `parity <command> --help` for the options of one command\n"
+          "every layout gives the golden run's bits by invariants I1-I5: the contract is\n"
+          "ref/DESIGN.md; how the code meets it, CONTRIBUTING.md\n",
           f);
 }
 

@@ -4,7 +4,7 @@
  * The reader trusts nothing: every length and offset is checked before
  * use, in 64-bit arithmetic with explicit overflow tests, so a corrupt
  * or hostile file yields a message, never an out-of-bounds access
- * (tests/test_safetensors.c mutates files thousands of times under ASan
+ * (tests/unit/test_safetensors.c mutates files thousands of times under ASan
  * and UBSan to hold us to that).
  */
 #include "parity/safetensors.h"

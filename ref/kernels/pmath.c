@@ -304,7 +304,7 @@ float pm_sqrtf(float x) {
  * its midpoint test) on every IEEE machine, at a fraction of the cost of
  * the Newton iteration; the same argument as adamw.c's update. Branch-free
  * with -fno-math-errno (no libm call), so the loop vectorises.
- * tests/test_pmath.c compares it with pm_sqrtf over the float range. */
+ * tests/unit/test_pmath.c compares it with pm_sqrtf over the float range. */
 PARITY_SIMD_CLONES
 void pm_sqrtf_array(float *restrict y, const float *restrict x, size_t n) {
     for (size_t i = 0; i < n; i++) {

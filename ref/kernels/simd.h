@@ -7,9 +7,9 @@
  * in every clone: vectorising never reorders a floating-point reduction
  * without -ffast-math, and -ffp-contract=off keeps fused multiply-adds
  * out even where the target has them (I5). The clone a CPU picks is
- * checked against scalar code: tests/test_pmath.c (array forms against
+ * checked against scalar code: tests/unit/test_pmath.c (array forms against
  * the scalar functions) and the golden digests reproduced at -O0, where
- * nothing is vectorised (tests/test_model_golden.sh).
+ * nothing is vectorised (tests/layouts/test_model_golden.sh).
  *
  * Elsewhere (another architecture or compiler, ThreadSanitizer builds) it
  * expands to nothing. */

@@ -12,7 +12,7 @@
  * instructions (the target has no FMA, and the build passes
  * -ffp-contract=off). So the bits are tile_portable_<form>'s, on every
  * shape, for every input, NaN, infinity, -0 and subnormals included
- * (tests/test_tile_vec.c compares the two on ragged shapes and special
+ * (tests/unit/test_tile_vec.c compares the two on ragged shapes and special
  * values).
  *
  * Why this exists: OpenBLAS's bits change from CPU to CPU, and on a CPU

@@ -5,7 +5,7 @@
  * exact sum and one conversion to fp32 rounds it once, to nearest-even.
  * Otherwise (a sum that needs more than 53 bits, inf, NaN) the whole sum
  * goes to the superaccumulator. Both give the same bits
- * (tests/test_xacc.c).
+ * (tests/unit/test_xacc.c).
  *
  * Under a float order (float_order.h) the same terms are summed in fp32
  * in that order instead: one test per sum.

@@ -46,7 +46,7 @@ int memest_layout(const model_config_t *cfg, const pconfig_t *pc, memest_t *out,
 /* Bytes per step of the batch-shaped tensors a dump collects (dump.h):
  * inputs, labels and every unit's checkpoints (its kind's list: logits,
  * activations, masks) and input gradient, as gpt_microbatch reports
- * them. tests/test_memest.c holds this equal to a real dump's bytes, so
+ * them. tests/unit/test_memest.c holds this equal to a real dump's bytes, so
  * a new checkpoint cannot make it drift unseen. */
 static size_t batch_bytes(const model_config_t *c) {
     /* each unit kind's checkpoints and input gradient (gpt_batch_bytes_per_seq) */
@@ -199,14 +199,4 @@ void memest_print(const memest_t *m, FILE *f) {
     fprintf(f, "memory estimate of the run: %d device%s %s + host buffers %s = %s\n", m->devices,
             m->devices == 1 ? "" : "s", fmt(a, sizeof a, m->all_devices),
             fmt(b, sizeof b, m->host_shared), fmt(c, sizeof c, m->all_devices + m->host_shared));
-}
-
-double memest_layer_per_token(const model_config_t *c, int t, int sp, int ulysses, double *core,
-                              double *out) {
-    const double h = c->hidden, hd = c->hidden_dropout > 0, ad = c->attention_dropout > 0;
-    const double rep = 32 * h + 2 * h * hd + 8;
-    *core = c->heads * (c->seq_length * (4 + 5 * ad) + 4) / t;
-    *out = sp ? 4 * h / t : 4 * h;
-    const double split = (16 * h * (ulysses ? 2 : 1) + 12.0 * c->ffn) / t + *core;
-    return sp ? rep / t + 8 * h + split : rep + split;
 }

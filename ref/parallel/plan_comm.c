@@ -9,14 +9,14 @@
  *        gathers every unit's buckets at its forward and at its backward,
  *        each microbatch (the tied head gathers the embedding's too):
  *        2 m x 4 S (n-1)/n over a unit's buckets.
- *   tp   (tp/tp_report.c's tp_terms, held equal to the counters by
- *        tests/test_tp_report.sh) Megatron's 1-D terms of the stage's
+ *   tp   (reports/tp_report.c's tp_terms, held equal to the counters by
+ *        tests/reports/test_tp_report.sh) Megatron's 1-D terms of the stage's
  *        layers, embedding and head, x coll_busbw_factor x the dtype's
  *        bytes (open sums 8, softmax denominators sizeof(xacc_t)).
  *   pp   (pp/pp_report.c) per stage boundary a microbatch's residual
  *        stream each way: B/dp sequences x T/cp (/tp under SP) x h x 4 B.
- *   cp   (cp/cp_report.c's cp_traffic, held equal to the counters by
- *        tests/test_cp_report.sh; the ring) per layer 4 (cp-1) n A floats
+ *   cp   (reports/cp_report.c's cp_traffic, held equal to the counters by
+ *        tests/reports/test_cp_report.sh; the ring) per layer 4 (cp-1) n A floats
  *        of K and V blocks plus (cp-1) n 2A open sums at 8 B: 32 (cp-1) n A
  *        bytes, n = B/dp x T/cp tokens, A = h/tp; Ulysses 32 (cp-1)/cp n A.
  *   recompute runs forwards again in the backward, collectives included
@@ -35,12 +35,12 @@
 #include <string.h>
 
 #include "model/gpt.h"
-#include "cp/cp_report_internal.h"
+#include "parallel/reports/cp_report_internal.h"
 #include "parity/dp.h"
 #include "parity/engine.h"
 #include "parity/plan.h"
 #include "parity/pp.h"
-#include "tp/tp_report_internal.h"
+#include "parallel/reports/tp_report_internal.h"
 
 /* A stage's layers L, whether it holds the embedding (e) and the head
  * (hd): the units that carry, start and end the residual stream. */

@@ -9,7 +9,7 @@
  * caller also waits until every helper that joined the job has left it,
  * then closes the job under the lock: a helper that wakes late finds no
  * job to join, where it would otherwise run a piece of the next job with
- * this job's function and (freed) argument. tests/test_runtime.c's
+ * this job's function and (freed) argument. tests/unit/test_runtime.c's
  * test_pool found that race under ASan.
  */
 #include "parity/pool.h"

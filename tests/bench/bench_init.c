@@ -11,7 +11,7 @@
  *   - first touch alone (memset of a fresh buffer of the same size);
  *   - rng_fill_normal against the per-element scalar reference
  *     (rng_normal, the Box-Muller definition) on a 4M-element sample, and
- *     whether the two gave the same bits (tests/test_rng.c asserts it).
+ *     whether the two gave the same bits (tests/unit/test_rng.c asserts it).
  * Wall time and this process's CPU time (getrusage) are both printed: the
  * machine may be shared. Figures only: timing never fails. */
 #include <stdio.h>

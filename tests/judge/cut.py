@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """cut.py DUMP OUTDIR [EDIT...] - rank files (ref/judge/RANKFILES.md) cut
 from a `parity train --dump` file's own tensors, as a correct backend on a
-{"dp": 2, "tp": 2} mesh would write them, for tests/test_judge.sh.
+{"dp": 2, "tp": 2} mesh would write them, for tests/cli/test_judge.sh.
 
 Placements exercised: Shard(d) on one and on two mesh axes (nesting),
 Shard(-1), Replicate (every rank a copy), Partial(sum) addends that sum to

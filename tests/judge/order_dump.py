@@ -2,7 +2,7 @@
 """order_dump.py LIBPARITY ORDER OUT MODELFLAGS... - a golden run of the
 model in one float order (float_order.h: "pairwise", "random(3)+bf16",
 ...), written as a dump file (safetensors, dump.h's names) for
-tests/test_judge.sh: cut into rank files it is a correct float backend,
+tests/cli/test_judge.sh: cut into rank files it is a correct float backend,
 which the judge must find within its envelope. Calls libparity through
 ctypes (float_order_parse, float_order_set, oracle_open,
 oracle_run_golden, oracle_tensor_at) in one thread, the order's thread.

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """rename.py DUMP OUT SCHEME [WRONG...] - a `parity train --dump` file's
 tensors as a backend in another naming scheme holds them (include/parity/
-names.h: megatron-core, hf-gpt2, nanogpt), for tests/test_judge.sh: every
+names.h: megatron-core, hf-gpt2, nanogpt), for tests/cli/test_judge.sh: every
 parameter tensor (init.<p>, step<s>.{param,grad,exp_avg,exp_avg_sq}.<p>)
 renamed, and relaid where the scheme lays it out otherwise: hf-gpt2's
 Conv1D linears transposed to [in, out], the GPT-2 schemes' fused c_attn

@@ -1,7 +1,7 @@
 /* mpi_coll.c - every collective and point-to-point form on N devices,
  * run either as N threads of one process or under mpirun as N processes
  * (the MPI transport, coll.h), printing one digest per device of every
- * result it received. tests/test_mpi.sh runs both and requires the same
+ * result it received. tests/cli/test_mpi.sh runs both and requires the same
  * lines: the transport must give the shared-memory run's bits, fp32 sums
  * included (their order is the algorithm's), for both algorithms, and
  * open sums with slow elements (inf, NaN, huge terms) included.

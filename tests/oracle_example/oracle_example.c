@@ -1,5 +1,5 @@
 /* oracle_example.c - a program outside parity using it as an oracle,
- * built against an installed libparity (tests/test_install.sh):
+ * built against an installed libparity (tests/cli/test_install.sh):
  *
  *   cc oracle_example.c $(pkg-config --cflags --libs parity) -o oracle_example
  *   ./oracle_example --model gpt-micro --steps 2

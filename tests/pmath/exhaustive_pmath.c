@@ -4,7 +4,7 @@
  * Not part of `make check`: about 10 CPU minutes per function (glibc's
  * long double functions dominate). Result so far: pm_expf is correctly
  * rounded on all 2^32 inputs; the others were checked by the dense
- * sweeps of tests/test_pmath.c (PMATH_DENSE=1) only.
+ * sweeps of tests/unit/test_pmath.c (PMATH_DENSE=1) only.
  *
  *   make BUILD=build build/pmath/exhaustive_pmath
  *   build/pmath/exhaustive_pmath expf logf sinf ...     (default: all)

@@ -1,5 +1,5 @@
 /* pmath_ref.h - long-double references for pmath's GeLU and rsqrt, shared
- * by tests/test_pmath.c and tests/pmath/exhaustive_pmath.c. */
+ * by tests/unit/test_pmath.c and tests/pmath/exhaustive_pmath.c. */
 #ifndef PARITY_TEST_PMATH_REF_H
 #define PARITY_TEST_PMATH_REF_H
 

@@ -60,7 +60,6 @@ import copy
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -75,245 +74,15 @@ import torch  # noqa: E402
 import dumpio  # noqa: E402
 import gpt_ref as G  # noqa: E402
 import moe_ref as M  # noqa: E402
+import torch_harness as TH  # noqa: E402
+# the tolerances and the comparison (torch_harness.py, shared with the T5 and LLaVA tests)
+from torch_harness import (TOL, compare, compare_lowp, Checker, print_table,  # noqa: E402
+                           find_steps, fd_worst, adam_slack)
 
 # One thread: the tensors are small, and on a loaded 2-core machine a second
 # intra-op thread made each op ~50x slower (contention), measured.
 torch.set_num_threads(1)
 F64 = torch.float64
-
-# ------------------------------------------------------------- tolerances
-#
-# Each tensor is compared two ways against the float64 reference b:
-#   norm-wise   ||a - b|| / max(||b||, 1e-30)       <= norm
-#   element     |a - b| <= atol * max|b| + rtol * |b|   for every element
-# The golden run is fp32 (unit roundoff 6e-8) with exact sums, so its
-# distance from the exact mathematics is small. Measured on gpt-tiny
-# (8 layers, 3 steps, every variant), norm-wise: loss <= 7e-8, logits
-# <= 1.6e-7, activations <= 2e-7, gradients <= 5e-7, AdamW on C's
-# gradients <= 8e-8; the 3-step trajectory drifts to ~1.5e-5 (Adam
-# amplifies near-zero gradients). The tolerances sit >= 20x above those;
-# a wrong formula moves tensors by far more (the negative controls print
-# their ratios: 4x for erf-vs-tanh GeLU at init, 1e5x for a wrong head
-# order). atol is a fraction of the tensor's largest element so that small
-# elements, whose relative error cancellation inflates, need no loose rtol.
-TOL = {
-    # name: (norm, atol (x max|b|), rtol)
-    "scalar": (1e-5, 0.0, 1e-5),        # loss, grad_norm, lr
-    "logits": (1e-5, 1e-5, 1e-4),
-    "act": (1e-5, 1e-5, 1e-4),
-    "grad": (1e-5, 1e-5, 1e-4),
-    # Updated parameters p - lr*u: C rounds p to fp32 (~6e-8 |p|), and
-    # where a gradient is near zero Adam turns the gradients' rounding
-    # differences into visible update differences; that part is bounded
-    # per element from the measured gradient differences (adam_slack), so
-    # these tolerances only cover the rest.
-    "param": (1e-6, 1e-6, 1e-6),
-    # The trajectory carries 3 steps of those differences forward.
-    "traj_param": (1e-6, 1e-6, 1e-6),
-    "traj_fwd": (5e-4, 5e-4, 5e-3),
-    "traj_grad": (5e-4, 5e-4, 5e-3),
-    # AdamW fed the C gradients: only fp32 rounding of the update differs.
-    "optim": (1e-6, 1e-6, 1e-6),
-}
-# adam_slack is a bound (not an estimate); this factor only keeps the
-# fp32 arithmetic inside C's optimizer (its own m, v, sqrt) from eating
-# the last bits of it.
-ADAM_SLACK_SAFETY = 2.0
-# The negative controls perturb by a relative 1e-3; they must be flagged.
-PERTURB = 1e-3
-
-# Mixed precision (--bf16, --fp16; MODEL.md "Mixed precision"). The C run
-# and the reference round to S at the same points, so most S values agree
-# exactly; they part where the fp32 arithmetic of a unit that is not an
-# exact sum (LayerNorm, the attention core's exp and softmax, GeLU, the
-# cross-entropy, and their backwards) and the reference's float64 fall on
-# two sides of a rounding boundary of S: a one-ulp flip, rare because the
-# fp32 error (~2^-24) is far below S's spacing (2^-8 bf16, 2^-11 fp16).
-# A flip then spreads: the free-running replay (the reference's own
-# forward and backward) differs at the last layers in ~10% of the
-# elements by a norm of ~1-2 u_S, as much as a reference that forgets a
-# rounding point, so the sharp check is per unit, by teacher forcing
-# (gpt_ref.gpt_forward's force): every dumped activation and residual-
-# stream gradient goes on with the C value, so each unit is compared from
-# the C run's own inputs and sees only its own flips.
-#
-# The rule, with u_S the unit roundoff of S (2^-8 bf16, 2^-11 fp16) and an
-# element's ulp the spacing of S at max(|ref|, 2^-4 max|ref|) (smaller
-# elements are cancellations of larger terms, whose flips are that large):
-#   norm-wise   ||C - ref|| / ||ref||                      <= norm  u_S
-#   every elt   |C - ref|                                  <= elt   ulps
-#   bulk        fraction of elements with |C - ref| > q ulps <= frac
-# q = 0 for S-valued tensors (any difference is a flip); 1/4 ulp for the
-# weight gradients, which are exact sums rounded to fp32 and so never
-# equal. Measured on gpt-tiny (3 steps, bf16 / fp16 with scale 1024):
-# activations and logits differ in <= 0.051% of the elements, by <= 1 ulp,
-# norm <= 0.03 u_S; grad_input (the backward's LayerNorm cancellations)
-# in <= 1.4%, <= 4 ulps, norm <= 0.08 u_S; weight gradients beyond 1/4 ulp
-# in <= 4.7% of an element set (3 of a LayerNorm gain's 64), <= 1 ulp,
-# norm <= 0.09 u_S; grad norm <= 2e-4 u_S. A reference that forgets one
-# rounding point or rounds the weight gradients to S moves >= 19% of the
-# S elements / >= 32% of a gradient's beyond 1/4 ulp and the norm by
-# 0.24..0.9 u_S (the negative controls print their ratios).
-LOWP_UNIT = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
-LOWP_MANT = {"bf16": 7, "fp16": 10}      # stored significand bits
-LOWP_FLOOR = 2.0 ** -4
-LOWP_TOL = {
-    # name: (norm (x u_S), elt (ulps) or None, q (ulps), frac) ; None: a scalar
-    "lp_act": (0.25, 2, 0.0, 0.002),
-    "lp_grad_input": (0.25, 16, 0.0, 0.05),
-    "lp_grad": (0.25, 4, 0.25, 0.15),
-    # loss (fp32 cross-entropy of the same logits) and the grad norm
-    "lp_scalar": (0.005, None, None, None),
-    # free-running: only that the flips' cascade stays at its measured
-    # size (tensors <= 1.9 u_S, loss and norm <= 0.02 u_S), a coarse check
-    "lp_free": (4.0, None, None, None),
-    "lp_free_scalar": (0.1, None, None, None),
-}
-
-
-# ----------------------------------------------------------------- results
-
-class Results:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-        self.rows = []          # (ratio, variant, mode, step, name, category, norm_err, max_abs)
-        self.failures = []
-
-    def test(self, label, ok, detail=""):
-        if ok:
-            self.passed += 1
-            print(f"ok   {label}")
-        else:
-            self.failed += 1
-            print(f"FAIL {label}" + (f": {detail}" if detail else ""))
-            self.failures.append(label + (f": {detail}" if detail else ""))
-
-
-def compare(a, b, cat, slack=None):
-    """a: the C tensor (any dtype), b: the float64 reference. Returns a dict
-    with the errors and `ratio` = worst error / tolerance (pass iff <= 1).
-    slack (>= 0, b's shape): extra per-element allowance that the caller
-    derived from already-checked differences (see adam_slack); it is added
-    to the element bound and taken off each element before the norm."""
-    norm_tol, atol_frac, rtol = TOL[cat]
-    a = a.to(F64).reshape(-1)
-    b = b.to(F64).reshape(-1)
-    if a.numel() != b.numel():
-        return {"ok": False, "ratio": math.inf, "norm_err": math.inf, "max_abs": math.inf,
-                "why": f"{a.numel()} elements, reference has {b.numel()}"}
-    if not torch.isfinite(a).all():
-        return {"ok": False, "ratio": math.inf, "norm_err": math.inf, "max_abs": math.inf,
-                "why": "non-finite values in the C tensor"}
-    if b.numel() == 0:
-        return {"ok": True, "ratio": 0.0, "norm_err": 0.0, "max_abs": 0.0, "elem_ratio": 0.0,
-                "worst_index": 0, "why": ""}
-    slack = torch.zeros_like(b) if slack is None else slack.to(F64).reshape(-1)
-    diff = (a - b).abs()
-    unexplained = (diff - slack).clamp_min(0.0)
-    norm_err = float(unexplained.norm()) / max(float(b.norm()), 1e-30)
-    bound = atol_frac * float(b.abs().max()) + rtol * b.abs() + slack
-    # An exact match passes even where the bound is 0 (an all-zero tensor).
-    elem = torch.where(diff == 0, torch.zeros_like(diff), diff / bound.clamp_min(1e-300))
-    worst = int(torch.argmax(elem))
-    elem_ratio = float(elem[worst])
-    ratio = max(norm_err / norm_tol, elem_ratio)
-    return {"ok": ratio <= 1.0, "ratio": ratio, "norm_err": norm_err, "max_abs": float(diff.max()),
-            "elem_ratio": elem_ratio, "worst_index": worst, "why": "",
-            "worst": (float(a[worst]), float(b[worst]), float(bound[worst]))}
-
-
-def ulp_lowp(x, dtype):
-    """The spacing of S at magnitude x (> 0): 2^(floor(log2 x) - stored
-    significand bits); fp16's subnormals are spaced 2^-24."""
-    _, e = torch.frexp(x.clamp_min(1e-300))          # x = m 2^e, m in [0.5, 1)
-    u = torch.ldexp(torch.ones_like(x), e - 1 - LOWP_MANT[dtype])
-    return u.clamp_min(2.0 ** -24) if dtype == "fp16" else u
-
-
-def compare_lowp(a, b, cat, dtype):
-    """compare() for a mixed-precision run (LOWP_TOL's rule above): a, the
-    C tensor, against b, the reference that rounds at the same points."""
-    norm_tol, elt_tol, q, frac = LOWP_TOL[cat]
-    u = LOWP_UNIT[dtype]
-    a = a.to(F64).reshape(-1)
-    b = b.to(F64).reshape(-1)
-    if a.numel() != b.numel():
-        return {"ok": False, "ratio": math.inf, "norm_err": math.inf, "max_abs": math.inf,
-                "detail": f"{a.numel()} elements, reference has {b.numel()}"}
-    if not torch.isfinite(a).all() or not torch.isfinite(b).all():
-        return {"ok": False, "ratio": math.inf, "norm_err": math.inf, "max_abs": math.inf,
-                "detail": "non-finite values in the C tensor or the reference"}
-    if b.numel() == 0:
-        return {"ok": True, "ratio": 0.0, "norm_err": 0.0, "max_abs": 0.0, "detail": ""}
-    diff = (a - b).abs()
-    norm_err = float(diff.norm()) / max(float(b.norm()), 1e-30)
-    ratio = norm_err / (norm_tol * u)
-    detail = f"norm err {norm_err:.3g} = {norm_err / u:.3g} u_S (tol {norm_tol:g} u_S)"
-    if elt_tol is not None:
-        scale = b.abs().clamp_min(LOWP_FLOOR * float(b.abs().max()))
-        e = torch.where(diff == 0, torch.zeros_like(diff), diff / ulp_lowp(scale, dtype))
-        worst = int(torch.argmax(e))
-        bulk = float((e > q).double().mean())
-        ratio = max(ratio, float(e[worst]) / elt_tol, bulk / frac)
-        detail += (f", worst element [flat {worst}] {float(e[worst]):.3g} ulps (tol {elt_tol}; C {float(a[worst]):.8g}"
-                   f", ref {float(b[worst]):.8g}), {100 * bulk:.3g}% of the elements "
-                   f"{'differ' if q == 0 else f'beyond {q:g} ulp'} (tol {100 * frac:g}%)")
-    return {"ok": ratio <= 1.0, "ratio": ratio, "norm_err": norm_err, "max_abs": float(diff.max()),
-            "detail": detail}
-
-
-class Checker:
-    """Compares many tensors under one test label and records the table.
-    dtype: a mixed-precision run's S ("bf16", "fp16"), for the lp_*
-    categories (compare_lowp); the others go to compare."""
-
-    def __init__(self, R, variant, mode, dtype=None):
-        self.R, self.variant, self.mode, self.dtype = R, variant, mode, dtype
-        self.bad = []
-        self.n = 0
-
-    def __call__(self, step, name, a, b, cat, slack=None):
-        c = compare_lowp(a, b, cat, self.dtype) if cat in LOWP_TOL else compare(a, b, cat, slack)
-        self.n += 1
-        self.R.rows.append((c["ratio"], self.variant, self.mode, step, name, cat,
-                            c["norm_err"], c["max_abs"]))
-        if not c["ok"] and "detail" in c:
-            self.bad.append(f"step {step} {name} [{cat}] {c['detail']}")
-        elif not c["ok"]:
-            self.bad.append(f"step {step} {name} [{cat}] norm err {c['norm_err']:.3g} "
-                            f"(tol {TOL[cat][0]:.0e}), max |diff| {c['max_abs']:.3g}, worst element [flat "
-                            f"{c.get('worst_index', '?')}] at {c.get('elem_ratio', math.inf):.3g}x "
-                            f"its bound (C, ref, bound = {c.get('worst', '?')}; atol {TOL[cat][1]:.0e}*max|ref| "
-                            f"+ rtol {TOL[cat][2]:.0e}*|ref|{' + Adam slack' if slack is not None else ''}) {c['why']}")
-        return c
-
-    def missing(self, step, name):
-        self.n += 1
-        self.bad.append(f"step {step} {name}: missing from the dump")
-
-    def finish(self, label):
-        detail = "; ".join(self.bad[:6]) + (f" (+{len(self.bad) - 6} more)" if len(self.bad) > 6 else "")
-        self.R.test(f"{label} ({self.n} tensors)", not self.bad and self.n > 0,
-                    detail or ("nothing compared" if self.n == 0 else ""))
-
-
-def print_table(title, rows, per_cat=3):
-    """The worst tensors of each category (ratio = error / tolerance)."""
-    rows = sorted(rows, key=lambda r: -r[0])
-    seen = {}
-    keep = []
-    for r in rows:
-        seen[r[5]] = seen.get(r[5], 0) + 1
-        if seen[r[5]] <= per_cat:
-            keep.append(r)
-    print(f"\n{title}")
-    print(f"{'ratio':>8} {'variant':<26} {'mode':<10} {'st':>2} {'category':<10} {'norm err':>10} "
-          f"{'max|diff|':>10}  tensor")
-    for ratio, variant, mode, step, name, cat, ne, ma in sorted(keep, key=lambda r: (r[5], -r[0])):
-        print(f"{ratio:8.3f} {variant:<26} {mode:<10} {step:>2} {cat:<10} {ne:10.2e} {ma:10.2e}  {name}")
-    print()
-
 
 # ------------------------------------------------------------- self-tests
 # Internal consistency of the reference itself; none needs the C program.
@@ -389,33 +158,6 @@ def selftest_qkv_order(R):
             for d in range(D):
                 ok &= float(t[0, h, 0, d]) == h * 3 * D + w * D + d
     R.test("self: qkv rows in Megatron's (head, {q,k,v}, d) order", ok)
-
-
-def fd_worst(P, grads, loss_at, gen, wanted):
-    """Central finite differences of loss_at at 3 random elements of every
-    parameter whose name `wanted` accepts, against autograd's grads: the
-    worst error in units of (1e-4 |g| + 1e-8), and where."""
-    # h = 1e-5: truncation ~h^2 * f''' ~1e-10, roundoff ~1e-16 * loss / h ~1e-11
-    h = 1e-5
-    worst, where = 0.0, ""
-    for n, p in P.items():
-        if not wanted(n):
-            continue
-        for _ in range(3):
-            i = int(torch.randint(0, p.numel(), (1,), generator=gen))
-            Pp = dict(P)
-            Pp[n] = p.clone()
-            Pp[n].view(-1)[i] += h
-            lp = loss_at(Pp)
-            Pp[n].view(-1)[i] -= 2 * h
-            lm = loss_at(Pp)
-            fd = (lp - lm) / (2 * h)
-            ag = float(grads[n].view(-1)[i])
-            # a wrong gradient is off by O(|ag|); fd's own error is ~1e-10
-            err = abs(fd - ag) / (1e-4 * abs(ag) + 1e-8)
-            if err > worst:
-                worst, where = err, f"{n}[{i}]: autograd {ag:.10g}, fd {fd:.10g}"
-    return worst, where
 
 
 def selftest_finite_differences(R):
@@ -590,10 +332,6 @@ def selftest_lowp_rounding(R):
 
 # ------------------------------------------------------ the golden run
 
-def find_steps(T):
-    return sorted({int(m.group(1)) for k in T for m in [re.match(r"step(\d+)\.loss$", k)] if m})
-
-
 def as_f64(t):
     return t.to(F64)
 
@@ -617,22 +355,13 @@ def check_inputs(R, variant, cfg, T, steps, repo):
     are the corpus bytes at the spec's offsets; masks have the site's shape
     and keep about 1-p; the init has the spec's constants and std."""
     bad = []
-    corpus_path = os.path.join(repo, "ref", "data", "corpus.txt")
-    corpus = open(corpus_path, "rb").read() if os.path.exists(corpus_path) else None
-    if corpus is None:
-        bad.append(f"{corpus_path} not found: cannot check the tokens")
+    corpus = TH.read_corpus(repo, bad)
     B, Tn = cfg.B, cfg.T
     for s in steps:
-        ids = T.get(f"step{s}.input_ids")
-        lab = T.get(f"step{s}.labels")
-        if ids is None or lab is None:
-            bad.append(f"step {s}: input_ids/labels missing")
+        tokens = TH.dumped_tokens(T, s, B, Tn, bad)
+        if tokens is None:
             continue
-        ids = ids.reshape(-1, Tn).long()
-        lab = lab.reshape(-1, Tn).long()
-        if ids.shape[0] != B:
-            bad.append(f"step {s}: {ids.shape[0]} sequences, config global_batch {B}")
-            continue
+        ids, lab = tokens
         if corpus is not None:
             N = len(corpus)
             for b in range(B):
@@ -736,7 +465,7 @@ def act_names(cfg):
 
 def compare_forward_backward(chk, T, s, ref, cfg, cats, grad_norm=None):
     """Loss, logits, activations, grads and grad norm of step s."""
-    cat_scalar, cat_fwd, cat_grad = cats
+    cat_scalar, cat_fwd, _ = cats
     if f"step{s}.loss" in T:
         chk(s, "loss", T[f"step{s}.loss"], ref["loss"], cat_scalar)
     else:
@@ -751,41 +480,7 @@ def compare_forward_backward(chk, T, s, ref, cfg, cats, grad_norm=None):
             chk(s, "act." + a, T[k], ref["acts"][a], cat_fwd)
         else:
             chk.missing(s, "act." + a)
-    for n in G.param_shapes(cfg):
-        k = f"step{s}.grad.{n}"
-        if k in T:
-            chk(s, "grad." + n, T[k], ref["grads"][n], cat_grad)
-        else:
-            chk.missing(s, "grad." + n)
-    if grad_norm is not None:
-        if f"step{s}.grad_norm" in T:
-            chk(s, "grad_norm", T[f"step{s}.grad_norm"], torch.tensor(grad_norm, dtype=F64), cat_scalar)
-        else:
-            chk.missing(s, "grad_norm")
-
-
-def adam_slack(cfg, lr, name, shape, dmax, g_c, fac_c, g_ref, fac_ref, info, prev_diff):
-    """How far C's updated parameter may lie from the reference's because
-    the two runs fed AdamW slightly different gradients (each within its own
-    checked tolerance). With delta_i the largest difference of the clipped
-    gradients so far, m_hat and S = sqrt(v_hat) move by at most delta_i
-    (weighted means with weights summing to 1; triangle inequality), so
-    |u_C - u_ref| <= delta (1 + |u|) / (max(S - delta, 0) + eps). This
-    matters where a gradient is near zero: Adam's g/(|g|+eps) turns
-    rounding noise into an update of up to lr. The key part of the qkv bias
-    is such a place: its exact gradient is 0 (softmax ignores a shift that
-    is the same for every key), so its update is rounding noise in any fp32
-    run. prev_diff: |p_C - p_ref| before the step (trajectory mode)."""
-    gc = g_c if fac_c is None else g_c * fac_c
-    gr = g_ref if fac_ref is None else g_ref * fac_ref
-    dmax[name] = torch.maximum(dmax[name], (gc - gr).abs())
-    d = dmax[name]
-    u, S = info
-    slack = ADAM_SLACK_SAFETY * lr * d * (1 + u.abs()) / ((S - d).clamp_min(0.0) + cfg.eps)
-    if prev_diff is not None:
-        wd = cfg.weight_decay if G.weight_decayed(name, shape) else 0.0
-        slack = slack + ADAM_SLACK_SAFETY * prev_diff * abs(1 - lr * wd)
-    return slack
+    TH.compare_grads(chk, T, s, ref, cats, grad_norm, G.param_shapes(cfg))
 
 
 def load_checked(R, variant, path):
@@ -822,84 +517,11 @@ def check_run(R, variant, path, repo, backend=None):
           f"lr={cfg.lr} wd={cfg.weight_decay} clip={cfg.clip_grad}")
     check_inputs(R, variant, cfg, T, steps, repo)
 
-    init = {n: as_f64(T["init." + n]) for n in shapes}
-    chk_step = Checker(R, variant, "per-step")
-    chk_par = Checker(R, variant, "per-step")
-    chk_traj = Checker(R, variant, "trajectory")
-    chk_opt = Checker(R, variant, "optimizer")
-    chk_lr = Checker(R, variant, "lr")
-    opt_r = G.AdamW(cfg, shapes)     # re-seeded chain: starts each step from C's params
-    opt_t = G.AdamW(cfg, shapes)     # trajectory chain
-    opt_c = G.AdamW(cfg, shapes)     # fed C's own gradients
-    p_traj = init
-    dmax_r = {n: torch.zeros(sh, dtype=F64) for n, sh in shapes.items()}
-    dmax_t = {n: torch.zeros(sh, dtype=F64) for n, sh in shapes.items()}
-    per_step = []
-    clip_notes = []
-    clipped_steps = []
-    for s in steps:
-        ids = T[f"step{s}.input_ids"].reshape(cfg.B, cfg.T)
-        lab = T[f"step{s}.labels"].reshape(cfg.B, cfg.T)
-        masks = reshape_masks(cfg, step_masks(T, s), cfg.B)
-        lr = G.lr_at(cfg, s)
-        if f"step{s}.lr" in T:
-            chk_lr(s, "lr", T[f"step{s}.lr"], torch.tensor(lr, dtype=F64), "scalar")
-        else:
-            chk_lr.missing(s, "lr")
-        p_prev_c = init if s == 0 else {n: as_f64(T[f"step{s - 1}.param.{n}"]) for n in shapes}
-        cgrads = {n: as_f64(T[f"step{s}.grad.{n}"]) for n in shapes if f"step{s}.grad.{n}" in T}
-        have_all = len(cgrads) == len(shapes) and f"step{s}.grad_norm" in T
-        cfac = dumpio.clip_factor(T, s, cfg.clip_grad) if have_all else None
-
-        # per step: the reference starts from the C run's previous params
-        ref = G.forward_backward(p_prev_c, cfg, ids, lab, masks)
-        new_r, norm_r, fac_r, info_r = opt_r.step(p_prev_c, ref["grads"], lr)
-        if fac_r is not None:
-            clipped_steps.append(s)
-        compare_forward_backward(chk_step, T, s, ref, cfg, ("scalar", "act", "grad"), norm_r)
-        per_step.append(ref)
-        # clipping is a branch on the norm: say so when fp32 could decide it differently
-        if cfg.clip_grad > 0 and abs(norm_r / cfg.clip_grad - 1) < 1e-5:
-            clip_notes.append(f"step {s}: grad norm {norm_r:.9g} within 1e-5 of clip {cfg.clip_grad}")
-        if have_all:
-            for n in shapes:
-                k = f"step{s}.param.{n}"
-                if k not in T:
-                    chk_par.missing(s, "param." + n)
-                    continue
-                slack = adam_slack(cfg, lr, n, shapes[n], dmax_r, cgrads[n], cfac, ref["grads"][n], fac_r,
-                                   info_r[n], None)
-                chk_par(s, "param." + n, T[k], new_r[n], "param", slack)
-
-        # trajectory: the reference's own params from init
-        ref_t = ref if s == 0 else G.forward_backward(p_traj, cfg, ids, lab, masks)
-        new_t, norm_t, fac_t, info_t = opt_t.step(p_traj, ref_t["grads"], lr)
-        compare_forward_backward(chk_traj, T, s, ref_t, cfg, ("traj_fwd", "traj_fwd", "traj_grad"), norm_t)
-        if have_all:
-            for n in shapes:
-                k = f"step{s}.param.{n}"
-                if k in T:
-                    prev_diff = (p_prev_c[n] - p_traj[n]).abs()
-                    slack = adam_slack(cfg, lr, n, shapes[n], dmax_t, cgrads[n], cfac, ref_t["grads"][n],
-                                       fac_t, info_t[n], prev_diff)
-                    chk_traj(s, "param." + n, T[k], new_t[n], "traj_param", slack)
-        p_traj = new_t
-
-        # optimizer alone: the reference AdamW fed the C gradients
-        if have_all:
-            new_c, _, _, _ = opt_c.step(p_prev_c, cgrads, lr)
-            for n in shapes:
-                k = f"step{s}.param.{n}"
-                if k in T:
-                    chk_opt(s, "param." + n, T[k], new_c[n], "optim")
-    print(f"# {variant}: gradient clipping active at steps {clipped_steps} of {steps}")
-    for note in clip_notes:
-        print(f"# note: {note}")
-    chk_lr.finish(f"{variant}: learning rate per step")
-    chk_step.finish(f"{variant}: loss/logits/activations/grads/grad_norm, per step")
-    chk_par.finish(f"{variant}: updated params, per step (re-seeded from C params)")
-    chk_opt.finish(f"{variant}: AdamW on C's grads == C's updated params")
-    chk_traj.finish(f"{variant}: 3-step trajectory from init (own params)")
+    def inputs(T, s):
+        return (T[f"step{s}.input_ids"].reshape(cfg.B, cfg.T), T[f"step{s}.labels"].reshape(cfg.B, cfg.T),
+                reshape_masks(cfg, step_masks(T, s), cfg.B))
+    per_step, _ = TH.replay(R, variant, T, cfg, steps, shapes, G.forward_backward, compare_forward_backward,
+                            inputs, what="loss/logits/activations/grads/grad_norm")
     return per_step, T, cfg
 
 
@@ -907,25 +529,11 @@ def negative_controls(R, variant, path, per_step, T, cfg):
     """The comparison must be able to fail."""
     # 1. one gradient element perturbed by a relative 1e-3: flagged?
     name = "layers.0.mlp.dense_h_to_4h.weight"
-    g = T[f"step0.grad.{name}"].clone().double()
-    i = int(torch.argmax(g.abs().reshape(-1)))
-    g.view(-1)[i] *= (1 + PERTURB)
-    c = compare(g.float(), per_step[0]["grads"][name], "grad")
-    R.test(f"{variant}: negative control: grad.{name}[{i}] x (1+{PERTURB:g}) is flagged "
-           f"(ratio {c['ratio']:.3g})",
-           not c["ok"], f"not flagged: ratio {c['ratio']:.3g}")
+    TH.perturbed_grad_flagged(R, variant, T, name, per_step[0]["grads"][name])
     # same for an activation element of a quarter of the largest magnitude
-    # (not the largest one: the elementwise bound must be tight there too)
     an = "layers.0.self_attention.core_attention.output"
-    a = T[f"step0.act.{an}"].clone().double().reshape(-1)
-    mags = a.abs()
-    target = float(mags.max()) * 0.25
-    j = int(torch.argmin((mags - target).abs()))
-    a[j] *= (1 + PERTURB)
-    c = compare(a, per_step[0]["acts"][an], "act")
-    R.test(f"{variant}: negative control: act.{an}[{j}] (|x| ~ max/4) x (1+{PERTURB:g}) is flagged "
-           f"(ratio {c['ratio']:.3g})",
-           not c["ok"], f"not flagged: ratio {c['ratio']:.3g}")
+    TH.perturbed_act_flagged(R, variant, T[f"step0.act.{an}"].clone().double().reshape(-1),
+                            per_step[0]["acts"][an], lambda j: f"act.{an}[{j}]")
     # 2. AdamW that also decays a LayerNorm gain (a wrong decay list) must
     #    be flagged by the optimizer check: it moves the gain by lr*wd*p.
     shapes = G.param_shapes(cfg)
@@ -990,7 +598,7 @@ def wrong_model_ratio(T, cfg, attr, fn):
 
 # ------------------------------------------------ mixed precision (bf16, fp16)
 # gpt_ref.Precision rounds at MODEL.md's points; the comparison rule is
-# LOWP_TOL's (top of this file).
+# LOWP_TOL's (torch_harness.py).
 
 # (name, flags, S): bf16 with gpt-tiny's dropout (the dropout scale's
 # rounding matters there, gpt_ref.Precision.dropout), fp16 with a static
@@ -1515,7 +1123,7 @@ def run_parity(parity, args, env_extra, dump, log):
 
 def main():
     t_start = time.time()
-    R = Results()
+    R = TH.Results("ok   ", "FAIL ")
     repo = REPO
     with tempfile.TemporaryDirectory(prefix="parity-torch-") as tmp:
         selftest_attention(R)
@@ -1605,13 +1213,7 @@ def main():
                 print_table("MoE runs: worst errors of the router and expert tensors",
                             [r for r in R.rows if r[1] in {v[0] for v in MOE_VARIANTS}
                              and (".mlp.router." in r[4] or ".mlp.experts." in r[4])], per_cat=2)
-    print(f"# {time.time() - t_start:.1f}s")
-    if R.failures:
-        print("\nFAILURES:")
-        for f in R.failures:
-            print("  " + f)
-    print(f"RESULT test_gpt_torch.py: {R.passed} passed, {R.failed} failed")
-    return 1 if R.failed else 0
+    return TH.finish(R, "test_gpt_torch.py", time.time() - t_start)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,6 @@ Prints "ok  NAME" / "not ok  NAME" lines and
 "RESULT test_llava_torch.py: N passed, M failed"; exits 1 on failure.
 Without a working $PARITY (or without torch) the test fails, never skips.
 """
-import json
 import math
 import os
 import sys
@@ -69,23 +68,18 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 NAME = "test_llava_torch.py"
 
-try:
-    import torch
-    import dumpio
-    import t5_ref as R5
-    import llava_ref as RL
-    # the GPT test's comparison machinery and tolerances, the T5 test's replay
-    import test_gpt_torch as TG
-    import test_t5_torch as T5T
-except ImportError as e:  # no torch: fail, loudly
-    print(f"not ok  torch available: cannot import ({e}); the float64 reference needs PyTorch "
-          f"(run with /usr/bin/python3 or install torch)")
-    print(f"RESULT {NAME}: 0 passed, 1 failed")
-    sys.exit(1)
+# the comparison machinery and tolerances; without torch it fails the
+# test, loudly
+import torch_harness as TH  # noqa: E402
+import torch  # noqa: E402
+import t5_ref as R5  # noqa: E402
+import llava_ref as RL  # noqa: E402
+# the T5 test's replay of an encoder-decoder dump
+import test_t5_torch as T5T  # noqa: E402
 
 torch.set_num_threads(1)
 F64 = torch.float64
-PERTURB = TG.PERTURB
+PERTURB = TH.PERTURB
 MODEL = "llava-tiny"
 STEPS = 3
 # the pictures' least-squares fit: fp32 rounding of the embedding output
@@ -93,7 +87,7 @@ STEPS = 3
 # formula (no bias, no position, another picture per step) leaves O(1)
 PICTURE_RESIDUAL_TOL = 1e-6
 
-Results = T5T.Results
+Results = TH.Results
 
 
 # ------------------------------------------------------------- self-tests
@@ -145,7 +139,7 @@ def selftest_finite_differences(R):
     def loss_at(P2):
         with torch.no_grad():
             return float(RL.llava_forward(P2, cfg, ids, lab, pix, masks)[0])
-    worst, where = TG.fd_worst(P, fb["grads"], loss_at, gen, lambda n: True)
+    worst, where = TH.fd_worst(P, fb["grads"], loss_at, gen, lambda n: True)
     R.test("self: llava reference's autograd gradient == central finite differences (float64)", worst <= 1.0,
            f"worst error {worst:.2e} x (1e-4 |g| + 1e-8) at {where}")
 
@@ -257,22 +251,13 @@ def check_inputs(R, cfg, T, steps):
     """Tokens by model_sample's LLaVA rule; masks 0/1 keeping about 1-p on
     the region each part uses; init constants and std."""
     bad = []
-    corpus_path = os.path.join(REPO, "ref", "data", "corpus.txt")
-    corpus = open(corpus_path, "rb").read() if os.path.exists(corpus_path) else None
-    if corpus is None:
-        bad.append(f"{corpus_path} not found: cannot check the tokens")
+    corpus = TH.read_corpus(REPO, bad)
     B, Tn, Pn, Tt, C, H = cfg.B, cfg.T, cfg.P, cfg.Tt, cfg.C, cfg.H
     for s in steps:
-        ids = T.get(f"step{s}.input_ids")
-        lab = T.get(f"step{s}.labels")
-        if ids is None or lab is None:
-            bad.append(f"step {s}: input_ids/labels missing")
+        tokens = TH.dumped_tokens(T, s, B, Tn, bad)
+        if tokens is None:
             continue
-        ids = ids.reshape(-1, Tn).long()
-        lab = lab.reshape(-1, Tn).long()
-        if ids.shape[0] != B:
-            bad.append(f"step {s}: {ids.shape[0]} sequences, config global_batch {B}")
-            continue
+        ids, lab = tokens
         if corpus is not None:
             N = len(corpus)
             for b in range(B):
@@ -404,7 +389,6 @@ def compare_step(chk, T, s, ref, cfg, cats, grad_norm=None):
     Returns the set of dumped act/grad_input names the reference covered."""
     cat_scalar, cat_fwd, cat_grad = cats
     Pn = cfg.P
-    covered = set()
     if f"step{s}.loss" in T:
         chk(s, "loss", T[f"step{s}.loss"], ref["loss"], cat_scalar)
     else:
@@ -416,36 +400,11 @@ def compare_step(chk, T, s, ref, cfg, cats, grad_norm=None):
         chk(s, "logits[img rows: head outside the loss]", lg[:, :Pn], ref["logits"][:, :Pn], lcat)
     else:
         chk.missing(s, "logits")
-    for name, parts in ref["acts"].items():
-        key = f"step{s}.act.{name}"
-        if key not in T:
-            chk.missing(s, "act." + name)
-            continue
-        covered.add("act." + name)
-        full = stream(T, key, cfg)
-        for rows, cols, t in parts:
-            chk(s, f"act.{name}[{rows} rows]", full[:, row_slice(cfg, rows)], t, cat_fwd)
-    for name, parts in RL.grad_inputs(cfg, ref["probe_grads"]).items():
-        key = f"step{s}.grad_input.{name}"
-        if key not in T:
-            chk.missing(s, "grad_input." + name)
-            continue
-        covered.add("grad_input." + name)
-        full = stream(T, key, cfg)
-        for rows, t in parts.items():
-            chk(s, f"grad_input.{name}[{rows} rows]", full[:, row_slice(cfg, rows)], t, cat_grad)
-    for n in RL.param_shapes(cfg):
-        k = f"step{s}.grad.{n}"
-        if k in T:
-            chk(s, "grad." + n, T[k], ref["grads"][n], cat_grad)
-        else:
-            chk.missing(s, "grad." + n)
-    if grad_norm is not None:
-        if f"step{s}.grad_norm" in T:
-            chk(s, "grad_norm", T[f"step{s}.grad_norm"], torch.tensor(grad_norm, dtype=F64), cat_scalar)
-        else:
-            chk.missing(s, "grad_norm")
-    return covered
+
+    def parts_of(key, rows, cols):  # the image or text rows (no column cuts here)
+        return stream(T, key, cfg)[:, row_slice(cfg, rows)], f"{rows} rows"
+    return TH.compare_units(chk, T, s, ref, cats, grad_norm, parts_of,
+                            RL.grad_inputs(cfg, ref["probe_grads"]), RL.param_shapes(cfg))
 
 
 def with_pictures(cfg, pics):
@@ -459,26 +418,11 @@ def with_pictures(cfg, pics):
 
 
 def check_run(R, path):
-    try:
-        T, meta = dumpio.load(path)
-    except (OSError, dumpio.DumpError) as e:
-        R.test(f"{MODEL}: load dump", False, str(e))
+    got = TH.load_dump(R, MODEL, path, STEPS, RL.LlavaConfig, "a LLaVA-style model llava_ref covers",
+                       RL.param_shapes, check_init=False)
+    if got is None:
         return None
-    if meta.get("format") != "parity-dump-1":
-        R.test(f"{MODEL}: dump format", False, f"format {meta.get('format')!r}, expected 'parity-dump-1'")
-        return None
-    try:
-        cfg = RL.LlavaConfig(json.loads(meta["config"]))
-    except (KeyError, ValueError, TypeError) as e:
-        R.test(f"{MODEL}: dump config is a LLaVA-style model llava_ref covers", False, repr(e))
-        return None
-    if meta.get("backend") != "portable":
-        R.test(f"{MODEL}: tile backend", False, f"dump metadata backend {meta.get('backend')!r}, expected 'portable'")
-    steps = TG.find_steps(T)
-    if steps != list(range(STEPS)):
-        R.test(f"{MODEL}: steps in dump", False, f"found steps {steps}, expected 0..{STEPS - 1}")
-        return None
-    shapes = RL.param_shapes(cfg)
+    T, cfg, steps, shapes = got
     missing = [n for n in shapes if "init." + n not in T]
     missing += [f"step{s}.{k}" for s in steps for k in ("act.embedding.output", "input_ids", "labels")
                 if f"step{s}.{k}" not in T]
@@ -497,7 +441,7 @@ def check_run(R, path):
         R.test(f"{MODEL}: replay", False, "no pictures for some image rows: nothing to replay")
         return None
     fb = with_pictures(cfg, pics)
-    per_step, covered = T5T.replay(R, MODEL, T, cfg, steps, shapes, fb, compare_step)
+    per_step, covered = TH.replay(R, MODEL, T, cfg, steps, shapes, fb, compare_step)
     T5T.check_coverage(R, T, steps, covered, cfg, names=shapes, model=MODEL)
     return per_step, T, cfg, fb
 
@@ -507,21 +451,12 @@ def check_run(R, path):
 def negative_controls(R, per_step, T, cfg, fb):
     # a gradient element perturbed by a relative 1e-3
     name = "projector.linear_fc1.weight"
-    g = T[f"step0.grad.{name}"].clone().double()
-    i = int(torch.argmax(g.abs().reshape(-1)))
-    g.view(-1)[i] *= (1 + PERTURB)
-    c = TG.compare(g.float(), per_step[0]["grads"][name], "grad")
-    R.test(f"{MODEL}: negative control: grad.{name}[{i}] x (1+{PERTURB:g}) is flagged (ratio {c['ratio']:.3g})",
-           not c["ok"], f"not flagged: ratio {c['ratio']:.3g}")
+    TH.perturbed_grad_flagged(R, MODEL, T, name, per_step[0]["grads"][name])
     # an activation element of a quarter of the largest magnitude, perturbed
     an = "projector.output"
     a = stream(T, f"step0.act.{an}", cfg)[:, :cfg.P].clone().double().reshape(-1)
     ref_a = [t for r, _, t in per_step[0]["acts"][an] if r == "img"][0]
-    j = int(torch.argmin((a.abs() - float(a.abs().max()) * 0.25).abs()))
-    a[j] *= (1 + PERTURB)
-    c = TG.compare(a, ref_a, "act")
-    R.test(f"{MODEL}: negative control: act.{an}[img rows, flat {j}] (|x| ~ max/4) x (1+{PERTURB:g}) is "
-           f"flagged (ratio {c['ratio']:.3g})", not c["ok"], f"not flagged: ratio {c['ratio']:.3g}")
+    TH.perturbed_act_flagged(R, MODEL, a, ref_a, lambda j: f"act.{an}[img rows, flat {j}]")
     # references with a plausible wrong LLaVA wiring
     for wrong, what, with_grads in (
             ("projector_residual", "a residual connection around the projector", False),
@@ -562,16 +497,10 @@ def main():
                 res = check_run(R, dump)
                 if res is not None:
                     negative_controls(R, *res)
-                    TG.print_table("worst errors per category (ratio = error / tolerance; fail > 1)",
+                    TH.print_table("worst errors per category (ratio = error / tolerance; fail > 1)",
                                    R.rows, per_cat=3)
                     T5T.summarize(R)
-    print(f"# {time.time() - t_start:.1f}s")
-    if R.failures:
-        print("\nFAILURES:")
-        for f in R.failures:
-            print("  " + f)
-    print(f"RESULT {NAME}: {R.passed} passed, {R.failed} failed")
-    return 1 if R.failed else 0
+    return TH.finish(R, NAME, time.time() - t_start)
 
 
 if __name__ == "__main__":

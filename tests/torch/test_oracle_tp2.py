@@ -72,7 +72,7 @@ os.environ.setdefault("PARITY_LIB", os.path.join(os.environ.get("BUILD", os.path
 
 # A sanitizer build's library (make asan/ubsan/tsan) needs its runtime
 # loaded first, which python's is not: that build checks the oracle
-# through tests/test_install.sh's C program instead.
+# through tests/cli/test_install.sh's C program instead.
 def _sanitized(lib):
     import subprocess
     try:

@@ -41,7 +41,6 @@ Prints "ok  NAME" / "not ok  NAME" lines and
 "RESULT test_t5_torch.py: N passed, M failed"; exits 1 on failure.
 Without a working $PARITY (or without torch) the test fails, never skips.
 """
-import json
 import math
 import os
 import re
@@ -55,43 +54,22 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 NAME = "test_t5_torch.py"
 
-try:
-    import torch
-    import dumpio
-    import gpt_ref as G
-    import t5_ref as R5
-    # the GPT test's comparison machinery and tolerances (one definition)
-    import test_gpt_torch as TG
-except ImportError as e:  # no torch: fail, loudly
-    print(f"not ok  torch available: cannot import ({e}); the float64 reference needs PyTorch "
-          f"(run with /usr/bin/python3 or install torch)")
-    print(f"RESULT {NAME}: 0 passed, 1 failed")
-    sys.exit(1)
+# the comparison machinery and tolerances (one definition); without torch
+# it fails the test, loudly
+import torch_harness as TH  # noqa: E402
+import torch  # noqa: E402
+import gpt_ref as G  # noqa: E402
+import t5_ref as R5  # noqa: E402
 
 torch.set_num_threads(1)
 F64 = torch.float64
-PERTURB = TG.PERTURB
+PERTURB = TH.PERTURB
 MODEL = "t5-tiny"
 STEPS = 3
 
 
-class Results:
-    """Like the GPT test's, with "ok  NAME" / "not ok  NAME" lines."""
-
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-        self.rows = []
-        self.failures = []
-
-    def test(self, label, ok, detail=""):
-        if ok:
-            self.passed += 1
-            print(f"ok  {label}")
-        else:
-            self.failed += 1
-            print(f"not ok  {label}" + (f": {detail}" if detail else ""))
-            self.failures.append(label + (f": {detail}" if detail else ""))
+# "ok  NAME" / "not ok  NAME" lines
+Results = TH.Results
 
 
 # ------------------------------------------------------------- self-tests
@@ -176,7 +154,7 @@ def selftest_finite_differences(R):
     def loss_at(P2):
         with torch.no_grad():
             return float(R5.t5_forward(P2, cfg, ids, lab, masks)[0])
-    worst, where = TG.fd_worst(P, fb["grads"], loss_at, gen, lambda n: True)
+    worst, where = TH.fd_worst(P, fb["grads"], loss_at, gen, lambda n: True)
     R.test("self: t5 reference's autograd gradient == central finite differences (float64)", worst <= 1.0,
            f"worst error {worst:.2e} x (1e-4 |g| + 1e-8) at {where}")
 
@@ -326,22 +304,13 @@ def check_inputs(R, cfg, T, steps):
     """Tokens by MODEL.md's encoder-decoder data rule; masks 0/1 keeping
     about 1-p on the region each part uses; init constants and std."""
     bad = []
-    corpus_path = os.path.join(REPO, "ref", "data", "corpus.txt")
-    corpus = open(corpus_path, "rb").read() if os.path.exists(corpus_path) else None
-    if corpus is None:
-        bad.append(f"{corpus_path} not found: cannot check the tokens")
+    corpus = TH.read_corpus(REPO, bad)
     B, Tn, Pn, C, H = cfg.B, cfg.T, cfg.P, cfg.C, cfg.H
     for s in steps:
-        ids = T.get(f"step{s}.input_ids")
-        lab = T.get(f"step{s}.labels")
-        if ids is None or lab is None:
-            bad.append(f"step {s}: input_ids/labels missing")
+        tokens = TH.dumped_tokens(T, s, B, Tn, bad)
+        if tokens is None:
             continue
-        ids = ids.reshape(-1, Tn).long()
-        lab = lab.reshape(-1, Tn).long()
-        if ids.shape[0] != B:
-            bad.append(f"step {s}: {ids.shape[0]} sequences, config global_batch {B}")
-            continue
+        ids, lab = tokens
         if corpus is not None:
             N = len(corpus)
             for b in range(B):
@@ -376,17 +345,11 @@ def check_inputs(R, cfg, T, steps):
            "; ".join(bad[:5]))
 
 
-def step_masks(T, s):
-    pre = f"step{s}.mask."
-    return {k[len(pre):]: v for k, v in T.items() if k.startswith(pre)}
-
-
 def compare_step(chk, T, s, ref, cfg, cats, grad_norm=None):
     """Loss, logits, activations, grad_inputs, grads and grad norm of step s.
     Returns the set of dumped act/grad_input names the reference covered."""
     cat_scalar, cat_fwd, cat_grad = cats
     Pn = cfg.P
-    covered = set()
     if f"step{s}.loss" in T:
         chk(s, "loss", T[f"step{s}.loss"], ref["loss"], cat_scalar)
     else:
@@ -398,42 +361,14 @@ def compare_step(chk, T, s, ref, cfg, cats, grad_norm=None):
         chk(s, "logits[source rows: head on enc]", lg[:, :Pn], ref["logits_src"], lcat)
     else:
         chk.missing(s, "logits")
-    for name, parts in ref["acts"].items():
-        key = f"step{s}.act.{name}"
-        if key not in T:
-            chk.missing(s, "act." + name)
-            continue
-        covered.add("act." + name)
-        full = stream(T, key, cfg)
-        for rows, cols, t in parts:
-            a = full[:, row_slice(cfg, rows)]
-            label = f"act.{name}[{rows} rows]"
-            if cols is not None:
-                a = a[..., cols]
-                w = "qkv"[int(cols[0]) // cfg.D % 3]
-                label = f"act.{name}[{rows} rows, {w} columns]"
-            chk(s, label, a, t, cat_fwd)
-    for name, parts in R5.grad_inputs(cfg, ref["probe_grads"]).items():
-        key = f"step{s}.grad_input.{name}"
-        if key not in T:
-            chk.missing(s, "grad_input." + name)
-            continue
-        covered.add("grad_input." + name)
-        full = stream(T, key, cfg)
-        for rows, t in parts.items():
-            chk(s, f"grad_input.{name}[{rows} rows]", full[:, row_slice(cfg, rows)], t, cat_grad)
-    for n in R5.param_shapes(cfg):
-        k = f"step{s}.grad.{n}"
-        if k in T:
-            chk(s, "grad." + n, T[k], ref["grads"][n], cat_grad)
-        else:
-            chk.missing(s, "grad." + n)
-    if grad_norm is not None:
-        if f"step{s}.grad_norm" in T:
-            chk(s, "grad_norm", T[f"step{s}.grad_norm"], torch.tensor(grad_norm, dtype=F64), cat_scalar)
-        else:
-            chk.missing(s, "grad_norm")
-    return covered
+
+    def parts_of(key, rows, cols):
+        a = stream(T, key, cfg)[:, row_slice(cfg, rows)]
+        if cols is None:
+            return a, f"{rows} rows"
+        return a[..., cols], f"{rows} rows, {'qkv'[int(cols[0]) // cfg.D % 3]} columns"
+    return TH.compare_units(chk, T, s, ref, cats, grad_norm, parts_of,
+                            R5.grad_inputs(cfg, ref["probe_grads"]), R5.param_shapes(cfg))
 
 
 def check_coverage(R, T, steps, covered, cfg, names=None, model=MODEL):
@@ -511,111 +446,12 @@ def check_pass_through(R, T, steps, cfg):
            not bad and n > 0, "; ".join(bad[:4]))
 
 
-def replay(R, model, T, cfg, steps, shapes, forward_backward, compare_step):
-    """The replay of the dumped steps in three modes (per-step from the C
-    run's previous parameters, the reference's own trajectory from init,
-    and the reference AdamW fed the C gradients), with the GPT test's
-    Checker, tolerances and adam_slack. forward_backward(params, cfg, ids,
-    labels, masks) is the reference's (t5_ref's, or another encoder-decoder
-    reference's of the same interface); compare_step(chk, T, s, ref, cfg,
-    cats, grad_norm) compares one step and returns the act/grad_input names
-    it covered. Returns (the per-step reference results, those names)."""
-    init = {n: T["init." + n].to(F64) for n in shapes}
-    chk_step = TG.Checker(R, model, "per-step")
-    chk_par = TG.Checker(R, model, "per-step")
-    chk_traj = TG.Checker(R, model, "trajectory")
-    chk_opt = TG.Checker(R, model, "optimizer")
-    chk_lr = TG.Checker(R, model, "lr")
-    opt_r, opt_t, opt_c = G.AdamW(cfg, shapes), G.AdamW(cfg, shapes), G.AdamW(cfg, shapes)
-    p_traj = init
-    dmax_r = {n: torch.zeros(sh, dtype=F64) for n, sh in shapes.items()}
-    dmax_t = {n: torch.zeros(sh, dtype=F64) for n, sh in shapes.items()}
-    per_step, covered, clipped = [], set(), []
-    for s in steps:
-        ids, lab = T[f"step{s}.input_ids"], T[f"step{s}.labels"]
-        masks = step_masks(T, s)
-        lr = G.lr_at(cfg, s)
-        if f"step{s}.lr" in T:
-            chk_lr(s, "lr", T[f"step{s}.lr"], torch.tensor(lr, dtype=F64), "scalar")
-        else:
-            chk_lr.missing(s, "lr")
-        p_prev_c = init if s == 0 else {n: T[f"step{s - 1}.param.{n}"].to(F64) for n in shapes}
-        cgrads = {n: T[f"step{s}.grad.{n}"].to(F64) for n in shapes if f"step{s}.grad.{n}" in T}
-        have_all = len(cgrads) == len(shapes) and f"step{s}.grad_norm" in T
-        cfac = dumpio.clip_factor(T, s, cfg.clip_grad) if have_all else None
-
-        # per step, from the C run's previous parameters
-        ref = forward_backward(p_prev_c, cfg, ids, lab, masks)
-        new_r, norm_r, fac_r, info_r = opt_r.step(p_prev_c, ref["grads"], lr)
-        if fac_r is not None:
-            clipped.append(s)
-        covered |= compare_step(chk_step, T, s, ref, cfg, ("scalar", "act", "grad"), norm_r)
-        per_step.append(ref)
-        if have_all:
-            for n in shapes:
-                k = f"step{s}.param.{n}"
-                if k not in T:
-                    chk_par.missing(s, "param." + n)
-                    continue
-                slack = TG.adam_slack(cfg, lr, n, shapes[n], dmax_r, cgrads[n], cfac, ref["grads"][n], fac_r,
-                                      info_r[n], None)
-                chk_par(s, "param." + n, T[k], new_r[n], "param", slack)
-
-        # trajectory: the reference's own parameters from init
-        ref_t = ref if s == 0 else forward_backward(p_traj, cfg, ids, lab, masks)
-        new_t, norm_t, fac_t, info_t = opt_t.step(p_traj, ref_t["grads"], lr)
-        compare_step(chk_traj, T, s, ref_t, cfg, ("traj_fwd", "traj_fwd", "traj_grad"), norm_t)
-        if have_all:
-            for n in shapes:
-                k = f"step{s}.param.{n}"
-                if k in T:
-                    prev_diff = (p_prev_c[n] - p_traj[n]).abs()
-                    slack = TG.adam_slack(cfg, lr, n, shapes[n], dmax_t, cgrads[n], cfac, ref_t["grads"][n],
-                                          fac_t, info_t[n], prev_diff)
-                    chk_traj(s, "param." + n, T[k], new_t[n], "traj_param", slack)
-        p_traj = new_t
-
-        # the optimizer alone: the reference AdamW fed the C gradients
-        if have_all:
-            new_c, _, _, _ = opt_c.step(p_prev_c, cgrads, lr)
-            for n in shapes:
-                k = f"step{s}.param.{n}"
-                if k in T:
-                    chk_opt(s, "param." + n, T[k], new_c[n], "optim")
-    print(f"# {model}: gradient clipping active at steps {clipped} of {steps}")
-    chk_lr.finish(f"{model}: learning rate per step")
-    chk_step.finish(f"{model}: loss/logits/activations/grad_inputs/grads/grad_norm, per step")
-    chk_par.finish(f"{model}: updated params, per step (re-seeded from C params)")
-    chk_opt.finish(f"{model}: AdamW on C's grads == C's updated params")
-    chk_traj.finish(f"{model}: 3-step trajectory from init (own params)")
-    return per_step, covered
-
-
 def check_run(R, path):
-    try:
-        T, meta = dumpio.load(path)
-    except (OSError, dumpio.DumpError) as e:
-        R.test(f"{MODEL}: load dump", False, str(e))
+    got = TH.load_dump(R, MODEL, path, STEPS, R5.T5Config, "an encoder-decoder t5_ref covers",
+                       R5.param_shapes)
+    if got is None:
         return None
-    if meta.get("format") != "parity-dump-1":
-        R.test(f"{MODEL}: dump format", False, f"format {meta.get('format')!r}, expected 'parity-dump-1'")
-        return None
-    try:
-        cfg = R5.T5Config(json.loads(meta["config"]))
-    except (KeyError, ValueError, TypeError) as e:
-        R.test(f"{MODEL}: dump config is an encoder-decoder t5_ref covers", False, repr(e))
-        return None
-    if meta.get("backend") != "portable":
-        R.test(f"{MODEL}: tile backend", False, f"dump metadata backend {meta.get('backend')!r}, expected 'portable'")
-    steps = TG.find_steps(T)
-    if steps != list(range(STEPS)):
-        R.test(f"{MODEL}: steps in dump", False, f"found steps {steps}, expected 0..{STEPS - 1}")
-        return None
-    shapes = R5.param_shapes(cfg)
-    missing = [n for n in shapes if "init." + n not in T]
-    if missing:
-        R.test(f"{MODEL}: initial parameters in dump", False, f"missing init.{missing[0]} (+{len(missing) - 1})")
-        return None
+    T, cfg, steps, shapes = got
     print(f"# {MODEL}: V={cfg.V} T={cfg.T} (source P={cfg.P}, target {cfg.Tt}) C={cfg.C} H={cfg.H} "
           f"encoder layers={cfg.Le} decoder layers={cfg.L} F={cfg.F} B={cfg.B} tied={cfg.tied} "
           f"dropout hidden={cfg.hidden_dropout} attention={cfg.attention_dropout} lr={cfg.lr} "
@@ -623,7 +459,7 @@ def check_run(R, path):
     check_inputs(R, cfg, T, steps)
     check_pass_through(R, T, steps, cfg)
 
-    per_step, covered = replay(R, MODEL, T, cfg, steps, shapes, R5.forward_backward, compare_step)
+    per_step, covered = TH.replay(R, MODEL, T, cfg, steps, shapes, R5.forward_backward, compare_step)
     check_coverage(R, T, steps, covered, cfg)
     return per_step, T, cfg
 
@@ -637,7 +473,7 @@ def worst_step0(T, cfg, wrong, with_grads=False, fb=None, compare=None, shapes=N
     fb = fb or R5.forward_backward
     compare = compare or compare_step
     params = {n: T["init." + n].to(F64) for n in (shapes or R5.param_shapes(cfg))}
-    ref = fb(params, cfg, T["step0.input_ids"], T["step0.labels"], step_masks(T, 0),
+    ref = fb(params, cfg, T["step0.input_ids"], T["step0.labels"], TH.dumped_masks(T, 0),
              want_acts=True, wrong=wrong)
     rows = []
 
@@ -645,7 +481,7 @@ def worst_step0(T, cfg, wrong, with_grads=False, fb=None, compare=None, shapes=N
         """compare_step's checker interface, keeping only the ratios."""
 
         def __call__(self, step, name, a, b, cat, slack=None):
-            rows.append((TG.compare(a, b, cat, slack)["ratio"], name))
+            rows.append((TH.compare(a, b, cat, slack)["ratio"], name))
 
         def missing(self, step, name):
             rows.append((math.inf, name + " (missing)"))
@@ -659,21 +495,12 @@ def worst_step0(T, cfg, wrong, with_grads=False, fb=None, compare=None, shapes=N
 def negative_controls(R, per_step, T, cfg):
     # a gradient element perturbed by a relative 1e-3
     name = "decoder.layers.0.cross_attention.query_key_value.weight"
-    g = T[f"step0.grad.{name}"].clone().double()
-    i = int(torch.argmax(g.abs().reshape(-1)))
-    g.view(-1)[i] *= (1 + PERTURB)
-    c = TG.compare(g.float(), per_step[0]["grads"][name], "grad")
-    R.test(f"{MODEL}: negative control: grad.{name}[{i}] x (1+{PERTURB:g}) is flagged (ratio {c['ratio']:.3g})",
-           not c["ok"], f"not flagged: ratio {c['ratio']:.3g}")
+    TH.perturbed_grad_flagged(R, MODEL, T, name, per_step[0]["grads"][name])
     # an activation element of a quarter of the largest magnitude, perturbed
     an = "decoder.layers.0.cross_attention.core_attention.output"
     a = stream(T, f"step0.act.{an}", cfg)[:, cfg.P:].clone().double().reshape(-1)
     ref_a = [t for r, _, t in per_step[0]["acts"][an] if r == "tgt"][0]
-    j = int(torch.argmin((a.abs() - float(a.abs().max()) * 0.25).abs()))
-    a[j] *= (1 + PERTURB)
-    c = TG.compare(a, ref_a, "act")
-    R.test(f"{MODEL}: negative control: act.{an}[target rows, flat {j}] (|x| ~ max/4) x (1+{PERTURB:g}) is "
-           f"flagged (ratio {c['ratio']:.3g})", not c["ok"], f"not flagged: ratio {c['ratio']:.3g}")
+    TH.perturbed_act_flagged(R, MODEL, a, ref_a, lambda j: f"act.{an}[target rows, flat {j}]")
     # references with a plausible wrong encoder-decoder wiring
     for wrong, what, with_grads in (
             ("encoder_causal", "a causal encoder self-attention", False),
@@ -720,16 +547,10 @@ def main():
                 res = check_run(R, dump)
                 if res is not None:
                     negative_controls(R, *res)
-                    TG.print_table("worst errors per category (ratio = error / tolerance; fail > 1)",
+                    TH.print_table("worst errors per category (ratio = error / tolerance; fail > 1)",
                                    R.rows, per_cat=3)
                     summarize(R)
-    print(f"# {time.time() - t_start:.1f}s")
-    if R.failures:
-        print("\nFAILURES:")
-        for f in R.failures:
-            print("  " + f)
-    print(f"RESULT {NAME}: {R.passed} passed, {R.failed} failed")
-    return 1 if R.failed else 0
+    return TH.finish(R, NAME, time.time() - t_start)
 
 
 if __name__ == "__main__":

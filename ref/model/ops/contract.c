@@ -20,7 +20,7 @@
  * wide range of magnitudes, inf or NaN), and every element when xacc's
  * fast path is switched off, recompute their partials into a
  * superaccumulator instead. Both give the same bits
- * (tests/test_model_exact.c).
+ * (tests/unit/test_model_exact.c).
  *
  * Open accumulation (contract_acc: weight gradients) uses the same block
  * sums: each certified fp64 sum is an exact sum of fp32 terms, so it goes

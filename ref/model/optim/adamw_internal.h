@@ -13,7 +13,7 @@
 /* sqrt of a non-negative v/bc2. IEEE 754 requires square root to be
  * correctly rounded, so the hardware instruction gives exactly pm_sqrtf's
  * bits (pmath.h: "0 ulp, as IEEE sqrt") at a fraction of the cost of
- * pmath's portable Newton iteration; tests/test_model_config.c checks the
+ * pmath's portable Newton iteration; tests/unit/test_model_config.c checks the
  * two agree bit for bit. NaN and negative input give pm_sqrtf's canonical
  * NaN. Branch-free (with -fno-math-errno, no libm call), so the update
  * loop vectorises. */

@@ -180,7 +180,7 @@ int model_count_layers(const model_config_t *c); /* c->layers */
 static inline int unit_acts(const unit_t *u) { return u->unit - 1; }
 /* Replaces the model's description by list[0 .. n) (NULL: the GPT's:
  * embedding, layers x L, head): a model of other kinds, e.g. a test's
- * own kind (tests/test_custom_unit.c) with no edit of the parallel code.
+ * own kind (tests/layouts/test_custom_unit.c) with no edit of the parallel code.
  * Process-wide: set before any model is built, never while one runs.
  * The pipeline plan splits the config's layers over stages (pp_plan.c):
  * a description keeps one unit before and one after `layers` units per

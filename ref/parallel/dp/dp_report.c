@@ -16,7 +16,7 @@
  * blocks and the replicated tensors), the device rows name their grid
  * coordinates, and the tensor-parallel group's traffic (collective family
  * "tp", coll.h) is left out here and reported against Megatron's formulas
- * by tp/tp_report.c.
+ * by reports/tp_report.c.
  *
  * Reads only run_report.h's counters, which the engine fills: nothing here
  * calls into the engine (engine -> dp, never back).

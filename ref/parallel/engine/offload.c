@@ -26,7 +26,7 @@
  * names the file and the errno (a full disk is ENOSPC).
  *
  * The values are the in-memory ones bit for bit (fp32 stored and loaded
- * as bytes), so offloading changes no result: tests/test_offload.sh.
+ * as bytes), so offloading changes no result: tests/layouts/test_offload.sh.
  *
  * Test hook: PARITY_OFFLOAD_KILL_AFTER=N kills the process (SIGKILL) after
  * N piece writes, to prove that a crash mid-step loses nothing. */
