@@ -127,15 +127,10 @@ static void layout_scratch(gpt_scratch_t *S, gpt_styles_t *st, const model_confi
     S->ce_zacc = tp > 1 ? (xacc_t *)carve(cv, n * sizeof(xacc_t)) : NULL;
     S->ce_tl = CARVE_F(cv, n);
     S->open_local = sp ? carve(cv, acc_storage_bytes(n / (size_t)lc->seq_parts * C)) : NULL;
-    S->ln_part = sp ? carve(cv, 2 * acc_storage_bytes(C)) : NULL;
     S->sp_buf = sp ? CARVE_F(cv, n * C) : NULL;
     /* a gathered gradient; an encoder-decoder's cross-attention keeps its
      * source rows' gradient there */
     S->d_tmp3 = sp || c->arch != MODEL_GPT ? CARVE_F(cv, n * C) : NULL;
-    const size_t part = lc->row_linears ? n * (C > F ? C : F) : 0;
-    S->row_in = lc->row_linears ? CARVE_F(cv, part / (size_t)tp) : NULL;
-    S->row_dx = lc->row_linears ? CARVE_F(cv, part / (size_t)tp) : NULL;
-    S->row_parts = lc->row_linears ? CARVE_F(cv, part) : NULL;
     for (int k = 0; k < 3; k++) S->cp_kv[k] = ring ? CARVE_F(cv, n * 2 * A_) : NULL;
     for (int k = 0; k < 2; k++) S->cp_send[k] = ring ? carve(cv, acc_storage_bytes(n * 2 * A_)) : NULL;
     S->cp_own = ring ? carve(cv, acc_storage_bytes(n * 2 * A_)) : NULL;

@@ -110,16 +110,14 @@ typedef struct {
     float *d_logits;                       /* [n,V] */
     float *att_scratch;                    /* attention_scratch_floats() */
     float *row_scratch;                    /* [max(C,V,F) * 2] */
-    /* tensor parallelism (tp > 1): open sums the group completes */
+    /* tensor parallelism (tp > 1): open sums the group completes (the
+     * linear family's rowpar_forward and colpar_backward, which the
+     * vocabulary family's LM head runs too) */
     void *open;                            /* acc_storage_bytes(n*C) */
     /* sequence parallelism */
-    void *open_local;                      /* acc_storage_bytes(ns*C): a reduce-scatter's share */
-    void *ln_part;                         /* 2 x acc_storage_bytes(C): LayerNorm gradients
-                                              over the positions held */
+    void *open_local;                      /* acc_storage_bytes(ns*C): a reduce-scatter's share
+                                              (as open: the linears' and the head's) */
     float *sp_buf, *d_tmp3;                /* [n*C] each */
-    /* every linear row-parallel: a linear's input columns held
-     * [n, max(C,F)/tp], their gradient, and a gather's parts [n, max(C,F)] */
-    float *row_in, *row_dx, *row_parts;
     xacc_t *ce_zacc;                       /* [n] open softmax denominators */
     /* context parallelism (attention_cp.c): the ring's key/value blocks
      * [n, 2A] (own, and two being received), the open sums of a block's
@@ -146,7 +144,9 @@ typedef struct {
     float *moe_fold;                       /* experts folded onto tp: [R,C] the rows sent */
     float *moe_ex_dy, *moe_ex_dh, *moe_ex_dx; /* expert parallel: [ep*R, C] [ep*R, F] [ep*R, C]
                                               the gradients of the rows this rank's experts ran */
-    /* 2-D tensor parallelism (tp2d.c): a SUMMA's open output [n, 3w] and
+    /* 2-D tensor parallelism (tp2d.c; shared by the linear family's 2-D
+     * and 3-D styles, the norm family's 2-D one and the vocabulary's 2-D
+     * and 3-D embedding and head): a SUMMA's open output [n, 3w] and
      * its q open slots (reduce-scatters), the blocks broadcast to it [n, w]
      * [3w, w], a sharded vector's gathered pieces and whole, the
      * sequences' ids and rows over the column [q*n] [q*n, w] (w: the
