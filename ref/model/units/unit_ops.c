@@ -6,7 +6,6 @@
  * styles (model/styles/linear.h, norm.h; rowpar_forward and
  * colpar_backward are linear_1d.c's). */
 #include <stdio.h>
-#include <string.h>
 
 #include "model/gpt.h"
 #include "parity/rng.h"
