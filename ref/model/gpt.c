@@ -129,15 +129,10 @@ static void layout_scratch(gpt_scratch_t *S, gpt_styles_t *st, const model_confi
     S->ce_zacc = lc->t2q ? (xacc_t *)carve(cv, n * sizeof(xacc_t)) : NULL; /* tp2d.c's LayerNorm */
     S->ce_tl = lc->t2q ? CARVE_F(cv, n) : NULL;
     S->open_local = sp ? carve(cv, acc_storage_bytes(n / (size_t)lc->seq_parts * C)) : NULL;
-    S->ln_part = sp ? carve(cv, 2 * acc_storage_bytes(C)) : NULL;
     S->sp_buf = sp ? CARVE_F(cv, n * C) : NULL;
     /* a gathered gradient; an encoder-decoder's cross-attention keeps its
      * source rows' gradient there */
     S->d_tmp3 = sp || c->arch != MODEL_GPT ? CARVE_F(cv, n * C) : NULL;
-    const size_t part = lc->row_linears ? n * (C > F ? C : F) : 0;
-    S->row_in = lc->row_linears ? CARVE_F(cv, part / (size_t)tp) : NULL;
-    S->row_dx = lc->row_linears ? CARVE_F(cv, part / (size_t)tp) : NULL;
-    S->row_parts = lc->row_linears ? CARVE_F(cv, part) : NULL;
     moe_layout_scratch(&S->moe, c, lc, cv);
     if (lc->t2q) tp2d_layout_scratch(S, c, lc, n, cv);
     /* recomputation: full, a chunk's layers' activations (every chunk in

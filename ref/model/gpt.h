@@ -105,23 +105,23 @@ typedef struct {
                                               backward, which every attention style runs or
                                               borrows from (styles/attention.h) */
     float *row_scratch;                    /* [max(C,V,F) * 2] */
-    /* tensor parallelism (tp > 1): open sums the group completes */
+    /* tensor parallelism (tp > 1): open sums the group completes (the
+     * linear family's rowpar_forward and colpar_backward, which the
+     * vocabulary family's LM head runs too) */
     void *open;                            /* acc_storage_bytes(n*C) */
     /* sequence parallelism */
-    void *open_local;                      /* acc_storage_bytes(ns*C): a reduce-scatter's share */
-    void *ln_part;                         /* 2 x acc_storage_bytes(C): LayerNorm gradients
-                                              over the positions held */
+    void *open_local;                      /* acc_storage_bytes(ns*C): a reduce-scatter's share
+                                              (as open: the linears' and the head's) */
     float *sp_buf, *d_tmp3;                /* [n*C] each */
-    /* every linear row-parallel: a linear's input columns held
-     * [n, max(C,F)/tp], their gradient, and a gather's parts [n, max(C,F)] */
-    float *row_in, *row_dx, *row_parts;
     /* 2-D LayerNorm's row sums [n] and statistics [n] (tp2d.c; the head's
      * softmax has its own, styles/vocab.h), until the norm family's 2-D
      * style carves them */
     xacc_t *ce_zacc;
     float *ce_tl;
     struct moe_scratch *moe;               /* an MoE model's backward (units/moe.h), or NULL */
-    /* 2-D tensor parallelism (tp2d.c): a SUMMA's open output [n, 3w] and
+    /* 2-D tensor parallelism (tp2d.c; shared by the linear family's 2-D
+     * and 3-D styles, the norm family's 2-D one and the vocabulary's 2-D
+     * and 3-D embedding and head): a SUMMA's open output [n, 3w] and
      * its q open slots (reduce-scatters), the blocks broadcast to it [n, w]
      * [3w, w], a sharded vector's gathered pieces and whole, the
      * sequences' ids and rows over the column [q*n] [q*n, w] (w: the

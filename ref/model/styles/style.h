@@ -13,6 +13,10 @@
 /* out->style[f] := the first style of family f that applies to (c, lc),
  * registered ones first; NULL for a family with no table yet. */
 void styles_choose(gpt_styles_t *out, const model_config_t *c, const gpt_local_t *lc);
+/* The first built-in style of family f that applies to (c, lc), ignoring
+ * registered ones: what a registered style that wraps the table's choice
+ * calls through (tests/styles/); NULL for a family with no table yet. */
+const style_t *styles_builtin(style_family_t f, const model_config_t *c, const gpt_local_t *lc);
 /* Every chosen style's private scratch for up to n token rows, carved in
  * family order (measures when cv->base is NULL). */
 void styles_layout_scratch(gpt_styles_t *s, const model_config_t *c, const gpt_local_t *lc,

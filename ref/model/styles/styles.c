@@ -5,13 +5,25 @@
 #include "model/styles/experts.h"
 #include "model/styles/style.h"
 #include "model/styles/attention.h"
+#include "model/styles/linear.h"
+#include "model/styles/norm.h"
 #include "model/styles/vocab.h"
 
 enum { STYLE_MAX_REGISTERED = 8 };
 
 /* The built-in tables, most specific first, NULL-terminated. */
-static const style_t *const linear_table[] = {NULL};
-static const style_t *const norm_table[] = {NULL};
+static const style_t *const linear_table[] = {
+    &linear_tp3d.base,    /* linear_tp3d.c: Colossal-AI's 3-D */
+    &linear_summa2d.base, /* linear_summa2d.c: SUMMA, 2-D and 2.5-D */
+    &linear_row.base,     /* linear_row.c: every linear row-parallel */
+    &linear_1d.base,      /* linear_1d.c: Megatron's column/row, +-SP; the golden run's */
+    NULL,
+};
+static const style_t *const norm_table[] = {
+    &norm_tp2d.base,  /* norm_tp2d.c: row statistics over 2-D/2.5-D/3-D's row */
+    &norm_local.base, /* norm_local.c: the golden LayerNorm (SP: sums completed over tp) */
+    NULL,
+};
 static const style_t *const vocab_table[] = {
     &vocab_3d.base,    /* vocab_3d.c: Colossal-AI's 3-D */
     &vocab_2d.base,    /* vocab_2d.c: 2-D and 2.5-D */
@@ -48,14 +60,19 @@ int style_register(const style_t *s) {
     return 0;
 }
 
+const style_t *styles_builtin(style_family_t f, const model_config_t *c, const gpt_local_t *lc) {
+    for (const style_t *const *s = tables[f]; *s; s++)
+        if ((*s)->applies(c, lc)) return *s;
+    return NULL;
+}
+
 void styles_choose(gpt_styles_t *out, const model_config_t *c, const gpt_local_t *lc) {
     for (int f = 0; f < STYLE_NFAMILIES; f++) {
         out->style[f] = NULL;
         out->scratch[f] = NULL;
         for (int k = n_registered[f] - 1; k >= 0 && !out->style[f]; k--)
             if (registered[f][k]->applies(c, lc)) out->style[f] = registered[f][k];
-        for (const style_t *const *s = tables[f]; *s && !out->style[f]; s++)
-            if ((*s)->applies(c, lc)) out->style[f] = *s;
+        if (!out->style[f]) out->style[f] = styles_builtin((style_family_t)f, c, lc);
     }
 }
 

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "parity/coll.h"
+#include "parity/pconfig.h"
 #include "parity/runtime.h"
 
 void tp_complete_open(gpt_t *g, acc_t *a, size_t n, float *out) {
@@ -43,7 +44,7 @@ void tp_sum_xacc(gpt_t *g, xacc_t *x, size_t n) {
 /* The ranks holding one row's vocabulary blocks: tp, or 3-D's tp2 (its
  * logits are in the inner layout, vocabulary over tp2). */
 static group_t *vocab_group(const gpt_t *g) {
-    return g->shard.tp_mode == 3 ? g->shard.tp_col_group : g->shard.tp_group;
+    return g->shard.tp_mode == PC_TP_3D ? g->shard.tp_col_group : g->shard.tp_group;
 }
 
 void tp_vocab_reduce(gpt_t *g, void *x, size_t n, coll_dtype_t dt, coll_op_t op) {
@@ -80,9 +81,8 @@ void sp_gather(gpt_t *g, float *full, const float *local, int n_seq, int w) {
     permute_parts(full, parts, tp, n_seq, Tl, w, 0);
 }
 
-void tp_gather_cols(gpt_t *g, float *full, const float *local, int n, int w) {
+void tp_gather_cols(gpt_t *g, float *full, const float *local, int n, int w, float *parts) {
     const size_t count = (size_t)n * w;
-    float *parts = g->scratch.row_parts;
     memcpy(parts + (size_t)g->shard.tp_rank * count, local, count * sizeof(float));
     coll_all_gather(g->shard.tp_group, parts + (size_t)g->shard.tp_rank * count, parts, count,
                     COLL_F32);

@@ -21,8 +21,8 @@ void tp_sum_xacc(gpt_t *g, xacc_t *x, size_t n);
 void tp_vocab_reduce(gpt_t *g, void *x, size_t n, coll_dtype_t dt, coll_op_t op);
 
 /* Every linear row-parallel: full [n][tp*w] from every rank's columns
- * [n][w] (a copy: an all-gather and a permutation). */
-void tp_gather_cols(gpt_t *g, float *full, const float *local, int n, int w);
+ * [n][w] (a copy: an all-gather and a permutation through parts [n*tp*w]). */
+void tp_gather_cols(gpt_t *g, float *full, const float *local, int n, int w, float *parts);
 
 /* Sequence parallelism (g->shard.sp): full = [n_seq][T][w], local = the
  * positions this rank holds, [n_seq][T/tp][w].

@@ -25,7 +25,8 @@
  * Vectors (biases, LayerNorm) are cut out/q^2: rank (i, j) holds piece i
  * of column j's block, gathered over the column for the forward, their
  * gradients (column sums over the rank's sequences) reduce-scattered over
- * it, exact. LayerNorm's statistics are open sums completed over the row.
+ * it, exact. LayerNorm's statistics are open sums completed over the row
+ * (norm_tp2d.c).
  * The word embedding E [V, C] is held as E[vocab block i, features j]:
  * the lookup gathers the column's token ids, looks up the rows held (-0
  * elsewhere) and reduce-scatters the sum over the column; the tied head's
@@ -38,7 +39,7 @@
 #include <string.h>
 
 #include "parity/coll.h"
-#include "parity/pmath.h"
+#include "parity/pconfig.h"
 #include "model/styles/tp.h"
 
 static group_t *row_group(const gpt_t *g) { return g->shard.tp_group; }
@@ -108,7 +109,7 @@ static acc_t open_over(void *storage, size_t n) {
 
 tp2d_vgroup_t tp2d_vgroup(const gpt_t *g, int inner) {
     const gpt_shard_t *sh = &g->shard;
-    if (sh->tp_mode != 3) return (tp2d_vgroup_t){sh->tp_col_group, sh->tp_row, g->local.t2q, 1};
+    if (sh->tp_mode != PC_TP_3D) return (tp2d_vgroup_t){sh->tp_col_group, sh->tp_row, g->local.t2q, 1};
     const int q = g->local.t2q, other = inner ? sh->tp_rank : sh->tp_row;
     return (tp2d_vgroup_t){sh->tp_vec_group[inner], sh->tp_dep * q + other, q, q};
 }
@@ -257,86 +258,6 @@ void tp2d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t
     acc_free(&slots);
     const tp2d_vgroup_t v = tp2d_vgroup(g, 0);
     if (db) tp2d_vector_grad(g, &v, dy, n, n_out, db);
-}
-
-/* ---- LayerNorm --------------------------------------------------------------
- * layernorm.c's arithmetic with its row sums completed over the row:
- * each statistic is the exact sum of the row's features over every
- * column, rounded once, then divided by C. */
-
-/* out[i] = round(sum over the row group of rows[i, :w]), i < n. */
-static void row_sums(gpt_t *g, const float *rows, int n, int w, float *out) {
-    xacc_t *s = g->scratch.ce_zacc;
-    if (g->shard.broken & GPT_BROKEN_TP2D_LN_FP32) { /* Colossal's: fp32 partials all-reduced */
-        for (int i = 0; i < n; i++) out[i] = sum_f32(rows + (size_t)i * w, (size_t)w);
-        tp_sum_f32(g, out, (size_t)n);
-        return;
-    }
-    for (int i = 0; i < n; i++) {
-        xacc_init(&s[i]);
-        xacc_add_array_f32(&s[i], rows + (size_t)i * w, (size_t)w);
-    }
-    tp_sum_xacc(g, s, (size_t)n);
-    for (int i = 0; i < n; i++) out[i] = xacc_round_f32(&s[i]);
-}
-
-void tp2d_layernorm_forward(gpt_t *g, const pass_t *p, float *y, float *xhat, float *rstd,
-                            const float *x, const float *gamma_piece, const float *beta_piece) {
-    const int n = p->ns, w = g->local.hid;
-    const float fC = (float)g->cfg.hidden, eps = g->cfg.ln_eps;
-    float *stat = g->scratch.ce_tl;
-    row_sums(g, x, n, w, stat);
-    for (int i = 0; i < n; i++) {
-        const float mu = stat[i] / fC;
-        for (int c = 0; c < w; c++) {
-            const size_t e = (size_t)i * w + c;
-            xhat[e] = x[e] - mu; /* d for now */
-            y[e] = xhat[e] * xhat[e];
-        }
-    }
-    row_sums(g, y, n, w, stat);
-    const tp2d_vgroup_t v = tp2d_vgroup(g, 0);
-    float *gb = g->scratch.t2_a; /* gamma then beta, gathered */
-    memcpy(gb, tp2d_gather_rows(g, &v, gamma_piece, w, 1), (size_t)w * sizeof(float));
-    const float *beta = tp2d_gather_rows(g, &v, beta_piece, w, 1);
-    for (int i = 0; i < n; i++) {
-        const float r = pm_rsqrtf(stat[i] / fC + eps);
-        rstd[i] = r;
-        for (int c = 0; c < w; c++) {
-            const size_t e = (size_t)i * w + c;
-            xhat[e] = xhat[e] * r;
-            y[e] = xhat[e] * gb[c] + beta[c];
-        }
-    }
-}
-
-void tp2d_layernorm_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dgamma, acc_t *dbeta,
-                             const float *dy, const float *xhat, const float *rstd,
-                             const float *gamma_piece) {
-    const int n = p->ns, w = g->local.hid;
-    const float fC = (float)g->cfg.hidden;
-    const size_t nw = (size_t)n * w;
-    for (size_t e = 0; e < nw; e++) dx[e] = dy[e] * xhat[e];
-    const tp2d_vgroup_t v = tp2d_vgroup(g, 0);
-    tp2d_vector_grad(g, &v, dx, n, w, dgamma);
-    tp2d_vector_grad(g, &v, dy, n, w, dbeta);
-    const float *gamma = tp2d_gather_rows(g, &v, gamma_piece, w, 1);
-    float *prod = g->scratch.d_wide, *a = g->scratch.ce_tl, *b = g->scratch.t2_a;
-    for (int i = 0; i < n; i++)
-        for (int c = 0; c < w; c++) {
-            const size_t e = (size_t)i * w + c;
-            dx[e] = dy[e] * gamma[c]; /* dxhat */
-            prod[e] = dx[e] * xhat[e];
-        }
-    row_sums(g, dx, n, w, a);
-    row_sums(g, prod, n, w, b);
-    for (int i = 0; i < n; i++) {
-        const float ai = a[i] / fC, bi = b[i] / fC, r = rstd[i];
-        for (int c = 0; c < w; c++) {
-            const size_t e = (size_t)i * w + c;
-            dx[e] = ((dx[e] - ai) - xhat[e] * bi) * r;
-        }
-    }
 }
 
 /* ---- the embedding and the head ---------------------------------------- */

@@ -40,14 +40,6 @@ void tp2d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t
                           const float *dy, const float *x, const float *w, int in_kind, int n_out,
                           linear_tiles_t t);
 
-/* LayerNorm over the row's features (layernorm.c's statistics, each an
- * exact sum over the row), gamma and beta as pieces. */
-void tp2d_layernorm_forward(gpt_t *g, const pass_t *p, float *y, float *xhat, float *rstd,
-                            const float *x, const float *gamma_piece, const float *beta_piece);
-void tp2d_layernorm_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dgamma, acc_t *dbeta,
-                             const float *dy, const float *xhat, const float *rstd,
-                             const float *gamma_piece);
-
 /* The vocabulary-parallel embedding: x [n, hid] of the block's tokens
  * from the word rows held and the position table's piece; backward:
  * their gradients from d [n, hid]. */

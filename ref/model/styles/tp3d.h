@@ -11,6 +11,13 @@
 #include "model/gpt.h"
 #include "model/units/units_internal.h"
 
+/* Whether extents lc are 3-D's: a microbatch's sequences cut into q^2
+ * blocks (gpt_local_t.t2blocks; 2-D and 2.5-D cut them into q). The
+ * styles' applies read the mode from the extents, as they get no shard. */
+static inline int tp3d_extents(const gpt_local_t *lc) {
+    return lc->t2q > 1 && lc->t2blocks == lc->t2q * lc->t2q;
+}
+
 void tp3d_linear_forward(gpt_t *g, const pass_t *p, float *y, const float *x, const float *w,
                          const float *b, int in_kind, int first, int n_out, linear_tiles_t t);
 void tp3d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db,
