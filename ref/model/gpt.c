@@ -126,8 +126,6 @@ static void layout_scratch(gpt_scratch_t *S, gpt_styles_t *st, const model_confi
      * linear row-parallel up to [n, max(3C, F)] */
     const size_t widest = lc->row_linears ? max3(3 * C, F, C) : C;
     S->open = tp > 1 ? carve(cv, acc_storage_bytes(n * widest)) : NULL;
-    S->ce_zacc = lc->t2q ? (xacc_t *)carve(cv, n * sizeof(xacc_t)) : NULL; /* tp2d.c's LayerNorm */
-    S->ce_tl = lc->t2q ? CARVE_F(cv, n) : NULL;
     S->open_local = sp ? carve(cv, acc_storage_bytes(n / (size_t)lc->seq_parts * C)) : NULL;
     S->sp_buf = sp ? CARVE_F(cv, n * C) : NULL;
     /* a gathered gradient; an encoder-decoder's cross-attention keeps its

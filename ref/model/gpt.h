@@ -113,11 +113,6 @@ typedef struct {
     void *open_local;                      /* acc_storage_bytes(ns*C): a reduce-scatter's share
                                               (as open: the linears' and the head's) */
     float *sp_buf, *d_tmp3;                /* [n*C] each */
-    /* 2-D LayerNorm's row sums [n] and statistics [n] (tp2d.c; the head's
-     * softmax has its own, styles/vocab.h), until the norm family's 2-D
-     * style carves them */
-    xacc_t *ce_zacc;
-    float *ce_tl;
     struct moe_scratch *moe;               /* an MoE model's backward (units/moe.h), or NULL */
     /* 2-D tensor parallelism (tp2d.c; shared by the linear family's 2-D
      * and 3-D styles, the norm family's 2-D one and the vocabulary's 2-D
@@ -248,6 +243,14 @@ typedef struct style {
 /* The styles chosen for a replica and their private scratch. A family's
  * own header casts style[f] to its table of operations (a struct whose
  * first member is the style_t). */
+/* A style's private scratch struct of `bytes`, carved in the scratch
+ * block and kept in *priv; measuring (cv->base NULL): *priv NULL, and the
+ * caller's `measure` to fill and drop. */
+static inline void *style_scratch_struct(void **priv, carver_t *cv, size_t bytes, void *measure) {
+    void *s = carve(cv, bytes);
+    *priv = s;
+    return s ? s : measure;
+}
 typedef struct {
     const style_t *style[STYLE_NFAMILIES];
     void *scratch[STYLE_NFAMILIES];

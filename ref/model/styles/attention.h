@@ -34,6 +34,7 @@
 #define PARITY_MODEL_STYLES_ATTENTION_H
 
 #include "model/gpt.h"
+#include "model/styles/style.h"
 #include "model/units/units_internal.h"
 
 typedef struct {
@@ -89,14 +90,5 @@ void ring_layout_scratch(void **priv, const model_config_t *c, const gpt_local_t
  * [n, A]. */
 void ring_forward(gpt_t *g, const pass_t *p, attn_acts_t *LA);
 void ring_backward(gpt_t *g, const pass_t *p, attn_acts_t *LA, float *dqkv, const float *dctx);
-
-/* A style's private scratch struct of `bytes`, carved in the scratch
- * block and kept in *priv; measuring (cv->base NULL): *priv NULL, and the
- * caller's `measure` to fill and drop. */
-static inline void *style_scratch_struct(void **priv, carver_t *cv, size_t bytes, void *measure) {
-    void *s = carve(cv, bytes);
-    *priv = s;
-    return s ? s : measure;
-}
 
 #endif

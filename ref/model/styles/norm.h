@@ -13,8 +13,9 @@
  *                                 positions held completed across tp
  *
  * Scratch: norm_local.c's sequence-parallel partial sums are its own.
- * norm_tp2d.c shares the t2_* buffers and ce_tl/ce_zacc (gpt_scratch_t;
- * the linear and vocabulary families use them too). */
+ * norm_tp2d.c's row sums and statistics are its own; it shares the t2_*
+ * buffers (gpt_scratch_t: the linear and vocabulary families use them
+ * too). */
 #ifndef PARITY_MODEL_NORM_H
 #define PARITY_MODEL_NORM_H
 

@@ -15,9 +15,27 @@
  * each statistic is the exact sum of the row's features over every
  * column, rounded once, then divided by C. */
 
+/* The style's private scratch: a row's open sums [n] and its statistics
+ * [n], for up to n token rows. */
+typedef struct {
+    xacc_t *zacc;
+    float *stat;
+} norm_tp2d_scratch_t;
+
+static void layout_scratch(void **priv, const model_config_t *c, const gpt_local_t *lc, size_t n,
+                           carver_t *cv) {
+    (void)c, (void)lc;
+    norm_tp2d_scratch_t measure;
+    norm_tp2d_scratch_t *S = style_scratch_struct(priv, cv, sizeof *S, &measure);
+    S->zacc = (xacc_t *)carve(cv, n * sizeof(xacc_t));
+    S->stat = CARVE_F(cv, n);
+}
+
+static norm_tp2d_scratch_t *own(gpt_t *g) { return g->styles.scratch[STYLE_NORM]; }
+
 /* out[i] = round(sum over the row group of rows[i, :w]), i < n. */
 static void row_sums(gpt_t *g, const float *rows, int n, int w, float *out) {
-    xacc_t *s = g->scratch.ce_zacc;
+    xacc_t *s = own(g)->zacc;
     if (g->shard.broken & GPT_BROKEN_TP2D_LN_FP32) { /* Colossal's: fp32 partials all-reduced */
         for (int i = 0; i < n; i++) out[i] = sum_f32(rows + (size_t)i * w, (size_t)w);
         tp_sum_f32(g, out, (size_t)n);
@@ -35,7 +53,7 @@ static void forward(gpt_t *g, const pass_t *p, float *y, float *xhat, float *rst
                     const float *gamma_piece, const float *beta_piece) {
     const int n = p->ns, w = g->local.hid;
     const float fC = (float)g->cfg.hidden, eps = g->cfg.ln_eps;
-    float *stat = g->scratch.ce_tl;
+    float *stat = own(g)->stat;
     row_sums(g, x, n, w, stat);
     for (int i = 0; i < n; i++) {
         const float mu = stat[i] / fC;
@@ -73,7 +91,7 @@ static void backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dgamma, acc_t 
     tp2d_vector_grad(g, &v, dx, n, w, dgamma);
     tp2d_vector_grad(g, &v, dy, n, w, dbeta);
     const float *gamma = tp2d_gather_rows(g, &v, gamma_piece, w, 1);
-    float *prod = g->scratch.d_wide, *a = g->scratch.ce_tl, *b = g->scratch.t2_a;
+    float *prod = g->scratch.d_wide, *a = own(g)->stat, *b = g->scratch.t2_a;
     for (int i = 0; i < n; i++)
         for (int c = 0; c < w; c++) {
             const size_t e = (size_t)i * w + c;
@@ -96,4 +114,4 @@ static int applies(const model_config_t *c, const gpt_local_t *lc) {
     return lc->t2q > 0;
 }
 
-const norm_style_t norm_tp2d = {{"layernorm-2d", STYLE_NORM, applies, NULL}, forward, backward};
+const norm_style_t norm_tp2d = {{"layernorm-2d", STYLE_NORM, applies, layout_scratch}, forward, backward};
