@@ -41,16 +41,6 @@ void tp_sum_xacc(gpt_t *g, xacc_t *x, size_t n) {
     coll_all_reduce(g->shard.tp_group, x, x, n, COLL_XACC, COLL_SUM);
 }
 
-/* The ranks holding one row's vocabulary blocks: tp, or 3-D's tp2 (its
- * logits are in the inner layout, vocabulary over tp2). */
-static group_t *vocab_group(const gpt_t *g) {
-    return g->shard.tp_mode == PC_TP_3D ? g->shard.tp_col_group : g->shard.tp_group;
-}
-
-void tp_vocab_reduce(gpt_t *g, void *x, size_t n, coll_dtype_t dt, coll_op_t op) {
-    coll_all_reduce(vocab_group(g), x, x, n, dt, op);
-}
-
 /* ---- sequence parallelism -------------------------------------------------
  * A rank holds positions p*Tl .. p*Tl+Tl-1 (Tl = T/tp, p its part) of
  * every sequence of the slot, as [n_seq][Tl][w] (with context parallelism

@@ -16,9 +16,6 @@ void tp_complete_open(gpt_t *g, acc_t *a, size_t n, float *out);
  * and exact sums of superaccumulators. */
 void tp_sum_f32(gpt_t *g, float *x, size_t n);
 void tp_sum_xacc(gpt_t *g, xacc_t *x, size_t n);
-/* The same over the ranks holding one row's vocabulary blocks (the
- * cross-entropy's reductions): tp's group, 3-D's tp2. */
-void tp_vocab_reduce(gpt_t *g, void *x, size_t n, coll_dtype_t dt, coll_op_t op);
 
 /* Every linear row-parallel: full [n][tp*w] from every rank's columns
  * [n][w] (a copy: an all-gather and a permutation through parts [n*tp*w]). */
