@@ -18,7 +18,7 @@
 static int cp_local_dims(const model_config_t *c, int tp, int cp_rank, gpt_layout_opts_t lo,
                          gpt_local_t *out, perr_t *err) {
     const int cp = lo.cp > 1 ? lo.cp : 1;
-    const cp_comm_t comm = lo.cp_comm == CP_ULYSSES ? CP_ULYSSES : CP_RING;
+    const cp_comm_t comm = lo.cp_comm;
     if (cp_rank < 0 || cp_rank >= cp) return perr_set(err, "context-parallel rank %d of %d", cp_rank, cp);
     if (cp > 1 && c->arch != MODEL_GPT)
         return perr_set(err, "context-parallel-size: %d with an encoder-decoder (arch %s): not "
