@@ -231,11 +231,6 @@ int  param_table_build(param_table_t *t, const model_config_t *cfg, perr_t *err)
  * columns in blocks of lcm(D, tile_features)), or 0 when the two blocks
  * hold different numbers of heads (then heads split evenly only). */
 int  param_head_unit(const model_config_t *cfg);
-/* The table of tensor-parallel rank `tp_rank` of `tp`: every tensor's
- * block (Megatron's column-, row- and vocabulary-parallel cuts; the rest
- * replicated), offsets into the replica's own contiguous block. tp = 1 is
- * param_table_build. Errors say what must divide what. */
-int  param_table_build_tp(param_table_t *t, const model_config_t *cfg, int tp, perr_t *err);
 /* Pipeline parallelism: the units a replica holds, as chunks of
  * consecutive units [lo[c], hi[c]) (one chunk per stage, v under
  * interleaving). n = 0: every unit (no pipeline). */
@@ -246,58 +241,54 @@ typedef struct {
 } gpt_units_t;
 /* Whether u holds unit `unit`. */
 int  gpt_units_hold(const gpt_units_t *u, int unit);
-/* The table of a replica that holds the units `units` of tensor-parallel
- * rank blocks of tp: the tensors of other units keep their index and
- * name but are empty (held = 0), so every index (wte, unit_first) means
- * the same tensor on every stage. The tied word embedding is held by the
- * stages holding unit 0 or the head. */
-int  param_table_build_mp(param_table_t *t, const model_config_t *cfg, int tp,
-                          const gpt_units_t *units, unsigned opts, perr_t *err);
-/* The same on a whole grid: every placement evaluated at the device's
- * grid sizes and coordinates on every axis (grid.h); the blocks are the
- * device's own. param_table_build_mp is this on a grid of tp alone. */
+/* A parallel layout as the model reads it (gpt_local_dims, the parameter
+ * table, gpt_mem_bytes_*); {0} is the golden run's, one device. Built
+ * from a layout by pconfig_tp_opts, from a replica's shard by gpt_new_tp. */
+typedef struct {
+    int sp;           /* Megatron's sequence parallelism over the tp ranks */
+    int row_linears;  /* every linear row-parallel (qkv, dense, fc1, fc2 each split
+                         on its reduction dimension, its output an open sum completed
+                         across tp; attention and the MLP's GeLU on every rank whole),
+                         the patterns file's sharding_dim 0 */
+    int tp_mode;      /* Colossal-AI's tensor-parallel mode (pconfig.h's pc_tp_mode_t):
+                         its placements (params.c) and the stream's features held */
+    int expert_tp;    /* expert tensor parallelism (--expert-tensor-parallel-size =
+                         tp): each expert's FFN split over the tp group as the dense
+                         MLP's is (fc1 column-parallel, fc2 row-parallel, whole FFN
+                         tiles); 0: every tp rank runs whole experts */
+    int expert_fold;  /* Megatron's parallel folding with expert tensor parallelism 1
+                         and ep = tp: the expert-parallel ranks are the tensor-parallel
+                         ones. They hold the same tokens (whole sequences, the same
+                         routing), so rank q of the tp group runs experts
+                         [q E/tp, (q+1) E/tp) on every row and the group all-gathers
+                         the outputs: no all-to-all */
+    int cp;           /* context-parallel degree (0 or 1: none) */
+    cp_comm_t cp_comm; /* Ulysses (all-to-all) instead of the ring */
+    int ep;           /* expert-parallel degree over data-parallel ranks (0 or 1:
+                         none), which sizes the experts' receive buffers (moe.c) */
+} gpt_layout_opts_t;
+/* The grid of tensor parallelism alone: every other axis of size 1 but
+ * ep's (lo.ep; the device is expert-parallel rank 0), tp columns and
+ * under lo.tp_mode as many rows (2-D), and a cube (3-D); the device is
+ * tp rank tp_rank. The grid of the tp-only entry points: tools, tests,
+ * the estimates, the golden run at tp = 1. */
+typedef struct {
+    int sizes[GRID_NAXES], coord[GRID_NAXES];
+} param_grid_t;
+param_grid_t param_grid_tp(int tp, int tp_rank, gpt_layout_opts_t lo);
+/* The table of the device at (sizes, coord) of a grid (grid.h) holding
+ * the units `units` of layout lo: every placement evaluated at the
+ * device's grid sizes and coordinates on every axis, the blocks the
+ * device's own (Megatron's column-, row- and vocabulary-parallel cuts;
+ * the rest replicated), offsets into the replica's own contiguous block.
+ * The tensors of other units keep their index and name but are empty
+ * (held = 0), so every index (wte, unit_first) means the same tensor on
+ * every stage; the tied word embedding is held by the stages holding unit
+ * 0 or the head. units->n = 0: every unit. Errors say what must divide
+ * what. param_table_build is this on the grid of one device. */
 int  param_table_build_at(param_table_t *t, const model_config_t *cfg,
                           const int sizes[GRID_NAXES], const int coord[GRID_NAXES],
-                          const gpt_units_t *units, unsigned opts, perr_t *err);
-/* Tensor-parallel options (opts of param_table_build_mp, gpt_local_dims,
- * gpt_mem_bytes_*): sequence parallelism; every linear row-parallel
- * (qkv, dense, fc1, fc2 each split on its reduction dimension, its output
- * an open sum completed across tp; attention and the MLP's GeLU on every
- * rank whole), the patterns file's sharding_dim 0. */
-enum { GPT_TP_SP = 1u, GPT_TP_ROW_LINEARS = 2u };
-/* Context parallelism in the same options: the degree in the bits from
- * GPT_CP_SHIFT up, and Ulysses (all-to-all) instead of the ring. */
-enum { GPT_CP_ULYSSES = 4u, GPT_CP_SHIFT = 17, GPT_CP_MASK = 0x7ff /* cp <= 2047 */ };
-/* Expert tensor parallelism (--expert-tensor-parallel-size = tp): each
- * expert's FFN split over the tp group as the dense MLP's is (fc1
- * column-parallel, fc2 row-parallel, whole FFN tiles); without it every
- * tp rank runs whole experts. */
-enum { GPT_EXPERT_TP = 8u };
-/* Megatron's parallel folding with expert tensor parallelism 1 and
- * ep = tp: the expert-parallel ranks are the tensor-parallel ones. They
- * hold the same tokens (whole sequences, the same routing), so rank q
- * of the tp group runs experts [q E/tp, (q+1) E/tp) on every row and the
- * group all-gathers the outputs: no all-to-all. */
-enum { GPT_EXPERT_FOLD_TP = 1u << 16 };
-/* Colossal-AI's tensor-parallel mode (pconfig.h's pc_tp_mode_t) in bits
- * GPT_TP_MODE_SHIFT ..+1: its placements (params.c) and the stream's
- * features held (gpt_local_dims). */
-enum { GPT_TP_MODE_SHIFT = 28 };
-static inline int gpt_opts_tp_mode(unsigned opts) { return (int)(opts >> GPT_TP_MODE_SHIFT & 3u); }
-static inline unsigned gpt_cp_opts(int cp, cp_comm_t comm) {
-    return ((unsigned)cp << GPT_CP_SHIFT) | (comm == CP_ULYSSES ? GPT_CP_ULYSSES : 0u);
-}
-static inline int gpt_opts_cp(unsigned opts) {
-    const unsigned cp = opts >> GPT_CP_SHIFT & GPT_CP_MASK;
-    return cp ? (int)cp : 1;
-}
-/* Expert parallelism too: its degree in bits GPT_EP_SHIFT .. +11 (0: 1),
- * which sizes the experts' receive buffers (moe.c). */
-enum { GPT_EP_SHIFT = 4, GPT_EP_MASK = 0xfff };
-static inline int gpt_opts_ep(unsigned opts) {
-    const int ep = (int)(opts >> GPT_EP_SHIFT & GPT_EP_MASK);
-    return ep ? ep : 1;
-}
+                          const gpt_units_t *units, gpt_layout_opts_t lo, perr_t *err);
 void param_table_free(param_table_t *t);
 /* Index of the tensor named name, or -1. */
 int  param_find(const param_table_t *t, const char *name);

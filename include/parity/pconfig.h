@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "parity/error.h"
+#include "parity/model.h"
 #include "parity/runtime.h"
 
 typedef enum { PC_DTYPE_FP32 = 0, PC_DTYPE_BF16, PC_DTYPE_FP16 } pc_dtype_t;
@@ -103,18 +104,20 @@ typedef struct {
 
 /* Megatron's parallel folding, the case built: expert tensor parallelism
  * 1 and ep = tp put the expert-parallel ranks on the tensor-parallel ones
- * (model.h's GPT_EXPERT_FOLD_TP); otherwise they are data-parallel ranks. */
+ * (model.h's gpt_layout_opts_t.expert_fold); otherwise they are data-parallel ranks. */
 static inline int pconfig_ep_folded(const pconfig_t *pc) {
     return pc->ep > 1 && pc->etp == 1 && pc->ep == pc->tp;
 }
-/* The model's tensor- and context-parallel options (model.h's GPT_TP_*,
- * gpt_cp_opts) of a layout. */
-static inline unsigned pconfig_tp_opts(const pconfig_t *pc) {
-    const unsigned cp = pc->cp > 1 ? (unsigned)pc->cp : 1u;
-    const unsigned ep = pc->ep > 1 ? (unsigned)pc->ep : 0u;
-    return (pc->sequence_parallel ? 1u : 0u) | (pc->tp_row_linears ? 2u : 0u) |
-           (pc->cp_comm ? 4u : 0u) | (pc->etp > 1 ? 8u : 0u) | (pconfig_ep_folded(pc) ? 1u << 16 : 0u) |
-           (cp << 17) | (pconfig_ep_folded(pc) ? 0u : ep << 4) | ((unsigned)pc->tp_mode << 28);
+/* The model's view of a layout (model.h's gpt_layout_opts_t). */
+static inline gpt_layout_opts_t pconfig_tp_opts(const pconfig_t *pc) {
+    return (gpt_layout_opts_t){.sp = pc->sequence_parallel != 0,
+                               .row_linears = pc->tp_row_linears != 0,
+                               .tp_mode = pc->tp_mode,
+                               .expert_tp = pc->etp > 1,
+                               .expert_fold = pconfig_ep_folded(pc),
+                               .cp = pc->cp > 1 ? pc->cp : 1,
+                               .cp_comm = pc->cp_comm ? CP_ULYSSES : CP_RING,
+                               .ep = pc->ep > 1 && !pconfig_ep_folded(pc) ? pc->ep : 1};
 }
 /* "1d", "2d", "2.5d", "3d". */
 const char *pconfig_tp_mode_name(int mode);
@@ -162,7 +165,7 @@ static inline int pconfig_stage_tp(const pconfig_t *pc, int s) {
     return pconfig_hetero(pc) && s < pc->encoder_pp ? pc->encoder_tp : tp;
 }
 /* The tensor-parallel degree the model's own entry points take for stage
- * s (gpt_local_dims, param_table_build_mp, gpt_mem_bytes_*): tp, an
+ * s (gpt_local_dims, param_grid_tp, gpt_mem_bytes_*): tp, an
  * encoder stage's etp, or the 2-D modes' q (as many rows as columns). */
 static inline int pconfig_model_tp(const pconfig_t *pc, int s) {
     int sub[3];

@@ -151,135 +151,6 @@ static void layout_scratch(gpt_scratch_t *S, gpt_styles_t *st, const model_confi
     styles_layout_scratch(st, c, lc, n, cv);
 }
 
-/* Context parallelism's part of gpt_local_dims: the positions held. */
-static int cp_local_dims(const model_config_t *c, int tp, int cp_rank, unsigned opts,
-                         gpt_local_t *out, perr_t *err) {
-    const int cp = gpt_opts_cp(opts);
-    const cp_comm_t comm = opts & GPT_CP_ULYSSES ? CP_ULYSSES : CP_RING;
-    if (cp_rank < 0 || cp_rank >= cp) return perr_set(err, "context-parallel rank %d of %d", cp_rank, cp);
-    if (cp > 1 && c->arch != MODEL_GPT)
-        return perr_set(err, "context-parallel-size: %d with an encoder-decoder (arch %s): not "
-                        "built (the ring's and Ulysses' attention are causal over one sequence)",
-                        cp, model_arch_name(c->arch));
-    /* every linear row-parallel keeps every head on every tp rank */
-    if (cp_check(cp, comm, c->seq_length, c->tile_tokens, c->heads, out->row_linears ? 1 : tp, err))
-        return -1;
-    out->cp = cp, out->cp_rank = cp_rank, out->ulysses = cp > 1 && comm == CP_ULYSSES;
-    out->ep = gpt_opts_ep(opts);
-    out->runs = cp_runs(cp, cp_rank, c->seq_length, comm);
-    out->seq_held = c->seq_length / cp;
-    out->att_heads = out->ulysses ? out->heads / cp : out->heads;
-    out->att_head0 = out->head0 + (out->ulysses ? cp_rank * out->att_heads : 0);
-    /* sequence parallelism splits the positions this rank holds */
-    if (out->seq_parts > 1 && (out->seq_held / c->tile_tokens) % out->seq_parts)
-        return perr_set(err, "sequence-parallel: tensor-model-parallel-size %d must divide the %d "
-                             "token tiles a context-parallel rank holds of a sequence (seq_length %d "
-                             "/ cp %d / tile_tokens %d): a rank holds whole canonical tiles (I1)",
-                        out->seq_parts, out->seq_held / c->tile_tokens, c->seq_length, cp,
-                        c->tile_tokens);
-    return 0;
-}
-
-/* 2-D tensor parallelism's column blocks (tp2d.c): every column's widths
- * of the hidden features (whole tiles), the heads, the FFN and the
- * vocabulary as 1-D tensor parallelism over the tp columns cuts them. */
-static int tp2d_local_dims(const model_config_t *c, int q, int col, unsigned opts,
-                           gpt_local_t *out, perr_t *err) {
-    if (q > GPT_TP2D_MAX_Q)
-        return perr_set(err, "tensor-model-parallel-size: 2-D rows of %d, at most %d", q,
-                        GPT_TP2D_MAX_Q);
-    if (c->arch != MODEL_GPT || c->moe_experts > 0)
-        return perr_set(err, "tensor-parallel-mode: 2-D tensor parallelism runs the GPT's dense "
-                             "layers (this model is %s%s)",
-                        model_arch_name(c->arch), c->moe_experts > 0 ? " with experts" : "");
-    const int tf = c->tile_features;
-    if (tf < 1 || c->hidden % tf || c->hidden / tf < q)
-        return perr_set(err, "tensor-parallel-mode: the hidden size's %d tiles of %d cannot give "
-                             "each of %d columns a whole tile (I1)",
-                        tf > 0 ? c->hidden / tf : 0, tf, q);
-    out->t2q = q;
-    out->t2blocks = gpt_opts_tp_mode(opts) == 3 ? q * q : q;
-    for (int k = 0; k < q; k++) {
-        gpt_local_t lk;
-        perr_t why;
-        if (gpt_local_dims(c, q, k, 0, opts & ~(3u << GPT_TP_MODE_SHIFT), &lk, &why))
-            return perr_set(err, "%s", why.msg);
-        int64_t f0, nf;
-        placement_split(c->hidden / tf, q, k, &f0, &nf);
-        const int w[4] = {(int)nf * tf, lk.attn, lk.ffn, lk.vocab};
-        const int o[4] = {(int)f0 * tf, lk.head0 * (c->hidden / c->heads), lk.ffn0, lk.vocab0};
-        for (int t = 0; t < 4; t++) out->t2w[t][k] = w[t], out->t2o[t][k] = o[t];
-    }
-    out->hid = out->t2w[TP2D_HIDDEN][col], out->hid0 = out->t2o[TP2D_HIDDEN][col];
-    return 0;
-}
-
-int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int cp_rank, unsigned opts,
-                   gpt_local_t *out, perr_t *err) {
-    const int sp = (opts & GPT_TP_SP) != 0, row = (opts & GPT_TP_ROW_LINEARS) && tp > 1;
-    memset(out, 0, sizeof *out);
-    if (row && sp)
-        return perr_set(err, "sequence-parallel: not with every linear row-parallel (sharding_dim "
-                             "0): it shards the regions Megatron's pairing replicates");
-    if (tp < 1 || tp_rank < 0 || tp_rank >= tp)
-        return perr_set(err, "tensor-parallel rank %d of %d", tp_rank, tp);
-    if (sp && (c->seq_length / c->tile_tokens) % tp)
-        return perr_set(err, "sequence-parallel: tensor-model-parallel-size %d must divide the %d "
-                             "token tiles of a sequence (seq_length %d / tile_tokens %d): a rank "
-                             "holds whole canonical tiles (I1)",
-                        tp, c->seq_length / c->tile_tokens, c->seq_length, c->tile_tokens);
-    out->seq_parts = sp ? tp : 1;
-    out->seq_part = sp ? tp_rank : 0;
-    /* the cuts (heads, tiles) are checked where the table is built
-     * (param_table_build_tp), which every caller does next */
-    /* heads, FFN and vocabulary tiles: whole blocks, of unequal counts
-     * where tp does not divide them (the placements' rule, placement_split;
-     * heads in blocks of param_head_unit) */
-    const int hu = c->heads % tp ? param_head_unit(c) : 1;
-    out->heads = c->heads / tp;
-    out->head0 = tp_rank * out->heads;
-    if (hu > 0) {
-        int64_t h0, nh;
-        placement_split(c->heads / hu, tp, tp_rank, &h0, &nh);
-        out->heads = (int)nh * hu, out->head0 = (int)h0 * hu;
-    }
-    out->attn = out->heads * (c->hidden / c->heads);
-    int64_t f0 = 0, nf = 0, vt0 = 0, nvt = 0;
-    if (c->tile_ffn > 0) placement_split(c->ffn / c->tile_ffn, tp, tp_rank, &f0, &nf);
-    out->ffn = (int)nf * c->tile_ffn;
-    out->ffn0 = (int)f0 * c->tile_ffn;
-    if (c->tile_features > 0) placement_split(c->vocab / c->tile_features, tp, tp_rank, &vt0, &nvt);
-    out->vocab = (int)nvt * c->tile_features;
-    out->vocab0 = (int)vt0 * c->tile_features;
-    /* experts: split as the dense MLP is, or whole */
-    const int expert_tp = (opts & GPT_EXPERT_TP) && tp > 1 && !row;
-    out->expert_ffn = expert_tp ? out->ffn : c->ffn;
-    out->expert_ffn0 = expert_tp ? out->ffn0 : 0;
-    out->expert_fold = (opts & GPT_EXPERT_FOLD_TP) && tp > 1;
-    out->hid = c->hidden, out->hid0 = 0;
-    if (c->precision != MODEL_FP32 && gpt_opts_tp_mode(opts) && tp > 1)
-        return perr_set(err, "--%s: mixed precision with Colossal-AI's 2-D, 2.5-D and 3-D tensor "
-                             "parallelism is not built yet (1-D is)", model_precision_name(c->precision));
-    if (c->recompute == MODEL_RECOMPUTE_FULL && (c->moe_experts > 0 || c->arch != MODEL_GPT))
-        return perr_set(err, "recompute-granularity: full is built for the dense GPT's layers, not "
-                             "for %s (selective is)", c->moe_experts > 0 ? "MoE layers" :
-                             "an encoder-decoder's");
-    if (c->recompute == MODEL_RECOMPUTE_FULL && c->recompute_layers > c->layers)
-        return perr_set(err, "recompute-num-layers: %d exceeds the model's %d layers",
-                        c->recompute_layers, c->layers);
-    out->recompute = c->recompute;
-    if (gpt_opts_tp_mode(opts) && tp > 1 && tp2d_local_dims(c, tp, tp_rank, opts, out, err))
-        return -1;
-    if (row) { /* attention and GeLU whole; each linear contracts its slice of features */
-        out->row_linears = 1;
-        out->heads = c->heads, out->head0 = 0, out->attn = c->hidden;
-        out->ffn = c->ffn, out->ffn0 = 0;
-        out->cin = c->hidden / tp, out->cin0 = tp_rank * out->cin;
-        out->fin = c->ffn / tp, out->fin0 = tp_rank * out->fin;
-    }
-    return cp_local_dims(c, tp, cp_rank, opts, out, err);
-}
-
 /* Memory of one replica: from the device's arena when there is one, so
  * it shows in the device's report by category, else from malloc. */
 static void *model_alloc(arena_t *arena, size_t bytes, mem_cat_t cat, const char *name) {
@@ -383,9 +254,9 @@ static size_t adam_state_bytes(const model_config_t *cfg, const param_table_t *t
 /* What gpt_new_tp takes from its arena: one table for the allocation and
  * for the estimate (gpt_mem_bytes), so they cannot drift apart. One
  * activation slot of every unit held, or n_slots of the largest chunk. */
-static void mem_of(const model_config_t *cfg, const param_table_t *t, unsigned omit,
-                   const gpt_local_t *lc, int tp, const gpt_units_t *units, int n_slots,
-                   gpt_mem_t *m) {
+void gpt_mem_of(const model_config_t *cfg, const param_table_t *t, unsigned omit,
+                const gpt_local_t *lc, int tp, const gpt_units_t *units, int n_slots,
+                gpt_mem_t *m) {
     const size_t F4 = t->total * sizeof(float);
     /* mixed precision: the master weights and their compute copy */
     m->params = omit & GPT_NO_PARAMS ? 0 : F4 * (cfg->precision != MODEL_FP32 ? 2 : 1);
@@ -402,29 +273,6 @@ static void mem_of(const model_config_t *cfg, const param_table_t *t, unsigned o
     m->activations = scratch_bytes(cfg, lc, tp, units) +
                      (n_slots ? (size_t)n_slots * stage_slot_bytes(cfg, lc, units)
                               : slot_bytes(cfg, lc, &all));
-}
-
-int gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, perr_t *err) {
-    return gpt_mem_bytes_tp(cfg, 1, 0, omit, out, err);
-}
-
-int gpt_mem_bytes_tp(const model_config_t *cfg, int tp, unsigned opts, unsigned omit,
-                     gpt_mem_t *out, perr_t *err) {
-    const gpt_units_t all = {0, {0}, {0}};
-    return gpt_mem_bytes_mp(cfg, tp, opts, &all, 0, omit, out, err);
-}
-
-int gpt_mem_bytes_mp(const model_config_t *cfg, int tp, unsigned opts, const gpt_units_t *units,
-                     int n_slots, unsigned omit, gpt_mem_t *out, perr_t *err) {
-    memset(out, 0, sizeof *out);
-    param_table_t t;
-    gpt_local_t lc;
-    if (model_config_validate_replica(cfg, err) || gpt_local_dims(cfg, tp, 0, 0, opts, &lc, err) ||
-        param_table_build_mp(&t, cfg, tp, units, opts, err))
-        return -1;
-    mem_of(cfg, &t, omit, &lc, tp, units, units->n ? n_slots : 0, out);
-    param_table_free(&t);
-    return 0;
 }
 
 int gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, arena_t *arena,
@@ -446,22 +294,22 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
     g->cfg = *cfg;
     g->shard = *shard;
     g->arena = arena;
-    const unsigned opts = (shard->sp ? GPT_TP_SP : 0u) |
-                          (shard->row_linears ? GPT_TP_ROW_LINEARS : 0u) |
-                          (shard->cp > 1 ? gpt_cp_opts(shard->cp, shard->cp_comm) : 0u) |
-                          (shard->ep > 1 ? (unsigned)shard->ep << GPT_EP_SHIFT : 0u) |
-                          (shard->expert_tp ? GPT_EXPERT_TP : 0u) |
-                          (shard->expert_fold ? GPT_EXPERT_FOLD_TP : 0u) |
-                          ((unsigned)shard->tp_mode << GPT_TP_MODE_SHIFT);
+    const gpt_layout_opts_t lo = {
+        .sp = shard->sp, .row_linears = shard->row_linears, .tp_mode = shard->tp_mode,
+        .expert_tp = shard->expert_tp, .expert_fold = shard->expert_fold,
+        .cp = shard->cp > 1 ? shard->cp : 1,
+        .cp_comm = shard->cp > 1 && shard->cp_comm == CP_ULYSSES ? CP_ULYSSES : CP_RING,
+        .ep = shard->ep > 1 ? shard->ep : 1};
     if (shard->tp_mode && shard->tp > 1 && !shard->tp_col_group) {
         free(g);
         return perr_set(err, "2-D tensor parallelism over %d x %d ranks needs a column group",
                         shard->tp, shard->tp);
     }
-    if (gpt_local_dims(cfg, shard->tp, shard->tp_rank, shard->cp_rank, opts, &g->local, err) ||
-        (shard->on_grid ? param_table_build_at(&g->table, cfg, shard->grid_sizes, shard->grid_coord,
-                                               &shard->units, opts, err)
-                        : param_table_build_mp(&g->table, cfg, shard->tp, &shard->units, opts, err))) {
+    const param_grid_t tp_alone = param_grid_tp(shard->tp, 0, lo); /* off a grid: rank 0's blocks */
+    if (gpt_local_dims(cfg, shard->tp, shard->tp_rank, shard->cp_rank, lo, &g->local, err) ||
+        param_table_build_at(&g->table, cfg, shard->on_grid ? shard->grid_sizes : tp_alone.sizes,
+                             shard->on_grid ? shard->grid_coord : tp_alone.coord, &shard->units, lo,
+                             err)) {
         free(g);
         return -1;
     }
@@ -497,7 +345,7 @@ int gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard,
     g->param_ptr = calloc((size_t)g->table.count, sizeof(float *));
     if (!g->grad_acc || !g->acc_storage || !g->param_ptr) goto oom;
     gpt_mem_t mem;
-    mem_of(cfg, &g->table, omit, &g->local, shard->tp, &shard->units, 0, &mem);
+    gpt_mem_of(cfg, &g->table, omit, &g->local, shard->tp, &shard->units, 0, &mem);
     const size_t master = mem.params / (cfg->precision != MODEL_FP32 ? 2 : 1);
     if (mem.params && !(g->params = model_alloc(arena, master, MEM_PARAMS, what = "parameters")))
         goto oom;

@@ -145,15 +145,15 @@ typedef struct {
     group_t *tp_group;      /* NULL when tp == 1 */
     unsigned broken;        /* GPT_BROKEN_*: deliberately broken variants (checker controls) */
     gpt_units_t units;      /* pipeline parallelism: the units held (n = 0: all) */
-    int row_linears;        /* every linear row-parallel (GPT_TP_ROW_LINEARS) */
+    int row_linears;        /* every linear row-parallel (gpt_layout_opts_t.row_linears) */
     int cp, cp_rank;        /* context parallelism: the positions held (cp.h) */
     cp_comm_t cp_comm;      /* ring (p2p) or Ulysses (all-to-all) */
     group_t *cp_group;      /* NULL when cp == 1 */
     int ep, ep_rank;        /* expert parallelism: this rank runs experts
                                [ep_rank*E/ep, (ep_rank+1)*E/ep) for its ep group's tokens */
     group_t *ep_group;      /* NULL when ep == 1 */
-    int expert_tp;          /* experts' FFN split over tp_group (GPT_EXPERT_TP) */
-    int expert_fold;        /* experts split over tp_group (GPT_EXPERT_FOLD_TP) */
+    int expert_tp;          /* experts' FFN split over tp_group (gpt_layout_opts_t.expert_tp) */
+    int expert_fold;        /* experts split over tp_group (gpt_layout_opts_t.expert_fold) */
     /* Colossal-AI's 2-D and 2.5-D tensor parallelism (tp2d.c; pconfig.h's
      * tp_mode): tp x tp devices per depth layer, tp_rank the column and
      * tp_group the row (ranks with the same sequences, every column);
@@ -196,8 +196,8 @@ typedef struct {
     int cp, cp_rank, ulysses;
     int ep;                 /* expert-parallel degree (its rank: gpt_shard_t.ep_rank) */
     int expert_ffn, expert_ffn0; /* the experts' FFN columns held: the dense MLP's under
-                                    expert tensor parallelism (GPT_EXPERT_TP), else all */
-    int expert_fold;        /* experts split over the tp ranks (GPT_EXPERT_FOLD_TP) */
+                                    expert tensor parallelism (model.h's expert_tp), else all */
+    int expert_fold;        /* experts split over the tp ranks (gpt_layout_opts_t.expert_fold) */
     int seq_held;
     cp_runs_t runs;
     int att_heads, att_head0;
@@ -364,11 +364,12 @@ int  gpt_new_ex(gpt_t **out, const model_config_t *cfg, unsigned omit, struct ar
 int  gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard, unsigned omit,
                 struct arena *arena, perr_t *err);
 /* The tensor-parallel extents of rank tp_rank of tp, and the positions
- * context-parallel rank cp_rank holds (opts' cp; the error says what must
- * divide what under sequence or context parallelism; param_table_build_tp
- * checks the cuts of heads, feature, FFN and vocabulary tiles). */
-int  gpt_local_dims(const model_config_t *cfg, int tp, int tp_rank, int cp_rank, unsigned opts,
-                    gpt_local_t *out, perr_t *err);
+ * context-parallel rank cp_rank holds (lo.cp; the error says what must
+ * divide what under sequence or context parallelism; param_table_build_at
+ * checks the cuts of heads, feature, FFN and vocabulary tiles).
+ * state/extents.c. */
+int  gpt_local_dims(const model_config_t *cfg, int tp, int tp_rank, int cp_rank,
+                    gpt_layout_opts_t lo, gpt_local_t *out, perr_t *err);
 /* The bytes gpt_new_ex(cfg, omit) takes from its arena, by category, as the
  * arena counts them (grads: rounded gradients; open_sums: the open exact
  * sums, also in the arena's grads category), computed from the tables the
@@ -399,13 +400,20 @@ int  gpt_recomputed_layers(const model_config_t *cfg, const gpt_units_t *units, 
                            int *cores);
 /* The same for one rank of tensor parallelism over tp ranks (sp: with
  * sequence parallelism). */
-int  gpt_mem_bytes_tp(const model_config_t *cfg, int tp, unsigned opts, unsigned omit,
+int  gpt_mem_bytes_tp(const model_config_t *cfg, int tp, gpt_layout_opts_t lo, unsigned omit,
                       gpt_mem_t *out, perr_t *err);
 /* The same for a replica holding `units` (pipeline parallelism) with
  * n_slots activation slots of its largest chunk (0: one slot of every
  * unit held, as gpt_new_tp makes). */
-int  gpt_mem_bytes_mp(const model_config_t *cfg, int tp, unsigned opts, const gpt_units_t *units,
-                      int n_slots, unsigned omit, gpt_mem_t *out, perr_t *err);
+int  gpt_mem_bytes_mp(const model_config_t *cfg, int tp, gpt_layout_opts_t lo,
+                      const gpt_units_t *units, int n_slots, unsigned omit, gpt_mem_t *out,
+                      perr_t *err);
+/* What gpt_new_tp takes from its arena for table t and extents lc: one
+ * sum for the allocation (gpt.c) and for the estimates (gpt_mem_bytes*,
+ * state/extents.c), so they cannot drift apart. One activation slot of
+ * every unit held, or n_slots of the largest chunk. */
+void gpt_mem_of(const model_config_t *cfg, const param_table_t *t, unsigned omit,
+                const gpt_local_t *lc, int tp, const gpt_units_t *units, int n_slots, gpt_mem_t *m);
 void gpt_free(gpt_t *g);
 
 /* Activation slots: n >= 1 (gpt_new makes one). Existing slots' contents

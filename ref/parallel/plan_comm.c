@@ -117,7 +117,8 @@ int plan_comm(const model_config_t *model, const pconfig_t *pc, plan_comm_t *out
     const double n = seqs * T, A = (double)cfg.hidden / tp;
     for (int s = 0; s < pp.pp; s++) {
         param_table_t t;
-        if (param_table_build_mp(&t, &cfg, pconfig_model_tp(pc, s), &pp.units[s], pconfig_tp_opts(pc), err))
+        const param_grid_t g = param_grid_tp(pconfig_model_tp(pc, s), 0, pconfig_tp_opts(pc));
+        if (param_table_build_at(&t, &cfg, g.sizes, g.coord, &pp.units[s], pconfig_tp_opts(pc), err))
             return -1;
         plan_comm_t c = {0};
         int L, e, hd, cores;

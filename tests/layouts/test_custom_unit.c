@@ -24,7 +24,10 @@ static const model_run_t scaled_model[] = {{&unit_embedding, model_count_one, NU
 static void test_table_holds_the_kind(void) {
     param_table_t t;
     perr_t err;
-    CHECK(param_table_build_tp(&t, &cfg, 2, &err) == 0, "%s", err.msg);
+    const gpt_layout_opts_t one_d = {0};
+    const gpt_units_t all = {0, {0}, {0}};
+    const param_grid_t g = param_grid_tp(2, 0, one_d);
+    CHECK(param_table_build_at(&t, &cfg, g.sizes, g.coord, &all, one_d, &err) == 0, "%s", err.msg);
     CHECK(t.count == 4 + cfg.layers, "%d tensors", t.count);
     const int i = param_find(&t, "layers.1.scale.weight");
     CHECK(i >= 0, "the kind's tensor is in the table");

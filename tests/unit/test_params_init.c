@@ -32,7 +32,11 @@ static void test_threads_give_the_same_bits(void) {
     CHECK(!model_config_builtin("gpt-small", &c, &err), "%s", err.msg);
     for (int tp = 1; tp <= 2; tp++) {
         param_table_t t;
-        CHECK(!param_table_build_tp(&t, &c, tp, &err), "tp %d: %s", tp, err.msg);
+        const gpt_layout_opts_t one_d = {0};
+        const gpt_units_t all = {0, {0}, {0}};
+        const param_grid_t g = param_grid_tp(tp, 0, one_d);
+        CHECK(!param_table_build_at(&t, &c, g.sizes, g.coord, &all, one_d, &err), "tp %d: %s", tp,
+              err.msg);
         CHECK(t.total > ((size_t)3 << 20) / (size_t)tp, "tp %d: only %zu parameters", tp, t.total);
         for (int rank = 0; rank < tp; rank++) {
             float *one = init_with(&t, tp, rank, c.seed, 1);

@@ -90,7 +90,7 @@ static int add(param_table_t *t, const int sizes[GRID_NAXES], const int coord[GR
     /* expert parallelism: rank q of ep holds experts [q E/ep, (q+1) E/ep)
      * of a stacked expert tensor (axis 0); its gradient then reduces over
      * the expert-data ranks only (placement_reduce_axes_at); folded onto
-     * tp (GPT_EXPERT_FOLD_TP), tp rank q holds them */
+     * tp (gpt_layout_opts_t.expert_fold), tp rank q holds them */
     if (experts && sizes[GRID_EP] > 1) p->pl = placement_cut(p->pl, 0, GRID_EP, 1);
     if (experts && fold && sizes[GRID_TP] > 1) p->pl = placement_cut(p->pl, 0, GRID_TP, 1);
     if (placement_check(&p->pl, sizes, name, err)) return -1;
@@ -116,26 +116,21 @@ static int lcm(int a, int b) {
     return a / x * b;
 }
 
-/* A grid of tensor parallelism alone (every other axis of size 1): the
- * tp-only entry points (tools, tests, the golden run at tp = 1). */
-static void tp_grid(int tp, int tp_rank, unsigned opts, int sizes[GRID_NAXES], int coord[GRID_NAXES]) {
-    for (int a = 0; a < GRID_NAXES; a++) sizes[a] = a == GRID_TP ? tp : 1, coord[a] = 0;
-    coord[GRID_TP] = tp_rank;
-    if (gpt_opts_tp_mode(opts)) sizes[GRID_TP2] = tp; /* 2-D: tp columns, as many rows */
-    if (gpt_opts_tp_mode(opts) == 3) sizes[GRID_TP3] = tp; /* 3-D: a cube */
+param_grid_t param_grid_tp(int tp, int tp_rank, gpt_layout_opts_t lo) {
+    param_grid_t g;
+    for (int a = 0; a < GRID_NAXES; a++) g.sizes[a] = a == GRID_TP ? tp : 1, g.coord[a] = 0;
+    g.coord[GRID_TP] = tp_rank;
+    if (lo.tp_mode) g.sizes[GRID_TP2] = tp; /* 2-D: tp columns, as many rows */
+    if (lo.tp_mode == 3) g.sizes[GRID_TP3] = tp; /* 3-D: a cube */
+    g.sizes[GRID_EP] = lo.ep > 1 ? lo.ep : 1; /* expert-parallel rank 0's experts: its sizes */
+    return g;
 }
 
 int param_table_build(param_table_t *t, const model_config_t *c, perr_t *err) {
-    return param_table_build_tp(t, c, 1, err);
-}
-
-static int build(param_table_t *t, const model_config_t *c, const int sizes[GRID_NAXES],
-                 const int coord[GRID_NAXES], unsigned opts, perr_t *err);
-
-int param_table_build_tp(param_table_t *t, const model_config_t *c, int tp, perr_t *err) {
-    int sizes[GRID_NAXES], coord[GRID_NAXES];
-    tp_grid(tp, 0, 0, sizes, coord);
-    return build(t, c, sizes, coord, 0, err);
+    const gpt_layout_opts_t one = {0};
+    const gpt_units_t all = {0, {0}, {0}};
+    const param_grid_t g = param_grid_tp(1, 0, one);
+    return param_table_build_at(t, c, g.sizes, g.coord, &all, one, err);
 }
 
 /* A kind's cut description resolved for c (unit_kind.h): Megatron's
@@ -196,8 +191,8 @@ static placement_t tp_modes_placement(const unit_tensor_t *d, const model_config
     }
 }
 
-static tp_cut_t cut_of(const unit_tensor_t *d, const model_config_t *c, unsigned opts) {
-    const int row_linears = (opts & GPT_TP_ROW_LINEARS) != 0;
+static tp_cut_t cut_of(const unit_tensor_t *d, const model_config_t *c, gpt_layout_opts_t lo) {
+    const int row_linears = lo.row_linears != 0;
     const int D = c->hidden / c->heads, tf = c->tile_features;
     const int align = d->align == AL_HEADS3 ? lcm(3 * D, tf)
                       : d->align == AL_HEADS ? lcm(D, tf)
@@ -212,7 +207,7 @@ static tp_cut_t cut_of(const unit_tensor_t *d, const model_config_t *c, unsigned
      * blocks; gpt_local_dims takes the same ranges); every linear
      * row-parallel splits evenly */
     const int uneven = !row_linears && (d->align == AL_FFN || param_head_unit(c) > 0);
-    const int expert_tp = (opts & GPT_EXPERT_TP) && !row_linears;
+    const int expert_tp = lo.expert_tp && !row_linears;
     switch (d->cut) {
     case CUT_REPL:
     case CUT_EXPERT: break;
@@ -232,8 +227,8 @@ static tp_cut_t cut_of(const unit_tensor_t *d, const model_config_t *c, unsigned
 }
 
 static int build(param_table_t *t, const model_config_t *c, const int sizes[GRID_NAXES],
-                 const int coord[GRID_NAXES], unsigned opts, perr_t *err) {
-    const int row_linears = (opts & GPT_TP_ROW_LINEARS) != 0;
+                 const int coord[GRID_NAXES], gpt_layout_opts_t lo, perr_t *err) {
+    const int row_linears = lo.row_linears != 0;
     memset(t, 0, sizeof *t);
     const int tp = sizes[GRID_TP];
     if (tp < 1) return perr_set(err, "tensor-model-parallel-size: %d, expected >= 1", tp);
@@ -281,16 +276,16 @@ static int build(param_table_t *t, const model_config_t *c, const int sizes[GRID
             const float std = d->std == STD_SIGMA ? SIGMA : d->std == STD_OUT ? out_std : 0.0f;
             int64_t shape[PL_MAX_DIMS];
             for (int a = 0; a < PL_MAX_DIMS; a++) shape[a] = a < d->ndim ? unit_dim(c, d->dim[a]) : 1;
-            const tp_cut_t cut = cut_of(d, c, opts);
+            const tp_cut_t cut = cut_of(d, c, lo);
             placement_t pl = placement_replicated(d->ndim, shape);
-            if (gpt_opts_tp_mode(opts) && tp > 1) /* Colossal's 2-D / 3-D */
-                pl = tp_modes_placement(d, c, cut, gpt_opts_tp_mode(opts), pl);
+            if (lo.tp_mode && tp > 1) /* Colossal's 2-D / 3-D */
+                pl = tp_modes_placement(d, c, cut, lo.tp_mode, pl);
             else if (cut.axis >= 0)
                 pl = cut.uneven ? placement_cut_uneven(pl, cut.axis, GRID_TP, cut.align)
                                 : placement_cut(pl, cut.axis, GRID_TP, cut.align);
             bad |= add(t, sizes, coord, nm, d->ndim, shape, d->init, std, pl,
                        d->cut == CUT_EXPERT_FFN || d->cut == CUT_EXPERT,
-                       (opts & GPT_EXPERT_FOLD_TP) != 0, d->weight_decay, err);
+                       lo.expert_fold != 0, d->weight_decay, err);
         }
     }
     t->unit_first[U] = t->count;
@@ -326,9 +321,9 @@ void param_unit_range(const param_table_t *t, int u, int *first, int *last) {
 }
 
 int param_table_build_at(param_table_t *t, const model_config_t *c, const int sizes[GRID_NAXES],
-                         const int coord[GRID_NAXES], const gpt_units_t *units, unsigned opts,
-                         perr_t *err) {
-    if (build(t, c, sizes, coord, opts, err)) return -1;
+                         const int coord[GRID_NAXES], const gpt_units_t *units,
+                         gpt_layout_opts_t lo, perr_t *err) {
+    if (build(t, c, sizes, coord, lo, err)) return -1;
     if (units->n == 0) return 0;
     /* empty the tensors of other stages, then lay the rest out again */
     t->total = 0;
@@ -345,14 +340,6 @@ int param_table_build_at(param_table_t *t, const model_config_t *c, const int si
         p->offset = t->total;
     }
     return 0;
-}
-
-int param_table_build_mp(param_table_t *t, const model_config_t *c, int tp,
-                         const gpt_units_t *units, unsigned opts, perr_t *err) {
-    int sizes[GRID_NAXES], coord[GRID_NAXES];
-    tp_grid(tp, 0, opts, sizes, coord);
-    sizes[GRID_EP] = gpt_opts_ep(opts); /* expert parallel rank 0's experts: its sizes */
-    return param_table_build_at(t, c, sizes, coord, units, opts, err);
 }
 
 void param_table_free(param_table_t *t) {
@@ -509,9 +496,9 @@ void params_init_at(const param_table_t *t, const int sizes[GRID_NAXES],
 }
 
 void params_init_tp(const param_table_t *t, int tp, int tp_rank, uint64_t seed, float *data) {
-    int sizes[GRID_NAXES], coord[GRID_NAXES];
-    tp_grid(tp, tp_rank, 0, sizes, coord);
-    params_init_at(t, sizes, coord, seed, data);
+    const gpt_layout_opts_t one_d = {0};
+    const param_grid_t g = param_grid_tp(tp, tp_rank, one_d);
+    params_init_at(t, g.sizes, g.coord, seed, data);
 }
 
 void params_init(const param_table_t *t, uint64_t seed, float *data) {

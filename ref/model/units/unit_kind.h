@@ -31,11 +31,11 @@ int64_t unit_dim(const model_config_t *c, unit_dim_t d);
 /* How tensor parallelism cuts a tensor: replicated; column-parallel (its
  * output rows, whole); row-parallel (its input columns); vocabulary rows.
  * align: the block the cut keeps whole. With every linear row-parallel
- * (GPT_TP_ROW_LINEARS) each 2-D linear weight is cut on its input axis
+ * (gpt_layout_opts_t.row_linears) each 2-D linear weight is cut on its input axis
  * at that axis's canonical tile, and column-parallel biases are whole.
  * The stacked expert tensors ([E, ...]) are cut over expert parallelism's
  * ep ranks on their expert axis; CUT_EXPERT_FFN cuts their FFN axis like
- * the dense MLP's under expert tensor parallelism (GPT_EXPERT_TP) too,
+ * the dense MLP's under expert tensor parallelism (.expert_tp) too,
  * CUT_EXPERT keeps each expert whole on every tp rank. */
 typedef enum { CUT_REPL, CUT_COLPAR, CUT_ROWPAR, CUT_VOCAB,
                CUT_EXPERT_FFN, CUT_EXPERT } unit_cut_t;

@@ -50,8 +50,9 @@ static double device_psi(const run_report_t *run) {
     double psi = 0;
     for (int s = 0; s < pp.pp; s++) {
         param_table_t t;
-        if (param_table_build_mp(&t, &cfg, pconfig_model_tp(&run->pc, s), &pp.units[s],
-                                 pconfig_tp_opts(&run->pc), NULL))
+        const param_grid_t g = param_grid_tp(pconfig_model_tp(&run->pc, s), 0, pconfig_tp_opts(&run->pc));
+        if (param_table_build_at(&t, &cfg, g.sizes, g.coord, &pp.units[s], pconfig_tp_opts(&run->pc),
+                                 NULL))
             return 0;
         if ((double)t.total > psi) psi = (double)t.total;
         param_table_free(&t);

@@ -24,7 +24,10 @@ int64_t engine_first_step(const engine_run_t *run) { return run->resume ? run->r
 
 size_t engine_ckpt_host_bytes(const model_config_t *model, const pconfig_t *pc) {
     param_table_t t;
-    if (param_table_build_tp(&t, model, pc->tp, NULL)) return 0;
+    const gpt_layout_opts_t one_d = {0}; /* tp rank 0's 1-D blocks: the host's buffers */
+    const gpt_units_t all = {0, {0}, {0}};
+    const param_grid_t g = param_grid_tp(pc->tp, 0, one_d);
+    if (param_table_build_at(&t, model, g.sizes, g.coord, &all, one_d, NULL)) return 0;
     const size_t bytes = 2 * (size_t)pc->tp * (t.total + 1) * sizeof(float);
     param_table_free(&t);
     return bytes;

@@ -57,7 +57,9 @@ static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp
         return -1;
     param_table_t t;
     dp_plan_t p;
-    if (param_table_build_mp(&t, cfg, tp, &pp->units[s], pconfig_tp_opts(pc), err)) return -1;
+    const param_grid_t at = param_grid_tp(tp, 0, pconfig_tp_opts(pc));
+    if (param_table_build_at(&t, cfg, at.sizes, at.coord, &pp->units[s], pconfig_tp_opts(pc), err))
+        return -1;
     int sizes[GRID_NAXES];
     pconfig_grid_sizes(pc, sizes);
     if (pc->tp_mode == PC_TP_1D) sizes[GRID_TP] = tp;

@@ -157,10 +157,11 @@ static double t2_paper_fraction(int mode, int q, int d) {
                                : 6.0 * (q - 1) / q;
 }
 
-/* The parameter table's total: of a grid of tp alone (tp_grid), or -1 */
-static double t2_psi(const run_report_t *run, int tp, unsigned opts) {
+/* The parameter table's total: of a grid of tp alone (param_grid_tp), or -1 */
+static double t2_psi(const run_report_t *run, int tp, gpt_layout_opts_t lo) {
     param_table_t t;
-    if (param_table_build_mp(&t, &run->cfg, tp, &run->units0, opts, NULL)) return -1;
+    const param_grid_t g = param_grid_tp(tp, 0, lo);
+    if (param_table_build_at(&t, &run->cfg, g.sizes, g.coord, &run->units0, lo, NULL)) return -1;
     const double psi = (double)t.total;
     param_table_free(&t);
     return psi;
@@ -331,7 +332,8 @@ static void t2_print_compare(const run_report_t *run, const tp_step_t *s, FILE *
             meas_bus += (double)x.bus_bytes, sent += (double)x.sent, recv += (double)x.recv;
         }
     const double mega = t2_megatron_bus(run, pc->tp, L, e, hd), MB = 1e6;
-    const int one_d = t2_psi(run, pc->tp, 0) > 0;
+    const gpt_layout_opts_t plain = {0};
+    const int one_d = t2_psi(run, pc->tp, plain) > 0;
     const t2_grads_t gr = t2_grad_traffic(run);
     const double depth = pc->tp_mode == PC_TP_25D ? gr.rs + gr.ag : 0;
     fprintf(f, "  device 0 per step: %.3f MB bus (nccl-tests), %.3f MB sent, %.3f MB received "
@@ -410,7 +412,8 @@ static double t2_layer_per_token(const model_config_t *c, const gpt_local_t *lc)
            heads * (c->seq_length * (4 + 5 * ad) + 4);
 }
 
-static double t2_table_activations(const model_config_t *cfg, int more, int q, unsigned opts) {
+static double t2_table_activations(const model_config_t *cfg, int more, int q,
+                                   gpt_layout_opts_t opts) {
     model_config_t c = *cfg;
     c.layers += more;
     gpt_mem_t m;
@@ -449,14 +452,16 @@ static void t2_print_memory(const run_report_t *run, const t2_dims_t *D, FILE *f
     const model_config_t cfg = run->cfg;
     const gpt_local_t *lc = D->lc;
     const int q = D->q, three = t2_three(D);
-    const unsigned opts = pconfig_tp_opts(pc);
+    const gpt_layout_opts_t opts = pconfig_tp_opts(pc);
     const double MB = 1e6;
     int L, e, hd;
     tp_device0_units(run, &L, &e, &hd);
     double layer, emb;
     const double want = t2_params_formula(run, D, &layer, &emb);
     const double C = D->C, A = D->A, F = D->F, Vr = three ? D->V : lc->t2w[TP2D_VOCAB][0];
-    const double psi = t2_psi_device(run), golden = t2_psi(run, 1, 0), one_d = t2_psi(run, pc->tp, 0);
+    const gpt_layout_opts_t plain = {0};
+    const double psi = t2_psi_device(run), golden = t2_psi(run, 1, plain),
+                 one_d = t2_psi(run, pc->tp, plain);
     const double arena = (double)run->reports[0].peak[MEM_PARAMS];
     if (three) {
         fprintf(f, "parameters per device: 3-D placement pieces, every weight [out, in] as W[out block, "

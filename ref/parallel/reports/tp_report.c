@@ -295,18 +295,21 @@ static double outer_per_token(const model_config_t *c, int t, int sp) {
 /* The allocation table's activations (slot and backward scratch) for the
  * replica of cfg with `more` layers added, or -1 when the layout is not
  * admitted. */
-static double table_bytes(const model_config_t *cfg, int more, int tp, int sp, unsigned cpo) {
+static double table_bytes(const model_config_t *cfg, int more, int tp, int sp,
+                          gpt_layout_opts_t cpo) {
     model_config_t c = *cfg;
     c.layers += more;
     gpt_mem_t m;
-    if (gpt_mem_bytes_tp(&c, tp, (sp ? GPT_TP_SP : 0u) | cpo, 0, &m, NULL)) return -1;
+    cpo.sp = sp;
+    if (gpt_mem_bytes_tp(&c, tp, cpo, 0, &m, NULL)) return -1;
     return (double)m.activations;
 }
 
-/* cpo: context parallelism's options (gpt_cp_opts): a slot holds T/cp
- * positions, each attending to all T */
-static void print_memory_column(const model_config_t *cfg, int tp, int sp, unsigned cpo, FILE *f) {
-    const double n = (double)cfg->micro_batch * cfg->seq_length / gpt_opts_cp(cpo), L = cfg->layers,
+/* cpo: the layout but its tensor-parallel forms (sp, row_linears): under
+ * context parallelism a slot holds T/cp positions, each attending to all T */
+static void print_memory_column(const model_config_t *cfg, int tp, int sp, gpt_layout_opts_t cpo,
+                                FILE *f) {
+    const double n = (double)cfg->micro_batch * cfg->seq_length / cpo.cp, L = cfg->layers,
                  MB = 1e6;
     const double layer = layer_per_token(cfg, tp, sp) * n, outer = outer_per_token(cfg, tp, sp) * n;
     /* the table's bytes of one layer: one more layer's worth */
@@ -349,7 +352,8 @@ static void print_memory(const run_report_t *run, FILE *f) {
                    "token and layer (t = 1 in the split part)\n",
                 layer_per_token(&cfg, 1, 0));
     } else {
-        const unsigned cpo = pconfig_tp_opts(&run->pc) & ~(unsigned)(GPT_TP_SP | GPT_TP_ROW_LINEARS);
+        gpt_layout_opts_t cpo = pconfig_tp_opts(&run->pc);
+        cpo.sp = 0, cpo.row_linears = 0;
         print_memory_column(&cfg, t, 0, cpo, f);
         print_memory_column(&cfg, t, 1, cpo, f);
     }

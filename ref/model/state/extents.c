@@ -1,0 +1,171 @@
+/* extents.c - what one device of a layout holds: its extents (heads,
+ * FFN, vocabulary and feature blocks, positions; gpt_local_dims) and the
+ * bytes a replica of it takes (gpt_mem_bytes*, from the same tables the
+ * allocation in gpt.c uses, gpt_mem_of).
+ *
+ * The layout arrives as model.h's gpt_layout_opts_t; gpt_local_t is what
+ * the units and styles read. The parameter table (params.c) checks the
+ * cuts of heads and tiles; the checks here are those of the stream:
+ * sequence and context parallelism's positions, the 2-D modes' columns.
+ */
+#include "model/gpt.h"
+
+#include <string.h>
+
+#include "model/styles/tp2d.h"
+
+/* Context parallelism's part of gpt_local_dims: the positions held. */
+static int cp_local_dims(const model_config_t *c, int tp, int cp_rank, gpt_layout_opts_t lo,
+                         gpt_local_t *out, perr_t *err) {
+    const int cp = lo.cp > 1 ? lo.cp : 1;
+    const cp_comm_t comm = lo.cp_comm;
+    if (cp_rank < 0 || cp_rank >= cp) return perr_set(err, "context-parallel rank %d of %d", cp_rank, cp);
+    if (cp > 1 && c->arch != MODEL_GPT)
+        return perr_set(err, "context-parallel-size: %d with an encoder-decoder (arch %s): not "
+                        "built (the ring's and Ulysses' attention are causal over one sequence)",
+                        cp, model_arch_name(c->arch));
+    /* every linear row-parallel keeps every head on every tp rank */
+    if (cp_check(cp, comm, c->seq_length, c->tile_tokens, c->heads, out->row_linears ? 1 : tp, err))
+        return -1;
+    out->cp = cp, out->cp_rank = cp_rank, out->ulysses = cp > 1 && comm == CP_ULYSSES;
+    out->ep = lo.ep > 1 ? lo.ep : 1;
+    out->runs = cp_runs(cp, cp_rank, c->seq_length, comm);
+    out->seq_held = c->seq_length / cp;
+    out->att_heads = out->ulysses ? out->heads / cp : out->heads;
+    out->att_head0 = out->head0 + (out->ulysses ? cp_rank * out->att_heads : 0);
+    /* sequence parallelism splits the positions this rank holds */
+    if (out->seq_parts > 1 && (out->seq_held / c->tile_tokens) % out->seq_parts)
+        return perr_set(err, "sequence-parallel: tensor-model-parallel-size %d must divide the %d "
+                             "token tiles a context-parallel rank holds of a sequence (seq_length %d "
+                             "/ cp %d / tile_tokens %d): a rank holds whole canonical tiles (I1)",
+                        out->seq_parts, out->seq_held / c->tile_tokens, c->seq_length, cp,
+                        c->tile_tokens);
+    return 0;
+}
+
+/* 2-D tensor parallelism's column blocks (tp2d.c): every column's widths
+ * of the hidden features (whole tiles), the heads, the FFN and the
+ * vocabulary as 1-D tensor parallelism over the tp columns cuts them. */
+static int tp2d_local_dims(const model_config_t *c, int q, int col, gpt_layout_opts_t lo,
+                           gpt_local_t *out, perr_t *err) {
+    if (q > GPT_TP2D_MAX_Q)
+        return perr_set(err, "tensor-model-parallel-size: 2-D rows of %d, at most %d", q,
+                        GPT_TP2D_MAX_Q);
+    if (c->arch != MODEL_GPT || c->moe_experts > 0)
+        return perr_set(err, "tensor-parallel-mode: 2-D tensor parallelism runs the GPT's dense "
+                             "layers (this model is %s%s)",
+                        model_arch_name(c->arch), c->moe_experts > 0 ? " with experts" : "");
+    const int tf = c->tile_features;
+    if (tf < 1 || c->hidden % tf || c->hidden / tf < q)
+        return perr_set(err, "tensor-parallel-mode: the hidden size's %d tiles of %d cannot give "
+                             "each of %d columns a whole tile (I1)",
+                        tf > 0 ? c->hidden / tf : 0, tf, q);
+    out->t2q = q;
+    out->t2blocks = lo.tp_mode == 3 ? q * q : q;
+    gpt_layout_opts_t one_d = lo; /* each column as 1-D cuts it */
+    one_d.tp_mode = 0;
+    for (int k = 0; k < q; k++) {
+        gpt_local_t lk;
+        perr_t why;
+        if (gpt_local_dims(c, q, k, 0, one_d, &lk, &why))
+            return perr_set(err, "%s", why.msg);
+        int64_t f0, nf;
+        placement_split(c->hidden / tf, q, k, &f0, &nf);
+        const int w[4] = {(int)nf * tf, lk.attn, lk.ffn, lk.vocab};
+        const int o[4] = {(int)f0 * tf, lk.head0 * (c->hidden / c->heads), lk.ffn0, lk.vocab0};
+        for (int t = 0; t < 4; t++) out->t2w[t][k] = w[t], out->t2o[t][k] = o[t];
+    }
+    out->hid = out->t2w[TP2D_HIDDEN][col], out->hid0 = out->t2o[TP2D_HIDDEN][col];
+    return 0;
+}
+
+int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int cp_rank, gpt_layout_opts_t lo,
+                   gpt_local_t *out, perr_t *err) {
+    const int sp = lo.sp != 0, row = lo.row_linears && tp > 1;
+    memset(out, 0, sizeof *out);
+    if (row && sp)
+        return perr_set(err, "sequence-parallel: not with every linear row-parallel (sharding_dim "
+                             "0): it shards the regions Megatron's pairing replicates");
+    if (tp < 1 || tp_rank < 0 || tp_rank >= tp)
+        return perr_set(err, "tensor-parallel rank %d of %d", tp_rank, tp);
+    if (sp && (c->seq_length / c->tile_tokens) % tp)
+        return perr_set(err, "sequence-parallel: tensor-model-parallel-size %d must divide the %d "
+                             "token tiles of a sequence (seq_length %d / tile_tokens %d): a rank "
+                             "holds whole canonical tiles (I1)",
+                        tp, c->seq_length / c->tile_tokens, c->seq_length, c->tile_tokens);
+    out->seq_parts = sp ? tp : 1;
+    out->seq_part = sp ? tp_rank : 0;
+    /* the cuts (heads, tiles) are checked where the table is built
+     * (param_table_build_at), which every caller does next */
+    /* heads, FFN and vocabulary tiles: whole blocks, of unequal counts
+     * where tp does not divide them (the placements' rule, placement_split;
+     * heads in blocks of param_head_unit) */
+    const int hu = c->heads % tp ? param_head_unit(c) : 1;
+    out->heads = c->heads / tp;
+    out->head0 = tp_rank * out->heads;
+    if (hu > 0) {
+        int64_t h0, nh;
+        placement_split(c->heads / hu, tp, tp_rank, &h0, &nh);
+        out->heads = (int)nh * hu, out->head0 = (int)h0 * hu;
+    }
+    out->attn = out->heads * (c->hidden / c->heads);
+    int64_t f0 = 0, nf = 0, vt0 = 0, nvt = 0;
+    if (c->tile_ffn > 0) placement_split(c->ffn / c->tile_ffn, tp, tp_rank, &f0, &nf);
+    out->ffn = (int)nf * c->tile_ffn;
+    out->ffn0 = (int)f0 * c->tile_ffn;
+    if (c->tile_features > 0) placement_split(c->vocab / c->tile_features, tp, tp_rank, &vt0, &nvt);
+    out->vocab = (int)nvt * c->tile_features;
+    out->vocab0 = (int)vt0 * c->tile_features;
+    /* experts: split as the dense MLP is, or whole */
+    const int expert_tp = lo.expert_tp && tp > 1 && !row;
+    out->expert_ffn = expert_tp ? out->ffn : c->ffn;
+    out->expert_ffn0 = expert_tp ? out->ffn0 : 0;
+    out->expert_fold = lo.expert_fold && tp > 1;
+    out->hid = c->hidden, out->hid0 = 0;
+    if (c->precision != MODEL_FP32 && lo.tp_mode && tp > 1)
+        return perr_set(err, "--%s: mixed precision with Colossal-AI's 2-D, 2.5-D and 3-D tensor "
+                             "parallelism is not built yet (1-D is)", model_precision_name(c->precision));
+    if (c->recompute == MODEL_RECOMPUTE_FULL && (c->moe_experts > 0 || c->arch != MODEL_GPT))
+        return perr_set(err, "recompute-granularity: full is built for the dense GPT's layers, not "
+                             "for %s (selective is)", c->moe_experts > 0 ? "MoE layers" :
+                             "an encoder-decoder's");
+    if (c->recompute == MODEL_RECOMPUTE_FULL && c->recompute_layers > c->layers)
+        return perr_set(err, "recompute-num-layers: %d exceeds the model's %d layers",
+                        c->recompute_layers, c->layers);
+    out->recompute = c->recompute;
+    if (lo.tp_mode && tp > 1 && tp2d_local_dims(c, tp, tp_rank, lo, out, err))
+        return -1;
+    if (row) { /* attention and GeLU whole; each linear contracts its slice of features */
+        out->row_linears = 1;
+        out->heads = c->heads, out->head0 = 0, out->attn = c->hidden;
+        out->ffn = c->ffn, out->ffn0 = 0;
+        out->cin = c->hidden / tp, out->cin0 = tp_rank * out->cin;
+        out->fin = c->ffn / tp, out->fin0 = tp_rank * out->fin;
+    }
+    return cp_local_dims(c, tp, cp_rank, lo, out, err);
+}
+
+int gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, perr_t *err) {
+    const gpt_layout_opts_t one = {0};
+    return gpt_mem_bytes_tp(cfg, 1, one, omit, out, err);
+}
+
+int gpt_mem_bytes_tp(const model_config_t *cfg, int tp, gpt_layout_opts_t lo, unsigned omit,
+                     gpt_mem_t *out, perr_t *err) {
+    const gpt_units_t all = {0, {0}, {0}};
+    return gpt_mem_bytes_mp(cfg, tp, lo, &all, 0, omit, out, err);
+}
+
+int gpt_mem_bytes_mp(const model_config_t *cfg, int tp, gpt_layout_opts_t lo, const gpt_units_t *units,
+                     int n_slots, unsigned omit, gpt_mem_t *out, perr_t *err) {
+    memset(out, 0, sizeof *out);
+    param_table_t t;
+    gpt_local_t lc;
+    const param_grid_t g = param_grid_tp(tp, 0, lo); /* rank 0 of tp, and of ep */
+    if (model_config_validate_replica(cfg, err) || gpt_local_dims(cfg, tp, 0, 0, lo, &lc, err) ||
+        param_table_build_at(&t, cfg, g.sizes, g.coord, units, lo, err))
+        return -1;
+    gpt_mem_of(cfg, &t, omit, &lc, tp, units, units->n ? n_slots : 0, out);
+    param_table_free(&t);
+    return 0;
+}
