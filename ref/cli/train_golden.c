@@ -14,22 +14,9 @@
 #include <unistd.h>
 
 #include "commands.h"
-#include "parity/check.h"
 #include "parity/ckpt.h"
-#include "parity/corpus.h"
-#include "broken.h"
-#include "layout_cli.h"
-#include "run_output.h"
 #include "parity/dump.h"
-#include "parity/fileio.h"
 #include "parity/memest.h"
-#include "model/gpt.h"
-#include "parity/model_flags.h"
-#include "parity/names.h"
-#include "parity/numparse.h"
-#include "parity/pconfig.h"
-#include "parity/pool.h"
-#include "parity/pp.h"
 #include "parity/tile.h"
 #include "train.h"
 
