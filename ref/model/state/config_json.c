@@ -1,5 +1,5 @@
 /* config_json.c - a model config from a JSON file (model_config_parse,
- * model_config_load; MODEL.md "Config files").
+ * model_config_load).
  *
  * A config file is the same JSON object a dump stores as its "config"
  * metadata, so any dump's config can be fed back in. Fields present
