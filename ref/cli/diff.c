@@ -170,8 +170,10 @@ static int parse_max_rows(const char *s, long *out) {
     return 0;
 }
 
-int cmd_diff(int argc, char **argv) {
-    const char *path[2] = {NULL, NULL};
+/* The command line: the two files, --quiet and --max-rows (*max_rows
+ * stays -1 when not given). -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, const char *path[2], int *quiet_out,
+                      long *max_rows_out) {
     int npath = 0, quiet = 0;
     long max_rows = -1;
     for (int i = 1; i < argc; i++) {
@@ -216,25 +218,16 @@ int cmd_diff(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    *quiet_out = quiet, *max_rows_out = max_rows;
+    return -1;
+}
 
-    st_file_t *f[2] = {NULL, NULL};
-    for (int k = 0; k < 2; k++) {
-        perr_t err;
-        f[k] = st_open(path[k], &err);
-        if (!f[k]) {
-            char *e = escaped(err.msg);
-            fprintf(stderr, "parity diff: %s\n", e);
-            free(e);
-            st_close(f[0]);
-            return 2;
-        }
-    }
-
-    /* Rows: A's tensors in header order, then those only in B. */
-    size_t na = st_count(f[0]), nb = st_count(f[1]), n = 0;
-    row_t *rows = calloc(na + nb ? na + nb : 1, sizeof *rows);
-    if (!rows) parity_fatal("out of memory");
-    size_t exact = 0, differ = 0, missing = 0;
+/* The rows: A's tensors in header order, then those only in B, each
+ * with its status, counted into *exact, *differ and *missing; returns
+ * how many. */
+static size_t diff_rows(st_file_t *const f[2], size_t na, size_t nb, row_t *rows, size_t *exact,
+                        size_t *differ, size_t *missing) {
+    size_t n = 0;
     for (size_t i = 0; i < na + nb; i++) {
         row_t *r = &rows[n];
         if (i < na) {
@@ -255,10 +248,38 @@ int cmd_diff(int argc, char **argv) {
                                     st_data(f[1], r->b), &r->d)
                             ? ROW_EXACT
                             : ROW_DIFFER;
-        if (r->status == ROW_EXACT) exact++;
-        else if (r->status == ROW_ONLY_A || r->status == ROW_ONLY_B) missing++;
-        else differ++;
+        if (r->status == ROW_EXACT) (*exact)++;
+        else if (r->status == ROW_ONLY_A || r->status == ROW_ONLY_B) (*missing)++;
+        else (*differ)++;
     }
+    return n;
+}
+
+int cmd_diff(int argc, char **argv) {
+    const char *path[2] = {NULL, NULL};
+    int quiet;
+    long max_rows;
+    int rc = parse_args(argc, argv, path, &quiet, &max_rows);
+    if (rc >= 0) return rc;
+
+    st_file_t *f[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        perr_t err;
+        f[k] = st_open(path[k], &err);
+        if (!f[k]) {
+            char *e = escaped(err.msg);
+            fprintf(stderr, "parity diff: %s\n", e);
+            free(e);
+            st_close(f[0]);
+            return 2;
+        }
+    }
+
+    size_t na = st_count(f[0]), nb = st_count(f[1]);
+    row_t *rows = calloc(na + nb ? na + nb : 1, sizeof *rows);
+    if (!rows) parity_fatal("out of memory");
+    size_t exact = 0, differ = 0, missing = 0;
+    const size_t n = diff_rows(f, na, nb, rows, &exact, &differ, &missing);
 
     if (!quiet) {
         char *pa = escaped(path[0]), *pb = escaped(path[1]);

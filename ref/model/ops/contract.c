@@ -36,7 +36,11 @@
  * (block_ordered), and with bf16 the operands are rounded copies and the
  * results are rounded; contract_acc then forms each block's product and
  * adds it to the open sums as one fp32 term per element. The helpers get
- * the caller's order through the plan. */
+ * the caller's order through the plan.
+ *
+ * This file: one call's blocks spread over the threads, the float
+ * order's operands and the entry points; a block's exact sums are
+ * contract_sums.c's (contract_internal.h between them). */
 #include "parity/contract.h"
 
 #include <math.h>
@@ -54,6 +58,7 @@
 #include "kernels/float_order_sum.h"
 #include "kernels/fold.h"
 #include "kernels/simd.h"
+#include "model/ops/contract_internal.h"
 
 void contract_ws_init(contract_ws_t *ws) { memset(ws, 0, sizeof *ws); }
 
@@ -69,308 +74,15 @@ void contract_ws_free(contract_ws_t *ws) {
     memset(ws, 0, sizeof *ws);
 }
 
-static void *grow(void *p, size_t bytes) {
-    void *q = realloc(p, bytes ? bytes : 1);
-    if (!q) parity_fatal("contract: out of memory for %zu bytes of workspace", bytes);
-    return q;
-}
-
-/* Workspace for blocks of n elements with up to errs error groups (kept,
- * never shrunk): the running sums and the partials of `terms` K tiles
- * (FOLD_TERMS where fold passes run, one for the vector kernel). */
-static void ws_reserve(contract_ws_t *ws, size_t n, size_t errs, int terms) {
-    if (n > ws->cap) {
-        ws->sum = grow(ws->sum, n * sizeof(double));
-        ws->slow_idx = grow(ws->slow_idx, n * sizeof(size_t));
-        ws->cap = n;
-    }
-    if ((size_t)terms * n > ws->partial_cap) {
-        ws->partial = grow(ws->partial, (size_t)terms * n * sizeof(float));
-        ws->partial_cap = (size_t)terms * n;
-    }
-    if (errs > ws->err_cap) {
-        ws->err = grow(ws->err, errs * sizeof(double));
-        ws->err_cap = errs;
-    }
-}
-
-static xacc_t *ws_slow(contract_ws_t *ws, size_t n) {
-    if (n > ws->slow_cap) {
-        ws->slow = grow(ws->slow, n * sizeof(xacc_t));
-        ws->slow_cap = n;
-    }
-    return ws->slow;
-}
-
 static void check_grid(const char *what, int M, int N, int K, int tm, int tn, int tk) {
     if (tm <= 0 || tn <= 0 || tk <= 0 || M < 0 || N < 0 || K < 0 || M % tm || N % tn || K % tk)
         parity_fatal("%s: extents M=%d N=%d K=%d are not whole tiles of %d x %d x %d", what, M, N,
                      K, tm, tn, tk);
 }
 
-typedef struct {
-    contract_form_t form;
-    int K, tm, tn, tk;
-    const float *A, *B;
-    int lda, ldb;
-    unsigned long call; /* which contraction: A's contents are fixed within one */
-} job_t;
-
 /* Numbers the contractions, so that A packed by one is never taken for
  * another's (a buffer's address is reused with new contents). */
 static atomic_ulong calls;
-
-static tile_form_t tile_form(contract_form_t form) {
-    return form == CONTRACT_NN ? TILE_NN : form == CONTRACT_NT ? TILE_NT : TILE_TN;
-}
-
-/* Where the operands of C's rows from i0, columns from j0, K from k0 start. */
-static void operands(const job_t *j, int i0, int j0, int k0, const float **a, const float **b) {
-    const size_t i = (size_t)i0, c = (size_t)j0, k = (size_t)k0;
-    const size_t lda = (size_t)j->lda, ldb = (size_t)j->ldb;
-    switch (j->form) {
-    case CONTRACT_NN: *a = j->A + i * lda + k, *b = j->B + k * ldb + c; return;
-    case CONTRACT_NT: *a = j->A + i * lda + k, *b = j->B + c * ldb + k; return;
-    case CONTRACT_TN: *a = j->A + k * lda + i, *b = j->B + k * ldb + c; return;
-    }
-}
-
-/* The tile products of rows [i0, i0+h) and columns [j0, j0+w) of C for
- * the K tile at k0, into C (row stride ldc): one tile_gemm_tiles call,
- * whose tiles are the canonical tile calls' bits. */
-static void tiles_product(const job_t *j, int i0, int j0, int k0, int h, int w, float *C,
-                          int ldc) {
-    const float *a, *b;
-    operands(j, i0, j0, k0, &a, &b);
-    tile_gemm_tiles(tile_form(j->form), j->tm, j->tn, h, w, j->tk, a, j->lda, b, j->ldb, C, ldc);
-}
-
-/* A block of C: rows [i0, i0+h), columns [j0, j0+w), h a multiple of tm
- * and w of tn. Blocks hold up to block_elems() elements; they are as wide
- * as that allows first (one OpenBLAS call covers the block, and the wider
- * it is, the fewer times A's strip is packed), then as tall. Measured on
- * gpt-small (2 MiB L2): 16384 elements 306-313 ms a step, 32768 279-294,
- * 65536 268-288, 131072 270-293, 262144 298: the partials of a fold pass
- * (16 bytes an element) and the sums (8) stay in L2 up to about here. So
- * a block holds the largest power of two of elements whose 24 bytes each
- * fill at most 3/4 of this core's L2: 65536 at 2 MiB, 16384 at 512 KiB
- * (an EPYC whose OpenBLAS runs every tile as its own call, where a narrower
- * block packs nothing more). The shape of a block changes no bit. */
-enum { BLOCK_ELEMS_DEFAULT = 65536, BLOCK_ELEMS_MIN = 4096, BLOCK_BYTES_PER_ELEM = 24 };
-
-static int block_elems_value = BLOCK_ELEMS_DEFAULT;
-static pthread_once_t block_elems_once = PTHREAD_ONCE_INIT;
-
-static void block_elems_init(void) {
-    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    if (l2 <= 0) return; /* unknown: the default */
-    const long fit = l2 / 4 * 3 / BLOCK_BYTES_PER_ELEM;
-    int n = BLOCK_ELEMS_MIN;
-    while (n < BLOCK_ELEMS_DEFAULT && 2L * n <= fit) n *= 2;
-    block_elems_value = n;
-}
-
-static int block_elems(void) {
-    pthread_once(&block_elems_once, block_elems_init);
-    return block_elems_value;
-}
-
-/* The vector kernel's blocks. Where the block's rows of A can be kept
- * packed for all of K (up to APACK_KEEP_FLOATS, for the blocks beside
- * it), as tall as that allows and VEC_BLOCK_W wide: tile_vec_ksum_packed
- * packs each 16-column panel of B once a span of K for all of the
- * block's rows. Measured on gpt-124m's product shapes (512 KiB-L2 EPYC,
- * alternating in one process): 1.02-1.31x the speed of the earlier
- * 256 x 128 blocks. Longer rows (the LM head's input gradient, K =
- * 50304) are packed a chunk at a time by tile_vec_ksum, whose fp64 sums
- * are read back at every chunk: its blocks hold VEC_BLOCK_ELEMS elements
- * (256 x 128; that order at 1024 x 128 ran at 0.7 of their speed).
- * Block shape changes no bit. */
-enum { VEC_BLOCK_W = 128, VEC_BLOCK_ELEMS = 32768, APACK_KEEP_FLOATS = 1 << 20 };
-
-static void block_shape(contract_form_t form, int M, int N, int K, int tm, int tn, int *h,
-                        int *w) {
-    if (tile_get_backend() == TILE_BACKEND_PORTABLE && tile_vec_available()) {
-        int tiles = VEC_BLOCK_W / tn;
-        if (tiles < 1) tiles = 1;
-        *w = tiles * tn < N ? tiles * tn : N;
-        /* A kept; the nt form's blocks half as tall: its panels of B
-         * (rows of a weight, transposed) pack fast, and its products ran
-         * 1.07-1.14x faster so, where the others' ran 0.93-1.03x */
-        const size_t keep = form == CONTRACT_NT ? APACK_KEEP_FLOATS / 2 : APACK_KEEP_FLOATS;
-        int rows = (int)(keep / ((size_t)K + 1) / (size_t)tm);
-        if (rows < 1) rows = VEC_BLOCK_ELEMS / (tm * *w); /* A packed a chunk at a time */
-        if (rows < 1) rows = 1;
-        *h = rows < M / tm ? rows * tm : M;
-        return;
-    }
-    const int elems = block_elems();
-    int tiles = elems / (tm * tn);
-    if (tiles < 1) tiles = 1;
-    *w = tiles * tn < N ? tiles * tn : N;
-    int rows = elems / (tm * *w);
-    if (rows < 1) rows = 1;
-    *h = rows * tm < M ? rows * tm : M;
-}
-
-/* Partials of the block for K tile k0: P[h, w]. */
-static void block_partials(const job_t *j, int i0, int j0, int h, int w, int k0, float *P) {
-    tiles_product(j, i0, j0, k0, h, w, P, w);
-}
-
-/* One fold pass over a block of h rows of w: q partials at P (partial t
- * at P + t*h*w), starting from the first of them or from sum, ending in
- * sum or (out != NULL) rounded into out (row stride ldo). Cloned per
- * vector width (simd.h): the fold is most of the exact sums' time. */
-PARITY_SIMD_CLONES
-static void fold_pass(double *sum, double *err, const float *P, int h, int w, int q,
-                      int from_first, float *out, int ldo) {
-    if (fold_rows(sum, err, P, (size_t)w, (size_t)h * (size_t)w, h, w, q, from_first, out,
-                  (size_t)ldo))
-        parity_fatal("contract: a fold pass of %d K tiles (1 to %d)", q, FOLD_TERMS);
-}
-
-/* The block's exact sums over all K tiles, FOLD_TERMS K tiles a pass:
- * rounded into out (row stride ldo), or left in ws->sum when out is NULL.
- * Returns the number of elements whose sum was not certified exact;
- * their indices (h x w, row-major) are in slow_idx. */
-static size_t block_sums(const job_t *j, int i0, int j0, int h, int w, float *out, int ldo,
-                         contract_ws_t *ws) {
-    const size_t n = (size_t)h * (size_t)w;
-    const int nk = j->K / j->tk, gw = fold_groups(w);
-    for (size_t g = 0; g < (size_t)h * gw; g++) ws->err[g] = 0.0;
-    for (int k = 0; k < nk; k += FOLD_TERMS) {
-        const int q = nk - k < FOLD_TERMS ? nk - k : FOLD_TERMS;
-        for (int t = 0; t < q; t++)
-            block_partials(j, i0, j0, h, w, (k + t) * j->tk, ws->partial + (size_t)t * n);
-        fold_pass(ws->sum, ws->err, ws->partial, h, w, q, k == 0, k + q == nk ? out : NULL,
-                  ldo);
-    }
-    size_t n_slow = 0;
-    const int all = !xacc_fast_path_enabled();
-    for (int r = 0; r < h; r++)
-        for (int g = 0; g < gw; g++)
-            if (all || ws->err[(size_t)r * gw + g] != 0.0) /* an inexact addition, inf, NaN */
-                for (int c = g * FOLD_BLOCK; c < w && c < (g + 1) * FOLD_BLOCK; c++)
-                    ws->slow_idx[n_slow++] = (size_t)r * w + c;
-    return n_slow;
-}
-
-/* Whether the block sums take the portable backend's vector kernel
- * (tile_vec_ksum), which folds each K tile's partial as it is formed. */
-static int vec_sums(const job_t *j) {
-    return tile_get_backend() == TILE_BACKEND_PORTABLE && tile_vec_available() &&
-           xacc_fast_path_enabled() && j->tk <= TILE_VEC_ADD_MAX_K;
-}
-
-/* block_sums by tile_vec_ksum: the same sums (and outputs), the elements
- * of register blocks it could not certify listed in slow_idx. */
-static size_t block_sums_vec(const job_t *j, int i0, int j0, int h, int w, float *out, int ldo,
-                             contract_ws_t *ws) {
-    const int nbi = (h + TILE_VEC_MR - 1) / TILE_VEC_MR, nbj = (w + TILE_VEC_NR - 1) / TILE_VEC_NR;
-    if ((size_t)nbi * nbj > ws->bad_cap) {
-        ws->bad = grow(ws->bad, (size_t)nbi * nbj);
-        ws->bad_cap = (size_t)nbi * nbj;
-    }
-    const float *a, *b;
-    operands(j, i0, j0, 0, &a, &b);
-    int rc;
-    const size_t whole = tile_vec_pack_a_size(h, j->K);
-    if (whole <= APACK_KEEP_FLOATS) {
-        /* the block's rows of A packed once for every block beside it */
-        if (whole > ws->apack_cap) {
-            ws->apack = grow(ws->apack, whole * sizeof(float));
-            ws->apack_cap = whole;
-            ws->apack_call = 0;
-        }
-        if (ws->apack_call != j->call || ws->apack_i0 != i0 || ws->apack_h != h) {
-            if (tile_vec_pack_a(tile_form(j->form), h, j->K, j->tk, a, j->lda, ws->apack))
-                parity_fatal("contract: tile_vec_pack_a refused K=%d in tiles of %d", j->K,
-                             j->tk);
-            ws->apack_call = j->call, ws->apack_i0 = i0, ws->apack_h = h;
-        }
-        const size_t work = tile_vec_ksum_panel_work(j->K, j->tk);
-        if (work > ws->panel_cap) {
-            ws->panel = grow(ws->panel, work * sizeof(float));
-            ws->panel_cap = work;
-        }
-        rc = tile_vec_ksum_packed(tile_form(j->form), h, w, j->K, j->tk, ws->apack, b, j->ldb,
-                                  ws->sum, w, out, ldo, ws->bad, ws->panel);
-    } else { /* A's rows are too long to keep: packed a chunk at a time */
-        const size_t work = tile_vec_ksum_work(h, j->tk);
-        if (work > ws->apack_cap) {
-            ws->apack = grow(ws->apack, work * sizeof(float));
-            ws->apack_cap = work;
-        }
-        ws->apack_call = 0;
-        rc = tile_vec_ksum(tile_form(j->form), h, w, j->K, j->tk, a, j->lda, b, j->ldb, ws->sum,
-                           w, out, ldo, ws->bad, ws->apack);
-    }
-    if (rc) parity_fatal("contract: tile_vec_ksum refused K=%d in tiles of %d", j->K, j->tk);
-    size_t n_slow = 0;
-    for (int bi = 0; bi < nbi; bi++)
-        for (int bj = 0; bj < nbj; bj++)
-            if (ws->bad[(size_t)bi * nbj + bj])
-                for (int r = bi * TILE_VEC_MR; r < h && r < (bi + 1) * TILE_VEC_MR; r++)
-                    for (int c = bj * TILE_VEC_NR; c < w && c < (bj + 1) * TILE_VEC_NR; c++)
-                        ws->slow_idx[n_slow++] = (size_t)r * w + c;
-    return n_slow;
-}
-
-/* The partials for K tile k0 of the elements the last block sums could
- * not certify, at their places in ws->partial (h x w): the whole block's
- * tile calls, or after the vector kernel only its flagged register
- * blocks (ws->bad), by the same kernel: the portable order gives every
- * element the same bits whatever rectangle is computed around it. */
-static void slow_partials(const job_t *j, int i0, int j0, int h, int w, int k0,
-                          contract_ws_t *ws) {
-    if (!vec_sums(j)) {
-        block_partials(j, i0, j0, h, w, k0, ws->partial);
-        return;
-    }
-    const int nbi = (h + TILE_VEC_MR - 1) / TILE_VEC_MR, nbj = (w + TILE_VEC_NR - 1) / TILE_VEC_NR;
-    for (int bi = 0; bi < nbi; bi++)
-        for (int bj = 0; bj < nbj; bj++) {
-            if (!ws->bad[(size_t)bi * nbj + bj]) continue;
-            const int r0 = bi * TILE_VEC_MR, c0 = bj * TILE_VEC_NR;
-            const int mr = h - r0 < TILE_VEC_MR ? h - r0 : TILE_VEC_MR;
-            const int nr = w - c0 < TILE_VEC_NR ? w - c0 : TILE_VEC_NR;
-            const float *a, *b;
-            operands(j, i0 + r0, j0 + c0, k0, &a, &b);
-            tile_vec_gemm(tile_form(j->form), mr, nr, j->tk, a, j->lda, b, j->ldb,
-                          ws->partial + (size_t)r0 * w + c0, w, 0);
-        }
-}
-
-/* Superaccumulators for the failed elements: recompute the partials (the
- * tile calls are deterministic) and add each failed element's terms. */
-static xacc_t *block_slow(const job_t *j, int i0, int j0, int h, int w, size_t n_slow,
-                          contract_ws_t *ws) {
-    xacc_t *acc = ws_slow(ws, n_slow);
-    for (size_t s = 0; s < n_slow; s++) xacc_init(&acc[s]);
-    for (int k0 = 0; k0 < j->K; k0 += j->tk) {
-        slow_partials(j, i0, j0, h, w, k0, ws);
-        for (size_t s = 0; s < n_slow; s++) xacc_add_f32(&acc[s], ws->partial[ws->slow_idx[s]]);
-    }
-    return acc;
-}
-
-/* The -DPARITY_PLAIN_SUMS diagnostic: fp32 sums in K-tile order, the
- * first K tile's partials written straight into C. */
-static void block_plain(const job_t *j, int i0, int j0, int h, int w, float *C, int ldc,
-                        contract_ws_t *ws) {
-    block_partials(j, i0, j0, h, w, 0, ws->partial);
-    for (int r = 0; r < h; r++)
-        memcpy(C + (size_t)r * ldc, ws->partial + (size_t)r * w, (size_t)w * sizeof(float));
-    for (int k0 = j->tk; k0 < j->K; k0 += j->tk) {
-        block_partials(j, i0, j0, h, w, k0, ws->partial);
-        for (int r = 0; r < h; r++) {
-            float *c = C + (size_t)r * ldc;
-            const float *p = ws->partial + (size_t)r * w;
-            for (int i = 0; i < w; i++) c[i] = c[i] + p[i];
-        }
-    }
-}
 
 /* ---- one call's blocks, spread over the device's compute threads ---------
  *
@@ -407,7 +119,7 @@ static contract_ws_t *worker_ws(const plan_t *p, int worker) {
         const int rows = forder_rows_buffers(p->order, p->job.K / p->job.tk);
         terms = rows > terms ? rows : terms;
     }
-    ws_reserve(ws, (size_t)p->H * (size_t)p->W, (size_t)p->H * (size_t)fold_groups(p->W), terms);
+    contract_ws_reserve(ws, (size_t)p->H * (size_t)p->W, (size_t)p->H * (size_t)fold_groups(p->W), terms);
     return ws;
 }
 
@@ -424,7 +136,7 @@ static void block_at(const plan_t *p, int piece, int *i0, int *j0, int *h, int *
 
 static int plan_blocks(plan_t *p, int M, int N) {
     p->M = M, p->N = N;
-    block_shape(p->job.form, M, N, p->job.K, p->job.tm, p->job.tn, &p->H, &p->W);
+    contract_block_shape(p->job.form, M, N, p->job.K, p->job.tm, p->job.tn, &p->H, &p->W);
     p->nbj = (N + p->W - 1) / p->W;
     p->nbi = (M + p->H - 1) / p->H;
     /* down the columns only where A's rows are not kept packed and B is
@@ -515,10 +227,10 @@ static void block_result(const plan_t *p, int i0, int j0, int h, int w, float *c
                     ? block_pair(&p->job, i0, j0, h, w, c, ldc, ws)
                     : -1;
     size_t n_slow = pair >= 0 ? (size_t)pair
-                    : vec     ? block_sums_vec(&p->job, i0, j0, h, w, c, ldc, ws)
-                              : block_sums(&p->job, i0, j0, h, w, c, ldc, ws);
+                    : vec     ? contract_block_sums_vec(&p->job, i0, j0, h, w, c, ldc, ws)
+                              : contract_block_sums(&p->job, i0, j0, h, w, c, ldc, ws);
     if (n_slow) {
-        xacc_t *acc = block_slow(&p->job, i0, j0, h, w, n_slow, ws);
+        xacc_t *acc = contract_block_slow(&p->job, i0, j0, h, w, n_slow, ws);
         for (size_t s = 0; s < n_slow; s++) {
             const size_t i = ws->slow_idx[s];
             c[(i / (size_t)w) * (size_t)ldc + i % (size_t)w] = xacc_round_f32(&acc[s]);
@@ -534,7 +246,7 @@ static void contract_block(void *arg, int piece, int worker) {
     block_at(p, piece, &i0, &j0, &h, &w);
     float *c = p->C + (size_t)i0 * p->ldc + j0;
     if (accum_plain_sums()) {
-        block_plain(&p->job, i0, j0, h, w, c, p->ldc, ws);
+        contract_block_plain(&p->job, i0, j0, h, w, c, p->ldc, ws);
         if (p->bias) add_bias(c, p->ldc, p->bias, j0, h, w);
         return;
     }
@@ -658,8 +370,8 @@ static void acc_block(void *arg, int piece, int worker) {
         }
         return;
     }
-    size_t n_slow = vec_sums(j) ? block_sums_vec(j, i0, j0, h, w, NULL, 0, ws)
-                                : block_sums(j, i0, j0, h, w, NULL, 0, ws);
+    size_t n_slow = vec_sums(j) ? contract_block_sums_vec(j, i0, j0, h, w, NULL, 0, ws)
+                                : contract_block_sums(j, i0, j0, h, w, NULL, 0, ws);
     for (size_t s = 0; s < n_slow; s++) ws->sum[ws->slow_idx[s]] = 0.0;
     void (*put)(acc_t *, size_t, const double *, size_t) =
         p->store ? acc_store_exact_f64 : acc_add_exact_f64;
@@ -672,7 +384,7 @@ static void acc_block(void *arg, int piece, int worker) {
     pthread_mutex_unlock(&p->lock);
     if (n_slow) /* the failed elements' partials, one by one */
         for (int k0 = 0; k0 < j->K; k0 += j->tk) {
-            slow_partials(j, i0, j0, h, w, k0, ws);
+            contract_slow_partials(j, i0, j0, h, w, k0, ws);
             pthread_mutex_lock(&p->lock);
             for (size_t s = 0; s < n_slow; s++) {
                 size_t i = ws->slow_idx[s];
