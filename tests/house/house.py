@@ -20,6 +20,21 @@ otherwise check by eye (tests/test_house.sh runs it; CONTRIBUTING.md,
              lines (a brace counter: a definition starts at column 0, ends
              at the brace that closes it).
 
+  modes      the model's arithmetic tests no parallel mode outside the style
+             files: in ref/model, outside STYLE_PLACES (the styles, and where a
+             replica's extents, placements and the engine's queries are
+             computed), no conditional (if, while, ?:, ==, !=, &&, ||) reads a
+             mode flag (MODE_FIELDS) or a PC_TP_* mode; and nowhere in ref/ or
+             include/ is tp_mode compared with a bare number.
+  state      no mode-prefixed field (MODE_PREFIXES) in the shared scratch or
+             activation structs of ref/model/gpt.h and the headers it
+             includes (STATE_STRUCTS): a mode's buffers are its style's or
+             its part's, behind one pointer.
+  builders   one parameter-table builder: nothing in ref/, include/ or
+             tests/ names a param_table_build_* other than
+             param_table_build_at (and param_table_build, the golden
+             table, a call of it).
+
 Every offender is printed; the exit status is 1 if there is any.
   python3 tests/house/house.py [REPO]
 """
@@ -33,6 +48,19 @@ MAX_LINES, MAX_FUNCTION = 600, 100
 LONG_DATA = {"ref/data/corpus.txt"}
 FUNCTION_DIRS = ("ref/model", "ref/parallel", "ref/cli")
 SKIP_DIRS = {"__pycache__", "_build"}
+# Where the model may ask which parallel form it runs: the styles, and the
+# files that compute a replica's extents, its parameters' placements and
+# the engine's questions about them.
+STYLE_PLACES = ("ref/model/styles/", "ref/model/state/extents.c", "ref/model/state/params.c",
+                "ref/model/query.c")
+MODE_FIELDS = ("tp_mode", "t2q", "row_linears", "ulysses", "expert_fold", "expert_tp", "cp_comm",
+               "PC_TP_1D", "PC_TP_2D", "PC_TP_25D", "PC_TP_3D")
+MODE_PREFIXES = ("moe_", "cp_", "ul_", "t2_", "row_", "sp_")
+# The structs every unit and style share (an MoE layer's own part,
+# units/moe.h, is the part's, not shared).
+STATE_STRUCTS = ("gpt_scratch_t", "layer_acts_t", "attn_acts_t", "mlp_acts_t", "gpt_slot_t")
+# Names that only look like a mode's: the golden kernels' per-row scratch.
+NOT_MODES = {"row_scratch"}
 
 
 def walk(top):
@@ -164,6 +192,51 @@ def long_functions(paths, text):
     return out
 
 
+def mode_tests(code, text):
+    out = []
+    field = re.compile(r"\b(%s)\b" % "|".join(MODE_FIELDS))
+    cond = re.compile(r"\bif\b|\bwhile\b|\?|==|!=|&&|\|\|")
+    bare = re.compile(r"tp_mode\s*[=!<>]=?\s*[0-9]")
+    for p in code:
+        for n, line in enumerate(text[p].split("\n"), 1):
+            if bare.search(line):
+                out.append("%s:%d: tp_mode against a bare number: %s" % (p, n, line.strip()))
+            elif (p.startswith("ref/model/") and not p.startswith(STYLE_PLACES)
+                  and field.search(line) and cond.search(line)):
+                out.append("%s:%d: a mode test outside the style files: %s" % (p, n, line.strip()))
+    return out
+
+
+def mode_state(code, text):
+    out = []
+    for p in code:
+        if not p.startswith("ref/model/") or not p.endswith(".h"):
+            continue
+        for m in re.finditer(r"typedef struct[^{]*\{(.*?)\}\s*(\w+)\s*;", text[p], re.S):
+            if m.group(2) not in STATE_STRUCTS:
+                continue
+            for decl in m.group(1).split(";"):
+                for name in re.findall(r"\*?\s*([A-Za-z_]\w*)\s*(?:\[[^\]]*\])?\s*(?:,|$)", decl):
+                    if name.startswith(MODE_PREFIXES) and name not in NOT_MODES:
+                        out.append("%s: %s.%s: a mode's field in a shared struct" % (p, m.group(2), name))
+    return out
+
+
+def builders(paths):
+    out = []
+    other = re.compile(r"\bparam_table_build_(?!at\b)\w+")
+    for p in paths:
+        # this checker and its test name the old builders on purpose
+        if not p.endswith((".c", ".h", ".py", ".sh")) or p.startswith(("tests/house/",
+                                                                          "tests/test_house.sh")):
+            continue
+        for n, line in enumerate(open(p, errors="replace").read().split("\n"), 1):
+            m = other.search(line)
+            if m:
+                out.append("%s:%d: %s: a second parameter-table builder" % (p, n, m.group(0)))
+    return out
+
+
 def main():
     os.chdir(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "../.."))
     paths = list(walk("ref")) + list(walk("include"))
@@ -174,7 +247,10 @@ def main():
     failed = 0
     for title, found in (("cycles", cycles(sources, headers, text)),
                          ("lines", long_files(paths)),
-                         ("functions", long_functions(code, text))):
+                         ("functions", long_functions(code, text)),
+                         ("modes", mode_tests(code, text)),
+                         ("state", mode_state(code, text)),
+                         ("builders", builders(paths + list(walk("tests"))))):
         for line in found:
             print("%s: %s" % (title, line))
         n = sum(not line.startswith("    ") for line in found)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parity/pconfig.h"
 #include "parity/pmath.h"
 #include "parity/pool.h"
 #include "parity/rng.h"
@@ -120,8 +121,8 @@ param_grid_t param_grid_tp(int tp, int tp_rank, gpt_layout_opts_t lo) {
     param_grid_t g;
     for (int a = 0; a < GRID_NAXES; a++) g.sizes[a] = a == GRID_TP ? tp : 1, g.coord[a] = 0;
     g.coord[GRID_TP] = tp_rank;
-    if (lo.tp_mode) g.sizes[GRID_TP2] = tp; /* 2-D: tp columns, as many rows */
-    if (lo.tp_mode == 3) g.sizes[GRID_TP3] = tp; /* 3-D: a cube */
+    if (lo.tp_mode != PC_TP_1D) g.sizes[GRID_TP2] = tp; /* 2-D: tp columns, as many rows */
+    if (lo.tp_mode == PC_TP_3D) g.sizes[GRID_TP3] = tp; /* 3-D: a cube */
     g.sizes[GRID_EP] = lo.ep > 1 ? lo.ep : 1; /* expert-parallel rank 0's experts: its sizes */
     return g;
 }
