@@ -114,17 +114,11 @@ typedef struct {
                                               (as open: the linears' and the head's) */
     float *sp_buf, *d_tmp3;                /* [n*C] each */
     struct moe_scratch *moe;               /* an MoE model's backward (units/moe.h), or NULL */
-    /* 2-D tensor parallelism (tp2d.c; shared by the linear family's 2-D
-     * and 3-D styles, the norm family's 2-D one and the vocabulary's 2-D
-     * and 3-D embedding and head): a SUMMA's open output [n, 3w] and
-     * its q open slots (reduce-scatters), the blocks broadcast to it [n, w]
-     * [3w, w], a sharded vector's gathered pieces and whole, the
-     * sequences' ids and rows over the column [q*n] [q*n, w] (w: the
-     * widest column block) */
-    void *t2_open, *t2_slots;
-    float *t2_a, *t2_b, *t2_vec, *t2_whole, *t2_full;
-    int32_t *t2_ids;
-    size_t t2_slot;                        /* the elements of one slot */
+    /* 2-D, 2.5-D and 3-D tensor parallelism's buffers (tp2d.h: SUMMA's
+     * open output and slots, the broadcast blocks, a sharded vector's
+     * pieces, the sequences over the column), shared by the linear, norm
+     * and vocabulary families' 2-D and 3-D styles; NULL in other layouts */
+    struct tp2d_scratch *tp2d;
     layer_acts_t *recompute;               /* full recomputation: one chunk's layers'
                                               activations, shared (recompute_sets) */
     attn_acts_t recompute_core[2];         /* selective: one attention core (att_*) shared by

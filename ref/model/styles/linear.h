@@ -19,7 +19,7 @@
  * Shared, in gpt_scratch_t, because other families use them too:
  * `open` and `open_local` (rowpar_forward, colpar_backward: also the
  * vocabulary family's LM head), `sp_buf` (sequence parallelism's
- * gathers, every family) and the t2_* buffers (tp2d_layout_scratch: the
+ * gathers, every family) and the 2-D buffers (tp2d_layout_scratch: the
  * 2-D and 3-D linears, 2-D LayerNorm, and the vocabulary's 2-D/3-D
  * embedding and head).
  *

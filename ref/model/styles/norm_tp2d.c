@@ -65,7 +65,7 @@ static void forward(gpt_t *g, const pass_t *p, float *y, float *xhat, float *rst
     }
     row_sums(g, y, n, w, stat);
     const tp2d_vgroup_t v = tp2d_vgroup(g, 0);
-    float *gb = g->scratch.t2_a; /* gamma then beta, gathered */
+    float *gb = g->scratch.tp2d->a; /* gamma then beta, gathered */
     memcpy(gb, tp2d_gather_rows(g, &v, gamma_piece, w, 1), (size_t)w * sizeof(float));
     const float *beta = tp2d_gather_rows(g, &v, beta_piece, w, 1);
     for (int i = 0; i < n; i++) {
@@ -91,7 +91,7 @@ static void backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dgamma, acc_t 
     tp2d_vector_grad(g, &v, dx, n, w, dgamma);
     tp2d_vector_grad(g, &v, dy, n, w, dbeta);
     const float *gamma = tp2d_gather_rows(g, &v, gamma_piece, w, 1);
-    float *prod = g->scratch.d_wide, *a = own(g)->stat, *b = g->scratch.t2_a;
+    float *prod = g->scratch.d_wide, *a = own(g)->stat, *b = g->scratch.tp2d->a;
     for (int i = 0; i < n; i++)
         for (int c = 0; c < w; c++) {
             const size_t e = (size_t)i * w + c;

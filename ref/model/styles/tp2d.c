@@ -71,16 +71,19 @@ void tp2d_layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_lo
     size_t slot = 3 * n * w; /* 2-D: [n, w] slots; 3-D: [q*n, 3w] in q of them */
     if (3 * w * w > slot) slot = 3 * w * w;
     if (pad_rows * w > slot) slot = pad_rows * w;
-    S->t2_slot = slot;
-    S->t2_open = carve(cv, acc_storage_bytes(n * 3 * w > 3 * w * w ? n * 3 * w : 3 * w * w));
-    S->t2_slots = carve(cv, acc_storage_bytes(q * slot));
-    S->t2_a = CARVE_F(cv, q * n * 3 * w);
-    S->t2_b = CARVE_F(cv, 3 * w * w);
-    S->t2_vec = CARVE_F(cv, q * pad_rows * w);
-    S->t2_whole = CARVE_F(cv, (T > 3 * w ? T : 3 * w) * w);
+    tp2d_scratch_t measure, *sc = carve(cv, sizeof *sc);
+    S->tp2d = sc;
+    if (!sc) sc = &measure; /* measuring */
+    sc->slot = slot;
+    sc->open = carve(cv, acc_storage_bytes(n * 3 * w > 3 * w * w ? n * 3 * w : 3 * w * w));
+    sc->slots = carve(cv, acc_storage_bytes(q * slot));
+    sc->a = CARVE_F(cv, q * n * 3 * w);
+    sc->b = CARVE_F(cv, 3 * w * w);
+    sc->vec = CARVE_F(cv, q * pad_rows * w);
+    sc->whole = CARVE_F(cv, (T > 3 * w ? T : 3 * w) * w);
     /* a vector group's rows of every block: 2-D q, 3-D q x q blocks */
-    S->t2_full = CARVE_F(cv, (size_t)lc->t2blocks * n * w);
-    S->t2_ids = (int32_t *)carve(cv, (q * q + 1) * n * sizeof(int32_t)); /* 3-D: q*q blocks + one */
+    sc->full = CARVE_F(cv, (size_t)lc->t2blocks * n * w);
+    sc->ids = (int32_t *)carve(cv, (q * q + 1) * n * sizeof(int32_t)); /* 3-D: q*q blocks + one */
 }
 
 /* The block broadcast from group member `root`: mine when this rank is
@@ -132,7 +135,7 @@ static size_t pad_rows(const tp2d_vgroup_t *v, int R) {
 const float *tp2d_gather_rows(gpt_t *g, const tp2d_vgroup_t *v, const float *piece, int R, int w) {
     const int n = v->q1 * v->q2;
     const size_t pad = pad_rows(v, R) * (size_t)w;
-    float *parts = g->scratch.t2_vec, *whole = g->scratch.t2_whole;
+    float *parts = g->scratch.tp2d->vec, *whole = g->scratch.tp2d->whole;
     int64_t first, count;
     piece_rows(v, R, v->me, &first, &count);
     memcpy(parts + (size_t)v->me * pad, piece, (size_t)count * w * sizeof(float));
@@ -147,7 +150,7 @@ const float *tp2d_gather_rows(gpt_t *g, const tp2d_vgroup_t *v, const float *pie
 /* The open partial sums of a column block [R, w], in the padded pieces'
  * layout (slot r: piece r's rows), zeroed. */
 static acc_t rows_partial(gpt_t *g, const tp2d_vgroup_t *v, int R, int w) {
-    return open_over(g->scratch.t2_slots, (size_t)(v->q1 * v->q2) * pad_rows(v, R) * (size_t)w);
+    return open_over(g->scratch.tp2d->slots, (size_t)(v->q1 * v->q2) * pad_rows(v, R) * (size_t)w);
 }
 
 /* Where row `row` of the block lies in rows_partial's layout. */
@@ -201,18 +204,18 @@ void tp2d_rows_grad(gpt_t *g, const tp2d_vgroup_t *v, const acc_t *whole, int R,
 void tp2d_linear_forward(gpt_t *g, const pass_t *p, float *y, const float *x, const float *w,
                          const float *b, int in_kind, int n_out, linear_tiles_t t) {
     const int q = q_of(g), n = p->n;
-    gpt_scratch_t *S = &g->scratch;
+    tp2d_scratch_t *S = g->scratch.tp2d;
     const int rounded = (g->shard.broken & GPT_BROKEN_TP2D_SUMMA_ROUNDED) != 0;
-    acc_t open = open_over(S->t2_open, (size_t)n * n_out);
+    acc_t open = open_over(S->open, (size_t)n * n_out);
     for (int k = 0; k < q; k++) {
         const int wk = width(g, in_kind, k);
-        const float *xk = bcast(row_group(g), col_of(g), k, x, S->t2_a, (size_t)n * wk);
-        const float *Wk = bcast(col_group(g), row_of(g), k, w, S->t2_b, (size_t)n_out * wk);
+        const float *xk = bcast(row_group(g), col_of(g), k, x, S->a, (size_t)n * wk);
+        const float *Wk = bcast(col_group(g), row_of(g), k, w, S->b, (size_t)n_out * wk);
         if (rounded) { /* the broken variant: each step's product rounded, fp32 sums */
-            acc_t step = open_over(S->t2_slots, (size_t)n * n_out);
+            acc_t step = open_over(S->slots, (size_t)n * n_out);
             contract_acc(CONTRACT_NT, n, n_out, wk, t.tokens, t.out, t.in, xk, wk, Wk, wk, &step, 0,
                          (size_t)n_out, &g->ws);
-            float *part = S->t2_full;
+            float *part = S->full;
             acc_round(&step, k ? part : y);
             acc_free(&step);
             for (size_t e = 0; k && e < (size_t)n * n_out; e++) y[e] = y[e] + part[e];
@@ -231,13 +234,13 @@ void tp2d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t
                           const float *dy, const float *x, const float *w, int in_kind, int n_out,
                           linear_tiles_t t) {
     const int q = q_of(g), n = p->n, me_c = col_of(g), me_r = row_of(g);
-    gpt_scratch_t *S = &g->scratch;
+    tp2d_scratch_t *S = g->scratch.tp2d;
     size_t slot = (size_t)n * widest(g, in_kind);
     /* dX (ABT): slot m holds this rank's part of dX[i, m] */
-    acc_t slots = open_over(S->t2_slots, (size_t)q * slot);
+    acc_t slots = open_over(S->slots, (size_t)q * slot);
     for (int m = 0; m < q; m++) {
         const int wm = width(g, in_kind, m);
-        const float *Wm = bcast(col_group(g), me_r, m, w, S->t2_b, (size_t)n_out * wm);
+        const float *Wm = bcast(col_group(g), me_r, m, w, S->b, (size_t)n_out * wm);
         contract_acc(CONTRACT_NN, n, wm, n_out, t.tokens, t.in, t.out, dy, n_out, Wm, wm, &slots,
                      (size_t)m * slot, (size_t)wm, &g->ws);
     }
@@ -246,10 +249,10 @@ void tp2d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t
     acc_free(&slots);
     /* dW (ATB): slot k holds this rank's sequences' part of dW[j, k] */
     slot = (size_t)n_out * widest(g, in_kind);
-    slots = open_over(S->t2_slots, (size_t)q * slot);
+    slots = open_over(S->slots, (size_t)q * slot);
     for (int k = 0; k < q; k++) {
         const int wk = width(g, in_kind, k);
-        const float *xk = bcast(row_group(g), me_c, k, x, S->t2_a, (size_t)n * wk);
+        const float *xk = bcast(row_group(g), me_c, k, x, S->a, (size_t)n * wk);
         contract_acc(CONTRACT_TN, n_out, wk, n, t.out, t.in, t.tokens, dy, n_out, xk, wk, &slots,
                      (size_t)k * slot, (size_t)wk, &g->ws);
     }
@@ -266,7 +269,7 @@ void tp2d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t
  * column's rows; 3-D: the blocks of the stream's features), [n][ids] in
  * the group's order, which is the blocks' order in the microbatch. */
 static const int32_t *group_ids(gpt_t *g, const tp2d_vgroup_t *v, const int32_t *tokens, int n) {
-    int32_t *ids = g->scratch.t2_ids;
+    int32_t *ids = g->scratch.tp2d->ids;
     memcpy(ids + (size_t)v->me * n, tokens, (size_t)n * sizeof(int32_t));
     coll_all_gather(v->grp, ids + (size_t)v->me * n, ids, (size_t)n, COLL_I32);
     return ids;
@@ -277,7 +280,7 @@ void tp2d_embedding_forward(gpt_t *g, const pass_t *p, float *x, const int32_t *
     const int n = p->n, w = g->local.hid, T = p->T;
     const tp2d_vgroup_t v = tp2d_vgroup(g, 0);
     const int32_t *ids = group_ids(g, &v, tokens, n);
-    float *looked = g->scratch.t2_full;
+    float *looked = g->scratch.tp2d->full;
     embedding_lookup(looked, ids, v.q1 * v.q2 * n, w, wte, g->local.emb_vocab0, g->local.emb_vocab);
     coll_reduce_scatter(v.grp, looked, x, (size_t)n * w, COLL_F32, COLL_SUM);
     embedding_add_positions(x, p->n_seq, T, 0, w, tp2d_gather_rows(g, &v, wpe_piece, T, w));
@@ -288,7 +291,7 @@ void tp2d_embedding_backward(gpt_t *g, const pass_t *p, acc_t *dwte, acc_t *dwpe
     const int n = p->n, w = g->local.hid, T = p->T;
     const tp2d_vgroup_t v = tp2d_vgroup(g, 0);
     const int32_t *ids = group_ids(g, &v, tokens, n);
-    float *full = g->scratch.t2_full;
+    float *full = g->scratch.tp2d->full;
     memcpy(full + (size_t)v.me * n * w, d, (size_t)n * w * sizeof(float));
     coll_all_gather(v.grp, full + (size_t)v.me * n * w, full, (size_t)n * w, COLL_F32);
     const int v0 = g->local.emb_vocab0, nv = g->local.emb_vocab;
@@ -305,13 +308,13 @@ void tp2d_embedding_backward(gpt_t *g, const pass_t *p, acc_t *dwte, acc_t *dwpe
 
 void tp2d_head_logits(gpt_t *g, const pass_t *p, float *logits, const float *x, const float *e) {
     const int q = q_of(g), n = p->n, me_c = col_of(g), w = g->local.hid;
-    gpt_scratch_t *S = &g->scratch;
+    tp2d_scratch_t *S = g->scratch.tp2d;
     const int tf = g->cfg.tile_features;
     const size_t slot = (size_t)n * widest(g, TP2D_VOCAB);
-    acc_t slots = open_over(S->t2_slots, (size_t)q * slot);
+    acc_t slots = open_over(S->slots, (size_t)q * slot);
     for (int j = 0; j < q; j++) { /* E[vocab j, features mine] from row j */
         const int vj = width(g, TP2D_VOCAB, j);
-        const float *Ej = bcast(col_group(g), row_of(g), j, e, S->t2_b, (size_t)vj * w);
+        const float *Ej = bcast(col_group(g), row_of(g), j, e, S->b, (size_t)vj * w);
         contract_acc(CONTRACT_NT, n, vj, w, g->cfg.tile_tokens, tf, tf, x, w, Ej, w, &slots,
                      (size_t)j * slot, (size_t)vj, &g->ws);
     }
@@ -323,15 +326,15 @@ void tp2d_head_logits(gpt_t *g, const pass_t *p, float *logits, const float *x, 
 void tp2d_head_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *de, const float *dlogits,
                         const float *x, const float *e) {
     const int q = q_of(g), n = p->n, me_r = row_of(g), w = g->local.hid;
-    gpt_scratch_t *S = &g->scratch;
+    tp2d_scratch_t *S = g->scratch.tp2d;
     const int tf = g->cfg.tile_features, tt = g->cfg.tile_tokens;
     const size_t slot = widest(g, TP2D_VOCAB) * (size_t)w;
-    acc_t open = open_over(S->t2_open, (size_t)n * w);
-    acc_t slots = open_over(S->t2_slots, (size_t)q * slot);
+    acc_t open = open_over(S->open, (size_t)n * w);
+    acc_t slots = open_over(S->slots, (size_t)q * slot);
     for (int j = 0; j < q; j++) {
         const int vj = width(g, TP2D_VOCAB, j);
-        const float *dLj = bcast(row_group(g), col_of(g), j, dlogits, S->t2_a, (size_t)n * vj);
-        const float *Ej = bcast(col_group(g), me_r, j, e, S->t2_b, (size_t)vj * w);
+        const float *dLj = bcast(row_group(g), col_of(g), j, dlogits, S->a, (size_t)n * vj);
+        const float *Ej = bcast(col_group(g), me_r, j, e, S->b, (size_t)vj * w);
         /* dX[i, mine] += dL[i, j] . E[j, mine] (AB) */
         contract_acc(CONTRACT_NN, n, w, vj, tt, tf, tf, dLj, vj, Ej, w, &open, 0, (size_t)w, &g->ws);
         /* dE[j, mine] += dL[i, j]^T . X[i, mine], completed over the column (ATB) */

@@ -11,6 +11,19 @@
 #include "model/units/unit_kind.h"
 #include "model/units/units_internal.h"
 
+/* 2-D, 2.5-D and 3-D's buffers (gpt_scratch_t.tp2d), w the widest column
+ * block: a SUMMA's open output [n, 3w] and its q open slots
+ * (reduce-scatters, `slot` elements each), the blocks broadcast to it
+ * a [n, w] (3-D: [q*n, 3w]) and b [3w, w], a sharded vector's gathered
+ * pieces (vec) and whole, the sequences' ids and rows over the column
+ * [q*n] [q*n, w] (3-D: q*q blocks). */
+typedef struct tp2d_scratch {
+    void *open, *slots;
+    float *a, *b, *vec, *whole, *full;
+    int32_t *ids;
+    size_t slot;
+} tp2d_scratch_t;
+/* Carves them into S->tp2d (measures when cv->base is NULL). */
 void tp2d_layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_local_t *lc,
                          size_t n, carver_t *cv);
 

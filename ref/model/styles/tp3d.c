@@ -68,9 +68,9 @@ static const float *gather_rows_of(group_t *grp, int me, const float *x, size_t 
 static const float *gather_weight(gpt_t *g, const groups_t *G, const float *w, int n_out, int in_w) {
     const int q = g->local.t2q;
     const tp2d_vgroup_t v = {G->wt, G->wt_me, q, 1};
-    memcpy(g->scratch.t2_b, tp2d_gather_rows(g, &v, w, n_out, in_w),
+    memcpy(g->scratch.tp2d->b, tp2d_gather_rows(g, &v, w, n_out, in_w),
            (size_t)n_out * in_w * sizeof(float));
-    return g->scratch.t2_b;
+    return g->scratch.tp2d->b;
 }
 
 /* out [n, N] = this rank's block of rows of round(A.B) [q*n, N] (K the
@@ -80,7 +80,7 @@ static void contract_scatter(gpt_t *g, contract_form_t form, int n, int N, int K
                              int tk, const float *A, int lda, const float *B, int ldb, group_t *grp,
                              int me, float *out) {
     const int q = g->local.t2q;
-    acc_t open = open_over(g->scratch.t2_slots, (size_t)q * n * N);
+    acc_t open = open_over(g->scratch.tp2d->slots, (size_t)q * n * N);
     contract_acc(form, q * n, N, K, tm, tn, tk, A, lda, B, ldb, &open, 0, (size_t)N, &g->ws);
     const size_t mine = (size_t)n * N;
     coll_reduce_scatter_open(grp, &open.x, 0, &open.x, (size_t)me * mine, mine);
@@ -93,8 +93,8 @@ void tp3d_linear_forward(gpt_t *g, const pass_t *p, float *y, const float *x, co
     const int n = p->n;
     const groups_t G = linear_groups(g, first);
     const int in_w = g->local.t2w[in_kind][G.out_me];
-    gpt_scratch_t *S = &g->scratch;
-    const float *xg = gather_rows_of(G.in, G.in_me, x, (size_t)n * in_w, S->t2_full);
+    tp2d_scratch_t *S = g->scratch.tp2d;
+    const float *xg = gather_rows_of(G.in, G.in_me, x, (size_t)n * in_w, S->full);
     const float *wg = gather_weight(g, &G, w, n_out, in_w);
     contract_scatter(g, CONTRACT_NT, n, n_out, in_w, t.tokens, t.out, t.in, xg, in_w, wg, in_w, G.out,
                      G.out_me, y);
@@ -110,13 +110,13 @@ void tp3d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t
     const int q = g->local.t2q, n = p->n;
     const groups_t G = linear_groups(g, first);
     const int in_w = g->local.t2w[in_kind][G.out_me];
-    gpt_scratch_t *S = &g->scratch;
+    tp2d_scratch_t *S = g->scratch.tp2d;
     if (db) {
         const tp2d_vgroup_t v = tp2d_vgroup(g, first);
         tp2d_vector_grad(g, &v, dy, n, n_out, db);
     }
-    /* the output gradient of the sequences of block c, in t2_a's room */
-    float *dyg = S->t2_a;
+    /* the output gradient of the sequences of block c, in the a buffer's room */
+    float *dyg = S->a;
     gather_rows_of(G.out, G.out_me, dy, (size_t)n * n_out, dyg);
     const float *wg = gather_weight(g, &G, w, n_out, in_w);
     contract_scatter(g, CONTRACT_NN, n, in_w, n_out, t.tokens, t.in, t.out, dyg, n_out, wg, in_w, G.in,
@@ -124,8 +124,8 @@ void tp3d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t
     const size_t mine = (size_t)n * in_w;
     /* dW's output block over the sequences of block c, then its pieces
      * completed over the weight group */
-    const float *xg = gather_rows_of(G.in, G.in_me, x, mine, S->t2_full);
-    acc_t whole = open_over(S->t2_open, (size_t)n_out * in_w);
+    const float *xg = gather_rows_of(G.in, G.in_me, x, mine, S->full);
+    acc_t whole = open_over(S->open, (size_t)n_out * in_w);
     contract_acc(CONTRACT_TN, n_out, in_w, q * n, t.out, t.in, t.tokens, dyg, n_out, xg, in_w, &whole,
                  0, (size_t)in_w, &g->ws);
     const tp2d_vgroup_t v = {G.wt, G.wt_me, q, 1};
@@ -136,10 +136,10 @@ void tp3d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t
 const int32_t *tp3d_inner_targets(gpt_t *g, const pass_t *p, const int32_t *targets) {
     const int n = p->n, q = g->local.t2q;
     const tp2d_vgroup_t v = tp2d_vgroup(g, 0); /* the stream's blocks, c*q + b */
-    int32_t *all = g->scratch.t2_ids;
+    int32_t *all = g->scratch.tp2d->ids;
     memcpy(all + (size_t)v.me * n, targets, (size_t)n * sizeof(int32_t));
     coll_all_gather(v.grp, all + (size_t)v.me * n, all, (size_t)n, COLL_I32);
-    int32_t *mine = g->scratch.t2_ids + (size_t)q * q * n; /* block c*q + a */
+    int32_t *mine = g->scratch.tp2d->ids + (size_t)q * q * n; /* block c*q + a */
     memcpy(mine, all + (size_t)(g->shard.tp_dep * q + g->shard.tp_rank) * n, (size_t)n * sizeof(int32_t));
     return mine;
 }
