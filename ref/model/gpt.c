@@ -24,6 +24,7 @@
 #include "model/units/unit_layer.h"
 #include "model/units/units_internal.h"
 #include "model/styles/style.h"
+#include "model/styles/tp.h"
 #include "model/styles/tp2d.h"
 
 /* ---- allocation --------------------------------------------------------- */
@@ -122,17 +123,12 @@ static void layout_scratch(gpt_scratch_t *S, gpt_styles_t *st, const model_confi
                       c->attention_dropout, c->heads, lc->head0, NULL, ATTN_CAUSAL, 0};
     S->att_scratch = CARVE_F(cv, attention_scratch_floats(&s));
     S->row_scratch = CARVE_F(cv, 2 * max3(C, V, F));
-    /* the open outputs of row-parallel linears: [n, C], or with every
-     * linear row-parallel up to [n, max(3C, F)] */
-    const size_t widest = lc->row_linears ? max3(3 * C, F, C) : C;
-    S->open = tp > 1 ? carve(cv, acc_storage_bytes(n * widest)) : NULL;
-    S->open_local = sp ? carve(cv, acc_storage_bytes(n / (size_t)lc->seq_parts * C)) : NULL;
-    S->sp_buf = sp ? CARVE_F(cv, n * C) : NULL;
+    tp_layout_scratch(S, c, lc, n, tp, cv);
     /* a gathered gradient; an encoder-decoder's cross-attention keeps its
      * source rows' gradient there */
     S->d_tmp3 = sp || c->arch != MODEL_GPT ? CARVE_F(cv, n * C) : NULL;
     moe_layout_scratch(&S->moe, c, lc, cv);
-    if (lc->t2q) tp2d_layout_scratch(S, c, lc, n, cv);
+    tp2d_layout_scratch(S, c, lc, n, cv);
     /* recomputation: full, a chunk's layers' activations (every chunk in
      * turn); selective, one attention core (every block in turn) */
     const slot_dims_t d = slot_dims_of(c, lc);

@@ -105,14 +105,12 @@ typedef struct {
                                               backward, which every attention style runs or
                                               borrows from (styles/attention.h) */
     float *row_scratch;                    /* [max(C,V,F) * 2] */
-    /* tensor parallelism (tp > 1): open sums the group completes (the
-     * linear family's rowpar_forward and colpar_backward, which the
-     * vocabulary family's LM head runs too) */
-    void *open;                            /* acc_storage_bytes(n*C) */
-    /* sequence parallelism */
-    void *open_local;                      /* acc_storage_bytes(ns*C): a reduce-scatter's share
-                                              (as open: the linears' and the head's) */
-    float *sp_buf, *d_tmp3;                /* [n*C] each */
+    /* 1-D tensor and sequence parallelism's buffers (tp.h): the open sums
+     * tp completes, a reduce-scatter's share, a gather's parts; shared by
+     * the linear, norm and vocabulary families' 1-D forms; NULL at tp 1 */
+    struct tp_scratch *tp;
+    float *d_tmp3;                         /* [n*C] a gathered gradient (sequence parallel;
+                                              an encoder-decoder's source rows' gradient) */
     struct moe_scratch *moe;               /* an MoE model's backward (units/moe.h), or NULL */
     /* 2-D, 2.5-D and 3-D tensor parallelism's buffers (tp2d.h: SUMMA's
      * open output and slots, the broadcast blocks, a sharded vector's

@@ -17,11 +17,11 @@
  *
  * Scratch: linear_row.c's buffers are its own (its layout_scratch).
  * Shared, in gpt_scratch_t, because other families use them too:
- * `open` and `open_local` (rowpar_forward, colpar_backward: also the
- * vocabulary family's LM head), `sp_buf` (sequence parallelism's
- * gathers, every family) and the 2-D buffers (tp2d_layout_scratch: the
- * 2-D and 3-D linears, 2-D LayerNorm, and the vocabulary's 2-D/3-D
- * embedding and head).
+ * the 1-D buffers (tp_layout_scratch: open sums, a reduce-scatter's
+ * share and a gather's parts, used by rowpar_forward, colpar_backward
+ * and the sequence-parallel gathers of every family) and the 2-D ones
+ * (tp2d_layout_scratch: the 2-D and 3-D linears, 2-D LayerNorm, and the
+ * vocabulary's 2-D/3-D embedding and head).
  *
  * A new style: a `const linear_style_t` in its own file whose applies
  * says which extents it serves, and a line in linear_table ahead of the

@@ -15,7 +15,7 @@
  * releases them with acc_free, which leaves the buffer alone. */
 static acc_t open_acc(gpt_t *g, size_t count) {
     acc_t a;
-    acc_init_with(&a, count, g->scratch.open);
+    acc_init_with(&a, count, g->scratch.tp->open);
     acc_zero(&a);
     return a;
 }

@@ -37,6 +37,23 @@ void tp_sum_f32(gpt_t *g, float *x, size_t n) {
     coll_all_reduce(g->shard.tp_group, x, x, n, COLL_F32, COLL_SUM);
 }
 
+void tp_layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_local_t *lc, size_t n,
+                       int tp, carver_t *cv) {
+    S->tp = NULL;
+    if (tp == 1) return;
+    const size_t C = (size_t)c->hidden, F = (size_t)lc->ffn;
+    const int sp = lc->seq_parts > 1;
+    tp_scratch_t measure, *sc = carve(cv, sizeof *sc);
+    S->tp = sc;
+    if (!sc) sc = &measure; /* measuring */
+    /* the open outputs of row-parallel linears: [n, C], or with every
+     * linear row-parallel up to [n, max(3C, F)] */
+    const size_t wide = 3 * C > F ? 3 * C : F, widest = lc->row_linears ? wide : C;
+    sc->open = carve(cv, acc_storage_bytes(n * widest));
+    sc->open_local = sp ? carve(cv, acc_storage_bytes(n / (size_t)lc->seq_parts * C)) : NULL;
+    sc->parts = sp ? CARVE_F(cv, n * C) : NULL;
+}
+
 void tp_sum_xacc(gpt_t *g, xacc_t *x, size_t n) {
     coll_all_reduce(g->shard.tp_group, x, x, n, COLL_XACC, COLL_SUM);
 }
@@ -64,7 +81,7 @@ static void permute_parts(float *dst, const float *src, int tp, int n_seq, int T
 void sp_gather(gpt_t *g, float *full, const float *local, int n_seq, int w) {
     const int tp = g->shard.tp, Tl = g->local.seq_held / tp;
     const size_t count = (size_t)n_seq * Tl * w;
-    float *parts = g->scratch.sp_buf;
+    float *parts = g->scratch.tp->parts;
     memcpy(parts + (size_t)g->shard.tp_rank * count, local, count * sizeof(float));
     coll_all_gather(g->shard.tp_group, parts + (size_t)g->shard.tp_rank * count, parts, count,
                     COLL_F32);
@@ -81,7 +98,7 @@ void tp_gather_cols(gpt_t *g, float *full, const float *local, int n, int w, flo
 
 void sp_reduce_scatter_f32(gpt_t *g, float *local, const float *full, int n_seq, int w) {
     const int tp = g->shard.tp, Tl = g->local.seq_held / tp;
-    float *parts = g->scratch.sp_buf;
+    float *parts = g->scratch.tp->parts;
     permute_parts(parts, full, tp, n_seq, Tl, w, 1);
     coll_reduce_scatter(g->shard.tp_group, parts, local, (size_t)n_seq * Tl * w, COLL_F32,
                         COLL_SUM);
@@ -100,13 +117,13 @@ void sp_contract_parts(gpt_t *g, contract_form_t form, int n_seq, int N, int K, 
 void sp_complete_open(gpt_t *g, acc_t *open, size_t count, float *out) {
     group_t *grp = g->shard.tp_group;
     if (g->shard.broken & GPT_BROKEN_TP_FP32_SUMS) {
-        float *parts = g->scratch.sp_buf; /* rounded per rank, then fp32 sums */
+        float *parts = g->scratch.tp->parts; /* rounded per rank, then fp32 sums */
         acc_round(open, parts);
         coll_reduce_scatter(grp, parts, out, count, COLL_F32, COLL_SUM);
         return;
     }
     acc_t mine;
-    acc_init_with(&mine, count, g->scratch.open_local);
+    acc_init_with(&mine, count, g->scratch.tp->open_local);
     acc_zero(&mine);
     coll_reduce_scatter_open(grp, &open->x, 0, &mine.x, 0, count);
     acc_round(&mine, out);

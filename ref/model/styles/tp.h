@@ -14,6 +14,19 @@
 void tp_complete_open(gpt_t *g, acc_t *a, size_t n, float *out);
 /* In place over the group: fp32 sum (exact when all but one term is -0)
  * and exact sums of superaccumulators. */
+/* 1-D tensor and sequence parallelism's buffers (gpt_scratch_t.tp):
+ * open [n, widest] the open sums a row-parallel output or input gradient
+ * completes over tp (widest: C, or max(3C, F) with every linear
+ * row-parallel), open_local [ns, C] a reduce-scatter's share, parts
+ * [n, C] a gather's pieces (sequence parallel). */
+typedef struct tp_scratch {
+    void *open, *open_local;
+    float *parts;
+} tp_scratch_t;
+/* Carves them into S->tp for up to n token rows (NULL at tp 1; measures
+ * when cv->base is NULL). */
+void tp_layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_local_t *lc, size_t n,
+                       int tp, carver_t *cv);
 void tp_sum_f32(gpt_t *g, float *x, size_t n);
 void tp_sum_xacc(gpt_t *g, xacc_t *x, size_t n);
 

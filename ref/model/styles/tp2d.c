@@ -66,6 +66,8 @@ static int max_width(const gpt_local_t *lc) {
 
 void tp2d_layout_scratch(gpt_scratch_t *S, const model_config_t *c, const gpt_local_t *lc,
                          size_t n, carver_t *cv) {
+    S->tp2d = NULL;
+    if (!lc->t2q) return; /* not a 2-D, 2.5-D or 3-D layout */
     const size_t q = (size_t)lc->t2q, w = (size_t)max_width(lc), T = (size_t)c->seq_length;
     const size_t pad_rows = (T > 3 * w ? T : 3 * w) / q + 1; /* a sharded vector's piece */
     size_t slot = 3 * n * w; /* 2-D: [n, w] slots; 3-D: [q*n, 3w] in q of them */
