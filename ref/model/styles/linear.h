@@ -11,7 +11,7 @@
  *
  *   linear_tp3d.c     "3-d"            Colossal-AI's 3-D cube (tp3d.c)
  *   linear_summa2d.c  "summa-2d"       Colossal-AI's 2-D and 2.5-D SUMMA (tp2d.c)
- *   linear_row.c      "row-parallel"   every linear row-parallel (GPT_TP_ROW_LINEARS)
+ *   linear_row.c      "row-parallel"   every linear row-parallel (row_linears)
  *   linear_1d.c       "1-d column/row" Megatron's 1-D, with and without sequence
  *                                      parallelism; the golden run (tp = 1)
  *

@@ -1,4 +1,4 @@
-/* linear_row.c - every linear row-parallel (GPT_TP_ROW_LINEARS; the JSON
+/* linear_row.c - every linear row-parallel (gpt_layout_opts_t.row_linears; the JSON
  * patterns' sharding_dim 0; linear.h): attention and GeLU run whole on
  * every rank, and each linear contracts the rank's slice of its input
  * features [c0, c0 + cl): its output an open exact sum completed across
