@@ -21,11 +21,13 @@ split_count() { sed -n 's/^split-rows: \([0-9]*\) linears run in two parts$/\1/p
 
 # golden NAME FLAGS...: the wrapped golden run's digests are the plain one's
 golden() {
-  local name=$1; shift
-  "$P" train --steps 2 --quiet "$@" --digest "$tmp/plain.txt" >/dev/null 2>&1
-  out=$("$S" train --steps 2 --quiet "$@" --digest "$tmp/split.txt" 2>&1)
+  local name=$1 rp rs; shift
+  rm -f "$tmp/plain.txt" "$tmp/split.txt" # no case reads the one before's
+  "$P" train --steps 2 --quiet "$@" --digest "$tmp/plain.txt" >/dev/null 2>&1; rp=$?
+  out=$("$S" train --steps 2 --quiet "$@" --digest "$tmp/split.txt" 2>&1); rs=$?
   local k; k=$(split_count "$out")
-  if [ -s "$tmp/plain.txt" ] && cmp -s "$tmp/plain.txt" "$tmp/split.txt" && [ "${k:-0}" -gt 0 ]; then
+  if [ $rp = 0 ] && [ $rs = 0 ] && [ -s "$tmp/plain.txt" ] && cmp -s "$tmp/plain.txt" "$tmp/split.txt" &&
+     [ "${k:-0}" -gt 0 ]; then
     ok "$name golden (linears split in two: $k): $(wc -l <"$tmp/plain.txt") digests as the plain program's"
   else fail "$name golden: digests differ or nothing split (${k:-none})" "$(tail -3 <<<"$out")"; fi
 }

@@ -196,7 +196,7 @@ def mode_tests(code, text):
     out = []
     field = re.compile(r"\b(%s)\b" % "|".join(MODE_FIELDS))
     cond = re.compile(r"\bif\b|\bwhile\b|\?|==|!=|&&|\|\|")
-    bare = re.compile(r"tp_mode\s*[=!<>]=?\s*[0-9]")
+    bare = re.compile(r"tp_mode\s*(?:==|!=|<=|>=|<|>)\s*[0-9]")
     for p in code:
         for n, line in enumerate(text[p].split("\n"), 1):
             if bare.search(line):
