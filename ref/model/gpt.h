@@ -1,14 +1,16 @@
 /* gpt.h - the model of one replica inside the library (private: not
- * installed): its activations, scratch, shard and extents, the units and
- * the step, the optimizers. include/parity/model.h is the public part:
- * config, parameters, the observer and the statistics. */
+ * installed): its activations and scratch (acts.h), shard and extents
+ * (shard.h), the styles, the units and the step, the optimizers.
+ * include/parity/model.h is the public part: config, parameters, the
+ * observer and the statistics. */
 #ifndef PARITY_MODEL_GPT_H
 #define PARITY_MODEL_GPT_H
 
 #include "parity/model.h"
 
-/* Hands out 64-byte aligned pieces of one block (gpt.c); with base NULL it
- * only measures, so the same code sizes and carves a slot or the scratch. */
+/* Hands out 64-byte aligned pieces of one block (replica.c); with base
+ * NULL it only measures, so the same code sizes and carves a slot or the
+ * scratch. */
 typedef struct {
     char *base;
     size_t used;
@@ -218,7 +220,7 @@ int  gpt_mem_bytes_mp(const model_config_t *cfg, int tp, gpt_layout_opts_t lo,
                       const gpt_units_t *units, int n_slots, unsigned omit, gpt_mem_t *out,
                       perr_t *err);
 /* What gpt_new_tp takes from its arena for table t and extents lc: one
- * sum for the allocation (gpt.c) and for the estimates (gpt_mem_bytes*,
+ * sum for the allocation (replica.c) and for the estimates (gpt_mem_bytes*,
  * state/extents.c), so they cannot drift apart. One activation slot of
  * every unit held, or n_slots of the largest chunk. */
 void gpt_mem_of(const model_config_t *cfg, const param_table_t *t, unsigned omit,

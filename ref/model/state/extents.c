@@ -2,7 +2,7 @@
  * FFN, vocabulary and feature blocks, positions; gpt_local_dims; what
  * the shard's 2-D and 3-D coordinates add, gpt_local_place) and the
  * bytes a replica of it takes (gpt_mem_bytes*, from the same tables the
- * allocation in gpt.c uses, gpt_mem_of).
+ * allocation in replica.c uses, gpt_mem_of).
  *
  * The layout arrives as model.h's gpt_layout_opts_t; gpt_local_t is what
  * the units and styles read. The parameter table (params.c) checks the

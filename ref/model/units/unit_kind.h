@@ -4,7 +4,7 @@
  * built from the config by gpt_unit_at (units.c). Everything that walks
  * the model walks that list: the parameter table (params.c, from each
  * kind's tensors), dispatch (units.c, through the kind's functions), the
- * activation slot's layout (gpt.c, through the kind's layout), the
+ * activation slot's layout (replica.c, through the kind's layout), the
  * checkpoints a dump and the checker see (checkpoints.c, from the kind's
  * checkpoint list) and the dump-size estimate (gpt_batch_bytes_per_seq).
  * A new kind (an encoder layer, an MoE layer) is one more table.
