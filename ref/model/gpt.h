@@ -1,14 +1,16 @@
 /* gpt.h - the model of one replica inside the library (private: not
- * installed): its activations, scratch, shard and extents, the units and
- * the step, the optimizers. include/parity/model.h is the public part:
- * config, parameters, the observer and the statistics. */
+ * installed): its activations and scratch (acts.h), shard and extents
+ * (shard.h), the styles, the units and the step, the optimizers.
+ * include/parity/model.h is the public part: config, parameters, the
+ * observer and the statistics. */
 #ifndef PARITY_MODEL_GPT_H
 #define PARITY_MODEL_GPT_H
 
 #include "parity/model.h"
 
-/* Hands out 64-byte aligned pieces of one block (gpt.c); with base NULL it
- * only measures, so the same code sizes and carves a slot or the scratch. */
+/* Hands out 64-byte aligned pieces of one block (replica.c); with base
+ * NULL it only measures, so the same code sizes and carves a slot or the
+ * scratch. */
 typedef struct {
     char *base;
     size_t used;
@@ -17,196 +19,8 @@ void *carve(carver_t *cv, size_t bytes);
 #define CARVE_F(cv, n) ((float *)carve(cv, (size_t)(n) * sizeof(float)))
 #define CARVE_U8(cv, n) ((uint8_t *)carve(cv, (size_t)(n)))
 
-/* ---- the model --------------------------------------------------------- */
-
-/* The activations a layer kind keeps for the backward pass, for one
- * microbatch of n = micro_batch * T tokens, in parts carved by the code
- * that uses them: an attention block's (unit_layer.c; its core's own
- * layout by the attention style, styles/attention.h), an MLP's, an MoE
- * layer's (moe.c), a decoder layer's second attention block. */
-typedef struct {
-    float *ln1_xhat, *ln1_rstd, *ln1_out;  /* [n,C] [n] [n,C] (sequence parallel: [ns,...],
-                                              the positions held; ns = n/tp) */
-    float *ln1_full;                       /* [n,C] ln1_out of every position (gathered under
-                                              sequence parallelism, else ln1_out) */
-    float *qkv;                            /* [n,3C] (head, {q,k,v}, d) columns */
-    float *att_e, *att_ehat;               /* [b,H,T,T]: e, and e after dropout */
-    float *att_z;                          /* [b,H,T] softmax denominators */
-    uint8_t *att_keep;                     /* [b,H,T,T] or NULL (p = 0) */
-    float *ctx;                            /* [n,C] core attention output */
-    float *core_qkv, *core_ctx;            /* qkv and ctx as the attention style's core reads
-                                              and writes them ([n,3C] [n,C]: Ulysses' re-shard
-                                              to every position of heads/cp heads; else qkv,
-                                              ctx themselves) */
-    float *attn_out;                       /* [n,C] dense output, before dropout */
-    uint8_t *attn_keep;                    /* [n,C] or NULL */
-    float *resid1;                         /* [n,C] x after the attention residual */
-} attn_acts_t;
-
-/* LN2 and a dense MLP's (an MoE layer's LN2 and output dropout mask too;
- * LLaVA's projector: its input gathered in ln2_full, the MLP; an
- * encoder's final LayerNorm: its xhat and rstd in ln2's). */
-typedef struct {
-    float *ln2_xhat, *ln2_rstd, *ln2_out;  /* [n,C] [n] [n,C] */
-    float *ln2_full;                       /* [n,C] as ln1_full */
-    float *fc1_out;                        /* [n,F] before GeLU */
-    float *gelu_out;                       /* [n,F] */
-    float *gelu_grad;                      /* [n,F] GeLU's derivative at fc1_out */
-    float *fc2_out;                        /* [n,C] before dropout */
-    uint8_t *mlp_keep;                     /* [n,C] or NULL */
-} mlp_acts_t;
-
-typedef struct layer_acts {
-    attn_acts_t attn;                      /* the (self-)attention block */
-    mlp_acts_t mlp;                        /* LN2 and the MLP */
-    float *out;                            /* [n,C] the unit's output: the residual stream it
-                                              leaves (every layer-like kind's) */
-    struct moe_acts *moe;                  /* an MoE layer's MLP (units/moe.h), or NULL */
-    /* a decoder layer's cross-attention block: a second attention part
-     * (ln1_*: its input, qkv .. resid1), carved in the slot, or NULL */
-    attn_acts_t *cross;
-} layer_acts_t;
-
-/* One in-flight microbatch: what its forward pass keeps for its backward
- * pass (an activation slot). The golden schedule uses one; a pipeline
- * stage keeps as many as its schedule has microbatches in flight. */
-typedef struct {
-    int n_seq, first_seq;                  /* sequences of the global batch */
-    int mask_seq;                          /* the sequence index dropout masks are keyed by:
-                                              first_seq (I3; a broken variant changes it) */
-    int chunk;                             /* the chunk of units the slot is laid out for
-                                              (-1: every unit held) */
-    int64_t step;
-    int32_t *inputs, *targets;             /* [n]: the positions held (room for whole
-                                              sequences, which gpt_slot_begin compacts) */
-    int32_t *words;                        /* LLaVA: inputs with the image rows -1 (they look
-                                              up no word), else NULL */
-    float *pictures;                       /* LLaVA: [n, patch_dim] the image rows' pictures */
-    int32_t *picture_rows;                 /* LLaVA: [n] their rows in the slot */
-    float *emb;                            /* [n,C] embedding output (after dropout) */
-    uint8_t *emb_keep;                     /* [n,C] or NULL */
-    layer_acts_t *layer;                   /* [units]: unit u's at u - 1 */
-    float *lnf_xhat, *lnf_rstd, *lnf_out;  /* [n,C] [n] [n,C] */
-    float *lnf_full;                       /* [n,C] as ln1_full */
-    float *logits;                         /* [n,V] */
-    float *token_loss;                     /* [n] */
-    float *ce_max, *ce_z;                  /* [n] the softmax's max and denominator, kept
-                                              for the backward pass */
-    float *d_resid;                        /* [n,C] gradient of the residual stream at the
-                                              boundary of the unit whose backward runs */
-    void *block;                           /* the one allocation behind all of it */
-} gpt_slot_t;
-
-/* Backward scratch, shared by the slots (one unit pass runs at a time). */
-typedef struct {
-    float *d_tmp, *d_tmp2;                 /* [n,C] each */
-    float *d_wide;                         /* [n,max(3C,F)] */
-    float *att_scratch;                    /* attention_scratch_floats(): the golden core's
-                                              backward, which every attention style runs or
-                                              borrows from (styles/attention.h) */
-    float *row_scratch;                    /* [max(C,V,F) * 2] */
-    /* 1-D tensor and sequence parallelism's buffers (tp.h): the open sums
-     * tp completes, a reduce-scatter's share, a gather's parts; shared by
-     * the linear, norm and vocabulary families' 1-D forms; NULL at tp 1 */
-    struct tp_scratch *tp;
-    float *d_tmp3;                         /* [n*C] a gathered gradient (sequence parallel;
-                                              an encoder-decoder's source rows' gradient) */
-    struct moe_scratch *moe;               /* an MoE model's backward (units/moe.h), or NULL */
-    /* 2-D, 2.5-D and 3-D tensor parallelism's buffers (tp2d.h: SUMMA's
-     * open output and slots, the broadcast blocks, a sharded vector's
-     * pieces, the sequences over the column), shared by the linear, norm
-     * and vocabulary families' 2-D and 3-D styles; NULL in other layouts */
-    struct tp2d_scratch *tp2d;
-    layer_acts_t *recompute;               /* full recomputation: one chunk's layers'
-                                              activations, shared (recompute_sets) */
-    attn_acts_t recompute_core[2];         /* selective: one attention core (att_*) shared by
-                                              the self-attention blocks, one by the cross-
-                                              attention blocks (a decoder layer runs both
-                                              before its views are read) */
-    void *block;
-} gpt_scratch_t;
-
-/* ---- tensor parallelism -------------------------------------------------
- * Which piece of the model a replica holds (Megatron's 1-D tensor
- * parallelism) and the group it completes its sums with. The golden run
- * is gpt_shard_none(): the whole model, no group. */
-typedef struct {
-    int tp, tp_rank;
-    int sp;                 /* sequence parallel: LayerNorm, dropout and residual regions
-                               hold positions tp_rank*T/tp .. of every sequence */
-    group_t *tp_group;      /* NULL when tp == 1 */
-    unsigned broken;        /* GPT_BROKEN_*: deliberately broken variants (checker controls) */
-    gpt_units_t units;      /* pipeline parallelism: the units held (n = 0: all) */
-    int row_linears;        /* every linear row-parallel (gpt_layout_opts_t.row_linears) */
-    int cp, cp_rank;        /* context parallelism: the positions held (cp.h) */
-    cp_comm_t cp_comm;      /* ring (p2p) or Ulysses (all-to-all) */
-    group_t *cp_group;      /* NULL when cp == 1 */
-    int ep, ep_rank;        /* expert parallelism: this rank runs experts
-                               [ep_rank*E/ep, (ep_rank+1)*E/ep) for its ep group's tokens */
-    group_t *ep_group;      /* NULL when ep == 1 */
-    int expert_tp;          /* experts' FFN split over tp_group (gpt_layout_opts_t.expert_tp) */
-    int expert_fold;        /* experts split over tp_group (gpt_layout_opts_t.expert_fold) */
-    /* Colossal-AI's 2-D and 2.5-D tensor parallelism (tp2d.c; pconfig.h's
-     * tp_mode): tp x tp devices per depth layer, tp_rank the column and
-     * tp_group the row (ranks with the same sequences, every column);
-     * tp_row the row and tp_col_group the column; the sequences' block is
-     * tp_dep * tp + tp_row of tp * tp_depth. tp_mode 0: Megatron's 1-D. */
-    int tp_mode, tp_row, tp_depth, tp_dep;
-    group_t *tp_col_group;
-    /* 3-D (tp3d.c): tp_row and tp_dep are the tp2 and tp3 coordinates,
-     * tp_dep_group the tp3 axis's group, tp_vec_group the stream's
-     * sequence blocks (tp2-tp3) and the inner layout's (tp-tp3) */
-    group_t *tp_dep_group, *tp_vec_group[2];
-    int on_grid;            /* 1: grid_sizes/grid_coord are the device's place on the run's
-                               grid, and its parameter table and init evaluate every
-                               placement there (param_table_build_at); 0: a grid of tp alone */
-    int grid_sizes[GRID_NAXES], grid_coord[GRID_NAXES];
-} gpt_shard_t;
-static inline gpt_shard_t gpt_shard_none(void) {
-    return (gpt_shard_t){.tp = 1, .cp = 1};
-}
-
-/* 2-D tensor parallelism: at most this many rows and columns; the
- * block tables' kinds (gpt_local_t.t2w). */
-enum { GPT_TP2D_MAX_Q = 32 };
-enum { TP2D_HIDDEN, TP2D_HEADS, TP2D_FFN, TP2D_VOCAB };
-/* A replica's extents of the tensor-parallel axes. */
-typedef struct {
-    int heads, head0;       /* attention heads held, and the first one's global index */
-    int attn;               /* heads * D: core attention width held */
-    int ffn, ffn0;          /* FFN columns held, and the first one */
-    int vocab, vocab0;      /* vocabulary rows held, and the first one */
-    int seq_parts, seq_part; /* sequence parallelism: positions seq_part*T/seq_parts ..
-                               of every sequence in the sharded regions (1, 0: all) */
-    int row_linears;        /* every linear row-parallel: heads, attn, ffn are whole, and */
-    int cin, cin0;          /* the hidden features this rank contracts (qkv, dense, fc1) */
-    int fin, fin0;          /* the FFN features it contracts (fc2); 0 without row_linears */
-    /* context parallelism: every token tensor of a slot holds seq_held
-     * positions of each sequence, the runs `runs` in order (cp.h; T and
-     * [0, T) without it); Ulysses attends heads/cp of the heads held over
-     * every position, from head att_head0 */
-    int cp, cp_rank, ulysses;
-    int ep;                 /* expert-parallel degree (its rank: gpt_shard_t.ep_rank) */
-    int expert_ffn, expert_ffn0; /* the experts' FFN columns held: the dense MLP's under
-                                    expert tensor parallelism (model.h's expert_tp), else all */
-    int expert_fold;        /* experts split over the tp ranks (gpt_layout_opts_t.expert_fold) */
-    int seq_held;
-    cp_runs_t runs;
-    int att_heads, att_head0;
-    /* the residual stream's features held: all (hid = hidden), or 2-D's
-     * column block [hid0, hid0 + hid) */
-    int hid, hid0;
-    /* 2-D (tp2d.c): q = tp, each column k's block widths of the hidden
-     * features, the attention features (whole heads), the FFN and the
-     * vocabulary (t2w[TP2D_*][k], offsets t2o), and the word embedding's
-     * rows this rank holds (its row's vocabulary block) */
-    int recompute;          /* the replica config's MODEL_RECOMPUTE_* */
-    int t2q;
-    int t2blocks;           /* the blocks a microbatch's sequences are cut into that a slot is
-                               sized for: 2-D q (2.5-D q too: an upper bound), 3-D q^2; else 1 */
-    int t2w[4][GPT_TP2D_MAX_Q], t2o[4][GPT_TP2D_MAX_Q];
-    int emb_vocab, emb_vocab0;
-} gpt_local_t;
+#include "model/acts.h"  /* layer_acts_t, gpt_slot_t, gpt_scratch_t */
+#include "model/shard.h" /* gpt_shard_t, gpt_local_t */
 
 /* ---- styles (model/styles/style.h) -------------------------------------
  * A style is one way a layout does one family's arithmetic: the linear
@@ -362,6 +176,16 @@ int  gpt_new_tp(gpt_t **out, const model_config_t *cfg, const gpt_shard_t *shard
  * state/extents.c. */
 int  gpt_local_dims(const model_config_t *cfg, int tp, int tp_rank, int cp_rank,
                     gpt_layout_opts_t lo, gpt_local_t *out, perr_t *err);
+/* Completes lc (from gpt_local_dims) with what the shard's 2-D and 3-D
+ * coordinates decide: the word embedding's rows (its row's vocabulary
+ * block; 3-D: piece tp_dep of it), 3-D's heads, FFN and vocabulary of its
+ * tp2 block and its inner layout's sequence shift. Nothing in 1-D. */
+void gpt_local_place(const model_config_t *cfg, const gpt_shard_t *shard, gpt_local_t *lc);
+/* The layout a replica's shard describes (its named fields, as
+ * pconfig_tp_opts gives a run's), and whether the shard has the group of
+ * every axis it splits (the error names the axis). extents.c. */
+gpt_layout_opts_t gpt_shard_layout(const gpt_shard_t *shard);
+int gpt_shard_check_groups(const gpt_shard_t *shard, perr_t *err);
 /* The bytes gpt_new_ex(cfg, omit) takes from its arena, by category, as the
  * arena counts them (grads: rounded gradients; open_sums: the open exact
  * sums, also in the arena's grads category), computed from the tables the
@@ -401,7 +225,7 @@ int  gpt_mem_bytes_mp(const model_config_t *cfg, int tp, gpt_layout_opts_t lo,
                       const gpt_units_t *units, int n_slots, unsigned omit, gpt_mem_t *out,
                       perr_t *err);
 /* What gpt_new_tp takes from its arena for table t and extents lc: one
- * sum for the allocation (gpt.c) and for the estimates (gpt_mem_bytes*,
+ * sum for the allocation (replica.c) and for the estimates (gpt_mem_bytes*,
  * state/extents.c), so they cannot drift apart. One activation slot of
  * every unit held, or n_slots of the largest chunk. */
 void gpt_mem_of(const model_config_t *cfg, const param_table_t *t, unsigned omit,

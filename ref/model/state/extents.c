@@ -1,7 +1,8 @@
 /* extents.c - what one device of a layout holds: its extents (heads,
- * FFN, vocabulary and feature blocks, positions; gpt_local_dims) and the
+ * FFN, vocabulary and feature blocks, positions; gpt_local_dims; what
+ * the shard's 2-D and 3-D coordinates add, gpt_local_place) and the
  * bytes a replica of it takes (gpt_mem_bytes*, from the same tables the
- * allocation in gpt.c uses, gpt_mem_of).
+ * allocation in replica.c uses, gpt_mem_of).
  *
  * The layout arrives as model.h's gpt_layout_opts_t; gpt_local_t is what
  * the units and styles read. The parameter table (params.c) checks the
@@ -12,6 +13,7 @@
 
 #include <string.h>
 
+#include "parity/pconfig.h"
 #include "model/styles/tp2d.h"
 
 /* Context parallelism's part of gpt_local_dims: the positions held. */
@@ -61,7 +63,7 @@ static int tp2d_local_dims(const model_config_t *c, int q, int col, gpt_layout_o
                              "each of %d columns a whole tile (I1)",
                         tf > 0 ? c->hidden / tf : 0, tf, q);
     out->t2q = q;
-    out->t2blocks = lo.tp_mode == 3 ? q * q : q;
+    out->t2blocks = lo.tp_mode == PC_TP_3D ? q * q : q;
     gpt_layout_opts_t one_d = lo; /* each column as 1-D cuts it */
     one_d.tp_mode = 0;
     for (int k = 0; k < q; k++) {
@@ -145,6 +147,28 @@ int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int cp_rank, gp
     return cp_local_dims(c, tp, cp_rank, lo, out, err);
 }
 
+void gpt_local_place(const model_config_t *c, const gpt_shard_t *shard, gpt_local_t *lc) {
+    if (!lc->t2q) return;
+    /* the word embedding's rows: its row's vocabulary block */
+    const int b = shard->tp_row;
+    lc->emb_vocab = lc->t2w[TP2D_VOCAB][b];
+    lc->emb_vocab0 = lc->t2o[TP2D_VOCAB][b];
+    if (shard->tp_mode != PC_TP_3D) return;
+    /* 3-D: piece tp_dep of it; the inner layout's blocks are tp2's */
+    int64_t f, nv;
+    placement_split(lc->emb_vocab, lc->t2q, shard->tp_dep, &f, &nv);
+    lc->emb_vocab0 += (int)f, lc->emb_vocab = (int)nv;
+    const int D = c->hidden / c->heads;
+    lc->attn = lc->t2w[TP2D_HEADS][b], lc->heads = lc->attn / D;
+    lc->head0 = lc->t2o[TP2D_HEADS][b] / D;
+    lc->att_heads = lc->heads, lc->att_head0 = lc->head0;
+    lc->ffn = lc->t2w[TP2D_FFN][b], lc->ffn0 = lc->t2o[TP2D_FFN][b];
+    lc->vocab = lc->t2w[TP2D_VOCAB][b], lc->vocab0 = lc->t2o[TP2D_VOCAB][b];
+    /* the inner layout holds block tp_dep*q + tp_rank, the stream
+     * tp_dep*q + tp_row (unit_inner_shift) */
+    lc->inner_shift = shard->tp_rank - shard->tp_row;
+}
+
 int gpt_mem_bytes(const model_config_t *cfg, unsigned omit, gpt_mem_t *out, perr_t *err) {
     const gpt_layout_opts_t one = {0};
     return gpt_mem_bytes_tp(cfg, 1, one, omit, out, err);
@@ -167,5 +191,25 @@ int gpt_mem_bytes_mp(const model_config_t *cfg, int tp, gpt_layout_opts_t lo, co
         return -1;
     gpt_mem_of(cfg, &t, omit, &lc, tp, units, units->n ? n_slots : 0, out);
     param_table_free(&t);
+    return 0;
+}
+
+gpt_layout_opts_t gpt_shard_layout(const gpt_shard_t *shard) {
+    return (gpt_layout_opts_t){
+        .sp = shard->sp, .row_linears = shard->row_linears, .tp_mode = shard->tp_mode,
+        .expert_tp = shard->expert_tp, .expert_fold = shard->expert_fold,
+        .cp = shard->cp > 1 ? shard->cp : 1,
+        .cp_comm = shard->cp > 1 && shard->cp_comm == CP_ULYSSES ? CP_ULYSSES : CP_RING,
+        .ep = shard->ep > 1 ? shard->ep : 1};
+}
+
+int gpt_shard_check_groups(const gpt_shard_t *shard, perr_t *err) {
+    if (shard->tp > 1 && !shard->tp_group)
+        return perr_set(err, "tensor parallelism over %d ranks needs a group", shard->tp);
+    if (shard->cp > 1 && !shard->cp_group)
+        return perr_set(err, "context parallelism over %d ranks needs a group", shard->cp);
+    if (shard->tp_mode != PC_TP_1D && shard->tp > 1 && !shard->tp_col_group)
+        return perr_set(err, "2-D tensor parallelism over %d x %d ranks needs a column group",
+                        shard->tp, shard->tp);
     return 0;
 }

@@ -4,7 +4,7 @@
  * built from the config by gpt_unit_at (units.c). Everything that walks
  * the model walks that list: the parameter table (params.c, from each
  * kind's tensors), dispatch (units.c, through the kind's functions), the
- * activation slot's layout (gpt.c, through the kind's layout), the
+ * activation slot's layout (replica.c, through the kind's layout), the
  * checkpoints a dump and the checker see (checkpoints.c, from the kind's
  * checkpoint list) and the dump-size estimate (gpt_batch_bytes_per_seq).
  * A new kind (an encoder layer, an MoE layer) is one more table.
@@ -85,9 +85,10 @@ typedef struct {
 } unit_view_t;
 /* 3-D tensor parallelism's inner layout (tp3d.c) holds the sequences of
  * block tp_dep*q + tp_rank, the stream those of tp_dep*q + tp_row: the
- * first's index minus the second's (0 in every other mode). */
+ * first's index minus the second's (0 in every other mode), in
+ * sequences (gpt_local_t.inner_shift counts blocks). */
 static inline int unit_inner_shift(const gpt_t *g, int n_seq) {
-    return g->shard.tp_mode == 3 ? (g->shard.tp_rank - g->shard.tp_row) * n_seq : 0;
+    return g->local.inner_shift * n_seq;
 }
 /* A [T, C] tensor of the residual stream's width: its features held (all,
  * or 2-D tensor parallelism's column block) at positions `runs`. */

@@ -491,7 +491,7 @@ static void t2_print_memory(const run_report_t *run, const t2_dims_t *D, FILE *f
     else
         fprintf(f, "- (its tiles do not admit tp=%d)\n", pc->tp);
     /* activations */
-    const int slot_seq = (cfg.micro_batch + lc->t2blocks - 1) / lc->t2blocks; /* gpt.c's slot_sequences */
+    const int slot_seq = (cfg.micro_batch + lc->t2blocks - 1) / lc->t2blocks; /* replica.c's slot_sequences */
     const double per_tok = t2_layer_per_token(&cfg, lc), slot_tok = (double)slot_seq * lc->seq_held;
     const double all = t2_table_activations(&cfg, 0, q, opts);
     const double more = all < 0 ? -1 : t2_table_activations(&cfg, 1, q, opts);

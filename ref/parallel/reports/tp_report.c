@@ -20,7 +20,7 @@
  * are the price of exactness and are printed on their own line. The counters tell tensor-parallel
  * traffic from data-parallel traffic by group family (coll.h): "tp".
  *
- * Memory. An activation slot (gpt.c's layout_slot) holds per layer and
+ * Memory. An activation slot (replica.c's layout_slot) holds per layer and
  * token 4-byte values and 1-byte dropout masks; the formula below is that
  * table written out in h, ffn/t, heads/t, T and the dropout switches, and
  * is checked against the allocation table (gpt_mem_bytes_tp) per layer.
