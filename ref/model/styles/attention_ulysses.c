@@ -47,39 +47,49 @@ static const cp_runs_t *ulysses_mask_rows(const unit_positions_t *pos) {
     return NULL;
 }
 
+/* The all-to-all's two copies, each one way (to_blocks) or back. Head
+ * groups: rows [n][W] <-> blocks [cp][n][w], block j the columns of head
+ * group j. Positions: a sequence's rows [nb][T][w] <-> blocks
+ * [cp][nb][Tc][w], block j the positions rank j holds. */
+static void head_groups(float *dst, const float *src, size_t n, int W, int cp, int to_blocks) {
+    const size_t w = (size_t)(W / cp);
+    for (int j = 0; j < cp; j++)
+        for (size_t i = 0; i < n; i++) {
+            const size_t r = i * W + (size_t)j * w, k = ((size_t)j * n + i) * w;
+            memcpy(dst + (to_blocks ? k : r), src + (to_blocks ? r : k), w * sizeof(float));
+        }
+}
+static void positions(float *dst, const float *src, const pass_t *p, int w, int cp, int to_blocks) {
+    const size_t run = (size_t)p->Tc * w;
+    for (int j = 0; j < cp; j++)
+        for (int b = 0; b < p->n_seq; b++) {
+            const size_t r = ((size_t)b * p->T + (size_t)j * p->Tc) * w,
+                         k = ((size_t)j * p->n_seq + b) * run;
+            memcpy(dst + (to_blocks ? k : r), src + (to_blocks ? r : k), run * sizeof(float));
+        }
+}
+
 /* src [nb][Tc][W] (every head, this rank's positions) -> dst [nb][T][W/cp]
  * (every position, head group `rank`): block j of the all-to-all is head
  * group j of this rank's positions; what arrives from rank j is head
  * group `rank` of rank j's positions. */
 static void seq_to_heads(gpt_t *g, const pass_t *p, float *dst, const float *src, int W) {
-    const int cp = g->local.cp, nb = p->n_seq, Tc = p->Tc, w = W / cp;
-    const size_t blk = (size_t)nb * Tc * w;
+    const int cp = g->local.cp;
+    const size_t n = (size_t)p->n_seq * p->Tc;
     const ulysses_scratch_t *S = attention_scratch(g);
-    float *send = S->send, *recv = S->recv;
-    for (int j = 0; j < cp; j++)
-        for (size_t i = 0; i < (size_t)nb * Tc; i++)
-            memcpy(send + j * blk + i * w, src + i * W + (size_t)j * w, (size_t)w * sizeof(float));
-    coll_all_to_all(g->shard.cp_group, send, recv, blk, COLL_F32);
-    for (int j = 0; j < cp; j++)
-        for (int b = 0; b < nb; b++)
-            memcpy(dst + ((size_t)b * p->T + (size_t)j * Tc) * w, recv + j * blk + (size_t)b * Tc * w,
-                   (size_t)Tc * w * sizeof(float));
+    head_groups(S->send, src, n, W, cp, 1);
+    coll_all_to_all(g->shard.cp_group, S->send, S->recv, n * (size_t)(W / cp), COLL_F32);
+    positions(dst, S->recv, p, W / cp, cp, 0);
 }
 
 /* The inverse: src [nb][T][W/cp] -> dst [nb][Tc][W]. */
 static void heads_to_seq(gpt_t *g, const pass_t *p, float *dst, const float *src, int W) {
-    const int cp = g->local.cp, nb = p->n_seq, Tc = p->Tc, w = W / cp;
-    const size_t blk = (size_t)nb * Tc * w;
+    const int cp = g->local.cp;
+    const size_t n = (size_t)p->n_seq * p->Tc;
     const ulysses_scratch_t *S = attention_scratch(g);
-    float *send = S->send, *recv = S->recv;
-    for (int j = 0; j < cp; j++)
-        for (int b = 0; b < nb; b++)
-            memcpy(send + j * blk + (size_t)b * Tc * w, src + ((size_t)b * p->T + (size_t)j * Tc) * w,
-                   (size_t)Tc * w * sizeof(float));
-    coll_all_to_all(g->shard.cp_group, send, recv, blk, COLL_F32);
-    for (int j = 0; j < cp; j++)
-        for (size_t i = 0; i < (size_t)nb * Tc; i++)
-            memcpy(dst + i * W + (size_t)j * w, recv + j * blk + i * w, (size_t)w * sizeof(float));
+    positions(S->send, src, p, W / cp, cp, 1);
+    coll_all_to_all(g->shard.cp_group, S->send, S->recv, n * (size_t)(W / cp), COLL_F32);
+    head_groups(dst, S->recv, n, W, cp, 0);
 }
 
 /* The golden attention's shape for the heads Ulysses attends. */
