@@ -6,6 +6,8 @@
 #   make check      run every test; ends with "N passed, N failed"
 #   make check-mpi-hosts  the MPI transport between two hosts (network namespaces, root)
 #   make check-slow the slow tests: 16384 simulated devices (tests/layouts/test_scale_16k.sh)
+#   make check-compose  every pair of modes at gpt-tiny's size and 200 random 3- and 4-way
+#                   compositions (tests/compose/test_pairs.sh; make check runs the small pairs)
 #   make asan | tsan | ubsan   the same tests under a sanitizer
 #   make bench      benchmarks against memcpy, OpenMPI, PyTorch, OpenBLAS
 #   make fuzz       libFuzzer on the readers of untrusted input (tests/fuzz.mk)
@@ -14,7 +16,7 @@
 #
 # Sources are discovered, not listed: every ref/**/*.c goes into the
 # library except ref/cli/ (the program), every test_*.c of a test folder
-# (TEST_DIRS: tests/ itself, unit/, layouts/, cli/, reports/; tests/README.md)
+# (TEST_DIRS: tests/ itself, unit/, layouts/, cli/, reports/, compose/; tests/README.md)
 # becomes one test binary $(BUILD)/tests/test_NAME, every
 # tests/bench/bench_*.c one benchmark binary. Extra rules live in tests/*.mk
 # and tests/bench/*.mk fragments.
@@ -65,7 +67,7 @@ LIB_SRC   := $(shell find ref -name '*.c' -not -path 'ref/cli/*' | sort)
 CLI_SRC   := $(sort $(wildcard ref/cli/*.c))
 # The folders whose test_*.c and test_*.sh make check runs; other folders
 # under tests/ (torch/ aside) hold helpers or add their tests in a tests/*.mk.
-TEST_DIRS := tests tests/unit tests/layouts tests/cli tests/reports
+TEST_DIRS := tests tests/unit tests/layouts tests/cli tests/reports tests/compose
 TEST_SRC  := $(sort $(foreach d,$(TEST_DIRS),$(wildcard $(d)/test_*.c)))
 BENCH_SRC := $(sort $(wildcard tests/bench/bench_*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -83,7 +85,7 @@ EXTRA_TEST_BIN :=
 # Programs the script tests drive (built by make check, never run as tests themselves).
 TEST_HELPERS :=
 
-.PHONY: all check check-mpi-hosts check-slow asan tsan ubsan bench clean golden demo demo-encdec install shared
+.PHONY: all check check-compose check-mpi-hosts check-slow asan tsan ubsan bench clean golden demo demo-encdec install shared
 all: $(LIB) $(PARITY) $(TEST_BIN)
 
 $(BUILD)/%.o: %.c
@@ -177,6 +179,12 @@ check-mpi-hosts: all $(MPI_COLL_BIN)
 # 16384 simulated devices (PARITY_MAX_DEVICES) bit-exact on one host.
 check-slow: all
 	PARITY=$(abspath $(PARITY)) BUILD=$(abspath $(BUILD)) bash tests/run.sh $(SLOW_TESTS)
+
+# The composition matrix at a larger size, and a larger random sample.
+COMPOSE_SAMPLE ?= 200
+check-compose: all
+	PARITY=$(abspath $(PARITY)) BUILD=$(abspath $(BUILD)) PARITY_COMPOSE_SIZE=large \
+	  PARITY_COMPOSE_SAMPLE=$(COMPOSE_SAMPLE) bash tests/run.sh tests/compose/test_pairs.sh
 
 # Sanitizer builds run the same tests; the data-parallel matrix shrinks
 # to the layouts that still cover every stage, algorithm and overlap.

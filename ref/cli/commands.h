@@ -17,6 +17,7 @@ int cmd_check(int argc, char **argv);  /* train.c: golden vs layout */
 int cmd_svg(int argc, char **argv);    /* svg.c: pictures (schedule, grid, collective) */
 int cmd_plan(int argc, char **argv);   /* plan.c: the layouts that fit a device budget */
 int cmd_judge(int argc, char **argv);  /* judge.c: a backend's rank files against the golden run */
+int cmd_modes(int argc, char **argv);  /* modes.c: every mode and every pair, supported or refused */
 
 /* A memory size flag in MB (10^6 bytes; --arena-mb) to the nearest byte.
  * Truncating would make 33.0824 MB 33082399 bytes (the product rounds

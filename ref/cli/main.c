@@ -19,6 +19,7 @@ static void usage(FILE *f) {
           "  svg     draw a pipeline schedule, the rank grid or a collective as an SVG picture\n"
           "  plan    list the layouts that fit N devices of a given memory, cheapest first\n"
           "  judge   judge a backend's rank files against the golden run (ref/judge/RANKFILES.md)\n"
+          "  modes   every parallel mode, and every pair of them: supported, or refused and why\n"
           "run `parity <command> --help` for the options of one command\n"
           "every layout gives the golden run's bits by invariants I1-I5: the contract is\n"
           "ref/DESIGN.md; how the code meets it, CONTRIBUTING.md\n",
@@ -97,6 +98,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "svg")) rc = cmd_svg(argc - 1, argv + 1);
     else if (!strcmp(cmd, "plan")) rc = cmd_plan(argc - 1, argv + 1);
     else if (!strcmp(cmd, "judge")) rc = cmd_judge(argc - 1, argv + 1);
+    else if (!strcmp(cmd, "modes")) rc = cmd_modes(argc - 1, argv + 1);
     else {
         fprintf(stderr, "parity: unknown command '%s'\n", cmd);
         usage(stderr);
