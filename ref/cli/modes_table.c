@@ -62,13 +62,23 @@ const modes_entry_t modes_table[] = {
      MOE "--tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 "
          "--expert-model-parallel-size 2",
      "expert parallel folded onto the tp ranks"},
+    {"ep-cp", "ep", NULL, MOE "--context-parallel-size 2 --expert-model-parallel-size 2",
+     "expert parallel over the cp ranks (Megatron-core's parallel folding)"},
+    {"ep-tpdp", "ep", NULL,
+     MOE DP2 "--tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 "
+             "--expert-model-parallel-size 4",
+     "expert parallel over tp x dp (parallel folding)"},
     {"etp", "etp", NULL, MOE "--tensor-model-parallel-size 2 --expert-tensor-parallel-size 2",
      "each expert's FFN split over tp"},
+    {"etp-part", "etp", NULL, MOE "--tensor-model-parallel-size 4 --expert-tensor-parallel-size 2",
+     "each expert's FFN split over 2 of tp's 4 ranks (parallel folding)"},
     /* precision, recomputation, optimizer */
     {"bf16", "precision", NULL, "--bf16", "bf16 compute, fp32 master weights"},
     {"fp16", "precision", NULL, "--fp16", "fp16 with the dynamic loss scaler"},
     {"nemo-bf16", "nemo-dtype", NULL, "--dtype bf16 --grad-sync-dtype bf16",
      "NeMo's bf16 optimizer state and gradient sync"},
+    {"nemo-fp16", "nemo-dtype", NULL, "--fp16 --dtype fp16 --grad-sync-dtype fp16",
+     "NeMo's fp16 optimizer state and gradient sync (Apex's distributed fused Adam)"},
     {"selective", "recompute", NULL, "--recompute-granularity selective",
      "selective recomputation (attention's core)"},
     {"full", "recompute", NULL, "--recompute-granularity full", "full recomputation, a layer a chunk"},
@@ -84,6 +94,8 @@ const modes_entry_t modes_table[] = {
      "LLaVA-style: ViT encoder, projector, GPT decoder"},
     {"enc-stage", "encdec", T5, "--encoder-pipeline-model-parallel-size 1 --num-microbatches 4",
      "the encoder on a pipeline stage of its own"},
+    {"enc-stages", "encdec", T5, "--encoder-pipeline-model-parallel-size 2 --num-microbatches 4",
+     "the encoder on two pipeline stages of its own"},
     {"enc-mesh", "encdec", T5,
      "--tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 "
      "--encoder-pipeline-model-parallel-size 1 --num-microbatches 4",
