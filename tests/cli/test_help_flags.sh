@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_help_flags.sh - walks `parity train --help`, `parity check --help`,
-# `parity plan --help`, `parity svg --help` and `parity diff`'s flags, train
+# `parity plan --help`, `parity svg --help`, `parity modes --help` and `parity diff`'s flags, train
 # and check on every built-in model family (dense GPT, MoE, T5, LLaVA):
 # every flag they name, given a missing or invalid value (or, for a flag
 # without a value, given where it cannot apply, or twice), must be refused
@@ -147,6 +147,23 @@ while read -r flag takes; do
   fi
 done < <(flags_of plan)
 if [ "$n" -lt 7 ]; then fail "plan --help names its flags" "only $n flags found"; else ok "plan --help names $n flags"; fi
+
+# parity modes' flags, the same rules (a value-less flag given twice).
+n=0
+while read -r flag takes; do
+  n=$((n + 1))
+  name=${flag#--}
+  pat="(^|[^a-z-])-?-?$name([^a-z-]|$)"
+  b="$P modes"; [ "$flag" = --seed ] && b="$P modes --sample 1"
+  if [ "$takes" = 1 ]; then
+    refuse "modes $flag with its value missing" "$pat" -- $b $flag
+    refuse "modes $flag followed by a flag" "$pat" -- $b $flag --tsv
+    refuse "modes $flag with an invalid value" "$pat" -- $b $flag "$(bad_value_of "$flag")"
+  else
+    refuse "modes $flag given twice" "$pat" -- $b $flag $flag
+  fi
+done < <(flags_of modes)
+if [ "$n" -lt 4 ]; then fail "modes --help names its flags" "only $n flags found"; else ok "modes --help names $n flags"; fi
 
 # parity svg's flags: each picture's own, and the layout flags of the
 # grid, given an invalid value (or, without one, twice), in the picture
