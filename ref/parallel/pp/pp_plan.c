@@ -61,7 +61,11 @@ static int chunks(pp_plan_t *p, const pconfig_t *pc, perr_t *err) {
     p->v = pc->vpp ? pc->vpp : 1;
     if (pc->pp_schedule == PC_PP_ZB_V || pc->pp_schedule == PC_PP_DUALPIPEV) {
         p->v = 2, p->vshape = 1; /* two chunks a stage, in a V (pp.h) */
-        for (int r = 0; r < p->pp; r++)
+        /* an encoder-decoder's extra unit (the encoder's final LayerNorm,
+         * counted on its last stage) makes a stage odd: its chunks are
+         * unequal, the first holding one unit more (chunk_layers); a V's
+         * schedule is over passes, not layers */
+        for (int r = 0; r < p->pp && !pc->encoder_pp; r++)
             if (p->stage_layers[r] % 2)
                 return perr_set(err, "pipeline-schedule: %s puts two chunks on every stage, but "
                                      "stage %d holds %d layers (an odd number)",
@@ -83,11 +87,30 @@ static int chunks(pp_plan_t *p, const pconfig_t *pc, perr_t *err) {
             return perr_set(err, "num-layers-per-virtual-pipeline-stage: %d gives %d chunks per "
                                  "stage, at most %d", n, p->v, GPT_MAX_CHUNKS);
     }
-    for (int r = 0; r < p->pp; r++)
+    /* an interleaved encoder-decoder (pp.h's rings): each mesh's chunks go
+     * round its own stages, so each needs two of them (Megatron: virtual
+     * stages need pp > 1); the encoder's last stage, holding its final
+     * LayerNorm too, has unequal chunks */
+    if (pc->encoder_pp && p->v > 1 && !p->vshape) {
+        const int E = pc->encoder_pp, D = p->pp - E;
+        if (E < 2 || D < 2)
+            return perr_set(err, "virtual-pipeline-model-parallel-size: %d with an encoder-decoder: "
+                                 "the encoder's chunks go round its %d stage(s) and the decoder's "
+                                 "round its %d, and a ring needs 2 stages (one would send each chunk "
+                                 "to itself)", p->v, E, D);
+        p->rings = E;
+    }
+    for (int r = 0; r < p->pp && !p->vshape && !p->rings; r++)
         if (p->stage_layers[r] % p->v)
             return perr_set(err, "virtual-pipeline-model-parallel-size: %d chunks do not divide "
                                  "stage %d's %d layers", p->v, r, p->stage_layers[r]);
     return 0;
+}
+
+/* The layers of chunk c of stage r: an even share, the first chunks one
+ * more where the stage's layers do not divide (a V on an encoder-decoder). */
+static int chunk_layers(const pp_plan_t *p, int r, int c) {
+    return p->stage_layers[r] / p->v + (c < p->stage_layers[r] % p->v);
 }
 
 int pp_plan_build(pp_plan_t *p, const model_config_t *cfg, const pconfig_t *pc, perr_t *err) {
@@ -113,8 +136,15 @@ int pp_plan_build(pp_plan_t *p, const model_config_t *cfg, const pconfig_t *pc, 
                              "messages than a step's tags can name", p->m, p->pp, p->v);
     /* virtual stages in model order: chunk 0 of every stage, then chunk 1, ... */
     const int V = p->pp * p->v, L = p->layers;
+    for (int vs = 1; vs < V - 1; vs++) /* the ends hold the embedding and the head */
+        if (chunk_layers(p, pp_stage_of(p, vs), pp_chunk_of(p, vs)) == 0)
+            return perr_set(err, "pipeline-schedule: %s puts %d chunks on every stage, but stage %d "
+                                 "holds %d layer(s), so its chunk %d would hold no unit (each of the "
+                                 "%d chunks between the embedding and the head needs a layer)",
+                            pp_schedule_name(p->sched), p->v, pp_stage_of(p, vs),
+                            p->stage_layers[pp_stage_of(p, vs)], pp_chunk_of(p, vs), V);
     for (int vs = 0, layer = 0; vs < V; vs++) {
-        const int r = pp_stage_of(p, vs), c = pp_chunk_of(p, vs), n = p->stage_layers[r] / p->v;
+        const int r = pp_stage_of(p, vs), c = pp_chunk_of(p, vs), n = chunk_layers(p, r, c);
         gpt_units_t *u = &p->units[r];
         u->n = p->v;
         u->lo[c] = vs == 0 ? 0 : 1 + layer;
