@@ -149,6 +149,14 @@ if echo "$out" | grep -q "| NO$" && echo "$out" | grep -q "encoder layer 0's sel
   ok "tp-fp32-sums is caught at the encoder's first row-parallel output"
 else fail "tp-fp32-sums on t5-tiny" "$(echo "$out" | tail -4)"; fi
 
+for b in encdec-tied-cuts pp-tied-embedding; do # the tied head's group across the meshes
+  out=$("$P" check --model $T --steps 1 --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 --encoder-pipeline-model-parallel-size 1 --test-broken $b 2>&1)
+  if echo "$out" | grep -q "| NO$" && echo "$out" | grep -q "tensor      step0.grad.embedding.word_embeddings.weight" &&
+     echo "$out" | grep -q "produced by device 0"; then
+    ok "$b across the meshes is caught at the word embedding's gradient on device 0"
+  else fail "$b on an encoder mesh" "$(echo "$out" | tail -4)"; fi
+done
+
 # ---- refusals ------------------------------------------------------------------
 refuse "decoder pipeline without encoder stages" "pipeline-model-parallel-size: 2 with an encoder-decoder \(arch t5\) needs --encoder-pipeline-model-parallel-size > 0" -- "$P" check --model t5-tiny --pipeline-model-parallel-size 2 --steps 1
 refuse "etp without epp" "encoder-tensor-model-parallel-size: 1 needs --encoder-pipeline-model-parallel-size > 0" -- "$P" check --model t5-tiny --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 --steps 1
