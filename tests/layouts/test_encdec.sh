@@ -126,6 +126,12 @@ if [ $rc = 0 ] && echo "$line" | grep -q ': 4 messages, .* formula: 2 decoder ra
   ok "the bridge's traffic equals its formula (etp 2 < tp 4 SP: $mb MB)"
 else fail "bridge traffic report" "exit $rc" "$line"; fi
 
+out=$("$P" train --model t5-tiny --steps 1 --encoder-pipeline-model-parallel-size 2 --pipeline-model-parallel-size 2 --encoder-num-layers 4 --num-layers 4 --virtual-pipeline-model-parallel-size 2 --num-microbatches 4 --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 --rank-list 3,0,1,2,4,5 2>&1); rc=$?
+line=$(echo "$out" | grep 'point to point')
+if [ $rc = 0 ] && echo "$line" | grep -q 'device 0 (stage 1) per step: 12 messages, 0.197 MB sent; formula: 3 boundaries x m = 12 messages.* = 0.197 MB'; then
+  ok "an interleaved encoder ring's point-to-point traffic equals its formula (device 0 placed on stage 1)"
+else fail "interleaved encoder ring p2p report" "exit $rc" "$line"; fi
+
 # ---- checkpoints -----------------------------------------------------------------
 "$P" train --model t5-tiny --steps 2 --quiet --save "$tmp/ck" >/dev/null 2>&1
 "$P" train --model t5-tiny --steps 2 --quiet --tensor-model-parallel-size 2 --encoder-pipeline-model-parallel-size 1 --pipeline-model-parallel-size 1 --data-parallel-size 2 --zero-stage 3 --save "$tmp/ck2" >/dev/null 2>&1
