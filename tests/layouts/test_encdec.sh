@@ -76,11 +76,12 @@ exact "etp 1 < tp 3 (6 heads: 3 decoder ranks an encoder rank), epp 1 pp 1 x dp 
 exact "etp 1 < tp 3 (6 heads), epp 2 pp 2 x dp 2 ZeRO-3" "$tmp/h6.json" 2 3 1 2 2 --zero-stage 3 --num-microbatches 2
 T=tests/layouts/models/t5-tiny-tied.json # a head tied to the embedding
 # interleaved: the encoder's chunks round its 2 stages, the decoder's round
-# its 2 (stage 1: encoder layers 1-2, then the final LayerNorm)
+# its 2 (stage 1: encoder layer 1, then layer 3 and the final LayerNorm)
 exact "epp 2 pp 2 interleaved V 2, 4 + 4 layers" t5-tiny 1 1 1 2 2 --encoder-num-layers 4 --num-layers 4 --virtual-pipeline-model-parallel-size 2 --num-microbatches 4
 exact "epp 2 pp 2 interleaved V 2, etp 1 < tp 2 x dp 2 ZeRO-1, tied head" $T 2 2 1 2 2 --encoder-num-layers 4 --num-layers 4 --virtual-pipeline-model-parallel-size 2 --num-microbatches 4 --zero-stage 1
+exact "epp 2 pp 2 --num-layers-per-virtual-pipeline-stage 1 (the final LayerNorm not counted)" t5-tiny 1 1 1 2 2 --encoder-num-layers 4 --num-layers 4 --num-layers-per-virtual-pipeline-stage 1 --num-microbatches 4
 # a V (zb-v, dualpipev) on 2 + 2 stages: the encoder's last stage holds its
-# final LayerNorm too (3 units), so its two chunks are unequal (2 + 1)
+# final LayerNorm too (3 units), so its two chunks are unequal (1 + 2)
 exact "epp 2 pp 2 zb-v, 4 + 4 layers, 8 microbatches" t5-tiny 1 1 1 2 2 --encoder-num-layers 4 --num-layers 4 --pipeline-schedule zb-v --num-microbatches 8
 exact "epp 2 pp 2 dualpipev, 4 + 4 layers, tp 2 SP, 8 microbatches" t5-tiny 1 2 2 2 2 --encoder-num-layers 4 --num-layers 4 --pipeline-schedule dualpipev --num-microbatches 8 --sequence-parallel
 exact "epp 2 pp 2 zb-v, etp 1 < tp 2, 4 + 4 layers" t5-tiny 1 2 1 2 2 --encoder-num-layers 4 --num-layers 4 --pipeline-schedule zb-v --num-microbatches 4
@@ -174,7 +175,7 @@ refuse "epp on a GPT" "encoder-pipeline-model-parallel-size: .*gpt-micro .*\(arc
 refuse "epp must divide the encoder layers" "encoder-pipeline-model-parallel-size: 3 does not divide the 2 encoder layers" -- "$P" check --model t5-tiny --encoder-pipeline-model-parallel-size 3 --steps 1
 refuse "pp must divide the decoder layers" "pipeline-model-parallel-size: 3 does not divide the 2 decoder layers" -- "$P" check --model t5-tiny --encoder-pipeline-model-parallel-size 1 --pipeline-model-parallel-size 3 --steps 1
 refuse "interleaving an encoder of one stage" "virtual-pipeline-model-parallel-size: 2 with an encoder-decoder: the encoder's chunks go round its 1 stage\(s\) and the decoder's round its 2, and a ring needs 2 stages" -- "$P" check --model t5-tiny --encoder-pipeline-model-parallel-size 1 --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --num-microbatches 6 --micro-batch-size 1 --global-batch-size 6 --steps 1
-refuse "a V with a chunk of no layer" "pipeline-schedule: zb-v puts 2 chunks on every stage, but stage 3 holds 1 layer\(s\), so its chunk 1 would hold no unit" -- "$P" check --model t5-tiny --encoder-pipeline-model-parallel-size 2 --pipeline-model-parallel-size 2 --pipeline-schedule zb-v --num-microbatches 8 --steps 1
+refuse "a V with a chunk of no layer" "pipeline-schedule: zb-v puts 2 chunks on every stage, but stage 2 holds 1 layer\(s\), so its chunk 0 would hold no unit \(8 chunks for 5 layers between the embedding and the head" -- "$P" check --model t5-tiny --encoder-pipeline-model-parallel-size 2 --pipeline-model-parallel-size 2 --pipeline-schedule zb-v --num-microbatches 8 --steps 1
 refuse "a layer split with epp" "pipeline-layer-split: not with --encoder-pipeline-model-parallel-size" -- "$P" check --model t5-tiny --encoder-pipeline-model-parallel-size 1 --pipeline-model-parallel-size 1 --pipeline-layer-split 2 --steps 1
 refuse "context parallelism" "context-parallel-size: 2 with an encoder-decoder \(arch t5\): not built" -- "$P" check --model t5-tiny --context-parallel-size 2 --steps 1
 refuse "MoE in an encoder-decoder" "moe.experts \(--num-experts\) = 4: an encoder-decoder \(arch t5\) has dense MLPs only" -- "$P" train --model t5-tiny --num-experts 4 --steps 1

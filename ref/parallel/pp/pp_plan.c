@@ -63,7 +63,7 @@ static int chunks(pp_plan_t *p, const pconfig_t *pc, perr_t *err) {
         p->v = 2, p->vshape = 1; /* two chunks a stage, in a V (pp.h) */
         /* an encoder-decoder's extra unit (the encoder's final LayerNorm,
          * counted on its last stage) makes a stage odd: its chunks are
-         * unequal, the first holding one unit more (chunk_layers); a V's
+         * unequal, the last holding one unit more (chunk_layers); a V's
          * schedule is over passes, not layers */
         for (int r = 0; r < p->pp && !pc->encoder_pp; r++)
             if (p->stage_layers[r] % 2)
@@ -72,17 +72,22 @@ static int chunks(pp_plan_t *p, const pconfig_t *pc, perr_t *err) {
                                 pp_schedule_name(pc->pp_schedule), r, p->stage_layers[r]);
     }
     if (pc->layers_per_vstage) {
+        /* the user's layers: not the encoder's final LayerNorm, a unit
+         * of parity's that rides with its last stage's last chunk */
+        int own[PC_MAX_SPLIT] = {0};
+        for (int r = 0; r < p->pp; r++)
+            own[r] = p->stage_layers[r] - (pc->encoder_pp && r == pc->encoder_pp - 1);
         const int n = pc->layers_per_vstage;
         for (int r = 0; r < p->pp; r++)
-            if (p->stage_layers[r] % n || p->stage_layers[r] / n != p->stage_layers[0] / n)
+            if (own[r] % n || own[r] / n != own[0] / n)
                 return perr_set(err, "num-layers-per-virtual-pipeline-stage: %d must cut every "
                                      "stage's layers into the same number of chunks; stage %d holds "
-                                     "%d (stage 0: %d)", n, r, p->stage_layers[r], p->stage_layers[0]);
-        p->v = p->stage_layers[0] / n;
+                                     "%d (stage 0: %d)", n, r, own[r], own[0]);
+        p->v = own[0] / n;
         if (p->v < 2)
             return perr_set(err, "num-layers-per-virtual-pipeline-stage: %d leaves one chunk per "
                                  "stage (%d layers each); interleaving needs at least two",
-                            n, p->stage_layers[0]);
+                            n, own[0]);
         if (p->v > GPT_MAX_CHUNKS)
             return perr_set(err, "num-layers-per-virtual-pipeline-stage: %d gives %d chunks per "
                                  "stage, at most %d", n, p->v, GPT_MAX_CHUNKS);
@@ -107,10 +112,12 @@ static int chunks(pp_plan_t *p, const pconfig_t *pc, perr_t *err) {
     return 0;
 }
 
-/* The layers of chunk c of stage r: an even share, the first chunks one
- * more where the stage's layers do not divide (a V on an encoder-decoder). */
+/* The layers of chunk c of stage r: an even share, the last chunks one
+ * more where the stage's layers do not divide (an encoder-decoder's last
+ * encoder stage: interleaved, its final LayerNorm rides with the encoder's
+ * last layer in the encoder's last chunk). */
 static int chunk_layers(const pp_plan_t *p, int r, int c) {
-    return p->stage_layers[r] / p->v + (c < p->stage_layers[r] % p->v);
+    return p->stage_layers[r] / p->v + (c >= p->v - p->stage_layers[r] % p->v);
 }
 
 int pp_plan_build(pp_plan_t *p, const model_config_t *cfg, const pconfig_t *pc, perr_t *err) {
@@ -139,10 +146,11 @@ int pp_plan_build(pp_plan_t *p, const model_config_t *cfg, const pconfig_t *pc, 
     for (int vs = 1; vs < V - 1; vs++) /* the ends hold the embedding and the head */
         if (chunk_layers(p, pp_stage_of(p, vs), pp_chunk_of(p, vs)) == 0)
             return perr_set(err, "pipeline-schedule: %s puts %d chunks on every stage, but stage %d "
-                                 "holds %d layer(s), so its chunk %d would hold no unit (each of the "
-                                 "%d chunks between the embedding and the head needs a layer)",
+                                 "holds %d layer(s), so its chunk %d would hold no unit (%d chunks "
+                                 "for %d layers between the embedding and the head: each chunk but "
+                                 "the first and the last needs one)",
                             pp_schedule_name(p->sched), p->v, pp_stage_of(p, vs),
-                            p->stage_layers[pp_stage_of(p, vs)], pp_chunk_of(p, vs), V);
+                            p->stage_layers[pp_stage_of(p, vs)], pp_chunk_of(p, vs), V, L);
     for (int vs = 0, layer = 0; vs < V; vs++) {
         const int r = pp_stage_of(p, vs), c = pp_chunk_of(p, vs), n = chunk_layers(p, r, c);
         gpt_units_t *u = &p->units[r];
