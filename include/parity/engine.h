@@ -84,6 +84,10 @@ typedef struct {
     int broken_tp_vocab_pad;  /* a vocabulary padding that depends on tp (Megatron-LM 1754) */
     int broken_pp_mask_key;   /* dropout masks keyed by a stage's microbatch count (PyTorch 55036) */
     int broken_pp_tied_grad;  /* the tied embedding's gradient skips the embedding group */
+    /* a head tied across an encoder mesh (etp < tp): the embedding group
+     * sums the copies' local shards element by element, as if the two
+     * vocabulary cuts were the same */
+    int broken_encdec_tied_cuts;
     int broken_pp_stale_w;    /* split backward: W reads dy where B left it (a stale buffer) */
     int broken_cp_online_softmax; /* the ring merges blocks with online softmax (flash-style) */
     /* the encoder's last stage sends its output to the decoder's first

@@ -65,6 +65,11 @@ typedef struct mesh_grid {
     int nmesh, world;
     mesh_t mesh[MESH_MAX];        /* in the caller's order, whatever the offsets */
     group_t *all;                 /* every device: the loss and the gradient norm */
+    /* A rank list (mesh_grid_init_mapped), or none (mapped 0): the meshes
+     * tile positions 0 .. world-1 (offset + local rank) and rank_at[c] is
+     * the world rank at position c; pos_of is its inverse. */
+    int mapped;
+    unsigned short rank_at[PARITY_MAX_DEVICES], pos_of[PARITY_MAX_DEVICES];
 } mesh_grid_t;
 
 /* One device's view, like grid_device_t. */
@@ -82,6 +87,13 @@ typedef struct {
  * field (name, order, a size, offset), or the first rank no mesh holds or
  * two meshes hold. On error nothing is left allocated. */
 int  mesh_grid_init(mesh_grid_t *G, const mesh_spec_t *specs, int n, int world, perr_t *e);
+/* mesh_grid_init with the meshes' positions placed by a rank list, as
+ * --rank-list places one grid's (layout_init_mapped): ranks[c] is the
+ * world rank at position c (mesh m's local rank l is position
+ * offset_m + l), a permutation of 0 .. world-1; n 0: mesh_grid_init. Every
+ * coordinate, group and selection below follows the list. */
+int  mesh_grid_init_mapped(mesh_grid_t *G, const mesh_spec_t *specs, int n, int world,
+                           const unsigned short *ranks, int nranks, perr_t *e);
 void mesh_grid_free(mesh_grid_t *G);
 /* Index of the mesh called name, or -1. */
 int  mesh_find(const mesh_grid_t *G, const char *name);

@@ -50,6 +50,9 @@ typedef struct {
     pc_pp_schedule_t sched;   /* PC_PP_GPIPE, PC_PP_1F1B, PC_PP_INTERLEAVED, ... */
     int vshape;               /* chunks in a V (zb-v, dualpipev): chunk 0 of stage r is
                                  virtual stage r, chunk 1 is 2 pp - 1 - r */
+    int rings;                /* an interleaved encoder-decoder: the encoder's first
+                                 `rings` stages and the decoder's others are rings of
+                                 their own (0: one ring of every stage); below */
     int layers;               /* L */
     int stage_layers[PC_MAX_SPLIT]; /* layers of each stage (all its chunks) */
     gpt_units_t units[PC_MAX_SPLIT]; /* the units each stage holds, v chunks */
@@ -114,14 +117,24 @@ int pp_simulate(const pp_plan_t *p, const pp_times_t *t, pp_sim_t *out);
 double pp_sim_bubble(const pp_plan_t *p, const pp_sim_t *s, int r);
 
 /* Virtual stage of chunk c on stage r, and where it sends: the stage of
- * virtual stage vs. */
+ * virtual stage vs. An interleaved encoder-decoder (rings = E encoder
+ * stages, D = pp - E decoder stages): the encoder's v chunks go round its
+ * own stages (vs = c E + r), then the decoder's round its own
+ * (vs = v E + c D + r - E); only the encoder's last chunk crosses to the
+ * decoder (the bridge). */
 static inline int pp_vstage(const pp_plan_t *p, int r, int c) {
+    const int E = p->rings, D = p->pp - E;
+    if (E) return r < E ? c * E + r : p->v * E + c * D + r - E;
     return p->vshape ? (c == 0 ? r : 2 * p->pp - 1 - r) : c * p->pp + r;
 }
 static inline int pp_stage_of(const pp_plan_t *p, int vs) {
+    const int E = p->rings, D = p->pp - E;
+    if (E) return vs < p->v * E ? vs % E : E + (vs - p->v * E) % D;
     return p->vshape ? (vs < p->pp ? vs : 2 * p->pp - 1 - vs) : vs % p->pp;
 }
 static inline int pp_chunk_of(const pp_plan_t *p, int vs) {
+    const int E = p->rings, D = p->pp - E;
+    if (E) return vs < p->v * E ? vs / E : (vs - p->v * E) / D;
     return p->vshape ? vs >= p->pp : vs / p->pp;
 }
 /* Whether a tied head's word embedding has copies on two stages (the

@@ -311,6 +311,12 @@ int  group_create_all(const rank_layout_t *L, const char *dims, const char *pref
  * of several, mesh.h): every member is shifted by first_rank. */
 int  group_create_all_at(const rank_layout_t *L, const char *dims, const char *prefix,
                          int first_rank, group_t **out, perr_t *e);
+/* The same again for meshes placed by a rank list (mesh.h): the member at
+ * position first_rank + local is world rank rank_at[first_rank + local]
+ * (rank_at NULL: first_rank + local). */
+int  group_create_all_mapped(const rank_layout_t *L, const char *dims, const char *prefix,
+                             int first_rank, const unsigned short *rank_at, group_t **out,
+                             perr_t *e);
 void group_destroy_all(group_t **groups, int n);
 
 #endif

@@ -117,6 +117,14 @@ static const char *needs_encdec_copies(const broken_where_t *w, int min_k) {
                                     : NULL;
 }
 static const char *needs_encdec_sum(const broken_where_t *w) { return needs_encdec_copies(w, 2); }
+/* A head tied across an encoder mesh: two vocabulary cuts to mix up. */
+static const char *needs_encdec_tied(const broken_where_t *w) {
+    if (w->cfg->arch == MODEL_GPT) return "an encoder-decoder model (--model t5-tiny)";
+    if (!pconfig_hetero(w->pc))
+        return "an encoder mesh of etp < tp (--encoder-tensor-model-parallel-size, "
+               "--encoder-pipeline-model-parallel-size > 0)";
+    return w->cfg->tied ? NULL : "a head tied to the embedding (--model with \"tied\": true)";
+}
 /* With k = 2 or 4 equal copies the fp32 partial sums round back (2g and
  * 4g are exact, 3g's rounding error is below half an ulp of 4g), so the
  * mean is the copy: k must be 3 or more and not a power of two. */
@@ -212,6 +220,7 @@ static void set_cp_online(engine_run_t *r, int d) { (void)d, r->broken_cp_online
 static void set_encdec_mixup(engine_run_t *r, int d) { (void)d, r->broken_encdec_dp_mixup = 1; }
 static void set_encdec_sum(engine_run_t *r, int d) { (void)d, r->broken_encdec_combine = 1; }
 static void set_encdec_mean(engine_run_t *r, int d) { (void)d, r->broken_encdec_combine = 2; }
+static void set_encdec_tied(engine_run_t *r, int d) { (void)d, r->broken_encdec_tied_cuts = 1; }
 static void set_tp2d_ln(engine_run_t *r, int d) { (void)d, r->broken_tp2d |= GPT_BROKEN_TP2D_LN_FP32; }
 static void set_tp2d_summa(engine_run_t *r, int d) {
     (void)d, r->broken_tp2d |= GPT_BROKEN_TP2D_SUMMA_ROUNDED;
@@ -347,6 +356,15 @@ static const broken_variant_t variants[] = {
      "an encoder mesh with tp/etp >= 3 and not a power of two, no sequence parallelism", 0,
      needs_encdec_mean,
      set_encdec_mean},
+    {"encdec-tied-cuts",
+     "a head tied across an encoder mesh: all-reduce the embedding's and the head's local shards of "
+     "the word embedding's gradient element by element, as Megatron's embedding group does, though "
+     "the encoder cuts the vocabulary over etp and the decoder over tp (rows mixed up)",
+     "grad.embedding.word_embeddings.weight",
+     "--model tests/layouts/models/t5-tiny-tied.json --tensor-model-parallel-size 2 "
+     "--encoder-tensor-model-parallel-size 1 --encoder-pipeline-model-parallel-size 1", -1,
+     "an encoder-decoder with a tied head and an encoder mesh of etp < tp", 0, needs_encdec_tied,
+     set_encdec_tied},
     {"adamw8bit-shard-blocks",
      "cut ZeRO's 8-bit AdamW shards at even pieces and quantize each shard's state in blocks "
      "counted from its own start, each with its own absmax, instead of the global tensor's "

@@ -119,12 +119,12 @@ static void print_encdec(const model_config_t *cfg, const pconfig_t *pc, const g
                          const mesh_grid_t *M, int world, FILE *f) {
     const int epp = pc->encoder_pp, dpp = pc->pp - epp, etp = pc->encoder_tp, tp = pc->tp;
     const int dp = pc->dp, cp = pc->cp, enc = dp * etp * epp * cp;
-    /* two meshes: ranks 0.. and enc..; one grid (etp = tp): its stages'
-     * ranks, which the rank order may interleave */
+    /* two meshes: ranks 0.. and enc..; one grid (etp = tp) or meshes
+     * placed by a rank list: each one's ranks, which may interleave */
     fprintf(f, "  \"meshes\": [");
     for (int m = 0; m < 2; m++) {
         fprintf(f, "%s\n    {\"name\": \"%s\", ", m ? "," : "", m ? "decoder" : "encoder");
-        if (M) fprintf(f, "\"offset\": %d, \"ranks\": [%d, %d], ", m ? enc : 0, m ? enc : 0,
+        if (M && !M->mapped) fprintf(f, "\"offset\": %d, \"ranks\": [%d, %d], ", m ? enc : 0, m ? enc : 0,
                        m ? world - 1 : enc - 1);
         else {
             fprintf(f, "\"ranks\": [");

@@ -33,13 +33,17 @@ static int encoder_validate(pconfig_t *pc, perr_t *err) {
         return perr_set(err, "encoder-tensor-model-parallel-size: %d does not divide "
                              "tensor-model-parallel-size %d (each encoder rank feeds tp/etp decoder "
                              "ranks)", pc->encoder_tp, pc->tp);
-    if (pc->encoder_tp < pc->tp && (pc->n_rank_list || pc->ep > 1))
+    /* a rank list places both meshes (mesh_grid_init_mapped): only a whole
+     * world's; a patterns mapping's one replica of tp x pp positions is
+     * no replica of two meshes */
+    if (pc->encoder_tp < pc->tp && pc->n_rank_list && !(pc->given & PC_GIVEN_RANK_LIST))
+        return perr_set(err, "device_mapping: an encoder mesh of encoder-tensor-model-parallel-size "
+                             "%d < tp %d has replicas of etp*epp + tp*pp devices, not one stage grid's: "
+                             "give --rank-list with every world rank", pc->encoder_tp, pc->tp);
+    if (pc->encoder_tp < pc->tp && pc->ep > 1)
         return perr_set(err, "encoder-tensor-model-parallel-size: %d < tensor-model-parallel-size "
-                             "%d (an encoder mesh beside the decoder's): not with %s",
-                        pc->encoder_tp, pc->tp, pc->n_rank_list ? "--rank-list" : "expert parallelism");
-    if (pc->vpp > 1 || pc->layers_per_vstage)
-        return perr_set(err, "encoder-pipeline-model-parallel-size: not with virtual pipeline "
-                             "stages (Megatron's encoder pipeline has one chunk a stage)");
+                             "%d (an encoder mesh beside the decoder's): not with expert parallelism",
+                        pc->encoder_tp, pc->tp);
     if (pc->n_layer_split)
         return perr_set(err, "pipeline-layer-split: not with --encoder-pipeline-model-parallel-size "
                              "(the encoder's layers split evenly over its %d stages, the decoder's "

@@ -180,6 +180,12 @@ int group_create_all(const rank_layout_t *L, const char *dims, const char *prefi
 
 int group_create_all_at(const rank_layout_t *L, const char *dims, const char *prefix,
                         int first_rank, group_t **out, perr_t *e) {
+    return group_create_all_mapped(L, dims, prefix, first_rank, NULL, out, e);
+}
+
+int group_create_all_mapped(const rank_layout_t *L, const char *dims, const char *prefix,
+                            int first_rank, const unsigned short *rank_at, group_t **out,
+                            perr_t *e) {
     int ng = layout_num_groups(L, dims);
     if (ng < 0) return perr_set(e, "group_create_all: dims '%s' names an unknown dimension", dims);
     int *ranks = malloc((size_t)L->world * sizeof *ranks);
@@ -190,7 +196,8 @@ int group_create_all_at(const rank_layout_t *L, const char *dims, const char *pr
         int id = layout_group_id(L, r, dims);
         if (out[id]) continue;
         int n = layout_group_ranks(L, r, dims, ranks);
-        for (int k = 0; k < n; k++) ranks[k] += first_rank;
+        for (int k = 0; k < n; k++)
+            ranks[k] = rank_at ? rank_at[first_rank + ranks[k]] : first_rank + ranks[k];
         char name[64];
         snprintf(name, sizeof name, "%s%d", prefix ? prefix : dims, id);
         out[id] = group_create(ranks, n, name, e);

@@ -1,7 +1,8 @@
 /* mesh.c - several rank layouts side by side in one world (mesh.h).
  *
- * Each mesh is an ordinary rank layout over its local ranks 0 .. world-1;
- * world rank = offset + local rank. Nothing here knows about encoders or
+ * Each mesh is an ordinary rank layout over its local ranks 0 .. world-1
+ * at positions offset + local rank: the world rank there, or with a rank
+ * list (mesh_grid_init_mapped) the list's entry. Nothing here knows about encoders or
  * decoders: the meshes and the selections that join them are the whole
  * vocabulary, so the same code serves an embedding group across pipeline
  * ends or a bridge between two models.
@@ -72,6 +73,10 @@ static int check_tiling(const mesh_grid_t *G, perr_t *e) {
     return 0;
 }
 
+/* The world rank at position c, and the position of world rank r. */
+static int rank_at(const mesh_grid_t *G, int c) { return G->mapped ? G->rank_at[c] : c; }
+static int pos_of(const mesh_grid_t *G, int r) { return G->mapped ? G->pos_of[r] : r; }
+
 /* Every mesh's groups along every axis, then the world group. */
 static int create_groups(mesh_grid_t *G, perr_t *e) {
     for (int i = 0; i < G->nmesh; i++) {
@@ -83,7 +88,9 @@ static int create_groups(mesh_grid_t *G, perr_t *e) {
             if (!M->groups[a]) return perr_set(e, "mesh \"%s\": out of host memory", M->name);
             char prefix[48];
             snprintf(prefix, sizeof prefix, "%s.%s", M->name, axis);
-            if (group_create_all_at(&M->layout, axis, prefix, M->offset, M->groups[a], e)) return -1;
+            if (group_create_all_mapped(&M->layout, axis, prefix, M->offset,
+                                        G->mapped ? G->rank_at : NULL, M->groups[a], e))
+                return -1;
             M->ngroups[a] = n;
         }
     }
@@ -121,6 +128,26 @@ int mesh_grid_init(mesh_grid_t *G, const mesh_spec_t *specs, int n, int world, p
     return 0;
 }
 
+int mesh_grid_init_mapped(mesh_grid_t *G, const mesh_spec_t *specs, int n, int world,
+                          const unsigned short *ranks, int nranks, perr_t *e) {
+    if (mesh_grid_init(G, specs, n, world, e)) return -1;
+    if (!nranks) return 0;
+    perr_t why;
+    if (layout_check_ranks(ranks, nranks, G->world, &why)) {
+        mesh_grid_free(G);
+        return perr_set(e, "meshes: rank list: %s", why.msg);
+    }
+    /* the groups again, of the placed ranks */
+    mesh_grid_free(G);
+    G->mapped = 1;
+    for (int c = 0; c < nranks; c++) G->rank_at[c] = ranks[c], G->pos_of[ranks[c]] = (unsigned short)c;
+    if (create_groups(G, e)) {
+        mesh_grid_free(G);
+        return -1;
+    }
+    return 0;
+}
+
 void mesh_grid_free(mesh_grid_t *G) {
     for (int i = 0; i < G->nmesh; i++) {
         mesh_t *M = &G->mesh[i];
@@ -145,11 +172,11 @@ mesh_device_t mesh_device(const mesh_grid_t *G, int rank) {
     mesh_device_t d;
     memset(&d, 0, sizeof d);
     d.rank = rank;
-    d.mesh = rank >= 0 && rank < G->world ? mesh_of(G, rank) : -1;
+    d.mesh = rank >= 0 && rank < G->world ? mesh_of(G, pos_of(G, rank)) : -1;
     d.pp_prev = d.pp_next = -1;
     if (d.mesh < 0) return d;
     const mesh_t *M = &G->mesh[d.mesh];
-    d.local = rank - M->offset;
+    d.local = pos_of(G, rank) - M->offset;
     for (int a = 0; a < GRID_NAXES; a++) {
         const char *axis = grid_axis_name((grid_axis_t)a);
         d.coord[a] = layout_coord(&M->layout, d.local, axis);
@@ -180,7 +207,7 @@ int mesh_select(const mesh_grid_t *G, int mesh, const int coord[GRID_NAXES], int
         for (int a = 0; a < GRID_NAXES && match; a++)
             match = want[a] == MESH_ANY ||
                     layout_coord(&M->layout, local, grid_axis_name((grid_axis_t)a)) == want[a];
-        if (match) ranks_out[n++] = M->offset + local;
+        if (match) ranks_out[n++] = rank_at(G, M->offset + local);
     }
     return n;
 }

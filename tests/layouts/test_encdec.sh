@@ -74,6 +74,32 @@ exact "etp 1 < tp 4, epp 1 pp 2 x dp 2 ZeRO-1, GPipe" t5-tiny 2 4 1 1 2 --zero-s
 exact "etp 2 < tp 4, epp 1 pp 1 every linear row-parallel" t5-tiny 1 4 2 1 1 --tensor-parallel-row-linears
 exact "etp 1 < tp 3 (6 heads: 3 decoder ranks an encoder rank), epp 1 pp 1 x dp 2 ZeRO-1" "$tmp/h6.json" 2 3 1 1 1 --zero-stage 1
 exact "etp 1 < tp 3 (6 heads), epp 2 pp 2 x dp 2 ZeRO-3" "$tmp/h6.json" 2 3 1 2 2 --zero-stage 3 --num-microbatches 2
+T=tests/layouts/models/t5-tiny-tied.json # a head tied to the embedding
+# interleaved: the encoder's chunks round its 2 stages, the decoder's round
+# its 2 (stage 1: encoder layer 1, then layer 3 and the final LayerNorm)
+exact "epp 2 pp 2 interleaved V 2, 4 + 4 layers" t5-tiny 1 1 1 2 2 --encoder-num-layers 4 --num-layers 4 --virtual-pipeline-model-parallel-size 2 --num-microbatches 4
+exact "epp 2 pp 2 interleaved V 2, etp 1 < tp 2 x dp 2 ZeRO-1, tied head" $T 2 2 1 2 2 --encoder-num-layers 4 --num-layers 4 --virtual-pipeline-model-parallel-size 2 --num-microbatches 4 --zero-stage 1
+exact "epp 2 pp 2 --num-layers-per-virtual-pipeline-stage 1 (the final LayerNorm not counted)" t5-tiny 1 1 1 2 2 --encoder-num-layers 4 --num-layers 4 --num-layers-per-virtual-pipeline-stage 1 --num-microbatches 4
+# a V (zb-v, dualpipev) on 2 + 2 stages: the encoder's last stage holds its
+# final LayerNorm too (3 units), so its two chunks are unequal (1 + 2)
+exact "epp 2 pp 2 zb-v, 4 + 4 layers, 8 microbatches" t5-tiny 1 1 1 2 2 --encoder-num-layers 4 --num-layers 4 --pipeline-schedule zb-v --num-microbatches 8
+exact "epp 2 pp 2 dualpipev, 4 + 4 layers, tp 2 SP, 8 microbatches" t5-tiny 1 2 2 2 2 --encoder-num-layers 4 --num-layers 4 --pipeline-schedule dualpipev --num-microbatches 8 --sequence-parallel
+exact "epp 2 pp 2 zb-v, etp 1 < tp 2, 4 + 4 layers" t5-tiny 1 2 1 2 2 --encoder-num-layers 4 --num-layers 4 --pipeline-schedule zb-v --num-microbatches 4
+# a head tied across the meshes: the embedding's vocabulary cut over etp, the
+# head's over tp, reconciled on the global rows (34 tiles of 272: 17 + 17
+# over etp 2, 9 + 9 + 8 + 8 over tp 4, cuts that do not nest)
+exact "tied head, etp 1 < tp 2, epp 1 pp 1" $T 1 2 1 1 1
+exact "tied head, etp 2 < tp 4 SP, epp 2 pp 2 x dp 2 ZeRO-3" $T 2 4 2 2 2 --sequence-parallel --zero-stage 3 --num-microbatches 2
+exact "tied head, vocab 272: cuts that do not nest, etp 2 < tp 4, epp 1 pp 1" $T 1 4 2 1 1 --vocab-size 272
+# --rank-list on two meshes: it places dp*etp*epp*cp + dp*tp*pp*cp ranks
+exact "shuffled --rank-list, etp 1 < tp 2, epp 2 pp 2 x dp 2 ZeRO-1, tied head" $T 2 2 1 2 2 --zero-stage 1 --num-microbatches 2 --rank-list 7,11,3,10,8,4,9,1,0,6,2,5
+exact "shuffled --rank-list, etp 2 < tp 4 SP x dp 2" t5-tiny 2 4 2 1 1 --sequence-parallel --rank-list 5,2,0,4,1,3,11,9,6,10,8,7
+out=$("$P" check --model t5-tiny --steps 1 --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 --encoder-pipeline-model-parallel-size 1 --data-parallel-size 2 --rank-list 5,2,0,4,1,3 --print-layout 2>&1); rc=$?
+if [ $rc = 0 ] && echo "$out" | grep -q '"name": "encoder", "ranks": \[2, 5\], "tp": 1' &&
+   echo "$out" | grep -q '"name": "decoder", "ranks": \[0, 1, 3, 4\], "tp": 2' &&
+   echo "$out" | grep -q '{"encoder": 5, "decoder": \[0, 4\]}' && echo "$out" | grep -q '{"encoder": 2, "decoder": \[1, 3\]}'; then
+  ok "--rank-list places both meshes' ranks, and the bridge follows them"
+else fail "--print-layout of meshes placed by a rank list" "exit $rc" "$(echo "$out" | sed -n 1,30p)"; fi
 
 # LLaVA-style: a ViT encoder and a projector before a GPT decoder
 exact "llava dp 2 ZeRO-1" llava-tiny 2 1 1 0 1 --zero-stage 1
@@ -101,6 +127,12 @@ if [ $rc = 0 ] && echo "$line" | grep -q ': 4 messages, .* formula: 2 decoder ra
   ok "the bridge's traffic equals its formula (etp 2 < tp 4 SP: $mb MB)"
 else fail "bridge traffic report" "exit $rc" "$line"; fi
 
+out=$("$P" train --model t5-tiny --steps 1 --encoder-pipeline-model-parallel-size 2 --pipeline-model-parallel-size 2 --encoder-num-layers 4 --num-layers 4 --virtual-pipeline-model-parallel-size 2 --num-microbatches 4 --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 --rank-list 3,0,1,2,4,5 2>&1); rc=$?
+line=$(echo "$out" | grep 'point to point')
+if [ $rc = 0 ] && echo "$line" | grep -q 'device 0 (stage 1) per step: 12 messages, 0.197 MB sent; formula: 3 boundaries x m = 12 messages.* = 0.197 MB'; then
+  ok "an interleaved encoder ring's point-to-point traffic equals its formula (device 0 placed on stage 1)"
+else fail "interleaved encoder ring p2p report" "exit $rc" "$line"; fi
+
 # ---- checkpoints -----------------------------------------------------------------
 "$P" train --model t5-tiny --steps 2 --quiet --save "$tmp/ck" >/dev/null 2>&1
 "$P" train --model t5-tiny --steps 2 --quiet --tensor-model-parallel-size 2 --encoder-pipeline-model-parallel-size 1 --pipeline-model-parallel-size 1 --data-parallel-size 2 --zero-stage 3 --save "$tmp/ck2" >/dev/null 2>&1
@@ -124,18 +156,26 @@ if echo "$out" | grep -q "| NO$" && echo "$out" | grep -q "encoder layer 0's sel
   ok "tp-fp32-sums is caught at the encoder's first row-parallel output"
 else fail "tp-fp32-sums on t5-tiny" "$(echo "$out" | tail -4)"; fi
 
+for b in encdec-tied-cuts pp-tied-embedding; do # the tied head's group across the meshes
+  out=$("$P" check --model $T --steps 1 --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 --encoder-pipeline-model-parallel-size 1 --test-broken $b 2>&1)
+  if echo "$out" | grep -q "| NO$" && echo "$out" | grep -q "tensor      step0.grad.embedding.word_embeddings.weight" &&
+     echo "$out" | grep -q "produced by device 0"; then
+    ok "$b across the meshes is caught at the word embedding's gradient on device 0"
+  else fail "$b on an encoder mesh" "$(echo "$out" | tail -4)"; fi
+done
+
 # ---- refusals ------------------------------------------------------------------
 refuse "decoder pipeline without encoder stages" "pipeline-model-parallel-size: 2 with an encoder-decoder \(arch t5\) needs --encoder-pipeline-model-parallel-size > 0" -- "$P" check --model t5-tiny --pipeline-model-parallel-size 2 --steps 1
 refuse "etp without epp" "encoder-tensor-model-parallel-size: 1 needs --encoder-pipeline-model-parallel-size > 0" -- "$P" check --model t5-tiny --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 --steps 1
 refuse "etp must divide tp" "encoder-tensor-model-parallel-size: 3 does not divide tensor-model-parallel-size 4" -- "$P" check --model t5-tiny --tensor-model-parallel-size 4 --encoder-tensor-model-parallel-size 3 --encoder-pipeline-model-parallel-size 1 --steps 1
-echo '{"base": "t5-tiny", "tied": true}' > "$tmp/tied.json"
-refuse "an encoder mesh with a tied head" "encoder-tensor-model-parallel-size: 1 < tp 2 needs an untied head" -- "$P" check --model "$tmp/tied.json" --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 --encoder-pipeline-model-parallel-size 1 --steps 1
 refuse "svg grid of two meshes" "svg grid: an encoder mesh beside the decoder's .* is no one rank grid to draw" -- "$P" svg grid --model t5-tiny --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 --encoder-pipeline-model-parallel-size 1 -o "$w/g.svg"
 refuse "a world size that is no number of replicas" "world-size: 8 is not divisible by cp\*\(etp\*epp \+ tp\*pp\) \(an encoder mesh beside the decoder's\) = 3" -- "$P" check --model t5-tiny --world-size 8 --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 1 --encoder-pipeline-model-parallel-size 1 --steps 1
 refuse "etp above tp" "encoder-tensor-model-parallel-size: 4 exceeds tensor-model-parallel-size 2" -- "$P" check --model t5-tiny --tensor-model-parallel-size 2 --encoder-tensor-model-parallel-size 4 --encoder-pipeline-model-parallel-size 1 --steps 1
 refuse "epp on a GPT" "encoder-pipeline-model-parallel-size: .*gpt-micro .*\(arch gpt\) has no encoder" -- "$P" check --model gpt-micro --encoder-pipeline-model-parallel-size 1 --steps 1
 refuse "epp must divide the encoder layers" "encoder-pipeline-model-parallel-size: 3 does not divide the 2 encoder layers" -- "$P" check --model t5-tiny --encoder-pipeline-model-parallel-size 3 --steps 1
 refuse "pp must divide the decoder layers" "pipeline-model-parallel-size: 3 does not divide the 2 decoder layers" -- "$P" check --model t5-tiny --encoder-pipeline-model-parallel-size 1 --pipeline-model-parallel-size 3 --steps 1
+refuse "interleaving an encoder of one stage" "virtual-pipeline-model-parallel-size: 2 with an encoder-decoder: the encoder's chunks go round its 1 stage\(s\) and the decoder's round its 2, and a ring needs 2 stages" -- "$P" check --model t5-tiny --encoder-pipeline-model-parallel-size 1 --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --num-microbatches 6 --micro-batch-size 1 --global-batch-size 6 --steps 1
+refuse "a V with a chunk of no layer" "pipeline-schedule: zb-v puts 2 chunks on every stage, but stage 2 holds 1 layer\(s\), so its chunk 0 would hold no unit \(8 chunks for 5 layers between the embedding and the head" -- "$P" check --model t5-tiny --encoder-pipeline-model-parallel-size 2 --pipeline-model-parallel-size 2 --pipeline-schedule zb-v --num-microbatches 8 --steps 1
 refuse "a layer split with epp" "pipeline-layer-split: not with --encoder-pipeline-model-parallel-size" -- "$P" check --model t5-tiny --encoder-pipeline-model-parallel-size 1 --pipeline-model-parallel-size 1 --pipeline-layer-split 2 --steps 1
 refuse "context parallelism" "context-parallel-size: 2 with an encoder-decoder \(arch t5\): not built" -- "$P" check --model t5-tiny --context-parallel-size 2 --steps 1
 refuse "MoE in an encoder-decoder" "moe.experts \(--num-experts\) = 4: an encoder-decoder \(arch t5\) has dense MLPs only" -- "$P" train --model t5-tiny --num-experts 4 --steps 1

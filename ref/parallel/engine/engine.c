@@ -299,8 +299,11 @@ static int check_broken(const engine_run_t *run, int world, perr_t *err) {
     if (run->broken_cp_online_softmax && (pc->cp == 1 || pc->cp_comm))
         return perr_set(err, "broken_cp_online_softmax: needs the ring (context-parallel-size > 1, "
                              "--cp-comm-type p2p)");
-    if (run->broken_pp_tied_grad && !run->model.tied)
-        return perr_set(err, "broken_pp_tied_grad: the model's head is not tied to the embedding");
+    if ((run->broken_pp_tied_grad || run->broken_encdec_tied_cuts) && !run->model.tied)
+        return perr_set(err, "broken_%s: the model's head is not tied to the embedding",
+                        run->broken_pp_tied_grad ? "pp_tied_grad" : "encdec_tied_cuts");
+    if (run->broken_encdec_tied_cuts && !pconfig_hetero(pc))
+        return perr_set(err, "broken_encdec_tied_cuts: needs an encoder mesh of etp < tp");
     return 0;
 }
 
@@ -316,10 +319,6 @@ static int build_layout(engine_shared_t *sh, perr_t *err) {
     int sizes[GRID_NAXES];
     pconfig_grid_sizes(pc, sizes);
     if (pconfig_hetero(pc)) { /* an encoder mesh beside the decoder's */
-        if (run->model.tied)
-            return perr_set(err, "encoder-tensor-model-parallel-size: %d < tp %d needs an untied head "
-                                 "(the embedding's and the head's vocabulary cuts differ between the meshes)",
-                            pc->encoder_tp, pc->tp);
         if (engine_meshes_init(sh, err)) return -1;
     } else {
         if (grid_init_mapped(&sh->grid, pc->order, sizes, pc->rank_list, pc->n_rank_list, err))

@@ -50,6 +50,12 @@ void engine_groups_free(engine_groups_t *g);
 int  engine_bridge_side(const struct engine_rank *r);
 int  engine_bridge_fanout(const engine_shared_t *sh);
 int  engine_bridge_peer(const struct engine_rank *r, int i);
+/* A head tied across the meshes: the embedding groups (the encoder's
+ * first stage and the decoder's last, every tp rank of both, one group a
+ * dp x cp coordinate), and the reduction of the word embedding's open
+ * gradient sums over them with the two vocabulary cuts reconciled. */
+int  engine_tied_mesh_groups(engine_shared_t *sh, perr_t *err);
+void engine_tied_mesh_reduce(struct engine_rank *r, acc_t *a);
 
 /* The parameter-shaped tensors a dump collects, each step: gradients
  * (before the update), then parameters and AdamW's m and v (after it). */

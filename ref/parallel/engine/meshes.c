@@ -26,7 +26,9 @@ int engine_encdec_meshes(mesh_grid_t *G, const pconfig_t *pc, perr_t *err) {
     for (int a = 0; a < GRID_NAXES; a++) enc_world *= enc[a];
     mesh_spec_t spec[2] = {{"encoder", pc->order, {0}, 0}, {"decoder", pc->order, {0}, enc_world}};
     memcpy(spec[0].size, enc, sizeof enc), memcpy(spec[1].size, dec, sizeof dec);
-    return mesh_grid_init(G, spec, 2, 0, err);
+    /* a rank list places both meshes' positions: the encoder's 0 ..
+     * dp*etp*epp*cp - 1 (its order's), then the decoder's */
+    return mesh_grid_init_mapped(G, spec, 2, 0, pc->rank_list, pc->n_rank_list, err);
 }
 
 int engine_meshes_init(engine_shared_t *sh, perr_t *err) {
@@ -93,12 +95,13 @@ int engine_groups_create(engine_shared_t *sh, const char *dims, const char *pref
         char name[48];
         snprintf(name, sizeof name, "%s%s%s", sh->meshes ? sh->meshes->mesh[m].name : "",
                  sh->meshes ? "." : "", prefix);
-        if (group_create_all_at(L, dims, name, offset, out->groups + base, err)) {
+        const unsigned short *at = sh->meshes && sh->meshes->mapped ? sh->meshes->rank_at : NULL;
+        if (group_create_all_mapped(L, dims, name, offset, at, out->groups + base, err)) {
             engine_groups_free(out);
             return -1;
         }
         for (int local = 0; local < L->world; local++)
-            out->id_of[offset + local] = base + layout_group_id(L, local, dims);
+            out->id_of[at ? at[offset + local] : offset + local] = base + layout_group_id(L, local, dims);
         base += n;
     }
     return 0;
@@ -140,4 +143,70 @@ int engine_bridge_peer(const engine_rank_t *r, int i) {
     if (mesh_select(sh->meshes, to_decoder, c, &rank, &e) != 1)
         parity_fatal("device %d: no bridge peer %d across the encoder-decoder boundary", r->device, i);
     return rank;
+}
+
+/* ---- a head tied across the meshes ------------------------------------------ */
+
+/* The tied word embedding's copies: the embedding's on the encoder's
+ * first stage, its vocabulary cut over etp, and the head's on the
+ * decoder's last, cut over tp. One group a (dp, cp) coordinate holds the
+ * etp + tp ranks of both copies, Megatron's embedding group widened to
+ * every rank that holds a vocabulary row. */
+int engine_tied_mesh_groups(engine_shared_t *sh, perr_t *err) {
+    const mesh_grid_t *G = sh->meshes;
+    const int n = G->mesh[0].world / (G->mesh[0].size[GRID_TP] * G->mesh[0].size[GRID_PP]);
+    if (!(sh->emb_groups = calloc((size_t)n, sizeof *sh->emb_groups)))
+        return perr_set(err, "dp: out of memory");
+    for (int d = 0; d < G->world; d++) {
+        const mesh_device_t md = mesh_device(G, d);
+        if (md.mesh != 0 || md.coord[GRID_TP] != 0 || md.coord[GRID_PP] != 0) continue;
+        mesh_sel_t sel[2] = {{0, {0}}, {1, {0}}};
+        memcpy(sel[0].coord, md.coord, sizeof md.coord), memcpy(sel[1].coord, md.coord, sizeof md.coord);
+        sel[0].coord[GRID_TP] = sel[1].coord[GRID_TP] = MESH_ANY;
+        sel[1].coord[GRID_PP] = MESH_LAST;
+        if (!(sh->emb_groups[sh->n_emb_groups] = mesh_group_select(G, sel, 2, "emb", err))) return -1;
+        sh->n_emb_groups++;
+    }
+    return 0;
+}
+
+typedef struct {
+    xvec_t *full, *mine;
+    int to_full, unreconciled;
+} tied_runs_t;
+
+/* A run of the device's block between its open sums and the vocabulary's
+ * global rows; the broken variant lays the block at its local offset, as
+ * an all-reduce of the local shards would. */
+static void tied_run(void *ctx, size_t global_flat, size_t local_flat, size_t n) {
+    const tied_runs_t *t = ctx;
+    const size_t at = t->unreconciled ? local_flat : global_flat;
+    if (t->to_full) xvec_store_range(t->full, at, t->mine, local_flat, n);
+    else xvec_store_range(t->mine, local_flat, t->full, at, n);
+}
+
+/* The cuts of the two copies need not nest (uneven whole tiles: 6 tiles
+ * are 3 + 3 over two ranks, 2 + 2 + 1 + 1 over four), so each device
+ * re-blocks its open sums onto the vocabulary's global rows ([V, C], +0
+ * on the rows others hold), the group sums them exactly, and each takes
+ * its own rows back: every row's gradient is the exact sum of the
+ * embedding's and the head's contributions, the golden one, on both
+ * copies. Adding +0 to an exact sum changes no bit of its rounding. */
+void engine_tied_mesh_reduce(engine_rank_t *r, acc_t *a) {
+    const engine_part_t p = engine_part(r->sh, r->part);
+    const placement_t *pl = &p.table->info[p.table->wte].pl;
+    const size_t n = placement_global_numel(pl);
+    double *zeros = calloc(n ? n : 1, sizeof *zeros); /* all-zero bits are +0.0 */
+    if (!zeros) parity_fatal("device %d: out of memory for the tied embedding's gradient", r->device);
+    xvec_t full;
+    xvec_init_with(&full, n, zeros);
+    xvec_claim_zero(&full); /* its zeros are real: the runs below store into it */
+    tied_runs_t t = {&full, &a->x, 1, r->sh->run->broken_encdec_tied_cuts};
+    placement_for_runs(pl, p.sizes, p.coord, tied_run, &t);
+    coll_all_reduce_open(r->emb_group, &full, 0, n);
+    t.to_full = 0;
+    xvec_claim_zero(&a->x); /* every element of the block is stored back */
+    placement_for_runs(pl, p.sizes, p.coord, tied_run, &t);
+    xvec_free(&full);
+    free(zeros);
 }

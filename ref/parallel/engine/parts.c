@@ -207,6 +207,7 @@ int engine_build_stages(engine_shared_t *sh, perr_t *err) {
         if (pp_tied_split(&sh->pp) && sh->cfg.tied) dp_plan_hold_embedding(&sh->plans[k], &sh->part_tables[k]);
     }
     if (!pp_tied_split(&sh->pp) || !sh->cfg.tied) return 0;
+    if (sh->meshes) return engine_tied_mesh_groups(sh, err); /* etp + tp ranks a group */
     const int n = sh->grid.world / pp;
     sh->emb_groups = calloc((size_t)n, sizeof *sh->emb_groups);
     if (!sh->emb_groups) return perr_set(err, "dp: out of memory");

@@ -190,7 +190,8 @@ static void reduce_tied_embedding(engine_rank_t *r) {
     if (!r->emb_group || r->sh->run->broken_pp_tied_grad) return;
     acc_t *a = &r->g->grad_acc[r->g->table.wte];
     const double t0 = engine_now();
-    coll_all_reduce_open(r->emb_group, &a->x, 0, a->n);
+    if (r->sh->meshes) engine_tied_mesh_reduce(r, a); /* two vocabulary cuts */
+    else coll_all_reduce_open(r->emb_group, &a->x, 0, a->n);
     r->report->seconds_comm += engine_now() - t0;
     engine_span(r, "embedding all-reduce", "exact-sum", t0, -1, -1);
 }

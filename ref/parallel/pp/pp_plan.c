@@ -61,33 +61,63 @@ static int chunks(pp_plan_t *p, const pconfig_t *pc, perr_t *err) {
     p->v = pc->vpp ? pc->vpp : 1;
     if (pc->pp_schedule == PC_PP_ZB_V || pc->pp_schedule == PC_PP_DUALPIPEV) {
         p->v = 2, p->vshape = 1; /* two chunks a stage, in a V (pp.h) */
-        for (int r = 0; r < p->pp; r++)
+        /* an encoder-decoder's extra unit (the encoder's final LayerNorm,
+         * counted on its last stage) makes a stage odd: its chunks are
+         * unequal, the last holding one unit more (chunk_layers); a V's
+         * schedule is over passes, not layers */
+        for (int r = 0; r < p->pp && !pc->encoder_pp; r++)
             if (p->stage_layers[r] % 2)
                 return perr_set(err, "pipeline-schedule: %s puts two chunks on every stage, but "
                                      "stage %d holds %d layers (an odd number)",
                                 pp_schedule_name(pc->pp_schedule), r, p->stage_layers[r]);
     }
     if (pc->layers_per_vstage) {
+        /* the user's layers: not the encoder's final LayerNorm, a unit
+         * of parity's that rides with its last stage's last chunk */
+        int own[PC_MAX_SPLIT] = {0};
+        for (int r = 0; r < p->pp; r++)
+            own[r] = p->stage_layers[r] - (pc->encoder_pp && r == pc->encoder_pp - 1);
         const int n = pc->layers_per_vstage;
         for (int r = 0; r < p->pp; r++)
-            if (p->stage_layers[r] % n || p->stage_layers[r] / n != p->stage_layers[0] / n)
+            if (own[r] % n || own[r] / n != own[0] / n)
                 return perr_set(err, "num-layers-per-virtual-pipeline-stage: %d must cut every "
                                      "stage's layers into the same number of chunks; stage %d holds "
-                                     "%d (stage 0: %d)", n, r, p->stage_layers[r], p->stage_layers[0]);
-        p->v = p->stage_layers[0] / n;
+                                     "%d (stage 0: %d)", n, r, own[r], own[0]);
+        p->v = own[0] / n;
         if (p->v < 2)
             return perr_set(err, "num-layers-per-virtual-pipeline-stage: %d leaves one chunk per "
                                  "stage (%d layers each); interleaving needs at least two",
-                            n, p->stage_layers[0]);
+                            n, own[0]);
         if (p->v > GPT_MAX_CHUNKS)
             return perr_set(err, "num-layers-per-virtual-pipeline-stage: %d gives %d chunks per "
                                  "stage, at most %d", n, p->v, GPT_MAX_CHUNKS);
     }
-    for (int r = 0; r < p->pp; r++)
+    /* an interleaved encoder-decoder (pp.h's rings): each mesh's chunks go
+     * round its own stages, so each needs two of them (Megatron: virtual
+     * stages need pp > 1); the encoder's last stage, holding its final
+     * LayerNorm too, has unequal chunks */
+    if (pc->encoder_pp && p->v > 1 && !p->vshape) {
+        const int E = pc->encoder_pp, D = p->pp - E;
+        if (E < 2 || D < 2)
+            return perr_set(err, "virtual-pipeline-model-parallel-size: %d with an encoder-decoder: "
+                                 "the encoder's chunks go round its %d stage(s) and the decoder's "
+                                 "round its %d, and a ring needs 2 stages (one would send each chunk "
+                                 "to itself)", p->v, E, D);
+        p->rings = E;
+    }
+    for (int r = 0; r < p->pp && !p->vshape && !p->rings; r++)
         if (p->stage_layers[r] % p->v)
             return perr_set(err, "virtual-pipeline-model-parallel-size: %d chunks do not divide "
                                  "stage %d's %d layers", p->v, r, p->stage_layers[r]);
     return 0;
+}
+
+/* The layers of chunk c of stage r: an even share, the last chunks one
+ * more where the stage's layers do not divide (an encoder-decoder's last
+ * encoder stage: interleaved, its final LayerNorm rides with the encoder's
+ * last layer in the encoder's last chunk). */
+static int chunk_layers(const pp_plan_t *p, int r, int c) {
+    return p->stage_layers[r] / p->v + (c >= p->v - p->stage_layers[r] % p->v);
 }
 
 int pp_plan_build(pp_plan_t *p, const model_config_t *cfg, const pconfig_t *pc, perr_t *err) {
@@ -113,8 +143,16 @@ int pp_plan_build(pp_plan_t *p, const model_config_t *cfg, const pconfig_t *pc, 
                              "messages than a step's tags can name", p->m, p->pp, p->v);
     /* virtual stages in model order: chunk 0 of every stage, then chunk 1, ... */
     const int V = p->pp * p->v, L = p->layers;
+    for (int vs = 1; vs < V - 1; vs++) /* the ends hold the embedding and the head */
+        if (chunk_layers(p, pp_stage_of(p, vs), pp_chunk_of(p, vs)) == 0)
+            return perr_set(err, "pipeline-schedule: %s puts %d chunks on every stage, but stage %d "
+                                 "holds %d layer(s), so its chunk %d would hold no unit (%d chunks "
+                                 "for %d layers between the embedding and the head: each chunk but "
+                                 "the first and the last needs one)",
+                            pp_schedule_name(p->sched), p->v, pp_stage_of(p, vs),
+                            p->stage_layers[pp_stage_of(p, vs)], pp_chunk_of(p, vs), V, L);
     for (int vs = 0, layer = 0; vs < V; vs++) {
-        const int r = pp_stage_of(p, vs), c = pp_chunk_of(p, vs), n = p->stage_layers[r] / p->v;
+        const int r = pp_stage_of(p, vs), c = pp_chunk_of(p, vs), n = chunk_layers(p, r, c);
         gpt_units_t *u = &p->units[r];
         u->n = p->v;
         u->lo[c] = vs == 0 ? 0 : 1 + layer;

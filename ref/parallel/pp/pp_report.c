@@ -117,7 +117,10 @@ void pp_print_report(const run_report_t *run, FILE *f) {
             n ? 100 * bubble / n : 0.0, n, pp_bubble_formula(&pp), 100 * pp_bubble_theory(&pp));
     /* point to point: device 0's messages against its stage's boundaries */
     const device_report_t *r0 = &run->reports[0];
-    const coll_family_t *fam = coll_counters_family(&r0->comm, "pp");
+    /* two meshes: its own mesh's pipeline groups ("encoder.pp0", meshes.c) */
+    const char *pp_family = !pconfig_hetero(pc) ? "pp"
+                            : r0->pp_stage < pc->encoder_pp ? "encoder.pp" : "decoder.pp";
+    const coll_family_t *fam = coll_counters_family(&r0->comm, pp_family);
     const coll_tally_t x = fam ? fam->by[COLL_KIND_SEND][COLL_F32] : (coll_tally_t){0, 0, 0, 0, 0};
     int boundaries = 0;
     for (int c = 0; c < pp.v; c++) {

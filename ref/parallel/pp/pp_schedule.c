@@ -193,7 +193,30 @@ static int dualpipev(const pp_plan_t *p, int r, pp_op_t *ops) {
 #undef PB
 #undef PW
 
+/* An interleaved encoder-decoder (pp.h's rings): the decoder's stages run
+ * Megatron's interleaved schedule over their own ring of D stages; the
+ * encoder's run its every forward, chunk by chunk, then its every
+ * backward (interleaved's order when m = pp), so no encoder pass waits on
+ * the decoder until every forward has left: the decoder's first stage
+ * then pulls the encoder's outputs as a first stage reads its data, and
+ * the encoder's backwards wait only on gradients that the decoder makes
+ * on its own. */
+static int interleaved_rings(const pp_plan_t *p, int r, pp_op_t *ops) {
+    int n = 0;
+    if (r >= p->rings) {
+        pp_plan_t ring = *p;
+        ring.pp = p->pp - p->rings, ring.rings = 0;
+        return interleaved(&ring, r - p->rings, ops);
+    }
+    for (int c = 0; c < p->v; c++)
+        for (int mb = 0; mb < p->m; mb++) n = put(ops, n, 1, mb, c);
+    for (int c = p->v - 1; c >= 0; c--)
+        for (int mb = 0; mb < p->m; mb++) n = put(ops, n, 0, mb, c);
+    return n;
+}
+
 int pp_schedule(const pp_plan_t *p, int r, pp_op_t *ops) {
+    if (p->rings && p->sched == PC_PP_INTERLEAVED) return interleaved_rings(p, r, ops);
     switch (p->sched) {
     case PC_PP_ZB_H1: return zb_h1(p, r, ops);
     case PC_PP_ZB_V: return zb_v(p, r, ops);
