@@ -30,8 +30,10 @@ int modes_count(void);
 const char *modes_base(int large);
 
 /* Extra flags a mode needs only beside another: a pipeline schedule with
- * an encoder-decoder gives the encoder a stage of its own (Megatron's
- * rule: the encoder and decoder never share a pipeline rank). */
+ * an encoder-decoder gives the encoder stages of its own (Megatron's
+ * rule: the encoder and decoder never share a pipeline rank), two of
+ * them over 4 layers (interleaving's rings need 2 stages, the V's chunks
+ * a unit each). */
 const char *modes_extra(const modes_entry_t *with, const modes_entry_t *const *all, int n);
 
 #define MODES_MAX_ARGS 96

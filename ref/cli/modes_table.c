@@ -123,6 +123,6 @@ static int has_encdec(const modes_entry_t *const *all, int n) {
 
 const char *modes_extra(const modes_entry_t *with, const modes_entry_t *const *all, int n) {
     if (!strcmp(with->family, "pp") && has_encdec(all, n))
-        return "--encoder-pipeline-model-parallel-size 1";
+        return "--encoder-pipeline-model-parallel-size 2 --encoder-num-layers 4";
     return "";
 }
