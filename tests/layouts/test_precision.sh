@@ -82,6 +82,29 @@ g=$("$P" train --model t5-tiny --steps 4 $F16 2>&1)
 if echo "$g" | grep -q '^step     0 .*(skipped)' && echo "$g" | grep -q '^step     1 .*loss scale 1.04858e+06 |'; then
   ok "fp16 t5: step 0 overflows and is skipped, the scale halves"
 else fail "fp16 t5: the forced overflow" "$(echo "$g" | grep '^step')"; fi
+# every rounding point is in the golden run: each activation and input
+# gradient a bf16 run dumps holds bf16 values only (the encoder's output,
+# the patch embedding and the projector included)
+for m in t5-tiny llava-tiny; do
+  "$P" train --model $m --steps 1 --bf16 --dump "$w/$m.st" >/dev/null 2>&1
+  if r=$(python3 - "$w/$m.st" <<'PY'
+import array, json, struct, sys
+f = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", f[:8])[0]
+head, base, good, bad = json.loads(f[8:8 + n]), 8 + n, 0, []
+for k, v in head.items():
+    if k == "__metadata__" or v["dtype"] != "F32" or not k.startswith(("step0.act.", "step0.grad_input.")):
+        continue
+    a, b = v["data_offsets"]
+    x = array.array("I", f[base + a:base + b])
+    if any(e & 0xFFFF for e in x): bad.append(k)
+    else: good += 1
+print(f"{good} tensors bf16-valued" if good and not bad else f"{good} bf16-valued, not: {bad}")
+sys.exit(0 if good and not bad else 1)
+PY
+); then ok "$m --bf16: every dumped activation and input gradient is bf16-valued ($r)"
+  else fail "$m --bf16: the dumped activations are bf16-valued" "$r"; fi
+done
 for m in t5-tiny llava-tiny; do
   e32=$("$P" train --model $m --steps 2 2>&1 | grep '^step     1' | grep -oE '\(0x[0-9a-f]+\)')
   eb=$("$P" train --model $m --steps 2 --bf16 2>&1 | grep '^step     1' | grep -oE '\(0x[0-9a-f]+\)')
