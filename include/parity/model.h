@@ -344,8 +344,15 @@ enum {
  * LN_FP32: LayerNorm's statistics as fp32 partial sums all-reduced over
  *   the row (LayerNorm2D's all_reduce of each rank's sum);
  * SUMMA_ROUNDED: SUMMA rounds each step's product to fp32 and adds it to
- *   the output step by step (Matmul_AB_2D's C += A.B). */
-enum { GPT_BROKEN_TP2D_LN_FP32 = 1024u, GPT_BROKEN_TP2D_SUMMA_ROUNDED = 2048u };
+ *   the output step by step (Matmul_AB_2D's C += A.B);
+ * SUMMA_LOWP: mixed precision's form of it, a naive amp's: each step's
+ *   product rounded to the model's dtype S and the running sum held in S
+ *   (torch.matmul under autocast returns bf16, and C += A.B adds bf16). */
+enum {
+    GPT_BROKEN_TP2D_LN_FP32 = 1024u,
+    GPT_BROKEN_TP2D_SUMMA_ROUNDED = 2048u,
+    GPT_BROKEN_TP2D_SUMMA_LOWP = 1u << 24 /* far from the others' bits: branches add them */
+};
 /* 3-D (tp3d.c): NO_SWAP: the second linear of a pair keeps the first's
  * input and output groups (Colossal's 3-D layers swap them after every
  * linear). */

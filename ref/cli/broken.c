@@ -46,6 +46,11 @@ static const char *needs_tp2d(const broken_where_t *w) {
                : "--tensor-parallel-mode 2d or 2.5d";
 }
 
+static const char *needs_tp2d_lowp(const broken_where_t *w) {
+    if (w->cfg->precision == MODEL_FP32) return "--bf16 or --fp16";
+    return needs_tp2d(w);
+}
+
 /* Megatron pads to a multiple of 128 x tp: a vocabulary that is one
  * already pads nothing. */
 static const char *needs_tp_padding(const broken_where_t *w) {
@@ -225,6 +230,9 @@ static void set_tp2d_ln(engine_run_t *r, int d) { (void)d, r->broken_tp2d |= GPT
 static void set_tp2d_summa(engine_run_t *r, int d) {
     (void)d, r->broken_tp2d |= GPT_BROKEN_TP2D_SUMMA_ROUNDED;
 }
+static void set_tp2d_summa_lowp(engine_run_t *r, int d) {
+    (void)d, r->broken_tp2d |= GPT_BROKEN_TP2D_SUMMA_LOWP;
+}
 static void set_tp3d_swap(engine_run_t *r, int d) { (void)d, r->broken_tp2d |= GPT_BROKEN_TP3D_NO_SWAP; }
 static void set_replica(engine_run_t *r, int d) { r->broken_replica = d + 1; /* 0 is off */ }
 static void set_adam8_shard(engine_run_t *r, int d) { (void)d, r->broken_adam8_shard_blocks = 1; }
@@ -260,6 +268,13 @@ static const broken_variant_t variants[] = {
      "(Colossal-AI Matmul_AB_2D's C += A.B)",
      "act.layers.0.*.output", "--tensor-model-parallel-size 4 --tensor-parallel-mode 2d", -1,
      "--tensor-parallel-mode 2d or 2.5d", 0, needs_tp2d, set_tp2d_summa},
+    {"tp2d-summa-bf16",
+     "round each SUMMA step's product to bf16 and add it to the output in bf16 (a naive amp's "
+     "Matmul_AB_2D: the product of bf16 blocks under autocast, C += A.B in the low dtype)",
+     "act.layers.0.self_attention.query_key_value.output",
+     "--bf16 --tensor-model-parallel-size 4 --tensor-parallel-mode 2d", -1,
+     "--tensor-parallel-mode 2d or 2.5d with --bf16 or --fp16", 0, needs_tp2d_lowp,
+     set_tp2d_summa_lowp},
     {"tp3d-no-group-swap",
      "let the second linear of a pair keep the first's input and output groups (Colossal-AI's "
      "3-D layers swap them after every linear)",

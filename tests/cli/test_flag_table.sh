@@ -115,8 +115,8 @@ rows() {
 --tile-tokens 8 | $M | cfg | -
 --tile-features 16 | $M | cfg | -
 --tile-ffn 32 | $M | cfg | -
---bf16 - | $M | loss | $MOE; $T5; $LL
---fp16 - | $M | loss | $MOE; $T5
+--bf16 - | $M | loss | $MOE
+--fp16 - | $M | loss | $MOE
 --loss-scale 1024 | $M --fp16 | loss | $M; $M --bf16
 --loss-scale 0 | $M --fp16 | same: 0 is dynamic scaling, the default | $M; $M --bf16
 --initial-loss-scale 1024 | $M --fp16 | loss | $M; $M --fp16 --loss-scale 128

@@ -6,8 +6,10 @@
 # bf16 over 3 steps with dropout on the layout matrix's representatives;
 # fp16 with dynamic loss scaling forced to overflow on its first step (the
 # skip, the halved scale and the later growth identical in every layout,
-# the dumps' loss_scale and skipped scalars compared); a static scale; the
-# precision changes the bits; what is refused is refused by name.
+# the dumps' loss_scale and skipped scalars compared); a static scale;
+# encoder-decoders (T5, LLaVA) over their meshes; Colossal-AI's 2-D, 2.5-D
+# and 3-D with their negative control; the precision changes the bits; what
+# is refused is refused by name.
 set -u
 P=${PARITY:-build/parity}
 P=$(cd "$(dirname "$P")" && pwd)/$(basename "$P")
@@ -55,6 +57,92 @@ exact "fp16 overflow, tp 2 x pp 2 x dp 2 ZeRO-3" gpt-micro 4 $M4 $F16 --tensor-m
   --pipeline-model-parallel-size 2 --data-parallel-size 2 --zero-stage 3 --global-batch-size 8
 exact "fp16 static scale 1024, dp 2" gpt-micro 3 --fp16 --loss-scale 1024 --data-parallel-size 2
 
+# ---- encoder-decoders (MODEL.md "Mixed precision", ENCDEC.md): the encoder's
+# output rounded by its final LayerNorm, cross-attention a block like the
+# others, the bridge carrying S values; LLaVA's patch embedding and projector
+# in S. t5-tiny and llava-tiny over the meshes: dp, tp + SP, an encoder stage
+# before the decoder's (epp 1 x pp 1, and pp 2), an encoder mesh of fewer tp
+# ranks (etp 1 < tp 2), selective recomputation
+EPP="--encoder-pipeline-model-parallel-size 1 --encoder-tensor-model-parallel-size 1"
+exact "bf16, t5 dp 2 ZeRO-1" t5-tiny 3 --bf16 --data-parallel-size 2 --zero-stage 1
+exact "bf16, t5 tp 2 + SP x dp 2 ZeRO-3" t5-tiny 3 --bf16 --tensor-model-parallel-size 2 --sequence-parallel \
+  --data-parallel-size 2 --zero-stage 3
+exact "bf16, t5 epp 1 x pp 2" t5-tiny 3 --bf16 $EPP --pipeline-model-parallel-size 2 --num-microbatches 2
+exact "bf16, t5 etp 1 < tp 2, epp 1 x pp 1, recompute selective" t5-tiny 3 --bf16 $EPP \
+  --tensor-model-parallel-size 2 --recompute-granularity selective
+exact "bf16, llava tp 2 + SP" llava-tiny 3 --bf16 --tensor-model-parallel-size 2 --sequence-parallel
+exact "bf16, llava etp 1 < tp 2, epp 1 x pp 2 x dp 2 ZeRO-1" llava-tiny 3 --bf16 $EPP --tensor-model-parallel-size 2 \
+  --pipeline-model-parallel-size 2 --num-microbatches 2 --data-parallel-size 2 --zero-stage 1
+exact "fp16 overflow, t5 dp 2 ZeRO-3" t5-tiny 4 $F16 --data-parallel-size 2 --zero-stage 3
+exact "fp16 overflow, t5 etp 1 < tp 2, epp 1 x pp 2" t5-tiny 4 $F16 $EPP --tensor-model-parallel-size 2 \
+  --pipeline-model-parallel-size 2 --num-microbatches 2
+exact "fp16 overflow, llava tp 2 + SP, recompute selective" llava-tiny 4 $F16 --tensor-model-parallel-size 2 \
+  --sequence-parallel --recompute-granularity selective
+g=$("$P" train --model t5-tiny --steps 4 $F16 2>&1)
+if echo "$g" | grep -q '^step     0 .*(skipped)' && echo "$g" | grep -q '^step     1 .*loss scale 1.04858e+06 |'; then
+  ok "fp16 t5: step 0 overflows and is skipped, the scale halves"
+else fail "fp16 t5: the forced overflow" "$(echo "$g" | grep '^step')"; fi
+# every rounding point is in the golden run: each activation and input
+# gradient a bf16 run dumps holds bf16 values only (the encoder's output,
+# the patch embedding and the projector included)
+for m in t5-tiny llava-tiny; do
+  "$P" train --model $m --steps 1 --bf16 --dump "$w/$m.st" >/dev/null 2>&1
+  if r=$(python3 - "$w/$m.st" <<'PY'
+import array, json, struct, sys
+f = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", f[:8])[0]
+head, base, good, bad = json.loads(f[8:8 + n]), 8 + n, 0, []
+for k, v in head.items():
+    if k == "__metadata__" or v["dtype"] != "F32" or not k.startswith(("step0.act.", "step0.grad_input.")):
+        continue
+    a, b = v["data_offsets"]
+    x = array.array("I", f[base + a:base + b])
+    if any(e & 0xFFFF for e in x): bad.append(k)
+    else: good += 1
+print(f"{good} tensors bf16-valued" if good and not bad else f"{good} bf16-valued, not: {bad}")
+sys.exit(0 if good and not bad else 1)
+PY
+); then ok "$m --bf16: every dumped activation and input gradient is bf16-valued ($r)"
+  else fail "$m --bf16: the dumped activations are bf16-valued" "$r"; fi
+done
+for m in t5-tiny llava-tiny; do
+  e32=$("$P" train --model $m --steps 2 2>&1 | grep '^step     1' | grep -oE '\(0x[0-9a-f]+\)')
+  eb=$("$P" train --model $m --steps 2 --bf16 2>&1 | grep '^step     1' | grep -oE '\(0x[0-9a-f]+\)')
+  if [ -n "$e32" ] && [ -n "$eb" ] && [ "$e32" != "$eb" ]; then ok "$m: step 1's loss differs, fp32 $e32, bf16 $eb"
+  else fail "$m: bf16 changes the bits" "fp32 $e32 bf16 $eb"; fi
+done
+
+# ---- 2-D/3-D (MODES.md "2-D"): Colossal-AI's layers under amp, every SUMMA
+# and 3-D product the exact sum rounded to fp32, then to S where 1-D rounds;
+# LayerNorm2D as the dense LayerNorm. gpt-micro (4 layers): 2-D q 2, 2.5-D q 2
+# depth 2, 3-D q 2, each alone and x pp 2 x dp 2 ZeRO-1, bf16 and fp16
+T2=("--tensor-model-parallel-size 4 --tensor-parallel-mode 2d"
+    "--tensor-model-parallel-size 8 --tensor-parallel-mode 2.5d --tensor-parallel-depth 2"
+    "--tensor-model-parallel-size 8 --tensor-parallel-mode 3d")
+PPDP="--pipeline-model-parallel-size 2 --data-parallel-size 2 --zero-stage 1 --micro-batch-size 4 --global-batch-size 16"
+for t in "${T2[@]}"; do
+  mode=$(echo "$t" | grep -oE 'mode [0-9.]+d' | cut -d' ' -f2)
+  # shellcheck disable=SC2086 # flags, word-split on purpose
+  exact "bf16, $mode q 2" gpt-micro 3 $M4 --bf16 $t
+  # shellcheck disable=SC2086
+  exact "bf16, $mode q 2 x pp 2 x dp 2 ZeRO-1" gpt-micro 3 $M4 --bf16 $t $PPDP
+  # shellcheck disable=SC2086
+  exact "fp16 overflow, $mode q 2" gpt-micro 4 $M4 $F16 $t
+  # shellcheck disable=SC2086
+  exact "fp16 overflow, $mode q 2 x pp 2 x dp 2 ZeRO-1" gpt-micro 4 $M4 $F16 $t $PPDP
+done
+# the negative control (ref/cli/broken.c): a naive amp's SUMMA, each step's
+# product and the running sum in bf16, caught at the first 2-D linear's
+# output with the device named; at 2.5-D and with fp16 too
+for b in "--bf16 ${T2[0]}" "--bf16 ${T2[1]}" "--fp16 --loss-scale 1024 ${T2[0]}"; do
+  # shellcheck disable=SC2086
+  out=$("$P" check --model gpt-micro --steps 1 $b --test-broken tp2d-summa-bf16 2>&1); rc=$?
+  if [ $rc = 1 ] && echo "$out" | grep -q 'tensor *step0\.act\.layers\.0\.self_attention\.query_key_value\.output$' &&
+     echo "$out" | grep -q 'produced by device'; then
+    ok "tp2d-summa-bf16 is caught at layer 0's qkv output ($b), $(echo "$out" | grep -oE 'produced by device [0-9]+')"
+  else fail "tp2d-summa-bf16 ($b)" "exit $rc" "$(echo "$out" | grep -E 'tensor|produced' | head -3)"; fi
+done
+
 # NeMo's (Apex DistributedFusedAdam's) dtypes, the model's in parity: the
 # reduced gradients rounded to bf16 (grad_sync_dtype), the master weights
 # and AdamW's state after each update (dtype; grad_sync_dtype follows it)
@@ -101,10 +189,6 @@ refuse "a minimum above the initial scale" "min-loss-scale: 1024 exceeds --initi
   "$P" check --model gpt-micro --fp16 --initial-loss-scale 512 --min-loss-scale 1024 --steps 1
 refuse "bf16 with MoE layers" "--bf16: mixed precision is built for the dense GPT, not for MoE layers" -- \
   "$P" check --model gpt-micro --bf16 --num-experts 4 --steps 1
-refuse "bf16 with an encoder-decoder" "--bf16: mixed precision is built for the dense GPT, not for encoder-decoders" -- \
-  "$P" check --model t5-tiny --bf16 --steps 1
-refuse "bf16 with 2-D tensor parallelism" "--bf16: mixed precision with Colossal-AI's 2-D" -- \
-  "$P" check --model gpt-tiny --bf16 --tensor-model-parallel-size 4 --tensor-parallel-mode 2d --steps 1
 refuse "an fp16 checkpoint" "--save: checkpoints of --fp16 runs .the loss scaler's state. are not built yet" -- \
   "$P" train --model gpt-micro --fp16 --steps 1 --save "$w/ck"
 "$P" train --model gpt-micro --bf16 --steps 1 --save "$w/bf" >/dev/null 2>&1

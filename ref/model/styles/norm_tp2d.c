@@ -107,6 +107,7 @@ static void backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dgamma, acc_t 
             dx[e] = ((dx[e] - ai) - xhat[e] * bi) * r;
         }
     }
+    act_round(g, dx, nw); /* the dense LayerNorm's point */
 }
 
 static int applies(const model_config_t *c, const gpt_local_t *lc) {

@@ -207,20 +207,26 @@ void tp2d_linear_forward(gpt_t *g, const pass_t *p, float *y, const float *x, co
                          const float *b, int in_kind, int n_out, linear_tiles_t t) {
     const int q = q_of(g), n = p->n;
     tp2d_scratch_t *S = g->scratch.tp2d;
-    const int rounded = (g->shard.broken & GPT_BROKEN_TP2D_SUMMA_ROUNDED) != 0;
-    acc_t open = open_over(S->open, (size_t)n * n_out);
+    const unsigned br = g->shard.broken;
+    const int lowp = (br & GPT_BROKEN_TP2D_SUMMA_LOWP) != 0;
+    const int rounded = lowp || (br & GPT_BROKEN_TP2D_SUMMA_ROUNDED) != 0;
+    const size_t ny = (size_t)n * n_out;
+    acc_t open = open_over(S->open, ny);
     for (int k = 0; k < q; k++) {
         const int wk = width(g, in_kind, k);
         const float *xk = bcast(row_group(g), col_of(g), k, x, S->a, (size_t)n * wk);
         const float *Wk = bcast(col_group(g), row_of(g), k, w, S->b, (size_t)n_out * wk);
-        if (rounded) { /* the broken variant: each step's product rounded, fp32 sums */
-            acc_t step = open_over(S->slots, (size_t)n * n_out);
+        if (rounded) { /* the broken variants: each step's product rounded, fp32 sums;
+                        * LOWP: the product and the running sum rounded to S */
+            acc_t step = open_over(S->slots, ny);
             contract_acc(CONTRACT_NT, n, n_out, wk, t.tokens, t.out, t.in, xk, wk, Wk, wk, &step, 0,
                          (size_t)n_out, &g->ws);
             float *part = S->full;
             acc_round(&step, k ? part : y);
             acc_free(&step);
-            for (size_t e = 0; k && e < (size_t)n * n_out; e++) y[e] = y[e] + part[e];
+            if (lowp) act_round(g, k ? part : y, ny);
+            for (size_t e = 0; k && e < ny; e++) y[e] = y[e] + part[e];
+            if (lowp && k) act_round(g, y, ny);
             continue;
         }
         contract_acc(CONTRACT_NT, n, n_out, wk, t.tokens, t.out, t.in, xk, wk, Wk, wk, &open, 0,
@@ -230,6 +236,7 @@ void tp2d_linear_forward(gpt_t *g, const pass_t *p, float *y, const float *x, co
     acc_free(&open);
     const tp2d_vgroup_t v = tp2d_vgroup(g, 0);
     if (b) linear_add_bias(y, tp2d_gather_rows(g, &v, b, n_out, 1), n, n_out);
+    act_round(g, y, ny); /* 1-D's point: the exact sum, its bias, then S */
 }
 
 void tp2d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db,
@@ -249,6 +256,7 @@ void tp2d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t
     coll_reduce_scatter_open(row_group(g), &slots.x, 0, &slots.x, (size_t)me_c * slot, slot);
     acc_round_range(&slots, (size_t)me_c * slot, (size_t)n * width(g, in_kind, me_c), dx);
     acc_free(&slots);
+    act_round(g, dx, (size_t)n * width(g, in_kind, me_c)); /* after the completion, as 1-D */
     /* dW (ATB): slot k holds this rank's sequences' part of dW[j, k] */
     slot = (size_t)n_out * widest(g, in_kind);
     slots = open_over(S->slots, (size_t)q * slot);
@@ -345,6 +353,7 @@ void tp2d_head_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *de, const f
     }
     acc_round(&open, dx);
     acc_free(&open);
+    act_round(g, dx, (size_t)n * w); /* the head's input gradient, as 1-D's colpar_backward */
     coll_reduce_scatter_open(col_group(g), &slots.x, 0, &slots.x, (size_t)me_r * slot, slot);
     xvec_merge_range(&de->x, 0, &slots.x, (size_t)me_r * slot, (size_t)width(g, TP2D_VOCAB, me_r) * w);
     acc_free(&slots);

@@ -102,6 +102,7 @@ void tp3d_linear_forward(gpt_t *g, const pass_t *p, float *y, const float *x, co
         const tp2d_vgroup_t v = tp2d_vgroup(g, first);
         linear_add_bias(y, tp2d_gather_rows(g, &v, b, n_out, 1), n, n_out);
     }
+    act_round(g, y, (size_t)n * n_out); /* 1-D's point: the exact sum, its bias, then S */
 }
 
 void tp3d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t *db,
@@ -122,6 +123,7 @@ void tp3d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t
     contract_scatter(g, CONTRACT_NN, n, in_w, n_out, t.tokens, t.in, t.out, dyg, n_out, wg, in_w, G.in,
                      G.in_me, dx);
     const size_t mine = (size_t)n * in_w;
+    act_round(g, dx, mine); /* after the completion, as 1-D */
     /* dW's output block over the sequences of block c, then its pieces
      * completed over the weight group */
     const float *xg = gather_rows_of(G.in, G.in_me, x, mine, S->full);

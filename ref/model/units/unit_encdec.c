@@ -104,6 +104,7 @@ static void final_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float 
     layernorm_forward(LA->out, LA->mlp.ln2_xhat, LA->mlp.ln2_rstd, x, unit_param(g, u, F_LN_W),
                       unit_param(g, u, F_LN_B), p->ns, c->hidden, c->ln_eps,
                       g->scratch.row_scratch);
+    act_round(g, LA->out, p->nsC); /* the encoder's output in S, as every LayerNorm's */
     copy_rows(LA->out, x, p, ROWS_TARGET, c->encoder_seq_length, c->hidden);
 }
 

@@ -79,6 +79,7 @@ static void patch_rows(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p
     const int k = image_rows(g, A, &p->runs, p->n_seq);
     if (k) linear_forward(y, A->pictures, unit_param(g, u, E_PATCH_W), unit_param(g, u, E_PATCH_B),
                           k, D, C, patch_tiles(c), &g->ws);
+    act_round(g, y, (size_t)k * C); /* a linear's output (Megatron's LLaVA: the model's dtype) */
     for (int i = 0; i < k; i++)
         memcpy(A->emb + (size_t)A->picture_rows[i] * C, y + (size_t)i * C, C * sizeof(float));
 }
@@ -178,6 +179,7 @@ static void projector_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const fl
     pair_first_forward(g, p, LA->fc1_out, full, unit_param(g, u, J_FC1_W),
                        unit_param(g, u, J_FC1_B), C, F, p->t_cf);
     gelu_forward(LA->gelu_out, LA->gelu_grad, LA->fc1_out, (size_t)n * F);
+    act_round(g, LA->gelu_out, (size_t)n * F); /* the MLP's points (mlp_forward) */
     pair_second_forward(g, p, LA->fc2_out, LA->gelu_out, F, rl ? lc->fin0 : 0, rl ? lc->fin : F,
                         unit_param(g, u, J_FC2_W), unit_param(g, u, J_FC2_B), C, p->t_fc, TP2D_FFN);
     memcpy(L->out, x, p->nsC * sizeof(float)); /* the text rows pass */
@@ -201,6 +203,7 @@ static void projector_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const p
                          LA->gelu_out, F, rl ? lc->fin0 : 0, rl ? lc->fin : F,
                          unit_param(g, u, J_FC2_W), C, p->t_fc, TP2D_FFN);
     gelu_backward(d_w, d_w, LA->gelu_grad, (size_t)p->n * F);
+    act_round(g, d_w, (size_t)p->n * F);
     pair_first_backward(g, p, d_b, unit_grad(g, u, J_FC1_W), unit_grad(g, u, J_FC1_B), d_w,
                         LA->ln2_full, unit_param(g, u, J_FC1_W), C, F, p->t_cf);
     copy_rows(A->d_resid, d_b, p, ROWS_SOURCE, P, C);
