@@ -169,7 +169,6 @@ static int tp_mode_validate(const pconfig_t *pc, perr_t *err) {
     const struct { int bad; const char *what; } refused[] = {
         {pc->sequence_parallel, "sequence-parallel (Megatron 1-D's)"},
         {pc->tp_row_linears, "tensor-parallel-row-linears (Megatron 1-D's)"},
-        {pc->cp > 1, "context-parallel-size > 1"},
         {pc->ep > 1, "expert parallelism"},
         {pc->encoder_pp > 0, "an encoder's own degrees"},
     };

@@ -54,6 +54,18 @@ exact "2d q 2, GPipe, untied head (its own golden run)" "${D2[@]}" --pipeline-mo
   --pipeline-schedule gpipe --untie-embeddings-and-output-weights
 same "2d q 3 (uneven: 3, 3, 2 feature tiles and heads), 2 microbatches accumulated" "${D3[@]}" --accum-degree 2
 
+# with cp: the cp axis is orthogonal to tp's sub-axes; each rank holds
+# [b/q, s/cp, h/q] (the ring's chunks r and 2cp-1-r, or Ulysses' r-th
+# piece), its column's whole heads run the ring over the cp group, or
+# Ulysses' all-to-all (cp | heads/q)
+same "2d q 2 x cp 2 (ring)" "${D2[@]}" --context-parallel-size 2
+exact "2d q 2 x cp 2 (Ulysses) x dp 2 ZeRO-1" "${D2[@]}" --context-parallel-size 2 --cp-comm-type a2a \
+  --data-parallel-size 2 --zero-stage 1
+same "2.5d q 2 d 2 x cp 2 (ring)" "${D25[@]}" --context-parallel-size 2
+exact "3d q 2 x cp 2 (ring) x pp 2" "${D3D[@]}" --context-parallel-size 2 --pipeline-model-parallel-size 2 \
+  --micro-batch-size 4
+same "3d q 2 x cp 2 (Ulysses: the inner layout's heads)" "${D3D[@]}" --context-parallel-size 2 --cp-comm-type a2a
+
 # Colossal-AI config files, unedited
 # (one step each: their layouts are the flags' above, compared below)
 STEPS=1 exact "Colossal file: pipeline 2, tensor 1d size 4" --parallel-config "$cfgs/colossal_1d4.py" --num-microbatches 4
@@ -119,8 +131,8 @@ refuse "an unknown mode" "tensor-parallel-mode: expected 1d, 2d, 2.5d or 3d" -- 
   "$P" check --model gpt-tiny --tensor-model-parallel-size 4 --tensor-parallel-mode 4d --steps 1
 refuse "2d with sequence parallelism" "2d is not combined with sequence-parallel" -- \
   "$P" check --model gpt-tiny --tensor-model-parallel-size 4 --tensor-parallel-mode 2d --sequence-parallel --steps 1
-refuse "2d with cp" "2d is not combined with context-parallel-size" -- \
-  "$P" check --model gpt-tiny --tensor-model-parallel-size 4 --tensor-parallel-mode 2d --context-parallel-size 2 --steps 1
+refuse "2d q 3 x Ulysses: uneven head blocks" "whole heads, but 8 heads do not split evenly over 3 tensor-parallel blocks" -- \
+  "$P" check --model gpt-tiny --tensor-model-parallel-size 9 --tensor-parallel-mode 2d --context-parallel-size 2 --cp-comm-type a2a --steps 1
 refuse "microbatches not in whole row blocks" "micro-batch-size: mode 2d cuts each microbatch's sequences into 3 blocks" -- \
   "$P" check --model gpt-tiny --tensor-model-parallel-size 9 --tensor-parallel-mode 2d --micro-batch-size 4 --steps 1
 refuse "more columns than feature tiles" "8 tiles of 8 cannot give each of 16 columns" -- \

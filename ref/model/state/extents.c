@@ -16,6 +16,13 @@
 #include "parity/pconfig.h"
 #include "model/styles/tp2d.h"
 
+/* The heads the attention core runs: the heads held, or Ulysses' cp-th
+ * group of them (whole heads: cp_check). */
+static void cp_attention_heads(gpt_local_t *lc) {
+    lc->att_heads = lc->ulysses ? lc->heads / lc->cp : lc->heads;
+    lc->att_head0 = lc->head0 + (lc->ulysses ? lc->cp_rank * lc->att_heads : 0);
+}
+
 /* Context parallelism's part of gpt_local_dims: the positions held. */
 static int cp_local_dims(const model_config_t *c, int tp, int cp_rank, gpt_layout_opts_t lo,
                          gpt_local_t *out, perr_t *err) {
@@ -33,8 +40,7 @@ static int cp_local_dims(const model_config_t *c, int tp, int cp_rank, gpt_layou
     out->ep = lo.ep > 1 ? lo.ep : 1;
     out->runs = cp_runs(cp, cp_rank, c->seq_length, comm);
     out->seq_held = c->seq_length / cp;
-    out->att_heads = out->ulysses ? out->heads / cp : out->heads;
-    out->att_head0 = out->head0 + (out->ulysses ? cp_rank * out->att_heads : 0);
+    cp_attention_heads(out);
     /* sequence parallelism splits the positions this rank holds */
     if (out->seq_parts > 1 && (out->seq_held / c->tile_tokens) % out->seq_parts)
         return perr_set(err, "sequence-parallel: tensor-model-parallel-size %d must divide the %d "
@@ -161,7 +167,7 @@ void gpt_local_place(const model_config_t *c, const gpt_shard_t *shard, gpt_loca
     const int D = c->hidden / c->heads;
     lc->attn = lc->t2w[TP2D_HEADS][b], lc->heads = lc->attn / D;
     lc->head0 = lc->t2o[TP2D_HEADS][b] / D;
-    lc->att_heads = lc->heads, lc->att_head0 = lc->head0;
+    cp_attention_heads(lc);
     lc->ffn = lc->t2w[TP2D_FFN][b], lc->ffn0 = lc->t2o[TP2D_FFN][b];
     lc->vocab = lc->t2w[TP2D_VOCAB][b], lc->vocab0 = lc->t2o[TP2D_VOCAB][b];
     /* the inner layout holds block tp_dep*q + tp_rank, the stream
