@@ -59,7 +59,7 @@ static int tp2d_local_dims(const model_config_t *c, int q, int col, gpt_layout_o
     if (q > GPT_TP2D_MAX_Q)
         return perr_set(err, "tensor-model-parallel-size: 2-D rows of %d, at most %d", q,
                         GPT_TP2D_MAX_Q);
-    if (c->arch != MODEL_GPT || c->moe_experts > 0)
+    if (c->moe_experts > 0)
         return perr_set(err, "tensor-parallel-mode: 2-D tensor parallelism runs the GPT's dense "
                              "layers (this model is %s%s)",
                         model_arch_name(c->arch), c->moe_experts > 0 ? " with experts" : "");
