@@ -63,6 +63,9 @@ static int tp2d_local_dims(const model_config_t *c, int q, int col, gpt_layout_o
         return perr_set(err, "tensor-parallel-mode: 2-D tensor parallelism runs the GPT's dense "
                              "layers (this model is %s%s)",
                         model_arch_name(c->arch), c->moe_experts > 0 ? " with experts" : "");
+    if (c->arch == MODEL_LLAVA)
+        return perr_set(err, "tensor-parallel-mode: 2-D tensor parallelism of llava's patch "
+                             "embedding and projector is not built (t5's encoder-decoder is)");
     const int tf = c->tile_features;
     if (tf < 1 || c->hidden % tf || c->hidden / tf < q)
         return perr_set(err, "tensor-parallel-mode: the hidden size's %d tiles of %d cannot give "
