@@ -152,7 +152,7 @@ refuse "microbatches not in whole row blocks" "micro-batch-size: mode 2d cuts ea
   "$P" check --model gpt-tiny --tensor-model-parallel-size 9 --tensor-parallel-mode 2d --micro-batch-size 4 --steps 1
 refuse "more columns than feature tiles" "8 tiles of 8 cannot give each of 16 columns" -- \
   "$P" check --model gpt-tiny --tensor-model-parallel-size 256 --tensor-parallel-mode 2d --global-batch-size 16 --steps 1
-refuse "2d of llava" "2-D tensor parallelism of llava's patch embedding and projector" -- \
+refuse "2d of llava" "2-D tensor parallelism of llava's patch embedding is not built" -- \
   "$P" check --model llava-tiny --tensor-model-parallel-size 4 --tensor-parallel-mode 2d --steps 1
 refuse "2d with an encoder mesh of fewer tp ranks" "2d is not combined with an encoder mesh of fewer" -- \
   "$P" check --model t5-tiny --tensor-model-parallel-size 4 --tensor-parallel-mode 2d --encoder-tensor-model-parallel-size 1 \

@@ -63,9 +63,12 @@ static int tp2d_local_dims(const model_config_t *c, int q, int col, gpt_layout_o
         return perr_set(err, "tensor-parallel-mode: 2-D tensor parallelism runs the GPT's dense "
                              "layers (this model is %s%s)",
                         model_arch_name(c->arch), c->moe_experts > 0 ? " with experts" : "");
-    if (c->arch == MODEL_LLAVA)
+    if (c->arch == MODEL_LLAVA) /* what is left: ref/model/units/ENCDEC.md */
         return perr_set(err, "tensor-parallel-mode: 2-D tensor parallelism of llava's patch "
-                             "embedding and projector is not built (t5's encoder-decoder is)");
+                             "embedding is not built: its weight [hidden, patch_dim] needs a 2-D "
+                             "placement (the column's features, pieces over the rows) and its "
+                             "gather and gradient reduce-scatter over the column (t5's "
+                             "encoder-decoder is built)");
     const int tf = c->tile_features;
     if (tf < 1 || c->hidden % tf || c->hidden / tf < q)
         return perr_set(err, "tensor-parallel-mode: the hidden size's %d tiles of %d cannot give "

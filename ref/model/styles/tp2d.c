@@ -277,14 +277,19 @@ static const int32_t *group_ids(gpt_t *g, const tp2d_vgroup_t *v, const int32_t 
     return ids;
 }
 
-void tp2d_embedding_forward(gpt_t *g, const pass_t *p, float *x, const int32_t *tokens,
-                            const float *wte, const float *wpe_piece) {
-    const int n = p->n, w = g->local.hid, T = p->T;
+void tp2d_embedding_lookup(gpt_t *g, const pass_t *p, float *x, const int32_t *tokens,
+                           const float *wte) {
+    const int n = p->n, w = g->local.hid;
     const tp2d_vgroup_t v = tp2d_vgroup(g, 0);
     const int32_t *ids = group_ids(g, &v, tokens, n);
     float *looked = g->scratch.tp2d->full;
     embedding_lookup(looked, ids, v.q1 * v.q2 * n, w, wte, g->local.emb_vocab0, g->local.emb_vocab);
     coll_reduce_scatter(v.grp, looked, x, (size_t)n * w, COLL_F32, COLL_SUM);
+}
+
+void tp2d_embedding_positions(gpt_t *g, const pass_t *p, float *x, const float *wpe_piece) {
+    const int w = g->local.hid, T = p->T;
+    const tp2d_vgroup_t v = tp2d_vgroup(g, 0);
     /* the positions the slot holds: all T, or context parallelism's runs */
     const float *wpe = tp2d_gather_rows(g, &v, wpe_piece, T, w);
     for (int s = 0, at = 0; s < p->n_seq; s++)
