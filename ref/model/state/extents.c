@@ -63,7 +63,7 @@ static int tp2d_local_dims(const model_config_t *c, int q, int col, gpt_layout_o
         return perr_set(err, "tensor-parallel-mode: 2-D tensor parallelism runs the GPT's dense "
                              "layers (this model is %s%s)",
                         model_arch_name(c->arch), c->moe_experts > 0 ? " with experts" : "");
-    if (c->arch == MODEL_LLAVA) /* what is left: ref/model/units/ENCDEC.md */
+    if (c->arch == MODEL_LLAVA) /* what is left: styles/MODES.md, 2-D */
         return perr_set(err, "tensor-parallel-mode: 2-D tensor parallelism of llava's patch "
                              "embedding is not built: its weight [hidden, patch_dim] needs a 2-D "
                              "placement (the column's features, pieces over the rows) and its "

@@ -73,7 +73,7 @@ static linear_tiles_t patch_tiles(const model_config_t *c) {
 /* After the lookup: the image rows held get the patch embedding of their
  * pictures (the same on every tensor-parallel rank; 2-D: the column's
  * features, from its block of Wp, whole output tiles as golden's, once
- * Wp has a 2-D placement: ENCDEC.md). */
+ * Wp has a 2-D placement: styles/MODES.md). */
 static void patch_rows(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
     const model_config_t *c = &g->cfg;
     const int C = g->local.hid, D = c->patch_dim; /* C: the stream's features held */
@@ -106,7 +106,7 @@ static void patch_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float 
 /* The patch embedding's gradients from every image row's: whole on every
  * tensor-parallel rank (the gradient is gathered to every position); 2-D:
  * the column's features of the row's sequences, to be completed over the
- * column once Wp has a 2-D placement (ENCDEC.md). */
+ * column once Wp has a 2-D placement (styles/MODES.md). */
 static void patch_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
     const model_config_t *c = &g->cfg;
     const int C = g->local.hid, D = c->patch_dim; /* C: the stream's features held */
