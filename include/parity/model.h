@@ -357,6 +357,11 @@ enum {
  * input and output groups (Colossal's 3-D layers swap them after every
  * linear). */
 enum { GPT_BROKEN_TP3D_NO_SWAP = 4096u };
+/* 2-D x context parallelism (attention_cp.c): CP_RING_GROUP: the ring's
+ * K/V blocks pass over the tp column group instead of the cp group (a
+ * wrong process group, the kind Colossal-AI's 2-D x sequence-parallel
+ * process groups were reported for). */
+enum { GPT_BROKEN_TP2D_CP_RING_GROUP = 1u << 20 };
 
 /* One replica's block of a batch-shaped checkpoint: n_seq sequences at
  * index first_seq of the global batch, each a tensor of global shape

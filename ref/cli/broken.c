@@ -40,6 +40,16 @@ static const char *needs_tp3d(const broken_where_t *w) {
     return w->pc->tp > 1 && w->pc->tp_mode == PC_TP_3D ? NULL : "--tensor-parallel-mode 3d";
 }
 
+/* the column group must be a ring of cp ranks for the wrong group to run */
+static const char *needs_tp2d_cp_ring(const broken_where_t *w) {
+    int sub[3];
+    pconfig_tp_sub(w->pc, sub);
+    return w->pc->tp_mode == PC_TP_2D && w->pc->cp > 1 && !w->pc->cp_comm && sub[1] == w->pc->cp
+               ? NULL
+               : "--tensor-parallel-mode 2d with the ring (--cp-comm-type p2p) over as many cp ranks "
+                 "as the grid has rows (q)";
+}
+
 static const char *needs_tp2d(const broken_where_t *w) {
     return w->pc->tp > 1 && (w->pc->tp_mode == PC_TP_2D || w->pc->tp_mode == PC_TP_25D)
                ? NULL
@@ -234,6 +244,9 @@ static void set_tp2d_summa_lowp(engine_run_t *r, int d) {
     (void)d, r->broken_tp2d |= GPT_BROKEN_TP2D_SUMMA_LOWP;
 }
 static void set_tp3d_swap(engine_run_t *r, int d) { (void)d, r->broken_tp2d |= GPT_BROKEN_TP3D_NO_SWAP; }
+static void set_tp2d_cp_ring(engine_run_t *r, int d) {
+    (void)d, r->broken_tp2d |= GPT_BROKEN_TP2D_CP_RING_GROUP;
+}
 static void set_replica(engine_run_t *r, int d) { r->broken_replica = d + 1; /* 0 is off */ }
 static void set_adam8_shard(engine_run_t *r, int d) { (void)d, r->broken_adam8_shard_blocks = 1; }
 
@@ -281,6 +294,12 @@ static const broken_variant_t variants[] = {
      "act.layers.0.self_attention.dense.output",
      "--tensor-model-parallel-size 8 --tensor-parallel-mode 3d --global-batch-size 8", -1,
      "--tensor-parallel-mode 3d", 0, needs_tp3d, set_tp3d_swap},
+    {"tp2d-cp-ring-group",
+     "pass the ring attention's K/V blocks over the 2-D tp column group instead of the cp group "
+     "(a wrong process group: the same positions of another row's sequences arrive)",
+     "act.layers.0.self_attention.core_attention.output",
+     "--tensor-model-parallel-size 4 --tensor-parallel-mode 2d --context-parallel-size 2", -1,
+     "--tensor-parallel-mode 2d, the ring over q cp ranks", 0, needs_tp2d_cp_ring, set_tp2d_cp_ring},
     {"tp-vocab-padding",
      "pad the vocabulary to a multiple of 128 x tp and let the padded columns into the softmax "
      "(Megatron-LM 1754)",

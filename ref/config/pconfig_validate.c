@@ -173,9 +173,9 @@ static int tp_mode_validate(const pconfig_t *pc, perr_t *err) {
     const struct { int bad; const char *what; } refused[] = {
         {pc->sequence_parallel, "sequence-parallel (Megatron 1-D's)"},
         {pc->tp_row_linears, "tensor-parallel-row-linears (Megatron 1-D's)"},
-        {pc->cp > 1, "context-parallel-size > 1"},
         {pc->ep > 1, "expert parallelism"},
-        {pc->encoder_pp > 0, "an encoder's own degrees"},
+        {pc->encoder_pp > 0 && pc->encoder_tp < pc->tp,
+         "an encoder mesh of fewer tensor-parallel ranks (--encoder-tensor-model-parallel-size)"},
     };
     for (size_t k = 0; k < sizeof refused / sizeof *refused; k++)
         if (refused[k].bad)

@@ -54,6 +54,32 @@ exact "2d q 2, GPipe, untied head (its own golden run)" "${D2[@]}" --pipeline-mo
   --pipeline-schedule gpipe --untie-embeddings-and-output-weights
 same "2d q 3 (uneven: 3, 3, 2 feature tiles and heads), 2 microbatches accumulated" "${D3[@]}" --accum-degree 2
 
+# with cp: the cp axis is orthogonal to tp's sub-axes; each rank holds
+# [b/q, s/cp, h/q] (the ring's chunks r and 2cp-1-r, or Ulysses' r-th
+# piece), its column's whole heads run the ring over the cp group, or
+# Ulysses' all-to-all (cp | heads/q)
+same "2d q 2 x cp 2 (ring)" "${D2[@]}" --context-parallel-size 2
+exact "2d q 2 x cp 2 (Ulysses) x dp 2 ZeRO-1" "${D2[@]}" --context-parallel-size 2 --cp-comm-type a2a \
+  --data-parallel-size 2 --zero-stage 1
+same "2.5d q 2 d 2 x cp 2 (ring)" "${D25[@]}" --context-parallel-size 2
+exact "3d q 2 x cp 2 (ring) x pp 2" "${D3D[@]}" --context-parallel-size 2 --pipeline-model-parallel-size 2 \
+  --micro-batch-size 4
+same "3d q 2 x cp 2 (Ulysses: the inner layout's heads)" "${D3D[@]}" --context-parallel-size 2 --cp-comm-type a2a
+
+# encoder-decoders (t5-tiny): one stream of source then target rows on 2-D's
+# [b/q, s, h/q] blocks; the encoder's bidirectional span, the decoder's
+# causal target span and cross-attention are key spans of each column's
+# heads; the encoder's final LayerNorm completes its statistics over the row
+t5() { local name=$1; shift; out=$("$P" check --model t5-tiny --steps 3 "$@" 2>&1); rc=$?
+  if [ $rc = 0 ] && echo "$out" | grep -q '| yes$'; then ok "t5-tiny $name: bit-exact over 3 steps"
+  else fail "t5-tiny $name" "exit $rc" "$(echo "$out" | tail -4)"; fi; }
+t5 "2d q 2 x dp 2 ZeRO-3" "${D2[@]}" --data-parallel-size 2 --zero-stage 3
+t5 "2.5d q 2 d 2" "${D25[@]}"
+t5 "3d q 2, the encoder on its own stage (epp 1 pp 1)" "${D3D[@]}" --encoder-pipeline-model-parallel-size 1 \
+  --pipeline-model-parallel-size 1 --micro-batch-size 4
+t5 "2d q 2, epp 2 pp 2" "${D2[@]}" --encoder-pipeline-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+  --micro-batch-size 4
+
 # Colossal-AI config files, unedited
 # (one step each: their layouts are the flags' above, compared below)
 STEPS=1 exact "Colossal file: pipeline 2, tensor 1d size 4" --parallel-config "$cfgs/colossal_1d4.py" --num-microbatches 4
@@ -107,6 +133,7 @@ broken tp2d-layernorm-fp32 act.layers.0.input_layernorm.output "${D2[@]}"
 broken tp2d-summa-rounded act.layers.0.self_attention.query_key_value.output "${D2[@]}"
 broken tp2d-layernorm-fp32 act.layers.0.input_layernorm.output "${D25[@]}"
 broken tp3d-no-group-swap act.layers.0.self_attention.dense.output "${D3D[@]}"
+broken tp2d-cp-ring-group act.layers.0.self_attention.core_attention.output "${D2[@]}" --context-parallel-size 2
 
 # bad layouts
 refuse "2d on a non-square tp" "tensor-model-parallel-size: 8 for mode 2d: expected a square" -- \
@@ -119,14 +146,17 @@ refuse "an unknown mode" "tensor-parallel-mode: expected 1d, 2d, 2.5d or 3d" -- 
   "$P" check --model gpt-tiny --tensor-model-parallel-size 4 --tensor-parallel-mode 4d --steps 1
 refuse "2d with sequence parallelism" "2d is not combined with sequence-parallel" -- \
   "$P" check --model gpt-tiny --tensor-model-parallel-size 4 --tensor-parallel-mode 2d --sequence-parallel --steps 1
-refuse "2d with cp" "2d is not combined with context-parallel-size" -- \
-  "$P" check --model gpt-tiny --tensor-model-parallel-size 4 --tensor-parallel-mode 2d --context-parallel-size 2 --steps 1
+refuse "2d q 3 x Ulysses: uneven head blocks" "whole heads, but 8 heads do not split evenly over 3 tensor-parallel blocks" -- \
+  "$P" check --model gpt-tiny --tensor-model-parallel-size 9 --tensor-parallel-mode 2d --context-parallel-size 2 --cp-comm-type a2a --steps 1
 refuse "microbatches not in whole row blocks" "micro-batch-size: mode 2d cuts each microbatch's sequences into 3 blocks" -- \
   "$P" check --model gpt-tiny --tensor-model-parallel-size 9 --tensor-parallel-mode 2d --micro-batch-size 4 --steps 1
 refuse "more columns than feature tiles" "8 tiles of 8 cannot give each of 16 columns" -- \
   "$P" check --model gpt-tiny --tensor-model-parallel-size 256 --tensor-parallel-mode 2d --global-batch-size 16 --steps 1
-refuse "2d of an encoder-decoder" "2-D tensor parallelism runs the GPT" -- \
-  "$P" check --model t5-tiny --tensor-model-parallel-size 4 --tensor-parallel-mode 2d --steps 1
+refuse "2d of llava" "2-D tensor parallelism of llava's patch embedding is not built" -- \
+  "$P" check --model llava-tiny --tensor-model-parallel-size 4 --tensor-parallel-mode 2d --steps 1
+refuse "2d with an encoder mesh of fewer tp ranks" "2d is not combined with an encoder mesh of fewer" -- \
+  "$P" check --model t5-tiny --tensor-model-parallel-size 4 --tensor-parallel-mode 2d --encoder-tensor-model-parallel-size 1 \
+  --encoder-pipeline-model-parallel-size 1 --pipeline-model-parallel-size 1 --steps 1
 refuse "2d of an MoE model" "2-D tensor parallelism runs the GPT" -- \
   "$P" check --model gpt-tiny --num-experts 4 --tensor-model-parallel-size 4 --tensor-parallel-mode 2d --steps 1
 

@@ -16,6 +16,13 @@
 #include "parity/pconfig.h"
 #include "model/styles/tp2d.h"
 
+/* The heads the attention core runs: the heads held, or Ulysses' cp-th
+ * group of them (whole heads: cp_check). */
+static void cp_attention_heads(gpt_local_t *lc) {
+    lc->att_heads = lc->ulysses ? lc->heads / lc->cp : lc->heads;
+    lc->att_head0 = lc->head0 + (lc->ulysses ? lc->cp_rank * lc->att_heads : 0);
+}
+
 /* Context parallelism's part of gpt_local_dims: the positions held. */
 static int cp_local_dims(const model_config_t *c, int tp, int cp_rank, gpt_layout_opts_t lo,
                          gpt_local_t *out, perr_t *err) {
@@ -33,8 +40,7 @@ static int cp_local_dims(const model_config_t *c, int tp, int cp_rank, gpt_layou
     out->ep = lo.ep > 1 ? lo.ep : 1;
     out->runs = cp_runs(cp, cp_rank, c->seq_length, comm);
     out->seq_held = c->seq_length / cp;
-    out->att_heads = out->ulysses ? out->heads / cp : out->heads;
-    out->att_head0 = out->head0 + (out->ulysses ? cp_rank * out->att_heads : 0);
+    cp_attention_heads(out);
     /* sequence parallelism splits the positions this rank holds */
     if (out->seq_parts > 1 && (out->seq_held / c->tile_tokens) % out->seq_parts)
         return perr_set(err, "sequence-parallel: tensor-model-parallel-size %d must divide the %d "
@@ -53,10 +59,16 @@ static int tp2d_local_dims(const model_config_t *c, int q, int col, gpt_layout_o
     if (q > GPT_TP2D_MAX_Q)
         return perr_set(err, "tensor-model-parallel-size: 2-D rows of %d, at most %d", q,
                         GPT_TP2D_MAX_Q);
-    if (c->arch != MODEL_GPT || c->moe_experts > 0)
+    if (c->moe_experts > 0)
         return perr_set(err, "tensor-parallel-mode: 2-D tensor parallelism runs the GPT's dense "
                              "layers (this model is %s%s)",
                         model_arch_name(c->arch), c->moe_experts > 0 ? " with experts" : "");
+    if (c->arch == MODEL_LLAVA) /* what is left: styles/MODES.md, 2-D */
+        return perr_set(err, "tensor-parallel-mode: 2-D tensor parallelism of llava's patch "
+                             "embedding is not built: its weight [hidden, patch_dim] needs a 2-D "
+                             "placement (the column's features, pieces over the rows) and its "
+                             "gather and gradient reduce-scatter over the column (t5's "
+                             "encoder-decoder is built)");
     const int tf = c->tile_features;
     if (tf < 1 || c->hidden % tf || c->hidden / tf < q)
         return perr_set(err, "tensor-parallel-mode: the hidden size's %d tiles of %d cannot give "
@@ -158,7 +170,7 @@ void gpt_local_place(const model_config_t *c, const gpt_shard_t *shard, gpt_loca
     const int D = c->hidden / c->heads;
     lc->attn = lc->t2w[TP2D_HEADS][b], lc->heads = lc->attn / D;
     lc->head0 = lc->t2o[TP2D_HEADS][b] / D;
-    lc->att_heads = lc->heads, lc->att_head0 = lc->head0;
+    cp_attention_heads(lc);
     lc->ffn = lc->t2w[TP2D_FFN][b], lc->ffn0 = lc->t2o[TP2D_FFN][b];
     lc->vocab = lc->t2w[TP2D_VOCAB][b], lc->vocab0 = lc->t2o[TP2D_VOCAB][b];
     /* the inner layout holds block tp_dep*q + tp_rank, the stream

@@ -89,24 +89,37 @@ typedef void (*visit_fn)(gpt_t *g, const pass_t *p, const ring_t *R, attn_acts_t
                          const float *blk, int owner, int step, void *ctx);
 
 static void ring_pass(gpt_t *g, const pass_t *p, const ring_t *R, attn_acts_t *LA, size_t count,
-                      int tag, visit_fn visit, void *ctx) {
-    group_t *grp = g->shard.cp_group;
+                      int tag, visit_fn visit, void *ctx, group_t *grp) {
     float **kv = ((ring_scratch_t *)attention_scratch(g))->kv;
     const float *cur = kv[0];
-    for (int s = 0; s < R->cp; s++) {
+    /* the ring's own numbering: cp's (R->rank of R->cp), unless a broken
+     * variant passes another group */
+    const int me = group_rank(grp), size = group_size(grp);
+    for (int s = 0; s < size; s++) {
         coll_request_t *req[2] = {NULL, NULL};
         float *next = kv[1 + s % 2];
-        if (s < R->cp - 1) {
-            req[0] = coll_isend(grp, cur, count, COLL_F32, (R->rank + 1) % R->cp, tag);
-            req[1] = coll_irecv(grp, next, count, COLL_F32, (R->rank + R->cp - 1) % R->cp, tag);
+        if (s < size - 1) {
+            req[0] = coll_isend(grp, cur, count, COLL_F32, (me + 1) % size, tag);
+            req[1] = coll_irecv(grp, next, count, COLL_F32, (me + size - 1) % size, tag);
         }
-        visit(g, p, R, LA, cur, (R->rank - s + R->cp) % R->cp, s, ctx);
+        visit(g, p, R, LA, cur, (me - s + size) % size, s, ctx);
         coll_wait_all(2, req);
         cur = next;
     }
 }
 
 /* ---- forward ------------------------------------------------------------ */
+
+/* The forward ring's group: cp's. The deliberately broken variant
+ * GPT_BROKEN_TP2D_CP_RING_GROUP passes the K and V blocks over 2-D's tp
+ * column group instead (a wrong process group: ranks of the same
+ * features and positions but other sequences, so every block arrives in
+ * the right shape with another row's keys); the backward keeps cp's, so
+ * the run completes and the checker names the first wrong tensor. */
+static group_t *forward_group(const gpt_t *g) {
+    const int broken = (g->shard.broken & GPT_BROKEN_TP2D_CP_RING_GROUP) && g->shard.tp_col_group;
+    return broken ? g->shard.tp_col_group : g->shard.cp_group;
+}
 
 static void visit_scores(gpt_t *g, const pass_t *p, const ring_t *R, attn_acts_t *LA,
                          const float *blk, int owner, int step, void *ctx) {
@@ -214,10 +227,10 @@ void ring_forward(gpt_t *g, const pass_t *p, attn_acts_t *LA) {
     ring_scratch_t *S = attention_scratch(g);
     const size_t n = (size_t)R.nb * R.Tc, count = n * R.A;
     pack_heads(S->kv[0], R.A, 0, LA->qkv, &R, R.D);
-    ring_pass(g, p, &R, LA, count, TAG_K, visit_scores, NULL);
+    ring_pass(g, p, &R, LA, count, TAG_K, visit_scores, NULL, forward_group(g));
     pack_heads(S->kv[0], R.A, 0, LA->qkv, &R, 2 * R.D);
     if (g->shard.broken & GPT_BROKEN_CP_ONLINE_SOFTMAX) {
-        ring_pass(g, p, &R, LA, count, TAG_V, visit_online, S->round);
+        ring_pass(g, p, &R, LA, count, TAG_V, visit_online, S->round, forward_group(g));
         for (int b = 0; b < R.nb; b++)
             for (int h = 0; h < R.H; h++)
                 for (int li = 0; li < R.Tc; li++) {
@@ -232,7 +245,7 @@ void ring_forward(gpt_t *g, const pass_t *p, attn_acts_t *LA) {
     acc_t U;
     acc_init_with(&U, count, S->open);
     acc_zero(&U);
-    ring_pass(g, p, &R, LA, count, TAG_V, visit_values, &U);
+    ring_pass(g, p, &R, LA, count, TAG_V, visit_values, &U, forward_group(g));
     acc_round(&U, S->round);
     acc_free(&U);
     for (int b = 0; b < R.nb; b++)
@@ -359,7 +372,7 @@ void ring_backward(gpt_t *g, const pass_t *p, attn_acts_t *LA, float *dqkv,
     for (int k = 0; k < 2; k++) acc_init_with(&G.send[k], n * 2 * R.A, S->send[k]);
     acc_zero(&G.dq);
     acc_zero(&G.own);
-    ring_pass(g, p, &R, LA, n * 2 * R.A, TAG_KV, visit_grads, &G);
+    ring_pass(g, p, &R, LA, n * 2 * R.A, TAG_KV, visit_grads, &G, g->shard.cp_group);
     coll_wait_all(R.cp, G.recv);
     coll_wait_all(2, G.sent);
     /* round once: dQ (but query tile 0's), dK and dV (but key tile nT-1's) */

@@ -49,7 +49,12 @@ int cp_check(int cp, cp_comm_t comm, int T, int tile, int heads, int tp, perr_t 
         return perr_set(err, "context-parallel-size: %d must divide the %d token tiles of a sequence "
                              "(seq_length %d / tile_tokens %d): a rank holds whole canonical tiles (I1)",
                         cp, tiles, T, tile);
-    if (comm == CP_ULYSSES && (heads % tp || (heads / tp) % cp))
+    if (comm == CP_ULYSSES && heads % tp)
+        return perr_set(err, "context-parallel-size: Ulysses (--cp-comm-type a2a) gives each rank "
+                             "heads/(tp x cp) whole heads, but %d heads do not split evenly over "
+                             "%d tensor-parallel blocks (the all-to-all moves equal head groups)",
+                        heads, tp);
+    if (comm == CP_ULYSSES && (heads / tp) % cp)
         return perr_set(err, "context-parallel-size: Ulysses (--cp-comm-type a2a) gives each rank "
                              "heads/(tp x cp) whole heads, but %d heads / tp %d = %d is not divisible "
                              "by %d",

@@ -285,15 +285,24 @@ static const int32_t *group_ids(gpt_t *g, const tp2d_vgroup_t *v, const int32_t 
     return ids;
 }
 
-void tp2d_embedding_forward(gpt_t *g, const pass_t *p, float *x, const int32_t *tokens,
-                            const float *wte, const float *wpe_piece) {
-    const int n = p->n, w = g->local.hid, T = p->T;
+void tp2d_embedding_lookup(gpt_t *g, const pass_t *p, float *x, const int32_t *tokens,
+                           const float *wte) {
+    const int n = p->n, w = g->local.hid;
     const tp2d_vgroup_t v = tp2d_vgroup(g, 0);
     const int32_t *ids = group_ids(g, &v, tokens, n);
     float *looked = g->scratch.tp2d->full;
     embedding_lookup(looked, ids, v.q1 * v.q2 * n, w, wte, g->local.emb_vocab0, g->local.emb_vocab);
     coll_reduce_scatter(v.grp, looked, x, (size_t)n * w, COLL_F32, COLL_SUM);
-    embedding_add_positions(x, p->n_seq, T, 0, w, tp2d_gather_rows(g, &v, wpe_piece, T, w));
+}
+
+void tp2d_embedding_positions(gpt_t *g, const pass_t *p, float *x, const float *wpe_piece) {
+    const int w = g->local.hid, T = p->T;
+    const tp2d_vgroup_t v = tp2d_vgroup(g, 0);
+    /* the positions the slot holds: all T, or context parallelism's runs */
+    const float *wpe = tp2d_gather_rows(g, &v, wpe_piece, T, w);
+    for (int s = 0, at = 0; s < p->n_seq; s++)
+        for (int k = 0; k < p->runs.n; at += p->runs.len[k++])
+            embedding_add_positions(x + (size_t)at * w, 1, p->runs.len[k], p->runs.t0[k], w, wpe);
 }
 
 void tp2d_embedding_backward(gpt_t *g, const pass_t *p, acc_t *dwte, acc_t *dwpe, const float *d,
@@ -310,9 +319,10 @@ void tp2d_embedding_backward(gpt_t *g, const pass_t *p, acc_t *dwte, acc_t *dwpe
         if (r >= 0 && r < nv) acc_add(dwte, (size_t)r * w, full + i * w, (size_t)w);
     }
     acc_t part = rows_partial(g, &v, T, w);
-    for (int s = 0; s < p->n_seq; s++)
-        for (int t = 0; t < T; t++)
-            acc_add(&part, rows_at(&v, T, w, t), d + ((size_t)s * T + t) * w, (size_t)w);
+    for (int s = 0, at = 0; s < p->n_seq; s++)
+        for (int k = 0; k < p->runs.n; k++)
+            for (int t = p->runs.t0[k]; t < p->runs.t0[k] + p->runs.len[k]; t++, at++)
+                acc_add(&part, rows_at(&v, T, w, t), d + (size_t)at * w, (size_t)w);
     scatter_rows(&v, &part, T, w, dwpe);
 }
 

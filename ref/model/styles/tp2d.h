@@ -56,8 +56,9 @@ void tp2d_linear_backward(gpt_t *g, const pass_t *p, float *dx, acc_t *dw, acc_t
 /* The vocabulary-parallel embedding: x [n, hid] of the block's tokens
  * from the word rows held and the position table's piece; backward:
  * their gradients from d [n, hid]. */
-void tp2d_embedding_forward(gpt_t *g, const pass_t *p, float *x, const int32_t *tokens,
-                            const float *wte, const float *wpe_piece);
+void tp2d_embedding_lookup(gpt_t *g, const pass_t *p, float *x, const int32_t *tokens,
+                           const float *wte);
+void tp2d_embedding_positions(gpt_t *g, const pass_t *p, float *x, const float *wpe_piece);
 void tp2d_embedding_backward(gpt_t *g, const pass_t *p, acc_t *dwte, acc_t *dwpe, const float *d,
                              const int32_t *tokens);
 

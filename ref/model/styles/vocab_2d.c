@@ -14,11 +14,13 @@
 #include "model/styles/tp2d.h"
 
 /* 2-D's embedding; 3-D's too (its stream is 2-D's layout). LLaVA's hook
- * never comes: 2-D runs the GPT's dense layers (tp2d_local_dims). */
+ * (the image rows' patch embedding) comes after the lookup's completion
+ * and before the positions, as in vocab_rows_and_positions. */
 void vocab_tp2d_embedding_forward(gpt_t *g, const pass_t *p, float *x, const int32_t *tokens,
                                   const float *wte, const float *wpe, const vocab_rows_hook_t *hook) {
-    (void)hook;
-    tp2d_embedding_forward(g, p, x, tokens, wte, wpe);
+    tp2d_embedding_lookup(g, p, x, tokens, wte);
+    if (hook && hook->fn) hook->fn(g, hook->u, hook->A, p);
+    tp2d_embedding_positions(g, p, x, wpe);
 }
 
 const float *vocab_tp2d_embedding_backward(gpt_t *g, const pass_t *p, acc_t *dwte, acc_t *dwpe,

@@ -101,11 +101,10 @@ static void final_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float 
                           const pass_t *p) {
     layer_acts_t *LA = &A->layer[unit_acts(u)];
     const model_config_t *c = &g->cfg;
-    layernorm_forward(LA->out, LA->mlp.ln2_xhat, LA->mlp.ln2_rstd, x, unit_param(g, u, F_LN_W),
-                      unit_param(g, u, F_LN_B), p->ns, c->hidden, c->ln_eps,
-                      g->scratch.row_scratch);
-    act_round(g, LA->out, p->nsC); /* the encoder's output in S, as every LayerNorm's */
-    copy_rows(LA->out, x, p, ROWS_TARGET, c->encoder_seq_length, c->hidden);
+    /* the replica's norm style: 2-D's statistics span the row's columns */
+    ln_forward(g, p, LA->out, LA->mlp.ln2_xhat, LA->mlp.ln2_rstd, x, unit_param(g, u, F_LN_W),
+               unit_param(g, u, F_LN_B));
+    copy_rows(LA->out, x, p, ROWS_TARGET, c->encoder_seq_length, g->local.hid);
 }
 
 /* The source rows' gradient through the LayerNorm (only theirs reach its
@@ -113,7 +112,7 @@ static void final_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float 
 static void final_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
     layer_acts_t *LA = &A->layer[unit_acts(u)];
     const model_config_t *c = &g->cfg;
-    const int C = c->hidden, P = c->encoder_seq_length;
+    const int C = g->local.hid, P = c->encoder_seq_length; /* C: the stream's features held */
     float *d_a = g->scratch.d_tmp, *d_b = g->scratch.d_tmp2;
     memcpy(d_a, A->d_resid, p->nsC * sizeof(float));
     zero_rows_outside(d_a, p, ROWS_SOURCE, P, C);
@@ -124,8 +123,7 @@ static void final_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_
 
 static void final_views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
                         const unit_positions_t *pos, unit_view_t *out) {
-    (void)g;
-    out[0] = (unit_view_t){A->layer[unit_acts(u)].out, -1, 0, 0, pos->stream, 0, 0};
+    out[0] = unit_stream_view(g, A->layer[unit_acts(u)].out, pos->stream);
 }
 
 const unit_kind_t unit_encoder_final = {

@@ -71,10 +71,12 @@ static linear_tiles_t patch_tiles(const model_config_t *c) {
 }
 
 /* After the lookup: the image rows held get the patch embedding of their
- * pictures (the same on every tensor-parallel rank). */
+ * pictures (the same on every tensor-parallel rank; 2-D: the column's
+ * features, from its block of Wp, whole output tiles as golden's, once
+ * Wp has a 2-D placement: styles/MODES.md). */
 static void patch_rows(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
     const model_config_t *c = &g->cfg;
-    const int C = c->hidden, D = c->patch_dim;
+    const int C = g->local.hid, D = c->patch_dim; /* C: the stream's features held */
     float *y = g->scratch.d_tmp; /* [n, C]: the lookup's rows are already completed */
     const int k = image_rows(g, A, &p->runs, p->n_seq);
     if (k) linear_forward(y, A->pictures, unit_param(g, u, E_PATCH_W), unit_param(g, u, E_PATCH_B),
@@ -103,10 +105,12 @@ static void patch_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const float 
 }
 
 /* The patch embedding's gradients from every image row's: whole on every
- * tensor-parallel rank (the gradient is gathered to every position). */
+ * tensor-parallel rank (the gradient is gathered to every position); 2-D:
+ * the column's features of the row's sequences, to be completed over the
+ * column once Wp has a 2-D placement (styles/MODES.md). */
 static void patch_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
     const model_config_t *c = &g->cfg;
-    const int C = c->hidden, D = c->patch_dim;
+    const int C = g->local.hid, D = c->patch_dim; /* C: the stream's features held */
     const float *d = embedding_unit_backward(g, u, A, p, A->words);
     float *dy = g->scratch.d_tmp2; /* [n, C]: not the embedding backward's */
     const int k = image_rows(g, A, &g->local.runs, p->n_seq);
@@ -169,7 +173,7 @@ static void projector_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const fl
     layer_acts_t *L = &A->layer[unit_acts(u)];
     mlp_acts_t *LA = &L->mlp;
     const model_config_t *c = &g->cfg;
-    const int n = p->n, C = c->hidden, F = g->local.ffn;
+    const int n = p->n, C = g->local.hid, F = g->local.ffn; /* C: the stream's features held */
     const gpt_local_t *lc = &g->local;
     const int rl = lc->row_linears;
     /* gathered under sequence parallelism, else the input itself (the
@@ -191,7 +195,7 @@ static void projector_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const fl
 static void projector_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
     const mlp_acts_t *LA = &A->layer[unit_acts(u)].mlp;
     const model_config_t *c = &g->cfg;
-    const int C = c->hidden, F = g->local.ffn, P = c->encoder_seq_length;
+    const int C = g->local.hid, F = g->local.ffn, P = c->encoder_seq_length;
     const gpt_local_t *lc = &g->local;
     const int rl = lc->row_linears;
     gpt_scratch_t *S = &g->scratch;
@@ -212,8 +216,9 @@ static void projector_backward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const p
 static void projector_views(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
                             const unit_positions_t *pos, unit_view_t *out) {
     const layer_acts_t *LA = &A->layer[unit_acts(u)];
-    out[0] = (unit_view_t){LA->mlp.fc1_out, 1, g->local.ffn0, g->local.ffn, pos->all, 0, 0};
-    out[1] = (unit_view_t){LA->out, -1, 0, 0, pos->stream, 0, 0};
+    out[0] = (unit_view_t){LA->mlp.fc1_out, 1, g->local.ffn0, g->local.ffn, pos->all, 0,
+                           pos->inner_shift};
+    out[1] = unit_stream_view(g, LA->out, pos->stream);
 }
 
 const unit_kind_t unit_projector = {

@@ -3,7 +3,8 @@
  * and cp.
  *
  * Per layer, a rank holding n = (B/dp) * T/cp tokens of A = h/tp
- * attention features (fp32, 4 bytes):
+ * attention features (fp32, 4 bytes; 2-D/2.5-D/3-D: n = (B/dp)/blocks *
+ * T/cp of A = h/q, the column's heads of its block of the sequences):
  *   ring forward   K, then V, around the ring: (cp-1) blocks of n*A each
  *                  = (cp-1)/cp of the sequence's K and of its V;
  *   ring backward  K and V together again, (cp-1) blocks of n*2A; and
@@ -49,8 +50,12 @@ void cp_print_report(const run_report_t *run, FILE *f) {
     const pconfig_t *pc = &run->pc;
     const model_config_t cfg = run->cfg;
     const double MB = 1e6, steps = run->steps > 0 ? run->steps : 1, cp = pc->cp;
-    const double A = (double)cfg.hidden / (pc->tp > 1 ? pc->tp : 1);
-    const double n = (double)(pc->global_batch / pc->dp) * cfg.seq_length / cp; /* tokens a rank holds */
+    /* 2-D/2.5-D/3-D: a rank's attention holds one column's heads (h/q) of
+     * one block of the sequences (pconfig_tp_batch_blocks); 1-D: h/tp of all */
+    int sub[3];
+    pconfig_tp_sub(pc, sub);
+    const double A = (double)cfg.hidden / sub[0], blocks = pconfig_tp_batch_blocks(pc);
+    const double n = (double)(pc->global_batch / pc->dp) / blocks * cfg.seq_length / cp; /* tokens held */
     const device_report_t *r0 = &run->reports[0];
     const coll_family_t *fam = coll_counters_family(&r0->comm, "cp");
     coll_tally_t f32 = {0, 0, 0, 0, 0}, open = {0, 0, 0, 0, 0}, a2a = {0, 0, 0, 0, 0};
