@@ -78,6 +78,7 @@ static int validate_layout(train_args_t *t, model_config_t *cfg) {
         fprintf(stderr, "parity %s: invalid layout: %s\n", t->cmd, err.msg);
         return -1;
     }
+    t->lo.resumed = t->load_dir != NULL;
     if (pconfig_validate(&t->lo.pc, cfg->global_batch, &err) || layout_opts_check(&t->lo, cfg, &err)) {
         char origin[512];
         fprintf(stderr, "parity %s: invalid layout%s: %s\n", t->cmd,

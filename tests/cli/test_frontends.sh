@@ -48,6 +48,8 @@ exact "Megatron flags with --rank-list over tp x dp x pp (8 devices, ZeRO-2)" \
   --num-microbatches 2 --zero-stage 2 --rank-list 5,2,7,0,3,6,1,4
 exact "a Colossal-AI file: pipeline=2, tensor=dict(size=2, mode='1d'), dp inferred (world 8)" \
   --parallel-config "$cfgs/colossal_pp_tp.py" --num-microbatches 4 --world-size 8
+exact "a Colossal-AI file: pipeline=2, tensor=dict(size=2, mode='sequence') (the cp ring)" \
+  --parallel-config "$cfgs/colossal_sequence.py" --num-microbatches 2
 NEMO=(--optim model.optim.name=distributed_fused_adam --optim model.optim.overlap_grad_sync=true
       --optim model.optim.overlap_param_sync=true --optim model.optim.bucket_cap_mb=0.05
       --optim model.optim.dtype=fp32 --optim model.optim.grad_sync_dtype=float32
@@ -168,7 +170,7 @@ col() { # NAME PATTERN TEXT [FLAGS...]
 }
 col "tensor=4 without a mode" "parallel.tensor: .*mode" "parallel = dict(tensor=4)"
 col "mode 2d with size 8" "parallel.tensor.*2d needs a square size, got 8" "parallel = dict(tensor=dict(size=8, mode='2d'))"
-col "mode sequence, valid, not implemented" "parallel.tensor.mode: 'sequence'.*not implemented yet" "parallel = dict(tensor=dict(size=4, mode='sequence'))"
+col "mode sequence and --context-parallel-size" "parallel.tensor.mode: 'sequence' is the cp ring.*give one" "parallel = dict(tensor=dict(size=2, mode='sequence'))" --context-parallel-size 2
 col "mode 2.5d without depth" "parallel.tensor.depth" "parallel = dict(tensor=dict(size=8, mode='2.5d'))"
 col "mode 3d with size 9" "parallel.tensor.*3d needs a cube" "parallel = dict(tensor=dict(size=9, mode='3d'))"
 col "an unknown key" "parallel.zero" "parallel = dict(zero=2)"

@@ -8,7 +8,8 @@
  *    (whole replicas at ZeRO 0-2, bucket pieces at ZeRO-3); AdamW state as
  *    the stage keeps it: DDP's replicas hold it whole, ZeRO >= 1 shards
  *    hold piece k of every bucket (dp_plan.c);
- *  - the AdamW step count, which bias correction reads.
+ *  - the AdamW step count, which bias correction reads, and fp16's loss
+ *    scaler, which every rank holds alike.
  * Saving takes one copy of what is replicated (data-parallel rank 0, and
  * tensor-parallel rank 0 of a tensor every tp rank holds): dumps and the
  * checker already compare replicas, and a checkpoint is not a checker.
@@ -59,6 +60,9 @@ void engine_ckpt_setup_rank(engine_rank_t *r) {
     if (!in) return;
     const dp_plan_t *p = r->plan;
     const float *m = sh->m_local[r->part], *v = sh->v_local[r->part];
+    /* fp16: every rank's scaler moves alike from here (the broken variant
+     * keeps the fresh one, as a load that restores no grad_scaler does) */
+    if (!sh->run->broken_fp16_scale_lost) ckpt_scaler_to_gpt(in, r->g);
     if (p->stage == 0) { /* DDP: every replica holds the whole state */
         gpt_adam_set_values(r->g, 0, m);
         gpt_adam_set_values(r->g, 1, v);
@@ -107,6 +111,7 @@ void engine_ckpt_collect(engine_rank_t *r) {
     engine_join_parts(sh, sh->v_local, run->save->adam_v);
     run->save->step = engine_first_step(run) + run->steps;
     run->save->adam_t = p->stage == 0 ? r->g->adam_t : r->adam_t;
+    ckpt_scaler_from_gpt(r->g, run->save);
 }
 
 void engine_ckpt_free(engine_shared_t *sh) {
