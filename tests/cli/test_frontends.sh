@@ -193,9 +193,8 @@ nemo() { # NAME PATTERN KV [FLAGS...]
 nemo "an unknown key" "model.optim.foo" model.optim.foo=1
 nemo "no =" "model.optim.name" model.optim.name
 nemo "no prefix" "name" name=distributed_fused_adam
-nemo "fp16 state" "model.optim.dtype: fp16 is not supported" model.optim.dtype=fp16 --optim model.optim.name=distributed_fused_adam
+nemo "fp16 state against --dtype bf16" "model.optim.dtype=fp16 contradicts --dtype bf16" model.optim.dtype=fp16 --optim model.optim.name=distributed_fused_adam --dtype bf16
 nemo "grad_sync_dtype against --grad-sync-dtype" "model.optim.grad_sync_dtype=fp32 contradicts --grad-sync-dtype bf16" model.optim.grad_sync_dtype=fp32 --optim model.optim.name=distributed_fused_adam --grad-sync-dtype bf16
-nemo "fp16 gradient sync" "model.optim.grad_sync_dtype" model.optim.grad_sync_dtype=fp16 --optim model.optim.name=distributed_fused_adam
 nemo "bucket_cap_mb 0" "model.optim.bucket_cap_mb" model.optim.bucket_cap_mb=0 --optim model.optim.name=distributed_fused_adam
 nemo "bucket_cap_mb nan" "model.optim.bucket_cap_mb" model.optim.bucket_cap_mb=nan --optim model.optim.name=distributed_fused_adam
 nemo "a boolean 'yes'" "model.optim.overlap_grad_sync" model.optim.overlap_grad_sync=yes --optim model.optim.name=distributed_fused_adam
