@@ -72,7 +72,7 @@ void engine_ckpt_setup_rank(engine_rank_t *r) {
     for (int b = 0; b < p->nbuckets; b++) {
         size_t lo, hi;
         dp_piece(p, b, engine_bucket_rank(r, b), &lo, &hi);
-        const size_t o = p->buckets[b].shard_off, qo = p->buckets[b].qshard_off;
+        const size_t o = p->buckets[b].shard_off;
         if (!p->qblock && !r->shard_m) { /* nvme offload: into the rank's file */
             engine_offload_write(r, 0, o, hi - lo, m + lo);
             engine_offload_write(r, 1, o, hi - lo, v + lo);
@@ -86,14 +86,16 @@ void engine_ckpt_setup_rank(engine_rank_t *r) {
         /* adamw8bit: the checkpoint's values are dequantized states (ckpt.c
          * checked them block by block of the global tensors; the piece's
          * blocks are global ones), so each rebuilds its codes and absmax */
+        const engine_adam8_piece_t q = engine_offload_load8(r, b); /* nvme: slot 0 */
         dp_run_t run = dp_runs(p, b, lo, hi);
         while (dp_run_next(&r->g->table, &run))
-            if (adam8_from_values(m + run.a, run.e - run.a, p->qblock, 1, r->shard_mq + o + run.x,
-                                  r->shard_ma + qo + run.q, NULL) ||
-                adam8_from_values(v + run.a, run.e - run.a, p->qblock, 0, r->shard_vq + o + run.x,
-                                  r->shard_va + qo + run.q, NULL))
+            if (adam8_from_values(m + run.a, run.e - run.a, p->qblock, 1, q.mq + run.x,
+                                  q.ma + run.q, NULL) ||
+                adam8_from_values(v + run.a, run.e - run.a, p->qblock, 0, q.vq + run.x,
+                                  q.va + run.q, NULL))
                 parity_fatal("device %d: %s: the checkpoint's AdamW state is not 8-bit blocks here",
                              r->device, r->g->table.info[run.t].name);
+        engine_offload_store8(r, b); /* nvme: into the rank's file */
     }
     r->adam_t = in->adam_t;
 }
