@@ -77,7 +77,7 @@
 /* fp16's dynamic loss scaler (Megatron saves it as the optimizer state
  * dict's `grad_scaler`): the scale, the clean steps since it last grew,
  * the overflows it still tolerates before it halves, the steps skipped. */
-typedef struct {
+typedef struct ckpt_scaler {
     float scale;
     int growth, hysteresis_left;
     int64_t skipped;
@@ -124,10 +124,6 @@ int  ckpt_load_file(const char *file, const char *who, const model_config_t *cfg
  * caller frees both; adam_m or adam_v NULL when out of memory), else
  * nothing is copied and they are NULL. */
 void ckpt_state_to_gpt(const ckpt_state_t *s, gpt_t *g);
-/* fp16's loss scaler alone, into a model (every rank of a layout holds
- * one: ckpt_state_to_gpt's share of it) and out of one. */
-void ckpt_scaler_to_gpt(const ckpt_state_t *s, gpt_t *g);
-void ckpt_scaler_from_gpt(const gpt_t *g, ckpt_state_t *s);
 ckpt_state_t ckpt_state_view_gpt(const gpt_t *g, int64_t next_step, float *scratch[2]);
 /* Host bytes a save (the state and the file built in memory) or a load
  * (the file read whole, and the state) holds: for memest.h's host line. */

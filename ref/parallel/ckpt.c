@@ -51,25 +51,12 @@ void ckpt_state_free(ckpt_state_t *s) {
     }
 }
 
-void ckpt_scaler_to_gpt(const ckpt_state_t *s, gpt_t *g) {
-    if (s->cfg.precision != MODEL_FP16) return; /* inert: the config's initial scaler */
-    g->scaler = (loss_scaler_t){s->scaler.scale, s->scaler.growth, s->scaler.hysteresis_left,
-                                s->scaler.skipped};
-}
-
-void ckpt_scaler_from_gpt(const gpt_t *g, ckpt_state_t *s) {
-    const loss_scaler_t *l = &g->scaler;
-    s->scaler = g->cfg.precision == MODEL_FP16
-                    ? (ckpt_scaler_t){l->scale, l->growth, l->hysteresis_left, l->skipped}
-                    : (ckpt_scaler_t){0.0f, 0, 0, 0};
-}
-
 void ckpt_state_to_gpt(const ckpt_state_t *s, gpt_t *g) {
     memcpy(g->params, s->params, s->total * sizeof(float));
     gpt_adam_set_values(g, 0, s->adam_m);
     gpt_adam_set_values(g, 1, s->adam_v);
     g->adam_t = s->adam_t;
-    ckpt_scaler_to_gpt(s, g);
+    gpt_scaler_from_ckpt(g, &s->scaler);
     gpt_params_refresh(g); /* mixed precision: the compute copy of the loaded weights */
 }
 
@@ -77,7 +64,7 @@ ckpt_state_t ckpt_state_view_gpt(const gpt_t *g, int64_t next_step, float *scrat
     const float *m = gpt_adam_values(g, 0, &scratch[0]), *v = gpt_adam_values(g, 1, &scratch[1]);
     ckpt_state_t s = {g->cfg, next_step, g->adam_t, {0.0f, 0, 0, 0}, g->table.total, g->params, (float *)m,
                       (float *)v};
-    ckpt_scaler_from_gpt(g, &s);
+    gpt_scaler_to_ckpt(g, &s.scaler);
     return s;
 }
 

@@ -62,7 +62,7 @@ void engine_ckpt_setup_rank(engine_rank_t *r) {
     const float *m = sh->m_local[r->part], *v = sh->v_local[r->part];
     /* fp16: every rank's scaler moves alike from here (the broken variant
      * keeps the fresh one, as a load that restores no grad_scaler does) */
-    if (!sh->run->broken_fp16_scale_lost) ckpt_scaler_to_gpt(in, r->g);
+    if (!sh->run->broken_fp16_scale_lost) gpt_scaler_from_ckpt(r->g, &in->scaler);
     if (p->stage == 0) { /* DDP: every replica holds the whole state */
         gpt_adam_set_values(r->g, 0, m);
         gpt_adam_set_values(r->g, 1, v);
@@ -113,7 +113,7 @@ void engine_ckpt_collect(engine_rank_t *r) {
     engine_join_parts(sh, sh->v_local, run->save->adam_v);
     run->save->step = engine_first_step(run) + run->steps;
     run->save->adam_t = p->stage == 0 ? r->g->adam_t : r->adam_t;
-    ckpt_scaler_from_gpt(r->g, run->save);
+    gpt_scaler_to_ckpt(r->g, &run->save->scaler);
 }
 
 void engine_ckpt_free(engine_shared_t *sh) {
