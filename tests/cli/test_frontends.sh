@@ -72,6 +72,11 @@ $L --parallel-config "$cfgs/patterns_seed.json" >"$tmp/seed.json" 2>&1
 same "the seed's sharding file = Megatron flags with the naive schedule" "$tmp/megatron8.json" "$tmp/seed.json"
 $L --parallel-config "$cfgs/colossal_pp_tp.py" --num-microbatches 4 >"$tmp/colossal.json" 2>&1
 same "Colossal-AI file = patterns file = Megatron flags" "$tmp/patterns.json" "$tmp/colossal.json"
+$L --context-parallel-size 2 --cp-comm-type p2p --pipeline-model-parallel-size 2 --num-microbatches 2 \
+   >"$tmp/megatron_cp.json" 2>&1
+$L --parallel-config "$cfgs/colossal_sequence.py" --num-microbatches 2 >"$tmp/colossal_seq.json" 2>&1
+same "Colossal-AI mode='sequence' = Megatron's cp ring (--context-parallel-size 2 --cp-comm-type p2p)" \
+  "$tmp/megatron_cp.json" "$tmp/colossal_seq.json"
 $L --data-parallel-size 4 --zero-stage 2 --use-distributed-optimizer --overlap-grad-reduce \
    --overlap-param-gather --bucket-cap-mb 0.052428800000000004 >"$tmp/megatron_zero.json" 2>&1
 $L --data-parallel-size 4 "${NEMO[@]}" >"$tmp/nemo.json" 2>&1
