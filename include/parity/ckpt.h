@@ -30,7 +30,10 @@
  *   backend  the tile backend that computed it: openblas, portable or
  *            unknown (information: another backend continues the run,
  *            with that backend's bits)
- *   sha256   SHA-256 of the metadata and the data: each of the five keys
+ *   loss_scaler  --fp16 runs only, and always there: "scale S growth G
+ *            hysteresis_left H skipped K" (S with 9 significant digits,
+ *            which an fp32 survives exactly); adam_t + K = step
+ *   sha256   SHA-256 of the metadata and the data: each of the keys
  *            above in that order, its value, each followed by a 0 byte,
  *            then every tensor's bytes in the order above. A bit flipped
  *            anywhere, in a step count, the config's name or a tensor,
@@ -39,10 +42,9 @@
  * the field): the keys, the config against the run's (any field but
  * "name" and "micro_batch", which leave the bits alone: exact sums make
  * any microbatch split give the same ones), step in [0, CKPT_MAX_STEP],
- * adam_t equal to step (parity's AdamW updates once every step and skips
- * none, so any other count is not a file parity wrote; a mode that skips
- * updates, as a loss scaler's overflow would, must relax this to
- * adam_t <= step), the backend's name, and each tensor's presence and
+ * adam_t equal to step less the loss scaler's skipped steps (parity's
+ * AdamW updates once every step the scaler does not skip, so any other
+ * count is not a file parity wrote), the backend's name, and each tensor's presence and
  * shape before the state is allocated. The AdamW bias correction
  * multiplies beta adam_t times in fp64 (adamw.c; an O(log t) power would
  * round differently), so the count is bounded twice: by CKPT_MAX_STEP and
@@ -72,11 +74,21 @@
 #define CKPT_MAX_STEP ((int64_t)1 << 30)
 #define CKPT_FILE "model.safetensors"
 
+/* fp16's dynamic loss scaler (Megatron saves it as the optimizer state
+ * dict's `grad_scaler`): the scale, the clean steps since it last grew,
+ * the overflows it still tolerates before it halves, the steps skipped. */
+typedef struct ckpt_scaler {
+    float scale;
+    int growth, hysteresis_left;
+    int64_t skipped;
+} ckpt_scaler_t;
+
 /* A training state in global tensors: what a checkpoint holds. */
 typedef struct ckpt_state {
     model_config_t cfg;
     int64_t step;         /* the next step to run */
-    int adam_t;           /* AdamW steps taken */
+    int adam_t;           /* AdamW steps taken: step minus the scaler's skipped steps */
+    ckpt_scaler_t scaler; /* fp16 only (zero otherwise) */
     size_t total;         /* elements per vector: the golden table's total */
     float *params, *adam_m, *adam_v; /* [total] each, at the golden table's offsets */
 } ckpt_state_t;

@@ -80,6 +80,7 @@ typedef struct {
      * without fp32 accumulation) */
     int broken_fp32_sums;
     int broken_fp16_clip_scaled; /* fp16: the norm (and clipping) of still-scaled gradients */
+    int broken_fp16_scale_lost;  /* fp16 --load: the loss scaler left at its initial state */
     int broken_tp_fp32_sums;  /* the row-parallel completions in fp32 (Megatron-LM 1736's kind) */
     int broken_tp_vocab_pad;  /* a vocabulary padding that depends on tp (Megatron-LM 1754) */
     int broken_pp_mask_key;   /* dropout masks keyed by a stage's microbatch count (PyTorch 55036) */

@@ -32,6 +32,14 @@ static const char *needs_fp16_scale(const broken_where_t *w) {
                                                          : "--fp16 with a loss scale other than 1";
 }
 
+/* A scaler lost on load shows only where a dynamic one has moved: an fp16
+ * run resumed from a checkpoint. */
+static const char *needs_fp16_resumed(const broken_where_t *w) {
+    if (w->cfg->precision != MODEL_FP16 || w->cfg->loss_scale > 0)
+        return "--fp16 with a dynamic loss scale, and --load of its checkpoint";
+    return w->resumed ? NULL : "--load of an --fp16 checkpoint (the scaler's state to lose)";
+}
+
 static const char *needs_tp(const broken_where_t *w) {
     return w->pc->tp > 1 ? NULL : "tensor-model-parallel-size > 1";
 }
@@ -226,6 +234,7 @@ static void set_moe_aux(engine_run_t *r, int d) { (void)d, r->broken_moe |= GPT_
 static void set_fp32_sums(engine_run_t *r, int d) { (void)d, r->broken_fp32_sums = 1; }
 static void set_bf16_sums(engine_run_t *r, int d) { (void)d, r->broken_fp32_sums = 2; }
 static void set_fp16_clip(engine_run_t *r, int d) { (void)d, r->broken_fp16_clip_scaled = 1; }
+static void set_fp16_lost(engine_run_t *r, int d) { (void)d, r->broken_fp16_scale_lost = 1; }
 static void set_tp_fp32_sums(engine_run_t *r, int d) { (void)d, r->broken_tp_fp32_sums = 1; }
 static void set_tp_vocab_pad(engine_run_t *r, int d) { (void)d, r->broken_tp_vocab_pad = 1; }
 static void set_pp_mask_key(engine_run_t *r, int d) { (void)d, r->broken_pp_mask_key = 1; }
@@ -266,6 +275,14 @@ static const broken_variant_t variants[] = {
      "PyTorch's GradScaler documentation warns about)",
      "grad_norm", "--fp16 --initial-loss-scale 1024 --data-parallel-size 2", -1,
      "--fp16 with a loss scale other than 1", 0, needs_fp16_scale, set_fp16_clip},
+    {"fp16-scale-lost",
+     "load an --fp16 checkpoint without its loss scaler's state: the scale, clean-step count and "
+     "hysteresis restart from the initial ones (a resume that drops Megatron's grad_scaler "
+     "state dict)",
+     "grad_input.head", "--fp16 --initial-loss-scale 1024 --loss-scale-window 1 --data-parallel-size 2 "
+     "--load CKPT", -1,
+     "--fp16 with a dynamic scale, --load of its checkpoint (CKPT: test_broken.sh saves one from "
+     "the example's flags)", 0, needs_fp16_resumed, set_fp16_lost},
     {"tp-fp32-sums",
      "complete row-parallel sums in fp32, each rank rounding its partial before the all-reduce "
      "(Megatron-LM 1736's reduction-order kind)",
@@ -450,9 +467,9 @@ const char *broken_spelling(const broken_variant_t *b, int device, char *buf, si
 }
 
 int broken_check(const broken_variant_t *b, int device, const pconfig_t *pc,
-                 const model_config_t *cfg, perr_t *err) {
+                 const model_config_t *cfg, int resumed, perr_t *err) {
     char buf[256], name[64];
-    const broken_where_t w = {pc, cfg, device, buf, sizeof buf};
+    const broken_where_t w = {pc, cfg, device, resumed, buf, sizeof buf};
     const char *need = b->needs(&w);
     if (!need) return 0;
     return perr_set(err, "--test-broken %s: needs %s", broken_spelling(b, device, name, sizeof name),

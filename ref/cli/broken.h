@@ -22,6 +22,7 @@ typedef struct {
     const pconfig_t *pc;
     const model_config_t *cfg;
     int device; /* replica:R's R, else -1 */
+    int resumed; /* the run starts from --load */
     char *buf;
     size_t cap;
 } broken_where_t;
@@ -50,7 +51,7 @@ int broken_parse(const char *value, const broken_variant_t **out, int *device, p
 /* 0 when the variant can fire on this layout and model, else -1 with
  * "--test-broken NAME: needs ..." in err. */
 int broken_check(const broken_variant_t *b, int device, const pconfig_t *pc,
-                 const model_config_t *cfg, perr_t *err);
+                 const model_config_t *cfg, int resumed, perr_t *err);
 /* "fp32-sums" or "replica:3": how the user wrote it, for messages. */
 const char *broken_spelling(const broken_variant_t *b, int device, char *buf, size_t cap);
 void broken_apply(const broken_variant_t *b, int device, engine_run_t *run);

@@ -93,7 +93,7 @@ int layout_opts_parse(layout_opts_t *lo, int argc, char **argv, int *i, perr_t *
 
 int layout_opts_check(const layout_opts_t *lo, const model_config_t *cfg, perr_t *err) {
     const pconfig_t *pc = &lo->pc;
-    if (lo->broken && broken_check(lo->broken, lo->broken_device, pc, cfg, err)) return -1;
+    if (lo->broken && broken_check(lo->broken, lo->broken_device, pc, cfg, lo->resumed, err)) return -1;
     if (lo->step_focus >= pc->world_size)
         return perr_set(err, "--step-through=%d: the layout has devices 0 .. %d", lo->step_focus,
                         pc->world_size - 1);

@@ -23,6 +23,7 @@ typedef struct {
     const struct broken_variant *broken;
     int broken_device;
     int list_broken;
+    int resumed;             /* --load was given: what fp16-scale-lost needs to fire */
     const char *trace_path;  /* --trace FILE: Chrome trace events of the layout run */
     int step_through;        /* --step-through[=DEVICE]: devices take turns (runtime.h) */
     int step_focus;          /* its DEVICE, -1 without one */

@@ -78,6 +78,7 @@ static int validate_layout(train_args_t *t, model_config_t *cfg) {
         fprintf(stderr, "parity %s: invalid layout: %s\n", t->cmd, err.msg);
         return -1;
     }
+    t->lo.resumed = t->load_dir != NULL;
     if (pconfig_validate(&t->lo.pc, cfg->global_batch, &err) || layout_opts_check(&t->lo, cfg, &err)) {
         char origin[512];
         fprintf(stderr, "parity %s: invalid layout%s: %s\n", t->cmd,
@@ -97,7 +98,7 @@ static int validate_layout(train_args_t *t, model_config_t *cfg) {
     const pc_dtype_t dt[2] = {t->lo.pc.grad_sync_dtype, t->lo.pc.dtype};
     int *field[2] = {&cfg->grad_dtype, &cfg->optim_dtype};
     for (int k = 0; k < 2; k++)
-        *field[k] = dt[k] == PC_DTYPE_BF16 ? MODEL_BF16 : MODEL_FP32;
+        *field[k] = dt[k] == PC_DTYPE_BF16 ? MODEL_BF16 : dt[k] == PC_DTYPE_FP16 ? MODEL_FP16 : MODEL_FP32;
     if (!t->check && t->lo.broken && t->lo.broken->compared_only && !t->dump_path &&
         !t->digest_path) {
         char name[64];

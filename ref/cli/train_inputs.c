@@ -236,14 +236,6 @@ static int load_data(const train_args_t *t, train_inputs_t *in) {
  * must be able to hold the step the run ends at. */
 static int load_resume(const train_args_t *t, train_inputs_t *in) {
     perr_t err;
-    if ((t->load_dir || t->save_dir) && in->cfg.precision == MODEL_FP16) {
-        /* the checkpoint format has no place for the loss scaler's state
-         * or the skipped steps (adam_t == step): refused, not lost */
-        fprintf(stderr, "parity %s: %s: checkpoints of --fp16 runs (the loss scaler's state) are "
-                        "not built yet; --bf16 and fp32 runs save and load\n", t->cmd,
-                t->load_dir ? "--load" : "--save");
-        return -1;
-    }
     if (t->load_dir) {
         char *saved_backend = NULL;
         if (ckpt_load(t->load_dir, &in->cfg, &in->resume, &saved_backend, &err)) {

@@ -433,13 +433,19 @@ static long long root(long long x, int k) { /* the largest q with q^k <= x (x <=
     return q;
 }
 
-/* The tensor dict: its size, and the mode when it is one parity runs
- * (None or '1d', '2d', '2.5d' with its depth, '3d'). */
-static int tensor(rd_t *r, long long *tp, int *tp_mode, int *tp_depth) {
+/* The tensor dict: its size and mode (None or '1d', '2d', '2.5d' with its
+ * depth, '3d', 'sequence'). Colossal-AI's legacy mode='sequence' (Li et al.,
+ * ring self-attention: the sequence split over the tensor group, RingQK and
+ * RingAV pass keys and values round it) is context parallelism over a ring,
+ * so it becomes parity's cp ring (--context-parallel-size N --cp-comm-type
+ * p2p) with no tensor cut. Colossal splits the sequence contiguously and
+ * parity zigzags it (2*cp chunks): the load balance differs, the bits are the
+ * golden run's either way. */
+static int tensor(rd_t *r, long long *tp, int *tp_mode, int *tp_depth, long long *cp) {
     static const char *const modes[] = {"1d", "2d", "2.5d", "3d", "sequence"};
     const val_t *t = &r->slot[S_TENSOR], *m = &r->slot[S_T_MODE], *dv = &r->slot[S_T_DEPTH];
     const long size_line = r->slot[S_T_SIZE].line;
-    char w[96], grid[128];
+    char w[96];
     long long size, depth = 1, q;
     int mode = -1; /* None */
     if (t->k == V_INT)
@@ -489,14 +495,8 @@ static int tensor(rd_t *r, long long *tp, int *tp_mode, int *tp_depth) {
         *tp_depth = mode == 2 ? (int)depth : 0;
         return 0;
     }
-    const size_t g = sizeof grid;
-    if (mode == 1) snprintf(grid, g, "2-D tensor parallelism, SUMMA on a %lld x %lld grid", q, q);
-    if (mode == 2)
-        snprintf(grid, g, "2.5-D tensor parallelism, a %lld x %lld grid, depth %lld", q, q, depth);
-    if (mode == 3) snprintf(grid, g, "3-D tensor parallelism, a %lld x %lld x %lld cube", q, q, q);
-    if (mode == 4) snprintf(grid, g, "sequence parallelism, ring attention on %lld devices", size);
-    return fail(r, m->line, "parallel.tensor.mode", "'%s' (Colossal-AI %s) is valid but not "
-                "implemented yet in parity; modes '1d', '2d', '2.5d' and '3d' are", modes[mode], grid);
+    /* mode 4, 'sequence': the size is the ring's, tensor parallelism stays 1 */
+    return *cp = size, 0;
 }
 
 int colossal_parse(const char *text, size_t len, const char *path, pconfig_t *pc, perr_t *err) {
@@ -521,7 +521,8 @@ int colossal_parse(const char *text, size_t len, const char *path, pconfig_t *pc
                                                             "or pipeline=N");
     if (pv->k && get_int(&r, pv->k == V_DICT ? S_PIPE_SIZE : S_PIPE, &pp)) return -1;
     int tp_mode = PC_TP_1D, tp_depth = 0;
-    if (r.slot[S_TENSOR].k && tensor(&r, &tp, &tp_mode, &tp_depth)) return -1;
+    long long cp = 0;
+    if (r.slot[S_TENSOR].k && tensor(&r, &tp, &tp_mode, &tp_depth, &cp)) return -1;
     if (r.slot[S_DATA].k && get_int(&r, S_DATA, &dp)) return -1;
     /* one source per degree: with a Megatron flag as well, one of the two would go unread */
     if (pc->pp)
@@ -536,7 +537,11 @@ int colossal_parse(const char *text, size_t len, const char *path, pconfig_t *pc
     if (tp_mode != PC_TP_1D && (pc->tp_mode != PC_TP_1D || pc->tp_depth))
         return fail(&r, r.par_line, "parallel.tensor.mode", "the mode also comes from "
                                                             "--tensor-parallel-mode; give one");
+    if (cp && (pc->cp > 1 || (pc->given & PC_GIVEN_CP_COMM)))
+        return fail(&r, r.par_line, "parallel.tensor.mode", "'sequence' is the cp ring; the "
+                    "layout also comes from --context-parallel-size or --cp-comm-type; give one");
     pc->pp = (int)pp, pc->tp = (int)tp;
+    if (cp) pc->cp = (int)cp, pc->cp_comm = 0; /* the ring: cp.h's CP_RING */
     if (tp_mode != PC_TP_1D) pc->tp_mode = tp_mode, pc->tp_depth = tp_depth;
     /* Colossal-AI ignores `data` (it infers world / (pipeline x tensor)); parity
      * keeps it so that pconfig_validate checks it against the world size */

@@ -166,16 +166,12 @@ int nemo_optim_apply(const nemo_optim_t *o, pconfig_t *pc, perr_t *err) {
                             named ? o->name : "NeMo's default optimizer (adam)",
                             ddp_flag[k] ? ", or parity's " : "", ddp_flag[k] ? ddp_flag[k] : "");
     if (!named) return 0;
-    /* what parity cannot run (fp16 state or gradient sync: Apex keeps the
-     * loss scale there), then conflicts with what Megatron-style flags set;
-     * grad_sync_dtype defaults to dtype (Apex) */
+    /* conflicts with what Megatron-style flags set; grad_sync_dtype
+     * defaults to dtype (Apex) */
     const pc_dtype_t want[2] = {o->dtype, GIVEN(o, NEMO_KEY_GRAD_SYNC_DTYPE) ? o->grad_sync_dtype : o->dtype};
     for (int k = NEMO_KEY_DTYPE; k <= NEMO_KEY_GRAD_SYNC_DTYPE; k++) {
         const int g = k == NEMO_KEY_DTYPE;
         const pc_dtype_t d = want[!g], now = g ? pc->dtype : pc->grad_sync_dtype;
-        if ((GIVEN(o, k) || GIVEN(o, NEMO_KEY_DTYPE)) && d == PC_DTYPE_FP16)
-            return perr_set(err, PREFIX "%s: fp16 is not supported (bf16 and fp32 are: an fp16 "
-                                 "state or gradient sync needs Apex's loss scale there)", keys[k]);
         if ((GIVEN(o, k) || GIVEN(o, NEMO_KEY_DTYPE)) && now != PC_DTYPE_FP32 && now != d)
             return perr_set(err, PREFIX "%s=%s contradicts %s %s", keys[k], dtype_names[d],
                             g ? "--dtype" : "--grad-sync-dtype", dtype_names[now]);

@@ -397,6 +397,7 @@ void pconfig_print_help(FILE *f) {
           "  --overlap-grad-reduce     reduce gradient buckets on a communication thread\n"
           "  --overlap-param-gather    gather parameters on a communication thread\n"
           "  --bucket-cap-mb X         gradient bucket size (default 40)\n"
-          "  --dtype fp32 --grad-sync-dtype fp32   (bf16/fp16: not yet supported)\n",
+          "  --dtype D --grad-sync-dtype D   fp32|bf16|fp16: Apex's optimizer state and gradient\n"
+          "                            sync (default fp32; the sync defaults to --dtype's)\n",
           f);
 }

@@ -220,14 +220,9 @@ static int recompute_validate(pconfig_t *pc, perr_t *err) {
  * encoder, pipeline, tp mode and recompute rules, then the 1-D tp
  * options. */
 static int degrees_validate(pconfig_t *pc, perr_t *err) {
-    /* NeMo's (Apex's) optimizer dtypes: the model's in parity (train.c
-     * copies them into the model config, so the golden run does the same) */
-    if (pc->dtype == PC_DTYPE_FP16)
-        return perr_set(err, "dtype: fp16 optimizer state is not supported (bf16 and fp32 are; "
-                             "for fp16 training use --fp16)");
-    if (pc->grad_sync_dtype == PC_DTYPE_FP16)
-        return perr_set(err, "grad_sync_dtype: fp16 is not supported (bf16 and fp32 are; an fp16 "
-                             "gradient sync needs the loss scale there)");
+    /* NeMo's (Apex's) optimizer dtypes, fp32, bf16 or fp16: the model's in
+     * parity (train.c copies them into the model config, so the golden run
+     * does the same; its validation checks them) */
     if (pc->tp == 0) pc->tp = 1;
     if (pc->pp == 0) pc->pp = 1;
     if (pc->cp == 0) pc->cp = 1;

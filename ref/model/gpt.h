@@ -74,6 +74,12 @@ typedef struct {
     int64_t skipped;
 } loss_scaler_t;
 void loss_scaler_init(loss_scaler_t *s, const model_config_t *c);
+/* fp16's scaler from and into a checkpoint's (ckpt.h's ckpt_scaler_t;
+ * every rank of a layout restores its own copy); other precisions keep
+ * the initial, inert one and save zeros. */
+struct ckpt_scaler;
+void gpt_scaler_from_ckpt(gpt_t *g, const struct ckpt_scaler *s);
+void gpt_scaler_to_ckpt(const gpt_t *g, struct ckpt_scaler *s);
 /* After a step's gradients are rounded, unscaled and their global norm
  * known: found_inf = the norm is not finite. Returns 1 when the step must
  * be skipped (fp16 only: no update, the learning rate's schedule does not

@@ -124,8 +124,6 @@ static int parse_args(int argc, const char *const *argv, open_args_t *a, perr_t 
  * step 0): the state the golden run starts from (o->start). */
 static int load_start(oracle_t *o, const open_args_t *a, perr_t *err) {
     if (a->load) {
-        if (o->cfg.precision == MODEL_FP16)
-            return perr_set(err, "--load: checkpoints of --fp16 runs are not built yet (ckpt.h)");
         char *backend = NULL;
         if (ckpt_load(a->load, &o->cfg, &o->start, &backend, err)) return -1;
         free(backend);

@@ -5,6 +5,7 @@
 #include "parity/ckpt.h"
 
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -55,13 +56,16 @@ void ckpt_state_to_gpt(const ckpt_state_t *s, gpt_t *g) {
     gpt_adam_set_values(g, 0, s->adam_m);
     gpt_adam_set_values(g, 1, s->adam_v);
     g->adam_t = s->adam_t;
+    gpt_scaler_from_ckpt(g, &s->scaler);
     gpt_params_refresh(g); /* mixed precision: the compute copy of the loaded weights */
 }
 
 ckpt_state_t ckpt_state_view_gpt(const gpt_t *g, int64_t next_step, float *scratch[2]) {
     const float *m = gpt_adam_values(g, 0, &scratch[0]), *v = gpt_adam_values(g, 1, &scratch[1]);
-    return (ckpt_state_t){g->cfg, next_step, g->adam_t, g->table.total, g->params, (float *)m,
-                          (float *)v};
+    ckpt_state_t s = {g->cfg, next_step, g->adam_t, {0.0f, 0, 0, 0}, g->table.total, g->params, (float *)m,
+                      (float *)v};
+    gpt_scaler_to_ckpt(g, &s.scaler);
+    return s;
 }
 
 size_t ckpt_host_bytes(const model_config_t *cfg, int load, int save) {
@@ -76,8 +80,16 @@ size_t ckpt_host_bytes(const model_config_t *cfg, int load, int save) {
 
 /* The metadata the digest covers, in this order (ckpt.h): every key but
  * "sha256" itself. A file holds these and "sha256", nothing else. */
-static const char *const meta_keys[] = {"format", "config", "step", "adam_t", "backend"};
+static const char *const meta_keys[] = {"format", "config", "step", "adam_t", "backend",
+                                        "loss_scaler"};
 enum { NMETA = sizeof meta_keys / sizeof meta_keys[0] };
+/* The keys a config's file holds: loss_scaler (the last) only under fp16. */
+static int nmeta(const model_config_t *c) { return c->precision == MODEL_FP16 ? NMETA : NMETA - 1; }
+
+static void scaler_text(const ckpt_scaler_t *l, char *buf, size_t cap) {
+    snprintf(buf, cap, "scale %.9g growth %d hysteresis_left %d skipped %" PRId64, (double)l->scale,
+             l->growth, l->hysteresis_left, l->skipped);
+}
 
 /* Format 2 (CKPT_FORMAT): each metadata key and value of meta_keys, in
  * that order, each followed by a 0 byte, then every tensor's bytes in file
@@ -88,7 +100,7 @@ static void state_digest(const ckpt_state_t *s, const char *const *meta, char he
     sha256_ctx_t c;
     uint8_t d[32];
     sha256_init(&c);
-    for (int i = 0; meta && i < NMETA; i++) {
+    for (int i = 0; meta && i < nmeta(&s->cfg); i++) {
         sha256_update(&c, meta_keys[i], strlen(meta_keys[i]) + 1);
         sha256_update(&c, meta[i], strlen(meta[i]) + 1);
     }
@@ -153,15 +165,17 @@ static int add_tensors(st_writer_t *w, const param_table_t *t, const ckpt_state_
 }
 
 static int set_metadata(st_writer_t *w, const ckpt_state_t *s, const char *backend, perr_t *err) {
-    char step[32], adam_t[32], hex[65];
+    char step[32], adam_t[32], scaler[128], hex[65];
     char *cfg = model_config_json(&s->cfg);
     if (!cfg) return perr_set(err, "checkpoint: out of memory");
     snprintf(step, sizeof step, "%" PRId64, s->step);
     snprintf(adam_t, sizeof adam_t, "%d", s->adam_t);
-    const char *meta[NMETA] = {CKPT_FORMAT, cfg, step, adam_t, backend ? backend : "unknown"};
+    scaler_text(&s->scaler, scaler, sizeof scaler);
+    const char *meta[NMETA] = {CKPT_FORMAT, cfg, step, adam_t, backend ? backend : "unknown", scaler};
     state_digest(s, meta, hex);
     int rc = 0;
-    for (int i = 0; i < NMETA && !rc; i++) rc = st_writer_set_metadata(w, meta_keys[i], meta[i], err);
+    for (int i = 0; i < nmeta(&s->cfg) && !rc; i++)
+        rc = st_writer_set_metadata(w, meta_keys[i], meta[i], err);
     if (!rc) rc = st_writer_set_metadata(w, "sha256", hex, err);
     free(cfg);
     return rc ? -1 : 0;
@@ -175,11 +189,12 @@ int ckpt_save(const char *dir, const ckpt_state_t *s, const char *backend, perr_
         return perr_set(err, "checkpoint: state of %zu elements for a table of %zu", s->total,
                         t.total);
     }
-    if (s->step < 0 || s->step > CKPT_MAX_STEP || s->adam_t != s->step) {
+    if (s->step < 0 || s->step > CKPT_MAX_STEP || s->adam_t + s->scaler.skipped != s->step) {
         param_table_free(&t);
-        return perr_set(err, "checkpoint: step %" PRId64 " with AdamW count %d: a checkpoint holds "
-                             "a step in [0, %" PRId64 "] equal to its AdamW count",
-                        s->step, s->adam_t, CKPT_MAX_STEP);
+        return perr_set(err, "checkpoint: step %" PRId64 " with AdamW count %d and %" PRId64
+                             " skipped: a checkpoint holds a step in [0, %" PRId64 "] equal to "
+                             "its AdamW count plus the loss scaler's skipped steps",
+                        s->step, s->adam_t, s->scaler.skipped, CKPT_MAX_STEP);
     }
     st_writer_t *w = st_writer_new();
     char *file = ckpt_file_path(dir);
@@ -369,35 +384,62 @@ static int load_tensors(const st_file_t *f, const param_table_t *t, ckpt_state_t
     return 0;
 }
 
-/* The metadata holds meta_keys and "sha256", nothing else. */
-static int check_meta_keys(const st_file_t *f, const char *who, perr_t *err) {
+/* The metadata holds the config's meta_keys and "sha256", nothing else. */
+static int check_meta_keys(const st_file_t *f, const model_config_t *cfg, const char *who,
+                           perr_t *err) {
     for (size_t i = 0; i < st_metadata_count(f); i++) {
         const char *k = st_metadata_key_at(f, i);
         int known = !strcmp(k, "sha256");
-        for (int j = 0; j < NMETA && !known; j++) known = !strcmp(k, meta_keys[j]);
+        for (int j = 0; j < nmeta(cfg) && !known; j++) known = !strcmp(k, meta_keys[j]);
         if (!known)
-            return perr_set(err, "%s: %s has metadata \"%.64s\" that no parity checkpoint holds",
+            return perr_set(err, "%s: %s has metadata \"%.64s\" that no parity checkpoint of "
+                                 "this run's precision holds",
                             who, CKPT_FILE, k);
     }
-    for (int j = 0; j < NMETA; j++)
+    for (int j = 0; j < nmeta(cfg); j++)
         if (!st_metadata(f, meta_keys[j]))
             return perr_set(err, "%s: %s has no \"%s\" metadata", who, CKPT_FILE, meta_keys[j]);
     return 0;
 }
 
+/* fp16's "loss_scaler": the text scaler_text writes, a finite positive
+ * scale, counts that a run could reach. */
+static int check_scaler(const st_file_t *f, const model_config_t *cfg, ckpt_scaler_t *l,
+                        const char *who, perr_t *err) {
+    *l = (ckpt_scaler_t){0.0f, 0, 0, 0};
+    if (cfg->precision != MODEL_FP16) return 0;
+    const char *v = st_metadata(f, "loss_scaler");
+    float scale;
+    int growth, hyst, end = -1;
+    long long skipped;
+    char back[128];
+    if (sscanf(v, "scale %f growth %d hysteresis_left %d skipped %lld%n", &scale, &growth, &hyst,
+               &skipped, &end) == 4 && end >= 0 && !v[end] && scale > 0.0f && scale <= FLT_MAX &&
+        growth >= 0 && skipped >= 0 && skipped <= CKPT_MAX_STEP) {
+        *l = (ckpt_scaler_t){scale, growth, hyst, skipped};
+        scaler_text(l, back, sizeof back);
+        if (!strcmp(back, v)) return 0; /* written by scaler_text, digit for digit */
+    }
+    return perr_set(err, "%s: metadata \"loss_scaler\": expected \"scale S growth G "
+                         "hysteresis_left H skipped K\" (S > 0 finite, G, K >= 0), got '%.96s'",
+                    who, v);
+}
+
 /* The scalars against each other and the run (ckpt.h): the AdamW count is
- * the step (parity's AdamW updates once a step and skips none), and the
- * step leaves room for the count's int. The backend is one parity has. */
-static int check_scalars(const st_file_t *f, int64_t *step, int64_t *adam_t, const char *who,
-                         perr_t *err) {
+ * the step less the steps fp16's scaler skipped (parity's AdamW updates
+ * once every other step), and the step leaves room for the count's int.
+ * The backend is one parity has. */
+static int check_scalars(const st_file_t *f, const model_config_t *cfg, int64_t *step,
+                         int64_t *adam_t, ckpt_scaler_t *l, const char *who, perr_t *err) {
     if (meta_int(f, "step", CKPT_MAX_STEP, step, who, err) ||
-        meta_int(f, "adam_t", CKPT_MAX_STEP, adam_t, who, err))
+        meta_int(f, "adam_t", CKPT_MAX_STEP, adam_t, who, err) ||
+        check_scaler(f, cfg, l, who, err))
         return -1;
-    if (*adam_t != *step)
+    if (*adam_t + l->skipped != *step)
         return perr_set(err, "%s: metadata \"adam_t\" = %" PRId64 " differs from \"step\" = %" PRId64
-                             " (parity's AdamW updates once a step: a checkpoint's AdamW count "
-                             "is its step)",
-                        who, *adam_t, *step);
+                             "%s (parity's AdamW updates once a step the loss scaler does not skip: "
+                             "a checkpoint's AdamW count is its step less the skipped steps)",
+                        who, *adam_t, *step, cfg->precision == MODEL_FP16 ? " less the skipped steps" : "");
     const char *b = st_metadata(f, "backend");
     if (strcmp(b, "openblas") && strcmp(b, "portable") && strcmp(b, "unknown"))
         return perr_set(err, "%s: metadata \"backend\": expected openblas, portable or unknown, "
@@ -441,6 +483,7 @@ int ckpt_load_file(const char *file, const char *who, const model_config_t *cfg,
     param_table_t t;
     int have_table = 0, rc = -1;
     int64_t step, adam_t;
+    ckpt_scaler_t scaler;
     char hex[65];
     const char *fmt = st_metadata(f, "format"), *digest = st_metadata(f, "sha256");
     const int v1 = fmt && !strcmp(fmt, CKPT_FORMAT_V1);
@@ -449,16 +492,16 @@ int ckpt_load_file(const char *file, const char *who, const model_config_t *cfg,
                  CKPT_FILE, fmt ? fmt : "(none)", CKPT_FORMAT);
         goto out;
     }
-    if (check_meta_keys(f, who, err) || check_config(f, cfg, who, err) ||
-        check_scalars(f, &step, &adam_t, who, err))
+    if (check_config(f, cfg, who, err) || check_meta_keys(f, cfg, who, err) ||
+        check_scalars(f, cfg, &step, &adam_t, &scaler, who, err))
         goto out;
     if (param_table_build(&t, cfg, err)) goto out;
     have_table = 1;
     if (load_tensors(f, &t, NULL, who, err) || ckpt_state_alloc(s, cfg, err) ||
         load_tensors(f, &t, s, who, err))
         goto out;
-    const char *meta[NMETA];
-    for (int i = 0; i < NMETA; i++) meta[i] = st_metadata(f, meta_keys[i]);
+    const char *meta[NMETA] = {0};
+    for (int i = 0; i < nmeta(cfg); i++) meta[i] = st_metadata(f, meta_keys[i]);
     state_digest(s, v1 ? NULL : meta, hex);
     if (!digest || strcmp(digest, hex)) {
         perr_set(err, "%s: %s is corrupt: the SHA-256 of its %s is %s, the metadata says %.64s",
@@ -469,6 +512,7 @@ int ckpt_load_file(const char *file, const char *who, const model_config_t *cfg,
     if (check_adam8(s, &t, who, err)) goto out;
     s->step = step;
     s->adam_t = (int)adam_t;
+    s->scaler = scaler;
     if (backend && !(*backend = strdup(st_metadata(f, "backend")))) {
         perr_set(err, "checkpoint: out of memory");
         goto out;

@@ -145,8 +145,8 @@ refuse "--data-parallel-size not dividing the batch" "data-parallel-size: 3 does
 refuse "--world-size not dividing into the degrees" "world-size" -- $T --world-size 3 --data-parallel-size 2
 refuse "--accum-degree above the sequences per rank" "accum-degree: 9" -- $T --accum-degree 9
 refuse "--micro-batch-size contradicting --accum-degree" "micro-batch-size: 1 contradicts" -- $T --accum-degree 2 --micro-batch-size 1
-refuse "--dtype fp16" "dtype: fp16 optimizer state is not supported" -- $T --dtype fp16
-refuse "--grad-sync-dtype fp16" "grad_sync_dtype: fp16 is not supported" -- $T --grad-sync-dtype fp16
+refuse "--dtype fp8" "--dtype: expected fp32, bf16 or fp16, got 'fp8'" -- $T --dtype fp8
+refuse "--grad-sync-dtype fp64" "--grad-sync-dtype: expected fp32, bf16 or fp16, got 'fp64'" -- $T --grad-sync-dtype fp64
 refuse "--overlap-param-gather at ZeRO-0" "overlap-param-gather" -- $T --data-parallel-size 2 --overlap-param-gather
 refuse "an unknown flag" "unknown option '--frobnicate'" -- $T --frobnicate
 refuse "diff --max-rows followed by a flag" "--max-rows" -- $P diff "$w/good.st" "$w/good.st" --max-rows --quiet

@@ -11,7 +11,10 @@
 #  - bad input (a missing, corrupt or foreign checkpoint, another model,
 #    an unusable --save) is refused with a non-zero exit that is not a
 #    signal, a message naming the field or file, and no file created or
-#    changed.
+#    changed;
+#  - --fp16 runs save the loss scaler's state and resume with the
+#    uninterrupted run's bits; the broken variant fp16-scale-lost (the
+#    scaler reset on load) is caught.
 # Ends with "RESULT test_ckpt.sh: N passed, M failed".
 set -u
 PARITY=${PARITY:-build/parity}
@@ -192,6 +195,35 @@ if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && cmp -s "$tmp/before" "$tmp/after"; th
 else
   fail "(e) a failed save into a new directory leaves nothing" "exit $rc" "$(diff "$tmp/before" "$tmp/after" | head -3)"
 fi
+
+# --- (g) --fp16: the loss scaler's state travels (scale, clean steps,
+# hysteresis, skipped steps); gpt-micro overflows at steps 0 and 1 (both
+# skipped, the scale halved twice: adam_t 0 at step 2), then grows ---
+M=(--model gpt-micro --backend portable --quiet --fp16 --initial-loss-scale 4194304 --hysteresis 1
+   --loss-scale-window 2)
+train "fp16 golden 4 steps" --steps 4 --dump "$tmp/full.st" --dump-steps 2,3 --save "$tmp/F16full4" &&
+  n_step=$("$PARITY" diff "$tmp/full.st" "$tmp/full.st" --max-rows 100000 | grep -c '^step[23]\.')
+train "fp16 golden save" --steps 2 --save "$tmp/F16" && ok "fp16 golden: 2 steps (both skipped) saved"
+if grep -aq 'scale 1048576 growth 0 hysteresis_left -1 skipped 2' "$tmp/F16/model.safetensors"; then
+  ok "(g) the fp16 checkpoint holds the scaler: scale 2^20 after two halvings, 2 skipped (Megatron's hysteresis goes below 0 until the scale grows)"
+else fail "(g) the fp16 checkpoint holds the scaler" "$(grep -ao 'scale [^"]*' "$tmp/F16/model.safetensors")"; fi
+resume "(g) fp16 golden save, golden resume" "$tmp/F16" --save "$tmp/F16r4"
+same_file "(g) an fp16 resumed run saves the uninterrupted run's checkpoint" "$tmp/F16r4" "$tmp/F16full4"
+resume "(g) fp16 golden save, tp=2 x dp=2 ZeRO-1 resume" "$tmp/F16" --tensor-model-parallel-size 2 \
+  --data-parallel-size 2 --zero-stage 1
+train "fp16 dp=2 ZeRO-3 save" --steps 2 --data-parallel-size 2 --zero-stage 3 --save "$tmp/F16z" &&
+  same_file "(g) fp16 dp=2 ZeRO-3 writes the golden checkpoint" "$tmp/F16z" "$tmp/F16"
+if "$PARITY" check "${M[@]}" --steps 2 --load "$tmp/F16" --data-parallel-size 2 --zero-stage 2 \
+     --test-broken fp16-scale-lost >"$tmp/out" 2>&1; then
+  fail "(g) fp16-scale-lost: caught" "exit 0"
+elif grep -q 'tensor      step2.grad_input.head' "$tmp/out"; then
+  ok "(g) fp16-scale-lost (the scaler reset on load) is caught at step 2's first gradient"
+else fail "(g) fp16-scale-lost: caught at step2.grad_input.head" "$(grep -m3 'tensor\|produced' "$tmp/out")"; fi
+M=(--model gpt-micro --backend portable --quiet)
+expect_error "(g) an fp16 checkpoint into an fp32 run" "precision is fp16, here fp32" \
+  train --steps 1 --load "$tmp/F16"
+M=(--model gpt-tiny --backend portable --quiet --fp16)
+expect_error "(g) an fp32 checkpoint into an fp16 run" "precision is fp32, here fp16" train --steps 1 --load "$w/good"
 
 echo "RESULT test_ckpt.sh: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -48,6 +48,8 @@ exact "Megatron flags with --rank-list over tp x dp x pp (8 devices, ZeRO-2)" \
   --num-microbatches 2 --zero-stage 2 --rank-list 5,2,7,0,3,6,1,4
 exact "a Colossal-AI file: pipeline=2, tensor=dict(size=2, mode='1d'), dp inferred (world 8)" \
   --parallel-config "$cfgs/colossal_pp_tp.py" --num-microbatches 4 --world-size 8
+exact "a Colossal-AI file: pipeline=2, tensor=dict(size=2, mode='sequence') (the cp ring)" \
+  --parallel-config "$cfgs/colossal_sequence.py" --num-microbatches 2
 NEMO=(--optim model.optim.name=distributed_fused_adam --optim model.optim.overlap_grad_sync=true
       --optim model.optim.overlap_param_sync=true --optim model.optim.bucket_cap_mb=0.05
       --optim model.optim.dtype=fp32 --optim model.optim.grad_sync_dtype=float32
@@ -70,6 +72,11 @@ $L --parallel-config "$cfgs/patterns_seed.json" >"$tmp/seed.json" 2>&1
 same "the seed's sharding file = Megatron flags with the naive schedule" "$tmp/megatron8.json" "$tmp/seed.json"
 $L --parallel-config "$cfgs/colossal_pp_tp.py" --num-microbatches 4 >"$tmp/colossal.json" 2>&1
 same "Colossal-AI file = patterns file = Megatron flags" "$tmp/patterns.json" "$tmp/colossal.json"
+$L --context-parallel-size 2 --cp-comm-type p2p --pipeline-model-parallel-size 2 --num-microbatches 2 \
+   >"$tmp/megatron_cp.json" 2>&1
+$L --parallel-config "$cfgs/colossal_sequence.py" --num-microbatches 2 >"$tmp/colossal_seq.json" 2>&1
+same "Colossal-AI mode='sequence' = Megatron's cp ring (--context-parallel-size 2 --cp-comm-type p2p)" \
+  "$tmp/megatron_cp.json" "$tmp/colossal_seq.json"
 $L --data-parallel-size 4 --zero-stage 2 --use-distributed-optimizer --overlap-grad-reduce \
    --overlap-param-gather --bucket-cap-mb 0.052428800000000004 >"$tmp/megatron_zero.json" 2>&1
 $L --data-parallel-size 4 "${NEMO[@]}" >"$tmp/nemo.json" 2>&1
@@ -168,7 +175,7 @@ col() { # NAME PATTERN TEXT [FLAGS...]
 }
 col "tensor=4 without a mode" "parallel.tensor: .*mode" "parallel = dict(tensor=4)"
 col "mode 2d with size 8" "parallel.tensor.*2d needs a square size, got 8" "parallel = dict(tensor=dict(size=8, mode='2d'))"
-col "mode sequence, valid, not implemented" "parallel.tensor.mode: 'sequence'.*not implemented yet" "parallel = dict(tensor=dict(size=4, mode='sequence'))"
+col "mode sequence and --context-parallel-size" "parallel.tensor.mode: 'sequence' is the cp ring.*give one" "parallel = dict(tensor=dict(size=2, mode='sequence'))" --context-parallel-size 2
 col "mode 2.5d without depth" "parallel.tensor.depth" "parallel = dict(tensor=dict(size=8, mode='2.5d'))"
 col "mode 3d with size 9" "parallel.tensor.*3d needs a cube" "parallel = dict(tensor=dict(size=9, mode='3d'))"
 col "an unknown key" "parallel.zero" "parallel = dict(zero=2)"
@@ -191,9 +198,8 @@ nemo() { # NAME PATTERN KV [FLAGS...]
 nemo "an unknown key" "model.optim.foo" model.optim.foo=1
 nemo "no =" "model.optim.name" model.optim.name
 nemo "no prefix" "name" name=distributed_fused_adam
-nemo "fp16 state" "model.optim.dtype: fp16 is not supported" model.optim.dtype=fp16 --optim model.optim.name=distributed_fused_adam
+nemo "fp16 state against --dtype bf16" "model.optim.dtype=fp16 contradicts --dtype bf16" model.optim.dtype=fp16 --optim model.optim.name=distributed_fused_adam --dtype bf16
 nemo "grad_sync_dtype against --grad-sync-dtype" "model.optim.grad_sync_dtype=fp32 contradicts --grad-sync-dtype bf16" model.optim.grad_sync_dtype=fp32 --optim model.optim.name=distributed_fused_adam --grad-sync-dtype bf16
-nemo "fp16 gradient sync" "model.optim.grad_sync_dtype" model.optim.grad_sync_dtype=fp16 --optim model.optim.name=distributed_fused_adam
 nemo "bucket_cap_mb 0" "model.optim.bucket_cap_mb" model.optim.bucket_cap_mb=0 --optim model.optim.name=distributed_fused_adam
 nemo "bucket_cap_mb nan" "model.optim.bucket_cap_mb" model.optim.bucket_cap_mb=nan --optim model.optim.name=distributed_fused_adam
 nemo "a boolean 'yes'" "model.optim.overlap_grad_sync" model.optim.overlap_grad_sync=yes --optim model.optim.name=distributed_fused_adam

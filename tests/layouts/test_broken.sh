@@ -15,6 +15,7 @@
 set -u
 P=${PARITY:-build/parity}
 pass=0; fail=0
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 ok() { if [ "$1" = 0 ]; then pass=$((pass+1)); echo "ok      $2"; else fail=$((fail+1)); echo "not ok  $2"; [ -n "${3:-}" ] && echo "$3" | sed 's/^/  /'; fi; }
 
 list=$("$P" check --test-broken list); rc=$?
@@ -29,6 +30,15 @@ while IFS=$'\t' read -r name pattern example needs breaks; do
   # (a) the example layout: exit 1, the first divergence matches
   # shellcheck disable=SC2086 # the example is flags, word-split on purpose
   model=(--model gpt-micro); case $example in *--model*) model=() ;; esac # its own model
+  # an example that resumes (--load CKPT) gets a checkpoint saved by the
+  # same flags over 2 steps
+  case $example in *'--load CKPT'*)
+    ck=$tmp/ckpt; rm -rf "$ck"
+    # shellcheck disable=SC2086
+    "$P" train "${model[@]}" --steps 2 --quiet $(echo "$example" | sed 's/--test-broken [^ ]*//; s/--load CKPT//') \
+      --save "$ck" >/dev/null 2>&1
+    example=${example//CKPT/$ck} ;;
+  esac
   out=$("$P" check "${model[@]}" --steps 1 $example 2>&1); rc=$?
   first=$(echo "$out" | sed -n 's/^  tensor      step[0-9]*\.//p' | head -1)
   # shellcheck disable=SC2053 # the pattern is a glob on purpose

@@ -59,7 +59,7 @@ expect_bad() { # flags... ; the message must contain $needle
 needle="data-parallel-size: 3 does not divide"; expect_bad --data-parallel-size 3
 needle="--bucket-cap-mb"; expect_bad --bucket-cap-mb 0
 needle="unknown ZeRO stage 7"; expect_bad --zero-stage 7
-needle="fp16 optimizer state is not supported"; expect_bad --dtype fp16
+needle="--dtype: expected fp32, bf16 or fp16"; expect_bad --dtype fp8
 needle="--coll-algo"; expect_bad --coll-algo tree
 needle="accum-degree: 5"; expect_bad --data-parallel-size 2 --accum-degree 5
 

@@ -7,7 +7,8 @@
 # bucket by bucket through bounded staging (the trace shows the
 # transfers); a run killed during an nvme step leaves its checkpoint
 # intact and resuming from it gives the uninterrupted run's checkpoint,
-# byte for byte; bad paths and impossible combinations are
+# byte for byte; adamw8bit's 8-bit state (codes and block absmax) goes to
+# the file as fp32's does; bad paths and impossible combinations are
 # refused naming the flag or the file. The files themselves (the run's
 # own, locked, removed): tests/cli/test_offload_files.sh.
 set -u
@@ -33,6 +34,16 @@ exact "nvme, dp 2 ZeRO-3" $NVME --data-parallel-size 2 --zero-stage 3
 exact "nvme, bf16, tp 2 x pp 2 x dp 2 ZeRO-2" $NVME --bf16 --tensor-model-parallel-size 2 \
   --pipeline-model-parallel-size 2 --data-parallel-size 2 --zero-stage 2 --num-microbatches 2 \
   --global-batch-size 8
+# adamw8bit: the rank's file holds its codes and block absmax, bucket by bucket
+exact "nvme, adamw8bit dp 2 ZeRO-1, small buckets" $NVME --optimizer adamw8bit --data-parallel-size 2 \
+  --zero-stage 1 --bucket-cap-mb 0.01
+exact "nvme, adamw8bit dp 2 ZeRO-3" $NVME --optimizer adamw8bit --data-parallel-size 2 --zero-stage 3
+exact "nvme, adamw8bit tp 2 x dp 2 ZeRO-2 (blocks of 8)" $NVME --optimizer adamw8bit --optimizer-block 8 \
+  --tensor-model-parallel-size 2 --data-parallel-size 2 --zero-stage 2
+"$P" train --model gpt-micro --num-layers 4 --steps 2 --optimizer adamw8bit --data-parallel-size 2 \
+  --zero-stage 1 --save "$tmp/ck8" >/dev/null 2>&1
+exact "nvme, adamw8bit resumed from a checkpoint, dp 2 ZeRO-2" $NVME --optimizer adamw8bit --load "$tmp/ck8" \
+  --data-parallel-size 2 --zero-stage 2
 
 # the device's optimizer column: the state's (none), the host's, one bucket's piece
 opt_col() { "$P" train --model gpt-tiny --steps 1 --data-parallel-size 2 --zero-stage 1 "$@" 2>&1 |
@@ -88,8 +99,6 @@ refuse "a path that is a file" "--offload-path '$tmp/afile': not a directory" --
   --offload-optimizer nvme --offload-path "$tmp/afile"
 refuse "an unknown device" "offload-optimizer: unknown value 'gpu'" -- \
   "$P" check --model gpt-micro --steps 1 --offload-optimizer gpu
-refuse "nvme with adamw8bit" "offload-optimizer: nvme offloads fp32 AdamW" -- \
-  "$P" check --model gpt-micro --steps 1 --data-parallel-size 2 --zero-stage 1 --optimizer adamw8bit $NVME
 # a full disk: tests/cli/test_offload_files.sh (the message, and nothing left)
 
 echo "RESULT test_offload.sh: $passed passed, $failed failed"

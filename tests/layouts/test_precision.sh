@@ -155,10 +155,22 @@ exact "--grad-sync-dtype bf16 --dtype bf16, tp 2 x pp 2 x dp 2 ZeRO-3" gpt-micro
   --dtype bf16 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --data-parallel-size 2 \
   --zero-stage 3 --num-microbatches 2 --global-batch-size 8
 norm() { "$P" train --model gpt-micro --steps 2 "$@" 2>&1 | grep '^step     1' | grep -oE 'grad norm [0-9.]+'; }
+# fp16 as Apex keeps it (MODEL.md): the loss-scaled gradients synced in
+# fp16, unscaled after; master weights, m and v stored in fp16
+exact "NeMo dtype=fp16 (and its grad sync) with --fp16, dp 2 (ZeRO-2)" gpt-micro 3 $M4 $F16 $DFA \
+  --optim model.optim.dtype=fp16 --data-parallel-size 2
+exact "--grad-sync-dtype fp16 --dtype fp16 --fp16, dp 2 ZeRO-1" gpt-micro 3 $M4 $F16 --grad-sync-dtype fp16 \
+  --dtype fp16 --data-parallel-size 2 --zero-stage 1
+exact "--grad-sync-dtype fp16 (fp32 state) --fp16, tp 2 x dp 2 ZeRO-2" gpt-micro 3 --fp16 --loss-scale 1024 \
+  --grad-sync-dtype fp16 --tensor-model-parallel-size 2 --data-parallel-size 2 --zero-stage 2
 n32=$(norm); ng=$(norm --grad-sync-dtype bf16); no=$(norm --dtype bf16)
 if [ -n "$ng" ] && [ -n "$no" ] && [ "$n32" != "$ng" ] && [ "$n32" != "$no" ]; then
   ok "the dtypes are used: step 1's $n32 in fp32, $ng with bf16 gradients, $no with bf16 state"
 else fail "the NeMo dtypes change the bits" "fp32 $n32 grad $ng state $no"; fi
+nhg=$(norm --grad-sync-dtype fp16); nho=$(norm --dtype fp16)
+if [ -n "$nhg" ] && [ -n "$nho" ] && [ "$n32" != "$nhg" ] && [ "$n32" != "$nho" ] && [ "$nhg" != "$ng" ] && [ "$nho" != "$no" ]; then
+  ok "the fp16 dtypes are used: step 1's $nhg with fp16 gradients, $nho with fp16 state"
+else fail "the NeMo fp16 dtypes change the bits" "fp32 $n32 grad $nhg state $nho"; fi
 if "$P" train --model gpt-tiny --grad-sync-dtype bf16 --print-config 2>&1 | grep -q '"grad_dtype": "bf16"'; then
   ok "the model's JSON names the gradient dtype (dumps and checkpoints carry it)"
 else fail "the model's JSON names the gradient dtype"; fi
@@ -189,8 +201,9 @@ refuse "a minimum above the initial scale" "min-loss-scale: 1024 exceeds --initi
   "$P" check --model gpt-micro --fp16 --initial-loss-scale 512 --min-loss-scale 1024 --steps 1
 refuse "bf16 with MoE layers" "--bf16: mixed precision is built for the dense GPT, not for MoE layers" -- \
   "$P" check --model gpt-micro --bf16 --num-experts 4 --steps 1
-refuse "an fp16 checkpoint" "--save: checkpoints of --fp16 runs .the loss scaler's state. are not built yet" -- \
-  "$P" train --model gpt-micro --fp16 --steps 1 --save "$w/ck"
+"$P" train --model gpt-micro --steps 2 $M4 $F16 --save "$w/f16" >/dev/null 2>&1
+exact "an fp16 checkpoint (its loss scaler) resumed on dp 2 ZeRO-1" gpt-micro 2 $M4 $F16 --load "$w/f16" \
+  --data-parallel-size 2 --zero-stage 1
 "$P" train --model gpt-micro --bf16 --steps 1 --save "$w/bf" >/dev/null 2>&1
 refuse "a bf16 checkpoint loaded as fp32" "its precision is bf16, here fp32" -- \
   "$P" train --model gpt-micro --steps 1 --load "$w/bf"

@@ -116,6 +116,23 @@ static void test_data_reaches_validate(void) {
     CHECK(pconfig_validate(&pc, 8, &err) == -1 && strstr(err.msg, "world-size"), "%s", err.msg);
 }
 
+/* mode='sequence' (Colossal-AI's ring self-attention) is parity's cp ring:
+ * cp = size, the ring's comm type, tp 1; a second source of cp is refused */
+static void test_sequence_is_the_cp_ring(void) {
+    pconfig_t pc;
+    perr_t err;
+    CHECK(parse("parallel = dict(tensor=dict(size=4, mode='sequence'), pipeline=2)", &pc, &err) == 0,
+          "%s", err.msg);
+    CHECK(pc.cp == 4 && pc.cp_comm == 0 && pc.tp == 1 && pc.pp == 2, "cp %d comm %d tp %d pp %d",
+          pc.cp, pc.cp_comm, pc.tp, pc.pp);
+    pconfig_defaults(&pc);
+    pc.cp = 2, err.msg[0] = 0;
+    const char *t = "parallel = dict(tensor=dict(size=2, mode='sequence'))";
+    CHECK(colossal_parse(t, strlen(t), "cfg.py", &pc, &err) == -1 &&
+              strstr(err.msg, "'sequence' is the cp ring") && strstr(err.msg, "give one"),
+          "%s", err.msg);
+}
+
 typedef struct {
     const char *text;
     const char *frag[3]; /* each must be in the message */
@@ -136,15 +153,8 @@ static const bad_t BAD[] = {
      {"parallel.tensor.size", "12 / depth 2 = 6, not a square", ""}},
     {"parallel = dict(tensor=dict(size=8, mode='2.5d', depth=0))",
      {"parallel.tensor.depth", "'0' is out of range", ""}},
-    {"parallel = dict(tensor=dict(size=4, mode='sequence'))",
-     {"'sequence'", "ring attention on 4 devices", "not implemented yet"}},
     {"parallel = dict(tensor=dict(size=9, mode='3d'))",
      {"parallel.tensor.size", "3d needs a cube size, got 9", ""}},
-    {"parallel = dict(tensor=dict(size=4, mode='sequence'), pipeline=2)",
-     {"parallel.tensor.mode: 'sequence'", "ring attention on 4 devices",
-      "modes '1d', '2d', '2.5d' and '3d' are"}},
-    {"parallel = dict(tensor=dict(size=4, mode='sequence'))",
-     {"'sequence'", "not implemented", ""}},
     {"parallel = dict(tensor=dict(size=4, mode='1d', depth=2))",
      {"parallel.tensor.depth", "only mode '2.5d' takes a depth", "'1d'"}},
     {"parallel = dict(tensor=dict(size=4, mode='4d'))",
@@ -307,6 +317,7 @@ int main(void) {
     RUN(test_realistic_file);
     RUN(test_names);
     RUN(test_data_reaches_validate);
+    RUN(test_sequence_is_the_cp_ring);
     RUN(test_bad_inputs);
     RUN(test_hostile);
     RUN(test_flag_conflicts);

@@ -129,7 +129,13 @@ static void test_each_key(void) {
         CHECK(run(&pc, &o, "", kv, &err) == 0 && o.dtype == PC_DTYPE_FP32 &&
                   o.grad_sync_dtype == PC_DTYPE_FP32, "%s: %s", fp32[k], err.msg);
     }
-    /* spellings of the refused dtypes are read as what they are */
+    /* fp16, Apex's fp16 state and gradient sync: the layout's dtypes, the
+     * gradient sync following dtype unless given */
+    CHECK(run(&pc, &o, "", DFA "model.optim.dtype=torch.float16", &err) == 0 &&
+              pc.dtype == PC_DTYPE_FP16 && pc.grad_sync_dtype == PC_DTYPE_FP16, "%s", err.msg);
+    CHECK(run(&pc, &o, "", DFA "model.optim.grad_sync_dtype=fp16", &err) == 0 &&
+              pc.dtype == PC_DTYPE_FP32 && pc.grad_sync_dtype == PC_DTYPE_FP16, "%s", err.msg);
+    /* spellings of the dtypes are read as what they are */
     nemo_optim_init(&o);
     CHECK(nemo_optim_set(&o, "model.optim.dtype=torch.bfloat16", &err) == 0 && o.dtype == PC_DTYPE_BF16 &&
               nemo_optim_set(&o, "model.optim.grad_sync_dtype=half", &err) == 0 &&
@@ -163,9 +169,7 @@ static void test_bad_overrides(void) {
         {"", "name=adamw", "'name': not a NeMo optimizer key"},
         {"", "~model.optim.name", "'~model.optim.name': Hydra's ~ (delete a key) is not supported"},
         {"", "model.optim.name=adamw model.optim.name=fused_adam", "model.optim.name: given twice"},
-        {"", DFA "model.optim.dtype=fp16", "model.optim.dtype: fp16 is not supported"},
-        {"", DFA "model.optim.dtype=torch.float16", "model.optim.dtype: fp16 is not supported"},
-        {"", DFA "model.optim.grad_sync_dtype=fp16", "model.optim.grad_sync_dtype: fp16 is not supported"},
+        {"--dtype fp16", DFA "model.optim.dtype=bf16", "model.optim.dtype=bf16 contradicts --dtype fp16"},
         {"", DFA "model.optim.dtype=float64", "model.optim.dtype: expected a dtype"},
         {"", DFA "model.optim.dtype=torch.32", "model.optim.dtype: expected a dtype"},
         {"", DFA "model.optim.bucket_cap_mb=0", "model.optim.bucket_cap_mb"},

@@ -19,6 +19,7 @@
 
 #include <math.h>
 
+#include "parity/ckpt.h"
 #include "parity/pmath.h"
 
 void model_round_to(int dtype, float *x, size_t n) {
@@ -43,6 +44,18 @@ void gpt_params_refresh(gpt_t *g) {
     if (!g->params_lp || !g->params) return;
     for (size_t i = 0; i < g->table.total; i++) g->params_lp[i] = g->params[i];
     gpt_round_params(&g->cfg, g->params_lp, g->table.total);
+}
+
+void gpt_scaler_from_ckpt(gpt_t *g, const ckpt_scaler_t *s) {
+    if (g->cfg.precision != MODEL_FP16) return;
+    g->scaler = (loss_scaler_t){s->scale, s->growth, s->hysteresis_left, s->skipped};
+}
+
+void gpt_scaler_to_ckpt(const gpt_t *g, ckpt_scaler_t *s) {
+    const loss_scaler_t *l = &g->scaler;
+    *s = g->cfg.precision == MODEL_FP16
+             ? (ckpt_scaler_t){l->scale, l->growth, l->hysteresis_left, l->skipped}
+             : (ckpt_scaler_t){0.0f, 0, 0, 0};
 }
 
 void loss_scaler_init(loss_scaler_t *s, const model_config_t *c) {

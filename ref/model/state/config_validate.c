@@ -74,14 +74,15 @@ static int validate_encoder(const model_config_t *c, perr_t *err) {
 static int validate_precision(const model_config_t *c, perr_t *err) {
     if (c->precision < MODEL_FP32 || c->precision > MODEL_FP16)
         return perr_set(err, "precision.dtype: %d, expected fp32, bf16 or fp16", c->precision);
-    /* NeMo's dtypes: bf16 (fp16 state or gradients would need the loss
-     * scale where Apex keeps them, which is not built) */
+    /* NeMo's dtypes, as Apex's DistributedFusedAdam keeps them: the state
+     * (master weights, m, v) stored in optim_dtype, the gradients synced
+     * in grad_dtype, still loss-scaled under --fp16 (MODEL.md) */
     const struct { const char *field, *nemo; int v; } dts[] = {
         {"grad_dtype", "grad_sync_dtype", c->grad_dtype}, {"optim_dtype", "dtype", c->optim_dtype}};
     for (int k = 0; k < 2; k++)
-        if (dts[k].v != MODEL_FP32 && dts[k].v != MODEL_BF16)
-            return perr_set(err, "precision.%s (NeMo's %s): %s, expected fp32 or bf16", dts[k].field,
-                            dts[k].nemo, dts[k].v == MODEL_FP16 ? "fp16" : "unknown");
+        if (dts[k].v < MODEL_FP32 || dts[k].v > MODEL_FP16)
+            return perr_set(err, "precision.%s (NeMo's %s): %d, expected fp32, bf16 or fp16",
+                            dts[k].field, dts[k].nemo, dts[k].v);
     if (c->precision && c->moe_experts > 0)
         return perr_set(err, "--%s: mixed precision is built for the dense GPT, not for %s yet",
                         model_precision_name(c->precision), "MoE layers");
@@ -104,7 +105,7 @@ static int validate_precision(const model_config_t *c, perr_t *err) {
                             (double)c->loss_scale);
     }
     if (c->optim_dtype != MODEL_FP32 && c->optimizer != MODEL_OPT_ADAM)
-        return perr_set(err, "precision.optim_dtype (NeMo's dtype, --dtype): bf16 state is for "
+        return perr_set(err, "precision.optim_dtype (NeMo's dtype, --dtype): a bf16/fp16 state is for "
                              "--optimizer adam (adamw8bit keeps its own 8-bit state)");
     float initial, min;
     int window, hysteresis;

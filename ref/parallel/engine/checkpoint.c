@@ -8,7 +8,8 @@
  *    (whole replicas at ZeRO 0-2, bucket pieces at ZeRO-3); AdamW state as
  *    the stage keeps it: DDP's replicas hold it whole, ZeRO >= 1 shards
  *    hold piece k of every bucket (dp_plan.c);
- *  - the AdamW step count, which bias correction reads.
+ *  - the AdamW step count, which bias correction reads, and fp16's loss
+ *    scaler, which every rank holds alike.
  * Saving takes one copy of what is replicated (data-parallel rank 0, and
  * tensor-parallel rank 0 of a tensor every tp rank holds): dumps and the
  * checker already compare replicas, and a checkpoint is not a checker.
@@ -59,6 +60,9 @@ void engine_ckpt_setup_rank(engine_rank_t *r) {
     if (!in) return;
     const dp_plan_t *p = r->plan;
     const float *m = sh->m_local[r->part], *v = sh->v_local[r->part];
+    /* fp16: every rank's scaler moves alike from here (the broken variant
+     * keeps the fresh one, as a load that restores no grad_scaler does) */
+    if (!sh->run->broken_fp16_scale_lost) gpt_scaler_from_ckpt(r->g, &in->scaler);
     if (p->stage == 0) { /* DDP: every replica holds the whole state */
         gpt_adam_set_values(r->g, 0, m);
         gpt_adam_set_values(r->g, 1, v);
@@ -68,7 +72,7 @@ void engine_ckpt_setup_rank(engine_rank_t *r) {
     for (int b = 0; b < p->nbuckets; b++) {
         size_t lo, hi;
         dp_piece(p, b, engine_bucket_rank(r, b), &lo, &hi);
-        const size_t o = p->buckets[b].shard_off, qo = p->buckets[b].qshard_off;
+        const size_t o = p->buckets[b].shard_off;
         if (!p->qblock && !r->shard_m) { /* nvme offload: into the rank's file */
             engine_offload_write(r, 0, o, hi - lo, m + lo);
             engine_offload_write(r, 1, o, hi - lo, v + lo);
@@ -82,14 +86,16 @@ void engine_ckpt_setup_rank(engine_rank_t *r) {
         /* adamw8bit: the checkpoint's values are dequantized states (ckpt.c
          * checked them block by block of the global tensors; the piece's
          * blocks are global ones), so each rebuilds its codes and absmax */
+        const engine_adam8_piece_t q = engine_offload_load8(r, b); /* nvme: slot 0 */
         dp_run_t run = dp_runs(p, b, lo, hi);
         while (dp_run_next(&r->g->table, &run))
-            if (adam8_from_values(m + run.a, run.e - run.a, p->qblock, 1, r->shard_mq + o + run.x,
-                                  r->shard_ma + qo + run.q, NULL) ||
-                adam8_from_values(v + run.a, run.e - run.a, p->qblock, 0, r->shard_vq + o + run.x,
-                                  r->shard_va + qo + run.q, NULL))
+            if (adam8_from_values(m + run.a, run.e - run.a, p->qblock, 1, q.mq + run.x,
+                                  q.ma + run.q, NULL) ||
+                adam8_from_values(v + run.a, run.e - run.a, p->qblock, 0, q.vq + run.x,
+                                  q.va + run.q, NULL))
                 parity_fatal("device %d: %s: the checkpoint's AdamW state is not 8-bit blocks here",
                              r->device, r->g->table.info[run.t].name);
+        engine_offload_store8(r, b); /* nvme: into the rank's file */
     }
     r->adam_t = in->adam_t;
 }
@@ -107,6 +113,7 @@ void engine_ckpt_collect(engine_rank_t *r) {
     engine_join_parts(sh, sh->v_local, run->save->adam_v);
     run->save->step = engine_first_step(run) + run->steps;
     run->save->adam_t = p->stage == 0 ? r->g->adam_t : r->adam_t;
+    gpt_scaler_to_ckpt(r->g, &run->save->scaler);
 }
 
 void engine_ckpt_free(engine_shared_t *sh) {

@@ -57,12 +57,11 @@ static void piece_values(engine_rank_t *r, collect_kind_t k, int b, size_t lo, s
         return;
     }
     const int m = k == COLLECT_EXP_AVG;
-    const size_t o = p->buckets[b].shard_off, qo = p->buckets[b].qshard_off;
+    const engine_adam8_piece_t q = engine_offload_load8(r, b); /* nvme: from the file */
     dp_run_t run = dp_runs(p, b, lo, hi);
     while (dp_run_next(&r->g->table, &run))
-        adam8_dequantize((m ? r->shard_mq : r->shard_vq) + o + run.x,
-                         (m ? r->shard_ma : r->shard_va) + qo + run.q, run.e - run.a, p->qblock, m,
-                         out + run.x);
+        adam8_dequantize((m ? q.mq : q.vq) + run.x, (m ? q.ma : q.va) + run.q, run.e - run.a,
+                         p->qblock, m, out + run.x);
 }
 
 /* This rank's whole copy of kind k, or NULL where its ZeRO stage shards it;

@@ -96,9 +96,6 @@ int engine_memest(const model_config_t *model, const pconfig_t *pc, memest_dev_t
     memset(dev, 0, sizeof *dev);
     *host = *all = 0;
     if (engine_check_model(model, pc, err)) return -1;
-    if (pc->offload == PC_OFFLOAD_NVME && model->optimizer != MODEL_OPT_ADAM)
-        return perr_set(err, "offload-optimizer: nvme offloads fp32 AdamW's m and v (--optimizer "
-                             "adam); adamw8bit's blocks are not built for it (cpu is)");
     model_config_t cfg;
     engine_replica_config(model, pc, &cfg);
     pp_plan_t pp;

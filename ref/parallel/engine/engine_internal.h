@@ -392,6 +392,21 @@ void engine_offload_put(engine_rank_t *r, int b);
 void engine_offload_end(engine_rank_t *r);
 void engine_offload_read(engine_rank_t *r, int which, size_t o, size_t n, float *buf);
 void engine_offload_write(engine_rank_t *r, int which, size_t o, size_t n, const float *buf);
+/* adamw8bit's state of bucket b's piece: codes [piece] and absmax entries
+ * [qpiece] of m and v, at the piece's first element and block. */
+typedef struct {
+    uint8_t *mq, *vq;
+    float *ma, *va;
+} engine_adam8_piece_t;
+/* A staging slot's floats (engine_rank_buffers allocates two of m and v). */
+size_t engine_offload_slot_floats(const dp_plan_t *p);
+/* The update's _get under adamw8bit: the shards' own, or (nvme) the slot
+ * the file was read into. */
+engine_adam8_piece_t engine_offload_get8(engine_rank_t *r, int b);
+/* Outside the update (collection, checkpoints): bucket b's 8-bit piece,
+ * the shards' own or (nvme) read into slot 0; _store8 writes slot 0 back. */
+engine_adam8_piece_t engine_offload_load8(engine_rank_t *r, int b);
+void engine_offload_store8(engine_rank_t *r, int b);
 
 /* MoE models: the step's routing statistics over the run (report.c):
  * each sequence counted once (by its tp and cp coordinate 0 devices,

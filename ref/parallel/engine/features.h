@@ -51,14 +51,16 @@ typedef struct {
 
 /* optimizer offload (offload.c): cpu, the AdamW shards come from
  * host_arena, not the device's; nvme, they live in the file path
- * ([m: shard_len][v: shard_len] fp32) and a bucket's pieces pass
- * through m, v ([max piece] each, the device's) */
+ * ([m: shard_len][v: shard_len] fp32, or adamw8bit's [m codes: shard_len
+ * bytes][v codes][m absmax: shard_qlen fp32][v absmax]) and a bucket's
+ * pieces pass through m, v ([max piece] each, the device's; adamw8bit: a
+ * slot's codes, then its absmax entries from float qoff on) */
 typedef struct {
     struct arena *host_arena;
     int fd;
     char path[512];        /* nvme: <claimed directory>/parity-optim-rank<R>.bin */
     float *m, *v;          /* nvme: two slots each of `slot` floats (double buffering) */
-    size_t slot;
+    size_t slot, qoff;
     struct offload_io *io; /* nvme: the slots' asynchronous reads and writes */
     long writes;           /* pieces written (PARITY_OFFLOAD_KILL_AFTER, tests) */
 } engine_offload_t;

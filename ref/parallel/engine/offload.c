@@ -6,7 +6,9 @@
  * the update reads and writes them there, with the same arithmetic.
  *
  * nvme: the shards live in one file per rank, laid out [m: shard_len]
- * [v: shard_len] fp32, <offload-path>/parity-offload-<pid>-XXXXXX/
+ * [v: shard_len] fp32 (adamw8bit: [m codes: shard_len bytes][v codes]
+ * [m absmax: shard_qlen fp32][v absmax], the whole 8-bit state, read and
+ * written bucket by bucket as fp32's is), <offload-path>/parity-offload-<pid>-XXXXXX/
  * parity-optim-rank<R>.bin: inside a directory of the run's own, made
  * exclusively (mkdtemp, 0700), each file created O_EXCL | O_NOFOLLOW, so
  * no file of the user's and no link is ever written through; a lock in
@@ -266,24 +268,45 @@ typedef struct offload_io {
     pthread_cond_t cond;
     int started, stop;
     int state[2], write[2], order[2], next; /* order: the queue's slots, next: its length */
-    size_t o[2], n[2];
+    int bucket[2];
     double t0[2];
 } offload_io_t;
 
 static int io_start(engine_rank_t *r);
+static void xfer(engine_rank_t *r, int write, off_t from, size_t bytes, void *buf);
 
 static int nvme(const engine_rank_t *r) { return r->sh->run->pc.offload == PC_OFFLOAD_NVME; }
+
+/* A slot holds bucket b's piece of m (or v): fp32 values, or adamw8bit's
+ * codes (a byte an element, rounded up to floats) then its absmax entries. */
+static size_t codes_floats(const dp_plan_t *p) {
+    size_t piece_max = 0;
+    for (int b = 0; b < p->nbuckets; b++)
+        if (p->buckets[b].piece > piece_max) piece_max = p->buckets[b].piece;
+    return p->qblock ? piece_max / sizeof(float) + 1 : piece_max + 1;
+}
+
+size_t engine_offload_slot_floats(const dp_plan_t *p) {
+    size_t q_max = 0;
+    for (int b = 0; p->qblock && b < p->nbuckets; b++)
+        if (p->buckets[b].qpiece > q_max) q_max = p->buckets[b].qpiece;
+    return codes_floats(p) + q_max;
+}
+
+/* The file's bytes: fp32 m and v, or the 8-bit codes and absmax. */
+static size_t file_bytes(const dp_plan_t *p) {
+    return p->qblock ? 2 * p->shard_len + 2 * p->shard_qlen * sizeof(float)
+                     : 2 * p->shard_len * sizeof(float);
+}
 
 int engine_offload_open(engine_rank_t *r) {
     r->off.fd = -1;
     r->off.path[0] = 0;
     if (!nvme(r)) return 0;
-    const size_t S = r->plan->shard_len;
+    const size_t S = file_bytes(r->plan);
     char msg[1024];
-    size_t piece_max = 0;
-    for (int b = 0; b < r->plan->nbuckets; b++)
-        if (r->plan->buckets[b].piece > piece_max) piece_max = r->plan->buckets[b].piece;
-    r->off.slot = piece_max + 1; /* engine_rank_buffers' staging: two slots of this */
+    /* engine_rank_buffers' staging: two slots of this */
+    r->off.slot = engine_offload_slot_floats(r->plan), r->off.qoff = codes_floats(r->plan);
     if (!(r->off.io = calloc(1, sizeof *r->off.io))) {
         engine_fail(r->sh, "dp: out of memory (nvme offload)");
         return -1;
@@ -298,15 +321,16 @@ int engine_offload_open(engine_rank_t *r) {
     }
     /* the initial state, zeros, written for real: a disk that cannot hold
      * the state fails here, naming the file, before the first step */
-    const size_t chunk = 1 << 16;
-    float *zeros = calloc(chunk, sizeof(float));
+    const size_t chunk = 1 << 18;
+    char *zeros = calloc(chunk, 1);
     if (!zeros) {
         engine_fail(r->sh, "dp: out of memory (nvme offload)");
         return -1;
     }
-    for (int which = 0; which < 2; which++)
-        for (size_t o = 0; o < S; o += chunk)
-            engine_offload_write(r, which, o, S - o < chunk ? S - o : chunk, zeros);
+    /* (zero codes and absmax are adamw8bit's initial state too) */
+    const double t0 = engine_now();
+    for (size_t o = 0; o < S; o += chunk) xfer(r, 1, (off_t)o, S - o < chunk ? S - o : chunk, zeros);
+    engine_span(r, "offload write m, v", "offload", t0, -1, -1);
     free(zeros);
     if (io_start(r)) {
         engine_fail(r->sh, "dp: cannot start the nvme offload's I/O thread");
@@ -338,19 +362,26 @@ void engine_offload_close(engine_rank_t *r) {
     r->off.host_arena = NULL;
 }
 
-/* The file's byte offset of state `which`'s element o. */
+/* The file's byte offset of fp32 state `which`'s element o. */
 static off_t file_at(const engine_rank_t *r, int which, size_t o) {
     return (off_t)(((size_t)which * r->plan->shard_len + o) * sizeof(float));
 }
+/* adamw8bit: state `which`'s code of element o, its absmax entry q. */
+static off_t code_at(const engine_rank_t *r, int which, size_t o) {
+    return (off_t)((size_t)which * r->plan->shard_len + o);
+}
+static off_t absmax_at(const engine_rank_t *r, int which, size_t q) {
+    const dp_plan_t *p = r->plan;
+    return (off_t)(2 * p->shard_len + ((size_t)which * p->shard_qlen + q) * sizeof(float));
+}
 
-/* n values of state `which` at shard offset o between the file and buf,
- * synchronously; any failure names the file (ENOSPC: a full disk; the last
- * checkpoint is another file, intact). */
-static void transfer(engine_rank_t *r, int write, int which, size_t o, size_t n, float *buf) {
+/* bytes at file offset `from` between the file and buf, synchronously;
+ * any failure names the file (ENOSPC: a full disk; the last checkpoint is
+ * another file, intact). */
+static void xfer(engine_rank_t *r, int write, off_t from, size_t bytes, void *buf) {
     size_t done = 0;
-    const size_t bytes = n * sizeof(float);
     while (done < bytes) {
-        const off_t at = file_at(r, which, o) + (off_t)done;
+        const off_t at = from + (off_t)done;
         const ssize_t k = write ? pwrite(r->off.fd, (const char *)buf + done, bytes - done, at)
                                 : pread(r->off.fd, (char *)buf + done, bytes - done, at);
         if (k <= 0)
@@ -359,6 +390,11 @@ static void transfer(engine_rank_t *r, int write, int which, size_t o, size_t n,
                          k < 0 ? strerror(errno) : write ? "nothing written" : "unexpected end of file");
         done += (size_t)k;
     }
+}
+
+/* n values of fp32 state `which` at shard offset o. */
+static void transfer(engine_rank_t *r, int write, int which, size_t o, size_t n, float *buf) {
+    xfer(r, write, file_at(r, which, o), n * sizeof(float), buf);
 }
 
 void engine_offload_read(engine_rank_t *r, int which, size_t o, size_t n, float *buf) {
@@ -379,6 +415,30 @@ static float *slot_of(const engine_rank_t *r, int which, int slot) {
     return (which ? r->off.v : r->off.m) + (size_t)slot * r->off.slot;
 }
 
+static engine_adam8_piece_t slot_piece8(const engine_rank_t *r, int slot) {
+    float *m = slot_of(r, 0, slot), *v = slot_of(r, 1, slot);
+    return (engine_adam8_piece_t){(uint8_t *)m, (uint8_t *)v, m + r->off.qoff, v + r->off.qoff};
+}
+
+/* Bucket b's piece of m and v between the file and a slot: fp32 values,
+ * or adamw8bit's codes and the piece's absmax entries. */
+static void slot_io(engine_rank_t *r, int write, int slot, int b) {
+    const dp_plan_t *p = r->plan;
+    const dp_bucket_t *bk = &p->buckets[b];
+    size_t lo, hi;
+    dp_piece(p, b, engine_bucket_rank(r, b), &lo, &hi);
+    for (int which = 0; which < 2; which++) {
+        float *s = slot_of(r, which, slot);
+        if (!p->qblock) {
+            transfer(r, write, which, bk->shard_off, hi - lo, s);
+            continue;
+        }
+        xfer(r, write, code_at(r, which, bk->shard_off), hi - lo, s);
+        xfer(r, write, absmax_at(r, which, bk->qshard_off), bk->qpiece * sizeof(float),
+             s + r->off.qoff);
+    }
+}
+
 /* The I/O thread: each queued slot's m and v, in the order queued. */
 static void *io_main(void *arg) {
     engine_rank_t *r = arg;
@@ -388,10 +448,9 @@ static void *io_main(void *arg) {
         while (!io->stop && !io->next) pthread_cond_wait(&io->cond, &io->lock);
         if (!io->next) break;
         const int slot = io->order[0];
-        const int write = io->write[slot];
-        const size_t o = io->o[slot], n = io->n[slot];
+        const int write = io->write[slot], b = io->bucket[slot];
         pthread_mutex_unlock(&io->lock);
-        for (int which = 0; which < 2; which++) transfer(r, write, which, o, n, slot_of(r, which, slot));
+        slot_io(r, write, slot, b);
         pthread_mutex_lock(&io->lock);
         io->order[0] = io->order[1], io->next--;
         io->state[slot] = SLOT_DONE;
@@ -405,10 +464,8 @@ static void *io_main(void *arg) {
 static void start(engine_rank_t *r, int b, int write) {
     offload_io_t *io = r->off.io;
     const int slot = b % 2;
-    size_t lo, hi;
-    dp_piece(r->plan, b, engine_bucket_rank(r, b), &lo, &hi);
     pthread_mutex_lock(&io->lock);
-    io->o[slot] = r->plan->buckets[b].shard_off, io->n[slot] = hi - lo;
+    io->bucket[slot] = b;
     io->write[slot] = write, io->t0[slot] = engine_now();
     io->state[slot] = SLOT_QUEUED;
     io->order[io->next++] = slot;
@@ -442,18 +499,49 @@ void engine_offload_begin(engine_rank_t *r) {
     start(r, 0, 0);
 }
 
+/* nvme: bucket b's read done, the next one's started behind it. */
+static void slot_ready(engine_rank_t *r, int b) {
+    finish(r, b % 2); /* bucket b's read */
+    if (b + 1 < r->plan->nbuckets) { /* the next one's, behind this one's update */
+        finish(r, (b + 1) % 2);      /* bucket b-1's write, from that slot */
+        start(r, b + 1, 0);
+    }
+}
+
 void engine_offload_get(engine_rank_t *r, int b, float **m, float **v) {
     if (!nvme(r)) {
         const size_t o = r->plan->buckets[b].shard_off;
         *m = r->shard_m + o, *v = r->shard_v + o;
         return;
     }
-    finish(r, b % 2); /* bucket b's read */
-    if (b + 1 < r->plan->nbuckets) { /* the next one's, behind this one's update */
-        finish(r, (b + 1) % 2);      /* bucket b-1's write, from that slot */
-        start(r, b + 1, 0);
-    }
+    slot_ready(r, b);
     *m = slot_of(r, 0, b % 2), *v = slot_of(r, 1, b % 2);
+}
+
+static engine_adam8_piece_t shard_piece8(const engine_rank_t *r, int b) {
+    const size_t o = r->plan->buckets[b].shard_off, q = r->plan->buckets[b].qshard_off;
+    return (engine_adam8_piece_t){r->shard_mq + o, r->shard_vq + o, r->shard_ma + q, r->shard_va + q};
+}
+
+engine_adam8_piece_t engine_offload_get8(engine_rank_t *r, int b) {
+    if (!nvme(r)) return shard_piece8(r, b);
+    slot_ready(r, b);
+    return slot_piece8(r, b % 2);
+}
+
+engine_adam8_piece_t engine_offload_load8(engine_rank_t *r, int b) {
+    if (!nvme(r)) return shard_piece8(r, b);
+    const double t0 = engine_now();
+    slot_io(r, 0, 0, b);
+    engine_span(r, "offload read m, v (8-bit)", "offload", t0, -1, -1);
+    return slot_piece8(r, 0);
+}
+
+void engine_offload_store8(engine_rank_t *r, int b) {
+    if (!nvme(r)) return;
+    const double t0 = engine_now();
+    slot_io(r, 1, 0, b);
+    engine_span(r, "offload write m, v (8-bit)", "offload", t0, -1, -1);
 }
 
 void engine_offload_put(engine_rank_t *r, int b) {

@@ -200,7 +200,7 @@ void engine_update(engine_rank_t *r, float lr, float grad_norm) {
     const int overlap = p->stage < 3 && r->sh->run->pc.overlap_param_gather;
     if (overlap) engine_comm_use_for_gather(r);
     r->adam_t++;
-    if (!p->qblock) engine_offload_begin(r);
+    engine_offload_begin(r);
     for (int b = 0; b < p->nbuckets; b++) {
         const dp_bucket_t *bk = &p->buckets[b];
         size_t lo, hi;
@@ -211,17 +211,18 @@ void engine_update(engine_rank_t *r, float lr, float grad_norm) {
             for (size_t k = 0; k < hi - lo; k++) gp[k] = gp[k] * factor;
         /* each tensor's part of the piece: whole blocks under adamw8bit (dp.h);
          * fp32 AdamW's m and v where the offload keeps them (offload.c) */
-        const size_t o = bk->shard_off, qo = bk->qshard_off;
         float *m = NULL, *v = NULL;
+        engine_adam8_piece_t q = {0};
         if (!p->qblock) engine_offload_get(r, b, &m, &v);
+        else q = engine_offload_get8(r, b);
         dp_run_t run = dp_runs(p, b, lo, hi);
         while (dp_run_next(&r->g->table, &run)) {
             const param_info_t *pi = &r->g->table.info[run.t];
             const size_t x = run.x, n = run.e - run.a;
             const float wd = pi->weight_decay ? c->weight_decay : 0.0f;
             if (p->qblock) {
-                adamw8bit_update(pp + x, gp + x, r->shard_mq + o + x, r->shard_ma + qo + run.q,
-                                 r->shard_vq + o + x, r->shard_va + qo + run.q, n, p->qblock,
+                adamw8bit_update(pp + x, gp + x, q.mq + x, q.ma + run.q, q.vq + x, q.va + run.q, n,
+                                 p->qblock,
                                  r->adam_t, lr, c->beta1, c->beta2, c->eps, wd);
             } else {
                 adamw_update(pp + x, gp + x, m + x, v + x, n, r->adam_t, lr, c->beta1, c->beta2,
@@ -229,7 +230,7 @@ void engine_update(engine_rank_t *r, float lr, float grad_norm) {
                 gpt_round_optim_state(c, pp + x, m + x, v + x, n);
             }
         }
-        if (!p->qblock) engine_offload_put(r, b);
+        engine_offload_put(r, b);
         if (overlap)
             engine_buckets_ready(r, b + 1);
         else if (p->stage < 3)
@@ -237,7 +238,7 @@ void engine_update(engine_rank_t *r, float lr, float grad_norm) {
                 all_gather_bucket(r, engine_bucket_group(r, b), r->gather_buf, b, r->g->params + lo,
                                   r->g->params);
     }
-    if (!p->qblock) engine_offload_end(r);
+    engine_offload_end(r);
     if (overlap) {
         engine_comm_finish(r);
         engine_comm_use_for_reduce(r);

@@ -56,9 +56,9 @@ void engine_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, engine_rank_t 
         {F(shard_va), QS, MEM_OPTIMIZER, "AdamW v shard block absmax", opt && q8, host},
         /* nvme: two buckets' pieces of m and v between the file and the
          * update (one updated while the next is read, offload.c) */
-        {F(off.m), 2 * (piece_max + 1) * sizeof(float), MEM_OPTIMIZER,
+        {F(off.m), 2 * engine_offload_slot_floats(p) * sizeof(float), MEM_OPTIMIZER,
          "AdamW m staging (nvme offload)", nvme, 0},
-        {F(off.v), 2 * (piece_max + 1) * sizeof(float), MEM_OPTIMIZER,
+        {F(off.v), 2 * engine_offload_slot_floats(p) * sizeof(float), MEM_OPTIMIZER,
          "AdamW v staging (nvme offload)", nvme, 0},
         {F(shard_grads), S * sizeof(float), MEM_GRADS, "gradient shard", p->stage >= 2, 0},
         {F(shard_params), S * sizeof(float), MEM_PARAMS, "parameter shard", p->stage >= 3, 0},
