@@ -99,8 +99,6 @@ refuse "a negative window" "loss-scale-window: -1, expected a finite value >= 0"
   "$P" check --model gpt-micro --fp16 --loss-scale-window -1 --steps 1
 refuse "a minimum above the initial scale" "min-loss-scale: 1024 exceeds --initial-loss-scale 512" -- \
   "$P" check --model gpt-micro --fp16 --initial-loss-scale 512 --min-loss-scale 1024 --steps 1
-refuse "bf16 with MoE layers" "--bf16: mixed precision is built for the dense GPT, not for MoE layers" -- \
-  "$P" check --model gpt-micro --bf16 --num-experts 4 --steps 1
 refuse "bf16 with an encoder-decoder" "--bf16: mixed precision is built for the dense GPT, not for encoder-decoders" -- \
   "$P" check --model t5-tiny --bf16 --steps 1
 refuse "bf16 with 2-D tensor parallelism" "--bf16: mixed precision with Colossal-AI's 2-D" -- \
