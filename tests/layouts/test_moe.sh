@@ -213,6 +213,11 @@ refuse "an fp32 router in an fp32 model" "router_dtype .--moe-router-dtype. fp32
 refuse "a router dtype without experts" "moe-router-dtype: model gpt-micro has no experts" -- "$P" check --model gpt-micro --bf16 --moe-router-dtype fp32 --steps 1
 echo '{"base": "gpt-micro", "moe": {"experts": 4, "router_dtype": "fp64"}, "precision": {"dtype": "bf16"}}' > "$tmp/bad3.json"
 refuse "JSON router_dtype" "field 'moe.router_dtype': expected \"fp32\"" -- "$P" train --model "$tmp/bad3.json" --steps 1
+# a bf16 checkpoint with an fp32 router resumes at ep 2; the router's dtype is the model's
+# shellcheck disable=SC2086
+"$P" train --model gpt-micro --steps 2 --quiet $MOE --bf16 --moe-router-dtype fp32 --save "$tmp/ckr" >/dev/null 2>&1
+exact "bf16, router fp32: its checkpoint resumed at ep 2 of dp 2" gpt-micro $MOE --bf16 --moe-router-dtype fp32 --load "$tmp/ckr" --data-parallel-size 2 --expert-model-parallel-size 2
+refuse "a router-fp32 checkpoint loaded with the router in bf16" "field 'moe.router_dtype' is \"fp32\" in the checkpoint, absent .the model's dtype" -- "$P" train --model gpt-micro --steps 1 $MOE --bf16 --load "$tmp/ckr"
 "$P" train --model gpt-micro --num-experts 4 --bf16 --moe-router-dtype fp32 --print-config > "$tmp/rd.json" 2>&1
 back=$("$P" train --model "$tmp/rd.json" --print-config 2>&1)
 if grep -q '"router_dtype": "fp32"' "$tmp/rd.json" && [ "$back" = "$(cat "$tmp/rd.json")" ]; then
