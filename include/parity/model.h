@@ -77,6 +77,10 @@ typedef struct {
     float moe_capacity_factor; /* 0: dropless (--moe-expert-capacity-factor) */
     int moe_drop_position;     /* over capacity drop by position (1) or by the lowest
                                   router probability (0) (--moe-token-drop-policy) */
+    int moe_router_dtype;      /* the router's dtype under mixed precision
+                                  (--moe-router-dtype, Megatron-core's): MOE_ROUTER_MODEL
+                                  (0: the model's dtype, Megatron's default None) or
+                                  MOE_ROUTER_FP32 (MOE.md, "Mixed precision") */
     /* encoder-decoder models (MODEL.md "Encoder-decoder models"): the
      * stream of a sequence is seq_length rows, the first
      * encoder_seq_length the encoder's (source tokens), the rest the
@@ -115,6 +119,7 @@ typedef struct {
     int grad_dtype, optim_dtype;
 } model_config_t;
 enum { MODEL_FP32 = 0, MODEL_BF16 = 1, MODEL_FP16 = 2 };
+enum { MOE_ROUTER_MODEL = 0, MOE_ROUTER_FP32 = 1 };
 /* "fp32", "bf16", "fp16". */
 const char *model_precision_name(int precision);
 /* The loss scaling c asks for, its zeros replaced by Megatron's defaults. */
@@ -338,7 +343,13 @@ enum {
      * the filter for tp-duplicated tensors (Megatron-LM PR 5916: the norm
      * filter used the tp rank, not the expert-tp rank): with the experts
      * folded onto tp, the other tp ranks' experts drop out of the norm */
-    GPT_BROKEN_MOE_NORM_TP = 512u
+    GPT_BROKEN_MOE_NORM_TP = 512u,
+    /* ROUTER_LOWP: the router in the model's dtype (bf16 logits, weights
+     * and combine products) where the model asks --moe-router-dtype fp32
+     * (Megatron-core before moe_router_dtype, and its default None: bf16
+     * router logits flip near-tied routing decisions); a bit of its own,
+     * clear of the 2-D/3-D ones below */
+    GPT_BROKEN_MOE_ROUTER_LOWP = 1u << 20
 };
 /* 2-D tensor parallelism (tp2d.c), each modelled on Colossal-AI's layers:
  * LN_FP32: LayerNorm's statistics as fp32 partial sums all-reduced over
@@ -361,7 +372,7 @@ enum { GPT_BROKEN_TP3D_NO_SWAP = 4096u };
  * K/V blocks pass over the tp column group instead of the cp group (a
  * wrong process group, the kind Colossal-AI's 2-D x sequence-parallel
  * process groups were reported for). */
-enum { GPT_BROKEN_TP2D_CP_RING_GROUP = 1u << 20 };
+enum { GPT_BROKEN_TP2D_CP_RING_GROUP = 1u << 21 };
 
 /* One replica's block of a batch-shaped checkpoint: n_seq sequences at
  * index first_seq of the global batch, each a tensor of global shape

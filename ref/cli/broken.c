@@ -212,6 +212,14 @@ static const char *needs_moe_fold(const broken_where_t *w) {
                                       "tp > 1, --expert-tensor-parallel-size 1)";
 }
 
+/* The router's dtype is a choice only under mixed precision, and the bug
+ * is running it in the model's dtype where fp32 was asked for. */
+static const char *needs_moe_router_fp32(const broken_where_t *w) {
+    if (w->cfg->moe_experts <= 0) return "an MoE model (--num-experts E)";
+    if (w->cfg->precision == MODEL_FP32) return "--bf16 or --fp16 (an fp32 router is the model's)";
+    return w->cfg->moe_router_dtype == MOE_ROUTER_FP32 ? NULL : "--moe-router-dtype fp32";
+}
+
 /* Per-shard 8-bit blocks differ from the global ones only where ZeRO
  * shards the state over more than one rank. */
 static const char *needs_adam8_zero(const broken_where_t *w) {
@@ -230,6 +238,9 @@ static void set_moe_capacity(engine_run_t *r, int d) {
 }
 static void set_moe_ties(engine_run_t *r, int d) { (void)d, r->broken_moe |= GPT_BROKEN_MOE_TIE_ORDER; }
 static void set_moe_aux(engine_run_t *r, int d) { (void)d, r->broken_moe |= GPT_BROKEN_MOE_AUX_LOCAL; }
+static void set_moe_router_lowp(engine_run_t *r, int d) {
+    (void)d, r->broken_moe |= GPT_BROKEN_MOE_ROUTER_LOWP;
+}
 
 static void set_fp32_sums(engine_run_t *r, int d) { (void)d, r->broken_fp32_sums = 1; }
 static void set_bf16_sums(engine_run_t *r, int d) { (void)d, r->broken_fp32_sums = 2; }
@@ -383,6 +394,14 @@ static const broken_variant_t variants[] = {
      "--num-experts 4 --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 "
      "--expert-model-parallel-size 2", -1,
      "an MoE model with ep folded onto tp (ep = tp > 1, etp 1)", 0, needs_moe_fold, set_moe_norm_tp},
+    {"moe-router-bf16",
+     "run the router in the model's dtype (bf16 logits, top-k weights and combine products) "
+     "where the model asks --moe-router-dtype fp32 (Megatron-core's default router dtype: bf16 "
+     "logits flip near-tied routing decisions)",
+     "act.layers.0.mlp.router.*",
+     "--num-experts 4 --bf16 --moe-router-dtype fp32 --data-parallel-size 2", -1,
+     "an MoE model under --bf16 or --fp16 with --moe-router-dtype fp32", 0,
+     needs_moe_router_fp32, set_moe_router_lowp},
     {"encdec-dp-mixup",
      "send the encoder's output to the decoder stage of the next data-parallel replica and take "
      "the gradient back from there (Megatron-LM 5a3b6bcf1f fixed such a DP/PP rank mix-up in the "

@@ -79,7 +79,7 @@ static void usage(FILE *f) {
         "  --optimizer-block N      adamw8bit's block size (default 256, at most 4096; only\n"
         "                           with --optimizer adamw8bit)\n"
         "  --tile-tokens N  --tile-features N  --tile-ffn N   canonical tiles (I1)\n"
-        "mixed precision (Megatron's names; MODEL.md, \"Mixed precision\"; the dense GPT):\n"
+        "mixed precision (Megatron's names; MODEL.md, \"Mixed precision\"; the GPT, dense or MoE):\n"
         "  --bf16 | --fp16          activations, their gradients and the weights' compute copy\n"
         "                           rounded to bf16/fp16 at fixed points; fp32 master weights,\n"
         "                           gradients and AdamW state\n"
@@ -91,6 +91,8 @@ static void usage(FILE *f) {
         "  --moe-router-pre-softmax  --moe-aux-loss-coeff X  --moe-z-loss-coeff X\n"
         "  --moe-expert-capacity-factor X (0: dropless; capacity is per sequence)\n"
         "  --moe-token-drop-policy probs|position (default probs; needs a capacity factor)\n"
+        "  --moe-router-dtype fp32   the router in fp32 under --bf16/--fp16 (default: in the\n"
+        "                           model's dtype, Megatron-core's; fp64 is not built)\n"
         "  --make-vocab-size-divisible-by N   pad vocab up to a multiple of N (Megatron pads to\n"
         "                           N x tp; parity to N alone, so the model does not depend on\n"
         "                           the layout, I4); padded rows are ordinary parameters\n",

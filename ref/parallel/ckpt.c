@@ -237,6 +237,13 @@ static void value_text(const json_t *v, char *out, size_t cap) {
     }
 }
 
+/* A field model_config_json writes only when it is not its default: what
+ * its absence means, or NULL. */
+static const char *absent_means(const char *path) {
+    return !strcmp(path, "moe.router_dtype") ? "the model's dtype, --moe-router-dtype's default"
+                                              : NULL;
+}
+
 /* The first field (dotted path: "tiles.tokens") where the checkpoint's
  * config `a` and the run's `b` differ, in b's order, then a's extras. */
 static int config_diff(const json_t *a, const json_t *b, const char *prefix, const char *who,
@@ -252,6 +259,12 @@ static int config_diff(const json_t *a, const json_t *b, const char *prefix, con
                                  "'optimizer' is absent (adam) in the checkpoint, %s here "
                                  "(--optimizer)",
                             who, json_string(json_get(y, "name")) ? json_string(json_get(y, "name")) : "?");
+        if (!x && absent_means(path)) {
+            value_text(y, vb, sizeof vb);
+            return perr_set(err, "%s: the checkpoint's model differs from this run's: field "
+                                 "'%s' is absent (%s) in the checkpoint, %s here",
+                            who, path, absent_means(path), vb);
+        }
         if (!x)
             return perr_set(err, "%s: the checkpoint's config has no field '%s' (this "
                                  "run's is not the model it saved)",
@@ -274,7 +287,14 @@ static int config_diff(const json_t *a, const json_t *b, const char *prefix, con
                             who, path, va, vb);
         }
     }
-    for (size_t i = 0; i < json_len(a); i++)
+    for (size_t i = 0; i < json_len(a); i++) {
+        snprintf(path, sizeof path, "%s%s", prefix, json_key_at(a, i));
+        if (!json_get(b, json_key_at(a, i)) && absent_means(path)) {
+            value_text(json_at(a, i), va, sizeof va);
+            return perr_set(err, "%s: the checkpoint's model differs from this run's: field "
+                                 "'%s' is %s in the checkpoint, absent (%s) here",
+                            who, path, va, absent_means(path));
+        }
         if (!*prefix && !strcmp(json_key_at(a, i), "optimizer") && !json_get(b, "optimizer")) {
             const char *name = json_string(json_get(json_at(a, i), "name"));
             return perr_set(err, "%s: the checkpoint's model differs from this run's: field "
@@ -285,6 +305,7 @@ static int config_diff(const json_t *a, const json_t *b, const char *prefix, con
             return perr_set(err, "%s: the checkpoint's config has a field '%s%s' this "
                                  "version does not know",
                             who, prefix, json_key_at(a, i));
+    }
     return 0;
 }
 

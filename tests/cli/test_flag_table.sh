@@ -115,8 +115,8 @@ rows() {
 --tile-tokens 8 | $M | cfg | -
 --tile-features 16 | $M | cfg | -
 --tile-ffn 32 | $M | cfg | -
---bf16 - | $M | loss | $MOE
---fp16 - | $M | loss | $MOE
+--bf16 - | $M | loss | -
+--fp16 - | $M | loss | -
 --loss-scale 1024 | $M --fp16 | loss | $M; $M --bf16
 --loss-scale 0 | $M --fp16 | same: 0 is dynamic scaling, the default | $M; $M --bf16
 --initial-loss-scale 1024 | $M --fp16 | loss | $M; $M --fp16 --loss-scale 128
@@ -135,6 +135,8 @@ rows() {
 --moe-z-loss-coeff 0.1 | $MOE | loss | $M
 --moe-expert-capacity-factor 0.5 | $MOE | loss | $M
 --moe-token-drop-policy position | $MOE --moe-expert-capacity-factor 0.5 | loss | $M; $MOE
+--moe-router-dtype fp32 | $MOE --bf16 | loss | $M; $MOE; $T5
+--moe-router-dtype fp64 | - | - | $MOE --bf16
 --make-vocab-size-divisible-by 512 | $M | loss | -
 --data-parallel-size 2 | $M | lay | -
 --world-size 2 | $M | lay | -

@@ -17,6 +17,10 @@
 #    expert's FFN split over tp; etp 1: whole), parallel folding of ep
 #    onto the tp ranks (etp 1, ep = tp), and the expert grid of
 #    --print-layout;
+#  - bf16 and fp16 (MOE.md "Mixed precision"): the router in the model's
+#    dtype or fp32 (--moe-router-dtype), over dp/ZeRO, ep, tp + SP with
+#    etp 1 and 2, ep folded onto tp, pp, cp and selective recomputation;
+#    fp16's loss scale covers the aux and z losses;
 #  - a checkpoint saved by the golden run resumes bit-exact at dp 2, and
 #    one saved at tp 2 etp 2 ep 2 is the golden one and resumes at ep 4;
 #  - what cannot work is refused naming the flag.
@@ -156,6 +160,69 @@ else fail "resume at dp 2" "exit $rc" "$(echo "$out" | tail -3)"; fi
 out=$("$P" check --model gpt-micro --load "$tmp/ck4" --steps 2 $MOE --data-parallel-size 4 --expert-model-parallel-size 4 2>&1); rc=$?
 if [ $rc = 0 ] && echo "$out" | grep -q '| yes$'; then ok "saved at tp 2 etp 2 ep 2, resumed bit-exact at ep 4 of dp 4"
 else fail "resume at ep 4" "exit $rc" "$(echo "$out" | tail -3)"; fi
+
+# ---- mixed precision (MOE.md "Mixed precision") ------------------------------
+# The experts round as the dense MLP; the router in the model's dtype
+# (Megatron-core's default) or in fp32 (--moe-router-dtype fp32); fp16's
+# dynamic scale overflows on step 0 (skipped, halved) and covers the aux
+# and z losses' gradients. Each layout in the three precisions, 3 steps,
+# dropout, drops, aux and z losses on.
+F16="--fp16 --initial-loss-scale 2097152 --hysteresis 1 --loss-scale-window 2"
+# shellcheck disable=SC2086
+while IFS='|' read -r name lay; do
+  exact "bf16 (router bf16): $name" gpt-micro $MOE --bf16 $lay
+  exact "bf16, --moe-router-dtype fp32: $name" gpt-micro $MOE --bf16 --moe-router-dtype fp32 $lay
+  exact "fp16 dynamic scale, step 0 skipped: $name" gpt-micro $MOE $F16 $lay
+done <<'LAYOUTS'
+dp 2 ZeRO-1|--data-parallel-size 2 --zero-stage 1
+dp 2 ZeRO-3|--data-parallel-size 2 --zero-stage 3
+ep 2 of dp 2|--data-parallel-size 2 --expert-model-parallel-size 2
+tp 2 + SP, etp 1|--tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1
+tp 2 + SP, etp 2|--tensor-model-parallel-size 2 --sequence-parallel
+ep 2 folded onto tp 2 (etp 1)|--tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --expert-model-parallel-size 2
+pp 2 1F1B|--pipeline-model-parallel-size 2
+cp 2 ring|--context-parallel-size 2
+recompute selective, dp 2|--recompute-granularity selective --data-parallel-size 2
+LAYOUTS
+# shellcheck disable=SC2086
+{
+exact "bf16, pre-softmax top-1 (top-k on bf16 scores), ep 2 x tp 2 + SP" gpt-micro --num-experts 4 --moe-router-topk 1 --moe-router-pre-softmax --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01 --bf16 --data-parallel-size 2 --expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel
+exact "fp16 static 1024, router fp32, cp 2 Ulysses x dp 2" gpt-micro $MOE --fp16 --loss-scale 1024 --moe-router-dtype fp32 --context-parallel-size 2 --cp-comm-type a2a --data-parallel-size 2
+}
+# the precisions and the router's dtype are used: step 1's loss differs
+mloss() { "$P" train --model gpt-micro --steps 2 $MOE "$@" 2>&1 | grep '^step     1' | grep -oE '\(0x[0-9a-f]+\)'; }
+# shellcheck disable=SC2086
+l32=$(mloss); lb=$(mloss --bf16); lbf=$(mloss --bf16 --moe-router-dtype fp32); lh=$(mloss --fp16 --loss-scale 1024)
+if [ -n "$l32" ] && [ -n "$lb" ] && [ -n "$lbf" ] && [ -n "$lh" ] && [ "$l32" != "$lb" ] && [ "$lb" != "$lbf" ] && [ "$l32" != "$lbf" ] && [ "$l32" != "$lh" ]; then
+  ok "MoE step 1's loss: fp32 $l32, bf16 $lb, bf16 with an fp32 router $lbf, fp16 $lh"
+else fail "the precision and the router dtype change the MoE bits" "fp32 $l32 bf16 $lb bf16+fp32 router $lbf fp16 $lh"; fi
+# fp16: the loss scale multiplies the aux and z losses' gradients as the
+# LM loss's (Megatron's MoEAuxLossAutoScaler.set_loss_scale), so two
+# power-of-two scales give the same steps; were the aux gradient left
+# unscaled, unscaling would shrink it by the scale (measured: grad norm
+# 1.2587 at 1024 against 1.2588 at 16384, 1.3331 scaled)
+AUX="--num-experts 4 --moe-aux-loss-coeff 1.0 --moe-z-loss-coeff 0.1 --moe-expert-capacity-factor 1.0"
+steps16() { "$P" train --model gpt-micro --steps 3 $AUX --fp16 --loss-scale "$1" 2>&1 | grep '^step' | grep -oE 'loss [0-9.]+ \(0x[0-9a-f]+\)|grad norm [0-9.]+' | tr '\n' ' '; }
+# shellcheck disable=SC2086
+s1=$(steps16 1024); s2=$(steps16 16384)
+if [ -n "$s1" ] && [ "$s1" = "$s2" ]; then ok "fp16: loss scales 1024 and 16384 give the same 3 steps (the aux and z gradients scaled): $s1"
+else fail "fp16 scales the aux and z losses' gradients" "1024: $s1" "16384: $s2"; fi
+refuse "an fp64 router" "moe-router-dtype fp64: not built .* expected fp32" -- "$P" check --model gpt-micro --num-experts 4 --bf16 --moe-router-dtype fp64 --steps 1
+refuse "an unknown router dtype" "moe-router-dtype 'bf16': expected fp32" -- "$P" check --model gpt-micro --num-experts 4 --bf16 --moe-router-dtype bf16 --steps 1
+refuse "an fp32 router in an fp32 model" "router_dtype .--moe-router-dtype. fp32: the model is fp32 already" -- "$P" check --model gpt-micro --num-experts 4 --moe-router-dtype fp32 --steps 1
+refuse "a router dtype without experts" "moe-router-dtype: model gpt-micro has no experts" -- "$P" check --model gpt-micro --bf16 --moe-router-dtype fp32 --steps 1
+echo '{"base": "gpt-micro", "moe": {"experts": 4, "router_dtype": "fp64"}, "precision": {"dtype": "bf16"}}' > "$tmp/bad3.json"
+refuse "JSON router_dtype" "field 'moe.router_dtype': expected \"fp32\"" -- "$P" train --model "$tmp/bad3.json" --steps 1
+# a bf16 checkpoint with an fp32 router resumes at ep 2; the router's dtype is the model's
+# shellcheck disable=SC2086
+"$P" train --model gpt-micro --steps 2 --quiet $MOE --bf16 --moe-router-dtype fp32 --save "$tmp/ckr" >/dev/null 2>&1
+exact "bf16, router fp32: its checkpoint resumed at ep 2 of dp 2" gpt-micro $MOE --bf16 --moe-router-dtype fp32 --load "$tmp/ckr" --data-parallel-size 2 --expert-model-parallel-size 2
+refuse "a router-fp32 checkpoint loaded with the router in bf16" "field 'moe.router_dtype' is \"fp32\" in the checkpoint, absent .the model's dtype" -- "$P" train --model gpt-micro --steps 1 $MOE --bf16 --load "$tmp/ckr"
+"$P" train --model gpt-micro --num-experts 4 --bf16 --moe-router-dtype fp32 --print-config > "$tmp/rd.json" 2>&1
+back=$("$P" train --model "$tmp/rd.json" --print-config 2>&1)
+if grep -q '"router_dtype": "fp32"' "$tmp/rd.json" && [ "$back" = "$(cat "$tmp/rd.json")" ]; then
+  ok "--print-config carries the router's dtype and reads back the same"
+else fail "router dtype config round trip" "$(cat "$tmp/rd.json")" "$back"; fi
 
 # ---- refusals ----------------------------------------------------------------
 refuse "ep must divide the experts" "expert-model-parallel-size: 4 must divide the 6 experts" -- "$P" check --model gpt-micro --num-experts 6 --data-parallel-size 4 --expert-model-parallel-size 4 --steps 1

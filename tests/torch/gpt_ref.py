@@ -200,7 +200,8 @@ def gpt_forward(params, cfg, input_ids, labels, masks=None, acts=None, aux=None,
     B, T = input_ids.shape
     R = prec if prec is not None else EXACT
     if R.lowp and cfg.moe is not None:
-        raise ValueError("mixed precision: the MoE layers have no rounding points (parity refuses them too)")
+        raise ValueError("mixed precision: the reference has no rounding points for MoE layers yet "
+                         "(parity's: MOE.md, \"Mixed precision\")")
     P = R.weights(params)
 
     def rec(name, t):

@@ -183,11 +183,13 @@ char *model_config_json(const model_config_t *c) {
         snprintf(s + at, cap - at,
                  ", \"moe\": {\"experts\": %d, \"topk\": %d, \"layer_freq\": %d, "
                  "\"pre_softmax\": %s, \"aux_loss_coeff\": %.9g, \"z_loss_coeff\": %.9g, "
-                 "\"capacity_factor\": %.9g, \"drop_policy\": \"%s\"}}",
+                 "\"capacity_factor\": %.9g, \"drop_policy\": \"%s\"%s}}",
                  c->moe_experts, c->moe_topk, c->moe_layer_freq,
                  c->moe_pre_softmax ? "true" : "false", (double)c->moe_aux_loss_coeff,
                  (double)c->moe_z_loss_coeff, (double)c->moe_capacity_factor,
-                 c->moe_drop_position ? "position" : "probs");
+                 c->moe_drop_position ? "position" : "probs",
+                 /* the model's dtype (the default) leaves the JSON as it was */
+                 c->moe_router_dtype == MOE_ROUTER_FP32 ? ", \"router_dtype\": \"fp32\"" : "");
     }
     if (c->precision || c->grad_dtype || c->optim_dtype) { /* fp32's JSON stays as it was */
         const size_t at = strlen(s) - 1;

@@ -15,9 +15,11 @@
 /* OPT_TRUE: a flag without a value that clears its field (untie);
  * OPT_SET: one that sets it to 1; OPT_DROP: probs | position; OPT_OPTIM:
  * adam | adamw8bit; OPT_BF16, OPT_FP16: the precision (no value); OPT_PAD:
- * applied after every other override (model_pad_vocab). */
+ * applied after every other override (model_pad_vocab); OPT_ROUTER: the
+ * router's dtype, fp32 (fp64 refused). */
 typedef enum {
-    OPT_INT, OPT_FLOAT, OPT_U64, OPT_TRUE, OPT_SET, OPT_PAD, OPT_DROP, OPT_OPTIM, OPT_BF16, OPT_FP16
+    OPT_INT, OPT_FLOAT, OPT_U64, OPT_TRUE, OPT_SET, OPT_PAD, OPT_DROP, OPT_OPTIM, OPT_BF16, OPT_FP16,
+    OPT_ROUTER
 } opt_kind_t;
 
 static int opt_has_value(opt_kind_t k) {
@@ -68,6 +70,7 @@ static const cfg_opt_t cfg_opts[] = {
     {"--moe-z-loss-coeff", OPT_FLOAT, OFF(moe_z_loss_coeff)},
     {"--moe-expert-capacity-factor", OPT_FLOAT, OFF(moe_capacity_factor)},
     {"--moe-token-drop-policy", OPT_DROP, OFF(moe_drop_position)},
+    {"--moe-router-dtype", OPT_ROUTER, OFF(moe_router_dtype)},
     {"--bf16", OPT_BF16, OFF(precision)},
     {"--fp16", OPT_FP16, OFF(precision)},
     {"--loss-scale", OPT_FLOAT, OFF(loss_scale)},
@@ -145,6 +148,16 @@ static int apply_opt(model_config_t *c, const cfg_opt_t *o, const char *val, per
             return perr_set(err, "%s '%s': expected adam (AdamW, fp32 state) or adamw8bit (8-bit "
                                  "block-wise state)", o->flag, val);
         *(int *)field = !strcmp(val, "adamw8bit") ? MODEL_OPT_ADAMW8BIT : MODEL_OPT_ADAM;
+        return 0;
+    case OPT_ROUTER: /* Megatron-core's choices: fp32, fp64 (default: the model's dtype) */
+        if (!strcmp(val, "fp64"))
+            return perr_set(err, "%s fp64: not built (parity's exact sums round to fp32 once; an "
+                                 "fp64 router would need them rounded to fp64); expected fp32, or "
+                                 "no flag for the router in the model's dtype", o->flag);
+        if (strcmp(val, "fp32"))
+            return perr_set(err, "%s '%s': expected fp32 (Megatron-core's fp32 or fp64; no flag: "
+                                 "the router in the model's dtype)", o->flag, val);
+        *(int *)field = MOE_ROUTER_FP32;
         return 0;
     case OPT_PAD:
         return 0; /* model_config_from_flags, after the other overrides */

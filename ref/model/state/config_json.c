@@ -55,11 +55,12 @@ static int check_keys(const json_t *obj, const char *const *allowed, const char 
 }
 
 /* "moe": {"experts", "topk", "layer_freq", "pre_softmax", "aux_loss_coeff",
- * "z_loss_coeff", "capacity_factor", "drop_policy": "probs"|"position"} */
+ * "z_loss_coeff", "capacity_factor", "drop_policy": "probs"|"position",
+ * "router_dtype": "fp32" (absent: the model's dtype)} */
 static int apply_moe_json(const json_t *m, const char *path, model_config_t *c, perr_t *err) {
     static const char *const keys[] = {"experts",         "topk",        "layer_freq",
                                        "pre_softmax",     "aux_loss_coeff", "z_loss_coeff",
-                                       "capacity_factor", "drop_policy", NULL};
+                                       "capacity_factor", "drop_policy", "router_dtype", NULL};
     if (json_type(m) != JSON_OBJECT)
         return perr_set(err, "%s: field 'moe': expected an object {experts, topk, ...}", path);
     if (check_keys(m, keys, "moe.", path, err)) return -1;
@@ -83,6 +84,14 @@ static int apply_moe_json(const json_t *m, const char *path, model_config_t *c, 
             return perr_set(err, "%s: field 'moe.drop_policy': expected \"probs\" or "
                                  "\"position\"", path);
         c->moe_drop_position = !strcmp(v, "position");
+    }
+    const json_t *rd = json_get(m, "router_dtype");
+    if (rd) {
+        const char *v = json_string(rd);
+        if (!v || strcmp(v, "fp32"))
+            return perr_set(err, "%s: field 'moe.router_dtype': expected \"fp32\" (absent: the "
+                                 "router in the model's dtype)", path);
+        c->moe_router_dtype = MOE_ROUTER_FP32;
     }
     return 0;
 }

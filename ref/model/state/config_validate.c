@@ -69,7 +69,7 @@ static int validate_encoder(const model_config_t *c, perr_t *err) {
 
 /* Mixed precision: the dtype, and loss scaling only where fp16 needs it
  * (Megatron ignores it in bf16; here a flag that would do nothing is an
- * error). Built for the dense GPT and the encoder-decoders (MODEL.md
+ * error). Built for the GPT (dense and MoE layers) and the encoder-decoders (MODEL.md
  * "Mixed precision"). */
 static int validate_precision(const model_config_t *c, perr_t *err) {
     if (c->precision < MODEL_FP32 || c->precision > MODEL_FP16)
@@ -83,9 +83,14 @@ static int validate_precision(const model_config_t *c, perr_t *err) {
         if (dts[k].v < MODEL_FP32 || dts[k].v > MODEL_FP16)
             return perr_set(err, "precision.%s (NeMo's %s): %d, expected fp32, bf16 or fp16",
                             dts[k].field, dts[k].nemo, dts[k].v);
-    if (c->precision && c->moe_experts > 0)
-        return perr_set(err, "--%s: mixed precision is built for the dense GPT, not for %s yet",
-                        model_precision_name(c->precision), "MoE layers");
+    /* the router's dtype (MOE.md, "Mixed precision"): fp32 changes
+     * something only where the model's dtype is not fp32 */
+    if (c->moe_router_dtype != MOE_ROUTER_MODEL && c->moe_router_dtype != MOE_ROUTER_FP32)
+        return perr_set(err, "moe.router_dtype: %d, expected fp32 or the model's dtype",
+                        c->moe_router_dtype);
+    if (c->moe_router_dtype == MOE_ROUTER_FP32 && c->precision == MODEL_FP32)
+        return perr_set(err, "moe.router_dtype (--moe-router-dtype) fp32: the model is fp32 "
+                             "already (the router's dtype is a choice under --bf16 or --fp16)");
     struct { const char *flag; double v; } scaling[] = {
         {"--loss-scale", c->loss_scale}, {"--initial-loss-scale", c->initial_loss_scale},
         {"--min-loss-scale", c->min_loss_scale}, {"--loss-scale-window", c->loss_scale_window},

@@ -8,7 +8,13 @@
  * gradient contract the FFN: each rank's tiles stay an open sum, the tp
  * group adds them exactly and every rank rounds once, where the golden
  * run rounds its sum over all tiles (tp.c). The tp ranks hold the same
- * tokens and routing, so they run the same rows in the same order. */
+ * tokens and routing, so they run the same rows in the same order.
+ *
+ * Mixed precision: an expert rounds where the dense MLP does (MODEL.md
+ * "Mixed precision"): fc1's output (after its bias), GeLU's, fc2's (after
+ * the completion and the bias); backward, fc2's input gradient, GeLU's
+ * and fc1's. The weight gradients stay fp32. Whichever rank runs a block
+ * (its own, an ep peer, a tp rank of the fold), the same rounding. */
 #include "model/styles/experts.h"
 #include "model/styles/tp.h"
 
@@ -37,14 +43,17 @@ void expert_rows_forward(gpt_t *g, const pass_t *p, const moe_params_t *w, const
     const float *w2 = w->fc2_w + e.slot * C * F;
     linear_forward(fc1, b->x + (size_t)r0 * C, w->fc1_w + e.slot * F * C,
                    w->fc1_b + e.slot * F, rows, C, F, p->t_cf, &g->ws);
+    act_round(g, fc1, (size_t)rows * F);
     gelu_forward(h, b->hgrad + (size_t)r0 * F, fc1, (size_t)rows * F);
+    act_round(g, h, (size_t)rows * F);
     if (!e.open) {
         linear_forward(y, h, w2, w->fc2_b + e.slot * C, rows, F, C, p->t_fc, &g->ws);
-        return;
+    } else {
+        etp_contract(g, e.open, CONTRACT_NT, y, rows, C, F, p->t_fc.tokens, p->t_fc.out,
+                     p->t_fc.in, h, F, w2, F);
+        linear_add_bias(y, w->fc2_b + e.slot * C, rows, C);
     }
-    etp_contract(g, e.open, CONTRACT_NT, y, rows, C, F, p->t_fc.tokens, p->t_fc.out, p->t_fc.in,
-                 h, F, w2, F);
-    linear_add_bias(y, w->fc2_b + e.slot * C, rows, C);
+    act_round(g, y, (size_t)rows * C);
 }
 
 /* An expert linear's backward over its rows: dx for every row (an open
@@ -85,10 +94,13 @@ void expert_rows_backward(gpt_t *g, const pass_t *p, const moe_params_t *w,
     expert_backward(g, dh, NULL, gr->fc2_w, s * C * F, gr->fc2_b, s * C, b->dy + (size_t)r0 * C,
                     b->h + (size_t)r0 * F, w->fc2_w + s * C * F, r0, rows, F, C, p->t_fc,
                     dw_scale);
+    act_round(g, dh, (size_t)rows * F);
     gelu_backward(dh, dh, b->hgrad + (size_t)r0 * F, (size_t)rows * F);
+    act_round(g, dh, (size_t)rows * F);
     expert_backward(g, b->dx + (size_t)r0 * C, e.open, gr->fc1_w, s * F * C, gr->fc1_b, s * F, dh,
                     b->x + (size_t)r0 * C, w->fc1_w + s * F * C, r0, rows, C, F, p->t_cf,
                     dw_scale);
+    act_round(g, b->dx + (size_t)r0 * C, (size_t)rows * C);
 }
 
 void experts_own_forward(gpt_t *g, const pass_t *p, const moe_acts_t *m, const moe_params_t *w,

@@ -26,6 +26,12 @@
  *
  * forward is pure (it may run twice); moe_after_forward counts the
  * routing statistics and the auxiliary losses' values once.
+ *
+ * Mixed precision (MOE.md, "Mixed precision"; Megatron-core's
+ * --moe-router-dtype): the experts round as the dense MLP; the router's
+ * logits, top-k weights and combine products are in the router's dtype
+ * (the model's S by default, fp32 with the flag), its softmaxes in fp32,
+ * the MoE's output and input gradient in S.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -109,6 +115,22 @@ void moe_layout_scratch(moe_scratch_t **out, const model_config_t *c, const gpt_
 
 /* ---- routing ------------------------------------------------------------ */
 
+/* 1 when the router's values are rounded to the model's dtype S
+ * (Megatron-core's default, router dtype None: its logits are S, and
+ * `softmax(.., dtype=fp32).type_as(logits)` rounds the scores to S); 0
+ * with --moe-router-dtype fp32 or an fp32 model. The broken variant
+ * GPT_BROKEN_MOE_ROUTER_LOWP runs the router in S whatever the flag. */
+static int router_lowp(const gpt_t *g) {
+    if (g->cfg.precision == MODEL_FP32) return 0;
+    return g->cfg.moe_router_dtype == MOE_ROUTER_MODEL ||
+           (g->shard.broken & GPT_BROKEN_MOE_ROUTER_LOWP) != 0;
+}
+
+/* x[0..n) rounded to the router's dtype */
+static void router_round(const gpt_t *g, float *x, size_t n) {
+    if (router_lowp(g)) act_round(g, x, n);
+}
+
 /* softmax of v[m]: exps over the max, their exact sum rounded once, one
  * division each; *z the sum, *mx the max. */
 static void softmax_row(float *p, const float *v, int m, float *mx, float *z) {
@@ -135,21 +157,29 @@ static void top_k(int32_t *choice, const float *v, int E, int k, int broken) {
     }
 }
 
-/* A token's routing: probs over every expert, the choice and weights. */
-static void route_token(const model_config_t *c, const float *logits, float *probs,
-                        int32_t *choice, float *weight, int broken) {
+/* A token's routing: probs over every expert (fp32: the load-balancing
+ * loss's scores, which Megatron-core keeps in fp32), the choice and the
+ * weights in the router's dtype. Pre-softmax: the top-k of the scores
+ * rounded to it (Megatron's top-k runs on `softmax(..).type_as(logits)`). */
+static void route_token(const gpt_t *g, const float *logits, float *probs, int32_t *choice,
+                        float *weight, int broken) {
+    const model_config_t *c = &g->cfg;
     const int E = c->moe_experts, k = c->moe_topk;
     float mx, z;
     softmax_row(probs, logits, E, &mx, &z);
     if (c->moe_pre_softmax) {
-        top_k(choice, probs, E, k, broken);
-        for (int j = 0; j < k; j++) weight[j] = probs[choice[j]];
+        float sc[MODEL_MAX_EXPERTS]; /* [E] the scores in the router's dtype */
+        memcpy(sc, probs, (size_t)E * sizeof(float));
+        router_round(g, sc, (size_t)E);
+        top_k(choice, sc, E, k, broken);
+        for (int j = 0; j < k; j++) weight[j] = sc[choice[j]];
         return;
     }
     float sel[MODEL_MAX_EXPERTS];
     top_k(choice, logits, E, k, broken);
     for (int j = 0; j < k; j++) sel[j] = logits[choice[j]];
     softmax_row(weight, sel, k, &mx, &z);
+    router_round(g, weight, (size_t)k);
 }
 
 struct moe_claim {
@@ -192,7 +222,7 @@ static void route(gpt_t *g, const pass_t *p, moe_acts_t *ma, const float *x) {
     const int tm = c->tile_tokens;
     const int tie_broken = (g->shard.broken & GPT_BROKEN_MOE_TIE_ORDER) != 0;
     for (int t = 0; t < p->n; t++)
-        route_token(c, ma->logits + (size_t)t * E, ma->probs + (size_t)t * E,
+        route_token(g, ma->logits + (size_t)t * E, ma->probs + (size_t)t * E,
                     ma->choice + (size_t)t * K, ma->weight + (size_t)t * K, tie_broken);
     claim_t *cl = g->scratch.moe->claims; /* [n]: a token claims an expert once */
     /* capacity, per sequence and expert; broken: over every token the
@@ -262,9 +292,13 @@ void moe_forward(gpt_t *g, const pass_t *p, moe_acts_t *ma, const float *x,
     const int E = c->moe_experts, K = c->moe_topk, C = c->hidden;
     const linear_tiles_t router = {c->tile_tokens, c->tile_features, E}; /* tokens, in, out */
     linear_forward(ma->logits, x, w->router, NULL, p->n, C, E, router, &g->ws);
+    router_round(g, ma->logits, (size_t)p->n * E);
     route(g, p, ma, x);
     experts_style(g)->forward(g, p, ma, w);
-    /* the weighted sum over the kept experts, exact, rounded once */
+    /* the weighted sum over the kept experts, exact, rounded once; mixed
+     * precision: each product in the router's dtype (Megatron's unpermute
+     * multiplies in the promoted dtype), the sum to S (its cast back) */
+    const int lowp = router_lowp(g);
     float terms[MODEL_MAX_EXPERTS];
     for (int t = 0; t < p->n; t++)
         for (int ch = 0; ch < C; ch++) {
@@ -274,8 +308,10 @@ void moe_forward(gpt_t *g, const pass_t *p, moe_acts_t *ma, const float *x,
                 if (r >= 0)
                     terms[m++] = ma->weight[(size_t)t * K + j] * ma->y[(size_t)r * C + ch];
             }
+            if (lowp) act_round(g, terms, (size_t)m);
             ma->out[(size_t)t * C + ch] = exact_sum_few(terms, m);
         }
+    act_round(g, ma->out, (size_t)p->n * C);
 }
 
 /* Tokens of sequence s (slot tokens [s T, (s+1) T)) routed to each
@@ -330,12 +366,22 @@ static float dot_rounded_terms(float *buf, const float *a, const float *b, int m
 /* The logits' gradient of token t (in sequence position order s): the
  * top-k softmax's, the full softmax's (pre-softmax weights, the
  * load-balancing loss), the z-loss's, added in that order in fp32. */
-static void router_grad(const model_config_t *c, const moe_acts_t *ma, size_t t,
-                        const float *dweight, const int64_t *f, float aux_scale, float z_scale,
-                        float *dl, float *buf) {
+static void router_grad(const gpt_t *g, const moe_acts_t *ma, size_t t, const float *dweight,
+                        const int64_t *f, float aux_scale, float z_scale, float *dl, float *buf) {
+    const model_config_t *c = &g->cfg;
     const int E = c->moe_experts, K = c->moe_topk;
     const float *w = ma->weight + t * K, *pr = ma->probs + t * E;
     const int32_t *ch = ma->choice + t * K;
+    float w32[MODEL_MAX_EXPERTS];
+    if (!c->moe_pre_softmax && router_lowp(g)) {
+        /* the top-k softmax's backward reads its fp32 output, as torch's
+         * softmax(.., dtype=fp32) saves it before the cast: again, from
+         * the chosen logits (the same bits as the forward's) */
+        float sel[MODEL_MAX_EXPERTS], mx, z;
+        for (int j = 0; j < K; j++) sel[j] = ma->logits[t * E + ch[j]];
+        softmax_row(w32, sel, K, &mx, &z);
+        w = w32;
+    }
     for (int e = 0; e < E; e++) dl[e] = 0.0f;
     if (!c->moe_pre_softmax) {
         const float s = dot_rounded_terms(buf, w, dweight, K);
@@ -374,16 +420,23 @@ void moe_backward(gpt_t *g, const pass_t *p, moe_acts_t *ma, float *dx, const fl
     float *prod = S->row_scratch; /* [C] products */
     /* the weights' gradients, and the experts' output rows' */
     memset(ms->dy, 0, (size_t)R * C * sizeof(float));
+    /* mixed precision: dw's products and dw in the router's dtype, the
+     * rows' gradients in S (the combine's products' backward) */
+    const int lowp = router_lowp(g);
     for (int t = 0; t < p->n; t++)
         for (int j = 0; j < K; j++) {
             const size_t tj = (size_t)t * K + j;
             ms->dweight[tj] = 0.0f;
             if (ma->row[tj] < 0) continue;
             const float *y = ma->y + (size_t)ma->row[tj] * C, *d = dout + (size_t)t * C;
-            ms->dweight[tj] = dot_rounded_terms(prod, d, y, C);
+            for (int ch = 0; ch < C; ch++) prod[ch] = d[ch] * y[ch];
+            if (lowp) act_round(g, prod, (size_t)C);
+            ms->dweight[tj] = xsum_f32(prod, (size_t)C);
             float *dy = ms->dy + (size_t)ma->row[tj] * C;
             for (int ch = 0; ch < C; ch++) dy[ch] = ma->weight[tj] * d[ch];
         }
+    router_round(g, ms->dweight, (size_t)p->n * K);
+    act_round(g, ms->dy, (size_t)R * C);
     /* each expert's rows back through fc2, GeLU and fc1 */
     experts_style(g)->backward(g, p, ma, ms->dy, ms->dx, w, gr);
     /* the router: its logits' gradient, then its weight's and input's */
@@ -392,17 +445,22 @@ void moe_backward(gpt_t *g, const pass_t *p, moe_acts_t *ma, float *dx, const fl
     const int pooled = (g->shard.broken & GPT_BROKEN_MOE_AUX_LOCAL) != 0;
     const double B = (double)c->global_batch, U = pooled ? (double)p->n : (double)T;
     const double units_per_seq = pooled ? 1.0 / p->n_seq : 1.0;
-    const float aux_scale = (float)((double)c->moe_aux_loss_coeff * E /
+    float aux_scale = (float)((double)c->moe_aux_loss_coeff * E /
                                     ((double)K * U * U * B * units_per_seq));
-    const float z_scale = (float)(2.0 * (double)c->moe_z_loss_coeff / (B * (double)T));
+    float z_scale = (float)(2.0 * (double)c->moe_z_loss_coeff / (B * (double)T));
+    /* fp16: the loss scale enters the auxiliary losses' gradients too
+     * (Megatron's MoEAuxLossAutoScaler.set_loss_scale: the main loss's scale) */
+    if (c->precision == MODEL_FP16)
+        aux_scale = aux_scale * g->scaler.scale, z_scale = z_scale * g->scaler.scale;
     int64_t f[MODEL_MAX_EXPERTS];
     if (pooled) routed_counts(c, ma, 0, p->n, f);
     for (int s = 0; s < p->n_seq; s++) {
         if (!pooled) routed_counts(c, ma, s, T, f);
         for (int t = s * T; t < (s + 1) * T; t++)
-            router_grad(c, ma, (size_t)t, ms->dweight + (size_t)t * K, f, aux_scale, z_scale,
+            router_grad(g, ma, (size_t)t, ms->dweight + (size_t)t * K, f, aux_scale, z_scale,
                         ms->dlogits + (size_t)t * E, buf);
     }
+    router_round(g, ms->dlogits, (size_t)p->n * E); /* the logits' gradient in their dtype */
     const linear_tiles_t router = {c->tile_tokens, c->tile_features, E}; /* tokens, in, out */
     float *dx_router = ms->dx_router;
     const int cp = g->local.cp;
@@ -412,6 +470,7 @@ void moe_backward(gpt_t *g, const pass_t *p, moe_acts_t *ma, float *dx, const fl
     const int split = cp > 1 || router_bug;
     linear_backward_at(dx_router, split ? NULL : gr->router, 0, NULL, 0, ms->dlogits, x,
                        w->router, p->n, C, E, router, &g->ws);
+    act_round(g, dx_router, (size_t)p->n * C); /* cast to the input's dtype S */
     /* context parallel: each rank adds the token tiles it holds */
     const int Tl = g->local.seq_held / g->local.seq_parts;
     const cp_runs_t mine = router_bug ? cp_runs_slice(&g->local.runs, g->local.seq_part * Tl, Tl)
@@ -433,6 +492,7 @@ void moe_backward(gpt_t *g, const pass_t *p, moe_acts_t *ma, float *dx, const fl
             }
             dx[(size_t)t * C + ch] = exact_sum_few(buf, m);
         }
+    act_round(g, dx, (size_t)p->n * C);
 }
 
 /* ---- statistics ---------------------------------------------------------- */

@@ -343,6 +343,7 @@ static void moe_layer_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const fl
     if (ma->out_held != ma->out) rows_at_runs(ma->out_held, ma->out, &p->runs, p->n_seq, p->T, C);
     residual_dropout(LA->out, LA->attn.resid1, ma->out_held, keep, p->nsC,
                      g->cfg.hidden_dropout);
+    act_round(g, LA->out, p->nsC); /* the residual sum, as the dense layer's */
 }
 
 static void moe_layer_after_forward(gpt_t *g, const unit_t *u, gpt_slot_t *A, const pass_t *p) {
