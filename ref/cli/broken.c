@@ -87,6 +87,12 @@ static const char *needs_pp_split(const broken_where_t *w) {
                : "a schedule that splits the backward (--pipeline-schedule zb-h1, zb-v or dualpipev)";
 }
 
+static const char *needs_pp_split_overlap(const broken_where_t *w) {
+    const char *split = needs_pp_split(w);
+    if (split) return split;
+    return w->pc->overlap_grad_reduce ? NULL : "--overlap-grad-reduce (buckets to reduce early)";
+}
+
 static const char *needs_cp_ring(const broken_where_t *w) {
     return w->pc->cp > 1 && !w->pc->cp_comm
                ? NULL
@@ -208,6 +214,7 @@ static void set_tp_vocab_pad(engine_run_t *r, int d) { (void)d, r->broken_tp_voc
 static void set_pp_mask_key(engine_run_t *r, int d) { (void)d, r->broken_pp_mask_key = 1; }
 static void set_pp_tied_grad(engine_run_t *r, int d) { (void)d, r->broken_pp_tied_grad = 1; }
 static void set_pp_stale_w(engine_run_t *r, int d) { (void)d, r->broken_pp_stale_w = 1; }
+static void set_zb_early_reduce(engine_run_t *r, int d) { (void)d, r->broken_zb_early_reduce = 1; }
 static void set_cp_online(engine_run_t *r, int d) { (void)d, r->broken_cp_online_softmax = 1; }
 static void set_encdec_mixup(engine_run_t *r, int d) { (void)d, r->broken_encdec_dp_mixup = 1; }
 static void set_encdec_sum(engine_run_t *r, int d) { (void)d, r->broken_encdec_combine = 1; }
@@ -278,6 +285,15 @@ static const broken_variant_t variants[] = {
      "before its input is final)",
      "grad.*", "--pipeline-model-parallel-size 2 --pipeline-schedule zb-h1 --num-microbatches 4", -1,
      "a schedule that splits the backward (zb-h1, zb-v, dualpipev)", 0, needs_pp_split, set_pp_stale_w},
+    {"zb-early-reduce",
+     "with --overlap-grad-reduce under a zero-bubble schedule, reduce a bucket when its unit's B "
+     "pass ends, before the W passes have added the weight gradients (the hazard of deferred "
+     "wgrad with DDP's backward hooks: Megatron-core fires them after the delayed wgrad)",
+     "grad.layers.1.*.weight", "--pipeline-model-parallel-size 2 --data-parallel-size 2 "
+     "--pipeline-schedule zb-h1 --num-microbatches 2 --overlap-grad-reduce --bucket-cap-mb 0.001", -1,
+     "a split schedule (zb-h1, zb-v, dualpipev) with --overlap-grad-reduce (buckets small enough "
+     "that one is not the tied embedding's, which waits anyway)", 0,
+     needs_pp_split_overlap, set_zb_early_reduce},
     {"cp-online-softmax",
      "merge the ring's attention blocks with flash-style online softmax rescaling in arrival "
      "order (ring attention's order-dependent merge)",

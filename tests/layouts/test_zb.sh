@@ -17,8 +17,12 @@
 #    plain, x tp 2 + SP, x dp 2 ZeRO-1, accumulating over the microbatches;
 #  - the broken variant pp-stale-w (W reads dy where B left it) caught at
 #    a weight gradient; the trace's F, B and W spans in their categories;
-#  - refusals: DualPipeV with m < 2 pp, --overlap-grad-reduce, virtual
-#    stages with a V schedule, an odd number of layers a stage.
+#  - --overlap-grad-reduce under each split schedule at pp 2 x dp 2, ZeRO 0
+#    and 1, tiny buckets: bit-exact (a bucket goes after its chunk's last
+#    W); the broken variant zb-early-reduce (at B) caught at a weight
+#    gradient on device 2 (stage 1, whose W's lag most);
+#  - refusals: DualPipeV with m < 2 pp, virtual stages with a V schedule,
+#    an odd number of layers a stage.
 # Ends with "RESULT test_zb.sh: N passed, M failed".
 set -u
 PARITY=${PARITY:-build/parity}
@@ -98,6 +102,26 @@ if [ $rc = 1 ] && echo "$out" | grep -Eq '^  tensor +step0\.grad\.'; then
   ok "pp-stale-w caught at a weight gradient ($(echo "$out" | sed -n 's/^  tensor *//p' | head -1))"
 else fail "pp-stale-w caught" "exit $rc" "$(echo "$out" | grep -m1 tensor)"; fi
 
+# ---- --overlap-grad-reduce: buckets reduced on the communication thread after their W ----
+bad=0; runs=0
+for s in zb-h1 zb-v dualpipev; do
+  for z in 0 1; do
+    out=$("$PARITY" check --model gpt-micro --num-layers 4 --steps 3 --pipeline-model-parallel-size 2 \
+          --data-parallel-size 2 --global-batch-size 16 --micro-batch-size 2 --pipeline-schedule $s \
+          --zero-stage $z --overlap-grad-reduce --bucket-cap-mb 0.001 2>&1)
+    runs=$((runs + 1))
+    echo "$out" | grep -q '| yes$' || { bad=$((bad + 1)); fail "$s ZeRO-$z --overlap-grad-reduce bit-exact" "$(echo "$out" | tail -3)"; }
+  done
+done
+[ $bad = 0 ] && ok "all $runs layouts bit-exact with --overlap-grad-reduce (zb-h1, zb-v, dualpipev x ZeRO 0, 1 at pp 2 x dp 2, m 4)"
+out=$("$PARITY" check --model gpt-micro --steps 1 --pipeline-model-parallel-size 2 --data-parallel-size 2 \
+      --pipeline-schedule zb-h1 --num-microbatches 2 --overlap-grad-reduce --bucket-cap-mb 0.001 \
+      --test-broken zb-early-reduce 2>&1); rc=$?
+if [ $rc = 1 ] && echo "$out" | grep -Eq '^  tensor +step0\.grad\.layers\.1\..*weight$' &&
+   echo "$out" | grep -q '^  produced by device 2 '; then
+  ok "zb-early-reduce caught at a weight gradient on device 2 ($(echo "$out" | sed -n 's/^  tensor *//p' | head -1))"
+else fail "zb-early-reduce caught" "exit $rc" "$(echo "$out" | grep -m2 'tensor\|produced')"; fi
+
 # ---- the trace: F, B and W passes in categories (and colours) of their own ----
 "$PARITY" train --model gpt-micro --num-layers 4 --steps 1 --pipeline-model-parallel-size 2 --global-batch-size 4 \
   --micro-batch-size 1 --pipeline-schedule zb-v --trace "$tmp/t.json" >/dev/null 2>&1
@@ -115,8 +139,6 @@ refuse() { # NAME PATTERN ARGS...
 }
 refuse "dualpipev with m < 2 pp" "dualpipev needs at least 2 x pipeline-model-parallel-size = 4" \
   --num-layers 4 --pipeline-model-parallel-size 2 --global-batch-size 2 --micro-batch-size 1 --pipeline-schedule dualpipev
-refuse "a split schedule with --overlap-grad-reduce" "zb-h1 defers weight gradients" \
-  --num-layers 4 --pipeline-model-parallel-size 2 --data-parallel-size 2 --pipeline-schedule zb-h1 --overlap-grad-reduce
 refuse "virtual stages with zb-v" "zb-v places its two chunks per stage itself" \
   --num-layers 8 --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --pipeline-schedule zb-v
 refuse "an odd number of layers a stage in a V" "stage 0 holds 3 layers" \

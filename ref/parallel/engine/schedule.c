@@ -124,6 +124,7 @@ static void forward(engine_rank_t *r, int64_t step, int mb, int c, int s, const 
         engine_span(r, "recv activation", "recv", t0, mb, c);
     }
     t0 = engine_now();
+    r->pass_lo = lo, r->pass_hi = hi, r->pass_dir = 1;
     for (int u = lo; u < hi; u++) gpt_unit_forward(g, u, s, obs);
     r->busy += engine_now() - t0;
     pass_span(r, 1, PP_PASS_WHOLE, t0, mb, c);
@@ -154,7 +155,10 @@ static void backward(engine_rank_t *r, int mb, int c, int s, int part, const gpt
     t0 = engine_now();
     /* B of a split backward: the weight gradients' products wait in the stash */
     if (part == PP_PASS_B) linear_wstash_bind(r->wstash.stash[mb * p->v + c]);
+    r->wstash.in_b = part == PP_PASS_B;
+    r->pass_lo = lo, r->pass_hi = hi, r->pass_dir = -1;
     for (int u = hi - 1; u >= lo; u--) gpt_unit_backward(g, u, s, obs);
+    r->wstash.in_b = 0;
     linear_wstash_bind(NULL);
     r->busy += engine_now() - t0;
     pass_span(r, 0, part, t0, mb, c);
@@ -182,6 +186,7 @@ static void weight(engine_rank_t *r, int mb, int c) {
     linear_wstash_run(r->wstash.stash[mb * r->sh->pp.v + c], &r->g->ws);
     r->busy += engine_now() - t0;
     pass_span(r, 0, PP_PASS_W, t0, mb, c);
+    if (++r->wstash.w_runs[c] == r->sh->pp.m) engine_chunk_weights_final(r);
 }
 
 /* Tied head over stages: both copies of the word embedding's gradient
@@ -202,6 +207,7 @@ void engine_run_schedule(engine_rank_t *r, int64_t step, const gpt_observer_t *o
     int in_flight = 0;
     r->busy = 0;
     r->sched_start = engine_now();
+    for (int c = 0; c < GPT_MAX_CHUNKS; c++) r->wstash.w_runs[c] = 0;
     for (int i = 0; i < r->nops; i++) {
         const pp_op_t *op = &r->ops[i];
         int *slot = &r->slot_of[op->mb * p->v + op->chunk];
