@@ -48,6 +48,15 @@ static void prefetch_bucket(engine_rank_t *r, int b) {
     r->unit_ticket[b] = engine_comm_push(r, prefetch_job, b);
 }
 
+/* The broken variant z3-prefetch-reuse: one buffer for the running unit
+ * and the next one's prefetch, which lands before the unit has read it
+ * (the race, deterministic: the gather runs here, the unit then computes
+ * with the next unit's parameters). Units of different sizes are left. */
+static void prefetch_into_running(engine_rank_t *r, int running, int b) {
+    if (dp_gathered_bytes(r->plan, running) != dp_gathered_bytes(r->plan, b) || running == b) return;
+    r->report->seconds_comm += gather_into(r, engine_bucket_group(r, b), b, r->unit_buf[running]);
+}
+
 /* Just in time: a prefetched bucket waited for, else gathered here. */
 static void gather_bucket(engine_rank_t *r, int b) {
     const dp_bucket_t *bk = &r->plan->buckets[b];
@@ -100,8 +109,10 @@ void engine_unit_event(void *ctx, gpt_t *g, int unit, int event) {
             else release_bucket(r, bs[i]);
         }
         const int next = begin ? prefetch_unit(r, unit, event) : -1;
-        k = next >= 0 ? dp_unit_buckets(p, next, bs) : 0;
-        for (int i = 0; i < k; i++) prefetch_bucket(r, bs[i]);
+        int nb[DP_UNIT_MAX_BUCKETS], n = next >= 0 ? dp_unit_buckets(p, next, nb) : 0;
+        for (int i = 0; i < n; i++)
+            if (r->sh->run->broken_z3_prefetch_reuse && i < k) prefetch_into_running(r, bs[i], nb[i]);
+            else prefetch_bucket(r, nb[i]);
     }
     /* overlap: every bucket this unit's backward finished goes to the
      * communication thread, while the units below it still compute */
