@@ -84,7 +84,7 @@ static const char *needs_pp_split(const broken_where_t *w) {
     if (w->pc->pp == 1) return needs_pp(w);
     return pconfig_splits_backward(w->pc->pp_schedule)
                ? NULL
-               : "a schedule that splits the backward (--pipeline-schedule zb-h1, zb-v or dualpipev)";
+               : "a schedule that splits the backward (--pipeline-schedule zb-h1, zb-h2, zb-v or dualpipev)";
 }
 
 static const char *needs_pp_split_overlap(const broken_where_t *w) {
@@ -292,14 +292,14 @@ static const broken_variant_t variants[] = {
      "the time W runs, later passes have overwritten that buffer (a weight-gradient pass scheduled "
      "before its input is final)",
      "grad.*", "--pipeline-model-parallel-size 2 --pipeline-schedule zb-h1 --num-microbatches 4", -1,
-     "a schedule that splits the backward (zb-h1, zb-v, dualpipev)", 0, needs_pp_split, set_pp_stale_w},
+     "a schedule that splits the backward (zb-h1, zb-h2, zb-v, dualpipev)", 0, needs_pp_split, set_pp_stale_w},
     {"zb-early-reduce",
      "with --overlap-grad-reduce under a zero-bubble schedule, reduce a bucket when its unit's B "
      "pass ends, before the W passes have added the weight gradients (the hazard of deferred "
      "wgrad with DDP's backward hooks: Megatron-core fires them after the delayed wgrad)",
      "grad.layers.1.*.weight", "--pipeline-model-parallel-size 2 --data-parallel-size 2 "
      "--pipeline-schedule zb-h1 --num-microbatches 2 --overlap-grad-reduce --bucket-cap-mb 0.001", -1,
-     "a split schedule (zb-h1, zb-v, dualpipev) with --overlap-grad-reduce (buckets small enough "
+     "a split schedule (zb-h1, zb-h2, zb-v, dualpipev) with --overlap-grad-reduce (buckets small enough "
      "that one is not the tied embedding's, which waits anyway)", 0,
      needs_pp_split_overlap, set_zb_early_reduce},
     {"z3-prefetch-reuse",

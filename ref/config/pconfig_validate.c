@@ -67,12 +67,13 @@ const char *pconfig_schedule_name(pc_pp_schedule_t s) {
     case PC_PP_ZB_H1: return "zb-h1";
     case PC_PP_ZB_V: return "zb-v";
     case PC_PP_DUALPIPEV: return "dualpipev";
+    case PC_PP_ZB_H2: return "zb-h2";
     default: return "1f1b";
     }
 }
 
 int pconfig_splits_backward(pc_pp_schedule_t s) {
-    return s == PC_PP_ZB_H1 || s == PC_PP_ZB_V || s == PC_PP_DUALPIPEV;
+    return s == PC_PP_ZB_H1 || s == PC_PP_ZB_H2 || s == PC_PP_ZB_V || s == PC_PP_DUALPIPEV;
 }
 
 static int pipeline_validate(pconfig_t *pc, perr_t *err) {

@@ -104,6 +104,7 @@ void pp_print_report(const run_report_t *run, FILE *f) {
     }
     fprintf(f, "  (slots in (microbatch, chunk) pairs held from F to the end of their backward: "
                "GPipe m, 1F1B min(pp - r, m), interleaved min(warm-up + 1, m v), ZB-H1 min(pp, m), "
+               "ZB-H2 min(2 pp - r, m), "
                "ZB-V min(2 pp, 2 m), DualPipeV 2 pp + 1; act. MB: the device's activation "
                "high-water, slots and backward scratch)\n");
     if (pconfig_splits_backward(pp.sched)) {
