@@ -127,7 +127,7 @@ else fail "pp-stale-w caught" "exit $rc" "$(echo "$out" | grep -m1 tensor)"; fi
 
 # ---- --overlap-grad-reduce: buckets reduced on the communication thread after their W ----
 bad=0; runs=0
-for s in zb-h1 zb-v dualpipev; do
+for s in zb-h1 zb-h2 zb-v dualpipev; do
   for z in 0 1; do
     out=$("$PARITY" check --model gpt-micro --num-layers 4 --steps 3 --pipeline-model-parallel-size 2 \
           --data-parallel-size 2 --global-batch-size 16 --micro-batch-size 2 --pipeline-schedule $s \
@@ -136,7 +136,15 @@ for s in zb-h1 zb-v dualpipev; do
     echo "$out" | grep -q '| yes$' || { bad=$((bad + 1)); fail "$s ZeRO-$z --overlap-grad-reduce bit-exact" "$(echo "$out" | tail -3)"; }
   done
 done
-[ $bad = 0 ] && ok "all $runs layouts bit-exact with --overlap-grad-reduce (zb-h1, zb-v, dualpipev x ZeRO 0, 1 at pp 2 x dp 2, m 4)"
+[ $bad = 0 ] && ok "all $runs layouts bit-exact with --overlap-grad-reduce (zb-h1, zb-h2, zb-v, dualpipev x ZeRO 0, 1 at pp 2 x dp 2, m 4)"
+# the overlap is real: buckets go to the communication thread during the schedule, not at its end
+for s in zb-h1 zb-h2 zb-v dualpipev; do
+  line=$("$PARITY" train --model gpt-micro --num-layers 4 --steps 1 --pipeline-model-parallel-size 2 --data-parallel-size 2 \
+         --global-batch-size 8 --micro-batch-size 1 --pipeline-schedule $s --overlap-grad-reduce --bucket-cap-mb 0.001 2>&1 |
+         grep '^  overlap: buckets handed')
+  if echo "$line" | grep -Eq 'stage 0 [1-9][0-9]* stage 1 [1-9][0-9]*$'; then ok "$s: buckets reduced on the communication thread while the schedule ran (${line##*ended: })"
+  else fail "$s overlap during the schedule" "$line"; fi
+done
 out=$("$PARITY" check --model gpt-micro --steps 1 --pipeline-model-parallel-size 2 --data-parallel-size 2 \
       --pipeline-schedule zb-h1 --num-microbatches 2 --overlap-grad-reduce --bucket-cap-mb 0.001 \
       --test-broken zb-early-reduce 2>&1); rc=$?

@@ -366,7 +366,7 @@ void engine_ckpt_free(engine_shared_t *sh);
 
 /* optimizer.c: parameters and the optimizer over shards. */
 void engine_unit_event(void *ctx, gpt_t *g, int unit, int event);
-void engine_chunk_weights_final(engine_rank_t *r);
+void engine_weights_final(engine_rank_t *r);
 /* This rank's reduced gradient pieces (DDP: all) made what its norm and
  * update read: rounded to the gradient dtype, unscaled (fp16). */
 void  engine_finish_grads(engine_rank_t *r);

@@ -12,6 +12,7 @@
 
 #include "model/gpt.h"
 #include "engine_internal.h"
+#include "parity/layers.h"
 #include "parity/pmath.h"
 
 /* ---- ZeRO-3: a unit's parameters exist only while it runs ---------- */
@@ -119,6 +120,8 @@ void engine_unit_event(void *ctx, gpt_t *g, int unit, int event) {
     /* (GPT_UNIT_OPEN_SUMS: the unit's backward rounded them already; a
      * B pass leaves the weight gradients to its W: engine_chunk_weights_final) */
     const int early = r->sh->run->broken_zb_early_reduce; /* the broken variant: at B */
+    if (event == GPT_BWD_END && r->wstash.in_b && r->wstash.marks) /* where W runs up to */
+        r->wstash.marks[r->wstash.pass * r->wstash.units + unit] = linear_wstash_count(linear_wstash_bound());
     if (event == GPT_BWD_END && r->last_micro && !r->unit_sums && (!r->wstash.in_b || early) &&
         r->sh->run->pc.overlap_grad_reduce) {
         int upto = 0;
@@ -127,30 +130,23 @@ void engine_unit_event(void *ctx, gpt_t *g, int unit, int event) {
     }
 }
 
-/* Whether every gradient of bucket b is final: each unit it holds
- * tensors of lies in a chunk whose W passes all ran (a split backward). */
+/* Whether every gradient of bucket b is final (a split backward): each
+ * unit it holds tensors of ran its last W. */
 static int bucket_final(const engine_rank_t *r, int b) {
     const dp_plan_t *p = r->plan;
     const dp_bucket_t *bk = &p->buckets[b];
     if (bk->ready_unit < 0) return 0; /* the tied embedding: after the stages' all-reduce */
-    for (int t = bk->first; t < bk->last; t++) {
-        if (!r->g->table.info[t].numel) continue; /* another stage's */
-        const int u = p->unit_of_tensor[t];
-        for (int c = 0, lo, hi; c < r->sh->pp.v; c++) {
-            gpt_chunk_units(r->g, c, &lo, &hi);
-            if (u >= lo && u < hi && r->wstash.w_runs[c] < r->sh->pp.m) return 0;
-        }
-    }
+    for (int t = bk->first; t < bk->last; t++)
+        if (r->g->table.info[t].numel && !r->wstash.unit_final[p->unit_of_tensor[t]]) return 0;
     return 1;
 }
 
-/* A split backward's chunk ran its last W: the buckets now final, in
- * order, go to the communication thread while later B and W passes run
- * (Megatron-core with delay_wgrad_compute: a bucket's hook fires after
- * its wgrad; buckets are reduced in order, so a prefix). */
-void engine_chunk_weights_final(engine_rank_t *r) {
-    if (!r->sh->run->pc.overlap_grad_reduce || r->unit_sums || r->sh->run->broken_zb_early_reduce)
-        return;
+/* A split backward's unit ran its last W: the buckets now final, in
+ * order, go to the communication thread while the W passes below it and
+ * the later passes run (Megatron-core with delay_wgrad_compute: a
+ * parameter's hook fires after its wgrad; buckets go in order, a prefix). */
+void engine_weights_final(engine_rank_t *r) {
+    if (r->unit_sums || r->sh->run->broken_zb_early_reduce) return;
     int upto = 0;
     while (upto < r->plan->nbuckets && bucket_final(r, upto)) upto++;
     engine_buckets_ready(r, upto);
