@@ -395,7 +395,9 @@ void pconfig_print_help(FILE *f) {
           "  --zero-stage 0|1|2|3      0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters\n"
           "  --use-distributed-optimizer   ZeRO-1 (NeMo/Megatron distributed optimizer)\n"
           "  --overlap-grad-reduce     reduce gradient buckets on a communication thread\n"
+          "                            (zero-bubble schedules: after each unit's last W)\n"
           "  --overlap-param-gather    gather parameters on a communication thread\n"
+          "                            (ZeRO-3: the next unit's, prefetched while one runs)\n"
           "  --bucket-cap-mb X         gradient bucket size (default 40)\n"
           "  --dtype fp32 --grad-sync-dtype fp32   (bf16/fp16: not yet supported)\n",
           f);
