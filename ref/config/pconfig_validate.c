@@ -112,9 +112,9 @@ static int pipeline_validate(pconfig_t *pc, perr_t *err) {
         return perr_set(err, "pipeline-schedule: %s needs pipeline-model-parallel-size > 1 (there is "
                              "no pipeline to schedule at pp %d)",
                         pconfig_schedule_name(pc->pp_schedule), pc->pp);
-    /* a split schedule with --overlap-grad-reduce: a bucket goes when its
-     * chunk's last W ran (engine_chunk_weights_final), as Megatron-core's
-     * delayed wgrad */
+    /* (a split schedule takes --overlap-grad-reduce: a bucket goes when its
+     * units' last W ran, engine_weights_final, as Megatron-core's delayed
+     * wgrad) */
     if (!pc->vpp) pc->vpp = 1; /* num-layers-per-virtual-pipeline-stage: pp.h derives it */
     return 0;
 }
