@@ -90,6 +90,8 @@ typedef struct {
      * vocabulary cuts were the same */
     int broken_encdec_tied_cuts;
     int broken_pp_stale_w;    /* split backward: W reads dy where B left it (a stale buffer) */
+    int broken_zb_early_reduce; /* split backward + overlap: buckets reduced at B, before W */
+    int broken_z3_prefetch_reuse; /* ZeRO-3 prefetch into the running unit's buffer */
     int broken_cp_online_softmax; /* the ring merges blocks with online softmax (flash-style) */
     /* the encoder's last stage sends its output to the decoder's first
      * stage of the next data-parallel replica, and the gradient comes back

@@ -109,6 +109,9 @@ linear_wstash_t *linear_wstash_bound(void);
 void linear_wstash_add(linear_wstash_t *s, acc_t *dw, size_t dw_at, acc_t *db, size_t db_at,
                        const float *dy, const float *x, int n, int n_in, int n_out, linear_tiles_t t);
 void linear_wstash_run(linear_wstash_t *s, contract_ws_t *ws);
+/* The records [done so far, upto) only, in order (upto: a linear_wstash_count
+ * taken during B); the stash empties when the last one ran. */
+void linear_wstash_run_part(linear_wstash_t *s, contract_ws_t *ws, int upto);
 size_t linear_wstash_bytes(const linear_wstash_t *s); /* held now */
 size_t linear_wstash_peak(const linear_wstash_t *s);  /* the most ever held */
 int linear_wstash_count(const linear_wstash_t *s);    /* products waiting */

@@ -24,11 +24,12 @@ const char *pconfig_offload_name(int offload);
  * through every stage (model parallelism without pipelining). */
 typedef enum {
     PC_PP_DEFAULT = 0, PC_PP_1F1B, PC_PP_GPIPE, PC_PP_INTERLEAVED, PC_PP_NAIVE,
-    PC_PP_ZB_H1, PC_PP_ZB_V, PC_PP_DUALPIPEV /* the backward split into B and W (pp.h) */
+    PC_PP_ZB_H1, PC_PP_ZB_V, PC_PP_DUALPIPEV, /* the backward split into B and W (pp.h) */
+    PC_PP_ZB_H2
 } pc_pp_schedule_t;
-/* "1f1b", "gpipe", "interleaved", "naive", "zb-h1", "zb-v", "dualpipev" */
+/* "1f1b", "gpipe", "interleaved", "naive", "zb-h1", "zb-v", "dualpipev", "zb-h2" */
 const char *pconfig_schedule_name(pc_pp_schedule_t s);
-/* Whether schedule s splits each backward into B and W (zb-h1, zb-v, dualpipev). */
+/* Whether schedule s splits each backward into B and W (zb-h1, zb-h2, zb-v, dualpipev). */
 int pconfig_splits_backward(pc_pp_schedule_t s);
 enum { PC_MAX_SPLIT = 64, PC_MAX_CHUNKS = 16 /* = GPT_MAX_CHUNKS */,
        PC_MAX_RANKS = PARITY_MAX_DEVICES };

@@ -40,6 +40,7 @@ typedef struct {
     int pp_slots;
     double pp_busy, pp_span;
     size_t pp_wstash_peak; /* split schedules: bytes W's inputs held at once (layers.h) */
+    int buckets_in_schedule; /* --overlap-grad-reduce: buckets handed over before its last pass ended */
 } device_report_t;
 
 /* A run, as the reports read it. */

@@ -107,7 +107,20 @@ static const char *needs_pp_split(const broken_where_t *w) {
     if (w->pc->pp == 1) return needs_pp(w);
     return pconfig_splits_backward(w->pc->pp_schedule)
                ? NULL
-               : "a schedule that splits the backward (--pipeline-schedule zb-h1, zb-v or dualpipev)";
+               : "a schedule that splits the backward (--pipeline-schedule zb-h1, zb-h2, zb-v or dualpipev)";
+}
+
+static const char *needs_pp_split_overlap(const broken_where_t *w) {
+    const char *split = needs_pp_split(w);
+    if (split) return split;
+    return w->pc->overlap_grad_reduce ? NULL : "--overlap-grad-reduce (buckets to reduce early)";
+}
+
+static const char *needs_z3_prefetch(const broken_where_t *w) {
+    if (w->pc->zero_stage != 3 || !w->pc->overlap_param_gather)
+        return "--zero-stage 3 with --overlap-param-gather (a prefetch to misplace)";
+    if (pconfig_grad_ranks(w->pc) < 2) return "data-parallel-size > 1 (parameters to gather)";
+    return w->cfg->layers > 1 ? NULL : "at least two layers (a next unit of the same size)";
 }
 
 static const char *needs_cp_ring(const broken_where_t *w) {
@@ -251,6 +264,8 @@ static void set_tp_vocab_pad(engine_run_t *r, int d) { (void)d, r->broken_tp_voc
 static void set_pp_mask_key(engine_run_t *r, int d) { (void)d, r->broken_pp_mask_key = 1; }
 static void set_pp_tied_grad(engine_run_t *r, int d) { (void)d, r->broken_pp_tied_grad = 1; }
 static void set_pp_stale_w(engine_run_t *r, int d) { (void)d, r->broken_pp_stale_w = 1; }
+static void set_zb_early_reduce(engine_run_t *r, int d) { (void)d, r->broken_zb_early_reduce = 1; }
+static void set_z3_prefetch_reuse(engine_run_t *r, int d) { (void)d, r->broken_z3_prefetch_reuse = 1; }
 static void set_cp_online(engine_run_t *r, int d) { (void)d, r->broken_cp_online_softmax = 1; }
 static void set_encdec_mixup(engine_run_t *r, int d) { (void)d, r->broken_encdec_dp_mixup = 1; }
 static void set_encdec_sum(engine_run_t *r, int d) { (void)d, r->broken_encdec_combine = 1; }
@@ -348,7 +363,24 @@ static const broken_variant_t variants[] = {
      "the time W runs, later passes have overwritten that buffer (a weight-gradient pass scheduled "
      "before its input is final)",
      "grad.*", "--pipeline-model-parallel-size 2 --pipeline-schedule zb-h1 --num-microbatches 4", -1,
-     "a schedule that splits the backward (zb-h1, zb-v, dualpipev)", 0, needs_pp_split, set_pp_stale_w},
+     "a schedule that splits the backward (zb-h1, zb-h2, zb-v, dualpipev)", 0, needs_pp_split, set_pp_stale_w},
+    {"zb-early-reduce",
+     "with --overlap-grad-reduce under a zero-bubble schedule, reduce a bucket when its unit's B "
+     "pass ends, before the W passes have added the weight gradients (the hazard of deferred "
+     "wgrad with DDP's backward hooks: Megatron-core fires them after the delayed wgrad)",
+     "grad.layers.1.*.weight", "--pipeline-model-parallel-size 2 --data-parallel-size 2 "
+     "--pipeline-schedule zb-h1 --num-microbatches 2 --overlap-grad-reduce --bucket-cap-mb 0.001", -1,
+     "a split schedule (zb-h1, zb-h2, zb-v, dualpipev) with --overlap-grad-reduce (buckets small enough "
+     "that one is not the tied embedding's, which waits anyway)", 0,
+     needs_pp_split_overlap, set_zb_early_reduce},
+    {"z3-prefetch-reuse",
+     "let ZeRO-3's prefetch of the next unit's parameters land in the running unit's gathered "
+     "buffer before the unit has read it (a double-buffered prefetch with one buffer: the "
+     "use-after-reuse race of FSDP's and DeepSpeed's prefetch, run deterministically)",
+     "act.layers.0.self_attention.query_key_value.output",
+     "--data-parallel-size 2 --zero-stage 3 --overlap-param-gather", -1,
+     "--zero-stage 3 with --overlap-param-gather, dp > 1, two layers or more", 0,
+     needs_z3_prefetch, set_z3_prefetch_reuse},
     {"cp-online-softmax",
      "merge the ring's attention blocks with flash-style online softmax rescaling in arrival "
      "order (ring attention's order-dependent merge)",

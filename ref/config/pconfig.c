@@ -187,11 +187,11 @@ static int parse_mode_flag(pconfig_t *pc, const char *flag, const char *val, int
     if (!strcmp(flag, "--pipeline-schedule")) {
         if (num_flag_value(flag, val, err)) return -1;
         int found = -1;
-        for (int k = 0; k < 7; k++)
+        for (int k = 0; k <= PC_PP_ZB_H2 - PC_PP_1F1B; k++)
             if (!strcmp(val, pconfig_schedule_name((pc_pp_schedule_t)(PC_PP_1F1B + k)))) found = k;
         if (found < 0)
             return perr_set(err, "--pipeline-schedule: expected gpipe, 1f1b, interleaved, naive, "
-                                 "zb-h1, zb-v or dualpipev, got '%s'", val);
+                                 "zb-h1, zb-h2, zb-v or dualpipev, got '%s'", val);
         pc->pp_schedule = (pc_pp_schedule_t)(PC_PP_1F1B + found);
         pc->given |= PC_GIVEN_SCHEDULE;
         *i += 2;
@@ -369,7 +369,7 @@ void pconfig_print_help(FILE *f) {
           "                            its own before the decoder's pp (Megatron-core 0.9-0.13)\n"
           "  --encoder-tensor-model-parallel-size N   the encoder's tp (<= tp; default tp; needs the\n"
           "                            encoder's own stages; below tp: not built yet)\n"
-          "  --pipeline-schedule gpipe|1f1b|interleaved|naive|zb-h1|zb-v|dualpipev   (default 1f1b;\n"
+          "  --pipeline-schedule gpipe|1f1b|interleaved|naive|zb-h1|zb-h2|zb-v|dualpipev   (default 1f1b;\n"
           "                           zero-bubble ones split each backward into B and W; interleaved with virtual\n"
           "                            stages; naive: one microbatch at a time, no pipelining)\n"
           "  --virtual-pipeline-model-parallel-size V | --num-layers-per-virtual-pipeline-stage N\n"
@@ -395,7 +395,9 @@ void pconfig_print_help(FILE *f) {
           "  --zero-stage 0|1|2|3      0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters\n"
           "  --use-distributed-optimizer   ZeRO-1 (NeMo/Megatron distributed optimizer)\n"
           "  --overlap-grad-reduce     reduce gradient buckets on a communication thread\n"
+          "                            (zero-bubble schedules: after each unit's last W)\n"
           "  --overlap-param-gather    gather parameters on a communication thread\n"
+          "                            (ZeRO-3: the next unit's, prefetched while one runs)\n"
           "  --bucket-cap-mb X         gradient bucket size (default 40)\n"
           "  --dtype D --grad-sync-dtype D   fp32|bf16|fp16: Apex's optimizer state and gradient\n"
           "                            sync (default fp32; the sync defaults to --dtype's)\n",

@@ -71,12 +71,13 @@ const char *pconfig_schedule_name(pc_pp_schedule_t s) {
     case PC_PP_ZB_H1: return "zb-h1";
     case PC_PP_ZB_V: return "zb-v";
     case PC_PP_DUALPIPEV: return "dualpipev";
+    case PC_PP_ZB_H2: return "zb-h2";
     default: return "1f1b";
     }
 }
 
 int pconfig_splits_backward(pc_pp_schedule_t s) {
-    return s == PC_PP_ZB_H1 || s == PC_PP_ZB_V || s == PC_PP_DUALPIPEV;
+    return s == PC_PP_ZB_H1 || s == PC_PP_ZB_H2 || s == PC_PP_ZB_V || s == PC_PP_DUALPIPEV;
 }
 
 static int pipeline_validate(pconfig_t *pc, perr_t *err) {
@@ -115,10 +116,9 @@ static int pipeline_validate(pconfig_t *pc, perr_t *err) {
         return perr_set(err, "pipeline-schedule: %s needs pipeline-model-parallel-size > 1 (there is "
                              "no pipeline to schedule at pp %d)",
                         pconfig_schedule_name(pc->pp_schedule), pc->pp);
-    if (pconfig_splits_backward(pc->pp_schedule) && pc->overlap_grad_reduce)
-        return perr_set(err, "pipeline-schedule: %s defers weight gradients to W passes; "
-                             "--overlap-grad-reduce (buckets reduced as each unit's backward ends) "
-                             "is not built with it", pconfig_schedule_name(pc->pp_schedule));
+    /* (a split schedule takes --overlap-grad-reduce: a bucket goes when its
+     * units' last W ran, engine_weights_final, as Megatron-core's delayed
+     * wgrad) */
     if (!pc->vpp) pc->vpp = 1; /* num-layers-per-virtual-pipeline-stage: pp.h derives it */
     return 0;
 }
@@ -317,12 +317,12 @@ static int optimizer_validate(pconfig_t *pc, perr_t *err) {
     if (pc->offload_path[0] && pc->offload != PC_OFFLOAD_NVME)
         return perr_set(err, "offload-path: only --offload-optimizer nvme reads it (here %s)",
                         pconfig_offload_name(pc->offload));
-    if (pc->overlap_param_gather && pc->zero_stage != 1 && pc->zero_stage != 2)
+    /* stages 1-2: the optimizer's all-gather overlaps the update; 3: each
+     * unit's all-gather is prefetched while the unit before it runs */
+    if (pc->overlap_param_gather && pc->zero_stage == 0)
         return perr_set(err, "overlap-param-gather: needs the distributed optimizer (ZeRO stage 1 "
-                             "or 2) whose parameter all-gather it overlaps; stage %d %s",
-                        pc->zero_stage,
-                        pc->zero_stage == 0 ? "gathers no parameters"
-                                            : "gathers each unit just in time (not yet prefetched)");
+                             "or 2, its all-gather after the update) or ZeRO-3 (each unit's, "
+                             "prefetched); stage 0 gathers no parameters");
     if (!pc->contiguous_grad_buffer || !pc->contiguous_param_buffer)
         return perr_set(err, "%s: not supported: parity always keeps a replica's %s in one "
                              "contiguous buffer (and shards as back-to-back bucket pieces)",

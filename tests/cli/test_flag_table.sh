@@ -170,7 +170,7 @@ rows() {
 --rank-order dp-tp-cp-ep-pp | $M --tensor-model-parallel-size 2 --data-parallel-size 2 | lay | -
 --rank-list 1,0 | $M --data-parallel-size 2 | lay | -
 --use-distributed-optimizer - | $M --data-parallel-size 2 | lay | $M --zero-stage 0
---overlap-grad-reduce - | $M --data-parallel-size 2 | lay | $G4 --pipeline-model-parallel-size 2 --pipeline-schedule zb-h1
+--overlap-grad-reduce - | $M --data-parallel-size 2 | lay | -
 --overlap-param-gather - | $M --data-parallel-size 2 --zero-stage 1 | lay | $M --data-parallel-size 2
 --bucket-cap-mb 0.001 | $M --data-parallel-size 2 | lay | -
 --dtype bf16 | $M | loss | -

@@ -12,6 +12,30 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 out=$("$P" check --model gpt-micro --data-parallel-size 2 --zero-stage 3 --accum-degree 2 --overlap-grad-reduce 2>&1); rc=$?
 [ $rc = 0 ] && echo "$out" | grep -q '| yes'; ok $? "check: ZeRO-3 with overlap is bit-exact (exit 0)"
 
+# ZeRO-3 with --overlap-param-gather: unit u+1's all-gather prefetched on
+# the communication thread while u runs (forward up, backward down)
+bad=0
+for f in "--data-parallel-size 2" "--data-parallel-size 4" "--data-parallel-size 2 --tensor-model-parallel-size 2" \
+         "--data-parallel-size 2 --pipeline-model-parallel-size 2" "--data-parallel-size 2 --overlap-grad-reduce --bucket-cap-mb 0.001" \
+         "--data-parallel-size 2 --recompute-granularity full --recompute-method block --recompute-num-layers 1"; do
+  # shellcheck disable=SC2086 # flags, word-split on purpose
+  out=$("$P" check --model gpt-micro --num-layers 4 --steps 3 --global-batch-size 16 --accum-degree 2 --zero-stage 3 \
+        --overlap-param-gather $f 2>&1)
+  echo "$out" | grep -q '| yes$' || { bad=1; echo "  not bit-exact: $f"; }
+done
+ok $bad "check: ZeRO-3 prefetch bit-exact at dp 2/4 with accumulation, x tp 2, x pp 2, x overlapped reduce, x recompute"
+# memory: at most two units gathered at once: the measured parameter peak
+# equals the estimate (shard + the largest two adjacent units), above the
+# just-in-time run's (shard + the largest unit)
+run_tiny() { "$P" train --model gpt-tiny --num-layers 4 --steps 1 --global-batch-size 4 --accum-degree 2 \
+             --zero-stage 3 --data-parallel-size 2 "$@" 2>&1; }
+jit=$(run_tiny | awk '$1 == "0" && NF > 4 { print $2 }')
+out=$(run_tiny --overlap-param-gather)
+pre=$(echo "$out" | awk '$1 == "0" && NF > 4 { print $2 }')
+est=$(echo "$out" | sed -n 's/^memory estimate per device: params \([0-9.]*\) MB.*/\1/p')
+[ -n "$pre" ] && [ "$pre" = "$est" ] && awk -v a="$jit" -v b="$pre" 'BEGIN { exit !(b > a && b < 2 * a) }'
+ok $? "check: ZeRO-3 prefetch holds two units at most (params peak $jit MB just in time, $pre MB prefetched = the estimate $est MB)"
+
 out=$("$P" check --model gpt-micro --data-parallel-size 4 --coll-algo ring --test-broken fp32-sums 2>&1); rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q 'FIRST DIVERGENCE' && echo "$out" | grep -q 'ulp' && echo "$out" | grep -q '| NO'
 ok $? "check: fp32 ring sums are caught (exit 1, first-divergence report)"

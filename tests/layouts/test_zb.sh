@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# test_zb.sh - pipeline schedules II: zero-bubble ZB-H1 and ZB-V, and
-# DualPipeV, with each backward split into B (the input gradient) and W
+# test_zb.sh - pipeline schedules II: zero-bubble ZB-H1, ZB-H2 and ZB-V,
+# and DualPipeV, with each backward split into B (the input gradient) and W
 # (the weight gradient):
 #  - each schedule's pass order at pp 4, m 8 (the schedule, and the
 #    order of every device's F, B and W spans in a run's trace) equals a
@@ -13,12 +13,19 @@
 #    DualPipeV.step (PyTorch's ScheduleDualPipeV): a full backward written
 #    B then W, an overlapped F&B pair F then B;
 #  - bit-exact against the golden run over 3 steps with dropout for each
-#    schedule at pp 2 and 4, m = pp, 2 pp and 3 pp + 1 (DualPipeV: m >= 2 pp),
+#    schedule (ZB-H2 too) at pp 2 and 4, m = pp, 2 pp and 3 pp + 1 (DualPipeV: m >= 2 pp),
 #    plain, x tp 2 + SP, x dp 2 ZeRO-1, accumulating over the microbatches;
+#  - ZB-H2 (2(pp-r)-1 warm-up forwards, W lagging B by r): its pass order
+#    at pp 4, m 8 (the rule's, no published table), bit-exact in the matrix,
+#    and every stage's slots held = min(2 pp - r, m) in the pipeline report;
 #  - the broken variant pp-stale-w (W reads dy where B left it) caught at
 #    a weight gradient; the trace's F, B and W spans in their categories;
-#  - refusals: DualPipeV with m < 2 pp, --overlap-grad-reduce, virtual
-#    stages with a V schedule, an odd number of layers a stage.
+#  - --overlap-grad-reduce under each split schedule at pp 2 x dp 2, ZeRO 0
+#    and 1, tiny buckets: bit-exact (a bucket goes after its chunk's last
+#    W); the broken variant zb-early-reduce (at B) caught at a weight
+#    gradient on device 2 (stage 1, whose W's lag most);
+#  - refusals: DualPipeV with m < 2 pp, virtual stages with a V schedule,
+#    an odd number of layers a stage.
 # Ends with "RESULT test_zb.sh: N passed, M failed".
 set -u
 PARITY=${PARITY:-build/parity}
@@ -72,7 +79,7 @@ done
 
 # ---- bit-exact matrix ----
 bad=0; runs=0
-for s in zb-h1 zb-v dualpipev; do
+for s in zb-h1 zb-h2 zb-v dualpipev; do
   for pp in 2 4; do
     for m in $pp $((2 * pp)) $((3 * pp + 1)); do
       [ $s = dualpipev ] && [ $m -lt $((2 * pp)) ] && continue
@@ -89,7 +96,27 @@ for s in zb-h1 zb-v dualpipev; do
     done
   done
 done
-[ $bad = 0 ] && ok "all $runs layouts bit-exact over 3 steps with dropout (zb-h1, zb-v, dualpipev x pp 2, 4 x m x tp 2 + SP / dp 2 ZeRO-1)"
+[ $bad = 0 ] && ok "all $runs layouts bit-exact over 3 steps with dropout (zb-h1, zb-h2, zb-v, dualpipev x pp 2, 4 x m x tp 2 + SP / dp 2 ZeRO-1)"
+
+# ---- ZB-H2: its rule's pass order, and the slots each stage held against the formula ----
+cat >"$tmp/want.zb-h2" <<'TABLE'
+zb-h2 0 F0 F1 F2 F3 F4 F5 F6 B0 F7 W0 B1 W1 B2 W2 B3 W3 B4 W4 B5 W5 B6 W6 B7 W7
+zb-h2 1 F0 F1 F2 F3 F4 B0 F5 B1 F6 W0 B2 F7 W1 B3 W2 B4 W3 B5 W4 B6 W5 B7 W6 W7
+zb-h2 2 F0 F1 F2 B0 F3 B1 F4 B2 F5 W0 B3 F6 W1 B4 F7 W2 B5 W3 B6 W4 B7 W5 W6 W7
+zb-h2 3 F0 B0 F1 B1 F2 B2 F3 B3 F4 W0 B4 F5 W1 B5 F6 W2 B6 F7 W3 B7 W4 W5 W6 W7
+TABLE
+"$PARITY" train --model gpt-micro --num-layers 8 --pipeline-model-parallel-size 4 --global-batch-size 8 \
+  --micro-batch-size 1 --pipeline-schedule zb-h2 --print-layout 2>&1 |
+  sed -n 's/.*"stage": \([0-9]*\).*"passes": "\([^"]*\)".*/\1 \2/p' | sed "s/^/zb-h2 /" >"$tmp/got.zb-h2"
+if cmp -s "$tmp/got.zb-h2" "$tmp/want.zb-h2"; then ok "zb-h2 at pp 4, m 8: 2(pp-r)-1 warm-up forwards, B F W with W lagging r"
+else fail "zb-h2 pass order" "$(diff "$tmp/want.zb-h2" "$tmp/got.zb-h2" | head -4)"; fi
+for m in 8 5; do
+  rows=$("$PARITY" train --model gpt-micro --num-layers 8 --steps 1 --pipeline-model-parallel-size 4 --global-batch-size $m \
+         --micro-batch-size 1 --pipeline-schedule zb-h2 2>&1 | awk '/slots: formula/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $1, $(NF-5), $(NF-4) }')
+  want=$(for r in 0 1 2 3; do f=$((8 - r)); [ $f -gt $m ] && f=$m; echo "$r $f $f"; done)
+  if [ "$rows" = "$want" ]; then ok "zb-h2 m $m: every stage held min(2 pp - r, m) microbatches, the formula"
+  else fail "zb-h2 m $m slots" "$rows"; fi
+done
 
 # ---- the broken variant ----
 out=$("$PARITY" check --model gpt-micro --num-layers 4 --steps 2 --pipeline-model-parallel-size 2 --global-batch-size 4 \
@@ -97,6 +124,34 @@ out=$("$PARITY" check --model gpt-micro --num-layers 4 --steps 2 --pipeline-mode
 if [ $rc = 1 ] && echo "$out" | grep -Eq '^  tensor +step0\.grad\.'; then
   ok "pp-stale-w caught at a weight gradient ($(echo "$out" | sed -n 's/^  tensor *//p' | head -1))"
 else fail "pp-stale-w caught" "exit $rc" "$(echo "$out" | grep -m1 tensor)"; fi
+
+# ---- --overlap-grad-reduce: buckets reduced on the communication thread after their W ----
+bad=0; runs=0
+for s in zb-h1 zb-h2 zb-v dualpipev; do
+  for z in 0 1; do
+    out=$("$PARITY" check --model gpt-micro --num-layers 4 --steps 3 --pipeline-model-parallel-size 2 \
+          --data-parallel-size 2 --global-batch-size 16 --micro-batch-size 2 --pipeline-schedule $s \
+          --zero-stage $z --overlap-grad-reduce --bucket-cap-mb 0.001 2>&1)
+    runs=$((runs + 1))
+    echo "$out" | grep -q '| yes$' || { bad=$((bad + 1)); fail "$s ZeRO-$z --overlap-grad-reduce bit-exact" "$(echo "$out" | tail -3)"; }
+  done
+done
+[ $bad = 0 ] && ok "all $runs layouts bit-exact with --overlap-grad-reduce (zb-h1, zb-h2, zb-v, dualpipev x ZeRO 0, 1 at pp 2 x dp 2, m 4)"
+# the overlap is real: buckets go to the communication thread during the schedule, not at its end
+for s in zb-h1 zb-h2 zb-v dualpipev; do
+  line=$("$PARITY" train --model gpt-micro --num-layers 4 --steps 1 --pipeline-model-parallel-size 2 --data-parallel-size 2 \
+         --global-batch-size 8 --micro-batch-size 1 --pipeline-schedule $s --overlap-grad-reduce --bucket-cap-mb 0.001 2>&1 |
+         grep '^  overlap: buckets handed')
+  if echo "$line" | grep -Eq 'stage 0 [1-9][0-9]* stage 1 [1-9][0-9]*$'; then ok "$s: buckets reduced on the communication thread while the schedule ran (${line##*ended: })"
+  else fail "$s overlap during the schedule" "$line"; fi
+done
+out=$("$PARITY" check --model gpt-micro --steps 1 --pipeline-model-parallel-size 2 --data-parallel-size 2 \
+      --pipeline-schedule zb-h1 --num-microbatches 2 --overlap-grad-reduce --bucket-cap-mb 0.001 \
+      --test-broken zb-early-reduce 2>&1); rc=$?
+if [ $rc = 1 ] && echo "$out" | grep -Eq '^  tensor +step0\.grad\.layers\.1\..*weight$' &&
+   echo "$out" | grep -q '^  produced by device 2 '; then
+  ok "zb-early-reduce caught at a weight gradient on device 2 ($(echo "$out" | sed -n 's/^  tensor *//p' | head -1))"
+else fail "zb-early-reduce caught" "exit $rc" "$(echo "$out" | grep -m2 'tensor\|produced')"; fi
 
 # ---- the trace: F, B and W passes in categories (and colours) of their own ----
 "$PARITY" train --model gpt-micro --num-layers 4 --steps 1 --pipeline-model-parallel-size 2 --global-batch-size 4 \
@@ -115,8 +170,6 @@ refuse() { # NAME PATTERN ARGS...
 }
 refuse "dualpipev with m < 2 pp" "dualpipev needs at least 2 x pipeline-model-parallel-size = 4" \
   --num-layers 4 --pipeline-model-parallel-size 2 --global-batch-size 2 --micro-batch-size 1 --pipeline-schedule dualpipev
-refuse "a split schedule with --overlap-grad-reduce" "zb-h1 defers weight gradients" \
-  --num-layers 4 --pipeline-model-parallel-size 2 --data-parallel-size 2 --pipeline-schedule zb-h1 --overlap-grad-reduce
 refuse "virtual stages with zb-v" "zb-v places its two chunks per stage itself" \
   --num-layers 8 --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --pipeline-schedule zb-v
 refuse "an odd number of layers a stage in a V" "stage 0 holds 3 layers" \

@@ -85,7 +85,13 @@ static void test_errors_name_the_field(void) {
     expect_error("--use-distributed-optimizer --zero-stage 0", "zero-stage");
     expect_error("--micro-batch-size", "--micro-batch-size");
     expect_error("--overlap-param-gather", "overlap-param-gather: needs the distributed optimizer");
-    expect_error("--zero-stage 3 --overlap-param-gather", "stage 3");
+    {   /* ZeRO-3: each unit's all-gather prefetched while the one before runs */
+        pconfig_t pc;
+        perr_t err = {{0}};
+        CHECK(parse(&pc, "--data-parallel-size 2 --zero-stage 3 --overlap-param-gather", 24, &err) == 0 &&
+                  pc.overlap_param_gather,
+              "ZeRO-3 with --overlap-param-gather: %s", err.msg);
+    }
     expect_error("--no-contiguous-grad-buffer", "contiguous-grad-buffer: not supported");
     /* a model without sequences was a division by zero (found by make fuzz) */
     pconfig_t pc;

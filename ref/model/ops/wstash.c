@@ -28,7 +28,7 @@ typedef struct {
 
 struct linear_wstash {
     wrec_t *rec;
-    int n, cap;
+    int n, cap, ran; /* ran: the records linear_wstash_run_part did so far */
     size_t bytes, peak;
     int by_reference;
 };
@@ -47,6 +47,7 @@ static void clear(linear_wstash_t *s) {
         if (s->rec[i].dy_owned) free(s->rec[i].dy);
     }
     s->n = 0;
+    s->ran = 0;
     s->bytes = 0;
 }
 
@@ -86,17 +87,20 @@ void linear_wstash_add(linear_wstash_t *s, acc_t *dw, size_t dw_at, acc_t *db, s
     if (s->bytes > s->peak) s->peak = s->bytes;
 }
 
-void linear_wstash_run(linear_wstash_t *s, contract_ws_t *ws) {
+void linear_wstash_run_part(linear_wstash_t *s, contract_ws_t *ws, int upto) {
     linear_wstash_t *keep = bound;
     bound = NULL; /* the products themselves, now */
-    for (int i = 0; i < s->n; i++) {
-        const wrec_t *r = &s->rec[i];
+    if (upto > s->n) upto = s->n;
+    for (; s->ran < upto; s->ran++) {
+        const wrec_t *r = &s->rec[s->ran];
         linear_backward_at(NULL, r->dw, r->dw_at, r->db, r->db_at, r->dy, r->x, NULL, r->n, r->n_in,
                            r->n_out, r->t, ws);
     }
     bound = keep;
-    clear(s);
+    if (s->ran == s->n) clear(s);
 }
+
+void linear_wstash_run(linear_wstash_t *s, contract_ws_t *ws) { linear_wstash_run_part(s, ws, s->n); }
 
 size_t linear_wstash_bytes(const linear_wstash_t *s) { return s ? s->bytes : 0; }
 size_t linear_wstash_peak(const linear_wstash_t *s) { return s ? s->peak : 0; }

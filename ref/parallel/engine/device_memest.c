@@ -77,12 +77,15 @@ static int stage_memest(const model_config_t *cfg, const pconfig_t *pc, const pp
         if (bufs[k].want && bufs[k].host) dev->host += bufs[k].bytes; /* cpu offload */
         else if (bufs[k].want) add(dev, bufs[k].cat, bufs[k].bytes);
     if (p.stage == 3) { /* a unit's buckets live from its begin event to its end */
-        size_t most = 0;
+        size_t most = 0, before = 0;
         for (int u = 0; u < p.nunits; u++) {
             int bs[DP_UNIT_MAX_BUCKETS], k = dp_unit_buckets(&p, u, bs);
             size_t bytes = 0;
             for (int i = 0; i < k; i++) bytes += dp_gathered_bytes(&p, bs[i]);
-            if (bytes > most) most = bytes;
+            /* --overlap-param-gather: the next unit's, prefetched meanwhile */
+            const size_t held = pc->overlap_param_gather ? bytes + before : bytes;
+            if (held > most) most = held;
+            before = bytes;
         }
         dev->params += most;
     }

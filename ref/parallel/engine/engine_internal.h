@@ -61,6 +61,13 @@ void engine_tied_mesh_reduce(struct engine_rank *r, acc_t *a);
  * (before the update), then parameters and AdamW's m and v (after it). */
 typedef enum { COLLECT_GRAD, COLLECT_PARAM, COLLECT_EXP_AVG, COLLECT_EXP_AVG_SQ, COLLECT_NKINDS } collect_kind_t;
 
+struct engine_rank;
+/* a job of the communication thread: fn(r, bucket) */
+typedef struct {
+    void (*fn)(struct engine_rank *r, int bucket);
+    int b;
+} engine_comm_job_t;
+
 /* One device of the grid: its coordinates, groups, replica and shards. */
 typedef struct engine_rank {
     engine_shared_t *sh;
@@ -115,7 +122,13 @@ typedef struct engine_rank {
     pthread_t comm;
     pthread_mutex_t comm_lock;
     pthread_cond_t comm_cond;
-    int comm_ready, comm_done, comm_stop, comm_started;
+    /* the jobs, one FIFO (every rank of a group queues its collectives in
+     * the same order): [comm_qcap] ring, jobs comm_fin .. comm_tail - 1
+     * queued, comm_fin the number finished; comm_ready buckets handed over */
+    engine_comm_job_t *comm_q;
+    int comm_qcap;
+    long comm_tail, comm_fin;
+    int comm_ready, comm_stop, comm_started;
     int comm_inline; /* step-through: jobs run on the device thread (reduce.c) */
     /* written by whichever thread reduces; folded into the report by the
      * device thread once the step's reductions are done (no race) */
@@ -132,6 +145,9 @@ typedef struct engine_rank {
     double *scratch_mem[2];
     float *gather_buf;     /* [max piece * n] */
     float **unit_buf;      /* ZeRO-3: [nbuckets] gathered bucket, or NULL */
+    long *unit_ticket;     /* ZeRO-3: [nbuckets] its prefetch's job (engine_comm_wait), or -1 */
+    int pass_lo, pass_hi;  /* the pass running: its chunk's units (ZeRO-3's prefetch) */
+    int pass_dir;          /* +1 forward, -1 backward */
     int last_micro;        /* inside the step's last microbatch */
     int unit_sums;         /* GPT_UNIT_OPEN_SUMS: gradients rounded unit by unit */
     int adam_t;
@@ -325,6 +341,8 @@ void engine_reduce_pending(engine_rank_t *r);
 void engine_buckets_ready(engine_rank_t *r, int upto);
 /* Hands the remaining buckets to the thread and waits until it is done. */
 void engine_comm_finish(engine_rank_t *r);
+long engine_comm_push(engine_rank_t *r, void (*fn)(engine_rank_t *, int), int b);
+void engine_comm_wait(engine_rank_t *r, long ticket);
 void engine_comm_use_for_reduce(engine_rank_t *r);
 void engine_comm_use_for_gather(engine_rank_t *r);
 /* The communication thread's job of gathering bucket b's parameters. */
@@ -354,6 +372,7 @@ void engine_ckpt_free(engine_shared_t *sh);
 
 /* optimizer.c: parameters and the optimizer over shards. */
 void engine_unit_event(void *ctx, gpt_t *g, int unit, int event);
+void engine_weights_final(engine_rank_t *r);
 /* This rank's reduced gradient pieces (DDP: all) made what its norm and
  * update read: rounded to the gradient dtype, unscaled (fp16). */
 void  engine_finish_grads(engine_rank_t *r);

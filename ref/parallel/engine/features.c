@@ -20,7 +20,12 @@ static int wstash_setup(engine_rank_t *r, device_t *dev) {
     if ((w->stash = calloc(n, sizeof *w->stash))) w->n = n;
     for (size_t k = 0; w->stash && k < n; k++)
         if (!(w->stash[k] = linear_wstash_new(r->sh->run->broken_pp_stale_w))) break;
-    if (!w->stash || !w->stash[n - 1]) {
+    if (r->sh->run->pc.overlap_grad_reduce) { /* the last W, unit by unit (schedule.c) */
+        w->units = gpt_num_units(r->g);
+        w->marks = calloc(n * (size_t)w->units, sizeof *w->marks);
+        w->unit_final = calloc((size_t)w->units, 1);
+    }
+    if (!w->stash || !w->stash[n - 1] || (r->sh->run->pc.overlap_grad_reduce && (!w->marks || !w->unit_final))) {
         engine_fail(r->sh, "dp: out of memory for the split backward");
         return -1;
     }
@@ -30,6 +35,8 @@ static int wstash_setup(engine_rank_t *r, device_t *dev) {
 static void wstash_teardown(engine_rank_t *r) {
     for (size_t k = 0; k < r->wstash.n; k++) linear_wstash_free(r->wstash.stash[k]);
     free(r->wstash.stash);
+    free(r->wstash.marks);
+    free(r->wstash.unit_final);
 }
 
 /* a V's bottom: a hand-off per tag (2 directions x passes x stages) */

@@ -19,10 +19,19 @@ struct device;
 
 /* split schedules (zb-h1, zb-v, ...): [m * v] each (microbatch, chunk)'s
  * weight-gradient work between its B and its W (layers.h); the most bytes
- * the stashes held at once */
+ * the stashes held at once. With --overlap-grad-reduce a bucket is final
+ * only after the last W of its units (Megatron-core's delayed wgrad): in_b
+ * marks a B pass (its units' ends trigger nothing), w_runs[c] counts chunk
+ * c's W passes this step; the chunk's last W runs unit by unit, marks[k *
+ * units + u] being the stash's count after unit u's B (pass k), and
+ * unit_final[u] says unit u's gradients are final. */
 typedef struct {
     struct linear_wstash **stash;
     size_t n, peak;
+    int in_b, pass, units;
+    int w_runs[GPT_MAX_CHUNKS];
+    int *marks;
+    uint8_t *unit_final;
 } engine_wstash_t;
 
 /* a V's bottom (zb-v, dualpipev): [tags] the hand-offs between the last

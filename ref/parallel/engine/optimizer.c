@@ -12,35 +12,90 @@
 
 #include "model/gpt.h"
 #include "engine_internal.h"
+#include "parity/layers.h"
 #include "parity/pmath.h"
 
 /* ---- ZeRO-3: a unit's parameters exist only while it runs ---------- */
 
-static void gather_bucket(engine_rank_t *r, int b) {
-    const dp_plan_t *p = r->plan;
-    const dp_bucket_t *bk = &p->buckets[b];
-    if (r->unit_buf[b]) return;
+/* Bucket b all-gathered into buf, joined and rounded to the compute copy
+ * (mixed precision); on the device thread or the communication thread. */
+static double gather_into(engine_rank_t *r, group_t *group, int b, float *buf) {
+    const dp_bucket_t *bk = &r->plan->buckets[b];
+    const double t0 = engine_now();
+    coll_all_gather(group, r->shard_params + bk->shard_off, buf, bk->piece, COLL_F32);
+    const double dt = engine_now() - t0;
+    engine_join_pieces(r->plan, b, buf);
+    gpt_round_params(&r->sh->cfg, buf, bk->hi - bk->lo);
+    return dt;
+}
+
+static float *gathered_alloc(engine_rank_t *r, int b) {
     device_t *dev = device_self();
-    float *buf = arena_alloc(dev->arena, dp_gathered_bytes(p, b), MEM_PARAMS,
+    float *buf = arena_alloc(dev->arena, dp_gathered_bytes(r->plan, b), MEM_PARAMS,
                              "gathered parameters (ZeRO-3)");
     if (!buf) parity_fatal("device %d: %s", r->device, arena_last_error(dev->arena));
-    double t0 = engine_now();
-    coll_all_gather(engine_bucket_group(r, b), r->shard_params + bk->shard_off, buf, bk->piece,
-                    COLL_F32);
-    r->report->seconds_comm += engine_now() - t0;
-    engine_join_pieces(p, b, buf);
-    gpt_round_params(&r->sh->cfg, buf, bk->hi - bk->lo); /* mixed precision: the compute copy */
-    r->unit_buf[b] = buf;
+    return buf;
+}
+
+/* --overlap-param-gather's prefetch: the gather on the communication
+ * thread's group, into the buffer the device thread gave it. */
+static void prefetch_job(engine_rank_t *r, int b) {
+    r->t_comm += gather_into(r, engine_bucket_comm_group(r, b), b, r->unit_buf[b]);
+}
+
+static void prefetch_bucket(engine_rank_t *r, int b) {
+    if (r->unit_buf[b]) return; /* gathered, or on its way */
+    r->unit_buf[b] = gathered_alloc(r, b);
+    r->unit_ticket[b] = engine_comm_push(r, prefetch_job, b);
+}
+
+/* The broken variant z3-prefetch-reuse: one buffer for the running unit
+ * and the next one's prefetch, which lands before the unit has read it
+ * (the race, deterministic: the gather runs here, the unit then computes
+ * with the next unit's parameters). Units of different sizes are left. */
+static void prefetch_into_running(engine_rank_t *r, int running, int b) {
+    if (dp_gathered_bytes(r->plan, running) != dp_gathered_bytes(r->plan, b) || running == b) return;
+    r->report->seconds_comm += gather_into(r, engine_bucket_group(r, b), b, r->unit_buf[running]);
+}
+
+/* Just in time: a prefetched bucket waited for, else gathered here. */
+static void gather_bucket(engine_rank_t *r, int b) {
+    const dp_bucket_t *bk = &r->plan->buckets[b];
+    if (r->unit_buf[b] && r->unit_ticket[b] >= 0) {
+        engine_comm_wait(r, r->unit_ticket[b]);
+        r->unit_ticket[b] = -1;
+    } else if (!r->unit_buf[b]) {
+        r->unit_buf[b] = gathered_alloc(r, b);
+        r->report->seconds_comm += gather_into(r, engine_bucket_group(r, b), b, r->unit_buf[b]);
+    }
     for (int t = bk->first; t < bk->last; t++)
-        r->g->param_ptr[t] = buf + (r->g->table.info[t].offset - bk->lo);
+        r->g->param_ptr[t] = r->unit_buf[b] + (r->g->table.info[t].offset - bk->lo);
 }
 
 static void release_bucket(engine_rank_t *r, int b) {
     const dp_bucket_t *bk = &r->plan->buckets[b];
     if (!r->unit_buf[b]) return;
+    if (r->unit_ticket[b] >= 0) engine_comm_wait(r, r->unit_ticket[b]); /* never read: still its */
+    r->unit_ticket[b] = -1;
     arena_free(device_self()->arena, r->unit_buf[b]);
     r->unit_buf[b] = NULL;
     for (int t = bk->first; t < bk->last; t++) r->g->param_ptr[t] = NULL;
+}
+
+/* The unit whose parameters to prefetch as `unit` begins (FSDP's and
+ * DeepSpeed ZeRO-3's prefetch of the next module in execution order):
+ * the next one of the running pass's chunk, forward up, backward down;
+ * none inside a recomputation (the backward's forward gathers and
+ * releases its units itself: two units stay the most gathered). */
+static int prefetch_unit(const engine_rank_t *r, int unit, int event) {
+    if (!r->sh->run->pc.overlap_param_gather) return -1;
+    const int dir = event == GPT_FWD_BEGIN ? 1 : -1, next = unit + dir;
+    if (dir != r->pass_dir || next < r->pass_lo || next >= r->pass_hi) return -1;
+    int first, last;
+    if (dir < 0 && gpt_recompute_chunk(&r->sh->cfg, &r->g->shard.units, unit, &first, &last) &&
+        unit == last && last > first)
+        return -1;
+    return next;
 }
 
 void engine_unit_event(void *ctx, gpt_t *g, int unit, int event) {
@@ -49,21 +104,52 @@ void engine_unit_event(void *ctx, gpt_t *g, int unit, int event) {
     const dp_plan_t *p = r->plan;
     if (p->stage == 3) {
         int bs[DP_UNIT_MAX_BUCKETS], k = dp_unit_buckets(p, unit, bs);
+        const int begin = event == GPT_FWD_BEGIN || event == GPT_BWD_BEGIN;
         for (int i = 0; i < k; i++) {
-            if (event == GPT_FWD_BEGIN || event == GPT_BWD_BEGIN)
-                gather_bucket(r, bs[i]);
-            else
-                release_bucket(r, bs[i]);
+            if (begin) gather_bucket(r, bs[i]);
+            else release_bucket(r, bs[i]);
         }
+        const int next = begin ? prefetch_unit(r, unit, event) : -1;
+        int nb[DP_UNIT_MAX_BUCKETS], n = next >= 0 ? dp_unit_buckets(p, next, nb) : 0;
+        for (int i = 0; i < n; i++)
+            if (r->sh->run->broken_z3_prefetch_reuse && i < k) prefetch_into_running(r, bs[i], nb[i]);
+            else prefetch_bucket(r, nb[i]);
     }
     /* overlap: every bucket this unit's backward finished goes to the
      * communication thread, while the units below it still compute */
-    /* (GPT_UNIT_OPEN_SUMS: the unit's backward rounded them already) */
-    if (event == GPT_BWD_END && r->last_micro && !r->unit_sums && r->sh->run->pc.overlap_grad_reduce) {
+    /* (GPT_UNIT_OPEN_SUMS: the unit's backward rounded them already; a
+     * B pass leaves the weight gradients to its W: engine_chunk_weights_final) */
+    const int early = r->sh->run->broken_zb_early_reduce; /* the broken variant: at B */
+    if (event == GPT_BWD_END && r->wstash.in_b && r->wstash.marks) /* where W runs up to */
+        r->wstash.marks[r->wstash.pass * r->wstash.units + unit] = linear_wstash_count(linear_wstash_bound());
+    if (event == GPT_BWD_END && r->last_micro && !r->unit_sums && (!r->wstash.in_b || early) &&
+        r->sh->run->pc.overlap_grad_reduce) {
         int upto = 0;
         while (upto < p->nbuckets && p->buckets[upto].ready_unit >= unit) upto++;
         engine_buckets_ready(r, upto);
     }
+}
+
+/* Whether every gradient of bucket b is final (a split backward): each
+ * unit it holds tensors of ran its last W. */
+static int bucket_final(const engine_rank_t *r, int b) {
+    const dp_plan_t *p = r->plan;
+    const dp_bucket_t *bk = &p->buckets[b];
+    if (bk->ready_unit < 0) return 0; /* the tied embedding: after the stages' all-reduce */
+    for (int t = bk->first; t < bk->last; t++)
+        if (r->g->table.info[t].numel && !r->wstash.unit_final[p->unit_of_tensor[t]]) return 0;
+    return 1;
+}
+
+/* A split backward's unit ran its last W: the buckets now final, in
+ * order, go to the communication thread while the W passes below it and
+ * the later passes run (Megatron-core with delay_wgrad_compute: a
+ * parameter's hook fires after its wgrad; buckets go in order, a prefix). */
+void engine_weights_final(engine_rank_t *r) {
+    if (r->unit_sums || r->sh->run->broken_zb_early_reduce) return;
+    int upto = 0;
+    while (upto < r->plan->nbuckets && bucket_final(r, upto)) upto++;
+    engine_buckets_ready(r, upto);
 }
 
 /* ---- the reduced gradients: their dtype, fp16's unscaling ---------------- */

@@ -66,7 +66,7 @@ void engine_rank_buffers(const dp_plan_t *p, const pconfig_t *pc, engine_rank_t 
         {F(scratch_mem[1]), (round + 1) * sizeof(double), MEM_COMM, "exact sums being reduced", 1, 0},
         {F(gather_buf), (piece_max * n + 1) * sizeof(float), MEM_COMM, "all-gather buffer", 1, 0},
         {F(comm_gather_buf), (piece_max * n + 1) * sizeof(float), MEM_COMM,
-         "all-gather buffer (communication thread)", pc->overlap_param_gather, 0},
+         "all-gather buffer (communication thread)", pc->overlap_param_gather && p->stage < 3, 0},
     };
 #undef F
     memcpy(out, bufs, sizeof bufs);
@@ -147,7 +147,9 @@ static int rank_alloc_buffers(engine_rank_t *r, device_t *dev) {
     xvec_init_with(&r->scratch[0], 0, r->scratch_mem[0]);
     xvec_init_with(&r->scratch[1], 0, r->scratch_mem[1]);
     r->unit_buf = calloc((size_t)r->plan->nbuckets, sizeof(float *));
-    if (!r->unit_buf) {
+    r->unit_ticket = malloc(((size_t)r->plan->nbuckets + 1) * sizeof(long));
+    for (int b = 0; r->unit_ticket && b < r->plan->nbuckets; b++) r->unit_ticket[b] = -1;
+    if (!r->unit_buf || !r->unit_ticket) {
         engine_fail(r->sh, "dp: out of memory");
         return -1;
     }
@@ -189,6 +191,7 @@ void engine_teardown_rank(engine_rank_t *r, device_t *dev) {
     xvec_free(&r->scratch[0]);
     xvec_free(&r->scratch[1]);
     free(r->unit_buf);
+    free(r->unit_ticket);
     free(r->ops);
     free(r->slot_of);
     gpt_free(r->g);

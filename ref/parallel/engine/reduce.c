@@ -43,14 +43,14 @@ static void *comm_main(void *p) {
     coll_set_algo(r->sh->run->algo);
     pthread_mutex_lock(&r->comm_lock);
     for (;;) {
-        while (!r->comm_stop && r->comm_done >= r->comm_ready)
+        while (!r->comm_stop && r->comm_fin >= r->comm_tail)
             pthread_cond_wait(&r->comm_cond, &r->comm_lock);
-        if (r->comm_done >= r->comm_ready && r->comm_stop) break;
-        int b = r->comm_done;
+        if (r->comm_fin >= r->comm_tail && r->comm_stop) break;
+        const engine_comm_job_t job = r->comm_q[r->comm_fin % r->comm_qcap];
         pthread_mutex_unlock(&r->comm_lock);
-        r->comm_job(r, b);
+        job.fn(r, job.b);
         pthread_mutex_lock(&r->comm_lock);
-        r->comm_done = b + 1;
+        r->comm_fin++;
         pthread_cond_broadcast(&r->comm_cond);
     }
     pthread_mutex_unlock(&r->comm_lock);
@@ -72,13 +72,18 @@ void engine_comm_use_for_gather(engine_rank_t *r) { set_job(r, engine_gather_par
 
 /* In step-through mode (runtime.h) devices take turns at the baton, and
  * a second thread of the device would be a second runner: the jobs run
- * inline instead, each as soon as its bucket is handed over (the order
- * the thread would take them in). Same collectives on the same group,
- * same bits. */
+ * inline instead, each as soon as it is queued (the order the thread
+ * would take them in). Same collectives on the same group, same bits.
+ * The queue holds a phase's buckets and the prefetches in flight (at
+ * most two units' buckets, optimizer.c). */
 int engine_comm_start(engine_rank_t *r, device_t *dev) {
+    r->comm_qcap = r->plan->nbuckets + 2 * DP_UNIT_MAX_BUCKETS + 1;
+    if (!(r->comm_q = calloc((size_t)r->comm_qcap, sizeof *r->comm_q))) return -1;
     pthread_mutex_init(&r->comm_lock, NULL);
     pthread_cond_init(&r->comm_cond, NULL);
-    r->comm_inline = devices_stepping();
+    /* the broken variant zb-early-reduce: inline too, so that its early
+     * reductions read the sums at B deterministically (no race with W) */
+    r->comm_inline = devices_stepping() || r->sh->run->broken_zb_early_reduce;
     if (r->comm_inline) {
         r->comm_started = 1;
         engine_comm_use_for_reduce(r);
@@ -105,26 +110,36 @@ void engine_comm_stop(engine_rank_t *r) {
     if (!r->comm_inline) pthread_join(r->comm, NULL);
     pthread_mutex_destroy(&r->comm_lock);
     pthread_cond_destroy(&r->comm_cond);
+    free(r->comm_q);
+    r->comm_q = NULL;
     r->comm_started = 0;
 }
 
-/* Step-through: the jobs the thread would run, run here and now. */
-static void run_inline(engine_rank_t *r, int upto) {
-    for (; r->comm_done < upto; r->comm_done++) r->comm_job(r, r->comm_done);
-    if (r->comm_ready < upto) r->comm_ready = upto;
+/* Queues fn(r, b) behind every job queued before; returns its ticket
+ * (engine_comm_wait). Step-through: it runs here and now. */
+long engine_comm_push(engine_rank_t *r, void (*fn)(engine_rank_t *, int), int b) {
+    if (r->comm_inline) {
+        fn(r, b);
+        return r->comm_fin++, r->comm_tail++;
+    }
+    pthread_mutex_lock(&r->comm_lock);
+    while (r->comm_tail - r->comm_fin >= r->comm_qcap) pthread_cond_wait(&r->comm_cond, &r->comm_lock);
+    const long ticket = r->comm_tail++;
+    r->comm_q[ticket % r->comm_qcap] = (engine_comm_job_t){fn, b};
+    pthread_cond_broadcast(&r->comm_cond);
+    pthread_mutex_unlock(&r->comm_lock);
+    return ticket;
+}
+
+/* Until the job of this ticket has finished (its writes are visible). */
+void engine_comm_wait(engine_rank_t *r, long ticket) {
+    pthread_mutex_lock(&r->comm_lock);
+    while (r->comm_fin <= ticket) pthread_cond_wait(&r->comm_cond, &r->comm_lock);
+    pthread_mutex_unlock(&r->comm_lock);
 }
 
 void engine_buckets_ready(engine_rank_t *r, int upto) {
-    if (r->comm_inline) {
-        run_inline(r, upto);
-        return;
-    }
-    pthread_mutex_lock(&r->comm_lock);
-    if (upto > r->comm_ready) {
-        r->comm_ready = upto;
-        pthread_cond_broadcast(&r->comm_cond);
-    }
-    pthread_mutex_unlock(&r->comm_lock);
+    for (; r->comm_ready < upto; r->comm_ready++) engine_comm_push(r, r->comm_job, r->comm_ready);
 }
 
 /* ---- reductions ---------------------------------------------------------- */
@@ -289,12 +304,9 @@ void engine_reduce_bucket(engine_rank_t *r, int b, float *out) {
 }
 
 void engine_comm_finish(engine_rank_t *r) {
-    const int nb = r->plan->nbuckets;
-    engine_buckets_ready(r, nb);
-    pthread_mutex_lock(&r->comm_lock);
-    while (!r->comm_inline && r->comm_done < nb) pthread_cond_wait(&r->comm_cond, &r->comm_lock);
-    r->comm_done = r->comm_ready = 0; /* the thread idles until its next job */
-    pthread_mutex_unlock(&r->comm_lock);
+    engine_buckets_ready(r, r->plan->nbuckets);
+    engine_comm_wait(r, r->comm_tail - 1);
+    r->comm_ready = 0; /* the thread idles until its next job */
 }
 
 void engine_reduce_pending(engine_rank_t *r) {
@@ -307,6 +319,8 @@ void engine_reduce_pending(engine_rank_t *r) {
         for (int b = 0; b < nb; b++) engine_reduce_bucket(r, b, engine_grad_piece(r, b));
     }
     r->report->seconds_reduce += r->t_reduce;
+    r->report->seconds_comm += r->t_comm; /* ZeRO-3's prefetches, all waited for */
+    r->t_comm = 0;
     r->report->exact_rs_elems += r->rs_elems;
     r->t_reduce = 0;
     r->rs_elems = 0;

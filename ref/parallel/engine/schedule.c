@@ -124,6 +124,7 @@ static void forward(engine_rank_t *r, int64_t step, int mb, int c, int s, const 
         engine_span(r, "recv activation", "recv", t0, mb, c);
     }
     t0 = engine_now();
+    r->pass_lo = lo, r->pass_hi = hi, r->pass_dir = 1;
     for (int u = lo; u < hi; u++) gpt_unit_forward(g, u, s, obs);
     r->busy += engine_now() - t0;
     pass_span(r, 1, PP_PASS_WHOLE, t0, mb, c);
@@ -154,7 +155,10 @@ static void backward(engine_rank_t *r, int mb, int c, int s, int part, const gpt
     t0 = engine_now();
     /* B of a split backward: the weight gradients' products wait in the stash */
     if (part == PP_PASS_B) linear_wstash_bind(r->wstash.stash[mb * p->v + c]);
+    r->wstash.in_b = part == PP_PASS_B, r->wstash.pass = mb * p->v + c;
+    r->pass_lo = lo, r->pass_hi = hi, r->pass_dir = -1;
     for (int u = hi - 1; u >= lo; u--) gpt_unit_backward(g, u, s, obs);
+    r->wstash.in_b = 0;
     linear_wstash_bind(NULL);
     r->busy += engine_now() - t0;
     pass_span(r, 0, part, t0, mb, c);
@@ -179,7 +183,17 @@ static void weight(engine_rank_t *r, int mb, int c) {
     int lo, hi;
     gpt_chunk_units(r->g, c, &lo, &hi);
     device_note_pass(DEVICE_PASS_BACKWARD, hi - 1);
-    linear_wstash_run(r->wstash.stash[mb * r->sh->pp.v + c], &r->g->ws);
+    engine_wstash_t *w = &r->wstash;
+    const int k = mb * r->sh->pp.v + c;
+    /* --overlap-grad-reduce: the chunk's last W unit by unit, top down, each
+     * unit's buckets handed over as its products are in (engine_weights_final) */
+    for (int u = hi - 1; w->marks && w->w_runs[c] + 1 == r->sh->pp.m && u >= lo; u--) {
+        linear_wstash_run_part(w->stash[k], &r->g->ws, w->marks[k * w->units + u]);
+        w->unit_final[u] = 1;
+        engine_weights_final(r);
+    }
+    linear_wstash_run(w->stash[k], &r->g->ws);
+    w->w_runs[c]++;
     r->busy += engine_now() - t0;
     pass_span(r, 0, PP_PASS_W, t0, mb, c);
 }
@@ -203,6 +217,8 @@ void engine_run_schedule(engine_rank_t *r, int64_t step, const gpt_observer_t *o
     int in_flight = 0;
     r->busy = 0;
     r->sched_start = engine_now();
+    for (int c = 0; c < GPT_MAX_CHUNKS; c++) r->wstash.w_runs[c] = 0;
+    for (int u = 0; u < r->wstash.units; u++) r->wstash.unit_final[u] = 0;
     for (int i = 0; i < r->nops; i++) {
         const pp_op_t *op = &r->ops[i];
         int *slot = &r->slot_of[op->mb * p->v + op->chunk];
@@ -222,6 +238,7 @@ void engine_run_schedule(engine_rank_t *r, int64_t step, const gpt_observer_t *o
         }
     }
     r->sh->sched_end[r->device] = engine_now();
+    r->report->buckets_in_schedule = r->comm_ready; /* overlap: handed over while passes ran */
     for (int s = 0; s < r->g->n_slots; s++) wait_send(r, s);
     engine_links_flush(r);
     free(busy);

@@ -104,6 +104,7 @@ void pp_print_report(const run_report_t *run, FILE *f) {
     }
     fprintf(f, "  (slots in (microbatch, chunk) pairs held from F to the end of their backward: "
                "GPipe m, 1F1B min(pp - r, m), interleaved min(warm-up + 1, m v), ZB-H1 min(pp, m), "
+               "ZB-H2 min(2 pp - r, m), "
                "ZB-V min(2 pp, 2 m), DualPipeV 2 pp + 1; act. MB: the device's activation "
                "high-water, slots and backward scratch)\n");
     if (pconfig_splits_backward(pp.sched)) {
@@ -112,6 +113,14 @@ void pp_print_report(const run_report_t *run, FILE *f) {
             if (run->reports[d].pp_wstash_peak > most) most = run->reports[d].pp_wstash_peak;
         fprintf(f, "  split backward: W's inputs (copies of x and dy) held between B and W, at most "
                    "%.3f MB on a device\n", (double)most / MB);
+        if (pc->overlap_grad_reduce) {
+            fprintf(f, "  overlap: buckets handed to the communication thread during the schedule, "
+                       "each as its units' last W ended:");
+            for (int s = 0; s < pp.pp; s++)
+                if (stage_device(run, s) >= 0)
+                    fprintf(f, " stage %d %d", s, run->reports[stage_device(run, s)].buckets_in_schedule);
+            fprintf(f, "\n");
+        }
     }
     fprintf(f, "  bubble: measured %.1f%% (mean over the %d devices), theory %s = %.1f%%\n",
             n ? 100 * bubble / n : 0.0, n, pp_bubble_formula(&pp), 100 * pp_bubble_theory(&pp));

@@ -110,6 +110,26 @@ static int zb_h1(const pp_plan_t *p, int r, pp_op_t *ops) {
     return n;
 }
 
+/* ZB-H2 (the same paper's second handcrafted schedule, 2x ZB-H1's
+ * activation memory): stage r runs 2(pp - r) - 1 forwards before its first
+ * B, exactly the time that B takes to come back (T_F = T_B = T_W), so the
+ * warm-up has no bubble; then B, F, W with each W lagging its B by r
+ * microbatches, the r left over filling the cool-down: every stage busy
+ * from its first F to its last W, a parallelogram. In flight: the warm-up,
+ * plus the lagging W's, min(2 pp - r, m). */
+static int zb_h2(const pp_plan_t *p, int r, pp_op_t *ops) {
+    const int warm = min_i(2 * (p->pp - r) - 1, p->m);
+    int n = 0, f = 0, w = 0;
+    for (int k = 0; k < warm; k++) PF(f++, 0);
+    for (int b = 0; b < p->m; b++) {
+        PB(b, 0);
+        if (f < p->m) PF(f++, 0);
+        if (b >= r) PW(w++, 0);
+    }
+    while (w < p->m) PW(w++, 0);
+    return n;
+}
+
 /* ZB-V (same paper; sail-sg's handcrafted_zb_v.py, PyTorch's
  * ScheduleZBVZeroBubble): two chunks a stage in a V. Warm-up 2(pp-r)-1
  * chunk-0 forwards, r pairs (F chunk 1, F chunk 0), pp-r triples of
@@ -219,6 +239,7 @@ int pp_schedule(const pp_plan_t *p, int r, pp_op_t *ops) {
     if (p->rings && p->sched == PC_PP_INTERLEAVED) return interleaved_rings(p, r, ops);
     switch (p->sched) {
     case PC_PP_ZB_H1: return zb_h1(p, r, ops);
+    case PC_PP_ZB_H2: return zb_h2(p, r, ops);
     case PC_PP_ZB_V: return zb_v(p, r, ops);
     case PC_PP_DUALPIPEV: return dualpipev(p, r, ops);
     case PC_PP_GPIPE: return gpipe(p, ops);
@@ -249,6 +270,7 @@ int pp_in_flight_formula(const pp_plan_t *p, int r) {
     case PC_PP_NAIVE: return 1;
     case PC_PP_INTERLEAVED: return min_i(interleaved_warmup(p, r) + 1, p->m * p->v);
     case PC_PP_ZB_H1: return min_i(p->pp, p->m); /* a W lags its B by r: pp - r + r */
+    case PC_PP_ZB_H2: return min_i(2 * p->pp - r, p->m); /* 2 (pp - r) - 1 warm-up, r lagging W's, 1 */
     case PC_PP_ZB_V: return min_i(2 * p->pp, 2 * p->m);
     case PC_PP_DUALPIPEV: return 2 * p->pp + 1; /* DualPipe's PP + 1, PP = 2 pp chunks */
     default: return min_i(p->pp - r, p->m);
@@ -280,6 +302,8 @@ const char *pp_bubble_formula(const pp_plan_t *p) {
     case PC_PP_INTERLEAVED: return "(p-1)/(v m+p-1)";
     case PC_PP_NAIVE: return "(p-1)/p";
     case PC_PP_ZB_H1: return "(p-1)(T_F+T_B-T_W) a stage, (p-1)/(3m+p-1) at T_F=T_B=T_W";
+    case PC_PP_ZB_H2: return "(p-1)(T_F+T_B-2T_W) a stage; at T_F=T_B=T_W none inside a stage's "
+                             "run, (p-1)/(3m+p-1) of the span";
     case PC_PP_ZB_V:
     case PC_PP_DUALPIPEV: return "the schedule at T_F=T_B=T_W (chunk passes): (p-1)/(6m+p-1)";
     default: return "(p-1)/(m+p-1)";
