@@ -127,10 +127,6 @@ int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int cp_rank, gp
     if (c->precision != MODEL_FP32 && lo.tp_mode && tp > 1)
         return perr_set(err, "--%s: mixed precision with Colossal-AI's 2-D, 2.5-D and 3-D tensor "
                              "parallelism is not built yet (1-D is)", model_precision_name(c->precision));
-    if (c->recompute == MODEL_RECOMPUTE_FULL && (c->moe_experts > 0 || c->arch != MODEL_GPT))
-        return perr_set(err, "recompute-granularity: full is built for the dense GPT's layers, not "
-                             "for %s (selective is)", c->moe_experts > 0 ? "MoE layers" :
-                             "an encoder-decoder's");
     if (c->recompute == MODEL_RECOMPUTE_FULL && c->recompute_layers > c->layers)
         return perr_set(err, "recompute-num-layers: %d exceeds the model's %d layers",
                         c->recompute_layers, c->layers);
