@@ -86,6 +86,7 @@ typedef struct {
     int broken_pp_tied_grad;  /* the tied embedding's gradient skips the embedding group */
     int broken_pp_stale_w;    /* split backward: W reads dy where B left it (a stale buffer) */
     int broken_cp_online_softmax; /* the ring merges blocks with online softmax (flash-style) */
+    int broken_cp_causal_ring;    /* the ring takes every block as causal (encoder-decoders) */
     /* the encoder's last stage sends its output to the decoder's first
      * stage of the next data-parallel replica, and the gradient comes back
      * from there (Megatron-LM 5a3b6bcf1f fixed such a mix-up of DP and PP

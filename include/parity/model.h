@@ -350,6 +350,16 @@ enum { GPT_BROKEN_TP2D_LN_FP32 = 1024u, GPT_BROKEN_TP2D_SUMMA_ROUNDED = 2048u };
  * input and output groups (Colossal's 3-D layers swap them after every
  * linear). */
 enum { GPT_BROKEN_TP3D_NO_SWAP = 4096u };
+/* Full recomputation and context parallelism of the wider models:
+ * MOE_RECOMPUTE_AUX: an MoE layer whose forward the backward replays
+ *   registers its load-balancing and z losses again in the replay, and
+ *   their gradients reach the router twice (Megatron-LM 1330 and 1514:
+ *   the recomputed forward accumulated the aux loss a second time);
+ * CP_CAUSAL_RING: the ring takes every attention block as causal (its
+ *   tile skipping and softmax spans), the GPT's mask, for an encoder's
+ *   bidirectional and a decoder's cross-attention too (the zigzag ring is
+ *   built for causal masks; Megatron-core runs no CP for T5). */
+enum { GPT_BROKEN_MOE_RECOMPUTE_AUX = 1u << 20, GPT_BROKEN_CP_CAUSAL_RING = 1u << 21 };
 
 /* One replica's block of a batch-shaped checkpoint: n_seq sequences at
  * index first_seq of the global batch, each a tensor of global shape
