@@ -354,7 +354,8 @@ enum { GPT_BROKEN_TP3D_NO_SWAP = 4096u };
  * MOE_RECOMPUTE_AUX: an MoE layer whose forward the backward replays
  *   registers its load-balancing and z losses again in the replay, and
  *   their gradients reach the router twice (Megatron-LM 1330 and 1514:
- *   the recomputed forward accumulated the aux loss a second time);
+ *   the recomputed forward registered the aux loss a second time, there
+ *   doubling its logged value);
  * CP_CAUSAL_RING: the ring takes every attention block as causal (its
  *   tile skipping and softmax spans), the GPT's mask, for an encoder's
  *   bidirectional and a decoder's cross-attention too (the zigzag ring is

@@ -331,7 +331,7 @@ static const broken_variant_t variants[] = {
     {"moe-recompute-aux-twice",
      "let the MoE forward that full recomputation replays in the backward register the "
      "load-balancing and z losses again, so their gradients reach the router twice "
-     "(Megatron-LM 1330, 1514: the recomputed forward accumulated the aux loss a second time)",
+     "(Megatron-LM 1330, 1514: the recomputed forward registered the aux loss a second time)",
      "grad.layers.1.*",
      "--num-experts 4 --moe-aux-loss-coeff 0.1 --recompute-granularity full", -1,
      "an MoE model with an aux-loss coefficient, --recompute-granularity full", 0,
