@@ -214,6 +214,11 @@ int  gpt_recompute_chunk(const model_config_t *cfg, const gpt_units_t *units, in
  * selective: every layer held). */
 int  gpt_recomputed_layers(const model_config_t *cfg, const gpt_units_t *units, int *held,
                            int *cores);
+/* The attention blocks of the units a replica holds (a T5 decoder layer
+ * has two), for the context-parallel formulas; *cores (when not NULL):
+ * those whose core runs again in the backward (full: the recomputed
+ * layers'; selective: every one). */
+int  gpt_attention_blocks(const model_config_t *cfg, const gpt_units_t *units, int *cores);
 /* The same for one rank of tensor parallelism over tp ranks (sp: with
  * sequence parallelism). */
 int  gpt_mem_bytes_tp(const model_config_t *cfg, int tp, gpt_layout_opts_t lo, unsigned omit,

@@ -133,7 +133,8 @@ int plan_comm(const model_config_t *model, const pconfig_t *pc, plan_comm_t *out
         }
         c.pp = boundaries * n / (pc->sequence_parallel ? tp : 1) * cfg.hidden * 4;
         if (cp > 1) {
-            const cp_traffic_t x = cp_traffic(cp, pc->cp_comm, n, A, L, cores);
+            const int blocks = gpt_attention_blocks(&cfg, &pp.units[s], &cores);
+            const cp_traffic_t x = cp_traffic(cp, pc->cp_comm, n, A, blocks, cores);
             c.cp = x.kv + x.open + x.a2a;
         }
         if (pp.pp > 1 && cfg.tied && (s == 0 || s == pp.pp - 1))

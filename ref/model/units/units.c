@@ -374,6 +374,18 @@ static int recompute_plan(const model_config_t *c, const gpt_units_t *units,
     return most;
 }
 
+int gpt_attention_blocks(const model_config_t *c, const gpt_units_t *units, int *cores) {
+    int held = 0, again = 0;
+    for (int u = 0, first, last; u < model_num_units(c); u++) {
+        if (!gpt_units_hold(units, u)) continue;
+        const int b = model_unit_at(c, u).kind->attention_blocks;
+        held += b;
+        again += gpt_recompute_chunk(c, units, u, &first, &last) ? b : 0;
+    }
+    if (cores) *cores = c->recompute == MODEL_RECOMPUTE_SELECTIVE ? held : again;
+    return held;
+}
+
 int recompute_sets(const model_config_t *c, const gpt_units_t *units) {
     const unit_kind_t *kinds[RECOMPUTE_KINDS];
     int nk;
