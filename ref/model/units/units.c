@@ -386,6 +386,14 @@ int gpt_attention_blocks(const model_config_t *c, const gpt_units_t *units, int 
     return held;
 }
 
+int gpt_recomputed_blocks(const model_config_t *c, const gpt_units_t *units) {
+    int blocks = 0;
+    for (int u = 0, first, last; u < model_num_units(c); u++)
+        if (gpt_units_hold(units, u) && gpt_recompute_chunk(c, units, u, &first, &last))
+            blocks += model_unit_at(c, u).kind->attention_blocks + 1; /* and its MLP */
+    return blocks;
+}
+
 int recompute_sets(const model_config_t *c, const gpt_units_t *units) {
     const unit_kind_t *kinds[RECOMPUTE_KINDS];
     int nk;
