@@ -85,6 +85,13 @@ cpexact "cp 2 ring, an encoder mesh (etp 1 < tp 2)" t5-tiny 2 6 --tensor-model-p
 cpexact "llava cp 2 ring" llava-tiny 2 2
 cpexact "llava cp 2 Ulysses x dp 2" llava-tiny 2 4 --cp-comm-type a2a --data-parallel-size 2
 cpexact "cp 2 ring x full recomputation" t5-tiny 2 2 --recompute-granularity full
+# the cp report counts attention blocks (a decoder layer's two)
+for comm in p2p a2a; do
+  out=$("$P" train --model t5-tiny --steps 1 --context-parallel-size 2 --cp-comm-type $comm 2>&1)
+  if echo "$out" | grep -q "6 attention blocks held" && echo "$out" | grep -q "  measured = formula: bytes"; then
+    ok "cp 2 $comm: the cp report's formula over 6 attention blocks = measured"
+  else fail "cp 2 $comm report" "$(echo "$out" | grep -A6 'context parallelism (')"; fi
+done
 exact "epp 1 pp 1" t5-tiny 1 1 1 1 1
 exact "epp 1 pp 2, 4 microbatches" t5-tiny 1 1 1 1 2 --num-microbatches 4
 exact "epp 2 pp 1 GPipe x dp 2 ZeRO-1" t5-tiny 2 1 1 2 1 --pipeline-schedule gpipe --zero-stage 1 --num-microbatches 2

@@ -69,6 +69,10 @@ exact "full x T5, an encoder mesh (etp 1 < tp 2)" t5-tiny $FULL --tensor-model-p
 exact "full uniform 2 x T5, dp 2 ZeRO-1" t5-tiny $FULL --recompute-num-layers 2 --data-parallel-size 2 \
   --zero-stage 1
 exact "full block 1 x T5, tp 2" t5-tiny $FULL --recompute-method block --tensor-model-parallel-size 2
+out=$("$P" train --model t5-tiny --steps 1 $FULL --tensor-model-parallel-size 2 2>&1)
+if echo "$out" | grep -q "measured = formula: calls, elements and bytes"; then
+  ok "full x T5, tp 2: the tp report counts a recomputed decoder layer's 3 forward all-reduces"
+else fail "full x T5 tp report" "$(echo "$out" | grep -B3 'DIFFER')"; fi
 exact "full uniform 2 x LLaVA, tp 2 + SP" llava-tiny $FULL --recompute-num-layers 2 \
   --tensor-model-parallel-size 2 --sequence-parallel
 exact "selective, tp 2 + SP x pp 2 interleaved" gpt-micro $M4 $SEL --tensor-model-parallel-size 2 \
