@@ -93,6 +93,7 @@ typedef struct {
     int broken_zb_early_reduce; /* split backward + overlap: buckets reduced at B, before W */
     int broken_z3_prefetch_reuse; /* ZeRO-3 prefetch into the running unit's buffer */
     int broken_cp_online_softmax; /* the ring merges blocks with online softmax (flash-style) */
+    int broken_cp_causal_ring;    /* the ring takes every block as causal (encoder-decoders) */
     /* the encoder's last stage sends its output to the decoder's first
      * stage of the next data-parallel replica, and the gradient comes back
      * from there (Megatron-LM 5a3b6bcf1f fixed such a mix-up of DP and PP

@@ -160,6 +160,13 @@ static inline void attention_span(const attn_shape_t *s, int i, int *lo, int *hi
     }
 }
 
+/* The tiles of a product's sum (I1, I2): the key tiles [*k0, *k1) holding
+ * the keys of query tile qi's rows, and the query tiles [*q0, *q1) whose
+ * rows attend a key of key tile kj (q0 == q1: none). A sum of one tile is
+ * that tile's product itself (contract.h); context parallelism's ring
+ * (attention_cp.c) computes the same tiles wherever they live. */
+void attention_key_tiles(const attn_shape_t *s, int qi, int *k0, int *k1);
+void attention_query_tiles(const attn_shape_t *s, int kj, int *q0, int *q1);
 /* Floats of scratch attention_backward needs. */
 size_t attention_scratch_floats(const attn_shape_t *s);
 /* keep [n_seq,H,Tq,T] (Tq: the query rows held, q_runs): the attention dropout mask of sequences

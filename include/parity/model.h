@@ -373,6 +373,17 @@ enum { GPT_BROKEN_TP3D_NO_SWAP = 4096u };
  * wrong process group, the kind Colossal-AI's 2-D x sequence-parallel
  * process groups were reported for). */
 enum { GPT_BROKEN_TP2D_CP_RING_GROUP = 1u << 21 };
+/* Full recomputation and context parallelism of the wider models:
+ * MOE_RECOMPUTE_AUX: an MoE layer whose forward the backward replays
+ *   registers its load-balancing and z losses again in the replay, and
+ *   their gradients reach the router twice (Megatron-LM 1330 and 1514:
+ *   the recomputed forward registered the aux loss a second time, there
+ *   doubling its logged value);
+ * CP_CAUSAL_RING: the ring takes every attention block as causal (its
+ *   tile skipping and softmax spans), the GPT's mask, for an encoder's
+ *   bidirectional and a decoder's cross-attention too (the zigzag ring is
+ *   built for causal masks; Megatron-core runs no CP for T5). */
+enum { GPT_BROKEN_MOE_RECOMPUTE_AUX = 1u << 22, GPT_BROKEN_CP_CAUSAL_RING = 1u << 23 };
 
 /* One replica's block of a batch-shaped checkpoint: n_seq sequences at
  * index first_seq of the global batch, each a tensor of global shape

@@ -206,6 +206,20 @@ static const char *needs_moe_aux(const broken_where_t *w) {
     return needs_moe_pooled(w, w->cfg->moe_aux_loss_coeff > 0.0f);
 }
 
+/* A replayed MoE forward: full recomputation of MoE layers with a
+ * load-balancing loss to register twice. */
+static const char *needs_moe_recompute(const broken_where_t *w) {
+    if (w->cfg->moe_experts <= 0 || !(w->cfg->moe_aux_loss_coeff > 0.0f))
+        return "an MoE model with an aux-loss coefficient (--num-experts E --moe-aux-loss-coeff C)";
+    return w->pc->recompute == MODEL_RECOMPUTE_FULL ? NULL : "--recompute-granularity full";
+}
+
+/* The ring on an encoder-decoder: blocks that are not causal. */
+static const char *needs_cp_encdec(const broken_where_t *w) {
+    if (w->cfg->arch == MODEL_GPT) return "an encoder-decoder (--model t5-tiny or llava-tiny)";
+    return needs_cp_ring(w);
+}
+
 static const char *needs_moe_ep(const broken_where_t *w) {
     if (w->cfg->moe_experts <= 0) return "an MoE model (--num-experts E)";
     return w->pc->ep > 1 ? NULL : "expert-model-parallel-size > 1";
@@ -267,6 +281,10 @@ static void set_pp_stale_w(engine_run_t *r, int d) { (void)d, r->broken_pp_stale
 static void set_zb_early_reduce(engine_run_t *r, int d) { (void)d, r->broken_zb_early_reduce = 1; }
 static void set_z3_prefetch_reuse(engine_run_t *r, int d) { (void)d, r->broken_z3_prefetch_reuse = 1; }
 static void set_cp_online(engine_run_t *r, int d) { (void)d, r->broken_cp_online_softmax = 1; }
+static void set_cp_causal(engine_run_t *r, int d) { (void)d, r->broken_cp_causal_ring = 1; }
+static void set_moe_recompute(engine_run_t *r, int d) {
+    (void)d, r->broken_moe |= GPT_BROKEN_MOE_RECOMPUTE_AUX;
+}
 static void set_encdec_mixup(engine_run_t *r, int d) { (void)d, r->broken_encdec_dp_mixup = 1; }
 static void set_encdec_sum(engine_run_t *r, int d) { (void)d, r->broken_encdec_combine = 1; }
 static void set_encdec_mean(engine_run_t *r, int d) { (void)d, r->broken_encdec_combine = 2; }
@@ -386,6 +404,13 @@ static const broken_variant_t variants[] = {
      "order (ring attention's order-dependent merge)",
      "act.layers.0.self_attention.core_attention.output", "--context-parallel-size 2", -1, "cp > 1 on the ring (p2p)", 0,
      needs_cp_ring, set_cp_online},
+    {"cp-causal-ring",
+     "run every attention block of an encoder-decoder on the ring as causal: the zigzag ring's "
+     "tile skipping and softmax spans for the GPT's mask, not the encoder's bidirectional or the "
+     "cross-attention's source keys (ring kernels built for causal masks only)",
+     "act.encoder.layers.0.self_attention.core_attention.output",
+     "--model t5-tiny --context-parallel-size 2", -1,
+     "an encoder-decoder, cp > 1 on the ring (p2p)", 0, needs_cp_encdec, set_cp_causal},
     {"moe-local-capacity",
      "compute expert capacity and drop tokens over the tokens a rank holds, not per sequence "
      "(Megatron-core get_capacity on local tokens)",
@@ -406,6 +431,14 @@ static const broken_variant_t variants[] = {
      "--num-experts 4 --moe-aux-loss-coeff 0.1 --data-parallel-size 2", -1,
      "an MoE model with an aux-loss coefficient, dp > 1, more than one sequence a microbatch", 0,
      needs_moe_aux, set_moe_aux},
+    {"moe-recompute-aux-twice",
+     "let the MoE forward that full recomputation replays in the backward register the "
+     "load-balancing and z losses again, so their gradients reach the router twice "
+     "(Megatron-LM 1330, 1514: the recomputed forward registered the aux loss a second time)",
+     "grad.layers.1.*",
+     "--num-experts 4 --moe-aux-loss-coeff 0.1 --recompute-granularity full", -1,
+     "an MoE model with an aux-loss coefficient, --recompute-granularity full", 0,
+     needs_moe_recompute, set_moe_recompute},
     {"moe-edp-grad-scale",
      "multiply the expert weight gradients by the expert-parallel degree on their owners "
      "(DeepSpeed PR 5259: EP=2 gave 2x expert gradients)",

@@ -220,6 +220,15 @@ int  gpt_recompute_chunk(const model_config_t *cfg, const gpt_units_t *units, in
  * selective: every layer held). */
 int  gpt_recomputed_layers(const model_config_t *cfg, const gpt_units_t *units, int *held,
                            int *cores);
+/* The attention blocks of the units a replica holds (a T5 decoder layer
+ * has two), for the context-parallel formulas; *cores (when not NULL):
+ * those whose core runs again in the backward (full: the recomputed
+ * layers'; selective: every one). */
+int  gpt_attention_blocks(const model_config_t *cfg, const gpt_units_t *units, int *cores);
+/* The blocks of the layers full recomputation runs again (each layer's
+ * attention blocks and its MLP: 2 a GPT layer, 3 a T5 decoder layer), for
+ * the tensor-parallel formulas (a recomputed block's forward collective). */
+int  gpt_recomputed_blocks(const model_config_t *cfg, const gpt_units_t *units);
 /* The same for one rank of tensor parallelism over tp ranks (sp: with
  * sequence parallelism). */
 int  gpt_mem_bytes_tp(const model_config_t *cfg, int tp, gpt_layout_opts_t lo, unsigned omit,

@@ -132,12 +132,7 @@ static void layout_scratch(gpt_scratch_t *S, gpt_styles_t *st, const model_confi
     const slot_dims_t d = slot_dims_of(c, lc);
     const int sets = recompute_sets(c, units);
     S->recompute = sets ? (layer_acts_t *)carve(cv, (size_t)sets * sizeof(layer_acts_t)) : NULL;
-    for (int k = 0; k < sets; k++) {
-        layer_acts_t set = {0};
-        gpt_slot_t one = {.layer = &set};
-        unit_layer.layout(&one, 0, &d, 1, 0, cv);
-        if (S->recompute) S->recompute[k] = set;
-    }
+    recompute_layout(S->recompute, c, units, &d, cv);
     memset(S->recompute_core, 0, sizeof S->recompute_core);
     for (int k = 0; k < 1 + (c->arch == MODEL_T5); k++) /* T5's decoder: a cross-attention too */
         if (lc->recompute == MODEL_RECOMPUTE_SELECTIVE) layer_core_layout(&S->recompute_core[k], &d, cv);

@@ -89,13 +89,13 @@ static int dp_bytes(const model_config_t *cfg, const pconfig_t *pc, const param_
 /* Megatron's 1-D tensor-parallel terms of a stage, in bus bytes; R of
  * its layers recomputed whole (their forward's collectives again). */
 static double tp_bytes(const model_config_t *cfg, const pconfig_t *pc, int L, int e, int hd, int R,
-                       double tokens) {
+                       int Rb, double tokens) {
     if (pc->tp < 2) return 0;
     tp_term_t t[MAX_TERMS];
-    const int nt = tp_terms(L, e, hd, pc->sequence_parallel, pc->tp_row_linears, R, t);
+    const int nt = tp_terms(L, e, hd, pc->sequence_parallel, pc->tp_row_linears, R, Rb, t);
     tp_step_t s = {.tp = pc->tp, .sp = pc->sequence_parallel, .rows = pc->tp_row_linears, .L = L,
                    .e = e, .hd = hd, .h = cfg->hidden, .ffn = cfg->ffn, .m = pc->accum_degree,
-                   .tokens = tokens, .steps = 1, .R = R};
+                   .tokens = tokens, .steps = 1, .R = R, .Rb = Rb};
     double bytes = 0;
     for (int i = 0; i < nt; i++)
         bytes += tp_term_elements(&t[i], &s) * coll_busbw_factor(t[i].kind, pc->tp) *
@@ -125,7 +125,7 @@ int plan_comm(const model_config_t *model, const pconfig_t *pc, plan_comm_t *out
         stage_units(&cfg, &pp.units[s], &L, &e, &hd);
         const int R = gpt_recomputed_layers(&cfg, &pp.units[s], NULL, &cores);
         int rc = dp_bytes(&cfg, pc, &t, &pp.units[s], &c.dp, &c.offload, err);
-        c.tp = tp_bytes(&cfg, pc, L, e, hd, R, n);
+        c.tp = tp_bytes(&cfg, pc, L, e, hd, R, gpt_recomputed_blocks(&cfg, &pp.units[s]), n);
         int boundaries = 0;
         for (int ch = 0; ch < pp.v; ch++) {
             const int vs = pp_vstage(&pp, s, ch);
@@ -133,7 +133,8 @@ int plan_comm(const model_config_t *model, const pconfig_t *pc, plan_comm_t *out
         }
         c.pp = boundaries * n / (pc->sequence_parallel ? tp : 1) * cfg.hidden * 4;
         if (cp > 1) {
-            const cp_traffic_t x = cp_traffic(cp, pc->cp_comm, n, A, L, cores);
+            const int blocks = gpt_attention_blocks(&cfg, &pp.units[s], &cores);
+            const cp_traffic_t x = cp_traffic(cp, pc->cp_comm, n, A, blocks, cores);
             c.cp = x.kv + x.open + x.a2a;
         }
         if (pp.pp > 1 && cfg.tied && (s == 0 || s == pp.pp - 1))

@@ -145,7 +145,7 @@ rows() {
 --tensor-parallel-row-linears - | $M --tensor-model-parallel-size 2 | lay | $M
 --tensor-parallel-mode 2d | $G4 --tensor-model-parallel-size 4 | lay | -
 --tensor-parallel-depth 2 | $G4 --tensor-model-parallel-size 8 --tensor-parallel-mode 2.5d | rc | $G4 --tensor-model-parallel-size 8
---recompute-granularity full | $M | lay | $MOE; $T5
+--recompute-granularity full | $M | lay | -
 --recompute-method block | $M --recompute-granularity full | lay | $M
 --recompute-num-layers 2 | $M --recompute-granularity full | lay | $M; $M --recompute-granularity full --recompute-method block --pipeline-model-parallel-size 2; $M --recompute-granularity selective
 --offload-optimizer cpu | $M --zero-stage 1 | lay | $M

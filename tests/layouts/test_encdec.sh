@@ -8,6 +8,8 @@
 #    decoder's (pp 1, 2), every schedule - are bit-exact with it over 3
 #    steps with dropout (t5-tiny and llava-tiny), and each runs on Megatron-core's device count
 #    dp*etp*epp*cp + dp*tp*pp*cp;
+#  - context parallelism (ring and Ulysses) of t5-tiny and llava-tiny, with
+#    tp (+SP), dp, encoder stages and an encoder mesh;
 #  - heterogeneous meshes: an encoder mesh of etp < tp (1 < 2, 2 < 4, 1 < 3,
 #    1 < 4) beside the decoder's, with and without SP, dp 2, ZeRO 1 and 3;
 #  - a checkpoint saved on an encoder pipeline or mesh is the golden one and
@@ -57,6 +59,39 @@ exact "tp 2" t5-tiny 1 2 2 0 1
 exact "tp 2 SP x dp 2 ZeRO-1" t5-tiny 2 2 2 0 1 --sequence-parallel --zero-stage 1
 exact "tp 4 SP x dp 2 ZeRO-3" t5-tiny 2 4 4 0 1 --sequence-parallel --zero-stage 3
 exact "tp 2 every linear row-parallel" t5-tiny 1 2 2 0 1 --tensor-parallel-row-linears
+# context parallelism (ENCDEC.md, "Context parallelism"): the one stream
+# cut into 2cp chunks (rank r: r and 2cp-1-r); each block's key span
+# (bidirectional source, causal target, cross-attention to the source)
+# honoured tile by tile on the ring, and by the golden core after Ulysses'
+# all-to-all. cpexact NAME MODEL CP DEVICES FLAGS...
+cpexact() {
+  local name=$1 model=$2 cp=$3 want=$4; shift 4
+  out=$("$P" check --model "$model" --steps 3 --context-parallel-size "$cp" "$@" 2>&1); rc=$?
+  local devices; devices=$(echo "$out" | tail -1 | awk -F'|' '{gsub(/ /, "", $2); print $2}')
+  if [ $rc = 0 ] && echo "$out" | grep -q '| yes$' && [ "$devices" = "$want" ]; then
+    ok "$name: bit-exact over 3 steps on $devices devices"
+  else fail "$name" "exit $rc, $devices devices (expected $want)" "$(echo "$out" | tail -4)"; fi
+}
+cpexact "cp 2 ring" t5-tiny 2 2
+cpexact "cp 2 Ulysses" t5-tiny 2 2 --cp-comm-type a2a
+cpexact "cp 4 ring (chunks of one tile)" t5-tiny 4 4
+cpexact "cp 2 ring x tp 2" t5-tiny 2 4 --tensor-model-parallel-size 2
+cpexact "cp 2 Ulysses x tp 2 SP" t5-tiny 2 4 --cp-comm-type a2a --tensor-model-parallel-size 2 --sequence-parallel
+cpexact "cp 2 ring x dp 2, epp 1 x pp 1" t5-tiny 2 8 --data-parallel-size 2 \
+  --encoder-pipeline-model-parallel-size 1 --pipeline-model-parallel-size 1 --num-microbatches 2
+cpexact "cp 2 ring, an encoder mesh (etp 1 < tp 2)" t5-tiny 2 6 --tensor-model-parallel-size 2 \
+  --encoder-tensor-model-parallel-size 1 --encoder-pipeline-model-parallel-size 1 \
+  --pipeline-model-parallel-size 1 --num-microbatches 2
+cpexact "llava cp 2 ring" llava-tiny 2 2
+cpexact "llava cp 2 Ulysses x dp 2" llava-tiny 2 4 --cp-comm-type a2a --data-parallel-size 2
+cpexact "cp 2 ring x full recomputation" t5-tiny 2 2 --recompute-granularity full
+# the cp report counts attention blocks (a decoder layer's two)
+for comm in p2p a2a; do
+  out=$("$P" train --model t5-tiny --steps 1 --context-parallel-size 2 --cp-comm-type $comm 2>&1)
+  if echo "$out" | grep -q "6 attention blocks held" && echo "$out" | grep -q "  measured = formula: bytes"; then
+    ok "cp 2 $comm: the cp report's formula over 6 attention blocks = measured"
+  else fail "cp 2 $comm report" "$(echo "$out" | grep -A6 'context parallelism (')"; fi
+done
 exact "epp 1 pp 1" t5-tiny 1 1 1 1 1
 exact "epp 1 pp 2, 4 microbatches" t5-tiny 1 1 1 1 2 --num-microbatches 4
 exact "epp 2 pp 1 GPipe x dp 2 ZeRO-1" t5-tiny 2 1 1 2 1 --pipeline-schedule gpipe --zero-stage 1 --num-microbatches 2
@@ -177,7 +212,6 @@ refuse "pp must divide the decoder layers" "pipeline-model-parallel-size: 3 does
 refuse "interleaving an encoder of one stage" "virtual-pipeline-model-parallel-size: 2 with an encoder-decoder: the encoder's chunks go round its 1 stage\(s\) and the decoder's round its 2, and a ring needs 2 stages" -- "$P" check --model t5-tiny --encoder-pipeline-model-parallel-size 1 --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --num-microbatches 6 --micro-batch-size 1 --global-batch-size 6 --steps 1
 refuse "a V with a chunk of no layer" "pipeline-schedule: zb-v puts 2 chunks on every stage, but stage 2 holds 1 layer\(s\), so its chunk 0 would hold no unit \(8 chunks for 5 layers between the embedding and the head" -- "$P" check --model t5-tiny --encoder-pipeline-model-parallel-size 2 --pipeline-model-parallel-size 2 --pipeline-schedule zb-v --num-microbatches 8 --steps 1
 refuse "a layer split with epp" "pipeline-layer-split: not with --encoder-pipeline-model-parallel-size" -- "$P" check --model t5-tiny --encoder-pipeline-model-parallel-size 1 --pipeline-model-parallel-size 1 --pipeline-layer-split 2 --steps 1
-refuse "context parallelism" "context-parallel-size: 2 with an encoder-decoder \(arch t5\): not built" -- "$P" check --model t5-tiny --context-parallel-size 2 --steps 1
 refuse "MoE in an encoder-decoder" "moe.experts \(--num-experts\) = 4: an encoder-decoder \(arch t5\) has dense MLPs only" -- "$P" train --model t5-tiny --num-experts 4 --steps 1
 refuse "an encoder on a GPT" "a GPT \(arch gpt\) has no encoder" -- "$P" train --model gpt-micro --encoder-num-layers 2 --steps 1
 refuse "source longer than the stream" "encoder.seq_length \(--encoder-seq-length\) = 32: expected a multiple of tiles.tokens = 4 below seq_length = 32" -- "$P" train --model t5-tiny --encoder-seq-length 32 --steps 1

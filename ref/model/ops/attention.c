@@ -91,7 +91,7 @@ void attention_grad_span(float *g, const float *e, const uint8_t *krow, int n, f
 }
 
 /* The key tiles [*k0, *k1) holding the keys of query tile qi's rows. */
-static void key_tiles(const attn_shape_t *s, int qi, int *k0, int *k1) {
+void attention_key_tiles(const attn_shape_t *s, int qi, int *k0, int *k1) {
     const int Tt = s->tile;
     int lo, hi, lo2, hi2;
     attention_span(s, qi * Tt, &lo, &hi);
@@ -105,12 +105,12 @@ static void key_tiles(const attn_shape_t *s, int qi, int *k0, int *k1) {
 
 /* The query tiles [*q0, *q1) whose rows attend a key of key tile kj
  * (the tiles between may attend none: their partials are exact zeros). */
-static void query_tiles(const attn_shape_t *s, int kj, int *q0, int *q1) {
+void attention_query_tiles(const attn_shape_t *s, int kj, int *q0, int *q1) {
     const int nT = s->T / s->tile;
     *q0 = nT, *q1 = 0;
     for (int qi = 0; qi < nT; qi++) {
         int k0, k1;
-        key_tiles(s, qi, &k0, &k1);
+        attention_key_tiles(s, qi, &k0, &k1);
         if (kj >= k0 && kj < k1) {
             *q0 = qi < *q0 ? qi : *q0;
             *q1 = qi + 1;
@@ -127,7 +127,7 @@ static void query_tile_sums(const attn_shape_t *s, const float *S, const float *
     const int T = s->T, D = s->C / s->H, Tt = s->tile, nT = T / Tt;
     for (int qi = 0; qi < nT; qi++) {
         int k0, k1;
-        key_tiles(s, qi, &k0, &k1);
+        attention_key_tiles(s, qi, &k0, &k1);
         contract(CONTRACT_NN, Tt, D, (k1 - k0) * Tt, Tt, D, Tt, S + (size_t)qi * Tt * T + (size_t)k0 * Tt,
                  T, B + (size_t)k0 * Tt * ldb, ldb, out + (size_t)qi * Tt * ldo, ldo, ws);
     }
@@ -142,7 +142,7 @@ static void key_tile_sums(const attn_shape_t *s, const float *S, const float *B,
     const int T = s->T, D = s->C / s->H, Tt = s->tile, nT = T / Tt;
     for (int kj = 0; kj < nT; kj++) {
         int q0, q1;
-        query_tiles(s, kj, &q0, &q1);
+        attention_query_tiles(s, kj, &q0, &q1);
         if (q0 == q1) {
             for (int i = kj * Tt; i < (kj + 1) * Tt; i++)
                 memset(out + (size_t)i * ldo, 0, (size_t)D * sizeof(float));
@@ -170,7 +170,7 @@ void attention_forward(float *ctx, float *e, float *ehat, float *z, const float 
             /* scores of the tiles attended: E[qi rows, k0 <= kj < k1] = q.k^T */
             for (int qi = 0; qi < nT; qi++) {
                 int k0, k1;
-                key_tiles(s, qi, &k0, &k1);
+                attention_key_tiles(s, qi, &k0, &k1);
                 contract(CONTRACT_NT, Tt, (k1 - k0) * Tt, D, Tt, Tt, D, q + (size_t)qi * Tt * ld,
                          ld, k + (size_t)k0 * Tt * ld, ld, E + (size_t)qi * Tt * T + (size_t)k0 * Tt,
                          T, ws);
@@ -219,7 +219,7 @@ void attention_backward(float *dqkv, const float *dctx, const float *ctx, const 
              * de = dehat*keep/(1-p) + dZ,  g = (de*e)*scale */
             for (int qi = 0; qi < nT; qi++) {
                 int k0, k1;
-                key_tiles(s, qi, &k0, &k1);
+                attention_key_tiles(s, qi, &k0, &k1);
                 contract(CONTRACT_NT, Tt, (k1 - k0) * Tt, D, Tt, Tt, D, dU + (size_t)qi * Tt * D, D,
                          v + (size_t)k0 * Tt * ld, ld, G + (size_t)qi * Tt * T + (size_t)k0 * Tt, T,
                          ws);

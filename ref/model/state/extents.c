@@ -29,10 +29,10 @@ static int cp_local_dims(const model_config_t *c, int tp, int cp_rank, gpt_layou
     const int cp = lo.cp > 1 ? lo.cp : 1;
     const cp_comm_t comm = lo.cp_comm;
     if (cp_rank < 0 || cp_rank >= cp) return perr_set(err, "context-parallel rank %d of %d", cp_rank, cp);
-    if (cp > 1 && c->arch != MODEL_GPT)
-        return perr_set(err, "context-parallel-size: %d with an encoder-decoder (arch %s): not "
-                        "built (the ring's and Ulysses' attention are causal over one sequence)",
-                        cp, model_arch_name(c->arch));
+    /* an encoder-decoder's one stream (source rows, then target rows) is
+     * cut as the GPT's sequence is; each attention block's key spans
+     * (attention_span) are honoured tile by tile (ENCDEC.md, "Context
+     * parallelism") */
     /* every linear row-parallel keeps every head on every tp rank */
     if (cp_check(cp, comm, c->seq_length, c->tile_tokens, c->heads, out->row_linears ? 1 : tp, err))
         return -1;
@@ -136,10 +136,6 @@ int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int cp_rank, gp
     out->expert_ffn0 = expert_tp ? out->ffn0 : 0;
     out->expert_fold = lo.expert_fold && tp > 1;
     out->hid = c->hidden, out->hid0 = 0;
-    if (c->recompute == MODEL_RECOMPUTE_FULL && (c->moe_experts > 0 || c->arch != MODEL_GPT))
-        return perr_set(err, "recompute-granularity: full is built for the dense GPT's layers, not "
-                             "for %s (selective is)", c->moe_experts > 0 ? "MoE layers" :
-                             "an encoder-decoder's");
     if (c->recompute == MODEL_RECOMPUTE_FULL && c->recompute_layers > c->layers)
         return perr_set(err, "recompute-num-layers: %d exceeds the model's %d layers",
                         c->recompute_layers, c->layers);

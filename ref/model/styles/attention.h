@@ -75,11 +75,12 @@ const cp_runs_t *attention_slot_rows(const unit_positions_t *pos);
  * blocks [n, 2A] (own, and two being received), the open sums of a block's
  * dK/dV sent to its owner (two in flight) and of this rank's own, of U
  * and dQ [n, A]; dU [n, A] and dZ [n per head], rounding room [n, 2A],
- * one g tile [Tt, Tt], each rank's global token tiles [cp][T/cp/tile] and
+ * one g tile [Tt, Tt], each rank's global token tiles [cp][T/cp/tile], the
+ * tiles of each tile's sums (its key tiles, its query tiles) and
  * the backward's receive requests [cp]. */
 typedef struct {
     float *kv[3], *du, *dz, *round, *tile;
-    int *tiles;
+    int *tiles, *spans; /* spans [4][T/tile]: ring_of's sums of each tile */
     void **recv;
     void *send[2], *own, *open;
 } ring_scratch_t;

@@ -1,5 +1,5 @@
-/* attention_cp.c - causal attention over a context-parallel ring, with
- * the golden bits (MODEL.md, Attention; DESIGN.md §5, split-key attention):
+/* attention_cp.c - attention over a context-parallel ring, with the
+ * golden bits (MODEL.md, Attention; DESIGN.md §5, split-key attention):
  * the kernels of the ring style (attention_ring.c, attention.h).
  *
  * Ring (Megatron's --cp-comm-type p2p). A rank keeps its query tiles
@@ -8,18 +8,26 @@
  * GLOBAL tile indices, so a (query tile, key tile) pair is the golden
  * run's tile product whichever rank computes it and whenever its block
  * arrives:
- *   pass K: score tiles s[qi, kj] for kj <= qi into the rank's rows of e
- *           [Tc, T]; then each row's max, exp and Z exactly as golden (the
- *           whole row is there: the max is global, no rescaling);
+ *   pass K: score tiles s[qi, kj] for the key tiles qi's rows attend
+ *           (attention_key_tiles: kj <= qi under the causal mask; an
+ *           encoder-decoder's spans, attention_span, over the one stream)
+ *           into the rank's rows of e [Tc, T]; then each row's max, exp
+ *           and Z exactly as golden (the whole row is there: the max is
+ *           global, no rescaling);
  *   pass V: U[qi] = round(sum over kj of ehat.v), an open exact sum over
  *           the blocks in any arrival order; o = U / Z.
  *   backward, one pass over K and V together: the g tiles, dQ open over
  *           blocks; each block's dK/dV partials go back to their owner as
  *           open sums (point-to-point, the receive adds exactly).
- * A tile product that is the only term of its sum (query tile 0 against
- * key tile 0; key tile nT-1 against query tile nT-1) is the result
- * itself in golden (contract.h), keeping a -0; both lie on the rank that
- * holds tile 0 or nT-1 as query and key, which stores them directly.
+ * A tile product that is the only term of its sum (a query tile with one
+ * key tile, attention_key_tiles; a key tile one query tile attends,
+ * attention_query_tiles) is the result itself in golden (contract.h),
+ * keeping a -0. The first lies with its query, stored directly; the
+ * second is stored directly by the key's owner, which also holds that
+ * query tile under every mask there is (causal: key tile nT-1 and query
+ * tile nT-1; a decoder's causal target: the last source and the last
+ * target tile, each against itself; bidirectional source keys: every
+ * query tile attends them).
  */
 #include <math.h>
 #include <string.h>
@@ -40,6 +48,9 @@ typedef struct {
     int *tiles;                          /* [cp][Tc/Tt]: the global tile of each of owner o's
                                             local tiles (the scratch's tiles) */
     const int *qt;                       /* this rank's: tiles + rank * Tc/Tt */
+    const int *k0, *k1, *q0, *q1;         /* [nT] each global tile's sums: the key tiles of a
+                                            query tile, the query tiles of a key tile */
+    attn_shape_t as;                     /* the block's mask (attention_span) */
     float scale, inv;
 } ring_t;
 
@@ -52,10 +63,18 @@ static ring_t ring_of(const gpt_t *g, const pass_t *p) {
     const gpt_local_t *lc = &g->local;
     ring_t R = {p->n_seq, p->T, p->Tc, g->cfg.tile_tokens, p->T / g->cfg.tile_tokens, lc->heads,
                 lc->attn / lc->heads, lc->attn, 3 * lc->attn, lc->cp, lc->cp_rank, NULL, NULL,
-                pm_rsqrtf((float)(g->cfg.hidden / g->cfg.heads)),
+                NULL, NULL, NULL, NULL, p->as, pm_rsqrtf((float)(g->cfg.hidden / g->cfg.heads)),
                 p->as.p > 0.0f ? dropout_scale(p->as.p) : 1.0f};
     const int nq = R.Tc / R.Tt;
-    R.tiles = ((ring_scratch_t *)attention_scratch(g))->tiles;
+    ring_scratch_t *S = attention_scratch(g);
+    R.tiles = S->tiles;
+    if (g->shard.broken & GPT_BROKEN_CP_CAUSAL_RING) R.as.mask = ATTN_CAUSAL; /* every block */
+    int *span[4] = {S->spans, S->spans + R.nT, S->spans + 2 * R.nT, S->spans + 3 * R.nT};
+    for (int t = 0; t < R.nT; t++) {
+        attention_key_tiles(&R.as, t, &span[0][t], &span[1][t]);
+        attention_query_tiles(&R.as, t, &span[2][t], &span[3][t]);
+    }
+    R.k0 = span[0], R.k1 = span[1], R.q0 = span[2], R.q1 = span[3];
     for (int o = 0; o < R.cp; o++) {
         const cp_runs_t r = cp_runs(R.cp, o, R.T, CP_RING);
         tiles_of(&r, R.Tt, R.tiles + (size_t)o * nq);
@@ -63,6 +82,12 @@ static ring_t ring_of(const gpt_t *g, const pass_t *p) {
     R.qt = R.tiles + (size_t)R.rank * nq;
     return R;
 }
+
+/* Whether query tile qi's sums take key tile kj; whether qi's (kj's) sum
+ * has that one tile only. */
+static int live(const ring_t *R, int qi, int kj) { return kj >= R->k0[qi] && kj < R->k1[qi]; }
+static int one_key(const ring_t *R, int qi) { return R->k1[qi] - R->k0[qi] == 1; }
+static int one_query(const ring_t *R, int kj) { return R->q1[kj] - R->q0[kj] == 1; }
 
 /* The global tiles of owner o's block. */
 static const int *block_tiles(const ring_t *R, int o) {
@@ -133,7 +158,7 @@ static void visit_scores(gpt_t *g, const pass_t *p, const ring_t *R, attn_acts_t
             float *E = LA->att_e + ((size_t)b * R->H + h) * R->Tc * R->T;
             for (int a = 0; a < nq; a++)
                 for (int t = 0; t < nq; t++)
-                    if (kt[t] <= R->qt[a])
+                    if (live(R, R->qt[a], kt[t]))
                         contract(CONTRACT_NT, Tt, Tt, R->D, Tt, Tt, R->D, q + (size_t)a * Tt * R->ld,
                                  R->ld, k + (size_t)t * Tt * R->A, R->A,
                                  E + (size_t)a * Tt * R->T + (size_t)kt[t] * Tt, R->T, &g->ws);
@@ -146,14 +171,16 @@ static void softmax_rows(attn_acts_t *LA, const ring_t *R) {
         for (int li = 0; li < R->Tc; li++) {
             const size_t row = (bh * R->Tc + li) * R->T;
             const int i = R->qt[li / R->Tt] * R->Tt + li % R->Tt;
-            LA->att_z[bh * R->Tc + li] = attention_row_softmax(
-                LA->att_e + row, LA->att_ehat + row, keep ? keep + row : NULL, i, R->T, R->scale,
-                R->inv);
+            int lo, hi;
+            attention_span(&R->as, i, &lo, &hi);
+            LA->att_z[bh * R->Tc + li] = attention_span_softmax(
+                LA->att_e + row, LA->att_ehat + row, keep ? keep + row : NULL, lo, hi, R->T,
+                R->scale, R->inv);
         }
 }
 
-/* U[qi] += ehat[qi, kj].v[kj] for the block's key tiles, open; query tile
- * 0's only term stored as the result. */
+/* U[qi] += ehat[qi, kj].v[kj] for the block's key tiles, open; a query
+ * tile's only term stored as the result. */
 static void visit_values(gpt_t *g, const pass_t *p, const ring_t *R, attn_acts_t *LA,
                          const float *blk, int owner, int step, void *ctx) {
     (void)p, (void)step;
@@ -167,11 +194,11 @@ static void visit_values(gpt_t *g, const pass_t *p, const ring_t *R, attn_acts_t
             const size_t out = (size_t)b * R->Tc * R->A + (size_t)h * R->D;
             for (int a = 0; a < nq; a++)
                 for (int t = 0; t < nq; t++) {
-                    if (kt[t] > R->qt[a]) continue;
+                    if (!live(R, R->qt[a], kt[t])) continue;
                     const float *e = Eh + (size_t)a * Tt * R->T + (size_t)kt[t] * Tt;
                     const float *vt = v + (size_t)t * Tt * R->A;
                     const size_t at = out + (size_t)a * Tt * R->A;
-                    if (R->qt[a] == 0)
+                    if (one_key(R, R->qt[a]))
                         contract(CONTRACT_NN, Tt, R->D, Tt, Tt, R->D, Tt, e, R->T, vt, R->A,
                                  LA->ctx + at, R->A, &g->ws);
                     else
@@ -251,7 +278,7 @@ void ring_forward(gpt_t *g, const pass_t *p, attn_acts_t *LA) {
     for (int b = 0; b < R.nb; b++)
         for (int li = 0; li < R.Tc; li++) {
             float *o = LA->ctx + ((size_t)b * R.Tc + li) * R.A;
-            if (R.qt[li / R.Tt] != 0) /* query tile 0 holds its only term already */
+            if (!one_key(&R, R.qt[li / R.Tt])) /* else it holds its only term already */
                 memcpy(o, S->round + ((size_t)b * R.Tc + li) * R.A, (size_t)R.A * sizeof(float));
             for (int h = 0; h < R.H; h++) {
                 const float z = LA->att_z[((size_t)b * R.H + h) * R.Tc + li];
@@ -268,6 +295,25 @@ typedef struct {
     coll_request_t *sent[2];
     coll_request_t **recv; /* [cp] the peers' partials of this rank's keys */
 } ring_grads_t;
+
+/* g's row li (query position i) against key tile kj [Tt]: the
+ * elementwise chain on the row's keys there (attention_span), zeros on
+ * the others, as golden's row over all its keys. */
+static void grad_row(const ring_t *R, float *gr, const float *E, const uint8_t *keep, size_t li,
+                     int i, int kj, float dz) {
+    const int Tt = R->Tt, c0 = kj * Tt;
+    int lo, hi;
+    attention_span(&R->as, i, &lo, &hi);
+    const int a = lo > c0 ? lo - c0 : 0, b = hi < c0 + Tt ? hi - c0 : Tt;
+    if (b <= a) {
+        memset(gr, 0, (size_t)Tt * sizeof(float));
+        return;
+    }
+    const size_t at = li * R->T + (size_t)c0 + (size_t)a;
+    attention_grad_span(gr + a, E + at, keep ? keep + at : NULL, b - a, dz, R->scale, R->inv);
+    memset(gr, 0, (size_t)a * sizeof(float));
+    memset(gr + b, 0, (size_t)(Tt - b) * sizeof(float));
+}
 
 /* The block's g tiles, then dQ (open over blocks), and dK/dV partials of
  * the block's keys: into this rank's own sums, or a buffer sent to the
@@ -300,22 +346,17 @@ static void visit_grads(gpt_t *g, const pass_t *p, const ring_t *R, attn_acts_t 
             for (int a = 0; a < nq; a++)
                 for (int t = 0; t < nq; t++) {
                     const int qi = R->qt[a], kj = kt[t];
-                    if (kj > qi) continue;
+                    if (!live(R, qi, kj)) continue;
                     /* dehat = dU.v^T, then the elementwise chain to g */
                     contract(CONTRACT_NT, Tt, Tt, D, Tt, Tt, D, dU + (size_t)a * Tt * D, D,
                              v + (size_t)t * Tt * A2, A2, gt, Tt, &g->ws);
-                    for (int r = 0; r < Tt; r++) {
-                        const size_t li = (size_t)a * Tt + r, col = (size_t)kj * Tt;
-                        const int i = qi * Tt + r, span = i - kj * Tt + 1 < Tt ? i - kj * Tt + 1 : Tt;
-                        attention_grad_span(gt + (size_t)r * Tt, E + li * R->T + col,
-                                            keep ? keep + li * R->T + col : NULL, span, dZ[li],
-                                            R->scale, R->inv);
-                        memset(gt + (size_t)r * Tt + span, 0, (size_t)(Tt - span) * sizeof(float));
-                    }
+                    for (int r = 0; r < Tt; r++)
+                        grad_row(R, gt + (size_t)r * Tt, E, keep, (size_t)a * Tt + r, qi * Tt + r,
+                                 kj, dZ[(size_t)a * Tt + r]);
                     const size_t qrow = (size_t)a * Tt, krow = (size_t)t * Tt;
                     const size_t kat = ((size_t)b * R->Tc + krow) * A2 + (size_t)h * D;
                     /* dQ[qi] += g.k */
-                    if (qi == 0)
+                    if (one_key(R, qi))
                         contract(CONTRACT_NN, Tt, D, Tt, Tt, D, Tt, gt, Tt, k + krow * A2, A2,
                                  dq + qrow * R->ld, R->ld, &g->ws);
                     else
@@ -324,7 +365,10 @@ static void visit_grads(gpt_t *g, const pass_t *p, const ring_t *R, attn_acts_t 
                                      (size_t)R->A, &g->ws);
                     /* dK[kj] += g^T.q, dV[kj] += ehat^T.dU */
                     const float *eh = Eh + qrow * R->T + (size_t)kj * Tt;
-                    if (kj == R->nT - 1) { /* the only term: this rank's own key tile */
+                    if (one_query(R, kj)) { /* the only term: this rank's own key tile */
+                        if (owner != R->rank)
+                            parity_fatal("ring attention: key tile %d's only query tile %d is "
+                                         "not on its owner (rank %d)", kj, qi, owner);
                         contract(CONTRACT_TN, Tt, D, Tt, Tt, D, Tt, gt, Tt, q + qrow * R->ld, R->ld,
                                  dq + krow * R->ld + D, R->ld, &g->ws);
                         contract(CONTRACT_TN, Tt, D, Tt, Tt, D, Tt, eh, R->T, dU + qrow * D, D,
@@ -375,16 +419,17 @@ void ring_backward(gpt_t *g, const pass_t *p, attn_acts_t *LA, float *dqkv,
     ring_pass(g, p, &R, LA, n * 2 * R.A, TAG_KV, visit_grads, &G, g->shard.cp_group);
     coll_wait_all(R.cp, G.recv);
     coll_wait_all(2, G.sent);
-    /* round once: dQ (but query tile 0's), dK and dV (but key tile nT-1's) */
+    /* round once: dQ (but a single key tile's), dK and dV (but a single
+     * query tile's) */
     acc_round(&G.dq, S->round);
     for (size_t i = 0; i < n; i++)
-        if (R.qt[(i % R.Tc) / R.Tt] != 0)
+        if (!one_key(&R, R.qt[(i % R.Tc) / R.Tt]))
             for (int h = 0; h < R.H; h++)
                 memcpy(dqkv + i * R.ld + (size_t)h * 3 * R.D, S->round + i * R.A + (size_t)h * R.D,
                        (size_t)R.D * sizeof(float));
     acc_round(&G.own, S->round);
     for (size_t i = 0; i < n; i++)
-        if (R.qt[(i % R.Tc) / R.Tt] != R.nT - 1)
+        if (!one_query(&R, R.qt[(i % R.Tc) / R.Tt]))
             for (int h = 0; h < R.H; h++)
                 for (int w = 0; w < 2; w++)
                     memcpy(dqkv + i * R.ld + (size_t)h * 3 * R.D + (size_t)(1 + w) * R.D,
@@ -411,5 +456,6 @@ void ring_layout_scratch(void **priv, const model_config_t *c, const gpt_local_t
     S->round = CARVE_F(cv, n * 2 * A_);
     S->tile = CARVE_F(cv, Tt * Tt);
     S->tiles = (int *)carve(cv, (size_t)c->seq_length / Tt * sizeof(int));
+    S->spans = (int *)carve(cv, 4 * (size_t)c->seq_length / Tt * sizeof(int));
     S->recv = (void **)carve(cv, (size_t)lc->cp * sizeof(void *));
 }

@@ -409,6 +409,18 @@ static void router_grad(const gpt_t *g, const moe_acts_t *ma, size_t t, const fl
     }
 }
 
+/* The broken variant (GPT_BROKEN_MOE_RECOMPUTE_AUX): a layer the backward
+ * replayed (full recomputation: its activations are a scratch set) counts
+ * its losses' gradients twice. The correct replay registers nothing: the
+ * forward is pure, after_forward runs once (units.c). */
+static int replayed_twice(const gpt_t *g, const moe_acts_t *ma) {
+    if (!(g->shard.broken & GPT_BROKEN_MOE_RECOMPUTE_AUX)) return 0;
+    const int sets = recompute_sets(&g->cfg, &g->shard.units);
+    for (int k = 0; k < sets; k++)
+        if (g->scratch.recompute[k].moe == ma) return 1;
+    return 0;
+}
+
 void moe_backward(gpt_t *g, const pass_t *p, moe_acts_t *ma, float *dx, const float *dout,
                   const float *x, const moe_params_t *w, const moe_grads_t *gr) {
     const model_config_t *c = &g->cfg;
@@ -452,6 +464,7 @@ void moe_backward(gpt_t *g, const pass_t *p, moe_acts_t *ma, float *dx, const fl
      * (Megatron's MoEAuxLossAutoScaler.set_loss_scale: the main loss's scale) */
     if (c->precision == MODEL_FP16)
         aux_scale = aux_scale * g->scaler.scale, z_scale = z_scale * g->scaler.scale;
+    if (replayed_twice(g, ma)) aux_scale *= 2.0f, z_scale *= 2.0f;
     int64_t f[MODEL_MAX_EXPERTS];
     if (pooled) routed_counts(c, ma, 0, p->n, f);
     for (int s = 0; s < p->n_seq; s++) {

@@ -72,6 +72,7 @@ const unit_kind_t unit_encoder_layer = {
     .after_forward = NULL,
     .backward = encoder_backward,
     .views = layer_views,
+    .attention_blocks = 1,
 };
 
 /* ---- encoder final LayerNorm ---------------------------------------------- */
@@ -224,4 +225,5 @@ const unit_kind_t unit_decoder_layer = {
     .after_forward = NULL,
     .backward = decoder_backward,
     .views = decoder_views,
+    .attention_blocks = 2,
 };

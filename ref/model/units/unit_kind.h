@@ -154,6 +154,9 @@ struct unit_kind {
     /* the views of its checkpoints [n_checkpoints], in the list's order */
     void (*views)(const gpt_t *g, const unit_t *u, const gpt_slot_t *A,
                   const unit_positions_t *pos, unit_view_t *out);
+    /* the attention blocks it runs (a decoder layer: self- and cross-
+     * attention), for the context-parallel formulas (gpt_attention_blocks) */
+    int attention_blocks;
 };
 
 extern const unit_kind_t unit_embedding, unit_layer, unit_moe_layer, unit_head;

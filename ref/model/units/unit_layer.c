@@ -535,6 +535,7 @@ const unit_kind_t unit_layer = {
     .after_forward = NULL,
     .backward = backward,
     .views = layer_views,
+    .attention_blocks = 1,
 };
 
 /* The same layer with a mixture of experts for its MLP: the same prefix
@@ -554,4 +555,5 @@ const unit_kind_t unit_moe_layer = {
     .after_forward = moe_layer_after_forward,
     .backward = moe_layer_backward,
     .views = layer_views,
+    .attention_blocks = 1,
 };

@@ -303,20 +303,28 @@ static const float *stream_in(gpt_t *g, gpt_slot_t *A, const unit_t *u) {
 
 /* ---- activation recomputation ------------------------------------------- */
 
-/* Full recomputation is built for the dense GPT (pconfig refuses it for
- * MoE models and encoder-decoders): its layers are the units [L0, L0 + L). */
-static int first_layer_unit(const model_config_t *c) {
-    int u = 0;
-    while (model_unit_at(c, u).kind != &unit_layer) u++;
-    return u;
+/* Full recomputation replays chunks of one run of layers: the decoder's
+ * (the GPT's dense and MoE layers, T5's decoder layers) or the encoder's
+ * (T5's and LLaVA's encoder layers). As Megatron-core checkpoints each
+ * TransformerBlock on its own (T5's encoder and decoder blocks), a chunk
+ * never crosses from one run into the other. 1 when u is in such a run,
+ * its units [*lo, *hi]. */
+static int layer_run(const model_config_t *c, int u, int *lo, int *hi) {
+    int r;
+    unit_at(c, u, &r);
+    if (runs[r].kind != &unit_layer && runs[r].kind != &unit_encoder_layer) return 0;
+    int at = 0;
+    for (int k = 0; k < r; k++) at += runs[k].count(c);
+    *lo = at, *hi = at + runs[r].count(c) - 1;
+    return 1;
 }
 
 int gpt_recompute_chunk(const model_config_t *c, const gpt_units_t *units, int u, int *first,
                         int *last) {
-    if (c->recompute != MODEL_RECOMPUTE_FULL || model_unit_at(c, u).kind != &unit_layer) return 0;
+    int lo, hi;
+    if (c->recompute != MODEL_RECOMPUTE_FULL || !layer_run(c, u, &lo, &hi)) return 0;
     /* the run of layers u is in: the replica's range of units holding u
      * (a pipeline stage's, or each of its virtual chunks') */
-    int lo = first_layer_unit(c), hi = lo + c->layers - 1;
     for (int k = 0; k < units->n; k++)
         if (u >= units->lo[k] && u < units->hi[k]) {
             if (units->lo[k] > lo) lo = units->lo[k];
@@ -345,26 +353,83 @@ int gpt_recomputed_layers(const model_config_t *c, const gpt_units_t *units, int
     return whole;
 }
 
-int recompute_sets(const model_config_t *c, const gpt_units_t *units) {
-    if (c->recompute != MODEL_RECOMPUTE_FULL) return 0;
+enum { RECOMPUTE_KINDS = 4 };
+/* The recomputed layers' kinds, each once (dense and MoE layers mixed,
+ * --moe-layer-freq; an encoder's and a decoder's), and the longest chunk:
+ * the scratch keeps a set of activations per (kind, place in a chunk),
+ * since a chunk's k-th layer may be of either kind. */
+static int recompute_plan(const model_config_t *c, const gpt_units_t *units,
+                          const unit_kind_t **kinds, int *nk) {
     int most = 0;
-    for (int u = first_layer_unit(c), f, l; u < first_layer_unit(c) + c->layers; u++)
-        if (gpt_units_hold(units, u) && gpt_recompute_chunk(c, units, u, &f, &l) && l - f + 1 > most)
-            most = l - f + 1;
+    *nk = 0;
+    for (int u = 0, f, l; c->recompute == MODEL_RECOMPUTE_FULL && u < model_num_units(c); u++) {
+        if (!gpt_units_hold(units, u) || !gpt_recompute_chunk(c, units, u, &f, &l)) continue;
+        if (l - f + 1 > most) most = l - f + 1;
+        const unit_kind_t *k = model_unit_at(c, u).kind;
+        int seen = 0;
+        for (int i = 0; i < *nk; i++) seen |= kinds[i] == k;
+        if (!seen && *nk == RECOMPUTE_KINDS) parity_fatal("recompute: more than %d layer kinds", *nk);
+        if (!seen) kinds[(*nk)++] = k;
+    }
     return most;
 }
 
+int gpt_attention_blocks(const model_config_t *c, const gpt_units_t *units, int *cores) {
+    int held = 0, again = 0;
+    for (int u = 0, first, last; u < model_num_units(c); u++) {
+        if (!gpt_units_hold(units, u)) continue;
+        const int b = model_unit_at(c, u).kind->attention_blocks;
+        held += b;
+        again += gpt_recompute_chunk(c, units, u, &first, &last) ? b : 0;
+    }
+    if (cores) *cores = c->recompute == MODEL_RECOMPUTE_SELECTIVE ? held : again;
+    return held;
+}
+
+int gpt_recomputed_blocks(const model_config_t *c, const gpt_units_t *units) {
+    int blocks = 0;
+    for (int u = 0, first, last; u < model_num_units(c); u++)
+        if (gpt_units_hold(units, u) && gpt_recompute_chunk(c, units, u, &first, &last))
+            blocks += model_unit_at(c, u).kind->attention_blocks + 1; /* and its MLP */
+    return blocks;
+}
+
+int recompute_sets(const model_config_t *c, const gpt_units_t *units) {
+    const unit_kind_t *kinds[RECOMPUTE_KINDS];
+    int nk;
+    const int most = recompute_plan(c, units, kinds, &nk);
+    return most * nk;
+}
+
+void recompute_layout(layer_acts_t *sets, const model_config_t *c, const gpt_units_t *units,
+                      const slot_dims_t *d, carver_t *cv) {
+    const unit_kind_t *kinds[RECOMPUTE_KINDS];
+    int nk;
+    const int most = recompute_plan(c, units, kinds, &nk);
+    for (int i = 0; i < nk; i++)
+        for (int k = 0; k < most; k++) {
+            layer_acts_t set = {0};
+            gpt_slot_t one = {.layer = &set};
+            kinds[i]->layout(&one, 0, d, 1, 0, cv);
+            if (sets) sets[i * most + k] = set;
+        }
+}
+
 /* Full recomputation: a chunk's layers keep their activations in the
- * scratch's sets (layer k of the chunk in set k) while they run, the
- * chunk's last its output in the slot too (the next unit's input).
- * 1 when bound; 0 when u stores its own. */
+ * scratch's sets (layer k of the chunk in its kind's set k) while they
+ * run, the chunk's last its output in the slot too (the next unit's
+ * input). 1 when bound; 0 when u stores its own. */
 static int recompute_bind(gpt_t *g, gpt_slot_t *A, int unit) {
-    int first, last;
+    int first, last, nk;
     if (!gpt_recompute_chunk(&g->cfg, &g->shard.units, unit, &first, &last)) return 0;
+    const unit_kind_t *kinds[RECOMPUTE_KINDS];
+    const int most = recompute_plan(&g->cfg, &g->shard.units, kinds, &nk);
     const unit_t u = gpt_unit(g, unit);
+    int i = 0;
+    while (kinds[i] != u.kind) i++;
     layer_acts_t *L = &A->layer[unit_acts(&u)];
     float *out = L->out;
-    *L = g->scratch.recompute[unit - first];
+    *L = g->scratch.recompute[i * most + unit - first];
     if (unit == last) L->out = out;
     return 1;
 }

@@ -151,7 +151,11 @@ void   moe_backward(gpt_t *g, const pass_t *p, struct moe_acts *ma, float *dx, c
                     const float *x, const moe_params_t *w, const moe_grads_t *gr);
 
 /* units.c: the activation sets a replica's scratch needs for full
- * recomputation (its longest chunk, gpt_recompute_chunk; 0 without). */
-int recompute_sets(const model_config_t *c, const gpt_units_t *units);
+ * recomputation (a set per recomputed layer kind and place in its longest
+ * chunk, gpt_recompute_chunk; 0 without), and their layout into sets
+ * [recompute_sets] (measures when cv->base is NULL; sets may then be NULL). */
+int  recompute_sets(const model_config_t *c, const gpt_units_t *units);
+void recompute_layout(layer_acts_t *sets, const model_config_t *c, const gpt_units_t *units,
+                      const slot_dims_t *d, carver_t *cv);
 
 #endif

@@ -84,6 +84,7 @@ static gpt_shard_t rank_shard(const engine_rank_t *r) {
         .broken = (run->broken_tp_fp32_sums ? GPT_BROKEN_TP_FP32_SUMS : 0u) |
                   (run->broken_tp_vocab_pad ? GPT_BROKEN_TP_VOCAB_PAD : 0u) |
                   (run->broken_cp_online_softmax ? GPT_BROKEN_CP_ONLINE_SOFTMAX : 0u) |
+                  (run->broken_cp_causal_ring ? GPT_BROKEN_CP_CAUSAL_RING : 0u) |
                   run->broken_moe | run->broken_tp2d |
                   (run->broken_check & ENGINE_BROKEN_TP_INPUT_GRAD ? GPT_BROKEN_TP_INPUT_GRAD : 0u),
         .units = sh->pp.units[r->stage], .row_linears = run->pc.tp_row_linears,

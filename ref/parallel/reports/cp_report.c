@@ -2,9 +2,11 @@
  * against the formulas, and activation memory against sequence length
  * and cp.
  *
- * Per layer, a rank holding n = (B/dp) * T/cp tokens of A = h/tp
- * attention features (fp32, 4 bytes; 2-D/2.5-D/3-D: n = (B/dp)/blocks *
- * T/cp of A = h/q, the column's heads of its block of the sequences):
+ * Per attention block ("layers" below: a GPT layer has one, a T5
+ * decoder layer two, gpt_attention_blocks), a rank holding n = (B/dp) *
+ * T/cp tokens of A = h/tp attention features (fp32, 4 bytes; 2-D/2.5-D/
+ * 3-D: n = (B/dp)/blocks * T/cp of A = h/q, the column's heads of its
+ * block of the sequences):
  *   ring forward   K, then V, around the ring: (cp-1) blocks of n*A each
  *                  = (cp-1)/cp of the sequence's K and of its V;
  *   ring backward  K and V together again, (cp-1) blocks of n*2A; and
@@ -64,13 +66,15 @@ void cp_print_report(const run_report_t *run, FILE *f) {
         open = fam->by[COLL_KIND_SEND][COLL_XVEC];
         a2a = fam->by[COLL_KIND_ALL_TO_ALL][COLL_F32];
     }
-    /* the layers device 0's stage holds, and those whose core runs again */
-    int layers, cores;
-    gpt_recomputed_layers(&cfg, &run->units0, &layers, &cores);
+    /* the attention blocks device 0's stage holds (a T5 decoder layer's
+     * two), and those whose core runs again */
+    int cores;
+    const int layers = gpt_attention_blocks(&cfg, &run->units0, &cores);
     const cp_traffic_t want = cp_traffic(pc->cp, pc->cp_comm, n, A, layers, cores);
     const double kv = (double)f32.sent / steps, sums = (double)open.sent / steps,
                  moved = (double)a2a.sent / steps;
-    fprintf(f, "context parallelism (cp=%d, %s), device 0 per step, %d layers held, n = %.0f "
+    fprintf(f, "context parallelism (cp=%d, %s), device 0 per step, %d attention blocks held "
+               "(layers below), n = %.0f "
                "tokens held of T/cp positions, A = %.0f attention features",
             pc->cp, pc->cp_comm ? "a2a: DeepSpeed-Ulysses" : "p2p: ring, chunks r and 2cp-1-r",
             layers, n, A);

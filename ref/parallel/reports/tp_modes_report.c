@@ -140,9 +140,9 @@ static double t2_megatron_bus(const run_report_t *run, int P, int L, int e, int 
     const model_config_t *c = &run->model;
     const int T = c->seq_length / (pc->cp > 1 ? pc->cp : 1), per_rank = pc->global_batch / pc->dp;
     tp_step_t s = {P, 0, 0, L, e, hd, c->hidden, c->ffn, pc->accum_degree, (double)per_rank * T, NULL, 1,
-                   NULL, NULL, 0};
+                   NULL, NULL, 0, 0};
     tp_term_t t[MAX_TERMS];
-    const int nt = tp_terms(L, e, hd, 0, 0, 0, t);
+    const int nt = tp_terms(L, e, hd, 0, 0, 0, 0, t);
     double bus = 0;
     for (int i = 0; i < nt; i++)
         bus += tp_term_elements(&t[i], &s) * (double)coll_dtype_size(t[i].dt) *
@@ -359,7 +359,7 @@ static void t2_print_traffic(const run_report_t *run, const t2_dims_t *D, FILE *
     const coll_counters_t *cc = &run->reports[0].comm;
     tp_step_t s = {pc->tp, 0, 0, L, e, hd, c->hidden, c->ffn, m, 0, coll_counters_family(cc, "tp"),
                    run->steps > 0 ? run->steps : 1, coll_counters_family(cc, "tp2"),
-                   three ? coll_counters_family(cc, "tp-vec") : NULL, 0};
+                   three ? coll_counters_family(cc, "tp-vec") : NULL, 0, 0};
     t2_count_t layer, outer, step;
     t2_derive(D, L, e, hd, m, 1, &layer, &outer, &step);
     t2_print_head(run, D, L, m, f);

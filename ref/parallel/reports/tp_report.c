@@ -49,12 +49,12 @@
  * output all-reduces) come again. Elements count the whole tensor
  * (S / element size, coll.h): an all-gather or reduce-scatter of [b·s, h]
  * counts b·s·h. Terms with no call are left out. */
-int tp_terms(int L, int e, int hd, int sp, int rows, int R, tp_term_t *t) {
-    const long l4 = 4L * L, again = 4L * L + 2L * R; /* [b·s, h] a layer, recomputed forward too */
+int tp_terms(int L, int e, int hd, int sp, int rows, int R, int Rb, tp_term_t *t) {
+    const long l4 = 4L * L, again = 4L * L + Rb; /* [b·s, h] a layer, recomputed forward too */
     tp_term_t all[6];
     int n = 0;
     if (rows) { /* every linear row-parallel: 4 open outputs forward, 4 input-gradient gathers */
-        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XVEC, l4 + 4L * R + hd, 5L * (L + R) + hd, 0,
+        all[n++] = (tp_term_t){COLL_KIND_ALL_REDUCE, COLL_XVEC, l4 + 2L * Rb + hd, 5L * (L + R) + hd, 0,
                                0,
                                R ? "qkv, dense, fc1, fc2 outputs (a recomputed layer's twice) + "
                                    "LM-head input grad"
@@ -135,7 +135,7 @@ static int print_row(const tp_step_t *s, int k, int d, const tp_term_t *t, FILE 
 /* Every measured collective of the family and every term of the formula. */
 static int print_table(const tp_step_t *s, FILE *f) {
     tp_term_t t[MAX_TERMS];
-    const int nt = tp_terms(s->L, s->e, s->hd, s->sp, s->rows, s->R, t);
+    const int nt = tp_terms(s->L, s->e, s->hd, s->sp, s->rows, s->R, s->Rb, t);
     fprintf(f, "  %-20s %-44s | %s\n", "per step", "measured", "formula");
     fprintf(f, "  %-14s %-5s %6s %11s %12s %12s | %6s %11s %12s\n", "collective", "dtype", "calls",
             "elements", "bytes", "bus bytes", "calls", "elements", "bytes");
@@ -215,7 +215,7 @@ void tp_device0_units(const run_report_t *run, int *L, int *e, int *hd) {
  * formula above, in bus elements (nccl-tests' factors over P). */
 static void print_colossal_1d(const tp_step_t *s, double bs, FILE *f) {
     tp_term_t t[MAX_TERMS];
-    const int nt = tp_terms(1, 0, 0, s->sp, s->rows, 0, t);
+    const int nt = tp_terms(1, 0, 0, s->sp, s->rows, 0, 0, t);
     tp_step_t one = *s;
     one.L = 1, one.e = 0, one.hd = 0, one.m = 1, one.tokens = bs;
     double elems = 0, bus = 0;
@@ -239,7 +239,8 @@ static void print_traffic(const run_report_t *run, FILE *f) {
     tp_device0_units(run, &L, &e, &hd);
     tp_step_t s = {pc->tp, pc->sequence_parallel, pc->tp_row_linears, L, e, hd, c->hidden, c->ffn, pc->accum_degree, (double)per_rank * T,
                    coll_counters_family(&run->reports[0].comm, "tp"), run->steps > 0 ? run->steps : 1, NULL,
-                   NULL, gpt_recomputed_layers(&run->cfg, &run->units0, NULL, NULL)};
+                   NULL, gpt_recomputed_layers(&run->cfg, &run->units0, NULL, NULL),
+                   gpt_recomputed_blocks(&run->cfg, &run->units0)};
     const int even = per_rank % pc->accum_degree == 0;
     fprintf(f, "tensor parallelism: tp=%d%s%s; device 0's tensor-parallel group per step: %d "
                "microbatch%s of b·s = %d x %d = %d tokens%s, h = %d, L = %d%s%s\n",

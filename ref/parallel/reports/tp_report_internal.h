@@ -31,12 +31,15 @@ typedef struct {
     const coll_family_t *fam3; /* 3-D: device 0's vector groups' ("tp-vec"), or NULL */
     int R;                     /* of the L layers, those full recomputation runs forward again
                                   (gpt_recomputed_layers) */
+    int Rb;                    /* their blocks (attention blocks and MLPs: 2 a GPT layer, 3 a
+                                  T5 decoder layer; gpt_recomputed_blocks) */
 } tp_step_t;
 
 /* Megatron's 1-D terms of device 0 (L layers, e: the embedding, hd: the
  * head; R of the layers recomputed whole, their forward's collectives
- * again in the backward), into t [MAX_TERMS]; their count. */
-int tp_terms(int L, int e, int hd, int sp, int rows, int R, tp_term_t *t);
+ * again in the backward: one per block of the Rb blocks they hold, two
+ * with every linear row-parallel), into t [MAX_TERMS]; their count. */
+int tp_terms(int L, int e, int hd, int sp, int rows, int R, int Rb, tp_term_t *t);
 double tp_term_elements(const tp_term_t *t, const tp_step_t *s);
 /* device 0's tallies of a kind and dtype over its tensor-parallel families */
 coll_tally_t tp_measured(const tp_step_t *s, coll_kind_t k, coll_dtype_t d);
