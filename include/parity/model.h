@@ -256,17 +256,21 @@ typedef struct {
                          tp): each expert's FFN split over the tp group as the dense
                          MLP's is (fc1 column-parallel, fc2 row-parallel, whole FFN
                          tiles); 0: every tp rank runs whole experts */
-    int expert_fold;  /* Megatron's parallel folding with expert tensor parallelism 1
-                         and ep = tp: the expert-parallel ranks are the tensor-parallel
-                         ones. They hold the same tokens (whole sequences, the same
-                         routing), so rank q of the tp group runs experts
-                         [q E/tp, (q+1) E/tp) on every row and the group all-gathers
-                         the outputs: no all-to-all */
+    int expert_fold;  /* Megatron's MoE parallel folding (pconfig.h's
+                         pconfig_ep_folded): the dense axis whose ranks are
+                         expert-parallel ranks (GPT_EXPERT_FOLD_TP: etp 1, the tp
+                         ranks; GPT_EXPERT_FOLD_CP: the cp ranks), 0: none. They
+                         hold the same tokens (whole sequences, the same routing),
+                         so rank q of that group runs its share of the experts on
+                         every row and the group all-gathers the outputs; the ep
+                         axis (lo.ep) nests outside it */
     int cp;           /* context-parallel degree (0 or 1: none) */
     cp_comm_t cp_comm; /* Ulysses (all-to-all) instead of the ring */
     int ep;           /* expert-parallel degree over data-parallel ranks (0 or 1:
                          none), which sizes the experts' receive buffers (moe.c) */
 } gpt_layout_opts_t;
+#define GPT_EXPERT_FOLD_TP 1
+#define GPT_EXPERT_FOLD_CP 2
 /* The grid of tensor parallelism alone: every other axis of size 1 but
  * ep's (lo.ep; the device is expert-parallel rank 0), tp columns and
  * under lo.tp_mode as many rows (2-D), and a cube (3-D); the device is
@@ -350,6 +354,12 @@ enum { GPT_BROKEN_TP2D_LN_FP32 = 1024u, GPT_BROKEN_TP2D_SUMMA_ROUNDED = 2048u };
  * input and output groups (Colossal's 3-D layers swap them after every
  * linear). */
 enum { GPT_BROKEN_TP3D_NO_SWAP = 4096u };
+/* FOLD_CP (experts_run.c): with the experts folded onto cp (each cp rank
+ * holds other experts) the expert weight gradients are still split over
+ * cp by token tile, as when the cp ranks hold the same experts: the
+ * expert-data-parallel group taken as the dense one (dp x cp) instead of
+ * dp, Megatron-core's wrong-EDP-group bug class. */
+enum { GPT_BROKEN_MOE_FOLD_CP = 16384u };
 
 /* One replica's block of a batch-shaped checkpoint: n_seq sequences at
  * index first_seq of the global batch, each a tensor of global shape

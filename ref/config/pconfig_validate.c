@@ -291,11 +291,16 @@ static int world_validate(pconfig_t *pc, int *model_par_out, int *dp_inferred_ou
         return perr_set(err, "world-size: %d does not equal data-parallel-size %d x %s %d",
                         pc->world_size, pc->dp, replica_name(pc), model_par);
     pc->world_size = pc->dp * model_par;
-    if (pc->dp % pc->ep && !pconfig_ep_folded(pc))
+    /* Megatron's expert grid (pconfig_ep_folded): ep ranks out of dp, or
+     * folded onto tp (etp 1) or cp (etp tp), then the rest of ep out of dp */
+    const int fold = pconfig_ep_folded(pc), ep_dp = pconfig_ep_axis(pc);
+    if ((fold && pc->dp % ep_dp) || (!fold && pc->dp % pc->ep))
         return perr_set(err, "expert-model-parallel-size: %d must divide data-parallel-size %d "
                              "(the expert-parallel ranks are data-parallel ranks, Megatron's rule), "
                              "or equal tensor-model-parallel-size %d with "
-                             "--expert-tensor-parallel-size 1 (folded onto the tp ranks)",
+                             "--expert-tensor-parallel-size 1 (folded onto the tp ranks), or be tp "
+                             "(etp 1, cp 1) or cp (etp tp) times a divisor of dp (Megatron's expert "
+                             "rank order, etp fastest: the folded grid)",
                         pc->ep, pc->dp, pc->tp);
     *model_par_out = model_par, *dp_inferred_out = dp_inferred;
     return 0;

@@ -215,6 +215,26 @@ exact "ep 2 folded onto tp 2 x pp 2 (1F1B)" gpt-micro $MOE --tensor-model-parall
 exact "gpt-tiny: ep 3 folded onto tp 3, E 6 (uneven FFN tiles do not matter: experts whole)" gpt-tiny --num-experts 6 --moe-expert-capacity-factor 1.0 --tensor-model-parallel-size 3 --expert-tensor-parallel-size 1 --expert-model-parallel-size 3
 exact "gpt-tiny: every other layer MoE, pp 2 interleaved x ep 2 of dp 2 ZeRO-3 (units of two gradient groups)" gpt-tiny --num-experts 8 --moe-layer-freq 2 --moe-expert-capacity-factor 1.25 --moe-aux-loss-coeff 0.01 --pipeline-model-parallel-size 2 --pipeline-schedule interleaved --virtual-pipeline-model-parallel-size 2 --num-microbatches 2 --data-parallel-size 2 --expert-model-parallel-size 2 --zero-stage 3
 exact "gpt-tiny: ep 4 folded onto tp 4 x cp 2, E 8" gpt-tiny --num-experts 8 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01 --tensor-model-parallel-size 4 --expert-tensor-parallel-size 1 --expert-model-parallel-size 4 --context-parallel-size 2
+# Megatron-core's MoE parallel folding beyond ep = tp: the expert rank is
+# fold rank + fold size x ep-axis rank (the fold fastest, Megatron's
+# "tp-ep-dp-pp" order for experts)
+exact "ep 2 folded onto cp 2 (dp 1; expert grads over dp only)" gpt-micro $MOE --context-parallel-size 2 --expert-model-parallel-size 2
+exact "ep 4 over cp 2 x dp 2 ZeRO-1" gpt-micro $MOE --context-parallel-size 2 --data-parallel-size 2 --expert-model-parallel-size 4 --zero-stage 1
+exact "ep 2 folded onto cp 2 x tp 2 etp 2 (FFN over tp, experts over cp)" gpt-micro $MOE --tensor-model-parallel-size 2 --context-parallel-size 2 --expert-model-parallel-size 2
+exact "ep 4 over tp 2 x dp 2, etp 1 (all-to-all over dp, then the tp fold's gather)" gpt-micro $MOE --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --data-parallel-size 2 --expert-model-parallel-size 4
+exact "ep 4 over tp 2 + SP x dp 2, etp 1, ZeRO-3" gpt-micro $MOE --tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1 --data-parallel-size 2 --expert-model-parallel-size 4 --zero-stage 3
+exact "ep 2 x etp 2 at tp 2 x dp 2" gpt-micro $MOE --tensor-model-parallel-size 2 --expert-tensor-parallel-size 2 --data-parallel-size 2 --expert-model-parallel-size 2
+exact "gpt-tiny: ep 8 over tp 2 x dp 4, E 8 top-1, pp 2" gpt-tiny --num-experts 8 --moe-router-topk 1 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01 --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --data-parallel-size 4 --expert-model-parallel-size 8 --pipeline-model-parallel-size 2
+out=$("$P" check --model gpt-micro --steps 1 --num-experts 4 --context-parallel-size 2 --data-parallel-size 2 --expert-model-parallel-size 4 --print-layout 2>&1)
+grid=$(echo "$out" | python3 -c 'import json, sys; d = json.load(sys.stdin)["experts"]; print(d["expert_grads_reduced_over"], " ".join("%d:%d+%d" % (x["rank"], x["expert0"], x["experts"]) for x in d["devices"]))' 2>&1)
+if [ "$grid" = "dp 0:0+1 1:1+1 2:2+1 3:3+1" ]; then ok "folded onto cp x dp: --print-layout gives expert rank cp + 2 dp ($grid)"
+else fail "--print-layout cp-folded expert grid" "$grid"; fi
+out=$("$P" train --model gpt-micro --steps 2 --num-experts 4 --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --data-parallel-size 4 --expert-model-parallel-size 4 2>&1)
+ratio=$(echo "$out" | sed -nE 's/.*all-to-all of expert rows.*: ([0-9.]+)x$/\1/p')
+if [ -n "$ratio" ] && awk -v r="$ratio" 'BEGIN {exit !(r >= 0.5 && r <= 2.0)}'; then
+  ok "ep report over tp x dp: all-to-all bytes ${ratio}x the folded formula ((ep_dp-1)/ep)"
+else fail "ep report over tp x dp" "ratio '$ratio'" "$(echo "$out" | grep -A2 'expert parallelism')"; fi
+refuse "ep over part of tp" "expert-model-parallel-size: 2 must divide data-parallel-size 1 .*the folded grid" -- "$P" check --model gpt-tiny --num-experts 4 --tensor-model-parallel-size 4 --expert-tensor-parallel-size 1 --expert-model-parallel-size 2 --steps 1
 out=$("$P" check --model gpt-micro --steps 1 --num-experts 4 --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --expert-model-parallel-size 2 --print-layout 2>&1)
 grid=$(echo "$out" | python3 -c 'import json, sys; d = json.load(sys.stdin)["experts"]; print(" ".join("%d:%d+%d" % (x["rank"], x["expert0"], x["experts"]) for x in d["devices"]))' 2>&1)
 if [ "$grid" = "0:0+2 1:2+2" ]; then ok "folded onto tp: --print-layout gives each tp rank half the experts ($grid)"

@@ -122,7 +122,10 @@ int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int cp_rank, gp
     const int expert_tp = lo.expert_tp && tp > 1 && !row;
     out->expert_ffn = expert_tp ? out->ffn : c->ffn;
     out->expert_ffn0 = expert_tp ? out->ffn0 : 0;
-    out->expert_fold = lo.expert_fold && tp > 1;
+    /* folded onto tp or cp: that group of ranks holding the same rows */
+    out->expert_fold = lo.expert_fold == GPT_EXPERT_FOLD_TP && tp > 1   ? GPT_EXPERT_FOLD_TP
+                       : lo.expert_fold == GPT_EXPERT_FOLD_CP && lo.cp > 1 ? GPT_EXPERT_FOLD_CP
+                                                                           : 0;
     out->hid = c->hidden, out->hid0 = 0;
     if (c->precision != MODEL_FP32 && lo.tp_mode && tp > 1)
         return perr_set(err, "--%s: mixed precision with Colossal-AI's 2-D, 2.5-D and 3-D tensor "

@@ -57,7 +57,12 @@ void expert_rows_forward(gpt_t *g, const pass_t *p, const moe_params_t *w, const
 static void expert_backward(gpt_t *g, float *dx, void *open, acc_t *dw, size_t dw_at, acc_t *db,
                             size_t db_at, float *dy, const float *x, const float *w, int row0,
                             int rows, int n_in, int n_out, linear_tiles_t t, int dw_scale) {
-    const int cp = g->local.cp, tm = t.tokens;
+    /* folded onto cp, each cp rank holds other experts and adds all its
+     * tiles; broken (GPT_BROKEN_MOE_FOLD_CP): split over cp anyway, as if
+     * the cp ranks held the same experts (a wrong expert-data group) */
+    const int fold_cp = g->local.expert_fold == GPT_EXPERT_FOLD_CP &&
+                        !(g->shard.broken & GPT_BROKEN_MOE_FOLD_CP);
+    const int cp = fold_cp ? 1 : g->local.cp, tm = t.tokens;
     if (open) {
         etp_contract(g, open, CONTRACT_NN, dx, rows, n_in, n_out, tm, t.in, t.out, dy, n_out, w,
                      n_in);
@@ -71,7 +76,7 @@ static void expert_backward(gpt_t *g, float *dx, void *open, acc_t *dw, size_t d
     if (dw_scale) /* the broken variant: the weight gradients scaled, dx left alone */
         for (size_t i = 0; i < (size_t)rows * n_out; i++) dy[i] = dy[i] * (float)dw_scale;
     for (int i = 0; i < rows / tm; i++)
-        if ((row0 / tm + i) % cp == g->local.cp_rank)
+        if ((row0 / tm + i) % cp == (cp > 1 ? g->local.cp_rank : 0))
             linear_backward_at(NULL, dw, dw_at, db, db_at, dy + (size_t)i * tm * n_out,
                                x + (size_t)i * tm * n_in, w, tm, n_in, n_out, t, &g->ws);
 }
