@@ -252,10 +252,13 @@ typedef struct {
                          the patterns file's sharding_dim 0 */
     int tp_mode;      /* Colossal-AI's tensor-parallel mode (pconfig.h's pc_tp_mode_t):
                          its placements (params.c) and the stream's features held */
-    int expert_tp;    /* expert tensor parallelism (--expert-tensor-parallel-size =
-                         tp): each expert's FFN split over the tp group as the dense
-                         MLP's is (fc1 column-parallel, fc2 row-parallel, whole FFN
-                         tiles); 0: every tp rank runs whole experts */
+    int expert_tp;    /* expert tensor parallelism's degree etp
+                         (--expert-tensor-parallel-size > 1; 0: none): each expert's
+                         FFN split over etp tp ranks as the dense MLP's is over tp
+                         (fc1 column-parallel, fc2 row-parallel, whole FFN tiles,
+                         uneven counts allowed); tp rank t holds piece t mod etp (the
+                         expert grid's etp rank, etp fastest), the tp ranks of one
+                         piece copies of it; 0: every tp rank runs whole experts */
     int expert_fold;  /* Megatron's MoE parallel folding (pconfig.h's
                          pconfig_ep_folded): the dense axis whose ranks are
                          expert-parallel ranks (GPT_EXPERT_FOLD_TP: etp 1, the tp

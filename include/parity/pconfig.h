@@ -132,7 +132,7 @@ static inline gpt_layout_opts_t pconfig_tp_opts(const pconfig_t *pc) {
     return (gpt_layout_opts_t){.sp = pc->sequence_parallel != 0,
                                .row_linears = pc->tp_row_linears != 0,
                                .tp_mode = pc->tp_mode,
-                               .expert_tp = pc->etp > 1,
+                               .expert_tp = pc->etp > 1 ? pc->etp : 0,
                                .expert_fold = pconfig_ep_folded(pc),
                                .cp = pc->cp > 1 ? pc->cp : 1,
                                .cp_comm = pc->cp_comm ? CP_ULYSSES : CP_RING,

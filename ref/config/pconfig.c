@@ -320,8 +320,8 @@ void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
     if (pc->ep > 1)
         snprintf(ep, sizeof ep, " ep=%d%s%s%s", pc->ep, fold ? "(" : "",
                  fold == GPT_EXPERT_FOLD_TP ? "tp" : fold ? "cp" : "", fold ? ep_dp ? " x dp)" : ")" : "");
-    if (pc->etp == 1 && pc->tp > 1 && !pc->tp_row_linears) /* not the default: say so */
-        snprintf(ep + strlen(ep), sizeof ep - strlen(ep), " etp=1");
+    if (pc->etp < pc->tp && pc->tp > 1 && !pc->tp_row_linears) /* not the default: say so */
+        snprintf(ep + strlen(ep), sizeof ep - strlen(ep), " etp=%d", pc->etp);
     char recompute[48] = "";
     if (pc->recompute == MODEL_RECOMPUTE_SELECTIVE) snprintf(recompute, sizeof recompute, " recompute=selective");
     else if (pc->recompute)

@@ -26,7 +26,9 @@ typedef struct {
                                fold this rank runs experts [ep_rank*E/ep, (ep_rank+1)*E/ep)
                                for its ep group's tokens (experts.h's experts_grid) */
     group_t *ep_group;      /* NULL when ep == 1 */
-    int expert_tp;          /* experts' FFN split over tp_group (gpt_layout_opts_t.expert_tp) */
+    int expert_tp;          /* etp: experts' FFN split over tp_group, or over etp_group (the tp
+                               ranks of tp_rank / etp) when etp < tp (gpt_layout_opts_t.expert_tp) */
+    group_t *etp_group;     /* NULL unless 1 < etp < tp */
     int expert_fold;        /* experts split over tp_group or cp_group (gpt_layout_opts_t.expert_fold) */
     /* Colossal-AI's 2-D and 2.5-D tensor parallelism (tp2d.c; pconfig.h's
      * tp_mode): tp x tp devices per depth layer, tp_rank the column and

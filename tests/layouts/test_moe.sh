@@ -14,8 +14,9 @@
 #    weights are zero: every score ties) make the same choices on every
 #    layout, and the tie-order bug is caught there;
 #  - expert tensor parallelism (etp = tp, Megatron's default: each
-#    expert's FFN split over tp; etp 1: whole), parallel folding of ep
-#    onto the tp ranks (etp 1, ep = tp), and the expert grid of
+#    expert's FFN split over tp; etp 1: whole; etp a divisor of tp),
+#    Megatron-core's MoE parallel folding (ep onto the tp ranks, etp 1;
+#    onto cp; over tp x dp and cp x dp), and the expert grid of
 #    --print-layout;
 #  - a checkpoint saved by the golden run resumes bit-exact at dp 2, and
 #    one saved at tp 2 etp 2 ep 2 is the golden one and resumes at ep 4;
@@ -204,7 +205,12 @@ else fail "ep report" "ratio '$ratio'" "$(echo "$out" | grep -A2 'expert paralle
 if echo "$out" | grep -qE '^  layer 1 +routed +[0-9]+ +busiest expert [0-9.]+x the mean, busiest ep rank [0-9.]+x, dropped [0-9]+'; then
   ok "ep report: load per expert and per ep rank, drops ($(echo "$out" | grep '^  layer 1 ' | tr -s ' '))"
 else fail "ep report load lines" "$(echo "$out" | tail -4)"; fi
-refuse "etp must be 1 or tp" "expert-tensor-parallel-size: 2: expected 1 .* or tensor-model-parallel-size 4" -- "$P" check --model gpt-tiny --num-experts 4 --tensor-model-parallel-size 4 --expert-tensor-parallel-size 2 --steps 1
+refuse "etp must divide tp" "expert-tensor-parallel-size: 3: expected 1 .* or a divisor of tensor-model-parallel-size 4" -- "$P" check --model gpt-tiny --num-experts 4 --tensor-model-parallel-size 4 --expert-tensor-parallel-size 3 --steps 1
+# etp a proper divisor of tp (the expert grid's etp fastest): tp rank t
+# holds FFN piece t mod etp, its etp group completes the expert's sums
+exact "gpt-tiny: etp 2 at tp 4 (FFN halves; tp ranks t and t+2 hold copies)" gpt-tiny $MOE --tensor-model-parallel-size 4 --expert-tensor-parallel-size 2 --global-batch-size 4
+exact "gpt-tiny: etp 2 at tp 4 + SP x ep 2 of dp 2, ZeRO-1" gpt-tiny $MOE --tensor-model-parallel-size 4 --sequence-parallel --expert-tensor-parallel-size 2 --data-parallel-size 2 --expert-model-parallel-size 2 --global-batch-size 4 --zero-stage 1
+exact "gpt-tiny: etp 3 at tp 6 (FFN tiles 3/3/2, uneven)" gpt-tiny $MOE --tensor-model-parallel-size 6 --expert-tensor-parallel-size 3 --global-batch-size 2
 refuse "etp > 1 without tp" "expert-tensor-parallel-size: 2: expected 1" -- "$P" check --model gpt-micro --num-experts 4 --data-parallel-size 2 --expert-tensor-parallel-size 2 --steps 1
 refuse "etp > 1 with every linear row-parallel" "expert-tensor-parallel-size: 2 with every linear row-parallel" -- "$P" check --model gpt-micro --num-experts 4 --tensor-model-parallel-size 2 --tensor-parallel-row-linears --expert-tensor-parallel-size 2 --steps 1
 exact "etp 1 x tp 2 x ep 2 of dp 4 (ep out of dp, experts whole on each tp rank)" gpt-micro $MOE --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --data-parallel-size 4 --expert-model-parallel-size 2

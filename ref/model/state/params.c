@@ -286,6 +286,9 @@ static int build(param_table_t *t, const model_config_t *c, const int sizes[GRID
             placement_t pl = placement_replicated(d->ndim, shape);
             if (lo.tp_mode && tp > 1) /* Colossal's 2-D / 3-D */
                 pl = tp_modes_placement(d, c, cut, lo.tp_mode, pl);
+            else if (cut.axis >= 0 && d->cut == CUT_EXPERT_FFN && lo.expert_tp < tp)
+                /* etp < tp: tp rank t holds piece t mod etp */
+                pl = placement_cut_parts(pl, cut.axis, GRID_TP, cut.align, lo.expert_tp);
             else if (cut.axis >= 0)
                 pl = cut.uneven ? placement_cut_uneven(pl, cut.axis, GRID_TP, cut.align)
                                 : placement_cut(pl, cut.axis, GRID_TP, cut.align);

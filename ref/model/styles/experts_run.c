@@ -6,11 +6,13 @@
  * holds the FFN columns the dense MLP's cut gives it, of every expert:
  * fc1 column-parallel, fc2 row-parallel. fc2's output and fc1's input
  * gradient contract the FFN: each rank's tiles stay an open sum, the tp
- * group adds them exactly and every rank rounds once, where the golden
- * run rounds its sum over all tiles (tp.c). The tp ranks hold the same
+ * group (or, with etp < tp, the etp group: the tp ranks of tp_rank / etp)
+ * adds them exactly and every rank rounds once, where the golden run
+ * rounds its sum over all tiles (tp.c). The tp ranks hold the same
  * tokens and routing, so they run the same rows in the same order. */
 #include "model/styles/experts.h"
 #include "model/styles/tp.h"
+#include "parity/coll.h"
 
 void *experts_layout_open(const model_config_t *c, const gpt_local_t *lc, carver_t *cv) {
     const size_t nT = (size_t)c->micro_batch * (size_t)c->seq_length; /* whole sequences */
@@ -26,7 +28,12 @@ static void etp_contract(gpt_t *g, void *open_at, contract_form_t form, float *o
     acc_init_with(&open, (size_t)rows * N, open_at);
     acc_zero(&open);
     contract_acc(form, rows, N, K, tm, tn, tk, A, lda, B, ldb, &open, 0, (size_t)N, &g->ws);
-    tp_complete_open(g, &open, (size_t)rows * N, out);
+    if (g->shard.etp_group) { /* etp < tp: the sum over this rank's etp group, rounded once */
+        coll_all_reduce_open(g->shard.etp_group, &open.x, 0, (size_t)rows * N);
+        acc_round(&open, out);
+    } else {
+        tp_complete_open(g, &open, (size_t)rows * N, out);
+    }
     acc_free(&open);
 }
 

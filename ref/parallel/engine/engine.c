@@ -345,7 +345,32 @@ static int build_layout(engine_shared_t *sh, perr_t *err) {
 typedef struct {
     engine_groups_t main[ENGINE_MAX_GROUPS], grad[ENGINE_MAX_GROUPS];
     engine_groups_t vec[2]; /* 3-D tensor parallelism's (tp3d.c) */
+    engine_groups_t etp;    /* expert tensor parallelism over etp < tp ranks */
 } run_groups_t;
+
+/* Expert tensor parallelism over etp < tp ranks (Megatron's expert grid,
+ * etp fastest): each tp group's runs of etp consecutive tp ranks. */
+static int make_etp_groups(engine_shared_t *sh, engine_groups_t *out, perr_t *err) {
+    const int etp = sh->run->pc.etp, tp = sh->run->pc.tp;
+    memset(out, 0, sizeof *out);
+    if (etp <= 1 || etp >= tp) return 0;
+    out->groups = calloc((size_t)sh->world, sizeof *out->groups);
+    out->id_of = calloc((size_t)sh->world, sizeof *out->id_of);
+    if (!out->groups || !out->id_of) return perr_set(err, "dp: out of memory");
+    for (int d = 0; d < sh->world; d++) {
+        const engine_dev_t gd = engine_device(sh, d);
+        const int t = gd.coord[GRID_TP];
+        if (t % etp) continue;
+        int ranks[PARITY_MAX_DEVICES];
+        for (int k = 0; k < etp; k++) ranks[k] = group_world_rank(gd.group[GRID_TP], t + k);
+        char name[32];
+        snprintf(name, sizeof name, "etp%d", out->n);
+        if (!(out->groups[out->n] = group_create(ranks, etp, name, err))) return -1;
+        for (int k = 0; k < etp; k++) out->id_of[ranks[k]] = out->n;
+        out->n++;
+    }
+    return 0;
+}
 
 static int make_groups(engine_shared_t *sh, run_groups_t *G, perr_t *err) {
     /* the ranks that split a step's tokens sum every weight gradient: the
@@ -357,6 +382,7 @@ static int make_groups(engine_shared_t *sh, run_groups_t *G, perr_t *err) {
         if (engine_groups_create(sh, sh->grad_name[k], "dp", &G->main[k], err) ||
             engine_groups_create(sh, sh->grad_name[k], "dp-grads", &G->grad[k], err))
             return -1;
+    if (make_etp_groups(sh, &G->etp, err)) return -1;
     if (sh->run->pc.tp_mode == PC_TP_3D &&
         (engine_groups_create(sh, "tp2-tp3", "tp-vec", &G->vec[0], err) ||
          engine_groups_create(sh, "tp-tp3", "tp-vec", &G->vec[1], err)))
@@ -366,6 +392,7 @@ static int make_groups(engine_shared_t *sh, run_groups_t *G, perr_t *err) {
 
 static void free_groups(run_groups_t *G) {
     for (int k = 0; k < 2; k++) engine_groups_free(&G->vec[k]);
+    engine_groups_free(&G->etp);
     for (int k = 0; k < ENGINE_MAX_GROUPS; k++) {
         engine_groups_free(&G->grad[k]);
         engine_groups_free(&G->main[k]);
@@ -402,6 +429,7 @@ static void init_ranks(engine_shared_t *sh, int world, const run_groups_t *G, tr
                                    .trace = traces ? &traces[d] : NULL,
                                    .world = all, .group = G->main[0].groups[gid],
                                    .grad_group = G->grad[0].groups[gid], .report = &reports[d]};
+        if (G->etp.groups) sh->ranks[d].etp_group = G->etp.groups[G->etp.id_of[d]];
         for (int k = 0; k < 2 && G->vec[k].groups; k++)
             sh->ranks[d].tp_vec[k] = G->vec[k].groups[G->vec[k].id_of[d]];
         for (int k = 0; k < sh->ngroups; k++) {
