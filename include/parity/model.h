@@ -267,6 +267,9 @@ typedef struct {
                          so rank q of that group runs its share of the experts on
                          every row and the group all-gathers the outputs; the ep
                          axis (lo.ep) nests outside it */
+    int expert_fold_n; /* the fold's ranks: its axis's size, or fewer (a run of
+                          expert_fold_n consecutive tp ranks, rank t holding piece
+                          t mod expert_fold_n of the experts) */
     int cp;           /* context-parallel degree (0 or 1: none) */
     cp_comm_t cp_comm; /* Ulysses (all-to-all) instead of the ring */
     int ep;           /* expert-parallel degree over data-parallel ranks (0 or 1:

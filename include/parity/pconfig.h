@@ -111,6 +111,9 @@ typedef struct {
  *                               ahead of the order below where dp allows it:
  *                               the layout these runs always had)
  *   etp 1, ep = tp x e, e | dp  tp fastest, then e of dp (cp 1)
+ *   etp 1, ep | tp, ep < tp     the ep ranks of each run of ep tp ranks
+ *                               (expert rank t mod ep; the tp ranks of one
+ *                               t / ep hold copies)
  *   etp tp, ep = cp x e, e | dp cp fastest, then e of dp (GPT_EXPERT_FOLD_CP)
  * The fold's axis (model.h's GPT_EXPERT_FOLD_*), or 0: the ep axis alone.
  * pconfig_ep_axis is what the grid's ep axis holds (ep / the fold's size). */
@@ -120,12 +123,18 @@ static inline int pconfig_ep_folded(const pconfig_t *pc) {
     if (pc->etp == 1 && pc->ep == tp) return GPT_EXPERT_FOLD_TP;
     if (pc->dp && dp % pc->ep == 0) return 0;
     if (pc->etp == 1 && tp > 1 && cp == 1 && pc->ep % tp == 0) return GPT_EXPERT_FOLD_TP;
+    if (pc->etp == 1 && tp > pc->ep && tp % pc->ep == 0) return GPT_EXPERT_FOLD_TP;
     if ((pc->etp == tp || tp == 1) && cp > 1 && pc->ep % cp == 0) return GPT_EXPERT_FOLD_CP;
     return 0;
 }
+/* The fold's ranks (its axis's, or a run of ep tp ranks), 1 without one. */
+static inline int pconfig_ep_fold_n(const pconfig_t *pc) {
+    const int fold = pconfig_ep_folded(pc);
+    if (fold == GPT_EXPERT_FOLD_TP) return pc->ep < pc->tp ? pc->ep : pc->tp;
+    return fold == GPT_EXPERT_FOLD_CP ? pc->cp : 1;
+}
 static inline int pconfig_ep_axis(const pconfig_t *pc) {
-    const int fold = pconfig_ep_folded(pc), ep = pc->ep > 1 ? pc->ep : 1;
-    return fold == GPT_EXPERT_FOLD_TP ? ep / pc->tp : fold == GPT_EXPERT_FOLD_CP ? ep / pc->cp : ep;
+    return (pc->ep > 1 ? pc->ep : 1) / pconfig_ep_fold_n(pc);
 }
 /* The model's view of a layout (model.h's gpt_layout_opts_t). */
 static inline gpt_layout_opts_t pconfig_tp_opts(const pconfig_t *pc) {
@@ -134,6 +143,7 @@ static inline gpt_layout_opts_t pconfig_tp_opts(const pconfig_t *pc) {
                                .tp_mode = pc->tp_mode,
                                .expert_tp = pc->etp > 1 ? pc->etp : 0,
                                .expert_fold = pconfig_ep_folded(pc),
+                               .expert_fold_n = pconfig_ep_fold_n(pc),
                                .cp = pc->cp > 1 ? pc->cp : 1,
                                .cp_comm = pc->cp_comm ? CP_ULYSSES : CP_RING,
                                .ep = pconfig_ep_axis(pc)};

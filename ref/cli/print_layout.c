@@ -71,7 +71,7 @@ static int print_experts(const model_config_t *cfg, const pconfig_t *pc, const g
      * fastest, then the ep axis's q (out of dp), Megatron's expert order */
     const int fold = pconfig_ep_folded(pc), ep = pc->ep > 1 ? pc->ep : 1;
     const grid_axis_t fold_axis = fold == GPT_EXPERT_FOLD_CP ? GRID_CP : GRID_TP;
-    const int nf = fold ? G->size[fold_axis] : 1;
+    const int nf = pconfig_ep_fold_n(pc); /* the axis's ranks, or a run of tp ranks */
     const int E = cfg->moe_experts, El = E / ep;
     /* Megatron's edp = world / (etp ep pp): the ranks an expert's
      * gradient is reduced over (here dp / ep x cp, or dp / (ep / cp) when
@@ -93,7 +93,7 @@ static int print_experts(const model_config_t *cfg, const pconfig_t *pc, const g
         if (gpt_local_dims(cfg, pconfig_model_tp(pc, gd.coord[GRID_PP]), gd.coord[GRID_TP], gd.coord[GRID_CP], pconfig_tp_opts(pc),
                            &lc, err))
             return -1;
-        const int q = (fold ? gd.coord[fold_axis] : 0) + nf * gd.coord[GRID_EP];
+        const int q = (fold ? gd.coord[fold_axis] % nf : 0) + nf * gd.coord[GRID_EP];
         fprintf(f, "%s\n    {\"rank\": %d, \"expert0\": %d, \"experts\": %d, \"ffn0\": %d, \"ffn\": %d}",
                 d ? "," : "", d, q * El, El, lc.expert_ffn0, lc.expert_ffn);
     }

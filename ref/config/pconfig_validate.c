@@ -305,9 +305,9 @@ static int world_validate(pconfig_t *pc, int *model_par_out, int *dp_inferred_ou
         return perr_set(err, "expert-model-parallel-size: %d must divide data-parallel-size %d "
                              "(the expert-parallel ranks are data-parallel ranks, Megatron's rule), "
                              "or equal tensor-model-parallel-size %d with "
-                             "--expert-tensor-parallel-size 1 (folded onto the tp ranks), or be tp "
-                             "(etp 1, cp 1) or cp (etp tp) times a divisor of dp (Megatron's expert "
-                             "rank order, etp fastest: the folded grid)",
+                             "--expert-tensor-parallel-size 1 (folded onto the tp ranks), or divide "
+                             "tp (etp 1), or be tp (etp 1, cp 1) or cp (etp tp) times a divisor of dp "
+                             "(Megatron's expert rank order, etp fastest: the folded grid)",
                         pc->ep, pc->dp, pc->tp);
     *model_par_out = model_par, *dp_inferred_out = dp_inferred;
     return 0;

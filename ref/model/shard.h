@@ -30,6 +30,8 @@ typedef struct {
                                ranks of tp_rank / etp) when etp < tp (gpt_layout_opts_t.expert_tp) */
     group_t *etp_group;     /* NULL unless 1 < etp < tp */
     int expert_fold;        /* experts split over tp_group or cp_group (gpt_layout_opts_t.expert_fold) */
+    int expert_fold_n;      /* the fold's ranks (gpt_layout_opts_t.expert_fold_n) */
+    group_t *fold_group;    /* a fold over a run of expert_fold_n < tp tp ranks: theirs */
     /* Colossal-AI's 2-D and 2.5-D tensor parallelism (tp2d.c; pconfig.h's
      * tp_mode): tp x tp devices per depth layer, tp_rank the column and
      * tp_group the row (ranks with the same sequences, every column);

@@ -240,7 +240,12 @@ ratio=$(echo "$out" | sed -nE 's/.*all-to-all of expert rows.*: ([0-9.]+)x$/\1/p
 if [ -n "$ratio" ] && awk -v r="$ratio" 'BEGIN {exit !(r >= 0.5 && r <= 2.0)}'; then
   ok "ep report over tp x dp: all-to-all bytes ${ratio}x the folded formula ((ep_dp-1)/ep)"
 else fail "ep report over tp x dp" "ratio '$ratio'" "$(echo "$out" | grep -A2 'expert parallelism')"; fi
-refuse "ep over part of tp" "expert-model-parallel-size: 2 must divide data-parallel-size 1 .*the folded grid" -- "$P" check --model gpt-tiny --num-experts 4 --tensor-model-parallel-size 4 --expert-tensor-parallel-size 1 --expert-model-parallel-size 2 --steps 1
+exact "gpt-tiny: ep 2 folded onto runs of 2 of tp 4 (etp 1; expert rank t mod 2)" gpt-tiny $MOE --tensor-model-parallel-size 4 --expert-tensor-parallel-size 1 --expert-model-parallel-size 2 --global-batch-size 4
+out=$("$P" check --model gpt-tiny --steps 1 --num-experts 4 --tensor-model-parallel-size 4 --expert-tensor-parallel-size 1 --expert-model-parallel-size 2 --global-batch-size 4 --print-layout 2>&1)
+grid=$(echo "$out" | python3 -c 'import json, sys; d = json.load(sys.stdin)["experts"]; print(" ".join("%d:%d+%d" % (x["rank"], x["expert0"], x["experts"]) for x in d["devices"]))' 2>&1)
+if [ "$grid" = "0:0+2 1:2+2 2:0+2 3:2+2" ]; then ok "folded onto runs of tp ranks: --print-layout gives expert rank t mod ep ($grid)"
+else fail "--print-layout partial tp fold" "$grid"; fi
+refuse "ep over tp x cp (not built)" "expert-model-parallel-size: 4 must divide data-parallel-size 1 .*the folded grid" -- "$P" check --model gpt-micro --num-experts 4 --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --context-parallel-size 2 --expert-model-parallel-size 4 --steps 1
 out=$("$P" check --model gpt-micro --steps 1 --num-experts 4 --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --expert-model-parallel-size 2 --print-layout 2>&1)
 grid=$(echo "$out" | python3 -c 'import json, sys; d = json.load(sys.stdin)["experts"]; print(" ".join("%d:%d+%d" % (x["rank"], x["expert0"], x["experts"]) for x in d["devices"]))' 2>&1)
 if [ "$grid" = "0:0+2 1:2+2" ]; then ok "folded onto tp: --print-layout gives each tp rank half the experts ($grid)"

@@ -205,6 +205,7 @@ gpt_layout_opts_t gpt_shard_layout(const gpt_shard_t *shard) {
     return (gpt_layout_opts_t){
         .sp = shard->sp, .row_linears = shard->row_linears, .tp_mode = shard->tp_mode,
         .expert_tp = shard->expert_tp, .expert_fold = shard->expert_fold,
+        .expert_fold_n = shard->expert_fold_n,
         .cp = shard->cp > 1 ? shard->cp : 1,
         .cp_comm = shard->cp > 1 && shard->cp_comm == CP_ULYSSES ? CP_ULYSSES : CP_RING,
         .ep = shard->ep > 1 ? shard->ep : 1};

@@ -83,7 +83,7 @@ static void place(param_table_t *t, param_info_t *p, const int sizes[GRID_NAXES]
 
 static int add(param_table_t *t, const int sizes[GRID_NAXES], const int coord[GRID_NAXES],
                const char *name, int ndim, const int64_t *shape, param_init_t init, float std,
-               placement_t pl, int experts, int fold, int weight_decay, perr_t *err) {
+               placement_t pl, int experts, int fold, int fold_n, int weight_decay, perr_t *err) {
     param_info_t *p = &t->info[t->count++];
     snprintf(p->name, sizeof p->name, "%s", name);
     (void)ndim, (void)shape;
@@ -96,7 +96,10 @@ static int add(param_table_t *t, const int sizes[GRID_NAXES], const int coord[GR
      * fold fastest, Megatron's expert order) */
     if (experts && sizes[GRID_EP] > 1) p->pl = placement_cut(p->pl, 0, GRID_EP, 1);
     const grid_axis_t fold_axis = fold == GPT_EXPERT_FOLD_CP ? GRID_CP : GRID_TP;
-    if (experts && fold && sizes[fold_axis] > 1) p->pl = placement_cut(p->pl, 0, fold_axis, 1);
+    if (experts && fold && fold_n > 0 && fold_n < sizes[fold_axis]) /* a run of fold_n tp ranks */
+        p->pl = placement_cut_parts(p->pl, 0, fold_axis, 1, fold_n);
+    else if (experts && fold && sizes[fold_axis] > 1)
+        p->pl = placement_cut(p->pl, 0, fold_axis, 1);
     if (placement_check(&p->pl, sizes, name, err)) return -1;
     p->reduce = placement_reduce_axes_at(&p->pl, sizes);
     place(t, p, sizes, coord);
@@ -294,7 +297,7 @@ static int build(param_table_t *t, const model_config_t *c, const int sizes[GRID
                                 : placement_cut(pl, cut.axis, GRID_TP, cut.align);
             bad |= add(t, sizes, coord, nm, d->ndim, shape, d->init, std, pl,
                        d->cut == CUT_EXPERT_FFN || d->cut == CUT_EXPERT,
-                       lo.expert_fold, d->weight_decay, err);
+                       lo.expert_fold, lo.expert_fold_n, d->weight_decay, err);
         }
     }
     t->unit_first[U] = t->count;

@@ -29,7 +29,9 @@ typedef struct {
 expert_grid_t experts_grid(const gpt_t *g) {
     const gpt_shard_t *s = &g->shard;
     expert_grid_t x = {NULL, 1, 0, s->ep_group, s->ep > 1 ? s->ep : 1, s->ep > 1 ? s->ep_rank : 0, 0};
-    if (g->local.expert_fold == GPT_EXPERT_FOLD_TP)
+    if (g->local.expert_fold == GPT_EXPERT_FOLD_TP && s->fold_group) /* a run of tp ranks */
+        x.fold = s->fold_group, x.nf = s->expert_fold_n, x.f = s->tp_rank % s->expert_fold_n;
+    else if (g->local.expert_fold == GPT_EXPERT_FOLD_TP)
         x.fold = s->tp_group, x.nf = s->tp, x.f = s->tp_rank;
     else if (g->local.expert_fold == GPT_EXPERT_FOLD_CP)
         x.fold = s->cp_group, x.nf = s->cp, x.f = s->cp_rank;

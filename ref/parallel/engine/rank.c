@@ -92,6 +92,7 @@ static gpt_shard_t rank_shard(const engine_rank_t *r) {
         .ep = gd.size[GRID_EP], .ep_rank = r->ep_rank, .ep_group = r->ep_group,
         .etp_group = r->etp_group,
         .expert_tp = run->pc.etp > 1 ? run->pc.etp : 0, .expert_fold = pconfig_ep_folded(&run->pc),
+        .expert_fold_n = pconfig_ep_fold_n(&run->pc), .fold_group = r->fold_group,
         .tp_mode = run->pc.tp_mode, .tp_row = gd.coord[GRID_TP2], .tp_depth = gd.size[GRID_TP3],
         .tp_dep = gd.coord[GRID_TP3],
         .tp_col_group = gd.size[GRID_TP2] > 1 ? gd.group[GRID_TP2] : NULL,

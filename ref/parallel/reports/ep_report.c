@@ -64,7 +64,7 @@ void ep_print_report(const run_report_t *run, FILE *f) {
      * their rows, so nothing is sent to them; the outputs are gathered */
     const int fold = pconfig_ep_folded(pc), np = pconfig_ep_axis(pc);
     const char *fname = fold == GPT_EXPERT_FOLD_CP ? "cp" : "tp";
-    const int nf = fold == GPT_EXPERT_FOLD_CP ? pc->cp : fold ? pc->tp : 1;
+    const int nf = pconfig_ep_fold_n(pc);
     if (fold) {
         const coll_family_t *ff = coll_counters_family(&r0->comm, fname);
         const coll_tally_t g = ff ? ff->by[COLL_KIND_ALL_TO_ALL_V][COLL_F32] : (coll_tally_t){0};
