@@ -300,6 +300,12 @@ static int world_validate(pconfig_t *pc, int *model_par_out, int *dp_inferred_ou
     if (pc->etp > 1 && pc->etp < pc->tp && pconfig_hetero(pc))
         return perr_set(err, "expert-tensor-parallel-size: %d < tensor-model-parallel-size %d: not "
                              "with an encoder mesh beside the decoder's", pc->etp, pc->tp);
+    const long long stage = (long long)pc->tp * pc->cp * pc->dp; /* a stage's ranks */
+    if (pc->ep > 1 && (stage % pc->etp || (stage / pc->etp) % pc->ep))
+        return perr_set(err, "expert-model-parallel-size: %d does not divide the %lld ranks of a "
+                             "pipeline stage over expert-tensor-parallel-size %d (tp %d x cp %d x dp "
+                             "%d / etp): no expert grid etp x ep x edp tiles them (Megatron-core's "
+                             "rule)", pc->ep, stage, pc->etp, pc->tp, pc->cp, pc->dp);
     const int fold = pconfig_ep_folded(pc), ep_dp = pconfig_ep_axis(pc);
     if ((fold && pc->dp % ep_dp) || (!fold && pc->dp % pc->ep))
         return perr_set(err, "expert-model-parallel-size: %d must divide data-parallel-size %d "

@@ -160,7 +160,7 @@ else fail "resume at ep 4" "exit $rc" "$(echo "$out" | tail -3)"; fi
 
 # ---- refusals ----------------------------------------------------------------
 refuse "ep must divide the experts" "expert-model-parallel-size: 4 must divide the 6 experts" -- "$P" check --model gpt-micro --num-experts 6 --data-parallel-size 4 --expert-model-parallel-size 4 --steps 1
-refuse "ep must divide dp, or equal tp with etp 1" "expert-model-parallel-size: 3 must divide data-parallel-size 2 .* or equal tensor-model-parallel-size 1 with --expert-tensor-parallel-size 1" -- "$P" check --model gpt-micro --num-experts 6 --data-parallel-size 2 --expert-model-parallel-size 3 --steps 1
+refuse "ep must tile a stage's ranks over etp (Megatron-core's rule)" "expert-model-parallel-size: 3 does not divide the 2 ranks of a pipeline stage over expert-tensor-parallel-size 1 .*no expert grid etp x ep x edp tiles them" -- "$P" check --model gpt-micro --num-experts 6 --data-parallel-size 2 --expert-model-parallel-size 3 --steps 1
 refuse "ep without MoE layers" "expert-model-parallel-size: 2 needs mixture-of-experts layers" -- "$P" check --model gpt-micro --data-parallel-size 2 --expert-model-parallel-size 2 --steps 1
 exact "ep 2 of dp 2, ZeRO-1" gpt-micro $MOE --data-parallel-size 2 --expert-model-parallel-size 2 --zero-stage 1
 exact "ep 2 of dp 2, ZeRO-3" gpt-micro $MOE --data-parallel-size 2 --expert-model-parallel-size 2 --zero-stage 3
