@@ -257,21 +257,31 @@ typedef struct {
                          the patterns file's sharding_dim 0 */
     int tp_mode;      /* Colossal-AI's tensor-parallel mode (pconfig.h's pc_tp_mode_t):
                          its placements (params.c) and the stream's features held */
-    int expert_tp;    /* expert tensor parallelism (--expert-tensor-parallel-size =
-                         tp): each expert's FFN split over the tp group as the dense
-                         MLP's is (fc1 column-parallel, fc2 row-parallel, whole FFN
-                         tiles); 0: every tp rank runs whole experts */
-    int expert_fold;  /* Megatron's parallel folding with expert tensor parallelism 1
-                         and ep = tp: the expert-parallel ranks are the tensor-parallel
-                         ones. They hold the same tokens (whole sequences, the same
-                         routing), so rank q of the tp group runs experts
-                         [q E/tp, (q+1) E/tp) on every row and the group all-gathers
-                         the outputs: no all-to-all */
+    int expert_tp;    /* expert tensor parallelism's degree etp
+                         (--expert-tensor-parallel-size > 1; 0: none): each expert's
+                         FFN split over etp tp ranks as the dense MLP's is over tp
+                         (fc1 column-parallel, fc2 row-parallel, whole FFN tiles,
+                         uneven counts allowed); tp rank t holds piece t mod etp (the
+                         expert grid's etp rank, etp fastest), the tp ranks of one
+                         piece copies of it; 0: every tp rank runs whole experts */
+    int expert_fold;  /* Megatron's MoE parallel folding (pconfig.h's
+                         pconfig_ep_folded): the dense axis whose ranks are
+                         expert-parallel ranks (GPT_EXPERT_FOLD_TP: etp 1, the tp
+                         ranks; GPT_EXPERT_FOLD_CP: the cp ranks), 0: none. They
+                         hold the same tokens (whole sequences, the same routing),
+                         so rank q of that group runs its share of the experts on
+                         every row and the group all-gathers the outputs; the ep
+                         axis (lo.ep) nests outside it */
+    int expert_fold_n; /* the fold's ranks: its axis's size, or fewer (a run of
+                          expert_fold_n consecutive tp ranks, rank t holding piece
+                          t mod expert_fold_n of the experts) */
     int cp;           /* context-parallel degree (0 or 1: none) */
     cp_comm_t cp_comm; /* Ulysses (all-to-all) instead of the ring */
     int ep;           /* expert-parallel degree over data-parallel ranks (0 or 1:
                          none), which sizes the experts' receive buffers (moe.c) */
 } gpt_layout_opts_t;
+#define GPT_EXPERT_FOLD_TP 1
+#define GPT_EXPERT_FOLD_CP 2
 /* The grid of tensor parallelism alone: every other axis of size 1 but
  * ep's (lo.ep; the device is expert-parallel rank 0), tp columns and
  * under lo.tp_mode as many rows (2-D), and a cube (3-D); the device is
@@ -384,6 +394,12 @@ enum { GPT_BROKEN_TP2D_CP_RING_GROUP = 1u << 21 };
  *   bidirectional and a decoder's cross-attention too (the zigzag ring is
  *   built for causal masks; Megatron-core runs no CP for T5). */
 enum { GPT_BROKEN_MOE_RECOMPUTE_AUX = 1u << 22, GPT_BROKEN_CP_CAUSAL_RING = 1u << 23 };
+/* FOLD_CP (experts_run.c): with the experts folded onto cp (each cp rank
+ * holds other experts) the expert weight gradients are still split over
+ * cp by token tile, as when the cp ranks hold the same experts: the
+ * expert-data-parallel group taken as the dense one (dp x cp) instead of
+ * dp, Megatron-core's wrong-EDP-group bug class. */
+enum { GPT_BROKEN_MOE_FOLD_CP = 16384u };
 
 /* One replica's block of a batch-shaped checkpoint: n_seq sequences at
  * index first_seq of the global batch, each a tensor of global shape

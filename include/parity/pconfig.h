@@ -103,22 +103,51 @@ typedef struct {
     unsigned given;
 } pconfig_t;
 
-/* Megatron's parallel folding, the case built: expert tensor parallelism
- * 1 and ep = tp put the expert-parallel ranks on the tensor-parallel ones
- * (model.h's gpt_layout_opts_t.expert_fold); otherwise they are data-parallel ranks. */
+/* Megatron-core's MoE parallel folding: the ranks of a pipeline stage
+ * (tp x cp x dp) re-split into the expert grid etp x ep x edp, etp
+ * fastest, then ep (Megatron's expert rank order "tp-ep-dp-pp"). parity
+ * builds the expert-parallel ranks as a product of whole dense axes:
+ *   etp 1, ep = tp              folded onto tp (GPT_EXPERT_FOLD_TP)
+ *   ep | dp                     taken out of dp (the grid's ep axis; kept
+ *                               ahead of the order below where dp allows it:
+ *                               the layout these runs always had)
+ *   etp 1, ep = tp x e, e | dp  tp fastest, then e of dp (cp 1)
+ *   etp 1, ep | tp, ep < tp     the ep ranks of each run of ep tp ranks
+ *                               (expert rank t mod ep; the tp ranks of one
+ *                               t / ep hold copies)
+ *   etp tp, ep = cp x e, e | dp cp fastest, then e of dp (GPT_EXPERT_FOLD_CP)
+ * The fold's axis (model.h's GPT_EXPERT_FOLD_*), or 0: the ep axis alone.
+ * pconfig_ep_axis is what the grid's ep axis holds (ep / the fold's size). */
 static inline int pconfig_ep_folded(const pconfig_t *pc) {
-    return pc->ep > 1 && pc->etp == 1 && pc->ep == pc->tp;
+    const int tp = pc->tp > 1 ? pc->tp : 1, cp = pc->cp > 1 ? pc->cp : 1, dp = pc->dp > 1 ? pc->dp : 1;
+    if (pc->ep <= 1) return 0;
+    if (pc->etp == 1 && pc->ep == tp) return GPT_EXPERT_FOLD_TP;
+    if (pc->dp && dp % pc->ep == 0) return 0;
+    if (pc->etp == 1 && tp > 1 && cp == 1 && pc->ep % tp == 0) return GPT_EXPERT_FOLD_TP;
+    if (pc->etp == 1 && tp > pc->ep && tp % pc->ep == 0) return GPT_EXPERT_FOLD_TP;
+    if ((pc->etp == tp || tp == 1) && cp > 1 && pc->ep % cp == 0) return GPT_EXPERT_FOLD_CP;
+    return 0;
+}
+/* The fold's ranks (its axis's, or a run of ep tp ranks), 1 without one. */
+static inline int pconfig_ep_fold_n(const pconfig_t *pc) {
+    const int fold = pconfig_ep_folded(pc);
+    if (fold == GPT_EXPERT_FOLD_TP) return pc->ep < pc->tp ? pc->ep : pc->tp;
+    return fold == GPT_EXPERT_FOLD_CP ? pc->cp : 1;
+}
+static inline int pconfig_ep_axis(const pconfig_t *pc) {
+    return (pc->ep > 1 ? pc->ep : 1) / pconfig_ep_fold_n(pc);
 }
 /* The model's view of a layout (model.h's gpt_layout_opts_t). */
 static inline gpt_layout_opts_t pconfig_tp_opts(const pconfig_t *pc) {
     return (gpt_layout_opts_t){.sp = pc->sequence_parallel != 0,
                                .row_linears = pc->tp_row_linears != 0,
                                .tp_mode = pc->tp_mode,
-                               .expert_tp = pc->etp > 1,
+                               .expert_tp = pc->etp > 1 ? pc->etp : 0,
                                .expert_fold = pconfig_ep_folded(pc),
+                               .expert_fold_n = pconfig_ep_fold_n(pc),
                                .cp = pc->cp > 1 ? pc->cp : 1,
                                .cp_comm = pc->cp_comm ? CP_ULYSSES : CP_RING,
-                               .ep = pc->ep > 1 && !pconfig_ep_folded(pc) ? pc->ep : 1};
+                               .ep = pconfig_ep_axis(pc)};
 }
 /* "1d", "2d", "2.5d", "3d". */
 const char *pconfig_tp_mode_name(int mode);
@@ -147,7 +176,7 @@ static inline int pconfig_tp_batch_blocks(const pconfig_t *pc) {
  * ones (Megatron's rule), so the dp axis holds dp / ep and ep x (dp axis)
  * is the data-parallel degree. */
 static inline void pconfig_grid_sizes(const pconfig_t *pc, int sizes[7]) {
-    const int ep = pc->ep > 1 && !pconfig_ep_folded(pc) ? pc->ep : 1, dp = pc->dp > 1 ? pc->dp : 1;
+    const int ep = pconfig_ep_axis(pc), dp = pc->dp > 1 ? pc->dp : 1;
     int sub[3];
     pconfig_tp_sub(pc, sub);
     const int s[7] = {sub[0], sub[1], sub[2], pc->cp, ep, dp / ep, pc->pp};

@@ -43,6 +43,10 @@ typedef struct {
     int align;       /* every piece is a multiple of this along the axis
                         (a canonical tile, a whole head): I1 */
     int uneven;      /* 1: pieces may hold unequal numbers of whole blocks */
+    int parts;       /* 0: sizes[over] pieces, piece coord[over]; else `parts`
+                        pieces (dividing sizes[over]), piece coord[over] mod parts,
+                        the ranks at coord >= parts holding copies (expert tensor
+                        parallelism over a divisor of tp: placement_cut_parts) */
 } pl_cut_t;
 
 typedef struct {
@@ -58,6 +62,12 @@ placement_t placement_replicated(int ndim, const int64_t *shape);
 /* p with one more cut (equal pieces), or one that may be uneven. */
 placement_t placement_cut(placement_t p, int axis, grid_axis_t over, int align);
 placement_t placement_cut_uneven(placement_t p, int axis, grid_axis_t over, int align);
+/* An uneven cut into `parts` pieces along `over`, rank coord[over] taking
+ * piece coord[over] mod parts. */
+placement_t placement_cut_parts(placement_t p, int axis, grid_axis_t over, int align, int parts);
+/* How many pieces cut c makes, and which one coordinate `coord` holds. */
+int placement_cut_pieces(const pl_cut_t *c, const int sizes[GRID_NAXES]);
+int placement_cut_piece(const pl_cut_t *c, const int sizes[GRID_NAXES], const int coord[GRID_NAXES]);
 
 /* Piece `part` of `units` whole blocks over `parts` ranks: blocks
  * [*first, *first + *count), the first units % parts ranks holding one

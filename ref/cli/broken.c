@@ -234,9 +234,18 @@ static const char *needs_moe_sp(const broken_where_t *w) {
 
 static const char *needs_moe_fold(const broken_where_t *w) {
     if (w->cfg->moe_experts <= 0) return "an MoE model (--num-experts E)";
-    return pconfig_ep_folded(w->pc) ? NULL
-                                    : "expert parallelism folded onto tp (--expert-model-parallel-size = "
-                                      "tp > 1, --expert-tensor-parallel-size 1)";
+    return pconfig_ep_folded(w->pc) == GPT_EXPERT_FOLD_TP
+               ? NULL
+               : "expert parallelism folded onto tp (--expert-model-parallel-size = "
+                 "tp > 1, --expert-tensor-parallel-size 1)";
+}
+
+static const char *needs_moe_fold_cp(const broken_where_t *w) {
+    if (w->cfg->moe_experts <= 0) return "an MoE model (--num-experts E)";
+    return pconfig_ep_folded(w->pc) == GPT_EXPERT_FOLD_CP
+               ? NULL
+               : "expert parallelism folded onto cp (--expert-model-parallel-size a multiple of "
+                 "context-parallel-size > 1 that dp does not take)";
 }
 
 /* The router's dtype is a choice only under mixed precision, and the bug
@@ -257,6 +266,7 @@ static const char *needs_adam8_zero(const broken_where_t *w) {
 
 static void set_moe_norm_tp(engine_run_t *r, int d) { (void)d, r->broken_moe |= GPT_BROKEN_MOE_NORM_TP; }
 static void set_moe_edp(engine_run_t *r, int d) { (void)d, r->broken_moe |= GPT_BROKEN_MOE_EDP_SCALE; }
+static void set_moe_fold_cp(engine_run_t *r, int d) { (void)d, r->broken_moe |= GPT_BROKEN_MOE_FOLD_CP; }
 static void set_moe_router_tp(engine_run_t *r, int d) {
     (void)d, r->broken_moe |= GPT_BROKEN_MOE_ROUTER_TP;
 }
@@ -467,6 +477,14 @@ static const broken_variant_t variants[] = {
      "--num-experts 4 --bf16 --moe-router-dtype fp32 --data-parallel-size 2", -1,
      "an MoE model under --bf16 or --fp16 with --moe-router-dtype fp32", 0,
      needs_moe_router_fp32, set_moe_router_lowp},
+    {"moe-fold-cp-edp",
+     "with the experts folded onto cp, split their weight gradients over cp by token tile as if "
+     "the cp ranks held the same experts: the expert-data-parallel group taken as dp x cp, not "
+     "dp (Megatron-core's wrong expert-data-parallel group bug class)",
+     "grad.layers.1.mlp.experts.*",
+     "--num-experts 4 --context-parallel-size 2 --expert-model-parallel-size 2", -1,
+     "an MoE model with ep folded onto cp (ep a multiple of cp > 1, etp tp)", 0,
+     needs_moe_fold_cp, set_moe_fold_cp},
     {"encdec-dp-mixup",
      "send the encoder's output to the decoder stage of the next data-parallel replica and take "
      "the gradient back from there (Megatron-LM 5a3b6bcf1f fixed such a DP/PP rank mix-up in the "

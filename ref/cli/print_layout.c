@@ -67,26 +67,33 @@ static void print_stages(const pp_plan_t *pp, FILE *f) {
  * tp rank's, as the dense MLP's). */
 static int print_experts(const model_config_t *cfg, const pconfig_t *pc, const grid_t *G, FILE *f,
                          perr_t *err) {
-    /* folded onto tp (pconfig_ep_folded): the tp rank is the ep rank */
-    const int fold = pconfig_ep_folded(pc), ep = fold ? pc->ep : G->size[GRID_EP];
+    /* the expert rank f + nf q: fold rank f (tp or cp, pconfig_ep_folded)
+     * fastest, then the ep axis's q (out of dp), Megatron's expert order */
+    const int fold = pconfig_ep_folded(pc), ep = pc->ep > 1 ? pc->ep : 1;
+    const grid_axis_t fold_axis = fold == GPT_EXPERT_FOLD_CP ? GRID_CP : GRID_TP;
+    const int nf = pconfig_ep_fold_n(pc); /* the axis's ranks, or a run of tp ranks */
     const int E = cfg->moe_experts, El = E / ep;
     /* Megatron's edp = world / (etp ep pp): the ranks an expert's
-     * gradient is reduced over (here dp / ep x cp; with etp 1 the tp
-     * ranks hold the same expert whole and compute the same gradient) */
-    const int edp = G->size[GRID_DP] * G->size[GRID_CP];
+     * gradient is reduced over (here dp / ep x cp, or dp / (ep / cp) when
+     * folded onto cp; with etp 1 the tp ranks hold the same expert whole
+     * and compute the same gradient) */
+    const int cp_edp = fold == GPT_EXPERT_FOLD_CP ? 1 : G->size[GRID_CP];
+    const int edp = G->size[GRID_DP] * cp_edp;
     fprintf(f, "  \"experts\": {\"experts\": %d, \"ep\": %d, \"etp\": %d, \"edp\": %d, "
                "\"experts_per_ep_rank\": %d, \"expert_grads_reduced_over\": \"%s\", "
                "\"ep_ranks\": \"%s\", \"devices\": [",
-            E, ep, pc->etp, edp, El, G->size[GRID_CP] > 1 ? "dp-cp" : "dp",
-            fold ? "the tp ranks (folded: the outputs all-gathered over tp)"
-                 : "data-parallel ranks (the rows sent by all-to-all-v over ep)");
+            E, ep, pc->etp, edp, El, cp_edp > 1 ? "dp-cp" : "dp",
+            fold == GPT_EXPERT_FOLD_CP ? "the cp ranks, then data-parallel ranks (folded: the "
+                                         "outputs all-gathered over cp)"
+            : fold ? "the tp ranks, then data-parallel ranks (folded: the outputs all-gathered over tp)"
+                   : "data-parallel ranks (the rows sent by all-to-all-v over ep)");
     for (int d = 0; d < G->world; d++) {
         const grid_device_t gd = grid_device(G, d);
         gpt_local_t lc;
         if (gpt_local_dims(cfg, pconfig_model_tp(pc, gd.coord[GRID_PP]), gd.coord[GRID_TP], gd.coord[GRID_CP], pconfig_tp_opts(pc),
                            &lc, err))
             return -1;
-        const int q = gd.coord[fold ? GRID_TP : GRID_EP];
+        const int q = (fold ? gd.coord[fold_axis] % nf : 0) + nf * gd.coord[GRID_EP];
         fprintf(f, "%s\n    {\"rank\": %d, \"expert0\": %d, \"experts\": %d, \"ffn0\": %d, \"ffn\": %d}",
                 d ? "," : "", d, q * El, El, lc.expert_ffn0, lc.expert_ffn);
     }

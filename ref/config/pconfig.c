@@ -315,10 +315,13 @@ void pconfig_describe(const pconfig_t *pc, char *buf, size_t len) {
         snprintf(pp, sizeof pp, "pp=%d %s ", pc->pp, (pc->pp_schedule ? pconfig_schedule_name(pc->pp_schedule) : ""));
     char cp[32] = "";
     if (pc->cp > 1) snprintf(cp, sizeof cp, "cp=%d %s ", pc->cp, pc->cp_comm ? "a2a" : "p2p");
-    char ep[32] = ""; /* expert-parallel ranks, out of the data-parallel ones */
-    if (pc->ep > 1) snprintf(ep, sizeof ep, " ep=%d%s", pc->ep, pconfig_ep_folded(pc) ? "(tp)" : "");
-    if (pc->etp == 1 && pc->tp > 1 && !pc->tp_row_linears) /* not the default: say so */
-        snprintf(ep + strlen(ep), sizeof ep - strlen(ep), " etp=1");
+    char ep[32] = ""; /* expert-parallel ranks: out of the data-parallel ones, or folded */
+    const int fold = pconfig_ep_folded(pc), ep_dp = pconfig_ep_axis(pc) > 1;
+    if (pc->ep > 1)
+        snprintf(ep, sizeof ep, " ep=%d%s%s%s", pc->ep, fold ? "(" : "",
+                 fold == GPT_EXPERT_FOLD_TP ? "tp" : fold ? "cp" : "", fold ? ep_dp ? " x dp)" : ")" : "");
+    if (pc->etp < pc->tp && pc->tp > 1 && !pc->tp_row_linears) /* not the default: say so */
+        snprintf(ep + strlen(ep), sizeof ep - strlen(ep), " etp=%d", pc->etp);
     char recompute[48] = "";
     if (pc->recompute == MODEL_RECOMPUTE_SELECTIVE) snprintf(recompute, sizeof recompute, " recompute=selective");
     else if (pc->recompute)

@@ -228,13 +228,17 @@ static int degrees_validate(pconfig_t *pc, perr_t *err) {
     if (pc->cp == 0) pc->cp = 1;
     if (pc->ep == 0) pc->ep = 1;
     /* Megatron's default: experts split over the tp group as the dense
-     * MLP is; 1 keeps them whole. Other degrees would fold the expert
-     * grid across cp or dp ranks (Megatron's parallel folding): not built. */
+     * MLP is; 1 keeps them whole; a divisor of tp splits them over etp tp
+     * ranks (the expert grid's etp fastest: tp rank t holds piece t mod
+     * etp, the tp ranks of t / etp copies of one piece, as they hold the
+     * same tokens). A degree not dividing tp would take ranks of other
+     * tokens (cp or dp) into one expert's contraction: not built. */
     if (pc->etp == 0) pc->etp = pc->tp_row_linears ? 1 : pc->tp;
-    if (pc->etp != 1 && pc->etp != pc->tp)
+    if (pc->etp > 1 && pc->tp % pc->etp)
         return perr_set(err, "expert-tensor-parallel-size: %d: expected 1 (whole experts on every "
-                             "tensor-parallel rank) or tensor-model-parallel-size %d (each expert's "
-                             "FFN split over the tp group); other degrees are not built",
+                             "tensor-parallel rank) or a divisor of tensor-model-parallel-size %d "
+                             "(each expert's FFN split over etp of the tp ranks, which hold the same "
+                             "tokens); an etp across cp or dp ranks is not built",
                         pc->etp, pc->tp);
     if (pc->etp > 1 && pc->tp_row_linears)
         return perr_set(err, "expert-tensor-parallel-size: %d with every linear row-parallel "
@@ -290,11 +294,25 @@ static int world_validate(pconfig_t *pc, int *model_par_out, int *dp_inferred_ou
         return perr_set(err, "world-size: %d does not equal data-parallel-size %d x %s %d",
                         pc->world_size, pc->dp, replica_name(pc), model_par);
     pc->world_size = pc->dp * model_par;
-    if (pc->dp % pc->ep && !pconfig_ep_folded(pc))
+    /* Megatron's expert grid (pconfig_ep_folded): ep ranks out of dp, or
+     * folded onto tp (etp 1) or cp (etp tp), then the rest of ep out of dp */
+    if (pc->etp > 1 && pc->etp < pc->tp && pconfig_hetero(pc))
+        return perr_set(err, "expert-tensor-parallel-size: %d < tensor-model-parallel-size %d: not "
+                             "with an encoder mesh beside the decoder's", pc->etp, pc->tp);
+    const long long stage = (long long)pc->tp * pc->cp * pc->dp; /* a stage's ranks */
+    if (pc->ep > 1 && (stage % pc->etp || (stage / pc->etp) % pc->ep))
+        return perr_set(err, "expert-model-parallel-size: %d does not divide the %lld ranks of a "
+                             "pipeline stage over expert-tensor-parallel-size %d (tp %d x cp %d x dp "
+                             "%d / etp): no expert grid etp x ep x edp tiles them (Megatron-core's "
+                             "rule)", pc->ep, stage, pc->etp, pc->tp, pc->cp, pc->dp);
+    const int fold = pconfig_ep_folded(pc), ep_dp = pconfig_ep_axis(pc);
+    if ((fold && pc->dp % ep_dp) || (!fold && pc->dp % pc->ep))
         return perr_set(err, "expert-model-parallel-size: %d must divide data-parallel-size %d "
                              "(the expert-parallel ranks are data-parallel ranks, Megatron's rule), "
                              "or equal tensor-model-parallel-size %d with "
-                             "--expert-tensor-parallel-size 1 (folded onto the tp ranks)",
+                             "--expert-tensor-parallel-size 1 (folded onto the tp ranks), or divide "
+                             "tp (etp 1), or be tp (etp 1, cp 1) or cp (etp tp) times a divisor of dp "
+                             "(Megatron's expert rank order, etp fastest: the folded grid)",
                         pc->ep, pc->dp, pc->tp);
     *model_par_out = model_par, *dp_inferred_out = dp_inferred;
     return 0;

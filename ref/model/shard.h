@@ -22,11 +22,16 @@ typedef struct {
     int cp, cp_rank;        /* context parallelism: the positions held (cp.h) */
     cp_comm_t cp_comm;      /* ring (p2p) or Ulysses (all-to-all) */
     group_t *cp_group;      /* NULL when cp == 1 */
-    int ep, ep_rank;        /* expert parallelism: this rank runs experts
-                               [ep_rank*E/ep, (ep_rank+1)*E/ep) for its ep group's tokens */
+    int ep, ep_rank;        /* expert parallelism over dp (the grid's ep axis): with no
+                               fold this rank runs experts [ep_rank*E/ep, (ep_rank+1)*E/ep)
+                               for its ep group's tokens (experts.h's experts_grid) */
     group_t *ep_group;      /* NULL when ep == 1 */
-    int expert_tp;          /* experts' FFN split over tp_group (gpt_layout_opts_t.expert_tp) */
-    int expert_fold;        /* experts split over tp_group (gpt_layout_opts_t.expert_fold) */
+    int expert_tp;          /* etp: experts' FFN split over tp_group, or over etp_group (the tp
+                               ranks of tp_rank / etp) when etp < tp (gpt_layout_opts_t.expert_tp) */
+    group_t *etp_group;     /* NULL unless 1 < etp < tp */
+    int expert_fold;        /* experts split over tp_group or cp_group (gpt_layout_opts_t.expert_fold) */
+    int expert_fold_n;      /* the fold's ranks (gpt_layout_opts_t.expert_fold_n) */
+    group_t *fold_group;    /* a fold over a run of expert_fold_n < tp tp ranks: theirs */
     /* Colossal-AI's 2-D and 2.5-D tensor parallelism (tp2d.c; pconfig.h's
      * tp_mode): tp x tp devices per depth layer, tp_rank the column and
      * tp_group the row (ranks with the same sequences, every column);
@@ -70,7 +75,7 @@ typedef struct {
     int ep;                 /* expert-parallel degree (its rank: gpt_shard_t.ep_rank) */
     int expert_ffn, expert_ffn0; /* the experts' FFN columns held: the dense MLP's under
                                     expert tensor parallelism (model.h's expert_tp), else all */
-    int expert_fold;        /* experts split over the tp ranks (gpt_layout_opts_t.expert_fold) */
+    int expert_fold;        /* experts split over the tp or cp ranks (gpt_layout_opts_t.expert_fold) */
     int seq_held;
     cp_runs_t runs;
     int att_heads, att_head0;

@@ -12,13 +12,27 @@ placement_t placement_replicated(int ndim, const int64_t *shape) {
 }
 
 placement_t placement_cut(placement_t p, int axis, grid_axis_t over, int align) {
-    if (p.ncuts < PL_MAX_CUTS) p.cut[p.ncuts++] = (pl_cut_t){axis, over, align > 0 ? align : 1, 0};
+    if (p.ncuts < PL_MAX_CUTS) p.cut[p.ncuts++] = (pl_cut_t){axis, over, align > 0 ? align : 1, 0, 0};
     return p;
 }
 
 placement_t placement_cut_uneven(placement_t p, int axis, grid_axis_t over, int align) {
-    if (p.ncuts < PL_MAX_CUTS) p.cut[p.ncuts++] = (pl_cut_t){axis, over, align > 0 ? align : 1, 1};
+    if (p.ncuts < PL_MAX_CUTS) p.cut[p.ncuts++] = (pl_cut_t){axis, over, align > 0 ? align : 1, 1, 0};
     return p;
+}
+
+placement_t placement_cut_parts(placement_t p, int axis, grid_axis_t over, int align, int parts) {
+    if (p.ncuts < PL_MAX_CUTS)
+        p.cut[p.ncuts++] = (pl_cut_t){axis, over, align > 0 ? align : 1, 1, parts > 0 ? parts : 0};
+    return p;
+}
+
+int placement_cut_pieces(const pl_cut_t *c, const int sizes[GRID_NAXES]) {
+    return c->parts > 0 ? c->parts : sizes[c->over];
+}
+
+int placement_cut_piece(const pl_cut_t *c, const int sizes[GRID_NAXES], const int coord[GRID_NAXES]) {
+    return coord[c->over] % placement_cut_pieces(c, sizes);
 }
 
 void placement_split(int64_t units, int parts, int part, int64_t *first, int64_t *count) {
@@ -33,7 +47,10 @@ int placement_check(const placement_t *p, const int sizes[GRID_NAXES], const cha
     for (int d = 0; d < p->ndim; d++) ext[d] = p->shape[d];
     for (int k = 0; k < p->ncuts; k++) {
         const pl_cut_t *c = &p->cut[k];
-        const int parts = sizes[c->over];
+        const int parts = placement_cut_pieces(c, sizes);
+        if (sizes[c->over] % parts)
+            return perr_set(err, "%s: %d pieces over %s=%d ranks: expected a divisor", name, parts,
+                            grid_axis_name(c->over), sizes[c->over]);
         if (c->axis < 0 || c->axis >= p->ndim)
             return perr_set(err, "%s: cut along axis %d of a %d-D tensor", name, c->axis, p->ndim);
         int64_t units = ext[c->axis] / c->align;
@@ -70,7 +87,8 @@ void placement_block(const placement_t *p, const int sizes[GRID_NAXES],
     for (int k = 0; k < p->ncuts; k++) {
         const pl_cut_t *c = &p->cut[k];
         int64_t first, count;
-        placement_split(extent[c->axis] / c->align, sizes[c->over], coord[c->over], &first, &count);
+        placement_split(extent[c->axis] / c->align, placement_cut_pieces(c, sizes),
+                        placement_cut_piece(c, sizes, coord), &first, &count);
         extent[c->axis] = count * c->align;
         lo[c->axis] += first * c->align;
     }
@@ -98,8 +116,10 @@ int placement_is_extra_replica(const placement_t *p, const int sizes[GRID_NAXES]
          * holds its own tensors (param_info_t.held) */
         if (a == GRID_PP || sizes[a] == 1 || coord[a] == 0 || (p->partial >> a & 1u)) continue;
         int cuts = 0;
-        for (int k = 0; k < p->ncuts; k++) cuts |= p->cut[k].over == (grid_axis_t)a;
-        if (!cuts) return 1;
+        for (int k = 0; k < p->ncuts; k++)
+            if (p->cut[k].over == (grid_axis_t)a)
+                cuts |= coord[a] < placement_cut_pieces(&p->cut[k], sizes) ? 1 : 2;
+        if (cuts != 1) return 1; /* not cut, or a copy of a piece of fewer than the axis's ranks */
     }
     return 0;
 }

@@ -14,8 +14,9 @@
 #    weights are zero: every score ties) make the same choices on every
 #    layout, and the tie-order bug is caught there;
 #  - expert tensor parallelism (etp = tp, Megatron's default: each
-#    expert's FFN split over tp; etp 1: whole), parallel folding of ep
-#    onto the tp ranks (etp 1, ep = tp), and the expert grid of
+#    expert's FFN split over tp; etp 1: whole; etp a divisor of tp),
+#    Megatron-core's MoE parallel folding (ep onto the tp ranks, etp 1;
+#    onto cp; over tp x dp and cp x dp), and the expert grid of
 #    --print-layout;
 #  - bf16 and fp16 (MOE.md "Mixed precision"): the router in the model's
 #    dtype or fp32 (--moe-router-dtype), over dp/ZeRO, ep, tp + SP with
@@ -226,7 +227,7 @@ else fail "router dtype config round trip" "$(cat "$tmp/rd.json")" "$back"; fi
 
 # ---- refusals ----------------------------------------------------------------
 refuse "ep must divide the experts" "expert-model-parallel-size: 4 must divide the 6 experts" -- "$P" check --model gpt-micro --num-experts 6 --data-parallel-size 4 --expert-model-parallel-size 4 --steps 1
-refuse "ep must divide dp, or equal tp with etp 1" "expert-model-parallel-size: 3 must divide data-parallel-size 2 .* or equal tensor-model-parallel-size 1 with --expert-tensor-parallel-size 1" -- "$P" check --model gpt-micro --num-experts 6 --data-parallel-size 2 --expert-model-parallel-size 3 --steps 1
+refuse "ep must tile a stage's ranks over etp (Megatron-core's rule)" "expert-model-parallel-size: 3 does not divide the 2 ranks of a pipeline stage over expert-tensor-parallel-size 1 .*no expert grid etp x ep x edp tiles them" -- "$P" check --model gpt-micro --num-experts 6 --data-parallel-size 2 --expert-model-parallel-size 3 --steps 1
 refuse "ep without MoE layers" "expert-model-parallel-size: 2 needs mixture-of-experts layers" -- "$P" check --model gpt-micro --data-parallel-size 2 --expert-model-parallel-size 2 --steps 1
 exact "ep 2 of dp 2, ZeRO-1" gpt-micro $MOE --data-parallel-size 2 --expert-model-parallel-size 2 --zero-stage 1
 exact "ep 2 of dp 2, ZeRO-3" gpt-micro $MOE --data-parallel-size 2 --expert-model-parallel-size 2 --zero-stage 3
@@ -271,7 +272,12 @@ else fail "ep report" "ratio '$ratio'" "$(echo "$out" | grep -A2 'expert paralle
 if echo "$out" | grep -qE '^  layer 1 +routed +[0-9]+ +busiest expert [0-9.]+x the mean, busiest ep rank [0-9.]+x, dropped [0-9]+'; then
   ok "ep report: load per expert and per ep rank, drops ($(echo "$out" | grep '^  layer 1 ' | tr -s ' '))"
 else fail "ep report load lines" "$(echo "$out" | tail -4)"; fi
-refuse "etp must be 1 or tp" "expert-tensor-parallel-size: 2: expected 1 .* or tensor-model-parallel-size 4" -- "$P" check --model gpt-tiny --num-experts 4 --tensor-model-parallel-size 4 --expert-tensor-parallel-size 2 --steps 1
+refuse "etp must divide tp" "expert-tensor-parallel-size: 3: expected 1 .* or a divisor of tensor-model-parallel-size 4" -- "$P" check --model gpt-tiny --num-experts 4 --tensor-model-parallel-size 4 --expert-tensor-parallel-size 3 --steps 1
+# etp a proper divisor of tp (the expert grid's etp fastest): tp rank t
+# holds FFN piece t mod etp, its etp group completes the expert's sums
+exact "gpt-tiny: etp 2 at tp 4 (FFN halves; tp ranks t and t+2 hold copies)" gpt-tiny $MOE --tensor-model-parallel-size 4 --expert-tensor-parallel-size 2 --global-batch-size 4
+exact "gpt-tiny: etp 2 at tp 4 + SP x ep 2 of dp 2, ZeRO-1" gpt-tiny $MOE --tensor-model-parallel-size 4 --sequence-parallel --expert-tensor-parallel-size 2 --data-parallel-size 2 --expert-model-parallel-size 2 --global-batch-size 4 --zero-stage 1
+exact "gpt-tiny: etp 3 at tp 6 (FFN tiles 3/3/2, uneven)" gpt-tiny $MOE --tensor-model-parallel-size 6 --expert-tensor-parallel-size 3 --global-batch-size 2
 refuse "etp > 1 without tp" "expert-tensor-parallel-size: 2: expected 1" -- "$P" check --model gpt-micro --num-experts 4 --data-parallel-size 2 --expert-tensor-parallel-size 2 --steps 1
 refuse "etp > 1 with every linear row-parallel" "expert-tensor-parallel-size: 2 with every linear row-parallel" -- "$P" check --model gpt-micro --num-experts 4 --tensor-model-parallel-size 2 --tensor-parallel-row-linears --expert-tensor-parallel-size 2 --steps 1
 exact "etp 1 x tp 2 x ep 2 of dp 4 (ep out of dp, experts whole on each tp rank)" gpt-micro $MOE --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --data-parallel-size 4 --expert-model-parallel-size 2
@@ -282,6 +288,31 @@ exact "ep 2 folded onto tp 2 x pp 2 (1F1B)" gpt-micro $MOE --tensor-model-parall
 exact "gpt-tiny: ep 3 folded onto tp 3, E 6 (uneven FFN tiles do not matter: experts whole)" gpt-tiny --num-experts 6 --moe-expert-capacity-factor 1.0 --tensor-model-parallel-size 3 --expert-tensor-parallel-size 1 --expert-model-parallel-size 3
 exact "gpt-tiny: every other layer MoE, pp 2 interleaved x ep 2 of dp 2 ZeRO-3 (units of two gradient groups)" gpt-tiny --num-experts 8 --moe-layer-freq 2 --moe-expert-capacity-factor 1.25 --moe-aux-loss-coeff 0.01 --pipeline-model-parallel-size 2 --pipeline-schedule interleaved --virtual-pipeline-model-parallel-size 2 --num-microbatches 2 --data-parallel-size 2 --expert-model-parallel-size 2 --zero-stage 3
 exact "gpt-tiny: ep 4 folded onto tp 4 x cp 2, E 8" gpt-tiny --num-experts 8 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01 --tensor-model-parallel-size 4 --expert-tensor-parallel-size 1 --expert-model-parallel-size 4 --context-parallel-size 2
+# Megatron-core's MoE parallel folding beyond ep = tp: the expert rank is
+# fold rank + fold size x ep-axis rank (the fold fastest, Megatron's
+# "tp-ep-dp-pp" order for experts)
+exact "ep 2 folded onto cp 2 (dp 1; expert grads over dp only)" gpt-micro $MOE --context-parallel-size 2 --expert-model-parallel-size 2
+exact "ep 4 over cp 2 x dp 2 ZeRO-1" gpt-micro $MOE --context-parallel-size 2 --data-parallel-size 2 --expert-model-parallel-size 4 --zero-stage 1
+exact "ep 2 folded onto cp 2 x tp 2 etp 2 (FFN over tp, experts over cp)" gpt-micro $MOE --tensor-model-parallel-size 2 --context-parallel-size 2 --expert-model-parallel-size 2
+exact "ep 4 over tp 2 x dp 2, etp 1 (all-to-all over dp, then the tp fold's gather)" gpt-micro $MOE --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --data-parallel-size 2 --expert-model-parallel-size 4
+exact "ep 4 over tp 2 + SP x dp 2, etp 1, ZeRO-3" gpt-micro $MOE --tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1 --data-parallel-size 2 --expert-model-parallel-size 4 --zero-stage 3
+exact "ep 2 x etp 2 at tp 2 x dp 2" gpt-micro $MOE --tensor-model-parallel-size 2 --expert-tensor-parallel-size 2 --data-parallel-size 2 --expert-model-parallel-size 2
+exact "gpt-tiny: ep 8 over tp 2 x dp 4, E 8 top-1, pp 2" gpt-tiny --num-experts 8 --moe-router-topk 1 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01 --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --data-parallel-size 4 --expert-model-parallel-size 8 --pipeline-model-parallel-size 2
+out=$("$P" check --model gpt-micro --steps 1 --num-experts 4 --context-parallel-size 2 --data-parallel-size 2 --expert-model-parallel-size 4 --print-layout 2>&1)
+grid=$(echo "$out" | python3 -c 'import json, sys; d = json.load(sys.stdin)["experts"]; print(d["expert_grads_reduced_over"], " ".join("%d:%d+%d" % (x["rank"], x["expert0"], x["experts"]) for x in d["devices"]))' 2>&1)
+if [ "$grid" = "dp 0:0+1 1:1+1 2:2+1 3:3+1" ]; then ok "folded onto cp x dp: --print-layout gives expert rank cp + 2 dp ($grid)"
+else fail "--print-layout cp-folded expert grid" "$grid"; fi
+out=$("$P" train --model gpt-micro --steps 2 --num-experts 4 --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --data-parallel-size 4 --expert-model-parallel-size 4 2>&1)
+ratio=$(echo "$out" | sed -nE 's/.*all-to-all of expert rows.*: ([0-9.]+)x$/\1/p')
+if [ -n "$ratio" ] && awk -v r="$ratio" 'BEGIN {exit !(r >= 0.5 && r <= 2.0)}'; then
+  ok "ep report over tp x dp: all-to-all bytes ${ratio}x the folded formula ((ep_dp-1)/ep)"
+else fail "ep report over tp x dp" "ratio '$ratio'" "$(echo "$out" | grep -A2 'expert parallelism')"; fi
+exact "gpt-tiny: ep 2 folded onto runs of 2 of tp 4 (etp 1; expert rank t mod 2)" gpt-tiny $MOE --tensor-model-parallel-size 4 --expert-tensor-parallel-size 1 --expert-model-parallel-size 2 --global-batch-size 4
+out=$("$P" check --model gpt-tiny --steps 1 --num-experts 4 --tensor-model-parallel-size 4 --expert-tensor-parallel-size 1 --expert-model-parallel-size 2 --global-batch-size 4 --print-layout 2>&1)
+grid=$(echo "$out" | python3 -c 'import json, sys; d = json.load(sys.stdin)["experts"]; print(" ".join("%d:%d+%d" % (x["rank"], x["expert0"], x["experts"]) for x in d["devices"]))' 2>&1)
+if [ "$grid" = "0:0+2 1:2+2 2:0+2 3:2+2" ]; then ok "folded onto runs of tp ranks: --print-layout gives expert rank t mod ep ($grid)"
+else fail "--print-layout partial tp fold" "$grid"; fi
+refuse "ep over tp x cp (not built)" "expert-model-parallel-size: 4 must divide data-parallel-size 1 .*the folded grid" -- "$P" check --model gpt-micro --num-experts 4 --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --context-parallel-size 2 --expert-model-parallel-size 4 --steps 1
 out=$("$P" check --model gpt-micro --steps 1 --num-experts 4 --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 --expert-model-parallel-size 2 --print-layout 2>&1)
 grid=$(echo "$out" | python3 -c 'import json, sys; d = json.load(sys.stdin)["experts"]; print(" ".join("%d:%d+%d" % (x["rank"], x["expert0"], x["experts"]) for x in d["devices"]))' 2>&1)
 if [ "$grid" = "0:0+2 1:2+2" ]; then ok "folded onto tp: --print-layout gives each tp rank half the experts ($grid)"

@@ -131,10 +131,17 @@ int gpt_local_dims(const model_config_t *c, int tp, int tp_rank, int cp_rank, gp
     out->vocab = (int)nvt * c->tile_features;
     out->vocab0 = (int)vt0 * c->tile_features;
     /* experts: split as the dense MLP is, or whole */
-    const int expert_tp = lo.expert_tp && tp > 1 && !row;
-    out->expert_ffn = expert_tp ? out->ffn : c->ffn;
-    out->expert_ffn0 = expert_tp ? out->ffn0 : 0;
-    out->expert_fold = lo.expert_fold && tp > 1;
+    const int etp = lo.expert_tp > 1 && tp > 1 && !row ? lo.expert_tp : 1;
+    out->expert_ffn = etp > 1 ? out->ffn : c->ffn;
+    out->expert_ffn0 = etp > 1 ? out->ffn0 : 0;
+    if (etp > 1 && etp < tp && c->tile_ffn > 0) { /* etp rank tp_rank mod etp's piece */
+        placement_split(c->ffn / c->tile_ffn, etp, tp_rank % etp, &f0, &nf);
+        out->expert_ffn = (int)nf * c->tile_ffn, out->expert_ffn0 = (int)f0 * c->tile_ffn;
+    }
+    /* folded onto tp or cp: that group of ranks holding the same rows */
+    out->expert_fold = lo.expert_fold == GPT_EXPERT_FOLD_TP && tp > 1   ? GPT_EXPERT_FOLD_TP
+                       : lo.expert_fold == GPT_EXPERT_FOLD_CP && lo.cp > 1 ? GPT_EXPERT_FOLD_CP
+                                                                           : 0;
     out->hid = c->hidden, out->hid0 = 0;
     if (c->recompute == MODEL_RECOMPUTE_FULL && c->recompute_layers > c->layers)
         return perr_set(err, "recompute-num-layers: %d exceeds the model's %d layers",
@@ -203,6 +210,7 @@ gpt_layout_opts_t gpt_shard_layout(const gpt_shard_t *shard) {
     return (gpt_layout_opts_t){
         .sp = shard->sp, .row_linears = shard->row_linears, .tp_mode = shard->tp_mode,
         .expert_tp = shard->expert_tp, .expert_fold = shard->expert_fold,
+        .expert_fold_n = shard->expert_fold_n,
         .cp = shard->cp > 1 ? shard->cp : 1,
         .cp_comm = shard->cp > 1 && shard->cp_comm == CP_ULYSSES ? CP_ULYSSES : CP_RING,
         .ep = shard->ep > 1 ? shard->ep : 1};

@@ -83,7 +83,7 @@ static void place(param_table_t *t, param_info_t *p, const int sizes[GRID_NAXES]
 
 static int add(param_table_t *t, const int sizes[GRID_NAXES], const int coord[GRID_NAXES],
                const char *name, int ndim, const int64_t *shape, param_init_t init, float std,
-               placement_t pl, int experts, int fold, int weight_decay, perr_t *err) {
+               placement_t pl, int experts, int fold, int fold_n, int weight_decay, perr_t *err) {
     param_info_t *p = &t->info[t->count++];
     snprintf(p->name, sizeof p->name, "%s", name);
     (void)ndim, (void)shape;
@@ -91,9 +91,15 @@ static int add(param_table_t *t, const int sizes[GRID_NAXES], const int coord[GR
     /* expert parallelism: rank q of ep holds experts [q E/ep, (q+1) E/ep)
      * of a stacked expert tensor (axis 0); its gradient then reduces over
      * the expert-data ranks only (placement_reduce_axes_at); folded onto
-     * tp (gpt_layout_opts_t.expert_fold), tp rank q holds them */
+     * tp or cp (gpt_layout_opts_t.expert_fold), that axis's rank f holds
+     * piece f of the ep axis's piece: the expert rank f + fold * q (the
+     * fold fastest, Megatron's expert order) */
     if (experts && sizes[GRID_EP] > 1) p->pl = placement_cut(p->pl, 0, GRID_EP, 1);
-    if (experts && fold && sizes[GRID_TP] > 1) p->pl = placement_cut(p->pl, 0, GRID_TP, 1);
+    const grid_axis_t fold_axis = fold == GPT_EXPERT_FOLD_CP ? GRID_CP : GRID_TP;
+    if (experts && fold && fold_n > 0 && fold_n < sizes[fold_axis]) /* a run of fold_n tp ranks */
+        p->pl = placement_cut_parts(p->pl, 0, fold_axis, 1, fold_n);
+    else if (experts && fold && sizes[fold_axis] > 1)
+        p->pl = placement_cut(p->pl, 0, fold_axis, 1);
     if (placement_check(&p->pl, sizes, name, err)) return -1;
     p->reduce = placement_reduce_axes_at(&p->pl, sizes);
     place(t, p, sizes, coord);
@@ -124,6 +130,8 @@ param_grid_t param_grid_tp(int tp, int tp_rank, gpt_layout_opts_t lo) {
     if (lo.tp_mode != PC_TP_1D) g.sizes[GRID_TP2] = tp; /* 2-D: tp columns, as many rows */
     if (lo.tp_mode == PC_TP_3D) g.sizes[GRID_TP3] = tp; /* 3-D: a cube */
     g.sizes[GRID_EP] = lo.ep > 1 ? lo.ep : 1; /* expert-parallel rank 0's experts: its sizes */
+    /* experts folded onto cp: cp rank 0's (the other token tensors' cp cut is the stream's) */
+    if (lo.expert_fold == GPT_EXPERT_FOLD_CP && lo.cp > 1) g.sizes[GRID_CP] = lo.cp;
     return g;
 }
 
@@ -281,12 +289,15 @@ static int build(param_table_t *t, const model_config_t *c, const int sizes[GRID
             placement_t pl = placement_replicated(d->ndim, shape);
             if (lo.tp_mode && tp > 1) /* Colossal's 2-D / 3-D */
                 pl = tp_modes_placement(d, c, cut, lo.tp_mode, pl);
+            else if (cut.axis >= 0 && d->cut == CUT_EXPERT_FFN && lo.expert_tp < tp)
+                /* etp < tp: tp rank t holds piece t mod etp */
+                pl = placement_cut_parts(pl, cut.axis, GRID_TP, cut.align, lo.expert_tp);
             else if (cut.axis >= 0)
                 pl = cut.uneven ? placement_cut_uneven(pl, cut.axis, GRID_TP, cut.align)
                                 : placement_cut(pl, cut.axis, GRID_TP, cut.align);
             bad |= add(t, sizes, coord, nm, d->ndim, shape, d->init, std, pl,
                        d->cut == CUT_EXPERT_FFN || d->cut == CUT_EXPERT,
-                       lo.expert_fold != 0, d->weight_decay, err);
+                       lo.expert_fold, lo.expert_fold_n, d->weight_decay, err);
         }
     }
     t->unit_first[U] = t->count;

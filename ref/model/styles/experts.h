@@ -7,19 +7,20 @@
  *
  *   experts_local.c   every expert on the rank that routed the rows (the
  *                     golden run's)
- *   experts_ep.c      expert parallelism over dp: each ep rank runs E/ep
+ *   experts_ep.c      expert parallelism over dp: each ep rank runs its
  *                     experts for every peer's rows (all-to-all-v there and
- *                     back)
- *   experts_folded.c  expert parallelism folded onto tp: each tp rank runs
- *                     E/tp experts on the rows every tp rank laid out alike,
- *                     the outputs all-gathered
+ *                     back), under a fold too (then the fold's gather)
+ *   experts_folded.c  expert parallelism folded onto tp or cp (Megatron's
+ *                     MoE parallel folding): each rank of the fold runs its
+ *                     experts on the rows every rank of it laid out alike,
+ *                     the outputs all-gathered; the expert grid
  *   experts_run.c     what all of them run: one expert on a block of rows
  *                     (fc1, GeLU, fc2 and back)
  *
  * Expert tensor parallelism (the experts' FFN split over tp, GPT_EXPERT_TP)
  * is no dispatch of its own: it changes how one expert contracts its rows,
  * not where the rows go, and it combines with the local and the expert-
- * parallel dispatch alike (folding needs etp 1). So it is a property of
+ * parallel dispatch alike (a tp fold needs etp 1, a cp fold etp tp). So it is a property of
  * experts_run.c's block: a style that may run under it carves the open
  * sums (experts_layout_open) and the block completes its FFN contractions
  * over tp where it has them.
@@ -63,6 +64,26 @@ extern const experts_style_t experts_local, experts_ep, experts_folded;
  * chosen styles, so the one style that keeps any (expert parallelism's
  * rows from its peers, experts_ep.c) answers from d. */
 void *experts_layout_acts(const slot_dims_t *d, carver_t *cv);
+
+/* ---- experts_folded.c: the expert grid ---------------------------------- */
+
+/* A rank's place in the expert grid: the fold's group (the tp or cp
+ * ranks, NULL: none), size and rank; the ep axis's (out of dp); expert
+ * rank f + nf q (the fold fastest: Megatron's order) holds El experts. */
+typedef struct {
+    group_t *fold;
+    int nf, f;
+    group_t *ep;
+    int np, q;
+    int El;
+} expert_grid_t;
+expert_grid_t experts_grid(const gpt_t *g);
+/* The fold's gather buffer [R, C], or NULL without a fold. */
+void *experts_layout_send(const model_config_t *c, const gpt_local_t *lc, carver_t *cv);
+/* buf [R, C]: every fold rank's rows of its experts (for every ep-axis
+ * rank j, expert rank f + nf j) to the whole fold group, through send. */
+void experts_fold_gather(const gpt_t *g, const moe_acts_t *m, const expert_grid_t *x, float *buf,
+                         float *send);
 
 /* ---- experts_run.c: one expert on a block of rows ----------------------- */
 

@@ -6,8 +6,9 @@
  * holds the FFN columns the dense MLP's cut gives it, of every expert:
  * fc1 column-parallel, fc2 row-parallel. fc2's output and fc1's input
  * gradient contract the FFN: each rank's tiles stay an open sum, the tp
- * group adds them exactly and every rank rounds once, where the golden
- * run rounds its sum over all tiles (tp.c). The tp ranks hold the same
+ * group (or, with etp < tp, the etp group: the tp ranks of tp_rank / etp)
+ * adds them exactly and every rank rounds once, where the golden run
+ * rounds its sum over all tiles (tp.c). The tp ranks hold the same
  * tokens and routing, so they run the same rows in the same order.
  *
  * Mixed precision: an expert rounds where the dense MLP does (MODEL.md
@@ -17,6 +18,7 @@
  * (its own, an ep peer, a tp rank of the fold), the same rounding. */
 #include "model/styles/experts.h"
 #include "model/styles/tp.h"
+#include "parity/coll.h"
 
 void *experts_layout_open(const model_config_t *c, const gpt_local_t *lc, carver_t *cv) {
     const size_t nT = (size_t)c->micro_batch * (size_t)c->seq_length; /* whole sequences */
@@ -32,7 +34,12 @@ static void etp_contract(gpt_t *g, void *open_at, contract_form_t form, float *o
     acc_init_with(&open, (size_t)rows * N, open_at);
     acc_zero(&open);
     contract_acc(form, rows, N, K, tm, tn, tk, A, lda, B, ldb, &open, 0, (size_t)N, &g->ws);
-    tp_complete_open(g, &open, (size_t)rows * N, out);
+    if (g->shard.etp_group) { /* etp < tp: the sum over this rank's etp group, rounded once */
+        coll_all_reduce_open(g->shard.etp_group, &open.x, 0, (size_t)rows * N);
+        acc_round(&open, out);
+    } else {
+        tp_complete_open(g, &open, (size_t)rows * N, out);
+    }
     acc_free(&open);
 }
 
@@ -66,7 +73,12 @@ void expert_rows_forward(gpt_t *g, const pass_t *p, const moe_params_t *w, const
 static void expert_backward(gpt_t *g, float *dx, void *open, acc_t *dw, size_t dw_at, acc_t *db,
                             size_t db_at, float *dy, const float *x, const float *w, int row0,
                             int rows, int n_in, int n_out, linear_tiles_t t, int dw_scale) {
-    const int cp = g->local.cp, tm = t.tokens;
+    /* folded onto cp, each cp rank holds other experts and adds all its
+     * tiles; broken (GPT_BROKEN_MOE_FOLD_CP): split over cp anyway, as if
+     * the cp ranks held the same experts (a wrong expert-data group) */
+    const int fold_cp = g->local.expert_fold == GPT_EXPERT_FOLD_CP &&
+                        !(g->shard.broken & GPT_BROKEN_MOE_FOLD_CP);
+    const int cp = fold_cp ? 1 : g->local.cp, tm = t.tokens;
     if (open) {
         etp_contract(g, open, CONTRACT_NN, dx, rows, n_in, n_out, tm, t.in, t.out, dy, n_out, w,
                      n_in);
@@ -80,7 +92,7 @@ static void expert_backward(gpt_t *g, float *dx, void *open, acc_t *dw, size_t d
     if (dw_scale) /* the broken variant: the weight gradients scaled, dx left alone */
         for (size_t i = 0; i < (size_t)rows * n_out; i++) dy[i] = dy[i] * (float)dw_scale;
     for (int i = 0; i < rows / tm; i++)
-        if ((row0 / tm + i) % cp == g->local.cp_rank)
+        if ((row0 / tm + i) % cp == (cp > 1 ? g->local.cp_rank : 0))
             linear_backward_at(NULL, dw, dw_at, db, db_at, dy + (size_t)i * tm * n_out,
                                x + (size_t)i * tm * n_in, w, tm, n_in, n_out, t, &g->ws);
 }

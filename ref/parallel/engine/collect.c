@@ -85,16 +85,22 @@ static void mark(int32_t *src, size_t lo, size_t hi, int device) {
 }
 
 /* The parts that hold bucket b's blocks as this device does, the same
- * flat range: its own, and with experts cut over ep, for a dense bucket
- * (reduced over the ep ranks too) the parts of its ep peers. */
+ * flat range: its own, and with experts cut over an axis the dense
+ * tensors reduce over (the ep axis, or a fold onto cp), for a dense
+ * bucket the parts of its dense gradient group's other members (they
+ * hold other experts, the same dense blocks). */
 static int bucket_parts(const engine_rank_t *r, int b, int *parts) {
-    if (engine_bucket_gi(r, b) != 0 || r->sh->ngroups == 1 || !r->ep_group) {
-        parts[0] = r->part;
-        return 1;
+    parts[0] = r->part;
+    if (engine_bucket_gi(r, b) != 0 || r->sh->ngroups == 1) return 1;
+    int n = 1;
+    const group_t *dense = r->groups[0];
+    for (int q = 0; q < group_size(dense); q++) {
+        const int part = r->sh->part_of[group_world_rank(dense, q)];
+        int seen = 0;
+        for (int i = 0; i < n; i++) seen |= parts[i] == part;
+        if (!seen && n < MODEL_MAX_EXPERTS) parts[n++] = part;
     }
-    const int ep = group_size(r->ep_group);
-    for (int q = 0; q < ep; q++) parts[q] = r->sh->part_of[group_world_rank(r->ep_group, q)];
-    return ep;
+    return n;
 }
 
 void engine_collect_pieces(engine_rank_t *r, collect_kind_t k, float **outs, int32_t **srcs) {
@@ -289,7 +295,7 @@ static void put_sources(void *ctx, size_t global_flat, size_t local_flat, size_t
  * copy: coordinate 0 along every axis the tensor is replicated over (tp
  * rank 0's; with experts cut over ep, a dense tensor's on ep rank 0), or
  * for the last stage's tied embedding the first stage's. Parts differ
- * along tp, ep and pp only. */
+ * along tp, ep and pp (and cp under a cp fold). */
 static int taken_part(const engine_shared_t *sh, const engine_part_t *p, const placement_t *pl) {
     int c[GRID_NAXES];
     memcpy(c, p->coord, sizeof c);
@@ -303,9 +309,10 @@ static int taken_part(const engine_shared_t *sh, const engine_part_t *p, const p
         c[GRID_PP] = 0;
     }
     for (int k = 0; k < sh->nparts; k++) {
-        int same = 1; /* parts differ along tp (and its sub-axes), ep and pp */
+        int same = 1; /* parts differ along tp (and its sub-axes), ep, pp, and cp with
+                         the experts folded onto it (a part's cp coordinate is 0 otherwise) */
         for (int a = 0; a < GRID_NAXES; a++)
-            if (a != GRID_DP && a != GRID_CP) same &= sh->part_coord[k][a] == c[a];
+            if (a != GRID_DP) same &= sh->part_coord[k][a] == c[a];
         if (same) return k;
     }
     return 0;

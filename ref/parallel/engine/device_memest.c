@@ -24,11 +24,11 @@ static void add(memest_dev_t *dev, mem_cat_t c, size_t bytes) {
 /* adamw8bit: every device of stage s holds whole quantization blocks
  * (adam8_check_blocks), refused here, before anything runs; engine_train
  * checks each model part again. Only the tensor-cutting axes (tp and its
- * sub-axes, ep) move a device's blocks. */
+ * sub-axes, ep; cp with the experts folded onto it) move a device's blocks. */
 static int stage_blocks(const model_config_t *cfg, const pconfig_t *pc, const pp_plan_t *pp, int s,
                         const int sizes[GRID_NAXES], perr_t *err) {
     if (cfg->optimizer != MODEL_OPT_ADAMW8BIT) return 0;
-    static const grid_axis_t cut[] = {GRID_TP, GRID_TP2, GRID_TP3, GRID_EP};
+    static const grid_axis_t cut[] = {GRID_TP, GRID_TP2, GRID_TP3, GRID_EP, GRID_CP};
     enum { NCUT = sizeof cut / sizeof cut[0] };
     int n = 1;
     for (int k = 0; k < NCUT; k++) n *= sizes[cut[k]];

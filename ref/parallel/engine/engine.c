@@ -344,7 +344,34 @@ static int build_layout(engine_shared_t *sh, perr_t *err) {
 typedef struct {
     engine_groups_t main[ENGINE_MAX_GROUPS], grad[ENGINE_MAX_GROUPS];
     engine_groups_t vec[2]; /* 3-D tensor parallelism's (tp3d.c) */
+    engine_groups_t etp;    /* expert tensor parallelism over etp < tp ranks */
+    engine_groups_t fold;   /* ep folded onto ep < tp tp ranks */
 } run_groups_t;
+
+/* Runs of n consecutive tp ranks of every tp group (1 < n < tp; else no
+ * groups): expert tensor parallelism over etp < tp ranks, and ep folded
+ * onto ep < tp of them (Megatron's expert grid, etp fastest, then ep). */
+static int make_tp_runs(engine_shared_t *sh, int n, const char *name, engine_groups_t *out,
+                        perr_t *err) {
+    memset(out, 0, sizeof *out);
+    if (n <= 1 || n >= sh->run->pc.tp) return 0;
+    out->groups = calloc((size_t)sh->world, sizeof *out->groups);
+    out->id_of = calloc((size_t)sh->world, sizeof *out->id_of);
+    if (!out->groups || !out->id_of) return perr_set(err, "dp: out of memory");
+    for (int d = 0; d < sh->world; d++) {
+        const engine_dev_t gd = engine_device(sh, d);
+        const int t = gd.coord[GRID_TP];
+        if (t % n) continue;
+        int ranks[PARITY_MAX_DEVICES];
+        for (int k = 0; k < n; k++) ranks[k] = group_world_rank(gd.group[GRID_TP], t + k);
+        char gname[32];
+        snprintf(gname, sizeof gname, "%s%d", name, out->n);
+        if (!(out->groups[out->n] = group_create(ranks, n, gname, err))) return -1;
+        for (int k = 0; k < n; k++) out->id_of[ranks[k]] = out->n;
+        out->n++;
+    }
+    return 0;
+}
 
 static int make_groups(engine_shared_t *sh, run_groups_t *G, perr_t *err) {
     /* the ranks that split a step's tokens sum every weight gradient: the
@@ -356,6 +383,11 @@ static int make_groups(engine_shared_t *sh, run_groups_t *G, perr_t *err) {
         if (engine_groups_create(sh, sh->grad_name[k], "dp", &G->main[k], err) ||
             engine_groups_create(sh, sh->grad_name[k], "dp-grads", &G->grad[k], err))
             return -1;
+    const pconfig_t *pc = &sh->run->pc;
+    if (make_tp_runs(sh, pc->etp, "etp", &G->etp, err) ||
+        make_tp_runs(sh, pconfig_ep_folded(pc) == GPT_EXPERT_FOLD_TP ? pconfig_ep_fold_n(pc) : 0,
+                     "ep-fold", &G->fold, err))
+        return -1;
     if (sh->run->pc.tp_mode == PC_TP_3D &&
         (engine_groups_create(sh, "tp2-tp3", "tp-vec", &G->vec[0], err) ||
          engine_groups_create(sh, "tp-tp3", "tp-vec", &G->vec[1], err)))
@@ -365,6 +397,8 @@ static int make_groups(engine_shared_t *sh, run_groups_t *G, perr_t *err) {
 
 static void free_groups(run_groups_t *G) {
     for (int k = 0; k < 2; k++) engine_groups_free(&G->vec[k]);
+    engine_groups_free(&G->etp);
+    engine_groups_free(&G->fold);
     for (int k = 0; k < ENGINE_MAX_GROUPS; k++) {
         engine_groups_free(&G->grad[k]);
         engine_groups_free(&G->main[k]);
@@ -401,6 +435,8 @@ static void init_ranks(engine_shared_t *sh, int world, const run_groups_t *G, tr
                                    .trace = traces ? &traces[d] : NULL,
                                    .world = all, .group = G->main[0].groups[gid],
                                    .grad_group = G->grad[0].groups[gid], .report = &reports[d]};
+        if (G->etp.groups) sh->ranks[d].etp_group = G->etp.groups[G->etp.id_of[d]];
+        if (G->fold.groups) sh->ranks[d].fold_group = G->fold.groups[G->fold.id_of[d]];
         for (int k = 0; k < 2 && G->vec[k].groups; k++)
             sh->ranks[d].tp_vec[k] = G->vec[k].groups[G->vec[k].id_of[d]];
         for (int k = 0; k < sh->ngroups; k++) {

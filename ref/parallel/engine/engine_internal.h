@@ -78,6 +78,9 @@ typedef struct engine_rank {
     group_t *cp_group;     /* the context-parallel group (NULL at cp = 1) */
     int ep_rank;           /* expert-parallel coordinate: which experts it runs */
     group_t *ep_group;     /* the expert-parallel group (NULL at ep = 1) */
+    group_t *etp_group;    /* expert tensor parallelism over etp < tp ranks: the tp
+                              ranks of tp_rank / etp (NULL otherwise) */
+    group_t *fold_group;   /* ep folded onto a run of fold_n < tp tp ranks: theirs */
     int device;            /* world rank on the grid */
     int tp_rank;           /* tensor-parallel coordinate */
     group_t *tp_group;     /* the tensor-parallel group (NULL at tp = 1) */

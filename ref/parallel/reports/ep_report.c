@@ -60,15 +60,23 @@ void ep_print_report(const run_report_t *run, FILE *f) {
     for (int l = 0; l < cfg.layers; l++) moe_layers += model_layer_is_moe(&cfg, l);
     const double layers = pc->pp > 1 ? (double)moe_layers / pc->pp : moe_layers;
     const device_report_t *r0 = &run->reports[0];
-    if (pconfig_ep_folded(pc)) { /* the tp ranks: no rows sent, the outputs gathered */
-        const coll_family_t *tpf = coll_counters_family(&r0->comm, "tp");
-        const coll_tally_t g = tpf ? tpf->by[COLL_KIND_ALL_TO_ALL_V][COLL_F32] : (coll_tally_t){0};
-        fprintf(f, "expert parallelism folded onto the tp=%d ranks (%d experts, %d a rank; etp=1): "
-                   "each runs its experts on the rows its tp group shares, no all-to-all of tokens; "
-                   "device 0 per step:\n  %-44s %10.3f MB   (each rank's experts' output and input-"
-                   "gradient rows to its tp peers)\n",
-                pc->tp, cfg.moe_experts, cfg.moe_experts / pc->tp, "all-gather of expert rows",
-                (double)g.sent / steps / MB);
+    /* folded onto tp or cp (pconfig_ep_folded): the fold's ranks share
+     * their rows, so nothing is sent to them; the outputs are gathered */
+    const int fold = pconfig_ep_folded(pc), np = pconfig_ep_axis(pc);
+    const char *fname = fold == GPT_EXPERT_FOLD_CP ? "cp" : "tp";
+    const int nf = pconfig_ep_fold_n(pc);
+    if (fold) {
+        const coll_family_t *ff = coll_counters_family(&r0->comm, fname);
+        const coll_tally_t g = ff ? ff->by[COLL_KIND_ALL_TO_ALL_V][COLL_F32] : (coll_tally_t){0};
+        fprintf(f, "expert parallelism folded onto the %s=%d ranks%s (%d experts, %d a rank; "
+                   "etp=%d): each runs its experts on the rows its %s group shares; device 0 per "
+                   "step:\n  %-44s %10.3f MB   (each rank's experts' output and input-gradient rows "
+                   "to its %s peers)\n",
+                fname, nf, np > 1 ? ", then the ep axis out of dp" : "", cfg.moe_experts,
+                cfg.moe_experts / pc->ep, pc->etp, fname, "all-gather of expert rows",
+                (double)g.sent / steps / MB, fname);
+    }
+    if (fold && np == 1) {
         if (run->moe_steps) {
             fprintf(f, "load over the run's %d steps (every device's tokens):\n", run->moe_nsteps);
             print_load(run, f);
@@ -81,12 +89,15 @@ void ep_print_report(const run_report_t *run, FILE *f) {
         a2a = fam->by[COLL_KIND_ALL_TO_ALL_V][COLL_F32];
         counts = fam->by[COLL_KIND_ALL_GATHER][COLL_I32];
     }
-    const double formula = 4 * k * n * C * 4 * (ep - 1) / ep * layers;
-    fprintf(f, "expert parallelism (ep=%d of the dp=%d data-parallel ranks; %d experts, %d a rank), "
-               "device 0 per step, %.0f MoE layers held, n = %.0f tokens routed to k = %.0f "
+    /* a rank sends the ep-axis peers its rows of their experts at its
+     * own fold rank: (np - 1) of the ep = nf np expert ranks' share */
+    const double formula = 4 * k * n * C * 4 * (np - 1) / ep * layers;
+    fprintf(f, "expert parallelism (ep=%d: %d of the dp=%d data-parallel ranks%s; %d experts, %d a "
+               "rank), device 0 per step, %.0f MoE layers held, n = %.0f tokens routed to k = %.0f "
                "experts:\n",
-            pc->ep, pc->dp, cfg.moe_experts, cfg.moe_experts / pc->ep, layers, n, k);
-    fprintf(f, "  %-44s %10.3f MB   formula 4 k n C x 4 B x (ep-1)/ep x layers = %.3f MB "
+            pc->ep, np, pc->dp, fold ? " x the fold's" : "", cfg.moe_experts,
+            cfg.moe_experts / pc->ep, layers, n, k);
+    fprintf(f, "  %-44s %10.3f MB   formula 4 k n C x 4 B x (ep_dp-1)/ep x layers = %.3f MB "
                "(balanced routing, no drops, no padding): %.2fx\n",
             "all-to-all of expert rows, outputs, gradients", (double)a2a.sent / steps / MB,
             formula / MB, formula > 0 ? (double)a2a.sent / steps / formula : 0.0);
