@@ -70,7 +70,8 @@ const modes_entry_t modes_table[] = {
      "expert parallel over tp x dp (parallel folding)"},
     {"etp", "etp", NULL, MOE "--tensor-model-parallel-size 2 --expert-tensor-parallel-size 2",
      "each expert's FFN split over tp"},
-    {"etp-part", "etp", NULL, MOE "--tensor-model-parallel-size 4 --expert-tensor-parallel-size 2",
+    {"etp-part", "etp", NULL,
+     MOE "--hidden-size 32 --tensor-model-parallel-size 4 --expert-tensor-parallel-size 2",
      "each expert's FFN split over 2 of tp's 4 ranks (parallel folding)"},
     /* precision, recomputation, optimizer */
     {"bf16", "precision", NULL, "--bf16", "bf16 compute, fp32 master weights"},
