@@ -39,6 +39,10 @@ grep -q '| yes$' "$tmp/s.out"; ok $? "the streamed bit-exact run says yes"
 n=0
 while IFS=$'\t' read -r name _ example _; do
     [ "${name:0:1}" = "#" ] && continue
+    # an entry that resumes a checkpoint (fp16-scale-lost) diverges only
+    # after the load, beyond this loop's one step: test_broken.sh and
+    # cli/test_ckpt.sh save the checkpoint and hold it
+    case " $example " in *" CKPT "*) continue ;; esac
     read -ra args <<<"$example"
     same_both_ways "--test-broken $name" --steps 1 "${args[@]}"
     grep -q '^FIRST DIVERGENCE' "$tmp/s.out"; ok $? "--test-broken $name: the streamed run reports a divergence"
